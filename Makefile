@@ -1,0 +1,47 @@
+# Two entry points for a fresh Debian machine: `make demo` and `make test`.
+# Both install what they need (virtual environment, Python packages, Prometheus and
+# Alertmanager from Debian) and are safe to run again.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+GPUHEALTH := $(VENV)/bin/gpuhealth
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PYTEST_ARGS ?=
+
+.PHONY: setup tools demo test lint unit bench clean
+
+setup: $(VENV)/.installed tools
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]' --config-settings editable_mode=compat
+	touch $@
+
+# Prometheus 2.42 (with promtool) and Alertmanager 0.25 (with amtool) from Debian.
+tools:
+	@if ! command -v promtool >/dev/null || ! command -v amtool >/dev/null \
+	    || ! command -v prometheus-alertmanager >/dev/null; then \
+	  echo "installing prometheus and prometheus-alertmanager from Debian"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; \
+	fi
+
+demo: setup
+	$(GPUHEALTH) sim --scenario xid-and-unknown --speed 10 --duration 120 --print-events
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+test: setup lint
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,5 @@
+import sys
+
+from gpuhealth.cli import main
+
+sys.exit(main())

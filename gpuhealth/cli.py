@@ -1,0 +1,69 @@
+"""The `gpuhealth` command.
+
+Each part of the product contributes its own subcommands: a module listed in
+`SUBCOMMAND_MODULES` exposes `register(subparsers)`, which adds its parsers and sets
+`func(args) -> int` on each. The entry point only dispatches, so parts stay independent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from gpuhealth import __version__
+
+SUBCOMMAND_MODULES = (
+    "simulator.cli",  # gpuhealth sim
+    "exporter.cli",  # gpuhealth exporter, gpuhealth devices
+    "rules.cli",  # gpuhealth rules
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpuhealth",
+        description="Failure governance for GPU devices on Kubernetes.",
+    )
+    parser.add_argument("--version", action="version", version=f"gpuhealth {__version__}")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log verbosity (default: INFO)",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in SUBCOMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            # A part that is not built yet simply offers no subcommand.
+            if exc.name == module_name or module_name.startswith(f"{exc.name}."):
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(func(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
