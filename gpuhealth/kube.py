@@ -13,9 +13,7 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> cli
     """An ApiClient for `kubeconfig`, or in-cluster config when none is given and we run in a Pod."""
     configuration = client.Configuration()
     if kubeconfig:
-        config.load_kube_config(
-            config_file=kubeconfig, context=context, client_configuration=configuration
-        )
+        config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
     else:
         try:
             config.load_incluster_config(client_configuration=configuration)
