@@ -99,3 +99,17 @@ def status_confirmed_at(device: DeviceState, node: NodeState | None, nvml: NvmlV
 def status_age(device: DeviceState, node: NodeState | None, nvml: NvmlView | None, now: float) -> float:
     """Seconds since the reported status was last confirmed fresh (never negative)."""
     return max(0.0, now - status_confirmed_at(device, node, nvml))
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything a scrape renders, swapped in whole by the observer (never mutated)."""
+
+    devices: Mapping[tuple[str, str], DeviceState] = field(default_factory=dict)
+    """By (node, device)."""
+    nodes: Mapping[str, NodeState] = field(default_factory=dict)
+    """By node name."""
+    nvml: NvmlView | None = None
+    """Node mode only; None in cluster mode (no NVML series are rendered then)."""
+    node_name: str | None = None
+    """The node this exporter serves in node mode; None in cluster mode."""
