@@ -1,0 +1,97 @@
+"""API errors of the simulated cluster, shaped as real `metav1.Status` objects.
+
+Every failure the store or the HTTP layer reports is an `ApiError`; the HTTP layer turns it into
+the Status body and code that a real kube-apiserver would send, so the official client raises
+the same `ApiException` it would raise against a real cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApiError(Exception):
+    """A failed API call: HTTP code, machine reason (`NotFound`, `Conflict`, ...) and message."""
+
+    def __init__(
+        self, code: int, reason: str, message: str, *, details: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+
+    def status(self) -> dict[str, Any]:
+        """The full `Status` object a real apiserver returns for this error."""
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details is not None:
+            body["details"] = self.details
+        return body
+
+    def __repr__(self) -> str:
+        return f"ApiError({self.code}, {self.reason!r}, {self.message!r})"
+
+
+def _details(resource: str, group: str, name: str | None) -> dict[str, Any]:
+    # The real apiserver puts the plural resource (not the Kind) into details.kind.
+    details: dict[str, Any] = {"kind": resource}
+    if name is not None:
+        details["name"] = name
+    if group:
+        details["group"] = group
+    return details
+
+
+def not_found(resource: str, group: str, name: str) -> ApiError:
+    qualified = f"{resource}.{group}" if group else resource
+    return ApiError(
+        404, "NotFound", f'{qualified} "{name}" not found', details=_details(resource, group, name)
+    )
+
+
+def already_exists(resource: str, group: str, name: str) -> ApiError:
+    qualified = f"{resource}.{group}" if group else resource
+    return ApiError(
+        409, "AlreadyExists", f'{qualified} "{name}" already exists', details=_details(resource, group, name)
+    )
+
+
+def conflict(resource: str, group: str, name: str) -> ApiError:
+    qualified = f"{resource}.{group}" if group else resource
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {qualified} "{name}": the object has been modified; '
+        "please apply your changes to the latest version and try again",
+        details=_details(resource, group, name),
+    )
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequest", message)
+
+
+def invalid(kind: str, group: str, name: str, causes: list[tuple[str, str]]) -> ApiError:
+    """422 Invalid; `causes` are (field path, message) pairs, named in the message like the real API."""
+    text = "; ".join(f"{field}: {msg}" if field else msg for field, msg in causes) or "invalid object"
+    details: dict[str, Any] = {
+        "name": name,
+        "kind": kind,
+        "causes": [{"reason": "FieldValueInvalid", "message": msg, "field": field} for field, msg in causes],
+    }
+    if group:
+        details["group"] = group
+    return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {text}', details=details)
+
+
+def expired(message: str) -> ApiError:
+    return ApiError(410, "Expired", message)

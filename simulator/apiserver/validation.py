@@ -1,0 +1,177 @@
+"""Schema validation of objects that API clients write, so gpuhealth cannot drift from real shapes.
+
+Built-in kinds are checked against the Kubernetes 1.37 OpenAPI schemas that the
+kubernetes-validate package carries (the "strict" set: unknown fields are errors). The package's
+own `validate()` re-reads and re-compiles the schemas on every call (about 12 ms per Pod); here
+the shared definitions are loaded once and one compiled validator is cached per kind.
+Custom resources are checked against their CRD's openAPIV3Schema, converted to JSON Schema
+(`nullable`, `x-kubernetes-int-or-string`), after pruning unknown fields as the real API does.
+Failures become 422 Invalid errors naming the field.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.resources
+import json
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]
+from referencing import Registry as RefRegistry
+from referencing import Resource
+
+from simulator.apiserver.errors import ApiError, invalid
+from simulator.apiserver.resources import ResourceInfo
+
+SCHEMA_SET = "v1.37.0-local-strict"
+"""kubernetes-validate schema directory; 1.37 is the first with resource.k8s.io/v1 DeviceTaintRule."""
+
+_MAX_CAUSES = 5
+
+
+def _field_path(path: Any) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _cause(error: jsonschema.ValidationError) -> tuple[str, str]:
+    base = _field_path(error.absolute_path)
+    if error.validator == "required" and isinstance(error.instance, dict):
+        missing = [r for r in error.validator_value if r not in error.instance]
+        if missing:
+            field = f"{base}.{missing[0]}" if base else str(missing[0])
+            return field, "Required value"
+    if error.validator in ("additionalProperties", "unevaluatedProperties") and isinstance(
+        error.instance, dict
+    ):
+        return base, f"unknown field: {error.message}"
+    return base, f"Invalid value: {error.message}"
+
+
+def _schema_dir() -> Any:
+    return (
+        importlib.resources.files("kubernetes_validate")
+        .joinpath("kubernetes-json-schema")
+        .joinpath(SCHEMA_SET)
+    )
+
+
+def crd_schema_to_jsonschema(schema: Any) -> Any:
+    """An OpenAPI v3 structural schema as JSON Schema 2020-12 (the keywords that differ)."""
+    if isinstance(schema, list):
+        return [crd_schema_to_jsonschema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: crd_schema_to_jsonschema(v) for k, v in schema.items()}
+    if out.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if out.get("nullable") and isinstance(out.get("type"), str):
+        out["type"] = [out["type"], "null"]
+    return out
+
+
+def prune(obj: Any, schema: Any) -> Any:
+    """Drop fields the structural schema does not declare (unless it preserves unknown fields)."""
+    if not isinstance(schema, dict):
+        return obj
+    if isinstance(obj, dict):
+        if schema.get("x-kubernetes-preserve-unknown-fields"):
+            props = schema.get("properties") or {}
+            return {k: prune(v, props.get(k)) for k, v in obj.items()}
+        props = schema.get("properties")
+        additional = schema.get("additionalProperties")
+        if props is not None:
+            return {k: prune(v, props[k]) for k, v in obj.items() if k in props}
+        if isinstance(additional, dict):
+            return {k: prune(v, additional) for k, v in obj.items()}
+        if additional is True or schema.get("type") != "object":
+            return obj
+        return {}
+    if isinstance(obj, list) and isinstance(schema.get("items"), dict):
+        return [prune(v, schema["items"]) for v in obj]
+    return obj
+
+
+class Validator:
+    """Compiled validators per kind; loading happens on first use, once."""
+
+    def __init__(self) -> None:
+        self._registry: RefRegistry | None = None
+        self._builtin: dict[tuple[str, str], jsonschema.protocols.Validator | None] = {}
+        self._custom: dict[tuple[str, str, int], jsonschema.protocols.Validator] = {}
+
+    def _refs(self) -> RefRegistry:
+        if self._registry is None:
+            defs = json.loads(_schema_dir().joinpath("_definitions.json").read_text())
+            self._registry = Resource.from_contents(defs) @ RefRegistry()
+        return self._registry
+
+    def _builtin_validator(self, info: ResourceInfo) -> jsonschema.protocols.Validator | None:
+        key = (info.api_version(), info.kind)
+        if key not in self._builtin:
+            group = info.group.split(".", 1)[0]
+            fname = (
+                f"{info.kind.lower()}-{group}-{info.version}.json"
+                if group
+                else f"{info.kind.lower()}-{info.version}.json"
+            )
+            path = _schema_dir().joinpath(fname)
+            if not path.is_file():
+                self._builtin[key] = None
+            else:
+                schema = json.loads(path.read_text())
+                registry = Resource.from_contents(schema) @ self._refs()
+                self._builtin[key] = jsonschema.Draft202012Validator(schema, registry=registry)
+        return self._builtin[key]
+
+    def _custom_validator(self, info: ResourceInfo, version: str) -> jsonschema.protocols.Validator | None:
+        schema = info.schemas.get(version)
+        if schema is None:
+            return None
+        key = (info.key, version, id(schema))
+        if key not in self._custom:
+            converted = crd_schema_to_jsonschema(copy.deepcopy(schema))
+            props = converted.get("properties") if isinstance(converted, dict) else None
+            if isinstance(props, dict):
+                # The server owns metadata checks; apiVersion and kind are set by the route.
+                for k in ("metadata", "apiVersion", "kind"):
+                    props.pop(k, None)
+            self._custom[key] = jsonschema.Draft202012Validator(converted)
+        return self._custom[key]
+
+    def validate(self, info: ResourceInfo, obj: dict[str, Any]) -> None:
+        """ApiError 422 Invalid when `obj` does not fit its schema; custom resources are pruned in place."""
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            raise invalid(info.kind, info.group, name, [("metadata", "Required value")])
+        if info.custom:
+            schema = info.schemas.get(info.version)
+            if schema is not None:
+                pruned = prune(
+                    {k: v for k, v in obj.items() if k not in ("metadata", "apiVersion", "kind")}, schema
+                )
+                for k in [k for k in obj if k not in ("metadata", "apiVersion", "kind")]:
+                    if k in pruned:
+                        obj[k] = pruned[k]
+                    else:
+                        del obj[k]
+            validator = self._custom_validator(info, info.version)
+            target = {k: v for k, v in obj.items() if k != "metadata"}
+        else:
+            validator = self._builtin_validator(info)
+            target = obj
+        if validator is None:
+            return
+        try:
+            errors = sorted(validator.iter_errors(target), key=lambda e: list(map(str, e.absolute_path)))
+        except jsonschema.exceptions.SchemaError as exc:
+            raise ApiError(500, "InternalError", f"schema of {info.key} is invalid: {exc.message}") from exc
+        if errors:
+            raise invalid(info.kind, info.group, name, [_cause(e) for e in errors[:_MAX_CAUSES]])
