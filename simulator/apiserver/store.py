@@ -205,6 +205,11 @@ class Watch:
     def closed(self) -> bool:
         return self._stopped
 
+    @property
+    def in_backlog(self) -> bool:
+        """Whether replayed events (synthetic ADDED or retained history) are still to come."""
+        return bool(self._backlog)
+
     def pending(self) -> bool:
         """Whether an event is ready without waiting."""
         return bool(self._backlog) or not self._queue.empty()

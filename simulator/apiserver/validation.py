@@ -12,6 +12,7 @@ Failures become 422 Invalid errors naming the field.
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.resources
 import json
 from typing import Any
@@ -98,39 +99,36 @@ def prune(obj: Any, schema: Any) -> Any:
     return obj
 
 
+@functools.cache
+def _definitions() -> RefRegistry:
+    """The shared definitions (1.8 MB of JSON), loaded once per process."""
+    defs = json.loads(_schema_dir().joinpath("_definitions.json").read_text())
+    return Resource.from_contents(defs) @ RefRegistry()
+
+
+@functools.cache
+def _builtin_validator(group: str, version: str, kind: str) -> Any:
+    """The compiled validator of a built-in kind (None when the schema set lacks it), once per process."""
+    prefix = group.split(".", 1)[0]
+    fname = f"{kind.lower()}-{prefix}-{version}.json" if prefix else f"{kind.lower()}-{version}.json"
+    path = _schema_dir().joinpath(fname)
+    if not path.is_file():
+        return None
+    schema = json.loads(path.read_text())
+    registry = Resource.from_contents(schema) @ _definitions()
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
 class Validator:
-    """Compiled validators per kind; loading happens on first use, once."""
+    """Validates objects; built-in validators are shared per process, CRD ones cached per schema."""
 
     def __init__(self) -> None:
-        self._registry: RefRegistry | None = None
-        self._builtin: dict[tuple[str, str], jsonschema.protocols.Validator | None] = {}
-        self._custom: dict[tuple[str, str, int], jsonschema.protocols.Validator] = {}
+        self._custom: dict[tuple[str, str, int], Any] = {}
 
-    def _refs(self) -> RefRegistry:
-        if self._registry is None:
-            defs = json.loads(_schema_dir().joinpath("_definitions.json").read_text())
-            self._registry = Resource.from_contents(defs) @ RefRegistry()
-        return self._registry
+    def _builtin_validator(self, info: ResourceInfo) -> Any:
+        return _builtin_validator(info.group, info.version, info.kind)
 
-    def _builtin_validator(self, info: ResourceInfo) -> jsonschema.protocols.Validator | None:
-        key = (info.api_version(), info.kind)
-        if key not in self._builtin:
-            group = info.group.split(".", 1)[0]
-            fname = (
-                f"{info.kind.lower()}-{group}-{info.version}.json"
-                if group
-                else f"{info.kind.lower()}-{info.version}.json"
-            )
-            path = _schema_dir().joinpath(fname)
-            if not path.is_file():
-                self._builtin[key] = None
-            else:
-                schema = json.loads(path.read_text())
-                registry = Resource.from_contents(schema) @ self._refs()
-                self._builtin[key] = jsonschema.Draft202012Validator(schema, registry=registry)
-        return self._builtin[key]
-
-    def _custom_validator(self, info: ResourceInfo, version: str) -> jsonschema.protocols.Validator | None:
+    def _custom_validator(self, info: ResourceInfo, version: str) -> Any:
         schema = info.schemas.get(version)
         if schema is None:
             return None
