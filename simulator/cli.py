@@ -1,0 +1,146 @@
+"""`gpuhealth sim`: serve a simulated cluster running a scenario, and print what happens.
+
+Entry point only: argument parsing, signal handling and progress output. The cluster itself
+is `simulator.runner.SimulatedCluster`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TextIO
+
+from simulator.fleet import DeviceHealthChanged, FaultApplied, FleetEvent, NodeChanged
+from simulator.runner import SimulatedCluster, parse_listen
+from simulator.scenario import ScenarioError, list_builtins, resolve
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "sim",
+        help="serve a simulated Kubernetes cluster with GPUs and a fault scenario",
+        description=(
+            "Serve a simulated cluster (Kubernetes API subset over HTTP, simulated kubelets, GPUs, "
+            "NVML) running a scenario. Prints the API URL and the kubeconfig path; Ctrl-C stops it."
+        ),
+    )
+    parser.add_argument(
+        "--scenario", default="xid-and-unknown", help="built-in name or YAML file (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--listen", default="127.0.0.1:0", help="HOST:PORT to serve on; port 0 picks a free one"
+    )
+    parser.add_argument(
+        "--kubeconfig-out", default=None, help="where to write the kubeconfig (default: a temp dir)"
+    )
+    parser.add_argument(
+        "--speed", type=float, default=1.0, help="simulated seconds per wall second (default: 1)"
+    )
+    parser.add_argument(
+        "--token-file", default=None, help="require this bearer token (file content) from clients"
+    )
+    parser.add_argument("--duration", type=float, default=None, help="stop after this many simulated seconds")
+    parser.add_argument(
+        "--print-events", action="store_true", help="print each device health change written into pod status"
+    )
+    parser.add_argument("--list-scenarios", action="store_true", help="list the built-in scenarios and exit")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    if args.list_scenarios:
+        try:
+            for name, description in list_builtins():
+                print(f"{name:<20} {description}", file=out)
+        except ScenarioError as exc:
+            print(f"gpuhealth sim: built-in scenario is broken: {exc.message}", file=sys.stderr)
+            return 1
+        return 0
+    try:
+        parse_listen(args.listen)
+        if not args.speed > 0:
+            raise ValueError("--speed must be greater than zero")
+        if args.duration is not None and not args.duration >= 0:
+            raise ValueError("--duration must not be negative")
+        token = None
+        if args.token_file:
+            token = Path(args.token_file).read_text().strip()
+            if not token:
+                raise ValueError(f"--token-file {args.token_file}: the file is empty")
+        scenario = resolve(args.scenario)
+    except ScenarioError as exc:
+        print(f"gpuhealth sim: {exc.message}", file=sys.stderr)
+        return 2
+    except (ValueError, OSError) as exc:
+        print(f"gpuhealth sim: {exc}", file=sys.stderr)
+        return 2
+    cluster = SimulatedCluster(
+        scenario, speed=args.speed, listen=args.listen, token=token, kubeconfig_out=args.kubeconfig_out
+    )
+    try:
+        return asyncio.run(_serve(cluster, args, out))
+    except OSError as exc:  # e.g. the port is taken
+        print(f"gpuhealth sim: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _serve(cluster: SimulatedCluster, args: argparse.Namespace, out: TextIO) -> int:
+    done = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, done.set)
+    sc = cluster.scenario
+    print(
+        f"gpuhealth sim: scenario {sc.name}: {len(sc.nodes)} nodes, {sc.gpu_count()} GPUs, "
+        f"{len(sc.timeline)} timeline faults; speed {args.speed:g}x; building the fleet...",
+        file=out,
+        flush=True,
+    )
+    cluster.fleet.listeners.append(lambda event: _print_event(event, args.print_events, out))
+    async with cluster:
+        print(f"API server: {cluster.url}", file=out)
+        print(f"kubeconfig: {cluster.kubeconfig_path}", file=out)
+        print(
+            f"{len(cluster.fleet.pods)} pods running. "
+            f"Try: KUBECONFIG={cluster.kubeconfig_path} kubectl get nodes (Ctrl-C stops)",
+            file=out,
+            flush=True,
+        )
+        if args.duration is not None:
+            cluster.fleet.call_at(args.duration, done.set)
+        await done.wait()
+        status = cluster.fleet.status()
+        applied, total = status["timeline"]["applied"], status["timeline"]["total"]
+        print(
+            f"stopped after {status['simulatedSeconds']:.0f} simulated seconds; "
+            f"{applied}/{total} timeline faults applied",
+            file=out,
+            flush=True,
+        )
+    return 0
+
+
+def _stamp(time_s: float, wall: float) -> str:
+    clock = datetime.fromtimestamp(wall, UTC).strftime("%H:%M:%S")
+    return f"[t+{time_s:7.1f}s {clock}]"
+
+
+def _print_event(event: FleetEvent, print_health: bool, out: TextIO) -> None:
+    if isinstance(event, FaultApplied):
+        print(f"{_stamp(event.time, event.wall)} fault   {event.fault.describe()}", file=out, flush=True)
+    elif isinstance(event, NodeChanged):
+        print(f"{_stamp(event.time, event.wall)} node    {event.node}: {event.what}", file=out, flush=True)
+    elif isinstance(event, DeviceHealthChanged) and print_health:
+        pods = ", ".join(event.pods[:4]) + (f" (+{len(event.pods) - 4} more)" if len(event.pods) > 4 else "")
+        line = f"{_stamp(event.time, event.wall)} health  {event.node}/{event.device}: "
+        line += f"{event.old} -> {event.new}  pods: {pods}"
+        if event.message:
+            line += f"  message: {event.message[:80]}"
+        print(line, file=out, flush=True)

@@ -1,0 +1,77 @@
+"""Device state and the kubelet's view of device health: plain data and pure functions.
+
+`Gpu` holds what the hardware and its driver say about one GPU (the reported health, whether
+the DRA driver still sends reports, NVML counters, ResourceSlice taints). The functions below
+say what a 1.36 kubelet would put in `allocatedResourcesStatus` for it at a given moment:
+
+- device plugin: only Healthy or Unhealthy, never a message; a disconnected plugin (broken
+  ListAndWatch stream) makes every device of the resource Unhealthy;
+- DRA: the last report's health and message (at most 1024 characters), Unknown once the last
+  report is older than the timeout, Unknown for every device while the stream is broken.
+
+When the kubelet evaluates this (prompt push vs periodic sync) is the kubelet module's concern.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+UNKNOWN = "Unknown"
+
+MESSAGE_LIMIT = 1024
+
+
+@dataclass(slots=True)
+class Gpu:
+    node: str
+    index: int
+    uuid: str
+    path: str
+    """"device-plugin" or "dra"."""
+    reported: str = HEALTHY
+    """What the device plugin / DRA driver last reported: Healthy or Unhealthy."""
+    message: str | None = None
+    """The DRA driver's message with the report (device plugins send none)."""
+    reporting: bool = True
+    """False while the DRA driver sends no reports for this device."""
+    silent_since: float = 0.0
+    """Simulated time of the last report once `reporting` is False."""
+    lost: bool = False
+    """NVML answers GPU_IS_LOST."""
+    taints: list[dict[str, Any]] = field(default_factory=list)
+    """ResourceSlice device taints the DRA driver sets (gpu.nvidia.com/xid, gpu.nvidia.com/gpu-lost)."""
+    ecc_corrected: int = 0
+    ecc_uncorrected: int = 0
+    rows_correctable: int = 0
+    rows_uncorrectable: int = 0
+    rows_pending: bool = False
+    rows_failure: bool = False
+    allocated: int = 0
+    """Pods (or replica slots) using this GPU; drives simulated power draw."""
+    unhealthy_token: int = 0
+    unknown_token: int = 0
+
+    @property
+    def name(self) -> str:
+        """The device name in the ResourceSlice (and in CDI ids)."""
+        return f"gpu-{self.index}"
+
+
+def device_plugin_health(gpu: Gpu, plugin_connected: bool) -> str:
+    """What the kubelet reports for a device-plugin device: Healthy or Unhealthy, nothing else."""
+    if not plugin_connected:
+        return UNHEALTHY
+    return UNHEALTHY if gpu.reported == UNHEALTHY else HEALTHY
+
+
+def dra_health(gpu: Gpu, stream_ok: bool, now: float, timeout: float) -> tuple[str, str | None]:
+    """(health, message) the kubelet's DRA health cache yields when evaluated at `now`."""
+    if not stream_ok:
+        return UNKNOWN, None
+    if not gpu.reporting and now - gpu.silent_since >= timeout:
+        return UNKNOWN, None
+    message = gpu.message[:MESSAGE_LIMIT] if gpu.message is not None else None
+    return gpu.reported, message

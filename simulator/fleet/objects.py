@@ -1,0 +1,504 @@
+"""Kubernetes object shapes the simulated fleet writes: pure builders over plain data.
+
+Every function here returns a dict shaped exactly as the API server would store it
+(Node, Lease, Namespace, Pod, Job, ResourceSlice, ResourceClaim). No store, no clock:
+times come in as wall-clock seconds and are formatted here. A sample of each kind is
+validated against the Kubernetes OpenAPI schemas in the tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from datetime import UTC, datetime
+from typing import Any
+
+from simulator.fleet.placement import Slot
+from simulator.scenario import DRA_DRIVER, GPU_RESOURCE, NodeGroup, Workload
+
+KUBELET_VERSION = "v1.36.0"
+MESSAGE_LIMIT = 1024
+"""`allocatedResourcesStatus[].resources[].message` is at most 1024 characters."""
+
+# The alphabet Kubernetes uses for generated name suffixes (no vowels, no look-alikes).
+_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+CHECKPOINT_ANNOTATION = "gpuhealth.io/checkpoint"
+TOPOLOGY_ANNOTATION = "gpuhealth.io/topology"
+WORKLOAD_LABEL = "gpuhealth.io/workload"
+
+
+def rfc3339(wall: float) -> str:
+    """metav1.Time: second precision."""
+    return datetime.fromtimestamp(wall, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def micro_time(wall: float) -> str:
+    """metav1.MicroTime: microsecond precision (Lease renewTime, acquireTime)."""
+    return datetime.fromtimestamp(wall, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    """A stable GPU UUID for (node, index), shaped like NVML's `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`."""
+    h = hashlib.sha1(f"{node}/{index}".encode()).hexdigest()
+    return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def stable_uid(*parts: str) -> str:
+    """A UUID-shaped uid for objects the simulator refers to but does not store (ReplicaSets)."""
+    h = hashlib.sha1("/".join(parts).encode()).hexdigest()
+    return f"{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def suffix(rng: random.Random, length: int = 5) -> str:
+    return "".join(rng.choice(_SUFFIX_ALPHABET) for _ in range(length))
+
+
+def hash_suffix(text: str, length: int = 10) -> str:
+    """A deterministic pod-template-hash-like suffix."""
+    digest = hashlib.sha1(text.encode()).digest()
+    return "".join(_SUFFIX_ALPHABET[b % len(_SUFFIX_ALPHABET)] for b in digest[:length])
+
+
+def device_id(uuid: str, replica: int | None) -> str:
+    """Device-plugin device ID: the UUID, `<uuid>::<n>` for a time-slicing replica."""
+    return uuid if replica is None else f"{uuid}::{replica}"
+
+
+def cdi_id(claim_uid: str, device: str) -> str:
+    """DRA resourceID as the NVIDIA driver's CDI device name."""
+    return f"k8s.{DRA_DRIVER}/claim={claim_uid}-{device}"
+
+
+def truncate_message(message: str | None) -> str | None:
+    if message is None:
+        return None
+    return message[:MESSAGE_LIMIT]
+
+
+def node_ip(index: int) -> str:
+    return f"10.{(index >> 16) & 255}.{(index >> 8) & 255}.{index & 255}"
+
+
+def namespace(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"},
+    }
+
+
+def gpu_capacity(group: NodeGroup, healthy: int) -> tuple[str, str]:
+    """(capacity, allocatable) of `nvidia.com/gpu` for a device-plugin node."""
+    per_gpu = max(1, group.shared_replicas)
+    return str(group.gpus_per_node * per_gpu), str(healthy * per_gpu)
+
+
+def _label_value(text: str) -> str:
+    value = "".join(c if c.isalnum() or c in "-_." else "-" for c in text)[:63]
+    return value.strip("-_.") or "unknown"
+
+
+def node(name: str, index: int, group: NodeGroup, wall: float) -> dict[str, Any]:
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "nvidia.com/gpu.product": _label_value(group.product),
+        "nvidia.com/gpu.count": str(group.gpus_per_node),
+        "gpuhealth.io/device-path": group.path,
+        "gpuhealth.io/node-group": group.name,
+        **group.labels,
+    }
+    capacity = {"cpu": "192", "memory": "2113460Mi", "pods": "110", "ephemeral-storage": "3750Gi"}
+    allocatable = {"cpu": "191500m", "memory": "2100000Mi", "pods": "110", "ephemeral-storage": "3500Gi"}
+    if group.path == "device-plugin":
+        capacity[GPU_RESOURCE], allocatable[GPU_RESOURCE] = gpu_capacity(group, group.gpus_per_node)
+    ts = rfc3339(wall)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"providerID": f"sim://{group.name}/{name}", "podCIDR": f"10.244.{index & 255}.0/24"},
+        "status": {
+            "capacity": capacity,
+            "allocatable": allocatable,
+            "conditions": [
+                _node_condition("MemoryPressure", "False", "KubeletHasSufficientMemory", ts),
+                _node_condition("DiskPressure", "False", "KubeletHasNoDiskPressure", ts),
+                _node_condition("PIDPressure", "False", "KubeletHasSufficientPID", ts),
+                ready_condition("True", ts),
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": node_ip(index)},
+                {"type": "Hostname", "address": name},
+            ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {
+                "architecture": "amd64",
+                "bootID": stable_uid(name, "boot"),
+                "containerRuntimeVersion": "containerd://2.1.0",
+                "kernelVersion": "6.8.0-gpuhealth-sim",
+                "kubeProxyVersion": "",
+                "kubeletVersion": KUBELET_VERSION,
+                "machineID": stable_uid(name, "machine").replace("-", ""),
+                "operatingSystem": "linux",
+                "osImage": "Simulated Linux (gpuhealth)",
+                "systemUUID": stable_uid(name, "system"),
+            },
+        },
+    }
+
+
+def _node_condition(ctype: str, status: str, reason: str, ts: str, message: str = "") -> dict[str, Any]:
+    return {
+        "type": ctype,
+        "status": status,
+        "reason": reason,
+        "message": message or reason,
+        "lastHeartbeatTime": ts,
+        "lastTransitionTime": ts,
+    }
+
+
+def ready_condition(status: str, ts: str) -> dict[str, Any]:
+    if status == "True":
+        return _node_condition("Ready", "True", "KubeletReady", ts, "kubelet is posting ready status")
+    return _node_condition(
+        "Ready", "Unknown", "NodeStatusUnknown", ts, "Kubelet stopped posting node status."
+    )
+
+
+def lease(name: str, wall: float, duration_seconds: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": "kube-node-lease"},
+        "spec": {
+            "holderIdentity": name,
+            "leaseDurationSeconds": duration_seconds,
+            "renewTime": micro_time(wall),
+        },
+    }
+
+
+def resource_slice(
+    name: str,
+    node_name: str,
+    group: NodeGroup,
+    uuids: list[str],
+    taints: list[list[dict[str, Any]]],
+    generation: int,
+) -> dict[str, Any]:
+    """The DRA driver's ResourceSlice for one node (resource.k8s.io/v1, one pool per node)."""
+    devices = []
+    for index, uuid in enumerate(uuids):
+        device: dict[str, Any] = {
+            "name": f"gpu-{index}",
+            "attributes": {
+                "uuid": {"string": uuid},
+                "index": {"int": index},
+                "productName": {"string": group.product},
+                "type": {"string": "gpu"},
+            },
+            "capacity": {"memory": {"value": group.memory}},
+        }
+        if taints[index]:
+            device["taints"] = taints[index]
+        devices.append(device)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": DRA_DRIVER,
+            "nodeName": node_name,
+            "pool": {"name": node_name, "generation": generation, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def pod_name(workload: Workload, ordinal: int, rng: random.Random) -> str:
+    if workload.kind == "Deployment":
+        return f"{workload.name}-{hash_suffix(workload.namespace + '/' + workload.name)}-{suffix(rng)}"
+    return f"{workload.name}-{ordinal}-{suffix(rng)}"
+
+
+def owner_reference(workload: Workload, job_uid: str | None) -> dict[str, Any]:
+    if workload.kind == "Job":
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": workload.name,
+            "uid": job_uid or stable_uid(workload.namespace, workload.name, "job"),
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    # apps/v1 is not served by the simulated API; the ReplicaSet is referenced, as a real pod would.
+    rs = f"{workload.name}-{hash_suffix(workload.namespace + '/' + workload.name)}"
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": rs,
+        "uid": stable_uid(workload.namespace, rs, "replicaset"),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _containers(workload: Workload, gpus: int, dra: bool) -> dict[str, Any]:
+    resources: dict[str, Any] = {"requests": {"cpu": "4", "memory": "32Gi"}, "limits": {"memory": "32Gi"}}
+    if dra:
+        resources["claims"] = [{"name": "gpus"}]
+    else:
+        resources["requests"][GPU_RESOURCE] = str(gpus)
+        resources["limits"][GPU_RESOURCE] = str(gpus)
+    main = {
+        "name": "worker" if workload.kind == "Job" else "server",
+        "image": f"registry.example/{workload.name}:1.0",
+        "resources": resources,
+        "imagePullPolicy": "IfNotPresent",
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+    }
+    out: dict[str, Any] = {"containers": [main]}
+    if workload.init_container:
+        out["initContainers"] = [
+            {
+                "name": "fetch-weights",
+                "image": "registry.example/fetch-weights:1.0",
+                "command": ["/bin/fetch", "--to", "/weights"],
+                "imagePullPolicy": "IfNotPresent",
+                "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePolicy": "File",
+            }
+        ]
+    return out
+
+
+def pod(
+    *,
+    name: str,
+    workload: Workload,
+    node_name: str,
+    gpus: int,
+    dra: bool,
+    claim_name: str | None,
+    job_uid: str | None,
+) -> dict[str, Any]:
+    """The Pod as created (bound to its node); its status is written separately by the kubelet."""
+    labels = {"app": workload.name, WORKLOAD_LABEL: workload.name}
+    if workload.kind == "Job":
+        labels["batch.kubernetes.io/job-name"] = workload.name
+        labels["job-name"] = workload.name
+    else:
+        labels["pod-template-hash"] = hash_suffix(workload.namespace + "/" + workload.name)
+    spec: dict[str, Any] = {
+        **_containers(workload, gpus, dra),
+        "nodeName": node_name,
+        "schedulerName": "default-scheduler",
+        "restartPolicy": "Never" if workload.kind == "Job" else "Always",
+        "terminationGracePeriodSeconds": 30,
+        "dnsPolicy": "ClusterFirst",
+        "serviceAccountName": "default",
+        "tolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {
+                "key": "node.kubernetes.io/not-ready",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            },
+            {
+                "key": "node.kubernetes.io/unreachable",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            },
+        ],
+    }
+    if dra:
+        if workload.dra_claim == "template":
+            spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": f"{workload.name}-gpus"}]
+        else:
+            spec["resourceClaims"] = [{"name": "gpus", "resourceClaimName": claim_name}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": workload.namespace,
+            "labels": labels,
+            "annotations": {
+                CHECKPOINT_ANNOTATION: workload.checkpoint,
+                TOPOLOGY_ANNOTATION: workload.topology,
+            },
+            "ownerReferences": [owner_reference(workload, job_uid)],
+        },
+        "spec": spec,
+    }
+
+
+def _image_id(image: str) -> str:
+    return f"{image}@sha256:{hashlib.sha256(image.encode()).hexdigest()}"
+
+
+def pod_status(
+    *,
+    pod_obj: dict[str, Any],
+    node_index: int,
+    pod_index: int,
+    started: float,
+    ready: bool,
+    allocated: list[dict[str, Any]],
+    claim_statuses: list[dict[str, Any]] | None,
+    finished: float | None = None,
+) -> dict[str, Any]:
+    """A Running (or, with `finished`, Succeeded) pod's status as the kubelet writes it."""
+    spec = pod_obj["spec"]
+    t_start = rfc3339(started)
+    t_ready = rfc3339(started + 5)
+    ready_s = "True" if ready and finished is None else "False"
+    host_ip = node_ip(node_index)
+    pod_ip = f"10.{128 + ((pod_index >> 16) & 127)}.{(pod_index >> 8) & 255}.{pod_index & 255}"
+    status: dict[str, Any] = {
+        "phase": "Succeeded" if finished is not None else "Running",
+        "conditions": [
+            {"type": "PodReadyToStartContainers", "status": "True", "lastTransitionTime": t_start},
+            {"type": "Initialized", "status": "True", "lastTransitionTime": t_ready},
+            {"type": "Ready", "status": ready_s, "lastTransitionTime": t_ready},
+            {"type": "ContainersReady", "status": ready_s, "lastTransitionTime": t_ready},
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": t_start},
+        ],
+        "hostIP": host_ip,
+        "hostIPs": [{"ip": host_ip}],
+        "podIP": pod_ip,
+        "podIPs": [{"ip": pod_ip}],
+        "startTime": t_start,
+        "qosClass": "Burstable",
+    }
+    if finished is not None:
+        state: dict[str, Any] = {
+            "terminated": {
+                "exitCode": 0,
+                "reason": "Completed",
+                "startedAt": t_ready,
+                "finishedAt": rfc3339(finished),
+                "containerID": f"containerd://{stable_uid(pod_obj['metadata']['name'], 'main')}",
+            }
+        }
+    else:
+        state = {"running": {"startedAt": t_ready}}
+    statuses = []
+    for container in spec["containers"]:
+        cs: dict[str, Any] = {
+            "name": container["name"],
+            "state": state,
+            "ready": ready_s == "True",
+            "restartCount": 0,
+            "image": container["image"],
+            "imageID": _image_id(container["image"]),
+            "containerID": f"containerd://{stable_uid(pod_obj['metadata']['name'], container['name'])}",
+            "started": finished is None,
+        }
+        if allocated:
+            cs["allocatedResourcesStatus"] = allocated
+        statuses.append(cs)
+    status["containerStatuses"] = statuses
+    if spec.get("initContainers"):
+        status["initContainerStatuses"] = [
+            {
+                "name": c["name"],
+                "state": {
+                    "terminated": {
+                        "exitCode": 0,
+                        "reason": "Completed",
+                        "startedAt": t_start,
+                        "finishedAt": t_ready,
+                        "containerID": f"containerd://{stable_uid(pod_obj['metadata']['name'], c['name'])}",
+                    }
+                },
+                "ready": True,
+                "restartCount": 0,
+                "image": c["image"],
+                "imageID": _image_id(c["image"]),
+                "containerID": f"containerd://{stable_uid(pod_obj['metadata']['name'], c['name'])}",
+                "started": False,
+            }
+            for c in spec["initContainers"]
+        ]
+    if claim_statuses:
+        status["resourceClaimStatuses"] = claim_statuses
+    return status
+
+
+def resource_claim(
+    *, name: str, namespace: str, gpus: int, owner: dict[str, Any] | None, template: str | None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if owner is not None:
+        # Claims generated from a template are owned by their pod (deleted with it).
+        meta["ownerReferences"] = [owner]
+        meta["annotations"] = {"resource.kubernetes.io/pod-claim-name": "gpus"}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": meta,
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpus", "exactly": {"deviceClassName": DRA_DRIVER, "count": gpus}}]
+            }
+        },
+    }
+
+
+def claim_status(node_name: str, devices: list[str], pod_name_: str, pod_uid: str) -> dict[str, Any]:
+    return {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"request": "gpus", "driver": DRA_DRIVER, "pool": node_name, "device": d} for d in devices
+                ]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
+                ]
+            },
+        },
+        "reservedFor": [{"resource": "pods", "name": pod_name_, "uid": pod_uid}],
+    }
+
+
+def job(workload: Workload, template_pod: dict[str, Any]) -> dict[str, Any]:
+    spec = dict(template_pod["spec"])
+    spec.pop("nodeName", None)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": workload.name,
+            "namespace": workload.namespace,
+            "labels": {"app": workload.name},
+        },
+        "spec": {
+            "completions": workload.replicas,
+            "parallelism": workload.replicas,
+            "backoffLimit": 0,
+            "completionMode": "NonIndexed",
+            "template": {
+                "metadata": {
+                    "labels": {"app": workload.name, WORKLOAD_LABEL: workload.name},
+                    "annotations": dict(template_pod["metadata"]["annotations"]),
+                },
+                "spec": spec,
+            },
+        },
+    }
+
+
+def slots_key(slots: tuple[Slot, ...]) -> tuple[int, ...]:
+    return tuple(s.gpu for s in slots)

@@ -1,0 +1,206 @@
+"""A whole simulated cluster in one object: store, HTTP API, fleet and timeline.
+
+`SimulatedCluster` is an async context manager that builds the in-process `Store`, serves it
+over HTTP with the API server's `create_app` plus the simulator's own routes, writes a
+kubeconfig, builds the fleet and runs its timeline:
+
+- `GET /simulator/v1/status`: simulated time, speed, timeline progress, faults applied;
+- `GET /simulator/v1/nodes/{node}/nvml?since=<seq>`: a node's fake NVML readings and XIDs;
+- `POST /simulator/v1/faults`: inject one timeline entry (JSON), validated like a file.
+
+With a `ManualClock` the fleet does not run by itself: tests step it with `fleet.advance()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from gpuhealth.clock import Clock, ManualClock, SystemClock
+from simulator.apiserver.app import create_app
+from simulator.apiserver.kubeconfig import write_kubeconfig
+from simulator.apiserver.store import Store
+from simulator.fleet import Fleet
+from simulator.nvml import nvml_document
+from simulator.scenario import Scenario, ScenarioError, parse_fault_json, resolve
+
+log = logging.getLogger(__name__)
+
+FLEET_KEY = web.AppKey("gpuhealth_sim_fleet", Fleet)
+TOKEN_KEY = web.AppKey("gpuhealth_sim_fault_token", str)
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """`HOST:PORT` (port 0: any free port) -> (host, port); ValueError when malformed."""
+    host, sep, port_text = listen.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"--listen {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:0")
+    return host.strip("[]"), int(port_text)
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
+def _status_error(code: int, reason: str, message: str) -> web.Response:
+    return _json(
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "code": code,
+        },
+        status=code,
+    )
+
+
+async def _status(request: web.Request) -> web.Response:
+    return _json(request.app[FLEET_KEY].status())
+
+
+async def _nvml(request: web.Request) -> web.Response:
+    fleet = request.app[FLEET_KEY]
+    node = request.match_info["node"]
+    since_text = request.query.get("since", "0")
+    try:
+        since = int(since_text)
+    except ValueError:
+        return _status_error(400, "BadRequest", f"since={since_text!r} is not an integer")
+    if node not in fleet.nodes:
+        return _status_error(404, "NotFound", f'nodes "{node}" not found in the simulated fleet')
+    return _json(nvml_document(fleet, node, since))
+
+
+async def _inject(request: web.Request) -> web.Response:
+    fleet = request.app[FLEET_KEY]
+    token = request.app.get(TOKEN_KEY)
+    if token:
+        given = request.headers.get("Authorization", "")
+        if not (given.startswith("Bearer ") and hmac.compare_digest(given[7:].strip(), token)):
+            return _status_error(401, "Unauthorized", "Unauthorized")
+    body = await request.read()
+    try:
+        fault = parse_fault_json(body, fleet.scenario, now=fleet.now())
+    except ScenarioError as exc:
+        return _status_error(400, "BadRequest", exc.message)
+    fleet.inject(fault)
+    return _json({"accepted": fault.to_json(), "simulatedSeconds": round(fleet.now(), 3)}, status=201)
+
+
+def add_routes(app: web.Application, fleet: Fleet, *, token: str | None = None) -> None:
+    """The simulator's own routes, on the API server's app (before it starts).
+
+    With a token, injecting faults needs it (as API writes do); the read-only status and NVML
+    routes stay open, like a node-local NVML library.
+    """
+    app[FLEET_KEY] = fleet
+    if token:
+        app[TOKEN_KEY] = token
+    app.router.add_get("/simulator/v1/status", _status)
+    app.router.add_get("/simulator/v1/nodes/{node}/nvml", _nvml)
+    app.router.add_post("/simulator/v1/faults", _inject)
+
+
+class SimulatedCluster:
+    """Store + HTTP API + fleet + timeline, started and stopped together."""
+
+    def __init__(
+        self,
+        scenario: str | Path | dict[str, Any] | Scenario,
+        *,
+        speed: float = 1.0,
+        clock: Clock | None = None,
+        listen: str = "127.0.0.1:0",
+        token: str | None = None,
+        kubeconfig_out: str | Path | None = None,
+    ) -> None:
+        if not speed > 0:
+            raise ValueError("speed must be positive")
+        self.scenario = resolve(scenario)
+        self.speed = speed
+        self.clock: Clock = clock or SystemClock()
+        self._listen = parse_listen(listen)
+        self._token = token
+        self._kubeconfig_out = Path(kubeconfig_out) if kubeconfig_out else None
+        self._tmpdir: str | None = None
+        self._runner: web.AppRunner | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._url: str | None = None
+        self._kubeconfig: Path | None = None
+        self.store = Store(self.clock, seed=self.scenario.settings.seed)
+        self.fleet = Fleet(self.scenario, self.store, self.clock, speed=speed)
+
+    @property
+    def url(self) -> str:
+        if self._url is None:
+            raise RuntimeError("the simulated cluster is not started")
+        return self._url
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        if self._kubeconfig is None:
+            raise RuntimeError("the simulated cluster is not started")
+        return self._kubeconfig
+
+    async def start(self) -> None:
+        await self.fleet.start()
+        app = create_app(self.store, token=self._token)
+        add_routes(app, self.fleet, token=self._token)
+        runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await runner.setup()
+        self._runner = runner
+        host, port = self._listen
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        if sockets:
+            port = sockets[0].getsockname()[1]
+        url_host = f"[{host}]" if ":" in host else host
+        self._url = f"http://{url_host}:{port}"
+        if self._kubeconfig_out is None:
+            self._tmpdir = tempfile.mkdtemp(prefix="gpuhealth-sim-")
+            self._kubeconfig = Path(self._tmpdir) / "kubeconfig"
+        else:
+            self._kubeconfig = self._kubeconfig_out
+            self._kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+        write_kubeconfig(self._kubeconfig, self._url, token=self._token)
+        if not isinstance(self.clock, ManualClock):
+            self._task = asyncio.create_task(self.fleet.run(), name="gpuhealth-sim-fleet")
+
+    async def stop(self) -> None:
+        self.fleet.stop()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+    async def __aenter__(self) -> SimulatedCluster:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

@@ -1,0 +1,741 @@
+"""Scenario files: the simulated fleet, its workloads and a timeline of faults.
+
+This module owns the scenario format (documented in `docs/scenarios.md`): loading YAML with
+line numbers, validating every field into frozen dataclasses, and resolving a built-in name
+(`simulator/scenarios/<name>.yaml`) or a path. It does no I/O beyond reading the file and
+knows nothing of the running fleet; a bad file raises `ScenarioError` whose message names
+the file, the line and the field, e.g.
+`scenarios/x.yaml:14: timeline[2].device.gpu: 9 is out of range (node gpu-node-3 has 8 GPUs)`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, NoReturn
+
+import yaml
+
+BUILTIN_DIR = Path(__file__).with_name("scenarios")
+
+DEVICE_PLUGIN = "device-plugin"
+DRA = "dra"
+DRA_DRIVER = "gpu.nvidia.com"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+DEVICE_FAULTS = frozenset(
+    {"device-unhealthy", "device-unknown", "flap", "xid", "ecc", "row-remap-failure", "gpu-lost"}
+)
+NODE_FAULTS = frozenset({"kubelet-stop", "node-partition", "health-stream-broken"})
+FAULT_KINDS = DEVICE_FAULTS | NODE_FAULTS | {"recover"}
+
+# XIDs the NVIDIA device plugin and DRA driver ignore by default: application errors, not hardware.
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+
+_MAX_NODES = 100_000
+_MAX_GPUS_PER_NODE = 64
+_MAX_BUILD_NODES = 1_000_000  # YAML nodes materialised; stops alias bombs
+_MAX_DEPTH = 40
+
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DURATION_RE = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$")
+_DURATION_PART_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class ScenarioError(Exception):
+    """A scenario that cannot be used; the message names the source, the line and the field."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Simulated periods, in simulated seconds (`--speed X` divides each by X in wall time)."""
+
+    lease_renew_interval: float = 10.0
+    """How often each kubelet renews its Lease (kubelet default 10 s)."""
+    lease_duration_seconds: int = 40
+    """Lease `spec.leaseDurationSeconds` (kubelet default 40 s)."""
+    status_sync_interval: float = 10.0
+    """Periodic pod status sync of each kubelet, where lazy DRA expiry is evaluated."""
+    dra_health_timeout: float = 30.0
+    """A DRA device whose last health report is older than this becomes Unknown (kubelet default 30 s)."""
+    node_monitor_grace_period: float = 40.0
+    """Without a Lease renewal for this long, the node lifecycle controller marks the node Unknown."""
+    seed: int = 0
+    """Seeds generated names (pod suffixes, claim names), so a scenario builds the same objects each run."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGroup:
+    name: str
+    count: int
+    name_prefix: str
+    gpus_per_node: int
+    path: Literal["device-plugin", "dra"]
+    shared_replicas: int
+    """Device-plugin time-slicing: replicas per GPU (`<uuid>::<n>`); 0 means no sharing."""
+    product: str
+    memory: str
+    labels: Mapping[str, str]
+    line: int | None = None
+
+    def node_names(self) -> list[str]:
+        return [f"{self.name_prefix}{i}" for i in range(self.count)]
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    name: str
+    namespace: str
+    kind: Literal["Deployment", "Job"]
+    replicas: int
+    gpus_per_pod: int
+    checkpoint: Literal["annotation", "none"]
+    topology: Literal["fixed", "shardable"]
+    path: Literal["device-plugin", "dra"] | None
+    """Place pods only on nodes of this path; None: any."""
+    node_group: str | None
+    """Place pods only on nodes of this group; None: any."""
+    init_container: bool
+    dra_claim: Literal["template", "direct"]
+    """DRA pods reference a claim generated from a template, or a claim created up front."""
+    dra_status_name: Literal["request", "claim"]
+    """`allocatedResourcesStatus[].name` form: `claim:gpus/gpus` (request) or `claim:gpus` (claim)."""
+    complete_after: float | None
+    """Job pods succeed this many simulated seconds after start (then they are never updated)."""
+    line: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRef:
+    node: str
+    gpu: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One timeline entry; which optional fields are set depends on `kind`."""
+
+    at: float
+    kind: str
+    device: DeviceRef | None = None
+    node: str | None = None
+    duration: float | None = None
+    times: int | None = None
+    period: float | None = None
+    xid: int | None = None
+    message: str | None = None
+    unhealthy: bool | None = None
+    corrected: int = 0
+    uncorrected: int = 0
+    line: int | None = None
+
+    def target(self) -> str:
+        if self.device is not None:
+            return f"{self.device.node}/gpu-{self.device.gpu}"
+        return self.node or "?"
+
+    def describe(self) -> str:
+        """One line for progress output."""
+        parts = [self.kind, self.target()]
+        if self.xid is not None:
+            parts.append(f"xid={self.xid}")
+        if self.kind == "ecc":
+            parts.append(f"corrected+={self.corrected} uncorrected+={self.uncorrected}")
+        if self.times is not None:
+            parts.append(f"times={self.times} period={_fmt_seconds(self.period or 0)}")
+        if self.duration is not None:
+            parts.append(f"for {_fmt_seconds(self.duration)}")
+        return " ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"at": self.at, "fault": self.kind}
+        if self.device is not None:
+            out["device"] = {"node": self.device.node, "gpu": self.device.gpu}
+        if self.node is not None:
+            out["node"] = self.node
+        for key, value in (
+            ("duration", self.duration),
+            ("times", self.times),
+            ("period", self.period),
+            ("xid", self.xid),
+            ("message", self.message),
+            ("unhealthy", self.unhealthy),
+        ):
+            if value is not None:
+                out[key] = value
+        if self.kind == "ecc":
+            out["corrected"] = self.corrected
+            out["uncorrected"] = self.uncorrected
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    description: str
+    source: str
+    settings: Settings
+    fleet: tuple[NodeGroup, ...]
+    workloads: tuple[Workload, ...]
+    timeline: tuple[Fault, ...]
+    nodes: Mapping[str, NodeGroup] = field(default_factory=dict)
+    """Every node name -> its group."""
+
+    def gpu_count(self) -> int:
+        return sum(g.count * g.gpus_per_node for g in self.fleet)
+
+
+def _fmt_seconds(seconds: float) -> str:
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{int(seconds // 60)}m"
+    return f"{seconds:g}s"
+
+
+# ---------------------------------------------------------------------------- YAML with lines
+
+_Path = tuple[str | int, ...]
+
+
+def format_path(path: _Path) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out or "(top level)"
+
+
+def _compose(text: str, source: str) -> tuple[Any, dict[_Path, int]]:
+    """Parse YAML into plain values, recording the line of every value by its path."""
+    lines: dict[_Path, int] = {}
+    budget = [_MAX_BUILD_NODES]
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise ScenarioError(f"{source}:1: the document is empty")
+        return _build(loader, node, (), lines, 0, budget, source), lines
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise ScenarioError(f"{source}:{line}: not valid YAML: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{source}:1: not valid YAML: {exc}") from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        # Constructors reject some well-formed scalars (e.g. a timestamp like 2001-13-45).
+        raise ScenarioError(f"{source}:1: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ScenarioError(f"{source}:1: the document is nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def _build(
+    loader: yaml.SafeLoader,
+    node: yaml.Node,
+    path: _Path,
+    lines: dict[_Path, int],
+    depth: int,
+    budget: list[int],
+    source: str,
+) -> Any:
+    line = node.start_mark.line + 1
+    lines.setdefault(path, line)
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ScenarioError(f"{source}:{line}: the document is too large (alias expansion?)")
+    if depth > _MAX_DEPTH:
+        raise ScenarioError(f"{source}:{line}: {format_path(path)}: nested too deeply")
+    if isinstance(node, yaml.ScalarNode):
+        return loader.construct_object(node)
+    if isinstance(node, yaml.SequenceNode):
+        return [
+            _build(loader, item, (*path, i), lines, depth + 1, budget, source)
+            for i, item in enumerate(node.value)
+        ]
+    if isinstance(node, yaml.MappingNode):
+        loader.flatten_mapping(node)  # resolves `<<` merge keys
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key_line = key_node.start_mark.line + 1
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise ScenarioError(f"{source}:{key_line}: {format_path(path)}: keys must be plain strings")
+            key = loader.construct_object(key_node)
+            if not isinstance(key, str):
+                key = str(key)
+            if key in out:
+                raise ScenarioError(f"{source}:{key_line}: {format_path((*path, key))}: duplicate key")
+            lines[(*path, key)] = key_line
+            out[key] = _build(loader, value_node, (*path, key), lines, depth + 1, budget, source)
+        return out
+    raise ScenarioError(f"{source}:{line}: unsupported YAML node")
+
+
+# ---------------------------------------------------------------------------- field readers
+
+
+class _Reader:
+    """Typed field access that fails with the source, the line and the field path."""
+
+    def __init__(self, source: str, lines: Mapping[_Path, int]) -> None:
+        self.source = source
+        self.lines = lines
+
+    def line(self, path: _Path) -> int:
+        for end in range(len(path), -1, -1):
+            line = self.lines.get(path[:end])
+            if line is not None:
+                return line
+        return 1
+
+    def fail(self, path: _Path, message: str) -> NoReturn:
+        raise ScenarioError(f"{self.source}:{self.line(path)}: {format_path(path)}: {message}")
+
+    def mapping(self, value: Any, path: _Path, allowed: Iterable[str]) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            self.fail(path, f"expected a mapping, got {_show(value)}")
+        allowed_set = set(allowed)
+        for key in value:
+            if key not in allowed_set:
+                self.fail((*path, key), f"unknown field (expected one of: {', '.join(sorted(allowed_set))})")
+        return value
+
+    def sequence(self, value: Any, path: _Path) -> list[Any]:
+        if not isinstance(value, list):
+            self.fail(path, f"expected a list, got {_show(value)}")
+        return value
+
+    def required(self, data: Mapping[str, Any], key: str, path: _Path) -> Any:
+        if key not in data or data[key] is None:
+            self.fail((*path, key), "is required")
+        return data[key]
+
+    def integer(self, value: Any, path: _Path, low: int, high: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(path, f"expected an integer, got {_show(value)}")
+        if not low <= value <= high:
+            self.fail(path, f"{value} is out of range ({low}..{high})")
+        return value
+
+    def string(self, value: Any, path: _Path, *, max_len: int = 253) -> str:
+        if not isinstance(value, str):
+            self.fail(path, f"expected a string, got {_show(value)}")
+        if len(value) > max_len:
+            self.fail(path, f"longer than {max_len} characters")
+        return value
+
+    def name(self, value: Any, path: _Path, *, max_len: int = 63) -> str:
+        text = self.string(value, path, max_len=max_len)
+        if not _NAME_RE.match(text):
+            self.fail(path, f"{text!r} is not a valid name (lower-case letters, digits and '-')")
+        return text
+
+    def choice(self, value: Any, path: _Path, options: Iterable[str]) -> Any:
+        options = list(options)
+        if not isinstance(value, str) or value not in options:
+            self.fail(path, f"{_show(value)} is not one of: {', '.join(options)}")
+        return value
+
+    def boolean(self, value: Any, path: _Path) -> bool:
+        if not isinstance(value, bool):
+            self.fail(path, f"expected true or false, got {_show(value)}")
+        return value
+
+    def duration(self, value: Any, path: _Path, *, positive: bool = False) -> float:
+        seconds = parse_duration(value)
+        if seconds is None:
+            self.fail(path, f"{_show(value)} is not a duration (seconds, or e.g. 90s, 2m, 1m30s)")
+        if seconds > 10 * 365 * 86400:
+            self.fail(path, f"{_show(value)} is too long")
+        if positive and seconds <= 0:
+            self.fail(path, "must be greater than zero")
+        return seconds
+
+
+def parse_duration(value: Any) -> float | None:
+    """Seconds from a number or a string like `90s`, `2m`, `1m30s`, `500ms`; None when invalid."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and _DURATION_RE.match(value.strip()):
+        seconds = sum(
+            float(num) * _UNIT_SECONDS[unit] for num, unit in _DURATION_PART_RE.findall(value.strip())
+        )
+    else:
+        return None
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    return seconds
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# ---------------------------------------------------------------------------- the schema
+
+_TOP_KEYS = ("name", "description", "settings", "fleet", "workloads", "timeline")
+_SETTINGS_KEYS = (
+    "leaseRenewInterval",
+    "leaseDurationSeconds",
+    "statusSyncInterval",
+    "draHealthTimeout",
+    "nodeMonitorGracePeriod",
+    "seed",
+)
+_GROUP_KEYS = (
+    "name",
+    "count",
+    "namePrefix",
+    "gpusPerNode",
+    "path",
+    "sharedReplicas",
+    "product",
+    "memory",
+    "labels",
+)
+_WORKLOAD_KEYS = (
+    "name",
+    "namespace",
+    "kind",
+    "replicas",
+    "gpusPerPod",
+    "checkpoint",
+    "topology",
+    "path",
+    "nodeGroup",
+    "initContainer",
+    "draClaim",
+    "draStatusName",
+    "completeAfter",
+)
+_FAULT_KEYS: dict[str, tuple[str, ...]] = {
+    "device-unhealthy": ("device", "message", "duration"),
+    "device-unknown": ("device", "duration"),
+    "flap": ("device", "times", "period"),
+    "kubelet-stop": ("node", "duration"),
+    "node-partition": ("node", "duration"),
+    "health-stream-broken": ("node", "duration"),
+    "xid": ("device", "xid", "message", "unhealthy"),
+    "ecc": ("device", "corrected", "uncorrected"),
+    "row-remap-failure": ("device",),
+    "gpu-lost": ("device", "message"),
+    "recover": ("device", "node"),
+}
+
+
+def _settings(r: _Reader, raw: Any) -> Settings:
+    path: _Path = ("settings",)
+    if raw is None:
+        return Settings()
+    data = r.mapping(raw, path, _SETTINGS_KEYS)
+    base = Settings()
+
+    def dur(key: str, default: float) -> float:
+        if data.get(key) is None:
+            return default
+        return r.duration(data[key], (*path, key), positive=True)
+
+    return Settings(
+        lease_renew_interval=dur("leaseRenewInterval", base.lease_renew_interval),
+        lease_duration_seconds=(
+            r.integer(data["leaseDurationSeconds"], (*path, "leaseDurationSeconds"), 1, 3600)
+            if data.get("leaseDurationSeconds") is not None
+            else base.lease_duration_seconds
+        ),
+        status_sync_interval=dur("statusSyncInterval", base.status_sync_interval),
+        dra_health_timeout=dur("draHealthTimeout", base.dra_health_timeout),
+        node_monitor_grace_period=dur("nodeMonitorGracePeriod", base.node_monitor_grace_period),
+        seed=(
+            r.integer(data["seed"], (*path, "seed"), 0, 2**31) if data.get("seed") is not None else base.seed
+        ),
+    )
+
+
+def _node_group(r: _Reader, raw: Any, index: int) -> NodeGroup:
+    path: _Path = ("fleet", index)
+    data = r.mapping(raw, path, _GROUP_KEYS)
+    name = r.name(r.required(data, "name", path), (*path, "name"))
+    count = r.integer(r.required(data, "count", path), (*path, "count"), 1, _MAX_NODES)
+    prefix = r.string(data.get("namePrefix", f"{name}-"), (*path, "namePrefix"), max_len=200)
+    if not re.match(r"^[a-z0-9][-a-z0-9.]*$", prefix):
+        r.fail(
+            (*path, "namePrefix"),
+            f"{prefix!r} cannot start a node name (lower-case letters, digits, '-', '.')",
+        )
+    gpus = r.integer(r.required(data, "gpusPerNode", path), (*path, "gpusPerNode"), 1, _MAX_GPUS_PER_NODE)
+    node_path = r.choice(r.required(data, "path", path), (*path, "path"), (DEVICE_PLUGIN, DRA))
+    replicas = r.integer(data.get("sharedReplicas", 0), (*path, "sharedReplicas"), 0, 64)
+    if replicas and node_path == DRA:
+        r.fail((*path, "sharedReplicas"), "time-slicing replicas apply to the device-plugin path only")
+    product = r.string(data.get("product", "NVIDIA H100 80GB HBM3"), (*path, "product"), max_len=64)
+    memory = r.string(data.get("memory", "80Gi"), (*path, "memory"), max_len=16)
+    if not re.match(r"^\d+(Ki|Mi|Gi|Ti)?$", memory):
+        r.fail((*path, "memory"), f"{memory!r} is not a quantity like 80Gi")
+    labels_raw = data.get("labels") or {}
+    if not isinstance(labels_raw, dict):
+        r.fail((*path, "labels"), f"expected a mapping, got {_show(labels_raw)}")
+    labels = {k: r.string(v, (*path, "labels", k), max_len=63) for k, v in labels_raw.items()}
+    return NodeGroup(
+        name=name,
+        count=count,
+        name_prefix=prefix,
+        gpus_per_node=gpus,
+        path=node_path,
+        shared_replicas=replicas,
+        product=product,
+        memory=memory,
+        labels=labels,
+        line=r.line(path),
+    )
+
+
+def _workload(r: _Reader, raw: Any, index: int, groups: Mapping[str, NodeGroup]) -> Workload:
+    path: _Path = ("workloads", index)
+    data = r.mapping(raw, path, _WORKLOAD_KEYS)
+    name = r.name(r.required(data, "name", path), (*path, "name"), max_len=40)
+    kind = r.choice(data.get("kind", "Deployment"), (*path, "kind"), ("Deployment", "Job"))
+    wl_path = data.get("path")
+    if wl_path is not None:
+        wl_path = r.choice(wl_path, (*path, "path"), (DEVICE_PLUGIN, DRA))
+    node_group = data.get("nodeGroup")
+    if node_group is not None:
+        node_group = r.string(node_group, (*path, "nodeGroup"))
+        if node_group not in groups:
+            r.fail((*path, "nodeGroup"), f"no node group named {node_group!r}")
+    complete_after = None
+    if data.get("completeAfter") is not None:
+        if kind != "Job":
+            r.fail((*path, "completeAfter"), "only Jobs complete")
+        complete_after = r.duration(data["completeAfter"], (*path, "completeAfter"), positive=True)
+    return Workload(
+        name=name,
+        namespace=r.name(data.get("namespace", "default"), (*path, "namespace")),
+        kind=kind,
+        replicas=r.integer(r.required(data, "replicas", path), (*path, "replicas"), 0, 1_000_000),
+        gpus_per_pod=r.integer(
+            r.required(data, "gpusPerPod", path), (*path, "gpusPerPod"), 1, _MAX_GPUS_PER_NODE
+        ),
+        checkpoint=r.choice(data.get("checkpoint", "none"), (*path, "checkpoint"), ("annotation", "none")),
+        topology=r.choice(data.get("topology", "fixed"), (*path, "topology"), ("fixed", "shardable")),
+        path=wl_path,
+        node_group=node_group,
+        init_container=r.boolean(data.get("initContainer", False), (*path, "initContainer")),
+        dra_claim=r.choice(data.get("draClaim", "template"), (*path, "draClaim"), ("template", "direct")),
+        dra_status_name=r.choice(
+            data.get("draStatusName", "request"), (*path, "draStatusName"), ("request", "claim")
+        ),
+        complete_after=complete_after,
+        line=r.line(path),
+    )
+
+
+def _device_ref(r: _Reader, raw: Any, path: _Path, nodes: Mapping[str, NodeGroup]) -> DeviceRef:
+    data = r.mapping(raw, path, ("node", "gpu"))
+    node = r.string(r.required(data, "node", path), (*path, "node"))
+    group = nodes.get(node)
+    if group is None:
+        r.fail((*path, "node"), f"no node named {node!r} in the fleet")
+    gpu_raw = r.required(data, "gpu", path)
+    if isinstance(gpu_raw, bool) or not isinstance(gpu_raw, int):
+        r.fail((*path, "gpu"), f"expected a GPU index, got {_show(gpu_raw)}")
+    if not 0 <= gpu_raw < group.gpus_per_node:
+        r.fail((*path, "gpu"), f"{gpu_raw} is out of range (node {node} has {group.gpus_per_node} GPUs)")
+    return DeviceRef(node=node, gpu=gpu_raw)
+
+
+def parse_fault(
+    r: _Reader, raw: Any, path: _Path, nodes: Mapping[str, NodeGroup], *, default_at: float | None = None
+) -> Fault:
+    """One timeline entry; `default_at` is used when `at` is absent (faults injected at run time)."""
+    if not isinstance(raw, dict):
+        r.fail(path, f"expected a mapping, got {_show(raw)}")
+    kind = r.choice(r.required(raw, "fault", path), (*path, "fault"), sorted(FAULT_KINDS))
+    data = r.mapping(raw, path, ("at", "fault", *_FAULT_KEYS[kind]))
+    if data.get("at") is None:
+        if default_at is None:
+            r.fail((*path, "at"), "is required")
+        at = default_at
+    else:
+        at = r.duration(data["at"], (*path, "at"))
+    device = None
+    node = None
+    if kind == "recover" and ("device" in data) == ("node" in data):
+        r.fail(path, "recover needs exactly one of: device, node")
+    if kind in DEVICE_FAULTS or (kind == "recover" and "device" in data):
+        device = _device_ref(r, r.required(data, "device", path), (*path, "device"), nodes)
+    else:
+        node = r.string(r.required(data, "node", path), (*path, "node"))
+        if node not in nodes:
+            r.fail((*path, "node"), f"no node named {node!r} in the fleet")
+    fault: dict[str, Any] = {"at": at, "kind": kind, "device": device, "node": node, "line": r.line(path)}
+    if kind == "device-unknown":
+        fault["duration"] = r.duration(r.required(data, "duration", path), (*path, "duration"), positive=True)
+    elif "duration" in data and data["duration"] is not None:
+        fault["duration"] = r.duration(data["duration"], (*path, "duration"), positive=True)
+    if kind == "flap":
+        fault["times"] = r.integer(r.required(data, "times", path), (*path, "times"), 1, 10_000)
+        fault["period"] = r.duration(r.required(data, "period", path), (*path, "period"), positive=True)
+    if kind == "xid":
+        fault["xid"] = r.integer(r.required(data, "xid", path), (*path, "xid"), 1, 999)
+        if data.get("unhealthy") is not None:
+            fault["unhealthy"] = r.boolean(data["unhealthy"], (*path, "unhealthy"))
+        else:
+            fault["unhealthy"] = fault["xid"] not in APPLICATION_XIDS
+    if data.get("message") is not None:
+        fault["message"] = r.string(data["message"], (*path, "message"), max_len=100_000)
+    if kind == "ecc":
+        fault["corrected"] = r.integer(data.get("corrected", 0), (*path, "corrected"), 0, 2**40)
+        fault["uncorrected"] = r.integer(data.get("uncorrected", 0), (*path, "uncorrected"), 0, 2**40)
+        if fault["corrected"] == 0 and fault["uncorrected"] == 0:
+            r.fail(path, "ecc needs corrected or uncorrected greater than zero")
+    return Fault(**fault)
+
+
+def _build_scenario(data_raw: Any, lines: Mapping[_Path, int], source: str, default_name: str) -> Scenario:
+    r = _Reader(source, lines)
+    data = r.mapping(data_raw, (), _TOP_KEYS)
+    name = r.string(data.get("name", default_name), ("name",), max_len=100)
+    description = r.string(data.get("description", ""), ("description",), max_len=500)
+    settings = _settings(r, data.get("settings"))
+    fleet_raw = r.sequence(r.required(data, "fleet", ()), ("fleet",))
+    if not fleet_raw:
+        r.fail(("fleet",), "needs at least one node group")
+    groups: dict[str, NodeGroup] = {}
+    nodes: dict[str, NodeGroup] = {}
+    total_nodes = 0
+    for i, raw in enumerate(fleet_raw):
+        group = _node_group(r, raw, i)
+        if group.name in groups:
+            r.fail(("fleet", i, "name"), f"node group {group.name!r} is defined twice")
+        total_nodes += group.count
+        if total_nodes > _MAX_NODES:
+            r.fail(("fleet", i, "count"), f"the fleet may have at most {_MAX_NODES} nodes")
+        groups[group.name] = group
+        for node in group.node_names():
+            if len(node) > 253:
+                r.fail(("fleet", i, "namePrefix"), "node names would be longer than 253 characters")
+            if node in nodes:
+                r.fail(("fleet", i, "namePrefix"), f"node {node} is also in group {nodes[node].name!r}")
+            nodes[node] = group
+    workloads_raw = r.sequence(data.get("workloads") or [], ("workloads",))
+    workloads: list[Workload] = []
+    seen: set[tuple[str, str]] = set()
+    for i, raw in enumerate(workloads_raw):
+        wl = _workload(r, raw, i, groups)
+        if (wl.namespace, wl.name) in seen:
+            r.fail(("workloads", i, "name"), f"workload {wl.namespace}/{wl.name} is defined twice")
+        seen.add((wl.namespace, wl.name))
+        workloads.append(wl)
+    timeline_raw = r.sequence(data.get("timeline") or [], ("timeline",))
+    timeline = [parse_fault(r, raw, ("timeline", i), nodes) for i, raw in enumerate(timeline_raw)]
+    scenario = Scenario(
+        name=name,
+        description=description,
+        source=source,
+        settings=settings,
+        fleet=tuple(groups.values()),
+        workloads=tuple(workloads),
+        timeline=tuple(sorted(timeline, key=lambda f: f.at)),
+        nodes=nodes,
+    )
+    _check_placement(r, scenario)
+    return scenario
+
+
+def _check_placement(r: _Reader, scenario: Scenario) -> None:
+    from simulator.fleet.placement import PlacementError, place_workloads
+
+    try:
+        place_workloads(scenario)
+    except PlacementError as exc:
+        r.fail(("workloads", exc.index, "replicas"), exc.reason)
+
+
+# ---------------------------------------------------------------------------- entry points
+
+
+def parse_text(text: str, source: str = "<string>", *, default_name: str = "scenario") -> Scenario:
+    data, lines = _compose(text, source)
+    return _build_scenario(data, lines, source, default_name)
+
+
+def from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Scenario:
+    """A scenario given as plain data (tests); errors name the field but no line."""
+    return _build_scenario(dict(data), {}, source, str(data.get("name", "scenario")))
+
+
+def load_file(path: str | Path) -> Scenario:
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return parse_text(text, str(path), default_name=path.stem)
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.yaml"))
+
+
+def list_builtins() -> list[tuple[str, str]]:
+    """(name, one-line description) of every built-in scenario."""
+    out = []
+    for name in builtin_names():
+        scenario = load_file(BUILTIN_DIR / f"{name}.yaml")
+        out.append((name, scenario.description.strip().splitlines()[0] if scenario.description else ""))
+    return out
+
+
+def resolve(spec: str | Path | Mapping[str, Any] | Scenario) -> Scenario:
+    """A Scenario from a built-in name, a file path, plain data or a Scenario."""
+    if isinstance(spec, Scenario):
+        return spec
+    if isinstance(spec, Mapping):
+        return from_dict(spec)
+    text = str(spec)
+    if isinstance(spec, Path) or "/" in text or text.endswith((".yaml", ".yml")) or Path(text).is_file():
+        return load_file(text)
+    if (BUILTIN_DIR / f"{text}.yaml").is_file():
+        return load_file(BUILTIN_DIR / f"{text}.yaml")
+    raise ScenarioError(
+        f"{text}: no such built-in scenario or file (built-ins: {', '.join(builtin_names())})"
+    )
+
+
+def parse_fault_json(text: str | bytes, scenario: Scenario, *, now: float) -> Fault:
+    """A fault given as one timeline entry in JSON (or YAML), validated like the file.
+
+    `at` is optional and counts from the start of the run; absent, the fault applies at `now`.
+    """
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ScenarioError("<request>:1: not UTF-8 text") from None
+    data, lines = _compose(text, "<request>")
+    r = _Reader("<request>", lines)
+    return parse_fault(r, data, (), scenario.nodes, default_at=now)
+
+
+def fault_from_dict(data: Mapping[str, Any], scenario: Scenario, *, now: float) -> Fault:
+    r = _Reader("<fault>", {})
+    return parse_fault(r, dict(data), (), scenario.nodes, default_at=now)
