@@ -60,6 +60,10 @@ class DeviceState:
     resource: str = ""
     allocations: tuple[Allocation, ...] = ()
     driver_taints: tuple[DriverTaint, ...] = ()
+    unknown_since: float | None = None
+    """Wall seconds since the device has been continuously reported Unknown; None otherwise.
+
+    A message change while Unknown moves `changed_at` but not this (survives restarts)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,274 @@
+"""Pure identity resolution for DRA devices.
+
+Owns two indexes built from watched objects, and the rule that turns a pod's DRA entry
+into a canonical device identity:
+
+- ResourceClaims by (namespace, name): the allocation results `{request, driver, pool,
+  device}` in order, and the claim's uid (CDI device IDs embed it).
+- ResourceSlice devices by (driver, pool, device): the node, the `uuid` attribute (the GPU
+  UUID the NVIDIA driver publishes), and the taints the driver put on the device.
+
+The canonical identity is the GPU UUID where the slice gives one, else
+`<driver>/<pool>/<device>`. Plain data in, plain data out; no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from exporter.parse import MALFORMED_CLAIM, MALFORMED_SLICE, ResourceEntry
+from exporter.snapshot import DriverTaint
+
+DeviceRef = tuple[str, str, str]
+"""(driver, pool, device) as a DRA allocation result names a device."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    request: str
+    driver: str
+    pool: str
+    device: str
+
+    @property
+    def ref(self) -> DeviceRef:
+        return (self.driver, self.pool, self.device)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimInfo:
+    namespace: str
+    name: str
+    uid: str
+    results: tuple[ClaimResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SliceDevice:
+    driver: str
+    pool: str
+    device: str
+    node: str
+    uuid: str = ""
+    taints: tuple[DriverTaint, ...] = ()
+
+    @property
+    def ref(self) -> DeviceRef:
+        return (self.driver, self.pool, self.device)
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """Where a DRA entry points: the result it maps to and the canonical identity."""
+
+    driver: str
+    pool: str
+    device_name: str
+    uuid: str
+
+    @property
+    def device(self) -> str:
+        return self.uuid or f"{self.driver}/{self.pool}/{self.device_name}"
+
+    @property
+    def ref(self) -> DeviceRef:
+        return (self.driver, self.pool, self.device_name)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def parse_claim(obj: Any) -> ClaimInfo | str:
+    """A ResourceClaim dict as ClaimInfo, or the parse error reason."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+        return MALFORMED_CLAIM
+    meta = obj["metadata"]
+    namespace, name = _text(meta.get("namespace")), _text(meta.get("name"))
+    if not (namespace and name):
+        return MALFORMED_CLAIM
+    results: list[ClaimResult] = []
+    status = obj.get("status")
+    allocation = status.get("allocation") if isinstance(status, dict) else None
+    devices = allocation.get("devices") if isinstance(allocation, dict) else None
+    raw = devices.get("results") if isinstance(devices, dict) else None
+    if raw is not None and not isinstance(raw, list):
+        return MALFORMED_CLAIM
+    for item in raw or ():
+        if not isinstance(item, dict):
+            return MALFORMED_CLAIM
+        result = ClaimResult(
+            request=_text(item.get("request")),
+            driver=_text(item.get("driver")),
+            pool=_text(item.get("pool")),
+            device=_text(item.get("device")),
+        )
+        if not (result.driver and result.pool and result.device):
+            return MALFORMED_CLAIM
+        results.append(result)
+    return ClaimInfo(namespace=namespace, name=name, uid=_text(meta.get("uid")), results=tuple(results))
+
+
+def _uuid_attribute(attributes: Any) -> str:
+    """The `uuid` attribute (plain or domain-qualified, e.g. `gpu.nvidia.com/uuid`)."""
+    if not isinstance(attributes, dict):
+        return ""
+    for key, value in attributes.items():
+        if (key == "uuid" or key.endswith("/uuid")) and isinstance(value, dict):
+            uuid = value.get("string")
+            if isinstance(uuid, str) and uuid:
+                return uuid
+    return ""
+
+
+def _taints(raw: Any) -> tuple[DriverTaint, ...]:
+    if not isinstance(raw, list):
+        return ()
+    taints = []
+    for item in raw:
+        if not isinstance(item, dict):
+            continue
+        key, effect = item.get("key"), item.get("effect")
+        if isinstance(key, str) and isinstance(effect, str):
+            taints.append(DriverTaint(key=key, effect=effect, value=_text(item.get("value"))))
+    return tuple(taints)
+
+
+def parse_slice(obj: Any) -> tuple[str, tuple[SliceDevice, ...]] | str:
+    """A ResourceSlice dict as (slice name, devices), or the parse error reason.
+
+    Reads resource.k8s.io/v1 (attributes and taints on the device) and tolerates the
+    v1beta1 shape (under `basic`).
+    """
+    if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+        return MALFORMED_SLICE
+    name = _text(obj["metadata"].get("name"))
+    spec = obj.get("spec")
+    if not name or not isinstance(spec, dict):
+        return MALFORMED_SLICE
+    driver = _text(spec.get("driver"))
+    pool_obj = spec.get("pool")
+    pool = _text(pool_obj.get("name")) if isinstance(pool_obj, dict) else ""
+    node = _text(spec.get("nodeName"))
+    raw = spec.get("devices") or []
+    if not (driver and pool) or not isinstance(raw, list):
+        return MALFORMED_SLICE
+    devices = []
+    for item in raw:
+        if not isinstance(item, dict) or not _text(item.get("name")):
+            return MALFORMED_SLICE
+        basic_value = item.get("basic")
+        basic: dict[str, Any] = basic_value if isinstance(basic_value, dict) else item
+        devices.append(
+            SliceDevice(
+                driver=driver,
+                pool=pool,
+                device=item["name"],
+                node=node,
+                uuid=_uuid_attribute(basic.get("attributes")),
+                taints=_taints(basic.get("taints")),
+            )
+        )
+    return name, tuple(devices)
+
+
+def split_ref(resource_id: str) -> DeviceRef | None:
+    """`<driver>/<pool>/<device>` as a DeviceRef (pool names may themselves contain '/')."""
+    driver, sep, rest = resource_id.partition("/")
+    pool, sep2, device = rest.rpartition("/")
+    if not (sep and sep2 and driver and pool and device) or "=" in resource_id:
+        return None
+    return (driver, pool, device)
+
+
+def match_result(claim: ClaimInfo, entry: ResourceEntry) -> ClaimResult | None:
+    """Which allocation result of `claim` the entry reports on.
+
+    In order of confidence: a `<driver>/<pool>/<device>` resourceID names it outright; a
+    CDI ID (`vendor/class=<claimUID>-<device>`) ends with the device name; otherwise the
+    entry's position among its container's entries for this name picks the result of that
+    position among the claim's results for the request (the kubelet lists them in order).
+    """
+    candidates = [r for r in claim.results if r.request == entry.request] if entry.request else claim.results
+    if not candidates:
+        # Sub-requests (`request/sub`) appear as such in results; match their parent too.
+        candidates = [r for r in claim.results if r.request.partition("/")[0] == entry.request]
+    ref = split_ref(entry.resource_id)
+    if ref is not None:
+        for result in claim.results:
+            if result.ref == ref:
+                return result
+        return None
+    _, eq, cdi_name = entry.resource_id.partition("=")
+    if eq:
+        named = [r for r in candidates if cdi_name == r.device or cdi_name.endswith(f"-{r.device}")]
+        if len(named) == 1:
+            return named[0]
+        if len(named) > 1:
+            # Device names that are suffixes of each other (gpu-1, gpu-11): take the longest.
+            return max(named, key=lambda r: len(r.device))
+    if entry.index < len(candidates):
+        return candidates[entry.index]
+    return None
+
+
+@dataclass(slots=True)
+class IdentityIndex:
+    """Claims and slice devices seen so far (mutated by the state, in one thread)."""
+
+    claims: dict[tuple[str, str], ClaimInfo] = field(default_factory=dict)
+    slices: dict[str, tuple[SliceDevice, ...]] = field(default_factory=dict)
+    devices: dict[DeviceRef, SliceDevice] = field(default_factory=dict)
+
+    def put_claim(self, claim: ClaimInfo) -> bool:
+        """Store a claim; True when its results changed."""
+        key = (claim.namespace, claim.name)
+        previous = self.claims.get(key)
+        self.claims[key] = claim
+        return previous is None or previous.results != claim.results or previous.uid != claim.uid
+
+    def drop_claim(self, namespace: str, name: str) -> bool:
+        return self.claims.pop((namespace, name), None) is not None
+
+    def put_slice(self, name: str, devices: tuple[SliceDevice, ...]) -> set[DeviceRef]:
+        """Store a slice's devices; the refs whose uuid, taints or presence changed."""
+        changed = self.drop_slice(name, keep=devices)
+        self.slices[name] = devices
+        for device in devices:
+            if self.devices.get(device.ref) != device:
+                changed.add(device.ref)
+            self.devices[device.ref] = device
+        return changed
+
+    def drop_slice(self, name: str, keep: tuple[SliceDevice, ...] = ()) -> set[DeviceRef]:
+        """Forget a slice's devices (except those in `keep`); the refs that went away."""
+        kept = {d.ref for d in keep}
+        gone = set()
+        for device in self.slices.pop(name, ()):
+            if device.ref not in kept and self.devices.get(device.ref) == device:
+                del self.devices[device.ref]
+                gone.add(device.ref)
+        return gone
+
+    def resolve(self, namespace: str, entry: ResourceEntry) -> Resolved | None:
+        """The device a DRA entry reports on, or None while its claim is unknown."""
+        if not entry.claim:
+            return None
+        claim = self.claims.get((namespace, entry.claim))
+        if claim is None:
+            return None
+        result = match_result(claim, entry)
+        if result is None:
+            return None
+        sliced = self.devices.get(result.ref)
+        return Resolved(
+            driver=result.driver,
+            pool=result.pool,
+            device_name=result.device,
+            uuid=sliced.uuid if sliced is not None else "",
+        )
+
+    def taints(self, ref: DeviceRef) -> tuple[DriverTaint, ...]:
+        sliced = self.devices.get(ref)
+        return sliced.taints if sliced is not None else ()

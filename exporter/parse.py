@@ -1,0 +1,298 @@
+"""Pure parsing of Pod objects into device health observations.
+
+Owns the reading of `pod.status.containerStatuses[].allocatedResourcesStatus` for both
+allocation paths, over plain dicts as orjson returns them (never the client's models:
+deserialising into them costs about 22x a JSON parse). Nothing here raises on bad input:
+every malformed piece is dropped or degraded and its reason reported in `errors`, so the
+observer counts it and goes on.
+
+- Device plugins: `name` is the extended resource, `resourceID` the device ID; an NVIDIA
+  `<uuid>::<n>` is replica `n` of the physical `<uuid>`, and the physical one is the device.
+- DRA: `name` is `claim:<podClaimName>` or `claim:<podClaimName>/<request>`; the pod claim
+  name resolves to the generated ResourceClaim through `status.resourceClaimStatuses` (or
+  `spec.resourceClaims[].resourceClaimName`). Which device of the claim an entry means is
+  decided later by `exporter.identity`, which knows the claims.
+- Only `containerStatuses` are read: the kubelet never fills init or ephemeral ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from exporter.snapshot import HEALTH_VALUES
+
+MAX_MESSAGE_CHARS: Final = 1024
+"""The API limit on a health message; longer ones are cut and counted."""
+
+CLAIM_PREFIX: Final = "claim:"
+
+# Parse error reasons: a fixed vocabulary, since each becomes a metric label value.
+MALFORMED_POD: Final = "malformed_pod"
+MALFORMED_CONTAINER_STATUS: Final = "malformed_container_status"
+MALFORMED_ENTRY: Final = "malformed_entry"
+MISSING_RESOURCE_ID: Final = "missing_resource_id"
+INVALID_HEALTH: Final = "invalid_health"
+INVALID_MESSAGE: Final = "invalid_message"
+MESSAGE_TOO_LONG: Final = "message_too_long"
+CLAIM_UNRESOLVED: Final = "claim_unresolved"
+MALFORMED_CLAIM: Final = "malformed_claim"
+MALFORMED_SLICE: Final = "malformed_slice"
+MALFORMED_LEASE: Final = "malformed_lease"
+INVALID_JSON: Final = "invalid_json"
+MALFORMED_EVENT: Final = "malformed_event"
+
+_HEALTH: Final = frozenset(HEALTH_VALUES)
+_TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceEntry:
+    """One `allocatedResourcesStatus[].resources[]` item of one container."""
+
+    container: str
+    resource: str
+    """The entry's `name`: `nvidia.com/gpu` or `claim:<podClaimName>[/<request>]`."""
+    resource_id: str
+    health: str
+    """One of HEALTH_VALUES (anything else was read as Unknown and counted)."""
+    message: str
+    index: int
+    """Position among the entries of the same container and `name` (maps CDI IDs to results)."""
+    device: str = ""
+    """Device plugins: the physical device ID (replica suffix removed). Empty for DRA."""
+    replica: str = ""
+    """Device plugins: `n` of `<uuid>::<n>`, else empty."""
+    pod_claim: str = ""
+    """DRA: the pod's claim name (`podClaimName`)."""
+    request: str = ""
+    """DRA: the request name, empty when the entry names the whole claim."""
+    claim: str = ""
+    """DRA: the generated ResourceClaim name, empty while the pod does not say it yet."""
+
+    @property
+    def is_dra(self) -> bool:
+        return bool(self.pod_claim)
+
+
+@dataclass(frozen=True, slots=True)
+class PodObservation:
+    """What one Pod object says about devices, with the reasons of anything dropped."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    resource_version: str
+    terminal: bool
+    """Succeeded or Failed: the kubelet no longer updates it and its devices are released."""
+    entries: tuple[ResourceEntry, ...]
+    errors: tuple[str, ...] = ()
+
+
+def rv_number(resource_version: str) -> int | None:
+    """A resourceVersion as an integer where it is one (etcd's are), else None."""
+    if resource_version.isdigit():
+        return int(resource_version)
+    return None
+
+
+def is_newer(candidate: str, current: str) -> bool:
+    """Whether resourceVersion `candidate` comes after `current`.
+
+    Kubernetes calls resourceVersions opaque, but every real server (etcd revisions) and
+    our simulated one issue increasing integers, which is the only way to tell an old
+    event from a new one. Non-numeric versions can only be told equal or not.
+    """
+    a, b = rv_number(candidate), rv_number(current)
+    if a is not None and b is not None:
+        return a > b
+    return candidate != current
+
+
+def pod_signature(pod: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The parts of a Pod that observations depend on, compared as-is between events.
+
+    Most pod updates change nothing device-related (conditions, probes, restarts); equal
+    signatures let the state skip parsing and treat the event as a heartbeat. None when
+    the pod is too malformed to have one.
+    """
+    try:
+        status = pod.get("status") or {}
+        spec = pod.get("spec") or {}
+        statuses = status.get("containerStatuses")
+        per_container = (
+            tuple((cs.get("name"), cs.get("allocatedResourcesStatus")) for cs in statuses) if statuses else ()
+        )
+        return (
+            spec.get("nodeName"),
+            status.get("phase") in _TERMINAL_PHASES,
+            per_container,
+            status.get("resourceClaimStatuses"),
+            spec.get("resourceClaims"),
+        )
+    except (AttributeError, TypeError):
+        return None
+
+
+def _claim_names(pod: dict[str, Any], errors: list[str]) -> dict[str, str]:
+    """podClaimName -> generated ResourceClaim name, from spec and status."""
+    names: dict[str, str] = {}
+    spec = pod.get("spec")
+    status = pod.get("status")
+    for source in (
+        spec.get("resourceClaims") if isinstance(spec, dict) else None,
+        status.get("resourceClaimStatuses") if isinstance(status, dict) else None,
+    ):
+        if not source:
+            continue
+        if not isinstance(source, list):
+            errors.append(MALFORMED_POD)
+            continue
+        for item in source:
+            if not isinstance(item, dict):
+                errors.append(MALFORMED_POD)
+                continue
+            pod_claim, claim = item.get("name"), item.get("resourceClaimName")
+            if isinstance(pod_claim, str) and isinstance(claim, str) and claim:
+                names[pod_claim] = claim
+    return names
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def parse_pod(pod: Any) -> PodObservation | None:
+    """Read a Pod dict; None when it lacks the identity needed to track it at all."""
+    if not isinstance(pod, dict):
+        return None
+    meta = pod.get("metadata")
+    if not isinstance(meta, dict):
+        return None
+    uid = _text(meta.get("uid"))
+    namespace = _text(meta.get("namespace"))
+    name = _text(meta.get("name"))
+    if not (namespace and name):
+        return None
+    errors: list[str] = []
+    spec = pod.get("spec")
+    status = pod.get("status")
+    if spec is not None and not isinstance(spec, dict):
+        errors.append(MALFORMED_POD)
+        spec = None
+    if status is not None and not isinstance(status, dict):
+        errors.append(MALFORMED_POD)
+        status = None
+    node = _text(spec.get("nodeName")) if spec else ""
+    phase = status.get("phase") if status else None
+    terminal = isinstance(phase, str) and phase in _TERMINAL_PHASES
+    entries: list[ResourceEntry] = []
+    statuses = status.get("containerStatuses") if status else None
+    if statuses:
+        if isinstance(statuses, list):
+            claim_names = _claim_names(pod, errors)
+            for cs in statuses:
+                _parse_container(cs, claim_names, entries, errors)
+        else:
+            errors.append(MALFORMED_POD)
+    return PodObservation(
+        uid=uid or f"{namespace}/{name}",
+        namespace=namespace,
+        name=name,
+        node=node,
+        resource_version=_text(meta.get("resourceVersion")),
+        terminal=terminal,
+        entries=tuple(entries),
+        errors=tuple(errors),
+    )
+
+
+def _parse_container(
+    cs: Any, claim_names: dict[str, str], entries: list[ResourceEntry], errors: list[str]
+) -> None:
+    if not isinstance(cs, dict):
+        errors.append(MALFORMED_CONTAINER_STATUS)
+        return
+    allocated = cs.get("allocatedResourcesStatus")
+    if not allocated:
+        return
+    container = cs.get("name")
+    if not isinstance(container, str) or not isinstance(allocated, list):
+        errors.append(MALFORMED_CONTAINER_STATUS)
+        return
+    for group in allocated:
+        if not isinstance(group, dict):
+            errors.append(MALFORMED_ENTRY)
+            continue
+        resource = group.get("name")
+        resources = group.get("resources")
+        if not isinstance(resource, str) or not resource or not isinstance(resources, list):
+            if resources or resource:
+                errors.append(MALFORMED_ENTRY)
+            continue
+        pod_claim = request = claim = ""
+        if resource.startswith(CLAIM_PREFIX):
+            pod_claim, _, request = resource[len(CLAIM_PREFIX) :].partition("/")
+            if not pod_claim:
+                errors.append(MALFORMED_ENTRY)
+                continue
+            claim = claim_names.get(pod_claim, "")
+        index = 0
+        for item in resources:
+            entry = _parse_resource(item, container, resource, index, pod_claim, request, claim, errors)
+            if entry is not None:
+                entries.append(entry)
+                index += 1
+
+
+def _parse_resource(
+    item: Any,
+    container: str,
+    resource: str,
+    index: int,
+    pod_claim: str,
+    request: str,
+    claim: str,
+    errors: list[str],
+) -> ResourceEntry | None:
+    if not isinstance(item, dict):
+        errors.append(MALFORMED_ENTRY)
+        return None
+    resource_id = item.get("resourceID")
+    if not isinstance(resource_id, str) or not resource_id:
+        errors.append(MISSING_RESOURCE_ID)
+        return None
+    health = item.get("health")
+    if not isinstance(health, str) or health not in _HEALTH:
+        # An unknown or missing value is not evidence of anything: read it as Unknown.
+        errors.append(INVALID_HEALTH)
+        health = "Unknown"
+    message = item.get("message")
+    if message is None:
+        message = ""
+    elif not isinstance(message, str):
+        errors.append(INVALID_MESSAGE)
+        message = ""
+    elif len(message) > MAX_MESSAGE_CHARS:
+        errors.append(MESSAGE_TOO_LONG)
+        message = message[:MAX_MESSAGE_CHARS]
+    device = replica = ""
+    if not pod_claim:
+        device, _, replica = resource_id.partition("::")
+        if not device:
+            errors.append(MISSING_RESOURCE_ID)
+            return None
+    return ResourceEntry(
+        container=container,
+        resource=resource,
+        resource_id=resource_id,
+        health=health,
+        message=message,
+        index=index,
+        device=device,
+        replica=replica,
+        pod_claim=pod_claim,
+        request=request,
+        claim=claim,
+    )

@@ -1,0 +1,730 @@
+"""In-memory device state: applies watched objects and NVML readings, produces Snapshots.
+
+Owns the rules of the state model (requirement 1 and 2 of the mission):
+
+- A device is keyed by (node, canonical device identity). Several containers or pods on
+  one device make one device with several allocations.
+- Each pod's latest reported (health, message) per device is remembered. A pod event that
+  reports a new value for a device applies it: if it differs from the device's current
+  value the status version increases by one, else it is a heartbeat. A pod repeating what
+  it said before confirms the device (heartbeat) only when that still is the device's
+  current value, so one pod with a stale view cannot flip a device another pod updated.
+- Where one pod reports several entries for one device (replicas, shared containers),
+  the most severe value wins: Unhealthy over Unknown over Healthy.
+- Pod events with the same or an older resourceVersion change nothing (duplicates and
+  out-of-order deliveries are counted, not applied).
+- A pod that is deleted or terminal (Succeeded/Failed) releases its allocations; the
+  device stays, with its last health, because a broken card with no pod is still broken.
+- A device disappears only when nothing can report on it any more: its node's kubelet
+  Lease is deleted (the node was deleted), its ResourceSlice device is removed, or it was
+  a provisional identity (claim not yet known, or `<driver>/<pool>/<device>` superseded by
+  a uuid) — and in every case only once no pod holds it. Its status version is kept, so a
+  device that comes back continues its numbering.
+- DRA entries whose claim is not known yet get a provisional identity
+  `unresolved/<namespace>/<claim>/<resourceID>` (counted as `claim_unresolved`) and are
+  resolved again when the claim or slice arrives.
+
+Changes go to a `DirectorySink` (the SQLite directory, or nothing). Snapshots are built
+lazily: the device dict is handed out read-only and copied on the next write (at most
+one copy per snapshot), and heartbeats are folded into the devices only then, so a burst
+of events costs dictionary updates, not copies of 80,000 devices.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from exporter import parse
+from exporter.identity import DeviceRef, IdentityIndex, parse_claim, parse_slice
+from exporter.parse import PodObservation, ResourceEntry, is_newer, pod_signature
+from exporter.snapshot import Allocation, DeviceState, NodeState, NvmlView, Snapshot
+from gpuhealth.clock import Clock
+from gpuhealth.nvml import DeviceReading, XidEvent
+
+DeviceKey = tuple[str, str]
+"""(node, device)."""
+
+PODS, CLAIMS, SLICES, LEASES = "pods", "resourceclaims", "resourceslices", "leases"
+RESOURCES = (PODS, CLAIMS, SLICES, LEASES)
+
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+UNRESOLVED_PREFIX = "unresolved/"
+_SEVERITY = {"Healthy": 0, "Unknown": 1, "Unhealthy": 2}
+
+# Reasons an event was not applied (`gpuhealth_exporter_events_ignored_total{reason}`).
+DUPLICATE = "duplicate"
+OUT_OF_ORDER = "out_of_order"
+
+
+@dataclass(frozen=True, slots=True)
+class ObservationRecord:
+    """One row of the directory's append-only log: a device status change and its evidence."""
+
+    node: str
+    device: str
+    status_version: int
+    observed_at: float
+    health: str
+    message: str
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
+    resource: str = ""
+    claim: str = ""
+    pod_resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PodVersion:
+    """The latest processed resourceVersion of one pod (restored after a restart)."""
+
+    uid: str
+    namespace: str
+    name: str
+    resource_version: str
+
+
+class DirectorySink(Protocol):
+    """Where state changes are persisted; the SQLite directory batches and writes them."""
+
+    def record_change(self, device: DeviceState, observation: ObservationRecord) -> None: ...
+
+    def record_device(self, device: DeviceState) -> None:
+        """Allocations or identity attributes changed, the status did not."""
+        ...
+
+    def record_heartbeat(self, node: str, device: str, observed_at: float) -> None: ...
+
+    def record_removed(self, node: str, device: str) -> None: ...
+
+    def record_pod(self, pod: PodVersion) -> None: ...
+
+    def forget_pod(self, uid: str) -> None: ...
+
+    def record_lease(self, node: str, renewed_at: float | None) -> None: ...
+
+
+@dataclass(slots=True)
+class _Pod:
+    uid: str
+    namespace: str
+    name: str
+    resource_version: str
+    signature: tuple[Any, ...] | None = None
+    observation: PodObservation | None = None
+    """None for a pod restored from the directory and not seen since."""
+    values: dict[DeviceKey, tuple[str, str]] = field(default_factory=dict)
+    """Per device: the (health, message) this pod reported last."""
+    allocations: dict[DeviceKey, tuple[Allocation, ...]] = field(default_factory=dict)
+    uses: set[tuple[str, ...]] = field(default_factory=set)
+    """Claims ("claim", ns, name) and slice devices ("ref", driver, pool, device) it depends on."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Meta:
+    """Identity attributes of a device as one pod's entries establish them."""
+
+    uuid: str = ""
+    driver: str = ""
+    pool: str = ""
+    device_name: str = ""
+    resource: str = ""
+
+
+@dataclass(slots=True)
+class StateStats:
+    """Plain counters the self-metrics collector reads (the state never touches Prometheus)."""
+
+    parse_errors: collections.Counter[str] = field(default_factory=collections.Counter)
+    events_ignored: collections.Counter[str] = field(default_factory=collections.Counter)
+    status_changes: int = 0
+
+
+def parse_rfc3339(value: Any) -> float | None:
+    """Kubernetes MicroTime/Time as epoch seconds; None when absent or malformed."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _device_uuid(device_id: str) -> str:
+    """A device-plugin ID is the GPU UUID for NVIDIA (GPU-... or MIG-...); other plugins: none."""
+    return device_id if device_id.startswith(("GPU-", "MIG-")) else ""
+
+
+class DeviceStateStore:
+    """The exporter's state; single-threaded (the observer applies everything in one task)."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        sink: DirectorySink | None = None,
+        node_name: str | None = None,
+        nvml: bool = False,
+    ) -> None:
+        self._clock = clock
+        self._sink = sink
+        self._node_name = node_name
+        self.stats = StateStats()
+        self.identity = IdentityIndex()
+        self._devices: dict[DeviceKey, DeviceState] = {}
+        self._shared = False
+        """True while the current `_devices` dict is referenced by a handed-out snapshot."""
+        self._heartbeats: dict[DeviceKey, float] = {}
+        self._contrib: dict[DeviceKey, dict[str, tuple[Allocation, ...]]] = {}
+        self._version_floor: dict[DeviceKey, int] = {}
+        self._pods: dict[str, _Pod] = {}
+        self._users: dict[tuple[str, ...], set[str]] = {}
+        self._ref_keys: dict[DeviceRef, set[DeviceKey]] = {}
+        self._nodes: dict[str, NodeState] = {}
+        self._nvml: NvmlView | None = NvmlView() if nvml else None
+        self._snapshot: Snapshot | None = None
+
+    # ----- reading -----------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """The current state as an immutable Snapshot (cached until the next change)."""
+        if self._heartbeats:
+            self._fold_heartbeats()
+        if self._snapshot is None:
+            self._shared = True
+            self._snapshot = Snapshot(
+                devices=MappingProxyType(self._devices),
+                nodes=MappingProxyType(dict(self._nodes)),
+                nvml=self._nvml,
+                node_name=self._node_name,
+            )
+        return self._snapshot
+
+    def device(self, node: str, device: str) -> DeviceState | None:
+        """The device as the next snapshot will show it."""
+        current = self._devices.get((node, device))
+        seen = self._heartbeats.get((node, device))
+        if current is not None and seen is not None and seen > current.observed_at:
+            return dataclasses.replace(current, observed_at=seen)
+        return current
+
+    @property
+    def devices_tracked(self) -> int:
+        return len(self._devices)
+
+    # ----- events ------------------------------------------------------------------
+
+    def apply_event(self, resource: str, event_type: str, obj: Any) -> None:
+        """Apply one watch event (ADDED, MODIFIED, DELETED) of one of RESOURCES."""
+        if resource == PODS:
+            self.apply_pod(event_type, obj)
+        elif resource == CLAIMS:
+            self.apply_claim(event_type, obj)
+        elif resource == SLICES:
+            self.apply_slice(event_type, obj)
+        elif resource == LEASES:
+            self.apply_lease(event_type, obj)
+        else:
+            raise ValueError(f"unknown resource {resource!r}")
+
+    def relist(self, resource: str, items: Iterable[Any]) -> None:
+        """Replace everything known of `resource` with a full list (after a relist)."""
+        seen: set[Any] = set()
+        for obj in items:
+            self.apply_event(resource, "ADDED", obj)
+            seen.add(_list_key(resource, obj))
+        if resource == PODS:
+            for uid in [u for u in self._pods if u not in seen]:
+                self._remove_pod(uid)
+        elif resource == CLAIMS:
+            for key in [k for k in self.identity.claims if k not in seen]:
+                self._claim_gone(*key)
+        elif resource == SLICES:
+            for name in [n for n in self.identity.slices if n not in seen]:
+                self._slice_changed(self.identity.drop_slice(name))
+        elif resource == LEASES:
+            for node in [n for n in self._nodes if n not in seen]:
+                self._node_gone(node)
+
+    def apply_pod(self, event_type: str, obj: Any) -> None:
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if not isinstance(meta, dict):
+            self.stats.parse_errors[parse.MALFORMED_POD] += 1
+            return
+        uid = meta.get("uid")
+        if not isinstance(uid, str) or not uid:
+            uid = f"{meta.get('namespace')}/{meta.get('name')}"
+        if event_type == "DELETED":
+            self._remove_pod(uid)
+            return
+        rv = meta.get("resourceVersion")
+        rv = rv if isinstance(rv, str) else ""
+        pod = self._pods.get(uid)
+        signature = pod_signature(obj)
+        if pod is not None and pod.observation is not None:
+            if rv == pod.resource_version:
+                self.stats.events_ignored[DUPLICATE] += 1
+                return
+            if not is_newer(rv, pod.resource_version):
+                self.stats.events_ignored[OUT_OF_ORDER] += 1
+                return
+            if signature is not None and signature == pod.signature:
+                # Nothing device-related moved: a heartbeat for what this pod reported.
+                pod.resource_version = rv
+                if self._sink is not None:
+                    self._sink.record_pod(PodVersion(uid, pod.namespace, pod.name, rv))
+                self._heartbeat_pod(pod, self._clock.now())
+                return
+        elif pod is not None and rv and not is_newer(rv, pod.resource_version):
+            # Restored from the directory: only what is newer than the persisted version counts.
+            self.stats.events_ignored[DUPLICATE if rv == pod.resource_version else OUT_OF_ORDER] += 1
+            return
+        observation = parse.parse_pod(obj)
+        if observation is None:
+            self.stats.parse_errors[parse.MALFORMED_POD] += 1
+            return
+        for reason in observation.errors:
+            self.stats.parse_errors[reason] += 1
+        if pod is None:
+            pod = _Pod(uid, observation.namespace, observation.name, rv)
+            self._pods[uid] = pod
+        pod.resource_version = rv
+        pod.signature = signature
+        self._apply_observation(pod, observation, self._clock.now())
+        if self._sink is not None:
+            self._sink.record_pod(PodVersion(uid, pod.namespace, pod.name, rv))
+
+    def apply_claim(self, event_type: str, obj: Any) -> None:
+        claim = parse_claim(obj)
+        if isinstance(claim, str):
+            self.stats.parse_errors[claim] += 1
+            return
+        if event_type == "DELETED":
+            self._claim_gone(claim.namespace, claim.name)
+        elif self.identity.put_claim(claim):
+            self._reapply(("claim", claim.namespace, claim.name))
+
+    def apply_slice(self, event_type: str, obj: Any) -> None:
+        parsed = parse_slice(obj)
+        if isinstance(parsed, str):
+            self.stats.parse_errors[parsed] += 1
+            return
+        name, devices = parsed
+        if event_type == "DELETED":
+            self._slice_changed(self.identity.drop_slice(name))
+        else:
+            self._slice_changed(self.identity.put_slice(name, devices))
+
+    def apply_lease(self, event_type: str, obj: Any) -> None:
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        if not isinstance(name, str) or not name:
+            self.stats.parse_errors[parse.MALFORMED_LEASE] += 1
+            return
+        if meta.get("namespace", NODE_LEASE_NAMESPACE) != NODE_LEASE_NAMESPACE:  # type: ignore[union-attr]
+            return
+        if event_type == "DELETED":
+            self._node_gone(name)
+            return
+        spec = obj.get("spec")
+        renewed = parse_rfc3339(spec.get("renewTime")) if isinstance(spec, dict) else None
+        if renewed is None and isinstance(spec, dict) and spec.get("renewTime") is not None:
+            self.stats.parse_errors[parse.MALFORMED_LEASE] += 1
+        previous = self._nodes.get(name)
+        if previous is not None and previous.lease_renewed_at == renewed:
+            return
+        self._nodes[name] = NodeState(node=name, lease_renewed_at=renewed)
+        self._snapshot = None
+        if self._sink is not None:
+            self._sink.record_lease(name, renewed)
+
+    def apply_nvml(self, readings: Iterable[DeviceReading], xids: Iterable[XidEvent]) -> None:
+        """Node mode: take the latest NVML poll (readings by UUID) and count new XID events."""
+        if self._nvml is None:
+            return
+        now = self._clock.now()
+        by_uuid = {r.uuid: r for r in readings}
+        read_at = dict(self._nvml.read_at)
+        for uuid, reading in by_uuid.items():
+            if reading.reachable:
+                read_at[uuid] = now
+        counts = dict(self._nvml.xid_counts)
+        for event in xids:
+            counts[(event.uuid, event.xid)] = counts.get((event.uuid, event.xid), 0) + 1
+        self._nvml = NvmlView(readings=by_uuid, read_at=read_at, xid_counts=counts)
+        self._snapshot = None
+
+    # ----- restart -----------------------------------------------------------------
+
+    def restore(
+        self,
+        devices: Iterable[DeviceState],
+        *,
+        removed_versions: Mapping[DeviceKey, int] = MappingProxyType({}),
+        pods: Iterable[PodVersion] = (),
+        leases: Mapping[str, float | None] = MappingProxyType({}),
+    ) -> None:
+        """Start from what the directory persisted (before any event is applied).
+
+        Status versions, first-seen, transition and Unknown-since times come back as they
+        were. Pods come back as stubs holding their allocations and resourceVersion: events
+        no newer than that are ignored, and a relist removes those that are gone.
+        """
+        by_name = {(p.namespace, p.name): p for p in pods}
+        for pod_version in by_name.values():
+            self._pods[pod_version.uid] = _Pod(
+                pod_version.uid, pod_version.namespace, pod_version.name, pod_version.resource_version
+            )
+        for device in devices:
+            key = (device.node, device.device)
+            self._put(key, device)
+            if device.driver:
+                self._ref_keys.setdefault((device.driver, device.pool, device.device_name), set()).add(key)
+            for allocation in device.allocations:
+                found = by_name.get((allocation.namespace, allocation.pod))
+                uid = found.uid if found is not None else f"{allocation.namespace}/{allocation.pod}"
+                pod = self._pods.get(uid)
+                if pod is None:
+                    pod = self._pods[uid] = _Pod(uid, allocation.namespace, allocation.pod, "")
+                pod.allocations[key] = (*pod.allocations.get(key, ()), allocation)
+                pod.values[key] = (device.health, device.message)
+                self._contrib.setdefault(key, {})[uid] = pod.allocations[key]
+        self._version_floor.update(removed_versions)
+        for node, renewed in leases.items():
+            self._nodes[node] = NodeState(node=node, lease_renewed_at=renewed)
+        self._snapshot = None
+
+    # ----- internals ---------------------------------------------------------------
+
+    def _put(self, key: DeviceKey, device: DeviceState) -> None:
+        if self._shared:
+            self._devices = dict(self._devices)
+            self._shared = False
+        self._devices[key] = device
+        self._snapshot = None
+
+    def _delete(self, key: DeviceKey) -> None:
+        device = self._devices.get(key)
+        if device is None:
+            return
+        if self._shared:
+            self._devices = dict(self._devices)
+            self._shared = False
+        del self._devices[key]
+        self._heartbeats.pop(key, None)
+        self._contrib.pop(key, None)
+        self._version_floor[key] = device.status_version
+        if device.driver:
+            keys = self._ref_keys.get((device.driver, device.pool, device.device_name))
+            if keys is not None:
+                keys.discard(key)
+        self._snapshot = None
+        if self._sink is not None:
+            self._sink.record_removed(*key)
+
+    def _fold_heartbeats(self) -> None:
+        for key, seen in self._heartbeats.items():
+            current = self._devices.get(key)
+            if current is not None and seen > current.observed_at:
+                self._put(key, dataclasses.replace(current, observed_at=seen))
+        self._heartbeats.clear()
+
+    def _heartbeat(self, key: DeviceKey, value: tuple[str, str], now: float) -> None:
+        device = self._devices.get(key)
+        if device is None or device.health != value[0] or device.message != value[1]:
+            return
+        self._heartbeats[key] = now
+        self._snapshot = None
+        if self._sink is not None:
+            self._sink.record_heartbeat(key[0], key[1], now)
+
+    def _heartbeat_pod(self, pod: _Pod, now: float) -> None:
+        for key, value in pod.values.items():
+            self._heartbeat(key, value, now)
+
+    def _resolve(
+        self, observation: PodObservation
+    ) -> tuple[dict[DeviceKey, list[ResourceEntry]], dict[DeviceKey, _Meta], set[tuple[str, ...]]]:
+        """Group the pod's entries by device identity, noting what the resolution used."""
+        grouped: dict[DeviceKey, list[ResourceEntry]] = {}
+        metas: dict[DeviceKey, _Meta] = {}
+        uses: set[tuple[str, ...]] = set()
+        node = observation.node
+        if not node:
+            return grouped, metas, uses
+        for entry in observation.entries:
+            if not entry.is_dra:
+                key = (node, entry.device)
+                meta = _Meta(uuid=_device_uuid(entry.device), resource=entry.resource)
+            else:
+                if entry.claim:
+                    uses.add(("claim", observation.namespace, entry.claim))
+                resolved = self.identity.resolve(observation.namespace, entry)
+                if resolved is None:
+                    self.stats.parse_errors[parse.CLAIM_UNRESOLVED] += 1
+                    claim = entry.claim or entry.pod_claim
+                    key = (node, f"{UNRESOLVED_PREFIX}{observation.namespace}/{claim}/{entry.resource_id}")
+                    meta = _Meta(resource=entry.resource)
+                else:
+                    uses.add(("ref", *resolved.ref))
+                    key = (node, resolved.device)
+                    meta = _Meta(
+                        uuid=resolved.uuid,
+                        driver=resolved.driver,
+                        pool=resolved.pool,
+                        device_name=resolved.device_name,
+                        resource=entry.resource,
+                    )
+            grouped.setdefault(key, []).append(entry)
+            metas.setdefault(key, meta)
+        return grouped, metas, uses
+
+    def _apply_observation(
+        self, pod: _Pod, observation: PodObservation, now: float, *, confirm: bool = True
+    ) -> None:
+        """Apply what a pod says; `confirm` is False when re-resolving identities (no new report)."""
+        pod.observation = observation
+        pod.namespace, pod.name = observation.namespace, observation.name
+        if observation.terminal:
+            grouped: dict[DeviceKey, list[ResourceEntry]] = {}
+            metas: dict[DeviceKey, _Meta] = {}
+            uses: set[tuple[str, ...]] = set()
+        else:
+            grouped, metas, uses = self._resolve(observation)
+        self._set_uses(pod, uses)
+        for key in [k for k in pod.allocations if k not in grouped]:
+            self._release(pod, key)
+        for key, entries in grouped.items():
+            allocations = tuple(
+                sorted(
+                    {
+                        Allocation(
+                            namespace=observation.namespace,
+                            pod=observation.name,
+                            container=e.container,
+                            resource=e.resource,
+                            claim=e.claim,
+                        )
+                        for e in entries
+                    },
+                    key=_allocation_order,
+                )
+            )
+            worst = max(entries, key=lambda e: _SEVERITY[e.health])
+            value = (worst.health, worst.message)
+            self._hold(pod, key, allocations, metas[key])
+            if pod.values.get(key) != value:
+                pod.values[key] = value
+                self._report(key, value, now, pod, worst, metas[key])
+            elif confirm:
+                self._heartbeat(key, value, now)
+
+    def _report(
+        self, key: DeviceKey, value: tuple[str, str], now: float, pod: _Pod, entry: ResourceEntry, meta: _Meta
+    ) -> None:
+        """A pod reported a new value for a device: a status change unless it already holds."""
+        device = self._devices.get(key)
+        health, message = value
+        assert device is not None  # _hold created it
+        if device.health == health and device.message == message:
+            self._heartbeat(key, value, now)
+            return
+        if health == "Unknown":
+            unknown_since = device.unknown_since if device.health == "Unknown" else now
+        else:
+            unknown_since = None
+        changed = dataclasses.replace(
+            device,
+            health=health,
+            message=message,
+            status_version=device.status_version + 1,
+            changed_at=now,
+            observed_at=now,
+            unknown_since=unknown_since,
+        )
+        self._heartbeats.pop(key, None)
+        self._put(key, changed)
+        self.stats.status_changes += 1
+        if self._sink is not None:
+            self._sink.record_change(
+                changed,
+                ObservationRecord(
+                    node=key[0],
+                    device=key[1],
+                    status_version=changed.status_version,
+                    observed_at=now,
+                    health=health,
+                    message=message,
+                    namespace=pod.namespace,
+                    pod=pod.name,
+                    container=entry.container,
+                    resource=entry.resource,
+                    claim=entry.claim,
+                    pod_resource_version=pod.resource_version,
+                ),
+            )
+
+    def _hold(self, pod: _Pod, key: DeviceKey, allocations: tuple[Allocation, ...], meta: _Meta) -> None:
+        """Record the pod's allocations of a device, creating the device on first sight."""
+        device = self._devices.get(key)
+        if device is None:
+            # Created with status version 0 and no value yet; `_report` sets the first one.
+            now = self._clock.now()
+            device = DeviceState(
+                node=key[0],
+                device=key[1],
+                health="",
+                message="",
+                status_version=self._version_floor.pop(key, 0),
+                first_seen=now,
+                changed_at=now,
+                observed_at=now,
+            )
+            pod.values.pop(key, None)
+        if pod.allocations.get(key) == allocations and _meta_of(device) == meta and device.health:
+            return
+        pod.allocations[key] = allocations
+        contributions = self._contrib.setdefault(key, {})
+        contributions[pod.uid] = allocations
+        merged = _merge(contributions)
+        if meta.driver:
+            self._ref_keys.setdefault((meta.driver, meta.pool, meta.device_name), set()).add(key)
+        updated = dataclasses.replace(
+            device,
+            allocations=merged,
+            uuid=meta.uuid or device.uuid,
+            driver=meta.driver or device.driver,
+            pool=meta.pool or device.pool,
+            device_name=meta.device_name or device.device_name,
+            resource=meta.resource or device.resource,
+            driver_taints=self.identity.taints((meta.driver, meta.pool, meta.device_name))
+            if meta.driver
+            else device.driver_taints,
+        )
+        if updated != device:
+            self._put(key, updated)
+            if self._sink is not None and device.health:
+                self._sink.record_device(updated)
+
+    def _release(self, pod: _Pod, key: DeviceKey) -> None:
+        """The pod no longer holds the device; drop a provisional device nobody holds."""
+        pod.allocations.pop(key, None)
+        pod.values.pop(key, None)
+        contributions = self._contrib.get(key)
+        if contributions is not None:
+            contributions.pop(pod.uid, None)
+        device = self._devices.get(key)
+        if device is None:
+            return
+        if not contributions and self._superseded(device):
+            self._delete(key)
+            return
+        updated = dataclasses.replace(device, allocations=_merge(contributions or {}))
+        self._put(key, updated)
+        if self._sink is not None:
+            self._sink.record_device(updated)
+
+    def _superseded(self, device: DeviceState) -> bool:
+        if device.device.startswith(UNRESOLVED_PREFIX):
+            return True
+        if device.driver and not device.uuid:
+            sliced = self.identity.devices.get((device.driver, device.pool, device.device_name))
+            return sliced is not None and bool(sliced.uuid)
+        return False
+
+    def _remove_pod(self, uid: str) -> None:
+        pod = self._pods.pop(uid, None)
+        if pod is None:
+            return
+        for key in list(pod.allocations):
+            self._release(pod, key)
+        self._set_uses(pod, set())
+        if self._sink is not None:
+            self._sink.forget_pod(uid)
+
+    def _set_uses(self, pod: _Pod, uses: set[tuple[str, ...]]) -> None:
+        for used in pod.uses - uses:
+            users = self._users.get(used)
+            if users is not None:
+                users.discard(pod.uid)
+                if not users:
+                    del self._users[used]
+        for used in uses - pod.uses:
+            self._users.setdefault(used, set()).add(pod.uid)
+        pod.uses = uses
+
+    def _reapply(self, used: tuple[str, ...]) -> None:
+        """Resolve again every pod whose identities depend on a claim or slice device that changed."""
+        now = self._clock.now()
+        for uid in list(self._users.get(used, ())):
+            pod = self._pods.get(uid)
+            if pod is not None and pod.observation is not None:
+                self._apply_observation(pod, pod.observation, now, confirm=False)
+
+    def _claim_gone(self, namespace: str, name: str) -> None:
+        if self.identity.drop_claim(namespace, name):
+            self._reapply(("claim", namespace, name))
+
+    def _slice_changed(self, refs: set[DeviceRef]) -> None:
+        for ref in refs:
+            self._reapply(("ref", *ref))
+            taints = self.identity.taints(ref)
+            present = ref in self.identity.devices
+            for key in list(self._ref_keys.get(ref, ())):
+                device = self._devices.get(key)
+                if device is None:
+                    continue
+                if not present and not self._contrib.get(key):
+                    self._delete(key)
+                elif device.driver_taints != taints:
+                    updated = dataclasses.replace(device, driver_taints=taints)
+                    self._put(key, updated)
+                    if self._sink is not None:
+                        self._sink.record_device(updated)
+
+    def _node_gone(self, node: str) -> None:
+        if self._nodes.pop(node, None) is not None:
+            self._snapshot = None
+            if self._sink is not None:
+                self._sink.record_lease(node, None)
+        for key in [k for k in self._devices if k[0] == node and not self._contrib.get(k)]:
+            self._delete(key)
+
+
+def _meta_of(device: DeviceState) -> _Meta:
+    return _Meta(
+        uuid=device.uuid,
+        driver=device.driver,
+        pool=device.pool,
+        device_name=device.device_name,
+        resource=device.resource,
+    )
+
+
+def _allocation_order(allocation: Allocation) -> tuple[str, str, str, str, str]:
+    return (allocation.namespace, allocation.pod, allocation.container, allocation.resource, allocation.claim)
+
+
+def _merge(contributions: Mapping[str, tuple[Allocation, ...]]) -> tuple[Allocation, ...]:
+    if len(contributions) == 1:
+        return next(iter(contributions.values()))
+    return tuple(sorted((a for group in contributions.values() for a in group), key=_allocation_order))
+
+
+def _list_key(resource: str, obj: Any) -> Any:
+    """The identity a relist compares by (matching what the apply methods store)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        return None
+    if resource == PODS:
+        uid = meta.get("uid")
+        return uid if isinstance(uid, str) and uid else f"{meta.get('namespace')}/{meta.get('name')}"
+    if resource == CLAIMS:
+        return (meta.get("namespace"), meta.get("name"))
+    return meta.get("name")
