@@ -1,0 +1,253 @@
+"""The exporter's HTTP endpoints (`exporter.server`).
+
+Aspects covered: `/metrics` content type, body = device metrics then the registry's self
+metrics, rendered at the injected clock's time from the latest snapshot (swapped between
+scrapes); gzip only when Accept-Encoding allows it (q-values, `*`, x-gzip); the worker
+thread path for large snapshots gives the same body; a render failure is a 500, not a
+partial body; `/readyz` 503 until ready, then 200; `/healthz`; settings validation;
+`start_server` on a real socket.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import prometheus_client
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter import server as server_module
+from exporter.exposition import render_metrics
+from exporter.server import ServerSettings, accepts_gzip, create_app, start_server
+from exporter.snapshot import DeviceState, NodeState, Snapshot
+from gpuhealth.clock import ManualClock
+
+UUID = "GPU-11111111-2222-3333-4444-555555555555"
+
+
+def device(health: str = "Healthy") -> DeviceState:
+    return DeviceState(
+        node="node-a",
+        device=UUID,
+        health=health,
+        message="",
+        status_version=1,
+        first_seen=1_800_000_000.0,
+        changed_at=1_800_000_000.0,
+        observed_at=1_800_000_000.0,
+        uuid=UUID,
+        resource="nvidia.com/gpu",
+    )
+
+
+class Harness:
+    """The providers an app is built from, changeable between requests."""
+
+    def __init__(self) -> None:
+        self.clock = ManualClock(start=1_800_000_030.0)
+        self.snapshot = Snapshot(
+            devices={("node-a", UUID): device()}, nodes={"node-a": NodeState("node-a", 1_800_000_000.0)}
+        )
+        self.is_ready = False
+        self.registry = prometheus_client.CollectorRegistry()
+        self.events = prometheus_client.Counter(
+            "gpuhealth_exporter_watch_events", "Watch events.", ["type"], registry=self.registry
+        )
+        self.events.labels("ADDED").inc(3)
+
+    def app(self, settings: ServerSettings | None = None) -> web.Application:
+        return create_app(
+            settings,
+            snapshot=lambda: self.snapshot,
+            clock=self.clock,
+            registry=self.registry,
+            ready=lambda: self.is_ready,
+        )
+
+
+@pytest.fixture
+def harness() -> Harness:
+    return Harness()
+
+
+@pytest.fixture
+async def client(harness: Harness) -> AsyncIterator[TestClient[web.Request, web.Application]]:
+    async with TestClient(TestServer(harness.app())) as c:
+        yield c
+
+
+def values(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+async def test_metrics_is_device_metrics_then_self_metrics_in_text_format(
+    client: TestClient[web.Request, web.Application], harness: Harness
+) -> None:
+    response = await client.get("/metrics", headers={"Accept-Encoding": "identity"})
+    assert response.status == 200
+    assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert "Content-Encoding" not in response.headers
+    body = await response.read()
+    expected = render_metrics(harness.snapshot, harness.clock.now()) + prometheus_client.generate_latest(
+        harness.registry
+    )
+    assert body == expected
+    parsed = values(body.decode())
+    assert (
+        parsed[("gpu_device_status_age_seconds", frozenset({("node", "node-a"), ("device", UUID)}))] == 30.0
+    )
+    assert parsed[("gpuhealth_exporter_watch_events_total", frozenset({("type", "ADDED")}))] == 3.0
+
+
+async def test_each_scrape_renders_the_latest_snapshot_at_the_clock_time(
+    client: TestClient[web.Request, web.Application], harness: Harness
+) -> None:
+    age_key = ("gpu_device_status_age_seconds", frozenset({("node", "node-a"), ("device", UUID)}))
+    unhealthy_key = (
+        "gpu_device_health",
+        frozenset({("node", "node-a"), ("device", UUID), ("status", "Unhealthy")}),
+    )
+    first = values(await (await client.get("/metrics")).text())
+    harness.clock.advance(15)
+    harness.snapshot = Snapshot(devices={("node-a", UUID): device("Unhealthy")}, nodes=harness.snapshot.nodes)
+    second = values(await (await client.get("/metrics")).text())
+    assert (first[age_key], first[unhealthy_key]) == (30.0, 0.0)
+    assert (second[age_key], second[unhealthy_key]) == (45.0, 1.0)
+
+
+@pytest.mark.parametrize("accept", ["gzip", "deflate, gzip;q=0.5", "*", "x-gzip"])
+async def test_metrics_is_gzipped_when_the_scraper_accepts_it(
+    client: TestClient[web.Request, web.Application], harness: Harness, accept: str
+) -> None:
+    response = await client.get("/metrics", headers={"Accept-Encoding": accept}, auto_decompress=False)
+    assert response.status == 200
+    assert response.headers["Content-Encoding"] == "gzip"
+    assert response.headers["Vary"] == "Accept-Encoding"
+    assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    plain = gzip.decompress(await response.read())
+    assert plain == render_metrics(harness.snapshot, harness.clock.now()) + prometheus_client.generate_latest(
+        harness.registry
+    )
+
+
+@pytest.mark.parametrize("accept", ["", "identity", "gzip;q=0", "deflate", "*;q=0", "gzip;q=zero"])
+async def test_metrics_is_plain_otherwise(
+    client: TestClient[web.Request, web.Application], accept: str
+) -> None:
+    response = await client.get("/metrics", headers={"Accept-Encoding": accept}, auto_decompress=False)
+    assert response.status == 200
+    assert "Content-Encoding" not in response.headers
+    assert (await response.read()).startswith(b"# HELP gpu_device_health ")
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        ("gzip", True),
+        ("GZIP", True),
+        ("br, gzip ; q=0.1", True),
+        ("*;q=0.5", True),
+        ("gzip;q=0, *", False),  # an explicit refusal wins over the wildcard
+        ("gzip;q=0.0", False),
+        ("", False),
+        ("br", False),
+    ],
+)
+def test_accepts_gzip(header: str, expected: bool) -> None:
+    assert accepts_gzip(header) is expected
+
+
+async def test_large_snapshots_render_in_a_worker_thread_with_the_same_body(harness: Harness) -> None:
+    devices = {}
+    for n in range(3):
+        for g in range(4):
+            d = device()
+            uuid = f"GPU-{n}-{g}"
+            devices[(f"node-{n}", uuid)] = DeviceState(
+                node=f"node-{n}",
+                device=uuid,
+                health=d.health,
+                message="",
+                status_version=1,
+                first_seen=d.first_seen,
+                changed_at=d.changed_at,
+                observed_at=d.observed_at,
+            )
+    harness.snapshot = Snapshot(devices=devices)
+    inline_app = harness.app(ServerSettings(offload_min_devices=100))
+    thread_app = harness.app(ServerSettings(offload_min_devices=1))
+    async with TestClient(TestServer(inline_app)) as inline, TestClient(TestServer(thread_app)) as threaded:
+        a = await (await inline.get("/metrics")).read()
+        b = await (await threaded.get("/metrics", headers={"Accept-Encoding": "gzip"})).read()
+    assert a == b
+    assert a.count(b"gpu_device_status_version{") == 12
+
+
+async def test_a_failing_render_is_a_500_not_a_partial_body(
+    client: TestClient[web.Request, web.Application], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object) -> bytes:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(server_module, "render_metrics", broken)
+    response = await client.get("/metrics")
+    assert response.status == 500
+    assert "gpu_device" not in await response.text()
+
+
+async def test_readyz_is_503_until_the_initial_list_is_done(
+    client: TestClient[web.Request, web.Application], harness: Harness
+) -> None:
+    before = await client.get("/readyz")
+    assert before.status == 503
+    assert "initial list" in await before.text()
+    harness.is_ready = True
+    after = await client.get("/readyz")
+    assert after.status == 200
+
+
+async def test_healthz_answers_while_not_ready(client: TestClient[web.Request, web.Application]) -> None:
+    response = await client.get("/healthz")
+    assert response.status == 200
+    assert await response.text() == "ok\n"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"port": -1}, {"port": 70000}, {"gzip_level": 0}, {"gzip_level": 10}, {"offload_min_devices": -5}],
+)
+def test_bad_settings_are_rejected_with_a_clear_error(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        ServerSettings(**kwargs)
+
+
+def test_settings_defaults() -> None:
+    settings = ServerSettings()
+    assert (settings.host, settings.port, settings.gzip_level) == ("0.0.0.0", 9842, 1)
+
+
+@pytest.mark.integration
+async def test_start_server_serves_on_a_real_socket(harness: Harness) -> None:
+    settings = ServerSettings(host="127.0.0.1", port=0)
+    runner = await start_server(harness.app(settings))
+    try:
+        host, port = runner.addresses[0][:2]
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://{host}:{port}/metrics") as response,
+        ):
+            assert response.status == 200
+            assert response.headers["Content-Encoding"] == "gzip"  # aiohttp asks for it by default
+            text = await response.text()
+    finally:
+        await runner.cleanup()
+    assert "gpuhealth_exporter_watch_events_total" in text
