@@ -241,7 +241,7 @@ async def test_time_slicing_replicas_are_uuid_double_colon_n() -> None:
 
 
 async def test_flapping_device_changes_health_each_half_period() -> None:
-    fleet, store, _ = await make_fleet(one_node("device-plugin"))
+    fleet, _, _ = await make_fleet(one_node("device-plugin"))
     events: list[FleetEvent] = []
     fleet.listeners.append(events.append)
     inject(fleet, kind="flap", device=dev("n-0", 0), times=3, period=20.0)
