@@ -1,0 +1,495 @@
+"""Settings for the rules, their validation, and rendering them through the jinja2 templates.
+
+Owns: the settings tree (frozen dataclasses, each field with the default shipped in
+`config.yaml`), turning a parsed YAML mapping into settings with clear errors that name the
+offending key, and the pure function `render(settings) -> {relative path: text}`. Reading
+and writing files is kept to `load_config`, `write_files` and `compare_files`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import typing
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+DEFAULT_CONFIG = PACKAGE_DIR / "config.yaml"
+TEMPLATES_DIR = PACKAGE_DIR / "templates"
+
+# Template name -> output path relative to the output directory.
+OUTPUTS: dict[str, str] = {
+    "gpu-device.yaml.j2": "prometheus/gpu-device.yaml",
+    "gpu-node.yaml.j2": "prometheus/gpu-node.yaml",
+    "gpu-fleet.yaml.j2": "prometheus/gpu-fleet.yaml",
+    "gpuhealth-self.yaml.j2": "prometheus/gpuhealth-self.yaml",
+    "alertmanager.yaml.j2": "alertmanager/alertmanager.yaml",
+}
+
+# NVIDIA marks these as application errors: the GPU is still healthy, and the NVIDIA device
+# plugin skips them. Quarantining on them would let one tenant's bug take away capacity.
+APPLICATION_XIDS: frozenset[int] = frozenset({13, 31, 43, 45, 68})
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, malformed or inconsistent; the message names the key."""
+
+
+_DURATION_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+_JOB_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+@dataclass(frozen=True, order=True)
+class Duration:
+    """A whole number of seconds, written in Prometheus syntax when rendered."""
+
+    seconds: int
+
+    @classmethod
+    def parse(cls, text: str, key: str) -> Duration:
+        match = _DURATION_RE.match(text.strip()) if isinstance(text, str) else None
+        if not match or not text.strip():
+            raise ConfigError(f"{key}: {text!r} is not a duration such as 30s, 5m or 1h30m")
+        days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+        return cls(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+
+    def __str__(self) -> str:
+        if self.seconds == 0:
+            return "0s"
+        hours, rest = divmod(self.seconds, 3600)
+        minutes, seconds = divmod(rest, 60)
+        parts = [f"{v}{unit}" for v, unit in ((hours, "h"), (minutes, "m"), (seconds, "s")) if v]
+        return "".join(parts)
+
+
+@dataclass(frozen=True)
+class Selectors:
+    exporter_job: str = "gpuhealth-exporter"
+    """Scrape job of the exporter (ROADMAP); its targets carry a relabelled `node` label."""
+    responder_job: str = "gpuhealth-responder"
+    """Scrape job of the responder (ROADMAP)."""
+
+
+@dataclass(frozen=True)
+class DeviceSettings:
+    heartbeat_limit: Duration = Duration(120)
+    """Status age beyond which a report is no evidence: the device is effectively Unknown."""
+    unhealthy_for: Duration = Duration(60)
+    """GPUDeviceUnhealthy: reported Unhealthy for this long."""
+    unknown_for: Duration = Duration(60)
+    """GPUDeviceUnknown: effectively Unknown for this long (warning during the window)."""
+    unknown_tolerance: Duration = Duration(300)
+    """GPUDeviceUnknownExpired: effectively Unknown for the whole tolerance window."""
+    flapping_episodes: int = 3
+    """GPUDeviceUnknownFlapping: separate Unknown episodes needed within flapping_window."""
+    flapping_window: Duration = Duration(1800)
+    """GPUDeviceUnknownFlapping: window in which episodes are counted."""
+    event_window: Duration = Duration(300)
+    """GPUDeviceFatalXid / GPUDeviceEccUncorrectable: how long an event keeps the alert up."""
+    fatal_xids: tuple[int, ...] = (48, 62, 64, 74, 79, 95, 119, 120, 140, 154)
+    """XIDs that mean the GPU needs a reset or the node a reboot."""
+    ecc_uncorrectable_min_increase: int = 1
+    """GPUDeviceEccUncorrectable: minimum growth of the uncorrected ECC count in event_window."""
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    lease_age_limit: Duration = Duration(40)
+    """Kubelet Lease age beyond which the node counts as unreachable."""
+    unreachable_for: Duration = Duration(60)
+    """GPUNodeUnreachable: condition held this long."""
+    devices_seen_within: Duration = Duration(3600)
+    """A node has GPU devices when the exporter reported one within this window."""
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    unknown_storm_fraction: float = 0.10
+    """GPUFleetUnknownStorm: share of devices effectively Unknown (exclusive bound)."""
+    unknown_storm_min_devices: int = 5
+    """GPUFleetUnknownStorm: and at least this many devices."""
+    unknown_storm_for: Duration = Duration(120)
+    """GPUFleetUnknownStorm: condition held this long."""
+
+
+@dataclass(frozen=True)
+class SelfSettings:
+    down_for: Duration = Duration(300)
+    """GPUHealthExporterDown / GPUHealthResponderDown: no target of the job up for this long."""
+    webhook_failure_ratio: float = 0.01
+    """GPUHealthWebhookFailing: share of webhook notifications that failed (exclusive bound)."""
+    webhook_failing_for: Duration = Duration(300)
+    """GPUHealthWebhookFailing: condition held this long."""
+    quarantine_max_age: Duration = Duration(86400)
+    """GPUDeviceQuarantineStuck: age of a quarantine record beyond which a person looks."""
+    migration_window: Duration = Duration(900)
+    """GPUDeviceMigrationFailed: a failed migration within this window."""
+
+
+@dataclass(frozen=True)
+class Tenant:
+    namespace: str
+    """Kubernetes namespace of the tenant; alerts with this `namespace` label reach `url`."""
+    url: str
+    """Webhook of the tenant's receiver."""
+
+    @property
+    def receiver(self) -> str:
+        return f"tenant-{self.namespace}"
+
+
+@dataclass(frozen=True)
+class AlertmanagerSettings:
+    responder_url: str = "http://127.0.0.1:8080/webhook"
+    """Responder webhook for action=~"quarantine|restrict"."""
+    responder_credentials_file: str = "/etc/gpuhealth/responder-token"
+    """File holding the responder's bearer token (read by Alertmanager, never rendered)."""
+    responder_group_wait: Duration = Duration(0)
+    """Delay before the first notification to the responder."""
+    responder_group_interval: Duration = Duration(30)
+    """Delay between notifications of a changed group to the responder."""
+    responder_repeat_interval: Duration = Duration(3600)
+    """Re-delivery of a still-firing alert to the responder."""
+    oncall_page_url: str = "http://127.0.0.1:9095/page"
+    """Placeholder paging webhook for severity=critical."""
+    oncall_ticket_url: str = "http://127.0.0.1:9095/ticket"
+    """Placeholder non-paging webhook for everything else."""
+    group_wait: Duration = Duration(30)
+    """Default group_wait for people-facing receivers."""
+    group_interval: Duration = Duration(300)
+    """Default group_interval for people-facing receivers."""
+    repeat_interval: Duration = Duration(14400)
+    """Default repeat_interval for people-facing receivers."""
+    tenant_default_url: str = "http://127.0.0.1:9096/tenant"
+    """Receiver for alerts whose namespace has no tenant entry."""
+    tenants: tuple[Tenant, ...] = ()
+    """Per-tenant receivers, matched on the alert's `namespace` label."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    selectors: Selectors = field(default_factory=Selectors)
+    evaluation_interval: Duration = Duration(60)
+    """Evaluation interval of every rule group."""
+    device: DeviceSettings = field(default_factory=DeviceSettings)
+    node: NodeSettings = field(default_factory=NodeSettings)
+    fleet: FleetSettings = field(default_factory=FleetSettings)
+    self: SelfSettings = field(default_factory=SelfSettings)
+    runbook_base_url: str = "https://github.com/gpuhealth/gpuhealth/blob/main/docs/runbooks.md"
+    """Prefix of runbook_url; the anchor is the alert name in lower case."""
+    alertmanager: AlertmanagerSettings = field(default_factory=AlertmanagerSettings)
+
+    def runbook_url(self, alertname: str) -> str:
+        return f"{self.runbook_base_url}#{runbook_anchor(alertname)}"
+
+
+def runbook_anchor(alertname: str) -> str:
+    """The anchor GitHub gives the heading `## <alertname>` in docs/runbooks.md."""
+    return alertname.lower()
+
+
+# ---------------------------------------------------------------------------------------
+# Parsing: a mapping from YAML into settings, every error naming its key.
+
+
+def _convert(value: Any, hint: Any, key: str) -> Any:
+    if hint is Duration:
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise ConfigError(f"{key}: expected a duration such as 30s or 5m, got {value!r}")
+        # A bare 0 is the only number that is unambiguous as a duration.
+        if isinstance(value, int):
+            if value != 0:
+                raise ConfigError(f"{key}: write a unit, e.g. '{value}s' or '{value}m', not {value!r}")
+            return Duration(0)
+        return Duration.parse(value, key)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected a whole number, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{key}: expected a non-empty string, got {value!r}")
+        return value
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        (item_hint, _ellipsis) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return tuple(_convert(item, item_hint, f"{key}[{i}]") for i, item in enumerate(value))
+    if dataclasses.is_dataclass(hint):
+        return _parse_section(value, hint, key)
+    raise TypeError(f"no converter for {hint!r} at {key}")  # a programming error, not bad input
+
+
+def _parse_section(data: Any, cls: Any, key: str) -> Any:
+    where = f"{key}: " if key else ""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where or 'config: '}expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(str(k) for k in data if k not in known)
+    if unknown:
+        raise ConfigError(f"{where}unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            default_missing = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            if default_missing:
+                raise ConfigError(f"{key + '.' if key else ''}{f.name}: required")
+            continue
+        values[f.name] = _convert(data[f.name], hints[f.name], f"{key + '.' if key else ''}{f.name}")
+    return cls(**values)
+
+
+def _check_url(url: str, key: str) -> None:
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ConfigError(f"{key}: {url!r} is not an http(s) URL")
+
+
+def validate(settings: Settings) -> None:
+    """Reject values that would render rules which are wrong, unsafe or contradictory."""
+    for name in ("exporter_job", "responder_job"):
+        value = getattr(settings.selectors, name)
+        if not _JOB_RE.match(value):
+            raise ConfigError(f"selectors.{name}: {value!r} may only hold letters, digits and _ . : -")
+
+    if settings.evaluation_interval.seconds <= 0:
+        raise ConfigError("evaluation_interval: must be longer than 0s")
+
+    dev = settings.device
+    for name in ("heartbeat_limit", "unhealthy_for", "unknown_for", "unknown_tolerance", "event_window"):
+        if getattr(dev, name).seconds <= 0:
+            raise ConfigError(f"device.{name}: must be longer than 0s")
+    if dev.unknown_for >= dev.unknown_tolerance:
+        raise ConfigError(
+            f"device.unknown_for ({dev.unknown_for}) must be shorter than device.unknown_tolerance "
+            f"({dev.unknown_tolerance}): the warning belongs inside the tolerance window"
+        )
+    if dev.flapping_episodes < 2:
+        raise ConfigError(
+            f"device.flapping_episodes: {dev.flapping_episodes} is below 2; one episode is no flap"
+        )
+    if dev.flapping_window <= dev.unknown_tolerance:
+        raise ConfigError(
+            f"device.flapping_window ({dev.flapping_window}) must be longer than device.unknown_tolerance "
+            f"({dev.unknown_tolerance}), or no flapping could be told apart from an expiry"
+        )
+    if not dev.fatal_xids:
+        raise ConfigError("device.fatal_xids: empty; list at least one XID (NVIDIA's catalog: 48, 79, ...)")
+    seen: set[int] = set()
+    for i, xid in enumerate(dev.fatal_xids):
+        if xid in APPLICATION_XIDS:
+            raise ConfigError(
+                f"device.fatal_xids[{i}]: XID {xid} is an application error (NVIDIA: "
+                f"{', '.join(map(str, sorted(APPLICATION_XIDS)))}); the GPU stays healthy and must "
+                "never be quarantined for it"
+            )
+        if not 0 < xid < 1000:
+            raise ConfigError(f"device.fatal_xids[{i}]: {xid} is not an XID number")
+        if xid in seen:
+            raise ConfigError(f"device.fatal_xids[{i}]: XID {xid} is listed twice")
+        seen.add(xid)
+    if dev.ecc_uncorrectable_min_increase < 1:
+        raise ConfigError("device.ecc_uncorrectable_min_increase: must be at least 1")
+
+    node = settings.node
+    if node.lease_age_limit.seconds <= 0:
+        raise ConfigError("node.lease_age_limit: must be longer than 0s")
+    node_alert = node.lease_age_limit.seconds + node.unreachable_for.seconds
+    device_alert = dev.heartbeat_limit.seconds + dev.unknown_for.seconds
+    if node_alert >= device_alert:
+        raise ConfigError(
+            f"node.lease_age_limit + node.unreachable_for ({Duration(node_alert)}) must be shorter than "
+            f"device.heartbeat_limit + device.unknown_for ({Duration(device_alert)}): GPUNodeUnreachable "
+            "has to fire before a dead node's devices turn Unknown, or its inhibition comes too late"
+        )
+    if node.devices_seen_within <= settings.evaluation_interval:
+        raise ConfigError("node.devices_seen_within: must be longer than evaluation_interval")
+
+    fleet = settings.fleet
+    if not 0 < fleet.unknown_storm_fraction < 1:
+        raise ConfigError(
+            f"fleet.unknown_storm_fraction: {fleet.unknown_storm_fraction} is not between 0 and 1"
+        )
+    if fleet.unknown_storm_min_devices < 1:
+        raise ConfigError("fleet.unknown_storm_min_devices: must be at least 1")
+    if fleet.unknown_storm_for >= dev.unknown_tolerance:
+        raise ConfigError(
+            f"fleet.unknown_storm_for ({fleet.unknown_storm_for}) must be shorter than "
+            f"device.unknown_tolerance ({dev.unknown_tolerance}): the storm has to inhibit restrict "
+            "actions before the first device's tolerance window ends"
+        )
+
+    own = settings.self
+    if not 0 <= own.webhook_failure_ratio < 1:
+        raise ConfigError(f"self.webhook_failure_ratio: {own.webhook_failure_ratio} is not in [0, 1)")
+    for name in ("quarantine_max_age", "migration_window"):
+        if getattr(own, name).seconds <= 0:
+            raise ConfigError(f"self.{name}: must be longer than 0s")
+
+    _check_url(settings.runbook_base_url, "runbook_base_url")
+    if "#" in settings.runbook_base_url:
+        raise ConfigError("runbook_base_url: must not hold an anchor; the alert name is appended as one")
+    am = settings.alertmanager
+    for name in ("responder_url", "oncall_page_url", "oncall_ticket_url", "tenant_default_url"):
+        _check_url(getattr(am, name), f"alertmanager.{name}")
+    if not am.responder_credentials_file.startswith("/"):
+        raise ConfigError("alertmanager.responder_credentials_file: must be an absolute path")
+    namespaces: set[str] = set()
+    for i, tenant in enumerate(am.tenants):
+        if not _DNS_LABEL_RE.match(tenant.namespace):
+            raise ConfigError(
+                f"alertmanager.tenants[{i}].namespace: {tenant.namespace!r} is not a namespace name"
+            )
+        if tenant.namespace in namespaces:
+            raise ConfigError(f"alertmanager.tenants[{i}].namespace: {tenant.namespace!r} is listed twice")
+        namespaces.add(tenant.namespace)
+        _check_url(tenant.url, f"alertmanager.tenants[{i}].url")
+
+
+def parse_config(data: Any) -> Settings:
+    """Settings from a parsed YAML document; missing keys take their defaults."""
+    settings: Settings = _parse_section({} if data is None else data, Settings, "")
+    validate(settings)
+    return settings
+
+
+def load_config(path: Path) -> Settings:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    try:
+        return parse_config(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+
+
+# ---------------------------------------------------------------------------------------
+# Rendering.
+
+
+def _environment() -> jinja2.Environment:
+    # Prometheus and Alertmanager templates use {{ }} themselves, so jinja2 gets [[ ]] and
+    # [% %]: both pass through the rule files untouched and neither occurs in PromQL.
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        block_start_string="[%",
+        block_end_string="%]",
+        variable_start_string="[[",
+        variable_end_string="]]",
+        comment_start_string="[#",
+        comment_end_string="#]",
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # YAML, not HTML
+    )
+    env.filters["quote"] = _yaml_quote
+    return env
+
+
+def _yaml_quote(value: object) -> str:
+    """A YAML double-quoted scalar (JSON strings are valid YAML)."""
+    text = str(value)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def render(settings: Settings) -> dict[str, str]:
+    """Every output file's text, keyed by its path relative to the output directory."""
+    env = _environment()
+    context = {
+        "cfg": settings,
+        "sel": settings.selectors,
+        "fatal_xid_regex": "|".join(str(x) for x in settings.device.fatal_xids),
+        "runbook_url": settings.runbook_url,
+    }
+    files: dict[str, str] = {}
+    for template_name, out_path in OUTPUTS.items():
+        text = env.get_template(template_name).render(context)
+        # Fail here, with the template's name, rather than in promtool or Alertmanager.
+        try:
+            yaml.safe_load(text)
+        except yaml.YAMLError as exc:  # pragma: no cover - guards template edits
+            raise RuntimeError(f"template {template_name} rendered invalid YAML: {exc}") from exc
+        files[out_path] = text
+    return files
+
+
+def write_files(files: Mapping[str, str], out_dir: Path) -> list[Path]:
+    written: list[Path] = []
+    for rel, text in files.items():
+        path = out_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def compare_files(files: Mapping[str, str], out_dir: Path, context_lines: int = 2) -> list[str]:
+    """Differences between a fresh render and the files under out_dir, as readable lines.
+
+    Empty when they match. A missing file or differing lines each produce a short entry
+    with a unified diff, so a failing check says what to re-render.
+    """
+    problems: list[str] = []
+    for rel, text in files.items():
+        path = out_dir / rel
+        if not path.exists():
+            problems.append(f"{rel}: missing (run `gpuhealth rules render`)")
+            continue
+        current = path.read_text(encoding="utf-8")
+        if current == text:
+            continue
+        diff = list(
+            difflib.unified_diff(
+                current.splitlines(),
+                text.splitlines(),
+                fromfile=f"{rel} (committed)",
+                tofile=f"{rel} (rendered)",
+                n=context_lines,
+                lineterm="",
+            )
+        )
+        changed = sum(1 for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---")))
+        problems.append(f"{rel}: {changed} line(s) differ\n" + "\n".join(diff[:60]))
+    return problems
+
+
+__all__ = [
+    "APPLICATION_XIDS",
+    "DEFAULT_CONFIG",
+    "ConfigError",
+    "Duration",
+    "Settings",
+    "compare_files",
+    "load_config",
+    "parse_config",
+    "render",
+    "runbook_anchor",
+    "validate",
+    "write_files",
+]
