@@ -79,6 +79,8 @@ class ServedCluster:
         return config.new_client_from_config(config_file=str(self.kubeconfig))
 
     def stop(self) -> None:
+        if self.loop.is_closed():
+            return
         self._run(self._runner.cleanup())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
@@ -109,3 +111,27 @@ def api(cluster: ServedCluster) -> Iterator[client.ApiClient]:
     api_client = cluster.api_client()
     yield api_client
     api_client.close()
+
+
+def pod_manifest(
+    name: str,
+    *,
+    labels: dict[str, str] | None = None,
+    node: str | None = None,
+    finalizers: list[str] | None = None,
+) -> dict[str, Any]:
+    """A minimal valid Pod body."""
+    meta: dict[str, Any] = {"name": name}
+    if labels:
+        meta["labels"] = labels
+    if finalizers:
+        meta["finalizers"] = finalizers
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "registry.example/infer:1"}]}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+@pytest.fixture
+def make_pod() -> Callable[..., dict[str, Any]]:
+    return pod_manifest
