@@ -218,7 +218,10 @@ def _compose(text: str, source: str) -> tuple[Any, dict[_Path, int]]:
     """Parse YAML into plain values, recording the line of every value by its path."""
     lines: dict[_Path, int] = {}
     budget = [_MAX_BUILD_NODES]
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.YAMLError as exc:  # the reader refuses control characters up front
+        raise ScenarioError(f"{source}:1: not valid YAML: {exc}") from None
     try:
         node = loader.get_single_node()
         if node is None:

@@ -367,6 +367,8 @@ class Fleet:
         workload = self.scenario.workloads[placement.workload]
         node = self.nodes[placement.node]
         name = objects.pod_name(workload, placement.ordinal, self._rng)
+        while f"{workload.namespace}/{name}" in self.pods:  # generated suffixes can collide
+            name = objects.pod_name(workload, placement.ordinal, self._rng)
         pod = SimPod(name, workload.namespace, node.name, workload, placement.slots)
         pod.started = wall
         pod.index = next(self._pod_counter)
