@@ -313,13 +313,14 @@ def validate(settings: Settings) -> None:
     node = settings.node
     if node.lease_age_limit.seconds <= 0:
         raise ConfigError("node.lease_age_limit: must be longer than 0s")
+    # A dead node's device reports age with its Lease; the first device alert that can follow
+    # is GPUDeviceStatusStale, right at the heartbeat limit. The node alert must come first.
     node_alert = node.lease_age_limit.seconds + node.unreachable_for.seconds
-    device_alert = dev.heartbeat_limit.seconds + dev.unknown_for.seconds
-    if node_alert >= device_alert:
+    if node_alert >= dev.heartbeat_limit.seconds:
         raise ConfigError(
             f"node.lease_age_limit + node.unreachable_for ({Duration(node_alert)}) must be shorter than "
-            f"device.heartbeat_limit + device.unknown_for ({Duration(device_alert)}): GPUNodeUnreachable "
-            "has to fire before a dead node's devices turn Unknown, or its inhibition comes too late"
+            f"device.heartbeat_limit ({dev.heartbeat_limit}): GPUNodeUnreachable has to fire before a "
+            "dead node's device reports go stale, or its inhibition comes too late"
         )
     if node.devices_seen_within <= settings.evaluation_interval:
         raise ConfigError("node.devices_seen_within: must be longer than evaluation_interval")
