@@ -153,6 +153,11 @@ class Fault:
             parts.append(f"times={self.times} period={_fmt_seconds(self.period or 0)}")
         if self.duration is not None:
             parts.append(f"for {_fmt_seconds(self.duration)}")
+        note = _FAULT_NOTES.get(self.kind)
+        if self.kind == "xid" and not self.unhealthy:
+            note = "application error: device health unchanged"
+        if note:
+            parts.append(f"({note})")
         return " ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
@@ -191,6 +196,14 @@ class Scenario:
 
     def gpu_count(self) -> int:
         return sum(g.count * g.gpus_per_node for g in self.fleet)
+
+
+_FAULT_NOTES = {
+    "device-unknown": "the driver stops reporting; DRA: Unknown after the timeout, at a sync",
+    "ecc": "NVML counters only",
+    "row-remap-failure": "NVML counters only",
+    "health-stream-broken": "DRA: all devices Unknown; device plugin: all Unhealthy",
+}
 
 
 def _fmt_seconds(seconds: float) -> str:

@@ -1,0 +1,92 @@
+"""`gpuhealth sim` run as a subprocess.
+
+Aspects: a short --duration run prints the API URL, the kubeconfig path, the faults and the
+health changes, then exits 0; SIGTERM stops a run cleanly (exit 0); --list-scenarios lists
+the built-ins; a bad scenario file exits 2 naming the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+SIM = [sys.executable, "-m", "gpuhealth", "sim"]
+
+
+def test_a_short_run_prints_url_faults_and_health_changes_then_exits_0(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kc"
+    proc = subprocess.run(
+        [
+            *SIM,
+            "--scenario",
+            "xid-and-unknown",
+            "--speed",
+            "100",
+            "--duration",
+            "75",
+            "--print-events",
+            "--kubeconfig-out",
+            str(kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "API server: http://127.0.0.1:" in out
+    assert f"kubeconfig: {kubeconfig}" in out
+    assert "fault   xid gpu-dp-0/gpu-3 xid=79" in out
+    assert "health  gpu-dp-0/gpu-3: Healthy -> Unhealthy" in out
+    assert "health  gpu-dra-1/gpu-1: Healthy -> Unknown" in out
+    assert "stopped after 75 simulated seconds" in out
+    assert "server: http://127.0.0.1:" in kubeconfig.read_text()
+
+
+def test_sigterm_stops_the_simulator_cleanly() -> None:
+    proc = subprocess.Popen(
+        [*SIM, "--scenario", "quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("kubeconfig: "):
+                kubeconfig = Path(line.split(": ", 1)[1].strip())
+                break
+        assert kubeconfig.exists()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert not kubeconfig.exists()  # the temporary kubeconfig goes with the run
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_list_scenarios_names_each_builtin_with_a_description() -> None:
+    proc = subprocess.run([*SIM, "--list-scenarios"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    lines = dict(line.split(None, 1) for line in proc.stdout.splitlines())
+    assert {"xid-and-unknown", "node-partition", "flapping", "fleet-10k", "quiet"} <= set(lines)
+
+
+def test_a_bad_scenario_file_exits_2_naming_file_line_and_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "fleet:\n  - name: n\n    count: 1\n    gpusPerNode: 8\n    path: dra\n"
+        "timeline:\n  - at: 5s\n    fault: gpu-lost\n    device: {node: n-0, gpu: 8}\n"
+    )
+    proc = subprocess.run([*SIM, "--scenario", str(bad)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"gpuhealth sim: {bad}:9: timeline[0].device.gpu: 8 is out of range (node n-0 has 8 GPUs)"
+    )
+    proc = subprocess.run([*SIM, "--listen", "nowhere"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "expected HOST:PORT" in proc.stderr
