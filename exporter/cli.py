@@ -1,0 +1,591 @@
+"""Entry points: `gpuhealth exporter` and `gpuhealth devices`.
+
+- `gpuhealth exporter --kubeconfig PATH [--node NAME] [--listen HOST:PORT] [--directory PATH]
+  [--nvml auto|none|pynvml|sim:URL]` observes the cluster (or one node) and serves
+  `/metrics`, `/healthz`, `/readyz`.
+- `gpuhealth exporter --from-file DUMP.json --once` reads a `kubectl get
+  pods,resourceclaims,resourceslices,leases -A -o json` dump and prints the exposition
+  (without `--once` it serves that fixed state instead). Observation times are the time
+  the dump is read: a dump carries no observation times, only Lease renewals.
+- `gpuhealth devices [--directory PATH] [--node N] [--health H] [-o wide|json|yaml]` shows
+  what `kubectl describe pod` does not: device health, status age, message and pods,
+  read from the device directory; `gpuhealth devices replay [--since T]` prints its log.
+
+This module wires settings, adapters and the state together; it holds no logic of its own
+beyond presentation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import re
+import signal
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+
+from exporter.directory import Directory, DirectoryError, DirectoryReader, open_store
+from exporter.settings import (
+    DEFAULT_DIRECTORY,
+    DEFAULT_LISTEN,
+    DirectorySettings,
+    ExporterSettings,
+    NvmlSettings,
+    ObserverSettings,
+    parse_listen,
+)
+from exporter.snapshot import HEALTH_VALUES, DeviceState, NodeState, status_age
+from exporter.state import CLAIMS, LEASES, PODS, SLICES, DeviceStateStore, ObservationRecord
+from gpuhealth.clock import Clock, SystemClock
+from gpuhealth.nvml import NvmlSource
+
+log = logging.getLogger(__name__)
+
+
+class UsageError(Exception):
+    """Bad input from the person at the keyboard: printed as is, exit code 2."""
+
+
+# ----- registration ----------------------------------------------------------------------
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    exporter = subparsers.add_parser(
+        "exporter",
+        help="observe device health (pod status, DRA, NVML) and serve Prometheus metrics",
+        description="Observe allocatedResourcesStatus, DRA identities, node Leases and NVML; serve /metrics.",
+    )
+    exporter.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster service account)")
+    exporter.add_argument(
+        "--node", help="node mode: only this node's pods, slices and Lease, plus local NVML"
+    )
+    exporter.add_argument(
+        "--listen", default=DEFAULT_LISTEN, help=f"HOST:PORT to serve on (default {DEFAULT_LISTEN})"
+    )
+    exporter.add_argument(
+        "--directory",
+        help=f"device directory SQLite file (default {DEFAULT_DIRECTORY}; offline mode: none unless given)",
+    )
+    exporter.add_argument(
+        "--nvml", default="auto", help="auto|none|pynvml|sim:URL (node mode only; default auto)"
+    )
+    exporter.add_argument(
+        "--nvml-poll-seconds", type=float, default=NvmlSettings.poll_seconds, help=argparse.SUPPRESS
+    )
+    exporter.add_argument("--from-file", metavar="DUMP", help="offline: a `kubectl get ... -A -o json` dump")
+    exporter.add_argument("--once", action="store_true", help="with --from-file: print the metrics and exit")
+    exporter.set_defaults(func=run_exporter)
+
+    devices = subparsers.add_parser(
+        "devices",
+        help="show device health, status age, message and pods from the device directory",
+        description="Device health as the exporter's directory records it (kubectl describe pod shows none).",
+    )
+    _directory_option(devices)
+    devices.add_argument("--node", help="only this node")
+    devices.add_argument("--health", choices=HEALTH_VALUES, help="only devices reporting this health")
+    devices.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml"], default="table")
+    devices.set_defaults(func=run_devices)
+    sub = devices.add_subparsers(dest="devices_command", metavar="{replay}")
+    replay = sub.add_parser("replay", help="print the directory's log of status changes")
+    _directory_option(replay)
+    replay.add_argument("--since", help="RFC3339 time or relative age (30s, 10m, 2h, 1d)")
+    replay.add_argument("--node", help="only this node")
+    replay.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    replay.set_defaults(func=run_replay)
+
+
+def _directory_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--directory", default=DEFAULT_DIRECTORY, help=f"device directory file (default {DEFAULT_DIRECTORY})"
+    )
+
+
+def _guard(fn: Callable[[], int]) -> int:
+    try:
+        return fn()
+    except (UsageError, DirectoryError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+# ----- gpuhealth exporter --------------------------------------------------------------
+
+
+def settings_from_args(args: argparse.Namespace) -> ExporterSettings:
+    try:
+        host, port = parse_listen(args.listen)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    nvml = args.nvml
+    if nvml not in ("auto", "none", "pynvml") and not nvml.startswith("sim:"):
+        raise UsageError(f"--nvml {nvml!r}: expected auto, none, pynvml or sim:URL")
+    if nvml.startswith("sim:") and not args.node:
+        raise UsageError("--nvml sim:URL reads one node's simulated NVML: give --node too")
+    if args.once and not args.from_file:
+        raise UsageError("--once goes with --from-file (a live exporter keeps serving)")
+    base = ExporterSettings()
+    offline = bool(args.from_file)
+    return ExporterSettings(
+        observer=ObserverSettings(node_name=args.node),
+        directory=DirectorySettings(
+            path=args.directory if args.directory else (None if offline else DEFAULT_DIRECTORY)
+        ),
+        nvml=NvmlSettings(source=nvml, poll_seconds=args.nvml_poll_seconds),
+        server=replace(base.server, host=host, port=port),
+        kubeconfig=args.kubeconfig,
+    )
+
+
+def run_exporter(args: argparse.Namespace) -> int:
+    return _guard(lambda: _run_exporter(args))
+
+
+def _run_exporter(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    if args.from_file:
+        dump = load_dump(args.from_file)
+        if args.once:
+            sys.stdout.buffer.write(offline_metrics(dump, settings, SystemClock()))
+            sys.stdout.flush()
+            return 0
+        asyncio.run(_serve_static(dump, settings))
+        return 0
+    asyncio.run(serve(settings))
+    return 0
+
+
+def _open_directory(
+    settings: ExporterSettings, clock: Clock, on_write: Callable[[float], None] | None = None
+) -> Directory | None:
+    if settings.directory.path is None:
+        return None
+    return Directory(
+        settings.directory.path,
+        clock=clock,
+        heartbeat_flush_seconds=settings.directory.heartbeat_flush_seconds,
+        on_write=on_write,
+    )
+
+
+def offline_metrics(dump: dict[str, list[Any]], settings: ExporterSettings, clock: Clock) -> bytes:
+    """The exposition for a cluster dump (what `--from-file --once` prints)."""
+    from exporter.exposition import render_metrics
+
+    store, directory = _offline_store(dump, settings, clock)
+    if directory is not None:
+        directory.close()
+    return render_metrics(store.snapshot(), clock.now())
+
+
+def _offline_store(
+    dump: dict[str, list[Any]], settings: ExporterSettings, clock: Clock
+) -> tuple[DeviceStateStore, Directory | None]:
+    directory = _open_directory(settings, clock)
+    store = open_store(directory, clock, node_name=settings.observer.node_name)
+    # Identities first, so DRA entries resolve on the first pass.
+    for resource in (CLAIMS, SLICES, LEASES, PODS):
+        items = dump.get(resource, [])
+        if settings.observer.node_name and resource == PODS:
+            items = [p for p in items if (p.get("spec") or {}).get("nodeName") == settings.observer.node_name]
+        store.relist(resource, items)
+    return store, directory
+
+
+async def _serve_static(dump: dict[str, list[Any]], settings: ExporterSettings) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from exporter.observer import ExporterMetrics
+    from exporter.server import create_app, start_server
+
+    clock = SystemClock()
+    store, directory = _offline_store(dump, settings, clock)
+    registry = CollectorRegistry()
+    ExporterMetrics(registry).track(store)
+    app = create_app(
+        settings.server, snapshot=store.snapshot, clock=clock, registry=registry, ready=lambda: True
+    )
+    runner = await start_server(app)
+    log.info(
+        "serving %d devices from a dump on %s:%d",
+        store.devices_tracked,
+        settings.server.host,
+        settings.server.port,
+    )
+    try:
+        await _until_signalled()
+    finally:
+        await runner.cleanup()
+        if directory is not None:
+            directory.close()
+
+
+async def _until_signalled() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+def nvml_source(settings: ExporterSettings) -> NvmlSource | None:
+    """The NVML reader the settings ask for, started; None in cluster mode or without a driver."""
+    choice = settings.nvml.source
+    node = settings.observer.node_name
+    if choice == "none" or node is None:
+        return None
+    source: NvmlSource
+    if choice.startswith("sim:"):
+        from exporter.nvml_remote import RemoteNvmlSource
+
+        source = RemoteNvmlSource(choice.removeprefix("sim:"), node)
+    else:
+        from exporter.nvml_pynvml import PynvmlSource
+
+        source = PynvmlSource()
+    if not source.start():
+        # The source has said why, once; the exporter carries on without NVML series.
+        if choice == "pynvml":
+            log.warning("--nvml pynvml: NVML is not available; continuing without NVML readings")
+        return None
+    return source
+
+
+async def serve(
+    settings: ExporterSettings, *, clock: Clock | None = None, started: asyncio.Event | None = None
+) -> None:
+    """Run the live exporter until SIGTERM/SIGINT (or cancellation)."""
+    from prometheus_client import CollectorRegistry
+
+    from exporter.observer import ExporterMetrics, KubeTransport, Observer
+    from exporter.server import create_app, start_server
+    from gpuhealth.kube import api_client
+
+    clock = clock or SystemClock()
+    registry = CollectorRegistry()
+    metrics = ExporterMetrics(registry)
+    directory = _open_directory(settings, clock, on_write=metrics.directory_write.observe)
+    nvml = nvml_source(settings)
+    try:
+        store = open_store(directory, clock, node_name=settings.observer.node_name, nvml=nvml is not None)
+        metrics.track(store)
+        try:
+            transport = KubeTransport(api_client(settings.kubeconfig))
+        except Exception as exc:
+            raise UsageError(f"cannot load the kubeconfig: {exc}") from exc
+        observer = Observer(
+            transport,
+            store,
+            clock=clock,
+            settings=settings.observer,
+            directory=directory,
+            metrics=metrics,
+            nvml=nvml,
+            nvml_poll_seconds=settings.nvml.poll_seconds,
+        )
+        app = create_app(
+            settings.server, snapshot=store.snapshot, clock=clock, registry=registry, ready=observer.ready
+        )
+        runner = await start_server(app)
+        log.info(
+            "exporter on %s:%d (%s mode, directory %s, NVML %s)",
+            settings.server.host,
+            settings.server.port,
+            f"node {settings.observer.node_name}" if settings.observer.node_name else "cluster",
+            settings.directory.path or "in memory",
+            "on" if nvml is not None else "off",
+        )
+        observing = asyncio.create_task(observer.run())
+        waiting = asyncio.create_task(_until_signalled())
+        if started is not None:
+            started.set()
+        try:
+            await asyncio.wait({observing, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (observing, waiting):
+                task.cancel()
+            await asyncio.gather(observing, waiting, return_exceptions=True)
+            await runner.cleanup()
+    finally:
+        if directory is not None:
+            directory.close()
+        if nvml is not None:
+            nvml.close()
+
+
+# ----- dumps ------------------------------------------------------------------------------
+
+_KINDS = {"Pod": PODS, "ResourceClaim": CLAIMS, "ResourceSlice": SLICES, "Lease": LEASES}
+
+
+def load_dump(path: str) -> dict[str, list[Any]]:
+    """Objects of a `kubectl get ... -o json` dump by resource; UsageError naming what is wrong."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the dump ({exc.strerror})") from exc
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not JSON ({exc}); expected `kubectl get ... -o json` output") from exc
+    if not isinstance(doc, dict):
+        raise UsageError(f"{path}: expected a JSON object (a List or PodList), found {type(doc).__name__}")
+    kind = doc.get("kind")
+    if isinstance(kind, str) and kind in _KINDS:
+        items: list[Any] = [doc]
+    elif isinstance(kind, str) and kind.endswith("List"):
+        items = doc.get("items")  # type: ignore[assignment]
+        if not isinstance(items, list):
+            raise UsageError(f"{path}: {kind} without an `items` array")
+    else:
+        raise UsageError(f"{path}: `kind` is {kind!r}; expected List, PodList or another *List from kubectl")
+    default_kind = kind.removesuffix("List") if isinstance(kind, str) else ""
+    out: dict[str, list[Any]] = {PODS: [], CLAIMS: [], SLICES: [], LEASES: []}
+    skipped: dict[str, int] = {}
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise UsageError(f"{path}: items[{index}] is not an object")
+        item_kind = item.get("kind") or default_kind
+        resource = _KINDS.get(item_kind) if isinstance(item_kind, str) else None
+        if resource is None:
+            skipped[str(item_kind)] = skipped.get(str(item_kind), 0) + 1
+            continue
+        out[resource].append(item)
+    if skipped:
+        log.info("dump: skipped %s", ", ".join(f"{n} {k}" for k, n in sorted(skipped.items())))
+    return out
+
+
+# ----- gpuhealth devices ---------------------------------------------------------------
+
+
+def human_duration(seconds: float) -> str:
+    """3m12s, 2h5m, 4d3h, 45s (kubectl style: two units at most)."""
+    total = int(max(0.0, seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
+    if minutes:
+        return f"{minutes}m{secs}s" if secs else f"{minutes}m"
+    return f"{secs}s"
+
+
+def _truncate(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of `gpuhealth devices`; later parts (quarantine) append their own."""
+
+    header: str
+    value: Callable[[DeviceState, float], str]
+    """(device, status age) -> cell text."""
+    wide_only: bool = False
+
+
+def _pods(device: DeviceState) -> str:
+    names = sorted({f"{a.namespace}/{a.pod}" for a in device.allocations})
+    return ",".join(names) if names else "<none>"
+
+
+COLUMNS: list[Column] = [
+    Column("NODE", lambda d, _: d.node),
+    Column("DEVICE", lambda d, _: d.device),
+    Column("HEALTH", lambda d, _: d.health),
+    Column("AGE", lambda _, age: human_duration(age)),
+    Column("VERSION", lambda d, _: str(d.status_version), wide_only=True),
+    Column("CHANGED", lambda d, _: _iso(d.changed_at), wide_only=True),
+    Column("UNKNOWN-SINCE", lambda d, _: _iso(d.unknown_since) if d.unknown_since else "-", wide_only=True),
+    Column(
+        "DRIVER/POOL/NAME",
+        lambda d, _: f"{d.driver}/{d.pool}/{d.device_name}" if d.driver else "-",
+        wide_only=True,
+    ),
+    Column(
+        "TAINTS",
+        lambda d, _: ",".join(f"{t.key}={t.value}:{t.effect}" for t in d.driver_taints) or "-",
+        wide_only=True,
+    ),
+    Column("PODS", lambda d, _: _pods(d)),
+]
+MESSAGE = Column("MESSAGE", lambda d, _: d.message or "-")
+
+
+def _iso(ts: float | None) -> str:
+    if ts is None:
+        return ""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def device_rows(
+    devices: Iterable[DeviceState], leases: dict[str, float | None], now: float
+) -> list[tuple[DeviceState, float]]:
+    """Devices with their status age (the same rule the metrics use, without NVML)."""
+    rows = []
+    for device in devices:
+        renewed = leases.get(device.node)
+        node = NodeState(node=device.node, lease_renewed_at=renewed) if renewed is not None else None
+        rows.append((device, status_age(device, node, None, now)))
+    return rows
+
+
+def render_table(rows: list[tuple[DeviceState, float]], *, wide: bool, out: TextIO, width: int = 48) -> None:
+    columns = [c for c in COLUMNS if wide or not c.wide_only]
+    headers = [c.header for c in columns] + [MESSAGE.header]
+    cells = [
+        [c.value(d, age) for c in columns]
+        + [MESSAGE.value(d, age) if wide else _truncate(MESSAGE.value(d, age), width)]
+        for d, age in rows
+    ]
+    if not wide:
+        # PODS can be long for shared devices; the message comes last so it may run on.
+        pods_at = headers.index("PODS")
+        for row in cells:
+            row[pods_at] = _truncate(row[pods_at], 40)
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    for row in [headers, *cells]:
+        line = "   ".join(cell.ljust(widths[i]) if i < len(row) - 1 else cell for i, cell in enumerate(row))
+        out.write(line.rstrip() + "\n")
+
+
+def device_document(device: DeviceState, age: float) -> dict[str, Any]:
+    return {
+        "node": device.node,
+        "device": device.device,
+        "health": device.health,
+        "message": device.message,
+        "statusAgeSeconds": round(age, 3),
+        "statusVersion": device.status_version,
+        "firstSeen": _iso(device.first_seen),
+        "changedAt": _iso(device.changed_at),
+        "observedAt": _iso(device.observed_at),
+        "unknownSince": _iso(device.unknown_since) if device.unknown_since is not None else None,
+        "uuid": device.uuid,
+        "driver": device.driver,
+        "pool": device.pool,
+        "deviceName": device.device_name,
+        "resource": device.resource,
+        "allocations": [
+            {
+                "namespace": a.namespace,
+                "pod": a.pod,
+                "container": a.container,
+                "resource": a.resource,
+                "claim": a.claim,
+            }
+            for a in device.allocations
+        ],
+        "driverTaints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in device.driver_taints],
+    }
+
+
+def run_devices(args: argparse.Namespace, *, clock: Clock | None = None, out: TextIO | None = None) -> int:
+    return _guard(lambda: _run_devices(args, clock or SystemClock(), out or sys.stdout))
+
+
+def _run_devices(args: argparse.Namespace, clock: Clock, out: TextIO) -> int:
+    reader = DirectoryReader(args.directory)
+    try:
+        devices = [
+            d
+            for d in reader.devices()
+            if (args.node is None or d.node == args.node) and (args.health is None or d.health == args.health)
+        ]
+        rows = device_rows(devices, reader.leases(), clock.now())
+    finally:
+        reader.close()
+    if args.output in ("json", "yaml"):
+        docs = [device_document(d, age) for d, age in rows]
+        if args.output == "json":
+            out.write(orjson.dumps({"devices": docs}, option=orjson.OPT_INDENT_2).decode() + "\n")
+        else:
+            import yaml
+
+            out.write(yaml.safe_dump({"devices": docs}, sort_keys=False))
+        return 0
+    if not rows:
+        out.write(
+            "No devices recorded" + (" matching the filters" if args.node or args.health else "") + ".\n"
+        )
+        return 0
+    render_table(rows, wide=args.output == "wide", out=out)
+    return 0
+
+
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_since(value: str, now: float) -> float:
+    """`--since`: an RFC3339 time or an age back from now (30s, 10m, 2h, 1d)."""
+    match = _RELATIVE.match(value.strip())
+    if match:
+        return now - float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise UsageError(
+            f"--since {value!r}: expected RFC3339 (2026-01-15T08:00:00Z) or an age (30s, 10m, 2h, 1d)"
+        ) from exc
+    if parsed.tzinfo is None:
+        raise UsageError(f"--since {value!r}: give a time zone (Z or +hh:mm)")
+    return parsed.timestamp()
+
+
+def record_document(record: ObservationRecord) -> dict[str, Any]:
+    return {
+        "time": _iso(record.observed_at),
+        "node": record.node,
+        "device": record.device,
+        "statusVersion": record.status_version,
+        "health": record.health,
+        "message": record.message,
+        "namespace": record.namespace,
+        "pod": record.pod,
+        "container": record.container,
+        "resource": record.resource,
+        "claim": record.claim,
+        "podResourceVersion": record.pod_resource_version,
+    }
+
+
+def run_replay(args: argparse.Namespace, *, clock: Clock | None = None, out: TextIO | None = None) -> int:
+    return _guard(lambda: _run_replay(args, clock or SystemClock(), out or sys.stdout))
+
+
+def _run_replay(args: argparse.Namespace, clock: Clock, out: TextIO) -> int:
+    since = parse_since(args.since, clock.now()) if args.since else None
+    reader = DirectoryReader(args.directory)
+    try:
+        for record in reader.replay(since):
+            if args.node is not None and record.node != args.node:
+                continue
+            if args.output == "json":
+                out.write(orjson.dumps(record_document(record)).decode() + "\n")
+            else:
+                evidence = f"{record.namespace}/{record.pod}/{record.container}" if record.pod else "-"
+                message = f"  {record.message}" if record.message else ""
+                out.write(
+                    f"{_iso(record.observed_at)}  {record.node}  {record.device}  v{record.status_version}  "
+                    f"{record.health}  {evidence}{message}\n"
+                )
+    finally:
+        reader.close()
+    return 0
