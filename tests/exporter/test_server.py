@@ -89,6 +89,7 @@ def values(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     }
 
 
+@pytest.mark.integration
 async def test_metrics_is_device_metrics_then_self_metrics_in_text_format(
     client: TestClient[web.Request, web.Application], harness: Harness
 ) -> None:
@@ -108,6 +109,7 @@ async def test_metrics_is_device_metrics_then_self_metrics_in_text_format(
     assert parsed[("gpuhealth_exporter_watch_events_total", frozenset({("type", "ADDED")}))] == 3.0
 
 
+@pytest.mark.integration
 async def test_each_scrape_renders_the_latest_snapshot_at_the_clock_time(
     client: TestClient[web.Request, web.Application], harness: Harness
 ) -> None:
@@ -124,6 +126,7 @@ async def test_each_scrape_renders_the_latest_snapshot_at_the_clock_time(
     assert (second[age_key], second[unhealthy_key]) == (45.0, 1.0)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("accept", ["gzip", "deflate, gzip;q=0.5", "*", "x-gzip"])
 async def test_metrics_is_gzipped_when_the_scraper_accepts_it(
     client: TestClient[web.Request, web.Application], harness: Harness, accept: str
@@ -139,6 +142,7 @@ async def test_metrics_is_gzipped_when_the_scraper_accepts_it(
     )
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("accept", ["", "identity", "gzip;q=0", "deflate", "*;q=0", "gzip;q=zero"])
 async def test_metrics_is_plain_otherwise(
     client: TestClient[web.Request, web.Application], accept: str
@@ -166,6 +170,7 @@ def test_accepts_gzip(header: str, expected: bool) -> None:
     assert accepts_gzip(header) is expected
 
 
+@pytest.mark.integration
 async def test_large_snapshots_render_in_a_worker_thread_with_the_same_body(harness: Harness) -> None:
     devices = {}
     for n in range(3):
@@ -192,6 +197,7 @@ async def test_large_snapshots_render_in_a_worker_thread_with_the_same_body(harn
     assert a.count(b"gpu_device_status_version{") == 12
 
 
+@pytest.mark.integration
 async def test_a_failing_render_is_a_500_not_a_partial_body(
     client: TestClient[web.Request, web.Application], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -204,6 +210,7 @@ async def test_a_failing_render_is_a_500_not_a_partial_body(
     assert "gpu_device" not in await response.text()
 
 
+@pytest.mark.integration
 async def test_readyz_is_503_until_the_initial_list_is_done(
     client: TestClient[web.Request, web.Application], harness: Harness
 ) -> None:
@@ -215,6 +222,7 @@ async def test_readyz_is_503_until_the_initial_list_is_done(
     assert after.status == 200
 
 
+@pytest.mark.integration
 async def test_healthz_answers_while_not_ready(client: TestClient[web.Request, web.Application]) -> None:
     response = await client.get("/healthz")
     assert response.status == 200
