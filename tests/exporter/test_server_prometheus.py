@@ -1,0 +1,159 @@
+"""A real Prometheus (2.42, from Debian) scrapes the exporter's `/metrics`.
+
+Aspects covered: Prometheus accepts the body (gzip, content type, HELP/TYPE, escaping) and
+stores the contract's series with the exact labels and values: health, status age, escaped
+pod labels on the allocation info series, NVML counters in node mode, and the self metrics.
+Skipped where the `prometheus` binary is not installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import prometheus_client
+import pytest
+
+from exporter.server import ServerSettings, create_app, start_server
+from exporter.snapshot import Allocation, DeviceState, NodeState, NvmlView, Snapshot
+from gpuhealth.clock import ManualClock
+from gpuhealth.nvml import DeviceReading
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed"),
+]
+
+UUID = "GPU-11111111-2222-3333-4444-555555555555"
+POD = 'infer-"0"\\x'
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def snapshot(now: float) -> Snapshot:
+    d = DeviceState(
+        node="node-a",
+        device=UUID,
+        health="Unhealthy",
+        message="XID 79",
+        status_version=4,
+        first_seen=now - 100,
+        changed_at=now - 50,
+        observed_at=now - 12,
+        uuid=UUID,
+        resource="nvidia.com/gpu",
+        allocations=(Allocation("team-a", POD, "server", "nvidia.com/gpu"),),
+    )
+    reading = DeviceReading(
+        uuid=UUID, index=0, reachable=True, ecc_uncorrected_volatile=3, temperature_celsius=70.0
+    )
+    return Snapshot(
+        devices={(d.node, d.device): d},
+        nodes={"node-a": NodeState("node-a", None)},
+        nvml=NvmlView(readings={UUID: reading}, read_at={UUID: now}, xid_counts={(UUID, 79): 2}),
+        node_name="node-a",
+    )
+
+
+@pytest.fixture
+async def exporter_port() -> AsyncIterator[int]:
+    clock = ManualClock(start=1_800_000_000.0)
+    registry = prometheus_client.CollectorRegistry()
+    prometheus_client.Gauge("gpuhealth_exporter_devices_tracked", "Devices.", registry=registry).set(1)
+    current = snapshot(clock.now())
+    app = create_app(None, snapshot=lambda: current, clock=clock, registry=registry, ready=lambda: True)
+    runner = await start_server(app, ServerSettings(host="127.0.0.1", port=0))
+    try:
+        yield int(runner.addresses[0][1])
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def prometheus_url(exporter_port: int, tmp_path: Path) -> AsyncIterator[str]:
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: gpuhealth-exporter\n"
+        f"    static_configs: [{{targets: ['127.0.0.1:{exporter_port}']}}]\n"
+    )
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        "prometheus",
+        f"--config.file={config}",
+        f"--storage.tsdb.path={tmp_path / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), 10)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+async def query(session: aiohttp.ClientSession, url: str, promql: str) -> list[dict[str, Any]]:
+    async with session.get(f"{url}/api/v1/query", params={"query": promql}) as response:
+        body = await response.json()
+    assert body["status"] == "success", body
+    result: list[dict[str, Any]] = body["data"]["result"]
+    return result
+
+
+async def scraped(session: aiohttp.ClientSession, url: str) -> None:
+    """Wait until the target was scraped successfully at least once."""
+    try:
+        async with asyncio.timeout(30):
+            while True:
+                try:
+                    if await query(session, url, 'up{job="gpuhealth-exporter"} == 1'):
+                        return
+                except aiohttp.ClientError:
+                    pass  # Prometheus still starting
+                await asyncio.sleep(0.2)
+    except TimeoutError:
+        pytest.fail("Prometheus never scraped the exporter successfully")
+
+
+async def test_prometheus_scrapes_and_stores_the_contract(prometheus_url: str) -> None:
+    async with aiohttp.ClientSession() as session:
+        await scraped(session, prometheus_url)
+
+        def labels(result: list[dict[str, Any]]) -> list[dict[str, str]]:
+            return [{k: v for k, v in r["metric"].items() if k not in ("instance", "job")} for r in result]
+
+        health = await query(session, prometheus_url, "gpu_device_health == 1")
+        assert labels(health) == [
+            {"__name__": "gpu_device_health", "node": "node-a", "device": UUID, "status": "Unhealthy"}
+        ]
+        age = await query(session, prometheus_url, "gpu_device_status_age_seconds")
+        assert [float(r["value"][1]) for r in age] == [12.0]
+        alloc = await query(session, prometheus_url, "gpu_device_allocation_info")
+        assert [r["metric"]["pod"] for r in alloc] == [POD]
+        xid = await query(session, prometheus_url, 'gpu_nvml_xid_errors_total{xid="79"}')
+        assert [(r["metric"]["device"], float(r["value"][1])) for r in xid] == [(UUID, 2.0)]
+        ecc = await query(session, prometheus_url, "gpu_nvml_ecc_errors_total")
+        assert labels(ecc) == [
+            {"__name__": "gpu_nvml_ecc_errors_total", "node": "node-a", "device": UUID, "type": "uncorrected"}
+        ]
+        absent = await query(session, prometheus_url, "gpu_nvml_power_watts")
+        assert absent == []  # None readings are absent, not zero
+        self_metrics = await query(session, prometheus_url, "gpuhealth_exporter_devices_tracked")
+        assert [float(r["value"][1]) for r in self_metrics] == [1.0]
