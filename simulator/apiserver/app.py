@@ -35,7 +35,8 @@ from simulator.apiserver.selectors import parse_field_selector, parse_label_sele
 from simulator.apiserver.store import Entry, Store, Watch
 
 _JSON = "application/json"
-_K8S_PREFIXES = ("/api", "/apis", "/version", "/healthz", "/livez", "/readyz", "/openapi")
+_FOREIGN_PREFIX = "/simulator/"
+"""Routes the fleet half adds; their responses are theirs, not Status objects."""
 _AUTH_PREFIXES = ("/api", "/apis", "/version", "/openapi")
 _RETURN_DELETED = frozenset({"pods", "namespaces", "customresourcedefinitions.apiextensions.k8s.io"})
 """Resources whose DELETE returns the deleted object; the others return a Success Status (as real)."""
@@ -118,8 +119,8 @@ def _status_response(err: ApiError) -> web.Response:
 async def _status_errors(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """Turn every failure on Kubernetes paths into a Status response; other paths are left alone."""
-    if not request.path.startswith(_K8S_PREFIXES):
+    """Turn every failure into a Status response, as the real apiserver does for any path."""
+    if request.path.startswith(_FOREIGN_PREFIX):
         return await handler(request)
     try:
         return await handler(request)

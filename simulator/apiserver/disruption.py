@@ -2,8 +2,10 @@
 
 Counting follows policy/v1: healthy pods are Running with condition Ready=True and not being
 deleted; expected pods are the matching pods that are not terminal (Succeeded/Failed) nor being
-deleted (the real disruption controller asks the owning controller's scale; the simulated
-cluster counts pods, which is the same for pods owned by one Deployment or Job).
+deleted. Deviation: the real disruption controller takes expected pods from the owning
+controller's scale, so an evicted pod still counts until its replacement appears; here expected
+pods are the matching pods present now, so percentage and maxUnavailable budgets are computed
+against the pods that remain (integer minAvailable budgets are unaffected).
 """
 
 from __future__ import annotations

@@ -147,8 +147,10 @@ def parse_label_selector(text: str | None) -> LabelSelector:
         if m:
             op = {">": "gt", "<": "lt"}.get(m.group("op"), m.group("op"))
             key = _check_key(m.group("key"), text)
-            value = _check_value(m.group("val"), text)
-            if op in ("gt", "lt") and not re.fullmatch(r"-?\d+", value):
+            value = m.group("val")
+            if op not in ("gt", "lt"):
+                value = _check_value(value, text)
+            elif not re.fullmatch(r"-?\d+", value):
                 raise bad_request(
                     "unable to parse requirement: for 'gt', 'lt' operators, the value must be an integer "
                     f"in {text!r}"
@@ -268,8 +270,8 @@ def parse_field_selector(text: str | None, allowed: Iterable[str] | None = None)
     allowed_set = set(allowed) if allowed is not None else None
     reqs: list[FieldRequirement] = []
     for part in _split_escaped(text):
-        part = part.strip()
-        if not part:
+        # Values keep their spaces (the client escapes nothing else); only empty terms are skipped.
+        if not part.strip():
             continue
         for symbol in ("!=", "==", "="):
             idx = _find_unescaped(part, symbol)
