@@ -136,7 +136,7 @@ class SimulatedCluster:
         self._kubeconfig_out = Path(kubeconfig_out) if kubeconfig_out else None
         self._tmpdir: str | None = None
         self._runner: web.AppRunner | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._url: str | None = None
         self._kubeconfig: Path | None = None
         self.store = Store(self.clock, seed=self.scenario.settings.seed)
@@ -177,16 +177,19 @@ class SimulatedCluster:
             self._kubeconfig = self._kubeconfig_out
             self._kubeconfig.parent.mkdir(parents=True, exist_ok=True)
         write_kubeconfig(self._kubeconfig, self._url, token=self._token)
+        # Deletions are events, not time: followed even when a ManualClock steps the fleet.
+        self._tasks.append(asyncio.create_task(self.fleet.follow_deletions(), name="gpuhealth-sim-deletions"))
         if not isinstance(self.clock, ManualClock):
-            self._task = asyncio.create_task(self.fleet.run(), name="gpuhealth-sim-fleet")
+            self._tasks.append(asyncio.create_task(self.fleet.run(), name="gpuhealth-sim-fleet"))
 
     async def stop(self) -> None:
         self.fleet.stop()
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+                await task
+        self._tasks = []
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

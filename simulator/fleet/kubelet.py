@@ -38,7 +38,7 @@ from simulator.fleet.placement import PodPlacement, Slot, place_workloads
 from simulator.scenario import DEVICE_PLUGIN, DRA, GPU_RESOURCE, Fault, NodeGroup, Scenario, Workload
 
 if TYPE_CHECKING:
-    from simulator.apiserver.store import Store
+    from simulator.apiserver.store import Store, Watch
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +123,18 @@ class SimNode:
         return self.kubelet == RUNNING
 
 
+@dataclass(slots=True)
+class PendingPod:
+    name: str
+    namespace: str
+    workload: Workload
+    since: float
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 @dataclass(frozen=True, slots=True)
 class FaultApplied:
     time: float
@@ -189,6 +201,9 @@ class Fleet:
         self._job_uids: dict[tuple[str, str], str] = {}
         self._pod_counter = itertools.count()
         self._timeline_done = 0
+        self._pod_watch: Watch | None = None
+        self.pending: dict[str, PendingPod] = {}
+        """Replacement pods waiting for a node with usable GPUs, by namespace/name."""
 
     # ------------------------------------------------------------------ time
 
@@ -261,6 +276,8 @@ class Fleet:
     def stop(self) -> None:
         self._stopped = True
         self._wakeup.set()
+        if self._pod_watch is not None:
+            self._pod_watch.close()
 
     def _emit(self, event: FleetEvent) -> None:
         for listener in list(self.listeners):
@@ -382,7 +399,24 @@ class Fleet:
             self._at(self.now() + workload.complete_after, self._complete_pod, pod)
         return pod
 
-    def _create_pod_objects(self, pod: SimPod, node: SimNode, wall: float) -> None:
+    def _put_pod(self, pod_obj: dict[str, Any], bind_existing: bool) -> dict[str, Any]:
+        """Create the pod, or bind an existing Pending one (same uid) as the scheduler's binding does."""
+        if not bind_existing:
+            return self.store.create(
+                "pods", pod_obj, namespace=pod_obj["metadata"]["namespace"], validate=False
+            )
+
+        def bind(obj: dict[str, Any]) -> dict[str, Any]:
+            obj["spec"] = pod_obj["spec"]
+            obj["status"] = pod_obj["status"]
+            return obj
+
+        meta = pod_obj["metadata"]
+        return self.store.mutate("pods", meta["name"], meta["namespace"], bind)
+
+    def _create_pod_objects(
+        self, pod: SimPod, node: SimNode, wall: float, bind_existing: bool = False
+    ) -> None:
         workload = pod.workload
         dra = node.is_dra
         if dra:
@@ -414,14 +448,11 @@ class Fleet:
         if not dra:
             rows = self._render(pod, node, self.now())
             pod_obj["status"] = self._pod_status(pod, node, pod_obj, rows, None, wall)
-            pod.uid = self.store.create("pods", pod_obj, namespace=pod.namespace, validate=False)["metadata"][
-                "uid"
-            ]
+            pod.uid = self._put_pod(pod_obj, bind_existing)["metadata"]["uid"]
             pod.written = rows
             return
         pod_obj["status"] = {"phase": "Pending"}
-        created = self.store.create("pods", pod_obj, namespace=pod.namespace, validate=False)
-        pod.uid = created["metadata"]["uid"]
+        pod.uid = self._put_pod(pod_obj, bind_existing)["metadata"]["uid"]
         claim_statuses = None
         if dra:
             assert pod.claim_name is not None
@@ -750,6 +781,160 @@ class Fleet:
         if not pod.terminated:
             self._release_slots(pod, node)
         node.last_sig = None
+
+    async def follow_deletions(self) -> None:
+        """Follow pods deleted through the API (delete, eviction) until `stop()`.
+
+        One watch for the whole fleet, events left unparsed except deletions. A deleted pod
+        leaves its node: its devices are freed, its generated ResourceClaim goes (garbage
+        collection), and its Deployment or Job gets a replacement pod after
+        `replacement_delay` simulated seconds, placed on usable devices only.
+        """
+        while not self._stopped:
+            watch = self.store.watch("pods", resource_version=str(self.store.resource_version))
+            self._pod_watch = watch
+            try:
+                while True:
+                    item = await watch.next_entry()
+                    if item is None:
+                        break
+                    etype, entry = item
+                    if etype == "DELETED":
+                        self.pod_deleted(entry.namespace, entry.name)
+            finally:
+                watch.close()
+                self._pod_watch = None
+            if not self._stopped:
+                self._resync_pods()  # the watch fell behind and was ended: compare with a list
+
+    def _resync_pods(self) -> None:
+        entries, _ = self.store.list_entries("pods")
+        present = {f"{e.namespace}/{e.name}" for e in entries}
+        for key in [k for k in self.pods if k not in present]:
+            namespace, name = key.split("/", 1)
+            self.pod_deleted(namespace, name)
+
+    def pod_deleted(self, namespace: str, name: str) -> None:
+        """A pod of the fleet is gone from the API."""
+        key = f"{namespace}/{name}"
+        if self.pending.pop(key, None) is not None:
+            return
+        pod = self.pods.get(key)
+        if pod is None:
+            return
+        self._forget_pod(pod)
+        if pod.claim_name is not None:
+            from simulator.apiserver.errors import ApiError
+
+            with contextlib.suppress(ApiError):
+                self.store.delete("resourceclaims.resource.k8s.io", pod.claim_name, namespace)
+        if not pod.terminated:
+            self._at(self.now() + self.replacement_delay, self._replace, pod.workload)
+        self._update_jobs()
+
+    replacement_delay = 5.0
+    """Simulated seconds from a pod's deletion to its replacement's creation (controller + scheduler)."""
+
+    def _replace(self, workload: Workload) -> None:
+        name = objects.pod_name(workload, 0, self._rng)
+        while f"{workload.namespace}/{name}" in self.pods or f"{workload.namespace}/{name}" in self.pending:
+            name = objects.pod_name(workload, 0, self._rng)
+        pending = PendingPod(name, workload.namespace, workload, self.now())
+        pod_obj = objects.pod(
+            name=name,
+            workload=workload,
+            node_name="",
+            gpus=workload.gpus_per_pod,
+            dra=workload.path == DRA,
+            claim_name=f"{name}-gpus",
+            job_uid=self._job_uids.get((workload.namespace, workload.name)),
+        )
+        del pod_obj["spec"]["nodeName"]
+        pod_obj["status"] = objects.pending_status(self.wall())
+        self.store.create("pods", pod_obj, namespace=workload.namespace, validate=False)
+        self.pending[pending.key] = pending
+        self._try_bind(pending)
+
+    def _try_bind(self, pending: PendingPod) -> None:
+        if self.pending.get(pending.key) is not pending:
+            return  # deleted meanwhile
+        found = self._find_devices(pending.workload)
+        if found is None:
+            self._at(self.now() + self.settings.status_sync_interval, self._try_bind, pending)
+            return
+        node, slots = found
+        del self.pending[pending.key]
+        pod = SimPod(pending.name, pending.namespace, node.name, pending.workload, slots)
+        pod.started = self.wall()
+        pod.index = next(self._pod_counter)
+        for slot in slots:
+            node.free.remove(slot)
+            node.gpus[slot.gpu].allocated += 1
+        self._create_pod_objects(pod, node, self.wall(), bind_existing=True)
+        node.pods.append(pod)
+        node.last_sig = None
+        self.pods[pod.key] = pod
+        if pending.workload.complete_after is not None:
+            self._at(self.now() + pending.workload.complete_after, self._complete_pod, pod)
+        self._update_jobs()
+        self._emit(NodeChanged(self.now(), self.wall(), node.name, f"pod {pod.key} scheduled (replacement)"))
+
+    def _find_devices(self, workload: Workload) -> tuple[SimNode, tuple[Slot, ...]] | None:
+        """First node with enough usable free slots: what the scheduler (and its filters) would pick."""
+        from simulator.fleet.placement import eligible
+
+        rules: list[dict[str, Any]] | None = None
+        for node in self.nodes.values():
+            if len(node.free) < workload.gpus_per_pod or not eligible(workload, node.group):
+                continue
+            if node.ready != "True" or not node.writes:
+                continue
+            obj = self.store.get("nodes", node.name)
+            if not objects.schedulable(obj):
+                continue
+            if node.is_dra and rules is None:
+                rules = self.store.list("devicetaintrules.resource.k8s.io")[0]
+            blocked = self._blocked_devices(node, obj, rules or [])
+            usable = [s for s in node.free if s.gpu not in blocked]
+            if len(usable) >= workload.gpus_per_pod:
+                return node, tuple(usable[: workload.gpus_per_pod])
+        return None
+
+    def _blocked_devices(
+        self, node: SimNode, node_obj: dict[str, Any], rules: list[dict[str, Any]]
+    ) -> set[int]:
+        """GPU indexes new pods must not get on `node`.
+
+        Device plugin: devices the plugin reports Unhealthy (not in allocatable) and devices in
+        the node annotation `gpuhealth.io/quarantined-devices` (the scheduler extender's view).
+        DRA: devices with a NoSchedule/NoExecute taint, from the slice or a DeviceTaintRule;
+        health alone does not keep the DRA scheduler away, as in a real cluster.
+        """
+        blocked: set[int] = set()
+        if not node.is_dra:
+            quarantined = objects.quarantined_devices(node_obj)
+            for gpu in node.gpus:
+                if device_plugin_health(gpu, node.stream_ok) != HEALTHY:
+                    blocked.add(gpu.index)
+                if gpu.uuid in quarantined or gpu.name in quarantined:
+                    blocked.add(gpu.index)
+            return blocked
+        for gpu in node.gpus:
+            if any(t.get("effect") in ("NoSchedule", "NoExecute") for t in gpu.taints):
+                blocked.add(gpu.index)
+        for rule in rules:
+            selector = (rule.get("spec") or {}).get("deviceSelector") or {}
+            taint = (rule.get("spec") or {}).get("taint") or {}
+            if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+                continue
+            if selector.get("driver") not in (None, objects.DRA_DRIVER):
+                continue
+            if selector.get("pool") not in (None, node.name):
+                continue
+            for gpu in node.gpus:
+                if selector.get("device") in (None, gpu.name):
+                    blocked.add(gpu.index)
+        return blocked
 
     def _update_jobs(self) -> None:
         counts: dict[tuple[str, str], list[int]] = {}

@@ -9,6 +9,7 @@ validated against the Kubernetes OpenAPI schemas in the tests.
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 from datetime import UTC, datetime
 from typing import Any
@@ -435,6 +436,62 @@ def pod_status(
     return status
 
 
+def pending_status(wall: float) -> dict[str, Any]:
+    """A pod the scheduler could not place yet."""
+    return {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/1 nodes are available: insufficient usable GPUs.",
+                "lastTransitionTime": rfc3339(wall),
+            }
+        ],
+        "qosClass": "Burstable",
+    }
+
+
+QUARANTINE_ANNOTATION = "gpuhealth.io/quarantined-devices"
+_TOLERATED_NODE_TAINTS = frozenset({"nvidia.com/gpu"})
+
+
+def quarantined_devices(node_obj: dict[str, Any]) -> set[str]:
+    """Device IDs (GPU UUIDs or `gpu-<i>`) in the node annotation read by the scheduler extender.
+
+    Accepts a JSON list (of strings, or of objects with a "device" field) or a comma-separated list.
+    """
+    text = ((node_obj.get("metadata") or {}).get("annotations") or {}).get(QUARANTINE_ANNOTATION, "")
+    text = text.strip()
+    if not text:
+        return set()
+    if text.startswith("["):
+        try:
+            items = json.loads(text)
+        except ValueError:
+            return set()
+        out = set()
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, str):
+                out.add(item)
+            elif isinstance(item, dict) and isinstance(item.get("device"), str):
+                out.add(item["device"])
+        return out
+    return {part.strip() for part in text.split(",") if part.strip()}
+
+
+def schedulable(node_obj: dict[str, Any]) -> bool:
+    """Not cordoned and no NoSchedule/NoExecute taint that GPU pods do not tolerate."""
+    spec = node_obj.get("spec") or {}
+    if spec.get("unschedulable"):
+        return False
+    return not any(
+        t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key") not in _TOLERATED_NODE_TAINTS
+        for t in spec.get("taints") or []
+    )
+
+
 def resource_claim(
     *, name: str, namespace: str, gpus: int, owner: dict[str, Any] | None, template: str | None
 ) -> dict[str, Any]:
@@ -487,7 +544,7 @@ def job(workload: Workload, template_pod: dict[str, Any]) -> dict[str, Any]:
         "spec": {
             "completions": workload.replicas,
             "parallelism": workload.replicas,
-            "backoffLimit": 0,
+            "backoffLimit": 6,
             "completionMode": "NonIndexed",
             "template": {
                 "metadata": {

@@ -1,0 +1,155 @@
+"""Pods deleted or evicted through the API are replaced, on devices the scheduler may use.
+
+Aspects: a deleted pod frees its devices and its generated claim; its Deployment gets a new
+pod after the replacement delay; the new pod avoids devices the device plugin reports
+Unhealthy, devices listed in the node's `gpuhealth.io/quarantined-devices` annotation,
+cordoned nodes, and DRA devices tainted by a DeviceTaintRule; with nowhere to go it stays
+Pending (PodScheduled=False) and is bound, same uid, once a device is usable again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from gpuhealth.clock import ManualClock
+from simulator.apiserver.store import Store
+from simulator.fleet import Fleet
+from simulator.fleet.objects import gpu_uuid
+from simulator.scenario import DeviceRef, Fault, from_dict
+
+
+def scenario(path: str) -> dict[str, Any]:
+    return {
+        "fleet": [{"name": "n", "count": 2, "gpusPerNode": 2, "path": path}],
+        "workloads": [{"name": "w", "replicas": 1, "gpusPerPod": 2}],
+    }
+
+
+@pytest.fixture
+async def dp() -> AsyncIterator[tuple[Fleet, Store]]:
+    async for pair in _running(scenario("device-plugin")):
+        yield pair
+
+
+@pytest.fixture
+async def dra() -> AsyncIterator[tuple[Fleet, Store]]:
+    async for pair in _running(scenario("dra")):
+        yield pair
+
+
+async def _running(data: dict[str, Any]) -> AsyncIterator[tuple[Fleet, Store]]:
+    clock = ManualClock()
+    store = Store(clock, seed=3)
+    fleet = Fleet(from_dict(data), store, clock)
+    await fleet.start()
+    task = asyncio.create_task(fleet.follow_deletions())
+    await asyncio.sleep(0)
+    yield fleet, store
+    fleet.stop()
+    await task
+
+
+def pods(store: Store) -> list[dict[str, Any]]:
+    return store.list("pods")[0]
+
+
+def health(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"][0]["resources"]
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_deleted_pod_is_replaced_away_from_an_unhealthy_device_plugin_gpu(
+    dp: tuple[Fleet, Store],
+) -> None:
+    fleet, store = dp
+    (old,) = pods(store)
+    assert old["spec"]["nodeName"] == "n-0"
+    fleet.inject(Fault(at=0, kind="device-unhealthy", device=DeviceRef("n-0", 0)))
+    await fleet.advance(1)
+    store.delete("pods", old["metadata"]["name"], "default")
+    await settle()
+    assert fleet.nodes["n-0"].pods == []
+    await fleet.advance(6)
+    (new,) = pods(store)
+    assert new["metadata"]["name"] != old["metadata"]["name"]
+    # n-0's GPUs are free again, but one is Unhealthy: first fit moves on to n-1.
+    assert new["spec"]["nodeName"] == "n-1"
+    assert new["status"]["phase"] == "Running"
+    ids = [
+        r["resourceID"]
+        for r in new["status"]["containerStatuses"][0]["allocatedResourcesStatus"][0]["resources"]
+    ]
+    assert ids == [gpu_uuid("n-1", 0), gpu_uuid("n-1", 1)]
+    assert [r["health"] for r in health(new)] == ["Healthy", "Healthy"]
+
+
+async def test_quarantine_annotation_and_cordon_keep_pods_pending_until_released(
+    dp: tuple[Fleet, Store],
+) -> None:
+    fleet, store = dp
+    (old,) = pods(store)
+
+    def annotate(value: str) -> None:
+        def fn(obj: dict[str, Any]) -> dict[str, Any]:
+            obj["metadata"].setdefault("annotations", {})["gpuhealth.io/quarantined-devices"] = value
+            return obj
+
+        store.mutate("nodes", "n-0", None, fn)
+
+    annotate(f'["{gpu_uuid("n-0", 1)}"]')
+    store.patch("nodes", "n-1", None, {"spec": {"unschedulable": True}}, "application/merge-patch+json")
+    store.evict(old["metadata"]["name"], "default")
+    await settle()
+    await fleet.advance(30)
+    (pending,) = pods(store)
+    assert pending["status"]["phase"] == "Pending"
+    assert pending["status"]["conditions"][0]["reason"] == "Unschedulable"
+    assert "nodeName" not in pending["spec"]
+    annotate("")
+    await fleet.advance(10)
+    (bound,) = pods(store)
+    assert bound["metadata"]["uid"] == pending["metadata"]["uid"]
+    assert bound["spec"]["nodeName"] == "n-0"
+    assert bound["status"]["phase"] == "Running"
+
+
+async def test_dra_replacement_avoids_devices_tainted_by_a_device_taint_rule(
+    dra: tuple[Fleet, Store],
+) -> None:
+    fleet, store = dra
+    (old,) = pods(store)
+    claim_name = old["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    store.create(
+        "devicetaintrules.resource.k8s.io",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": "quarantine-n-0-gpu-1"},
+            "spec": {
+                "deviceSelector": {"driver": "gpu.nvidia.com", "pool": "n-0", "device": "gpu-1"},
+                "taint": {"key": "gpuhealth.io/quarantine", "value": "xid-79", "effect": "NoSchedule"},
+            },
+        },
+    )
+    store.delete("pods", old["metadata"]["name"], "default")
+    await settle()
+    claims = store.list("resourceclaims.resource.k8s.io")[0]
+    assert claim_name not in [c["metadata"]["name"] for c in claims]
+    await fleet.advance(6)
+    (new,) = pods(store)
+    assert new["spec"]["nodeName"] == "n-1"
+    claim = store.get(
+        "resourceclaims.resource.k8s.io",
+        new["status"]["resourceClaimStatuses"][0]["resourceClaimName"],
+        "default",
+    )
+    assert [r["pool"] for r in claim["status"]["allocation"]["devices"]["results"]] == ["n-1", "n-1"]
+    assert claim["status"]["reservedFor"][0]["uid"] == new["metadata"]["uid"]
