@@ -30,7 +30,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from exporter.snapshot import Allocation, DeviceState, DriverTaint, NodeState, Snapshot
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+from exporter.exposition import MetricsRenderer
+from exporter.snapshot import Allocation, DeviceState, DriverTaint, NodeState, Snapshot, status_age
 
 NOW = 1_800_000_000.0
 GPUS_PER_NODE = 8
@@ -124,8 +127,6 @@ def _timed(fn: Any, *args: Any) -> tuple[float, Any]:
 
 
 def child_candidate(nodes: int) -> dict[str, Any]:
-    from exporter.exposition import MetricsRenderer
-
     gc.collect()
     base_rss, _ = _memory_kib()
     snapshot = build_snapshot(nodes)
@@ -161,11 +162,8 @@ def child_candidate(nodes: int) -> dict[str, Any]:
     }
 
 
-def child_baseline(nodes: int) -> dict[str, Any]:
-    from prometheus_client import CollectorRegistry, Gauge, generate_latest
-
-    gc.collect()
-    base_rss, _ = _memory_kib()
+def baseline_registry(nodes: int) -> CollectorRegistry:
+    """The fleet's series held in labelled Gauges, with the same values the renderer gives."""
     registry = CollectorRegistry()
     dev = ["node", "device"]
     health = Gauge("gpu_device_health", "h", [*dev, "status"], registry=registry)
@@ -186,7 +184,8 @@ def child_baseline(nodes: int) -> dict[str, Any]:
     for d in fleet(nodes):
         for status in ("Healthy", "Unhealthy", "Unknown"):
             health.labels(d.node, d.device, status).set(1 if status == d.health else 0)
-        age.labels(d.node, d.device).set(NOW - d.observed_at)
+        n = int(d.node.rsplit("-", 1)[1])
+        age.labels(d.node, d.device).set(status_age(d, NodeState(d.node, lease_renewed_at(n)), None, NOW))
         observed.labels(d.node, d.device).set(d.observed_at)
         version.labels(d.node, d.device).set(d.status_version)
         info.labels(d.node, d.device, d.uuid, d.driver, d.pool, d.device_name, d.resource).set(1)
@@ -196,6 +195,13 @@ def child_baseline(nodes: int) -> dict[str, Any]:
             taint.labels(d.node, d.device, t.key, t.effect).set(1)
     for n in range(nodes):
         lease.labels(f"gpu-node-{n:05d}").set(NOW - lease_renewed_at(n))
+    return registry
+
+
+def child_baseline(nodes: int) -> dict[str, Any]:
+    gc.collect()
+    base_rss, _ = _memory_kib()
+    registry = baseline_registry(nodes)
     gc.collect()
     held_rss, _ = _memory_kib()
     elapsed, body = _timed(generate_latest, registry)
