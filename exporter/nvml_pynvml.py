@@ -126,6 +126,8 @@ class PynvmlSource:
             return False
         self._started = True
         self._stop.clear()
+        # A restart after close() finds the devices anew (handles are void after shutdown).
+        self._devices, self._by_handle, self._registered = [], {}, 0
         try:
             self._event_set = pynvml.nvmlEventSetCreate()
         except pynvml.NVMLError as exc:

@@ -353,6 +353,18 @@ def test_close_stops_the_thread_frees_the_set_and_shuts_down_once(nvml: FakeNvml
     assert src.read() == []
 
 
+def test_start_after_close_finds_the_devices_anew(nvml: FakeNvml) -> None:
+    src = PynvmlSource(FAST)
+    src.start()
+    src.close()
+    assert src.start() is True
+    try:
+        assert [r.uuid for r in src.read()] == ["GPU-0000", "GPU-0001"]
+    finally:
+        src.close()
+    assert nvml.calls.count("init") == nvml.calls.count("shutdown") == 2
+
+
 def test_real_handles_are_matched_by_address() -> None:
     device = pynvml.struct_c_nvmlDevice_t()
     first, second = ctypes.pointer(device), ctypes.pointer(device)
