@@ -1,0 +1,218 @@
+"""Rendering the rules from rules/config.yaml, validating the config, and the runbooks.
+
+Aspects covered: the committed files match a fresh render (and `render --check` says so,
+or shows the difference); the shipped config equals the settings' defaults; bad values are
+refused with an error naming the key; every alert carries severity, action, summary,
+description and a runbook_url whose anchor is a section of docs/runbooks.md.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuhealth.cli import main
+from rules.render import (
+    DEFAULT_CONFIG,
+    OUTPUTS,
+    ConfigError,
+    Duration,
+    Settings,
+    compare_files,
+    load_config,
+    parse_config,
+    render,
+    runbook_anchor,
+    write_files,
+)
+from tests.rules.support import PROMETHEUS_DIR, RULES_DIR, RUNBOOKS
+
+
+def test_committed_files_match_a_fresh_render() -> None:
+    problems = compare_files(render(load_config(DEFAULT_CONFIG)), RULES_DIR)
+    assert not problems, "run `gpuhealth rules render` and commit:\n" + "\n".join(problems)
+
+
+def test_shipped_config_equals_the_defaults() -> None:
+    assert load_config(DEFAULT_CONFIG) == Settings()
+
+
+def test_render_check_passes_on_fresh_output_and_reports_drift(tmp_path: Path, capsys: Any) -> None:
+    assert main(["rules", "render", "--out", str(tmp_path), "--check"]) == 1
+    assert "missing" in capsys.readouterr().err
+
+    assert main(["rules", "render", "--out", str(tmp_path)]) == 0
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.yaml")) == sorted(OUTPUTS.values())
+    assert main(["rules", "render", "--out", str(tmp_path), "--check"]) == 0
+
+    device_rules = tmp_path / "prometheus" / "gpu-device.yaml"
+    device_rules.write_text(device_rules.read_text().replace("for: 5m", "for: 10m"))
+    capsys.readouterr()
+    assert main(["rules", "render", "--out", str(tmp_path), "--check"]) == 1
+    err = capsys.readouterr().err
+    assert "prometheus/gpu-device.yaml: 2 line(s) differ" in err
+    assert "-        for: 10m" in err and "+        for: 5m" in err
+
+
+def test_render_reports_an_invalid_config_with_exit_code_2(tmp_path: Path, capsys: Any) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("device:\n  fatal_xids: [79, 13]\n")
+    assert main(["rules", "render", "--config", str(config), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "device.fatal_xids[1]: XID 13 is an application error" in err
+    assert not (tmp_path / "prometheus").exists()
+
+
+def test_a_custom_config_changes_the_rules() -> None:
+    settings = parse_config(
+        {
+            "selectors": {"exporter_job": "gpu-exp"},
+            "device": {"unknown_tolerance": "10m", "fatal_xids": [79, 109]},
+            "runbook_base_url": "https://runbooks.example/gpu",
+        }
+    )
+    device = render(settings)["prometheus/gpu-device.yaml"]
+    assert 'xid=~"79|109"' in device
+    assert 'job="gpu-exp"' in device and 'job="gpuhealth-exporter"' not in device
+    rules = {r.get("alert"): r for g in yaml.safe_load(device)["groups"] for r in g["rules"]}
+    assert rules["GPUDeviceUnknownExpired"]["for"] == "10m"
+    assert rules["GPUDeviceUnknownExpired"]["annotations"]["runbook_url"] == (
+        "https://runbooks.example/gpu#gpudeviceunknownexpired"
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"device": {"fatal_xids": [48, 31]}}, "device.fatal_xids[1]: XID 31 is an application error"),
+        ({"device": {"fatal_xids": [48, 48]}}, "device.fatal_xids[1]: XID 48 is listed twice"),
+        ({"device": {"fatal_xids": []}}, "device.fatal_xids: empty"),
+        ({"device": {"fatal_xids": ["79"]}}, "device.fatal_xids[0]: expected a whole number"),
+        ({"device": {"heartbeat_limit": "2 minutes"}}, "heartbeat_limit: '2 minutes' is not a duration"),
+        ({"device": {"heartbeat_limit": 120}}, "device.heartbeat_limit: write a unit"),
+        ({"device": {"unknown_for": "5m"}}, "device.unknown_for (5m) must be shorter than device.unknown_"),
+        ({"device": {"flapping_episodes": 1}}, "device.flapping_episodes: 1 is below 2"),
+        ({"device": {"flapping_window": "5m"}}, "device.flapping_window (5m) must be longer"),
+        ({"device": {"heartbeat_limt": "2m"}}, "device: unknown key(s) heartbeat_limt"),
+        ({"devices": {}}, "unknown key(s) devices"),
+        ({"node": {"unreachable_for": "2m"}}, "node.unreachable_for (2m40s) must be shorter"),
+        ({"fleet": {"unknown_storm_fraction": 1.5}}, "unknown_storm_fraction: 1.5 is not between 0 and 1"),
+        ({"fleet": {"unknown_storm_for": "5m"}}, "fleet.unknown_storm_for (5m) must be shorter"),
+        ({"selectors": {"exporter_job": 'x"} or vector(1) #'}}, "selectors.exporter_job"),
+        ({"alertmanager": {"responder_url": "127.0.0.1:8080/webhook"}}, "alertmanager.responder_url"),
+        ({"alertmanager": {"responder_credentials_file": "token"}}, "must be an absolute path"),
+        (
+            {"alertmanager": {"tenants": [{"namespace": "Team_A", "url": "http://x/y"}]}},
+            "alertmanager.tenants[0].namespace: 'Team_A' is not a namespace name",
+        ),
+        ({"alertmanager": {"tenants": [{"namespace": "a"}]}}, "alertmanager.tenants[0].url: required"),
+        ({"runbook_base_url": "https://x.example/r.md#top"}, "runbook_base_url: must not hold an anchor"),
+        ({"evaluation_interval": "0s"}, "evaluation_interval: must be longer than 0s"),
+        (["not", "a", "mapping"], "config: expected a mapping"),
+    ],
+)
+def test_bad_config_values_are_refused_with_the_key_named(data: Any, message: str) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        parse_config(data)
+    assert message in str(excinfo.value)
+
+
+def test_load_config_names_the_file_on_bad_yaml_and_missing_files(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("device: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: not valid YAML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match=r"absent\.yaml: cannot read"):
+        load_config(tmp_path / "absent.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds", "rendered"),
+    [
+        ("30s", 30, "30s"),
+        ("2m", 120, "2m"),
+        ("1h30m", 5400, "1h30m"),
+        ("1d", 86400, "24h"),
+        ("90s", 90, "1m30s"),
+    ],
+)
+def test_durations_parse_and_render_in_prometheus_syntax(text: str, seconds: int, rendered: str) -> None:
+    duration = Duration.parse(text, "k")
+    assert duration.seconds == seconds
+    assert str(duration) == rendered
+
+
+def _alerts() -> list[dict[str, Any]]:
+    alerts: list[dict[str, Any]] = []
+    for path in sorted(PROMETHEUS_DIR.glob("*.yaml")):
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            alerts += [rule for rule in group["rules"] if "alert" in rule]
+    return alerts
+
+
+def _github_anchor(heading: str) -> str:
+    """The anchor GitHub derives from a Markdown heading."""
+    slug = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return slug.replace(" ", "-")
+
+
+def test_every_alert_has_labels_annotations_and_a_runbook_section() -> None:
+    headings = re.finditer(r"^## (.+)$", RUNBOOKS.read_text(), flags=re.MULTILINE)
+    sections = {_github_anchor(m.group(1)) for m in headings}
+    settings = load_config(DEFAULT_CONFIG)
+    alerts = _alerts()
+    assert len(alerts) == 16
+    for alert in alerts:
+        name = alert["alert"]
+        assert re.fullmatch(r"GPU(Device|Node|Fleet|Health)[A-Z][A-Za-z]+", name), name
+        assert alert["labels"]["severity"] in ("critical", "warning"), name
+        assert alert["labels"]["action"] in ("quarantine", "restrict", "none"), name
+        annotations = alert["annotations"]
+        assert annotations["summary"] and annotations["description"], name
+        url = annotations["runbook_url"]
+        assert url == f"{settings.runbook_base_url}#{runbook_anchor(name)}", name
+        assert url.split("#", 1)[1] in sections, f"{name}: docs/runbooks.md has no section for #{url}"
+
+
+def test_device_alerts_carry_node_and_device_and_the_issue_contract() -> None:
+    contract = {
+        "GPUDeviceUnhealthy": ("critical", "quarantine"),
+        "GPUDeviceUnknown": ("warning", "none"),
+        "GPUDeviceUnknownExpired": ("critical", "restrict"),
+        "GPUDeviceStatusStale": ("warning", "none"),
+        "GPUDeviceUnknownFlapping": ("warning", "restrict"),
+        "GPUDeviceFatalXid": ("critical", "quarantine"),
+        "GPUDeviceEccUncorrectable": ("critical", "quarantine"),
+        "GPUDeviceRowRemapFailure": ("critical", "quarantine"),
+        "GPUNodeUnreachable": ("warning", "none"),
+        "GPUFleetUnknownStorm": ("critical", "none"),
+    }
+    alerts = {a["alert"]: a for a in _alerts()}
+    for name, (severity, action) in contract.items():
+        labels = alerts[name]["labels"]
+        assert (labels["severity"], labels["action"]) == (severity, action), name
+    for name in ("GPUHealthExporterDown", "GPUHealthResponderDown", "GPUHealthWebhookFailing"):
+        assert name in alerts
+    for name in ("GPUHealthBreakerTripped", "GPUDeviceQuarantineStuck", "GPUDeviceMigrationFailed"):
+        assert name in alerts
+    # Per-device alerts join identity labels and so keep node and device.
+    for name in [n for n in contract if n.startswith("GPUDevice")] + ["GPUDeviceQuarantineStuck"]:
+        assert "on (node, device) group_left (driver, pool, device_name)" in alerts[name]["expr"], name
+
+
+def test_application_xids_are_never_in_the_rendered_rules() -> None:
+    device = (PROMETHEUS_DIR / "gpu-device.yaml").read_text()
+    (regex,) = set(re.findall(r'xid=~"([^"]+)"', device))
+    xids = {int(x) for x in regex.split("|")}
+    assert xids.isdisjoint({13, 31, 43, 45, 68})
+    assert {48, 62, 64, 74, 79, 95, 119, 120} <= xids
+
+
+def test_write_files_creates_the_output_tree(tmp_path: Path) -> None:
+    written = write_files({"prometheus/a.yaml": "x: 1\n"}, tmp_path / "out")
+    assert written == [tmp_path / "out" / "prometheus" / "a.yaml"]
+    assert written[0].read_text() == "x: 1\n"
