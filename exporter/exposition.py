@@ -5,7 +5,7 @@ each value is derived from the snapshot. It is pure (no I/O, no clock reads): th
 passes the snapshot and the time to render at.
 
 Why not prometheus_client collectors: a cluster-mode exporter renders 80,000 devices
-(about half a million series) per scrape, and building `Metric`/`Sample` objects for each
+(about 650,000 series) per scrape, and building `Metric`/`Sample` objects for each
 costs seconds and hundreds of MB. Instead, everything about a device that is constant
 while its `DeviceState` stays the same (escaped label sets, the three health lines, the
 info and allocation lines) is rendered once and cached across snapshot swaps; a scrape
