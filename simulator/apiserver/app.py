@@ -334,7 +334,7 @@ async def _serve(request: web.Request, target: Target) -> web.StreamResponse:
         if method == "GET":
             if _truthy(request.query.get("watch")):
                 return await _watch(request, target)
-            return _list(request, target)
+            return await _list(request, target)
         if method == "POST":
             return await _create(request, target)
         if method == "DELETE":
@@ -409,7 +409,7 @@ def _int_param(request: web.Request, name: str) -> int | None:
     return number
 
 
-def _list(request: web.Request, target: Target) -> web.Response:
+async def _list(request: web.Request, target: Target) -> web.StreamResponse:
     store = request.app[STORE]
     info = target.info
     entries, rv = store.list_entries(
@@ -434,8 +434,28 @@ def _list(request: web.Request, target: Target) -> web.Response:
     head = orjson.dumps(
         {"kind": info.list_kind(), "apiVersion": info.api_version(target.version), "metadata": meta}
     )
-    body = b"".join((head[:-1], b',"items":[', b",".join(_versioned(e.data, target) for e in entries), b"]}"))
-    return _raw(body)
+    head = head[:-1] + b',"items":['
+    chunk_bytes = request.app[SETTINGS].write_buffer_bytes
+    if len(entries) * 2048 < chunk_bytes:
+        return _raw(b"".join((head, b",".join(_versioned(e.data, target) for e in entries), b"]}")))
+    # Big lists are streamed in chunks: neither a joined copy of the whole body nor a transport
+    # buffer holding all of it (a 80,000-pod list is about 160 MiB of JSON).
+    response = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    parts: list[bytes] = [head]
+    size = len(head)
+    for index, entry in enumerate(entries):
+        data = _versioned(entry.data, target)
+        parts.append(b"," + data if index else data)
+        size += len(data) + 1
+        if size >= chunk_bytes:
+            await response.write(b"".join(parts))
+            parts, size = [], 0
+    parts.append(b"]}")
+    await response.write(b"".join(parts))
+    await response.write_eof()
+    return response
 
 
 async def _watch(request: web.Request, target: Target) -> web.StreamResponse:
