@@ -208,7 +208,7 @@ class Fleet:
     # ------------------------------------------------------------------ time
 
     def now(self) -> float:
-        """Simulated seconds since the fleet was created."""
+        """Simulated seconds since the fleet finished building (its timeline's zero)."""
         return (self.clock.monotonic() - self._mono0) * self.speed
 
     def wall(self) -> float:
@@ -331,6 +331,13 @@ class Fleet:
             if written % _BATCH == 0:
                 await asyncio.sleep(0)
         self._update_jobs()
+        # Simulated time starts once the fleet stands: building 10,000 nodes takes seconds.
+        self._mono0 = self.clock.monotonic()
+        for node in self.nodes.values():
+            node.renewed_at = 0.0
+        for pod in self.pods.values():
+            if pod.workload.complete_after is not None:
+                self._at(pod.workload.complete_after, self._complete_pod, pod)
         self._schedule_periodic()
         for fault in sc.timeline:
             self._at(fault.at, self._apply_timeline_fault, fault)
@@ -395,8 +402,6 @@ class Fleet:
         self._create_pod_objects(pod, node, wall)
         node.pods.append(pod)
         self.pods[pod.key] = pod
-        if workload.complete_after is not None:
-            self._at(self.now() + workload.complete_after, self._complete_pod, pod)
         return pod
 
     def _put_pod(self, pod_obj: dict[str, Any], bind_existing: bool) -> dict[str, Any]:
@@ -633,8 +638,8 @@ class Fleet:
         try:
             self.store.mutate("pods", pod.name, pod.namespace, fn, subresource="status")
         except ApiError as exc:
-            if exc.code == 404:
-                self._forget_pod(pod)
+            if exc.code == 404:  # deleted through the API before the watch told us
+                self.pod_deleted(pod.namespace, pod.name)
                 return False
             raise
         return True
