@@ -255,3 +255,11 @@ def test_a_good_file_with_one_field_replaced_by_junk_never_crashes(path: tuple[A
         target = target[part]
     target[path[-1]] = junk
     _only_scenario_errors(parse_text, yaml.safe_dump(data), "mutated.yaml")
+
+
+def test_the_format_example_in_the_docs_is_a_valid_scenario() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "scenarios.md").read_text()
+    example = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
+    scenario = parse_text(example, "docs/scenarios.md")
+    assert scenario.name == "my-fleet"
+    assert [f.kind for f in scenario.timeline] == ["device-unhealthy"]
