@@ -3,18 +3,22 @@
 Aspects: labelSelector with every operator (both sides: matching and not); fieldSelector on
 metadata.name, metadata.namespace, spec.nodeName and status.phase with = / == / !=; an
 unsupported field or a malformed selector is 400; the list carries the cluster resourceVersion;
-limit/continue pages cover every item once; lists across namespaces; resource.k8s.io served at
+limit/continue pages cover every item once; big lists are streamed whole;
+deletecollection honours selectors; lists across namespaces; resource.k8s.io served at
 v1 and v1beta2 from one storage.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
+if TYPE_CHECKING:
+    from tests.simulator.conftest import ServedCluster
 
 pytestmark = pytest.mark.integration
 
@@ -136,3 +140,29 @@ def test_resource_api_serves_v1_and_v1beta2_from_one_storage(api: client.ApiClie
     assert from_beta.items[0].api_version == "resource.k8s.io/v1beta2"
     assert v1.read_resource_slice("n1-gpu.nvidia.com").api_version == "resource.k8s.io/v1"
     assert v1.list_resource_slice(field_selector="spec.driver=other").items == []
+
+
+def test_big_lists_are_streamed_whole(cluster: ServedCluster, api: client.ApiClient) -> None:
+    def fill() -> None:
+        for i in range(400):
+            cluster.store.create(
+                "configmaps",
+                {"metadata": {"name": f"cm-{i:03d}", "namespace": "default"}, "data": {"k": "v" * 64}},
+                validate=False,
+            )
+
+    cluster.call(fill)
+    core = client.CoreV1Api(api)
+    listed = core.list_namespaced_config_map("default")
+    assert [c.metadata.name for c in listed.items] == [f"cm-{i:03d}" for i in range(400)]
+    paged = core.list_namespaced_config_map("default", limit=350)
+    assert len(paged.items) == 350 and paged.metadata.remaining_item_count == 50
+
+
+def test_delete_collection_by_label(api: client.ApiClient) -> None:
+    core = client.CoreV1Api(api)
+    for name, team in (("a", "x"), ("b", "x"), ("c", "y")):
+        meta = client.V1ObjectMeta(name=name, labels={"team": team})
+        core.create_namespaced_config_map("default", client.V1ConfigMap(metadata=meta))
+    core.delete_collection_namespaced_config_map("default", label_selector="team=x")
+    assert [c.metadata.name for c in core.list_namespaced_config_map("default").items] == ["c"]
