@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuhealth.clock import Clock, ManualClock
+from simulator.apiserver.errors import ApiError
 from simulator.fleet import objects
 from simulator.fleet.health import (
     HEALTHY,
@@ -170,6 +171,9 @@ FleetEvent = FaultApplied | DeviceHealthChanged | NodeChanged
 
 class Fleet:
     """Simulated nodes with their kubelets, GPUs and drivers, writing into `store`."""
+
+    replacement_delay = 5.0
+    """Simulated seconds from a pod's deletion to its replacement's creation (controller + scheduler)."""
 
     def __init__(
         self,
@@ -344,8 +348,6 @@ class Fleet:
         self._wakeup.set()
 
     def _create_ignore_exists(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
-        from simulator.apiserver.errors import ApiError
-
         try:
             return self.store.create(
                 resource, obj, namespace=obj["metadata"].get("namespace"), validate=False
@@ -422,78 +424,58 @@ class Fleet:
     def _create_pod_objects(
         self, pod: SimPod, node: SimNode, wall: float, bind_existing: bool = False
     ) -> None:
+        """Write the pod (and, on DRA, its claim) as scheduler, controllers and kubelet would."""
         workload = pod.workload
-        dra = node.is_dra
-        if dra:
-            pod.claim_name = f"{pod.name}-gpus-{objects.suffix(self._rng)}"
-            if workload.dra_claim == "direct":
-                pod.claim_name = f"{pod.name}-gpus"
-                claim = self.store.create(
-                    "resourceclaims.resource.k8s.io",
-                    objects.resource_claim(
-                        name=pod.claim_name,
-                        namespace=pod.namespace,
-                        gpus=len(pod.slots),
-                        owner=None,
-                        template=None,
-                    ),
-                    namespace=pod.namespace,
-                    validate=False,
-                )
-                pod.claim_uid = claim["metadata"]["uid"]
-        pod_obj = objects.pod(
-            name=pod.name,
-            workload=workload,
-            node_name=node.name,
-            gpus=len(pod.slots),
-            dra=dra,
-            claim_name=pod.claim_name,
-            job_uid=self._job_uids.get((pod.namespace, workload.name)),
-        )
-        if not dra:
+        job_uid = self._job_uids.get((pod.namespace, workload.name))
+        if not node.is_dra:
+            pod_obj = objects.pod(
+                name=pod.name, workload=workload, node_name=node.name, gpus=len(pod.slots),
+                dra=False, claim_name=None, job_uid=job_uid,
+            )  # fmt: skip
             rows = self._render(pod, node, self.now())
             pod_obj["status"] = self._pod_status(pod, node, pod_obj, rows, None, wall)
             pod.uid = self._put_pod(pod_obj, bind_existing)["metadata"]["uid"]
             pod.written = rows
             return
+        claims = "resourceclaims.resource.k8s.io"
+        template = workload.dra_claim == "template"
+        if template:
+            pod.claim_name = f"{pod.name}-gpus-{objects.suffix(self._rng)}"
+        else:
+            # A claim created up front (by the workload's owner), referenced by name.
+            pod.claim_name = f"{pod.name}-gpus"
+            claim = objects.resource_claim(
+                name=pod.claim_name, namespace=pod.namespace, gpus=len(pod.slots), owner=None, template=None
+            )
+            pod.claim_uid = self.store.create(claims, claim, validate=False)["metadata"]["uid"]
+        pod_obj = objects.pod(
+            name=pod.name, workload=workload, node_name=node.name, gpus=len(pod.slots),
+            dra=True, claim_name=pod.claim_name, job_uid=job_uid,
+        )  # fmt: skip
         pod_obj["status"] = {"phase": "Pending"}
         pod.uid = self._put_pod(pod_obj, bind_existing)["metadata"]["uid"]
         claim_statuses = None
-        if dra:
-            assert pod.claim_name is not None
-            if workload.dra_claim == "template":
-                owner = {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "name": pod.name,
-                    "uid": pod.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-                claim = self.store.create(
-                    "resourceclaims.resource.k8s.io",
-                    objects.resource_claim(
-                        name=pod.claim_name,
-                        namespace=pod.namespace,
-                        gpus=len(pod.slots),
-                        owner=owner,
-                        template=f"{workload.name}-gpus",
-                    ),
-                    namespace=pod.namespace,
-                    validate=False,
-                )
-                pod.claim_uid = claim["metadata"]["uid"]
-                claim_statuses = [{"name": "gpus", "resourceClaimName": pod.claim_name}]
-            self._write_status(
-                "resourceclaims.resource.k8s.io",
-                pod.claim_name,
-                pod.namespace,
-                objects.claim_status(node.name, [f"gpu-{s.gpu}" for s in pod.slots], pod.name, pod.uid),
+        if template:
+            # The resource claim controller generates the claim, owned by the pod.
+            owner = {
+                "apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid,
+                "controller": True, "blockOwnerDeletion": True,
+            }  # fmt: skip
+            claim = objects.resource_claim(
+                name=pod.claim_name,
+                namespace=pod.namespace,
+                gpus=len(pod.slots),
+                owner=owner,
+                template=f"{workload.name}-gpus",
             )
+            pod.claim_uid = self.store.create(claims, claim, validate=False)["metadata"]["uid"]
+            claim_statuses = [{"name": "gpus", "resourceClaimName": pod.claim_name}]
+        # The scheduler allocates the devices and reserves the claim for the pod.
+        allocation = objects.claim_status(node.name, [f"gpu-{s.gpu}" for s in pod.slots], pod.name, pod.uid)
+        self._write_status(claims, pod.claim_name, pod.namespace, allocation)
         rows = self._render(pod, node, self.now())
-        self._write_status(
-            "pods", pod.name, pod.namespace, self._pod_status(pod, node, pod_obj, rows, claim_statuses, wall)
-        )
+        status = self._pod_status(pod, node, pod_obj, rows, claim_statuses, wall)
+        self._write_status("pods", pod.name, pod.namespace, status)
         pod.written = rows
 
     def _pod_status(
@@ -581,7 +563,14 @@ class Fleet:
             obj["spec"]["holderIdentity"] = node.name
             return obj
 
-        self.store.mutate("leases.coordination.k8s.io", node.name, "kube-node-lease", fn)
+        try:
+            self.store.mutate("leases.coordination.k8s.io", node.name, "kube-node-lease", fn)
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+            # Someone deleted the Lease: the kubelet creates it again, as a real one does.
+            lease = objects.lease(node.name, self.wall(), self.settings.lease_duration_seconds)
+            self.store.create("leases.coordination.k8s.io", lease, validate=False)
         node.renewed_at = self.now()
 
     def _node_monitor(self, node: SimNode) -> None:
@@ -617,24 +606,34 @@ class Fleet:
         self._emit(NodeChanged(self.now(), self.wall(), node.name, "Ready=Unknown (lease not renewed)"))
 
     def _set_pod_ready(self, pod: SimPod, ready: bool) -> None:
-        value = "True" if ready else "False"
+        if self._mutate_pod(pod, self._status_update(ready, None)):
+            pod.ready = ready
+
+    def _status_update(
+        self, ready: bool | None, allocated: list[dict[str, Any]] | None
+    ) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """One pod status write: readiness (when given) and allocatedResourcesStatus (when given)."""
         ts = objects.rfc3339(self.wall())
 
         def fn(obj: dict[str, Any]) -> dict[str, Any]:
-            for cond in obj["status"].get("conditions", []):
-                if cond.get("type") in ("Ready", "ContainersReady") and cond.get("status") != value:
-                    cond["status"] = value
-                    cond["lastTransitionTime"] = ts
-            for cs in obj["status"].get("containerStatuses", []):
-                cs["ready"] = ready
+            status = obj["status"]
+            if ready is not None:
+                value = "True" if ready else "False"
+                for cond in status.get("conditions", []):
+                    if cond.get("type") in ("Ready", "ContainersReady") and cond.get("status") != value:
+                        cond["status"] = value
+                        cond["lastTransitionTime"] = ts
+            for cs in status.get("containerStatuses", []):
+                if ready is not None:
+                    cs["ready"] = ready
+                # Only regular containers get allocatedResourcesStatus; init containers never do.
+                if allocated is not None:
+                    cs["allocatedResourcesStatus"] = allocated
             return obj
 
-        self._mutate_pod(pod, fn)
-        pod.ready = ready
+        return fn
 
     def _mutate_pod(self, pod: SimPod, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> bool:
-        from simulator.apiserver.errors import ApiError
-
         try:
             self.store.mutate("pods", pod.name, pod.namespace, fn, subresource="status")
         except ApiError as exc:
@@ -677,20 +676,12 @@ class Fleet:
             if pod.terminated:
                 continue  # the kubelet stops updating pods that finished
             rows = self._render(pod, node, now)
-            if not pod.ready:
-                self._set_pod_ready(pod, True)
-            if rows == pod.written:
+            if rows == pod.written and pod.ready:
                 continue
-            allocated = self._allocated_status(pod, rows)
-
-            def fn(obj: dict[str, Any], allocated: list[dict[str, Any]] = allocated) -> dict[str, Any]:
-                # Only regular containers get allocatedResourcesStatus; init containers never do.
-                for cs in obj["status"].get("containerStatuses", []):
-                    cs["allocatedResourcesStatus"] = allocated
-                return obj
-
-            if not self._mutate_pod(pod, fn):
+            allocated = self._allocated_status(pod, rows) if rows != pod.written else None
+            if not self._mutate_pod(pod, self._status_update(None if pod.ready else True, allocated)):
                 continue
+            pod.ready = True
             for slot, before, after in zip(pod.slots, pod.written, rows, strict=False):
                 if before[1] != after[1]:
                     entry = changes.setdefault(slot.gpu, (before[1], after[1], after[2], []))
@@ -829,16 +820,11 @@ class Fleet:
             return
         self._forget_pod(pod)
         if pod.claim_name is not None:
-            from simulator.apiserver.errors import ApiError
-
             with contextlib.suppress(ApiError):
                 self.store.delete("resourceclaims.resource.k8s.io", pod.claim_name, namespace)
         if not pod.terminated:
             self._at(self.now() + self.replacement_delay, self._replace, pod.workload)
         self._update_jobs()
-
-    replacement_delay = 5.0
-    """Simulated seconds from a pod's deletion to its replacement's creation (controller + scheduler)."""
 
     def _replace(self, workload: Workload) -> None:
         name = objects.pod_name(workload, 0, self._rng)

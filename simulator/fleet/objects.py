@@ -322,7 +322,7 @@ def pod(
         ],
     }
     if dra:
-        if workload.dra_claim == "template":
+        if workload.dra_claim == "template" or claim_name is None:
             spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": f"{workload.name}-gpus"}]
         else:
             spec["resourceClaims"] = [{"name": "gpus", "resourceClaimName": claim_name}]
