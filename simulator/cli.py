@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import signal
 import sys
 from datetime import UTC, datetime
@@ -64,10 +65,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     try:
         parse_listen(args.listen)
-        if not args.speed > 0:
-            raise ValueError("--speed must be greater than zero")
-        if args.duration is not None and not args.duration >= 0:
-            raise ValueError("--duration must not be negative")
+        if not (args.speed > 0 and math.isfinite(args.speed)):
+            raise ValueError("--speed must be a finite number greater than zero")
+        if args.duration is not None and not (args.duration >= 0 and math.isfinite(args.duration)):
+            raise ValueError("--duration must be a finite number of simulated seconds, not negative")
         token = None
         if args.token_file:
             token = Path(args.token_file).read_text().strip()
