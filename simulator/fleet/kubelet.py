@@ -35,7 +35,7 @@ from simulator.fleet.health import (
     device_plugin_health,
     dra_health,
 )
-from simulator.fleet.placement import PodPlacement, Slot, place_workloads
+from simulator.fleet.placement import PodPlacement, Slot, eligible, place_workloads
 from simulator.scenario import DEVICE_PLUGIN, DRA, GPU_RESOURCE, Fault, NodeGroup, Scenario, Workload
 
 if TYPE_CHECKING:
@@ -316,7 +316,13 @@ class Fleet:
                 written += 1
                 if written % _BATCH == 0:
                     await asyncio.sleep(0)
+        if any(g.path == DRA for g in sc.fleet):
+            self._create_ignore_exists("deviceclasses.resource.k8s.io", objects.device_class())
         for workload in sc.workloads:
+            if any(eligible(workload, g) and g.path == DRA for g in sc.fleet):
+                self._create_ignore_exists(
+                    "resourceclaimtemplates.resource.k8s.io", objects.resource_claim_template(workload)
+                )
             if workload.kind == "Job":
                 template = objects.pod(
                     name="template",
@@ -872,8 +878,6 @@ class Fleet:
 
     def _find_devices(self, workload: Workload) -> tuple[SimNode, tuple[Slot, ...]] | None:
         """First node with enough usable free slots: what the scheduler (and its filters) would pick."""
-        from simulator.fleet.placement import eligible
-
         rules: list[dict[str, Any]] | None = None
         for node in self.nodes.values():
             if len(node.free) < workload.gpus_per_pod or not eligible(workload, node.group):

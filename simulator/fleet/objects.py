@@ -492,6 +492,37 @@ def schedulable(node_obj: dict[str, Any]) -> bool:
     )
 
 
+def device_class() -> dict[str, Any]:
+    """The DeviceClass the NVIDIA DRA driver installs for whole GPUs."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": DRA_DRIVER},
+        "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRA_DRIVER}'"}}]},
+    }
+
+
+def resource_claim_template(workload: Workload) -> dict[str, Any]:
+    """`<workload>-gpus`: what the workload's pods reference with resourceClaimTemplateName."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": f"{workload.name}-gpus", "namespace": workload.namespace},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpus",
+                            "exactly": {"deviceClassName": DRA_DRIVER, "count": workload.gpus_per_pod},
+                        }
+                    ]
+                }
+            }
+        },
+    }
+
+
 def resource_claim(
     *, name: str, namespace: str, gpus: int, owner: dict[str, Any] | None, template: str | None
 ) -> dict[str, Any]:

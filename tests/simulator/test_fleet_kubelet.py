@@ -282,6 +282,8 @@ KINDS = [
     "resourceslices.resource.k8s.io",
     "resourceclaims.resource.k8s.io",
     "jobs.batch",
+    "deviceclasses.resource.k8s.io",
+    "resourceclaimtemplates.resource.k8s.io",
 ]
 
 
