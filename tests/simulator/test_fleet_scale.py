@@ -1,7 +1,7 @@
 """The 10,000-node x 8-GPU fleet (`fleet-10k`): memory and listing through the official client.
 
-Aspects: the fleet builds in-process and, after five simulated minutes of Lease renewals and
-status syncs (the watch log full of events), the process stays under 2 GiB; the official
+Aspects: the fleet builds in-process and, after 210 simulated seconds of Lease renewals and
+status syncs (the store's watch log full of events), the process stays under 2 GiB; the official
 client lists all 15,000 pods and 10,000 nodes over HTTP. Figures are printed (run with -s).
 """
 
@@ -32,7 +32,7 @@ def rss_bytes() -> int:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
-async def test_fleet_10k_builds_and_runs_five_minutes_under_2_gib() -> None:
+async def test_fleet_10k_builds_and_runs_with_a_full_watch_log_under_2_gib() -> None:
     scenario = resolve("fleet-10k")
     clock = ManualClock()
     store = Store(clock)
@@ -45,13 +45,13 @@ async def test_fleet_10k_builds_and_runs_five_minutes_under_2_gib() -> None:
     assert sum(len(n.gpus) for n in fleet.nodes.values()) == 80_000
     assert len(fleet.pods) == 15_000
     started = time.perf_counter()
-    await fleet.advance(300)
+    await fleet.advance(210)  # 1,000 Lease renewals a second fill the 200,000-event watch log
     ran = time.perf_counter() - started
     rss_ran = rss_bytes()
     done, total = fleet.timeline_progress()
     print(
         f"\nfleet-10k: built in {built:.1f} s, RSS {rss_built / 2**20:.0f} MiB; "
-        f"300 simulated s in {ran:.1f} s, RSS {rss_ran / 2**20:.0f} MiB, "
+        f"210 simulated s in {ran:.1f} s, RSS {rss_ran / 2**20:.0f} MiB, "
         f"resourceVersion {store.resource_version}, faults {done}/{total}"
     )
     assert done == total
