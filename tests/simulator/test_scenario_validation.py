@@ -26,6 +26,7 @@ from simulator.scenario import (
     list_builtins,
     load_file,
     parse_duration,
+    parse_fault_json,
     parse_text,
     resolve,
 )
@@ -263,3 +264,29 @@ def test_the_format_example_in_the_docs_is_a_valid_scenario() -> None:
     scenario = parse_text(example, "docs/scenarios.md")
     assert scenario.name == "my-fleet"
     assert [f.kind for f in scenario.timeline] == ["device-unhealthy"]
+
+
+SMALL = parse_text(GOOD, "good.yaml")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    json_values
+    | st.fixed_dictionaries(
+        {"fault": st.sampled_from(["xid", "flap", "recover", "ecc"])},
+        optional={
+            "device": json_values,
+            "node": json_values,
+            "xid": json_values,
+            "times": json_values,
+            "period": json_values,
+            "at": json_values,
+        },
+    )
+)
+def test_random_injected_faults_are_faults_or_scenario_errors(value: Any) -> None:
+    body = json.dumps(value).encode()
+    with contextlib.suppress(ScenarioError):
+        parse_fault_json(body, SMALL, now=0.0)
+    with pytest.raises(ScenarioError, match="not UTF-8"):
+        parse_fault_json(b"\xff\xfe", SMALL, now=0.0)
