@@ -16,7 +16,7 @@ setup: $(VENV)/.installed tools
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]' --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
 # Prometheus 2.42 (with promtool) and Alertmanager 0.25 (with amtool) from Debian.
