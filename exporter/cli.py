@@ -178,9 +178,11 @@ def _open_directory(
 def offline_metrics(dump: dict[str, list[Any]], settings: ExporterSettings, clock: Clock) -> bytes:
     """The exposition for a cluster dump (what `--from-file --once` prints)."""
     from exporter.exposition import render_metrics
+    from exporter.observer import persist
 
     store, directory = _offline_store(dump, settings, clock)
     if directory is not None:
+        persist(store, directory, force=True)
         directory.close()
     return render_metrics(store.snapshot(), clock.now())
 
@@ -202,7 +204,7 @@ def _offline_store(
 async def _serve_static(dump: dict[str, list[Any]], settings: ExporterSettings) -> None:
     from prometheus_client import CollectorRegistry
 
-    from exporter.observer import ExporterMetrics
+    from exporter.observer import ExporterMetrics, persist
     from exporter.server import create_app, start_server
 
     clock = SystemClock()
@@ -224,6 +226,7 @@ async def _serve_static(dump: dict[str, list[Any]], settings: ExporterSettings) 
     finally:
         await runner.cleanup()
         if directory is not None:
+            persist(store, directory, force=True)
             directory.close()
 
 

@@ -14,18 +14,23 @@ Owns the persistent record of device state (requirement 2 and 8 of the mission):
 
 One writer: the exporter holds an exclusive lock file beside the database; readers open
 it read-only (WAL mode lets them read while it writes). The state hands changes over as
-they happen; they are kept in memory, coalesced per key, and written in one transaction
-per `flush()`. Status changes are flushed on every call (after each batch of events);
-heartbeats, pod versions and lease times, which only move timestamps, at most every
-`heartbeat_flush_seconds`, so 80,000 devices confirmed every few seconds do not each
-cost a write. Losing those on a crash only makes the restored ages look older.
+they happen; they are kept in memory, coalesced per key, and each `flush()` hands them
+as one transaction to a writer thread (SQLite releases the GIL while it works, so the
+event loop is not held up by disk writes or WAL checkpoints). Status changes are
+flushed on every call (after each batch of events); heartbeats, pod versions and lease
+times, which only move timestamps, at most every `heartbeat_flush_seconds`, so 80,000
+devices confirmed every few seconds do not each cost a write. Losing those on a crash
+only makes the restored ages look older.
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
+import queue
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -36,6 +41,8 @@ import orjson
 from exporter.snapshot import Allocation, DeviceState, DriverTaint
 from exporter.state import DeviceKey, DeviceStateStore, ObservationRecord, PodVersion
 from gpuhealth.clock import Clock
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 
@@ -56,7 +63,6 @@ CREATE TABLE IF NOT EXISTS observations (
     pod_resource_version TEXT NOT NULL,
     UNIQUE (node, device, status_version)
 );
-CREATE INDEX IF NOT EXISTS observations_time ON observations (observed_at);
 CREATE TABLE IF NOT EXISTS devices (
     node TEXT NOT NULL,
     device TEXT NOT NULL,
@@ -164,21 +170,43 @@ def _record_from_row(row: tuple[Any, ...]) -> ObservationRecord:
     return ObservationRecord(*row)
 
 
+@dataclass(slots=True)
+class _Batch:
+    """Pending changes handed to the writer as one transaction."""
+
+    log: list[ObservationRecord]
+    devices: dict[DeviceKey, tuple[DeviceState, bool]]
+    status: dict[DeviceKey, DeviceState]
+    heartbeats: dict[DeviceKey, float] = field(default_factory=dict)
+    pods: dict[str, PodVersion | None] = field(default_factory=dict)
+    leases: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return sum(map(len, (self.log, self.devices, self.status, self.heartbeats, self.pods, self.leases)))
+
+
 class _Queries:
     """Reads shared by the writer and read-only readers."""
 
     _conn: sqlite3.Connection
 
+    def _before_read(self) -> None:
+        pass
+
     def devices(self, *, include_removed: bool = False) -> list[DeviceState]:
+        self._before_read()
         where = "" if include_removed else " WHERE removed = 0"
         rows = self._conn.execute(f"SELECT {_DEVICE_COLUMNS} FROM devices{where} ORDER BY node, device")
         return [_device_from_row(row) for row in rows]
 
     def leases(self) -> dict[str, float | None]:
+        self._before_read()
         return dict(self._conn.execute("SELECT node, lease_renewed_at FROM nodes").fetchall())
 
     def replay(self, since: float | None = None) -> Iterator[ObservationRecord]:
         """The log in the order it was written, from `since` (wall seconds) on."""
+        self._before_read()
         query = f"SELECT {_LOG_COLUMNS} FROM observations"
         params: tuple[Any, ...] = ()
         if since is not None:
@@ -188,6 +216,7 @@ class _Queries:
             yield _record_from_row(row)
 
     def load(self) -> Restored:
+        self._before_read()
         restored = Restored()
         rows = self._conn.execute(f"SELECT {_DEVICE_COLUMNS} FROM devices")
         for row in rows:
@@ -213,6 +242,7 @@ class Directory(_Queries):
         clock: Clock,
         heartbeat_flush_seconds: float = 5.0,
         on_write: Callable[[float], None] | None = None,
+        background: bool = True,
     ) -> None:
         self.path = path
         self._clock = clock
@@ -234,45 +264,64 @@ class Directory(_Queries):
         except sqlite3.Error as exc:
             self._release_lock()
             raise DirectoryError(f"{path}: cannot open the device directory: {exc}") from exc
-        self._log: list[tuple[Any, ...]] = []
+        self._log: list[ObservationRecord] = []
         self._devices: dict[DeviceKey, tuple[DeviceState, bool]] = {}
+        """Full rows to write (device, removed)."""
+        self._status: dict[DeviceKey, DeviceState] = {}
+        """Status-only updates of rows that exist."""
+        self._lazy: dict[DeviceKey, DeviceState] = {}
+        """Full rows of existing devices whose allocations moved, written on the periodic flush."""
+        self._known: set[DeviceKey] = {
+            (node, device) for node, device in self._conn.execute("SELECT node, device FROM devices")
+        }
+        """Devices that have a row (so a status change can be an UPDATE of a few columns)."""
         self._heartbeats: dict[DeviceKey, float] = {}
         self._pods: dict[str, PodVersion | None] = {}
         self._leases: dict[str, float | None] = {}
         self._last_periodic = clock.monotonic()
+        self._failed: list[_Batch] = []
+        self._queue: queue.Queue[_Batch | None] = queue.Queue()
+        self._writer: threading.Thread | None = None
+        if background:
+            self._writer = threading.Thread(target=self._run_writer, name="gpuhealth-directory", daemon=True)
+            self._writer.start()
 
     # ----- DirectorySink -----------------------------------------------------------
 
     def record_change(self, device: DeviceState, observation: ObservationRecord) -> None:
-        o = observation
-        self._log.append(
-            (
-                o.node,
-                o.device,
-                o.status_version,
-                o.observed_at,
-                o.health,
-                o.message,
-                o.namespace,
-                o.pod,
-                o.container,
-                o.resource,
-                o.claim,
-                o.pod_resource_version,
-            )
-        )
-        self._devices[(device.node, device.device)] = (device, False)
+        self._log.append(observation)
+        key = (device.node, device.device)
+        if key in self._devices or key not in self._known:
+            self._devices[key] = (device, False)
+        else:
+            # The row exists: only the status columns move (no JSON to build).
+            self._status[key] = device
+            if key in self._lazy:
+                self._lazy[key] = device
 
     def record_device(self, device: DeviceState) -> None:
-        self._devices[(device.node, device.device)] = (device, False)
+        # Allocations and identity attributes are written with the heartbeats: a relist
+        # restores them after a restart anyway, and pods come and go far more often than
+        # device statuses change.
+        key = (device.node, device.device)
+        if key in self._devices:
+            self._devices[key] = (device, False)
+        else:
+            self._lazy[key] = device
 
     def record_heartbeat(self, node: str, device: str, observed_at: float) -> None:
         self._heartbeats[(node, device)] = observed_at
 
     def record_removed(self, node: str, device: str) -> None:
         pending = self._devices.get((node, device))
+        status = self._status.pop((node, device), None)
+        lazy = self._lazy.pop((node, device), None)
+        if lazy is not None:
+            status = lazy
         if pending is not None:
             self._devices[(node, device)] = (pending[0], True)
+        elif status is not None:
+            self._devices[(node, device)] = (status, True)
         else:
             # Only the flag moves; a sentinel row that `_write` turns into an UPDATE.
             self._devices[(node, device)] = (_REMOVED, True)
@@ -292,88 +341,146 @@ class Directory(_Queries):
     @property
     def pending(self) -> int:
         return (
-            len(self._log) + len(self._devices) + len(self._heartbeats) + len(self._pods) + len(self._leases)
+            len(self._log)
+            + len(self._devices)
+            + len(self._status)
+            + len(self._lazy)
+            + len(self._heartbeats)
+            + len(self._pods)
+            + len(self._leases)
         )
 
+    def heartbeats_due(self) -> bool:
+        """Whether the next flush writes heartbeats (the state's `sync()` should run first)."""
+        return self._clock.monotonic() - self._last_periodic >= self._heartbeat_flush_seconds
+
     def flush(self, *, force: bool = False) -> int:
-        """Write what is due in one transaction; the number of rows written."""
+        """Hand what is due to the writer as one transaction; the number of rows in it.
+
+        With `background` (the default) the writer thread does the SQL: SQLite releases
+        the GIL while it works, so the event loop goes on applying events meanwhile.
+        Without it the write happens here and a failure raises DirectoryError.
+        """
         now = self._clock.monotonic()
         periodic = force or now - self._last_periodic >= self._heartbeat_flush_seconds
-        if not (self._log or self._devices or (periodic and self.pending)):
-            if periodic:
-                self._last_periodic = now
+        if periodic:
+            self._last_periodic = now
+        if not (self._log or self._devices or self._status or (periodic and self.pending)):
             return 0
+        batch = _Batch(log=self._log, devices=self._devices, status=self._status)
+        self._log, self._devices, self._status = [], {}, {}
+        self._known.update(batch.devices)
+        if periodic:
+            for key, device in self._lazy.items():
+                batch.devices.setdefault(key, (device, False))
+            batch.heartbeats, batch.pods, batch.leases = self._heartbeats, self._pods, self._leases
+            self._lazy, self._heartbeats, self._pods, self._leases = {}, {}, {}, {}
+        if self._writer is None:
+            self._write(batch)
+        else:
+            self._queue.put(batch)
+        return batch.rows
+
+    def wait(self) -> None:
+        """Until every handed-over batch is written (reads and tests call this)."""
+        if self._writer is not None:
+            self._queue.join()
+
+    def _before_read(self) -> None:
+        self.wait()
+
+    def _run_writer(self) -> None:
+        while True:
+            batch = self._queue.get()
+            try:
+                if batch is None:
+                    return
+                retry, self._failed = self._failed, []
+                for pending in [*retry, batch]:
+                    try:
+                        self._write(pending)
+                    except DirectoryError:
+                        # Kept, in order, for the next batch to retry; the state is unaffected.
+                        log.exception("device directory write failed; will retry")
+                        self._failed.append(pending)
+            finally:
+                self._queue.task_done()
+
+    def _write(self, batch: _Batch) -> None:
         started = time.perf_counter()
-        rows = 0
         conn = self._conn
         try:
             conn.execute("BEGIN")
-            if self._log:
+            if batch.log:
                 conn.executemany(
                     f"INSERT OR IGNORE INTO observations ({_LOG_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                    self._log,
+                    batch.log,
                 )
-                rows += len(self._log)
-            if self._devices:
-                full = [
-                    _device_row(d, removed) for (d, removed) in self._devices.values() if d is not _REMOVED
-                ]
+            if batch.devices:
                 conn.executemany(
                     f"INSERT OR REPLACE INTO devices ({_DEVICE_COLUMNS}) VALUES "
                     "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    full,
+                    [_device_row(d, removed) for (d, removed) in batch.devices.values() if d is not _REMOVED],
                 )
-                flags = [key for key, (d, _) in self._devices.items() if d is _REMOVED]
                 conn.executemany(
-                    "UPDATE devices SET removed = 1, allocations = '[]' WHERE node = ? AND device = ?", flags
+                    "UPDATE devices SET removed = 1, allocations = '[]' WHERE node = ? AND device = ?",
+                    [key for key, (d, _) in batch.devices.items() if d is _REMOVED],
                 )
-                rows += len(self._devices)
-            if periodic:
-                if self._heartbeats:
-                    conn.executemany(
-                        "UPDATE devices SET observed_at = max(observed_at, ?) WHERE node = ? AND device = ?",
-                        [(t, node, device) for (node, device), t in self._heartbeats.items()],
-                    )
-                if self._pods:
-                    conn.executemany(
-                        "INSERT OR REPLACE INTO pods (uid, namespace, name, resource_version) "
-                        "VALUES (?, ?, ?, ?)",
-                        [(p.uid, p.namespace, p.name, p.resource_version) for p in self._pods.values() if p],
-                    )
-                    conn.executemany(
-                        "DELETE FROM pods WHERE uid = ?",
-                        [(uid,) for uid, p in self._pods.items() if p is None],
-                    )
-                if self._leases:
-                    conn.executemany(
-                        "INSERT OR REPLACE INTO nodes (node, lease_renewed_at) VALUES (?, ?)",
-                        [(n, t) for n, t in self._leases.items() if t is not None],
-                    )
-                    conn.executemany(
-                        "DELETE FROM nodes WHERE node = ?",
-                        [(n,) for n, t in self._leases.items() if t is None],
-                    )
-                rows += len(self._heartbeats) + len(self._pods) + len(self._leases)
+            if batch.status:
+                conn.executemany(
+                    "UPDATE devices SET health = ?, message = ?, status_version = ?, changed_at = ?, "
+                    "observed_at = ?, unknown_since = ? WHERE node = ? AND device = ?",
+                    [
+                        (
+                            d.health,
+                            d.message,
+                            d.status_version,
+                            d.changed_at,
+                            d.observed_at,
+                            d.unknown_since,
+                            *k,
+                        )
+                        for k, d in batch.status.items()
+                    ],
+                )
+            if batch.heartbeats:
+                conn.executemany(
+                    "UPDATE devices SET observed_at = max(observed_at, ?) WHERE node = ? AND device = ?",
+                    [(t, node, device) for (node, device), t in batch.heartbeats.items()],
+                )
+            if batch.pods:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO pods (uid, namespace, name, resource_version) VALUES (?,?,?,?)",
+                    [(p.uid, p.namespace, p.name, p.resource_version) for p in batch.pods.values() if p],
+                )
+                conn.executemany(
+                    "DELETE FROM pods WHERE uid = ?", [(uid,) for uid, p in batch.pods.items() if p is None]
+                )
+            if batch.leases:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO nodes (node, lease_renewed_at) VALUES (?, ?)",
+                    [(n, t) for n, t in batch.leases.items() if t is not None],
+                )
+                conn.executemany(
+                    "DELETE FROM nodes WHERE node = ?", [(n,) for n, t in batch.leases.items() if t is None]
+                )
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            # Keep the pending changes: the next flush retries them.
             raise DirectoryError(f"{self.path}: write failed: {exc}") from exc
-        self._log.clear()
-        self._devices.clear()
-        if periodic:
-            self._heartbeats.clear()
-            self._pods.clear()
-            self._leases.clear()
-            self._last_periodic = now
         if self._on_write is not None:
             self._on_write(time.perf_counter() - started)
-        return rows
 
     def close(self) -> None:
         try:
             self.flush(force=True)
+            if self._writer is not None:
+                self._queue.put(None)
+                self._writer.join()
+                self._writer = None
+            for batch in self._failed:
+                self._write(batch)
         finally:
             self._conn.close()
             self._release_lock()

@@ -42,6 +42,12 @@ class ClaimInfo:
     name: str
     uid: str
     results: tuple[ClaimResult, ...]
+    by_device: dict[str, ClaimResult] = field(default_factory=dict, compare=False)
+    """Results by device name (several pools may share a name: the first one wins here)."""
+
+    def __post_init__(self) -> None:
+        for result in self.results:
+            self.by_device.setdefault(result.device, result)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,14 +208,19 @@ def match_result(claim: ClaimInfo, entry: ResourceEntry) -> ClaimResult | None:
         return None
     _, eq, cdi_name = entry.resource_id.partition("=")
     if eq:
+        if claim.uid and cdi_name.startswith(claim.uid):
+            # The usual `<claimUID>-<device>`: an exact look-up, no scan.
+            exact = claim.by_device.get(cdi_name[len(claim.uid) + 1 :])
+            if exact is not None and exact in candidates:
+                return exact
         named = [r for r in candidates if cdi_name == r.device or cdi_name.endswith(f"-{r.device}")]
         if len(named) == 1:
             return named[0]
         if len(named) > 1:
             # Device names that are suffixes of each other (gpu-1, gpu-11): take the longest.
             return max(named, key=lambda r: len(r.device))
-    if entry.index < len(candidates):
-        return candidates[entry.index]
+    if entry.position < len(candidates):
+        return candidates[entry.position]
     return None
 
 

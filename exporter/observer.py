@@ -168,6 +168,13 @@ def _resource_version(obj: Any) -> str | None:
     return rv if isinstance(rv, str) and rv else None
 
 
+def persist(store: DeviceStateStore, directory: Directory, *, force: bool = False) -> int:
+    """Write what is due: status changes always, confirmations when the heartbeat period is up."""
+    if force or directory.heartbeats_due():
+        store.sync()
+    return directory.flush(force=force)
+
+
 class ExporterMetrics:
     """The exporter's own metrics, in a private registry (tests read them with get_sample_value)."""
 
@@ -343,7 +350,7 @@ class Observer:
         if self._directory is None:
             return
         try:
-            self._directory.flush(force=force)
+            persist(self._store, self._directory, force=force)
         except Exception:
             # Pending changes stay queued in the directory; the next flush retries them.
             log.exception("writing the device directory failed")

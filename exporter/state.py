@@ -24,10 +24,15 @@ Owns the rules of the state model (requirement 1 and 2 of the mission):
   `unresolved/<namespace>/<claim>/<resourceID>` (counted as `claim_unresolved`) and are
   resolved again when the claim or slice arrives.
 
-Changes go to a `DirectorySink` (the SQLite directory, or nothing). Snapshots are built
-lazily: the device dict is handed out read-only and copied on the next write (at most
-one copy per snapshot), and heartbeats are folded into the devices only then, so a burst
-of events costs dictionary updates, not copies of 80,000 devices.
+Status changes go to a `DirectorySink` (the SQLite directory, or nothing) as they
+happen. Confirmations are cheap by design, since most pod events are nothing else: such
+an event only notes "pod P confirmed at t". Allocation changes likewise only mark the
+device. `sync()` (called by `snapshot()` and before the directory's periodic write) folds
+these notes into the devices (observed times, allocations) and hands them, with the
+pods' latest resourceVersions, to the sink. Snapshots are
+built lazily: the device dict is handed out read-only and copied on the next write (at
+most one copy per snapshot), so a burst of events costs dictionary updates, not copies
+of 80,000 devices.
 """
 
 from __future__ import annotations
@@ -38,12 +43,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from exporter import parse
 from exporter.identity import DeviceRef, IdentityIndex, parse_claim, parse_slice
 from exporter.parse import PodObservation, ResourceEntry, is_newer, pod_signature
-from exporter.snapshot import Allocation, DeviceState, NodeState, NvmlView, Snapshot
+from exporter.snapshot import Allocation, DeviceState, DriverTaint, NodeState, NvmlView, Snapshot
 from gpuhealth.clock import Clock
 from gpuhealth.nvml import DeviceReading, XidEvent
 
@@ -62,9 +67,10 @@ DUPLICATE = "duplicate"
 OUT_OF_ORDER = "out_of_order"
 
 
-@dataclass(frozen=True, slots=True)
-class ObservationRecord:
-    """One row of the directory's append-only log: a device status change and its evidence."""
+class ObservationRecord(NamedTuple):
+    """One row of the directory's append-only log: a device status change and its evidence.
+
+    A NamedTuple: it is written as a row as is (the field order is the log's column order)."""
 
     node: str
     device: str
@@ -116,7 +122,8 @@ class _Pod:
     namespace: str
     name: str
     resource_version: str
-    signature: tuple[Any, ...] | None = None
+    rv_number: int | None = None
+    signature: bytes | None = None
     observation: PodObservation | None = None
     """None for a pod restored from the directory and not seen since."""
     values: dict[DeviceKey, tuple[str, str]] = field(default_factory=dict)
@@ -124,10 +131,13 @@ class _Pod:
     allocations: dict[DeviceKey, tuple[Allocation, ...]] = field(default_factory=dict)
     uses: set[tuple[str, ...]] = field(default_factory=set)
     """Claims ("claim", ns, name) and slice devices ("ref", driver, pool, device) it depends on."""
+    layout: tuple[Any, ...] | None = None
+    """(node, terminal, [(container, resource, resourceID, claim)]) of the last full apply."""
+    entry_keys: list[DeviceKey] | None = None
+    """The device key of each entry of the last full apply, in order."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Meta:
+class _Meta(NamedTuple):
     """Identity attributes of a device as one pod's entries establish them."""
 
     uuid: str = ""
@@ -180,7 +190,12 @@ class DeviceStateStore:
         self._devices: dict[DeviceKey, DeviceState] = {}
         self._shared = False
         """True while the current `_devices` dict is referenced by a handed-out snapshot."""
-        self._heartbeats: dict[DeviceKey, float] = {}
+        self._confirmed: dict[str, float] = {}
+        """Pods (uid) whose reports were confirmed since the last sync, and when."""
+        self._dirty_pods: set[str] = set()
+        """Pods whose resourceVersion moved since the last sync."""
+        self._dirty_allocations: set[DeviceKey] = set()
+        """Devices whose allocations moved since the last sync."""
         self._contrib: dict[DeviceKey, dict[str, tuple[Allocation, ...]]] = {}
         self._version_floor: dict[DeviceKey, int] = {}
         self._pods: dict[str, _Pod] = {}
@@ -194,8 +209,8 @@ class DeviceStateStore:
 
     def snapshot(self) -> Snapshot:
         """The current state as an immutable Snapshot (cached until the next change)."""
-        if self._heartbeats:
-            self._fold_heartbeats()
+        if self._confirmed or self._dirty_pods or self._dirty_allocations:
+            self.sync()
         if self._snapshot is None:
             self._shared = True
             self._snapshot = Snapshot(
@@ -208,11 +223,47 @@ class DeviceStateStore:
 
     def device(self, node: str, device: str) -> DeviceState | None:
         """The device as the next snapshot will show it."""
-        current = self._devices.get((node, device))
-        seen = self._heartbeats.get((node, device))
-        if current is not None and seen is not None and seen > current.observed_at:
-            return dataclasses.replace(current, observed_at=seen)
-        return current
+        self.sync()
+        return self._devices.get((node, device))
+
+    def sync(self) -> None:
+        """Fold pending confirmations into the devices and hand them and pod versions to the sink."""
+        sink = self._sink
+        pods = self._pods
+        devices = self._devices
+        for key in self._dirty_allocations:
+            current = devices.get(key)
+            if current is None:
+                continue
+            merged = _merge(self._contrib.get(key) or {})
+            if merged != current.allocations:
+                updated = _held(current, merged, current, current.driver_taints)
+                self._put(key, updated)
+                if sink is not None:
+                    sink.record_device(updated)
+        self._dirty_allocations.clear()
+        for uid, seen in self._confirmed.items():
+            pod = pods.get(uid)
+            if pod is None:
+                continue
+            for key, (health, message) in pod.values.items():
+                current = devices.get(key)
+                if (
+                    current is not None
+                    and current.observed_at < seen
+                    and current.health == health
+                    and current.message == message
+                ):
+                    self._put(key, _observed(current, seen))
+                    if sink is not None:
+                        sink.record_heartbeat(key[0], key[1], seen)
+        self._confirmed.clear()
+        if sink is not None:
+            for uid in self._dirty_pods:
+                pod = pods.get(uid)
+                if pod is not None:
+                    sink.record_pod(PodVersion(uid, pod.namespace, pod.name, pod.resource_version))
+        self._dirty_pods.clear()
 
     @property
     def devices_tracked(self) -> int:
@@ -265,25 +316,35 @@ class DeviceStateStore:
             return
         rv = meta.get("resourceVersion")
         rv = rv if isinstance(rv, str) else ""
+        rv_int = int(rv) if rv.isdigit() else None
         pod = self._pods.get(uid)
         signature = pod_signature(obj)
         if pod is not None and pod.observation is not None:
             if rv == pod.resource_version:
                 self.stats.events_ignored[DUPLICATE] += 1
                 return
-            if not is_newer(rv, pod.resource_version):
+            if rv_int is not None and pod.rv_number is not None and rv_int < pod.rv_number:
                 self.stats.events_ignored[OUT_OF_ORDER] += 1
                 return
             if signature is not None and signature == pod.signature:
-                # Nothing device-related moved: a heartbeat for what this pod reported.
-                pod.resource_version = rv
-                if self._sink is not None:
-                    self._sink.record_pod(PodVersion(uid, pod.namespace, pod.name, rv))
-                self._heartbeat_pod(pod, self._clock.now())
+                # Nothing device-related moved: the pod confirms what it reported (the hot path).
+                pod.resource_version, pod.rv_number = rv, rv_int
+                self._confirmed[uid] = self._clock.now()
+                self._dirty_pods.add(uid)
+                self._snapshot = None
                 return
         elif pod is not None and rv and not is_newer(rv, pod.resource_version):
             # Restored from the directory: only what is newer than the persisted version counts.
             self.stats.events_ignored[DUPLICATE if rv == pod.resource_version else OUT_OF_ORDER] += 1
+            return
+        if pod is not None and pod.observation is not None and _is_terminal(obj):
+            # Succeeded or Failed: the devices are released whatever the entries say (no parse).
+            pod.resource_version, pod.rv_number = rv, rv_int
+            pod.signature = signature
+            self._apply_observation(
+                pod, pod.observation._replace(terminal=True, entries=()), self._clock.now()
+            )
+            self._dirty_pods.add(uid)
             return
         observation = parse.parse_pod(obj)
         if observation is None:
@@ -294,11 +355,10 @@ class DeviceStateStore:
         if pod is None:
             pod = _Pod(uid, observation.namespace, observation.name, rv)
             self._pods[uid] = pod
-        pod.resource_version = rv
+        pod.resource_version, pod.rv_number = rv, rv_int
         pod.signature = signature
         self._apply_observation(pod, observation, self._clock.now())
-        if self._sink is not None:
-            self._sink.record_pod(PodVersion(uid, pod.namespace, pod.name, rv))
+        self._dirty_pods.add(uid)
 
     def apply_claim(self, event_type: str, obj: Any) -> None:
         claim = parse_claim(obj)
@@ -378,8 +438,13 @@ class DeviceStateStore:
         """
         by_name = {(p.namespace, p.name): p for p in pods}
         for pod_version in by_name.values():
+            rv = pod_version.resource_version
             self._pods[pod_version.uid] = _Pod(
-                pod_version.uid, pod_version.namespace, pod_version.name, pod_version.resource_version
+                pod_version.uid,
+                pod_version.namespace,
+                pod_version.name,
+                rv,
+                int(rv) if rv.isdigit() else None,
             )
         for device in devices:
             key = (device.node, device.device)
@@ -417,7 +482,7 @@ class DeviceStateStore:
             self._devices = dict(self._devices)
             self._shared = False
         del self._devices[key]
-        self._heartbeats.pop(key, None)
+        self._dirty_allocations.discard(key)
         self._contrib.pop(key, None)
         self._version_floor[key] = device.status_version
         if device.driver:
@@ -428,36 +493,24 @@ class DeviceStateStore:
         if self._sink is not None:
             self._sink.record_removed(*key)
 
-    def _fold_heartbeats(self) -> None:
-        for key, seen in self._heartbeats.items():
-            current = self._devices.get(key)
-            if current is not None and seen > current.observed_at:
-                self._put(key, dataclasses.replace(current, observed_at=seen))
-        self._heartbeats.clear()
-
-    def _heartbeat(self, key: DeviceKey, value: tuple[str, str], now: float) -> None:
-        device = self._devices.get(key)
-        if device is None or device.health != value[0] or device.message != value[1]:
-            return
-        self._heartbeats[key] = now
-        self._snapshot = None
-        if self._sink is not None:
-            self._sink.record_heartbeat(key[0], key[1], now)
-
-    def _heartbeat_pod(self, pod: _Pod, now: float) -> None:
-        for key, value in pod.values.items():
-            self._heartbeat(key, value, now)
-
     def _resolve(
         self, observation: PodObservation
-    ) -> tuple[dict[DeviceKey, list[ResourceEntry]], dict[DeviceKey, _Meta], set[tuple[str, ...]]]:
-        """Group the pod's entries by device identity, noting what the resolution used."""
+    ) -> tuple[
+        dict[DeviceKey, list[ResourceEntry]],
+        dict[DeviceKey, _Meta],
+        set[tuple[str, ...]],
+        list[DeviceKey] | None,
+    ]:
+        """Group the pod's entries by device identity, noting what the resolution used.
+
+        Also returns each entry's key in order (None when the pod has no node yet)."""
         grouped: dict[DeviceKey, list[ResourceEntry]] = {}
         metas: dict[DeviceKey, _Meta] = {}
         uses: set[tuple[str, ...]] = set()
+        entry_keys: list[DeviceKey] = []
         node = observation.node
         if not node:
-            return grouped, metas, uses
+            return grouped, metas, uses, None
         for entry in observation.entries:
             if not entry.is_dra:
                 key = (node, entry.device)
@@ -483,7 +536,8 @@ class DeviceStateStore:
                     )
             grouped.setdefault(key, []).append(entry)
             metas.setdefault(key, meta)
-        return grouped, metas, uses
+            entry_keys.append(key)
+        return grouped, metas, uses, entry_keys
 
     def _apply_observation(
         self, pod: _Pod, observation: PodObservation, now: float, *, confirm: bool = True
@@ -491,126 +545,175 @@ class DeviceStateStore:
         """Apply what a pod says; `confirm` is False when re-resolving identities (no new report)."""
         pod.observation = observation
         pod.namespace, pod.name = observation.namespace, observation.name
+        entries = observation.entries
+        layout = (
+            observation.node,
+            observation.terminal,
+            [(e.container, e.resource, e.resource_id, e.claim) for e in entries],
+        )
+        if confirm and pod.layout == layout and pod.entry_keys is not None:
+            # Same devices, same allocations as last time: only reported values can have moved.
+            grouped: dict[DeviceKey, list[ResourceEntry]] = {}
+            for key, entry in zip(pod.entry_keys, entries, strict=True):
+                grouped.setdefault(key, []).append(entry)
+            for key, group in grouped.items():
+                self._take_value(pod, key, group, now)
+        else:
+            self._apply_layout(pod, observation, now)
+            pod.layout = layout
+        if confirm and pod.values:
+            # Values this pod repeats (and new ones that already held) are confirmed now.
+            self._confirmed[pod.uid] = now
+            self._snapshot = None
+
+    def _apply_layout(self, pod: _Pod, observation: PodObservation, now: float) -> None:
+        """Resolve identities and allocations afresh, then take the reported values."""
         if observation.terminal:
             grouped: dict[DeviceKey, list[ResourceEntry]] = {}
             metas: dict[DeviceKey, _Meta] = {}
             uses: set[tuple[str, ...]] = set()
+            entry_keys: list[DeviceKey] | None = None
         else:
-            grouped, metas, uses = self._resolve(observation)
+            grouped, metas, uses, entry_keys = self._resolve(observation)
+        pod.entry_keys = entry_keys
         self._set_uses(pod, uses)
         for key in [k for k in pod.allocations if k not in grouped]:
             self._release(pod, key)
-        for key, entries in grouped.items():
-            allocations = tuple(
-                sorted(
-                    {
-                        Allocation(
-                            namespace=observation.namespace,
-                            pod=observation.name,
-                            container=e.container,
-                            resource=e.resource,
-                            claim=e.claim,
-                        )
-                        for e in entries
-                    },
-                    key=_allocation_order,
+        namespace, name = observation.namespace, observation.name
+        for key, group in grouped.items():
+            if len(group) == 1:
+                e = group[0]
+                allocations: tuple[Allocation, ...] = (
+                    Allocation(namespace, name, e.container, e.resource, e.claim),
                 )
-            )
-            worst = max(entries, key=lambda e: _SEVERITY[e.health])
-            value = (worst.health, worst.message)
-            self._hold(pod, key, allocations, metas[key])
-            if pod.values.get(key) != value:
-                pod.values[key] = value
-                self._report(key, value, now, pod, worst, metas[key])
-            elif confirm:
-                self._heartbeat(key, value, now)
+            else:
+                allocations = tuple(
+                    sorted(
+                        {Allocation(namespace, name, e.container, e.resource, e.claim) for e in group},
+                        key=_allocation_order,
+                    )
+                )
+            self._hold(pod, key, allocations, metas[key], group, now)
+            self._take_value(pod, key, group, now)
+
+    def _take_value(self, pod: _Pod, key: DeviceKey, group: list[ResourceEntry], now: float) -> None:
+        worst = group[0] if len(group) == 1 else max(group, key=lambda e: _SEVERITY[e.health])
+        value = (worst.health, worst.message)
+        if pod.values.get(key) != value:
+            pod.values[key] = value
+            self._report(key, value, now, pod, worst)
 
     def _report(
-        self, key: DeviceKey, value: tuple[str, str], now: float, pod: _Pod, entry: ResourceEntry, meta: _Meta
+        self, key: DeviceKey, value: tuple[str, str], now: float, pod: _Pod, entry: ResourceEntry
     ) -> None:
         """A pod reported a new value for a device: a status change unless it already holds."""
         device = self._devices.get(key)
         health, message = value
         assert device is not None  # _hold created it
         if device.health == health and device.message == message:
-            self._heartbeat(key, value, now)
             return
         if health == "Unknown":
             unknown_since = device.unknown_since if device.health == "Unknown" else now
         else:
             unknown_since = None
-        changed = dataclasses.replace(
-            device,
-            health=health,
-            message=message,
-            status_version=device.status_version + 1,
-            changed_at=now,
-            observed_at=now,
-            unknown_since=unknown_since,
-        )
-        self._heartbeats.pop(key, None)
+        changed = _changed(device, health, message, now, unknown_since)
         self._put(key, changed)
         self.stats.status_changes += 1
         if self._sink is not None:
-            self._sink.record_change(
-                changed,
-                ObservationRecord(
-                    node=key[0],
-                    device=key[1],
-                    status_version=changed.status_version,
-                    observed_at=now,
-                    health=health,
-                    message=message,
-                    namespace=pod.namespace,
-                    pod=pod.name,
-                    container=entry.container,
-                    resource=entry.resource,
-                    claim=entry.claim,
-                    pod_resource_version=pod.resource_version,
-                ),
-            )
+            self._sink.record_change(changed, self._evidence(changed, pod, entry))
 
-    def _hold(self, pod: _Pod, key: DeviceKey, allocations: tuple[Allocation, ...], meta: _Meta) -> None:
-        """Record the pod's allocations of a device, creating the device on first sight."""
+    def _hold(
+        self,
+        pod: _Pod,
+        key: DeviceKey,
+        allocations: tuple[Allocation, ...],
+        meta: _Meta,
+        group: list[ResourceEntry],
+        now: float,
+    ) -> None:
+        """Record the pod's allocations of a device; a device seen for the first time is created
+        directly with its first reported value (one construction, one log row)."""
         device = self._devices.get(key)
-        if device is None:
-            # Created with status version 0 and no value yet; `_report` sets the first one.
-            now = self._clock.now()
-            device = DeviceState(
-                node=key[0],
-                device=key[1],
-                health="",
-                message="",
-                status_version=self._version_floor.pop(key, 0),
-                first_seen=now,
-                changed_at=now,
-                observed_at=now,
-            )
-            pod.values.pop(key, None)
-        if pod.allocations.get(key) == allocations and _meta_of(device) == meta and device.health:
-            return
-        pod.allocations[key] = allocations
         contributions = self._contrib.setdefault(key, {})
         contributions[pod.uid] = allocations
-        merged = _merge(contributions)
+        pod.allocations[key] = allocations
         if meta.driver:
             self._ref_keys.setdefault((meta.driver, meta.pool, meta.device_name), set()).add(key)
-        updated = dataclasses.replace(
-            device,
-            allocations=merged,
-            uuid=meta.uuid or device.uuid,
-            driver=meta.driver or device.driver,
-            pool=meta.pool or device.pool,
-            device_name=meta.device_name or device.device_name,
-            resource=meta.resource or device.resource,
-            driver_taints=self.identity.taints((meta.driver, meta.pool, meta.device_name))
-            if meta.driver
-            else device.driver_taints,
+        taints = self.identity.taints((meta.driver, meta.pool, meta.device_name)) if meta.driver else ()
+        if device is None:
+            self._create(pod, key, allocations, meta, taints, group, now)
+            return
+        if (
+            device.uuid == (meta.uuid or device.uuid)
+            and device.driver == (meta.driver or device.driver)
+            and device.pool == (meta.pool or device.pool)
+            and device.device_name == (meta.device_name or device.device_name)
+            and device.resource == (meta.resource or device.resource)
+            and (not meta.driver or device.driver_taints == taints)
+        ):
+            # Only allocations can differ: folded at the next sync, so a pod replaced by
+            # another on the same devices costs one rebuild per device, not two.
+            self._dirty_allocations.add(key)
+            self._snapshot = None
+            return
+        self._dirty_allocations.discard(key)
+        updated = _held(device, _merge(contributions), meta, taints if meta.driver else device.driver_taints)
+        self._put(key, updated)
+        if self._sink is not None:
+            self._sink.record_device(updated)
+
+    def _create(
+        self,
+        pod: _Pod,
+        key: DeviceKey,
+        allocations: tuple[Allocation, ...],
+        meta: _Meta,
+        taints: tuple[DriverTaint, ...],
+        group: list[ResourceEntry],
+        now: float,
+    ) -> None:
+        """A device seen for the first time: built once, with its first reported value."""
+        worst = group[0] if len(group) == 1 else max(group, key=lambda e: _SEVERITY[e.health])
+        health, message = worst.health, worst.message
+        device = DeviceState(
+            node=key[0],
+            device=key[1],
+            health=health,
+            message=message,
+            status_version=self._version_floor.pop(key, 0) + 1,
+            first_seen=now,
+            changed_at=now,
+            observed_at=now,
+            uuid=meta.uuid,
+            driver=meta.driver,
+            pool=meta.pool,
+            device_name=meta.device_name,
+            resource=meta.resource,
+            allocations=allocations,
+            driver_taints=taints,
+            unknown_since=now if health == "Unknown" else None,
         )
-        if updated != device:
-            self._put(key, updated)
-            if self._sink is not None and device.health:
-                self._sink.record_device(updated)
+        pod.values[key] = (health, message)
+        self._put(key, device)
+        self.stats.status_changes += 1
+        if self._sink is not None:
+            self._sink.record_change(device, self._evidence(device, pod, worst))
+
+    def _evidence(self, device: DeviceState, pod: _Pod, entry: ResourceEntry) -> ObservationRecord:
+        return ObservationRecord(
+            device.node,
+            device.device,
+            device.status_version,
+            device.changed_at,
+            device.health,
+            device.message,
+            pod.namespace,
+            pod.name,
+            entry.container,
+            entry.resource,
+            entry.claim,
+            pod.resource_version,
+        )
 
     def _release(self, pod: _Pod, key: DeviceKey) -> None:
         """The pod no longer holds the device; drop a provisional device nobody holds."""
@@ -625,10 +728,8 @@ class DeviceStateStore:
         if not contributions and self._superseded(device):
             self._delete(key)
             return
-        updated = dataclasses.replace(device, allocations=_merge(contributions or {}))
-        self._put(key, updated)
-        if self._sink is not None:
-            self._sink.record_device(updated)
+        self._dirty_allocations.add(key)
+        self._snapshot = None
 
     def _superseded(self, device: DeviceState) -> bool:
         if device.device.startswith(UNRESOLVED_PREFIX):
@@ -640,6 +741,8 @@ class DeviceStateStore:
 
     def _remove_pod(self, uid: str) -> None:
         pod = self._pods.pop(uid, None)
+        self._confirmed.pop(uid, None)
+        self._dirty_pods.discard(uid)
         if pod is None:
             return
         for key in list(pod.allocations):
@@ -697,16 +800,6 @@ class DeviceStateStore:
             self._delete(key)
 
 
-def _meta_of(device: DeviceState) -> _Meta:
-    return _Meta(
-        uuid=device.uuid,
-        driver=device.driver,
-        pool=device.pool,
-        device_name=device.device_name,
-        resource=device.resource,
-    )
-
-
 def _allocation_order(allocation: Allocation) -> tuple[str, str, str, str, str]:
     return (allocation.namespace, allocation.pod, allocation.container, allocation.resource, allocation.claim)
 
@@ -715,6 +808,11 @@ def _merge(contributions: Mapping[str, tuple[Allocation, ...]]) -> tuple[Allocat
     if len(contributions) == 1:
         return next(iter(contributions.values()))
     return tuple(sorted((a for group in contributions.values() for a in group), key=_allocation_order))
+
+
+def _is_terminal(obj: dict[str, Any]) -> bool:
+    status = obj.get("status")
+    return isinstance(status, dict) and status.get("phase") in ("Succeeded", "Failed")
 
 
 def _list_key(resource: str, obj: Any) -> Any:
@@ -728,3 +826,78 @@ def _list_key(resource: str, obj: Any) -> Any:
     if resource == CLAIMS:
         return (meta.get("namespace"), meta.get("name"))
     return meta.get("name")
+
+
+# Hot-path copies of a DeviceState: a direct constructor call costs under half of
+# `dataclasses.replace` (measured: 1.2 us against 2.7 us), which shows at 80,000 devices.
+
+
+def _observed(d: DeviceState, at: float) -> DeviceState:
+    return DeviceState(
+        node=d.node,
+        device=d.device,
+        health=d.health,
+        message=d.message,
+        status_version=d.status_version,
+        first_seen=d.first_seen,
+        changed_at=d.changed_at,
+        observed_at=at,
+        uuid=d.uuid,
+        driver=d.driver,
+        pool=d.pool,
+        device_name=d.device_name,
+        resource=d.resource,
+        allocations=d.allocations,
+        driver_taints=d.driver_taints,
+        unknown_since=d.unknown_since,
+    )
+
+
+def _changed(
+    d: DeviceState, health: str, message: str, at: float, unknown_since: float | None
+) -> DeviceState:
+    return DeviceState(
+        node=d.node,
+        device=d.device,
+        health=health,
+        message=message,
+        status_version=d.status_version + 1,
+        first_seen=d.first_seen,
+        changed_at=at,
+        observed_at=at,
+        uuid=d.uuid,
+        driver=d.driver,
+        pool=d.pool,
+        device_name=d.device_name,
+        resource=d.resource,
+        allocations=d.allocations,
+        driver_taints=d.driver_taints,
+        unknown_since=unknown_since,
+    )
+
+
+def _held(
+    d: DeviceState,
+    allocations: tuple[Allocation, ...],
+    meta: _Meta | DeviceState,
+    taints: tuple[DriverTaint, ...],
+) -> DeviceState:
+    """The device with new allocations and identity attributes (empty ones keep the old)."""
+    return DeviceState(
+        node=d.node,
+        device=d.device,
+        health=d.health,
+        message=d.message,
+        status_version=d.status_version,
+        first_seen=d.first_seen,
+        changed_at=d.changed_at,
+        observed_at=d.observed_at,
+        uuid=meta.uuid or d.uuid,
+        driver=meta.driver or d.driver,
+        pool=meta.pool or d.pool,
+        device_name=meta.device_name or d.device_name,
+        resource=meta.resource or d.resource,
+        allocations=allocations,
+        driver_taints=taints,
+        unknown_since=d.unknown_since,
+    )

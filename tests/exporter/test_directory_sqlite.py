@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from exporter.directory import Directory, DirectoryError, DirectoryReader, open_store
+from exporter.observer import persist
 from exporter.state import DUPLICATE, OUT_OF_ORDER, PODS
 from gpuhealth.clock import ManualClock
 from tests.exporter.fixtures.builders import container, gpu_uuid, lease, pod, resource
@@ -115,6 +116,7 @@ def test_restart_then_relist_releases_pods_that_vanished_meanwhile(path: str, cl
     assert len(store.snapshot().devices[("node-1", U0)].allocations) == 1
     store.relist(PODS, [])
     assert store.snapshot().devices[("node-1", U0)].allocations == ()
+    persist(store, directory, force=True)
     directory.close()
     reader = DirectoryReader(path)
     assert reader.devices()[0].allocations == ()
@@ -158,12 +160,12 @@ def test_heartbeats_reach_the_file_on_the_periodic_flush(path: str, clock: Manua
     directory = Directory(path, clock=clock, heartbeat_flush_seconds=5, on_write=writes.append)
     store = open_store(directory, clock)
     store.apply_pod("ADDED", dp_pod("Healthy", 1))
-    directory.flush()
+    persist(store, directory)
     clock.advance(2)
     store.apply_pod("MODIFIED", dp_pod("Healthy", 2))
-    assert directory.flush() == 0  # only a heartbeat pending, not due yet
+    assert persist(store, directory) == 0  # only a confirmation pending, not due yet
     clock.advance(3)
-    assert directory.flush() == 2  # the heartbeat and the pod's version
+    assert persist(store, directory) == 2  # the heartbeat and the pod's version
     assert directory.devices()[0].observed_at == clock.now() - 3
     assert len(writes) == 2 and all(w >= 0 for w in writes)
     directory.close()

@@ -40,7 +40,7 @@ def test_replica_ids_map_to_their_physical_device() -> None:
         pod("p", container("main", ("nvidia.com/gpu", [resource(f"{UUID}::3"), resource(f"{UUID}::4")])))
     )
     assert obs is not None
-    assert [(e.device, e.replica, e.index) for e in obs.entries] == [(UUID, "3", 0), (UUID, "4", 1)]
+    assert [(e.device, e.replica, e.position) for e in obs.entries] == [(UUID, "3", 0), (UUID, "4", 1)]
 
 
 def test_dra_entry_with_request_resolves_its_claim_through_status() -> None:
