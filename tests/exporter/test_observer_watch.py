@@ -1,0 +1,259 @@
+"""The observer's list/watch protocol, against a scripted transport.
+
+Aspects covered: list then watch of the four resources (ready only once all are
+listed); resuming from the last resourceVersion, bookmarks included; relist on 410 Gone
+as an HTTP status and as an ERROR event inside the stream (the relist replaces what was
+known); other failures back off and resume; undecodable lines are counted and skipped;
+node mode selectors; self metrics; stopping ends the reader threads at once and flushes
+the directory; the backoff helper; line splitting across chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from exporter import parse
+from exporter.directory import Directory, open_store
+from exporter.observer import Backoff, ExporterMetrics, HttpError, Observer, split_lines, targets
+from exporter.settings import BackoffSettings, ObserverSettings
+from exporter.state import CLAIMS, LEASES, PODS, SLICES, DeviceStateStore
+from gpuhealth.clock import ManualClock
+from tests.exporter.fixtures.builders import container, gpu_uuid, pod, resource
+
+U0, U1 = gpu_uuid("node-1", 0), gpu_uuid("node-1", 1)
+PATHS = {t.resource: t.path for t in targets(None)}
+FAST = ObserverSettings(
+    backoff=BackoffSettings(initial_seconds=0.01, max_seconds=0.05), flush_interval_seconds=0.05
+)
+
+
+def dp_pod(name: str, uuid: str, health: str, rv: int) -> dict[str, Any]:
+    return pod(
+        name, container("main", ("nvidia.com/gpu", [resource(uuid, health)])), rv=rv, uid=f"uid-{name}"
+    )
+
+
+def event(event_type: str, obj: dict[str, Any]) -> bytes:
+    return orjson.dumps({"type": event_type, "object": obj}) + b"\n"
+
+
+def bookmark(rv: int) -> bytes:
+    return event("BOOKMARK", {"kind": "Pod", "metadata": {"resourceVersion": str(rv)}})
+
+
+class FakeResponse:
+    def __init__(self, chunks: list[bytes], body: bytes = b"", hold: bool = False) -> None:
+        self._chunks, self._body, self._hold = chunks, body, hold
+        self.closed = threading.Event()
+
+    def stream(self) -> Iterator[bytes]:
+        yield from self._chunks
+        if self._hold:
+            # An idle watch: nothing until the observer closes it (as a real socket would).
+            self.closed.wait(10)
+
+    def read(self) -> bytes:
+        return self._body
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+class FakeApi:
+    """Scripted list and watch responses per path; an idle watch once a script runs out."""
+
+    def __init__(self) -> None:
+        self.lists: dict[str, deque[Any]] = {p: deque() for p in PATHS.values()}
+        self.watches: dict[str, deque[Any]] = {p: deque() for p in PATHS.values()}
+        self.calls: list[tuple[str, dict[str, str]]] = []
+        self.lock = threading.Lock()
+
+    def list_of(self, resource: str, items: list[dict[str, Any]], rv: int) -> None:
+        self.lists[PATHS[resource]].append({"items": items, "metadata": {"resourceVersion": str(rv)}})
+
+    def get(self, path: str, params: list[tuple[str, str]], *, timeout: tuple[float, float]) -> FakeResponse:
+        query = dict(params)
+        with self.lock:
+            self.calls.append((path, query))
+            if query.get("watch") == "true":
+                script = self.watches[path].popleft() if self.watches[path] else None
+            else:
+                script = (
+                    self.lists[path].popleft()
+                    if self.lists[path]
+                    else {"items": [], "metadata": {"resourceVersion": "1"}}
+                )
+        if isinstance(script, Exception):
+            raise script
+        if query.get("watch") == "true":
+            return FakeResponse(script or [], hold=script is None)
+        return FakeResponse([], body=orjson.dumps(script))
+
+    def watch_calls(self, resource: str) -> list[dict[str, str]]:
+        with self.lock:
+            return [q for p, q in self.calls if p == PATHS[resource] and q.get("watch") == "true"]
+
+    def list_calls(self, resource: str) -> list[dict[str, str]]:
+        with self.lock:
+            return [q for p, q in self.calls if p == PATHS[resource] and q.get("watch") != "true"]
+
+
+async def until(predicate: Callable[[], bool]) -> None:
+    """Poll `predicate` for up to 5 s (the reader threads run on their own)."""
+    async with asyncio.timeout(5):
+        while not predicate():  # noqa: ASYNC110 (state moved by reader threads, no event to await)
+            await asyncio.sleep(0.01)
+
+
+class Running:
+    def __init__(self, api: FakeApi, store: DeviceStateStore, **kw: Any) -> None:
+        self.registry = CollectorRegistry()
+        self.metrics = ExporterMetrics(self.registry)
+        self.metrics.track(store)
+        self.observer = Observer(
+            api, store, clock=ManualClock(), settings=kw.pop("settings", FAST), metrics=self.metrics,
+            rng=random.Random(1), **kw,
+        )  # fmt: skip
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Running:
+        self.task = asyncio.create_task(self.observer.run())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await self.task
+
+    def sample(self, name: str, **labels: str) -> float | None:
+        return self.registry.get_sample_value(name, labels)
+
+
+async def test_lists_then_watches_and_applies_events(store: DeviceStateStore) -> None:
+    api = FakeApi()
+    api.list_of(PODS, [dp_pod("a", U0, "Healthy", 10)], 100)
+    api.watches[PATHS[PODS]].append([event("MODIFIED", dp_pod("a", U0, "Unhealthy", 101)), bookmark(150)])
+    async with Running(api, store) as running:
+        await until(running.observer.ready)
+        await until(lambda: len(api.watch_calls(PODS)) >= 2)
+        first, second = api.watch_calls(PODS)[:2]
+        assert (first["resourceVersion"], first["allowWatchBookmarks"]) == ("100", "true")
+        assert second["resourceVersion"] == "150"  # resumed after the bookmark, no relist
+        assert len(api.list_calls(PODS)) == 1
+        assert store.snapshot().devices[("node-1", U0)].health == "Unhealthy"
+        assert running.sample("gpuhealth_exporter_watch_events_total", resource="pods", type="MODIFIED") == 1
+        assert (
+            running.sample("gpuhealth_exporter_watch_restarts_total", resource="pods", reason="closed") == 1
+        )
+        assert running.sample("gpuhealth_exporter_devices_tracked") == 1
+
+
+async def test_410_as_http_status_relists_and_replaces(store: DeviceStateStore) -> None:
+    api = FakeApi()
+    api.list_of(PODS, [dp_pod("a", U0, "Healthy", 10), dp_pod("b", U1, "Healthy", 11)], 100)
+    api.list_of(PODS, [dp_pod("b", U1, "Healthy", 11)], 300)  # pod a went away meanwhile
+    api.watches[PATHS[PODS]].append(HttpError(410, b'{"reason":"Expired"}'))
+    async with Running(api, store) as running:
+        await until(lambda: len(api.list_calls(PODS)) == 2 and len(api.watch_calls(PODS)) >= 2)
+        await until(lambda: store.snapshot().devices[("node-1", U0)].allocations == ())
+        assert api.watch_calls(PODS)[1]["resourceVersion"] == "300"
+        assert (
+            running.sample("gpuhealth_exporter_watch_restarts_total", resource="pods", reason="expired") == 1
+        )
+
+
+async def test_410_as_an_error_event_inside_the_stream_relists(store: DeviceStateStore) -> None:
+    api = FakeApi()
+    api.list_of(CLAIMS, [], 5)
+    api.list_of(CLAIMS, [], 9)
+    gone = {"kind": "Status", "status": "Failure", "reason": "Expired", "code": 410}
+    api.watches[PATHS[CLAIMS]].append([event("ERROR", gone)])
+    async with Running(api, store) as running:
+        await until(lambda: len(api.list_calls(CLAIMS)) == 2 and len(api.watch_calls(CLAIMS)) >= 2)
+        assert api.watch_calls(CLAIMS)[1]["resourceVersion"] == "9"
+        assert (
+            running.sample(
+                "gpuhealth_exporter_watch_restarts_total", resource="resourceclaims", reason="expired"
+            )
+            == 1
+        )
+
+
+async def test_failures_back_off_and_resume_from_the_last_version(store: DeviceStateStore) -> None:
+    api = FakeApi()
+    api.list_of(LEASES, [], 40)
+    api.watches[PATHS[LEASES]].extend([ConnectionResetError("reset by peer"), HttpError(500, b"boom")])
+    async with Running(api, store) as running:
+        await until(lambda: len(api.watch_calls(LEASES)) >= 3)
+        assert [q["resourceVersion"] for q in api.watch_calls(LEASES)[:3]] == ["40", "40", "40"]
+        assert len(api.list_calls(LEASES)) == 1
+        assert (
+            running.sample("gpuhealth_exporter_watch_restarts_total", resource="leases", reason="error") == 2
+        )
+
+
+async def test_undecodable_lines_are_counted_and_skipped(store: DeviceStateStore) -> None:
+    api = FakeApi()
+    good = event("ADDED", dp_pod("a", U0, "Healthy", 10))
+    # The good event arrives split across chunks, after two bad lines.
+    api.watches[PATHS[PODS]].append([b"{not json\n", b'["an array"]\n', good[:50], good[50:]])
+    async with Running(api, store):
+        await until(lambda: ("node-1", U0) in store.snapshot().devices)
+        await until(lambda: sum(store.stats.parse_errors.values()) == 2)
+        assert store.stats.parse_errors == {parse.INVALID_JSON: 1, parse.MALFORMED_EVENT: 1}
+
+
+async def test_node_mode_selects_the_nodes_objects(store: DeviceStateStore) -> None:
+    api = FakeApi()
+    settings = ObserverSettings(node_name="node-7", flush_interval_seconds=0.05)
+    async with Running(api, store, settings=settings) as running:
+        await until(running.observer.ready)
+        selectors = {r: api.list_calls(r)[0].get("fieldSelector") for r in (PODS, SLICES, LEASES, CLAIMS)}
+    assert selectors == {
+        PODS: "spec.nodeName=node-7",
+        SLICES: "spec.nodeName=node-7",
+        LEASES: "metadata.name=node-7",
+        CLAIMS: None,
+    }
+
+
+async def test_stopping_ends_reader_threads_and_flushes_the_directory(tmp_path: Path) -> None:
+    clock = ManualClock()
+    directory = Directory(str(tmp_path / "d.sqlite"), clock=clock)
+    store = open_store(directory, clock)
+    api = FakeApi()
+    api.list_of(PODS, [dp_pod("a", U0, "Healthy", 10)], 100)
+    before = threading.active_count()
+    async with Running(api, store, directory=directory) as running:
+        await until(running.observer.ready)
+    # Every watch was idle, blocked in a read: closing the responses ended them all.
+    assert threading.active_count() <= before + 1  # the directory's writer thread
+    assert [d.device for d in directory.devices()] == [U0]
+    directory.close()
+
+
+def test_backoff_grows_with_jitter_up_to_a_cap_and_resets() -> None:
+    backoff = Backoff(
+        BackoffSettings(initial_seconds=1, max_seconds=8, factor=2, jitter=0.5), random.Random(3)
+    )
+    delays = [backoff.next_delay() for _ in range(6)]
+    caps = [1, 2, 4, 8, 8, 8]
+    assert all(cap / 2 <= d <= cap for d, cap in zip(delays, caps, strict=True))
+    backoff.reset()
+    assert backoff.next_delay() <= 1
+
+
+def test_split_lines_reassembles_lines_across_chunks() -> None:
+    chunks = [b'{"a":1}\n{"b"', b":2}\n\n", b'{"c":3}']
+    assert list(split_lines(iter(chunks))) == [[b'{"a":1}'], [b'{"b":2}'], [b'{"c":3}']]
