@@ -1,0 +1,213 @@
+"""The `gpuhealth exporter` offline mode and the `gpuhealth devices` command.
+
+Aspects covered: a kubectl dump (List of mixed kinds, or a PodList) printed as metrics
+with both allocation paths resolved; bad dumps and bad flags give a clear error and exit
+code 2; the devices table (status age, truncated message, pods), its filters, wide, JSON
+and YAML forms; `devices replay` with relative and RFC3339 `--since`; human durations.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from exporter.cli import human_duration, parse_since, run_devices, run_replay
+from exporter.directory import Directory, open_store
+from exporter.observer import persist
+from gpuhealth.cli import build_parser, main
+from gpuhealth.clock import ManualClock
+from tests.exporter.fixtures.builders import DRIVER, claim, container, gpu_uuid, lease, pod, resource, slice_
+
+U0, U1, D0 = gpu_uuid("node-1", 0), gpu_uuid("node-1", 1), gpu_uuid("node-2", 0)
+
+
+def dump_items() -> list[dict[str, Any]]:
+    dp = pod(
+        "serve", container("main", ("nvidia.com/gpu", [resource(U0, "Unhealthy"), resource(f"{U1}::1")]))
+    )
+    dra = pod(
+        "train",
+        container(
+            "worker",
+            (
+                "claim:gpus",
+                [resource("k8s.gpu.nvidia.com/claim=claim-uid-train-gpus-gpu-0", "Unknown", "stale")],
+            ),
+        ),
+        node="node-2",
+        claim_statuses={"gpus": "train-gpus"},
+    )
+    return [
+        dp,
+        dra,
+        claim("train-gpus", [("gpus", DRIVER, "node-2", "gpu-0")]),
+        slice_("node-2-gpus", "node-2", {"gpu-0": D0}),
+        lease("node-1"),
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ignored"}},
+    ]
+
+
+def write(tmp_path: Path, doc: Any, name: str = "dump.json") -> str:
+    path = tmp_path / name
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return str(path)
+
+
+def test_offline_dump_prints_metrics_for_both_paths(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    path = write(tmp_path, {"apiVersion": "v1", "kind": "List", "items": dump_items()})
+    assert main(["exporter", "--from-file", path, "--once"]) == 0
+    text = capsysbinary.readouterr().out.decode()
+    assert f'gpu_device_health{{node="node-1",device="{U0}",status="Unhealthy"}} 1' in text
+    assert f'gpu_device_health{{node="node-1",device="{U1}",status="Healthy"}} 1' in text
+    assert f'gpu_device_health{{node="node-2",device="{D0}",status="Unknown"}} 1' in text
+    assert 'gpu_node_kubelet_lease_age_seconds{node="node-1"}' in text
+
+
+def test_offline_pod_list_dump_with_a_directory(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    pods = [item for item in dump_items() if item["kind"] == "Pod"]
+    for item in pods:
+        del item["kind"]  # kubectl omits kind on items of a typed list
+    path = write(tmp_path, {"apiVersion": "v1", "kind": "PodList", "items": pods})
+    directory = str(tmp_path / "d.sqlite")
+    assert main(["exporter", "--from-file", path, "--once", "--directory", directory]) == 0
+    text = capsysbinary.readouterr().out.decode()
+    assert f'device="{U0}",status="Unhealthy"}} 1' in text
+    assert "unresolved/team-a/train-gpus/" in text  # no claims in a PodList: provisional identity
+    assert main(["devices", "--directory", directory, "-o", "json"]) == 0
+    devices = json.loads(capsysbinary.readouterr().out)["devices"]
+    assert {d["device"] for d in devices} >= {U0, U1}
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read the dump"),
+        ("{not json", "not JSON"),
+        ("[1, 2]", "expected a JSON object"),
+        ('{"kind": "Deployment"}', "`kind` is 'Deployment'"),
+        ('{"kind": "List", "items": 3}', "List without an `items` array"),
+        ('{"kind": "List", "items": [3]}', "items[0] is not an object"),
+    ],
+)
+def test_bad_dumps_name_what_is_wrong(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, message: str
+) -> None:
+    path = str(tmp_path / "missing.json") if content is None else write(tmp_path, content)
+    assert main(["exporter", "--from-file", path, "--once"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and path in err and message in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["exporter", "--once"], "--once goes with --from-file"),
+        (["exporter", "--listen", "nowhere"], "expected HOST:PORT"),
+        (["exporter", "--nvml", "cuda"], "expected auto, none, pynvml or sim:URL"),
+        (["exporter", "--nvml", "sim:http://127.0.0.1:1"], "give --node too"),
+        (["devices", "--directory", "/nonexistent/d.sqlite"], "no device directory there"),
+    ],
+)
+def test_bad_flags_give_a_clear_error(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.fixture
+def directory_path(tmp_path: Path, clock: ManualClock) -> str:
+    path = str(tmp_path / "d.sqlite")
+    directory = Directory(path, clock=clock)
+    store = open_store(directory, clock)
+    store.apply_lease("ADDED", lease("node-1", "2027-01-15T08:00:00Z"))
+    long_message = "XID 79: GPU has fallen off the bus. " * 10
+    store.apply_pod(
+        "ADDED", pod("a", container("main", ("nvidia.com/gpu", [resource(U0), resource(U1)])), rv=1)
+    )
+    clock.advance(60)
+    store.apply_pod(
+        "MODIFIED",
+        pod(
+            "a",
+            container("main", ("nvidia.com/gpu", [resource(U0), resource(U1, "Unhealthy", long_message)])),
+            rv=2,
+        ),
+    )
+    persist(store, directory, force=True)
+    directory.close()
+    return path
+
+
+def devices(args: list[str], clock: ManualClock) -> str:
+    out = io.StringIO()
+    parsed = build_parser().parse_args(["devices", *args])
+    assert run_devices(parsed, clock=clock, out=out) == 0
+    return out.getvalue()
+
+
+def test_devices_table_shows_health_age_message_and_pods(directory_path: str, clock: ManualClock) -> None:
+    clock.advance(192)
+    table = devices(["--directory", directory_path], clock).splitlines()
+    assert table[0].split() == ["NODE", "DEVICE", "HEALTH", "AGE", "PODS", "MESSAGE"]
+    row = next(line for line in table if U1 in line)
+    assert "Unhealthy" in row and "3m12s" in row and "team-a/a" in row
+    assert row.endswith("…") and len(row) < 200  # the long message is cut in the table
+    assert len(table) == 3
+
+
+def test_devices_filters_and_output_forms(directory_path: str, clock: ManualClock) -> None:
+    only = devices(["--directory", directory_path, "--health", "Unhealthy"], clock)
+    assert U1 in only and U0 not in only
+    assert "No devices recorded matching" in devices(
+        ["--directory", directory_path, "--node", "node-9"], clock
+    )
+    wide = devices(["--directory", directory_path, "-o", "wide"], clock)
+    assert "VERSION" in wide and "fallen off the bus. XID 79" in wide
+    doc = json.loads(devices(["--directory", directory_path, "-o", "json"], clock))
+    by_device = {d["device"]: d for d in doc["devices"]}
+    assert by_device[U1]["statusVersion"] == 2 and by_device[U1]["allocations"][0]["pod"] == "a"
+    assert yaml.safe_load(devices(["--directory", directory_path, "-o", "yaml"], clock)) == doc
+
+
+def test_replay_streams_the_log_since_a_time(directory_path: str, clock: ManualClock) -> None:
+    def replay(*args: str) -> list[str]:
+        out = io.StringIO()
+        parsed = build_parser().parse_args(["devices", "replay", "--directory", directory_path, *args])
+        assert run_replay(parsed, clock=clock, out=out) == 0
+        return out.getvalue().splitlines()
+
+    assert len(replay()) == 3
+    (line,) = replay("--since", "30s")
+    assert U1 in line and " v2 " in line and "Unhealthy" in line and "team-a/a/main" in line
+    assert len(replay("--since", "2027-01-15T08:00:30Z")) == 1  # the clock starts at 08:00:00Z
+    assert [json.loads(x)["statusVersion"] for x in replay("-o", "json", "--since", "1m")] == [1, 1, 2]
+
+
+def test_since_and_durations() -> None:
+    now = 1_800_000_000.0
+    assert parse_since("10m", now) == now - 600
+    assert parse_since("1.5h", now) == now - 5400
+    assert parse_since("2027-01-15T08:00:00+00:00", now) == parse_since("2027-01-15T08:00:00Z", now)
+    with pytest.raises(Exception, match="expected RFC3339"):
+        parse_since("yesterday", now)
+    with pytest.raises(Exception, match="time zone"):
+        parse_since("2027-01-15T08:00:00", now)
+    assert [human_duration(s) for s in (0, 45, 192, 3600, 7500, 90000, 86400)] == [
+        "0s",
+        "45s",
+        "3m12s",
+        "1h",
+        "2h5m",
+        "1d1h",
+        "1d",
+    ]
