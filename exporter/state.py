@@ -6,7 +6,9 @@ Owns the rules of the state model (requirement 1 and 2 of the mission):
   one device make one device with several allocations.
 - Each pod's latest reported (health, message) per device is remembered. A pod event that
   reports a new value for a device applies it: if it differs from the device's current
-  value the status version increases by one, else it is a heartbeat. A pod repeating what
+  value the status version increases by one, else it is a heartbeat (a confirmation).
+  A confirmation counts no later than the node's latest kubelet Lease renewal: pods are
+  also updated by others (the node lifecycle controller) after a kubelet stops. A pod repeating what
   it said before confirms the device (heartbeat) only when that still is the device's
   current value, so one pod with a stale view cannot flip a device another pod updated.
 - Where one pod reports several entries for one device (replicas, shared containers),
@@ -242,10 +244,18 @@ class DeviceStateStore:
                 if sink is not None:
                     sink.record_device(updated)
         self._dirty_allocations.clear()
+        nodes = self._nodes
         for uid, seen in self._confirmed.items():
             pod = pods.get(uid)
             if pod is None:
                 continue
+            node = pod.observation.node if pod.observation is not None else ""
+            lease = nodes.get(node)
+            if lease is not None and lease.lease_renewed_at is not None and lease.lease_renewed_at < seen:
+                # A repeat is evidence of the value, not of a live kubelet: other writers (the
+                # node lifecycle controller marking pods not ready) update the pods of a node
+                # whose kubelet stopped. It confirms up to the node's latest Lease renewal.
+                seen = lease.lease_renewed_at
             for key, (health, message) in pod.values.items():
                 current = devices.get(key)
                 if (

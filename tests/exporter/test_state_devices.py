@@ -317,6 +317,22 @@ def test_status_age_grows_when_the_lease_stops_and_resets_when_it_resumes(
     assert age() == 0.0
 
 
+def test_pod_updates_after_the_kubelet_stopped_do_not_refresh_the_status(
+    store: DeviceStateStore, clock: ManualClock
+) -> None:
+    from datetime import UTC, datetime
+
+    renewed = datetime.fromtimestamp(clock.now(), UTC).isoformat().replace("+00:00", "Z")
+    store.apply_lease("MODIFIED", lease("node-1", renewed))
+    store.apply_pod("ADDED", dp_pod("p", (U0, "Healthy"), rv=1))
+    clock.advance(45)  # no renewal since: the kubelet stopped
+    marked = dp_pod("p", (U0, "Healthy"), rv=2)
+    marked["status"]["conditions"] = [{"type": "Ready", "status": "False"}]  # the node controller's write
+    store.apply_pod("MODIFIED", marked)
+    snap = store.snapshot()
+    assert status_age(snap.devices[("node-1", U0)], snap.nodes["node-1"], None, clock.now()) == 45.0
+
+
 def test_status_age_in_node_mode_follows_nvml_reachability(clock: ManualClock) -> None:
     store = DeviceStateStore(clock, node_name="node-1", nvml=True)
     store.apply_pod("ADDED", dp_pod("p", (U0, "Healthy")))

@@ -1,0 +1,196 @@
+"""End to end: the exporter against the simulated cluster, scraped by a real Prometheus.
+
+Aspects covered: `gpuhealth exporter` (the real command, in its own process) lists and
+watches the simulated apiserver; a real Prometheus 2.42 scrapes it every second; after
+an Unhealthy fault on a device-plugin GPU and on a DRA GPU, Prometheus answers
+`gpu_device_health{status="Unhealthy"} == 1` for exactly those devices (by GPU UUID);
+after a kubelet stops, the node's Lease age and its devices' status age grow in
+Prometheus while a healthy node's stay small, although the reported value stays Healthy;
+the device directory records it all (`gpuhealth devices`), and the exporter stops cleanly
+on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from gpuhealth.cli import main
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus is not installed"),
+]
+
+T = TypeVar("T")
+
+SCENARIO: dict[str, Any] = {
+    "name": "exporter-integration",
+    "description": "2 device-plugin nodes and 1 DRA node, 4 GPUs each; faults come from the test",
+    "fleet": [
+        {"name": "gpu-dp", "count": 2, "gpusPerNode": 4, "path": "device-plugin"},
+        {"name": "gpu-dra", "count": 1, "gpusPerNode": 4, "path": "dra"},
+    ],
+    "workloads": [
+        {"name": "serve", "namespace": "inference", "kind": "Deployment", "replicas": 4,
+         "gpusPerPod": 2, "path": "device-plugin"},
+        {"name": "train", "namespace": "research", "kind": "Job", "replicas": 1,
+         "gpusPerPod": 4, "path": "dra"},
+    ],
+    "timeline": [],
+}  # fmt: skip
+SPEED = 10.0
+"""Simulated seconds per real second: kubelets renew their Lease every real second."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status, response.read()
+    except OSError:
+        return 0, b""
+
+
+def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 20.0) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+@contextmanager
+def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+class Prometheus:
+    def __init__(self, port: int) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        status, body = get(f"{self.base}/api/v1/query?{urllib.parse.urlencode({'query': expr})}")
+        if status != 200:
+            return []
+        result: list[dict[str, Any]] = json.loads(body)["data"]["result"]
+        return result
+
+    def value(self, expr: str) -> float | None:
+        result = self.query(expr)
+        return float(result[0]["value"][1]) if len(result) == 1 else None
+
+
+def test_exporter_metrics_reach_prometheus_through_faults(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from simulator.testing import running_cluster
+
+    exporter_port, prometheus_port = free_port(), free_port()
+    directory = tmp_path / "directory.sqlite"
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: gpuhealth-exporter\n"
+        f"    static_configs: [{{targets: ['127.0.0.1:{exporter_port}']}}]\n"
+    )
+    with running_cluster(SCENARIO, speed=SPEED) as cluster:
+        uuid = {
+            (node, gpu): cluster.call(lambda c, node=node, gpu=gpu: c.fleet.gpu(node, gpu).uuid)  # type: ignore[misc]
+            for node, gpu in [("gpu-dp-0", 1), ("gpu-dra-0", 2)]
+        }
+        exporter_argv = [
+            sys.executable, "-m", "gpuhealth", "exporter", "--kubeconfig", str(cluster.kubeconfig_path),
+            "--listen", f"127.0.0.1:{exporter_port}", "--directory", str(directory),
+        ]  # fmt: skip
+        prometheus_argv = [
+            "prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{prometheus_port}",
+        ]  # fmt: skip
+        with (
+            process(exporter_argv, tmp_path / "exporter.log") as exporter,
+            process(prometheus_argv, tmp_path / "prometheus.log"),
+        ):
+            wait_for(
+                "the exporter to be ready", lambda: get(f"http://127.0.0.1:{exporter_port}/readyz")[0] == 200
+            )
+            prom = Prometheus(prometheus_port)
+            wait_for(
+                "Prometheus to scrape the exporter", lambda: prom.value('up{job="gpuhealth-exporter"}') == 1.0
+            )
+            wait_for(
+                "healthy devices in Prometheus",
+                lambda: prom.query('gpu_device_health{status="Healthy"} == 1'),
+            )
+            assert prom.query('gpu_device_health{status="Unhealthy"} == 1') == []
+
+            cluster.inject({"fault": "xid", "device": {"node": "gpu-dp-0", "gpu": 1}, "xid": 79})
+            cluster.inject({"fault": "xid", "device": {"node": "gpu-dra-0", "gpu": 2}, "xid": 48})
+            expected = {("gpu-dp-0", uuid[("gpu-dp-0", 1)]), ("gpu-dra-0", uuid[("gpu-dra-0", 2)])}
+
+            def unhealthy() -> set[tuple[str, str]] | None:
+                found = {
+                    (r["metric"]["node"], r["metric"]["device"])
+                    for r in prom.query('gpu_device_health{status="Unhealthy"} == 1')
+                }
+                return found if found == expected else None
+
+            wait_for("both Unhealthy devices in Prometheus", unhealthy)
+
+            # A kubelet stops: its Lease is no longer renewed, its pods' statuses no longer move.
+            cluster.inject({"fault": "kubelet-stop", "node": "gpu-dp-1", "duration": "10m"})
+            stopped = 'gpu_node_kubelet_lease_age_seconds{node="gpu-dp-1"}'
+            first = wait_for(
+                "the stopped node's lease age to grow", lambda: (v := prom.value(stopped)) and v > 4 and v
+            )
+            second = wait_for(
+                "it to keep growing", lambda: (v := prom.value(stopped)) and v > first + 1.5 and v
+            )
+            assert second > first
+            healthy_age = prom.value('gpu_node_kubelet_lease_age_seconds{node="gpu-dp-0"}')
+            assert healthy_age is not None and healthy_age < 4
+            ages = prom.query('gpu_device_status_age_seconds{node="gpu-dp-1"}')
+            assert ages and all(float(r["value"][1]) > 3 for r in ages)
+            # The reported value is left as the kubelet last wrote it: Healthy.
+            assert prom.query('gpu_device_health{node="gpu-dp-1",status="Healthy"} == 1')
+
+            exporter.send_signal(signal.SIGTERM)
+            assert exporter.wait(15) == 0, (tmp_path / "exporter.log").read_text()[-3000:]
+
+    assert main(["devices", "--directory", str(directory), "--health", "Unhealthy", "-o", "json"]) == 0
+    recorded = {(d["node"], d["device"]) for d in json.loads(capsys.readouterr().out)["devices"]}
+    assert recorded == expected
