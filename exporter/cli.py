@@ -252,7 +252,10 @@ def nvml_source(settings: ExporterSettings) -> NvmlSource | None:
     if choice.startswith("sim:"):
         from exporter.nvml_remote import RemoteNvmlSource
 
-        source = RemoteNvmlSource(choice.removeprefix("sim:"), node)
+        try:
+            source = RemoteNvmlSource(choice.removeprefix("sim:"), node)
+        except ValueError as exc:
+            raise UsageError(f"--nvml {choice}: {exc}") from exc
     else:
         from exporter.nvml_pynvml import PynvmlSource
 

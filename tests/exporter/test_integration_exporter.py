@@ -194,3 +194,43 @@ def test_exporter_metrics_reach_prometheus_through_faults(
     assert main(["devices", "--directory", str(directory), "--health", "Unhealthy", "-o", "json"]) == 0
     recorded = {(d["node"], d["device"]) for d in json.loads(capsys.readouterr().out)["devices"]}
     assert recorded == expected
+
+
+def test_node_mode_reads_nvml_and_a_lost_gpu_ages(tmp_path: Path) -> None:
+    """Node mode: only that node's devices; NVML through the simulator; a lost GPU's status ages."""
+    from simulator.testing import running_cluster
+
+    port = free_port()
+    with running_cluster(SCENARIO, speed=SPEED) as cluster:
+        lost = cluster.call(lambda c: c.fleet.gpu("gpu-dp-0", 0).uuid)
+        argv = [
+            sys.executable, "-m", "gpuhealth", "exporter", "--kubeconfig", str(cluster.kubeconfig_path),
+            "--node", "gpu-dp-0", "--nvml", f"sim:{cluster.url}", "--nvml-poll-seconds", "0.2",
+            "--listen", f"127.0.0.1:{port}", "--directory", str(tmp_path / "node.sqlite"),
+        ]  # fmt: skip
+        with process(argv, tmp_path / "exporter.log"):
+
+            def samples() -> dict[str, float]:
+                status, body = get(f"http://127.0.0.1:{port}/metrics")
+                if status != 200:
+                    return {}
+                return {
+                    line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                    for line in body.decode().splitlines()
+                    if line.startswith("gpu_")
+                }
+
+            up = f'gpu_nvml_up{{node="gpu-dp-0",device="{lost}"}}'
+            age = f'gpu_device_status_age_seconds{{node="gpu-dp-0",device="{lost}"}}'
+            found = wait_for("NVML readings", lambda: (s := samples()).get(up) == 1.0 and s)
+            assert {key.split('node="')[1].split('"')[0] for key in found} == {"gpu-dp-0"}
+            cluster.inject({"fault": "gpu-lost", "device": {"node": "gpu-dp-0", "gpu": 0}})
+            wait_for("the lost GPU to read as down", lambda: samples().get(up) == 0.0)
+            grown = wait_for("its status age to grow", lambda: (v := samples().get(age)) and v > 2 and v)
+            assert grown > 2
+            others = [
+                v
+                for k, v in samples().items()
+                if k.startswith("gpu_device_status_age_seconds") and lost not in k
+            ]
+            assert others and max(others) < grown
