@@ -498,8 +498,10 @@ async def _watch(request: web.Request, target: Target) -> web.StreamResponse:
             if remaining <= 0:
                 break
             if initial_pending and not watch.in_backlog:
+                # Right after the last initial event and before any live one, at the
+                # resourceVersion of the initial state (live events queued meanwhile are newer).
                 initial_pending = False
-                await response.write(_bookmark(target, store.resource_version, initial_end=True))
+                await response.write(_bookmark(target, watch.backlog_rv, initial_end=True))
             wait = min(remaining, settings.bookmark_interval_s) if bookmarks else remaining
             try:
                 async with asyncio.timeout(wait):
@@ -512,8 +514,14 @@ async def _watch(request: web.Request, target: Target) -> web.StreamResponse:
                 break
             chunk = [_event_line(item, target)]
             size = len(chunk[0])
-            # Batch what is ready already: one write per chunk, not per event, for big initial lists.
-            while size < settings.write_buffer_bytes and watch.pending() and not watch.closed:
+            # Batch what is ready already: one write per chunk, not per event, for big initial lists;
+            # a batch of initial events stops where they end, for the initial-events-end bookmark.
+            while (
+                size < settings.write_buffer_bytes
+                and watch.pending()
+                and not watch.closed
+                and not (initial_pending and not watch.in_backlog)
+            ):
                 more = await watch.next_entry()
                 if more is None:
                     break

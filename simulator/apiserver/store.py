@@ -206,6 +206,11 @@ class Watch:
         return self._stopped
 
     @property
+    def backlog_rv(self) -> int:
+        """The resourceVersion the replayed events bring a client up to; live events are newer."""
+        return self._min_rv
+
+    @property
     def in_backlog(self) -> bool:
         """Whether replayed events (synthetic ADDED or retained history) are still to come."""
         return bool(self._backlog)

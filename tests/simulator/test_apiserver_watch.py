@@ -109,6 +109,42 @@ def test_send_initial_events_ends_with_an_annotated_bookmark(api: client.ApiClie
     assert second["raw_object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
 
 
+def test_initial_events_end_bookmark_comes_before_live_events_at_the_initial_state(
+    cluster: ServedCluster, api: client.ApiClient
+) -> None:
+    core = client.CoreV1Api(api)
+    core.create_namespaced_config_map("default", _cm("one"))
+    real_watch = cluster.store.watch
+    initial_rv: list[int] = []
+
+    def watch_then_write(*args: Any, **kwargs: Any) -> Any:
+        # Writes land between taking the initial state and streaming it: live events are queued.
+        started = real_watch(*args, **kwargs)
+        initial_rv.append(cluster.store.resource_version)
+        for name in ("live-a", "live-b"):
+            cluster.store.create("configmaps", {"metadata": {"name": name}}, namespace="default")
+        return started
+
+    cluster.store.watch = watch_then_write  # type: ignore[method-assign]
+    w = watch.Watch()
+    stream = w.stream(
+        core.list_namespaced_config_map,
+        "default",
+        allow_watch_bookmarks=True,
+        send_initial_events=True,
+        resource_version_match="NotOlderThan",
+        timeout_seconds=2,
+    )
+    events = [next(stream) for _ in range(4)]
+    w.stop()
+    stream.close()
+    seen = [(e["type"], e["raw_object"]["metadata"].get("name")) for e in events]
+    assert seen == [("ADDED", "one"), ("BOOKMARK", None), ("ADDED", "live-a"), ("ADDED", "live-b")]
+    rvs = [int(e["raw_object"]["metadata"]["resourceVersion"]) for e in events]
+    assert rvs[1] == initial_rv[0]
+    assert rvs == sorted(rvs)
+
+
 def test_too_old_resource_version_is_410_expired(
     make_cluster: Callable[..., ServedCluster],
 ) -> None:
