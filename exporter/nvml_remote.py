@@ -16,6 +16,7 @@ Synchronous (stdlib urllib with a timeout): call it from a worker thread, like t
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import threading
@@ -182,6 +183,8 @@ class RemoteNvmlSource:
             raise RemoteNvmlError(f"GET {url}: HTTP {exc.code} {exc.reason}") from exc
         except (urllib.error.URLError, OSError) as exc:  # refused, unreachable, timed out
             raise RemoteNvmlError(f"GET {url}: {getattr(exc, 'reason', exc)}") from exc
+        except http.client.HTTPException as exc:  # not HTTP, or the body cut short
+            raise RemoteNvmlError(f"GET {url}: broken HTTP answer: {exc!r}") from exc
         try:
             document = json.loads(raw)
         except ValueError as exc:

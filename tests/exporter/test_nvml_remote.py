@@ -20,6 +20,7 @@ import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -192,6 +193,44 @@ async def test_a_malformed_document_gives_no_readings(sim: tuple[FakeSimulator, 
     assert await asyncio.to_thread(src.start)
     fake.body = body
     assert await asyncio.to_thread(src.read) == []
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"node"',
+        b"not an HTTP answer\r\n\r\n",
+    ],
+    ids=["body-cut-short", "not-http"],
+)
+async def test_a_broken_http_answer_gives_no_readings(broken: bytes) -> None:
+    document = orjson.dumps({"node": NODE, "devices": [], "xid_events": [], "next_seq": 0})
+    good = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%b" % (
+        len(document),
+        document,
+    )
+    answers = [good, broken]  # start() gets a good answer, every later request the broken one
+    handlers: list[asyncio.Task[Any]] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handlers.append(asyncio.current_task())  # type: ignore[arg-type]
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answers.pop(0) if len(answers) > 1 else answers[0])
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        src = RemoteNvmlSource(f"http://127.0.0.1:{port}", NODE)
+        assert await asyncio.to_thread(src.start)
+        assert await asyncio.to_thread(src.read) == []
+        assert await asyncio.to_thread(src.drain_xid_events) == []
+    finally:
+        server.close()
+        await server.wait_closed()
+        await asyncio.gather(*handlers, return_exceptions=True)
 
 
 async def test_a_malformed_device_or_event_is_skipped_alone(
