@@ -382,8 +382,9 @@ class MetricsRenderer:
         if failed:
             log.warning("dropped %d device(s) from the scrape; first error: %r", failed, first_error)
         if len(cache) > len(snapshot.devices):
-            devices = snapshot.devices
-            self._cache = {k: v for k, v in cache.items() if k in devices}
+            # Walk the snapshot's keys, never the shared cache: a render in another thread (two
+            # scrapes at once) may be adding to `cache`, and walking a growing dict raises.
+            self._cache = {k: e for k in snapshot.devices if (e := cache_get(k)) is not None}
         for family, lines in (
             (DEVICE_HEALTH, health),
             (DEVICE_STATUS_AGE, ages),

@@ -463,6 +463,30 @@ _states = st.builds(
 )
 
 
+class _GrowsWhileWalked(dict[Any, Any]):
+    """A line cache that another thread's render adds an entry to while this render walks it."""
+
+    def items(self) -> Any:
+        for n, item in enumerate(super().items()):
+            self[("node-late", f"GPU-late-{n}")] = item[1]
+            yield item
+
+    def __iter__(self) -> Any:
+        for n, key in enumerate(super().__iter__()):
+            self[("node-late", f"GPU-late-{n}")] = self[key]
+            yield key
+
+
+def test_pruning_gone_devices_survives_a_concurrent_render_adding_entries() -> None:
+    renderer = MetricsRenderer()
+    both = cluster_snapshot(plugin_device(), dra_device())
+    renderer.render(both, NOW)
+    renderer._cache = _GrowsWhileWalked(renderer._cache)
+    one = cluster_snapshot(plugin_device())  # dra_device is gone: its lines are pruned
+    assert renderer.render(one, NOW) == MetricsRenderer().render(one, NOW)
+    assert set(renderer._cache) == {("node-a", UUID_A)}
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(_states, max_size=4), min_size=1, max_size=4))
 def test_a_reused_renderer_renders_exactly_what_a_fresh_one_does(sequence: list[list[DeviceState]]) -> None:
