@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuhealth.clock import Clock, ManualClock
 from simulator.apiserver.errors import ApiError
+from simulator.apiserver.store import format_timestamp
 from simulator.fleet import objects
 from simulator.fleet.health import (
     HEALTHY,
@@ -584,7 +585,7 @@ class Fleet:
         if node.ready != "True" or self.now() - node.renewed_at < self.settings.node_monitor_grace_period:
             return
         node.ready = "Unknown"
-        ts = objects.rfc3339(self.wall())
+        ts = format_timestamp(self.wall())
 
         def fn(obj: dict[str, Any]) -> dict[str, Any]:
             conds = [c for c in obj["status"].get("conditions", []) if c.get("type") != "Ready"]
@@ -619,7 +620,7 @@ class Fleet:
         self, ready: bool | None, allocated: list[dict[str, Any]] | None
     ) -> Callable[[dict[str, Any]], dict[str, Any]]:
         """One pod status write: readiness (when given) and allocatedResourcesStatus (when given)."""
-        ts = objects.rfc3339(self.wall())
+        ts = format_timestamp(self.wall())
 
         def fn(obj: dict[str, Any]) -> dict[str, Any]:
             status = obj["status"]
@@ -745,15 +746,15 @@ class Fleet:
                 if cond.get("type") in ("Ready", "ContainersReady"):
                     cond["status"] = "False"
                     cond["reason"] = "PodCompleted"
-                    cond["lastTransitionTime"] = objects.rfc3339(finished)
+                    cond["lastTransitionTime"] = format_timestamp(finished)
             for cs in status.get("containerStatuses", []):
                 started = cs.get("state", {}).get("running", {}).get("startedAt")
                 cs["state"] = {
                     "terminated": {
                         "exitCode": 0,
                         "reason": "Completed",
-                        "startedAt": started or objects.rfc3339(pod.started),
-                        "finishedAt": objects.rfc3339(finished),
+                        "startedAt": started or format_timestamp(pod.started),
+                        "finishedAt": format_timestamp(finished),
                         "containerID": cs.get("containerID", ""),
                     }
                 }
@@ -938,7 +939,7 @@ class Fleet:
                 continue
             c = counts.setdefault((pod.namespace, pod.workload.name), [0, 0])
             c[1 if pod.terminated else 0] += 1
-        wall = objects.rfc3339(self.wall())
+        wall = format_timestamp(self.wall())
         for (ns, name), (active, succeeded) in counts.items():
 
             def fn(obj: dict[str, Any], active: int = active, succeeded: int = succeeded) -> dict[str, Any]:
@@ -1064,7 +1065,7 @@ class Fleet:
         self._renew(node)
         if node.ready != "True":
             node.ready = "True"
-            ts = objects.rfc3339(self.wall())
+            ts = format_timestamp(self.wall())
 
             def fn(obj: dict[str, Any]) -> dict[str, Any]:
                 conds = [c for c in obj["status"].get("conditions", []) if c.get("type") != "Ready"]
@@ -1110,7 +1111,7 @@ class Fleet:
             return
         gpu.taints = [t for t in gpu.taints if t["key"] != key]
         gpu.taints.append(
-            {"key": key, "value": value, "effect": "NoSchedule", "timeAdded": objects.rfc3339(self.wall())}
+            {"key": key, "value": value, "effect": "NoSchedule", "timeAdded": format_timestamp(self.wall())}
         )
         self._write_slice(node)
 
@@ -1146,7 +1147,7 @@ class Fleet:
         return {
             "scenario": self.scenario.name,
             "simulatedSeconds": round(self.now(), 3),
-            "wallTime": objects.rfc3339(self.wall()),
+            "wallTime": format_timestamp(self.wall()),
             "speed": self.speed,
             "nodes": len(self.nodes),
             "gpus": sum(len(n.gpus) for n in self.nodes.values()),

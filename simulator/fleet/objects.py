@@ -14,12 +14,11 @@ import random
 from datetime import UTC, datetime
 from typing import Any
 
+from simulator.apiserver.store import format_timestamp
 from simulator.fleet.placement import Slot
 from simulator.scenario import DRA_DRIVER, GPU_RESOURCE, NodeGroup, Workload
 
 KUBELET_VERSION = "v1.36.0"
-MESSAGE_LIMIT = 1024
-"""`allocatedResourcesStatus[].resources[].message` is at most 1024 characters."""
 
 # The alphabet Kubernetes uses for generated name suffixes (no vowels, no look-alikes).
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -27,11 +26,6 @@ _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 CHECKPOINT_ANNOTATION = "gpuhealth.io/checkpoint"
 TOPOLOGY_ANNOTATION = "gpuhealth.io/topology"
 WORKLOAD_LABEL = "gpuhealth.io/workload"
-
-
-def rfc3339(wall: float) -> str:
-    """metav1.Time: second precision."""
-    return datetime.fromtimestamp(wall, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def micro_time(wall: float) -> str:
@@ -69,12 +63,6 @@ def device_id(uuid: str, replica: int | None) -> str:
 def cdi_id(claim_uid: str, device: str) -> str:
     """DRA resourceID as the NVIDIA driver's CDI device name."""
     return f"k8s.{DRA_DRIVER}/claim={claim_uid}-{device}"
-
-
-def truncate_message(message: str | None) -> str | None:
-    if message is None:
-        return None
-    return message[:MESSAGE_LIMIT]
 
 
 def node_ip(index: int) -> str:
@@ -117,7 +105,7 @@ def node(name: str, index: int, group: NodeGroup, wall: float) -> dict[str, Any]
     allocatable = {"cpu": "191500m", "memory": "2100000Mi", "pods": "110", "ephemeral-storage": "3500Gi"}
     if group.path == "device-plugin":
         capacity[GPU_RESOURCE], allocatable[GPU_RESOURCE] = gpu_capacity(group, group.gpus_per_node)
-    ts = rfc3339(wall)
+    ts = format_timestamp(wall)
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -360,8 +348,8 @@ def pod_status(
 ) -> dict[str, Any]:
     """A Running (or, with `finished`, Succeeded) pod's status as the kubelet writes it."""
     spec = pod_obj["spec"]
-    t_start = rfc3339(started)
-    t_ready = rfc3339(started + 5)
+    t_start = format_timestamp(started)
+    t_ready = format_timestamp(started + 5)
     ready_s = "True" if ready and finished is None else "False"
     host_ip = node_ip(node_index)
     pod_ip = f"10.{128 + ((pod_index >> 16) & 127)}.{(pod_index >> 8) & 255}.{pod_index & 255}"
@@ -387,7 +375,7 @@ def pod_status(
                 "exitCode": 0,
                 "reason": "Completed",
                 "startedAt": t_ready,
-                "finishedAt": rfc3339(finished),
+                "finishedAt": format_timestamp(finished),
                 "containerID": f"containerd://{stable_uid(pod_obj['metadata']['name'], 'main')}",
             }
         }
@@ -446,7 +434,7 @@ def pending_status(wall: float) -> dict[str, Any]:
                 "status": "False",
                 "reason": "Unschedulable",
                 "message": "0/1 nodes are available: insufficient usable GPUs.",
-                "lastTransitionTime": rfc3339(wall),
+                "lastTransitionTime": format_timestamp(wall),
             }
         ],
         "qosClass": "Burstable",
