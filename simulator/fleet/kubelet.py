@@ -533,7 +533,7 @@ class Fleet:
         if pod.claim_name is None:
             name = GPU_RESOURCE
         else:
-            name = "claim:gpus/gpus" if pod.workload.dra_status_name == "request" else "claim:gpus"
+            name = objects.allocated_resource_name(objects.claim_reference(pod.workload))
         resources = []
         for resource_id, health, message in rows:
             entry = {"resourceID": resource_id, "health": health}

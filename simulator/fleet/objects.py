@@ -238,10 +238,25 @@ def owner_reference(workload: Workload, job_uid: str | None) -> dict[str, Any]:
     }
 
 
+def claim_reference(workload: Workload) -> dict[str, str]:
+    """The main container's `resources.claims[]` entry of a DRA pod: the whole pod claim `gpus`,
+    or (draStatusName: request) its request `gpus` only."""
+    if workload.dra_status_name == "request":
+        return {"name": "gpus", "request": "gpus"}
+    return {"name": "gpus"}
+
+
+def allocated_resource_name(reference: dict[str, str]) -> str:
+    """`allocatedResourcesStatus[].name` of a container claim reference, as the kubelet forms it:
+    `claim:<podClaimName>`, or `claim:<podClaimName>/<request>` when the reference names a request."""
+    request = reference.get("request")
+    return f"claim:{reference['name']}/{request}" if request else f"claim:{reference['name']}"
+
+
 def _containers(workload: Workload, gpus: int, dra: bool) -> dict[str, Any]:
     resources: dict[str, Any] = {"requests": {"cpu": "4", "memory": "32Gi"}, "limits": {"memory": "32Gi"}}
     if dra:
-        resources["claims"] = [{"name": "gpus"}]
+        resources["claims"] = [claim_reference(workload)]
     else:
         resources["requests"][GPU_RESOURCE] = str(gpus)
         resources["limits"][GPU_RESOURCE] = str(gpus)

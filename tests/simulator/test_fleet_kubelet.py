@@ -145,6 +145,8 @@ async def test_dra_message_is_cut_at_1024_characters_and_names_use_the_pod_claim
     assert row["health"] == "Unhealthy"
     assert row["message"] == long_message[:1024]
     assert pod_a["status"]["containerStatuses"][0]["allocatedResourcesStatus"][0]["name"] == "claim:gpus/gpus"
+    # The API: "claim_name" and "request" must match one of the claims of this container.
+    assert pod_a["spec"]["containers"][0]["resources"]["claims"] == [{"name": "gpus", "request": "gpus"}]
     assert pod_a["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == "a-gpus"
     claim_name = pod_a["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
     claim = store.get("resourceclaims.resource.k8s.io", claim_name, "default")
@@ -160,6 +162,7 @@ async def test_dra_message_is_cut_at_1024_characters_and_names_use_the_pod_claim
     ]
     pod_b = pod_named(store, "b-")
     assert pod_b["status"]["containerStatuses"][0]["allocatedResourcesStatus"][0]["name"] == "claim:gpus"
+    assert pod_b["spec"]["containers"][0]["resources"]["claims"] == [{"name": "gpus"}]
     assert pod_b["spec"]["resourceClaims"][0]["resourceClaimName"] == f"{pod_b['metadata']['name']}-gpus"
 
 
