@@ -11,6 +11,7 @@ partial body; `/readyz` 503 until ready, then 200; `/healthz`; settings validati
 from __future__ import annotations
 
 import gzip
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -171,7 +172,16 @@ def test_accepts_gzip(header: str, expected: bool) -> None:
 
 
 @pytest.mark.integration
-async def test_large_snapshots_render_in_a_worker_thread_with_the_same_body(harness: Harness) -> None:
+async def test_large_snapshots_render_in_a_worker_thread_with_the_same_body(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: list[threading.Thread] = []
+
+    def recording(snapshot: Snapshot, now: float) -> bytes:
+        threads.append(threading.current_thread())
+        return render_metrics(snapshot, now)
+
+    monkeypatch.setattr(server_module, "render_metrics", recording)
     devices = {}
     for n in range(3):
         for g in range(4):
@@ -194,6 +204,7 @@ async def test_large_snapshots_render_in_a_worker_thread_with_the_same_body(harn
         a = await (await inline.get("/metrics")).read()
         b = await (await threaded.get("/metrics", headers={"Accept-Encoding": "gzip"})).read()
     assert a == b
+    assert threads[0] is threading.main_thread() and threads[1] is not threading.main_thread()
     assert a.count(b"gpu_device_status_version{") == 12
 
 
