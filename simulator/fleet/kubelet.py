@@ -49,6 +49,7 @@ STOPPED = "kubelet-stop"
 PARTITIONED = "node-partition"
 
 _EPS = 1e-9
+_UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 _BATCH = 500  # objects written between yields to the event loop while building
 
 XID_DESCRIPTIONS = {
@@ -584,33 +585,36 @@ class Fleet:
         """The node lifecycle controller: no Lease renewal within the grace period -> Ready Unknown."""
         if node.ready != "True" or self.now() - node.renewed_at < self.settings.node_monitor_grace_period:
             return
-        node.ready = "Unknown"
-        ts = format_timestamp(self.wall())
-
-        def fn(obj: dict[str, Any]) -> dict[str, Any]:
-            conds = [c for c in obj["status"].get("conditions", []) if c.get("type") != "Ready"]
-            conds.append(objects.ready_condition("Unknown", ts))
-            obj["status"]["conditions"] = conds
-            return obj
-
-        self.store.mutate("nodes", node.name, None, fn, subresource="status")
-
-        def taint(obj: dict[str, Any]) -> dict[str, Any]:
-            taints = [
-                t for t in obj["spec"].get("taints", []) if t.get("key") != "node.kubernetes.io/unreachable"
-            ]
-            taints += [
-                {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule", "timeAdded": ts},
-                {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": ts},
-            ]
-            obj["spec"]["taints"] = taints
-            return obj
-
-        self.store.mutate("nodes", node.name, None, taint)
+        self._write_node_ready(node, "Unknown")
         for pod in node.pods:
             if not pod.terminated:
                 self._set_pod_ready(pod, False)
         self._emit(NodeChanged(self.now(), self.wall(), node.name, "Ready=Unknown (lease not renewed)"))
+
+    def _write_node_ready(self, node: SimNode, status: str) -> None:
+        """The node's Ready condition, and the node lifecycle controller's unreachable taints
+        (NoSchedule and NoExecute) while it is not True."""
+        node.ready = status
+        ts = format_timestamp(self.wall())
+
+        def condition(obj: dict[str, Any]) -> dict[str, Any]:
+            conds = [c for c in obj["status"].get("conditions", []) if c.get("type") != "Ready"]
+            conds.append(objects.ready_condition(status, ts))
+            obj["status"]["conditions"] = conds
+            return obj
+
+        def taints(obj: dict[str, Any]) -> dict[str, Any]:
+            kept = [t for t in obj["spec"].get("taints", []) if t.get("key") != _UNREACHABLE_TAINT]
+            if status != "True":
+                kept += [
+                    {"key": _UNREACHABLE_TAINT, "effect": effect, "timeAdded": ts}
+                    for effect in ("NoSchedule", "NoExecute")
+                ]
+            obj["spec"]["taints"] = kept
+            return obj
+
+        self.store.mutate("nodes", node.name, None, condition, subresource="status")
+        self.store.mutate("nodes", node.name, None, taints)
 
     def _set_pod_ready(self, pod: SimPod, ready: bool) -> None:
         if self._mutate_pod(pod, self._status_update(ready, None)):
@@ -1064,26 +1068,7 @@ class Fleet:
         node.kubelet = RUNNING
         self._renew(node)
         if node.ready != "True":
-            node.ready = "True"
-            ts = format_timestamp(self.wall())
-
-            def fn(obj: dict[str, Any]) -> dict[str, Any]:
-                conds = [c for c in obj["status"].get("conditions", []) if c.get("type") != "Ready"]
-                conds.append(objects.ready_condition("True", ts))
-                obj["status"]["conditions"] = conds
-                return obj
-
-            def untaint(obj: dict[str, Any]) -> dict[str, Any]:
-                taints = [
-                    t
-                    for t in obj["spec"].get("taints", [])
-                    if t.get("key") != "node.kubernetes.io/unreachable"
-                ]
-                obj["spec"]["taints"] = taints
-                return obj
-
-            self.store.mutate("nodes", node.name, None, fn, subresource="status")
-            self.store.mutate("nodes", node.name, None, untaint)
+            self._write_node_ready(node, "True")
         if node.slice_dirty:
             self._write_slice(node)
         self._emit(
