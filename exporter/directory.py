@@ -145,6 +145,24 @@ def _device_row(device: DeviceState, removed: bool) -> tuple[Any, ...]:
     )
 
 
+def _attribute_row(d: DeviceState) -> tuple[Any, ...]:
+    allocations = orjson.dumps(
+        [[a.namespace, a.pod, a.container, a.resource, a.claim] for a in d.allocations]
+    )
+    taints = orjson.dumps([[t.key, t.effect, t.value] for t in d.driver_taints])
+    return (
+        allocations.decode(),
+        taints.decode(),
+        d.uuid,
+        d.driver,
+        d.pool,
+        d.device_name,
+        d.resource,
+        d.node,
+        d.device,
+    )
+
+
 def _device_from_row(row: tuple[Any, ...]) -> DeviceState:
     return DeviceState(
         node=row[0],
@@ -177,13 +195,15 @@ class _Batch:
     log: list[ObservationRecord]
     devices: dict[DeviceKey, tuple[DeviceState, bool]]
     status: dict[DeviceKey, DeviceState]
+    lazy: dict[DeviceKey, DeviceState] = field(default_factory=dict)
     heartbeats: dict[DeviceKey, float] = field(default_factory=dict)
     pods: dict[str, PodVersion | None] = field(default_factory=dict)
     leases: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def rows(self) -> int:
-        return sum(map(len, (self.log, self.devices, self.status, self.heartbeats, self.pods, self.leases)))
+        parts = (self.log, self.devices, self.status, self.lazy, self.heartbeats, self.pods, self.leases)
+        return sum(map(len, parts))
 
 
 class _Queries:
@@ -371,8 +391,7 @@ class Directory(_Queries):
         self._log, self._devices, self._status = [], {}, {}
         self._known.update(batch.devices)
         if periodic:
-            for key, device in self._lazy.items():
-                batch.devices.setdefault(key, (device, False))
+            batch.lazy = {k: d for k, d in self._lazy.items() if k not in batch.devices}
             batch.heartbeats, batch.pods, batch.leases = self._heartbeats, self._pods, self._leases
             self._lazy, self._heartbeats, self._pods, self._leases = {}, {}, {}, {}
         if self._writer is None:
@@ -442,6 +461,13 @@ class Directory(_Queries):
                         )
                         for k, d in batch.status.items()
                     ],
+                )
+            if batch.lazy:
+                # Rows that exist; only what pods and slices change is rewritten.
+                conn.executemany(
+                    "UPDATE devices SET allocations = ?, driver_taints = ?, uuid = ?, driver = ?, pool = ?, "
+                    "device_name = ?, resource = ? WHERE node = ? AND device = ?",
+                    [_attribute_row(d) for d in batch.lazy.values()],
                 )
             if batch.heartbeats:
                 conn.executemany(

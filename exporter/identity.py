@@ -211,7 +211,7 @@ def match_result(claim: ClaimInfo, entry: ResourceEntry) -> ClaimResult | None:
         if claim.uid and cdi_name.startswith(claim.uid):
             # The usual `<claimUID>-<device>`: an exact look-up, no scan.
             exact = claim.by_device.get(cdi_name[len(claim.uid) + 1 :])
-            if exact is not None and exact in candidates:
+            if exact is not None and (not entry.request or exact.request.partition("/")[0] == entry.request):
                 return exact
         named = [r for r in candidates if cdi_name == r.device or cdi_name.endswith(f"-{r.device}")]
         if len(named) == 1:

@@ -311,7 +311,10 @@ class Observer:
         interval = self._settings.flush_interval_seconds
         while True:
             try:
-                item = await asyncio.wait_for(queue.get(), timeout=interval)
+                # asyncio.timeout, not wait_for: in 3.11 wait_for can swallow a cancellation
+                # that races with the get completing, and the exporter would never stop.
+                async with asyncio.timeout(interval):
+                    item = await queue.get()
             except TimeoutError:
                 self._flush()
                 continue
