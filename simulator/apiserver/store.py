@@ -428,11 +428,11 @@ class Store:
         info = self.registry.get(resource)
         if not isinstance(obj, dict):
             raise bad_request("the body of the request must be a JSON object")
-        meta_in = obj.get("metadata") or {}
-        if not isinstance(meta_in, dict):
+        if not isinstance(obj.get("metadata", {}), dict | None):
             raise bad_request("metadata must be an object")
         new: dict[str, Any] = copy.deepcopy(obj)
-        meta: dict[str, Any] = new.setdefault("metadata", {})
+        meta: dict[str, Any] = new.get("metadata") or {}  # `"metadata": null` is no metadata
+        new["metadata"] = meta
         if new.get("kind") not in (None, info.kind):
             raise bad_request(f"the kind {new.get('kind')!r} of the object does not match {info.kind!r}")
         if info.namespaced:
