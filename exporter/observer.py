@@ -517,6 +517,11 @@ class KubeTransport:
 
     def __init__(self, api_client: ApiClient) -> None:
         self._api = api_client
+        # One throttling helper: our Backoff. urllib3 would otherwise retry each request
+        # three times at once (and log each), hiding the outage from the backoff.
+        pool_manager = getattr(api_client.rest_client, "pool_manager", None)
+        if pool_manager is not None:
+            pool_manager.connection_pool_kw["retries"] = False
 
     def get(self, path: str, params: list[tuple[str, str]], *, timeout: tuple[float, float]) -> Response:
         method, url, headers, _, _ = self._api.param_serialize(
