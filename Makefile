@@ -29,7 +29,7 @@ tools:
 	fi
 
 demo: setup
-	$(GPUHEALTH) sim --scenario xid-and-unknown --speed 10 --duration 120 --print-events
+	$(GPUHEALTH) sim --scenario xid-and-unknown --speed 20 --duration 660 --print-events
 
 lint: setup
 	$(VENV)/bin/ruff check .
