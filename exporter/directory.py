@@ -32,7 +32,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -82,7 +82,7 @@ CREATE TABLE IF NOT EXISTS devices (
     driver_taints TEXT NOT NULL,
     removed INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (node, device)
-);
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS pods (
     uid TEXT PRIMARY KEY,
     namespace TEXT NOT NULL,
@@ -329,8 +329,10 @@ class Directory(_Queries):
         else:
             self._lazy[key] = device
 
-    def record_heartbeat(self, node: str, device: str, observed_at: float) -> None:
-        self._heartbeats[(node, device)] = observed_at
+    def record_heartbeats(self, keys: Iterable[DeviceKey], observed_at: float) -> None:
+        heartbeats = self._heartbeats
+        for key in keys:
+            heartbeats[key] = observed_at
 
     def record_removed(self, node: str, device: str) -> None:
         pending = self._devices.get((node, device))

@@ -171,7 +171,7 @@ def _resource_version(obj: Any) -> str | None:
 def persist(store: DeviceStateStore, directory: Directory, *, force: bool = False) -> int:
     """Write what is due: status changes always, confirmations when the heartbeat period is up."""
     if force or directory.heartbeats_due():
-        store.sync()
+        store.sync_sink()
     return directory.flush(force=force)
 
 

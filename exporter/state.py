@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
@@ -107,7 +107,9 @@ class DirectorySink(Protocol):
         """Allocations or identity attributes changed, the status did not."""
         ...
 
-    def record_heartbeat(self, node: str, device: str, observed_at: float) -> None: ...
+    def record_heartbeats(self, keys: Iterable[DeviceKey], observed_at: float) -> None:
+        """These devices' statuses were confirmed at `observed_at` (later ones win)."""
+        ...
 
     def record_removed(self, node: str, device: str) -> None: ...
 
@@ -194,6 +196,8 @@ class DeviceStateStore:
         """True while the current `_devices` dict is referenced by a handed-out snapshot."""
         self._confirmed: dict[str, float] = {}
         """Pods (uid) whose reports were confirmed since the last sync, and when."""
+        self._unpersisted: dict[str, float] = {}
+        """The same confirmations, until handed to the sink (which may happen before a snapshot)."""
         self._dirty_pods: set[str] = set()
         """Pods whose resourceVersion moved since the last sync."""
         self._dirty_allocations: set[DeviceKey] = set()
@@ -229,23 +233,51 @@ class DeviceStateStore:
         return self._devices.get((node, device))
 
     def sync(self) -> None:
-        """Fold pending confirmations into the devices and hand them and pod versions to the sink."""
-        sink = self._sink
-        pods = self._pods
+        """Fold everything pending into the devices, and hand it to the sink (snapshots call this)."""
+        self._fold_allocations()
         devices = self._devices
-        for key in self._dirty_allocations:
-            current = devices.get(key)
-            if current is None:
-                continue
-            merged = _merge(self._contrib.get(key) or {})
-            if merged != current.allocations:
-                updated = _held(current, merged, current, current.driver_taints)
-                self._put(key, updated)
-                if sink is not None:
-                    sink.record_device(updated)
-        self._dirty_allocations.clear()
-        nodes = self._nodes
-        for uid, seen in self._confirmed.items():
+        for pod, seen in self._confirmations(self._confirmed):
+            for key, (health, message) in pod.values.items():
+                current = devices.get(key)
+                if (
+                    current is not None
+                    and current.observed_at < seen
+                    and current.health == health
+                    and current.message == message
+                ):
+                    self._put(key, _observed(current, seen))
+        self._confirmed.clear()
+        self.sync_sink()
+
+    def sync_sink(self) -> None:
+        """Hand pending confirmations and pod versions to the sink without rebuilding devices.
+
+        The directory needs only the times; rebuilding 80,000 immutable devices is left to
+        the next snapshot, which a scrape asks for far less often than the directory writes.
+        """
+        self._fold_allocations()
+        sink = self._sink
+        if sink is not None:
+            devices = self._devices
+            for pod, seen in self._confirmations(self._unpersisted):
+                confirmed = []
+                for key, (health, message) in pod.values.items():
+                    current = devices.get(key)
+                    if current is not None and current.health == health and current.message == message:
+                        confirmed.append(key)
+                if confirmed:
+                    sink.record_heartbeats(confirmed, seen)
+            for uid in self._dirty_pods:
+                dirty = self._pods.get(uid)
+                if dirty is not None:
+                    sink.record_pod(PodVersion(uid, dirty.namespace, dirty.name, dirty.resource_version))
+        self._unpersisted.clear()
+        self._dirty_pods.clear()
+
+    def _confirmations(self, pending: dict[str, float]) -> Iterator[tuple[_Pod, float]]:
+        """(pod, time it confirmed its reports up to) for each pending confirmation."""
+        pods, nodes = self._pods, self._nodes
+        for uid, seen in pending.items():
             pod = pods.get(uid)
             if pod is None:
                 continue
@@ -256,24 +288,21 @@ class DeviceStateStore:
                 # node lifecycle controller marking pods not ready) update the pods of a node
                 # whose kubelet stopped. It confirms up to the node's latest Lease renewal.
                 seen = lease.lease_renewed_at
-            for key, (health, message) in pod.values.items():
-                current = devices.get(key)
-                if (
-                    current is not None
-                    and current.observed_at < seen
-                    and current.health == health
-                    and current.message == message
-                ):
-                    self._put(key, _observed(current, seen))
-                    if sink is not None:
-                        sink.record_heartbeat(key[0], key[1], seen)
-        self._confirmed.clear()
-        if sink is not None:
-            for uid in self._dirty_pods:
-                pod = pods.get(uid)
-                if pod is not None:
-                    sink.record_pod(PodVersion(uid, pod.namespace, pod.name, pod.resource_version))
-        self._dirty_pods.clear()
+            yield pod, seen
+
+    def _fold_allocations(self) -> None:
+        devices = self._devices
+        for key in self._dirty_allocations:
+            current = devices.get(key)
+            if current is None:
+                continue
+            merged = _merge(self._contrib.get(key) or {})
+            if merged != current.allocations:
+                updated = _held(current, merged, current, current.driver_taints)
+                self._put(key, updated)
+                if self._sink is not None:
+                    self._sink.record_device(updated)
+        self._dirty_allocations.clear()
 
     @property
     def devices_tracked(self) -> int:
@@ -339,7 +368,7 @@ class DeviceStateStore:
             if signature is not None and signature == pod.signature:
                 # Nothing device-related moved: the pod confirms what it reported (the hot path).
                 pod.resource_version, pod.rv_number = rv, rv_int
-                self._confirmed[uid] = self._clock.now()
+                self._confirmed[uid] = self._unpersisted[uid] = self._clock.now()
                 self._dirty_pods.add(uid)
                 self._snapshot = None
                 return
@@ -573,7 +602,7 @@ class DeviceStateStore:
             pod.layout = layout
         if confirm and pod.values:
             # Values this pod repeats (and new ones that already held) are confirmed now.
-            self._confirmed[pod.uid] = now
+            self._confirmed[pod.uid] = self._unpersisted[pod.uid] = now
             self._snapshot = None
 
     def _apply_layout(self, pod: _Pod, observation: PodObservation, now: float) -> None:
@@ -752,6 +781,7 @@ class DeviceStateStore:
     def _remove_pod(self, uid: str) -> None:
         pod = self._pods.pop(uid, None)
         self._confirmed.pop(uid, None)
+        self._unpersisted.pop(uid, None)
         self._dirty_pods.discard(uid)
         if pod is None:
             return
