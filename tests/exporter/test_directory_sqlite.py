@@ -190,3 +190,15 @@ def test_bad_files_give_clear_errors(tmp_path: Path, clock: ManualClock) -> None
         Directory(str(junk), clock=clock)
     with pytest.raises(DirectoryError, match="lock file"):
         Directory(str(tmp_path / "no" / "such" / "dir.sqlite"), clock=clock)
+
+
+def test_a_1024_character_message_survives_the_log_and_a_restart(path: str, clock: ManualClock) -> None:
+    message = "".join(chr(0x41 + i % 26) for i in range(1023)) + "é"
+    directory = Directory(path, clock=clock)
+    store = open_store(directory, clock)
+    store.apply_pod("ADDED", dp_pod("Unhealthy", 1, message=message))
+    directory.close()
+    directory = Directory(path, clock=clock)
+    assert [r.message for r in directory.replay()] == [message]
+    assert open_store(directory, clock).snapshot().devices[("node-1", U0)].message == message
+    directory.close()
