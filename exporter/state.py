@@ -6,11 +6,11 @@ Owns the rules of the state model (requirement 1 and 2 of the mission):
   one device make one device with several allocations.
 - Each pod's latest reported (health, message) per device is remembered. A pod event that
   reports a new value for a device applies it: if it differs from the device's current
-  value the status version increases by one, else it is a heartbeat (a confirmation).
-  A confirmation counts no later than the node's latest kubelet Lease renewal: pods are
-  also updated by others (the node lifecycle controller) after a kubelet stops. A pod repeating what
-  it said before confirms the device (heartbeat) only when that still is the device's
-  current value, so one pod with a stale view cannot flip a device another pod updated.
+  value the status version increases by one, else it is a confirmation (heartbeat). A
+  pod repeating what it said before confirms the device only while that still is the
+  device's current value, so one pod with a stale view cannot flip a device another pod
+  updated. A confirmation counts no later than the node's latest kubelet Lease renewal:
+  others (the node lifecycle controller) update a node's pods after its kubelet stopped.
 - Where one pod reports several entries for one device (replicas, shared containers),
   the most severe value wins: Unhealthy over Unknown over Healthy.
 - Pod events with the same or an older resourceVersion change nothing (duplicates and
@@ -28,13 +28,13 @@ Owns the rules of the state model (requirement 1 and 2 of the mission):
 
 Status changes go to a `DirectorySink` (the SQLite directory, or nothing) as they
 happen. Confirmations are cheap by design, since most pod events are nothing else: such
-an event only notes "pod P confirmed at t". Allocation changes likewise only mark the
-device. `sync()` (called by `snapshot()` and before the directory's periodic write) folds
-these notes into the devices (observed times, allocations) and hands them, with the
-pods' latest resourceVersions, to the sink. Snapshots are
-built lazily: the device dict is handed out read-only and copied on the next write (at
-most one copy per snapshot), so a burst of events costs dictionary updates, not copies
-of 80,000 devices.
+an event only notes "pod P confirmed at t"; allocation changes likewise only mark the
+device. `sync_sink()` (before the directory's periodic write) hands the confirmation
+times, allocation changes and pods' latest resourceVersions to the sink; `sync()`
+(called by `snapshot()`) also folds them into the immutable devices. Snapshots are built
+lazily: the device dict is handed out read-only and copied on the next write (at most
+one copy per snapshot), so a burst of events costs dictionary updates, not copies of
+80,000 devices.
 """
 
 from __future__ import annotations
