@@ -327,7 +327,10 @@ class DeviceStateStore:
         """Replace everything known of `resource` with a full list (after a relist)."""
         seen: set[Any] = set()
         for obj in items:
-            self.apply_event(resource, "ADDED", obj)
+            if resource == PODS:
+                self.apply_pod("ADDED", obj, listed=True)
+            else:
+                self.apply_event(resource, "ADDED", obj)
             seen.add(_list_key(resource, obj))
         if resource == PODS:
             for uid in [u for u in self._pods if u not in seen]:
@@ -342,7 +345,8 @@ class DeviceStateStore:
             for node in [n for n in self._nodes if n not in seen]:
                 self._node_gone(node)
 
-    def apply_pod(self, event_type: str, obj: Any) -> None:
+    def apply_pod(self, event_type: str, obj: Any, *, listed: bool = False) -> None:
+        """Apply one pod event; `listed`: it comes from a relist, where the same version is no duplicate."""
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         if not isinstance(meta, dict):
             self.stats.parse_errors[parse.MALFORMED_POD] += 1
@@ -360,7 +364,8 @@ class DeviceStateStore:
         signature = pod_signature(obj)
         if pod is not None and pod.observation is not None:
             if rv == pod.resource_version:
-                self.stats.events_ignored[DUPLICATE] += 1
+                if not listed:
+                    self.stats.events_ignored[DUPLICATE] += 1
                 return
             if rv_int is not None and pod.rv_number is not None and rv_int < pod.rv_number:
                 self.stats.events_ignored[OUT_OF_ORDER] += 1
@@ -374,7 +379,8 @@ class DeviceStateStore:
                 return
         elif pod is not None and rv and not is_newer(rv, pod.resource_version):
             # Restored from the directory: only what is newer than the persisted version counts.
-            self.stats.events_ignored[DUPLICATE if rv == pod.resource_version else OUT_OF_ORDER] += 1
+            if not listed or rv != pod.resource_version:
+                self.stats.events_ignored[DUPLICATE if rv == pod.resource_version else OUT_OF_ORDER] += 1
             return
         if pod is not None and pod.observation is not None and _is_terminal(obj):
             # Succeeded or Failed: the devices are released whatever the entries say (no parse).

@@ -363,3 +363,11 @@ def test_snapshots_are_immutable_and_reused_until_something_changes(
     third = store.snapshot()
     assert third.devices[("node-1", U0)].observed_at == clock.now()
     assert second.devices[("node-1", U0)].observed_at == clock.now() - 5
+
+
+def test_a_relist_of_unchanged_pods_counts_no_duplicates(store: DeviceStateStore) -> None:
+    store.apply_pod("ADDED", dp_pod("a", (U0, "Healthy"), rv=1))
+    store.relist(PODS, [dp_pod("a", (U0, "Healthy"), rv=1)])
+    assert store.stats.events_ignored == {}
+    store.apply_pod("MODIFIED", dp_pod("a", (U0, "Healthy"), rv=1))
+    assert store.stats.events_ignored == {DUPLICATE: 1}
