@@ -484,7 +484,10 @@ class Store:
         if validate:
             self._reset_status_on_create(info, new)
         if info.key == "namespaces":
-            new.setdefault("status", {}).setdefault("phase", "Active")
+            if new.get("status") is None:
+                new["status"] = {}
+            if isinstance(new["status"], dict):  # anything else fails validation below
+                new["status"].setdefault("phase", "Active")
         crd_info = None
         if info.key == CRD_KEY:
             crd_info = info_from_crd(new)

@@ -165,6 +165,7 @@ def test_no_token_accepts_any_request(cluster: ServedCluster, http: urllib3.Pool
         ("POST", "/api/v1/namespaces/default/pods", b"[1, 2, 3]", "application/json"),
         ("POST", "/api/v1/namespaces/default/pods", b'{"metadata": "x"}', "application/json"),
         ("POST", "/api/v1/namespaces/default/configmaps", b'{"metadata": null}', "application/json"),
+        ("POST", "/api/v1/namespaces", b'{"metadata": {"name": "ns"}, "status": "x"}', "application/json"),
         ("POST", "/api/v1/namespaces/default/pods", b'{"metadata": {"name": 5}}', "application/json"),
         (
             "POST",

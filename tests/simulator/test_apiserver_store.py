@@ -151,3 +151,9 @@ def test_eviction_without_budget_deletes() -> None:
     store.create("pods", {"metadata": {"name": "p", "namespace": "default"}, "spec": {}}, validate=False)
     assert store.evict("p", "default")["status"] == "Success"
     assert store.list("pods", "default")[0] == []
+
+
+def test_a_namespace_created_with_null_status_is_active() -> None:
+    store = Store(ManualClock())
+    created = store.create("namespaces", {"metadata": {"name": "tenant-a"}, "status": None})
+    assert created["status"] == {"phase": "Active"}
