@@ -171,6 +171,7 @@ def _open_directory(
         settings.directory.path,
         clock=clock,
         heartbeat_flush_seconds=settings.directory.heartbeat_flush_seconds,
+        change_flush_seconds=settings.directory.change_flush_seconds,
         on_write=on_write,
     )
 

@@ -17,7 +17,7 @@ it read-only (WAL mode lets them read while it writes). The state hands changes 
 they happen; they are kept in memory, coalesced per key, and each `flush()` hands them
 as one transaction to a writer thread (SQLite releases the GIL while it works, so the
 event loop is not held up by disk writes or WAL checkpoints). Status changes are
-flushed on every call (after each batch of events); heartbeats, pod versions and lease
+flushed at most every `change_flush_seconds` (after a batch of events); heartbeats, pod versions and lease
 times, which only move timestamps, at most every `heartbeat_flush_seconds`, so 80,000
 devices confirmed every few seconds do not each cost a write. Losing those on a crash
 only makes the restored ages look older.
@@ -261,12 +261,14 @@ class Directory(_Queries):
         *,
         clock: Clock,
         heartbeat_flush_seconds: float = 5.0,
+        change_flush_seconds: float = 0.0,
         on_write: Callable[[float], None] | None = None,
         background: bool = True,
     ) -> None:
         self.path = path
         self._clock = clock
         self._heartbeat_flush_seconds = heartbeat_flush_seconds
+        self._change_flush_seconds = change_flush_seconds
         self._on_write = on_write
         self._lock: IO[bytes] | None = None
         if path != ":memory:":
@@ -298,7 +300,7 @@ class Directory(_Queries):
         self._heartbeats: dict[DeviceKey, float] = {}
         self._pods: dict[str, PodVersion | None] = {}
         self._leases: dict[str, float | None] = {}
-        self._last_periodic = clock.monotonic()
+        self._last_periodic = self._last_changes = clock.monotonic()
         self._failed: list[_Batch] = []
         self._queue: queue.Queue[_Batch | None] = queue.Queue()
         self._writer: threading.Thread | None = None
@@ -387,8 +389,12 @@ class Directory(_Queries):
         periodic = force or now - self._last_periodic >= self._heartbeat_flush_seconds
         if periodic:
             self._last_periodic = now
-        if not (self._log or self._devices or self._status or (periodic and self.pending)):
+        changes_due = periodic or now - self._last_changes >= self._change_flush_seconds
+        if not (
+            (changes_due and (self._log or self._devices or self._status)) or (periodic and self.pending)
+        ):
             return 0
+        self._last_changes = now
         batch = _Batch(log=self._log, devices=self._devices, status=self._status)
         self._log, self._devices, self._status = [], {}, {}
         self._known.update(batch.devices)

@@ -57,8 +57,11 @@ class DirectorySettings:
     path: str | None = DEFAULT_DIRECTORY
     """SQLite file of the device directory; None keeps state in memory only (lost on restart)."""
     heartbeat_flush_seconds: float = 5.0
-    """Heartbeats (confirmations without change) are written at most this often. Status
-    changes are written after every batch of events."""
+    """Heartbeats (confirmations without change) are written at most this often."""
+    change_flush_seconds: float = 0.25
+    """Status changes are written at most this often (so within this long): one transaction
+    per quarter second rather than per batch keeps SQLite commits off a burst's path, and
+    alerts read the metrics, not the file."""
 
 
 @dataclass(frozen=True)
