@@ -54,6 +54,14 @@ def run_render(args: argparse.Namespace) -> int:
         return 2
     files = render(settings)
     out_dir: Path = args.out
+    try:
+        return _write_or_check(files, out_dir, args)
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"gpuhealth rules render: cannot use {out_dir}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _write_or_check(files: dict[str, str], out_dir: Path, args: argparse.Namespace) -> int:
     if args.check:
         problems = compare_files(files, out_dir)
         if problems:

@@ -128,6 +128,17 @@ def test_load_config_names_the_file_on_bad_yaml_and_missing_files(tmp_path: Path
         load_config(bad)
     with pytest.raises(ConfigError, match=r"absent\.yaml: cannot read"):
         load_config(tmp_path / "absent.yaml")
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe device: {}\n")
+    with pytest.raises(ConfigError, match=r"binary\.yaml: not UTF-8 text"):
+        load_config(binary)
+
+
+def test_render_into_an_unusable_directory_is_a_clear_error(tmp_path: Path, capsys: Any) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n")
+    assert main(["rules", "render", "--out", str(blocker)]) == 1
+    assert f"gpuhealth rules render: cannot use {blocker}:" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
