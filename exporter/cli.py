@@ -206,7 +206,7 @@ async def _serve_static(dump: dict[str, list[Any]], settings: ExporterSettings) 
     from prometheus_client import CollectorRegistry
 
     from exporter.observer import ExporterMetrics, persist
-    from exporter.server import create_app, start_server
+    from exporter.server import create_app
 
     clock = SystemClock()
     store, directory = _offline_store(dump, settings, clock)
@@ -215,7 +215,12 @@ async def _serve_static(dump: dict[str, list[Any]], settings: ExporterSettings) 
     app = create_app(
         settings.server, snapshot=store.snapshot, clock=clock, registry=registry, ready=lambda: True
     )
-    runner = await start_server(app)
+    try:
+        runner = await _listen(app, settings)
+    except UsageError:
+        if directory is not None:
+            directory.close()
+        raise
     log.info(
         "serving %d devices from a dump on %s:%d",
         store.devices_tracked,
@@ -229,6 +234,16 @@ async def _serve_static(dump: dict[str, list[Any]], settings: ExporterSettings) 
         if directory is not None:
             persist(store, directory, force=True)
             directory.close()
+
+
+async def _listen(app: Any, settings: ExporterSettings) -> Any:
+    from exporter.server import start_server
+
+    try:
+        return await start_server(app)
+    except OSError as exc:
+        where = f"{settings.server.host}:{settings.server.port}"
+        raise UsageError(f"--listen {where}: cannot listen there ({exc.strerror or exc})") from exc
 
 
 async def _until_signalled() -> None:
@@ -276,7 +291,7 @@ async def serve(
     from prometheus_client import CollectorRegistry
 
     from exporter.observer import ExporterMetrics, KubeTransport, Observer
-    from exporter.server import create_app, start_server
+    from exporter.server import create_app
     from gpuhealth.kube import api_client
 
     clock = clock or SystemClock()
@@ -304,7 +319,7 @@ async def serve(
         app = create_app(
             settings.server, snapshot=store.snapshot, clock=clock, registry=registry, ready=observer.ready
         )
-        runner = await start_server(app)
+        runner = await _listen(app, settings)
         log.info(
             "exporter on %s:%d (%s mode, directory %s, NVML %s)",
             settings.server.host,

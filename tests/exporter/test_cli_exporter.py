@@ -211,3 +211,15 @@ def test_since_and_durations() -> None:
         "1d1h",
         "1d",
     ]
+
+
+def test_a_port_in_use_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    path = write(tmp_path, {"kind": "List", "items": []})
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["exporter", "--from-file", path, "--listen", f"127.0.0.1:{port}"]) == 2
+    assert "cannot listen there" in capsys.readouterr().err
