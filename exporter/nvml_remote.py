@@ -23,6 +23,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from typing import Any, TypeGuard
 
 from gpuhealth.nvml import DeviceReading, XidEvent
@@ -53,6 +54,14 @@ def _number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+_OPTIONAL_KINDS: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...] = (
+    (_OPTIONAL_NUMBERS, _number, "a number"),
+    (_OPTIONAL_FLAGS, lambda value: isinstance(value, bool), "true, false"),
+    (_OPTIONAL_TEXTS, lambda value: isinstance(value, str), "a string"),
+)
+"""Optional DeviceReading fields by kind: (names, check, what the error says they must be)."""
+
+
 def reading_from_json(obj: Any) -> DeviceReading:
     """One device of the document as a `DeviceReading`; ValueError names what is wrong."""
     if not isinstance(obj, dict):
@@ -65,21 +74,12 @@ def reading_from_json(obj: Any) -> DeviceReading:
     if not isinstance(reachable, bool):
         raise ValueError(f"device {uuid}: reachable must be true or false, got {reachable!r}")
     values: dict[str, Any] = {}
-    for name in _OPTIONAL_NUMBERS:
-        value = obj.get(name)
-        if value is not None and not _number(value):
-            raise ValueError(f"device {uuid}: {name} must be a number or null, got {value!r}")
-        values[name] = value
-    for name in _OPTIONAL_FLAGS:
-        value = obj.get(name)
-        if value is not None and not isinstance(value, bool):
-            raise ValueError(f"device {uuid}: {name} must be true, false or null, got {value!r}")
-        values[name] = value
-    for name in _OPTIONAL_TEXTS:
-        value = obj.get(name)
-        if value is not None and not isinstance(value, str):
-            raise ValueError(f"device {uuid}: {name} must be a string or null, got {value!r}")
-        values[name] = value
+    for names, valid, what in _OPTIONAL_KINDS:
+        for name in names:
+            value = obj.get(name)
+            if value is not None and not valid(value):
+                raise ValueError(f"device {uuid}: {name} must be {what} or null, got {value!r}")
+            values[name] = value
     return DeviceReading(uuid=uuid, index=index, reachable=reachable, **values)
 
 
