@@ -15,7 +15,7 @@ The canonical identity is the GPU UUID where the slice gives one, else
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from exporter.parse import MALFORMED_CLAIM, MALFORMED_SLICE, ResourceEntry
 from exporter.snapshot import DriverTaint
@@ -24,8 +24,9 @@ DeviceRef = tuple[str, str, str]
 """(driver, pool, device) as a DRA allocation result names a device."""
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimResult:
+class ClaimResult(NamedTuple):
+    """One allocation result (NamedTuples here: built per claim and per entry on hot paths)."""
+
     request: str
     driver: str
     pool: str
@@ -64,8 +65,7 @@ class SliceDevice:
         return (self.driver, self.pool, self.device)
 
 
-@dataclass(frozen=True, slots=True)
-class Resolved:
+class Resolved(NamedTuple):
     """Where a DRA entry points: the result it maps to and the canonical identity."""
 
     driver: str
