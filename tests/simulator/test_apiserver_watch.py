@@ -89,27 +89,7 @@ def test_bookmarks_only_when_allowed(cluster: ServedCluster, api: client.ApiClie
     assert without == []  # the stream ended on its own after timeoutSeconds, without events
 
 
-def test_send_initial_events_ends_with_an_annotated_bookmark(api: client.ApiClient) -> None:
-    core = client.CoreV1Api(api)
-    core.create_namespaced_config_map("default", _cm("one"))
-    w = watch.Watch()
-    stream = w.stream(
-        core.list_namespaced_config_map,
-        "default",
-        allow_watch_bookmarks=True,
-        send_initial_events=True,
-        resource_version_match="NotOlderThan",
-        timeout_seconds=2,
-    )
-    first, second = next(stream), next(stream)
-    w.stop()
-    stream.close()
-    assert first["type"] == "ADDED"
-    assert second["type"] == "BOOKMARK"
-    assert second["raw_object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
-
-
-def test_initial_events_end_bookmark_comes_before_live_events_at_the_initial_state(
+def test_send_initial_events_ends_with_an_annotated_bookmark_at_the_initial_state_before_live_events(
     cluster: ServedCluster, api: client.ApiClient
 ) -> None:
     core = client.CoreV1Api(api)
@@ -125,7 +105,7 @@ def test_initial_events_end_bookmark_comes_before_live_events_at_the_initial_sta
             cluster.store.create("configmaps", {"metadata": {"name": name}}, namespace="default")
         return started
 
-    cluster.store.watch = watch_then_write  # type: ignore[method-assign]
+    cluster.store.watch = watch_then_write
     w = watch.Watch()
     stream = w.stream(
         core.list_namespaced_config_map,
@@ -140,6 +120,7 @@ def test_initial_events_end_bookmark_comes_before_live_events_at_the_initial_sta
     stream.close()
     seen = [(e["type"], e["raw_object"]["metadata"].get("name")) for e in events]
     assert seen == [("ADDED", "one"), ("BOOKMARK", None), ("ADDED", "live-a"), ("ADDED", "live-b")]
+    assert events[1]["raw_object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
     rvs = [int(e["raw_object"]["metadata"]["resourceVersion"]) for e in events]
     assert rvs[1] == initial_rv[0]
     assert rvs == sorted(rvs)
