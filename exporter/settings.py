@@ -14,7 +14,8 @@ DEFAULT_DIRECTORY = "gpuhealth-directory.sqlite"
 """Where the device directory lives when no `--directory` is given (a DaemonSet mounts a
 hostPath there so the directory survives pod restarts)."""
 
-DEFAULT_LISTEN = "0.0.0.0:9400"
+DEFAULT_LISTEN = "0.0.0.0:9842"
+"""Not 9400: that is dcgm-exporter's port, and both run on GPU nodes."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class ExporterSettings:
     observer: ObserverSettings = field(default_factory=ObserverSettings)
     directory: DirectorySettings = field(default_factory=DirectorySettings)
     nvml: NvmlSettings = field(default_factory=NvmlSettings)
-    server: ServerSettings = field(default_factory=lambda: ServerSettings(host="0.0.0.0", port=9400))
+    server: ServerSettings = field(default_factory=ServerSettings)
     kubeconfig: str | None = None
     """Kubeconfig file; None uses the in-cluster service account (or the default kubeconfig)."""
 
