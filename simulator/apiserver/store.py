@@ -491,6 +491,7 @@ class Store:
         crd_info = None
         if info.key == CRD_KEY:
             crd_info = info_from_crd(new)
+            self.validator.check_custom_schemas(crd_info, new)
             new["status"] = _crd_status(new)
         if validate:
             self._validate(info, new)
@@ -676,6 +677,7 @@ class Store:
             return old  # a no-op write: no new resourceVersion, no event, like the real API
         if info.key == CRD_KEY:
             crd_info = info_from_crd(new)
+            self.validator.check_custom_schemas(crd_info, new)
             new["status"] = {**(new.get("status") or {}), **_crd_status(new)}
         else:
             crd_info = None

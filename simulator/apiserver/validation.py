@@ -99,6 +99,27 @@ def prune(obj: Any, schema: Any) -> Any:
     return obj
 
 
+def _find_key(value: Any, key: str, path: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
+    """The path of the first mapping in `value` that holds `key`, or None."""
+    if isinstance(value, dict):
+        if key in value:
+            return path
+        items: Any = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for k, v in items:
+        found = _find_key(v, key, (*path, k))
+        if found is not None:
+            return found
+    return None
+
+
+def _invalid_crd(name: str, field: str, message: str) -> ApiError:
+    return invalid("CustomResourceDefinition", "apiextensions.k8s.io", name, [(field, message)])
+
+
 @functools.cache
 def _definitions() -> RefRegistry:
     """The shared definitions (1.8 MB of JSON), loaded once per process."""
@@ -123,7 +144,7 @@ class Validator:
     """Validates objects; built-in validators are shared per process, CRD ones cached per schema."""
 
     def __init__(self) -> None:
-        self._custom: dict[tuple[str, str, int], Any] = {}
+        self._custom: dict[tuple[str, str], tuple[dict[str, Any], Any]] = {}
 
     def _builtin_validator(self, info: ResourceInfo) -> Any:
         return _builtin_validator(info.group, info.version, info.kind)
@@ -132,16 +153,45 @@ class Validator:
         schema = info.schemas.get(version)
         if schema is None:
             return None
-        key = (info.key, version, id(schema))
-        if key not in self._custom:
-            converted = crd_schema_to_jsonschema(copy.deepcopy(schema))
-            props = converted.get("properties") if isinstance(converted, dict) else None
-            if isinstance(props, dict):
-                # The server owns metadata checks; apiVersion and kind are set by the route.
-                for k in ("metadata", "apiVersion", "kind"):
-                    props.pop(k, None)
-            self._custom[key] = jsonschema.Draft202012Validator(converted)
-        return self._custom[key]
+        cached = self._custom.get((info.key, version))
+        # Reused only for the very schema object it was built from: an id() key could match a
+        # new schema that happens to get the address of a freed one after a CRD update.
+        if cached is not None and cached[0] is schema:
+            return cached[1]
+        converted = crd_schema_to_jsonschema(copy.deepcopy(schema))
+        props = converted.get("properties") if isinstance(converted, dict) else None
+        if isinstance(props, dict):
+            # The server owns metadata checks; apiVersion and kind are set by the route.
+            for k in ("metadata", "apiVersion", "kind"):
+                props.pop(k, None)
+        validator = jsonschema.Draft202012Validator(converted)
+        self._custom[(info.key, version)] = (schema, validator)
+        return validator
+
+    def check_custom_schemas(self, info: ResourceInfo, crd: dict[str, Any]) -> None:
+        """422 Invalid for a CRD whose openAPIV3Schema could never validate a custom resource.
+
+        The real API refuses such a CRD when it is written (structural schemas: no `$ref`,
+        known types, patterns that compile); without this, every write of its resources
+        would fail inside the validator instead.
+        """
+        crd_name = str(crd["metadata"]["name"])
+        for index, entry in enumerate(crd["spec"]["versions"]):  # shape checked by info_from_crd
+            version = entry["name"]
+            schema = info.schemas.get(version)
+            if schema is None:
+                continue
+            where = ("spec", "versions", index, "schema", "openAPIV3Schema")
+            ref = _find_key(schema, "$ref")
+            if ref is not None:
+                field = _field_path((*where, *ref, "$ref"))
+                raise _invalid_crd(crd_name, field, "Forbidden: $ref is not allowed")
+            try:
+                validator = self._custom_validator(info, version)
+                validator.check_schema(validator.schema, format_checker=validator.FORMAT_CHECKER)
+            except jsonschema.exceptions.SchemaError as exc:
+                field = _field_path((*where, *exc.absolute_path))
+                raise _invalid_crd(crd_name, field, f"Invalid value: {exc.message}") from exc
 
     def validate(self, info: ResourceInfo, obj: dict[str, Any]) -> None:
         """ApiError 422 Invalid when `obj` does not fit its schema; custom resources are pruned in place."""

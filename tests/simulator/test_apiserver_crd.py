@@ -185,3 +185,41 @@ def test_malformed_crd_is_422(api: client.ApiClient) -> None:
     with pytest.raises(ApiException) as exc:
         client.ApiextensionsV1Api(api).create_custom_resource_definition(bad)
     assert exc.value.status == 422 and "metadata.name" in exc.value.body
+
+
+@pytest.mark.parametrize(
+    ("node_schema", "field"),
+    [
+        ({"type": "string", "pattern": "("}, ".properties.spec.properties.node.pattern"),
+        ({"$ref": "#/definitions/node"}, ".properties.spec.properties.node.$ref"),
+        ({"type": "text"}, ".properties.spec.properties.node.type"),
+    ],
+    ids=["pattern-not-a-regex", "ref", "unknown-type"],
+)
+def test_a_crd_whose_schema_could_never_validate_is_422_on_create_and_update(
+    api: client.ApiClient, node_schema: dict[str, Any], field: str
+) -> None:
+    extensions = client.ApiextensionsV1Api(api)
+    bad = _crd("things", "Thing", "Cluster")
+    bad["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["node"] = (
+        node_schema
+    )
+    with pytest.raises(ApiException) as exc:
+        extensions.create_custom_resource_definition(bad)
+    assert exc.value.status == 422
+    assert f"spec.versions[0].schema.openAPIV3Schema{field}" in json.loads(exc.value.body)["message"]
+    good = api.sanitize_for_serialization(
+        extensions.create_custom_resource_definition(_crd("things", "Thing", "Cluster"))
+    )
+    update = json.loads(json.dumps(good))
+    update["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["node"] = (
+        node_schema
+    )
+    with pytest.raises(ApiException) as exc:
+        extensions.replace_custom_resource_definition(good["metadata"]["name"], update)
+    assert exc.value.status == 422
+    # The CRD as it was keeps serving its resources.
+    thing = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Thing", "metadata": {"name": "t"}}
+    thing["spec"] = {"node": "n1", "device": "GPU-1"}
+    created = client.CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, "things", thing)
+    assert created["spec"]["node"] == "n1"

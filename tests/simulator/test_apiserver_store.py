@@ -157,3 +157,43 @@ def test_a_namespace_created_with_null_status_is_active() -> None:
     store = Store(ManualClock())
     created = store.create("namespaces", {"metadata": {"name": "tenant-a"}, "status": None})
     assert created["status"] == {"phase": "Active"}
+
+
+def test_every_crd_schema_update_takes_effect_for_the_next_write() -> None:
+    store = Store(ManualClock())
+    crds = "customresourcedefinitions.apiextensions.k8s.io"
+    spec_schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    schema = {"openAPIV3Schema": {"type": "object", "properties": {"spec": spec_schema}}}
+    store.create(
+        crds,
+        {
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {
+                "group": "example.com",
+                "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": schema,
+                    }
+                ],
+            },
+        },
+    )
+    for i in range(20):
+        wanted = "integer" if i % 2 == 0 else "string"
+        crd = store.get(crds, "widgets.example.com")
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["a"] = {
+            "type": wanted
+        }
+        store.update(crds, crd)
+        widget = {"metadata": {"name": f"w{i}"}, "spec": {"a": "text"}}
+        if wanted == "string":
+            store.create("widgets.example.com", widget, namespace="default")
+        else:
+            with pytest.raises(ApiError) as exc:
+                store.create("widgets.example.com", widget, namespace="default")
+            assert exc.value.code == 422
