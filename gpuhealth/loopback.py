@@ -1,0 +1,271 @@
+"""Real Prometheus and Alertmanager servers on loopback, for the end-to-end tests and the demo.
+
+An adapter: it starts the Debian binaries (`prometheus`, `prometheus-alertmanager`) as child
+processes on 127.0.0.1 with temporary storage, waits until they are ready, and talks to
+their HTTP APIs with the standard library. Every wait has a deadline and says what it was
+waiting for when it gives up, with the tail of the server's log.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+PROMETHEUS_BINARY = "prometheus"
+ALERTMANAGER_BINARY = "prometheus-alertmanager"
+
+
+class LoopbackError(RuntimeError):
+    """A server could not be started, or what was awaited did not happen in time."""
+
+
+class ProcessExited(LoopbackError):
+    """A server exited while we waited for it: waiting longer cannot help."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def http_ok(url: str, *, timeout: float = 2.0) -> bool:
+    """True when GET `url` answers 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return bool(response.status == 200)
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def http_json(url: str, body: Any = None, *, timeout: float = 5.0) -> Any:
+    """GET (or POST `body` as JSON) and decode the JSON answer; raises LoopbackError on failure."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method="GET" if data is None else "POST")
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            raw = response.read()
+    except (OSError, urllib.error.URLError) as exc:
+        raise LoopbackError(f"{url}: {exc}") from exc
+    return json.loads(raw) if raw else None
+
+
+def wait_until(
+    what: str, probe: Callable[[], T | None], *, timeout: float = 30.0, interval: float = 0.2
+) -> T:
+    """Poll `probe` until it returns something truthy, and return that; LoopbackError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            value = probe()
+        except ProcessExited:
+            raise
+        except LoopbackError as exc:
+            value, last_error = None, exc
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            detail = f" (last error: {last_error})" if last_error else ""
+            raise LoopbackError(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+@contextmanager
+def child_process(argv: Sequence[str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """Run `argv` with output to `log_path`; SIGTERM (then SIGKILL) it on exit."""
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT)
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+def _alive(proc: subprocess.Popen[bytes], name: str) -> bool:
+    if proc.poll() is not None:
+        raise ProcessExited(f"{name} exited with status {proc.returncode}")
+    return True
+
+
+def log_tail(path: Path, size: int = 2000) -> str:
+    try:
+        return path.read_text(errors="replace")[-size:]
+    except OSError:
+        return ""
+
+
+def require_binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise LoopbackError(
+            f"`{name}` is not installed: `make tools` installs Prometheus 2.42 and Alertmanager 0.25 "
+            "(Debian packages prometheus and prometheus-alertmanager)"
+        )
+    return path
+
+
+@dataclass
+class ScrapeJob:
+    name: str
+    targets: list[str]
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+class Prometheus:
+    """A running Prometheus: query it and read its alerts."""
+
+    def __init__(self, base_url: str, log_path: Path) -> None:
+        self.base_url = base_url
+        self.log_path = log_path
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        answer = http_json(f"{self.base_url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}")
+        result: list[dict[str, Any]] = answer["data"]["result"]
+        return result
+
+    def value(self, expr: str) -> float | None:
+        """The single sample `expr` returns, or None when it returns no or several samples."""
+        result = self.query(expr)
+        return float(result[0]["value"][1]) if len(result) == 1 else None
+
+    def alerts(self, state: str | None = "firing") -> list[dict[str, Any]]:
+        answer = http_json(f"{self.base_url}/api/v1/alerts")
+        alerts: list[dict[str, Any]] = answer["data"]["alerts"]
+        return [a for a in alerts if state is None or a["state"] == state]
+
+    def alertmanagers_discovered(self) -> bool:
+        answer = http_json(f"{self.base_url}/api/v1/alertmanagers")
+        return bool(answer["data"]["activeAlertmanagers"])
+
+
+@contextmanager
+def run_prometheus(
+    workdir: Path,
+    jobs: Sequence[ScrapeJob],
+    *,
+    rule_files: Sequence[Path] = (),
+    alertmanager_url: str | None = None,
+    interval: str = "1s",
+    start_timeout: float = 30.0,
+) -> Iterator[Prometheus]:
+    """Prometheus scraping `jobs` every `interval`, evaluating `rule_files`, alerting `alertmanager_url`.
+
+    Alerts are re-sent every second (`--rules.alert.resend-delay=1s`) and, when an
+    Alertmanager is given, this returns only once Prometheus has discovered it: alerts
+    evaluated before that are dropped.
+    """
+    binary = require_binary(PROMETHEUS_BINARY)
+    workdir.mkdir(parents=True, exist_ok=True)
+    config: dict[str, Any] = {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "rule_files": [str(path) for path in rule_files],
+        "scrape_configs": [
+            {
+                "job_name": job.name,
+                "static_configs": [{"targets": job.targets, "labels": job.labels}],
+            }
+            for job in jobs
+        ],
+    }
+    if alertmanager_url:
+        parsed = urllib.parse.urlsplit(alertmanager_url)
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [parsed.netloc]}]}]}
+    config_path = workdir / "prometheus.yml"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    port = free_port()
+    log_path = workdir / "prometheus.log"
+    argv = [
+        binary,
+        f"--config.file={config_path}",
+        f"--storage.tsdb.path={workdir / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--rules.alert.resend-delay=1s",
+    ]
+    with child_process(argv, log_path) as proc:
+        prometheus = Prometheus(f"http://127.0.0.1:{port}", log_path)
+        try:
+            wait_until(
+                "Prometheus to become ready",
+                lambda: _alive(proc, PROMETHEUS_BINARY) and http_ok(f"{prometheus.base_url}/-/ready"),
+                timeout=start_timeout,
+            )
+            if alertmanager_url:
+                wait_until(
+                    "Prometheus to discover its Alertmanager",
+                    prometheus.alertmanagers_discovered,
+                    timeout=start_timeout,
+                )
+        except LoopbackError as exc:
+            raise LoopbackError(f"{exc}\n--- prometheus log ---\n{log_tail(log_path)}") from exc
+        yield prometheus
+
+
+class Alertmanager:
+    """A running Alertmanager: read its alerts (with inhibition and silencing state)."""
+
+    def __init__(self, base_url: str, log_path: Path) -> None:
+        self.base_url = base_url
+        self.log_path = log_path
+
+    def alerts(self, **labels: str) -> list[dict[str, Any]]:
+        answer: list[dict[str, Any]] = http_json(f"{self.base_url}/api/v2/alerts")
+        return [a for a in answer if all(a["labels"].get(k) == v for k, v in labels.items())]
+
+    def post(self, alerts: list[dict[str, Any]]) -> None:
+        http_json(f"{self.base_url}/api/v2/alerts", alerts)
+
+
+@contextmanager
+def run_alertmanager(
+    workdir: Path, config_path: Path, *, start_timeout: float = 30.0
+) -> Iterator[Alertmanager]:
+    """A single Alertmanager (no gossip) with `config_path`, storage under `workdir`."""
+    binary = require_binary(ALERTMANAGER_BINARY)
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    log_path = workdir / "alertmanager.log"
+    argv = [
+        binary,
+        f"--config.file={config_path}",
+        f"--storage.path={workdir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+    ]
+    with child_process(argv, log_path) as proc:
+        alertmanager = Alertmanager(f"http://127.0.0.1:{port}", log_path)
+        try:
+            wait_until(
+                "Alertmanager to become ready",
+                lambda: _alive(proc, ALERTMANAGER_BINARY) and http_ok(f"{alertmanager.base_url}/-/ready"),
+                timeout=start_timeout,
+            )
+        except LoopbackError as exc:
+            raise LoopbackError(f"{exc}\n--- alertmanager log ---\n{log_tail(log_path)}") from exc
+        yield alertmanager

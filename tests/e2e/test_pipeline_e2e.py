@@ -1,0 +1,282 @@
+"""End to end: simulated cluster -> exporter -> real Prometheus (our rules) -> real Alertmanager -> webhooks.
+
+Aspects covered, with every part real except the cluster (simulated) and the webhook
+receivers (a recording HTTP server standing in for the responder and on-call):
+- a fatal XID on a device-plugin GPU makes the kubelet report it Unhealthy; the exporter's
+  series drive `GPUDeviceUnhealthy`, which reaches the responder webhook with the bearer
+  token from `credentials_file`, labels `action=quarantine`, `node`, `device` (the GPU UUID),
+  and reaches on-call as a page; its resolution reaches the responder too;
+- a DRA GPU whose driver stops reporting becomes Unknown: on-call gets the warning
+  (`GPUDeviceUnknown`, action none, never sent to the responder), and only after the
+  tolerance window the responder gets `GPUDeviceUnknownExpired` with `action=restrict` and
+  the DRA identity (driver, pool, device_name) joined from `gpu_device_info`;
+- a kubelet that stops raises `GPUNodeUnreachable`, and its devices' stale-status alerts
+  are inhibited in Alertmanager: a node outage never reads as every GPU broken.
+
+The rules are rendered from `rules/config.yaml` with time thresholds shrunk to seconds (the
+simulated cluster runs 10x faster); nothing else in them changes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuhealth.loopback import (
+    ScrapeJob,
+    child_process,
+    free_port,
+    http_ok,
+    log_tail,
+    run_alertmanager,
+    run_prometheus,
+    wait_until,
+)
+from rules.render import DEFAULT_CONFIG, parse_config, render, write_files
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SPEED = 10.0
+TOKEN = "e2e-responder-token"
+
+SCENARIO: dict[str, Any] = {
+    "name": "pipeline-e2e",
+    "description": "1 device-plugin node and 2 DRA nodes, 2 GPUs each; faults come from the test",
+    "fleet": [
+        {"name": "gpu-dp", "count": 1, "gpusPerNode": 2, "path": "device-plugin"},
+        {"name": "gpu-dra", "count": 2, "gpusPerNode": 2, "path": "dra"},
+    ],
+    "workloads": [
+        {"name": "serve", "namespace": "inference", "kind": "Deployment", "replicas": 2,
+         "gpusPerPod": 1, "path": "device-plugin"},
+        {"name": "train", "namespace": "research", "kind": "Job", "replicas": 2,
+         "gpusPerPod": 2, "path": "dra"},
+    ],
+    "timeline": [],
+}  # fmt: skip
+
+# The shipped thresholds, shrunk from minutes to seconds; the render's own consistency
+# checks (node alert before device staleness, storm before tolerance) still apply.
+FAST_RULES: dict[str, Any] = {
+    "evaluation_interval": "1s",
+    "device": {
+        "heartbeat_limit": "8s",
+        "unhealthy_for": "2s",
+        "unknown_for": "2s",
+        "unknown_tolerance": "8s",
+        "flapping_window": "60s",
+        "event_window": "30s",
+    },
+    "node": {"lease_age_limit": "4s", "unreachable_for": "1s"},
+    "fleet": {"unknown_storm_for": "3s", "unknown_storm_min_devices": 50},
+}
+
+
+@dataclass(frozen=True)
+class Delivery:
+    path: str
+    authorization: str
+    body: dict[str, Any]
+
+
+class WebhookSink:
+    """Records every webhook Alertmanager delivers (responder, on-call, tenants)."""
+
+    def __init__(self) -> None:
+        self.deliveries: list[Delivery] = []
+        self._lock = threading.Lock()
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                with sink._lock:
+                    sink.deliveries.append(Delivery(self.path, self.headers.get("Authorization", ""), body))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> WebhookSink:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+    def alerts(self, path: str, **labels: str) -> list[tuple[Delivery, dict[str, Any]]]:
+        """(delivery, alert) pairs delivered to `path` whose labels include `labels`."""
+        with self._lock:
+            deliveries = list(self.deliveries)
+        return [
+            (d, alert)
+            for d in deliveries
+            if d.path == path
+            for alert in d.body.get("alerts", [])
+            if all(alert["labels"].get(k) == v for k, v in labels.items())
+        ]
+
+
+@pytest.fixture
+def sink() -> Iterator[WebhookSink]:
+    with WebhookSink() as recording:
+        yield recording
+
+
+def render_rules(tmp_path: Path, sink: WebhookSink) -> tuple[list[Path], Path]:
+    token_file = tmp_path / "responder-token"
+    token_file.write_text(TOKEN)
+    base = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    for section, values in FAST_RULES.items():
+        if isinstance(values, dict):
+            base[section] = {**base[section], **values}
+        else:
+            base[section] = values
+    base["alertmanager"] = {
+        **base["alertmanager"],
+        "responder_url": f"{sink.url}/webhook",
+        "responder_credentials_file": str(token_file),
+        "responder_group_interval": "1s",
+        "oncall_page_url": f"{sink.url}/page",
+        "oncall_ticket_url": f"{sink.url}/ticket",
+        "tenant_default_url": f"{sink.url}/tenant",
+        "group_wait": "0s",
+        "group_interval": "1s",
+    }
+    written = write_files(render(parse_config(base)), tmp_path / "rules")
+    rule_files = [p for p in written if p.parent.name == "prometheus"]
+    (alertmanager_config,) = [p for p in written if p.parent.name == "alertmanager"]
+    return rule_files, alertmanager_config
+
+
+def test_faults_flow_from_kubelet_to_the_responder_webhook(tmp_path: Path, sink: WebhookSink) -> None:
+    from simulator.testing import running_cluster
+
+    rule_files, alertmanager_config = render_rules(tmp_path, sink)
+    exporter_port = free_port()
+    with running_cluster(SCENARIO, speed=SPEED) as cluster:
+        uuid = {
+            (node, gpu): cluster.call(lambda c, node=node, gpu=gpu: c.fleet.gpu(node, gpu).uuid)  # type: ignore[misc]
+            for node, gpu in [("gpu-dp-0", 0), ("gpu-dra-0", 1), ("gpu-dra-1", 0)]
+        }
+        exporter_argv = [
+            sys.executable, "-m", "gpuhealth", "exporter", "--kubeconfig", str(cluster.kubeconfig_path),
+            "--listen", f"127.0.0.1:{exporter_port}", "--directory", str(tmp_path / "directory.sqlite"),
+        ]  # fmt: skip
+        exporter_log = tmp_path / "exporter.log"
+        with (
+            child_process(exporter_argv, exporter_log),
+            run_alertmanager(tmp_path / "alertmanager", alertmanager_config) as alertmanager,
+            run_prometheus(
+                tmp_path / "prometheus",
+                [ScrapeJob("gpuhealth-exporter", [f"127.0.0.1:{exporter_port}"])],
+                rule_files=rule_files,
+                alertmanager_url=alertmanager.base_url,
+            ) as prometheus,
+        ):
+            try:
+                wait_until(
+                    "the exporter to be ready", lambda: http_ok(f"http://127.0.0.1:{exporter_port}/readyz")
+                )
+                wait_until(
+                    "Prometheus to record every device as not Unknown",
+                    lambda: len(prometheus.query("node_device:gpu_device_effective_unknown:bool == 0")) == 6,
+                )
+                assert prometheus.alerts() == []
+
+                # 1. A fatal XID: confirmed Unhealthy -> quarantine request to the responder.
+                dp_device = uuid[("gpu-dp-0", 0)]
+                cluster.inject({"fault": "xid", "device": {"node": "gpu-dp-0", "gpu": 0}, "xid": 79})
+                delivered = wait_until(
+                    "GPUDeviceUnhealthy at the responder",
+                    lambda: sink.alerts("/webhook", alertname="GPUDeviceUnhealthy", device=dp_device),
+                )
+                delivery, alert = delivered[0]
+                assert delivery.authorization == f"Bearer {TOKEN}"
+                assert alert["status"] == "firing"
+                assert alert["labels"]["action"] == "quarantine"
+                assert alert["labels"]["severity"] == "critical"
+                assert alert["labels"]["node"] == "gpu-dp-0"
+                assert alert["annotations"]["runbook_url"].endswith("#gpudeviceunhealthy")
+                wait_until(
+                    "the page to on-call",
+                    lambda: sink.alerts("/page", alertname="GPUDeviceUnhealthy", device=dp_device),
+                )
+
+                # 2. A DRA GPU goes silent: a warning first, a restriction only after the window.
+                dra_device = uuid[("gpu-dra-0", 1)]
+                cluster.inject(
+                    {"fault": "device-unknown", "device": {"node": "gpu-dra-0", "gpu": 1}, "duration": "10m"}
+                )
+                wait_until(
+                    "GPUDeviceUnknown to reach on-call as a ticket",
+                    lambda: sink.alerts("/ticket", alertname="GPUDeviceUnknown", device=dra_device),
+                )
+                assert sink.alerts("/webhook", device=dra_device) == [], (
+                    "Unknown within tolerance was acted on"
+                )
+                delivered = wait_until(
+                    "GPUDeviceUnknownExpired at the responder",
+                    lambda: sink.alerts("/webhook", alertname="GPUDeviceUnknownExpired", device=dra_device),
+                    timeout=40,
+                )
+                labels = delivered[0][1]["labels"]
+                assert labels["action"] == "restrict"
+                assert (labels["driver"], labels["pool"], labels["device_name"]) == (
+                    "gpu.nvidia.com",
+                    "gpu-dra-0",
+                    "gpu-1",
+                )
+                assert {a["labels"]["alertname"] for _, a in sink.alerts("/webhook", device=dra_device)} == {
+                    "GPUDeviceUnknownExpired"
+                }
+
+                # 3. A kubelet stops: the node is unreachable, its devices' alerts are inhibited.
+                cluster.inject({"fault": "kubelet-stop", "node": "gpu-dra-1", "duration": "10m"})
+                wait_until(
+                    "GPUNodeUnreachable in Alertmanager",
+                    lambda: alertmanager.alerts(alertname="GPUNodeUnreachable", node="gpu-dra-1"),
+                    timeout=40,
+                )
+                stale = wait_until(
+                    "the silent node's stale devices to reach Alertmanager",
+                    lambda: alertmanager.alerts(alertname="GPUDeviceStatusStale", node="gpu-dra-1"),
+                    timeout=40,
+                )
+                assert all(a["status"]["inhibitedBy"] for a in stale), stale
+                assert sink.alerts("/webhook", node="gpu-dra-1") == []
+                assert sink.alerts("/ticket", alertname="GPUDeviceStatusStale", node="gpu-dra-1") == []
+
+                # 4. The XID'd GPU recovers: the resolution reaches the responder as well.
+                cluster.inject({"fault": "recover", "device": {"node": "gpu-dp-0", "gpu": 0}})
+                wait_until(
+                    "the resolved GPUDeviceUnhealthy at the responder",
+                    lambda: [
+                        a
+                        for _, a in sink.alerts("/webhook", alertname="GPUDeviceUnhealthy", device=dp_device)
+                        if a["status"] == "resolved"
+                    ],
+                    timeout=40,
+                )
+            except BaseException:
+                print("--- exporter log ---\n" + log_tail(exporter_log))
+                print("--- prometheus log ---\n" + log_tail(prometheus.log_path))
+                print("--- alertmanager log ---\n" + log_tail(alertmanager.log_path))
+                raise
