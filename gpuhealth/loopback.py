@@ -131,6 +131,26 @@ def require_binary(name: str) -> str:
     return path
 
 
+@contextmanager
+def _server(
+    name: str, argv_for_port: Callable[[int], list[str]], workdir: Path, start_timeout: float
+) -> Iterator[tuple[str, Path]]:
+    """Start a Prometheus-family server on a free loopback port; yield its URL and log once `/-/ready`."""
+    port = free_port()
+    log_path = workdir / f"{name}.log"
+    base_url = f"http://127.0.0.1:{port}"
+    with child_process(argv_for_port(port), log_path) as proc:
+        try:
+            wait_until(
+                f"{name} to become ready",
+                lambda: _alive(proc, name) and http_ok(f"{base_url}/-/ready"),
+                timeout=start_timeout,
+            )
+        except LoopbackError as exc:
+            raise LoopbackError(f"{exc}\n--- {name} log ---\n{log_tail(log_path)}") from exc
+        yield base_url, log_path
+
+
 @dataclass
 class ScrapeJob:
     name: str
@@ -199,31 +219,28 @@ def run_prometheus(
         config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [parsed.netloc]}]}]}
     config_path = workdir / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    port = free_port()
-    log_path = workdir / "prometheus.log"
-    argv = [
-        binary,
-        f"--config.file={config_path}",
-        f"--storage.tsdb.path={workdir / 'tsdb'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--rules.alert.resend-delay=1s",
-    ]
-    with child_process(argv, log_path) as proc:
-        prometheus = Prometheus(f"http://127.0.0.1:{port}", log_path)
-        try:
-            wait_until(
-                "Prometheus to become ready",
-                lambda: _alive(proc, PROMETHEUS_BINARY) and http_ok(f"{prometheus.base_url}/-/ready"),
-                timeout=start_timeout,
-            )
-            if alertmanager_url:
+    with _server(
+        PROMETHEUS_BINARY,
+        lambda port: [
+            binary,
+            f"--config.file={config_path}",
+            f"--storage.tsdb.path={workdir / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--rules.alert.resend-delay=1s",
+        ],
+        workdir,
+        start_timeout,
+    ) as (base_url, log_path):
+        prometheus = Prometheus(base_url, log_path)
+        if alertmanager_url:
+            try:
                 wait_until(
                     "Prometheus to discover its Alertmanager",
                     prometheus.alertmanagers_discovered,
                     timeout=start_timeout,
                 )
-        except LoopbackError as exc:
-            raise LoopbackError(f"{exc}\n--- prometheus log ---\n{log_tail(log_path)}") from exc
+            except LoopbackError as exc:
+                raise LoopbackError(f"{exc}\n--- prometheus log ---\n{log_tail(log_path)}") from exc
         yield prometheus
 
 
@@ -249,23 +266,16 @@ def run_alertmanager(
     """A single Alertmanager (no gossip) with `config_path`, storage under `workdir`."""
     binary = require_binary(ALERTMANAGER_BINARY)
     workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    log_path = workdir / "alertmanager.log"
-    argv = [
-        binary,
-        f"--config.file={config_path}",
-        f"--storage.path={workdir / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--cluster.listen-address=",
-    ]
-    with child_process(argv, log_path) as proc:
-        alertmanager = Alertmanager(f"http://127.0.0.1:{port}", log_path)
-        try:
-            wait_until(
-                "Alertmanager to become ready",
-                lambda: _alive(proc, ALERTMANAGER_BINARY) and http_ok(f"{alertmanager.base_url}/-/ready"),
-                timeout=start_timeout,
-            )
-        except LoopbackError as exc:
-            raise LoopbackError(f"{exc}\n--- alertmanager log ---\n{log_tail(log_path)}") from exc
-        yield alertmanager
+    with _server(
+        ALERTMANAGER_BINARY,
+        lambda port: [
+            binary,
+            f"--config.file={config_path}",
+            f"--storage.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+        ],
+        workdir,
+        start_timeout,
+    ) as (base_url, log_path):
+        yield Alertmanager(base_url, log_path)
