@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -20,6 +21,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -279,3 +281,76 @@ def run_alertmanager(
         start_timeout,
     ) as (base_url, log_path):
         yield Alertmanager(base_url, log_path)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One webhook notification as Alertmanager delivered it."""
+
+    path: str
+    authorization: str
+    body: dict[str, Any]
+    received_at: float
+    """Monotonic seconds when it arrived."""
+
+
+class WebhookRecorder:
+    """An HTTP server on loopback that records every Alertmanager webhook it receives.
+
+    It stands in for receivers that are not part of the run (on-call, tenants and, until
+    the responder exists, the responder itself). Use it as a context manager.
+    """
+
+    def __init__(self) -> None:
+        self._deliveries: list[Delivery] = []
+        self._lock = threading.Lock()
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                except ValueError:
+                    self.send_response(400)
+                    self.end_headers()
+                    return
+                recorder._record(
+                    Delivery(self.path, self.headers.get("Authorization", ""), body, time.monotonic())
+                )
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Quiet: deliveries are read through `alerts()`, not the log."""
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="webhooks", daemon=True)
+
+    def _record(self, delivery: Delivery) -> None:
+        with self._lock:
+            self._deliveries.append(delivery)
+
+    def __enter__(self) -> WebhookRecorder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+    def deliveries(self) -> list[Delivery]:
+        with self._lock:
+            return list(self._deliveries)
+
+    def alerts(self, path: str, **labels: str) -> list[tuple[Delivery, dict[str, Any]]]:
+        """(delivery, alert) pairs delivered to `path` whose labels include `labels`."""
+        return [
+            (d, alert)
+            for d in self.deliveries()
+            if d.path == path
+            for alert in d.body.get("alerts", [])
+            if all(alert["labels"].get(k) == v for k, v in labels.items())
+        ]

@@ -493,6 +493,31 @@ __all__ = [
     "parse_config",
     "render",
     "runbook_anchor",
+    "scaled",
     "validate",
     "write_files",
 ]
+
+
+def scaled(settings: Settings, speed: float) -> Settings:
+    """The same settings with every duration divided by `speed` (at least 1s unless it was 0s).
+
+    For a simulated cluster that runs `speed` times faster than wall time (the demo): the
+    rules then mean in wall seconds what they mean in simulated seconds. The result is
+    validated again, since rounding to whole seconds can break an ordering.
+    """
+    if speed <= 0:
+        raise ConfigError(f"speed: {speed} must be above 0")
+
+    def shrink(value: Any) -> Any:
+        if isinstance(value, Duration):
+            return value if value.seconds == 0 else Duration(max(1, round(value.seconds / speed)))
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return dataclasses.replace(
+                value, **{f.name: shrink(getattr(value, f.name)) for f in dataclasses.fields(value)}
+            )
+        return value
+
+    result: Settings = shrink(settings)
+    validate(result)
+    return result

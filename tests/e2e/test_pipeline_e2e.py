@@ -19,12 +19,8 @@ simulated cluster runs 10x faster); nothing else in them changes.
 
 from __future__ import annotations
 
-import json
 import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +29,7 @@ import yaml
 
 from gpuhealth.loopback import (
     ScrapeJob,
+    WebhookRecorder,
     child_process,
     free_port,
     http_ok,
@@ -81,66 +78,13 @@ FAST_RULES: dict[str, Any] = {
 }
 
 
-@dataclass(frozen=True)
-class Delivery:
-    path: str
-    authorization: str
-    body: dict[str, Any]
-
-
-class WebhookSink:
-    """Records every webhook Alertmanager delivers (responder, on-call, tenants)."""
-
-    def __init__(self) -> None:
-        self.deliveries: list[Delivery] = []
-        self._lock = threading.Lock()
-        sink = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(length) or b"{}")
-                with sink._lock:
-                    sink.deliveries.append(Delivery(self.path, self.headers.get("Authorization", ""), body))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> WebhookSink:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
-
-    def alerts(self, path: str, **labels: str) -> list[tuple[Delivery, dict[str, Any]]]:
-        """(delivery, alert) pairs delivered to `path` whose labels include `labels`."""
-        with self._lock:
-            deliveries = list(self.deliveries)
-        return [
-            (d, alert)
-            for d in deliveries
-            if d.path == path
-            for alert in d.body.get("alerts", [])
-            if all(alert["labels"].get(k) == v for k, v in labels.items())
-        ]
-
-
 @pytest.fixture
-def sink() -> Iterator[WebhookSink]:
-    with WebhookSink() as recording:
+def sink() -> Iterator[WebhookRecorder]:
+    with WebhookRecorder() as recording:
         yield recording
 
 
-def render_rules(tmp_path: Path, sink: WebhookSink) -> tuple[list[Path], Path]:
+def render_rules(tmp_path: Path, sink: WebhookRecorder) -> tuple[list[Path], Path]:
     token_file = tmp_path / "responder-token"
     token_file.write_text(TOKEN)
     base = yaml.safe_load(DEFAULT_CONFIG.read_text())
@@ -166,7 +110,7 @@ def render_rules(tmp_path: Path, sink: WebhookSink) -> tuple[list[Path], Path]:
     return rule_files, alertmanager_config
 
 
-def test_faults_flow_from_kubelet_to_the_responder_webhook(tmp_path: Path, sink: WebhookSink) -> None:
+def test_faults_flow_from_kubelet_to_the_responder_webhook(tmp_path: Path, sink: WebhookRecorder) -> None:
     from simulator.testing import running_cluster
 
     rule_files, alertmanager_config = render_rules(tmp_path, sink)

@@ -27,6 +27,7 @@ from rules.render import (
     parse_config,
     render,
     runbook_anchor,
+    scaled,
     write_files,
 )
 from tests.rules.support import PROMETHEUS_DIR, RULES_DIR, RUNBOOKS
@@ -227,3 +228,22 @@ def test_write_files_creates_the_output_tree(tmp_path: Path) -> None:
     written = write_files({"prometheus/a.yaml": "x: 1\n"}, tmp_path / "out")
     assert written == [tmp_path / "out" / "prometheus" / "a.yaml"]
     assert written[0].read_text() == "x: 1\n"
+
+
+def test_scaled_settings_divide_every_duration_and_keep_the_rest() -> None:
+    shipped = parse_config({})
+    fast = scaled(shipped, 20)
+    assert fast.evaluation_interval == Duration(3)
+    assert fast.device.unknown_tolerance == Duration(15)
+    assert fast.node.lease_age_limit == Duration(2)
+    assert fast.alertmanager.responder_group_wait == Duration(0), "0s stays 0s"
+    assert fast.device.fatal_xids == shipped.device.fatal_xids
+    assert fast.fleet.unknown_storm_fraction == shipped.fleet.unknown_storm_fraction
+    assert scaled(shipped, 1) == shipped
+
+
+def test_scaling_that_breaks_an_ordering_is_refused() -> None:
+    with pytest.raises(ConfigError, match="heartbeat_limit"):
+        scaled(parse_config({}), 60)
+    with pytest.raises(ConfigError, match="speed"):
+        scaled(parse_config({}), 0)
