@@ -196,23 +196,25 @@ def match_result(claim: ClaimInfo, entry: ResourceEntry) -> ClaimResult | None:
     entry's position among its container's entries for this name picks the result of that
     position among the claim's results for the request (the kubelet lists them in order).
     """
+    resource_id = entry.resource_id
+    _, eq, cdi_name = resource_id.partition("=")
+    if eq and claim.uid and cdi_name.startswith(claim.uid):
+        # The usual `<claimUID>-<device>`: an exact look-up, no scan (checked first: it is
+        # how the NVIDIA DRA driver names devices, and a new pod resolves all of its own).
+        exact = claim.by_device.get(cdi_name[len(claim.uid) + 1 :])
+        if exact is not None and (not entry.request or exact.request.partition("/")[0] == entry.request):
+            return exact
     candidates = [r for r in claim.results if r.request == entry.request] if entry.request else claim.results
     if not candidates:
         # Sub-requests (`request/sub`) appear as such in results; match their parent too.
         candidates = [r for r in claim.results if r.request.partition("/")[0] == entry.request]
-    ref = split_ref(entry.resource_id)
+    ref = None if eq else split_ref(resource_id)
     if ref is not None:
         for result in claim.results:
             if result.ref == ref:
                 return result
         return None
-    _, eq, cdi_name = entry.resource_id.partition("=")
     if eq:
-        if claim.uid and cdi_name.startswith(claim.uid):
-            # The usual `<claimUID>-<device>`: an exact look-up, no scan.
-            exact = claim.by_device.get(cdi_name[len(claim.uid) + 1 :])
-            if exact is not None and (not entry.request or exact.request.partition("/")[0] == entry.request):
-                return exact
         named = [r for r in candidates if cdi_name == r.device or cdi_name.endswith(f"-{r.device}")]
         if len(named) == 1:
             return named[0]
@@ -272,13 +274,8 @@ class IdentityIndex:
         result = match_result(claim, entry)
         if result is None:
             return None
-        sliced = self.devices.get(result.ref)
-        return Resolved(
-            driver=result.driver,
-            pool=result.pool,
-            device_name=result.device,
-            uuid=sliced.uuid if sliced is not None else "",
-        )
+        sliced = self.devices.get((result.driver, result.pool, result.device))
+        return Resolved(result.driver, result.pool, result.device, sliced.uuid if sliced is not None else "")
 
     def taints(self, ref: DeviceRef) -> tuple[DriverTaint, ...]:
         sliced = self.devices.get(ref)
