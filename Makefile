@@ -29,7 +29,7 @@ tools:
 	fi
 
 demo: setup
-	$(GPUHEALTH) sim --scenario xid-and-unknown --speed 20 --duration 660 --print-events
+	$(GPUHEALTH) demo --scenario xid-and-unknown --speed 20
 
 lint: setup
 	$(VENV)/bin/ruff check .

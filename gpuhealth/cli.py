@@ -19,6 +19,7 @@ SUBCOMMAND_MODULES = (
     "simulator.cli",  # gpuhealth sim
     "exporter.cli",  # gpuhealth exporter, gpuhealth devices
     "rules.cli",  # gpuhealth rules
+    "demo.cli",  # gpuhealth demo
 )
 
 
@@ -36,14 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            # A part that is not built yet simply offers no subcommand.
-            if exc.name == module_name or module_name.startswith(f"{exc.name}."):
-                continue
-            raise
-        module.register(subparsers)
+        importlib.import_module(module_name).register(subparsers)
     return parser
 
 

@@ -160,6 +160,14 @@ class ScrapeJob:
     labels: dict[str, str] = field(default_factory=dict)
 
 
+def _static_configs(jobs: Sequence[ScrapeJob]) -> dict[str, list[dict[str, Any]]]:
+    """Target groups by job name: several ScrapeJobs of one name (one per node) make one job."""
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for job in jobs:
+        by_name.setdefault(job.name, []).append({"targets": job.targets, "labels": job.labels})
+    return by_name
+
+
 class Prometheus:
     """A running Prometheus: query it and read its alerts."""
 
@@ -209,11 +217,7 @@ def run_prometheus(
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
         "rule_files": [str(path) for path in rule_files],
         "scrape_configs": [
-            {
-                "job_name": job.name,
-                "static_configs": [{"targets": job.targets, "labels": job.labels}],
-            }
-            for job in jobs
+            {"job_name": name, "static_configs": groups} for name, groups in _static_configs(jobs).items()
         ],
     }
     if alertmanager_url:

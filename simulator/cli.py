@@ -133,15 +133,26 @@ def _stamp(time_s: float, wall: float) -> str:
     return f"[t+{time_s:7.1f}s {clock}]"
 
 
-def _print_event(event: FleetEvent, print_health: bool, out: TextIO) -> None:
+def format_event(event: FleetEvent, *, health: bool = True, offset: float = 0.0) -> str | None:
+    """One progress line for a fleet event (None for events not shown).
+
+    `offset` is subtracted from the simulated time, for runs whose timeline was shifted.
+    """
+    stamp = _stamp(event.time - offset, event.wall)
     if isinstance(event, FaultApplied):
-        print(f"{_stamp(event.time, event.wall)} fault   {event.fault.describe()}", file=out, flush=True)
-    elif isinstance(event, NodeChanged):
-        print(f"{_stamp(event.time, event.wall)} node    {event.node}: {event.what}", file=out, flush=True)
-    elif isinstance(event, DeviceHealthChanged) and print_health:
+        return f"{stamp} fault   {event.fault.describe()}"
+    if isinstance(event, NodeChanged):
+        return f"{stamp} node    {event.node}: {event.what}"
+    if isinstance(event, DeviceHealthChanged) and health:
         pods = ", ".join(event.pods[:4]) + (f" (+{len(event.pods) - 4} more)" if len(event.pods) > 4 else "")
-        line = f"{_stamp(event.time, event.wall)} health  {event.node}/{event.device}: "
-        line += f"{event.old} -> {event.new}  pods: {pods}"
+        line = f"{stamp} health  {event.node}/{event.device}: {event.old} -> {event.new}  pods: {pods}"
         if event.message:
             line += f"  message: {event.message[:80]}"
+        return line
+    return None
+
+
+def _print_event(event: FleetEvent, print_health: bool, out: TextIO) -> None:
+    line = format_event(event, health=print_health)
+    if line is not None:
         print(line, file=out, flush=True)

@@ -1,0 +1,126 @@
+"""Safety invariants of a run: every automated action must be warranted by a fault.
+
+Pure functions over plain data. An action is what Alertmanager delivered to the responder
+webhook (`action=quarantine|restrict`). A fault warrants `quarantine` on a device when it
+is a confirmed failure (Unhealthy, also in flaps; a fatal XID, GPU lost, uncorrectable ECC,
+a row-remap failure) and `restrict` when the device stayed Unknown for the whole tolerance
+window. Anything else is a violation: the mistakes MISSION.md names (acting on a short
+Unknown, on an application XID, on every device of a node that is merely unreachable)
+all show up here as actions without a warrant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from simulator.scenario import Fault, Scenario
+
+QUARANTINE_FAULTS = frozenset({"device-unhealthy", "gpu-lost", "row-remap-failure"})
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One firing notification delivered to the responder."""
+
+    alertname: str
+    action: str
+    node: str
+    device: str
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    violations: tuple[str, ...]
+    """Actions nothing warranted: a broken safety invariant."""
+    acted: tuple[tuple[str, str, str], ...]
+    """(node/gpu, action, alertname) of every warranted action."""
+    missed: tuple[tuple[str, str], ...]
+    """(node/gpu, action) warranted but not seen (the run may have ended first); flaps, whose
+    Unhealthy half-cycles may each end before the alert's `for:`, are not expected."""
+
+
+def warrants(
+    scenario: Scenario, *, fatal_xids: Iterable[int], tolerance: float
+) -> dict[tuple[str, int], set[str]]:
+    """Actions each (node, gpu index) may receive, from the scenario's faults."""
+    fatal = frozenset(fatal_xids)
+    allowed: dict[tuple[str, int], set[str]] = {}
+
+    def allow(node: str, gpu: int, action: str) -> None:
+        allowed.setdefault((node, gpu), set()).add(action)
+
+    for fault in scenario.timeline:
+        for node, gpu in _devices_of(scenario, fault):
+            action = _warranted_action(scenario, fault, fatal, tolerance)
+            if action:
+                allow(node, gpu, action)
+    return allowed
+
+
+def _devices_of(scenario: Scenario, fault: Fault) -> list[tuple[str, int]]:
+    if fault.device is not None:
+        return [(fault.device.node, fault.device.gpu)]
+    if fault.node is not None and fault.node in scenario.nodes:
+        return [(fault.node, i) for i in range(scenario.nodes[fault.node].gpus_per_node)]
+    return []
+
+
+def _warranted_action(
+    scenario: Scenario, fault: Fault, fatal: frozenset[int], tolerance: float
+) -> str | None:
+    kind = fault.kind
+    if kind in QUARANTINE_FAULTS:
+        return "quarantine"
+    if kind == "xid":
+        return "quarantine" if (fault.xid in fatal or fault.unhealthy) else None
+    if kind == "ecc":
+        return "quarantine" if fault.uncorrected > 0 else None
+    if kind == "flap":
+        # Unhealthy half-cycles: confirmed failures, each too short to be sure to fire.
+        return "quarantine"
+    long_enough = fault.duration is None or fault.duration >= tolerance
+    if kind == "device-unknown":
+        return "restrict" if long_enough else None
+    if kind == "health-stream-broken" and fault.node is not None:
+        # The device-plugin path reports a broken stream as Unhealthy, DRA as Unknown.
+        if scenario.nodes[fault.node].path == "device-plugin":
+            return "quarantine"
+        return "restrict" if long_enough else None
+    # kubelet-stop, node-partition, recover: never a reason to act on a device.
+    return None
+
+
+def judge(
+    scenario: Scenario,
+    actions: Iterable[Action],
+    uuid_of: Mapping[tuple[str, int], str],
+    *,
+    fatal_xids: Iterable[int],
+    tolerance: float,
+) -> Verdict:
+    """Compare delivered actions with what the faults warrant."""
+    allowed = warrants(scenario, fatal_xids=fatal_xids, tolerance=tolerance)
+    where = {(node, uuid): (node, gpu) for (node, gpu), uuid in uuid_of.items()}
+    violations: list[str] = []
+    acted: set[tuple[str, str, str]] = set()
+    seen: set[tuple[tuple[str, int], str]] = set()
+    for act in actions:
+        place = where.get((act.node, act.device))
+        label = f"{act.node}/gpu-{place[1]}" if place else f"{act.node}/{act.device}"
+        if place is None or act.action not in allowed.get(place, set()):
+            reason = "no fault on it" if place is None or place not in allowed else "its faults warrant "
+            if place is not None and place in allowed:
+                reason += " or ".join(sorted(allowed[place]))
+            violations.append(f"{act.alertname} asked to {act.action} {label} ({act.device}), but {reason}")
+            continue
+        acted.add((label, act.action, act.alertname))
+        seen.add((place, act.action))
+    flapping = {(f.device.node, f.device.gpu) for f in scenario.timeline if f.kind == "flap" and f.device}
+    missed = sorted(
+        (f"{node}/gpu-{gpu}", action)
+        for (node, gpu), actions_allowed in allowed.items()
+        for action in actions_allowed
+        if ((node, gpu), action) not in seen and (node, gpu) not in flapping
+    )
+    return Verdict(tuple(violations), tuple(sorted(acted)), tuple(missed))

@@ -1,0 +1,88 @@
+"""Safety verdicts of a run: which automated actions a scenario's faults warrant.
+
+Aspects covered: confirmed failures (fatal XID, GPU lost, uncorrectable ECC) warrant
+quarantine; an Unknown warrants restrict only when it lasts the whole tolerance window;
+an application XID, a short Unknown and an unreachable node warrant nothing, so an action
+on them is a violation; an action on a device the scenario never touched is a violation;
+warranted actions that never came are listed as missed, not as violations.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from demo.safety import Action, judge, warrants
+from simulator.fleet.objects import gpu_uuid
+from simulator.scenario import resolve
+
+SCENARIO = resolve(Path(__file__).with_name("safety-scenario.yaml"))
+FATAL = (48, 79)
+TOLERANCE = 300.0
+UUIDS = {
+    (node, i): gpu_uuid(node, i) for node, group in SCENARIO.nodes.items() for i in range(group.gpus_per_node)
+}
+
+
+def act(alertname: str, action: str, node: str, gpu: int) -> Action:
+    return Action(alertname, action, node, UUIDS[(node, gpu)])
+
+
+def test_faults_warrant_quarantine_for_failures_and_restrict_only_for_long_unknowns() -> None:
+    assert warrants(SCENARIO, fatal_xids=FATAL, tolerance=TOLERANCE) == {
+        ("gpu-dp-0", 0): {"quarantine"},
+        ("gpu-dra-0", 1): {"restrict"},
+    }
+
+
+def test_warranted_actions_pass_and_duplicates_are_fine() -> None:
+    verdict = judge(
+        SCENARIO,
+        [
+            act("GPUDeviceUnhealthy", "quarantine", "gpu-dp-0", 0),
+            act("GPUDeviceFatalXid", "quarantine", "gpu-dp-0", 0),
+            act("GPUDeviceUnknownExpired", "restrict", "gpu-dra-0", 1),
+            act("GPUDeviceUnknownExpired", "restrict", "gpu-dra-0", 1),
+        ],
+        UUIDS,
+        fatal_xids=FATAL,
+        tolerance=TOLERANCE,
+    )
+    assert verdict.violations == ()
+    assert verdict.missed == ()
+    assert ("gpu-dra-0/gpu-1", "restrict", "GPUDeviceUnknownExpired") in verdict.acted
+
+
+def test_acting_on_a_short_unknown_an_application_xid_or_an_unreachable_node_is_a_violation() -> None:
+    verdict = judge(
+        SCENARIO,
+        [
+            act("GPUDeviceUnknownExpired", "restrict", "gpu-dra-0", 0),
+            act("GPUDeviceUnhealthy", "quarantine", "gpu-dp-0", 1),
+            act("GPUDeviceUnknownExpired", "restrict", "gpu-dra-1", 0),
+            act("GPUDeviceUnknownExpired", "quarantine", "gpu-dra-0", 1),
+        ],
+        UUIDS,
+        fatal_xids=FATAL,
+        tolerance=TOLERANCE,
+    )
+    assert len(verdict.violations) == 4
+    assert "restrict gpu-dra-0/gpu-0" in verdict.violations[0] and "no fault on it" in verdict.violations[0]
+    assert (
+        "quarantine gpu-dra-0/gpu-1" in verdict.violations[3] and "warrant restrict" in verdict.violations[3]
+    )
+    assert verdict.missed == (("gpu-dp-0/gpu-0", "quarantine"), ("gpu-dra-0/gpu-1", "restrict"))
+
+
+def test_an_action_on_an_unknown_device_is_a_violation() -> None:
+    verdict = judge(
+        SCENARIO,
+        [Action("GPUDeviceUnhealthy", "quarantine", "gpu-dp-0", "GPU-not-in-this-fleet")],
+        UUIDS,
+        fatal_xids=FATAL,
+        tolerance=TOLERANCE,
+    )
+    assert verdict.violations and "GPU-not-in-this-fleet" in verdict.violations[0]
+
+
+def test_a_longer_tolerance_takes_the_warrant_away() -> None:
+    assert ("gpu-dra-0", 1) not in warrants(SCENARIO, fatal_xids=FATAL, tolerance=600.0)
