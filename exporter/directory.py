@@ -144,24 +144,67 @@ def _device_row(device: DeviceState, removed: bool) -> tuple[Any, ...]:
 
 
 def _attribute_rows(
-    lazy: dict[DeviceKey, DeviceState], heartbeats: dict[DeviceKey, float]
+    lazy: dict[DeviceKey, DeviceState], keys: set[DeviceKey], heartbeats: dict[DeviceKey, float]
 ) -> list[tuple[Any, ...]]:
-    """UPDATE rows for devices whose attributes moved, each with its heartbeat (0.0: none).
+    """Full attribute UPDATE rows for `keys` (identity or taints moved), each with its heartbeat."""
+    rows = []
+    for key in keys:
+        d = lazy.get(key)
+        if d is not None:
+            allocations, taints = _allocations_json(d.allocations), _taints_json(d.driver_taints)
+            rows.append(_attribute_row(d, allocations, taints, heartbeats.get(key, 0.0)))
+    return rows
 
-    A pod's devices share one allocations tuple (and usually an empty taints one), so each
-    distinct tuple is serialised once per batch (keyed by identity: the batch holds them).
+
+def _allocation_groups(
+    lazy: dict[DeviceKey, DeviceState], skip: set[DeviceKey], heartbeats: dict[DeviceKey, float]
+) -> dict[int, list[tuple[Any, ...]]]:
+    """`(allocations, heartbeat, node, device...)` rows for devices whose allocations alone moved.
+
+    A replaced pod's devices share one allocations tuple, one node and one confirmation
+    time: one UPDATE names them all, and the tuple is serialised once (keyed by identity;
+    the batch holds the tuples alive).
     """
     texts: dict[int, str] = {}
-    rows = []
+    groups: dict[tuple[Any, ...], list[str]] = {}
     for key, d in lazy.items():
-        allocations = texts.get(id(d.allocations))
-        if allocations is None:
-            allocations = texts[id(d.allocations)] = _allocations_json(d.allocations)
-        taints = texts.get(id(d.driver_taints))
-        if taints is None:
-            taints = texts[id(d.driver_taints)] = _taints_json(d.driver_taints)
-        rows.append(_attribute_row(d, allocations, taints, heartbeats.get(key, 0.0)))
-    return rows
+        if key in skip:
+            continue
+        text = texts.get(id(d.allocations))
+        if text is None:
+            text = texts[id(d.allocations)] = _allocations_json(d.allocations)
+        groups.setdefault((text, heartbeats.get(key, 0.0), key[0]), []).append(key[1])
+    return _by_size(groups)
+
+
+def _heartbeat_groups(
+    heartbeats: dict[DeviceKey, float], skip: dict[DeviceKey, DeviceState]
+) -> dict[int, list[tuple[Any, ...]]]:
+    """Heartbeats as `(time, node, device...)` rows.
+
+    A pod confirms all its devices at one time, and they share a node: one UPDATE per
+    (node, time) with `device IN (...)` costs about 40% less than one per device (SQLite's
+    per-statement work is shared; measured 3.9 ms against 6.6 ms for 4,000 rows).
+    """
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    for key, at in heartbeats.items():
+        if key not in skip:
+            groups.setdefault((at, key[0]), []).append(key[1])
+    return _by_size(groups)
+
+
+_GROUP = 16
+"""Most devices one grouped UPDATE names (a pod's devices: 8 GPUs per node is usual)."""
+
+
+def _by_size(groups: dict[tuple[Any, ...], list[str]]) -> dict[int, list[tuple[Any, ...]]]:
+    """`(*prefix, device...)` rows by their number of devices (one statement per size)."""
+    by_size: dict[int, list[tuple[Any, ...]]] = {}
+    for prefix, devices in groups.items():
+        for start in range(0, len(devices), _GROUP):
+            chunk = devices[start : start + _GROUP]
+            by_size.setdefault(len(chunk), []).append((*prefix, *chunk))
+    return by_size
 
 
 def _allocations_json(allocations: tuple[Allocation, ...]) -> str:
@@ -187,31 +230,6 @@ def _attribute_row(d: DeviceState, allocations: str, taints: str, heartbeat: flo
         d.node,
         d.device,
     )
-
-
-_HEARTBEAT_GROUP = 16
-"""Most devices one heartbeat UPDATE names (a pod's devices: 8 GPUs per node is usual)."""
-
-
-def _heartbeat_groups(
-    heartbeats: dict[DeviceKey, float], skip: dict[DeviceKey, DeviceState]
-) -> dict[int, list[tuple[Any, ...]]]:
-    """Heartbeats as `(time, node, device...)` rows, by the number of devices in a row.
-
-    A pod confirms all its devices at one time, and they share a node: one UPDATE per
-    (node, time) with `device IN (...)` costs about 40% less than one per device (SQLite's
-    per-statement work is shared; measured 3.9 ms against 6.6 ms for 4,000 rows).
-    """
-    groups: dict[tuple[str, float], list[str]] = {}
-    for key, at in heartbeats.items():
-        if key not in skip:
-            groups.setdefault((key[0], at), []).append(key[1])
-    by_size: dict[int, list[tuple[Any, ...]]] = {}
-    for (node, at), devices in groups.items():
-        for start in range(0, len(devices), _HEARTBEAT_GROUP):
-            chunk = devices[start : start + _HEARTBEAT_GROUP]
-            by_size.setdefault(len(chunk), []).append((at, node, *chunk))
-    return by_size
 
 
 def _device_from_row(row: tuple[Any, ...]) -> DeviceState:
@@ -247,6 +265,8 @@ class _Batch:
     devices: dict[DeviceKey, tuple[DeviceState, bool]]
     status: dict[DeviceKey, DeviceState]
     lazy: dict[DeviceKey, DeviceState] = field(default_factory=dict)
+    attributes: set[DeviceKey] = field(default_factory=set)
+    """Keys of `lazy` whose identity or taints moved too (else only their allocations)."""
     heartbeats: dict[DeviceKey, float] = field(default_factory=dict)
     pods: dict[str, PodVersion | None] = field(default_factory=dict)
     leases: dict[str, float | None] = field(default_factory=dict)
@@ -343,6 +363,8 @@ class Directory(_Queries):
         self._status: dict[DeviceKey, DeviceState] = {}
         """Status-only updates of rows that exist."""
         self._lazy: dict[DeviceKey, DeviceState] = {}
+        self._attributes: set[DeviceKey] = set()
+        """Keys of `_lazy` whose identity or taints moved, not only their allocations."""
         """Full rows of existing devices whose allocations moved, written on the periodic flush."""
         self._known: set[DeviceKey] = {
             (node, device) for node, device in self._conn.execute("SELECT node, device FROM devices")
@@ -381,6 +403,14 @@ class Directory(_Queries):
             self._devices[key] = (device, False)
         else:
             self._lazy[key] = device
+            self._attributes.add(key)
+
+    def record_allocations(self, device: DeviceState) -> None:
+        key = (device.node, device.device)
+        if key in self._devices:
+            self._devices[key] = (device, False)
+        else:
+            self._lazy[key] = device
 
     def record_heartbeats(self, keys: Iterable[DeviceKey], observed_at: float) -> None:
         heartbeats = self._heartbeats
@@ -391,6 +421,7 @@ class Directory(_Queries):
         pending = self._devices.get((node, device))
         status = self._status.pop((node, device), None)
         lazy = self._lazy.pop((node, device), None)
+        self._attributes.discard((node, device))
         if lazy is not None:
             status = lazy
         if pending is not None:
@@ -451,6 +482,8 @@ class Directory(_Queries):
         self._known.update(batch.devices)
         if periodic:
             batch.lazy = {k: d for k, d in self._lazy.items() if k not in batch.devices}
+            batch.attributes = self._attributes
+            self._attributes = set()
             batch.heartbeats, batch.pods, batch.leases = self._heartbeats, self._pods, self._leases
             self._lazy, self._heartbeats, self._pods, self._leases = {}, {}, {}, {}
         if self._writer is None:
@@ -526,12 +559,19 @@ class Directory(_Queries):
                 # Rows that exist; only what pods and slices change is rewritten, with the
                 # row's heartbeat in the same UPDATE (a replaced pod's devices are usually
                 # confirmed too: one row rewrite instead of two). 0.0 leaves observed_at.
-                conn.executemany(
-                    "UPDATE devices SET allocations = ?, driver_taints = ?, uuid = ?, driver = ?, pool = ?, "
-                    "device_name = ?, resource = ?, observed_at = max(observed_at, ?) "
-                    "WHERE node = ? AND device = ?",
-                    _attribute_rows(batch.lazy, heartbeats),
-                )
+                if batch.attributes:
+                    conn.executemany(
+                        "UPDATE devices SET allocations = ?, driver_taints = ?, uuid = ?, driver = ?, "
+                        "pool = ?, device_name = ?, resource = ?, observed_at = max(observed_at, ?) "
+                        "WHERE node = ? AND device = ?",
+                        _attribute_rows(batch.lazy, batch.attributes, heartbeats),
+                    )
+                for size, rows in _allocation_groups(batch.lazy, batch.attributes, heartbeats).items():
+                    conn.executemany(
+                        "UPDATE devices SET allocations = ?, observed_at = max(observed_at, ?) "
+                        f"WHERE node = ? AND device IN ({','.join('?' * size)})",
+                        rows,
+                    )
             if heartbeats:
                 for size, rows in _heartbeat_groups(heartbeats, batch.lazy).items():
                     marks = ",".join("?" * size)
