@@ -9,46 +9,23 @@ for the same device, but never across alerts that lack node and device labels.
 
 from __future__ import annotations
 
-import json
-import socket
-import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from gpuhealth.loopback import Alertmanager, run_alertmanager
 from tests.rules.support import ALERTMANAGER_CONFIG
 
 pytestmark = pytest.mark.integration
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _request(url: str, body: Any = None) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=5) as resp:
-        raw = resp.read()
-    return json.loads(raw) if raw else None
-
-
-class Alertmanager:
-    def __init__(self, base_url: str) -> None:
-        self.base_url = base_url
-
-    def post(self, *label_sets: dict[str, str]) -> None:
-        now = datetime.now(UTC)
-        alerts = [
+def post(alertmanager: Alertmanager, *label_sets: dict[str, str]) -> None:
+    now = datetime.now(UTC)
+    alertmanager.post(
+        [
             {
                 "labels": labels,
                 "annotations": {"summary": "test"},
@@ -57,67 +34,36 @@ class Alertmanager:
             }
             for labels in label_sets
         ]
-        _request(f"{self.base_url}/api/v2/alerts", alerts)
+    )
 
-    def inhibited(self, expected: dict[tuple[str, str, str], bool]) -> dict[tuple[str, str, str], bool]:
-        """(alertname, node, device) -> inhibited, for every listed alert.
 
-        The inhibitor learns about source alerts asynchronously, so this waits until every
-        posted alert is listed and every alert expected to be inhibited is; the snapshot
-        taken then also shows any alert inhibited that should not be.
-        """
-        deadline = time.monotonic() + 10
-        while True:
-            listed = _request(f"{self.base_url}/api/v2/alerts")
-            state = {
-                (a["labels"]["alertname"], a["labels"].get("node", ""), a["labels"].get("device", "")): bool(
-                    a["status"]["inhibitedBy"]
-                )
-                for a in listed
-            }
-            ready = state.keys() >= expected.keys() and all(state[k] for k, v in expected.items() if v)
-            if ready or time.monotonic() > deadline:
-                return state
-            time.sleep(0.05)
+def inhibited(
+    alertmanager: Alertmanager, expected: dict[tuple[str, str, str], bool]
+) -> dict[tuple[str, str, str], bool]:
+    """(alertname, node, device) -> inhibited, for every listed alert.
+
+    The inhibitor learns about source alerts asynchronously, so this waits until every
+    posted alert is listed and every alert expected to be inhibited is; the snapshot
+    taken then also shows any alert inhibited that should not be.
+    """
+    deadline = time.monotonic() + 10
+    while True:
+        state = {
+            (a["labels"]["alertname"], a["labels"].get("node", ""), a["labels"].get("device", "")): bool(
+                a["status"]["inhibitedBy"]
+            )
+            for a in alertmanager.alerts()
+        }
+        ready = state.keys() >= expected.keys() and all(state[k] for k, v in expected.items() if v)
+        if ready or time.monotonic() > deadline:
+            return state
+        time.sleep(0.05)
 
 
 @pytest.fixture
 def alertmanager(alertmanager_bin: str, tmp_path: Path) -> Iterator[Alertmanager]:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            alertmanager_bin,
-            f"--config.file={ALERTMANAGER_CONFIG}",
-            f"--storage.path={tmp_path / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                urllib.request.urlopen(f"{base_url}/-/ready", timeout=1).close()
-                break
-            except (urllib.error.URLError, ConnectionError):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    _out, err = proc.communicate(timeout=5)
-                    pytest.fail(f"alertmanager did not start:\n{err}")
-                time.sleep(0.05)
-        yield Alertmanager(base_url)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-        if proc.stderr is not None:
-            proc.stderr.close()
+    with run_alertmanager(tmp_path / "alertmanager", ALERTMANAGER_CONFIG) as running:
+        yield running
 
 
 def _device_alert(name: str, severity: str, action: str, node: str, device: str) -> dict[str, str]:
@@ -125,7 +71,8 @@ def _device_alert(name: str, severity: str, action: str, node: str, device: str)
 
 
 def test_a_node_outage_inhibits_that_nodes_device_alerts_only(alertmanager: Alertmanager) -> None:
-    alertmanager.post(
+    post(
+        alertmanager,
         {"alertname": "GPUNodeUnreachable", "severity": "warning", "action": "none", "node": "n1"},
         _device_alert("GPUDeviceUnknownExpired", "critical", "restrict", "n1", "GPU-1"),
         _device_alert("GPUDeviceStatusStale", "warning", "none", "n1", "GPU-2"),
@@ -139,13 +86,14 @@ def test_a_node_outage_inhibits_that_nodes_device_alerts_only(alertmanager: Aler
         ("GPUDeviceUnhealthy", "n2", "GPU-3"): False,
         ("GPUHealthExporterDown", "", ""): False,
     }
-    assert alertmanager.inhibited(expected) == expected
+    assert inhibited(alertmanager, expected) == expected
 
 
 def test_an_unknown_storm_inhibits_restrict_everywhere_but_quarantine_still_flows(
     alertmanager: Alertmanager,
 ) -> None:
-    alertmanager.post(
+    post(
+        alertmanager,
         {"alertname": "GPUFleetUnknownStorm", "severity": "critical", "action": "none"},
         _device_alert("GPUDeviceUnknownExpired", "critical", "restrict", "n1", "GPU-1"),
         _device_alert("GPUDeviceUnknownFlapping", "warning", "restrict", "n2", "GPU-2"),
@@ -159,13 +107,14 @@ def test_an_unknown_storm_inhibits_restrict_everywhere_but_quarantine_still_flow
         ("GPUDeviceFatalXid", "n3", "GPU-3"): False,
         ("GPUDeviceUnknown", "n4", "GPU-4"): False,
     }
-    assert alertmanager.inhibited(expected) == expected
+    assert inhibited(alertmanager, expected) == expected
 
 
 def test_critical_beats_warning_for_the_same_device_and_never_across_labelless_alerts(
     alertmanager: Alertmanager,
 ) -> None:
-    alertmanager.post(
+    post(
+        alertmanager,
         _device_alert("GPUDeviceUnhealthy", "critical", "quarantine", "n1", "GPU-1"),
         _device_alert("GPUDeviceUnknown", "warning", "none", "n1", "GPU-1"),
         _device_alert("GPUDeviceUnknown", "warning", "none", "n1", "GPU-2"),
@@ -179,4 +128,4 @@ def test_critical_beats_warning_for_the_same_device_and_never_across_labelless_a
         ("GPUHealthBreakerTripped", "", ""): False,
         ("GPUDeviceMigrationFailed", "", ""): False,
     }
-    assert alertmanager.inhibited(expected) == expected
+    assert inhibited(alertmanager, expected) == expected
