@@ -271,6 +271,10 @@ class IdentityIndex:
         claim = self.claims.get((namespace, entry.claim))
         if claim is None:
             return None
+        return self.resolve_in(claim, entry)
+
+    def resolve_in(self, claim: ClaimInfo, entry: ResourceEntry) -> Resolved | None:
+        """`resolve` once the entry's claim was looked up (a pod's entries share their claim)."""
         result = match_result(claim, entry)
         if result is None:
             return None

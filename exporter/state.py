@@ -48,7 +48,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 from exporter import parse
-from exporter.identity import DeviceRef, IdentityIndex, parse_claim, parse_slice
+from exporter.identity import ClaimInfo, DeviceRef, IdentityIndex, parse_claim, parse_slice
 from exporter.parse import PodObservation, ResourceEntry, is_newer, pod_signature
 from exporter.snapshot import Allocation, DeviceState, DriverTaint, NodeState, NvmlView, Snapshot
 from gpuhealth.clock import Clock
@@ -191,6 +191,7 @@ class DeviceStateStore:
         nvml: bool = False,
     ) -> None:
         self._clock = clock
+        self._now = clock.now
         self._sink = sink
         self._node_name = node_name
         self.stats = StateStats()
@@ -295,17 +296,31 @@ class DeviceStateStore:
             yield pod, seen
 
     def _fold_allocations(self) -> None:
-        devices = self._devices
+        if not self._dirty_allocations:
+            return
+        devices, contrib = self._devices, self._contrib
+        record = self._sink.record_allocations if self._sink is not None else None
         for key in self._dirty_allocations:
             current = devices.get(key)
             if current is None:
                 continue
-            merged = _merge(self._contrib.get(key) or {})
+            contributions = contrib.get(key)
+            if not contributions:
+                merged: tuple[Allocation, ...] = ()
+            elif len(contributions) == 1:
+                (merged,) = contributions.values()
+            else:
+                merged = _merge(contributions)
             if merged is not current.allocations and merged != current.allocations:
                 updated = _with_allocations(current, merged)
-                self._put(key, updated)
-                if self._sink is not None:
-                    self._sink.record_allocations(updated)
+                if self._shared:
+                    self._put(key, updated)  # copies the dict a snapshot holds, once
+                    devices = self._devices
+                else:
+                    devices[key] = updated
+                    self._snapshot = None
+                if record is not None:
+                    record(updated)
         self._dirty_allocations.clear()
 
     @property
@@ -377,7 +392,7 @@ class DeviceStateStore:
             if signature is not None and signature == pod.signature:
                 # Nothing device-related moved: the pod confirms what it reported (the hot path).
                 pod.resource_version, pod.rv_number = rv, rv_int
-                self._confirmed[uid] = self._unpersisted[uid] = self._clock.now()
+                self._confirmed[uid] = self._unpersisted[uid] = self._now()
                 self._dirty_pods.add(uid)
                 self._snapshot = None
                 return
@@ -390,9 +405,7 @@ class DeviceStateStore:
             # Succeeded or Failed: the devices are released whatever the entries say (no parse).
             pod.resource_version, pod.rv_number = rv, rv_int
             pod.signature = signature
-            self._apply_observation(
-                pod, pod.observation._replace(terminal=True, entries=()), self._clock.now()
-            )
+            self._terminate(pod)
             self._dirty_pods.add(uid)
             return
         observation = parse.parse_pod(obj)
@@ -561,7 +574,9 @@ class DeviceStateStore:
         if not node:
             return grouped, metas, uses, None
         namespace = observation.namespace
-        resolve = self.identity.resolve
+        identity = self.identity
+        claims: dict[str, ClaimInfo | None] = {}
+        """This pod's claims by name, looked up once (its entries usually share one)."""
         for entry in observation.entries:
             if not entry.pod_claim:
                 key = (node, entry.device)
@@ -574,9 +589,15 @@ class DeviceStateStore:
                     group.append(entry)
                 entry_keys.append(key)
                 continue
+            resolved = None
             if entry.claim:
-                uses.add(("claim", namespace, entry.claim))
-            resolved = resolve(namespace, entry)
+                if entry.claim in claims:
+                    claim_info = claims[entry.claim]
+                else:
+                    claim_info = claims[entry.claim] = identity.claims.get((namespace, entry.claim))
+                    uses.add(("claim", namespace, entry.claim))
+                if claim_info is not None:
+                    resolved = identity.resolve_in(claim_info, entry)
             if resolved is None:
                 self.stats.parse_errors[parse.CLAIM_UNRESOLVED] += 1
                 claim = entry.claim or entry.pod_claim
@@ -619,6 +640,31 @@ class DeviceStateStore:
             self._confirmed[pod.uid] = self._unpersisted[pod.uid] = now
             self._snapshot = None
 
+    def _terminate(self, pod: _Pod) -> None:
+        """The pod reached Succeeded or Failed: every allocation is released, nothing is reported.
+
+        What `_apply_observation` does with a terminal observation without entries, minus
+        the generic layout work (every pod replacement goes through here).
+        """
+        previous = pod.observation
+        assert previous is not None
+        pod.observation = PodObservation(
+            previous.uid,
+            previous.namespace,
+            previous.name,
+            previous.node,
+            previous.resource_version,
+            True,
+            (),
+            previous.errors,
+        )
+        pod.layout = (previous.node, True, [])
+        pod.entry_keys = None
+        if pod.uses:
+            self._set_uses(pod, set())
+        for key in list(pod.allocations):
+            self._release(pod, key)
+
     def _apply_layout(self, pod: _Pod, observation: PodObservation, now: float) -> None:
         """Resolve identities and allocations afresh, then take the reported values."""
         if observation.terminal:
@@ -636,6 +682,9 @@ class DeviceStateStore:
         # A pod's devices usually come from one container and one resource: they share one
         # allocations tuple (built once, and serialised once per directory batch).
         shared: dict[tuple[str, str, str], tuple[Allocation, ...]] = {}
+        devices, contrib, dirty = self._devices, self._contrib, self._dirty_allocations
+        held, values, uid = pod.allocations, pod.values, pod.uid
+        taints_of = self.identity.taints
         for key, group in grouped.items():
             if len(group) == 1:
                 e = group[0]
@@ -652,11 +701,43 @@ class DeviceStateStore:
                         key=_allocation_order,
                     )
                 )
-            self._hold(pod, key, allocations, metas[key], group, now)
+            meta = metas[key]
+            device = devices.get(key)
+            if (
+                device is not None
+                and device.uuid == (meta.uuid or device.uuid)
+                and device.driver == (meta.driver or device.driver)
+                and device.pool == (meta.pool or device.pool)
+                and device.device_name == (meta.device_name or device.device_name)
+                and device.resource == (meta.resource or device.resource)
+                and (
+                    not meta.driver
+                    or device.driver_taints == taints_of((meta.driver, meta.pool, meta.device_name))
+                )
+            ):
+                # A known device whose identity this pod confirms (a replaced pod on the same
+                # GPUs, the usual case): what `_hold` and `_take_value` do, minus the identity
+                # work. Its slice reference is registered already (same driver, pool, name).
+                contributions = contrib.get(key)
+                if contributions is None:
+                    contributions = contrib[key] = {}
+                contributions[uid] = allocations
+                held[key] = allocations
+                dirty.add(key)
+                worst = group[0] if len(group) == 1 else max(group, key=_severity)
+                value = (worst.health, worst.message)
+                if values.get(key) != value:
+                    values[key] = value
+                    if device.health != value[0] or device.message != value[1]:
+                        self._report(key, value, now, pod, worst)
+                continue
+            self._hold(pod, key, allocations, meta, group, now)
             self._take_value(pod, key, group, now)
+        if grouped:
+            self._snapshot = None
 
     def _take_value(self, pod: _Pod, key: DeviceKey, group: list[ResourceEntry], now: float) -> None:
-        worst = group[0] if len(group) == 1 else max(group, key=lambda e: _SEVERITY[e.health])
+        worst = group[0] if len(group) == 1 else max(group, key=_severity)
         value = (worst.health, worst.message)
         if pod.values.get(key) != value:
             pod.values[key] = value
@@ -858,6 +939,10 @@ class DeviceStateStore:
                 self._sink.record_lease(node, None)
         for key in [k for k in self._devices if k[0] == node and not self._contrib.get(k)]:
             self._delete(key)
+
+
+def _severity(entry: ResourceEntry) -> int:
+    return _SEVERITY[entry.health]
 
 
 def _allocation_order(allocation: Allocation) -> tuple[str, str, str, str, str]:
