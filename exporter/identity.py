@@ -104,11 +104,11 @@ def parse_claim(obj: Any) -> ClaimInfo | str:
     for item in raw or ():
         if not isinstance(item, dict):
             return MALFORMED_CLAIM
-        result = ClaimResult(
-            request=_text(item.get("request")),
-            driver=_text(item.get("driver")),
-            pool=_text(item.get("pool")),
-            device=_text(item.get("device")),
+        result = ClaimResult(  # positional: a claim's results are parsed on every pod replacement
+            _text(item.get("request")),
+            _text(item.get("driver")),
+            _text(item.get("pool")),
+            _text(item.get("device")),
         )
         if not (result.driver and result.pool and result.device):
             return MALFORMED_CLAIM

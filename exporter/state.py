@@ -620,6 +620,11 @@ class DeviceStateStore:
         pod.observation = observation
         pod.namespace, pod.name = observation.namespace, observation.name
         entries = observation.entries
+        if not entries and not pod.allocations and not pod.uses and not pod.values:
+            # Nothing reported and nothing held (a pod before it runs): no devices to touch.
+            pod.layout = (observation.node, observation.terminal, [])
+            pod.entry_keys = None if observation.terminal or not observation.node else []
+            return
         layout = (
             observation.node,
             observation.terminal,
@@ -662,8 +667,27 @@ class DeviceStateStore:
         pod.entry_keys = None
         if pod.uses:
             self._set_uses(pod, set())
-        for key in list(pod.allocations):
-            self._release(pod, key)
+        # What `_release` does per device, in one loop (every pod replacement comes here).
+        contrib, devices, dirty, uid = self._contrib, self._devices, self._dirty_allocations, pod.uid
+        values = pod.values
+        superseded = []
+        for key in pod.allocations:
+            values.pop(key, None)
+            contributions = contrib.get(key)
+            if contributions is not None:
+                contributions.pop(uid, None)
+            device = devices.get(key)
+            if device is None:
+                continue
+            if not contributions and self._superseded(device):
+                superseded.append(key)
+            else:
+                dirty.add(key)
+        if pod.allocations:
+            pod.allocations.clear()
+            self._snapshot = None
+        for key in superseded:
+            self._delete(key)
 
     def _apply_layout(self, pod: _Pod, observation: PodObservation, now: float) -> None:
         """Resolve identities and allocations afresh, then take the reported values."""
