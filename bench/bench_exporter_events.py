@@ -333,14 +333,18 @@ def run_full(fleet: Fleet, tmp: Path, *, directory_on: bool = True) -> Run:
             directory.close()
             store = _without_directory(store)
         apply = store.apply_event
+        batches = [fleet.lines[i : i + FLUSH_EVERY] for i in range(0, len(fleet.lines), FLUSH_EVERY)]
         gc.collect()
         started = time.perf_counter()
-        for n, (resource, line) in enumerate(fleet.lines, 1):
-            event = decode_event(line)
-            if isinstance(event, str):
-                raise AssertionError(f"bench produced a bad line: {event}")
-            apply(resource, event[0], event[1])
-            if directory_on and n % FLUSH_EVERY == 0:
+        # Batch by batch, as the observer's processor applies what a read brought, then
+        # persists (no per-event counter or modulo in the timed loop: not the exporter's).
+        for batch in batches:
+            for resource, line in batch:
+                event = decode_event(line)
+                if isinstance(event, str):
+                    raise AssertionError(f"bench produced a bad line: {event}")
+                apply(resource, event[0], event[1])
+            if directory_on and len(batch) == FLUSH_EVERY:
                 persist(store, directory)
         events_done = time.perf_counter()
         if directory_on:
@@ -375,10 +379,12 @@ def snapshot_costs(nodes: int = 10_000) -> list[tuple[str, float]]:
     timed("snapshot, nothing changed (cached)", store.snapshot)
     flip = ["Unhealthy"] + ["Healthy"] * (GPUS - 1)
     changed = pod(0, 0, 10**6, health=flip)
-    timed(
-        "one status change, then a snapshot (one dict copy)",
-        lambda: (store.apply_event(PODS, "MODIFIED", changed), store.snapshot()),
-    )
+
+    def change_then_snapshot() -> None:
+        store.apply_event(PODS, "MODIFIED", changed)
+        store.snapshot()
+
+    timed("one status change, then a snapshot (one dict copy)", change_then_snapshot)
     rv = 2 * 10**6
     for n in range(nodes):
         rv += 1
