@@ -13,27 +13,20 @@ on SIGTERM.
 from __future__ import annotations
 
 import json
-import shutil
 import signal
-import socket
-import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
 from gpuhealth.cli import main
+from gpuhealth.loopback import ScrapeJob, child_process, free_port, run_prometheus, wait_until
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus is not installed"),
-]
+pytestmark = pytest.mark.integration
 
 T = TypeVar("T")
 
@@ -56,13 +49,6 @@ SPEED = 10.0
 """Simulated seconds per real second: kubelets renew their Lease every real second."""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def get(url: str) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
@@ -72,46 +58,7 @@ def get(url: str) -> tuple[int, bytes]:
 
 
 def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 20.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
-@contextmanager
-def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            yield proc
-        finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-
-
-class Prometheus:
-    def __init__(self, port: int) -> None:
-        self.base = f"http://127.0.0.1:{port}"
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        status, body = get(f"{self.base}/api/v1/query?{urllib.parse.urlencode({'query': expr})}")
-        if status != 200:
-            return []
-        result: list[dict[str, Any]] = json.loads(body)["data"]["result"]
-        return result
-
-    def value(self, expr: str) -> float | None:
-        result = self.query(expr)
-        return float(result[0]["value"][1]) if len(result) == 1 else None
+    return wait_until(what, fn, timeout=timeout)
 
 
 def test_exporter_metrics_reach_prometheus_through_faults(
@@ -119,15 +66,8 @@ def test_exporter_metrics_reach_prometheus_through_faults(
 ) -> None:
     from simulator.testing import running_cluster
 
-    exporter_port, prometheus_port = free_port(), free_port()
+    exporter_port = free_port()
     directory = tmp_path / "directory.sqlite"
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: gpuhealth-exporter\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{exporter_port}']}}]\n"
-    )
     with running_cluster(SCENARIO, speed=SPEED) as cluster:
         uuid = {
             (node, gpu): cluster.call(lambda c, node=node, gpu=gpu: c.fleet.gpu(node, gpu).uuid)  # type: ignore[misc]
@@ -137,18 +77,15 @@ def test_exporter_metrics_reach_prometheus_through_faults(
             sys.executable, "-m", "gpuhealth", "exporter", "--kubeconfig", str(cluster.kubeconfig_path),
             "--listen", f"127.0.0.1:{exporter_port}", "--directory", str(directory),
         ]  # fmt: skip
-        prometheus_argv = [
-            "prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{prometheus_port}",
-        ]  # fmt: skip
         with (
-            process(exporter_argv, tmp_path / "exporter.log") as exporter,
-            process(prometheus_argv, tmp_path / "prometheus.log"),
+            child_process(exporter_argv, tmp_path / "exporter.log") as exporter,
+            run_prometheus(
+                tmp_path / "prometheus", [ScrapeJob("gpuhealth-exporter", [f"127.0.0.1:{exporter_port}"])]
+            ) as prom,
         ):
             wait_for(
                 "the exporter to be ready", lambda: get(f"http://127.0.0.1:{exporter_port}/readyz")[0] == 200
             )
-            prom = Prometheus(prometheus_port)
             wait_for(
                 "Prometheus to scrape the exporter", lambda: prom.value('up{job="gpuhealth-exporter"}') == 1.0
             )
@@ -208,7 +145,7 @@ def test_node_mode_reads_nvml_and_a_lost_gpu_ages(tmp_path: Path) -> None:
             "--node", "gpu-dp-0", "--nvml", f"sim:{cluster.url}", "--nvml-poll-seconds", "0.2",
             "--listen", f"127.0.0.1:{port}", "--directory", str(tmp_path / "node.sqlite"),
         ]  # fmt: skip
-        with process(argv, tmp_path / "exporter.log"):
+        with child_process(argv, tmp_path / "exporter.log"):
 
             def samples() -> dict[str, float]:
                 status, body = get(f"http://127.0.0.1:{port}/metrics")
