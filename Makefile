@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml
 
 # Prometheus 2.42 (with promtool) and Alertmanager 0.25 (with amtool) from Debian.
 tools:
-	@if ! command -v promtool >/dev/null || ! command -v amtool >/dev/null \
+	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null || ! command -v amtool >/dev/null \
 	    || ! command -v prometheus-alertmanager >/dev/null; then \
 	  echo "installing prometheus and prometheus-alertmanager from Debian"; \
 	  $(SUDO) apt-get update -qq && \
