@@ -18,10 +18,10 @@ Paths measured over the same lines, in the same run:
 
 - baseline: `orjson.loads(line)` and nothing else;
 - candidate: the exporter's own path, the functions the observer runs: decode the line
-  (`exporter.observer.decode_event`), apply it (`DeviceStateStore.apply_event`), persist
-  into a SQLite device directory on disk (`persist` after every 256 events, as the
-  observer does after each batch, then a final forced one and the wait for the writer
-  thread, all inside the timed region);
+  (`exporter.observer.decode_event`, pod events into msgspec Structs), apply it
+  (`DeviceStateStore.apply_event`), persist into a SQLite device directory on disk
+  (`persist` after every 256 events, as the observer does after each batch, then a final
+  forced one and the wait for the writer thread, all inside the timed region);
 - context: deserialising the pod events into the official client's models
   (`ApiClient.deserialize(..., "V1Pod")`), on a sample since it is slow.
 
@@ -340,7 +340,7 @@ def run_full(fleet: Fleet, tmp: Path, *, directory_on: bool = True) -> Run:
         # persists (no per-event counter or modulo in the timed loop: not the exporter's).
         for batch in batches:
             for resource, line in batch:
-                event = decode_event(line)
+                event = decode_event(line, resource)
                 if isinstance(event, str):
                     raise AssertionError(f"bench produced a bad line: {event}")
                 apply(resource, event[0], event[1])

@@ -1,10 +1,11 @@
 """Pure parsing of Pod objects into device health observations.
 
 Owns the reading of `pod.status.containerStatuses[].allocatedResourcesStatus` for both
-allocation paths, over plain dicts as orjson returns them (never the client's models:
-deserialising into them costs about 22x a JSON parse). Nothing here raises on bad input:
-every malformed piece is dropped or degraded and its reason reported in `errors`, so the
-observer counts it and goes on.
+allocation paths, over the typed Structs of `exporter.decode` (the fast path) and over
+plain dicts as orjson returns them (the tolerant path, for whatever the Structs' types
+reject); never the client's models: deserialising into them costs about 22x a JSON parse.
+Nothing here raises on bad input: every malformed piece is dropped or degraded and its
+reason reported in `errors`, so the observer counts it and goes on.
 
 - Device plugins: `name` is the extended resource, `resourceID` the device ID; an NVIDIA
   `<uuid>::<n>` is replica `n` of the physical `<uuid>`, and the physical one is the device.
@@ -21,6 +22,7 @@ from typing import Any, Final, NamedTuple
 
 import orjson
 
+from exporter.decode import ContainerStatus, Pod, PodSpec, PodStatus
 from exporter.snapshot import HEALTH_VALUES
 
 MAX_MESSAGE_CHARS: Final = 1024
@@ -283,6 +285,127 @@ def _parse_container(
                 message = ""
             elif not isinstance(message, str):
                 errors.append(INVALID_MESSAGE)
+                message = ""
+            elif len(message) > MAX_MESSAGE_CHARS:
+                errors.append(MESSAGE_TOO_LONG)
+                message = message[:MAX_MESSAGE_CHARS]
+            if dra:
+                device = replica = ""
+            else:
+                device, _, replica = resource_id.partition("::")
+                if not device:
+                    errors.append(MISSING_RESOURCE_ID)
+                    continue
+            entries.append(
+                ResourceEntry(
+                    container,
+                    resource,
+                    resource_id,
+                    health,
+                    message,
+                    index,
+                    device,
+                    replica,
+                    pod_claim,
+                    request,
+                    claim,
+                )
+            )
+            index += 1
+
+
+# ----- the typed fast path ------------------------------------------------------------
+# The same reading over `exporter.decode` Structs, whose types msgspec already checked:
+# only the value checks remain. It must give exactly what `parse_pod` gives for the dict
+# the Struct came from (tests/exporter/test_decode_pods.py checks both on the same pods).
+
+
+def pod_struct_signature(pod: Pod) -> tuple[PodSpec | None, PodStatus | None]:
+    """A decoded pod's signature: its spec and status Structs hold only what devices depend on.
+
+    They compare by value in C, and hold nothing unrelated (conditions, restart counts), so
+    equal pairs mean nothing device-related moved. Never equal to a dict pod's bytes signature.
+    """
+    return (pod.spec, pod.status)
+
+
+def parse_pod_struct(pod: Pod) -> PodObservation | None:
+    """`parse_pod` over a decoded Pod Struct; None when it lacks the identity to track it."""
+    meta = pod.metadata
+    if meta is None:
+        return None
+    namespace = meta.namespace or ""
+    name = meta.name or ""
+    if not (namespace and name):
+        return None
+    errors: list[str] = []
+    spec, status = pod.spec, pod.status
+    node = (spec.node_name or "") if spec is not None else ""
+    terminal = status is not None and status.phase in _TERMINAL_PHASES
+    entries: list[ResourceEntry] = []
+    statuses = status.container_statuses if status is not None else None
+    if statuses:
+        claim_names: dict[str, str] = {}
+        for source in (
+            spec.resource_claims if spec is not None else None,
+            status.resource_claim_statuses if status is not None else None,
+        ):
+            for ref in source or ():
+                if ref.name is not None and ref.resource_claim_name:
+                    claim_names[ref.name] = ref.resource_claim_name
+        for cs in statuses:
+            _parse_container_struct(cs, claim_names, entries, errors)
+    return PodObservation(
+        meta.uid or f"{namespace}/{name}",
+        namespace,
+        name,
+        node,
+        meta.resource_version or "",
+        terminal,
+        tuple(entries),
+        tuple(errors),
+    )
+
+
+def _parse_container_struct(
+    cs: ContainerStatus, claim_names: dict[str, str], entries: list[ResourceEntry], errors: list[str]
+) -> None:
+    # Mirrors _parse_container check for check (see there for why it is one inline loop).
+    allocated = cs.allocated_resources_status
+    if not allocated:
+        return
+    container = cs.name
+    if container is None:
+        errors.append(MALFORMED_CONTAINER_STATUS)
+        return
+    health_values = _HEALTH
+    for group in allocated:
+        resource = group.name
+        resources = group.resources
+        if not resource or resources is None:
+            if resources or resource:
+                errors.append(MALFORMED_ENTRY)
+            continue
+        pod_claim = request = claim = ""
+        dra = resource.startswith(CLAIM_PREFIX)
+        if dra:
+            pod_claim, _, request = resource[len(CLAIM_PREFIX) :].partition("/")
+            if not pod_claim:
+                errors.append(MALFORMED_ENTRY)
+                continue
+            claim = claim_names.get(pod_claim, "")
+        index = 0
+        for item in resources:
+            resource_id = item.resource_id
+            if not resource_id:
+                errors.append(MISSING_RESOURCE_ID)
+                continue
+            health = item.health
+            if health is None or health not in health_values:
+                errors.append(INVALID_HEALTH)
+                health = "Unknown"
+            message = item.message
+            if message is None:
                 message = ""
             elif len(message) > MAX_MESSAGE_CHARS:
                 errors.append(MESSAGE_TOO_LONG)

@@ -48,8 +48,16 @@ from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 from exporter import parse
+from exporter.decode import Pod, pod_from_dict
 from exporter.identity import ClaimInfo, DeviceRef, IdentityIndex, parse_claim, parse_slice
-from exporter.parse import PodObservation, ResourceEntry, is_newer, pod_signature
+from exporter.parse import (
+    PodObservation,
+    ResourceEntry,
+    is_newer,
+    parse_pod_struct,
+    pod_signature,
+    pod_struct_signature,
+)
 from exporter.snapshot import Allocation, DeviceState, DriverTaint, NodeState, NvmlView, Snapshot
 from gpuhealth.clock import Clock
 from gpuhealth.nvml import DeviceReading, XidEvent
@@ -63,6 +71,7 @@ RESOURCES = (PODS, CLAIMS, SLICES, LEASES)
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 UNRESOLVED_PREFIX = "unresolved/"
 _SEVERITY = {"Healthy": 0, "Unknown": 1, "Unhealthy": 2}
+_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 # Reasons an event was not applied (`gpuhealth_exporter_events_ignored_total{reason}`).
 DUPLICATE = "duplicate"
@@ -131,7 +140,8 @@ class _Pod:
     name: str
     resource_version: str
     rv_number: int | None = None
-    signature: bytes | None = None
+    signature: object = None
+    """`parse.pod_struct_signature` or `parse.pod_signature` of the last applied version."""
     observation: PodObservation | None = None
     """None for a pod restored from the directory and not seen since."""
     values: dict[DeviceKey, tuple[str, str]] = field(default_factory=dict)
@@ -365,22 +375,44 @@ class DeviceStateStore:
                 self._node_gone(node)
 
     def apply_pod(self, event_type: str, obj: Any, *, listed: bool = False) -> None:
-        """Apply one pod event; `listed`: it comes from a relist, where the same version is no duplicate."""
-        meta = obj.get("metadata") if isinstance(obj, dict) else None
-        if not isinstance(meta, dict):
-            self.stats.parse_errors[parse.MALFORMED_POD] += 1
-            return
-        uid = meta.get("uid")
-        if not isinstance(uid, str) or not uid:
-            uid = f"{meta.get('namespace')}/{meta.get('name')}"
-        if event_type == "DELETED":
-            self._remove_pod(uid)
-            return
-        rv = meta.get("resourceVersion")
-        rv = rv if isinstance(rv, str) else ""
+        """Apply one pod event; `listed`: it comes from a relist, where the same version is no duplicate.
+
+        `obj` is a decoded `exporter.decode.Pod` (the watch's fast path) or a dict; a dict
+        whose types fit is converted to one, so a listed pod and its watched updates share
+        one signature; a dict that does not fit takes the tolerant dict path.
+        """
+        if obj.__class__ is not Pod:
+            obj = pod_from_dict(obj) or obj
+        struct: Pod | None = obj if obj.__class__ is Pod else None
+        if struct is not None:
+            smeta = struct.metadata
+            if smeta is None:
+                self.stats.parse_errors[parse.MALFORMED_POD] += 1
+                return
+            uid = smeta.uid or f"{smeta.namespace}/{smeta.name}"
+            if event_type == "DELETED":
+                self._remove_pod(uid)
+                return
+            rv = smeta.resource_version or ""
+            signature: object = pod_struct_signature(struct)
+            status = struct.status
+            terminal = status is not None and status.phase in _TERMINAL_PHASES
+        else:
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            if not isinstance(meta, dict):
+                self.stats.parse_errors[parse.MALFORMED_POD] += 1
+                return
+            muid = meta.get("uid")
+            uid = muid if isinstance(muid, str) and muid else f"{meta.get('namespace')}/{meta.get('name')}"
+            if event_type == "DELETED":
+                self._remove_pod(uid)
+                return
+            mrv = meta.get("resourceVersion")
+            rv = mrv if isinstance(mrv, str) else ""
+            signature = pod_signature(obj)
+            terminal = _is_terminal(obj)
         rv_int = int(rv) if rv.isdigit() else None
         pod = self._pods.get(uid)
-        signature = pod_signature(obj)
         if pod is not None and pod.observation is not None:
             if rv == pod.resource_version:
                 if not listed:
@@ -401,14 +433,14 @@ class DeviceStateStore:
             if not listed or rv != pod.resource_version:
                 self.stats.events_ignored[DUPLICATE if rv == pod.resource_version else OUT_OF_ORDER] += 1
             return
-        if pod is not None and pod.observation is not None and _is_terminal(obj):
+        if pod is not None and pod.observation is not None and terminal:
             # Succeeded or Failed: the devices are released whatever the entries say (no parse).
             pod.resource_version, pod.rv_number = rv, rv_int
             pod.signature = signature
             self._terminate(pod)
             self._dirty_pods.add(uid)
             return
-        observation = parse.parse_pod(obj)
+        observation = parse.parse_pod(obj) if struct is None else parse_pod_struct(struct)
         if observation is None:
             self.stats.parse_errors[parse.MALFORMED_POD] += 1
             return
@@ -981,7 +1013,7 @@ def _merge(contributions: Mapping[str, tuple[Allocation, ...]]) -> tuple[Allocat
 
 def _is_terminal(obj: dict[str, Any]) -> bool:
     status = obj.get("status")
-    return isinstance(status, dict) and status.get("phase") in ("Succeeded", "Failed")
+    return isinstance(status, dict) and status.get("phase") in _TERMINAL_PHASES
 
 
 def _list_key(resource: str, obj: Any) -> Any:

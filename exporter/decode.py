@@ -1,0 +1,103 @@
+"""Typed partial decoding of Pod watch events (the exporter's hot path).
+
+Owns the msgspec Structs that hold only what the exporter reads of a Pod, and the two
+ways into them: a watch line (`decode_pod_event`) and an already parsed dict
+(`pod_from_dict`, for list items and anything that came through orjson).
+
+Why: msgspec decoding a pod event into these Structs skips every field the exporter does
+not read (conditions, images, labels, owner references ...) and builds no dicts for them;
+measured at about 60% of the cost of `orjson.loads` of the full event. The Structs are
+frozen and compare by value, so a pod's `(spec, status)` pair is its signature as it is
+(see `exporter.parse.pod_struct_signature`); `gc=False` since they hold no cycles.
+
+Strict types are the fast path only: anything whose types do not match (a health that is
+a number, a container status that is a string ...) fails here, and the caller falls back
+to the tolerant dict path of `exporter.parse`, which counts each malformed piece. Value
+checks (an unknown health string, an empty resourceID, a message over the limit) are
+`exporter.parse`'s on both paths.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class Resource(msgspec.Struct, frozen=True, gc=False):
+    """One `allocatedResourcesStatus[].resources[]` item."""
+
+    resource_id: str | None = msgspec.field(default=None, name="resourceID")
+    health: str | None = None
+    message: str | None = None
+
+
+class ResourceGroup(msgspec.Struct, frozen=True, gc=False):
+    """One `allocatedResourcesStatus[]` group: an extended resource or a DRA claim."""
+
+    name: str | None = None
+    resources: tuple[Resource, ...] | None = None
+
+
+class ContainerStatus(msgspec.Struct, frozen=True, gc=False, rename="camel"):
+    name: str | None = None
+    allocated_resources_status: tuple[ResourceGroup, ...] | None = None
+
+
+class ClaimRef(msgspec.Struct, frozen=True, gc=False, rename="camel"):
+    """`spec.resourceClaims[]` or `status.resourceClaimStatuses[]`: pod claim name -> claim."""
+
+    name: str | None = None
+    resource_claim_name: str | None = None
+
+
+class PodSpec(msgspec.Struct, frozen=True, gc=False, rename="camel"):
+    node_name: str | None = None
+    resource_claims: tuple[ClaimRef, ...] | None = None
+
+
+class PodStatus(msgspec.Struct, frozen=True, gc=False, rename="camel"):
+    phase: str | None = None
+    container_statuses: tuple[ContainerStatus, ...] | None = None
+    resource_claim_statuses: tuple[ClaimRef, ...] | None = None
+
+
+class PodMeta(msgspec.Struct, frozen=True, gc=False, rename="camel"):
+    uid: str | None = None
+    namespace: str | None = None
+    name: str | None = None
+    resource_version: str | None = None
+
+
+class Pod(msgspec.Struct, frozen=True, gc=False):
+    """A Pod reduced to what device observations depend on, plus its identity."""
+
+    metadata: PodMeta | None = None
+    spec: PodSpec | None = None
+    status: PodStatus | None = None
+
+
+class PodEvent(msgspec.Struct, frozen=True, gc=False):
+    type: str
+    object: Pod | None = None
+
+
+_pod_event_decoder = msgspec.json.Decoder(PodEvent)
+
+DecodeError = msgspec.DecodeError
+"""Raised for invalid JSON and, as its subclass ValidationError, for mismatching types."""
+
+
+def decode_pod_event(line: bytes) -> PodEvent:
+    """A pod watch line as a PodEvent; raises DecodeError where the fast path does not apply."""
+    return _pod_event_decoder.decode(line)
+
+
+def pod_from_dict(obj: Any) -> Pod | None:
+    """A parsed Pod dict as a Pod Struct; None where its types do not fit (use the dict path)."""
+    if not isinstance(obj, dict):
+        return None
+    try:
+        return msgspec.convert(obj, Pod)
+    except msgspec.ValidationError:
+        return None
