@@ -22,7 +22,16 @@ from typing import Any, Final, NamedTuple
 
 import orjson
 
-from exporter.decode import ContainerStatus, Pod, PodSpec, PodStatus
+from exporter.decode import (
+    DecodeError,
+    Pod,
+    PodSpec,
+    PodStatus,
+    ResourceGroup,
+    detached,
+    plain_json,
+    resource_groups,
+)
 from exporter.snapshot import HEALTH_VALUES
 
 MAX_MESSAGE_CHARS: Final = 1024
@@ -323,10 +332,19 @@ def _parse_container(
 def pod_struct_signature(pod: Pod) -> tuple[PodSpec | None, PodStatus | None]:
     """A decoded pod's signature: its spec and status Structs hold only what devices depend on.
 
-    They compare by value in C, and hold nothing unrelated (conditions, restart counts), so
-    equal pairs mean nothing device-related moved. Never equal to a dict pod's bytes signature.
+    They compare by value in C (the allocated resources as raw JSON bytes), and hold nothing
+    unrelated (conditions, restart counts), so equal pairs mean nothing device-related
+    moved. Never equal to a dict pod's bytes signature. Keep one with `kept_signature`.
     """
     return (pod.spec, pod.status)
+
+
+def kept_signature(signature: object) -> object:
+    """A signature to store: a Struct one stops referencing its event's whole buffer."""
+    if signature.__class__ is tuple:
+        spec, status = signature
+        return (spec, detached(status))
+    return signature
 
 
 def parse_pod_struct(pod: Pod) -> PodObservation | None:
@@ -354,7 +372,18 @@ def parse_pod_struct(pod: Pod) -> PodObservation | None:
                 if ref.name is not None and ref.resource_claim_name:
                     claim_names[ref.name] = ref.resource_claim_name
         for cs in statuses:
-            _parse_container_struct(cs, claim_names, entries, errors)
+            try:
+                groups = resource_groups(cs.allocated_resources_status)
+            except DecodeError:
+                # Types the Structs reject: this container takes the tolerant dict path,
+                # which counts each malformed piece (the raw bytes are valid JSON: the
+                # event's decode checked them).
+                allocated = plain_json(cs.allocated_resources_status)
+                _parse_container(
+                    {"name": cs.name, "allocatedResourcesStatus": allocated}, claim_names, entries, errors
+                )
+                continue
+            _parse_container_struct(cs.name, groups, claim_names, entries, errors)
     return PodObservation(
         meta.uid or f"{namespace}/{name}",
         namespace,
@@ -368,13 +397,15 @@ def parse_pod_struct(pod: Pod) -> PodObservation | None:
 
 
 def _parse_container_struct(
-    cs: ContainerStatus, claim_names: dict[str, str], entries: list[ResourceEntry], errors: list[str]
+    container: str | None,
+    allocated: tuple[ResourceGroup, ...] | None,
+    claim_names: dict[str, str],
+    entries: list[ResourceEntry],
+    errors: list[str],
 ) -> None:
     # Mirrors _parse_container check for check (see there for why it is one inline loop).
-    allocated = cs.allocated_resources_status
     if not allocated:
         return
-    container = cs.name
     if container is None:
         errors.append(MALFORMED_CONTAINER_STATUS)
         return

@@ -54,6 +54,7 @@ from exporter.parse import (
     PodObservation,
     ResourceEntry,
     is_newer,
+    kept_signature,
     parse_pod_struct,
     pod_signature,
     pod_struct_signature,
@@ -436,7 +437,7 @@ class DeviceStateStore:
         if pod is not None and pod.observation is not None and terminal:
             # Succeeded or Failed: the devices are released whatever the entries say (no parse).
             pod.resource_version, pod.rv_number = rv, rv_int
-            pod.signature = signature
+            pod.signature = kept_signature(signature)
             self._terminate(pod)
             self._dirty_pods.add(uid)
             return
@@ -450,7 +451,7 @@ class DeviceStateStore:
             pod = _Pod(uid, observation.namespace, observation.name, rv)
             self._pods[uid] = pod
         pod.resource_version, pod.rv_number = rv, rv_int
-        pod.signature = signature
+        pod.signature = kept_signature(signature)
         self._apply_observation(pod, observation, self._clock.now())
         self._dirty_pods.add(uid)
 

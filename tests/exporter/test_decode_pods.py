@@ -126,6 +126,14 @@ def test_junk_types_fall_back_to_the_dict_path_and_are_counted(store: DeviceStat
     d0, d1 = store.device("node-1", U0), store.device("node-1", U1)
     assert d0 is not None and d0.health == "Healthy"
     assert d1 is not None and d1.health == "Unknown"
+    # Junk only inside the allocated resources: the event decodes, that container falls back.
+    inner = pod("q", container("main", ("nvidia.com/gpu", [resource(U0, "Unhealthy"), {"resourceID": 7}])))
+    decoded = decode_event(line("ADDED", inner), PODS)
+    assert not isinstance(decoded, str) and decoded[1].__class__ is Pod
+    store.apply_event(PODS, *decoded)
+    assert store.stats.parse_errors[parse.MISSING_RESOURCE_ID] == 1
+    d0 = store.device("node-1", U0)
+    assert d0 is not None and d0.health == "Unhealthy"
     # Lines that are not events at all are reasons, never exceptions.
     assert decode_event(b"{not json", PODS) == parse.INVALID_JSON
     assert decode_event(b'{"object": {}}', PODS) == parse.MALFORMED_EVENT
@@ -133,6 +141,7 @@ def test_junk_types_fall_back_to_the_dict_path_and_are_counted(store: DeviceStat
     assert decode_event(line("ADDED", [1]), PODS) == ("ADDED", [1])
     store.apply_event(PODS, "ADDED", [1])
     assert store.stats.parse_errors[parse.MALFORMED_POD] == 1
+    assert sum(store.stats.parse_errors.values()) == 4
 
 
 def test_an_unknown_health_string_on_the_fast_path_is_unknown_and_counted(store: DeviceStateStore) -> None:
