@@ -154,8 +154,8 @@ Event = tuple[str, Any]
 def decode_event(line: bytes, resource: str = "") -> Event | str:
     """A watch line as (type, object), or the parse error reason when it is not one.
 
-    Pod events (`resource` PODS) decode straight into `exporter.decode`'s Structs (about
-    60% of the cost of a full JSON parse); where their types do not fit, and for ERROR
+    Pod events (`resource` PODS) decode straight into `exporter.decode`'s Structs (under
+    half the cost of a full JSON parse); where their types do not fit, and for ERROR
     events (a Status, not a Pod), the line is parsed again as plain JSON, so malformed
     pieces reach the tolerant dict path and are counted there as before.
     """
