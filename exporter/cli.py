@@ -197,9 +197,15 @@ def _offline_store(
     for resource in (CLAIMS, SLICES, LEASES, PODS):
         items = dump.get(resource, [])
         if settings.observer.node_name and resource == PODS:
-            items = [p for p in items if (p.get("spec") or {}).get("nodeName") == settings.observer.node_name]
+            items = [p for p in items if _node_name(p) == settings.observer.node_name]
         store.relist(resource, items)
     return store, directory
+
+
+def _node_name(pod: dict[str, Any]) -> object:
+    # A malformed spec belongs to no node; the store counts such pods when it parses them.
+    spec = pod.get("spec")
+    return spec.get("nodeName") if isinstance(spec, dict) else None
 
 
 async def _serve_static(dump: dict[str, list[Any]], settings: ExporterSettings) -> None:

@@ -87,6 +87,17 @@ def test_offline_pod_list_dump_with_a_directory(
     assert {d["device"] for d in devices} >= {U0, U1}
 
 
+def test_node_filter_skips_pods_with_a_malformed_spec(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    items = [*dump_items(), {"kind": "Pod", "metadata": {"name": "junk"}, "spec": [1]}]
+    path = write(tmp_path, {"apiVersion": "v1", "kind": "List", "items": items})
+    assert main(["exporter", "--from-file", path, "--once", "--node", "node-1"]) == 0
+    text = capsysbinary.readouterr().out.decode()
+    assert f'device="{U0}",status="Unhealthy"}} 1' in text
+    assert 'node="node-2"' not in text
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
