@@ -350,11 +350,11 @@ class Directory(_Queries):
             # NORMAL in WAL mode stays consistent on a crash and may lose only the last commits.
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.executescript(_SCHEMA)
-            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
-                raise DirectoryError(f"{path}: directory schema version {version}, expected {SCHEMA_VERSION}")
+            _check_schema(self._conn, path, fresh_ok=True)
             self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, DirectoryError) as exc:
+            if hasattr(self, "_conn"):
+                self._conn.close()
             self._release_lock()
             raise DirectoryError(f"{path}: cannot open the device directory: {exc}") from exc
         self._log: list[ObservationRecord] = []
@@ -631,8 +631,10 @@ class DirectoryReader(_Queries):
             raise DirectoryError(f"{path}: no device directory there (start the exporter with --directory)")
         try:
             self._conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-            self._conn.execute("SELECT 1 FROM devices LIMIT 1").fetchall()
-        except sqlite3.Error as exc:
+            _check_schema(self._conn, path, fresh_ok=False)
+        except (sqlite3.Error, DirectoryError) as exc:
+            if hasattr(self, "_conn"):
+                self._conn.close()
             raise DirectoryError(f"{path}: not a readable device directory: {exc}") from exc
 
     def close(self) -> None:
@@ -649,6 +651,22 @@ _REMOVED = DeviceState(
     changed_at=0.0,
     observed_at=0.0,
 )
+
+
+def _check_schema(conn: sqlite3.Connection, path: str, *, fresh_ok: bool) -> None:
+    """DirectoryError unless the file holds this schema (a file another program made with
+    tables of the same names would otherwise fail on the first query, not here)."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version != SCHEMA_VERSION and not (fresh_ok and version == 0):
+        raise DirectoryError(f"schema version {version}, expected {SCHEMA_VERSION}")
+    # Every column the queries name, so a foreign table of the same name is caught here.
+    for table, columns in (
+        ("devices", _DEVICE_COLUMNS),
+        ("observations", _LOG_COLUMNS),
+        ("pods", "uid, namespace, name, resource_version"),
+        ("nodes", "node, lease_renewed_at"),
+    ):
+        conn.execute(f"SELECT {columns} FROM {table} LIMIT 0").fetchall()
 
 
 def _take_lock(path: str) -> IO[bytes]:

@@ -11,6 +11,7 @@ flush; bad files give clear errors.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -190,6 +191,26 @@ def test_bad_files_give_clear_errors(tmp_path: Path, clock: ManualClock) -> None
         Directory(str(junk), clock=clock)
     with pytest.raises(DirectoryError, match="lock file"):
         Directory(str(tmp_path / "no" / "such" / "dir.sqlite"), clock=clock)
+
+
+@pytest.mark.parametrize("table", ["devices", "observations"])
+def test_a_foreign_database_is_a_clear_error_not_a_failed_query(
+    tmp_path: Path, clock: ManualClock, table: str
+) -> None:
+    foreign = str(tmp_path / "foreign.sqlite")
+    conn = sqlite3.connect(foreign)
+    conn.execute(f"CREATE TABLE {table} (a)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(DirectoryError, match="not a readable device directory"):
+        DirectoryReader(foreign)
+    with pytest.raises(DirectoryError, match="cannot open the device directory"):
+        Directory(foreign, clock=clock)
+    conn = sqlite3.connect(foreign)
+    conn.execute("PRAGMA user_version=7")
+    conn.close()
+    with pytest.raises(DirectoryError, match="schema version 7, expected 1"):
+        DirectoryReader(foreign)
 
 
 def test_a_1024_character_message_survives_the_log_and_a_restart(path: str, clock: ManualClock) -> None:
