@@ -56,7 +56,8 @@ MALFORMED_EVENT: Final = "malformed_event"
 
 _HEALTH: Final = frozenset(HEALTH_VALUES)
 _EMPTY: Final[dict[str, Any]] = {}
-_TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+"""Pod phases the kubelet no longer updates; their devices are released."""
 
 
 class ResourceEntry(NamedTuple):
@@ -195,6 +196,12 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def is_terminal_status(status: Any) -> bool:
+    """Whether a Pod dict's `status` says Succeeded or Failed (anything malformed is not)."""
+    phase = status.get("phase") if isinstance(status, dict) else None
+    return isinstance(phase, str) and phase in TERMINAL_PHASES
+
+
 def parse_pod(pod: Any) -> PodObservation | None:
     """Read a Pod dict; None when it lacks the identity needed to track it at all."""
     if not isinstance(pod, dict):
@@ -217,8 +224,7 @@ def parse_pod(pod: Any) -> PodObservation | None:
         errors.append(MALFORMED_POD)
         status = None
     node = _text(spec.get("nodeName")) if spec else ""
-    phase = status.get("phase") if status else None
-    terminal = isinstance(phase, str) and phase in _TERMINAL_PHASES
+    terminal = is_terminal_status(status)
     entries: list[ResourceEntry] = []
     statuses = status.get("containerStatuses") if status else None
     if statuses:
@@ -359,7 +365,7 @@ def parse_pod_struct(pod: Pod) -> PodObservation | None:
     errors: list[str] = []
     spec, status = pod.spec, pod.status
     node = (spec.node_name or "") if spec is not None else ""
-    terminal = status is not None and status.phase in _TERMINAL_PHASES
+    terminal = status is not None and status.phase in TERMINAL_PHASES
     entries: list[ResourceEntry] = []
     statuses = status.container_statuses if status is not None else None
     if statuses:

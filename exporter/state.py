@@ -72,7 +72,6 @@ RESOURCES = (PODS, CLAIMS, SLICES, LEASES)
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 UNRESOLVED_PREFIX = "unresolved/"
 _SEVERITY = {"Healthy": 0, "Unknown": 1, "Unhealthy": 2}
-_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 # Reasons an event was not applied (`gpuhealth_exporter_events_ignored_total{reason}`).
 DUPLICATE = "duplicate"
@@ -397,7 +396,7 @@ class DeviceStateStore:
             rv = smeta.resource_version or ""
             signature: object = pod_struct_signature(struct)
             status = struct.status
-            terminal = status is not None and status.phase in _TERMINAL_PHASES
+            terminal = status is not None and status.phase in parse.TERMINAL_PHASES
         else:
             meta = obj.get("metadata") if isinstance(obj, dict) else None
             if not isinstance(meta, dict):
@@ -411,7 +410,7 @@ class DeviceStateStore:
             mrv = meta.get("resourceVersion")
             rv = mrv if isinstance(mrv, str) else ""
             signature = pod_signature(obj)
-            terminal = _is_terminal(obj)
+            terminal = parse.is_terminal_status(obj.get("status"))
         rv_int = int(rv) if rv.isdigit() else None
         pod = self._pods.get(uid)
         if pod is not None and pod.observation is not None:
@@ -1012,11 +1011,6 @@ def _merge(contributions: Mapping[str, tuple[Allocation, ...]]) -> tuple[Allocat
     return tuple(sorted((a for group in contributions.values() for a in group), key=_allocation_order))
 
 
-def _is_terminal(obj: dict[str, Any]) -> bool:
-    status = obj.get("status")
-    return isinstance(status, dict) and status.get("phase") in _TERMINAL_PHASES
-
-
 def _list_key(resource: str, obj: Any) -> Any:
     """The identity a relist compares by (matching what the apply methods store)."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
@@ -1025,9 +1019,13 @@ def _list_key(resource: str, obj: Any) -> Any:
     if resource == PODS:
         uid = meta.get("uid")
         return uid if isinstance(uid, str) and uid else f"{meta.get('namespace')}/{meta.get('name')}"
+    # A name that is not a string was rejected (and counted) by the apply method: it keys
+    # nothing, and must not reach the set of seen keys (a dict or list there is unhashable).
+    name = meta.get("name")
     if resource == CLAIMS:
-        return (meta.get("namespace"), meta.get("name"))
-    return meta.get("name")
+        namespace = meta.get("namespace")
+        return (namespace, name) if isinstance(namespace, str) and isinstance(name, str) else None
+    return name if isinstance(name, str) else None
 
 
 # Hot-path copies of a DeviceState: a direct positional constructor call costs under half

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from exporter import parse
 from exporter.snapshot import Allocation, DriverTaint, status_age
-from exporter.state import DUPLICATE, OUT_OF_ORDER, PODS, DeviceStateStore
+from exporter.state import CLAIMS, DUPLICATE, LEASES, OUT_OF_ORDER, PODS, SLICES, DeviceStateStore
 from gpuhealth.clock import ManualClock
 from gpuhealth.nvml import DeviceReading, XidEvent
 from tests.exporter.fixtures.builders import DRIVER, claim, container, gpu_uuid, lease, pod, resource, slice_
@@ -284,6 +284,26 @@ def test_malformed_objects_are_counted_and_skipped(store: DeviceStateStore) -> N
         parse.INVALID_HEALTH: 1,
     }
     assert store.snapshot().devices[("node-1", U0)].health == "Unknown"
+
+
+def test_relists_with_names_or_phases_of_the_wrong_type_are_counted_not_raised(
+    store: DeviceStateStore,
+) -> None:
+    # Unhashable values where a string belongs once escaped from a relist (set of seen keys)
+    # and from the terminal-phase check; in the observer that exception ended the processor task.
+    store.apply_pod("ADDED", dp_pod("ok", (U0, "Healthy")))
+    junk_phase = dp_pod("ok", (U0, "Unhealthy"), rv=2)
+    junk_phase["status"]["phase"] = {"not": "a phase"}
+    store.relist(PODS, [junk_phase])
+    assert store.snapshot().devices[("node-1", U0)].health == "Unhealthy"
+    store.relist(CLAIMS, [{"metadata": {"name": "c", "namespace": {"a": 1}}}])
+    store.relist(SLICES, [{"metadata": {"name": [1]}, "spec": {}}])
+    store.relist(LEASES, [{"metadata": {"name": {"a": 1}, "namespace": "kube-node-lease"}}])
+    assert store.stats.parse_errors == {
+        parse.MALFORMED_CLAIM: 1,
+        parse.MALFORMED_SLICE: 1,
+        parse.MALFORMED_LEASE: 1,
+    }
 
 
 def test_status_age_grows_when_the_lease_stops_and_resets_when_it_resumes(
