@@ -343,7 +343,12 @@ class Observer:
                 items.append(queue.get_nowait())
             counts: dict[tuple[str, str], int] = {}
             for kind, resource, payload in items:
-                self._apply(kind, resource, payload, counts)
+                try:
+                    self._apply(kind, resource, payload, counts)
+                except Exception:
+                    # The parsers count what they know to be malformed; anything else is a
+                    # bug that costs this item, never the observer (which would stop serving).
+                    log.exception("applying %s of %s failed; skipped", kind, resource)
             if self._metrics is not None and counts:
                 for (resource, event_type), n in counts.items():
                     self._metrics.watch_events.labels(resource, event_type).inc(n)
