@@ -11,6 +11,7 @@ all show up here as actions without a warrant.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -50,9 +51,10 @@ def warrants(
     def allow(node: str, gpu: int, action: str) -> None:
         allowed.setdefault((node, gpu), set()).add(action)
 
+    spells = _unknown_spells(scenario)
     for fault in scenario.timeline:
         for node, gpu in _devices_of(scenario, fault):
-            action = _warranted_action(scenario, fault, fatal, tolerance)
+            action = _warranted_action(scenario, fault, fatal, tolerance, spells)
             if action:
                 allow(node, gpu, action)
     return allowed
@@ -66,8 +68,53 @@ def _devices_of(scenario: Scenario, fault: Fault) -> list[tuple[str, int]]:
     return []
 
 
+SpellKey = tuple[str, int | None]
+"""(node, gpu) of a device's Unknown, or (node, None) of a node's broken health stream."""
+
+
+def _unknown_spells(scenario: Scenario) -> dict[SpellKey, float]:
+    """The longest continuous Unknown of each device (or node stream), in seconds.
+
+    As the simulator plays them: a repeated fault moves the end to its own, `recover` ends
+    it at once, and a broken stream without a duration lasts until recovered (or for ever).
+    A fault's `duration` alone would overstate an Unknown that a `recover` cut short.
+    """
+    open_spells: dict[SpellKey, tuple[float, float]] = {}
+    """(since, scheduled end) of each spell in progress."""
+    longest: dict[SpellKey, float] = {}
+
+    def close(key: SpellKey, at: float) -> None:
+        since, end = open_spells.pop(key)
+        longest[key] = max(longest.get(key, 0.0), min(end, at) - since)
+
+    for fault in sorted(scenario.timeline, key=lambda f: f.at):
+        key: SpellKey
+        if fault.device is not None and fault.kind in ("device-unknown", "recover"):
+            key = (fault.device.node, fault.device.gpu)
+        elif fault.node is not None and fault.kind in ("health-stream-broken", "recover"):
+            key = (fault.node, None)
+        else:
+            continue
+        if key in open_spells and open_spells[key][1] <= fault.at:
+            close(key, fault.at)  # it ended on its own before this fault
+        if fault.kind == "recover":
+            if key in open_spells:
+                close(key, fault.at)
+            continue
+        end = fault.at + fault.duration if fault.duration is not None else math.inf
+        since = open_spells[key][0] if key in open_spells else fault.at
+        open_spells[key] = (since, end)
+    for key, (_, end) in list(open_spells.items()):
+        close(key, end)
+    return longest
+
+
 def _warranted_action(
-    scenario: Scenario, fault: Fault, fatal: frozenset[int], tolerance: float
+    scenario: Scenario,
+    fault: Fault,
+    fatal: frozenset[int],
+    tolerance: float,
+    spells: dict[SpellKey, float],
 ) -> str | None:
     kind = fault.kind
     if kind in QUARANTINE_FAULTS:
@@ -79,14 +126,13 @@ def _warranted_action(
     if kind == "flap":
         # Unhealthy half-cycles: confirmed failures, each too short to be sure to fire.
         return "quarantine"
-    long_enough = fault.duration is None or fault.duration >= tolerance
-    if kind == "device-unknown":
-        return "restrict" if long_enough else None
+    if kind == "device-unknown" and fault.device is not None:
+        return "restrict" if spells.get((fault.device.node, fault.device.gpu), 0.0) >= tolerance else None
     if kind == "health-stream-broken" and fault.node is not None:
         # The device-plugin path reports a broken stream as Unhealthy, DRA as Unknown.
         if scenario.nodes[fault.node].path == "device-plugin":
             return "quarantine"
-        return "restrict" if long_enough else None
+        return "restrict" if spells.get((fault.node, None), 0.0) >= tolerance else None
     # kubelet-stop, node-partition, recover: never a reason to act on a device.
     return None
 

@@ -1,7 +1,8 @@
 """Safety verdicts of a run: which automated actions a scenario's faults warrant.
 
 Aspects covered: confirmed failures (fatal XID, GPU lost, uncorrectable ECC) warrant
-quarantine; an Unknown warrants restrict only when it lasts the whole tolerance window;
+quarantine; an Unknown warrants restrict only when it lasts the whole tolerance window (as
+played: a recover cuts it short, overlapping faults make one spell);
 an application XID, a short Unknown and an unreachable node warrant nothing, so an action
 on them is a violation; an action on a device the scenario never touched is a violation;
 warranted actions that never came are listed as missed, not as violations.
@@ -86,3 +87,51 @@ def test_an_action_on_an_unknown_device_is_a_violation() -> None:
 
 def test_a_longer_tolerance_takes_the_warrant_away() -> None:
     assert ("gpu-dra-0", 1) not in warrants(SCENARIO, fatal_xids=FATAL, tolerance=600.0)
+
+
+def test_an_unknown_cut_short_by_a_recover_warrants_nothing_and_overlaps_add_up() -> None:
+    # A fault's duration alone overstated these: an 8-minute Unknown recovered after 30 s,
+    # and a broken stream without a duration recovered after a minute, each passed a restrict.
+    scenario = resolve(
+        {
+            "name": "spells",
+            "fleet": [{"name": "gpu-dra", "count": 2, "gpusPerNode": 2, "path": "dra"}],
+            "timeline": [
+                {
+                    "at": "0s",
+                    "fault": "device-unknown",
+                    "device": {"node": "gpu-dra-0", "gpu": 0},
+                    "duration": "8m",
+                },
+                {"at": "30s", "fault": "recover", "device": {"node": "gpu-dra-0", "gpu": 0}},
+                {
+                    "at": "0s",
+                    "fault": "device-unknown",
+                    "device": {"node": "gpu-dra-0", "gpu": 1},
+                    "duration": "200s",
+                },
+                {
+                    "at": "150s",
+                    "fault": "device-unknown",
+                    "device": {"node": "gpu-dra-0", "gpu": 1},
+                    "duration": "200s",
+                },
+                {"at": "0s", "fault": "health-stream-broken", "node": "gpu-dra-1"},
+                {"at": "1m", "fault": "recover", "node": "gpu-dra-1"},
+            ],
+        }
+    )
+    # gpu-1 stayed Unknown from 0 s to 350 s: two faults, one spell past the tolerance.
+    assert warrants(scenario, fatal_xids=FATAL, tolerance=TOLERANCE) == {("gpu-dra-0", 1): {"restrict"}}
+    uuids = {(n, i): gpu_uuid(n, i) for n in ("gpu-dra-0", "gpu-dra-1") for i in range(2)}
+    verdict = judge(
+        scenario,
+        [
+            Action("GPUDeviceUnknownExpired", "restrict", "gpu-dra-0", uuids[("gpu-dra-0", 0)]),
+            Action("GPUDeviceUnknownExpired", "restrict", "gpu-dra-1", uuids[("gpu-dra-1", 0)]),
+        ],
+        uuids,
+        fatal_xids=FATAL,
+        tolerance=TOLERANCE,
+    )
+    assert len(verdict.violations) == 2
