@@ -261,6 +261,9 @@ class DeviceStateStore:
                     and current.message == message
                 ):
                     self._put(key, _observed(current, seen))
+                    # The first _put may copy the dict a snapshot holds: read the copy from
+                    # then on, or a shared device's later confirmation reads a stale time.
+                    devices = self._devices
         self._confirmed.clear()
         self.sync_sink()
 

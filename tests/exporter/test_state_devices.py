@@ -56,6 +56,22 @@ def test_replicas_and_shared_devices_are_one_device_with_several_allocations(sto
     ]
 
 
+def test_a_shared_device_keeps_its_latest_confirmation_when_pods_confirm_out_of_turn(
+    store: DeviceStateStore, clock: ManualClock
+) -> None:
+    # Confirmations fold in the order pods were first queued (b, then a); the fold used to
+    # read the devices from before its own first copy, so a's older time overwrote b's.
+    store.apply_pod("ADDED", dp_pod("a", (f"{U0}::0", "Healthy"), uid="uid-a"))
+    store.apply_pod("ADDED", dp_pod("b", (f"{U0}::1", "Healthy"), uid="uid-b"))
+    store.snapshot()  # a scrape holds the devices: the next change copies them
+    for name, rv in (("b", 2), ("a", 3), ("b", 4)):
+        clock.advance(5)
+        store.apply_pod(
+            "MODIFIED", dp_pod(name, (f"{U0}::{'ab'.index(name)}", "Healthy"), rv=rv, uid=f"uid-{name}")
+        )
+    assert store.snapshot().devices[("node-1", U0)].observed_at == clock.now()
+
+
 def test_most_severe_entry_wins_within_one_pod(store: DeviceStateStore) -> None:
     store.apply_pod(
         "ADDED", dp_pod("a", (f"{U0}::0", "Healthy"), (f"{U0}::1", "Unhealthy"), (f"{U0}::2", "Unknown"))
