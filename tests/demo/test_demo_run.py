@@ -29,6 +29,7 @@ def gpuhealth(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[s
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_demo_runs_the_pipeline_and_every_action_is_warranted(tmp_path: Path) -> None:
     result = gpuhealth("demo", "--scenario", str(SCENARIO), "--speed", "20", "--workdir", str(tmp_path))
     out = result.stdout

@@ -110,6 +110,7 @@ def render_rules(tmp_path: Path, sink: WebhookRecorder) -> tuple[list[Path], Pat
     return rule_files, alertmanager_config
 
 
+@pytest.mark.timeout(300)
 def test_faults_flow_from_kubelet_to_the_responder_webhook(tmp_path: Path, sink: WebhookRecorder) -> None:
     from simulator.testing import running_cluster
 
