@@ -18,7 +18,8 @@ shuts the open responses' sockets down, which ends the blocked reads at once.
 
 Watch protocol: resume from the last seen resourceVersion (bookmarks included); on 410
 Gone, as an HTTP status or as an ERROR event inside the stream, relist (the state then
-replaces what it knew); any other failure backs off with jitter (`Backoff`, the one
+replaces what it knew) after a backoff pause that grows only while watches expire without
+delivering anything; any other failure backs off with jitter (`Backoff`, the one
 throttling helper) and resumes. A normal end of a watch (its timeoutSeconds) resumes at
 once.
 
@@ -393,23 +394,27 @@ class Observer:
                 if rv is None:
                     items, rv = self._list(target)
                     emit("list", target.resource, items)
-                    backoff.reset()
                 rv = self._watch(target, rv, emit, backoff)
-                reason = CLOSED
+                backoff.reset()
             except Gone:
-                rv, reason = None, EXPIRED
+                # Relist after a pause that grows while watches expire without delivering
+                # anything (the watch resets the backoff on every delivery): an apiserver
+                # whose watch cache lags its lists would otherwise get full lists in a loop.
+                rv = None
+                emit("restart", target.resource, EXPIRED)
+                self._stop.wait(backoff.next_delay())
+                continue
             except Exception as exc:
                 if self._stop.is_set():
                     return
-                reason = ERROR
                 delay = backoff.next_delay()
                 log.warning("%s: %s; retrying in %.1f s", target.resource, exc, delay)
-                emit("restart", target.resource, reason)
+                emit("restart", target.resource, ERROR)
                 self._stop.wait(delay)
                 continue
             if self._stop.is_set():
                 return
-            emit("restart", target.resource, reason)
+            emit("restart", target.resource, CLOSED)
 
     def _params(self, target: Target) -> list[tuple[str, str]]:
         return [("fieldSelector", target.field_selector)] if target.field_selector else []

@@ -186,6 +186,25 @@ async def test_410_as_an_error_event_inside_the_stream_relists(store: DeviceStat
         await until(lambda: running.sample("gpuhealth_exporter_watch_restarts_total", **EXPIRED_CLAIMS) == 1)
 
 
+async def test_watches_that_expire_at_once_relist_after_a_growing_pause(
+    store: DeviceStateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without the pause, an apiserver whose watch cache lags its lists got full lists in a loop.
+    failures_before: list[int] = []
+    next_delay = Backoff.next_delay
+
+    def recording(self: Backoff) -> float:
+        failures_before.append(self._failures)
+        return next_delay(self)
+
+    monkeypatch.setattr(Backoff, "next_delay", recording)
+    api = FakeApi()
+    api.watches[PATHS[SLICES]].extend([HttpError(410, b"{}"), HttpError(410, b"{}"), HttpError(410, b"{}")])
+    async with Running(api, store):
+        await until(lambda: len(api.list_calls(SLICES)) == 4 and len(api.watch_calls(SLICES)) == 4)
+    assert failures_before == [0, 1, 2]
+
+
 async def test_failures_back_off_and_resume_from_the_last_version(store: DeviceStateStore) -> None:
     api = FakeApi()
     api.list_of(LEASES, [], 40)
