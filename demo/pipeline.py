@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from demo.safety import Action, Verdict, judge
+from demo.safety import Action, Verdict, judge, requested_actions
 from gpuhealth.loopback import (
     LoopbackError,
     Prometheus,
@@ -262,6 +262,8 @@ def _watch(
 
         deliveries = recorder.deliveries()
         for delivery in deliveries[seen_deliveries:]:
+            if delivery.path == RESPONDER_PATH:
+                actions.extend(requested_actions(delivery.body))
             for alert in delivery.body.get("alerts", []):
                 labels = alert["labels"]
                 receiver = delivery.path.strip("/") or "?"
@@ -272,15 +274,6 @@ def _watch(
                         f"responder <- {alert['status']} {labels.get('action')} {name(labels)} "
                         f"({labels['alertname']})",
                     )
-                    if alert["status"] == "firing" and labels.get("action") in ("quarantine", "restrict"):
-                        actions.append(
-                            Action(
-                                labels["alertname"],
-                                labels["action"],
-                                labels.get("node", ""),
-                                labels.get("device", ""),
-                            )
-                        )
                 else:
                     narrator.at(
                         now,

@@ -1,7 +1,8 @@
 """Safety invariants of a run: every automated action must be warranted by a fault.
 
-Pure functions over plain data. An action is what Alertmanager delivered to the responder
-webhook (`action=quarantine|restrict`). A fault warrants `quarantine` on a device when it
+Pure functions over plain data. An action is a firing alert Alertmanager delivered to the
+responder webhook with an `action` label other than none (quarantine, restrict, or anything
+else an alert might ask for). A fault warrants `quarantine` on a device when it
 is a confirmed failure (Unhealthy, also in flaps; a fatal XID, GPU lost, uncorrectable ECC,
 a row-remap failure) and `restrict` when the device stayed Unknown for the whole tolerance
 window. Anything else is a violation: the mistakes MISSION.md names (acting on a short
@@ -14,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from simulator.scenario import Fault, Scenario
 
@@ -39,6 +41,36 @@ class Verdict:
     missed: tuple[tuple[str, str], ...]
     """(node/gpu, action) warranted but not seen (the run may have ended first); flaps, whose
     Unhealthy half-cycles may each end before the alert's `for:`, are not expected."""
+
+
+NO_ACTION = frozenset({"", "none"})
+"""`action` label values that ask the responder for nothing."""
+
+
+def requested_actions(body: Any) -> list[Action]:
+    """The actions one Alertmanager webhook body to the responder asks for.
+
+    Every firing alert whose `action` is anything but none counts, not only the actions the
+    responder knows: an alert that asks for something else (a pod deletion, a node drain)
+    is then judged, and found unwarranted, instead of passing unseen.
+    """
+    alerts = body.get("alerts") if isinstance(body, dict) else None
+    actions = []
+    for alert in alerts if isinstance(alerts, list) else ():
+        labels = alert.get("labels") if isinstance(alert, dict) else None
+        if not isinstance(labels, dict) or alert.get("status") != "firing":
+            continue
+        action = str(labels.get("action") or "")
+        if action not in NO_ACTION:
+            actions.append(
+                Action(
+                    str(labels.get("alertname", "")),
+                    action,
+                    str(labels.get("node", "")),
+                    str(labels.get("device", "")),
+                )
+            )
+    return actions
 
 
 def warrants(

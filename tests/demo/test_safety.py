@@ -5,14 +5,15 @@ quarantine; an Unknown warrants restrict only when it lasts the whole tolerance 
 played: a recover cuts it short, overlapping faults make one spell);
 an application XID, a short Unknown and an unreachable node warrant nothing, so an action
 on them is a violation; an action on a device the scenario never touched is a violation;
-warranted actions that never came are listed as missed, not as violations.
+warranted actions that never came are listed as missed, not as violations; every action a
+delivery asks for is judged, not only the ones the responder knows.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from demo.safety import Action, judge, warrants
+from demo.safety import Action, judge, requested_actions, warrants
 from simulator.fleet.objects import gpu_uuid
 from simulator.scenario import resolve
 
@@ -135,3 +136,29 @@ def test_an_unknown_cut_short_by_a_recover_warrants_nothing_and_overlaps_add_up(
         tolerance=TOLERANCE,
     )
     assert len(verdict.violations) == 2
+
+
+def test_any_action_a_delivery_asks_for_is_judged_not_only_the_known_ones() -> None:
+    # Only quarantine and restrict were collected: an alert asking the responder to evict
+    # pods passed the verdict unseen.
+    uuid = UUIDS[("gpu-dp-0", 0)]
+    body = {
+        "alerts": [
+            {
+                "status": "firing",
+                "labels": {"alertname": "A", "action": "quarantine", "node": "gpu-dp-0", "device": uuid},
+            },
+            {
+                "status": "firing",
+                "labels": {"alertname": "B", "action": "evict-pods", "node": "gpu-dp-0", "device": uuid},
+            },
+            {"status": "firing", "labels": {"alertname": "C", "action": "none", "node": "gpu-dp-0"}},
+            {"status": "resolved", "labels": {"alertname": "D", "action": "quarantine", "node": "gpu-dp-0"}},
+            "not an alert",
+        ]
+    }
+    actions = requested_actions(body)
+    assert [a.alertname for a in actions] == ["A", "B"]
+    verdict = judge(SCENARIO, actions, UUIDS, fatal_xids=FATAL, tolerance=TOLERANCE)
+    assert len(verdict.violations) == 1 and "B asked to evict-pods gpu-dp-0/gpu-0" in verdict.violations[0]
+    assert requested_actions([1, 2]) == [] and requested_actions({"alerts": 3}) == []
