@@ -312,10 +312,13 @@ class WebhookRecorder:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
                 try:
+                    length = int(self.headers.get("Content-Length") or 0)
                     body = json.loads(self.rfile.read(length) or b"{}")
                 except ValueError:
+                    body = None
+                if not isinstance(body, dict):
+                    # Readers of `deliveries()` may rely on a JSON object, as Alertmanager sends.
                     self.send_response(400)
                     self.end_headers()
                     return
