@@ -367,9 +367,11 @@ class Directory(_Queries):
         """Keys of `_lazy` whose identity or taints moved, not only their allocations."""
         """Full rows of existing devices whose allocations moved, written on the periodic flush."""
         self._known: set[DeviceKey] = {
-            (node, device) for node, device in self._conn.execute("SELECT node, device FROM devices")
+            (node, device)
+            for node, device in self._conn.execute("SELECT node, device FROM devices WHERE removed = 0")
         }
-        """Devices that have a row (so a status change can be an UPDATE of a few columns)."""
+        """Devices that have a current row (so a status change can be an UPDATE of a few
+        columns). Not the removed ones: one that comes back needs its whole row, flag included."""
         self._heartbeats: dict[DeviceKey, float] = {}
         self._pods: dict[str, PodVersion | None] = {}
         self._leases: dict[str, float | None] = {}
@@ -424,6 +426,7 @@ class Directory(_Queries):
         self._attributes.discard((node, device))
         if lazy is not None:
             status = lazy
+        self._known.discard((node, device))
         if pending is not None:
             self._devices[(node, device)] = (pending[0], True)
         elif status is not None:
@@ -479,7 +482,7 @@ class Directory(_Queries):
         self._last_changes = now
         batch = _Batch(log=self._log, devices=self._devices, status=self._status)
         self._log, self._devices, self._status = [], {}, {}
-        self._known.update(batch.devices)
+        self._known.update(key for key, (_, removed) in batch.devices.items() if not removed)
         if periodic:
             batch.lazy = {k: d for k, d in self._lazy.items() if k not in batch.devices}
             batch.attributes = self._attributes

@@ -141,6 +141,30 @@ def test_removed_device_keeps_its_version_across_restarts(path: str, clock: Manu
     directory.close()
 
 
+@pytest.mark.parametrize("background", [True, False])
+def test_a_device_that_comes_back_in_the_same_run_is_current_after_a_restart(
+    path: str, clock: ManualClock, background: bool
+) -> None:
+    # Its row kept the removed flag (only the status columns were updated), so a restarted
+    # exporter had lost it: `gpuhealth devices` did not list it either.
+    directory = Directory(path, clock=clock, background=background)
+    store = open_store(directory, clock)
+    store.apply_lease("ADDED", lease("node-1"))
+    store.apply_pod("ADDED", dp_pod("Healthy", 1))
+    store.apply_pod("DELETED", dp_pod("Healthy", 2))
+    store.apply_lease("DELETED", lease("node-1"))
+    persist(store, directory, force=True)
+    clock.advance(5)
+    store.apply_pod("ADDED", dp_pod("Unhealthy", 9, name="q"))
+    persist(store, directory, force=True)
+    assert [(d.device, d.health, d.status_version) for d in directory.devices()] == [(U0, "Unhealthy", 2)]
+    directory.close()
+    directory = Directory(path, clock=clock)
+    restored = open_store(directory, clock).snapshot().devices[("node-1", U0)]
+    assert (restored.health, restored.status_version, restored.allocations[0].pod) == ("Unhealthy", 2, "q")
+    directory.close()
+
+
 def test_replay_streams_the_log_from_a_time(path: str, clock: ManualClock) -> None:
     directory = Directory(path, clock=clock)
     store = open_store(directory, clock)
