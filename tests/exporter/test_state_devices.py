@@ -6,12 +6,20 @@ provisional identities until the claim arrives, and the uuid superseding
 driver/pool/device when the slice arrives; heartbeat versus change (status versions);
 duplicate and out-of-order pod events; pods leaving (device stays), terminal pods, node
 deletion; driver taints; Unknown-since; status age with a stopping and resuming lease
-and NVML; snapshots immutable and cheap (no copy without a change).
+and NVML; snapshots immutable and cheap (no copy without a change); any object with a
+junk part, applied or relisted, is counted and never raises.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from exporter import parse
+from exporter.exposition import render_metrics
 from exporter.snapshot import Allocation, DriverTaint, status_age
 from exporter.state import CLAIMS, DUPLICATE, LEASES, OUT_OF_ORDER, PODS, SLICES, DeviceStateStore
 from gpuhealth.clock import ManualClock
@@ -320,6 +328,53 @@ def test_relists_with_names_or_phases_of_the_wrong_type_are_counted_not_raised(
         parse.MALFORMED_SLICE: 1,
         parse.MALFORMED_LEASE: 1,
     }
+
+
+_junk = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=4),
+    lambda children: (
+        st.lists(children, max_size=2) | st.dictionaries(st.text(max_size=4), children, max_size=2)
+    ),
+    max_leaves=6,
+)
+
+
+def _paths(obj: Any, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    yield at
+    children = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for key, value in children:
+        yield from _paths(value, (*at, key))
+
+
+def _replaced(obj: Any, path: tuple[Any, ...], value: Any) -> Any:
+    if not path:
+        return value
+    copy = dict(obj) if isinstance(obj, dict) else list(obj)
+    copy[path[0]] = _replaced(obj[path[0]], path[1:], value)
+    return copy
+
+
+_VALID = {
+    PODS: dp_pod("p", (U0, "Unhealthy"), (f"{U1}::2", "Healthy"), rv=5, claim_statuses={"gpus": "p-gpus"}),
+    CLAIMS: claim("p-gpus", [("gpus", DRIVER, "node-1", "gpu-0")]),
+    SLICES: slice_("s", "node-1", {"gpu-0": U0}),
+    LEASES: lease("node-1"),
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_any_object_with_a_junk_part_is_applied_or_counted_never_raised(data: st.DataObject) -> None:
+    store = DeviceStateStore(ManualClock(start=1_800_000_000.0))
+    for resource_name, obj in _VALID.items():
+        store.relist(resource_name, [obj])
+    resource_name = data.draw(st.sampled_from(sorted(_VALID)))
+    valid = _VALID[resource_name]
+    path = data.draw(st.sampled_from(list(_paths(valid))))
+    junk = _replaced(valid, path, data.draw(_junk))
+    store.apply_event(resource_name, data.draw(st.sampled_from(["ADDED", "MODIFIED", "DELETED"])), junk)
+    store.relist(resource_name, [junk, valid])
+    render_metrics(store.snapshot(), 1_800_000_010.0)
 
 
 def test_status_age_grows_when_the_lease_stops_and_resets_when_it_resumes(
