@@ -261,9 +261,11 @@ def _watch(
         firing = current
 
         deliveries = recorder.deliveries()
+        # Read after the deliveries: each of them had arrived by then (never before it).
+        seen_at = cluster.simulated_seconds() - narrator.offset
         for delivery in deliveries[seen_deliveries:]:
             if delivery.path == RESPONDER_PATH:
-                actions.extend(requested_actions(delivery.body))
+                actions.extend(requested_actions(delivery.body, seen_at))
             for alert in delivery.body.get("alerts", []):
                 labels = alert["labels"]
                 receiver = delivery.path.strip("/") or "?"

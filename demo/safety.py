@@ -5,7 +5,9 @@ responder webhook with an `action` label other than none (quarantine, restrict, 
 else an alert might ask for). A fault warrants `quarantine` on a device when it
 is a confirmed failure (Unhealthy, also in flaps; a fatal XID, GPU lost, uncorrectable ECC,
 a row-remap failure) and `restrict` when the device stayed Unknown for the whole tolerance
-window. Anything else is a violation: the mistakes MISSION.md names (acting on a short
+window, and only from the fault on (restrict: from the spell's start plus the window): the
+run notes when it saw each delivery, which is never before it arrived. Anything else is a
+violation: the mistakes MISSION.md names (acting on a short
 Unknown, on an application XID, on every device of a node that is merely unreachable)
 all show up here as actions without a warrant.
 """
@@ -30,6 +32,8 @@ class Action:
     action: str
     node: str
     device: str
+    seen_at: float | None = None
+    """Scenario seconds by which it had arrived (None: unknown, not checked against time)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +51,7 @@ NO_ACTION = frozenset({"", "none"})
 """`action` label values that ask the responder for nothing."""
 
 
-def requested_actions(body: Any) -> list[Action]:
+def requested_actions(body: Any, seen_at: float | None = None) -> list[Action]:
     """The actions one Alertmanager webhook body to the responder asks for.
 
     Every firing alert whose `action` is anything but none counts, not only the actions the
@@ -68,6 +72,7 @@ def requested_actions(body: Any) -> list[Action]:
                     action,
                     str(labels.get("node", "")),
                     str(labels.get("device", "")),
+                    seen_at,
                 )
             )
     return actions
@@ -77,19 +82,40 @@ def warrants(
     scenario: Scenario, *, fatal_xids: Iterable[int], tolerance: float
 ) -> dict[tuple[str, int], set[str]]:
     """Actions each (node, gpu index) may receive, from the scenario's faults."""
-    fatal = frozenset(fatal_xids)
+    return _by_place(warranted_from(scenario, fatal_xids=fatal_xids, tolerance=tolerance))
+
+
+def _by_place(since: Mapping[tuple[tuple[str, int], str], float]) -> dict[tuple[str, int], set[str]]:
     allowed: dict[tuple[str, int], set[str]] = {}
+    for place, action in since:
+        allowed.setdefault(place, set()).add(action)
+    return allowed
 
-    def allow(node: str, gpu: int, action: str) -> None:
-        allowed.setdefault((node, gpu), set()).add(action)
 
+def warranted_from(
+    scenario: Scenario, *, fatal_xids: Iterable[int], tolerance: float
+) -> dict[tuple[tuple[str, int], str], float]:
+    """The scenario time from which each ((node, gpu), action) is warranted.
+
+    A confirmed failure warrants quarantine from its fault on; a long Unknown warrants
+    restrict once the tolerance window has run from the start of its spell.
+    """
+    fatal = frozenset(fatal_xids)
+    since: dict[tuple[tuple[str, int], str], float] = {}
     spells = _unknown_spells(scenario)
     for fault in scenario.timeline:
         for node, gpu in _devices_of(scenario, fault):
             action = _warranted_action(scenario, fault, fatal, tolerance, spells)
-            if action:
-                allow(node, gpu, action)
-    return allowed
+            if action == "restrict":
+                key: SpellKey = (node, gpu) if fault.device is not None else (node, None)
+                starts = [start for start, length in spells.get(key, ()) if length >= tolerance]
+                at = min(starts) + tolerance
+            elif action:
+                at = fault.at
+            else:
+                continue
+            since[((node, gpu), action)] = min(at, since.get(((node, gpu), action), at))
+    return since
 
 
 def _devices_of(scenario: Scenario, fault: Fault) -> list[tuple[str, int]]:
@@ -104,8 +130,8 @@ SpellKey = tuple[str, int | None]
 """(node, gpu) of a device's Unknown, or (node, None) of a node's broken health stream."""
 
 
-def _unknown_spells(scenario: Scenario) -> dict[SpellKey, float]:
-    """The longest continuous Unknown of each device (or node stream), in seconds.
+def _unknown_spells(scenario: Scenario) -> dict[SpellKey, list[tuple[float, float]]]:
+    """The continuous Unknowns of each device (or node stream): (start, seconds) each.
 
     As the simulator plays them: a repeated fault moves the end to its own, `recover` ends
     it at once, and a broken stream without a duration lasts until recovered (or for ever).
@@ -113,11 +139,11 @@ def _unknown_spells(scenario: Scenario) -> dict[SpellKey, float]:
     """
     open_spells: dict[SpellKey, tuple[float, float]] = {}
     """(since, scheduled end) of each spell in progress."""
-    longest: dict[SpellKey, float] = {}
+    spells: dict[SpellKey, list[tuple[float, float]]] = {}
 
     def close(key: SpellKey, at: float) -> None:
         since, end = open_spells.pop(key)
-        longest[key] = max(longest.get(key, 0.0), min(end, at) - since)
+        spells.setdefault(key, []).append((since, min(end, at) - since))
 
     for fault in sorted(scenario.timeline, key=lambda f: f.at):
         key: SpellKey
@@ -138,7 +164,7 @@ def _unknown_spells(scenario: Scenario) -> dict[SpellKey, float]:
         open_spells[key] = (since, end)
     for key, (_, end) in list(open_spells.items()):
         close(key, end)
-    return longest
+    return spells
 
 
 def _warranted_action(
@@ -146,7 +172,7 @@ def _warranted_action(
     fault: Fault,
     fatal: frozenset[int],
     tolerance: float,
-    spells: dict[SpellKey, float],
+    spells: dict[SpellKey, list[tuple[float, float]]],
 ) -> str | None:
     kind = fault.kind
     if kind in QUARANTINE_FAULTS:
@@ -158,13 +184,17 @@ def _warranted_action(
     if kind == "flap":
         # Unhealthy half-cycles: confirmed failures, each too short to be sure to fire.
         return "quarantine"
+
+    def long_enough(key: SpellKey) -> bool:
+        return any(length >= tolerance for _, length in spells.get(key, ()))
+
     if kind == "device-unknown" and fault.device is not None:
-        return "restrict" if spells.get((fault.device.node, fault.device.gpu), 0.0) >= tolerance else None
+        return "restrict" if long_enough((fault.device.node, fault.device.gpu)) else None
     if kind == "health-stream-broken" and fault.node is not None:
         # The device-plugin path reports a broken stream as Unhealthy, DRA as Unknown.
         if scenario.nodes[fault.node].path == "device-plugin":
             return "quarantine"
-        return "restrict" if spells.get((fault.node, None), 0.0) >= tolerance else None
+        return "restrict" if long_enough((fault.node, None)) else None
     # kubelet-stop, node-partition, recover: never a reason to act on a device.
     return None
 
@@ -178,7 +208,8 @@ def judge(
     tolerance: float,
 ) -> Verdict:
     """Compare delivered actions with what the faults warrant."""
-    allowed = warrants(scenario, fatal_xids=fatal_xids, tolerance=tolerance)
+    since = warranted_from(scenario, fatal_xids=fatal_xids, tolerance=tolerance)
+    allowed = _by_place(since)
     where = {(node, uuid): (node, gpu) for (node, gpu), uuid in uuid_of.items()}
     violations: list[str] = []
     acted: set[tuple[str, str, str]] = set()
@@ -191,6 +222,14 @@ def judge(
             if place is not None and place in allowed:
                 reason += " or ".join(sorted(allowed[place]))
             violations.append(f"{act.alertname} asked to {act.action} {label} ({act.device}), but {reason}")
+            continue
+        warranted_at = since[(place, act.action)]
+        if act.seen_at is not None and act.seen_at < warranted_at:
+            # seen_at is when the run noticed the delivery, so it came at the latest then.
+            violations.append(
+                f"{act.alertname} asked to {act.action} {label} ({act.device}) by t+{act.seen_at:.0f}s, "
+                f"before anything warranted it (from t+{warranted_at:.0f}s)"
+            )
             continue
         acted.add((label, act.action, act.alertname))
         seen.add((place, act.action))

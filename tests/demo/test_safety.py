@@ -6,14 +6,15 @@ played: a recover cuts it short, overlapping faults make one spell);
 an application XID, a short Unknown and an unreachable node warrant nothing, so an action
 on them is a violation; an action on a device the scenario never touched is a violation;
 warranted actions that never came are listed as missed, not as violations; every action a
-delivery asks for is judged, not only the ones the responder knows.
+delivery asks for is judged, not only the ones the responder knows; an action seen before
+its fault (or before the tolerance window ran) is a violation.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from demo.safety import Action, judge, requested_actions, warrants
+from demo.safety import Action, judge, requested_actions, warranted_from, warrants
 from simulator.fleet.objects import gpu_uuid
 from simulator.scenario import resolve
 
@@ -162,3 +163,25 @@ def test_any_action_a_delivery_asks_for_is_judged_not_only_the_known_ones() -> N
     verdict = judge(SCENARIO, actions, UUIDS, fatal_xids=FATAL, tolerance=TOLERANCE)
     assert len(verdict.violations) == 1 and "B asked to evict-pods gpu-dp-0/gpu-0" in verdict.violations[0]
     assert requested_actions([1, 2]) == [] and requested_actions({"alerts": 3}) == []
+
+
+def test_an_action_seen_before_its_fault_or_window_is_a_violation() -> None:
+    # Without times, a quarantine before the XID or a restrict inside the tolerance window
+    # passed as long as the device had a warrant at some point of the run.
+    assert warranted_from(SCENARIO, fatal_xids=FATAL, tolerance=TOLERANCE) == {
+        (("gpu-dp-0", 0), "quarantine"): 10.0,
+        (("gpu-dra-0", 1), "restrict"): 20.0 + TOLERANCE,
+    }
+    dp, dra = UUIDS[("gpu-dp-0", 0)], UUIDS[("gpu-dra-0", 1)]
+    early = [
+        Action("GPUDeviceUnhealthy", "quarantine", "gpu-dp-0", dp, seen_at=5.0),
+        Action("GPUDeviceUnknownExpired", "restrict", "gpu-dra-0", dra, seen_at=100.0),
+    ]
+    verdict = judge(SCENARIO, early, UUIDS, fatal_xids=FATAL, tolerance=TOLERANCE)
+    assert len(verdict.violations) == 2
+    assert "by t+5s, before anything warranted it (from t+10s)" in verdict.violations[0]
+    in_time = [
+        Action("GPUDeviceUnhealthy", "quarantine", "gpu-dp-0", dp, seen_at=12.0),
+        Action("GPUDeviceUnknownExpired", "restrict", "gpu-dra-0", dra, seen_at=330.0),
+    ]
+    assert judge(SCENARIO, in_time, UUIDS, fatal_xids=FATAL, tolerance=TOLERANCE).violations == ()
