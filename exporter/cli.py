@@ -199,6 +199,13 @@ def _offline_store(
         if settings.observer.node_name and resource == PODS:
             items = [p for p in items if _node_name(p) == settings.observer.node_name]
         store.relist(resource, items)
+    errors = store.stats.parse_errors
+    if errors:
+        # Offline there are no self metrics to count them in: say what was skipped.
+        log.warning(
+            "dump: skipped or degraded malformed pieces: %s",
+            ", ".join(f"{n} {reason}" for reason, n in sorted(errors.items())),
+        )
     return store, directory
 
 

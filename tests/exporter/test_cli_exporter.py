@@ -98,6 +98,18 @@ def test_node_filter_skips_pods_with_a_malformed_spec(
     assert 'node="node-2"' not in text
 
 
+def test_malformed_pieces_of_a_dump_are_reported_offline(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes], caplog: pytest.LogCaptureFixture
+) -> None:
+    broken = pod("broken", container("main", ("nvidia.com/gpu", [resource(U0, "Sick")])))
+    items = [broken, {"kind": "Pod", "metadata": 3}, {"kind": "Lease", "metadata": {}}]
+    path = write(tmp_path, {"apiVersion": "v1", "kind": "List", "items": items})
+    assert main(["exporter", "--from-file", path, "--once"]) == 0
+    assert f'device="{U0}",status="Unknown"}} 1' in capsysbinary.readouterr().out.decode()
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "1 invalid_health" in warning and "1 malformed_lease" in warning and "1 malformed_pod" in warning
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
