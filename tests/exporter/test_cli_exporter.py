@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -246,3 +248,25 @@ def test_a_port_in_use_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFi
         port = taken.getsockname()[1]
         assert main(["exporter", "--from-file", path, "--listen", f"127.0.0.1:{port}"]) == 2
     assert "cannot listen there" in capsys.readouterr().err
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(directory_path: str, clock: ManualClock) -> None:
+    # `gpuhealth devices replay | head` printed a BrokenPipeError traceback.
+    directory = Directory(directory_path, clock=clock)
+    store = open_store(directory, clock)
+    for rv in range(1, 1500):
+        clock.advance(1)
+        health = "Unhealthy" if rv % 2 else "Healthy"
+        store.apply_pod(
+            "MODIFIED", pod("p", container("c", ("nvidia.com/gpu", [resource(U0, health)])), rv=rv)
+        )
+    persist(store, directory, force=True)
+    directory.close()
+    argv = [sys.executable, "-m", "gpuhealth", "devices", "replay", "--directory", directory_path]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline()
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        assert proc.wait() == 141, err
+    assert "Traceback" not in err
