@@ -166,7 +166,14 @@ def run_demo(
         )
         status = cluster.status()
 
-    verdict = judge(scenario, actions, uuid_of, fatal_xids=rules.device.fatal_xids, tolerance=tolerance)
+    verdict = judge(
+        scenario,
+        actions,
+        uuid_of,
+        fatal_xids=rules.device.fatal_xids,
+        tolerance=tolerance,
+        unhealthy_for=rules.device.unhealthy_for.seconds * settings.speed,
+    )
     return Outcome(
         verdict=verdict,
         alerts_fired=fired,

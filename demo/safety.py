@@ -43,8 +43,8 @@ class Verdict:
     acted: tuple[tuple[str, str, str], ...]
     """(node/gpu, action, alertname) of every warranted action."""
     missed: tuple[tuple[str, str], ...]
-    """(node/gpu, action) warranted but not seen (the run may have ended first); flaps, whose
-    Unhealthy half-cycles may each end before the alert's `for:`, are not expected."""
+    """(node/gpu, action) warranted but not seen (the run may have ended first); flaps and
+    Unhealthy reports that clear before the alert's `for:` are not expected to cause one."""
 
 
 NO_ACTION = frozenset({"", "none"})
@@ -206,8 +206,13 @@ def judge(
     *,
     fatal_xids: Iterable[int],
     tolerance: float,
+    unhealthy_for: float = 0.0,
 ) -> Verdict:
-    """Compare delivered actions with what the faults warrant."""
+    """Compare delivered actions with what the faults warrant.
+
+    `unhealthy_for` (simulated seconds, the Unhealthy alert's `for:`) only shapes `missed`:
+    an Unhealthy that clears sooner may rightly cause no action.
+    """
     since = warranted_from(scenario, fatal_xids=fatal_xids, tolerance=tolerance)
     allowed = _by_place(since)
     where = {(node, uuid): (node, gpu) for (node, gpu), uuid in uuid_of.items()}
@@ -233,11 +238,19 @@ def judge(
             continue
         acted.add((label, act.action, act.alertname))
         seen.add((place, act.action))
-    flapping = {(f.device.node, f.device.gpu) for f in scenario.timeline if f.kind == "flap" and f.device}
+    transient = {
+        (f.device.node, f.device.gpu)
+        for f in scenario.timeline
+        if f.device is not None
+        and (
+            f.kind == "flap"
+            or (f.kind == "device-unhealthy" and f.duration is not None and f.duration < unhealthy_for)
+        )
+    }
     missed = sorted(
         (f"{node}/gpu-{gpu}", action)
         for (node, gpu), actions_allowed in allowed.items()
         for action in actions_allowed
-        if ((node, gpu), action) not in seen and (node, gpu) not in flapping
+        if ((node, gpu), action) not in seen and (node, gpu) not in transient
     )
     return Verdict(tuple(violations), tuple(sorted(acted)), tuple(missed))

@@ -185,3 +185,34 @@ def test_an_action_seen_before_its_fault_or_window_is_a_violation() -> None:
         Action("GPUDeviceUnknownExpired", "restrict", "gpu-dra-0", dra, seen_at=330.0),
     ]
     assert judge(SCENARIO, in_time, UUIDS, fatal_xids=FATAL, tolerance=TOLERANCE).violations == ()
+
+
+def test_an_unhealthy_that_clears_before_the_alerts_for_is_not_expected_to_cause_an_action() -> None:
+    scenario = resolve(
+        {
+            "name": "blips",
+            "fleet": [{"name": "gpu-dp", "count": 1, "gpusPerNode": 2, "path": "device-plugin"}],
+            "timeline": [
+                {
+                    "at": "0s",
+                    "fault": "device-unhealthy",
+                    "device": {"node": "gpu-dp-0", "gpu": 0},
+                    "duration": "20s",
+                },
+                {
+                    "at": "0s",
+                    "fault": "device-unhealthy",
+                    "device": {"node": "gpu-dp-0", "gpu": 1},
+                    "duration": "5m",
+                },
+            ],
+        }
+    )
+    uuids = {("gpu-dp-0", i): gpu_uuid("gpu-dp-0", i) for i in range(2)}
+    verdict = judge(scenario, [], uuids, fatal_xids=FATAL, tolerance=TOLERANCE, unhealthy_for=60.0)
+    # Quarantining the 20 s blip would still be allowed; only the 5-minute failure is expected.
+    assert verdict.missed == (("gpu-dp-0/gpu-1", "quarantine"),)
+    assert judge(scenario, [], uuids, fatal_xids=FATAL, tolerance=TOLERANCE).missed == (
+        ("gpu-dp-0/gpu-0", "quarantine"),
+        ("gpu-dp-0/gpu-1", "quarantine"),
+    )
