@@ -30,8 +30,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 
+from bench.gauges import DeviceGauges
 from exporter.exposition import MetricsRenderer
 from exporter.snapshot import Allocation, DeviceState, DriverTaint, NodeState, Snapshot, status_age
 
@@ -165,36 +166,12 @@ def child_candidate(nodes: int) -> dict[str, Any]:
 def baseline_registry(nodes: int) -> CollectorRegistry:
     """The fleet's series held in labelled Gauges, with the same values the renderer gives."""
     registry = CollectorRegistry()
-    dev = ["node", "device"]
-    health = Gauge("gpu_device_health", "h", [*dev, "status"], registry=registry)
-    age = Gauge("gpu_device_status_age_seconds", "a", dev, registry=registry)
-    observed = Gauge("gpu_device_status_observed_timestamp_seconds", "o", dev, registry=registry)
-    version = Gauge("gpu_device_status_version", "v", dev, registry=registry)
-    info = Gauge(
-        "gpu_device_info", "i", [*dev, "uuid", "driver", "pool", "device_name", "resource"], registry=registry
-    )
-    alloc = Gauge(
-        "gpu_device_allocation_info",
-        "a",
-        [*dev, "namespace", "pod", "container", "resource", "claim"],
-        registry=registry,
-    )
-    taint = Gauge("gpu_device_driver_taint", "t", [*dev, "key", "effect"], registry=registry)
-    lease = Gauge("gpu_node_kubelet_lease_age_seconds", "l", ["node"], registry=registry)
+    gauges = DeviceGauges(registry)
     for d in fleet(nodes):
-        for status in ("Healthy", "Unhealthy", "Unknown"):
-            health.labels(d.node, d.device, status).set(1 if status == d.health else 0)
         n = int(d.node.rsplit("-", 1)[1])
-        age.labels(d.node, d.device).set(status_age(d, NodeState(d.node, lease_renewed_at(n)), None, NOW))
-        observed.labels(d.node, d.device).set(d.observed_at)
-        version.labels(d.node, d.device).set(d.status_version)
-        info.labels(d.node, d.device, d.uuid, d.driver, d.pool, d.device_name, d.resource).set(1)
-        for a in d.allocations:
-            alloc.labels(d.node, d.device, a.namespace, a.pod, a.container, a.resource, a.claim).set(1)
-        for t in d.driver_taints:
-            taint.labels(d.node, d.device, t.key, t.effect).set(1)
+        gauges.add(d, status_age(d, NodeState(d.node, lease_renewed_at(n)), None, NOW))
     for n in range(nodes):
-        lease.labels(f"gpu-node-{n:05d}").set(NOW - lease_renewed_at(n))
+        gauges.lease.labels(f"gpu-node-{n:05d}").set(NOW - lease_renewed_at(n))
     return registry
 
 

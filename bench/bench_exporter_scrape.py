@@ -23,6 +23,7 @@ from collections.abc import Callable
 import prometheus_client
 from aiohttp.test_utils import make_mocked_request
 
+from bench.gauges import DeviceGauges
 from exporter.exposition import MetricsRenderer
 from exporter.server import SOURCES, create_app
 from exporter.snapshot import Allocation, DeviceState, NodeState, NvmlView, Snapshot
@@ -109,22 +110,9 @@ def self_metrics_registry() -> prometheus_client.CollectorRegistry:
 def gauges_baseline(snapshot: Snapshot) -> prometheus_client.CollectorRegistry:
     """The same device and NVML series held in labelled Gauges (and a Counter for XIDs)."""
     registry = self_metrics_registry()
+    gauges = DeviceGauges(registry)
     dev = ["node", "device"]
     g = prometheus_client.Gauge
-    health = g("gpu_device_health", "h", [*dev, "status"], registry=registry)
-    age = g("gpu_device_status_age_seconds", "a", dev, registry=registry)
-    observed = g("gpu_device_status_observed_timestamp_seconds", "o", dev, registry=registry)
-    version = g("gpu_device_status_version", "v", dev, registry=registry)
-    info = g(
-        "gpu_device_info", "i", [*dev, "uuid", "driver", "pool", "device_name", "resource"], registry=registry
-    )
-    alloc = g(
-        "gpu_device_allocation_info",
-        "a",
-        [*dev, "namespace", "pod", "container", "resource", "claim"],
-        registry=registry,
-    )
-    lease = g("gpu_node_kubelet_lease_age_seconds", "l", ["node"], registry=registry)
     up = g("gpu_nvml_up", "u", dev, registry=registry)
     xid = prometheus_client.Counter("gpu_nvml_xid_errors", "x", [*dev, "xid"], registry=registry)
     ecc = prometheus_client.Counter("gpu_nvml_ecc_errors", "e", [*dev, "type"], registry=registry)
@@ -132,15 +120,8 @@ def gauges_baseline(snapshot: Snapshot) -> prometheus_client.CollectorRegistry:
     temp = g("gpu_nvml_temperature_celsius", "t", dev, registry=registry)
     power = g("gpu_nvml_power_watts", "p", dev, registry=registry)
     for d in snapshot.devices.values():
-        for status in ("Healthy", "Unhealthy", "Unknown"):
-            health.labels(d.node, d.device, status).set(int(status == d.health))
-        age.labels(d.node, d.device).set(20)
-        observed.labels(d.node, d.device).set(d.observed_at)
-        version.labels(d.node, d.device).set(d.status_version)
-        info.labels(d.node, d.device, d.uuid, d.driver, d.pool, d.device_name, d.resource).set(1)
-        for a in d.allocations:
-            alloc.labels(d.node, d.device, a.namespace, a.pod, a.container, a.resource, a.claim).set(1)
-    lease.labels(NODE).set(4)
+        gauges.add(d, 20)
+    gauges.lease.labels(NODE).set(4)
     assert snapshot.nvml is not None
     for uuid, r in snapshot.nvml.readings.items():
         up.labels(NODE, uuid).set(1)
