@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import re
 import signal
 import sys
 from collections.abc import Callable, Iterable
@@ -44,6 +43,7 @@ from exporter.settings import (
 from exporter.snapshot import HEALTH_VALUES, DeviceState, NodeState, status_age
 from exporter.state import CLAIMS, LEASES, PODS, SLICES, DeviceStateStore, ObservationRecord
 from gpuhealth.clock import Clock, SystemClock
+from gpuhealth.durations import DurationError, parse_duration
 from gpuhealth.nvml import NvmlSource
 
 log = logging.getLogger(__name__)
@@ -564,15 +564,12 @@ def _run_devices(args: argparse.Namespace, clock: Clock, out: TextIO) -> int:
     return 0
 
 
-_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
 def parse_since(value: str, now: float) -> float:
     """`--since`: an RFC3339 time or an age back from now (30s, 10m, 2h, 1d)."""
-    match = _RELATIVE.match(value.strip())
-    if match:
-        return now - float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    try:
+        return now - parse_duration(value, bare_seconds=False)
+    except DurationError:
+        pass
     try:
         parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     except ValueError as exc:

@@ -21,6 +21,8 @@ from typing import Any
 import jinja2
 import yaml
 
+from gpuhealth.durations import DurationError, whole_seconds
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 DEFAULT_CONFIG = PACKAGE_DIR / "config.yaml"
 TEMPLATES_DIR = PACKAGE_DIR / "templates"
@@ -43,7 +45,6 @@ class ConfigError(ValueError):
     """A configuration value is missing, malformed or inconsistent; the message names the key."""
 
 
-_DURATION_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _JOB_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -55,12 +56,11 @@ class Duration:
     seconds: int
 
     @classmethod
-    def parse(cls, text: str, key: str) -> Duration:
-        match = _DURATION_RE.match(text.strip()) if isinstance(text, str) else None
-        if not match or not text.strip():
-            raise ConfigError(f"{key}: {text!r} is not a duration such as 30s, 5m or 1h30m")
-        days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
-        return cls(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+    def parse(cls, text: object, key: str) -> Duration:
+        try:
+            return cls(whole_seconds(text))
+        except DurationError as exc:
+            raise ConfigError(f"{key}: {exc}") from exc
 
     def __str__(self) -> str:
         if self.seconds == 0:
@@ -206,9 +206,7 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, str | int):
             raise ConfigError(f"{key}: expected a duration such as 30s or 5m, got {value!r}")
         # A bare 0 is the only number that is unambiguous as a duration.
-        if isinstance(value, int):
-            if value != 0:
-                raise ConfigError(f"{key}: write a unit, e.g. '{value}s' or '{value}m', not {value!r}")
+        if value == 0:
             return Duration(0)
         return Duration.parse(value, key)
     if hint is bool:

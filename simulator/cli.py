@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
+from gpuhealth.durations import parse_duration
 from simulator.fleet import DeviceHealthChanged, FaultApplied, FleetEvent, NodeChanged
 from simulator.runner import SimulatedCluster, parse_listen
 from simulator.scenario import ScenarioError, list_builtins, resolve
@@ -45,7 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--token-file", default=None, help="require this bearer token (file content) from clients"
     )
-    parser.add_argument("--duration", type=float, default=None, help="stop after this many simulated seconds")
+    parser.add_argument(
+        "--duration", default=None, help="stop after this much simulated time (seconds, or e.g. 90s, 10m, 1h)"
+    )
     parser.add_argument(
         "--print-events", action="store_true", help="print each device health change written into pod status"
     )
@@ -67,8 +70,7 @@ def run(args: argparse.Namespace) -> int:
         parse_listen(args.listen)
         if not (args.speed > 0 and math.isfinite(args.speed)):
             raise ValueError("--speed must be a finite number greater than zero")
-        if args.duration is not None and not (args.duration >= 0 and math.isfinite(args.duration)):
-            raise ValueError("--duration must be a finite number of simulated seconds, not negative")
+        stop_after = None if args.duration is None else parse_duration(args.duration)
         token = None
         if args.token_file:
             token = Path(args.token_file).read_text().strip()
@@ -85,13 +87,15 @@ def run(args: argparse.Namespace) -> int:
         scenario, speed=args.speed, listen=args.listen, token=token, kubeconfig_out=args.kubeconfig_out
     )
     try:
-        return asyncio.run(_serve(cluster, args, out))
+        return asyncio.run(_serve(cluster, args, stop_after, out))
     except OSError as exc:  # e.g. the port is taken
         print(f"gpuhealth sim: {exc}", file=sys.stderr)
         return 1
 
 
-async def _serve(cluster: SimulatedCluster, args: argparse.Namespace, out: TextIO) -> int:
+async def _serve(
+    cluster: SimulatedCluster, args: argparse.Namespace, stop_after: float | None, out: TextIO
+) -> int:
     done = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -114,8 +118,8 @@ async def _serve(cluster: SimulatedCluster, args: argparse.Namespace, out: TextI
             file=out,
             flush=True,
         )
-        if args.duration is not None:
-            cluster.fleet.call_at(args.duration, done.set)
+        if stop_after is not None:
+            cluster.fleet.call_at(stop_after, done.set)
         await done.wait()
         status = cluster.fleet.status()
         applied, total = status["timeline"]["applied"], status["timeline"]["total"]

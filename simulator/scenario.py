@@ -10,7 +10,6 @@ the file, the line and the field, e.g.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn
 
 import yaml
+
+from gpuhealth.durations import DurationError, parse_duration
 
 BUILTIN_DIR = Path(__file__).with_name("scenarios")
 
@@ -41,9 +42,6 @@ _MAX_BUILD_NODES = 1_000_000  # YAML nodes materialised; stops alias bombs
 _MAX_DEPTH = 40
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DURATION_RE = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$")
-_DURATION_PART_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class ScenarioError(Exception):
@@ -368,31 +366,15 @@ class _Reader:
         return value
 
     def duration(self, value: Any, path: _Path, *, positive: bool = False) -> float:
-        seconds = parse_duration(value)
-        if seconds is None:
+        try:
+            seconds = parse_duration(value)
+        except DurationError:
             self.fail(path, f"{_show(value)} is not a duration (seconds, or e.g. 90s, 2m, 1m30s)")
         if seconds > 10 * 365 * 86400:
             self.fail(path, f"{_show(value)} is too long")
         if positive and seconds <= 0:
             self.fail(path, "must be greater than zero")
         return seconds
-
-
-def parse_duration(value: Any) -> float | None:
-    """Seconds from a number or a string like `90s`, `2m`, `1m30s`, `500ms`; None when invalid."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str) and _DURATION_RE.match(value.strip()):
-        seconds = sum(
-            float(num) * _UNIT_SECONDS[unit] for num, unit in _DURATION_PART_RE.findall(value.strip())
-        )
-    else:
-        return None
-    if not math.isfinite(seconds) or seconds < 0:
-        return None
-    return seconds
 
 
 def _show(value: Any) -> str:

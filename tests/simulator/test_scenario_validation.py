@@ -25,7 +25,6 @@ from simulator.scenario import (
     from_dict,
     list_builtins,
     load_file,
-    parse_duration,
     parse_fault_json,
     parse_text,
     resolve,
@@ -168,16 +167,6 @@ def test_alias_bombs_and_deep_nesting_are_refused(tmp_path: Path) -> None:
         bomb += f"{cur}: &{cur} [" + ", ".join([f"*{prev}"] * 10) + "]\n"
     assert "too large" in error_of(tmp_path, bomb)
     assert "nested too deeply" in error_of(tmp_path, "a: " + "[" * 200 + "]" * 200 + "\n")
-
-
-def test_durations() -> None:
-    assert parse_duration("90s") == 90
-    assert parse_duration("1m30s") == 90
-    assert parse_duration("500ms") == 0.5
-    assert parse_duration("2h") == 7200
-    assert parse_duration(3) == 3.0
-    for bad in ("", "1d", "-5s", -1, True, None, float("nan"), float("inf"), "5 s", [1]):
-        assert parse_duration(bad) is None
 
 
 def test_builtins_load_and_resolve_by_name_or_path(tmp_path: Path) -> None:
