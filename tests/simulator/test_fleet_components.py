@@ -153,8 +153,10 @@ def test_a_dra_report_keeps_its_message_and_a_repeat_is_not_news() -> None:
 # ---------------------------------------------------------------------------- device filters
 
 
-def group(path: str = DEVICE_PLUGIN, gpus: int = 4, shared: int = 0, name: str = "n") -> NodeGroup:
-    return NodeGroup(name, 1, f"{name}-", gpus, path, shared, "H100", "80Gi", {})  # type: ignore[arg-type]
+def group(
+    path: str = DEVICE_PLUGIN, gpus: int = 4, shared: int = 0, name: str = "n", count: int = 1
+) -> NodeGroup:
+    return NodeGroup(name, count, f"{name}-", gpus, path, shared, "H100", "80Gi", {})  # type: ignore[arg-type]
 
 
 def sim_node(path: str) -> SimNode:
@@ -240,9 +242,7 @@ def test_the_layout_never_shares_a_slot_and_honours_path_and_group(
     groups: list[tuple[str, int, int, int]], loads: list[tuple[int, int, str | None]]
 ) -> None:
     fleet = tuple(
-        NodeGroup(
-            f"g{i}", count, f"g{i}-", gpus, path, shared if path == DEVICE_PLUGIN else 0, "H100", "80Gi", {}
-        )  # type: ignore[arg-type]
+        group(path, gpus, shared if path == DEVICE_PLUGIN else 0, name=f"g{i}", count=count)
         for i, (path, count, gpus, shared) in enumerate(groups)
     )
     workloads = tuple(workload_of(gpus_per_pod=g, replicas=r, path=p) for g, r, p in loads)
