@@ -1,10 +1,10 @@
 """Scenario files: the simulated fleet, its workloads and a timeline of faults.
 
 This module owns the scenario format (documented in `docs/scenarios.md`): loading YAML with
-line numbers, validating every field into frozen dataclasses, and resolving a built-in name
-(`simulator/scenarios/<name>.yaml`) or a path. It does no I/O beyond reading the file and
-knows nothing of the running fleet; a bad file raises `ScenarioError` whose message names
-the file, the line and the field, e.g.
+line numbers, validating every field into the frozen dataclasses of `simulator.model`, and
+resolving a built-in name (`simulator/scenarios/<name>.yaml`) or a path. It does no I/O
+beyond reading the file and knows nothing of the running fleet; a bad file raises
+`ScenarioError` whose message names the file, the line and the field, e.g.
 `scenarios/x.yaml:14: timeline[2].device.gpu: 9 is out of range (node gpu-node-3 has 8 GPUs)`.
 """
 

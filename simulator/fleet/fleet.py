@@ -272,6 +272,15 @@ class Fleet:
         return self.timeline.progress()
 
     @property
+    def replacement_delay(self) -> float:
+        """Simulated seconds from a pod's deletion to its replacement's creation."""
+        return self.jobs.replacement_delay
+
+    @replacement_delay.setter
+    def replacement_delay(self, seconds: float) -> None:
+        self.jobs.replacement_delay = seconds
+
+    @property
     def applied(self) -> list[FaultApplied]:
         return self.timeline.applied
 

@@ -99,7 +99,10 @@ class Kubelet:
         claim_statuses: list[dict[str, Any]] | None,
         wall: float,
     ) -> dict[str, Any]:
-        """The first status of a pod that starts on `node` (running, its devices' health rendered)."""
+        """The first status of a pod that starts on `node` (running, its devices' health rendered).
+
+        What it renders becomes `pod.written`: later syncs write only what differs from it.
+        """
         rows = self._render(pod, node, self._timers.now())
         pod.written = rows
         return objects.pod_status(
