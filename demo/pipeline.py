@@ -40,7 +40,7 @@ from gpuhealth.loopback import (
 from rules.render import Duration, render, write_files
 from rules.render import Settings as RuleSettings
 from simulator.cli import format_event
-from simulator.fleet.kubelet import FleetEvent
+from simulator.fleet import FleetEvent
 from simulator.fleet.objects import gpu_uuid
 from simulator.scenario import Scenario
 from simulator.testing import ClusterHandle, running_cluster

@@ -15,8 +15,8 @@ from dataclasses import asdict
 from typing import Any
 
 from gpuhealth.nvml import DeviceReading, XidEvent
+from simulator.fleet import Fleet
 from simulator.fleet.health import Gpu
-from simulator.fleet.kubelet import Fleet
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
 """Scenario files: the simulated fleet, its workloads and a timeline of faults.
 
 This module owns the scenario format (documented in `docs/scenarios.md`): loading YAML with
-line numbers, validating every field into frozen dataclasses, and resolving a built-in name
-(`simulator/scenarios/<name>.yaml`) or a path. It does no I/O beyond reading the file and
-knows nothing of the running fleet; a bad file raises `ScenarioError` whose message names
-the file, the line and the field, e.g.
+line numbers, validating every field into the frozen dataclasses of `simulator.model`, and
+resolving a built-in name (`simulator/scenarios/<name>.yaml`) or a path. It does no I/O
+beyond reading the file and knows nothing of the running fleet; a bad file raises
+`ScenarioError` whose message names the file, the line and the field, e.g.
 `scenarios/x.yaml:14: timeline[2].device.gpu: 9 is out of range (node gpu-node-3 has 8 GPUs)`.
 """
 
@@ -12,29 +12,52 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, NoReturn
 
 import yaml
 
 from gpuhealth.durations import DurationError, parse_duration
+from simulator.model import (
+    APPLICATION_XIDS,
+    DEVICE_FAULTS,
+    DEVICE_PLUGIN,
+    DRA,
+    FAULT_KINDS,
+    DeviceRef,
+    Fault,
+    NodeGroup,
+    PlacementError,
+    Scenario,
+    Settings,
+    Workload,
+    place_workloads,
+)
 
 BUILTIN_DIR = Path(__file__).with_name("scenarios")
 
-DEVICE_PLUGIN = "device-plugin"
-DRA = "dra"
-DRA_DRIVER = "gpu.nvidia.com"
-GPU_RESOURCE = "nvidia.com/gpu"
+# The model's types are part of this module's interface (callers build and inspect what it parses).
+__all__ = [
+    "BUILTIN_DIR",
+    "DeviceRef",
+    "Fault",
+    "NodeGroup",
+    "Scenario",
+    "ScenarioError",
+    "Settings",
+    "Workload",
+    "builtin_names",
+    "fault_from_dict",
+    "format_path",
+    "from_dict",
+    "list_builtins",
+    "load_file",
+    "parse_fault",
+    "parse_fault_json",
+    "parse_text",
+    "resolve",
+]
 
-DEVICE_FAULTS = frozenset(
-    {"device-unhealthy", "device-unknown", "flap", "xid", "ecc", "row-remap-failure", "gpu-lost"}
-)
-NODE_FAULTS = frozenset({"kubelet-stop", "node-partition", "health-stream-broken"})
-FAULT_KINDS = DEVICE_FAULTS | NODE_FAULTS | {"recover"}
-
-# XIDs the NVIDIA device plugin and DRA driver ignore by default: application errors, not hardware.
-APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 
 _MAX_NODES = 100_000
 _MAX_GPUS_PER_NODE = 64
@@ -50,164 +73,6 @@ class ScenarioError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """Simulated periods, in simulated seconds (`--speed X` divides each by X in wall time)."""
-
-    lease_renew_interval: float = 10.0
-    """How often each kubelet renews its Lease (kubelet default 10 s)."""
-    lease_duration_seconds: int = 40
-    """Lease `spec.leaseDurationSeconds` (kubelet default 40 s)."""
-    status_sync_interval: float = 10.0
-    """Periodic pod status sync of each kubelet, where lazy DRA expiry is evaluated."""
-    dra_health_timeout: float = 30.0
-    """A DRA device whose last health report is older than this becomes Unknown (kubelet default 30 s)."""
-    node_monitor_grace_period: float = 40.0
-    """Without a Lease renewal for this long, the node lifecycle controller marks the node Unknown."""
-    seed: int = 0
-    """Seeds generated names (pod suffixes, claim names), so a scenario builds the same objects each run."""
-
-
-@dataclass(frozen=True, slots=True)
-class NodeGroup:
-    name: str
-    count: int
-    name_prefix: str
-    gpus_per_node: int
-    path: Literal["device-plugin", "dra"]
-    shared_replicas: int
-    """Device-plugin time-slicing: replicas per GPU (`<uuid>::<n>`); 0 means no sharing."""
-    product: str
-    memory: str
-    labels: Mapping[str, str]
-    line: int | None = None
-
-    def node_names(self) -> list[str]:
-        return [f"{self.name_prefix}{i}" for i in range(self.count)]
-
-
-@dataclass(frozen=True, slots=True)
-class Workload:
-    name: str
-    namespace: str
-    kind: Literal["Deployment", "Job"]
-    replicas: int
-    gpus_per_pod: int
-    checkpoint: Literal["annotation", "none"]
-    topology: Literal["fixed", "shardable"]
-    path: Literal["device-plugin", "dra"] | None
-    """Place pods only on nodes of this path; None: any."""
-    node_group: str | None
-    """Place pods only on nodes of this group; None: any."""
-    init_container: bool
-    dra_claim: Literal["template", "direct"]
-    """DRA pods reference a claim generated from a template, or a claim created up front."""
-    dra_status_name: Literal["request", "claim"]
-    """`allocatedResourcesStatus[].name` form: `claim:gpus/gpus` (request) or `claim:gpus` (claim)."""
-    complete_after: float | None
-    """Job pods succeed this many simulated seconds after start (then they are never updated)."""
-    line: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceRef:
-    node: str
-    gpu: int
-
-
-@dataclass(frozen=True, slots=True)
-class Fault:
-    """One timeline entry; which optional fields are set depends on `kind`."""
-
-    at: float
-    kind: str
-    device: DeviceRef | None = None
-    node: str | None = None
-    duration: float | None = None
-    times: int | None = None
-    period: float | None = None
-    xid: int | None = None
-    message: str | None = None
-    unhealthy: bool | None = None
-    corrected: int = 0
-    uncorrected: int = 0
-    line: int | None = None
-
-    def target(self) -> str:
-        if self.device is not None:
-            return f"{self.device.node}/gpu-{self.device.gpu}"
-        return self.node or "?"
-
-    def describe(self) -> str:
-        """One line for progress output."""
-        parts = [self.kind, self.target()]
-        if self.xid is not None:
-            parts.append(f"xid={self.xid}")
-        if self.kind == "ecc":
-            parts.append(f"corrected+={self.corrected} uncorrected+={self.uncorrected}")
-        if self.times is not None:
-            parts.append(f"times={self.times} period={_fmt_seconds(self.period or 0)}")
-        if self.duration is not None:
-            parts.append(f"for {_fmt_seconds(self.duration)}")
-        note = _FAULT_NOTES.get(self.kind)
-        if self.kind == "xid" and not self.unhealthy:
-            note = "application error: device health unchanged"
-        if note:
-            parts.append(f"({note})")
-        return " ".join(parts)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"at": self.at, "fault": self.kind}
-        if self.device is not None:
-            out["device"] = {"node": self.device.node, "gpu": self.device.gpu}
-        if self.node is not None:
-            out["node"] = self.node
-        for key, value in (
-            ("duration", self.duration),
-            ("times", self.times),
-            ("period", self.period),
-            ("xid", self.xid),
-            ("message", self.message),
-            ("unhealthy", self.unhealthy),
-        ):
-            if value is not None:
-                out[key] = value
-        if self.kind == "ecc":
-            out["corrected"] = self.corrected
-            out["uncorrected"] = self.uncorrected
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class Scenario:
-    name: str
-    description: str
-    source: str
-    settings: Settings
-    fleet: tuple[NodeGroup, ...]
-    workloads: tuple[Workload, ...]
-    timeline: tuple[Fault, ...]
-    nodes: Mapping[str, NodeGroup] = field(default_factory=dict)
-    """Every node name -> its group."""
-
-    def gpu_count(self) -> int:
-        return sum(g.count * g.gpus_per_node for g in self.fleet)
-
-
-_FAULT_NOTES = {
-    "device-unknown": "the driver stops reporting; DRA: Unknown after the timeout, at a sync",
-    "ecc": "NVML counters only",
-    "row-remap-failure": "NVML counters only",
-    "health-stream-broken": "DRA: all devices Unknown; device plugin: all Unhealthy",
-}
-
-
-def _fmt_seconds(seconds: float) -> str:
-    if seconds >= 60 and seconds % 60 == 0:
-        return f"{int(seconds // 60)}m"
-    return f"{seconds:g}s"
 
 
 # ---------------------------------------------------------------------------- YAML with lines
@@ -656,8 +521,6 @@ def _build_scenario(data_raw: Any, lines: Mapping[_Path, int], source: str, defa
 
 
 def _check_placement(r: _Reader, scenario: Scenario) -> None:
-    from simulator.fleet.placement import PlacementError, place_workloads
-
     try:
         place_workloads(scenario)
     except PlacementError as exc:

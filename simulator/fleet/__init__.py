@@ -1,10 +1,16 @@
-"""The simulated fleet: nodes with kubelets, GPUs, device plugins and DRA drivers.
+"""The simulated fleet: one class per real component, wired by `Fleet` around shared state.
 
-Layering: `placement` and `health` are pure (plain data in, decisions out), `objects` builds
-Kubernetes object shapes, `kubelet` is the runtime that applies the timeline and writes into
-the in-process store.
+Layering inside the package:
+- pure, no store and no clock: `health` (device state, the kubelet's health rules),
+  `placement` (the scheduler's device filters), `objects` (Kubernetes object shapes),
+  `state` (the shared node and pod records), `events`;
+- runtime plumbing: `timers` (simulated time, one timer loop), `writes` (shared store writes);
+- components, one per real one, importing only the modules above: `kubelet`, `device_plugin`,
+  `dra_driver`, `scheduler`, `job_controller`, `node_lifecycle`, `timeline`;
+- wiring: `fleet` (`Fleet`), the only module that imports the components.
 """
 
-from simulator.fleet.kubelet import DeviceHealthChanged, FaultApplied, Fleet, FleetEvent, NodeChanged
+from simulator.fleet.events import DeviceHealthChanged, FaultApplied, FleetEvent, NodeChanged
+from simulator.fleet.fleet import Fleet
 
 __all__ = ["DeviceHealthChanged", "FaultApplied", "Fleet", "FleetEvent", "NodeChanged"]

@@ -75,3 +75,15 @@ def dra_health(gpu: Gpu, stream_ok: bool, now: float, timeout: float) -> tuple[s
         return UNKNOWN, None
     message = gpu.message[:MESSAGE_LIMIT] if gpu.message is not None else None
     return gpu.reported, message
+
+
+def record_report(gpu: Gpu, health: str, message: str | None, *, keeps_message: bool) -> bool:
+    """Store a report from the device plugin or DRA driver; True when the kubelet should hear of it.
+
+    Only the DRA driver's message is kept (a device plugin sends none), but a report counts as
+    news when either its health or its message differs from what is stored.
+    """
+    changed = gpu.reported != health or gpu.message != message
+    gpu.reported = health
+    gpu.message = message if keeps_message else None
+    return changed

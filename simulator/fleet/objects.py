@@ -15,8 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from simulator.apiserver.store import format_timestamp
-from simulator.fleet.placement import Slot
-from simulator.scenario import DRA_DRIVER, GPU_RESOURCE, NodeGroup, Workload
+from simulator.model import DRA_DRIVER, GPU_RESOURCE, NodeGroup, Slot, Workload
 
 KUBELET_VERSION = "v1.36.0"
 

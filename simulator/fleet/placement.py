@@ -1,86 +1,51 @@
-"""Where each workload pod goes at start: deterministic first-fit over plain data.
+"""Which of a node's devices new pods must not get: the scheduler's device filters, pure.
 
-Pure functions over the scenario: no store, no clock. The same plan is computed when a
-scenario is validated (so a fleet too small for its workloads is a `ScenarioError` naming
-the workload) and when the fleet is built.
+Plain data in (the node's state, its Node object, the DeviceTaintRules), a set of GPU indexes
+out; no store, no clock. The first-fit layout of a scenario's initial pods is part of the
+model (`simulator.model.place_workloads`), since scenario validation needs it too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from simulator.scenario import NodeGroup, Scenario, Workload
+from simulator.fleet import objects
+from simulator.fleet.health import HEALTHY, device_plugin_health
+from simulator.fleet.state import SimNode
 
-
-@dataclass(frozen=True, slots=True)
-class Slot:
-    """One allocatable unit: a whole GPU, or one time-slicing replica of it."""
-
-    gpu: int
-    replica: int | None = None
+_KEEPS_AWAY = ("NoSchedule", "NoExecute")
 
 
-@dataclass(frozen=True, slots=True)
-class PodPlacement:
-    workload: int
-    """Index of the workload in the scenario."""
-    ordinal: int
-    """The pod's number within its workload (0..replicas-1)."""
-    node: str
-    slots: tuple[Slot, ...]
+def blocked_devices(node: SimNode, node_obj: dict[str, Any], rules: list[dict[str, Any]]) -> set[int]:
+    """GPU indexes new pods must not get on `node`.
 
-
-class PlacementError(Exception):
-    def __init__(self, index: int, reason: str) -> None:
-        super().__init__(reason)
-        self.index = index
-        self.reason = reason
-
-
-def node_slots(group: NodeGroup) -> list[Slot]:
-    """A node's slots in allocation order.
-
-    Shared replicas are ordered replica-major, so consecutive pods land on different GPUs
-    before a GPU is shared (what time-slicing users expect from a balanced plugin).
+    Device plugin: devices the plugin reports Unhealthy (not in allocatable) and devices in
+    the node annotation `gpuhealth.io/quarantined-devices` (the scheduler extender's view).
+    DRA: devices with a NoSchedule/NoExecute taint, from the slice or a DeviceTaintRule;
+    health alone does not keep the DRA scheduler away, as in a real cluster.
     """
-    if group.shared_replicas:
-        return [Slot(g, r) for r in range(group.shared_replicas) for g in range(group.gpus_per_node)]
-    return [Slot(g) for g in range(group.gpus_per_node)]
-
-
-def eligible(workload: Workload, group: NodeGroup) -> bool:
-    if workload.node_group is not None and workload.node_group != group.name:
-        return False
-    return workload.path is None or workload.path == group.path
-
-
-def place_workloads(scenario: Scenario) -> list[PodPlacement]:
-    """First-fit placement of every workload pod, in scenario order; PlacementError when one does not fit."""
-    nodes: list[tuple[str, NodeGroup]] = [(name, g) for g in scenario.fleet for name in g.node_names()]
-    slots_of = {g.name: node_slots(g) for g in scenario.fleet}
-    used = dict.fromkeys((name for name, _ in nodes), 0)
-    out: list[PodPlacement] = []
-    for wi, workload in enumerate(scenario.workloads):
-        candidates = [(name, g) for name, g in nodes if eligible(workload, g)]
-        if workload.replicas and not candidates:
-            raise PlacementError(wi, "no node in the fleet matches the workload's path or nodeGroup")
-        cursor = 0  # free slots only shrink, so the first node that fits moves forward
-        for ordinal in range(workload.replicas):
-            while cursor < len(candidates):
-                name, group = candidates[cursor]
-                if len(slots_of[group.name]) - used[name] >= workload.gpus_per_pod:
-                    break
-                cursor += 1
-            else:
-                free = sum(len(slots_of[g.name]) - used[n] for n, g in candidates)
-                raise PlacementError(
-                    wi,
-                    f"{workload.replicas} pods of {workload.gpus_per_pod} GPUs do not fit: "
-                    f"only {ordinal} placed ({free} GPU slots left on matching nodes)",
-                )
-            start = used[name]
-            used[name] = start + workload.gpus_per_pod
-            out.append(PodPlacement(wi, ordinal, name, tuple(slots_of[group.name][start : used[name]])))
-    return out
+    blocked: set[int] = set()
+    if not node.is_dra:
+        quarantined = objects.quarantined_devices(node_obj)
+        for gpu in node.gpus:
+            if device_plugin_health(gpu, node.stream_ok) != HEALTHY:
+                blocked.add(gpu.index)
+            if gpu.uuid in quarantined or gpu.name in quarantined:
+                blocked.add(gpu.index)
+        return blocked
+    for gpu in node.gpus:
+        if any(t.get("effect") in _KEEPS_AWAY for t in gpu.taints):
+            blocked.add(gpu.index)
+    for rule in rules:
+        selector = (rule.get("spec") or {}).get("deviceSelector") or {}
+        taint = (rule.get("spec") or {}).get("taint") or {}
+        if taint.get("effect") not in _KEEPS_AWAY:
+            continue
+        if selector.get("driver") not in (None, objects.DRA_DRIVER):
+            continue
+        if selector.get("pool") not in (None, node.name):
+            continue
+        for gpu in node.gpus:
+            if selector.get("device") in (None, gpu.name):
+                blocked.add(gpu.index)
+    return blocked

@@ -1,0 +1,46 @@
+"""The NVIDIA device plugin on the device-plugin nodes: `nvidia.com/gpu` devices and their health.
+
+It advertises one device per GPU UUID (or `<uuid>::<n>` per time-slicing replica) and reports
+each Healthy or Unhealthy over ListAndWatch, never a message and never Unknown; a broken stream
+makes the kubelet treat every device as Unhealthy. The kubelet lowers the node's allocatable
+`nvidia.com/gpu` by the devices not Healthy. The plugin never talks to the API server itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from simulator.fleet import objects
+from simulator.fleet.health import Gpu, device_plugin_health, record_report
+from simulator.fleet.state import SimNode, SimPod
+from simulator.model import Slot
+
+
+class DevicePlugin:
+    """The NVIDIA device plugin DaemonSet: one instance serves every device-plugin node.
+
+    Owns the reported health of its GPUs (`Gpu.reported`); `push(node)` is its ListAndWatch
+    stream reaching that node's kubelet.
+    """
+
+    def __init__(self, push: Callable[[SimNode], None]) -> None:
+        self._push = push
+
+    def health(self, node: SimNode, gpu: Gpu, now: float) -> tuple[str, str | None]:
+        return device_plugin_health(gpu, node.stream_ok), None
+
+    def resource_id(self, pod: SimPod, gpu: Gpu, slot: Slot) -> str:
+        return objects.device_id(gpu.uuid, slot.replica)
+
+    def report(self, node: SimNode, gpu: Gpu, health: str, message: str | None) -> None:
+        if record_report(gpu, health, message, keeps_message=False):
+            self._push(node)
+
+    def taint(self, node: SimNode, gpu: Gpu, key: str, value: str) -> None:
+        """Nothing: the device plugin API has no taints, only Unhealthy."""
+
+    def reset(self, node: SimNode, gpu: Gpu) -> None:
+        """Nothing published to clear: the next report says Healthy."""
+
+    def reconnect(self, node: SimNode) -> None:
+        """Nothing owed: the plugin writes nothing to the API server."""

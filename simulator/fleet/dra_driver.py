@@ -1,0 +1,113 @@
+"""The NVIDIA DRA driver on the DRA nodes: ResourceSlices, device taints and the health stream.
+
+It publishes one ResourceSlice per node (driver `gpu.nvidia.com`, devices `gpu-<i>`), taints a
+device in that slice after a fatal XID or a lost GPU, and streams health with a message to
+the kubelet. The kubelet's health cache keeps the last report, turns it Unknown once it is
+older than `dra_health_timeout` (evaluated lazily, at a status sync) and Unknown for every
+device while the stream is broken. Devices appear in pods as CDI ids of their claim.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from simulator.apiserver.store import format_timestamp
+from simulator.fleet import objects
+from simulator.fleet.health import Gpu, dra_health, record_report
+from simulator.fleet.state import PARTITIONED, SimNode, SimPod
+from simulator.fleet.writes import create_ignore_exists
+from simulator.model import Settings, Slot
+
+if TYPE_CHECKING:
+    from simulator.apiserver.store import Store
+
+_SLICES = "resourceslices.resource.k8s.io"
+
+
+class DraDriver:
+    """The NVIDIA DRA driver DaemonSet: one instance serves every DRA node.
+
+    Owns each DRA node's ResourceSlice (`SimNode.slice_*`) and its GPUs' device taints and
+    reported health; `push(node)` is its health stream reaching that node's kubelet. It writes
+    to the API server itself, so a partitioned node owes its slice until it is reachable.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        wall: Callable[[], float],
+        rng: random.Random,
+        push: Callable[[SimNode], None],
+    ) -> None:
+        self._store = store
+        self._timeout = settings.dra_health_timeout
+        self._wall = wall
+        self._rng = rng
+        self._push = push
+
+    def install(self) -> None:
+        """The driver's DeviceClass (`gpu.nvidia.com`), as its chart installs it."""
+        create_ignore_exists(self._store, "deviceclasses.resource.k8s.io", objects.device_class())
+
+    def publish(self, node: SimNode) -> None:
+        """The driver starts on a registered node: its first ResourceSlice."""
+        node.slice_name = f"{node.name}-{objects.DRA_DRIVER}-{objects.suffix(self._rng)}"
+        self._store.create(_SLICES, self._slice(node), validate=False)
+
+    def health(self, node: SimNode, gpu: Gpu, now: float) -> tuple[str, str | None]:
+        return dra_health(gpu, node.stream_ok, now, self._timeout)
+
+    def resource_id(self, pod: SimPod, gpu: Gpu, slot: Slot) -> str:
+        assert pod.claim_uid is not None
+        return objects.cdi_id(pod.claim_uid, gpu.name)
+
+    def report(self, node: SimNode, gpu: Gpu, health: str, message: str | None) -> None:
+        if record_report(gpu, health, message, keeps_message=True):
+            self._push(node)
+
+    def taint(self, node: SimNode, gpu: Gpu, key: str, value: str) -> None:
+        gpu.taints = [t for t in gpu.taints if t["key"] != key]
+        gpu.taints.append(
+            {"key": key, "value": value, "effect": "NoSchedule", "timeAdded": format_timestamp(self._wall())}
+        )
+        self._republish(node)
+
+    def reset(self, node: SimNode, gpu: Gpu) -> None:
+        had_taints = bool(gpu.taints)
+        gpu.taints = []
+        if had_taints:
+            self._republish(node)
+
+    def reconnect(self, node: SimNode) -> None:
+        if node.slice_dirty:
+            self._republish(node)
+
+    def _slice(self, node: SimNode) -> dict[str, Any]:
+        assert node.slice_name is not None
+        return objects.resource_slice(
+            node.slice_name,
+            node.name,
+            node.group,
+            [g.uuid for g in node.gpus],
+            [list(g.taints) for g in node.gpus],
+            node.slice_generation,
+        )
+
+    def _republish(self, node: SimNode) -> None:
+        if node.slice_name is None:
+            return
+        if node.kubelet == PARTITIONED:
+            node.slice_dirty = True  # the driver cannot reach the API server either
+            return
+        node.slice_dirty = False
+        node.slice_generation += 1
+        spec = self._slice(node)["spec"]
+
+        def fn(obj: dict[str, Any]) -> dict[str, Any]:
+            obj["spec"] = spec
+            return obj
+
+        self._store.mutate(_SLICES, node.slice_name, None, fn)

@@ -1,0 +1,313 @@
+"""The simulated fleet: wires one object per real component around shared node and pod state.
+
+`Fleet` owns the store, the timers (simulated time) and the shared records (`nodes`, `pods`,
+`pending`), builds the fleet a scenario describes and hands each component what it writes:
+
+- `Kubelet` (`kubelet`): Node registration, Leases, pod status and allocatedResourcesStatus;
+- `DevicePlugin` (`device_plugin`) and `DraDriver` (`dra_driver`): devices and their health;
+- `Scheduler` (`scheduler`): where pods go, binding and claim allocation;
+- `JobController` (`job_controller`): the workloads' Jobs, replacements of deleted pods;
+- `NodeLifecycleController` (`node_lifecycle`): Ready=Unknown after the grace period;
+- `Timeline` (`timeline`): the scenario's faults in simulated time.
+
+Components never import each other: what one needs from another is a constructor argument
+(a callable or a `Protocol`), bound here. This is the fleet's public face for the runner,
+the CLI, the NVML view, the demo and the tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from gpuhealth.clock import Clock
+from simulator.apiserver.store import format_timestamp
+from simulator.fleet import objects
+from simulator.fleet.device_plugin import DevicePlugin
+from simulator.fleet.dra_driver import DraDriver
+from simulator.fleet.events import FaultApplied, FleetEvent
+from simulator.fleet.health import Gpu
+from simulator.fleet.job_controller import JobController
+from simulator.fleet.kubelet import Kubelet
+from simulator.fleet.node_lifecycle import NodeLifecycleController
+from simulator.fleet.scheduler import Scheduler
+from simulator.fleet.state import DeviceDriver, PendingPod, SimNode, SimPod
+from simulator.fleet.timeline import Timeline
+from simulator.fleet.timers import Timers
+from simulator.fleet.writes import PodStatusWriter, create_ignore_exists
+from simulator.model import DEVICE_PLUGIN, DRA, Fault, Scenario, node_slots, place_workloads
+
+if TYPE_CHECKING:
+    from simulator.apiserver.store import Store, Watch
+
+log = logging.getLogger(__name__)
+
+_BATCH = 500  # objects written between yields to the event loop while building
+
+
+class Fleet:
+    """Simulated nodes with their kubelets, GPUs, drivers and controllers, writing into `store`."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        store: Store,
+        clock: Clock,
+        *,
+        speed: float = 1.0,
+    ) -> None:
+        self.scenario = scenario
+        self.settings = scenario.settings
+        self.store = store
+        self.clock = clock
+        self.timers = Timers(clock, speed)
+        self.speed = speed
+        self.nodes: dict[str, SimNode] = {}
+        self.pods: dict[str, SimPod] = {}
+        self.pending: dict[str, PendingPod] = {}
+        """Replacement pods waiting for a node with usable GPUs, by namespace/name."""
+        self.listeners: list[Callable[[FleetEvent], None]] = []
+        self._started = False
+        self._pod_watch: Watch | None = None
+        # One generator for every generated name, so a seed builds the same objects each run.
+        rng = random.Random(scenario.settings.seed)
+        settings = scenario.settings
+        timers = self.timers
+
+        pod_status = PodStatusWriter(store, timers.wall, self.pod_deleted)
+        drivers: dict[str, DeviceDriver] = {}
+        self.kubelet = Kubelet(
+            store, settings, timers, self.nodes, self.pods, drivers, pod_status, self._emit,
+            pod_finished=lambda _pod: self.jobs.update(),
+        )  # fmt: skip
+        self.device_plugin = DevicePlugin(self.kubelet.push)
+        self.dra_driver = DraDriver(store, settings, timers.wall, rng, self.kubelet.push)
+        drivers[DEVICE_PLUGIN] = self.device_plugin
+        drivers[DRA] = self.dra_driver
+        self.node_lifecycle = NodeLifecycleController(store, settings, timers, pod_status, self._emit)
+        self.jobs = JobController(
+            store, timers, self.pods, self.pending, rng,
+            submit=lambda pending: self.scheduler.try_bind(pending),
+            complete=self.kubelet.complete,
+        )  # fmt: skip
+        self.scheduler = Scheduler(
+            store, settings, timers, self.nodes, self.pods, self.pending, self.jobs.job_uids, rng,
+            admit=self.kubelet.admit, bound=self.jobs.pod_bound, emit=self._emit,
+        )  # fmt: skip
+        self.timeline = Timeline(
+            scenario.timeline,
+            timers,
+            self.nodes,
+            drivers,
+            self.kubelet,
+            self.node_lifecycle.write_ready,
+            self._emit,
+        )
+
+    # ------------------------------------------------------------------ time
+
+    def now(self) -> float:
+        """Simulated seconds since the fleet finished building (its timeline's zero)."""
+        return self.timers.now()
+
+    def wall(self) -> float:
+        return self.timers.wall()
+
+    def call_at(self, sim_time: float, fn: Callable[[], None]) -> None:
+        """Run `fn` on the fleet's timer loop once simulated time reaches `sim_time`."""
+        self.timers.at(sim_time, fn)
+        self.timers.wake()
+
+    def next_due(self) -> float | None:
+        return self.timers.next_due()
+
+    def tick(self, limit: int | None = None) -> int:
+        """Run every timer that is due now; returns how many ran (at most `limit`)."""
+        return self.timers.tick(limit)
+
+    async def advance(self, seconds: float) -> None:
+        """ManualClock only: move simulated time forward, running each timer at its due time."""
+        await self.timers.advance(seconds)
+
+    async def run(self) -> None:
+        """Run timers in real time (scaled by speed) until `stop()`."""
+        await self.timers.run()
+
+    def stop(self) -> None:
+        self.timers.stop()
+        if self._pod_watch is not None:
+            self._pod_watch.close()
+
+    def _emit(self, event: FleetEvent) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(event)
+            except Exception:
+                log.exception("fleet listener failed")
+
+    # ------------------------------------------------------------------ building
+
+    async def start(self) -> None:
+        """Write namespaces, nodes, leases, slices, jobs and pods; schedule timers and the timeline."""
+        if self._started:
+            return
+        self._started = True
+        sc = self.scenario
+        wall = self.wall()
+        for ns in sorted({"default", "kube-node-lease", *(w.namespace for w in sc.workloads)}):
+            create_ignore_exists(self.store, "namespaces", objects.namespace(ns))
+        written = 0
+        index = 0
+        for group in sc.fleet:
+            for name in group.node_names():
+                gpus = [
+                    Gpu(name, i, objects.gpu_uuid(name, i), group.path) for i in range(group.gpus_per_node)
+                ]
+                node = SimNode(name, index, group, gpus)
+                node.free = node_slots(group)
+                self.nodes[name] = node
+                self.kubelet.register(node, wall)
+                if node.is_dra:
+                    self.dra_driver.publish(node)
+                index += 1
+                written += 1
+                if written % _BATCH == 0:
+                    await asyncio.sleep(0)
+        if any(g.path == DRA for g in sc.fleet):
+            self.dra_driver.install()
+        self.jobs.create(sc.workloads, sc.fleet)
+        for placement in place_workloads(sc):
+            self.scheduler.start_pod(sc.workloads[placement.workload], placement, wall)
+            written += 1
+            if written % _BATCH == 0:
+                await asyncio.sleep(0)
+        self.jobs.update()
+        # Simulated time starts once the fleet stands: building 10,000 nodes takes seconds.
+        self.timers.start_time()
+        for node in self.nodes.values():
+            node.renewed_at = 0.0
+        self.jobs.run_pods()
+        self._schedule_periodic()
+        self.timeline.schedule()
+        self.timers.wake()
+
+    def _schedule_periodic(self) -> None:
+        n = max(1, len(self.nodes))
+        lease = self.settings.lease_renew_interval
+        sync = self.settings.status_sync_interval
+        now = self.now()
+        for node in self.nodes.values():
+            # Spread over the period, so 10,000 nodes renew ~1,000 Leases a second, not all at once.
+            phase = (node.index + 0.5) / n
+            self.timers.at(now + phase * lease, self._lease_tick, node)
+            self.timers.at(now + phase * sync, self.kubelet.sync_tick, node)
+
+    def _lease_tick(self, node: SimNode) -> None:
+        """One Lease period of a node: its kubelet renews, or the node lifecycle controller looks.
+
+        One timer serves both, so 10,000 nodes cost one heap entry each per period: the
+        controller only has something to see on a node whose kubelet is not writing.
+        """
+        self.timers.at(self.now() + self.settings.lease_renew_interval, self._lease_tick, node)
+        if node.writes:
+            self.kubelet.renew(node)
+        else:
+            self.node_lifecycle.monitor(node)
+
+    # ------------------------------------------------------------------ pods deleted through the API
+
+    async def follow_deletions(self) -> None:
+        """Follow pods deleted through the API (delete, eviction) until `stop()`.
+
+        One watch for the whole fleet, events left unparsed except deletions. A deleted pod
+        leaves its node: its devices are freed, its generated ResourceClaim goes (garbage
+        collection), and its Deployment or Job gets a replacement pod after
+        `replacement_delay` simulated seconds, placed on usable devices only.
+        """
+        while not self.timers.stopped:
+            watch = self.store.watch("pods", resource_version=str(self.store.resource_version))
+            self._pod_watch = watch
+            try:
+                while True:
+                    item = await watch.next_entry()
+                    if item is None:
+                        break
+                    etype, entry = item
+                    if etype == "DELETED":
+                        self.pod_deleted(entry.namespace, entry.name)
+            finally:
+                watch.close()
+                self._pod_watch = None
+            if not self.timers.stopped:
+                self._resync_pods()  # the watch fell behind and was ended: compare with a list
+
+    def _resync_pods(self) -> None:
+        entries, _ = self.store.list_entries("pods")
+        present = {f"{e.namespace}/{e.name}" for e in entries}
+        for key in [k for k in self.pods if k not in present]:
+            namespace, name = key.split("/", 1)
+            self.pod_deleted(namespace, name)
+
+    def pod_deleted(self, namespace: str, name: str) -> None:
+        """A pod of the fleet is gone from the API."""
+        key = f"{namespace}/{name}"
+        if self.pending.pop(key, None) is not None:
+            return
+        pod = self.pods.get(key)
+        if pod is None:
+            return
+        self.kubelet.forget(pod)
+        self.jobs.pod_gone(pod)
+
+    # ------------------------------------------------------------------ faults and views
+
+    def inject(self, fault: Fault) -> None:
+        """Apply `fault` at its `at` (simulated seconds since start); now if that has passed."""
+        self.timeline.inject(fault)
+
+    def timeline_progress(self) -> tuple[int, int]:
+        return self.timeline.progress()
+
+    @property
+    def replacement_delay(self) -> float:
+        """Simulated seconds from a pod's deletion to its replacement's creation."""
+        return self.jobs.replacement_delay
+
+    @replacement_delay.setter
+    def replacement_delay(self, seconds: float) -> None:
+        self.jobs.replacement_delay = seconds
+
+    @property
+    def applied(self) -> list[FaultApplied]:
+        return self.timeline.applied
+
+    def sync_node(self, node: SimNode) -> None:
+        """The node's kubelet syncs pod status now."""
+        self.kubelet.sync_node(node)
+
+    def gpu(self, node: str, index: int) -> Gpu:
+        return self.nodes[node].gpus[index]
+
+    def xid_events(self, node: str, since: int = 0) -> list[tuple[int, str, int, float]]:
+        return [e for e in self.nodes[node].xids if e[0] > since]
+
+    @property
+    def xid_seq(self) -> int:
+        return self.timeline.xid_seq
+
+    def status(self) -> dict[str, Any]:
+        done, total = self.timeline_progress()
+        return {
+            "scenario": self.scenario.name,
+            "simulatedSeconds": round(self.now(), 3),
+            "wallTime": format_timestamp(self.wall()),
+            "speed": self.speed,
+            "nodes": len(self.nodes),
+            "gpus": sum(len(n.gpus) for n in self.nodes.values()),
+            "pods": len(self.pods),
+            "timeline": {"applied": done, "total": total},
+            "faultsApplied": [{"time": round(a.time, 3), **a.fault.to_json()} for a in self.applied],
+        }

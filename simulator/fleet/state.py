@@ -1,0 +1,140 @@
+"""The simulated fleet's shared records: nodes and pods as every component sees them.
+
+Plain mutable dataclasses, no store and no clock. The fleet (`simulator.fleet.fleet`) creates
+one `SimNode` per node and one `SimPod` per running pod and hands the same dicts to each
+component; a field belongs to the component its docstring names, the others only read it.
+`DeviceDriver` is what the kubelet and the timeline need from a node's device plugin or DRA
+driver, so neither imports the driver modules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from simulator.fleet.health import Gpu
+from simulator.model import DRA, NodeGroup, Slot, Workload, node_slots
+
+RUNNING = "running"
+STOPPED = "kubelet-stop"
+PARTITIONED = "node-partition"
+
+Rows = tuple[tuple[str, str, str | None], ...]
+"""(resourceID, health, message) per allocated device of a pod, as the kubelet renders them."""
+
+
+@dataclass(slots=True)
+class SimPod:
+    name: str
+    namespace: str
+    node: str
+    workload: Workload
+    slots: tuple[Slot, ...]
+    uid: str = ""
+    claim_name: str | None = None
+    claim_uid: str | None = None
+    terminated: bool = False
+    ready: bool = True
+    written: Rows = ()
+    """(resourceID, health, message) per device as last written to the API."""
+    started: float = 0.0
+    index: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(slots=True)
+class SimNode:
+    name: str
+    index: int
+    group: NodeGroup
+    gpus: list[Gpu]
+    kubelet: str = RUNNING
+    """Kubelet: running, or the fault that stopped it (kubelet-stop, node-partition)."""
+    kubelet_token: int = 0
+    stream_ok: bool = True
+    """Device plugin / DRA driver: whether its health stream to the kubelet works."""
+    stream_token: int = 0
+    pods: list[SimPod] = field(default_factory=list)
+    renewed_at: float = 0.0
+    """Kubelet: simulated time of the last Lease renewal."""
+    ready: str = "True"
+    """Node lifecycle controller: the Ready condition as last written."""
+    allocatable_written: int = -1
+    slice_name: str | None = None
+    """DRA driver: its ResourceSlice (one per node), its generation and whether a write is owed."""
+    slice_generation: int = 1
+    slice_dirty: bool = False
+    sync_pending: bool = False
+    last_sig: tuple[Any, ...] | None = None
+    """Kubelet: the device views and pod count of the last status sync (nothing changed: no work)."""
+    free: list[Slot] = field(default_factory=list)
+    """Scheduler: unallocated slots, in allocation order."""
+    xids: list[tuple[int, str, int, float]] = field(default_factory=list)
+    """(seq, uuid, xid, wall time) of every XID event on this node."""
+
+    @property
+    def is_dra(self) -> bool:
+        return self.group.path == DRA
+
+    @property
+    def writes(self) -> bool:
+        """Whether the kubelet can write to the API server (running and reachable)."""
+        return self.kubelet == RUNNING
+
+    def reserve(self, slots: tuple[Slot, ...]) -> None:
+        """Take `slots` out of the free list for a pod."""
+        for slot in slots:
+            self.free.remove(slot)
+            self.gpus[slot.gpu].allocated += 1
+
+    def release(self, pod: SimPod) -> None:
+        """Give the pod's slots back, keeping the free list in allocation order."""
+        for slot in pod.slots:
+            self.gpus[slot.gpu].allocated = max(0, self.gpus[slot.gpu].allocated - 1)
+            if slot not in self.free:
+                self.free.append(slot)
+        order = {s: i for i, s in enumerate(node_slots(self.group))}
+        self.free.sort(key=order.__getitem__)
+
+
+@dataclass(slots=True)
+class PendingPod:
+    name: str
+    namespace: str
+    workload: Workload
+    since: float
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class DeviceDriver(Protocol):
+    """A node's device plugin or DRA driver, as the kubelet and the fault timeline reach it."""
+
+    def health(self, node: SimNode, gpu: Gpu, now: float) -> tuple[str, str | None]:
+        """(health, message) the kubelet puts in allocatedResourcesStatus for `gpu` at `now`."""
+        ...
+
+    def resource_id(self, pod: SimPod, gpu: Gpu, slot: Slot) -> str:
+        """The device's id in the pod's allocatedResourcesStatus."""
+        ...
+
+    def report(self, node: SimNode, gpu: Gpu, health: str, message: str | None) -> None:
+        """The driver reports `health` for `gpu` over its stream to the kubelet."""
+        ...
+
+    def taint(self, node: SimNode, gpu: Gpu, key: str, value: str) -> None:
+        """Mark the device as not to be scheduled (DRA device taint; nothing on the device plugin)."""
+        ...
+
+    def reset(self, node: SimNode, gpu: Gpu) -> None:
+        """The GPU was reset: drop what the driver published about its faults."""
+        ...
+
+    def reconnect(self, node: SimNode) -> None:
+        """The node reaches the API server again: publish what could not be written meanwhile."""
+        ...

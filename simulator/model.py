@@ -1,0 +1,261 @@
+"""The scenario model: the frozen data a scenario means, and the pod layout it implies.
+
+Pure data and pure functions, no I/O and no imports from the rest of the simulator: the
+scenario parser (`simulator.scenario`) builds these objects from YAML, the fleet
+(`simulator.fleet`) runs them. The first-fit layout of the workloads' pods lives here too
+because both sides need the same answer: validation refuses a fleet too small for its
+workloads (a `ScenarioError` naming the workload), and the fleet builds exactly that layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+DEVICE_PLUGIN = "device-plugin"
+DRA = "dra"
+DRA_DRIVER = "gpu.nvidia.com"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+DEVICE_FAULTS = frozenset(
+    {"device-unhealthy", "device-unknown", "flap", "xid", "ecc", "row-remap-failure", "gpu-lost"}
+)
+NODE_FAULTS = frozenset({"kubelet-stop", "node-partition", "health-stream-broken"})
+FAULT_KINDS = DEVICE_FAULTS | NODE_FAULTS | {"recover"}
+
+# XIDs the NVIDIA device plugin and DRA driver ignore by default: application errors, not hardware.
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Simulated periods, in simulated seconds (`--speed X` divides each by X in wall time)."""
+
+    lease_renew_interval: float = 10.0
+    """How often each kubelet renews its Lease (kubelet default 10 s)."""
+    lease_duration_seconds: int = 40
+    """Lease `spec.leaseDurationSeconds` (kubelet default 40 s)."""
+    status_sync_interval: float = 10.0
+    """Periodic pod status sync of each kubelet, where lazy DRA expiry is evaluated."""
+    dra_health_timeout: float = 30.0
+    """A DRA device whose last health report is older than this becomes Unknown (kubelet default 30 s)."""
+    node_monitor_grace_period: float = 40.0
+    """Without a Lease renewal for this long, the node lifecycle controller marks the node Unknown."""
+    seed: int = 0
+    """Seeds generated names (pod suffixes, claim names), so a scenario builds the same objects each run."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGroup:
+    name: str
+    count: int
+    name_prefix: str
+    gpus_per_node: int
+    path: Literal["device-plugin", "dra"]
+    shared_replicas: int
+    """Device-plugin time-slicing: replicas per GPU (`<uuid>::<n>`); 0 means no sharing."""
+    product: str
+    memory: str
+    labels: Mapping[str, str]
+    line: int | None = None
+
+    def node_names(self) -> list[str]:
+        return [f"{self.name_prefix}{i}" for i in range(self.count)]
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    name: str
+    namespace: str
+    kind: Literal["Deployment", "Job"]
+    replicas: int
+    gpus_per_pod: int
+    checkpoint: Literal["annotation", "none"]
+    topology: Literal["fixed", "shardable"]
+    path: Literal["device-plugin", "dra"] | None
+    """Place pods only on nodes of this path; None: any."""
+    node_group: str | None
+    """Place pods only on nodes of this group; None: any."""
+    init_container: bool
+    dra_claim: Literal["template", "direct"]
+    """DRA pods reference a claim generated from a template, or a claim created up front."""
+    dra_status_name: Literal["request", "claim"]
+    """`allocatedResourcesStatus[].name` form: `claim:gpus/gpus` (request) or `claim:gpus` (claim)."""
+    complete_after: float | None
+    """Job pods succeed this many simulated seconds after start (then they are never updated)."""
+    line: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRef:
+    node: str
+    gpu: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One timeline entry; which optional fields are set depends on `kind`."""
+
+    at: float
+    kind: str
+    device: DeviceRef | None = None
+    node: str | None = None
+    duration: float | None = None
+    times: int | None = None
+    period: float | None = None
+    xid: int | None = None
+    message: str | None = None
+    unhealthy: bool | None = None
+    corrected: int = 0
+    uncorrected: int = 0
+    line: int | None = None
+
+    def target(self) -> str:
+        if self.device is not None:
+            return f"{self.device.node}/gpu-{self.device.gpu}"
+        return self.node or "?"
+
+    def describe(self) -> str:
+        """One line for progress output."""
+        parts = [self.kind, self.target()]
+        if self.xid is not None:
+            parts.append(f"xid={self.xid}")
+        if self.kind == "ecc":
+            parts.append(f"corrected+={self.corrected} uncorrected+={self.uncorrected}")
+        if self.times is not None:
+            parts.append(f"times={self.times} period={_fmt_seconds(self.period or 0)}")
+        if self.duration is not None:
+            parts.append(f"for {_fmt_seconds(self.duration)}")
+        note = _FAULT_NOTES.get(self.kind)
+        if self.kind == "xid" and not self.unhealthy:
+            note = "application error: device health unchanged"
+        if note:
+            parts.append(f"({note})")
+        return " ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"at": self.at, "fault": self.kind}
+        if self.device is not None:
+            out["device"] = {"node": self.device.node, "gpu": self.device.gpu}
+        if self.node is not None:
+            out["node"] = self.node
+        for key, value in (
+            ("duration", self.duration),
+            ("times", self.times),
+            ("period", self.period),
+            ("xid", self.xid),
+            ("message", self.message),
+            ("unhealthy", self.unhealthy),
+        ):
+            if value is not None:
+                out[key] = value
+        if self.kind == "ecc":
+            out["corrected"] = self.corrected
+            out["uncorrected"] = self.uncorrected
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    description: str
+    source: str
+    settings: Settings
+    fleet: tuple[NodeGroup, ...]
+    workloads: tuple[Workload, ...]
+    timeline: tuple[Fault, ...]
+    nodes: Mapping[str, NodeGroup] = field(default_factory=dict)
+    """Every node name -> its group."""
+
+    def gpu_count(self) -> int:
+        return sum(g.count * g.gpus_per_node for g in self.fleet)
+
+
+_FAULT_NOTES = {
+    "device-unknown": "the driver stops reporting; DRA: Unknown after the timeout, at a sync",
+    "ecc": "NVML counters only",
+    "row-remap-failure": "NVML counters only",
+    "health-stream-broken": "DRA: all devices Unknown; device plugin: all Unhealthy",
+}
+
+
+def _fmt_seconds(seconds: float) -> str:
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{int(seconds // 60)}m"
+    return f"{seconds:g}s"
+
+
+# ---------------------------------------------------------------------------- the pods' layout
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One allocatable unit: a whole GPU, or one time-slicing replica of it."""
+
+    gpu: int
+    replica: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodPlacement:
+    workload: int
+    """Index of the workload in the scenario."""
+    ordinal: int
+    """The pod's number within its workload (0..replicas-1)."""
+    node: str
+    slots: tuple[Slot, ...]
+
+
+class PlacementError(Exception):
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(reason)
+        self.index = index
+        self.reason = reason
+
+
+def node_slots(group: NodeGroup) -> list[Slot]:
+    """A node's slots in allocation order.
+
+    Shared replicas are ordered replica-major, so consecutive pods land on different GPUs
+    before a GPU is shared (what time-slicing users expect from a balanced plugin).
+    """
+    if group.shared_replicas:
+        return [Slot(g, r) for r in range(group.shared_replicas) for g in range(group.gpus_per_node)]
+    return [Slot(g) for g in range(group.gpus_per_node)]
+
+
+def eligible(workload: Workload, group: NodeGroup) -> bool:
+    if workload.node_group is not None and workload.node_group != group.name:
+        return False
+    return workload.path is None or workload.path == group.path
+
+
+def place_workloads(scenario: Scenario) -> list[PodPlacement]:
+    """First-fit placement of every workload pod, in scenario order; PlacementError when one does not fit."""
+    nodes: list[tuple[str, NodeGroup]] = [(name, g) for g in scenario.fleet for name in g.node_names()]
+    slots_of = {g.name: node_slots(g) for g in scenario.fleet}
+    used = dict.fromkeys((name for name, _ in nodes), 0)
+    out: list[PodPlacement] = []
+    for wi, workload in enumerate(scenario.workloads):
+        candidates = [(name, g) for name, g in nodes if eligible(workload, g)]
+        if workload.replicas and not candidates:
+            raise PlacementError(wi, "no node in the fleet matches the workload's path or nodeGroup")
+        cursor = 0  # free slots only shrink, so the first node that fits moves forward
+        for ordinal in range(workload.replicas):
+            while cursor < len(candidates):
+                name, group = candidates[cursor]
+                if len(slots_of[group.name]) - used[name] >= workload.gpus_per_pod:
+                    break
+                cursor += 1
+            else:
+                free = sum(len(slots_of[g.name]) - used[n] for n, g in candidates)
+                raise PlacementError(
+                    wi,
+                    f"{workload.replicas} pods of {workload.gpus_per_pod} GPUs do not fit: "
+                    f"only {ordinal} placed ({free} GPU slots left on matching nodes)",
+                )
+            start = used[name]
+            used[name] = start + workload.gpus_per_pod
+            out.append(PodPlacement(wi, ordinal, name, tuple(slots_of[group.name][start : used[name]])))
+    return out
