@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuhealth.loopback import (
+from gpuhealth.testing.loopback import (
     ScrapeJob,
     WebhookRecorder,
     child_process,

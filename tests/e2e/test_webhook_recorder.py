@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from gpuhealth.loopback import WebhookRecorder
+from gpuhealth.testing.loopback import WebhookRecorder
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import pytest
 
 from gpuhealth.cli import main
-from gpuhealth.loopback import ScrapeJob, child_process, free_port, run_prometheus, wait_until
+from gpuhealth.testing.loopback import ScrapeJob, child_process, free_port, run_prometheus, wait_until
 
 pytestmark = pytest.mark.integration
 

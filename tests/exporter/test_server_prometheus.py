@@ -19,8 +19,8 @@ import pytest
 from exporter.server import ServerSettings, create_app, start_server
 from exporter.snapshot import Allocation, DeviceState, NodeState, NvmlView, Snapshot
 from gpuhealth.clock import ManualClock
-from gpuhealth.loopback import free_port
 from gpuhealth.nvml import DeviceReading
+from gpuhealth.testing.loopback import free_port
 
 # No skip when `prometheus` is missing: `make test` installs it, and CI must not pass with
 # this check silently gone.

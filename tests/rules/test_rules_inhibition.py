@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuhealth.loopback import Alertmanager, run_alertmanager
+from gpuhealth.testing.loopback import Alertmanager, run_alertmanager
 from tests.rules.support import ALERTMANAGER_CONFIG
 
 pytestmark = pytest.mark.integration

@@ -1,9 +1,10 @@
 """Real Prometheus and Alertmanager servers on loopback, for the end-to-end tests and the demo.
 
-An adapter: it starts the Debian binaries (`prometheus`, `prometheus-alertmanager`) as child
-processes on 127.0.0.1 with temporary storage, waits until they are ready, and talks to
-their HTTP APIs with the standard library. Every wait has a deadline and says what it was
-waiting for when it gives up, with the tail of the server's log.
+It starts the Debian binaries (`prometheus`, `prometheus-alertmanager`) as child processes on
+127.0.0.1 with temporary storage, waits until they are ready, and talks to their HTTP APIs
+with the standard library; `WebhookRecorder` stands in for Alertmanager's receivers.
+`wait_until` is the one polling helper of the tests: every wait has a deadline and says
+what it was waiting for when it gives up, with the tail of the server's log.
 """
 
 from __future__ import annotations
