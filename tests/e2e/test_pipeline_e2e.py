@@ -2,16 +2,20 @@
 
 Aspects covered, with every part real except the cluster (simulated) and the webhook
 receivers (a recording HTTP server standing in for the responder and on-call):
+- a healthy fleet raises no device or node alert, not even a pending one, once every rule
+  group has evaluated it;
 - a fatal XID on a device-plugin GPU makes the kubelet report it Unhealthy; the exporter's
   series drive `GPUDeviceUnhealthy`, which reaches the responder webhook with the bearer
   token from `credentials_file`, labels `action=quarantine`, `node`, `device` (the GPU UUID),
   and reaches on-call as a page; its resolution reaches the responder too;
 - a DRA GPU whose driver stops reporting becomes Unknown: on-call gets the warning
   (`GPUDeviceUnknown`, action none, never sent to the responder), and only after the
-  tolerance window the responder gets `GPUDeviceUnknownExpired` with `action=restrict` and
-  the DRA identity (driver, pool, device_name) joined from `gpu_device_info`;
-- a kubelet that stops raises `GPUNodeUnreachable`, and its devices' stale-status alerts
-  are inhibited in Alertmanager: a node outage never reads as every GPU broken.
+  tolerance window (after the warning, no sooner than the window after the fault) the
+  responder gets `GPUDeviceUnknownExpired` with `action=restrict` and the DRA identity
+  (driver, pool, device_name) joined from `gpu_device_info`, and nothing else;
+- a kubelet that stops raises `GPUNodeUnreachable`; its devices' stale-status and expired
+  alerts are inhibited in Alertmanager and, while canary alerts posted later on the same
+  routes are delivered, reach no receiver: a node outage never reads as every GPU broken.
 
 The rules are rendered from `rules/config.yaml` with time thresholds shrunk to seconds (the
 simulated cluster runs 10x faster); nothing else in them changes.

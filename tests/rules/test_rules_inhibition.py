@@ -28,7 +28,8 @@ BARRIER = (
     {"alertname": "GPUDeviceStatusStale", "severity": "warning", "action": "none",
      "node": BARRIER_NODE, "device": "GPU-barrier"},
 )  # fmt: skip
-"""A source and the target it inhibits, on a node of their own, posted after the alerts under test."""
+"""A source and the target it inhibits (the node-outage rule), on a node of their own, posted
+after the alerts under test. Without that rule every test here times out waiting for it."""
 
 
 def key(labels: dict[str, str]) -> AlertKey:
