@@ -1,6 +1,6 @@
 # Two entry points for a fresh Debian machine: `make demo` and `make test`.
 # Both install what they need (virtual environment, Python packages, Prometheus and
-# Alertmanager from Debian) and are safe to run again.
+# Alertmanager from Debian) and are safe to run again. `make unit` is the fast loop.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -39,6 +39,11 @@ lint: setup
 
 test: setup lint
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# Everything that starts no real server (marker policy: tests/conftest.py), in under a minute.
+# promtool and amtool run here, so it needs the tools too.
+unit: setup
+	$(VENV)/bin/pytest -q -m "not integration" $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) -m bench

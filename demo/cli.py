@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from demo.pipeline import DemoSettings, default_workdir, run_demo
-from gpuhealth.loopback import LoopbackError
+from gpuhealth.testing.loopback import LoopbackError
 from rules.render import DEFAULT_CONFIG, ConfigError, load_config, scaled
 from simulator.scenario import ScenarioError, resolve
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from demo.safety import Action, Verdict, judge, requested_actions
-from gpuhealth.loopback import (
+from gpuhealth.testing.loopback import (
     LoopbackError,
     Prometheus,
     ScrapeJob,

@@ -7,9 +7,9 @@ is a confirmed failure (Unhealthy, also in flaps; a fatal XID, GPU lost, uncorre
 a row-remap failure) and `restrict` when the device stayed Unknown for the whole tolerance
 window, and only from the fault on (restrict: from the spell's start plus the window): the
 run notes when it saw each delivery, which is never before it arrived. Anything else is a
-violation: the mistakes MISSION.md names (acting on a short
-Unknown, on an application XID, on every device of a node that is merely unreachable)
-all show up here as actions without a warrant.
+violation: the mistakes an automated responder must never make (acting on a short
+Unknown, on an application XID, on every device of a node that is merely unreachable) all
+show up here as actions without a warrant.
 """
 
 from __future__ import annotations

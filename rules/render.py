@@ -74,9 +74,9 @@ class Duration:
 @dataclass(frozen=True)
 class Selectors:
     exporter_job: str = "gpuhealth-exporter"
-    """Scrape job of the exporter (ROADMAP); its targets carry a relabelled `node` label."""
+    """Scrape job of the exporter; its targets carry a relabelled `node` label."""
     responder_job: str = "gpuhealth-responder"
-    """Scrape job of the responder (ROADMAP)."""
+    """Scrape job of the responder (the service that acts on `action`; see docs/ARCHITECTURE.md)."""
 
 
 @dataclass(frozen=True)

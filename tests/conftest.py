@@ -1,12 +1,23 @@
-"""Fixtures shared by every test.
+"""Fixtures shared by every test, and the marker policy.
 
-Aspects covered here: no test may leave asyncio tasks running behind it.
+Aspects covered here: no test may leave asyncio tasks running behind it; a test that starts
+a real server carries the `integration` marker.
+
+Markers (declared in pyproject.toml):
+- `integration`: the test starts a real server: Prometheus or Alertmanager, a child process
+  serving HTTP (`gpuhealth exporter`), or the simulated cluster. `pytest -m "not integration"`
+  (`make unit`) is the fast loop and must stay under a minute; in-process aiohttp test
+  servers, promtool/amtool and short-lived `gpuhealth` commands are fine there.
+- `slow`: the test takes more than a few seconds, whatever it starts.
+The guard below holds the first rule for Prometheus, Alertmanager and the simulated cluster:
+an unmarked test that starts one fails with a hint, instead of slowing the fast loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any, NoReturn
 
 import pytest
 
@@ -30,3 +41,27 @@ async def _no_leftover_tasks() -> AsyncIterator[None]:
         for task in left:
             task.cancel()
         pytest.fail(f"test left {len(left)} asyncio task(s) running: {[t.get_coro() for t in left]}")
+
+
+SERVER_STARTERS = (
+    "gpuhealth.testing.loopback._server",
+    "simulator.testing.ClusterHandle.start",
+)
+"""Every way a test starts Prometheus, Alertmanager or the simulated cluster."""
+
+
+@pytest.fixture(autouse=True)
+def _servers_only_in_integration(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make an unmarked test that starts a real server fail, naming the marker it lacks."""
+    if request.node.get_closest_marker("integration") is not None:
+        return
+    for target in SERVER_STARTERS:
+
+        def refuse(*args: Any, _target: str = target, **kwargs: Any) -> NoReturn:
+            pytest.fail(
+                f"{request.node.nodeid} starts a real server ({_target}): mark it "
+                "@pytest.mark.integration (see tests/conftest.py)",
+                pytrace=False,
+            )
+
+        monkeypatch.setattr(target, refuse)

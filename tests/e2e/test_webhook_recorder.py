@@ -10,11 +10,10 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 
-import pytest
+from gpuhealth.testing.loopback import WebhookRecorder
 
-from gpuhealth.loopback import WebhookRecorder
-
-pytestmark = pytest.mark.integration
+# No `integration` marker: the recorder is an in-process server on loopback, as fast as
+# aiohttp's test servers (policy: tests/conftest.py).
 
 
 def post(url: str, body: bytes) -> int:

@@ -17,18 +17,15 @@ import signal
 import sys
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from gpuhealth.cli import main
-from gpuhealth.loopback import ScrapeJob, child_process, free_port, run_prometheus, wait_until
+from gpuhealth.testing.loopback import ScrapeJob, child_process, free_port, run_prometheus, wait_until
 
-pytestmark = pytest.mark.integration
-
-T = TypeVar("T")
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SCENARIO: dict[str, Any] = {
     "name": "exporter-integration",
@@ -45,6 +42,8 @@ SCENARIO: dict[str, Any] = {
     ],
     "timeline": [],
 }  # fmt: skip
+DEVICES = 12
+"""GPUs in SCENARIO: 3 nodes of 4."""
 SPEED = 10.0
 """Simulated seconds per real second: kubelets renew their Lease every real second."""
 
@@ -55,10 +54,6 @@ def get(url: str) -> tuple[int, bytes]:
             return response.status, response.read()
     except OSError:
         return 0, b""
-
-
-def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 20.0) -> T:
-    return wait_until(what, fn, timeout=timeout)
 
 
 def test_exporter_metrics_reach_prometheus_through_faults(
@@ -83,15 +78,17 @@ def test_exporter_metrics_reach_prometheus_through_faults(
                 tmp_path / "prometheus", [ScrapeJob("gpuhealth-exporter", [f"127.0.0.1:{exporter_port}"])]
             ) as prom,
         ):
-            wait_for(
+            wait_until(
                 "the exporter to be ready", lambda: get(f"http://127.0.0.1:{exporter_port}/readyz")[0] == 200
             )
-            wait_for(
+            wait_until(
                 "Prometheus to scrape the exporter", lambda: prom.value('up{job="gpuhealth-exporter"}') == 1.0
             )
-            wait_for(
-                "healthy devices in Prometheus",
-                lambda: prom.query('gpu_device_health{status="Healthy"} == 1'),
+            # Every device Healthy (all of them, not the first few listed) before any fault:
+            # only then does an empty answer for Unhealthy mean none is, not none yet.
+            wait_until(
+                "every device Healthy in Prometheus",
+                lambda: len(prom.query('gpu_device_health{status="Healthy"} == 1')) == DEVICES,
             )
             assert prom.query('gpu_device_health{status="Unhealthy"} == 1') == []
 
@@ -106,15 +103,15 @@ def test_exporter_metrics_reach_prometheus_through_faults(
                 }
                 return found if found == expected else None
 
-            wait_for("both Unhealthy devices in Prometheus", unhealthy)
+            wait_until("both Unhealthy devices in Prometheus", unhealthy)
 
             # A kubelet stops: its Lease is no longer renewed, its pods' statuses no longer move.
             cluster.inject({"fault": "kubelet-stop", "node": "gpu-dp-1", "duration": "10m"})
             stopped = 'gpu_node_kubelet_lease_age_seconds{node="gpu-dp-1"}'
-            first = wait_for(
+            first = wait_until(
                 "the stopped node's lease age to grow", lambda: (v := prom.value(stopped)) and v > 4 and v
             )
-            second = wait_for(
+            second = wait_until(
                 "it to keep growing", lambda: (v := prom.value(stopped)) and v > first + 1.5 and v
             )
             assert second > first
@@ -159,11 +156,11 @@ def test_node_mode_reads_nvml_and_a_lost_gpu_ages(tmp_path: Path) -> None:
 
             up = f'gpu_nvml_up{{node="gpu-dp-0",device="{lost}"}}'
             age = f'gpu_device_status_age_seconds{{node="gpu-dp-0",device="{lost}"}}'
-            found = wait_for("NVML readings", lambda: (s := samples()).get(up) == 1.0 and s)
+            found = wait_until("NVML readings", lambda: (s := samples()).get(up) == 1.0 and s)
             assert {key.split('node="')[1].split('"')[0] for key in found} == {"gpu-dp-0"}
             cluster.inject({"fault": "gpu-lost", "device": {"node": "gpu-dp-0", "gpu": 0}})
-            wait_for("the lost GPU to read as down", lambda: samples().get(up) == 0.0)
-            grown = wait_for("its status age to grow", lambda: (v := samples().get(age)) and v > 2 and v)
+            wait_until("the lost GPU to read as down", lambda: samples().get(up) == 0.0)
+            grown = wait_until("its status age to grow", lambda: (v := samples().get(age)) and v > 2 and v)
             assert grown > 2
             others = [
                 v

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,6 +26,7 @@ from aiohttp.test_utils import TestServer
 
 from exporter.nvml_remote import READ_FIELDS, RemoteNvmlSource, event_from_json, reading_from_json
 from gpuhealth.nvml import DeviceReading, XidEvent
+from gpuhealth.testing.loopback import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -98,13 +98,6 @@ async def sim() -> AsyncIterator[tuple[FakeSimulator, str]]:
     app.router.add_get("/simulator/v1/nodes/{node}/nvml", fake.handle)
     async with TestServer(app) as server:
         yield fake, str(server.make_url("/"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def test_readings_round_trip_and_events_are_delivered_once(sim: tuple[FakeSimulator, str]) -> None:

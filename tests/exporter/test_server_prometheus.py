@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import prometheus_client
 import pytest
 
 from exporter.server import ServerSettings, create_app, start_server
 from exporter.snapshot import Allocation, DeviceState, NodeState, NvmlView, Snapshot
 from gpuhealth.clock import ManualClock
-from gpuhealth.loopback import free_port
 from gpuhealth.nvml import DeviceReading
+from gpuhealth.testing.loopback import Prometheus, ScrapeJob, run_prometheus, wait_until
 
 # No skip when `prometheus` is missing: `make test` installs it, and CI must not pass with
 # this check silently gone.
@@ -70,79 +70,47 @@ async def exporter_port() -> AsyncIterator[int]:
 
 
 @pytest.fixture
-async def prometheus_url(exporter_port: int, tmp_path: Path) -> AsyncIterator[str]:
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: gpuhealth-exporter\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{exporter_port}']}}]\n"
+async def prometheus(exporter_port: int, tmp_path: Path) -> AsyncIterator[Prometheus]:
+    """A real Prometheus scraping the exporter every second.
+
+    Started, waited on and stopped in a worker thread: this event loop serves the exporter
+    meanwhile, and a blocked loop would fail the scrapes being waited for.
+    """
+    job = ScrapeJob("gpuhealth-exporter", [f"127.0.0.1:{exporter_port}"])
+    with ExitStack() as stack:
+        yield await asyncio.to_thread(stack.enter_context, run_prometheus(tmp_path / "prometheus", [job]))
+        await asyncio.to_thread(stack.close)
+
+
+async def test_prometheus_scrapes_and_stores_the_contract(prometheus: Prometheus) -> None:
+    async def query(promql: str) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(prometheus.query, promql)
+
+    def labels(result: list[dict[str, Any]]) -> list[dict[str, str]]:
+        return [{k: v for k, v in r["metric"].items() if k not in ("instance", "job")} for r in result]
+
+    # One successful scrape stores every series of the body at once (`up` with them), so
+    # from here on a missing series is missing from the body, not from a scrape to come.
+    await asyncio.to_thread(
+        wait_until,
+        "Prometheus to scrape the exporter",
+        lambda: prometheus.value('up{job="gpuhealth-exporter"}') == 1.0,
     )
-    port = free_port()
-    process = await asyncio.create_subprocess_exec(
-        "prometheus",
-        f"--config.file={config}",
-        f"--storage.tsdb.path={tmp_path / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        try:
-            await asyncio.wait_for(process.wait(), 10)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
-
-
-async def query(session: aiohttp.ClientSession, url: str, promql: str) -> list[dict[str, Any]]:
-    async with session.get(f"{url}/api/v1/query", params={"query": promql}) as response:
-        body = await response.json()
-    assert body["status"] == "success", body
-    result: list[dict[str, Any]] = body["data"]["result"]
-    return result
-
-
-async def scraped(session: aiohttp.ClientSession, url: str) -> None:
-    """Wait until the target was scraped successfully at least once."""
-    try:
-        async with asyncio.timeout(30):
-            while True:
-                try:
-                    if await query(session, url, 'up{job="gpuhealth-exporter"} == 1'):
-                        return
-                except aiohttp.ClientError:
-                    pass  # Prometheus still starting
-                await asyncio.sleep(0.2)
-    except TimeoutError:
-        pytest.fail("Prometheus never scraped the exporter successfully")
-
-
-async def test_prometheus_scrapes_and_stores_the_contract(prometheus_url: str) -> None:
-    async with aiohttp.ClientSession() as session:
-        await scraped(session, prometheus_url)
-
-        def labels(result: list[dict[str, Any]]) -> list[dict[str, str]]:
-            return [{k: v for k, v in r["metric"].items() if k not in ("instance", "job")} for r in result]
-
-        health = await query(session, prometheus_url, "gpu_device_health == 1")
-        assert labels(health) == [
-            {"__name__": "gpu_device_health", "node": "node-a", "device": UUID, "status": "Unhealthy"}
-        ]
-        age = await query(session, prometheus_url, "gpu_device_status_age_seconds")
-        assert [float(r["value"][1]) for r in age] == [12.0]
-        alloc = await query(session, prometheus_url, "gpu_device_allocation_info")
-        assert [r["metric"]["pod"] for r in alloc] == [POD]
-        xid = await query(session, prometheus_url, 'gpu_nvml_xid_errors_total{xid="79"}')
-        assert [(r["metric"]["device"], float(r["value"][1])) for r in xid] == [(UUID, 2.0)]
-        ecc = await query(session, prometheus_url, "gpu_nvml_ecc_errors_total")
-        assert labels(ecc) == [
-            {"__name__": "gpu_nvml_ecc_errors_total", "node": "node-a", "device": UUID, "type": "uncorrected"}
-        ]
-        absent = await query(session, prometheus_url, "gpu_nvml_power_watts")
-        assert absent == []  # None readings are absent, not zero
-        self_metrics = await query(session, prometheus_url, "gpuhealth_exporter_devices_tracked")
-        assert [float(r["value"][1]) for r in self_metrics] == [1.0]
+    health = await query("gpu_device_health == 1")
+    assert labels(health) == [
+        {"__name__": "gpu_device_health", "node": "node-a", "device": UUID, "status": "Unhealthy"}
+    ]
+    age = await query("gpu_device_status_age_seconds")
+    assert [float(r["value"][1]) for r in age] == [12.0]
+    alloc = await query("gpu_device_allocation_info")
+    assert [r["metric"]["pod"] for r in alloc] == [POD]
+    xid = await query('gpu_nvml_xid_errors_total{xid="79"}')
+    assert [(r["metric"]["device"], float(r["value"][1])) for r in xid] == [(UUID, 2.0)]
+    ecc = await query("gpu_nvml_ecc_errors_total")
+    assert labels(ecc) == [
+        {"__name__": "gpu_nvml_ecc_errors_total", "node": "node-a", "device": UUID, "type": "uncorrected"}
+    ]
+    self_metrics = await query("gpuhealth_exporter_devices_tracked")
+    assert [float(r["value"][1]) for r in self_metrics] == [1.0]
+    # None readings are absent, not zero (checked last, after the series stored beside it).
+    assert await query("gpu_nvml_power_watts") == []

@@ -9,55 +9,52 @@ for the same device, but never across alerts that lack node and device labels.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from gpuhealth.loopback import Alertmanager, run_alertmanager
+from gpuhealth.testing.loopback import Alertmanager, inhibited, run_alertmanager, wait_until
 from tests.rules.support import ALERTMANAGER_CONFIG
 
 pytestmark = pytest.mark.integration
 
+AlertKey = tuple[str, str, str]
+"""(alertname, node, device) of an alert; "" for a label it lacks."""
 
-def post(alertmanager: Alertmanager, *label_sets: dict[str, str]) -> None:
-    now = datetime.now(UTC)
-    alertmanager.post(
-        [
-            {
-                "labels": labels,
-                "annotations": {"summary": "test"},
-                "startsAt": now.isoformat(),
-                "endsAt": (now + timedelta(hours=1)).isoformat(),
-            }
-            for labels in label_sets
-        ]
-    )
+BARRIER_NODE = "barrier"
+BARRIER = (
+    {"alertname": "GPUNodeUnreachable", "severity": "warning", "action": "none", "node": BARRIER_NODE},
+    {"alertname": "GPUDeviceStatusStale", "severity": "warning", "action": "none",
+     "node": BARRIER_NODE, "device": "GPU-barrier"},
+)  # fmt: skip
+"""A source and the target it inhibits (the node-outage rule), on a node of their own, posted
+after the alerts under test. Without that rule every test here times out waiting for it."""
 
 
-def inhibited(
-    alertmanager: Alertmanager, expected: dict[tuple[str, str, str], bool]
-) -> dict[tuple[str, str, str], bool]:
-    """(alertname, node, device) -> inhibited, for every listed alert.
+def key(labels: dict[str, str]) -> AlertKey:
+    return (labels["alertname"], labels.get("node", ""), labels.get("device", ""))
 
-    The inhibitor learns about source alerts asynchronously, so this waits until every
-    posted alert is listed and every alert expected to be inhibited is; the snapshot
-    taken then also shows any alert inhibited that should not be.
+
+def inhibition_of(alertmanager: Alertmanager, *label_sets: dict[str, str]) -> dict[AlertKey, bool]:
+    """Post `label_sets`, then return (alertname, node, device) -> inhibited for each of them.
+
+    Alertmanager's inhibitor learns about source alerts asynchronously, from the stream of
+    alerts in the order they were posted. So the barrier pair is posted after the alerts
+    under test, and the answer is read only once the barrier's target shows as inhibited:
+    by then the inhibitor has seen every alert under test, and an inhibition missing from
+    the answer (or one too many) is the configuration's, not a look taken too early.
     """
-    deadline = time.monotonic() + 10
-    while True:
-        state = {
-            (a["labels"]["alertname"], a["labels"].get("node", ""), a["labels"].get("device", "")): bool(
-                a["status"]["inhibitedBy"]
-            )
-            for a in alertmanager.alerts()
-        }
-        ready = state.keys() >= expected.keys() and all(state[k] for k, v in expected.items() if v)
-        if ready or time.monotonic() > deadline:
-            return state
-        time.sleep(0.05)
+    alertmanager.fire(*label_sets)
+    alertmanager.fire(*BARRIER)
+    barrier_target = key(BARRIER[1])
+
+    def settled() -> dict[AlertKey, bool] | None:
+        state = {key(a["labels"]): inhibited(a) for a in alertmanager.alerts()}
+        return state if state.get(barrier_target) else None
+
+    state = wait_until("the inhibitor to see the barrier posted after the alerts", settled, timeout=10)
+    return {k: v for k, v in state.items() if k[1] != BARRIER_NODE}
 
 
 @pytest.fixture
@@ -71,7 +68,7 @@ def _device_alert(name: str, severity: str, action: str, node: str, device: str)
 
 
 def test_a_node_outage_inhibits_that_nodes_device_alerts_only(alertmanager: Alertmanager) -> None:
-    post(
+    state = inhibition_of(
         alertmanager,
         {"alertname": "GPUNodeUnreachable", "severity": "warning", "action": "none", "node": "n1"},
         _device_alert("GPUDeviceUnknownExpired", "critical", "restrict", "n1", "GPU-1"),
@@ -86,13 +83,13 @@ def test_a_node_outage_inhibits_that_nodes_device_alerts_only(alertmanager: Aler
         ("GPUDeviceUnhealthy", "n2", "GPU-3"): False,
         ("GPUHealthExporterDown", "", ""): False,
     }
-    assert inhibited(alertmanager, expected) == expected
+    assert state == expected
 
 
 def test_an_unknown_storm_inhibits_restrict_everywhere_but_quarantine_still_flows(
     alertmanager: Alertmanager,
 ) -> None:
-    post(
+    state = inhibition_of(
         alertmanager,
         {"alertname": "GPUFleetUnknownStorm", "severity": "critical", "action": "none"},
         _device_alert("GPUDeviceUnknownExpired", "critical", "restrict", "n1", "GPU-1"),
@@ -107,13 +104,13 @@ def test_an_unknown_storm_inhibits_restrict_everywhere_but_quarantine_still_flow
         ("GPUDeviceFatalXid", "n3", "GPU-3"): False,
         ("GPUDeviceUnknown", "n4", "GPU-4"): False,
     }
-    assert inhibited(alertmanager, expected) == expected
+    assert state == expected
 
 
 def test_critical_beats_warning_for_the_same_device_and_never_across_labelless_alerts(
     alertmanager: Alertmanager,
 ) -> None:
-    post(
+    state = inhibition_of(
         alertmanager,
         _device_alert("GPUDeviceUnhealthy", "critical", "quarantine", "n1", "GPU-1"),
         _device_alert("GPUDeviceUnknown", "warning", "none", "n1", "GPU-1"),
@@ -128,4 +125,4 @@ def test_critical_beats_warning_for_the_same_device_and_never_across_labelless_a
         ("GPUHealthBreakerTripped", "", ""): False,
         ("GPUDeviceMigrationFailed", "", ""): False,
     }
-    assert inhibited(alertmanager, expected) == expected
+    assert state == expected

@@ -8,7 +8,6 @@ slices, the simulator's own HTTP routes (status, NVML, fault injection) and the 
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 from kubernetes import client
 
 from gpuhealth.kube import api_client
+from gpuhealth.testing.loopback import wait_until
 from simulator.testing import running_cluster
 
 pytestmark = pytest.mark.integration
@@ -93,13 +93,12 @@ def test_scenario_served_to_the_official_client_changes_as_the_timeline_runs() -
         assert {r.pool for r in results} == {"dra-0"}
 
         # 20 simulated seconds at 20x: both faults land within about a second of wall time.
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
+        def both_unhealthy() -> list[str] | None:
             pods = core.list_pod_for_all_namespaces().items
-            unhealthy = [rid for p in pods for rid, h in _health(p).items() if h == "Unhealthy"]
-            if len(unhealthy) == 2:
-                break
-            time.sleep(0.1)
+            found = [rid for p in pods for rid, h in _health(p).items() if h == "Unhealthy"]
+            return found if len(found) == 2 else None
+
+        unhealthy = wait_until("both faults in pod status", both_unhealthy, timeout=20, interval=0.1)
         uuid_1 = cluster.call(lambda c: c.fleet.gpu("dp-0", 1).uuid)
         assert uuid_1 in unhealthy
         cdi = [rid for rid in unhealthy if rid.startswith("k8s.gpu.nvidia.com/claim=")]

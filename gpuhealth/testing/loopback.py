@@ -1,9 +1,10 @@
 """Real Prometheus and Alertmanager servers on loopback, for the end-to-end tests and the demo.
 
-An adapter: it starts the Debian binaries (`prometheus`, `prometheus-alertmanager`) as child
-processes on 127.0.0.1 with temporary storage, waits until they are ready, and talks to
-their HTTP APIs with the standard library. Every wait has a deadline and says what it was
-waiting for when it gives up, with the tail of the server's log.
+It starts the Debian binaries (`prometheus`, `prometheus-alertmanager`) as child processes on
+127.0.0.1 with temporary storage, waits until they are ready, and talks to their HTTP APIs
+with the standard library; `WebhookRecorder` stands in for Alertmanager's receivers.
+`wait_until` is the one polling helper of the tests: every wait has a deadline and says
+what it was waiting for when it gives up, with the tail of the server's log.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
@@ -190,6 +192,22 @@ class Prometheus:
         alerts: list[dict[str, Any]] = answer["data"]["alerts"]
         return [a for a in alerts if state is None or a["state"] == state]
 
+    def rule_groups(self) -> list[dict[str, Any]]:
+        answer = http_json(f"{self.base_url}/api/v1/rules")
+        groups: list[dict[str, Any]] = answer["data"]["groups"]
+        return groups
+
+    def evaluated_since(self, since: float) -> bool:
+        """True once every rule group has been evaluated after `since` (Unix seconds).
+
+        The evidence a test needs before it asserts that no alert is pending or firing:
+        without it, "no alert" may only mean "not evaluated yet".
+        """
+        groups = self.rule_groups()
+        return bool(groups) and all(
+            datetime.fromisoformat(g["lastEvaluation"]).timestamp() > since for g in groups
+        )
+
     def alertmanagers_discovered(self) -> bool:
         answer = http_json(f"{self.base_url}/api/v1/alertmanagers")
         return bool(answer["data"]["activeAlertmanagers"])
@@ -263,6 +281,26 @@ class Alertmanager:
 
     def post(self, alerts: list[dict[str, Any]]) -> None:
         http_json(f"{self.base_url}/api/v2/alerts", alerts)
+
+    def fire(self, *label_sets: dict[str, str], lasting: float = 3600.0) -> None:
+        """Post one firing alert per label set, in order, as Prometheus would send it."""
+        now = datetime.now(UTC)
+        self.post(
+            [
+                {
+                    "labels": labels,
+                    "annotations": {"summary": "posted by a test"},
+                    "startsAt": now.isoformat(),
+                    "endsAt": (now + timedelta(seconds=lasting)).isoformat(),
+                }
+                for labels in label_sets
+            ]
+        )
+
+
+def inhibited(alert: dict[str, Any]) -> bool:
+    """Whether Alertmanager (API v2) lists `alert` as inhibited by another."""
+    return bool(alert["status"]["inhibitedBy"])
 
 
 @contextmanager
