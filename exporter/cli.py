@@ -74,6 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     exporter.add_argument(
         "--listen",
+        metavar="HOST:PORT",
         type=listen_address,
         default=DEFAULT_LISTEN,
         help=f"HOST:PORT, :PORT or [IPv6]:PORT to serve on (default {DEFAULT_LISTEN})",

@@ -43,6 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--listen",
+        metavar="HOST:PORT",
         type=listen_address,
         default="127.0.0.1:0",
         help="HOST:PORT, :PORT or [IPv6]:PORT to serve on; port 0 picks a free one (default: %(default)s)",

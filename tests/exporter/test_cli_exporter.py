@@ -3,10 +3,10 @@
 Aspects covered: a kubectl dump (List of mixed kinds, or a PodList) printed as metrics
 with both allocation paths resolved; bad dumps and bad flags give a clear error prefixed
 `gpuhealth <cmd>: error:` and exit code 2, never a traceback; a taken port is a run-time
-failure (exit 1); the devices table (status age, truncated message, pods), its filters,
-wide, JSON and YAML forms; `devices replay` with relative and RFC3339 `--since` in the same
-`-o table|wide|json|yaml` vocabulary (and `-o text`, its older name for the table); human
-durations.
+failure (exit 1), and so is an observer that dies; the devices table (status age, truncated
+message, pods), its filters, wide, JSON and YAML forms; `devices replay` with relative and
+RFC3339 `--since` in the same `-o table|wide|json|yaml` vocabulary (and `-o text`, its
+older name for the table); human durations.
 """
 
 from __future__ import annotations
@@ -294,3 +294,27 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(directory_path: str, c
         err = proc.stderr.read().decode()
         assert proc.wait() == 141, err
     assert "Traceback" not in err
+
+
+def test_an_observer_that_dies_fails_the_exporter_loudly(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Before the observer ran as the app's background task, its death ended the exporter
+    # silently with exit 0.
+    from exporter.observer import Observer
+    from simulator.apiserver.kubeconfig import write_kubeconfig
+
+    async def dies(self: Observer) -> None:
+        raise RuntimeError("watch loop bug")
+
+    monkeypatch.setattr(Observer, "run", dies)
+    kubeconfig = tmp_path / "kubeconfig"
+    write_kubeconfig(kubeconfig, "http://127.0.0.1:1")
+    argv = ["exporter", "--kubeconfig", str(kubeconfig), "--listen", "127.0.0.1:0"]
+    assert main([*argv, "--directory", str(tmp_path / "d.sqlite")]) == 1
+    err = capsys.readouterr().err
+    assert "gpuhealth exporter: error: background task observer failed: RuntimeError('watch loop bug')" in err
+    assert any(r.exc_info and "observer" in r.getMessage() for r in caplog.records)  # with its traceback
