@@ -7,9 +7,13 @@
   pods,resourceclaims,resourceslices,leases -A -o json` dump and prints the exposition
   (without `--once` it serves that fixed state instead). Observation times are the time
   the dump is read: a dump carries no observation times, only Lease renewals.
-- `gpuhealth devices [--directory PATH] [--node N] [--health H] [-o wide|json|yaml]` shows
-  what `kubectl describe pod` does not: device health, status age, message and pods,
-  read from the device directory; `gpuhealth devices replay [--since T]` prints its log.
+- `gpuhealth devices [--directory PATH] [--node N] [--health H] [-o table|wide|json|yaml]`
+  shows what `kubectl describe pod` does not: device health, status age, message and pods,
+  read from the device directory; `gpuhealth devices replay [--since T] [-o ...]` prints its
+  log, streamed (JSON one document a line, YAML one document per record).
+
+Exit codes (`gpuhealth.cliargs`): 2 bad flags or input (a dump, a kubeconfig, a directory
+that cannot be read), 1 failure at run time (the address cannot be bound, the observer died).
 
 This module wires settings, adapters and the state together; it holds no logic of its own
 beyond presentation.
@@ -138,8 +142,6 @@ def _nvml_source(value: str) -> str:
 def settings_from_args(args: argparse.Namespace) -> ExporterSettings:
     if args.once and not args.from_file:
         raise UsageError("--once goes with --from-file (a live exporter keeps serving)")
-    if args.nvml.startswith("sim:") and not args.node:
-        raise UsageError("--nvml sim:URL reads one node's simulated NVML: give --node too")
     host, port = args.listen
     offline = bool(args.from_file)
     try:

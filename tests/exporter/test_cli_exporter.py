@@ -150,7 +150,7 @@ def test_bad_dumps_name_what_is_wrong(
         (["exporter", "--listen", "nowhere"], "gpuhealth exporter: error: argument --listen: 'nowhere'"),
         (["exporter", "--listen", "[::1:80"], "expected HOST:PORT"),
         (["exporter", "--nvml", "cuda"], "argument --nvml: 'cuda': expected auto, none, pynvml or sim:URL"),
-        (["exporter", "--nvml", "sim:http://127.0.0.1:1"], "gpuhealth exporter: error: --nvml sim:URL"),
+        (["exporter", "--nvml", "sim:http://127.0.0.1:1"], "NvmlSettings.source sim:URL reads one"),
         (["exporter", "--nvml-poll-seconds", "0"], "argument --nvml-poll-seconds: '0' must be longer"),
         (["exporter", "--nvml-poll-seconds", "nan"], "argument --nvml-poll-seconds: 'nan' is not a"),
         (["devices", "--directory", "/nonexistent/d.sqlite"], "gpuhealth devices: error: /nonexistent"),
