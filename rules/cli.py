@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpuhealth.cliargs import EXIT_FAILED, EXIT_OK, UsageError, command
+from gpuhealth.cliargs import EXIT_FAILED, EXIT_OK, UsageError, command, error_line
 from rules.render import (
     DEFAULT_CONFIG,
     PACKAGE_DIR,
@@ -76,11 +76,11 @@ def _write_or_check(files: dict[str, str], out_dir: Path, args: argparse.Namespa
     if args.check:
         problems = compare_files(files, out_dir)
         if problems:
-            print(
-                f"gpuhealth rules render --check: {len(problems)} file(s) under {out_dir} differ from a "
-                f"fresh render of {args.config}; run `gpuhealth rules render` and commit the result:",
-                file=sys.stderr,
+            stale = (
+                f"{len(problems)} file(s) under {out_dir} are stale: they differ from a fresh render of "
+                f"{args.config}; run `gpuhealth rules render` and commit the result:"
             )
+            print(error_line(args.prog, stale), file=sys.stderr)
             for problem in problems:
                 print(problem, file=sys.stderr)
             return EXIT_FAILED

@@ -46,7 +46,9 @@ def test_shipped_config_equals_the_defaults() -> None:
 
 def test_render_check_passes_on_fresh_output_and_reports_drift(tmp_path: Path, capsys: Any) -> None:
     assert main(["rules", "render", "--out", str(tmp_path), "--check"]) == 1
-    assert "missing" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("gpuhealth rules render: error: ") and f"under {tmp_path} are stale" in err
+    assert "missing" in err
 
     assert main(["rules", "render", "--out", str(tmp_path)]) == 0
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.yaml")) == sorted(OUTPUTS.values())
