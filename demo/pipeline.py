@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from demo.safety import Action, Verdict, judge, requested_actions
+from gpuhealth import fields
 from gpuhealth.testing.loopback import (
     LoopbackError,
     Prometheus,
@@ -51,16 +52,26 @@ TOKEN = "demo-responder-token"
 
 @dataclass(frozen=True)
 class DemoSettings:
+    """How a demo run is paced and shaped; each field checked when built."""
+
     speed: float = 20.0
     """Simulated seconds per wall second, for the cluster and the rules alike."""
-    lead_in: float = 8.0
+    lead_in_seconds: float = 8.0
     """Wall seconds of a healthy fleet before the first fault (exporters start, Prometheus scrapes)."""
-    settle: float = 180.0
+    settle_seconds: float = 180.0
     """Simulated seconds to keep running after the last fault has ended."""
     node_exporters_max: int = 16
     """Up to this many nodes, one node-mode exporter per node (with NVML); beyond, one cluster-mode."""
-    poll_interval: float = 0.5
+    poll_interval_seconds: float = 0.5
     """Wall seconds between looks at Prometheus alerts and webhook deliveries."""
+
+    def __post_init__(self) -> None:
+        # Zero speed would never reach the end; NaN would make every deadline meaningless.
+        fields.positive(self, "speed", "simulated seconds per wall second")
+        fields.within(self, "lead_in_seconds", "wall seconds", 0.0)
+        fields.within(self, "settle_seconds", "simulated seconds", 0.0)
+        fields.within(self, "node_exporters_max", "nodes", 0, whole=True)
+        fields.positive(self, "poll_interval_seconds", "wall seconds")  # zero would spin the watch loop
 
 
 @dataclass
@@ -102,9 +113,9 @@ def run_demo(
     scenario: Scenario, rules: RuleSettings, settings: DemoSettings, workdir: Path, out: TextIO
 ) -> Outcome:
     """Run `scenario` through the pipeline; narrate to `out`; judge the actions delivered."""
-    lead_in = settings.lead_in * settings.speed
+    lead_in = settings.lead_in_seconds * settings.speed
     run_scenario = shifted(scenario, lead_in)
-    end = lead_in + timeline_end(scenario) + settings.settle
+    end = lead_in + timeline_end(scenario) + settings.settle_seconds
     narrator = Narrator(out, lead_in)
     uuid_of = {
         (node, i): gpu_uuid(node, i)
@@ -292,7 +303,7 @@ def _watch(
         seen_deliveries = len(deliveries)
         if now >= end:
             return actions, fired, seen_deliveries
-        time.sleep(settings.poll_interval)
+        time.sleep(settings.poll_interval_seconds)
 
 
 def default_workdir() -> Path:

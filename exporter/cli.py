@@ -7,9 +7,13 @@
   pods,resourceclaims,resourceslices,leases -A -o json` dump and prints the exposition
   (without `--once` it serves that fixed state instead). Observation times are the time
   the dump is read: a dump carries no observation times, only Lease renewals.
-- `gpuhealth devices [--directory PATH] [--node N] [--health H] [-o wide|json|yaml]` shows
-  what `kubectl describe pod` does not: device health, status age, message and pods,
-  read from the device directory; `gpuhealth devices replay [--since T]` prints its log.
+- `gpuhealth devices [--directory PATH] [--node N] [--health H] [-o table|wide|json|yaml]`
+  shows what `kubectl describe pod` does not: device health, status age, message and pods,
+  read from the device directory; `gpuhealth devices replay [--since T] [-o ...]` prints its
+  log, streamed (JSON one document a line, YAML one document per record).
+
+Exit codes (`gpuhealth.cliargs`): 2 bad flags or input (a dump, a kubeconfig, a directory
+that cannot be read), 1 failure at run time (the address cannot be bound, the observer died).
 
 This module wires settings, adapters and the state together; it holds no logic of its own
 beyond presentation.
@@ -20,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -38,19 +41,26 @@ from exporter.settings import (
     ExporterSettings,
     NvmlSettings,
     ObserverSettings,
-    parse_listen,
+    check_nvml_source,
 )
 from exporter.snapshot import HEALTH_VALUES, DeviceState, NodeState, status_age
 from exporter.state import CLAIMS, LEASES, PODS, SLICES, DeviceStateStore, ObservationRecord
+from gpuhealth import http
+from gpuhealth.cliargs import (
+    CommandFailed,
+    UsageError,
+    add_output_option,
+    command,
+    listen_address,
+    positive_duration_seconds,
+)
 from gpuhealth.clock import Clock, SystemClock
 from gpuhealth.durations import DurationError, parse_duration
+from gpuhealth.fields import SettingsError
+from gpuhealth.http import BackgroundTaskFailed, ListenFailed, background, format_listen
 from gpuhealth.nvml import NvmlSource
 
 log = logging.getLogger(__name__)
-
-
-class UsageError(Exception):
-    """Bad input from the person at the keyboard: printed as is, exit code 2."""
 
 
 # ----- registration ----------------------------------------------------------------------
@@ -67,21 +77,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--node", help="node mode: only this node's pods, slices and Lease, plus local NVML"
     )
     exporter.add_argument(
-        "--listen", default=DEFAULT_LISTEN, help=f"HOST:PORT to serve on (default {DEFAULT_LISTEN})"
+        "--listen",
+        metavar="HOST:PORT",
+        type=listen_address,
+        default=DEFAULT_LISTEN,
+        help=f"HOST:PORT, :PORT or [IPv6]:PORT to serve on (default {DEFAULT_LISTEN})",
     )
     exporter.add_argument(
         "--directory",
         help=f"device directory SQLite file (default {DEFAULT_DIRECTORY}; offline mode: none unless given)",
     )
     exporter.add_argument(
-        "--nvml", default="auto", help="auto|none|pynvml|sim:URL (node mode only; default auto)"
+        "--nvml",
+        type=_nvml_source,
+        default="auto",
+        help="auto|none|pynvml|sim:URL (node mode only; default auto)",
     )
     exporter.add_argument(
-        "--nvml-poll-seconds", type=float, default=NvmlSettings.poll_seconds, help=argparse.SUPPRESS
+        "--nvml-poll-seconds",
+        type=positive_duration_seconds,
+        default=NvmlSettings.poll_seconds,
+        help=argparse.SUPPRESS,
     )
     exporter.add_argument("--from-file", metavar="DUMP", help="offline: a `kubectl get ... -A -o json` dump")
     exporter.add_argument("--once", action="store_true", help="with --from-file: print the metrics and exit")
-    exporter.set_defaults(func=run_exporter)
+    command(exporter, run_exporter)
 
     devices = subparsers.add_parser(
         "devices",
@@ -91,15 +111,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _directory_option(devices)
     devices.add_argument("--node", help="only this node")
     devices.add_argument("--health", choices=HEALTH_VALUES, help="only devices reporting this health")
-    devices.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml"], default="table")
-    devices.set_defaults(func=run_devices)
+    add_output_option(devices)
+    command(devices, run_devices)
     sub = devices.add_subparsers(dest="devices_command", metavar="{replay}")
     replay = sub.add_parser("replay", help="print the directory's log of status changes")
     _directory_option(replay)
     replay.add_argument("--since", help="RFC3339 time or relative age (30s, 10m, 2h, 1d)")
     replay.add_argument("--node", help="only this node")
-    replay.add_argument("-o", "--output", choices=["text", "json"], default="text")
-    replay.set_defaults(func=run_replay)
+    # `text` was this command's name for the table before the vocabulary was shared.
+    add_output_option(replay, aliases={"text": "table"})
+    command(replay, run_replay)
 
 
 def _directory_option(parser: argparse.ArgumentParser) -> None:
@@ -108,57 +129,53 @@ def _directory_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _guard(fn: Callable[[], int]) -> int:
+def _nvml_source(value: str) -> str:
     try:
-        return fn()
-    except (UsageError, DirectoryError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return check_nvml_source(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 # ----- gpuhealth exporter --------------------------------------------------------------
 
 
 def settings_from_args(args: argparse.Namespace) -> ExporterSettings:
-    try:
-        host, port = parse_listen(args.listen)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    nvml = args.nvml
-    if nvml not in ("auto", "none", "pynvml") and not nvml.startswith("sim:"):
-        raise UsageError(f"--nvml {nvml!r}: expected auto, none, pynvml or sim:URL")
-    if nvml.startswith("sim:") and not args.node:
-        raise UsageError("--nvml sim:URL reads one node's simulated NVML: give --node too")
     if args.once and not args.from_file:
         raise UsageError("--once goes with --from-file (a live exporter keeps serving)")
-    base = ExporterSettings()
+    host, port = args.listen
     offline = bool(args.from_file)
-    return ExporterSettings(
-        observer=ObserverSettings(node_name=args.node),
-        directory=DirectorySettings(
-            path=args.directory if args.directory else (None if offline else DEFAULT_DIRECTORY)
-        ),
-        nvml=NvmlSettings(source=nvml, poll_seconds=args.nvml_poll_seconds),
-        server=replace(base.server, host=host, port=port),
-        kubeconfig=args.kubeconfig,
-    )
+    try:
+        base = ExporterSettings()
+        return ExporterSettings(
+            observer=ObserverSettings(node_name=args.node),
+            directory=DirectorySettings(
+                path=args.directory if args.directory else (None if offline else DEFAULT_DIRECTORY)
+            ),
+            nvml=NvmlSettings(source=args.nvml, poll_seconds=args.nvml_poll_seconds),
+            server=replace(base.server, host=host, port=port),
+            kubeconfig=args.kubeconfig,
+        )
+    except SettingsError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def run_exporter(args: argparse.Namespace) -> int:
-    return _guard(lambda: _run_exporter(args))
-
-
-def _run_exporter(args: argparse.Namespace) -> int:
+    """`gpuhealth exporter`: exit 2 for bad flags or input, 1 when serving fails."""
     settings = settings_from_args(args)
-    if args.from_file:
-        dump = load_dump(args.from_file)
-        if args.once:
-            sys.stdout.buffer.write(offline_metrics(dump, settings, SystemClock()))
-            sys.stdout.flush()
+    try:
+        if args.from_file:
+            dump = load_dump(args.from_file)
+            if args.once:
+                sys.stdout.buffer.write(offline_metrics(dump, settings, SystemClock()))
+                sys.stdout.flush()
+                return 0
+            asyncio.run(_serve_static(dump, settings))
             return 0
-        asyncio.run(_serve_static(dump, settings))
-        return 0
-    asyncio.run(serve(settings))
+        asyncio.run(serve(settings))
+    except DirectoryError as exc:
+        raise UsageError(str(exc)) from exc
+    except (ListenFailed, BackgroundTaskFailed) as exc:
+        raise CommandFailed(str(exc)) from exc
     return 0
 
 
@@ -228,47 +245,20 @@ async def _serve_static(dump: dict[str, list[Any]], settings: ExporterSettings) 
     app = create_app(
         settings.server, snapshot=store.snapshot, clock=clock, registry=registry, ready=lambda: True
     )
+    served = False
+
+    def started(address: tuple[str, int]) -> None:
+        nonlocal served
+        served = True
+        log.info("serving %d devices from a dump on %s", store.devices_tracked, format_listen(*address))
+
     try:
-        runner = await _listen(app, settings)
-    except UsageError:
-        if directory is not None:
-            directory.close()
-        raise
-    log.info(
-        "serving %d devices from a dump on %s:%d",
-        store.devices_tracked,
-        settings.server.host,
-        settings.server.port,
-    )
-    try:
-        await _until_signalled()
+        await http.serve(app, settings.server, on_started=started)
     finally:
-        await runner.cleanup()
         if directory is not None:
-            persist(store, directory, force=True)
+            if served:
+                persist(store, directory, force=True)
             directory.close()
-
-
-async def _listen(app: Any, settings: ExporterSettings) -> Any:
-    from exporter.server import start_server
-
-    try:
-        return await start_server(app)
-    except OSError as exc:
-        where = f"{settings.server.host}:{settings.server.port}"
-        raise UsageError(f"--listen {where}: cannot listen there ({exc.strerror or exc})") from exc
-
-
-async def _until_signalled() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
 
 
 def nvml_source(settings: ExporterSettings) -> NvmlSource | None:
@@ -300,7 +290,12 @@ def nvml_source(settings: ExporterSettings) -> NvmlSource | None:
 async def serve(
     settings: ExporterSettings, *, clock: Clock | None = None, started: asyncio.Event | None = None
 ) -> None:
-    """Run the live exporter until SIGTERM/SIGINT (or cancellation)."""
+    """Run the live exporter until SIGTERM/SIGINT (or cancellation).
+
+    The observer runs as the app's background task: started with it, cancelled when it
+    stops; if it dies, serving stops and this raises `gpuhealth.http.BackgroundTaskFailed`.
+    A taken address raises `gpuhealth.http.ListenFailed`.
+    """
     from prometheus_client import CollectorRegistry
 
     from exporter.observer import ExporterMetrics, KubeTransport, Observer
@@ -332,26 +327,20 @@ async def serve(
         app = create_app(
             settings.server, snapshot=store.snapshot, clock=clock, registry=registry, ready=observer.ready
         )
-        runner = await _listen(app, settings)
-        log.info(
-            "exporter on %s:%d (%s mode, directory %s, NVML %s)",
-            settings.server.host,
-            settings.server.port,
-            f"node {settings.observer.node_name}" if settings.observer.node_name else "cluster",
-            settings.directory.path or "in memory",
-            "on" if nvml is not None else "off",
-        )
-        observing = asyncio.create_task(observer.run())
-        waiting = asyncio.create_task(_until_signalled())
-        if started is not None:
-            started.set()
-        try:
-            await asyncio.wait({observing, waiting}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (observing, waiting):
-                task.cancel()
-            await asyncio.gather(observing, waiting, return_exceptions=True)
-            await runner.cleanup()
+        app.cleanup_ctx.append(background("observer", observer.run))
+
+        def on_started(address: tuple[str, int]) -> None:
+            log.info(
+                "exporter on %s (%s mode, directory %s, NVML %s)",
+                format_listen(*address),
+                f"node {settings.observer.node_name}" if settings.observer.node_name else "cluster",
+                settings.directory.path or "in memory",
+                "on" if nvml is not None else "off",
+            )
+            if started is not None:
+                started.set()
+
+        await http.serve(app, settings.server, on_started=on_started)
     finally:
         if directory is not None:
             directory.close()
@@ -532,7 +521,10 @@ def device_document(device: DeviceState, age: float) -> dict[str, Any]:
 
 
 def run_devices(args: argparse.Namespace, *, clock: Clock | None = None, out: TextIO | None = None) -> int:
-    return _guard(lambda: _run_devices(args, clock or SystemClock(), out or sys.stdout))
+    try:
+        return _run_devices(args, clock or SystemClock(), out or sys.stdout)
+    except DirectoryError as exc:  # the file named is missing or not a directory: bad input
+        raise UsageError(str(exc)) from exc
 
 
 def _run_devices(args: argparse.Namespace, clock: Clock, out: TextIO) -> int:
@@ -599,7 +591,10 @@ def record_document(record: ObservationRecord) -> dict[str, Any]:
 
 
 def run_replay(args: argparse.Namespace, *, clock: Clock | None = None, out: TextIO | None = None) -> int:
-    return _guard(lambda: _run_replay(args, clock or SystemClock(), out or sys.stdout))
+    try:
+        return _run_replay(args, clock or SystemClock(), out or sys.stdout)
+    except DirectoryError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def _run_replay(args: argparse.Namespace, clock: Clock, out: TextIO) -> int:
@@ -609,15 +604,29 @@ def _run_replay(args: argparse.Namespace, clock: Clock, out: TextIO) -> int:
         for record in reader.replay(since):
             if args.node is not None and record.node != args.node:
                 continue
-            if args.output == "json":
-                out.write(orjson.dumps(record_document(record)).decode() + "\n")
-            else:
-                evidence = f"{record.namespace}/{record.pod}/{record.container}" if record.pod else "-"
-                message = f"  {record.message}" if record.message else ""
-                out.write(
-                    f"{_iso(record.observed_at)}  {record.node}  {record.device}  v{record.status_version}  "
-                    f"{record.health}  {evidence}{message}\n"
-                )
+            out.write(_replay_line(record, args.output))
     finally:
         reader.close()
     return 0
+
+
+def _replay_line(record: ObservationRecord, output: str) -> str:
+    """One record as streamed by `devices replay`: the log is printed as it is read, so JSON
+    is one document a line and YAML one document per record, never a list held in memory."""
+    if output == "json":
+        return orjson.dumps(record_document(record)).decode() + "\n"
+    if output == "yaml":
+        import yaml
+
+        return yaml.safe_dump(record_document(record), sort_keys=False, explicit_start=True)
+    evidence = f"{record.namespace}/{record.pod}/{record.container}" if record.pod else "-"
+    wide = ""
+    if output == "wide":
+        # What identifies the allocation beyond the pod: for DRA the claim, for device plugins
+        # the resource name, and the pod resourceVersion the status was read at.
+        wide = f"  {record.resource or '-'}  {record.claim or '-'}  rv={record.pod_resource_version or '-'}"
+    message = f"  {record.message}" if record.message else ""
+    return (
+        f"{_iso(record.observed_at)}  {record.node}  {record.device}  v{record.status_version}  "
+        f"{record.health}  {evidence}{wide}{message}\n"
+    )

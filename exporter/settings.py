@@ -1,21 +1,36 @@
 """The exporter's settings: a tree of dataclasses, each field with a default and its reasons.
 
 Code receives these; nothing reads the environment itself. The command line builds them
-(`exporter.cli`); tests build them directly.
+(`exporter.cli`); tests build them directly. Each class checks its own fields when built
+(`gpuhealth.fields`), so a value the exporter cannot run with is refused at start-up with
+the field and its unit named.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
-from exporter.server import ServerSettings
+from gpuhealth import fields
+from gpuhealth.http import ServerSettings
 
 DEFAULT_DIRECTORY = "gpuhealth-directory.sqlite"
 """Where the device directory lives when no `--directory` is given (a DaemonSet mounts a
 hostPath there so the directory survives pod restarts)."""
 
-DEFAULT_LISTEN = "0.0.0.0:9842"
+DEFAULT_PORT = 9842
 """Not 9400: that is dcgm-exporter's port, and both run on GPU nodes."""
+
+DEFAULT_LISTEN = f"0.0.0.0:{DEFAULT_PORT}"
+
+NVML_SOURCES = "auto, none, pynvml or sim:URL"
+
+
+def check_nvml_source(value: str) -> str:
+    """`value` if it names an NVML source (NVML_SOURCES); ValueError saying what is expected."""
+    if value in ("auto", "none", "pynvml") or (value.startswith("sim:") and len(value) > len("sim:")):
+        return value
+    raise ValueError(f"{value!r}: expected {NVML_SOURCES}")
 
 
 @dataclass(frozen=True)
@@ -30,6 +45,12 @@ class BackoffSettings:
     """Growth per consecutive failure."""
     jitter: float = 0.5
     """Fraction of each delay drawn at random, so a fleet of exporters does not retry in step."""
+
+    def __post_init__(self) -> None:
+        fields.positive(self, "initial_seconds", "seconds")
+        fields.within(self, "max_seconds", "seconds", self.initial_seconds)
+        fields.within(self, "factor", "(growth per failure; below 1 the delay would shrink)", 1.0)
+        fields.within(self, "jitter", "(a fraction of the delay)", 0.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -51,10 +72,22 @@ class ObserverSettings:
     flush_interval_seconds: float = 1.0
     """How often the processor wakes when idle, to write due heartbeats to the directory."""
     backoff: BackoffSettings = field(default_factory=BackoffSettings)
+    """Delays between retries of failed lists and watches."""
+
+    def __post_init__(self) -> None:
+        if self.node_name is not None and not self.node_name:
+            raise fields.SettingsError("ObserverSettings.node_name must be a node name or None, got ''")
+        fields.positive(self, "watch_timeout_seconds", "seconds", whole=True)
+        fields.positive(self, "connect_timeout_seconds", "seconds")
+        fields.positive(self, "read_slack_seconds", "seconds")
+        fields.positive(self, "list_page_size", "objects", whole=True)
+        fields.positive(self, "flush_interval_seconds", "seconds")
 
 
 @dataclass(frozen=True)
 class DirectorySettings:
+    """Where and how often the device directory is written."""
+
     path: str | None = DEFAULT_DIRECTORY
     """SQLite file of the device directory; None keeps state in memory only (lost on restart)."""
     heartbeat_flush_seconds: float = 5.0
@@ -63,6 +96,13 @@ class DirectorySettings:
     """Status changes are written at most this often (so within this long): one transaction
     per quarter second rather than per batch keeps SQLite commits off a burst's path, and
     alerts read the metrics, not the file."""
+
+    def __post_init__(self) -> None:
+        if self.path is not None and not self.path:
+            raise fields.SettingsError("DirectorySettings.path must be a file name or None, got ''")
+        # Zero is allowed for both: it writes with every batch, which costs commits, not a spin.
+        fields.within(self, "heartbeat_flush_seconds", "seconds", 0.0)
+        fields.within(self, "change_flush_seconds", "seconds", 0.0)
 
 
 @dataclass(frozen=True)
@@ -77,24 +117,46 @@ class NvmlSettings:
     reading, so this bounds how fresh a healthy device can look (5 s << the 30 s DRA
     health timeout)."""
 
+    def __post_init__(self) -> None:
+        try:
+            check_nvml_source(self.source)
+        except ValueError as exc:
+            raise fields.SettingsError(f"NvmlSettings.source {exc}") from None
+        fields.positive(self, "poll_seconds", "seconds")  # zero would spin the NVML loop
+
+
+@dataclass(frozen=True)
+class ExporterServerSettings(ServerSettings):
+    """The core HTTP settings with the exporter's port and its scrape rendering threshold."""
+
+    port: int = DEFAULT_PORT
+    """Listen port (0 picks a free one, for tests)."""
+    offload_min_devices: int = 2_000
+    """Render in a worker thread from this many devices up; below it inline (node mode has 8)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        fields.within(self, "offload_min_devices", "devices", 0, math.inf, whole=True)
+
 
 @dataclass(frozen=True)
 class ExporterSettings:
+    """The whole exporter: what it watches, where it records, NVML, and how it serves."""
+
     observer: ObserverSettings = field(default_factory=ObserverSettings)
+    """Lists and watches of the API."""
     directory: DirectorySettings = field(default_factory=DirectorySettings)
+    """The device directory (SQLite)."""
     nvml: NvmlSettings = field(default_factory=NvmlSettings)
-    server: ServerSettings = field(default_factory=ServerSettings)
+    """NVML readings in node mode."""
+    server: ExporterServerSettings = field(default_factory=ExporterServerSettings)
+    """`/metrics`, `/healthz`, `/readyz`."""
     kubeconfig: str | None = None
     """Kubeconfig file; None uses the in-cluster service account (or the default kubeconfig)."""
 
-
-def parse_listen(value: str) -> tuple[str, int]:
-    """`HOST:PORT` (or `:PORT`, `[v6]:PORT`) as (host, port); ValueError with the reason."""
-    host, sep, port_text = value.rpartition(":")
-    if not sep or not port_text.isdigit():
-        raise ValueError(f"--listen {value!r}: expected HOST:PORT, e.g. {DEFAULT_LISTEN}")
-    port = int(port_text)
-    if not 0 <= port <= 65535:
-        raise ValueError(f"--listen {value!r}: port must be 0-65535")
-    host = host.strip("[]") or "0.0.0.0"
-    return host, port
+    def __post_init__(self) -> None:
+        if self.nvml.source.startswith("sim:") and self.observer.node_name is None:
+            raise fields.SettingsError(
+                "NvmlSettings.source sim:URL reads one node's simulated NVML: "
+                "give ObserverSettings.node_name (--node) too"
+            )

@@ -2,7 +2,9 @@
 
 Each part of the product contributes its own subcommands: a module listed in
 `SUBCOMMAND_MODULES` exposes `register(subparsers)`, which adds its parsers and sets
-`func(args) -> int` on each. The entry point only dispatches, so parts stay independent.
+`func(args) -> int` on each (`gpuhealth.cliargs.command`). The entry point only dispatches,
+so parts stay independent, and reports a command's `UsageError` (exit 2) or `CommandFailed`
+(exit 1) as `gpuhealth <cmd>: error: ...`, the way argparse reports its own usage errors.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from gpuhealth import __version__
+from gpuhealth.cliargs import EXIT_FAILED, EXIT_USAGE, CommandFailed, UsageError, error_line
 
 SUBCOMMAND_MODULES = (
     "simulator.cli",  # gpuhealth sim
@@ -54,9 +57,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()
-        return 2
+        return EXIT_USAGE
+    prog = getattr(args, "prog", parser.prog)
     try:
         return int(func(args))
+    except UsageError as exc:
+        print(error_line(prog, exc), file=sys.stderr)
+        return EXIT_USAGE
+    except CommandFailed as exc:
+        print(error_line(prog, exc), file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

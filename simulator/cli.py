@@ -1,24 +1,31 @@
 """`gpuhealth sim`: serve a simulated cluster running a scenario, and print what happens.
 
-Entry point only: argument parsing, signal handling and progress output. The cluster itself
-is `simulator.runner.SimulatedCluster`.
+Entry point only: argument parsing and progress output; signals are handled by
+`gpuhealth.http.stop_on_signals`. The cluster itself is `simulator.runner.SimulatedCluster`.
+Exit codes: 0 stopped as asked, 1 failed at run time (a taken port, a broken built-in), 2 bad
+flags or scenario file.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import math
-import signal
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from gpuhealth.durations import parse_duration
+from gpuhealth.cliargs import (
+    CommandFailed,
+    UsageError,
+    command,
+    duration_seconds,
+    listen_address,
+    positive_float,
+)
+from gpuhealth.http import complete, format_listen, stop_on_signals
 from simulator.fleet import DeviceHealthChanged, FaultApplied, FleetEvent, NodeChanged
-from simulator.runner import SimulatedCluster, parse_listen
+from simulator.runner import SimulatedCluster
 from simulator.scenario import ScenarioError, list_builtins, resolve
 
 
@@ -35,25 +42,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--scenario", default="xid-and-unknown", help="built-in name or YAML file (default: %(default)s)"
     )
     parser.add_argument(
-        "--listen", default="127.0.0.1:0", help="HOST:PORT to serve on; port 0 picks a free one"
+        "--listen",
+        metavar="HOST:PORT",
+        type=listen_address,
+        default="127.0.0.1:0",
+        help="HOST:PORT, :PORT or [IPv6]:PORT to serve on; port 0 picks a free one (default: %(default)s)",
     )
     parser.add_argument(
         "--kubeconfig-out", default=None, help="where to write the kubeconfig (default: a temp dir)"
     )
     parser.add_argument(
-        "--speed", type=float, default=1.0, help="simulated seconds per wall second (default: 1)"
+        "--speed", type=positive_float, default=1.0, help="simulated seconds per wall second (default: 1)"
     )
     parser.add_argument(
         "--token-file", default=None, help="require this bearer token (file content) from clients"
     )
     parser.add_argument(
-        "--duration", default=None, help="stop after this much simulated time (seconds, or e.g. 90s, 10m, 1h)"
+        "--duration",
+        type=duration_seconds,
+        default=None,
+        help="stop after this much simulated time (seconds, or e.g. 90s, 10m, 1h)",
     )
     parser.add_argument(
         "--print-events", action="store_true", help="print each device health change written into pod status"
     )
     parser.add_argument("--list-scenarios", action="store_true", help="list the built-in scenarios and exit")
-    parser.set_defaults(func=run)
+    command(parser, run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,44 +77,33 @@ def run(args: argparse.Namespace) -> int:
             for name, description in list_builtins():
                 print(f"{name:<20} {description}", file=out)
         except ScenarioError as exc:
-            print(f"gpuhealth sim: built-in scenario is broken: {exc.message}", file=sys.stderr)
-            return 1
+            raise CommandFailed(f"built-in scenario is broken: {exc.message}") from exc
         return 0
     try:
-        parse_listen(args.listen)
-        if not (args.speed > 0 and math.isfinite(args.speed)):
-            raise ValueError("--speed must be a finite number greater than zero")
-        stop_after = None if args.duration is None else parse_duration(args.duration)
         token = None
         if args.token_file:
             token = Path(args.token_file).read_text().strip()
             if not token:
-                raise ValueError(f"--token-file {args.token_file}: the file is empty")
+                raise UsageError(f"--token-file {args.token_file}: the file is empty")
         scenario = resolve(args.scenario)
     except ScenarioError as exc:
-        print(f"gpuhealth sim: {exc.message}", file=sys.stderr)
-        return 2
-    except (ValueError, OSError) as exc:
-        print(f"gpuhealth sim: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(exc.message) from exc
+    except OSError as exc:
+        raise UsageError(f"--token-file {args.token_file}: {exc.strerror or exc}") from exc
+    listen = format_listen(*args.listen)
     cluster = SimulatedCluster(
-        scenario, speed=args.speed, listen=args.listen, token=token, kubeconfig_out=args.kubeconfig_out
+        scenario, speed=args.speed, listen=listen, token=token, kubeconfig_out=args.kubeconfig_out
     )
     try:
-        return asyncio.run(_serve(cluster, args, stop_after, out))
+        return asyncio.run(_serve(cluster, args, args.duration, out))
     except OSError as exc:  # e.g. the port is taken
-        print(f"gpuhealth sim: {exc}", file=sys.stderr)
-        return 1
+        raise CommandFailed(str(exc)) from exc
 
 
 async def _serve(
     cluster: SimulatedCluster, args: argparse.Namespace, stop_after: float | None, out: TextIO
 ) -> int:
-    done = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, done.set)
+    stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     sc = cluster.scenario
     print(
         f"gpuhealth sim: scenario {sc.name}: {len(sc.nodes)} nodes, {sc.gpu_count()} GPUs, "
@@ -109,26 +112,28 @@ async def _serve(
         flush=True,
     )
     cluster.fleet.listeners.append(lambda event: _print_event(event, args.print_events, out))
-    async with cluster:
-        print(f"API server: {cluster.url}", file=out)
-        print(f"kubeconfig: {cluster.kubeconfig_path}", file=out)
-        print(
-            f"{len(cluster.fleet.pods)} pods running. "
-            f"Try: KUBECONFIG={cluster.kubeconfig_path} kubectl get nodes (Ctrl-C stops)",
-            file=out,
-            flush=True,
-        )
-        if stop_after is not None:
-            cluster.fleet.call_at(stop_after, done.set)
-        await done.wait()
-        status = cluster.fleet.status()
-        applied, total = status["timeline"]["applied"], status["timeline"]["total"]
-        print(
-            f"stopped after {status['simulatedSeconds']:.0f} simulated seconds; "
-            f"{applied}/{total} timeline faults applied",
-            file=out,
-            flush=True,
-        )
+    # Signals stop the run from here on, also while the fleet is still being built.
+    with stop_on_signals(stop):
+        async with cluster:
+            print(f"API server: {cluster.url}", file=out)
+            print(f"kubeconfig: {cluster.kubeconfig_path}", file=out)
+            print(
+                f"{len(cluster.fleet.pods)} pods running. "
+                f"Try: KUBECONFIG={cluster.kubeconfig_path} kubectl get nodes (Ctrl-C stops)",
+                file=out,
+                flush=True,
+            )
+            if stop_after is not None:
+                cluster.fleet.call_at(stop_after, lambda: complete(stop))
+            await stop
+            status = cluster.fleet.status()
+            applied, total = status["timeline"]["applied"], status["timeline"]["total"]
+            print(
+                f"stopped after {status['simulatedSeconds']:.0f} simulated seconds; "
+                f"{applied}/{total} timeline faults applied",
+                file=out,
+                flush=True,
+            )
     return 0
 
 

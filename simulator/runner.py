@@ -26,6 +26,7 @@ import orjson
 from aiohttp import web
 
 from gpuhealth.clock import Clock, ManualClock, SystemClock
+from gpuhealth.http import parse_listen
 from simulator.apiserver.app import create_app
 from simulator.apiserver.kubeconfig import write_kubeconfig
 from simulator.apiserver.store import Store
@@ -37,14 +38,6 @@ log = logging.getLogger(__name__)
 
 FLEET_KEY = web.AppKey("gpuhealth_sim_fleet", Fleet)
 TOKEN_KEY = web.AppKey("gpuhealth_sim_fault_token", str)
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    """`HOST:PORT` (port 0: any free port) -> (host, port); ValueError when malformed."""
-    host, sep, port_text = listen.rpartition(":")
-    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ValueError(f"--listen {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:0")
-    return host.strip("[]"), int(port_text)
 
 
 def _json(data: Any, status: int = 200) -> web.Response:

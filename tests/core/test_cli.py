@@ -1,11 +1,19 @@
-"""The `gpuhealth` command: help, version, and a usage error for a missing subcommand."""
+"""The `gpuhealth` command: help, version, a usage error for a missing subcommand, and
+the one error style: a command's UsageError exits 2 and CommandFailed exits 1, each printed
+as `gpuhealth <cmd>: error: ...`, the prefix argparse's own usage errors carry.
+"""
 
 from __future__ import annotations
 
+import argparse
+import sys
+import types
+
 import pytest
 
-from gpuhealth import __version__
+from gpuhealth import __version__, cli, cliargs
 from gpuhealth.cli import main
+from gpuhealth.cliargs import CommandFailed, UsageError, positive_float
 
 
 def test_no_subcommand_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
@@ -25,3 +33,55 @@ def test_unknown_subcommand_is_a_usage_error(capsys: pytest.CaptureFixture[str])
         main(["no-such-command"])
     assert exit_info.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def fake_commands(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `gpuhealth fake` and `gpuhealth fake deeper` whose outcome the test chooses."""
+
+    def outcome(args: argparse.Namespace) -> int:
+        if args.raise_ == "usage":
+            raise UsageError("--thing 'x': not a thing")
+        if args.raise_ == "failed":
+            raise CommandFailed("the thing broke")
+        return 0
+
+    def register(subparsers: argparse._SubParsersAction) -> None:
+        fake = subparsers.add_parser("fake")
+        fake.add_argument("--raise", dest="raise_", default=None)
+        fake.add_argument("--rate", type=positive_float, default=1.0)
+        cliargs.command(fake, outcome)
+        deeper = fake.add_subparsers().add_parser("deeper")
+        deeper.add_argument("--raise", dest="raise_", default=None)
+        cliargs.command(deeper, outcome)
+
+    module = types.ModuleType("fake_commands")
+    module.register = register  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_commands", module)
+    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", ("fake_commands",))
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "line"),
+    [
+        (["fake"], 0, ""),
+        (["fake", "--raise", "usage"], 2, "gpuhealth fake: error: --thing 'x': not a thing\n"),
+        (["fake", "--raise", "failed"], 1, "gpuhealth fake: error: the thing broke\n"),
+        (["fake", "deeper", "--raise", "failed"], 1, "gpuhealth fake deeper: error: the thing broke\n"),
+    ],
+)
+def test_command_errors_have_argparse_s_prefix_and_one_exit_code_each(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str], code: int, line: str
+) -> None:
+    fake_commands(monkeypatch)
+    assert main(argv) == code
+    assert capsys.readouterr().err == line
+
+
+def test_argparse_usage_errors_share_the_prefix(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_commands(monkeypatch)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fake", "--rate", "nan"])
+    assert exit_info.value.code == 2
+    assert "gpuhealth fake: error: argument --rate: 'nan' is not a finite number" in capsys.readouterr().err

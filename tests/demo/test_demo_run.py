@@ -5,7 +5,8 @@ Alertmanager; the fatal XID reaches the responder as a quarantine; every warrant
 (that quarantine, the long Unknown's restrict) is accounted for in the summary, as acted on
 or as not seen; the application XID, the short Unknown and the silent kubelet reach the
 responder not at all; the command exits 0 with the safety line. Bad input exits 2 with a
-clear message.
+clear message after `gpuhealth demo: error:`; a speed that is not a finite positive number
+is argparse's usage error, and `DemoSettings` refuses such values itself.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from demo.pipeline import DemoSettings
+from gpuhealth.cli import main
+from gpuhealth.fields import SettingsError
 
 SCENARIO = Path(__file__).with_name("safety-scenario.yaml")
 WARRANTED = (("quarantine", "gpu-dp-0/gpu-0"), ("restrict", "gpu-dra-0/gpu-1"))
@@ -74,7 +79,32 @@ def test_demo_runs_the_pipeline_and_every_action_is_warranted(tmp_path: Path) ->
 def test_demo_rejects_a_missing_scenario_and_a_speed_the_rules_cannot_follow(tmp_path: Path) -> None:
     missing = gpuhealth("demo", "--scenario", str(tmp_path / "nope.yaml"))
     assert missing.returncode == 2
-    assert "nope.yaml" in missing.stderr
+    assert missing.stderr.startswith("gpuhealth demo: error: ") and "nope.yaml" in missing.stderr
     too_fast = gpuhealth("demo", "--speed", "100")
     assert too_fast.returncode == 2
     assert "rules at 100x" in too_fast.stderr and "heartbeat_limit" in too_fast.stderr
+
+
+@pytest.mark.parametrize("speed", ["nan", "inf", "0", "-3", "fast"])
+def test_demo_speed_must_be_a_finite_positive_number(speed: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", "--speed", speed])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "gpuhealth demo: error: argument --speed: " in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("speed", float("nan")),
+        ("speed", 0.0),
+        ("lead_in_seconds", -1.0),
+        ("settle_seconds", float("inf")),
+        ("node_exporters_max", 2.5),
+        ("poll_interval_seconds", 0.0),
+    ],
+)
+def test_demo_settings_refuse_values_the_run_cannot_use(field: str, value: float) -> None:
+    with pytest.raises(SettingsError, match=f"DemoSettings.{field} must be"):
+        DemoSettings(**{field: value})

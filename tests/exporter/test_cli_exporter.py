@@ -1,9 +1,12 @@
 """The `gpuhealth exporter` offline mode and the `gpuhealth devices` command.
 
 Aspects covered: a kubectl dump (List of mixed kinds, or a PodList) printed as metrics
-with both allocation paths resolved; bad dumps and bad flags give a clear error and exit
-code 2; the devices table (status age, truncated message, pods), its filters, wide, JSON
-and YAML forms; `devices replay` with relative and RFC3339 `--since`; human durations.
+with both allocation paths resolved; bad dumps and bad flags give a clear error prefixed
+`gpuhealth <cmd>: error:` and exit code 2, never a traceback; a taken port is a run-time
+failure (exit 1), and so is an observer that dies; the devices table (status age, truncated
+message, pods), its filters, wide, JSON and YAML forms; `devices replay` with relative and
+RFC3339 `--since` in the same `-o table|wide|json|yaml` vocabulary (and `-o text`, its
+older name for the table); human durations.
 """
 
 from __future__ import annotations
@@ -52,6 +55,14 @@ def dump_items() -> list[dict[str, Any]]:
         lease("node-1"),
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ignored"}},
     ]
+
+
+def exit_code(argv: list[str]) -> int:
+    """`gpuhealth ARGV`'s exit code, whether argparse (SystemExit) or the command decided it."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
 
 
 def write(tmp_path: Path, doc: Any, name: str = "dump.json") -> str:
@@ -129,24 +140,31 @@ def test_bad_dumps_name_what_is_wrong(
     path = str(tmp_path / "missing.json") if content is None else write(tmp_path, content)
     assert main(["exporter", "--from-file", path, "--once"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and path in err and message in err
+    assert err.startswith("gpuhealth exporter: error: ") and path in err and message in err
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["exporter", "--once"], "--once goes with --from-file"),
-        (["exporter", "--listen", "nowhere"], "expected HOST:PORT"),
-        (["exporter", "--nvml", "cuda"], "expected auto, none, pynvml or sim:URL"),
-        (["exporter", "--nvml", "sim:http://127.0.0.1:1"], "give --node too"),
-        (["devices", "--directory", "/nonexistent/d.sqlite"], "no device directory there"),
+        (["exporter", "--once"], "gpuhealth exporter: error: --once goes with --from-file"),
+        (["exporter", "--listen", "nowhere"], "gpuhealth exporter: error: argument --listen: 'nowhere'"),
+        (["exporter", "--listen", "[::1:80"], "expected HOST:PORT"),
+        (["exporter", "--nvml", "cuda"], "argument --nvml: 'cuda': expected auto, none, pynvml or sim:URL"),
+        (["exporter", "--nvml", "sim:http://127.0.0.1:1"], "NvmlSettings.source sim:URL reads one"),
+        (["exporter", "--nvml-poll-seconds", "0"], "argument --nvml-poll-seconds: '0' must be longer"),
+        (["exporter", "--nvml-poll-seconds", "nan"], "argument --nvml-poll-seconds: 'nan' is not a"),
+        (["devices", "--directory", "/nonexistent/d.sqlite"], "gpuhealth devices: error: /nonexistent"),
+        (["devices", "-o", "xml"], "gpuhealth devices: error: argument -o/--output: invalid choice"),
+        (["devices", "replay", "--since", "yesterday"], "gpuhealth devices replay: error: --since"),
+        (["devices", "replay", "-o", "xml"], "gpuhealth devices replay: error: argument -o/--output"),
     ],
 )
-def test_bad_flags_give_a_clear_error(
+def test_bad_flags_are_usage_errors_with_the_command_named(
     capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
-    assert main(argv) == 2
-    assert message in capsys.readouterr().err
+    assert exit_code(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
 
 
 @pytest.fixture
@@ -216,6 +234,11 @@ def test_replay_streams_the_log_since_a_time(directory_path: str, clock: ManualC
     assert U1 in line and " v2 " in line and "Unhealthy" in line and "team-a/a/main" in line
     assert len(replay("--since", "2027-01-15T08:00:30Z")) == 1  # the clock starts at 08:00:00Z
     assert [json.loads(x)["statusVersion"] for x in replay("-o", "json", "--since", "1m")] == [1, 1, 2]
+    assert replay("-o", "text") == replay("-o", "table") == replay()  # `text`: the table's older name
+    (wide,) = replay("-o", "wide", "--since", "30s")
+    assert "nvidia.com/gpu" in wide and "rv=2" in wide and "fallen off the bus" in wide
+    docs = list(yaml.safe_load_all("\n".join(replay("-o", "yaml"))))
+    assert [d["statusVersion"] for d in docs] == [1, 1, 2] and docs[2]["health"] == "Unhealthy"
 
 
 def test_since_and_durations() -> None:
@@ -238,7 +261,7 @@ def test_since_and_durations() -> None:
     ]
 
 
-def test_a_port_in_use_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_port_in_use_is_a_run_time_failure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import socket
 
     path = write(tmp_path, {"kind": "List", "items": []})
@@ -246,8 +269,9 @@ def test_a_port_in_use_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFi
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        assert main(["exporter", "--from-file", path, "--listen", f"127.0.0.1:{port}"]) == 2
-    assert "cannot listen there" in capsys.readouterr().err
+        assert main(["exporter", "--from-file", path, "--listen", f"127.0.0.1:{port}"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"gpuhealth exporter: error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly(directory_path: str, clock: ManualClock) -> None:
@@ -270,3 +294,27 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(directory_path: str, c
         err = proc.stderr.read().decode()
         assert proc.wait() == 141, err
     assert "Traceback" not in err
+
+
+def test_an_observer_that_dies_fails_the_exporter_loudly(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Before the observer ran as the app's background task, its death ended the exporter
+    # silently with exit 0.
+    from exporter.observer import Observer
+    from simulator.apiserver.kubeconfig import write_kubeconfig
+
+    async def dies(self: Observer) -> None:
+        raise RuntimeError("watch loop bug")
+
+    monkeypatch.setattr(Observer, "run", dies)
+    kubeconfig = tmp_path / "kubeconfig"
+    write_kubeconfig(kubeconfig, "http://127.0.0.1:1")
+    argv = ["exporter", "--kubeconfig", str(kubeconfig), "--listen", "127.0.0.1:0"]
+    assert main([*argv, "--directory", str(tmp_path / "d.sqlite")]) == 1
+    err = capsys.readouterr().err
+    assert "gpuhealth exporter: error: background task observer failed: RuntimeError('watch loop bug')" in err
+    assert any(r.exc_info and "observer" in r.getMessage() for r in caplog.records)  # with its traceback

@@ -16,7 +16,8 @@ from typing import Any
 import prometheus_client
 import pytest
 
-from exporter.server import ServerSettings, create_app, start_server
+from exporter.server import create_app, start_server
+from exporter.settings import ExporterServerSettings
 from exporter.snapshot import Allocation, DeviceState, NodeState, NvmlView, Snapshot
 from gpuhealth.clock import ManualClock
 from gpuhealth.nvml import DeviceReading
@@ -62,7 +63,7 @@ async def exporter_port() -> AsyncIterator[int]:
     prometheus_client.Gauge("gpuhealth_exporter_devices_tracked", "Devices.", registry=registry).set(1)
     current = snapshot(clock.now())
     app = create_app(None, snapshot=lambda: current, clock=clock, registry=registry, ready=lambda: True)
-    runner = await start_server(app, ServerSettings(host="127.0.0.1", port=0))
+    runner = await start_server(app, ExporterServerSettings(host="127.0.0.1", port=0))
     try:
         yield int(runner.addresses[0][1])
     finally:

@@ -1,9 +1,11 @@
 """Rendering the rules from rules/config.yaml, validating the config, and the runbooks.
 
 Aspects covered: the committed files match a fresh render (and `render --check` says so,
-or shows the difference); the shipped config equals the settings' defaults; bad values are
-refused with an error naming the key; every alert carries severity, action, summary,
-description and a runbook_url whose anchor is a section of docs/runbooks.md.
+or shows the difference, exit 1); a config or --out that cannot be read is exit 2, distinct
+from stale files, with the `gpuhealth rules render: error:` prefix; the shipped config
+equals the settings' defaults; bad values are refused with an error naming the key; every
+alert carries severity, action, summary, description and a runbook_url whose anchor is a
+section of docs/runbooks.md.
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ def test_shipped_config_equals_the_defaults() -> None:
 
 def test_render_check_passes_on_fresh_output_and_reports_drift(tmp_path: Path, capsys: Any) -> None:
     assert main(["rules", "render", "--out", str(tmp_path), "--check"]) == 1
-    assert "missing" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("gpuhealth rules render: error: ") and f"under {tmp_path} are stale" in err
+    assert "missing" in err
 
     assert main(["rules", "render", "--out", str(tmp_path)]) == 0
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.yaml")) == sorted(OUTPUTS.values())
@@ -135,11 +139,28 @@ def test_load_config_names_the_file_on_bad_yaml_and_missing_files(tmp_path: Path
         load_config(binary)
 
 
-def test_render_into_an_unusable_directory_is_a_clear_error(tmp_path: Path, capsys: Any) -> None:
+@pytest.mark.parametrize("check", [[], ["--check"]])
+def test_render_into_an_unusable_directory_is_a_usage_error_not_staleness(
+    tmp_path: Path, capsys: Any, check: list[str]
+) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory\n")
-    assert main(["rules", "render", "--out", str(blocker)]) == 1
-    assert f"gpuhealth rules render: cannot use {blocker}:" in capsys.readouterr().err
+    assert main(["rules", "render", "--out", str(blocker), *check]) == 2
+    assert f"gpuhealth rules render: error: cannot use {blocker}:" in capsys.readouterr().err
+
+
+def test_check_with_an_unreadable_rendered_file_is_exit_2(tmp_path: Path, capsys: Any) -> None:
+    assert main(["rules", "render", "--out", str(tmp_path)]) == 0
+    (tmp_path / "prometheus" / "gpu-device.yaml").write_bytes(b"\xff\xfe not UTF-8\n")
+    capsys.readouterr()
+    assert main(["rules", "render", "--out", str(tmp_path), "--check"]) == 2
+    assert "gpuhealth rules render: error: cannot use" in capsys.readouterr().err
+
+
+def test_check_with_a_missing_config_is_exit_2(tmp_path: Path, capsys: Any) -> None:
+    argv = ["rules", "render", "--config", str(tmp_path / "absent.yaml"), "--check"]
+    assert main(argv) == 2
+    assert "gpuhealth rules render: error: invalid configuration: " in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,8 @@
 
 Aspects: with a ManualClock the fleet moves only when stepped (`fleet.advance`), while the
 HTTP routes answer; the status route reports timeline progress; a fault posted as JSON with
-a mistake gets a 400 Status naming the field; the kubeconfig points at the server; the
-listen address is validated; stopping leaves no task behind (checked by the conftest).
+a mistake gets a 400 Status naming the field; the kubeconfig points at the server; stopping
+leaves no task behind (checked by the conftest). Listen addresses: tests/core/test_http.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from gpuhealth.clock import ManualClock
-from simulator.runner import SimulatedCluster, parse_listen
+from simulator.runner import SimulatedCluster
 
 pytestmark = pytest.mark.integration
 
@@ -59,11 +59,3 @@ async def test_manual_clock_cluster_moves_only_when_stepped(tmp_path: Path) -> N
             assert resp.status == 201
         await cluster.fleet.advance(0)
         assert cluster.fleet.nodes["n-0"].kubelet == "kubelet-stop"
-
-
-def test_listen_addresses() -> None:
-    assert parse_listen("127.0.0.1:0") == ("127.0.0.1", 0)
-    assert parse_listen("[::1]:6443") == ("::1", 6443)
-    for bad in ("6443", "127.0.0.1:", ":80", "host:99999", "host:http"):
-        with pytest.raises(ValueError, match="HOST:PORT"):
-            parse_listen(bad)
