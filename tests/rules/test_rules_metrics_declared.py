@@ -253,3 +253,5 @@ def test_junk_is_refused_with_promql_error_and_nothing_else(text: str) -> None:
 def test_deep_nesting_is_refused_not_crashed() -> None:
     with pytest.raises(PromQLError):
         parse("(" * 5000 + "a" + ")" * 5000)
+    with pytest.raises(PromQLError):
+        check("up + " * 5000 + "up", SERIES)

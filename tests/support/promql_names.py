@@ -558,11 +558,18 @@ def check(expr: str, series: SeriesLabels) -> list[str]:
     Raises `PromQLError` when `expr` does not parse.
     """
     checker = _Checker(series.get)
-    checker.labels(parse(expr))
+    _labels(checker, parse(expr))
     return checker.problems
 
 
 def output_labels(expr: str, series: SeriesLabels) -> Labels:
     """The labels `expr`'s result can carry (for a recording rule: what its series have)."""
-    labels = _Checker(series.get).labels(parse(expr))
+    labels = _labels(_Checker(series.get), parse(expr))
     return labels if labels is not None else frozenset()
+
+
+def _labels(checker: _Checker, tree: Node) -> Labels | None:
+    try:
+        return checker.labels(tree)
+    except RecursionError as exc:  # a long flat chain (a + a + ...) parses, but walks deep
+        raise PromQLError("expression nested too deeply") from exc
