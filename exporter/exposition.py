@@ -1,8 +1,9 @@
 """Render a `Snapshot` as the Prometheus text exposition format (version 0.0.4).
 
-This module owns the device metrics contract: family names, labels, HELP/TYPE text and how
-each value is derived from the snapshot. It is pure (no I/O, no clock reads): the caller
-passes the snapshot and the time to render at.
+This module owns how each device and NVML sample is derived from the snapshot and written;
+the families themselves (names, labels, HELP and TYPE) are declared in `exporter.metrics`,
+read once at import. It is pure (no I/O, no clock reads): the caller passes the snapshot
+and the time to render at.
 
 Why not prometheus_client collectors: a cluster-mode exporter renders 80,000 devices
 (about 650,000 series) per scrape, and building `Metric`/`Sample` objects for each
@@ -26,8 +27,24 @@ import logging
 import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 
+from exporter.metrics import (
+    DEVICE_ALLOCATION,
+    DEVICE_DRIVER_TAINT,
+    DEVICE_HEALTH,
+    DEVICE_INFO,
+    DEVICE_OBSERVED,
+    DEVICE_STATUS_AGE,
+    DEVICE_STATUS_VERSION,
+    NODE_LEASE_AGE,
+    NVML_ECC,
+    NVML_FAMILIES,
+    NVML_POWER,
+    NVML_REMAPPED,
+    NVML_TEMPERATURE,
+    NVML_UP,
+    NVML_XID,
+)
 from exporter.snapshot import (
     HEALTH_VALUES,
     Allocation,
@@ -38,6 +55,7 @@ from exporter.snapshot import (
     Snapshot,
     status_age,
 )
+from gpuhealth.metrics import MetricFamily
 from gpuhealth.nvml import DeviceReading
 
 log = logging.getLogger(__name__)
@@ -46,100 +64,48 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The Content-Type of what `render_metrics` produces."""
 
 
-@dataclass(frozen=True, slots=True)
-class Family:
-    """One metric family of the contract: its name (as in the TYPE line), type and HELP text."""
-
-    name: str
-    type: str
-    help: str
-
-    def header(self) -> str:
-        return f"# HELP {self.name} {_escape_help(self.help)}\n# TYPE {self.name} {self.type}\n"
-
-
-# The contract. Rules, dashboards and the responder rely on these names and labels.
-DEVICE_HEALTH = Family(
-    "gpu_device_health",
-    "gauge",
-    "Reported device health from allocatedResourcesStatus: 1 for the reported status, 0 for the other two.",
-)
-DEVICE_STATUS_AGE = Family(
-    "gpu_device_status_age_seconds",
-    "gauge",
-    "Seconds since the reported status was last confirmed fresh (pod status observation, kept fresh "
-    "by the node's kubelet Lease and, in node mode, NVML answering).",
-)
-DEVICE_OBSERVED = Family(
-    "gpu_device_status_observed_timestamp_seconds",
-    "gauge",
-    "Unix time of the latest pod status observation that reported the current status.",
-)
-DEVICE_STATUS_VERSION = Family(
-    "gpu_device_status_version",
-    "gauge",
-    "Increases by one on every change of the reported (health, message); survives exporter restarts.",
-)
-DEVICE_INFO = Family(
-    "gpu_device_info",
-    "gauge",
-    "Device identity (UUID, DRA driver/pool/device, resource name); always 1.",
-)
-DEVICE_ALLOCATION = Family(
-    "gpu_device_allocation_info",
-    "gauge",
-    "One series (value 1) per container currently allocated the device.",
-)
-DEVICE_DRIVER_TAINT = Family(
-    "gpu_device_driver_taint",
-    "gauge",
-    "Taints a DRA driver put on the device in its ResourceSlice; 1 per taint.",
-)
-NODE_LEASE_AGE = Family(
-    "gpu_node_kubelet_lease_age_seconds",
-    "gauge",
-    "Seconds since the node's kubelet Lease in kube-node-lease was last renewed.",
-)
-NVML_UP = Family(
-    "gpu_nvml_up",
-    "gauge",
-    "1 when NVML answers for the GPU, 0 when it is lost or unreadable (its other readings are then absent).",
-)
-NVML_XID = Family(
-    "gpu_nvml_xid_errors_total",
-    "counter",
-    "XID critical error events reported by NVML since the exporter started, by XID code.",
-)
-NVML_ECC = Family(
-    "gpu_nvml_ecc_errors_total",
-    "counter",
-    "Volatile ECC error counts (since the last driver load), by type corrected|uncorrected.",
-)
-NVML_REMAPPED = Family(
-    "gpu_nvml_remapped_rows",
-    "gauge",
-    "Remapped memory rows: counts for correctable|uncorrectable, 0/1 flags for pending|failure.",
-)
-NVML_TEMPERATURE = Family("gpu_nvml_temperature_celsius", "gauge", "GPU core temperature in degrees Celsius.")
-NVML_POWER = Family("gpu_nvml_power_watts", "gauge", "GPU power draw in watts.")
-
-CLUSTER_FAMILIES = (
-    DEVICE_HEALTH,
-    DEVICE_STATUS_AGE,
-    DEVICE_OBSERVED,
-    DEVICE_STATUS_VERSION,
-    DEVICE_INFO,
-    DEVICE_ALLOCATION,
-    DEVICE_DRIVER_TAINT,
-    NODE_LEASE_AGE,
-)
-"""Rendered in every mode (HELP and TYPE even when there is no sample)."""
-NVML_FAMILIES = (NVML_UP, NVML_XID, NVML_ECC, NVML_REMAPPED, NVML_TEMPERATURE, NVML_POWER)
-"""Rendered only in node mode (`snapshot.nvml` is not None)."""
+# Names and HELP/TYPE lines come from the catalog once, at import: a scrape only joins them.
+_HEALTH = DEVICE_HEALTH.exposed_name
+_STATUS_AGE = DEVICE_STATUS_AGE.exposed_name
+_OBSERVED = DEVICE_OBSERVED.exposed_name
+_STATUS_VERSION = DEVICE_STATUS_VERSION.exposed_name
+_INFO = DEVICE_INFO.exposed_name
+_ALLOCATION = DEVICE_ALLOCATION.exposed_name
+_DRIVER_TAINT = DEVICE_DRIVER_TAINT.exposed_name
+_LEASE_AGE = NODE_LEASE_AGE.exposed_name
+_NVML_UP = NVML_UP.exposed_name
+_NVML_XID = NVML_XID.exposed_name
+_NVML_ECC = NVML_ECC.exposed_name
+_NVML_REMAPPED = NVML_REMAPPED.exposed_name
+_NVML_TEMPERATURE = NVML_TEMPERATURE.exposed_name
+_NVML_POWER = NVML_POWER.exposed_name
 
 
 def _escape_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _header(family: MetricFamily) -> str:
+    name = family.exposed_name
+    return f"# HELP {name} {_escape_help(family.help)}\n# TYPE {name} {family.text_type}\n"
+
+
+_DEVICE_HEADERS = tuple(
+    _header(f).encode()
+    for f in (
+        DEVICE_HEALTH,
+        DEVICE_STATUS_AGE,
+        DEVICE_OBSERVED,
+        DEVICE_STATUS_VERSION,
+        DEVICE_INFO,
+        DEVICE_ALLOCATION,
+        DEVICE_DRIVER_TAINT,
+    )
+)
+"""HELP and TYPE of the per-device families, in the order `_render_devices` writes them."""
+_LEASE_AGE_HEADER = _header(NODE_LEASE_AGE)
+_NVML_HEADERS = tuple((f.exposed_name, _header(f)) for f in NVML_FAMILIES)
+"""(name, HELP and TYPE) of the NVML families, in rendering order."""
 
 
 def escape_label_value(value: str) -> str:
@@ -204,7 +170,7 @@ class _DeviceLines:
 def _health_block(core: str, health: str) -> bytes:
     # HEALTH_VALUES order; a value outside it (a broken snapshot) shows as all three 0.
     h, u, k = (1 if value == health else 0 for value in HEALTH_VALUES)
-    name = DEVICE_HEALTH.name
+    name = _HEALTH
     return (
         f'{name}{{{core},status="Healthy"}} {h}\n'
         f'{name}{{{core},status="Unhealthy"}} {u}\n'
@@ -215,7 +181,7 @@ def _health_block(core: str, health: str) -> bytes:
 def _info_line(core: str, d: DeviceState) -> bytes:
     esc = escape_label_value
     return (
-        f'{DEVICE_INFO.name}{{{core},uuid="{esc(d.uuid)}",driver="{esc(d.driver)}",pool="{esc(d.pool)}",'
+        f'{_INFO}{{{core},uuid="{esc(d.uuid)}",driver="{esc(d.driver)}",pool="{esc(d.pool)}",'
         f'device_name="{esc(d.device_name)}",resource="{esc(d.resource)}"}} 1\n'
     ).encode()
 
@@ -235,7 +201,7 @@ def _allocation_lines(core: str, allocations: tuple[Allocation, ...]) -> bytes:
     lines: list[str] = []
     for a in allocations:
         line = (
-            f'{DEVICE_ALLOCATION.name}{{{core},namespace="{esc(a.namespace)}",pod="{esc(a.pod)}",'
+            f'{_ALLOCATION}{{{core},namespace="{esc(a.namespace)}",pod="{esc(a.pod)}",'
             f'container="{esc(a.container)}",resource="{esc(a.resource)}",claim="{esc(a.claim)}"}} 1\n'
         )
         if line not in lines:  # a repeated allocation must not become a duplicate series
@@ -248,18 +214,18 @@ def _taint_lines(core: str, taints: tuple[DriverTaint, ...]) -> bytes:
     lines: list[str] = []
     for t in taints:
         # Only key and effect are labels: two taints differing by value are one series.
-        line = f'{DEVICE_DRIVER_TAINT.name}{{{core},key="{esc(t.key)}",effect="{esc(t.effect)}"}} 1\n'
+        line = f'{_DRIVER_TAINT}{{{core},key="{esc(t.key)}",effect="{esc(t.effect)}"}} 1\n'
         if line not in lines:
             lines.append(line)
     return "".join(lines).encode()
 
 
 def _observed_line(core: str, observed_at: float) -> bytes:
-    return f"{DEVICE_OBSERVED.name}{{{core}}} {format_value(observed_at)}\n".encode()
+    return f"{_OBSERVED}{{{core}}} {format_value(observed_at)}\n".encode()
 
 
 def _version_line(core: str, status_version: int) -> bytes:
-    return f"{DEVICE_STATUS_VERSION.name}{{{core}}} {format_value(status_version)}\n".encode()
+    return f"{_STATUS_VERSION}{{{core}}} {format_value(status_version)}\n".encode()
 
 
 def _build_lines(d: DeviceState, old: _DeviceLines | None) -> _DeviceLines:
@@ -273,7 +239,7 @@ def _build_lines(d: DeviceState, old: _DeviceLines | None) -> _DeviceLines:
     o = old.state if old is not None else None
     if old is None or o is None or o.node != d.node or o.device != d.device:
         core = e.core = f'node="{escape_label_value(d.node)}",device="{escape_label_value(d.device)}"'
-        e.age_prefix = f"{DEVICE_STATUS_AGE.name}{{{core}}} ".encode()
+        e.age_prefix = f"{_STATUS_AGE}{{{core}}} ".encode()
         e.health_block = _health_block(core, d.health)
         e.observed_line = _observed_line(core, d.observed_at)
         e.version_line = _version_line(core, d.status_version)
@@ -385,21 +351,15 @@ class MetricsRenderer:
             # Walk the snapshot's keys, never the shared cache: a render in another thread (two
             # scrapes at once) may be adding to `cache`, and walking a growing dict raises.
             self._cache = {k: e for k in snapshot.devices if (e := cache_get(k)) is not None}
-        for family, lines in (
-            (DEVICE_HEALTH, health),
-            (DEVICE_STATUS_AGE, ages),
-            (DEVICE_OBSERVED, observed),
-            (DEVICE_STATUS_VERSION, versions),
-            (DEVICE_INFO, infos),
-            (DEVICE_ALLOCATION, allocs),
-            (DEVICE_DRIVER_TAINT, taints),
+        for header, lines in zip(
+            _DEVICE_HEADERS, (health, ages, observed, versions, infos, allocs, taints), strict=True
         ):
-            out.append(family.header().encode())
+            out.append(header)
             out.extend(lines)
 
 
 def _render_nodes(nodes: Mapping[str, NodeState], now: float) -> bytes:
-    out = [NODE_LEASE_AGE.header()]
+    out = [_LEASE_AGE_HEADER]
     for node in nodes.values():
         if node.lease_renewed_at is None:
             continue
@@ -409,27 +369,27 @@ def _render_nodes(nodes: Mapping[str, NodeState], now: float) -> bytes:
         except Exception as exc:  # a malformed node drops its own line
             log.warning("dropped node %r from the scrape: %r", node.node, exc)
             continue
-        out.append(f'{NODE_LEASE_AGE.name}{{node="{escape_label_value(node.node)}"}} {age}\n')
+        out.append(f'{_LEASE_AGE}{{node="{escape_label_value(node.node)}"}} {age}\n')
     return "".join(out).encode()
 
 
-def _reading_lines(core: str, r: DeviceReading) -> dict[Family, list[str]]:
-    """One reachable device's NVML samples by family (None readings are absent)."""
-    lines: dict[Family, list[str]] = {}
+def _reading_lines(core: str, r: DeviceReading) -> dict[str, list[str]]:
+    """One reachable device's NVML samples by family name (None readings are absent)."""
+    lines: dict[str, list[str]] = {}
 
-    def add(family: Family, extra: str, value: float | None) -> None:
+    def add(name: str, extra: str, value: float | None) -> None:
         if value is not None:
             labels = f"{core},{extra}" if extra else core
-            lines.setdefault(family, []).append(f"{family.name}{{{labels}}} {format_value(value)}\n")
+            lines.setdefault(name, []).append(f"{name}{{{labels}}} {format_value(value)}\n")
 
-    add(NVML_ECC, 'type="corrected"', r.ecc_corrected_volatile)
-    add(NVML_ECC, 'type="uncorrected"', r.ecc_uncorrected_volatile)
-    add(NVML_REMAPPED, 'type="correctable"', r.remapped_rows_correctable)
-    add(NVML_REMAPPED, 'type="uncorrectable"', r.remapped_rows_uncorrectable)
-    add(NVML_REMAPPED, 'type="pending"', _flag(r.remapped_rows_pending))
-    add(NVML_REMAPPED, 'type="failure"', _flag(r.remapped_rows_failure))
-    add(NVML_TEMPERATURE, "", r.temperature_celsius)
-    add(NVML_POWER, "", r.power_watts)
+    add(_NVML_ECC, 'type="corrected"', r.ecc_corrected_volatile)
+    add(_NVML_ECC, 'type="uncorrected"', r.ecc_uncorrected_volatile)
+    add(_NVML_REMAPPED, 'type="correctable"', r.remapped_rows_correctable)
+    add(_NVML_REMAPPED, 'type="uncorrectable"', r.remapped_rows_uncorrectable)
+    add(_NVML_REMAPPED, 'type="pending"', _flag(r.remapped_rows_pending))
+    add(_NVML_REMAPPED, 'type="failure"', _flag(r.remapped_rows_failure))
+    add(_NVML_TEMPERATURE, "", r.temperature_celsius)
+    add(_NVML_POWER, "", r.power_watts)
     return lines
 
 
@@ -443,29 +403,29 @@ def _render_nvml(nvml: NvmlView, node: str) -> bytes:
     def core(uuid: str) -> str:
         return f'{node_label},device="{escape_label_value(uuid)}"'
 
-    by_family: dict[Family, list[str]] = {family: [] for family in NVML_FAMILIES}
+    by_family: dict[str, list[str]] = {name: [] for name, _ in _NVML_HEADERS}
     for uuid, reading in nvml.readings.items():
         try:
             c = core(uuid)
-            up = f"{NVML_UP.name}{{{c}}} {1 if reading.reachable else 0}\n"
+            up = f"{_NVML_UP}{{{c}}} {1 if reading.reachable else 0}\n"
             lines = _reading_lines(c, reading) if reading.reachable else {}
         except Exception as exc:  # one device's bad reading drops that device, never the scrape
             log.warning("dropped NVML readings of %r from the scrape: %r", uuid, exc)
             continue
-        by_family[NVML_UP].append(up)
-        for family, family_lines in lines.items():
-            by_family[family].extend(family_lines)
+        by_family[_NVML_UP].append(up)
+        for name, family_lines in lines.items():
+            by_family[name].extend(family_lines)
     for (uuid, xid), count in nvml.xid_counts.items():
         try:
-            line = f'{NVML_XID.name}{{{core(uuid)},xid="{int(xid)}"}} {format_value(count)}\n'
+            line = f'{_NVML_XID}{{{core(uuid)},xid="{int(xid)}"}} {format_value(count)}\n'
         except Exception as exc:
             log.warning("dropped XID count %r of %r from the scrape: %r", xid, uuid, exc)
             continue
-        by_family[NVML_XID].append(line)
+        by_family[_NVML_XID].append(line)
     out: list[str] = []
-    for family in NVML_FAMILIES:
-        out.append(family.header())
-        out.extend(by_family[family])
+    for name, header in _NVML_HEADERS:
+        out.append(header)
+        out.extend(by_family[name])
     return "".join(out).encode()
 
 

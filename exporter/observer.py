@@ -40,13 +40,11 @@ from typing import Any, Protocol
 
 import orjson
 from kubernetes.client import ApiClient
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from exporter import parse
 from exporter.decode import DecodeError, Pod, decode_pod_event
 from exporter.directory import Directory
+from exporter.metrics import ExporterMetrics
 from exporter.settings import BackoffSettings, ObserverSettings
 from exporter.state import CLAIMS, LEASES, NODE_LEASE_NAMESPACE, PODS, SLICES, DeviceStateStore
 from gpuhealth.clock import Clock
@@ -194,74 +192,6 @@ def persist(store: DeviceStateStore, directory: Directory, *, force: bool = Fals
     if force or directory.heartbeats_due():
         store.sync_sink()
     return directory.flush(force=force)
-
-
-class ExporterMetrics:
-    """The exporter's own metrics, in a private registry (tests read them with get_sample_value)."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self._registry = registry
-        self.watch_events = Counter(
-            "gpuhealth_exporter_watch_events",
-            "Watch events received, by resource and event type.",
-            ["resource", "type"],
-            registry=registry,
-        )
-        self.watch_restarts = Counter(
-            "gpuhealth_exporter_watch_restarts",
-            "Watches restarted, by resource and reason (expired: 410 relist, closed: server timeout, error).",
-            ["resource", "reason"],
-            registry=registry,
-        )
-        self.last_event = Gauge(
-            "gpuhealth_exporter_last_event_timestamp_seconds",
-            "Wall time of the latest watch event applied.",
-            registry=registry,
-        )
-        self.directory_write = Histogram(
-            "gpuhealth_exporter_directory_write_seconds",
-            "Duration of one directory write (a transaction of batched changes).",
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
-            registry=registry,
-        )
-
-    def track(self, store: DeviceStateStore) -> None:
-        """Expose the store's counters (parse errors, ignored events, devices tracked)."""
-        self._registry.register(_StateCollector(store))
-
-
-class _StateCollector(Collector):
-    """Counters kept as plain data by the state, read at scrape time."""
-
-    def __init__(self, store: DeviceStateStore) -> None:
-        self._store = store
-
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        stats = self._store.stats
-        errors = CounterMetricFamily(
-            "gpuhealth_exporter_parse_errors",
-            "Malformed or unresolvable pieces of watched objects, by reason (skipped, or read as Unknown).",
-            labels=["reason"],
-        )
-        for reason, count in sorted(stats.parse_errors.items()):
-            errors.add_metric([reason], count)
-        yield errors
-        ignored = CounterMetricFamily(
-            "gpuhealth_exporter_events_ignored",
-            "Pod events not applied: duplicate or older resourceVersion than one already processed.",
-            labels=["reason"],
-        )
-        for reason, count in sorted(stats.events_ignored.items()):
-            ignored.add_metric([reason], count)
-        yield ignored
-        yield CounterMetricFamily(
-            "gpuhealth_exporter_status_changes", "Device status changes recorded.", value=stats.status_changes
-        )
-        yield GaugeMetricFamily(
-            "gpuhealth_exporter_devices_tracked",
-            "Devices in the directory's current state.",
-            value=self._store.devices_tracked,
-        )
 
 
 class Observer:

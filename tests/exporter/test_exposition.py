@@ -26,13 +26,12 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.exposition import (
-    CLUSTER_FAMILIES,
-    NVML_FAMILIES,
     MetricsRenderer,
     escape_label_value,
     format_value,
     render_metrics,
 )
+from exporter.metrics import CLUSTER_FAMILIES, NVML_FAMILIES
 from exporter.snapshot import Allocation, DeviceState, DriverTaint, NodeState, NvmlView, Snapshot
 from gpuhealth.nvml import DeviceReading
 
@@ -132,8 +131,8 @@ def test_empty_snapshot_has_help_and_type_of_every_cluster_family_and_no_samples
     body = MetricsRenderer().render(Snapshot(), NOW)
     text = body.decode()
     for family in CLUSTER_FAMILIES:
-        assert f"# HELP {family.name} " in text
-        assert f"# TYPE {family.name} {family.type}\n" in text
+        assert f"# HELP {family.exposed_name} " in text
+        assert f"# TYPE {family.exposed_name} {family.text_type}\n" in text
     for family in NVML_FAMILIES:
         assert family.name not in text
     assert parse(body) == {}
@@ -338,7 +337,7 @@ def test_families_are_contiguous_with_help_and_type_before_samples() -> None:
         else:
             name = line.split("{", 1)[0].split(" ", 1)[0]
             assert name == seen[-1], f"sample {name} outside its family {seen[-1]}"
-    assert typed == {f.name for f in CLUSTER_FAMILIES + NVML_FAMILIES}
+    assert typed == {f.exposed_name for f in CLUSTER_FAMILIES + NVML_FAMILIES}
 
 
 def test_node_mode_renders_every_nvml_reading_by_uuid_and_node_name() -> None:
@@ -392,7 +391,7 @@ def test_cluster_mode_renders_no_nvml_family() -> None:
 def test_node_mode_with_no_reading_yet_has_nvml_help_and_type_only() -> None:
     body = render_metrics(Snapshot(nvml=NvmlView(), node_name="n"), NOW)
     for family in NVML_FAMILIES:
-        assert f"# TYPE {family.name} {family.type}\n".encode() in body
+        assert f"# TYPE {family.exposed_name} {family.text_type}\n".encode() in body
     assert parse(body) == {}
 
 

@@ -24,7 +24,8 @@ from prometheus_client import CollectorRegistry
 
 from exporter import parse
 from exporter.directory import Directory, open_store
-from exporter.observer import Backoff, ExporterMetrics, HttpError, Observer, split_lines, targets
+from exporter.metrics import ExporterMetrics
+from exporter.observer import Backoff, HttpError, Observer, split_lines, targets
 from exporter.settings import BackoffSettings, ObserverSettings
 from exporter.state import CLAIMS, LEASES, PODS, SLICES, DeviceStateStore
 from gpuhealth.clock import ManualClock

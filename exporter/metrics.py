@@ -1,0 +1,236 @@
+"""The exporter's metric catalog: every family it exposes, declared once, and its self metrics.
+
+Three groups, all in `CATALOG`:
+- device families (`gpu_device_*`, `gpu_node_*`), rendered in every mode by
+  `exporter.exposition`, which takes names and HELP from here at import time;
+- NVML families (`gpu_nvml_*`), rendered by the same module in node mode only;
+- self metrics (`gpuhealth_exporter_*`), prometheus_client instruments in a registry the
+  caller passes in, built here (`ExporterMetrics`) from their declarations.
+
+Rules, dashboards and the responder rely on these names and labels: renaming one is a
+change of contract (tests/rules check every rule against this catalog, and
+tests/exporter/test_metrics_catalog.py checks `/metrics` against it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from exporter.state import DeviceStateStore
+from gpuhealth.metrics import Catalog, MetricFamily
+
+_DEVICE = ("node", "device")
+"""Every per-device series carries these; pod and tenant labels only on `_info` families."""
+
+DEVICE_HEALTH = MetricFamily(
+    "gpu_device_health",
+    "gauge",
+    "Reported device health from allocatedResourcesStatus: 1 for the reported status, 0 for the other two.",
+    (*_DEVICE, "status"),
+)
+DEVICE_STATUS_AGE = MetricFamily(
+    "gpu_device_status_age_seconds",
+    "gauge",
+    "Seconds since the reported status was last confirmed fresh (pod status observation, kept fresh "
+    "by the node's kubelet Lease and, in node mode, NVML answering).",
+    _DEVICE,
+    unit="seconds",
+)
+DEVICE_OBSERVED = MetricFamily(
+    "gpu_device_status_observed_timestamp_seconds",
+    "gauge",
+    "Unix time of the latest pod status observation that reported the current status.",
+    _DEVICE,
+    unit="seconds",
+)
+DEVICE_STATUS_VERSION = MetricFamily(
+    "gpu_device_status_version",
+    "gauge",
+    "Increases by one on every change of the reported (health, message); survives exporter restarts.",
+    _DEVICE,
+)
+# The two `_info` families are gauges of value 1 (as written since the first release), not
+# client_python's info kind, which would add a second `_info` to their names.
+DEVICE_INFO = MetricFamily(
+    "gpu_device_info",
+    "gauge",
+    "Device identity (UUID, DRA driver/pool/device, resource name); always 1.",
+    (*_DEVICE, "uuid", "driver", "pool", "device_name", "resource"),
+)
+DEVICE_ALLOCATION = MetricFamily(
+    "gpu_device_allocation_info",
+    "gauge",
+    "One series (value 1) per container currently allocated the device.",
+    (*_DEVICE, "namespace", "pod", "container", "resource", "claim"),
+)
+DEVICE_DRIVER_TAINT = MetricFamily(
+    "gpu_device_driver_taint",
+    "gauge",
+    "Taints a DRA driver put on the device in its ResourceSlice; 1 per taint.",
+    (*_DEVICE, "key", "effect"),
+)
+NODE_LEASE_AGE = MetricFamily(
+    "gpu_node_kubelet_lease_age_seconds",
+    "gauge",
+    "Seconds since the node's kubelet Lease in kube-node-lease was last renewed.",
+    ("node",),
+    unit="seconds",
+)
+NVML_UP = MetricFamily(
+    "gpu_nvml_up",
+    "gauge",
+    "1 when NVML answers for the GPU, 0 when it is lost or unreadable (its other readings are then absent).",
+    _DEVICE,
+)
+NVML_XID = MetricFamily(
+    "gpu_nvml_xid_errors",
+    "counter",
+    "XID critical error events reported by NVML since the exporter started, by XID code.",
+    (*_DEVICE, "xid"),
+)
+NVML_ECC = MetricFamily(
+    "gpu_nvml_ecc_errors",
+    "counter",
+    "Volatile ECC error counts (since the last driver load), by type corrected|uncorrected.",
+    (*_DEVICE, "type"),
+)
+NVML_REMAPPED = MetricFamily(
+    "gpu_nvml_remapped_rows",
+    "gauge",
+    "Remapped memory rows: counts for correctable|uncorrectable, 0/1 flags for pending|failure.",
+    (*_DEVICE, "type"),
+)
+NVML_TEMPERATURE = MetricFamily(
+    "gpu_nvml_temperature_celsius",
+    "gauge",
+    "GPU core temperature in degrees Celsius.",
+    _DEVICE,
+    unit="celsius",
+)
+NVML_POWER = MetricFamily("gpu_nvml_power_watts", "gauge", "GPU power draw in watts.", _DEVICE, unit="watts")
+
+WATCH_EVENTS = MetricFamily(
+    "gpuhealth_exporter_watch_events",
+    "counter",
+    "Watch events received, by resource and event type.",
+    ("resource", "type"),
+)
+WATCH_RESTARTS = MetricFamily(
+    "gpuhealth_exporter_watch_restarts",
+    "counter",
+    "Watches restarted, by resource and reason (expired: 410 relist, closed: server timeout, error).",
+    ("resource", "reason"),
+)
+LAST_EVENT = MetricFamily(
+    "gpuhealth_exporter_last_event_timestamp_seconds",
+    "gauge",
+    "Wall time of the latest watch event applied.",
+    unit="seconds",
+)
+DIRECTORY_WRITE = MetricFamily(
+    "gpuhealth_exporter_directory_write_seconds",
+    "histogram",
+    "Duration of one directory write (a transaction of batched changes).",
+    unit="seconds",
+)
+DIRECTORY_WRITE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+"""Upper bounds (seconds) of `DIRECTORY_WRITE`: SQLite commits of a batch, sub-millisecond to 1 s."""
+PARSE_ERRORS = MetricFamily(
+    "gpuhealth_exporter_parse_errors",
+    "counter",
+    "Malformed or unresolvable pieces of watched objects, by reason (skipped, or read as Unknown).",
+    ("reason",),
+)
+EVENTS_IGNORED = MetricFamily(
+    "gpuhealth_exporter_events_ignored",
+    "counter",
+    "Pod events not applied: duplicate or older resourceVersion than one already processed.",
+    ("reason",),
+)
+STATUS_CHANGES = MetricFamily(
+    "gpuhealth_exporter_status_changes", "counter", "Device status changes recorded."
+)
+DEVICES_TRACKED = MetricFamily(
+    "gpuhealth_exporter_devices_tracked", "gauge", "Devices in the directory's current state."
+)
+
+CLUSTER_FAMILIES = (
+    DEVICE_HEALTH,
+    DEVICE_STATUS_AGE,
+    DEVICE_OBSERVED,
+    DEVICE_STATUS_VERSION,
+    DEVICE_INFO,
+    DEVICE_ALLOCATION,
+    DEVICE_DRIVER_TAINT,
+    NODE_LEASE_AGE,
+)
+"""Rendered in every mode (HELP and TYPE even when there is no sample), in this order."""
+NVML_FAMILIES = (NVML_UP, NVML_XID, NVML_ECC, NVML_REMAPPED, NVML_TEMPERATURE, NVML_POWER)
+"""Rendered only in node mode, in this order."""
+SELF_FAMILIES = (
+    WATCH_EVENTS,
+    WATCH_RESTARTS,
+    LAST_EVENT,
+    DIRECTORY_WRITE,
+    PARSE_ERRORS,
+    EVENTS_IGNORED,
+    STATUS_CHANGES,
+    DEVICES_TRACKED,
+)
+"""The exporter's own metrics (`ExporterMetrics`)."""
+
+CATALOG = Catalog((*CLUSTER_FAMILIES, *NVML_FAMILIES, *SELF_FAMILIES))
+"""Every family the exporter exposes."""
+
+
+def _counter(family: MetricFamily, registry: CollectorRegistry) -> Counter:
+    return Counter(family.name, family.help, family.labels, unit=family.unit, registry=registry)
+
+
+class ExporterMetrics:
+    """The exporter's own metrics, in a private registry (tests read them with get_sample_value).
+
+    Building them turns off client_python's `_created` series process-wide (its documented
+    switch, `disable_created_metrics`): one more series beside every counter and histogram
+    that no rule or dashboard reads, and the service and its tests then expose the same.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        prometheus_client.disable_created_metrics()
+        self._registry = registry
+        self.watch_events = _counter(WATCH_EVENTS, registry)
+        self.watch_restarts = _counter(WATCH_RESTARTS, registry)
+        self.last_event = Gauge(LAST_EVENT.name, LAST_EVENT.help, unit=LAST_EVENT.unit, registry=registry)
+        self.directory_write = Histogram(
+            DIRECTORY_WRITE.name,
+            DIRECTORY_WRITE.help,
+            unit=DIRECTORY_WRITE.unit,
+            buckets=DIRECTORY_WRITE_BUCKETS,
+            registry=registry,
+        )
+
+    def track(self, store: DeviceStateStore) -> None:
+        """Expose the store's counters (parse errors, ignored events, devices tracked)."""
+        self._registry.register(_StateCollector(store))
+
+
+class _StateCollector(Collector):
+    """Counters kept as plain data by the state, read at scrape time."""
+
+    def __init__(self, store: DeviceStateStore) -> None:
+        self._store = store
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        stats = self._store.stats
+        for family, counts in ((PARSE_ERRORS, stats.parse_errors), (EVENTS_IGNORED, stats.events_ignored)):
+            by_reason = CounterMetricFamily(family.name, family.help, labels=family.labels)
+            for reason, count in sorted(counts.items()):
+                by_reason.add_metric([reason], count)
+            yield by_reason
+        yield CounterMetricFamily(STATUS_CHANGES.name, STATUS_CHANGES.help, value=stats.status_changes)
+        yield GaugeMetricFamily(DEVICES_TRACKED.name, DEVICES_TRACKED.help, value=self._store.devices_tracked)

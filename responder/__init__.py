@@ -1,0 +1,7 @@
+"""The responder: the Alertmanager webhook that quarantines devices, migrates checkpointed
+work off them and releases them again (the service itself is filled in by the next issue).
+
+Layers, as in the exporter: pure data and decisions at the bottom (no I/O), adapters
+(Kubernetes, HTTP) at the edge, the entry point on top. Only adapter modules import
+`kubernetes`. `metrics` is pure declarations: the families the rules already query.
+"""

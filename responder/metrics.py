@@ -1,0 +1,48 @@
+"""The responder's metric catalog: every family it exposes, declared once.
+
+The rules (`rules/templates/gpu-fleet.yaml.j2`, `gpu-node.yaml.j2`, `gpuhealth-self.yaml.j2`)
+already query these names and labels, so they are a contract before the service exists:
+tests/rules check every rule against this catalog. The service builds its instruments
+from these declarations.
+"""
+
+from __future__ import annotations
+
+from gpuhealth.metrics import Catalog, MetricFamily
+
+MIGRATION_OUTCOMES = ("succeeded", "failed", "unrecoverable")
+"""Values of `outcome` on `MIGRATIONS` (GPUDeviceMigrationFailed fires on `failed`)."""
+
+WEBHOOK_REQUESTS = MetricFamily(
+    "gpuhealth_responder_webhook_requests",
+    "counter",
+    "Alertmanager webhook deliveries handled, by outcome.",
+    ("outcome",),
+)
+BREAKER_TRIPPED = MetricFamily(
+    "gpuhealth_breaker_tripped",
+    "gauge",
+    "1 while the remediation circuit breaker is tripped (quarantines and migrations paused), else 0.",
+)
+DEVICE_QUARANTINED = MetricFamily(
+    "gpuhealth_device_quarantined",
+    "gauge",
+    "One series (value 1) per device with a quarantine record, by reason and remediation phase.",
+    ("node", "device", "reason", "phase"),
+)
+QUARANTINE_CREATED = MetricFamily(
+    "gpuhealth_quarantine_created_timestamp_seconds",
+    "gauge",
+    "Unix time the device's quarantine record was created.",
+    ("node", "device"),
+    unit="seconds",
+)
+MIGRATIONS = MetricFamily(
+    "gpuhealth_migrations",
+    "counter",
+    "Checkpointed workload migrations off quarantined devices, by outcome (succeeded|failed|unrecoverable).",
+    ("outcome",),
+)
+
+CATALOG = Catalog((WEBHOOK_REQUESTS, BREAKER_TRIPPED, DEVICE_QUARANTINED, QUARANTINE_CREATED, MIGRATIONS))
+"""Every family the responder exposes."""

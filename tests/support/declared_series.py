@@ -1,0 +1,128 @@
+"""The series gpuhealth's queries may use, and the label names each one carries.
+
+Built from what is declared, never from what queries happen to use: the services' catalogs
+(`exporter.metrics`, `responder.metrics`) plus the labels every scrape adds, Prometheus'
+own series, the Alertmanager counters the self-monitoring rules read, and the recording
+rules of rules/prometheus (their labels inferred from their expressions). Shared by the
+rules test and, next, the dashboards test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from exporter.metrics import CATALOG as EXPORTER
+from gpuhealth.metrics import Catalog, MetricFamily
+from responder.metrics import CATALOG as RESPONDER
+from tests.support.promql_names import ANY, Labels, SeriesLabels, output_labels
+
+SERVICES = Catalog.union(EXPORTER, RESPONDER)
+"""Every family a gpuhealth service declares (a name declared by both would be refused here)."""
+
+TARGET_LABELS: Labels = frozenset({"job", "instance", "node"})
+"""Labels the scrape adds to every series: `job` and `instance`, and `node`, which the exporter
+job relabels onto its targets (rules/config.yaml, `selectors`). rules/config.yaml has no
+`cluster` setting yet; when it gets one, `cluster` belongs here."""
+
+ALERTMANAGER = Catalog(
+    (
+        MetricFamily(
+            "alertmanager_notifications",
+            "counter",
+            "Notifications attempted, by integration (Alertmanager 0.25).",
+            ("integration",),
+        ),
+        MetricFamily(
+            "alertmanager_notifications_failed",
+            "counter",
+            "Notifications that failed after retries, by integration (Alertmanager 0.25).",
+            ("integration",),
+        ),
+    )
+)
+"""Alertmanager's own counters that GPUHealthWebhookFailing reads (not a gpuhealth service's)."""
+
+PROMETHEUS_SERIES: Mapping[str, Labels] = {
+    **{
+        name: TARGET_LABELS
+        for name in (
+            "up",
+            "scrape_duration_seconds",
+            "scrape_samples_scraped",
+            "scrape_samples_post_metric_relabeling",
+            "scrape_series_added",
+            "scrape_timeout_seconds",
+            "scrape_sample_limit",
+            "scrape_body_size_bytes",
+        )
+    },
+    # Alert series carry `alertname`, `alertstate` and each alert's own labels: any label.
+    "ALERTS": frozenset({ANY}),
+    "ALERTS_FOR_STATE": frozenset({ANY}),
+}
+"""Series Prometheus writes itself: per target (`up`, `scrape_*`) and per alert."""
+
+
+def catalog_series(*catalogs: Catalog) -> dict[str, Labels]:
+    """Each series name of `catalogs` with its labels, the scrape's target labels included."""
+    return {
+        sample: family.sample_labels(sample) | TARGET_LABELS
+        for catalog in catalogs
+        for family in catalog
+        for sample in family.sample_names
+    }
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule of a Prometheus rule file."""
+
+    file: str
+    name: str
+    """The recorded series, or the alert name."""
+    expr: str
+    labels: Mapping[str, str]
+    recording: bool
+
+
+def load_rules(paths: Iterable[Path]) -> list[Rule]:
+    """Every rule of the rule files `paths`, in file order."""
+    rules: list[Rule] = []
+    for path in paths:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        for group in document["groups"]:
+            for rule in group["rules"]:
+                recording = "record" in rule
+                name = rule["record"] if recording else rule["alert"]
+                rules.append(Rule(path.name, name, rule["expr"], rule.get("labels") or {}, recording))
+    return rules
+
+
+def recorded_series(rules: Iterable[Rule], base: SeriesLabels) -> dict[str, Labels]:
+    """The labels of each recording rule's series: its static labels and its expression's.
+
+    A rule may read its own series (or another rule's, in any order), so this iterates to a
+    fixpoint; label sets only grow, so it ends.
+    """
+    records = [rule for rule in rules if rule.recording]
+    recorded: dict[str, Labels] = {rule.name: frozenset(rule.labels) for rule in records}
+    changed = True
+    while changed:
+        changed = False
+        series = {**base, **recorded}
+        for rule in records:
+            grown = recorded[rule.name] | output_labels(rule.expr, series) | frozenset(rule.labels)
+            if grown != recorded[rule.name]:
+                recorded[rule.name] = grown
+                changed = True
+    return recorded
+
+
+def declared_series(rules: Iterable[Rule] = ()) -> dict[str, Labels]:
+    """Every series a query may select: services, Alertmanager, Prometheus, recording `rules`."""
+    base = {**catalog_series(SERVICES, ALERTMANAGER), **PROMETHEUS_SERIES}
+    return {**base, **recorded_series(rules, base)}
