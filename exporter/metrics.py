@@ -4,8 +4,10 @@ Three groups, all in `CATALOG`:
 - device families (`gpu_device_*`, `gpu_node_*`), rendered in every mode by
   `exporter.exposition`, which takes names and HELP from here at import time;
 - NVML families (`gpu_nvml_*`), rendered by the same module in node mode only;
-- self metrics (`gpuhealth_exporter_*`), prometheus_client instruments in a registry the
-  caller passes in, built here (`ExporterMetrics`) from their declarations.
+- self metrics (`gpuhealth_exporter_*`), prometheus_client instruments that
+  `exporter.self_metrics` builds from these declarations in a registry the caller passes in.
+
+Pure declarations (no prometheus_client), so rules tests and the pure renderer read them.
 
 Rules, dashboards and the responder rely on these names and labels: renaming one is a
 change of contract (tests/rules check every rule against this catalog, and
@@ -14,14 +16,6 @@ tests/exporter/test_metrics_catalog.py checks `/metrics` against it).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import prometheus_client
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
-
-from exporter.state import DeviceStateStore
 from gpuhealth.metrics import Catalog, MetricFamily
 
 _DEVICE = ("node", "device")
@@ -186,51 +180,3 @@ SELF_FAMILIES = (
 
 CATALOG = Catalog((*CLUSTER_FAMILIES, *NVML_FAMILIES, *SELF_FAMILIES))
 """Every family the exporter exposes."""
-
-
-def _counter(family: MetricFamily, registry: CollectorRegistry) -> Counter:
-    return Counter(family.name, family.help, family.labels, unit=family.unit, registry=registry)
-
-
-class ExporterMetrics:
-    """The exporter's own metrics, in a private registry (tests read them with get_sample_value).
-
-    Building them turns off client_python's `_created` series process-wide (its documented
-    switch, `disable_created_metrics`): one more series beside every counter and histogram
-    that no rule or dashboard reads, and the service and its tests then expose the same.
-    """
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        prometheus_client.disable_created_metrics()
-        self._registry = registry
-        self.watch_events = _counter(WATCH_EVENTS, registry)
-        self.watch_restarts = _counter(WATCH_RESTARTS, registry)
-        self.last_event = Gauge(LAST_EVENT.name, LAST_EVENT.help, unit=LAST_EVENT.unit, registry=registry)
-        self.directory_write = Histogram(
-            DIRECTORY_WRITE.name,
-            DIRECTORY_WRITE.help,
-            unit=DIRECTORY_WRITE.unit,
-            buckets=DIRECTORY_WRITE_BUCKETS,
-            registry=registry,
-        )
-
-    def track(self, store: DeviceStateStore) -> None:
-        """Expose the store's counters (parse errors, ignored events, devices tracked)."""
-        self._registry.register(_StateCollector(store))
-
-
-class _StateCollector(Collector):
-    """Counters kept as plain data by the state, read at scrape time."""
-
-    def __init__(self, store: DeviceStateStore) -> None:
-        self._store = store
-
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        stats = self._store.stats
-        for family, counts in ((PARSE_ERRORS, stats.parse_errors), (EVENTS_IGNORED, stats.events_ignored)):
-            by_reason = CounterMetricFamily(family.name, family.help, labels=family.labels)
-            for reason, count in sorted(counts.items()):
-                by_reason.add_metric([reason], count)
-            yield by_reason
-        yield CounterMetricFamily(STATUS_CHANGES.name, STATUS_CHANGES.help, value=stats.status_changes)
-        yield GaugeMetricFamily(DEVICES_TRACKED.name, DEVICES_TRACKED.help, value=self._store.devices_tracked)

@@ -44,7 +44,7 @@ from kubernetes.client import ApiClient
 from exporter import parse
 from exporter.decode import DecodeError, Pod, decode_pod_event
 from exporter.directory import Directory
-from exporter.metrics import ExporterMetrics
+from exporter.self_metrics import ExporterMetrics
 from exporter.settings import BackoffSettings, ObserverSettings
 from exporter.state import CLAIMS, LEASES, NODE_LEASE_NAMESPACE, PODS, SLICES, DeviceStateStore
 from gpuhealth.clock import Clock

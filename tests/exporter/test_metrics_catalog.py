@@ -18,7 +18,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import exposition
-from exporter.metrics import CATALOG, CLUSTER_FAMILIES, NVML_FAMILIES, SELF_FAMILIES, ExporterMetrics
+from exporter.metrics import CATALOG, CLUSTER_FAMILIES, NVML_FAMILIES, SELF_FAMILIES
+from exporter.self_metrics import ExporterMetrics
 from exporter.server import create_app
 from exporter.state import DeviceStateStore
 from gpuhealth.clock import ManualClock

@@ -24,8 +24,8 @@ from prometheus_client import CollectorRegistry
 
 from exporter import parse
 from exporter.directory import Directory, open_store
-from exporter.metrics import ExporterMetrics
 from exporter.observer import Backoff, HttpError, Observer, split_lines, targets
+from exporter.self_metrics import ExporterMetrics
 from exporter.settings import BackoffSettings, ObserverSettings
 from exporter.state import CLAIMS, LEASES, PODS, SLICES, DeviceStateStore
 from gpuhealth.clock import ManualClock
