@@ -1,0 +1,126 @@
+"""The DeviceQuarantine record (responder.records).
+
+Aspects: deterministic names that are valid DNS-1123 subdomains and never shared by two
+devices; a record survives the trip to an API object and back unchanged; history and
+idempotency keys stay bounded; a hand-edited object that cannot be read is a RecordError
+naming the field, never another exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from responder.records import (
+    DEVICE_PLUGIN,
+    DRA,
+    MAX_HISTORY,
+    MAX_KEYS,
+    Phase,
+    Quarantine,
+    QuarantineSpec,
+    RecordError,
+    SourceAlert,
+    from_object,
+    path_of,
+    record_name,
+    to_object,
+)
+
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+names = st.text(min_size=1, max_size=300)
+
+
+@given(names, names)
+def test_record_names_are_dns_subdomains(node: str, device: str) -> None:
+    name = record_name(node, device)
+    assert len(name) <= 253
+    assert DNS_SUBDOMAIN.match(name), name
+    assert record_name(node, device) == name  # deterministic: racing replicas meet on one object
+
+
+def test_record_names_keep_devices_apart_and_stay_readable() -> None:
+    upper = record_name("node-1", "GPU-AB")
+    lower = record_name("node-1", "gpu-ab")
+    assert upper != lower
+    assert record_name("gpu-node-1", "GPU-4a1c").startswith("gpu-node-1-gpu-4a1c-")
+    assert record_name("n", "gpu.nvidia.com/pool-a/gpu-0").startswith("n-gpu.nvidia.com-pool-a-gpu-0-")
+    assert record_name("a-b", "c") != record_name("a", "b-c")
+
+
+def spec(**changes: Any) -> QuarantineSpec:
+    base = QuarantineSpec(
+        node="gpu-node-1",
+        device="gpu.nvidia.com/gpu-node-1/gpu-3",
+        path=DRA,
+        reason="Unhealthy",
+        actor="alert/GPUDeviceUnhealthy",
+        expires_at="2026-12-01T10:00:00Z",
+        uuid="GPU-4a1c",
+        driver="gpu.nvidia.com",
+        pool="gpu-node-1",
+        device_name="gpu-3",
+        source_alerts=(SourceAlert("GPUDeviceUnhealthy", "c2a5", "2026-11-30T10:00:00Z"),),
+    )
+    return replace(base, **changes)
+
+
+@given(st.lists(st.sampled_from(list(Phase)), max_size=80), st.lists(st.text(max_size=10), max_size=100))
+def test_records_round_trip_and_stay_bounded(phases: list[Phase], keys: list[str]) -> None:
+    record = Quarantine(name=record_name("gpu-node-1", "gpu-3"), spec=spec())
+    for i, phase in enumerate(phases):
+        record = record.with_phase(
+            phase, time=f"2026-11-30T10:{i % 60:02d}:00Z", actor="responder", message="m"
+        )
+    for key in keys:
+        record = record.with_key(key)
+    assert len(record.status.history) <= MAX_HISTORY
+    assert len(record.status.processed_keys) <= MAX_KEYS
+    assert len(set(record.status.processed_keys)) == len(record.status.processed_keys)
+    if keys:
+        assert record.seen(keys[-1])
+    assert from_object(to_object(record)) == record
+
+
+def test_path_follows_the_alerts_driver_label() -> None:
+    assert path_of({"driver": "gpu.nvidia.com"}) == DRA
+    assert path_of({"device": "GPU-4a1c"}) == DEVICE_PLUGIN
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda o: o.pop("spec"), "spec: expected an object"),
+        (lambda o: o["spec"].pop("node"), "spec.node: expected a non-empty string"),
+        (lambda o: o["status"].update(phase="Broken"), "status.phase: 'Broken' is not a phase"),
+        (lambda o: o["status"].update(history=[{"phase": "Nope"}]), "status.history[0].phase"),
+        (lambda o: o["spec"].update(sourceAlerts="x"), "spec.sourceAlerts: expected a list"),
+    ],
+)
+def test_an_unreadable_object_names_its_field(mutate: Any, message: str) -> None:
+    obj = to_object(Quarantine(name="q", spec=spec()))
+    mutate(obj)
+    with pytest.raises(RecordError, match=re.escape(message)):
+        from_object(obj)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=10,
+)
+
+
+@given(st.sampled_from(["metadata", "spec", "status"]), json_values)
+def test_junk_objects_raise_only_record_error(part: str, value: Any) -> None:
+    obj = to_object(Quarantine(name="q", spec=spec()))
+    obj[part] = value
+    with contextlib.suppress(RecordError):
+        from_object(obj)
