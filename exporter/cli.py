@@ -303,9 +303,10 @@ async def serve(
     """Run the live exporter until SIGTERM/SIGINT (or cancellation)."""
     from prometheus_client import CollectorRegistry
 
-    from exporter.observer import ExporterMetrics, KubeTransport, Observer
+    from exporter.observer import ExporterMetrics, Observer
     from exporter.server import create_app
-    from gpuhealth.kube import api_client
+    from gpuhealth.kube.config import api_client
+    from gpuhealth.kube.transport import KubeTransport
 
     clock = clock or SystemClock()
     registry = CollectorRegistry()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpuhealth.kube import api_client
+from gpuhealth.kube.config import api_client
 from simulator.testing import running_cluster
 
 pytestmark = pytest.mark.integration
