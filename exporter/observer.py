@@ -37,7 +37,6 @@ from exporter.state import CLAIMS, LEASES, PODS, SLICES, DeviceStateStore
 from gpuhealth.clock import Clock
 from gpuhealth.kube import meta, resources, watch
 from gpuhealth.kube.client import KubeClient
-from gpuhealth.kube.meta import NODE_LEASE_NAMESPACE
 from gpuhealth.kube.reflector import Events, Listed, Message, ParseFailed, Reflector, WatchRestarted
 from gpuhealth.kube.resources import Resource
 from gpuhealth.kube.transport import Transport
@@ -72,7 +71,7 @@ def targets(node_name: str | None) -> tuple[Target, ...]:
         Target(
             LEASES,
             resources.LEASE,
-            NODE_LEASE_NAMESPACE,
+            meta.NODE_LEASE_NAMESPACE,
             f"metadata.name={node_name}" if node_name else None,
         ),
         Target(PODS, resources.POD, field_selector=node_field),

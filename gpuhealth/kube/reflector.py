@@ -26,7 +26,7 @@ from typing import Any, Final
 
 from gpuhealth.kube import meta
 from gpuhealth.kube.backoff import Backoff, BackoffPolicy
-from gpuhealth.kube.client import KubeClient
+from gpuhealth.kube.client import ClientClosed, KubeClient
 from gpuhealth.kube.errors import Gone, error_from_status
 from gpuhealth.kube.resources import Resource
 from gpuhealth.kube.watch import Event, decode_event
@@ -81,7 +81,7 @@ class Reflector:
     """Lists and watches one collection until `stop` is set; `run()` blocks (a reader thread).
 
     `name` labels its messages. Stopping: set `stop`, then close the client, which ends a
-    blocked read at once.
+    blocked read at once (a closed client alone also ends it).
     """
 
     def __init__(
@@ -141,6 +141,8 @@ class Reflector:
                 emit(WatchRestarted(name, RESTART_EXPIRED))
                 stop.wait(backoff.next_delay())
                 continue
+            except ClientClosed:
+                return
             except Exception as exc:
                 if stop.is_set():
                     return
