@@ -71,8 +71,8 @@ def targets(node_name: str | None) -> tuple[Target, ...]:
         Target(
             LEASES,
             resources.LEASE,
-            meta.NODE_LEASE_NAMESPACE,
-            f"metadata.name={node_name}" if node_name else None,
+            namespace=meta.NODE_LEASE_NAMESPACE,
+            field_selector=f"metadata.name={node_name}" if node_name else None,
         ),
         Target(PODS, resources.POD, field_selector=node_field),
     )

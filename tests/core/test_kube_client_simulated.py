@@ -185,11 +185,11 @@ def test_the_transport_reports_unauthorized_and_unreachable(
 ) -> None:
     cluster, _ = make_client(token="right")
     write_kubeconfig(tmp_path / "wrong", cluster.url, token="wrong")
-    with pytest.raises(Unauthorized):
-        KubeClient(KubeTransport(api_client(str(tmp_path / "wrong")))).get(NODE, "gpu-0")
+    with api_client(str(tmp_path / "wrong")) as api, pytest.raises(Unauthorized):
+        KubeClient(KubeTransport(api)).get(NODE, "gpu-0")
     cluster.stop()
-    with pytest.raises(Unavailable) as down:
-        KubeClient(KubeTransport(api_client(str(cluster.kubeconfig))), connect_timeout_seconds=2).list(POD)
+    with api_client(str(cluster.kubeconfig)) as api, pytest.raises(Unavailable) as down:
+        KubeClient(KubeTransport(api), connect_timeout_seconds=2).list(POD)
     assert down.value.status is None and down.value.temporary
 
 
