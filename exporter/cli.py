@@ -235,7 +235,8 @@ def _node_name(pod: dict[str, Any]) -> object:
 async def _serve_static(dump: dict[str, list[Any]], settings: ExporterSettings) -> None:
     from prometheus_client import CollectorRegistry
 
-    from exporter.observer import ExporterMetrics, persist
+    from exporter.observer import persist
+    from exporter.self_metrics import ExporterMetrics
     from exporter.server import create_app
 
     clock = SystemClock()
@@ -298,9 +299,11 @@ async def serve(
     """
     from prometheus_client import CollectorRegistry
 
-    from exporter.observer import ExporterMetrics, KubeTransport, Observer
+    from exporter.observer import Observer
+    from exporter.self_metrics import ExporterMetrics
     from exporter.server import create_app
-    from gpuhealth.kube import api_client
+    from gpuhealth.kube.config import api_client
+    from gpuhealth.kube.transport import KubeTransport
 
     clock = clock or SystemClock()
     registry = CollectorRegistry()

@@ -33,6 +33,8 @@ from exporter.decode import (
     resource_groups,
 )
 from exporter.snapshot import HEALTH_VALUES
+from gpuhealth.kube.watch import INVALID_JSON as INVALID_JSON  # watch lines: reasons of this vocabulary too
+from gpuhealth.kube.watch import MALFORMED_EVENT as MALFORMED_EVENT
 
 MAX_MESSAGE_CHARS: Final = 1024
 """The API limit on a health message; longer ones are cut and counted."""
@@ -51,8 +53,6 @@ CLAIM_UNRESOLVED: Final = "claim_unresolved"
 MALFORMED_CLAIM: Final = "malformed_claim"
 MALFORMED_SLICE: Final = "malformed_slice"
 MALFORMED_LEASE: Final = "malformed_lease"
-INVALID_JSON: Final = "invalid_json"
-MALFORMED_EVENT: Final = "malformed_event"
 
 _HEALTH: Final = frozenset(HEALTH_VALUES)
 _EMPTY: Final[dict[str, Any]] = {}
@@ -104,26 +104,6 @@ class PodObservation(NamedTuple):
     """Succeeded or Failed: the kubelet no longer updates it and its devices are released."""
     entries: tuple[ResourceEntry, ...]
     errors: tuple[str, ...] = ()
-
-
-def rv_number(resource_version: str) -> int | None:
-    """A resourceVersion as an integer where it is one (etcd's are), else None."""
-    if resource_version.isdigit():
-        return int(resource_version)
-    return None
-
-
-def is_newer(candidate: str, current: str) -> bool:
-    """Whether resourceVersion `candidate` comes after `current`.
-
-    Kubernetes calls resourceVersions opaque, but every real server (etcd revisions) and
-    our simulated one issue increasing integers, which is the only way to tell an old
-    event from a new one. Non-numeric versions can only be told equal or not.
-    """
-    a, b = rv_number(candidate), rv_number(current)
-    if a is not None and b is not None:
-        return a > b
-    return candidate != current
 
 
 def pod_signature(pod: dict[str, Any]) -> bytes | None:

@@ -43,7 +43,6 @@ import collections
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
@@ -53,7 +52,6 @@ from exporter.identity import ClaimInfo, DeviceRef, IdentityIndex, parse_claim, 
 from exporter.parse import (
     PodObservation,
     ResourceEntry,
-    is_newer,
     kept_signature,
     parse_pod_struct,
     pod_signature,
@@ -61,6 +59,7 @@ from exporter.parse import (
 )
 from exporter.snapshot import Allocation, DeviceState, DriverTaint, NodeState, NvmlView, Snapshot
 from gpuhealth.clock import Clock
+from gpuhealth.kube.meta import NODE_LEASE_NAMESPACE, is_newer, parse_rfc3339
 from gpuhealth.nvml import DeviceReading, XidEvent
 
 DeviceKey = tuple[str, str]
@@ -69,7 +68,6 @@ DeviceKey = tuple[str, str]
 PODS, CLAIMS, SLICES, LEASES = "pods", "resourceclaims", "resourceslices", "leases"
 RESOURCES = (PODS, CLAIMS, SLICES, LEASES)
 
-NODE_LEASE_NAMESPACE = "kube-node-lease"
 UNRESOLVED_PREFIX = "unresolved/"
 _SEVERITY = {"Healthy": 0, "Unknown": 1, "Unhealthy": 2}
 
@@ -172,16 +170,6 @@ class StateStats:
     parse_errors: collections.Counter[str] = field(default_factory=collections.Counter)
     events_ignored: collections.Counter[str] = field(default_factory=collections.Counter)
     status_changes: int = 0
-
-
-def parse_rfc3339(value: Any) -> float | None:
-    """Kubernetes MicroTime/Time as epoch seconds; None when absent or malformed."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def _device_uuid(device_id: str) -> str:

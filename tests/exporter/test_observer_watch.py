@@ -5,7 +5,7 @@ listed); resuming from the last resourceVersion, bookmarks included; relist on 4
 as an HTTP status and as an ERROR event inside the stream (the relist replaces what was
 known); other failures back off and resume; undecodable lines are counted and skipped;
 node mode selectors; self metrics; stopping ends the reader threads at once and flushes
-the directory; the backoff helper; line splitting across chunks.
+the directory. The backoff helper and line splitting are covered in `tests/core/test_kube_*`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import asyncio
 import random
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +24,13 @@ from prometheus_client import CollectorRegistry
 
 from exporter import parse
 from exporter.directory import Directory, open_store
-from exporter.observer import Backoff, HttpError, Observer, split_lines, targets
+from exporter.observer import Observer, targets
 from exporter.self_metrics import ExporterMetrics
 from exporter.settings import BackoffSettings, ObserverSettings
 from exporter.state import CLAIMS, LEASES, PODS, SLICES, DeviceStateStore
 from gpuhealth.clock import ManualClock
+from gpuhealth.kube.backoff import Backoff
+from gpuhealth.kube.errors import Gone, error_from_response
 from tests.exporter.fixtures.builders import container, gpu_uuid, pod, resource
 
 U0, U1 = gpu_uuid("node-1", 0), gpu_uuid("node-1", 1)
@@ -86,7 +88,17 @@ class FakeApi:
     def list_of(self, resource: str, items: list[dict[str, Any]], rv: int) -> None:
         self.lists[PATHS[resource]].append({"items": items, "metadata": {"resourceVersion": str(rv)}})
 
-    def get(self, path: str, params: list[tuple[str, str]], *, timeout: tuple[float, float]) -> FakeResponse:
+    def request(
+        self,
+        method: str,
+        path: str,
+        params: Sequence[tuple[str, str]] = (),
+        *,
+        body: bytes | None = None,
+        content_type: str | None = None,
+        timeout: tuple[float, float],
+    ) -> FakeResponse:
+        assert method == "GET" and body is None
         query = dict(params)
         with self.lock:
             self.calls.append((path, query))
@@ -167,7 +179,9 @@ async def test_410_as_http_status_relists_and_replaces(store: DeviceStateStore) 
     api = FakeApi()
     api.list_of(PODS, [dp_pod("a", U0, "Healthy", 10), dp_pod("b", U1, "Healthy", 11)], 100)
     api.list_of(PODS, [dp_pod("b", U1, "Healthy", 11)], 300)  # pod a went away meanwhile
-    api.watches[PATHS[PODS]].append(HttpError(410, b'{"reason":"Expired"}'))
+    api.watches[PATHS[PODS]].append(
+        error_from_response(410, b'{"kind":"Status","reason":"Expired","code":410}')
+    )
     async with Running(api, store) as running:
         await until(lambda: len(api.list_calls(PODS)) == 2 and len(api.watch_calls(PODS)) >= 2)
         await until(lambda: store.snapshot().devices[("node-1", U0)].allocations == ())
@@ -194,13 +208,13 @@ async def test_watches_that_expire_at_once_relist_after_a_growing_pause(
     failures_before: list[int] = []
     next_delay = Backoff.next_delay
 
-    def recording(self: Backoff) -> float:
+    def recording(self: Backoff, minimum: float = 0.0) -> float:
         failures_before.append(self._failures)
-        return next_delay(self)
+        return next_delay(self, minimum)
 
     monkeypatch.setattr(Backoff, "next_delay", recording)
     api = FakeApi()
-    api.watches[PATHS[SLICES]].extend([HttpError(410, b"{}"), HttpError(410, b"{}"), HttpError(410, b"{}")])
+    api.watches[PATHS[SLICES]].extend([Gone(), Gone(), Gone()])
     async with Running(api, store):
         await until(lambda: len(api.list_calls(SLICES)) == 4 and len(api.watch_calls(SLICES)) == 4)
     assert failures_before == [0, 1, 2]
@@ -209,7 +223,9 @@ async def test_watches_that_expire_at_once_relist_after_a_growing_pause(
 async def test_failures_back_off_and_resume_from_the_last_version(store: DeviceStateStore) -> None:
     api = FakeApi()
     api.list_of(LEASES, [], 40)
-    api.watches[PATHS[LEASES]].extend([ConnectionResetError("reset by peer"), HttpError(500, b"boom")])
+    api.watches[PATHS[LEASES]].extend(
+        [ConnectionResetError("reset by peer"), error_from_response(500, b"boom")]
+    )
     async with Running(api, store) as running:
         await until(lambda: len(api.watch_calls(LEASES)) >= 3)
         assert [q["resourceVersion"] for q in api.watch_calls(LEASES)[:3]] == ["40", "40", "40"]
@@ -277,19 +293,3 @@ async def test_stopping_ends_reader_threads_and_flushes_the_directory(tmp_path: 
     assert threading.active_count() <= before  # the directory's writer was already running
     assert [d.device for d in directory.devices()] == [U0]
     directory.close()
-
-
-def test_backoff_grows_with_jitter_up_to_a_cap_and_resets() -> None:
-    backoff = Backoff(
-        BackoffSettings(initial_seconds=1, max_seconds=8, factor=2, jitter=0.5), random.Random(3)
-    )
-    delays = [backoff.next_delay() for _ in range(6)]
-    caps = [1, 2, 4, 8, 8, 8]
-    assert all(cap / 2 <= d <= cap for d, cap in zip(delays, caps, strict=True))
-    backoff.reset()
-    assert backoff.next_delay() <= 1
-
-
-def test_split_lines_reassembles_lines_across_chunks() -> None:
-    chunks = [b'{"a":1}\n{"b"', b":2}\n\n", b'{"c":3}']
-    assert list(split_lines(iter(chunks))) == [[b'{"a":1}'], [b'{"b":2}'], [b'{"c":3}']]

@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter import parse
-from exporter.parse import is_newer, parse_pod, pod_signature
+from exporter.parse import parse_pod, pod_signature
+from gpuhealth.kube.meta import is_newer
 from tests.exporter.fixtures.builders import container, pod, resource
 
 UUID = "GPU-1b2c3d4e-0000-0000-0000-000000000001"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpuhealth.kube import api_client
+from gpuhealth.kube.config import api_client
 from gpuhealth.testing.loopback import wait_until
 from simulator.testing import running_cluster
 

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 
 from gpuhealth.clock import ManualClock
-from gpuhealth.kube import api_client
+from gpuhealth.kube.config import api_client
 from simulator.apiserver.store import Store
 from simulator.fleet import Fleet
 from simulator.scenario import resolve

@@ -1,7 +1,8 @@
-"""Adapter: build a `kubernetes` API client from a kubeconfig or the in-cluster config.
+"""Build the official client's ApiClient from a kubeconfig or the in-cluster config.
 
-The only core module that imports `kubernetes`. The same code points at the simulated
-cluster (whose kubeconfig the simulator writes) or a real cluster.
+The same code points at the simulated cluster (whose kubeconfig the simulator writes) or a
+real cluster; the client's configuration handles every kubeconfig form (client
+certificates, exec plugins and token refresh, in-cluster service accounts).
 """
 
 from __future__ import annotations
