@@ -90,7 +90,12 @@ def outcome_of(exc: BaseException) -> Outcome:
         return Retry(str(exc), exc.delay)
     if isinstance(exc, PermanentError):
         return Rejected(str(exc))
-    return Retry(f"unexpected {type(exc).__name__}: {exc}")
+    # Any other failure (an API error, a bug) keeps the work for a retry: losing it is worse
+    # than trying again. A server that said how long to wait (`retry_after`, as the
+    # Kubernetes errors in gpuhealth.kube.errors carry it) is believed.
+    retry_after = getattr(exc, "retry_after", None)
+    delay = retry_after if isinstance(retry_after, int | float) and 0 <= retry_after < float("inf") else None
+    return Retry(f"{type(exc).__name__}: {exc}", DEFAULT_RETRY_SECONDS if delay is None else float(delay))
 
 
 def combine(outcomes: Iterable[Outcome]) -> Outcome:

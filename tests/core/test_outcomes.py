@@ -13,7 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuhealth.kube.errors import Forbidden, TooManyRequests
 from gpuhealth.outcomes import (
+    DEFAULT_RETRY_SECONDS,
     Done,
     Outcome,
     PermanentError,
@@ -43,6 +45,13 @@ def test_exceptions_become_outcomes() -> None:
     assert outcome_of(PermanentError("alerts[0].labels: missing")) == Rejected("alerts[0].labels: missing")
     bug = outcome_of(KeyError("x"))
     assert isinstance(bug, Retry) and "KeyError" in bug.reason
+
+
+def test_api_errors_keep_the_work_and_believe_retry_after() -> None:
+    throttled = outcome_of(TooManyRequests("slow down", retry_after=7))
+    assert throttled == Retry("TooManyRequests: 429 TooManyRequests: slow down", 7.0)
+    forbidden = outcome_of(Forbidden("rbac"))
+    assert isinstance(forbidden, Retry) and forbidden.delay_seconds == DEFAULT_RETRY_SECONDS
 
 
 def test_http_mapping_is_what_alertmanager_needs() -> None:
