@@ -22,6 +22,11 @@ flushed at most every `change_flush_seconds` (after a batch of events); heartbea
 times, which only move timestamps, at most every `heartbeat_flush_seconds`, so 80,000
 devices confirmed every few seconds do not each cost a write. Losing those on a crash
 only makes the restored ages look older.
+
+The file carries its schema version (`PRAGMA user_version`). The `devices` columns, rows
+and UPDATEs follow `DeviceState`'s fields; a file an older release wrote is upgraded in
+place when the exporter opens it, step by step through `MIGRATIONS`; a newer one is
+refused, as is a file whose tables are not a directory's.
 """
 
 from __future__ import annotations
@@ -376,11 +381,13 @@ class Directory(_Queries):
             # NORMAL in WAL mode stays consistent on a crash and may lose only the last commits.
             self._conn.execute("PRAGMA synchronous=NORMAL")
             _prepare_schema(self._conn, path)
-        except (sqlite3.Error, DirectoryError) as exc:
+        except BaseException as exc:
             if hasattr(self, "_conn"):
                 self._conn.close()
             self._release_lock()
-            raise DirectoryError(f"{path}: cannot open the device directory: {exc}") from exc
+            if isinstance(exc, sqlite3.Error | DirectoryError):
+                raise DirectoryError(f"{path}: cannot open the device directory: {exc}") from exc
+            raise
         self._log: list[ObservationRecord] = []
         self._devices: dict[DeviceKey, tuple[DeviceState, bool]] = {}
         """Full rows to write (device, removed)."""
@@ -731,6 +738,7 @@ def _prepare_schema(conn: sqlite3.Connection, path: str) -> None:
 
 @contextlib.contextmanager
 def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """Everything inside commits together or not at all (the connection is in autocommit mode)."""
     conn.execute("BEGIN")
     try:
         yield

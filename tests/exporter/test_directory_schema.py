@@ -356,6 +356,8 @@ def test_the_chain_must_step_one_version_at_a_time(
     monkeypatch.setitem(directory_module.MIGRATIONS, SCHEMA_VERSION + 1, "SELECT 1")
     with pytest.raises(AssertionError, match="one by one"):
         Directory(v1_path, clock=clock)
+    monkeypatch.undo()
+    Directory(v1_path, clock=clock).close()  # the lock was released
 
 
 @given(devices, st.booleans())
