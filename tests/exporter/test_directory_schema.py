@@ -305,6 +305,7 @@ def _raises(conn: sqlite3.Connection) -> None:
 def test_a_failing_step_leaves_the_file_at_its_version_with_its_data(
     v1_path: str, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, step: MigrationStep
 ) -> None:
+    Directory(v1_path, clock=clock).close()  # through the real chain first
     before = columns(v1_path)
     monkeypatch.setitem(directory_module.MIGRATIONS, SCHEMA_VERSION, step)
     with pytest.raises(
