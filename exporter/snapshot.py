@@ -3,12 +3,18 @@
 The observer builds a new `Snapshot` (or swaps parts of it) whenever state changes; a
 scrape only reads the snapshot it finds, so it never calls the API or NVML. Fields are
 plain data so the renderer, the `devices` command and tests share one shape.
+
+`DeviceState`'s fields are also the table that per-field code derives from: their
+metadata says how each is stored and what moves it, and `compiled_function` compiles the
+hot-path functions (copies, rows) that the state and the directory write from them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import linecache
+from collections.abc import Callable, Mapping
+from dataclasses import Field, dataclass, field, fields
+from typing import Any
 
 from gpuhealth.nvml import DeviceReading
 
@@ -35,35 +41,80 @@ class DriverTaint:
     value: str = ""
 
 
+# Per-field metadata of `DeviceState`, the one table the rest derives from: the state's
+# positional copies, the directory's `devices` columns, its row functions and UPDATEs.
+SQL = "sql"
+"""The column declaration in the directory's `devices` table (column name = field name)."""
+MOVES = "moves"
+"""What moves the field after the device is created, which picks the directory's UPDATE
+that writes it: STATUS (a status change), IDENTITY (a pod or slice names the device
+anew), ALLOCATIONS (pods come and go); absent: set once, at creation (or the key)."""
+ITEMS = "items"
+"""For a tuple of frozen dataclasses: their class (stored as a JSON list of field-value lists)."""
+STATUS, IDENTITY, ALLOCATIONS = "status", "identity", "allocations"
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceState:
-    """The current state of one device, as kept by the directory."""
+    """The current state of one device, as kept by the directory.
 
-    node: str
-    device: str
+    Adding a field: give it `metadata` (SQL, MOVES, ITEMS as fits), then a migration step
+    in `exporter.directory.MIGRATIONS` that adds its column to existing files; the state's
+    copies, the directory's schema, rows and UPDATEs follow from the fields. The rendered
+    metrics and the `devices` columns name the fields they show."""
+
+    node: str = field(metadata={SQL: "TEXT NOT NULL"})
+    device: str = field(metadata={SQL: "TEXT NOT NULL"})
     """Canonical identity: the GPU UUID where known, else `<driver>/<pool>/<device>`."""
-    health: str
+    health: str = field(metadata={SQL: "TEXT NOT NULL", MOVES: STATUS})
     """Reported value, one of HEALTH_VALUES; never rewritten by the exporter."""
-    message: str
-    status_version: int
+    message: str = field(metadata={SQL: "TEXT NOT NULL", MOVES: STATUS})
+    status_version: int = field(metadata={SQL: "INTEGER NOT NULL", MOVES: STATUS})
     """Increases by one on every change of (health, message); survives restarts."""
-    first_seen: float
+    first_seen: float = field(metadata={SQL: "REAL NOT NULL"})
     """Wall seconds when the device was first observed."""
-    changed_at: float
+    changed_at: float = field(metadata={SQL: "REAL NOT NULL", MOVES: STATUS})
     """Wall seconds when the current (health, message) was first observed."""
-    observed_at: float
-    """Wall seconds of the latest pod status observation that reported this status."""
-    uuid: str = ""
-    driver: str = ""
-    pool: str = ""
-    device_name: str = ""
-    resource: str = ""
-    allocations: tuple[Allocation, ...] = ()
-    driver_taints: tuple[DriverTaint, ...] = ()
-    unknown_since: float | None = None
+    observed_at: float = field(metadata={SQL: "REAL NOT NULL", MOVES: STATUS})
+    """Wall seconds of the latest pod status observation that reported this status
+    (heartbeats move it too, through their own UPDATE)."""
+    unknown_since: float | None = field(default=None, metadata={SQL: "REAL", MOVES: STATUS})
     """Wall seconds since the device has been continuously reported Unknown; None otherwise.
 
     A message change while Unknown moves `changed_at` but not this (survives restarts)."""
+    uuid: str = field(default="", metadata={SQL: "TEXT NOT NULL", MOVES: IDENTITY})
+    driver: str = field(default="", metadata={SQL: "TEXT NOT NULL", MOVES: IDENTITY})
+    pool: str = field(default="", metadata={SQL: "TEXT NOT NULL", MOVES: IDENTITY})
+    device_name: str = field(default="", metadata={SQL: "TEXT NOT NULL", MOVES: IDENTITY})
+    resource: str = field(default="", metadata={SQL: "TEXT NOT NULL", MOVES: IDENTITY})
+    allocations: tuple[Allocation, ...] = field(
+        default=(), metadata={SQL: "TEXT NOT NULL", MOVES: ALLOCATIONS, ITEMS: Allocation}
+    )
+    driver_taints: tuple[DriverTaint, ...] = field(
+        default=(), metadata={SQL: "TEXT NOT NULL", MOVES: IDENTITY, ITEMS: DriverTaint}
+    )
+
+
+DEVICE_FIELDS: tuple[Field[Any], ...] = fields(DeviceState)
+"""In declaration order, which is the positional order of the constructor."""
+
+
+def compiled_function(name: str, params: str, result: str, **env: object) -> Callable[..., Any]:
+    """`def name(params): return result`, compiled from source once, at import.
+
+    For per-field code on hot paths (a positional `DeviceState(...)` over every field costs
+    under half of `dataclasses.replace`, measured 1.2 us against 2.7 us): the callers write
+    the source from `DEVICE_FIELDS`, so a new field needs no hand-written copy. `env` names
+    what `result` uses besides `DeviceState`. The source is registered with `linecache`, so
+    tracebacks and profilers show it.
+    """
+    filename = f"<generated {name}>"
+    source = f"def {name}({params}):\n    return {result}\n"
+    namespace: dict[str, Any] = {"DeviceState": DeviceState, **env}
+    exec(compile(source, filename, "exec"), namespace)
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    function: Callable[..., Any] = namespace[name]
+    return function
 
 
 @dataclass(frozen=True, slots=True)
