@@ -59,6 +59,7 @@ from gpuhealth.durations import DurationError, parse_duration
 from gpuhealth.fields import SettingsError
 from gpuhealth.http import BackgroundTaskFailed, ListenFailed, background, format_listen
 from gpuhealth.nvml import NvmlSource
+from gpuhealth.tables import human_duration, truncate
 
 log = logging.getLogger(__name__)
 
@@ -397,26 +398,6 @@ def load_dump(path: str) -> dict[str, list[Any]]:
 # ----- gpuhealth devices ---------------------------------------------------------------
 
 
-def human_duration(seconds: float) -> str:
-    """3m12s, 2h5m, 4d3h, 45s (kubectl style: two units at most)."""
-    total = int(max(0.0, seconds))
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d{hours}h" if hours else f"{days}d"
-    if hours:
-        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
-    if minutes:
-        return f"{minutes}m{secs}s" if secs else f"{minutes}m"
-    return f"{secs}s"
-
-
-def _truncate(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 @dataclass(frozen=True)
 class Column:
     """One column of `gpuhealth devices`; later parts (quarantine) append their own."""
@@ -478,14 +459,14 @@ def render_table(rows: list[tuple[DeviceState, float]], *, wide: bool, out: Text
     headers = [c.header for c in columns] + [MESSAGE.header]
     cells = [
         [c.value(d, age) for c in columns]
-        + [MESSAGE.value(d, age) if wide else _truncate(MESSAGE.value(d, age), width)]
+        + [MESSAGE.value(d, age) if wide else truncate(MESSAGE.value(d, age), width)]
         for d, age in rows
     ]
     if not wide:
         # PODS can be long for shared devices; the message comes last so it may run on.
         pods_at = headers.index("PODS")
         for row in cells:
-            row[pods_at] = _truncate(row[pods_at], 40)
+            row[pods_at] = truncate(row[pods_at], 40)
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     for row in [headers, *cells]:
         line = "   ".join(cell.ljust(widths[i]) if i < len(row) - 1 else cell for i, cell in enumerate(row))

@@ -1,0 +1,229 @@
+"""`gpuhealth quarantine list|show`: where every quarantined device stands, read from the records.
+
+Entry point. They read the `DeviceQuarantine` objects in whichever cluster the kubeconfig
+names (or the in-cluster service account), never a local file, so what they print is what
+the responder and any other replica act on. Read-only: nothing here writes to the cluster.
+
+- `gpuhealth quarantine list [--node NODE] [--phase PHASE] [-o table|wide|json|yaml]`
+- `gpuhealth quarantine show NAME | NODE DEVICE [-o table|json|yaml]`
+
+Exit codes: 0; 1 when the cluster cannot be read (the message says why: no CRD, no access,
+unreachable) or the record asked for does not exist (as kubectl answers); 2 for bad flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from gpuhealth.cliargs import CommandFailed, UsageError, add_output_option, command
+from gpuhealth.clock import Clock, SystemClock
+from gpuhealth.kube.errors import ApiError, NotFound
+from gpuhealth.kube.meta import parse_rfc3339
+from gpuhealth.kube.resources import Resource
+from gpuhealth.tables import human_duration, truncate, write_document, write_table
+from responder.records import GROUP, PLURAL, VERSION, Phase, Quarantine, RecordError, from_object, record_name
+
+QUARANTINES = Resource(GROUP, VERSION, PLURAL, namespaced=False)
+
+CRD_HINT = "kubectl apply -f deploy/crds/"
+
+Client = Any
+"""A `gpuhealth.kube.client.KubeClient` (or a test double with its `get` and `list`)."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    quarantine = subparsers.add_parser(
+        "quarantine",
+        help="show quarantined devices (DeviceQuarantine records in the cluster)",
+        description="Where every quarantined GPU device stands, from the cluster's DeviceQuarantine records.",
+    )
+    actions = quarantine.add_subparsers(dest="quarantine_command", metavar="COMMAND", required=True)
+
+    listing = actions.add_parser("list", help="one line per record")
+    _cluster_options(listing)
+    listing.add_argument("--node", help="only this node's devices")
+    listing.add_argument("--phase", choices=[p.value for p in Phase], help="only records in this phase")
+    add_output_option(listing)
+    command(listing, run_list)
+
+    show = actions.add_parser("show", help="one record with its history")
+    _cluster_options(show)
+    show.add_argument(
+        "target", nargs="+", metavar="NAME | NODE DEVICE", help="the record's name, or its node and device"
+    )
+    add_output_option(show)
+    command(show, run_show)
+
+
+def _cluster_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    parser.add_argument("--context", help="kubeconfig context (default: the current one)")
+
+
+def connect(args: argparse.Namespace) -> Client:
+    """A KubeClient for the cluster the flags name; the adapters are imported only here."""
+    from gpuhealth.kube.client import KubeClient
+    from gpuhealth.kube.config import api_client
+    from gpuhealth.kube.transport import KubeTransport
+
+    try:
+        return KubeClient(KubeTransport(api_client(args.kubeconfig, args.context)))
+    except Exception as exc:  # the client's config loader raises several kinds
+        raise UsageError(f"cannot load the cluster configuration: {exc}") from exc
+
+
+def run_list(
+    args: argparse.Namespace,
+    *,
+    client: Client | None = None,
+    clock: Clock | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    out, err, clock = out or sys.stdout, err or sys.stderr, clock or SystemClock()
+    objects = _read(lambda c: c.list(QUARANTINES).items, args, client)
+    records: list[Quarantine] = []
+    for obj in objects:
+        try:
+            records.append(from_object(obj))
+        except RecordError as exc:
+            name = (obj.get("metadata") or {}).get("name", "?") if isinstance(obj, dict) else "?"
+            err.write(f"gpuhealth quarantine list: warning: {name}: unreadable record ({exc}); skipped\n")
+    records = [
+        r
+        for r in records
+        if (not args.node or r.spec.node == args.node)
+        and (not args.phase or r.status.phase.value == args.phase)
+    ]
+    records.sort(key=lambda r: (r.spec.node, r.spec.device))
+    created = {_name(o): _created(o) for o in objects if isinstance(o, dict)}
+    if args.output in ("json", "yaml"):
+        wanted = {r.name for r in records}
+        write_document({"quarantines": [o for o in objects if _name(o) in wanted]}, args.output, out)
+        return 0
+    if not records:
+        filtered = " matching the filters" if args.node or args.phase else ""
+        out.write(f"No quarantined devices{filtered}.\n")
+        return 0
+    now = clock.now()
+    wide = args.output == "wide"
+    headers = ["NAME", "NODE", "DEVICE", "PHASE", "REASON", "ACTION", "AGE", "EXPIRES"]
+    if wide:
+        headers += ["PATH", "ACTOR", "WAITING FOR"]
+    rows = []
+    for r in records:
+        row = [
+            r.name if wide else truncate(r.name, 40),
+            r.spec.node,
+            r.spec.device,
+            r.status.phase.value,
+            r.spec.reason,
+            r.spec.action,
+            _age(created.get(r.name), now),
+            _until(parse_rfc3339(r.spec.expires_at), now),
+        ]
+        if wide:
+            row += [r.spec.path, r.spec.actor, r.status.phase_reason or "-"]
+        rows.append(row)
+    write_table(headers, rows, out)
+    return 0
+
+
+def run_show(
+    args: argparse.Namespace,
+    *,
+    client: Client | None = None,
+    clock: Clock | None = None,
+    out: TextIO | None = None,
+) -> int:
+    out, clock = out or sys.stdout, clock or SystemClock()
+    if len(args.target) == 1:
+        name = args.target[0]
+    elif len(args.target) == 2:
+        name = record_name(*args.target)
+    else:
+        raise UsageError("give the record's NAME, or its NODE and DEVICE")
+    try:
+        obj = _read(lambda c: c.get(QUARANTINES, name), args, client)
+    except NotFound:
+        raise CommandFailed(f"no DeviceQuarantine {name!r} (see `gpuhealth quarantine list`)") from None
+    if args.output in ("json", "yaml"):
+        write_document(obj, args.output, out)
+        return 0
+    try:
+        record = from_object(obj)
+    except RecordError as exc:
+        raise CommandFailed(f"{name}: unreadable record ({exc}); `-o yaml` shows it as stored") from exc
+    now = clock.now()
+    spec, status = record.spec, record.status
+    fields = [
+        ("Name", record.name),
+        ("Node", spec.node),
+        ("Device", spec.device),
+        ("UUID", spec.uuid or "-"),
+        ("Path", spec.path),
+        ("DRA device", "/".join(p for p in (spec.driver, spec.pool, spec.device_name) if p) or "-"),
+        ("Action", spec.action),
+        ("Reason", spec.reason),
+        ("Actor", spec.actor),
+        ("Phase", status.phase.value + (f" ({status.phase_reason})" if status.phase_reason else "")),
+        ("Age", _age(_created(obj), now)),
+        ("Expires", f"{spec.expires_at} ({_until(parse_rfc3339(spec.expires_at), now)})"),
+        ("Source alerts", ", ".join(f"{a.alertname} since {a.starts_at}" for a in spec.source_alerts) or "-"),
+    ]
+    width = max(len(label) for label, _ in fields) + 1
+    for label, value in fields:
+        out.write(f"{label + ':':<{width}} {value}\n")
+    out.write("History:\n")
+    if not status.history:
+        out.write("  (none)\n")
+        return 0
+    write_table(
+        ["  TIME", "PHASE", "ACTOR", "MESSAGE"],
+        [[f"  {h.time}", h.phase.value, h.actor, h.message] for h in status.history],
+        out,
+    )
+    return 0
+
+
+def _read(call: Callable[[Client], Any], args: argparse.Namespace, client: Client | None) -> Any:
+    own = client is None
+    active: Client = connect(args) if client is None else client
+    try:
+        return call(active)
+    except NotFound as exc:
+        if getattr(exc, "details", {}).get("name"):
+            raise  # the object is missing, not the resource type
+        raise CommandFailed(
+            f"DeviceQuarantine is not served by this cluster: install the CRD ({CRD_HINT})"
+        ) from exc
+    except ApiError as exc:
+        raise CommandFailed(f"cannot read DeviceQuarantine records: {exc}") from exc
+    finally:
+        if own:
+            active.close()
+
+
+def _name(obj: Any) -> str:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    return str(meta.get("name", "")) if isinstance(meta, dict) else ""
+
+
+def _created(obj: dict[str, Any]) -> float | None:
+    meta = obj.get("metadata")
+    return parse_rfc3339(meta.get("creationTimestamp")) if isinstance(meta, dict) else None
+
+
+def _age(created: float | None, now: float) -> str:
+    return human_duration(now - created) if created is not None else "?"
+
+
+def _until(when: float | None, now: float) -> str:
+    if when is None:
+        return "?"
+    if when >= now:
+        return f"in {human_duration(when - now)}"
+    return f"{human_duration(now - when)} ago"

@@ -1,0 +1,160 @@
+"""`gpuhealth quarantine list|show` against the simulated cluster with the shipped CRD.
+
+Aspects: the CRD manifest in deploy/crds/ is accepted by the apiserver and the records the
+responder writes validate against it; list shows one line per record (table, wide, json,
+yaml; filters by node and phase; an unreadable record is skipped with a warning naming it);
+show finds a record by name or by node and device and prints its history; a cluster
+without the CRD, a missing record and an unreachable cluster are clear errors with exit 1,
+through the real `gpuhealth` command as a user types it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import yaml
+
+from gpuhealth.kube.client import KubeClient
+from gpuhealth.kube.config import api_client
+from gpuhealth.kube.resources import Resource
+from gpuhealth.kube.transport import KubeTransport
+from responder.cli import QUARANTINES
+from responder.records import DEVICE_PLUGIN, DRA, Phase, Quarantine, QuarantineSpec, record_name, to_object
+from tests.simulator.conftest import ServedCluster
+
+pytestmark = pytest.mark.integration
+
+CRD_FILE = Path(__file__).parents[2] / "deploy" / "crds" / "devicequarantines.gpuhealth.io.yaml"
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
+
+
+def gpuhealth(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuhealth", *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def record(node: str, device: str, phase: Phase, *, dra: bool = False) -> Quarantine:
+    spec = QuarantineSpec(
+        node=node,
+        device=device,
+        path=DRA if dra else DEVICE_PLUGIN,
+        reason="Unhealthy" if phase != Phase.DEFERRED else "FatalXid",
+        actor="alert/GPUDeviceUnhealthy",
+        expires_at="2099-01-01T00:00:00Z",
+        driver="gpu.nvidia.com" if dra else "",
+        pool=node if dra else "",
+        device_name="gpu-3" if dra else "",
+    )
+    base = Quarantine(name=record_name(node, device), spec=spec)
+    return base.with_phase(phase, time="2026-11-30T10:00:00Z", actor="responder", message=f"now {phase}")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[ServedCluster, KubeClient]]:
+    served = ServedCluster(tmp_path / "kubeconfig")
+    client = KubeClient(KubeTransport(api_client(str(served.kubeconfig))))
+    try:
+        yield served, client
+    finally:
+        client.close()
+        served.stop()
+
+
+@pytest.fixture
+def with_records(cluster: tuple[ServedCluster, KubeClient]) -> ServedCluster:
+    served, client = cluster
+    client.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
+    for r in (
+        record("gpu-node-1", "GPU-aaaa", Phase.QUARANTINED),
+        record("gpu-node-2", "gpu.nvidia.com/gpu-node-2/gpu-3", Phase.PROBING, dra=True),
+        record("gpu-node-2", "GPU-bbbb", Phase.DEFERRED),
+    ):
+        obj = to_object(r)
+        status = obj.pop("status")
+        created = client.create(QUARANTINES, obj)
+        client.update(QUARANTINES, {**created, "status": status}, subresource="status")
+    return served
+
+
+def test_list_shows_every_record_and_filters(with_records: ServedCluster) -> None:
+    kubeconfig = str(with_records.kubeconfig)
+    table = gpuhealth("quarantine", "list", "--kubeconfig", kubeconfig)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "NODE", "DEVICE", "PHASE", "REASON", "ACTION", "AGE", "EXPIRES"]
+    assert [line.split()[1:4] for line in lines[1:]] == [
+        ["gpu-node-1", "GPU-aaaa", "Quarantined"],
+        ["gpu-node-2", "GPU-bbbb", "Deferred"],
+        ["gpu-node-2", "gpu.nvidia.com/gpu-node-2/gpu-3", "Probing"],
+    ]
+    probing = gpuhealth("quarantine", "list", "--kubeconfig", kubeconfig, "--phase", "Probing", "-o", "wide")
+    assert probing.returncode == 0 and len(probing.stdout.splitlines()) == 2
+    assert "dra" in probing.stdout and "alert/GPUDeviceUnhealthy" in probing.stdout
+    docs = orjson.loads(gpuhealth("quarantine", "list", "--kubeconfig", kubeconfig, "-o", "json").stdout)
+    assert {d["spec"]["device"] for d in docs["quarantines"]} == {
+        "GPU-aaaa",
+        "GPU-bbbb",
+        "gpu.nvidia.com/gpu-node-2/gpu-3",
+    }
+    node1 = yaml.safe_load(
+        gpuhealth(
+            "quarantine", "list", "--kubeconfig", kubeconfig, "--node", "gpu-node-1", "-o", "yaml"
+        ).stdout
+    )
+    assert [d["status"]["phase"] for d in node1["quarantines"]] == ["Quarantined"]
+    none = gpuhealth("quarantine", "list", "--kubeconfig", kubeconfig, "--node", "elsewhere")
+    assert none.stdout == "No quarantined devices matching the filters.\n"
+
+
+def test_show_by_node_and_device_prints_the_history(with_records: ServedCluster) -> None:
+    kubeconfig = str(with_records.kubeconfig)
+    shown = gpuhealth(
+        "quarantine", "show", "--kubeconfig", kubeconfig, "gpu-node-2", "gpu.nvidia.com/gpu-node-2/gpu-3"
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "DRA device:" in shown.stdout and "gpu.nvidia.com/gpu-node-2/gpu-3" in shown.stdout
+    assert "Phase:" in shown.stdout and "Probing" in shown.stdout
+    assert "now Probing" in shown.stdout  # the history
+    by_name = gpuhealth(
+        "quarantine", "show", "--kubeconfig", kubeconfig, record_name("gpu-node-1", "GPU-aaaa"), "-o", "json"
+    )
+    assert orjson.loads(by_name.stdout)["spec"]["device"] == "GPU-aaaa"
+    missing = gpuhealth("quarantine", "show", "--kubeconfig", kubeconfig, "gpu-node-9", "GPU-none")
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("gpuhealth quarantine show: error: no DeviceQuarantine")
+
+
+def test_an_unreadable_record_is_named_and_skipped(
+    with_records: ServedCluster, cluster: tuple[ServedCluster, KubeClient]
+) -> None:
+    _, client = cluster
+    name = record_name("gpu-node-1", "GPU-aaaa")
+    current: dict[str, Any] = client.get(QUARANTINES, name)
+    current["status"]["phase"] = "Pending"
+    client.update(
+        QUARANTINES,
+        {**current, "status": {"phase": "Pending", "history": [{"time": "t", "phase": "Gone"}]}},
+        subresource="status",
+    )
+    listed = gpuhealth("quarantine", "list", "--kubeconfig", str(with_records.kubeconfig))
+    assert listed.returncode == 0
+    assert f"warning: {name}: unreadable record (status.history[0].phase" in listed.stderr
+    assert "GPU-aaaa" not in listed.stdout and "GPU-bbbb" in listed.stdout
+
+
+def test_errors_say_what_is_wrong(cluster: tuple[ServedCluster, KubeClient], tmp_path: Path) -> None:
+    served, _ = cluster
+    no_crd = gpuhealth("quarantine", "list", "--kubeconfig", str(served.kubeconfig))
+    assert no_crd.returncode == 1
+    assert "install the CRD (kubectl apply -f deploy/crds/)" in no_crd.stderr
+    bad = gpuhealth("quarantine", "list", "--kubeconfig", str(tmp_path / "nope"))
+    assert bad.returncode == 2 and "cannot load the cluster configuration" in bad.stderr
+    usage = gpuhealth("quarantine", "list", "--phase", "Broken")
+    assert usage.returncode == 2 and "invalid choice" in usage.stderr
