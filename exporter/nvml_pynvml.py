@@ -45,21 +45,22 @@ _READING_ABSENT = (
 class PynvmlSettings:
     """How the pynvml source waits for XID events."""
 
-    xid_wait_ms: int = 1000
-    """One nvmlEventSetWait call's timeout; also the longest `close()` waits for the thread."""
+    xid_wait_seconds: float = 1.0
+    """One nvmlEventSetWait call's timeout (NVML takes whole milliseconds); also about the
+    longest `close()` waits for the thread."""
     xid_queue_limit: int = 10_000
     """Events kept until drained; beyond it the oldest are dropped (logged). An XID storm
     must not grow memory without bound when nobody drains."""
-    error_backoff_s: float = 1.0
+    error_backoff_seconds: float = 1.0
     """Pause after an event-wait error other than a timeout, so a broken set never spins."""
 
     def __post_init__(self) -> None:
-        if self.xid_wait_ms <= 0:
-            raise ValueError(f"xid_wait_ms must be > 0, got {self.xid_wait_ms}")
+        if not 0.001 <= self.xid_wait_seconds < 3600:  # also refuses NaN
+            raise ValueError(f"xid_wait_seconds must be 0.001 to 3600, got {self.xid_wait_seconds}")
         if self.xid_queue_limit <= 0:
             raise ValueError(f"xid_queue_limit must be > 0, got {self.xid_queue_limit}")
-        if self.error_backoff_s < 0:
-            raise ValueError(f"error_backoff_s must be >= 0, got {self.error_backoff_s}")
+        if not 0 <= self.error_backoff_seconds < 3600:
+            raise ValueError(f"error_backoff_seconds must be 0 to 3600, got {self.error_backoff_seconds}")
 
 
 def _text(value: str | bytes) -> str:
@@ -146,7 +147,7 @@ class PynvmlSource:
         self._stop.set()
         thread, self._thread = self._thread, None
         if thread is not None:
-            thread.join(timeout=self._settings.xid_wait_ms / 1000 + 1.0)
+            thread.join(timeout=self._settings.xid_wait_seconds + 1.0)
             if thread.is_alive():
                 # Freeing the set or shutting NVML down under a waiting call could crash the
                 # process; the daemon thread ends with it instead.
@@ -275,13 +276,13 @@ class PynvmlSource:
         event_set = self._event_set
         while not self._stop.is_set():
             try:
-                data = pynvml.nvmlEventSetWait_v2(event_set, settings.xid_wait_ms)
+                data = pynvml.nvmlEventSetWait_v2(event_set, round(settings.xid_wait_seconds * 1000))
             except pynvml.NVMLError_Timeout:
                 continue
             except pynvml.NVMLError as exc:
                 # A lost GPU can make the wait itself fail; back off instead of spinning.
                 self._log_once(("wait", str(exc)), "NVML event wait failed: %s; retrying", exc)
-                self._stop.wait(settings.error_backoff_s)
+                self._stop.wait(settings.error_backoff_seconds)
                 continue
             except Exception:
                 log.exception("NVML XID thread failed; XID events disabled")

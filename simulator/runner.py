@@ -119,8 +119,8 @@ class SimulatedCluster:
         token: str | None = None,
         kubeconfig_out: str | Path | None = None,
     ) -> None:
-        if not speed > 0:
-            raise ValueError("speed must be positive")
+        if not 0 < speed < float("inf"):  # also refuses NaN
+            raise ValueError(f"speed must be a finite number greater than zero, not {speed!r}")
         self.scenario = resolve(scenario)
         self.speed = speed
         self.clock: Clock = clock or SystemClock()

@@ -50,9 +50,9 @@ class ServerSettings:
 
     token: str | None = None
     """Bearer token every API request must carry; None accepts any request."""
-    bookmark_interval_s: float = 5.0
+    bookmark_interval_seconds: float = 5.0
     """Seconds between BOOKMARK events on watches that allow them (real servers: about a minute)."""
-    default_watch_timeout_s: float = 1800.0
+    default_watch_timeout_seconds: float = 1800.0
     """A watch without timeoutSeconds ends after this long, like the apiserver's min-request-timeout."""
     max_body_bytes: int = 3 * 1024 * 1024
     """Largest request body accepted (etcd's object limit is 1.5 MiB; the apiserver allows 3 MiB)."""
@@ -491,7 +491,7 @@ async def _watch(request: web.Request, target: Target) -> web.StreamResponse:
     watches = request.app[WATCHES].watches
     watches.add(watch)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + (timeout if timeout else settings.default_watch_timeout_s)
+    deadline = loop.time() + (timeout if timeout else settings.default_watch_timeout_seconds)
     try:
         await response.prepare(request)
         initial_pending = initial_end
@@ -504,7 +504,7 @@ async def _watch(request: web.Request, target: Target) -> web.StreamResponse:
                 # resourceVersion of the initial state (live events queued meanwhile are newer).
                 initial_pending = False
                 await response.write(_bookmark(target, watch.backlog_rv, initial_end=True))
-            wait = min(remaining, settings.bookmark_interval_s) if bookmarks else remaining
+            wait = min(remaining, settings.bookmark_interval_seconds) if bookmarks else remaining
             try:
                 async with asyncio.timeout(wait):
                     item = await watch.next_entry()

@@ -68,7 +68,7 @@ def make_client(tmp_path: Path) -> Iterator[Callable[..., tuple[ServedCluster, K
 
 @pytest.fixture
 def kube(make_client: Callable[..., tuple[ServedCluster, KubeClient]]) -> KubeClient:
-    return make_client(settings=ServerSettings(bookmark_interval_s=0.2))[1]
+    return make_client(settings=ServerSettings(bookmark_interval_seconds=0.2))[1]
 
 
 def test_create_get_list_with_selectors_and_pages(kube: KubeClient) -> None:

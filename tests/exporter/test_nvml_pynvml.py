@@ -27,7 +27,7 @@ from exporter.nvml_pynvml import PynvmlSettings, PynvmlSource, _handle_key
 from gpuhealth.clock import ManualClock
 from gpuhealth.nvml import DeviceReading, XidEvent
 
-FAST = PynvmlSettings(xid_wait_ms=20, error_backoff_s=0.01)
+FAST = PynvmlSettings(xid_wait_seconds=0.02, error_backoff_seconds=0.01)
 
 
 @dataclass(frozen=True)
@@ -330,7 +330,7 @@ def test_no_thread_without_any_watched_device(source: PynvmlSource, nvml: FakeNv
 def test_undrained_events_are_bounded_oldest_dropped(
     nvml: FakeNvml, caplog: pytest.LogCaptureFixture
 ) -> None:
-    src = PynvmlSource(PynvmlSettings(xid_wait_ms=20, xid_queue_limit=2), clock=ManualClock())
+    src = PynvmlSource(PynvmlSettings(xid_wait_seconds=0.02, xid_queue_limit=2), clock=ManualClock())
     for xid in (31, 43, 79):
         nvml.xid(0, xid)
     with caplog.at_level(logging.WARNING, logger="exporter.nvml_pynvml"):
@@ -373,7 +373,9 @@ def test_real_handles_are_matched_by_address() -> None:
     assert _handle_key(Handle(3)) == Handle(3)
 
 
-@pytest.mark.parametrize("kwargs", [{"xid_wait_ms": 0}, {"xid_queue_limit": 0}, {"error_backoff_s": -1.0}])
+@pytest.mark.parametrize(
+    "kwargs", [{"xid_wait_seconds": 0}, {"xid_queue_limit": 0}, {"error_backoff_seconds": -1.0}]
+)
 def test_bad_settings_are_rejected(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         PynvmlSettings(**kwargs)

@@ -103,7 +103,7 @@ def make_cluster(tmp_path: Path) -> Iterator[Callable[..., ServedCluster]]:
 
 @pytest.fixture
 def cluster(make_cluster: Callable[..., ServedCluster]) -> ServedCluster:
-    return make_cluster(settings=ServerSettings(bookmark_interval_s=0.2))
+    return make_cluster(settings=ServerSettings(bookmark_interval_seconds=0.2))
 
 
 @pytest.fixture

@@ -211,7 +211,7 @@ def test_v1beta2_watch_sees_v1beta2_objects(api: client.ApiClient) -> None:
 
 
 def test_server_shutdown_ends_open_watches(make_cluster: Callable[..., ServedCluster]) -> None:
-    served = make_cluster(settings=ServerSettings(default_watch_timeout_s=60))
+    served = make_cluster(settings=ServerSettings(default_watch_timeout_seconds=60))
     api = served.api_client()
     core = client.CoreV1Api(api)
     ended = threading.Event()
