@@ -25,8 +25,10 @@ from aiohttp.test_utils import make_mocked_request
 
 from bench.gauges import DeviceGauges
 from exporter.exposition import MetricsRenderer
+from exporter.self_metrics import ExporterMetrics
 from exporter.server import SOURCES, create_app
 from exporter.snapshot import Allocation, DeviceState, NodeState, NvmlView, Snapshot
+from exporter.state import DeviceStateStore
 from gpuhealth.clock import ManualClock
 from gpuhealth.nvml import DeviceReading
 
@@ -78,32 +80,20 @@ def node_snapshot() -> Snapshot:
 
 
 def self_metrics_registry() -> prometheus_client.CollectorRegistry:
-    """A registry shaped like the exporter's self metrics (events, restarts, errors, latency)."""
+    """The exporter's own self metrics (`ExporterMetrics`), with values in every family."""
     registry = prometheus_client.CollectorRegistry()
-    events = prometheus_client.Counter(
-        "gpuhealth_exporter_watch_events", "Watch events.", ["resource", "type"], registry=registry
-    )
+    metrics = ExporterMetrics(registry)
     for resource in ("pods", "resourceclaims", "resourceslices", "leases"):
         for kind in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK"):
-            events.labels(resource, kind).inc(17)
-    restarts = prometheus_client.Counter(
-        "gpuhealth_exporter_watch_restarts", "Watch restarts.", ["resource", "reason"], registry=registry
-    )
-    restarts.labels("pods", "gone").inc()
-    errors = prometheus_client.Counter(
-        "gpuhealth_exporter_parse_errors", "Parse errors.", ["reason"], registry=registry
-    )
-    for reason in ("bad_health", "unknown_claim", "malformed_status", "missing_device"):
-        errors.labels(reason).inc(2)
-    prometheus_client.Gauge(
-        "gpuhealth_exporter_last_event_timestamp_seconds", "Last event.", registry=registry
-    ).set(NOW)
-    prometheus_client.Gauge("gpuhealth_exporter_devices_tracked", "Devices.", registry=registry).set(GPUS)
-    latency = prometheus_client.Histogram(
-        "gpuhealth_exporter_directory_write_seconds", "Directory writes.", registry=registry
-    )
+            metrics.watch_events.labels(resource, kind).inc(17)
+    metrics.watch_restarts.labels("pods", "expired").inc()
+    metrics.last_event.set(NOW)
     for k in range(100):
-        latency.observe(0.0001 * k)
+        metrics.directory_write.observe(0.0001 * k)
+    store = DeviceStateStore(ManualClock(NOW))
+    for reason in ("bad_health", "unknown_claim", "malformed_status", "missing_device"):
+        store.stats.parse_errors[reason] += 2
+    metrics.track(store)
     return registry
 
 

@@ -60,7 +60,6 @@ from gpuhealth.nvml import DeviceReading
 
 log = logging.getLogger(__name__)
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The Content-Type of what `render_metrics` produces."""
 
 

@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import server as server_module
 from exporter.exposition import render_metrics
+from exporter.self_metrics import ExporterMetrics
 from exporter.server import create_app, start_server
 from exporter.settings import ExporterServerSettings
 from exporter.snapshot import DeviceState, NodeState, Snapshot
@@ -58,10 +59,7 @@ class Harness:
         )
         self.is_ready = False
         self.registry = prometheus_client.CollectorRegistry()
-        self.events = prometheus_client.Counter(
-            "gpuhealth_exporter_watch_events", "Watch events.", ["type"], registry=self.registry
-        )
-        self.events.labels("ADDED").inc(3)
+        ExporterMetrics(self.registry).watch_events.labels("pods", "ADDED").inc(3)
 
     def app(self, settings: ExporterServerSettings | None = None) -> web.Application:
         return create_app(
@@ -109,7 +107,12 @@ async def test_metrics_is_device_metrics_then_self_metrics_in_text_format(
     assert (
         parsed[("gpu_device_status_age_seconds", frozenset({("node", "node-a"), ("device", UUID)}))] == 30.0
     )
-    assert parsed[("gpuhealth_exporter_watch_events_total", frozenset({("type", "ADDED")}))] == 3.0
+    assert (
+        parsed[
+            ("gpuhealth_exporter_watch_events_total", frozenset({("resource", "pods"), ("type", "ADDED")}))
+        ]
+        == 3.0
+    )
 
 
 @pytest.mark.integration
