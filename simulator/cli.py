@@ -13,17 +13,19 @@ import asyncio
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from gpuhealth.cliargs import (
     CommandFailed,
     UsageError,
+    add_output_option,
     command,
     duration_seconds,
     listen_address,
     positive_float,
 )
 from gpuhealth.http import complete, format_listen, stop_on_signals
+from gpuhealth.tables import write_document, write_table
 from simulator.fleet import DeviceHealthChanged, FaultApplied, FleetEvent, NodeChanged
 from simulator.runner import SimulatedCluster
 from simulator.scenario import ScenarioError, list_builtins, resolve
@@ -67,15 +69,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--print-events", action="store_true", help="print each device health change written into pod status"
     )
     parser.add_argument("--list-scenarios", action="store_true", help="list the built-in scenarios and exit")
+    add_output_option(parser)
     command(parser, run)
+
+
+def list_scenarios(output: str, out: TextIO) -> None:
+    """The built-in scenarios (`-o table|wide|json|yaml`); wide and documents load each one."""
+    if output == "table":
+        write_table(["NAME", "DESCRIPTION"], [list(row) for row in list_builtins()], out)
+        return
+    rows: list[dict[str, Any]] = []
+    for name, description in list_builtins():
+        sc = resolve(name)
+        rows.append(
+            {
+                "name": name,
+                "description": description,
+                "nodes": len(sc.nodes),
+                "gpus": sc.gpu_count(),
+                "faults": len(sc.timeline),
+            }
+        )
+    if output == "wide":
+        headers = ["NAME", "NODES", "GPUS", "FAULTS", "DESCRIPTION"]
+        keys = ("name", "nodes", "gpus", "faults", "description")
+        cells = [[str(r[k]) for k in keys] for r in rows]
+        write_table(headers, cells, out)
+    else:
+        write_document({"scenarios": rows}, output, out)
 
 
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout
     if args.list_scenarios:
         try:
-            for name, description in list_builtins():
-                print(f"{name:<20} {description}", file=out)
+            list_scenarios(args.output, out)
         except ScenarioError as exc:
             raise CommandFailed(f"built-in scenario is broken: {exc.message}") from exc
         return 0

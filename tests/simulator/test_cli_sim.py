@@ -9,6 +9,7 @@ port a run-time failure (1).
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -78,8 +79,15 @@ def test_sigterm_stops_the_simulator_cleanly() -> None:
 def test_list_scenarios_names_each_builtin_with_a_description() -> None:
     proc = subprocess.run([*SIM, "--list-scenarios"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
-    lines = dict(line.split(None, 1) for line in proc.stdout.splitlines())
+    header, *rows = proc.stdout.splitlines()
+    assert header.split() == ["NAME", "DESCRIPTION"]
+    lines = dict(line.split(None, 1) for line in rows)
     assert {"xid-and-unknown", "node-partition", "flapping", "fleet-10k", "quiet"} <= set(lines)
+    wide = subprocess.run(
+        [*SIM, "--list-scenarios", "-o", "json"], capture_output=True, text=True, timeout=60
+    )
+    scenarios = {s["name"]: s for s in json.loads(wide.stdout)["scenarios"]}
+    assert scenarios["fleet-10k"]["nodes"] == 10_000 and scenarios["quiet"]["faults"] == 0
 
 
 def test_a_bad_scenario_file_exits_2_naming_file_line_and_field(tmp_path: Path) -> None:
