@@ -32,6 +32,8 @@ MAX_NAME = 253
 MAX_HISTORY = 50
 """History entries kept per record (oldest dropped first): enough for a device's flaps
 within a week at the default backoff, small enough to keep the object well under 1 MiB."""
+MAX_SOURCE_ALERTS = 16
+"""Source alerts kept per record (oldest dropped first): the alerts a device's failure raised."""
 MAX_KEYS = 64
 """Idempotency keys kept per record: Alertmanager re-sends within repeat_interval and HA
 peers within seconds, so recent keys are what duplicates carry."""
@@ -69,6 +71,13 @@ class SourceAlert:
     fingerprint: str
     starts_at: str
     """RFC 3339, as Alertmanager sent it."""
+    resolved_at: str = ""
+    """RFC 3339 of the resolved notification; empty while the alert fires. A resolved alert
+    starts the release checks; it never releases by itself."""
+
+    @property
+    def firing(self) -> bool:
+        return not self.resolved_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,10 +174,7 @@ def to_object(record: Quarantine) -> dict[str, Any]:
         "reason": spec.reason,
         "actor": spec.actor,
         "expiresAt": spec.expires_at,
-        "sourceAlerts": [
-            {"alertname": a.alertname, "fingerprint": a.fingerprint, "startsAt": a.starts_at}
-            for a in spec.source_alerts
-        ],
+        "sourceAlerts": [_source_alert(a) for a in spec.source_alerts],
     }
     for key, value in (("uuid", spec.uuid), ("driver", spec.driver), ("pool", spec.pool)):
         if value:
@@ -225,11 +231,7 @@ def from_object(obj: Any) -> Quarantine:
             pool=str(spec.get("pool") or ""),
             device_name=str(spec.get("deviceName") or ""),
             source_alerts=tuple(
-                SourceAlert(
-                    alertname=_text(a, "alertname", f"spec.sourceAlerts[{i}]"),
-                    fingerprint=_text(a, "fingerprint", f"spec.sourceAlerts[{i}]"),
-                    starts_at=_text(a, "startsAt", f"spec.sourceAlerts[{i}]"),
-                )
+                _read_source_alert(a, f"spec.sourceAlerts[{i}]")
                 for i, a in enumerate(_list(spec.get("sourceAlerts"), "spec.sourceAlerts"))
             ),
         ),
@@ -243,6 +245,23 @@ def from_object(obj: Any) -> Quarantine:
             processed_keys=tuple(str(k) for k in _list(status.get("processedKeys"), "status.processedKeys")),
         ),
     )
+
+
+def _read_source_alert(entry: Any, path: str) -> SourceAlert:
+    data = _mapping(entry, path)
+    return SourceAlert(
+        alertname=_text(data, "alertname", path),
+        fingerprint=_text(data, "fingerprint", path),
+        starts_at=_text(data, "startsAt", path),
+        resolved_at=str(data.get("resolvedAt") or ""),
+    )
+
+
+def _source_alert(alert: SourceAlert) -> dict[str, str]:
+    out = {"alertname": alert.alertname, "fingerprint": alert.fingerprint, "startsAt": alert.starts_at}
+    if alert.resolved_at:
+        out["resolvedAt"] = alert.resolved_at
+    return out
 
 
 def _history(entry: Any, path: str) -> HistoryEntry:

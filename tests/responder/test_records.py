@@ -67,7 +67,12 @@ def spec(**changes: Any) -> QuarantineSpec:
         driver="gpu.nvidia.com",
         pool="gpu-node-1",
         device_name="gpu-3",
-        source_alerts=(SourceAlert("GPUDeviceUnhealthy", "c2a5", "2026-11-30T10:00:00Z"),),
+        source_alerts=(
+            SourceAlert("GPUDeviceUnhealthy", "c2a5", "2026-11-30T10:00:00Z"),
+            SourceAlert(
+                "GPUDeviceFatalXid", "77aa", "2026-11-30T09:00:00Z", resolved_at="2026-11-30T09:30:00Z"
+            ),
+        ),
     )
     return replace(base, **changes)
 
@@ -102,6 +107,7 @@ def test_path_follows_the_alerts_driver_label() -> None:
         (lambda o: o["status"].update(phase="Broken"), "status.phase: 'Broken' is not a phase"),
         (lambda o: o["status"].update(history=[{"phase": "Nope"}]), "status.history[0].phase"),
         (lambda o: o["spec"].update(sourceAlerts="x"), "spec.sourceAlerts: expected a list"),
+        (lambda o: o["spec"].update(sourceAlerts=[1]), "spec.sourceAlerts[0]: expected an object"),
     ],
 )
 def test_an_unreadable_object_names_its_field(mutate: Any, message: str) -> None:

@@ -1,0 +1,203 @@
+"""What the webhook records for one alert: a pure decision over the device's record.
+
+The webhook records intent and never acts: this module decides how one alert changes the
+`DeviceQuarantine` record of its device (or that it changes nothing), and the recorder
+(`responder.recorder`) writes the result, conditional on the resourceVersion it read, and
+decides again on a conflict. Pure: no I/O, time passed in.
+
+The rules, each a safety property the tests check:
+- A key already in the record changes nothing (Alertmanager delivers at least once: retries,
+  repeat_interval, HA peers). Keys are (fingerprint, startsAt, status) of the alert.
+- A firing alert with an action opens a quarantine (phase Pending: the reconciler enforces
+  it), or joins the open one as another source alert. `restrict` (Unknown) never becomes a
+  migration: its action stays `restrict` unless a confirmed failure (`quarantine`) arrives,
+  and a quarantine is never downgraded to a restrict.
+- A resolved alert marks its source alert resolved; that starts the release checks, never a
+  release. Within one episode (fingerprint and startsAt) resolved is final: a resolved that
+  overtakes its firing is remembered in the record, and the late firing changes nothing, so
+  the order of deliveries does not matter. Only a resolved for a device with no record at all
+  is not remembered (there is nothing to hold it): if its firing arrives later, the
+  quarantine it opens goes through probe and canary like any other (and its expiry
+  re-evaluates it), which is the safe side of an out-of-order delivery.
+- A record that is Released or Abandoned is history: a new failure opens a new quarantine in
+  the same object (its name is the device's), keeping the history.
+- Only alerts that name a device are recorded: nothing here can act on a whole node.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from gpuhealth.outcomes import Skipped, Unchanged
+from responder.alerts import FIRING, NONE, QUARANTINE, RESTRICT, Alert
+from responder.records import (
+    ACTIVE_PHASES,
+    MAX_SOURCE_ALERTS,
+    Phase,
+    Quarantine,
+    QuarantineSpec,
+    SourceAlert,
+    path_of,
+    record_name,
+)
+
+ACTOR = "responder"
+"""Who writes history entries the webhook adds."""
+
+UNKNOWN_REASON = "Unknown"
+"""The reason of every restrict: Unknown past its tolerance, or flapping between states."""
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeSettings:
+    expiry_seconds: float = 24 * 3600.0
+    """When a new quarantine is re-evaluated. Expiry never releases: a device that still fails
+    is extended with backoff; a day keeps a person's attention on a device that stays broken."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.expiry_seconds < math.inf:
+            raise ValueError(
+                f"expiry_seconds must be finite and greater than zero, not {self.expiry_seconds!r}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """Write `record`: create it when `create`, else update it at its resourceVersion."""
+
+    record: Quarantine
+    create: bool
+    detail: str
+
+
+Decision = Write | Unchanged | Skipped
+
+
+def reason_of(alert: Alert) -> str:
+    """The quarantine reason an alert gives: `GPUDeviceFatalXid` -> `FatalXid`; restricts: Unknown."""
+    if alert.action == RESTRICT:
+        return UNKNOWN_REASON
+    return alert.name.removeprefix("GPUDevice") or alert.name or "Unspecified"
+
+
+def decide(record: Quarantine | None, alert: Alert, *, now: float, settings: IntakeSettings) -> Decision:
+    """How `alert` changes `record` (None: the device has none yet)."""
+    key = alert.device_key
+    if alert.action == NONE or key is None:
+        return Skipped("no action for the responder in this alert")
+    if record is not None and record.seen(alert.idempotency_key):
+        return Unchanged(f"{alert.name} {alert.status}: already recorded")
+    stamp = rfc3339(now)
+    if alert.status == FIRING:
+        if record is not None and _episode_resolved(record, alert):
+            # Its resolved came first (an HA peer, a retry): within one episode (same startsAt)
+            # resolved is final, so the late firing changes nothing.
+            return Unchanged(f"{alert.name} firing: this episode already resolved")
+        if record is None or record.status.phase not in ACTIVE_PHASES:
+            return _open(record, alert, now=now, stamp=stamp, settings=settings)
+        return _join(record, alert, stamp=stamp)
+    if record is None:
+        return Unchanged(f"{alert.name} resolved: no quarantine recorded for {key.node}/{key.device}")
+    return _resolve(record, alert, stamp=stamp)
+
+
+def _open(
+    previous: Quarantine | None, alert: Alert, *, now: float, stamp: str, settings: IntakeSettings
+) -> Write:
+    key = alert.device_key
+    assert key is not None  # checked by decide
+    labels = alert.labels
+    spec = QuarantineSpec(
+        node=key.node,
+        device=key.device,
+        path=path_of(labels),
+        reason=reason_of(alert),
+        actor=f"alert/{alert.name}",
+        expires_at=rfc3339(now + settings.expiry_seconds),
+        action=alert.action,
+        uuid=labels.get("uuid", ""),
+        driver=labels.get("driver", ""),
+        pool=labels.get("pool", ""),
+        device_name=labels.get("device_name", ""),
+        source_alerts=(_source(alert),),
+    )
+    if previous is None:
+        base = Quarantine(name=record_name(key.node, key.device), spec=spec)
+        message = f"{alert.name} fired: {alert.action} recorded"
+    else:
+        # Same object, new quarantine: the history of the old one stays, its keys too.
+        base = replace(previous, spec=spec, status=replace(previous.status, phase_reason=""))
+        message = f"{alert.name} fired after {previous.status.phase.value}: a new {alert.action} recorded"
+    record = base.with_phase(Phase.PENDING, time=stamp, actor=ACTOR, message=message).with_key(
+        alert.idempotency_key
+    )
+    return Write(record, create=previous is None, detail=message)
+
+
+def _join(record: Quarantine, alert: Alert, *, stamp: str) -> Write:
+    spec = record.spec
+    sources = _with_source(spec.source_alerts, _source(alert))
+    escalate = alert.action == QUARANTINE and spec.action == RESTRICT
+    if escalate:
+        spec = replace(spec, action=QUARANTINE, reason=reason_of(alert), actor=f"alert/{alert.name}")
+        message = f"{alert.name} fired: restrict escalated to quarantine"
+    else:
+        message = f"{alert.name} fired: joins the open {spec.action}"
+    updated = replace(record, spec=replace(spec, source_alerts=sources)).with_key(alert.idempotency_key)
+    if escalate or record.status.phase not in (Phase.PENDING, Phase.QUARANTINED, Phase.DEFERRED):
+        # A failure while a release is under way is the reconciler's cue to return the device
+        # to Quarantined; the history shows when it was seen.
+        updated = updated.with_phase(
+            record.status.phase, time=stamp, actor=ACTOR, message=message, reason=record.status.phase_reason
+        )
+    return Write(updated, create=False, detail=message)
+
+
+def _resolve(record: Quarantine, alert: Alert, *, stamp: str) -> Write | Unchanged:
+    if _episode_resolved(record, alert):
+        return Unchanged(f"{alert.name} resolved: already recorded")
+    episode = (alert.fingerprint, _starts(alert))
+    sources = record.spec.source_alerts
+    if any((s.fingerprint, s.starts_at) == episode for s in sources):
+        updated_sources = tuple(
+            replace(s, resolved_at=stamp) if (s.fingerprint, s.starts_at) == episode else s for s in sources
+        )
+    else:
+        # The resolved overtook its firing: remember the episode as resolved, so the firing,
+        # when it comes, changes nothing.
+        updated_sources = _with_source(sources, replace(_source(alert), resolved_at=stamp))
+    updated = replace(record, spec=replace(record.spec, source_alerts=updated_sources)).with_key(
+        alert.idempotency_key
+    )
+    still = sum(1 for s in updated_sources if s.firing)
+    message = f"{alert.name} resolved" + (f"; {still} source alert(s) still firing" if still else "")
+    updated = updated.with_phase(
+        record.status.phase, time=stamp, actor=ACTOR, message=message, reason=record.status.phase_reason
+    )
+    return Write(updated, create=False, detail=message)
+
+
+def _episode_resolved(record: Quarantine, alert: Alert) -> bool:
+    episode = (alert.fingerprint, _starts(alert))
+    return any((s.fingerprint, s.starts_at) == episode and not s.firing for s in record.spec.source_alerts)
+
+
+def _source(alert: Alert) -> SourceAlert:
+    return SourceAlert(alertname=alert.name, fingerprint=alert.fingerprint, starts_at=_starts(alert))
+
+
+def _starts(alert: Alert) -> str:
+    return rfc3339(alert.starts_at)
+
+
+def _with_source(sources: tuple[SourceAlert, ...], new: SourceAlert) -> tuple[SourceAlert, ...]:
+    """`new` added (or refreshed, when the same episode re-fires after a resolved), bounded."""
+    kept = [s for s in sources if (s.fingerprint, s.starts_at) != (new.fingerprint, new.starts_at)]
+    return tuple([*kept, new][-MAX_SOURCE_ALERTS:])
+
+
+def rfc3339(seconds: float) -> str:
+    """RFC 3339 in UTC with microseconds, as Kubernetes MicroTime is written."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
