@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import prometheus_client
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -25,34 +24,21 @@ from exporter.metrics import (
     WATCH_RESTARTS,
 )
 from exporter.state import DeviceStateStore
-from gpuhealth.metrics import MetricFamily
-
-
-def _counter(family: MetricFamily, registry: CollectorRegistry) -> Counter:
-    return Counter(family.name, family.help, family.labels, unit=family.unit, registry=registry)
+from gpuhealth import instruments
 
 
 class ExporterMetrics:
     """The exporter's own metrics, in a private registry (tests read them with get_sample_value).
 
-    Building them turns off client_python's `_created` series process-wide (its documented
-    switch, `disable_created_metrics`): one more series beside every counter and histogram
-    that no rule or dashboard reads, and the service and its tests then expose the same.
+    Built through `gpuhealth.instruments`, which also turns off the `_created` series.
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        prometheus_client.disable_created_metrics()
         self._registry = registry
-        self.watch_events = _counter(WATCH_EVENTS, registry)
-        self.watch_restarts = _counter(WATCH_RESTARTS, registry)
-        self.last_event = Gauge(LAST_EVENT.name, LAST_EVENT.help, unit=LAST_EVENT.unit, registry=registry)
-        self.directory_write = Histogram(
-            DIRECTORY_WRITE.name,
-            DIRECTORY_WRITE.help,
-            unit=DIRECTORY_WRITE.unit,
-            buckets=DIRECTORY_WRITE_BUCKETS,
-            registry=registry,
-        )
+        self.watch_events = instruments.counter(WATCH_EVENTS, registry)
+        self.watch_restarts = instruments.counter(WATCH_RESTARTS, registry)
+        self.last_event = instruments.gauge(LAST_EVENT, registry)
+        self.directory_write = instruments.histogram(DIRECTORY_WRITE, registry, DIRECTORY_WRITE_BUCKETS)
 
     def track(self, store: DeviceStateStore) -> None:
         """Expose the store's counters (parse errors, ignored events, devices tracked)."""

@@ -13,6 +13,14 @@ from gpuhealth.metrics import Catalog, MetricFamily
 MIGRATION_OUTCOMES = ("succeeded", "failed", "unrecoverable")
 """Values of `outcome` on `MIGRATIONS` (GPUDeviceMigrationFailed fires on `failed`)."""
 
+WEBHOOK_OUTCOMES = ("accepted", "rejected", "retry", "unauthorized", "too_large")
+"""Values of `outcome` on `WEBHOOK_REQUESTS`: accepted (2xx: recorded, duplicate or skipped),
+rejected (400: malformed), retry (503: not recorded, Alertmanager delivers again),
+unauthorized (401), too_large (413)."""
+
+ALERT_RESULTS = ("recorded", "duplicate", "skipped", "rejected", "retry")
+"""Values of `result` on `WEBHOOK_ALERTS`."""
+
 WEBHOOK_REQUESTS = MetricFamily(
     "gpuhealth_responder_webhook_requests",
     "counter",
@@ -44,5 +52,33 @@ MIGRATIONS = MetricFamily(
     ("outcome",),
 )
 
-CATALOG = Catalog((WEBHOOK_REQUESTS, BREAKER_TRIPPED, DEVICE_QUARANTINED, QUARANTINE_CREATED, MIGRATIONS))
+WEBHOOK_ALERTS = MetricFamily(
+    "gpuhealth_responder_webhook_alerts",
+    "counter",
+    "Alerts in webhook deliveries, by what recording came to (recorded|duplicate|skipped|rejected|retry).",
+    ("result",),
+)
+WEBHOOK_TRUNCATED = MetricFamily(
+    "gpuhealth_responder_webhook_truncated_alerts",
+    "counter",
+    "Alerts Alertmanager left out of deliveries (truncatedAlerts; the shipped route sets max_alerts: 0).",
+)
+WEBHOOK_SECONDS = MetricFamily(
+    "gpuhealth_responder_webhook_duration_seconds",
+    "histogram",
+    "Time from a delivery's arrival to its answer, recording included.",
+    unit="seconds",
+)
+CATALOG = Catalog(
+    (
+        WEBHOOK_REQUESTS,
+        WEBHOOK_ALERTS,
+        WEBHOOK_TRUNCATED,
+        WEBHOOK_SECONDS,
+        BREAKER_TRIPPED,
+        DEVICE_QUARANTINED,
+        QUARANTINE_CREATED,
+        MIGRATIONS,
+    )
+)
 """Every family the responder exposes."""

@@ -1,0 +1,120 @@
+"""Records an alert's intent in the device's `DeviceQuarantine` object (an executor over the API).
+
+Thin: `responder.intake.decide` makes the decision; this reads the record, applies it with
+writes conditional on the resourceVersion it read and, when someone else wrote first (409:
+another replica, an HA peer's duplicate delivery), reads again and decides again. Every
+failure becomes an outcome (`gpuhealth.outcomes`): a write that did not happen is a `Retry`,
+so the webhook answers 503 and Alertmanager delivers again; nothing is answered as done
+that is not in the API.
+
+Synchronous, like `gpuhealth.kube.client.KubeClient`: the webhook runs it in a thread.
+
+Two writes per change: the record's spec through the resource and its status through the
+status subresource (the apiserver ignores status on the one and spec on the other). A crash
+between them leaves a record whose status lacks the alert's key; the redelivery decides
+again and completes it, changing nothing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from gpuhealth.clock import Clock
+from gpuhealth.kube.errors import AlreadyExists, Conflict, NotFound
+from gpuhealth.kube.resources import STATUS, Resource
+from gpuhealth.outcomes import Done, Outcome, Retry, outcome_of
+from responder.alerts import Alert
+from responder.intake import IntakeSettings, Write, decide
+from responder.records import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    Quarantine,
+    RecordError,
+    from_object,
+    record_name,
+    to_object,
+)
+
+log = logging.getLogger(__name__)
+
+QUARANTINES = Resource(GROUP, VERSION, PLURAL, namespaced=False)
+
+MAX_ATTEMPTS = 5
+"""Read-decide-write rounds before giving up on conflicts (then 503: Alertmanager retries)."""
+
+
+class Client(Protocol):
+    """What the recorder needs of `gpuhealth.kube.client.KubeClient`."""
+
+    def get(self, resource: Resource, name: str, *, namespace: str | None = ...) -> dict[str, Any]: ...
+
+    def create(
+        self, resource: Resource, obj: dict[str, Any], *, namespace: str | None = ...
+    ) -> dict[str, Any]: ...
+
+    def update(
+        self, resource: Resource, obj: dict[str, Any], *, subresource: str | None = ...
+    ) -> dict[str, Any]: ...
+
+
+class Recorder:
+    def __init__(self, client: Client, clock: Clock, settings: IntakeSettings | None = None) -> None:
+        self._client = client
+        self._clock = clock
+        self._settings = settings or IntakeSettings()
+
+    def record_all(self, alerts: Sequence[Alert]) -> list[Outcome]:
+        """Record a delivery's alerts one after another (each decided on a fresh read)."""
+        return [self.record(alert) for alert in alerts]
+
+    def record(self, alert: Alert) -> Outcome:
+        """Record `alert` in its device's record; the outcome says whether that happened."""
+        key = alert.device_key
+        name = record_name(key.node, key.device) if key is not None else ""
+        try:
+            for _ in range(MAX_ATTEMPTS):
+                record = self._read(name) if name else None
+                decision = decide(record, alert, now=self._clock.now(), settings=self._settings)
+                if not isinstance(decision, Write):
+                    return decision
+                try:
+                    self._write(decision, record)
+                except (Conflict, AlreadyExists) as exc:
+                    log.debug("%s: %s; reading again", name, exc)
+                    continue
+                log.info("%s: %s", decision.record.name, decision.detail)
+                return Done(decision.detail)
+            return Retry(f"{name}: still conflicting after {MAX_ATTEMPTS} attempts", 1.0)
+        except RecordError as exc:
+            # Someone edited the record into something unreadable; overwriting it would destroy
+            # their state, so the alert waits (503) and the log says what to fix.
+            log.error(
+                "DeviceQuarantine %s is unreadable (%s): fix or delete it; the alert is retried", name, exc
+            )
+            return Retry(f"{name}: unreadable record ({exc})", 30.0)
+        except Exception as exc:
+            log.warning("recording %s for %s failed: %s", alert.name, name or "?", exc)
+            return outcome_of(exc)
+
+    def _read(self, name: str) -> Quarantine | None:
+        try:
+            return from_object(self._client.get(QUARANTINES, name))
+        except NotFound:
+            return None
+
+    def _write(self, decision: Write, before: Quarantine | None) -> None:
+        obj = to_object(decision.record)
+        status = obj.pop("status")
+        if decision.create:
+            stored = self._client.create(QUARANTINES, obj)
+        elif before is not None and before.spec != decision.record.spec:
+            stored = self._client.update(QUARANTINES, obj)
+        else:
+            stored = {
+                **obj,
+                "metadata": {**obj["metadata"], "resourceVersion": decision.record.resource_version},
+            }
+        self._client.update(QUARANTINES, {**stored, "status": status}, subresource=STATUS)
