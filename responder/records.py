@@ -114,6 +114,21 @@ class QuarantineSpec:
 class QuarantineStatus:
     phase: Phase = Phase.PENDING
     phase_reason: str = ""
+    """Why the record waits in its phase (RateLimited, BreakerOpen, NodeOptedOut, ...)."""
+    phase_since: str = ""
+    """RFC 3339 of the last phase change: timeouts of probe, canary, stability and ramp count from it."""
+    enforced: str = ""
+    """What gpuhealth put in place and owns (`DeviceTaintRule/<name>`, `Node/<name>`); empty
+    while nothing is. Enforcement found missing while this is set was removed by someone else."""
+    attempt: int = 0
+    """Release attempts started (names the probe and canary Jobs of each, so a retry never
+    mistakes an old Job's result for its own)."""
+    failures: int = 0
+    """Consecutive failed release attempts: the quarantine is extended by the backoff doubled
+    this many times."""
+    last_check: str = ""
+    """Outcome of the last probe or canary (`probe-failed`, `canary-failed`, `passed`): a person
+    may not release a device whose last check failed."""
     history: tuple[HistoryEntry, ...] = ()
     processed_keys: tuple[str, ...] = ()
 
@@ -134,7 +149,9 @@ class Quarantine:
     ) -> Quarantine:
         entry = HistoryEntry(time=time, phase=phase, actor=actor, message=message)
         history = _bounded((*self.status.history, entry), MAX_HISTORY)
-        return replace(self, status=replace(self.status, phase=phase, phase_reason=reason, history=history))
+        since = self.status.phase_since if phase == self.status.phase and self.status.phase_since else time
+        status = replace(self.status, phase=phase, phase_reason=reason, phase_since=since, history=history)
+        return replace(self, status=status)
 
     def with_key(self, key: str) -> Quarantine:
         if self.seen(key):
@@ -190,6 +207,11 @@ def to_object(record: Quarantine) -> dict[str, Any]:
         "status": {
             "phase": status.phase.value,
             "phaseReason": status.phase_reason,
+            "phaseSince": status.phase_since,
+            "enforced": status.enforced,
+            "attempt": status.attempt,
+            "failures": status.failures,
+            "lastCheck": status.last_check,
             "history": [
                 {"time": h.time, "phase": h.phase.value, "actor": h.actor, "message": h.message}
                 for h in status.history
@@ -238,6 +260,11 @@ def from_object(obj: Any) -> Quarantine:
         status=QuarantineStatus(
             phase=phase,
             phase_reason=str(status.get("phaseReason") or ""),
+            phase_since=str(status.get("phaseSince") or ""),
+            enforced=str(status.get("enforced") or ""),
+            attempt=_count(status.get("attempt"), "status.attempt"),
+            failures=_count(status.get("failures"), "status.failures"),
+            last_check=str(status.get("lastCheck") or ""),
             history=tuple(
                 _history(h, f"status.history[{i}]")
                 for i, h in enumerate(_list(status.get("history"), "status.history"))
@@ -297,6 +324,14 @@ def _label_value(text: str) -> str:
     """A label value (63 characters of [A-Za-z0-9_.-], starting and ending alphanumeric)."""
     value = re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:63]
     return value.strip("_.-")
+
+
+def _count(value: Any, path: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise RecordError(f"{path}: expected a whole number >= 0")
+    return value
 
 
 def _mapping(value: Any, path: str) -> dict[str, Any]:

@@ -1,0 +1,405 @@
+"""The reconciler's decisions: the next step of one device's quarantine, as a pure function.
+
+`step(record, view, context)` reads the record (what was decided before), the world as the
+reconciler observed it for that device (`DeviceView`) and the shared guardrails
+(`Context`: breaker, rate limit, settings, clock), and returns a `Step`: the record as it
+should be written and the effects an executor applies first (effects are idempotent, so a
+crash between the two is repaired by the next step). Pure: no I/O, no clock reads.
+
+The phases (`responder.records.Phase`):
+  Pending --admit--> Quarantined --all source alerts resolved--> Probing --probe ok--> Canary
+  --canary ok--> Stabilizing --healthy for the stability window--> Ramp --ramp period--> Released
+with Deferred (breaker open) beside Pending, and any failure on the way out returning the
+device to Quarantined with the backoff doubled. Safety, by construction and property-tested:
+- nothing here evicts or deletes a pod (migration is `responder.migration`'s, for
+  `quarantine` records only, never `restrict`), and no effect names a whole node;
+- a release only ever follows Probing, Canary, Stabilizing and Ramp in this attempt;
+- the breaker holds back only new automatic quarantines: releases, probes and quarantines a
+  person asked for go on while it is open;
+- a quarantine whose enforcement a person removed is left to them (Abandoned), never re-applied.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from gpuhealth.kube.meta import parse_rfc3339
+from responder import breaker
+from responder.breaker import BreakerSettings, BreakerState, Counts
+from responder.intake import rfc3339
+from responder.limits import Bucket
+from responder.records import DRA, Phase, Quarantine
+
+ACTOR = "responder"
+
+QUARANTINE_TAINT = "gpuhealth.io/quarantine"
+"""Taint key of an enforced quarantine (value: the reason)."""
+CANARY_TAINT = "gpuhealth.io/canary"
+"""Taint key while a released device ramps up: only claims that opt in tolerate it."""
+
+
+class Health(StrEnum):
+    """A device's health as the metrics say it (effective: a stale report counts as Unknown)."""
+
+    HEALTHY = "Healthy"
+    UNHEALTHY = "Unhealthy"
+    UNKNOWN = "Unknown"
+
+
+class CheckResult(StrEnum):
+    """A probe or canary Job of the current attempt, as observed."""
+
+    ABSENT = "Absent"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceView:
+    """What the reconciler observed about one record's device and what it owns for it."""
+
+    health: Health
+    healthy_since: float | None = None
+    """Since when the device has been Healthy without a break (None: not Healthy now)."""
+    enforcement_present: bool = False
+    """The DeviceTaintRule (DRA) or node annotation entry (device plugin) gpuhealth owns exists."""
+    node_opted_out: bool = False
+    """The node carries `gpuhealth.io/remediation=disabled`: record and page, enforce nothing."""
+    probe: CheckResult = CheckResult.ABSENT
+    canary: CheckResult = CheckResult.ABSENT
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySettings:
+    probe_timeout_seconds: float = 600.0
+    """A probe Job still running after this long counts as failed."""
+    canary_timeout_seconds: float = 1200.0
+    """A canary Job still running after this long counts as failed (it waits for the device)."""
+    stability_seconds: float = 1800.0
+    """Healthy without a break for this long before the device ramps back (30 minutes)."""
+    ramp_seconds: float = 3600.0
+    """How long the device carries the canary taint (opted-in work only) before full release."""
+    backoff_seconds: float = 3600.0
+    """First extension of a quarantine whose release failed or that expired still failing;
+    doubled on every consecutive failure."""
+    max_backoff_seconds: float = 7 * 86400.0
+    """Cap on one extension."""
+    deferred_max_age_seconds: float = 3600.0
+    """After the breaker closes, a deferred device that is Unknown (not Unhealthy) is admitted
+    only if it was deferred within this long: an old Unknown is no evidence of a failure now."""
+    dry_run: bool = False
+    """Enforce nothing: DRA rules are written with effect None (the apiserver previews what they
+    would evict), device-plugin nodes are not annotated."""
+    breaker: BreakerSettings = field(default_factory=BreakerSettings)
+
+    def __post_init__(self) -> None:
+        for name in (
+            "probe_timeout_seconds",
+            "canary_timeout_seconds",
+            "stability_seconds",
+            "ramp_seconds",
+            "backoff_seconds",
+            "max_backoff_seconds",
+            "deferred_max_age_seconds",
+        ):
+            value = getattr(self, name)
+            if not 0 < value < math.inf:
+                raise ValueError(f"{name} must be finite and greater than zero, not {value!r}")
+        if self.max_backoff_seconds < self.backoff_seconds:
+            raise ValueError("max_backoff_seconds must be at least backoff_seconds")
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    now: float
+    settings: PolicySettings
+    breaker: BreakerState
+    counts: Counts
+    """The breaker's inputs: eligible devices, quarantines started within its window, quarantined now."""
+    bucket: Bucket
+    """New quarantines' token bucket, rebuilt from the records."""
+
+
+# ----- effects: what an executor does, each idempotent --------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Enforce:
+    """Keep new allocations off the device: a DeviceTaintRule (DRA) or the node annotation entry."""
+
+    taint_key: str
+    taint_value: str
+    effect: str
+    """`NoSchedule`; `None` in dry-run (DRA rules preview, device plugins get nothing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unenforce:
+    """Remove what gpuhealth put in place (never what anyone else did)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StartCheck:
+    """Create the probe or canary Job of `attempt` for the device (a no-op if it exists)."""
+
+    kind: str
+    """`probe` or `canary`."""
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class SaveBreaker:
+    state: BreakerState
+
+
+@dataclass(frozen=True, slots=True)
+class Notify:
+    """A Kubernetes Event on the record (and in the log)."""
+
+    reason: str
+    message: str
+    warning: bool = False
+
+
+Effect = Enforce | Unenforce | StartCheck | SaveBreaker | Notify
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    record: Quarantine
+    effects: tuple[Effect, ...] = ()
+    recheck_seconds: float | None = None
+    """When to look again even if nothing changes (timeouts, windows, rate limits)."""
+    took_token: bool = False
+    """A new quarantine was admitted: the caller takes one token from the bucket."""
+
+
+def step(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
+    phase = record.status.phase
+    if phase in (Phase.RELEASED, Phase.ABANDONED):
+        return Step(record)
+    if phase == Phase.PENDING:
+        return _pending(record, view, ctx)
+    if phase == Phase.DEFERRED:
+        return _deferred(record, view, ctx)
+    if record.status.enforced and not view.enforcement_present and not ctx.settings.dry_run:
+        return _abandon(record, ctx)
+    if phase == Phase.QUARANTINED:
+        return _quarantined(record, view, ctx)
+    if _firing(record):
+        return _fail(record, ctx, f"an alert fired again while {phase.value}")
+    if phase != Phase.PROBING and view.health != Health.HEALTHY:
+        # The probe judges the device itself; from the canary on, the metrics must agree.
+        return _fail(record, ctx, f"the device reported {view.health.value} while {phase.value}")
+    if phase == Phase.PROBING:
+        return _check(
+            record, view, ctx, "probe", view.probe, ctx.settings.probe_timeout_seconds, Phase.CANARY
+        )
+    if phase == Phase.CANARY:
+        return _check(
+            record, view, ctx, "canary", view.canary, ctx.settings.canary_timeout_seconds, Phase.STABILIZING
+        )
+    if phase == Phase.STABILIZING:
+        return _stabilizing(record, view, ctx)
+    return _ramp(record, ctx)
+
+
+def _pending(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
+    if view.node_opted_out:
+        return _wait(
+            record, ctx, "NodeOptedOut", "node has gpuhealth.io/remediation=disabled: recorded, not enforced"
+        )
+    automatic = record.spec.actor.startswith("alert/")
+    if automatic:
+        admitted, state = breaker.admit(ctx.breaker, ctx.counts, now=ctx.now, settings=ctx.settings.breaker)
+        if not admitted:
+            notice = Notify(
+                "BreakerOpen", f"quarantine deferred: {state.detail or 'breaker open'}", warning=True
+            )
+            saved: tuple[Effect, ...] = (SaveBreaker(state),) if state != ctx.breaker else ()
+            deferred = _move(
+                record, ctx, Phase.DEFERRED, "circuit breaker open: deferred", reason="BreakerOpen"
+            )
+            return Step(deferred, (*saved, notice))
+        wait = ctx.bucket.wait_seconds(ctx.now)
+        if wait > 0:
+            return _wait(
+                record, ctx, "RateLimited", f"over the rate of new quarantines: waits {wait:.0f} s", wait
+            )
+    enforced = _move(record, ctx, Phase.QUARANTINED, f"enforced: {_enforcement(record, ctx)}")
+    enforced = replace(enforced, status=replace(enforced.status, enforced=_enforcement(record, ctx)))
+    effects: tuple[Effect, ...] = (
+        _enforce(record, ctx),
+        Notify("Quarantined", f"{record.spec.reason}: {_enforcement(record, ctx)}"),
+    )
+    return Step(enforced, effects, recheck_seconds=0.0, took_token=automatic)
+
+
+def _deferred(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
+    if ctx.breaker.tripped:
+        return Step(record)  # a person's reset (with --backlog) decides what happens to the backlog
+    # Re-evaluated against the device's current health, never replayed blindly: only a device
+    # that still fails now (Unhealthy, or Unknown not older than the age limit) is admitted.
+    age = ctx.now - (_seconds(record.status.phase_since) or ctx.now)
+    failing = view.health == Health.UNHEALTHY or (
+        view.health == Health.UNKNOWN and age <= ctx.settings.deferred_max_age_seconds
+    )
+    if not (failing and _firing(record)):
+        message = (
+            f"breaker closed; re-evaluated: {view.health.value} now, deferred {age:.0f} s: nothing enforced"
+        )
+        return Step(_move(record, ctx, Phase.RELEASED, message))
+    return Step(
+        _move(record, ctx, Phase.PENDING, "breaker closed: re-evaluated, still failing"), recheck_seconds=0.0
+    )
+
+
+def _quarantined(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
+    if not record.status.enforced:
+        # Quarantined with nothing recorded as ours (an edited record, an older responder):
+        # enforce and say so, rather than trust the phase.
+        repaired = replace(record, status=replace(record.status, enforced=_enforcement(record, ctx)))
+        return Step(repaired, (_enforce(record, ctx),), recheck_seconds=0.0)
+    if not _firing(record):
+        attempt = record.status.attempt + 1
+        probing = _move(
+            record, ctx, Phase.PROBING, f"source alerts resolved: release attempt {attempt} probes"
+        )
+        probing = replace(probing, status=replace(probing.status, attempt=attempt))
+        return Step(
+            probing, (StartCheck("probe", attempt),), recheck_seconds=ctx.settings.probe_timeout_seconds
+        )
+    expires = _seconds(record.spec.expires_at)
+    if expires is not None and ctx.now >= expires:
+        return _extend(record, ctx, "expired while still failing")
+    return Step(record, recheck_seconds=None if expires is None else max(0.0, expires - ctx.now))
+
+
+def _check(
+    record: Quarantine,
+    view: DeviceView,
+    ctx: Context,
+    kind: str,
+    result: CheckResult,
+    timeout: float,
+    next_phase: Phase,
+) -> Step:
+    attempt = record.status.attempt
+    if result == CheckResult.SUCCEEDED:
+        moved = _move(record, ctx, next_phase, f"{kind} of attempt {attempt} passed")
+        moved = replace(moved, status=replace(moved.status, last_check=f"{kind}-passed"))
+        if next_phase == Phase.CANARY:
+            return Step(
+                moved, (StartCheck("canary", attempt),), recheck_seconds=ctx.settings.canary_timeout_seconds
+            )
+        return Step(moved, recheck_seconds=ctx.settings.stability_seconds)
+    if result == CheckResult.FAILED:
+        return _fail(record, ctx, f"{kind} of attempt {attempt} failed", check=f"{kind}-failed")
+    elapsed = ctx.now - (_seconds(record.status.phase_since) or ctx.now)
+    if elapsed >= timeout:
+        return _fail(
+            record,
+            ctx,
+            f"{kind} of attempt {attempt} timed out after {timeout:.0f} s",
+            check=f"{kind}-failed",
+        )
+    effects: tuple[Effect, ...] = (StartCheck(kind, attempt),) if result == CheckResult.ABSENT else ()
+    return Step(record, effects, recheck_seconds=timeout - elapsed)
+
+
+def _stabilizing(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
+    window = ctx.settings.stability_seconds
+    since_phase = _seconds(record.status.phase_since) or ctx.now
+    healthy_since = view.healthy_since if view.healthy_since is not None else ctx.now
+    stable_from = max(since_phase, healthy_since)
+    if ctx.now - stable_from >= window:
+        ramp = _move(record, ctx, Phase.RAMP, f"healthy for {window:.0f} s: ramps back (opted-in work only)")
+        return Step(
+            ramp,
+            (Enforce(CANARY_TAINT, record.spec.reason, _effect(ctx)),),
+            recheck_seconds=ctx.settings.ramp_seconds,
+        )
+    return Step(record, recheck_seconds=window - (ctx.now - stable_from))
+
+
+def _ramp(record: Quarantine, ctx: Context) -> Step:
+    elapsed = ctx.now - (_seconds(record.status.phase_since) or ctx.now)
+    if elapsed >= ctx.settings.ramp_seconds:
+        released = _move(record, ctx, Phase.RELEASED, "ramp complete: released")
+        released = replace(released, status=replace(released.status, enforced="", failures=0))
+        return Step(
+            released, (Unenforce(), Notify("Released", "probe, canary, stability window and ramp passed"))
+        )
+    return Step(record, recheck_seconds=ctx.settings.ramp_seconds - elapsed)
+
+
+def _fail(record: Quarantine, ctx: Context, why: str, *, check: str = "") -> Step:
+    failures = record.status.failures + 1
+    extended = _extended_expiry(record, ctx, failures)
+    moved = _move(record, ctx, Phase.QUARANTINED, f"{why}: quarantined again until {extended}")
+    status = replace(moved.status, failures=failures, last_check=check or moved.status.last_check)
+    moved = replace(moved, spec=replace(moved.spec, expires_at=extended), status=status)
+    effects: tuple[Effect, ...] = (_enforce(record, ctx), Notify("ReleaseFailed", why, warning=True))
+    return Step(moved, effects, recheck_seconds=0.0)
+
+
+def _extend(record: Quarantine, ctx: Context, why: str) -> Step:
+    failures = record.status.failures + 1
+    extended = _extended_expiry(record, ctx, failures)
+    moved = _move(record, ctx, Phase.QUARANTINED, f"{why}: extended until {extended}")
+    moved = replace(
+        moved, spec=replace(moved.spec, expires_at=extended), status=replace(moved.status, failures=failures)
+    )
+    return Step(moved, (Notify("QuarantineExtended", f"{why}; re-evaluated at {extended}", warning=True),))
+
+
+def _abandon(record: Quarantine, ctx: Context) -> Step:
+    message = (
+        f"{record.status.enforced} was removed by someone else: gpuhealth no longer owns this quarantine"
+    )
+    moved = _move(record, ctx, Phase.ABANDONED, message)
+    return Step(
+        replace(moved, status=replace(moved.status, enforced="")),
+        (Notify("QuarantineAbandoned", message, warning=True),),
+    )
+
+
+def _wait(record: Quarantine, ctx: Context, reason: str, message: str, recheck: float | None = None) -> Step:
+    if record.status.phase_reason == reason:
+        return Step(record, recheck_seconds=recheck)
+    return Step(_move(record, ctx, record.status.phase, message, reason=reason), recheck_seconds=recheck)
+
+
+def _move(record: Quarantine, ctx: Context, phase: Phase, message: str, *, reason: str = "") -> Quarantine:
+    return record.with_phase(phase, time=rfc3339(ctx.now), actor=ACTOR, message=message, reason=reason)
+
+
+def _enforce(record: Quarantine, ctx: Context) -> Enforce:
+    return Enforce(QUARANTINE_TAINT, record.spec.reason, _effect(ctx))
+
+
+def _effect(ctx: Context) -> str:
+    return "None" if ctx.settings.dry_run else "NoSchedule"
+
+
+def _enforcement(record: Quarantine, ctx: Context) -> str:
+    if record.spec.path == DRA:
+        return f"DeviceTaintRule/{record.name}"
+    return f"Node/{record.spec.node}"
+
+
+def _firing(record: Quarantine) -> bool:
+    return any(source.firing for source in record.spec.source_alerts)
+
+
+def _extended_expiry(record: Quarantine, ctx: Context, failures: int) -> str:
+    s = ctx.settings
+    backoff = min(s.max_backoff_seconds, s.backoff_seconds * 2 ** min(failures - 1, 32))
+    return rfc3339(ctx.now + backoff)
+
+
+def _seconds(stamp: str) -> float | None:
+    return parse_rfc3339(stamp)

@@ -1,0 +1,329 @@
+"""The reconciler's phase machine (responder.policy), as properties over random worlds.
+
+Aspects: a release only ever follows Probing, Canary, Stabilizing and Ramp of the same
+attempt (property); the breaker defers only new automatic quarantines and never changes a
+step on the release path (property); nothing but Enforce/Unenforce touches the device and
+Unenforce only comes with Released; what a person removed is abandoned, never re-applied;
+opted-out nodes and the rate limit keep records waiting with the reason visible; dry-run
+enforces with effect None; failures extend the quarantine with a doubling backoff.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+
+import pytest
+from hypothesis import given, settings, target
+from hypothesis import strategies as st
+
+from responder.breaker import BreakerState, Counts
+from responder.intake import IntakeSettings, Write, decide, rfc3339
+from responder.limits import Bucket, BucketSettings
+from responder.policy import (
+    CANARY_TAINT,
+    QUARANTINE_TAINT,
+    CheckResult,
+    Context,
+    DeviceView,
+    Enforce,
+    Health,
+    Notify,
+    PolicySettings,
+    SaveBreaker,
+    StartCheck,
+    Step,
+    Unenforce,
+    step,
+)
+from responder.records import Phase, Quarantine
+from tests.responder.test_intake import alert
+
+NOW = 1_800_000_000.0
+SETTINGS = PolicySettings(
+    probe_timeout_seconds=60,
+    canary_timeout_seconds=60,
+    stability_seconds=120,
+    ramp_seconds=60,
+    backoff_seconds=300,
+)
+RELEASE_PATH = [Phase.PROBING, Phase.CANARY, Phase.STABILIZING, Phase.RAMP]
+
+
+def opened(actor_alert: bool = True, action: str = "quarantine", **labels: str) -> Quarantine:
+    decision = decide(None, alert(action=action, **labels), now=NOW, settings=IntakeSettings())
+    assert isinstance(decision, Write)
+    record = decision.record
+    if not actor_alert:
+        record = replace(record, spec=replace(record.spec, actor="person/alice"))
+    return record
+
+
+def ctx(now: float, *, tripped: bool = False, eligible: int = 1000, dry_run: bool = False) -> Context:
+    return Context(
+        now=now,
+        settings=replace(SETTINGS, dry_run=dry_run),
+        breaker=BreakerState(
+            tripped=tripped, trigger="rate" if tripped else "", detail="x" if tripped else ""
+        ),
+        counts=Counts(eligible=eligible, started_in_window=0, quarantined=0),
+        bucket=Bucket.full(BucketSettings(burst=5, per_hour=60), now),
+    )
+
+
+def resolved(record: Quarantine, at: float) -> Quarantine:
+    sources = tuple(replace(s, resolved_at=rfc3339(at)) for s in record.spec.source_alerts)
+    return replace(record, spec=replace(record.spec, source_alerts=sources))
+
+
+@dataclass
+class World:
+    """The device and what gpuhealth put in place, changed by the effects the steps ask for."""
+
+    enforcement: str | None = None  # taint key of our rule/annotation, None when absent
+    probe: CheckResult = CheckResult.ABSENT
+    canary: CheckResult = CheckResult.ABSENT
+
+    def apply(self, effects: tuple[object, ...]) -> None:
+        for effect in effects:
+            if isinstance(effect, Enforce):
+                self.enforcement = effect.taint_key
+            elif isinstance(effect, Unenforce):
+                self.enforcement = None
+            elif isinstance(effect, StartCheck):
+                if effect.kind == "probe" and self.probe == CheckResult.ABSENT:
+                    self.probe = CheckResult.RUNNING
+                if effect.kind == "canary" and self.canary == CheckResult.ABSENT:
+                    self.canary = CheckResult.RUNNING
+
+
+# Weighted towards a device that recovers, so that plans reach every phase of the way out
+# (the release path is where the properties bite), with failures, re-fired alerts, breaker
+# trips and removed enforcement mixed in.
+ticks = st.lists(
+    st.tuples(
+        st.floats(min_value=0, max_value=200),  # seconds passing
+        st.sampled_from([Health.HEALTHY] * 18 + [Health.UNHEALTHY, Health.UNKNOWN]),
+        st.sampled_from([CheckResult.SUCCEEDED] * 4 + [CheckResult.FAILED, None, None]),  # a check finishing
+        st.sampled_from(["resolve"] * 4 + ["fire"] + [None] * 15),
+        st.sampled_from([False] * 4 + [True]),  # breaker tripped
+        st.sampled_from([False] * 19 + [True]),  # someone deletes our enforcement
+    ),
+    max_size=60,
+)
+
+
+def play(
+    record: Quarantine, plan: list[tuple[float, Health, CheckResult | None, str | None, bool, bool]]
+) -> list[Step]:
+    world, now, steps = World(), NOW, []
+    healthy_since: float | None = None
+    attempt = 0
+    for dt, health, finished, alert_change, tripped, removed in plan:
+        now += dt
+        healthy_since = (healthy_since or now) if health == Health.HEALTHY else None
+        if alert_change == "resolve":
+            record = resolved(record, now)
+        elif alert_change == "fire":
+            refired = alert(starts_at=now)
+            decision = decide(record, refired, now=now, settings=IntakeSettings())
+            if isinstance(decision, Write):
+                record = decision.record
+        if removed:
+            world.enforcement = None
+        if record.status.attempt != attempt:  # a new attempt's Jobs are new Jobs
+            attempt, world.probe, world.canary = record.status.attempt, CheckResult.ABSENT, CheckResult.ABSENT
+        if finished is not None:
+            if world.probe == CheckResult.RUNNING:
+                world.probe = finished
+            elif world.canary == CheckResult.RUNNING:
+                world.canary = finished
+        view = DeviceView(
+            health=health,
+            healthy_since=healthy_since,
+            enforcement_present=world.enforcement is not None,
+            probe=world.probe,
+            canary=world.canary,
+        )
+        result = step(record, view, ctx(now, tripped=tripped))
+        world.apply(result.effects)
+        steps.append(result)
+        record = result.record
+    return steps
+
+
+@settings(max_examples=300)
+@given(ticks)
+def test_a_release_only_follows_probe_canary_stability_and_ramp(plan: list[tuple]) -> None:  # type: ignore[type-arg]
+    steps = play(opened(), plan)
+    # Guide generation towards plans that get far along the way out (where this property bites).
+    target(float(max((_progress(r.record.status.phase) for r in steps), default=0)))
+    check_release_path(steps)
+    for result in steps:
+        for effect in result.effects:
+            assert isinstance(effect, Enforce | Unenforce | StartCheck | SaveBreaker | Notify)
+
+
+def _progress(phase: Phase) -> int:
+    order = [Phase.PENDING, Phase.QUARANTINED, *RELEASE_PATH, Phase.RELEASED]
+    return order.index(phase) if phase in order else 0
+
+
+@settings(max_examples=300)
+@given(ticks)
+def test_the_breaker_never_changes_a_step_on_the_release_path(plan: list[tuple]) -> None:  # type: ignore[type-arg]
+    record = opened()
+    for result in play(record, plan):
+        record = result.record
+    if record.status.phase not in RELEASE_PATH:
+        return
+    view = DeviceView(health=Health.HEALTHY, healthy_since=NOW, enforcement_present=True)
+    later = NOW + 10_000
+    assert step(record, view, ctx(later, tripped=True)) == step(record, view, ctx(later, tripped=False))
+
+
+def check_release_path(steps: list[Step]) -> bool:
+    """The release property for one run; True when the run released the device."""
+    released = False
+    for result in steps:
+        if any(isinstance(e, Unenforce) for e in result.effects):
+            assert result.record.status.phase == Phase.RELEASED
+            history = [h.phase for h in result.record.status.history]
+            last_quarantine = max(i for i, p in enumerate(history) if p == Phase.QUARANTINED)
+            assert history[last_quarantine + 1 :] == [*RELEASE_PATH, Phase.RELEASED]
+            released = True
+    return released
+
+
+def test_long_seeded_runs_release_only_along_the_path() -> None:
+    """Hypothesis favours short plans, which rarely get all the way out; long seeded plans do."""
+    releases = 0
+    for seed in range(150):
+        rng = random.Random(seed)
+        plan = [
+            (
+                rng.uniform(0, 200),
+                rng.choice([Health.HEALTHY] * 18 + [Health.UNHEALTHY, Health.UNKNOWN]),
+                rng.choice([CheckResult.SUCCEEDED] * 4 + [CheckResult.FAILED, None, None]),
+                rng.choice(["resolve"] * 4 + ["fire"] + [None] * 15),
+                rng.random() < 0.2,
+                rng.random() < 0.02,
+            )
+            for _ in range(80)
+        ]
+        releases += check_release_path(play(opened(), plan))
+    assert releases >= 15  # the property was exercised, not passed vacuously
+
+
+def test_the_whole_way_out() -> None:
+    world, now = World(), NOW
+    record = opened(driver="gpu.nvidia.com", pool="p", device_name="gpu-3")
+    first = step(record, DeviceView(Health.UNHEALTHY), ctx(now))
+    assert first.record.status.phase == Phase.QUARANTINED and first.took_token
+    assert first.record.status.enforced == f"DeviceTaintRule/{record.name}"
+    assert Enforce(QUARANTINE_TAINT, "Unhealthy", "NoSchedule") in first.effects
+    world.apply(first.effects)
+    record = resolved(first.record, now + 100)
+    phases = []
+    view = DeviceView(Health.HEALTHY, healthy_since=now + 100, enforcement_present=True)
+    start = now
+    for now, probe, canary in [
+        (start + 110, CheckResult.ABSENT, CheckResult.ABSENT),  # -> Probing, probe started
+        (start + 120, CheckResult.SUCCEEDED, CheckResult.ABSENT),  # -> Canary, canary started
+        (start + 130, CheckResult.SUCCEEDED, CheckResult.SUCCEEDED),  # -> Stabilizing
+        (start + 130 + 120, CheckResult.SUCCEEDED, CheckResult.SUCCEEDED),  # -> Ramp
+        (start + 130 + 120 + 60, CheckResult.SUCCEEDED, CheckResult.SUCCEEDED),  # -> Released
+    ]:
+        result = step(record, replace(view, probe=probe, canary=canary), ctx(now))
+        record = result.record
+        phases.append((record.status.phase, [type(e).__name__ for e in result.effects]))
+    assert phases == [
+        (Phase.PROBING, ["StartCheck"]),
+        (Phase.CANARY, ["StartCheck"]),
+        (Phase.STABILIZING, []),
+        (Phase.RAMP, ["Enforce"]),
+        (Phase.RELEASED, ["Unenforce", "Notify"]),
+    ]
+    assert record.status.last_check == "canary-passed" and record.status.enforced == ""
+
+
+def test_a_failed_probe_quarantines_again_with_a_doubling_backoff() -> None:
+    record = step(opened(), DeviceView(Health.UNHEALTHY), ctx(NOW)).record
+    expiries = []
+    for attempt in (1, 2):
+        probing = step(resolved(record, NOW), DeviceView(Health.HEALTHY, enforcement_present=True), ctx(NOW))
+        assert probing.record.status.attempt == attempt
+        failed = step(
+            probing.record,
+            DeviceView(Health.HEALTHY, enforcement_present=True, probe=CheckResult.FAILED),
+            ctx(NOW),
+        )
+        record = failed.record
+        assert record.status.phase == Phase.QUARANTINED and record.status.last_check == "probe-failed"
+        expiries.append(record.spec.expires_at)
+    assert expiries == [rfc3339(NOW + 300), rfc3339(NOW + 600)]
+
+
+def test_the_breaker_defers_automatic_quarantines_but_not_a_persons() -> None:
+    automatic = step(opened(), DeviceView(Health.UNHEALTHY), ctx(NOW, tripped=True))
+    assert automatic.record.status.phase == Phase.DEFERRED
+    assert automatic.record.status.phase_reason == "BreakerOpen"
+    assert not any(isinstance(e, Enforce) for e in automatic.effects)
+    manual = step(opened(actor_alert=False), DeviceView(Health.UNHEALTHY), ctx(NOW, tripped=True))
+    assert manual.record.status.phase == Phase.QUARANTINED
+
+
+def test_a_tripping_admission_saves_the_breaker() -> None:
+    small = replace(ctx(NOW), counts=Counts(eligible=10, started_in_window=5, quarantined=0))
+    result = step(opened(), DeviceView(Health.UNHEALTHY), small)
+    assert result.record.status.phase == Phase.DEFERRED
+    assert isinstance(result.effects[0], SaveBreaker) and result.effects[0].state.tripped
+
+
+def test_deferred_devices_are_reevaluated_not_replayed() -> None:
+    deferred = step(opened(), DeviceView(Health.UNHEALTHY), ctx(NOW, tripped=True)).record
+    still = step(deferred, DeviceView(Health.UNHEALTHY), ctx(NOW + 10))
+    assert still.record.status.phase == Phase.PENDING
+    healthy = step(deferred, DeviceView(Health.HEALTHY), ctx(NOW + 10))
+    assert healthy.record.status.phase == Phase.RELEASED and not healthy.effects
+    old_unknown = step(deferred, DeviceView(Health.UNKNOWN), ctx(NOW + 2 * 3600))
+    assert old_unknown.record.status.phase == Phase.RELEASED
+
+
+def test_what_a_person_removed_is_abandoned_never_reapplied() -> None:
+    record = step(opened(), DeviceView(Health.UNHEALTHY), ctx(NOW)).record
+    gone = step(record, DeviceView(Health.UNHEALTHY, enforcement_present=False), ctx(NOW + 5))
+    assert gone.record.status.phase == Phase.ABANDONED
+    assert not any(isinstance(e, Enforce) for e in gone.effects)
+    assert step(gone.record, DeviceView(Health.UNHEALTHY), ctx(NOW + 10)).effects == ()
+
+
+def test_waiting_reasons_are_visible() -> None:
+    opted_out = step(opened(), DeviceView(Health.UNHEALTHY, node_opted_out=True), ctx(NOW))
+    assert (opted_out.record.status.phase, opted_out.record.status.phase_reason) == (
+        Phase.PENDING,
+        "NodeOptedOut",
+    )
+    assert opted_out.effects == ()
+    empty = replace(ctx(NOW), bucket=Bucket(BucketSettings(burst=1, per_hour=60), 0.0, NOW))
+    limited = step(opened(), DeviceView(Health.UNHEALTHY), empty)
+    assert limited.record.status.phase_reason == "RateLimited" and limited.recheck_seconds == pytest.approx(
+        60
+    )
+
+
+def test_dry_run_enforces_with_effect_none() -> None:
+    result = step(opened(), DeviceView(Health.UNHEALTHY), ctx(NOW, dry_run=True))
+    assert Enforce(QUARANTINE_TAINT, "Unhealthy", "None") in result.effects
+
+
+def test_ramp_uses_the_canary_taint() -> None:
+    assert CANARY_TAINT == "gpuhealth.io/canary" and QUARANTINE_TAINT == "gpuhealth.io/quarantine"
+
+
+@pytest.mark.parametrize(
+    "bad", [{"stability_seconds": 0}, {"backoff_seconds": float("nan")}, {"max_backoff_seconds": 1}]
+)
+def test_settings_refuse_nonsense(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        PolicySettings(**bad)  # type: ignore[arg-type]
