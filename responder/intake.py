@@ -95,7 +95,7 @@ def decide(record: Quarantine | None, alert: Alert, *, now: float, settings: Int
             # Its resolved came first (an HA peer, a retry): within one episode (same startsAt)
             # resolved is final, so the late firing changes nothing.
             return Unchanged(f"{alert.name} firing: this episode already resolved")
-        if record is None or record.status.phase not in ACTIVE_PHASES:
+        if record is None or not record.status.history or record.status.phase not in ACTIVE_PHASES:
             return _open(record, alert, now=now, stamp=stamp, settings=settings)
         return _join(record, alert, stamp=stamp)
     if record is None:
@@ -123,8 +123,12 @@ def _open(
         device_name=labels.get("device_name", ""),
         source_alerts=(_source(alert),),
     )
-    if previous is None:
+    if previous is None or not previous.status.history:
+        # A record whose status was never written is one another replica (or a crash) left
+        # between its two writes: it is opened here as if new, in the same object.
         base = Quarantine(name=record_name(key.node, key.device), spec=spec)
+        if previous is not None:
+            base = replace(base, resource_version=previous.resource_version, status=previous.status)
         message = f"{alert.name} fired: {alert.action} recorded"
     else:
         # Same object, new quarantine: the history of the old one stays, its keys too.

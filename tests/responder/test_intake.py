@@ -10,6 +10,7 @@ device or action is skipped; a released record is reopened by a new failure, his
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 from gpuhealth.outcomes import Skipped, Unchanged
 from responder.alerts import Alert
 from responder.intake import IntakeSettings, Write, decide, reason_of, rfc3339
-from responder.records import ACTIVE_PHASES, DRA, Phase, Quarantine, record_name
+from responder.records import ACTIVE_PHASES, DRA, Phase, Quarantine, QuarantineStatus, record_name
 
 SETTINGS = IntakeSettings()
 NOW = 1_800_000_000.0
@@ -67,6 +68,18 @@ def test_a_firing_alert_opens_a_pending_quarantine_named_after_its_device() -> N
     assert record.spec.reason == "Unhealthy" and record.spec.actor == "alert/GPUDeviceUnhealthy"
     assert record.spec.expires_at == rfc3339(NOW + SETTINGS.expiry_seconds)
     assert record.status.history[-1].message == "GPUDeviceUnhealthy fired: quarantine recorded"
+
+
+def test_a_record_left_between_its_two_writes_is_opened_in_place() -> None:
+    first = apply(None, alert())
+    assert first is not None
+    half = replace(first, status=QuarantineStatus(), resource_version="7")  # spec written, status not yet
+    decision = decide(half, alert(), now=NOW + 1, settings=SETTINGS)
+    assert isinstance(decision, Write) and not decision.create
+    assert decision.record.resource_version == "7"
+    assert [h.message for h in decision.record.status.history] == [
+        "GPUDeviceUnhealthy fired: quarantine recorded"
+    ]
 
 
 def test_a_duplicate_changes_nothing() -> None:
