@@ -3,8 +3,13 @@ work off them and releases them again (the service itself is filled in by the ne
 
 Layers, as in the exporter: pure data and decisions at the bottom (no I/O), adapters
 (Kubernetes, HTTP) at the edge, the entry point on top. Only adapter modules import
-`kubernetes`. Built so far, all pure: `alerts` (Alertmanager webhook deliveries as
-validated data), `records` (the `DeviceQuarantine` record, manifest in `deploy/crds/`),
-`limits` (token buckets a new leader rebuilds from the records), `breaker` (the circuit
-breaker's two triggers) and `metrics` (the families the rules already query).
+`kubernetes`. Built so far: pure decisions and data — `alerts` (Alertmanager webhook
+deliveries as validated data), `records` (the `DeviceQuarantine` record, manifest in
+`deploy/crds/`), `intake` (what the webhook records for one alert), `policy` (the
+reconciler's phase machine), `migration` (moving checkpointed work off a device), `limits`
+(token buckets a new leader rebuilds from the records), `breaker` (the circuit breaker's two
+triggers), `metrics` (every family the service exposes); adapters — `recorder` (writes the
+intake's decisions, conditionally) and `webhook` (`POST /webhook`); the entry point `cli`
+(`gpuhealth quarantine list|show`). The reconciler's executor, leader election and the
+`gpuhealth responder` service come next.
 """

@@ -1,0 +1,291 @@
+"""Moving running work off a quarantined device: a pure plan per job, one step at a time.
+
+The workload contract (`docs/workloads.md`): a pod declares `gpuhealth.io/checkpoint:
+annotation|none` and `gpuhealth.io/topology: fixed|shardable`; the responder writes
+`gpuhealth.io/checkpoint-requested: <key>`, and the workload answers
+`gpuhealth.io/checkpoint-committed: <key>` once its idempotent commit is done. Only then is
+the pod evicted through the Eviction API (which honours disruption budgets); its owner
+recreates it, and the quarantine keeps the new pod off the device.
+
+`plan(job, context)` returns the next effects for one job, given what was observed. Pure: no
+I/O, time passed in. By construction, and property-tested:
+- only `quarantine` records migrate; a `restrict` (Unknown) never evicts anything, whatever
+  the configuration;
+- in `checkpoint` mode nothing is evicted before the commit of this key is seen; work that
+  declares no checkpoint, or whose commit does not come in time, is unrecoverable: evidence is
+  kept and the tenant told, nothing evicted;
+- `allow-completion` never evicts; `immediate` (opt-in per namespace) evicts without a
+  checkpoint;
+- nothing happens without the job's migration lease held by this flow (exactly one flow owns
+  a job, also when two of its devices fail together), and the per-node and per-namespace
+  limits hold;
+- fixed topology moves the whole job; shardable only the pods on the failed device.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+CHECKPOINT = "gpuhealth.io/checkpoint"
+TOPOLOGY = "gpuhealth.io/topology"
+REQUESTED = "gpuhealth.io/checkpoint-requested"
+COMMITTED = "gpuhealth.io/checkpoint-committed"
+
+
+class Mode(StrEnum):
+    """What a namespace allows (configuration, per namespace)."""
+
+    CHECKPOINT = "checkpoint"
+    """Default: checkpoint, then evict."""
+    ALLOW_COMPLETION = "allow-completion"
+    """Never evict: wait for the pods to finish on their own."""
+    IMMEDIATE = "immediate"
+    """Opt-in: evict without waiting for a checkpoint."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    namespace: str
+    name: str
+    uid: str
+    annotations: dict[str, str]
+    on_device: bool
+    """The pod holds the quarantined device (others belong to the same job)."""
+    finished: bool = False
+    """Succeeded or Failed: nothing to move."""
+    terminating: bool = False
+    """Being deleted already (an eviction that landed, or someone else)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """One job (the pods' owner) with pods on the quarantined device."""
+
+    namespace: str
+    owner: str
+    """`<kind>/<name>` of the pods' controller (the job that is migrated as a whole or in shards)."""
+    owner_uid: str
+    pods: tuple[PodView, ...]
+    lease_holder: str | None
+    """Holder of the job's migration Lease now (None: free or expired)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationSettings:
+    checkpoint_timeout_seconds: float = 600.0
+    """How long to wait for `checkpoint-committed` before the work counts as unrecoverable."""
+    lease_margin_seconds: float = 60.0
+    """Added to the step timeout for the migration Lease's duration."""
+    lease_cap_seconds: float = 3600.0
+    """No migration Lease is held longer than this, whatever happens (no ghost locks)."""
+
+    def __post_init__(self) -> None:
+        for name in ("checkpoint_timeout_seconds", "lease_margin_seconds", "lease_cap_seconds"):
+            value = getattr(self, name)
+            if not 0 < value < math.inf:
+                raise ValueError(f"{name} must be finite and greater than zero, not {value!r}")
+
+    @property
+    def lease_seconds(self) -> float:
+        return min(self.checkpoint_timeout_seconds + self.lease_margin_seconds, self.lease_cap_seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    now: float
+    action: str
+    """The record's action: only `quarantine` migrates."""
+    mode: Mode
+    identity: str
+    """This flow's lease holder identity: `<record name>`."""
+    key: str
+    """The idempotency key of this migration (device, job, quarantine)."""
+    requested_at: float | None
+    """When this flow first requested the checkpoint (from the record), None before."""
+    targets: tuple[str, ...] | None
+    """UIDs of the pods this flow moves, fixed when it starts (from the record; None before):
+    the pods the owner recreates elsewhere are never targets, so a move ends."""
+    node_slot_free: bool
+    """The node has no other migration in flight and is under its hourly cap."""
+    namespace_evictions_left: int
+    """Evictions the namespace's cap still allows now."""
+    settings: MigrationSettings
+
+
+class Outcome(StrEnum):
+    WAITING = "Waiting"
+    SUCCEEDED = "Succeeded"
+    UNRECOVERABLE = "Unrecoverable"
+
+
+# ----- effects --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TakeLease:
+    namespace: str
+    owner: str
+    owner_uid: str
+    holder: str
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseLease:
+    namespace: str
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestCheckpoint:
+    namespace: str
+    pod: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Evict:
+    """Through `policy/v1` Eviction, after a dry-run preflight; 429 waits >= 10 s, 500/403 stop."""
+
+    namespace: str
+    pod: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeepEvidence:
+    """Unrecoverable: keep the pod's status, the device entry and NVML readings in the record."""
+
+    namespace: str
+    pod: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TellTenant:
+    """A Kubernetes Event on the pod, for the tenant."""
+
+    namespace: str
+    pod: str
+    reason: str
+    message: str
+
+
+Effect = TakeLease | ReleaseLease | RequestCheckpoint | Evict | KeepEvidence | TellTenant
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    outcome: Outcome
+    effects: tuple[Effect, ...] = ()
+    detail: str = ""
+    recheck_seconds: float | None = None
+    targets: tuple[str, ...] | None = None
+    """The pods to move, chosen by the first plan of a flow; the caller records them."""
+
+
+def migration_key(device: str, owner_uid: str, quarantined_at: str) -> str:
+    """The idempotency key of one job's migration off one device in one quarantine."""
+    digest = hashlib.sha256(f"{device}\x00{owner_uid}\x00{quarantined_at}".encode()).hexdigest()
+    return digest[:16]
+
+
+def plan(job: JobView, ctx: Context) -> Plan:
+    if ctx.action != "quarantine":
+        return Plan(Outcome.SUCCEEDED, detail="restrict: running work is left where it is")
+    targets = ctx.targets if ctx.targets is not None else choose_targets(job)
+    movers = [p for p in job.pods if p.uid in targets and not p.finished]
+    if not movers:
+        return _done(job, ctx, "every pod of the move has gone", targets)
+    if ctx.mode == Mode.ALLOW_COMPLETION:
+        return Plan(
+            Outcome.WAITING, detail="allow-completion: waiting for the pods to finish", targets=targets
+        )
+    if ctx.mode == Mode.CHECKPOINT and any(p.annotations.get(CHECKPOINT) != "annotation" for p in movers):
+        return _unrecoverable(
+            job, ctx, movers, "no checkpoint declared (gpuhealth.io/checkpoint: annotation)", targets
+        )
+    if job.lease_holder not in (None, ctx.identity):
+        detail = f"another flow ({job.lease_holder}) owns this job"
+        return Plan(Outcome.WAITING, detail=detail, recheck_seconds=10.0, targets=targets)
+    if job.lease_holder is None:
+        if not ctx.node_slot_free:
+            detail = "the node has a migration in flight or reached its hourly cap"
+            return Plan(Outcome.WAITING, detail=detail, recheck_seconds=60.0, targets=targets)
+        take = TakeLease(job.namespace, job.owner, job.owner_uid, ctx.identity, ctx.settings.lease_seconds)
+        return Plan(
+            Outcome.WAITING, (take,), detail="migration lease requested", recheck_seconds=0.0, targets=targets
+        )
+    running = [p for p in movers if not p.terminating]
+    if not running:
+        return Plan(
+            Outcome.WAITING, detail="evicted pods are terminating", recheck_seconds=5.0, targets=targets
+        )
+    if ctx.mode == Mode.CHECKPOINT:
+        pending = [p for p in running if p.annotations.get(COMMITTED) != ctx.key]
+        if pending:
+            waited = 0.0 if ctx.requested_at is None else ctx.now - ctx.requested_at
+            if waited >= ctx.settings.checkpoint_timeout_seconds:
+                reason = f"no checkpoint committed within {waited:.0f} s"
+                return _unrecoverable(job, ctx, movers, reason, targets)
+            requests = tuple(
+                RequestCheckpoint(p.namespace, p.name, ctx.key)
+                for p in pending
+                if p.annotations.get(REQUESTED) != ctx.key
+            )
+            left = ctx.settings.checkpoint_timeout_seconds - waited
+            detail = f"waiting for {len(pending)} checkpoint(s)"
+            return Plan(Outcome.WAITING, requests, detail=detail, recheck_seconds=left, targets=targets)
+    allowed = running[: max(0, ctx.namespace_evictions_left)]
+    if not allowed:
+        return Plan(
+            Outcome.WAITING,
+            detail="the namespace's eviction cap is reached",
+            recheck_seconds=60.0,
+            targets=targets,
+        )
+    return Plan(
+        Outcome.WAITING,
+        tuple(Evict(p.namespace, p.name, p.uid) for p in allowed),
+        detail=f"evicting {len(allowed)} pod(s)",
+        recheck_seconds=5.0,
+        targets=targets,
+    )
+
+
+def choose_targets(job: JobView) -> tuple[str, ...]:
+    """The pods to move: the whole job for a fixed topology, only the device's shard when every
+    pod on the device declares `gpuhealth.io/topology: shardable`."""
+    live = [p for p in job.pods if not p.finished and not p.terminating]
+    on_device = [p for p in live if p.on_device]
+    shardable = bool(on_device) and all(p.annotations.get(TOPOLOGY) == "shardable" for p in on_device)
+    return tuple(sorted(p.uid for p in (on_device if shardable else live)))
+
+
+def _done(job: JobView, ctx: Context, detail: str, targets: tuple[str, ...]) -> Plan:
+    effects = (ReleaseLease(job.namespace, job.owner),) if job.lease_holder == ctx.identity else ()
+    return Plan(Outcome.SUCCEEDED, effects, detail=detail, targets=targets)
+
+
+def _unrecoverable(
+    job: JobView, ctx: Context, pods: list[PodView], reason: str, targets: tuple[str, ...]
+) -> Plan:
+    effects: list[Effect] = []
+    for p in pods:
+        if p.on_device:
+            effects.append(KeepEvidence(p.namespace, p.name, reason))
+            effects.append(
+                TellTenant(
+                    p.namespace,
+                    p.name,
+                    "GPUQuarantineUnrecoverable",
+                    f"the GPU this pod uses is quarantined and the pod could not be migrated: {reason}; "
+                    "it keeps running until it ends or its owner moves it",
+                )
+            )
+    if job.lease_holder == ctx.identity:
+        effects.append(ReleaseLease(job.namespace, job.owner))
+    return Plan(Outcome.UNRECOVERABLE, tuple(effects), detail=reason, targets=targets)

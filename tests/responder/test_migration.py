@@ -1,0 +1,201 @@
+"""Migration plans (responder.migration), as properties over random jobs and contexts.
+
+Aspects: a restrict never evicts, requests or locks anything; in checkpoint mode no pod is
+evicted before its commit of this key; allow-completion never evicts; nothing is requested
+or evicted without this flow holding the job's lease; a lease is taken only when free and
+the node has a slot; the namespace cap holds; only target pods are evicted, shardable jobs
+move only the device's shard; undeclared or late checkpoints are unrecoverable (evidence and
+a tenant event, no eviction); a simulated world (commits, evictions, an owner recreating
+pods elsewhere) ends in Succeeded with the recreated pods untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from responder.migration import (
+    CHECKPOINT,
+    COMMITTED,
+    REQUESTED,
+    TOPOLOGY,
+    Context,
+    Evict,
+    JobView,
+    KeepEvidence,
+    MigrationSettings,
+    Mode,
+    Outcome,
+    PodView,
+    ReleaseLease,
+    RequestCheckpoint,
+    TakeLease,
+    TellTenant,
+    choose_targets,
+    migration_key,
+    plan,
+)
+
+KEY = migration_key("GPU-1", "job-uid", "2026-11-30T10:00:00Z")
+ME = "gpu-node-1-gpu-1-abc"
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> PodView:
+    uid = draw(st.sampled_from([f"uid-{i}" for i in range(6)]))
+    annotations: dict[str, str] = {}
+    if draw(st.booleans()):
+        annotations[CHECKPOINT] = draw(st.sampled_from(["annotation", "annotation", "none"]))
+    if draw(st.booleans()):
+        annotations[TOPOLOGY] = draw(st.sampled_from(["fixed", "shardable"]))
+    if draw(st.booleans()):
+        annotations[REQUESTED] = KEY
+    if draw(st.booleans()):
+        annotations[COMMITTED] = draw(st.sampled_from([KEY, "an-old-key"]))
+    return PodView(
+        namespace="ns",
+        name=f"pod-{uid}",
+        uid=uid,
+        annotations=annotations,
+        on_device=draw(st.booleans()),
+        finished=draw(st.sampled_from([False, False, True])),
+        terminating=draw(st.sampled_from([False, False, True])),
+    )
+
+
+jobs = st.builds(
+    JobView,
+    namespace=st.just("ns"),
+    owner=st.just("Job/train"),
+    owner_uid=st.just("job-uid"),
+    pods=st.lists(pods(), max_size=5, unique_by=lambda p: p.uid).map(tuple),
+    lease_holder=st.sampled_from([None, ME, "someone-else"]),
+)
+contexts = st.builds(
+    Context,
+    now=st.just(1_800_000_000.0),
+    action=st.sampled_from(["quarantine", "quarantine", "restrict"]),
+    mode=st.sampled_from(list(Mode)),
+    identity=st.just(ME),
+    key=st.just(KEY),
+    requested_at=st.sampled_from([None, 1_800_000_000.0 - 10, 1_800_000_000.0 - 10_000]),
+    targets=st.sampled_from([None, ("uid-0", "uid-1"), ("uid-2",)]),
+    node_slot_free=st.booleans(),
+    namespace_evictions_left=st.integers(min_value=0, max_value=3),
+    settings=st.just(MigrationSettings()),
+)
+
+
+@given(jobs, contexts)
+def test_the_safety_rules_hold_for_any_job(job: JobView, ctx: Context) -> None:
+    result = plan(job, ctx)
+    evicted = [e for e in result.effects if isinstance(e, Evict)]
+    touched = [e for e in result.effects if isinstance(e, Evict | RequestCheckpoint | TakeLease)]
+    by_uid = {p.uid: p for p in job.pods}
+    if ctx.action == "restrict":
+        assert touched == [] and result.outcome == Outcome.SUCCEEDED
+    if ctx.mode == Mode.ALLOW_COMPLETION:
+        assert evicted == []
+    for e in evicted:
+        pod = by_uid[e.uid]
+        assert job.lease_holder == ctx.identity
+        assert not pod.terminating and not pod.finished
+        assert result.targets is not None and e.uid in result.targets
+        if ctx.mode == Mode.CHECKPOINT:
+            assert pod.annotations.get(COMMITTED) == KEY
+            assert pod.annotations.get(CHECKPOINT) == "annotation"
+    assert len(evicted) <= ctx.namespace_evictions_left
+    for e in result.effects:
+        if isinstance(e, RequestCheckpoint):
+            assert job.lease_holder == ctx.identity
+        if isinstance(e, TakeLease):
+            assert job.lease_holder is None and ctx.node_slot_free
+            assert e.seconds <= ctx.settings.lease_cap_seconds
+    if result.outcome == Outcome.UNRECOVERABLE:
+        assert evicted == [] and any(isinstance(e, KeepEvidence) for e in result.effects) == any(
+            by_uid[u].on_device for u in (result.targets or ()) if u in by_uid and not by_uid[u].finished
+        )
+
+
+@given(jobs)
+def test_shardable_jobs_move_only_the_devices_shard(job: JobView) -> None:
+    targets = set(choose_targets(job))
+    live_on_device = [p for p in job.pods if p.on_device and not p.finished and not p.terminating]
+    if live_on_device and all(p.annotations.get(TOPOLOGY) == "shardable" for p in live_on_device):
+        assert targets == {p.uid for p in live_on_device}
+    else:
+        assert targets == {p.uid for p in job.pods if not p.finished and not p.terminating}
+
+
+def checkpointing(uid: str, on_device: bool) -> PodView:
+    return PodView("ns", f"pod-{uid}", uid, {CHECKPOINT: "annotation", TOPOLOGY: "fixed"}, on_device)
+
+
+def test_a_simulated_move_ends_with_the_recreated_pods_untouched() -> None:
+    job = JobView("ns", "Job/train", "job-uid", (checkpointing("a", True), checkpointing("b", False)), None)
+    ctx = Context(
+        1_800_000_000.0, "quarantine", Mode.CHECKPOINT, ME, KEY, None, None, True, 10, MigrationSettings()
+    )
+    evicted: list[str] = []
+    for _ in range(20):
+        result = plan(job, ctx)
+        ctx = replace(ctx, targets=result.targets)
+        pods = {p.uid: p for p in job.pods}
+        for e in result.effects:
+            if isinstance(e, TakeLease):
+                job = replace(job, lease_holder=e.holder)
+            elif isinstance(e, RequestCheckpoint):
+                ctx = replace(ctx, requested_at=ctx.requested_at or ctx.now)
+                pod = next(p for p in pods.values() if p.name == e.pod)
+                # The workload commits at once (its own idempotent commit).
+                pods[pod.uid] = replace(
+                    pod, annotations={**pod.annotations, REQUESTED: e.key, COMMITTED: e.key}
+                )
+            elif isinstance(e, Evict):
+                evicted.append(e.uid)
+                # Evicted: gone; the owner recreates it off the quarantined device.
+                del pods[e.uid]
+                pods["new-" + e.uid] = checkpointing("new-" + e.uid, False)
+            elif isinstance(e, ReleaseLease):
+                job = replace(job, lease_holder=None)
+        job = replace(job, pods=tuple(pods.values()))
+        if result.outcome == Outcome.SUCCEEDED:
+            break
+    assert result.outcome == Outcome.SUCCEEDED
+    assert sorted(evicted) == ["a", "b"]  # fixed topology: the whole job, once each
+    assert job.lease_holder is None
+
+
+def test_work_without_a_checkpoint_is_unrecoverable_and_kept() -> None:
+    pod = PodView("ns", "pod-a", "a", {}, True)
+    job = JobView("ns", "Deployment/web", "d-uid", (pod,), None)
+    ctx = Context(1.0, "quarantine", Mode.CHECKPOINT, ME, KEY, None, None, True, 10, MigrationSettings())
+    result = plan(job, ctx)
+    assert result.outcome == Outcome.UNRECOVERABLE
+    assert [type(e) for e in result.effects] == [KeepEvidence, TellTenant]
+
+
+def test_a_late_checkpoint_is_unrecoverable_and_the_lease_released() -> None:
+    pod = checkpointing("a", True)
+    job = JobView("ns", "Job/train", "job-uid", (pod,), ME)
+    ctx = Context(
+        10_000.0, "quarantine", Mode.CHECKPOINT, ME, KEY, 1.0, ("a",), True, 10, MigrationSettings()
+    )
+    result = plan(job, ctx)
+    assert result.outcome == Outcome.UNRECOVERABLE and "no checkpoint committed" in result.detail
+    assert isinstance(result.effects[-1], ReleaseLease)
+
+
+def test_immediate_mode_evicts_without_a_checkpoint() -> None:
+    job = JobView("ns", "Job/train", "job-uid", (PodView("ns", "pod-a", "a", {}, True),), ME)
+    ctx = Context(1.0, "quarantine", Mode.IMMEDIATE, ME, KEY, None, None, True, 10, MigrationSettings())
+    assert plan(job, ctx).effects == (Evict("ns", "pod-a", "a"),)
+
+
+@pytest.mark.parametrize("bad", [{"checkpoint_timeout_seconds": 0}, {"lease_cap_seconds": float("inf")}])
+def test_settings_refuse_nonsense(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        MigrationSettings(**bad)  # type: ignore[arg-type]
