@@ -6,7 +6,8 @@ Layers, as in the exporter: pure data and decisions at the bottom (no I/O), adap
 `kubernetes`. Built so far: pure decisions and data — `alerts` (Alertmanager webhook
 deliveries as validated data), `records` (the `DeviceQuarantine` record, manifest in
 `deploy/crds/`), `intake` (what the webhook records for one alert), `policy` (the
-reconciler's phase machine), `migration` (moving checkpointed work off a device), `limits`
+reconciler's phase machine), `migration` (moving checkpointed work off a device), `extender` (the scheduler extender's
+filter for device-plugin GPUs), `limits`
 (token buckets a new leader rebuilds from the records), `breaker` (the circuit breaker's two
 triggers), `metrics` (every family the service exposes); adapters — `recorder` (writes the
 intake's decisions, conditionally) and `webhook` (`POST /webhook`); the entry point `cli`

@@ -1,0 +1,162 @@
+"""The scheduler extender's filter for device-plugin GPUs: quarantined devices counted out.
+
+Device plugins give no API to keep one device out of allocation: the kubelet hands a pod any
+free device its plugin reports Healthy. A quarantined device that reports Healthy again
+(Unknown that cleared, a device on its way out of quarantine) is still counted in the node's
+allocatable. kube-scheduler's extender API works per node, not per device, so the most it
+can do — and what this does — is count those devices out of the node's capacity for pods
+that request GPUs: a node passes only if the pod fits into what is left. What it cannot do
+(`docs/quarantine.md`): stop the kubelet from picking the quarantined device among free ones
+on a node that passes. DRA's DeviceTaintRule is the exact route.
+
+Wire shapes are `k8s.io/kube-scheduler/extender/v1` with Go field names: `ExtenderArgs{Pod,
+Nodes (a v1.NodeList) | NodeNames}` in, `ExtenderFilterResult{Nodes | NodeNames, FailedNodes,
+FailedAndUnresolvableNodes, Error}` out. With `nodeCacheCapable: true` the scheduler sends
+names only and the extender answers names. Pure: parsing and deciding, no I/O; the capacity
+view is passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+class ArgsError(ValueError):
+    """Not ExtenderArgs; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCapacity:
+    """A node's GPU accounting as the responder sees it."""
+
+    allocatable: int
+    """`status.allocatable[nvidia.com/gpu]` (the kubelet already leaves Unhealthy devices out)."""
+    requested: int
+    """GPUs requested by the pods bound to the node and not finished."""
+    quarantined_allocatable: int
+    """Quarantined devices the kubelet still counts allocatable (reported Healthy)."""
+
+    @property
+    def free(self) -> int:
+        return max(0, self.allocatable - self.requested - self.quarantined_allocatable)
+
+
+@dataclass(frozen=True, slots=True)
+class Args:
+    gpus: int
+    """GPUs the pod requests (0: the filter passes every node)."""
+    node_names: tuple[str, ...]
+    nodes: tuple[dict[str, Any], ...] | None
+    """The Node objects when the scheduler sent them (not nodeCacheCapable), else None."""
+
+
+def parse_args(body: Any) -> Args:
+    if not isinstance(body, dict):
+        raise ArgsError("ExtenderArgs must be a JSON object")
+    pod = _field(body, "Pod")
+    if not isinstance(pod, dict):
+        raise ArgsError("Pod: expected a Pod object")
+    nodes_list = _field(body, "Nodes")
+    names = _field(body, "NodeNames")
+    if nodes_list is not None:
+        items = nodes_list.get("items") if isinstance(nodes_list, dict) else None
+        if not isinstance(items, list) or not all(isinstance(n, dict) for n in items):
+            raise ArgsError("Nodes.items: expected a list of Node objects")
+        nodes = tuple(items)
+        node_names = tuple(_node_name(n, i) for i, n in enumerate(nodes))
+        return Args(gpus_requested(pod), node_names, nodes)
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ArgsError("NodeNames: expected a list of node names (or Nodes)")
+    return Args(gpus_requested(pod), tuple(names), None)
+
+
+def gpus_requested(pod: Mapping[str, Any]) -> int:
+    """The pod's effective GPU request: the sum over containers, or the largest init container's."""
+    spec = _mapping(pod.get("spec"))
+
+    def of(container: Any) -> int:
+        resources = container.get("resources") if isinstance(container, dict) else None
+        if not isinstance(resources, dict):
+            return 0
+        for part in ("requests", "limits"):  # extended resources: requests equal limits
+            values = resources.get(part)
+            if isinstance(values, dict) and GPU_RESOURCE in values:
+                return _count(values[GPU_RESOURCE])
+        return 0
+
+    containers, inits = _list(spec.get("containers")), _list(spec.get("initContainers"))
+    return max(sum(of(c) for c in containers), max((of(c) for c in inits), default=0))
+
+
+def filter_nodes(args: Args, capacity: Callable[[str], NodeCapacity | None]) -> dict[str, Any]:
+    """The ExtenderFilterResult: nodes where the pod's GPUs fit with quarantined devices counted out.
+
+    A node the responder knows nothing about passes (it has nothing quarantined that we know
+    of): the extender only ever removes nodes for a reason it can state.
+    """
+    passed: list[int] = []
+    failed: dict[str, str] = {}
+    for index, name in enumerate(args.node_names):
+        view = capacity(name) if args.gpus else None
+        if view is None or view.free >= args.gpus:
+            passed.append(index)
+            continue
+        failed[name] = (
+            f"gpuhealth: {view.quarantined_allocatable} quarantined {GPU_RESOURCE} counted out; "
+            f"{view.free} free for a request of {args.gpus}"
+        )
+    result: dict[str, Any] = {"FailedNodes": failed, "FailedAndUnresolvableNodes": {}, "Error": ""}
+    if args.nodes is not None:
+        result["Nodes"] = {"apiVersion": "v1", "kind": "NodeList", "items": [args.nodes[i] for i in passed]}
+        result["NodeNames"] = None
+    else:
+        result["Nodes"] = None
+        result["NodeNames"] = [args.node_names[i] for i in passed]
+    return result
+
+
+def error_result(message: str) -> dict[str, Any]:
+    """What to answer when the request cannot be judged: the scheduler fails this pod's attempt."""
+    return {
+        "Nodes": None,
+        "NodeNames": None,
+        "FailedNodes": {},
+        "FailedAndUnresolvableNodes": {},
+        "Error": message,
+    }
+
+
+def _field(body: Mapping[str, Any], name: str) -> Any:
+    """A field by its Go name, or lower-cased as Go's JSON decoder also accepts it."""
+    return body[name] if name in body else body.get(name.lower())
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _node_name(node: Mapping[str, Any], index: int) -> str:
+    meta = node.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    if not isinstance(name, str) or not name:
+        raise ArgsError(f"Nodes.items[{index}].metadata.name: expected a node name")
+    return name
+
+
+def _count(value: Any) -> int:
+    """A GPU quantity (a whole number, as a string or a number)."""
+    try:
+        number = int(str(value))
+    except ValueError:
+        raise ArgsError(f"{GPU_RESOURCE}: {value!r} is not a whole number of GPUs") from None
+    if number < 0:
+        raise ArgsError(f"{GPU_RESOURCE}: {value!r} is negative")
+    return number
