@@ -1,16 +1,18 @@
 """The responder: the Alertmanager webhook that quarantines devices, migrates checkpointed
-work off them and releases them again (the service itself is filled in by the next issue).
+work off them and releases them again.
 
 Layers, as in the exporter: pure data and decisions at the bottom (no I/O), adapters
-(Kubernetes, HTTP) at the edge, the entry point on top. Only adapter modules import
-`kubernetes`. Built so far: pure decisions and data — `alerts` (Alertmanager webhook
-deliveries as validated data), `records` (the `DeviceQuarantine` record, manifest in
-`deploy/crds/`), `intake` (what the webhook records for one alert), `policy` (the
-reconciler's phase machine), `migration` (moving checkpointed work off a device), `extender` (the scheduler extender's
-filter for device-plugin GPUs), `limits`
-(token buckets a new leader rebuilds from the records), `breaker` (the circuit breaker's two
-triggers), `metrics` (every family the service exposes); adapters — `recorder` (writes the
-intake's decisions, conditionally) and `webhook` (`POST /webhook`); the entry point `cli`
-(`gpuhealth quarantine list|show`). The reconciler's executor, leader election and the
+(Kubernetes, HTTP) at the edge, the entry point on top. Only `gpuhealth.kube` imports
+`kubernetes`.
+
+Pure decisions and data: `alerts` (Alertmanager webhook deliveries as validated data),
+`records` (the `DeviceQuarantine` record, manifest in `deploy/crds/`), `intake` (what the
+webhook records for one alert), `policy` (the reconciler's phase machine), `migration`
+(moving checkpointed work off a device), `extender` (the scheduler extender's filter for
+device-plugin GPUs), `limits` (token buckets a new leader rebuilds from the records),
+`breaker` (the circuit breaker's two triggers), `metrics` (every family the service
+exposes). Adapters: `recorder` (writes the intake's decisions, conditionally), `webhook`
+(`POST /webhook`), `enforcement` (DeviceTaintRules and the node annotation). Entry point:
+`cli` (`gpuhealth quarantine list|show`). The reconciler loop, leader election and the
 `gpuhealth responder` service come next.
 """

@@ -140,6 +140,8 @@ class Quarantine:
     status: QuarantineStatus = field(default_factory=QuarantineStatus)
     resource_version: str = ""
     """Of the object this was read from; an update with it is refused (409) if someone wrote since."""
+    uid: str = ""
+    """Of the object this was read from: what owner references to it name."""
 
     def seen(self, key: str) -> bool:
         return key in self.status.processed_keys
@@ -183,6 +185,8 @@ def to_object(record: Quarantine) -> dict[str, Any]:
     }
     if record.resource_version:
         metadata["resourceVersion"] = record.resource_version
+    if record.uid:
+        metadata["uid"] = record.uid
     body_spec: dict[str, Any] = {
         "node": spec.node,
         "device": spec.device,
@@ -240,6 +244,7 @@ def from_object(obj: Any) -> Quarantine:
     return Quarantine(
         name=_text(meta, "name", "metadata"),
         resource_version=str(meta.get("resourceVersion") or ""),
+        uid=str(meta.get("uid") or ""),
         spec=QuarantineSpec(
             node=_text(spec, "node", "spec"),
             device=_text(spec, "device", "spec"),

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import orjson
 
-from gpuhealth.kube.errors import error_from_status
+from gpuhealth.kube.errors import NotFound, error_from_status
 from gpuhealth.kube.meta import resource_version as object_resource_version
 from gpuhealth.kube.resources import Resource
 from gpuhealth.kube.transport import Params, Response, Transport
@@ -99,6 +99,29 @@ class KubeClient:
     ) -> dict[str, Any]:
         """One object (or its subresource, e.g. `resources.STATUS`); `NotFound` when absent."""
         return self._call("GET", resource.path(namespace, name, subresource))
+
+    def served_versions(self, group: str, plural: str) -> tuple[str, ...]:
+        """The versions of `group` that serve `plural`, as discovery says (preferred first).
+
+        Empty when the group is not served at all. What a client uses to pick a version a
+        cluster of another Kubernetes release serves (e.g. DeviceTaintRule: v1, v1beta2, v1alpha3).
+        """
+        try:
+            group_doc = self._call("GET", f"/apis/{group}")
+        except NotFound:
+            return ()
+        versions = [v.get("version") for v in group_doc.get("versions") or [] if isinstance(v, dict)]
+        preferred = (group_doc.get("preferredVersion") or {}).get("version")
+        ordered = sorted((v for v in versions if isinstance(v, str)), key=lambda v: v != preferred)
+        served = []
+        for version in ordered:
+            try:
+                resources = self._call("GET", f"/apis/{group}/{version}").get("resources") or []
+            except NotFound:
+                continue
+            if any(isinstance(r, dict) and r.get("name") == plural for r in resources):
+                served.append(version)
+        return tuple(served)
 
     def list(
         self,

@@ -1,0 +1,148 @@
+"""Enforcement in the simulated cluster (responder.enforcement).
+
+Aspects: the served DeviceTaintRule version is discovered; a DRA quarantine is one rule owned
+by its record, selecting driver/pool/device, with the quarantine taint (NoSchedule, or None
+in dry-run), switched to the canary taint and back, deleted on release, and repeated calls
+change nothing; a rule of that name the record does not own is never touched; a device-plugin
+quarantine is an entry in the node annotation, other annotations and devices untouched, no
+taint and no cordon; `present` tells what is there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuhealth.kube.client import KubeClient
+from gpuhealth.kube.config import api_client
+from gpuhealth.kube.resources import NODE, Resource
+from gpuhealth.kube.transport import KubeTransport
+from responder.enforcement import NODE_ANNOTATION, Enforcer, NotOurs, discover
+from responder.intake import IntakeSettings, Write, decide
+from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, Enforce
+from responder.recorder import QUARANTINES
+from responder.records import Quarantine, from_object, to_object
+from tests.responder.test_intake import alert
+from tests.simulator.conftest import ServedCluster
+
+pytestmark = pytest.mark.integration
+
+CRD_FILE = Path(__file__).parents[2] / "deploy" / "crds" / "devicequarantines.gpuhealth.io.yaml"
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[KubeClient]:
+    served = ServedCluster(tmp_path / "kubeconfig")
+    kube = KubeClient(KubeTransport(api_client(str(served.kubeconfig))))
+    kube.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
+    kube.create(
+        NODE,
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "gpu-node-1", "annotations": {"team": "ml"}},
+        },
+    )
+    try:
+        yield kube
+    finally:
+        kube.close()
+        served.stop()
+
+
+def stored(client: KubeClient, **labels: str) -> Quarantine:
+    decision = decide(None, alert(**labels), now=1_800_000_000.0, settings=IntakeSettings())
+    assert isinstance(decision, Write)
+    obj = to_object(decision.record)
+    obj.pop("status")
+    return from_object(client.create(QUARANTINES, obj))
+
+
+DRA_LABELS = {
+    "device": "gpu.nvidia.com/gpu-node-1/gpu-3",
+    "driver": "gpu.nvidia.com",
+    "pool": "gpu-node-1",
+    "device_name": "gpu-3",
+}
+
+
+def test_a_dra_quarantine_is_one_rule_owned_by_its_record(client: KubeClient) -> None:
+    rules = discover(client)
+    assert rules is not None and rules.version == "v1"
+    enforcer = Enforcer(client, rules)
+    record = stored(client, **DRA_LABELS)
+    assert not enforcer.present(record)
+    enforcer.enforce(record, Enforce(QUARANTINE_TAINT, "Unhealthy", "NoSchedule"))
+    enforcer.enforce(record, Enforce(QUARANTINE_TAINT, "Unhealthy", "NoSchedule"))  # idempotent
+    rule: dict[str, Any] = client.get(rules, record.name)
+    assert rule["spec"]["deviceSelector"] == {
+        "driver": "gpu.nvidia.com",
+        "pool": "gpu-node-1",
+        "device": "gpu-3",
+    }
+    taint = rule["spec"]["taint"]
+    assert (taint["key"], taint["value"], taint["effect"]) == (QUARANTINE_TAINT, "Unhealthy", "NoSchedule")
+    assert rule["metadata"]["ownerReferences"][0]["uid"] == record.uid
+    version = rule["metadata"]["resourceVersion"]
+    assert enforcer.present(record)
+
+    enforcer.enforce(record, Enforce(CANARY_TAINT, "Unhealthy", "NoSchedule"))
+    ramp = client.get(rules, record.name)
+    assert ramp["spec"]["taint"]["key"] == CANARY_TAINT and ramp["metadata"]["resourceVersion"] != version
+    enforcer.unenforce(record)
+    enforcer.unenforce(record)  # idempotent
+    assert not enforcer.present(record)
+
+
+def test_dry_run_writes_effect_none(client: KubeClient) -> None:
+    rules = discover(client)
+    enforcer = Enforcer(client, rules)
+    record = stored(client, **DRA_LABELS)
+    enforcer.enforce(record, Enforce(QUARANTINE_TAINT, "Unhealthy", "None"))
+    assert rules is not None and client.get(rules, record.name)["spec"]["taint"]["effect"] == "None"
+
+
+def test_a_rule_the_record_does_not_own_is_left_alone(client: KubeClient) -> None:
+    rules = discover(client)
+    assert rules is not None
+    record = stored(client, **DRA_LABELS)
+    foreign = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": record.name},
+        "spec": {
+            "deviceSelector": {"driver": "gpu.nvidia.com"},
+            "taint": {"key": "ops/maintenance", "effect": "NoSchedule"},
+        },
+    }
+    client.create(rules, foreign)
+    enforcer = Enforcer(client, rules)
+    assert not enforcer.present(record)
+    with pytest.raises(NotOurs):
+        enforcer.enforce(record, Enforce(QUARANTINE_TAINT, "Unhealthy", "NoSchedule"))
+    with pytest.raises(NotOurs):
+        enforcer.unenforce(record)
+    assert client.get(rules, record.name)["spec"]["taint"]["key"] == "ops/maintenance"
+
+
+def test_a_device_plugin_quarantine_is_a_node_annotation_entry_only(client: KubeClient) -> None:
+    enforcer = Enforcer(client, discover(client))
+    first = stored(client, device="GPU-aaaa")
+    second = stored(client, device="GPU-bbbb")
+    enforcer.enforce(first, Enforce(QUARANTINE_TAINT, "Unhealthy", "NoSchedule"))
+    enforcer.enforce(second, Enforce(QUARANTINE_TAINT, "Unhealthy", "NoSchedule"))
+    enforcer.enforce(second, Enforce(QUARANTINE_TAINT, "Unhealthy", "NoSchedule"))
+    node = client.get(NODE, "gpu-node-1")
+    assert node["metadata"]["annotations"] == {"team": "ml", NODE_ANNOTATION: '["GPU-aaaa","GPU-bbbb"]'}
+    spec = node.get("spec") or {}
+    assert not spec.get("taints") and not spec.get("unschedulable")
+    assert enforcer.present(first) and enforcer.present(second)
+    enforcer.unenforce(first)
+    assert not enforcer.present(first) and enforcer.present(second)
+    enforcer.unenforce(second)
+    assert client.get(NODE, "gpu-node-1")["metadata"]["annotations"] == {"team": "ml"}
