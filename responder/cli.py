@@ -6,9 +6,13 @@ the responder and any other replica act on. Read-only: nothing here writes to th
 
 - `gpuhealth quarantine list [--node NODE] [--phase PHASE] [-o table|wide|json|yaml]`
 - `gpuhealth quarantine show NAME | NODE DEVICE [-o table|json|yaml]`
+- `gpuhealth breaker status [-o table|json|yaml]`
+- `gpuhealth breaker reset --actor NAME --reason TEXT [--backlog reevaluate|discard]`: the
+  one write here, audited in the breaker's ConfigMap and in every record it touches.
 
 Exit codes: 0; 1 when the cluster cannot be read (the message says why: no CRD, no access,
 unreachable) or the record asked for does not exist (as kubectl answers); 2 for bad flags.
+The quarantine commands only read; `breaker reset` is the one write.
 """
 
 from __future__ import annotations
@@ -20,11 +24,24 @@ from typing import Any, TextIO
 
 from gpuhealth.cliargs import CommandFailed, UsageError, add_output_option, command
 from gpuhealth.clock import Clock, SystemClock
-from gpuhealth.kube.errors import ApiError, NotFound
+from gpuhealth.kube.errors import ApiError, Conflict, NotFound
 from gpuhealth.kube.meta import parse_rfc3339
-from gpuhealth.kube.resources import Resource
+from gpuhealth.kube.resources import STATUS, Resource
 from gpuhealth.tables import human_duration, truncate, write_document, write_table
-from responder.records import GROUP, PLURAL, VERSION, Phase, Quarantine, RecordError, from_object, record_name
+from responder import breaker
+from responder.breaker_store import AuditEntry, BreakerStore
+from responder.intake import rfc3339
+from responder.records import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    Phase,
+    Quarantine,
+    RecordError,
+    from_object,
+    record_name,
+    to_object,
+)
 
 QUARANTINES = Resource(GROUP, VERSION, PLURAL, namespaced=False)
 
@@ -57,10 +74,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_output_option(show)
     command(show, run_show)
 
+    breaker_parser = subparsers.add_parser(
+        "breaker",
+        help="the remediation circuit breaker: status and a person's reset",
+        description="The breaker that holds back new automatic quarantines when too much fails at once.",
+    )
+    breaker_actions = breaker_parser.add_subparsers(dest="breaker_command", metavar="COMMAND", required=True)
+    status = breaker_actions.add_parser("status", help="tripped or not, why, and the audit trail")
+    _cluster_options(status)
+    _namespace_option(status)
+    add_output_option(status)
+    command(status, run_breaker_status)
+    reset = breaker_actions.add_parser("reset", help="close a tripped breaker (audited)")
+    _cluster_options(reset)
+    _namespace_option(reset)
+    reset.add_argument("--actor", required=True, help="who resets it (recorded)")
+    reset.add_argument("--reason", required=True, help="why (recorded)")
+    reset.add_argument(
+        "--backlog",
+        choices=["reevaluate", "discard"],
+        default="reevaluate",
+        help="deferred devices: reevaluate each against its current health (default), or discard them",
+    )
+    command(reset, run_breaker_reset)
+
 
 def _cluster_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     parser.add_argument("--context", help="kubeconfig context (default: the current one)")
+
+
+def _namespace_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-n", "--namespace", default="gpuhealth", help="the responder's namespace (default: %(default)s)"
+    )
 
 
 def connect(args: argparse.Namespace) -> Client:
@@ -189,7 +236,9 @@ def run_show(
     return 0
 
 
-def _read(call: Callable[[Client], Any], args: argparse.Namespace, client: Client | None) -> Any:
+def _read(
+    call: Callable[[Client], Any], args: argparse.Namespace, client: Client | None, *, what: str = ""
+) -> Any:
     own = client is None
     active: Client = connect(args) if client is None else client
     try:
@@ -201,7 +250,7 @@ def _read(call: Callable[[Client], Any], args: argparse.Namespace, client: Clien
             f"DeviceQuarantine is not served by this cluster: install the CRD ({CRD_HINT})"
         ) from exc
     except ApiError as exc:
-        raise CommandFailed(f"cannot read DeviceQuarantine records: {exc}") from exc
+        raise CommandFailed(f"cannot reach {what or 'the DeviceQuarantine records'}: {exc}") from exc
     finally:
         if own:
             active.close()
@@ -227,3 +276,101 @@ def _until(when: float | None, now: float) -> str:
     if when >= now:
         return f"in {human_duration(when - now)}"
     return f"{human_duration(now - when)} ago"
+
+
+def run_breaker_status(
+    args: argparse.Namespace, *, client: Client | None = None, out: TextIO | None = None
+) -> int:
+    out = out or sys.stdout
+    stored = _read(lambda c: BreakerStore(c, args.namespace).read(), args, client, what="the breaker")
+    state = stored.state
+    if args.output in ("json", "yaml"):
+        document = {
+            "tripped": state.tripped,
+            "trigger": state.trigger,
+            "trippedAt": None if state.tripped_at is None else rfc3339(state.tripped_at),
+            "detail": state.detail,
+            "history": [
+                {
+                    "time": e.time,
+                    "action": e.action,
+                    "actor": e.actor,
+                    "reason": e.reason,
+                    "backlog": e.backlog,
+                }
+                for e in stored.history
+            ],
+        }
+        write_document(document, args.output, out)
+        return 0
+    if state.tripped:
+        since = "" if state.tripped_at is None else f" since {rfc3339(state.tripped_at)}"
+        out.write(f"TRIPPED ({state.trigger}){since}: {state.detail}\n")
+        out.write("New automatic quarantines and migrations wait (phase Deferred); releases go on.\n")
+    else:
+        out.write("closed: automatic quarantines are admitted.\n")
+    if stored.history:
+        out.write("History:\n")
+        write_table(
+            ["  TIME", "ACTION", "ACTOR", "BACKLOG", "REASON"],
+            [[f"  {e.time}", e.action, e.actor, e.backlog or "-", e.reason] for e in stored.history[-10:]],
+            out,
+        )
+    return 0
+
+
+def run_breaker_reset(
+    args: argparse.Namespace,
+    *,
+    client: Client | None = None,
+    clock: Clock | None = None,
+    out: TextIO | None = None,
+) -> int:
+    out, clock = out or sys.stdout, clock or SystemClock()
+    for name, value in (("--actor", args.actor), ("--reason", args.reason)):
+        if not value.strip():
+            raise UsageError(f"{name} must not be empty: a reset is audited")
+
+    def reset(c: Client) -> tuple[bool, int]:
+        store = BreakerStore(c, args.namespace)
+        if not store.read().state.tripped:
+            return False, 0
+        now = rfc3339(clock.now())
+        discarded = _discard_backlog(c, args.actor, args.reason, now) if args.backlog == "discard" else 0
+        entry = AuditEntry(
+            time=now, action="reset", actor=args.actor, reason=args.reason, backlog=args.backlog
+        )
+        store.write(breaker.reset(store.read().state), entry)
+        return True, discarded
+
+    was_tripped, discarded = _read(reset, args, client, what="the breaker")
+    if not was_tripped:
+        out.write("The breaker is not tripped: nothing to reset.\n")
+        return 0
+    what = (
+        f"{discarded} deferred device(s) discarded"
+        if args.backlog == "discard"
+        else "deferred devices are re-evaluated against their current health"
+    )
+    out.write(f"Breaker reset by {args.actor}: {what}.\n")
+    return 0
+
+
+def _discard_backlog(client: Client, actor: str, reason: str, now: str) -> int:
+    """Deferred records end (nothing was enforced for them), each with the person's reason."""
+    count = 0
+    for obj in client.list(QUARANTINES).items:
+        try:
+            record = from_object(obj)
+        except RecordError:
+            continue
+        if record.status.phase != Phase.DEFERRED:
+            continue
+        message = f"breaker reset, backlog discarded: {reason}"
+        done = record.with_phase(Phase.RELEASED, time=now, actor=f"person/{actor}", message=message)
+        try:
+            client.update(QUARANTINES, {**obj, "status": to_object(done)["status"]}, subresource=STATUS)
+            count += 1
+        except Conflict:
+            continue  # the reconciler moved it meanwhile: it is no longer waiting
+    return count

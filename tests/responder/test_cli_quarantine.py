@@ -24,14 +24,26 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.resources import Resource
 from gpuhealth.kube.transport import KubeTransport
+from responder.breaker import BreakerState
+from responder.breaker_store import AuditEntry, BreakerStore
 from responder.cli import QUARANTINES
-from responder.records import DEVICE_PLUGIN, DRA, Phase, Quarantine, QuarantineSpec, record_name, to_object
+from responder.records import (
+    DEVICE_PLUGIN,
+    DRA,
+    Phase,
+    Quarantine,
+    QuarantineSpec,
+    from_object,
+    record_name,
+    to_object,
+)
 from tests.simulator.conftest import ServedCluster
 
 pytestmark = pytest.mark.integration
 
 CRD_FILE = Path(__file__).parents[2] / "deploy" / "crds" / "devicequarantines.gpuhealth.io.yaml"
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
+NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
 
 
 def gpuhealth(*args: str) -> subprocess.CompletedProcess[str]:
@@ -158,3 +170,58 @@ def test_errors_say_what_is_wrong(cluster: tuple[ServedCluster, KubeClient], tmp
     assert bad.returncode == 2 and "cannot load the cluster configuration" in bad.stderr
     usage = gpuhealth("quarantine", "list", "--phase", "Broken")
     assert usage.returncode == 2 and "invalid choice" in usage.stderr
+
+
+def test_breaker_status_and_an_audited_reset(
+    with_records: ServedCluster, cluster: tuple[ServedCluster, KubeClient]
+) -> None:
+    _, client = cluster
+    kubeconfig = str(with_records.kubeconfig)
+    closed = gpuhealth("breaker", "status", "--kubeconfig", kubeconfig)
+    assert closed.returncode == 0 and closed.stdout.startswith("closed")
+    assert (
+        "nothing to reset"
+        in gpuhealth(
+            "breaker", "reset", "--kubeconfig", kubeconfig, "--actor", "alice", "--reason", "drill"
+        ).stdout
+    )
+
+    client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuhealth"}})
+    store = BreakerStore(client, "gpuhealth")
+    store.write(
+        BreakerState(
+            tripped=True, trigger="rate", tripped_at=1_800_000_000.0, detail="961 quarantines within 600 s"
+        ),
+        AuditEntry(time="2027-01-15T08:00:00Z", action="trip", actor="responder", reason="961 quarantines"),
+    )
+    status = gpuhealth("breaker", "status", "--kubeconfig", kubeconfig)
+    assert status.stdout.startswith("TRIPPED (rate) since 2027-01-15T08:00:00")
+    assert "releases go on" in status.stdout and "trip" in status.stdout
+
+    empty = gpuhealth("breaker", "reset", "--kubeconfig", kubeconfig, "--actor", " ", "--reason", "x")
+    assert empty.returncode == 2 and "a reset is audited" in empty.stderr
+    reset = gpuhealth(
+        "breaker",
+        "reset",
+        "--kubeconfig",
+        kubeconfig,
+        "--actor",
+        "alice",
+        "--reason",
+        "storm over",
+        "--backlog",
+        "discard",
+    )
+    assert reset.returncode == 0, reset.stderr
+    assert reset.stdout == "Breaker reset by alice: 1 deferred device(s) discarded.\n"
+    after = store.read()
+    assert not after.state.tripped
+    assert [(e.action, e.actor, e.backlog) for e in after.history] == [
+        ("trip", "responder", ""),
+        ("reset", "alice", "discard"),
+    ]
+    discarded = from_object(client.get(QUARANTINES, record_name("gpu-node-2", "GPU-bbbb")))
+    assert discarded.status.phase == Phase.RELEASED
+    assert discarded.status.history[-1].actor == "person/alice"
+    docs = yaml.safe_load(gpuhealth("breaker", "status", "--kubeconfig", kubeconfig, "-o", "yaml").stdout)
+    assert docs["tripped"] is False and len(docs["history"]) == 2
