@@ -20,9 +20,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TextIO
 
-from gpuhealth.cliargs import CommandFailed, UsageError, add_output_option, command
+from gpuhealth.cliargs import CommandFailed, UsageError, add_output_option, command, positive_duration_seconds
 from gpuhealth.clock import Clock, SystemClock
 from gpuhealth.kube.errors import ApiError, Conflict, NotFound
 from gpuhealth.kube.meta import parse_rfc3339
@@ -32,6 +33,7 @@ from responder import breaker
 from responder.breaker_store import AuditEntry, BreakerStore
 from responder.intake import rfc3339
 from responder.records import (
+    ACTIVE_PHASES,
     GROUP,
     PLURAL,
     VERSION,
@@ -74,6 +76,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_output_option(show)
     command(show, run_show)
 
+    release = actions.add_parser(
+        "release",
+        help="start a device's release checks now (probe, canary, stability, ramp); never skips them",
+    )
+    _cluster_options(release)
+    _target_argument(release)
+    release.add_argument("--actor", required=True, help="who asks (recorded)")
+    release.add_argument("--reason", required=True, help="why (recorded)")
+    release.add_argument(
+        "--force",
+        action="store_true",
+        help="start even while its alerts still fire (never past a failed check)",
+    )
+    command(release, run_release)
+
+    extend = actions.add_parser("extend", help="move a quarantine's re-evaluation later")
+    _cluster_options(extend)
+    _target_argument(extend)
+    extend.add_argument(
+        "--by", required=True, type=positive_duration_seconds, help="how much later (e.g. 12h, 2d)"
+    )
+    extend.add_argument("--actor", required=True, help="who asks (recorded)")
+    extend.add_argument("--reason", required=True, help="why (recorded)")
+    command(extend, run_extend)
+
     breaker_parser = subparsers.add_parser(
         "breaker",
         help="the remediation circuit breaker: status and a person's reset",
@@ -102,6 +129,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _cluster_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     parser.add_argument("--context", help="kubeconfig context (default: the current one)")
+
+
+def _target_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "target", nargs="+", metavar="NAME | NODE DEVICE", help="the record's name, or its node and device"
+    )
+
+
+def _target_name(args: argparse.Namespace) -> str:
+    if len(args.target) == 1:
+        return str(args.target[0])
+    if len(args.target) == 2:
+        return record_name(*args.target)
+    raise UsageError("give the record's NAME, or its NODE and DEVICE")
 
 
 def _namespace_option(parser: argparse.ArgumentParser) -> None:
@@ -187,12 +228,7 @@ def run_show(
     out: TextIO | None = None,
 ) -> int:
     out, clock = out or sys.stdout, clock or SystemClock()
-    if len(args.target) == 1:
-        name = args.target[0]
-    elif len(args.target) == 2:
-        name = record_name(*args.target)
-    else:
-        raise UsageError("give the record's NAME, or its NODE and DEVICE")
+    name = _target_name(args)
     try:
         obj = _read(lambda c: c.get(QUARANTINES, name), args, client)
     except NotFound:
@@ -374,3 +410,115 @@ def _discard_backlog(client: Client, actor: str, reason: str, now: str) -> int:
         except Conflict:
             continue  # the reconciler moved it meanwhile: it is no longer waiting
     return count
+
+
+def run_release(
+    args: argparse.Namespace,
+    *,
+    client: Client | None = None,
+    clock: Clock | None = None,
+    out: TextIO | None = None,
+) -> int:
+    """A person's release starts the checks a release needs; it never skips them.
+
+    Refused, even with --force, while the last probe or canary failed: the device showed it
+    is broken, and only a passing check (after a repair) may start its way out.
+    """
+    out, clock = out or sys.stdout, clock or SystemClock()
+    _audited(args)
+
+    def decide_release(record: Quarantine) -> Quarantine:
+        status = record.status
+        if status.last_check.endswith("-failed"):
+            check = status.last_check.removesuffix("-failed")
+            raise CommandFailed(
+                f"{record.name}: refused, even with --force: its last {check} failed; "
+                "it stays quarantined until a check passes"
+            )
+        if status.phase != Phase.QUARANTINED:
+            raise CommandFailed(
+                f"{record.name}: is {status.phase.value}, not Quarantined: nothing to release"
+            )
+        firing = [a for a in record.spec.source_alerts if a.firing]
+        if firing and not args.force:
+            names = ", ".join(sorted({a.alertname for a in firing}))
+            raise CommandFailed(f"{record.name}: {names} still firing; --force starts the checks anyway")
+        stamp = rfc3339(clock.now())
+        sources = tuple(replace(a, resolved_at=a.resolved_at or stamp) for a in record.spec.source_alerts)
+        return replace(record, spec=replace(record.spec, source_alerts=sources))
+
+    name = _change(
+        args, client, clock, decide_release, "release requested: probe, canary, stability and ramp follow"
+    )
+    out.write(f"{name}: release checks start (probe, canary, stability window, ramp).\n")
+    return 0
+
+
+def run_extend(
+    args: argparse.Namespace,
+    *,
+    client: Client | None = None,
+    clock: Clock | None = None,
+    out: TextIO | None = None,
+) -> int:
+    out, clock = out or sys.stdout, clock or SystemClock()
+    _audited(args)
+
+    def decide_extend(record: Quarantine) -> Quarantine:
+        if record.status.phase not in ACTIVE_PHASES:
+            raise CommandFailed(f"{record.name}: is {record.status.phase.value}: nothing to extend")
+        base = max(parse_rfc3339(record.spec.expires_at) or clock.now(), clock.now())
+        return replace(record, spec=replace(record.spec, expires_at=rfc3339(base + args.by)))
+
+    name = _change(args, client, clock, decide_extend, f"extended by {args.by:.0f} s")
+    out.write(f"{name}: re-evaluation moved {human_duration(args.by)} later.\n")
+    return 0
+
+
+def _audited(args: argparse.Namespace) -> None:
+    for flag, value in (("--actor", args.actor), ("--reason", args.reason)):
+        if not value.strip():
+            raise UsageError(f"{flag} must not be empty: the record keeps who asked and why")
+
+
+def _change(
+    args: argparse.Namespace,
+    client: Client | None,
+    clock: Clock,
+    change: Callable[[Quarantine], Quarantine],
+    message: str,
+) -> str:
+    """Read the record, apply a person's change to its spec, write spec then status (conditional)."""
+    name = _target_name(args)
+
+    def apply(c: Client) -> str:
+        for _ in range(5):
+            try:
+                obj = c.get(QUARANTINES, name)
+            except NotFound:
+                raise CommandFailed(
+                    f"no DeviceQuarantine {name!r} (see `gpuhealth quarantine list`)"
+                ) from None
+            try:
+                record = from_object(obj)
+            except RecordError as exc:
+                raise CommandFailed(f"{name}: unreadable record ({exc})") from exc
+            changed = change(record).with_phase(
+                record.status.phase,
+                time=rfc3339(clock.now()),
+                actor=f"person/{args.actor}",
+                message=f"{message}: {args.reason}",
+                reason=record.status.phase_reason,
+            )
+            body = to_object(changed)
+            status = body.pop("status")
+            try:
+                stored = c.update(QUARANTINES, body)
+                c.update(QUARANTINES, {**stored, "status": status}, subresource=STATUS)
+                return name
+            except Conflict:
+                continue
+        raise CommandFailed(f"{name}: the record kept changing under us; try again")
+
+    result: str = _read(apply, args, client)
+    return result

@@ -33,6 +33,7 @@ from responder.records import (
     Phase,
     Quarantine,
     QuarantineSpec,
+    SourceAlert,
     from_object,
     record_name,
     to_object,
@@ -63,6 +64,7 @@ def record(node: str, device: str, phase: Phase, *, dra: bool = False) -> Quaran
         driver="gpu.nvidia.com" if dra else "",
         pool=node if dra else "",
         device_name="gpu-3" if dra else "",
+        source_alerts=(SourceAlert("GPUDeviceUnhealthy", f"fp-{device}", "2026-11-30T10:00:00Z"),),
     )
     base = Quarantine(name=record_name(node, device), spec=spec)
     return base.with_phase(phase, time="2026-11-30T10:00:00Z", actor="responder", message=f"now {phase}")
@@ -225,3 +227,36 @@ def test_breaker_status_and_an_audited_reset(
     assert discarded.status.history[-1].actor == "person/alice"
     docs = yaml.safe_load(gpuhealth("breaker", "status", "--kubeconfig", kubeconfig, "-o", "yaml").stdout)
     assert docs["tripped"] is False and len(docs["history"]) == 2
+
+
+def test_a_persons_release_starts_the_checks_and_never_skips_a_failed_one(
+    with_records: ServedCluster, cluster: tuple[ServedCluster, KubeClient]
+) -> None:
+    _, client = cluster
+    kubeconfig = str(with_records.kubeconfig)
+    target = ["gpu-node-1", "GPU-aaaa"]
+    who = ["--actor", "alice", "--reason", "card reseated"]
+    firing = gpuhealth("quarantine", "release", "--kubeconfig", kubeconfig, *target, *who)
+    assert firing.returncode == 1 and "GPUDeviceUnhealthy still firing; --force" in firing.stderr
+    forced = gpuhealth("quarantine", "release", "--kubeconfig", kubeconfig, *target, *who, "--force")
+    assert forced.returncode == 0, forced.stderr
+    record = from_object(client.get(QUARANTINES, record_name(*target)))
+    assert not any(a.firing for a in record.spec.source_alerts)
+    assert record.status.phase == Phase.QUARANTINED  # the reconciler starts probing: nothing skipped here
+    assert (
+        record.status.history[-1].actor == "person/alice"
+        and "card reseated" in record.status.history[-1].message
+    )
+
+    obj = client.get(QUARANTINES, record_name(*target))
+    client.update(
+        QUARANTINES, {**obj, "status": {**obj["status"], "lastCheck": "canary-failed"}}, subresource="status"
+    )
+    refused = gpuhealth("quarantine", "release", "--kubeconfig", kubeconfig, *target, *who, "--force")
+    assert refused.returncode == 1 and "refused, even with --force: its last canary failed" in refused.stderr
+
+    extended = gpuhealth("quarantine", "extend", "--kubeconfig", kubeconfig, *target, "--by", "2d", *who)
+    assert extended.returncode == 0 and "2d later" in extended.stdout
+    assert from_object(client.get(QUARANTINES, record_name(*target))).spec.expires_at.startswith("2099-01-03")
+    bad = gpuhealth("quarantine", "extend", "--kubeconfig", kubeconfig, *target, "--by", "0s", *who)
+    assert bad.returncode == 2
