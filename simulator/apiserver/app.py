@@ -31,7 +31,7 @@ from aiohttp import web
 
 from simulator.apiserver.errors import ApiError, bad_request, conflict, not_found
 from simulator.apiserver.list_options import ContinueExpired, ContinueToken, check_watch, read_at
-from simulator.apiserver.resources import KUBERNETES_VERSION, ResourceInfo
+from simulator.apiserver.resources import ResourceInfo
 from simulator.apiserver.selectors import parse_field_selector, parse_label_selector
 from simulator.apiserver.store import Entry, Store, Watch
 
@@ -182,15 +182,7 @@ async def _ok(request: web.Request) -> web.Response:
 
 
 def _version(request: web.Request) -> dict[str, Any]:
-    return {
-        **KUBERNETES_VERSION,
-        "gitCommit": "0000000000000000000000000000000000000000",
-        "gitTreeState": "clean",
-        "buildDate": "2026-04-22T00:00:00Z",
-        "goVersion": "go1.25.0",
-        "compiler": "gc",
-        "platform": "linux/amd64",
-    }
+    return request.app[STORE].kubernetes_version.info()
 
 
 def _api_versions(request: web.Request) -> dict[str, Any]:

@@ -16,9 +16,6 @@ from typing import Any
 
 from simulator.apiserver.errors import ApiError
 
-KUBERNETES_VERSION = {"major": "1", "minor": "36", "gitVersion": "v1.36.0"}
-"""What `/version` reports: the simulated cluster behaves like Kubernetes 1.36."""
-
 _METADATA_FIELDS = ("metadata.name", "metadata.namespace")
 
 
@@ -57,6 +54,8 @@ class ResourceInfo:
     """openAPIV3Schema per version, for custom resources only."""
     custom: bool = False
     """Defined by a CustomResourceDefinition (served generically, no strategic-merge patch)."""
+    served: bool = True
+    """False for a built-in this Kubernetes version (or its feature gates) does not serve over HTTP."""
 
     @property
     def key(self) -> str:
@@ -82,7 +81,8 @@ class ResourceInfo:
         return f"{self.kind}List"
 
 
-def _builtin() -> list[ResourceInfo]:
+def builtin_resources() -> list[ResourceInfo]:
+    """Every built-in resource as Kubernetes 1.37 serves it (`versions.py` adjusts for others)."""
     resource_versions = ("v1", "v1beta2")
     return [
         ResourceInfo(
@@ -316,8 +316,10 @@ def info_from_crd(crd: dict[str, Any]) -> ResourceInfo:
 class Registry:
     """The resources served now: the built-ins plus those that CRDs define."""
 
-    def __init__(self) -> None:
-        self._by_key: dict[str, ResourceInfo] = {info.key: info for info in _builtin()}
+    def __init__(self, builtins: list[ResourceInfo] | None = None) -> None:
+        self._by_key: dict[str, ResourceInfo] = {
+            info.key: info for info in (builtin_resources() if builtins is None else builtins)
+        }
 
     def get(self, key: str) -> ResourceInfo:
         """The resource with this store key; ApiError 404 when none is served."""
@@ -329,7 +331,7 @@ class Registry:
     def find(self, group: str, version: str, plural: str) -> ResourceInfo | None:
         """The resource served at group/version/plural, if any."""
         info = self._by_key.get(f"{plural}.{group}" if group else plural)
-        if info is None or version not in info.versions:
+        if info is None or not info.served or version not in info.versions:
             return None
         return info
 
@@ -348,13 +350,13 @@ class Registry:
         return list(self._by_key.values())
 
     def in_group_version(self, group: str, version: str) -> list[ResourceInfo]:
-        return [i for i in self._by_key.values() if i.group == group and version in i.versions]
+        return [i for i in self._by_key.values() if i.served and i.group == group and version in i.versions]
 
     def groups(self) -> list[tuple[str, tuple[str, ...]]]:
         """Named API groups (core excluded) with their served versions, preferred first."""
         seen: dict[str, list[str]] = {}
         for info in self._by_key.values():
-            if not info.group:
+            if not info.group or not info.served:
                 continue
             versions = seen.setdefault(info.group, [])
             for v in info.versions:

@@ -60,6 +60,7 @@ from simulator.apiserver.selectors import (
     selector_from_label_selector_object,
 )
 from simulator.apiserver.validation import Validator
+from simulator.apiserver.versions import KubernetesVersion
 from simulator.apiserver.watch_cache import LogEvent, WatchCache, WatchCacheSettings, state_at, too_large
 
 ADDED = "ADDED"
@@ -268,10 +269,13 @@ class Store:
         watch_cache: WatchCacheSettings | None = None,
         watch_queue_size: int = 100_000,
         seed: int | None = None,
+        kubernetes_version: KubernetesVersion | None = None,
     ) -> None:
-        """`watch_cache` sizes each resource's event window; `watch_window` (tests) only its capacity."""
+        """`watch_cache` sizes each resource's event window; `watch_window` (tests) only its capacity.
+        `kubernetes_version` decides what is served (default: 1.37 with its default feature gates)."""
         self.clock = clock
-        self.registry = Registry()
+        self.kubernetes_version = kubernetes_version or KubernetesVersion()
+        self.registry = Registry(self.kubernetes_version.builtin_resources())
         self.validator = Validator()
         self._rng = random.Random(seed)
         self._objects: dict[str, dict[tuple[str, str], Entry]] = {}
