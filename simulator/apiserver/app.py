@@ -215,6 +215,8 @@ def _resource_list(store: Store, group: str, version: str) -> dict[str, Any]:
         }
         if info.short_names:
             entry["shortNames"] = list(info.short_names)
+        if info.categories:
+            entry["categories"] = list(info.categories)
         resources.append(entry)
         if info.has_status:
             resources.append(

@@ -56,6 +56,8 @@ class ResourceInfo:
     """Defined by a CustomResourceDefinition (served generically, no strategic-merge patch)."""
     served: bool = True
     """False for a built-in this Kubernetes version (or its feature gates) does not serve over HTTP."""
+    categories: tuple[str, ...] = ()
+    """Discovery categories (`kubectl get all` lists the "all" ones)."""
 
     @property
     def key(self) -> str:
@@ -94,6 +96,7 @@ def builtin_resources() -> list[ResourceInfo]:
             True,
             subresources=("status", "eviction"),
             short_names=("po",),
+            categories=("all",),
             field_paths=(
                 "spec.nodeName",
                 "spec.restartPolicy",
@@ -173,6 +176,7 @@ def builtin_resources() -> list[ResourceInfo]:
             True,
             subresources=("status",),
             field_paths=("status.successful",),
+            categories=("all",),
         ),
         ResourceInfo(
             "resource.k8s.io",
@@ -231,6 +235,104 @@ def builtin_resources() -> list[ResourceInfo]:
             False,
             subresources=("status",),
             short_names=("crd", "crds"),
+            categories=("api-extensions",),
+        ),
+        *_served_kinds(),
+    ]
+
+
+def _served_kinds() -> list[ResourceInfo]:
+    """Kinds served as stored objects: what most clients and tools expect to find, with no
+    controller behind them here beyond what `kinds.py` does at create."""
+    return [
+        ResourceInfo(
+            "",
+            "v1",
+            "services",
+            "service",
+            "Service",
+            True,
+            subresources=("status",),
+            short_names=("svc",),
+            field_paths=("spec.clusterIP", "spec.type"),
+            generation=False,
+            categories=("all",),
+        ),
+        ResourceInfo(
+            "",
+            "v1",
+            "serviceaccounts",
+            "serviceaccount",
+            "ServiceAccount",
+            True,
+            short_names=("sa",),
+            generation=False,
+        ),
+        ResourceInfo("", "v1", "secrets", "secret", "Secret", True, field_paths=("type",), generation=False),
+        ResourceInfo(
+            "",
+            "v1",
+            "replicationcontrollers",
+            "replicationcontroller",
+            "ReplicationController",
+            True,
+            subresources=("status",),
+            short_names=("rc",),
+            field_paths=("status.replicas",),
+            categories=("all",),
+        ),
+        ResourceInfo(
+            "", "v1", "endpoints", "endpoints", "Endpoints", True, short_names=("ep",), generation=False
+        ),
+        ResourceInfo(
+            "discovery.k8s.io",
+            "v1",
+            "endpointslices",
+            "endpointslice",
+            "EndpointSlice",
+            True,
+            generation=False,
+        ),
+        ResourceInfo(
+            "events.k8s.io",
+            "v1",
+            "events",
+            "event",
+            "Event",
+            True,
+            short_names=("ev",),
+            generation=False,
+        ),
+        *(
+            ResourceInfo(
+                "rbac.authorization.k8s.io", "v1", plural, plural[:-1], kind, namespaced, generation=False
+            )
+            for plural, kind, namespaced in (
+                ("roles", "Role", True),
+                ("rolebindings", "RoleBinding", True),
+                ("clusterroles", "ClusterRole", False),
+                ("clusterrolebindings", "ClusterRoleBinding", False),
+            )
+        ),
+        ResourceInfo(
+            "apiregistration.k8s.io",
+            "v1",
+            "apiservices",
+            "apiservice",
+            "APIService",
+            False,
+            subresources=("status",),
+            categories=("api-extensions",),
+        ),
+        ResourceInfo(
+            "scheduling.k8s.io",
+            "v1",
+            "priorityclasses",
+            "priorityclass",
+            "PriorityClass",
+            False,
+            short_names=("pc",),
+            generation=False,
         ),
     ]
 
@@ -307,6 +409,7 @@ def info_from_crd(crd: dict[str, Any]) -> ResourceInfo:
         served_versions=ordered,
         subresources=("status",) if status else (),
         short_names=tuple(str(s) for s in names.get("shortNames") or ()),
+        categories=tuple(str(c) for c in names.get("categories") or ()),
         field_paths=tuple(selectable),
         schemas=schemas,
         custom=True,

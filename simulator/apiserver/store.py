@@ -40,7 +40,7 @@ from typing import Any
 import orjson
 
 from gpuhealth.clock import Clock
-from simulator.apiserver import disruption
+from simulator.apiserver import disruption, kinds
 from simulator.apiserver.errors import (
     ApiError,
     already_exists,
@@ -289,6 +289,7 @@ class Store:
         self._watch_queue_size = watch_queue_size
         for ns in DEFAULT_NAMESPACES:
             self.create("namespaces", {"metadata": {"name": ns}}, validate=False)
+        kinds.bootstrap(self)
         # The watch caches start now, as a real apiserver's do after its bootstrap: a watch or an
         # exact list from before this version is 410 Expired (a client outliving a restart relists).
         self._caches = {info.key: WatchCache(settings, self._rv) for info in self.registry.all()}
@@ -298,6 +299,11 @@ class Store:
     @property
     def resource_version(self) -> int:
         return self._rv
+
+    @property
+    def rng(self) -> random.Random:
+        """The store's seeded random source (uids, generated names, service IPs): runs repeat."""
+        return self._rng
 
     def _table(self, info: ResourceInfo) -> dict[tuple[str, str], Entry]:
         return self._objects.setdefault(info.key, {})
@@ -525,6 +531,7 @@ class Store:
             crd_info = info_from_crd(new)
             self.validator.check_custom_schemas(crd_info, new)
             new["status"] = _crd_status(new)
+        kinds.prepare_create(self, info, new)
         if validate:
             self._validate(info, new)
         table = self._table(info)
@@ -533,6 +540,7 @@ class Store:
         if crd_info is not None:
             self.registry.add(crd_info)
         entry = self._commit(info, new, ADDED, None)
+        kinds.after_create(self, info, new)
         return entry.load()
 
     def _generate_name(self, info: ResourceInfo, namespace: str, prefix: str) -> str:
