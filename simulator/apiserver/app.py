@@ -9,11 +9,11 @@ becomes a `Status` body with the code a real apiserver sends; no input crashes a
 Deviations from a real apiserver, on purpose: no server-side apply (415), no dryRun (400),
 no protobuf or Table output (JSON only), no admission beyond schema validation, deleting a
 namespace does not cascade, pods are deleted without graceful termination, PUT without
-metadata.resourceVersion is an unconditional update for every resource, `limit`/`continue`
-pages over the current state rather than a snapshot (pages carry the first page's
-resourceVersion), and a watch from a resourceVersion newer than the store's (a client that
-outlived a restarted simulator) waits for it silently instead of answering 504
-ResourceVersionTooLarge. The `/simulator/` prefix belongs to the fleet half of the simulator, which adds
+metadata.resourceVersion is an unconditional update for every resource, and a list or watch
+from a resourceVersion newer than the store's is answered 504 ResourceVersionTooLarge at once
+(the real one waits up to 3 s first). Which state a list reads (`resourceVersionMatch`,
+continued pages as a snapshot) is decided in `list_options.py` and served from the watch cache
+(`watch_cache.py`). The `/simulator/` prefix belongs to the fleet half of the simulator, which adds
 its routes to the returned app.
 """
 
