@@ -26,6 +26,9 @@ from gpuhealth.cliargs import (
 )
 from gpuhealth.http import complete, format_listen, stop_on_signals
 from gpuhealth.tables import write_document, write_table
+from simulator.apiserver.versions import DEFAULT as DEFAULT_VERSION
+from simulator.apiserver.versions import SUPPORTED as SUPPORTED_VERSIONS
+from simulator.apiserver.versions import KubernetesVersion, parse_feature_gates
 from simulator.fleet import DeviceHealthChanged, FaultApplied, FleetEvent, NodeChanged
 from simulator.runner import SimulatedCluster
 from simulator.scenario import ScenarioError, list_builtins, resolve
@@ -55,6 +58,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--speed", type=positive_float, default=1.0, help="simulated seconds per wall second (default: 1)"
+    )
+    parser.add_argument(
+        "--kubernetes-version",
+        choices=SUPPORTED_VERSIONS,
+        default=DEFAULT_VERSION,
+        help="the Kubernetes version the API serves as: /version, DeviceTaintRule versions "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--feature-gates",
+        metavar="GATE=BOOL,...",
+        default="",
+        help="apiserver feature gates, e.g. DRADeviceTaintRules=true (off by default on 1.36)",
     )
     parser.add_argument(
         "--token-file", default=None, help="require this bearer token (file content) from clients"
@@ -114,13 +130,22 @@ def run(args: argparse.Namespace) -> int:
             if not token:
                 raise UsageError(f"--token-file {args.token_file}: the file is empty")
         scenario = resolve(args.scenario)
+        try:
+            version = KubernetesVersion(args.kubernetes_version, parse_feature_gates(args.feature_gates))
+        except ValueError as exc:
+            raise UsageError(f"--feature-gates: {exc}") from exc
     except ScenarioError as exc:
         raise UsageError(exc.message) from exc
     except OSError as exc:
         raise UsageError(f"--token-file {args.token_file}: {exc.strerror or exc}") from exc
     listen = format_listen(*args.listen)
     cluster = SimulatedCluster(
-        scenario, speed=args.speed, listen=listen, token=token, kubeconfig_out=args.kubeconfig_out
+        scenario,
+        speed=args.speed,
+        listen=listen,
+        token=token,
+        kubeconfig_out=args.kubeconfig_out,
+        kubernetes_version=version,
     )
     try:
         return asyncio.run(_serve(cluster, args, args.duration, out))

@@ -30,6 +30,7 @@ from gpuhealth.http import parse_listen
 from simulator.apiserver.app import create_app
 from simulator.apiserver.kubeconfig import write_kubeconfig
 from simulator.apiserver.store import Store
+from simulator.apiserver.versions import KubernetesVersion
 from simulator.fleet import Fleet
 from simulator.nvml import nvml_document
 from simulator.scenario import Scenario, ScenarioError, parse_fault_json, resolve
@@ -118,6 +119,7 @@ class SimulatedCluster:
         listen: str = "127.0.0.1:0",
         token: str | None = None,
         kubeconfig_out: str | Path | None = None,
+        kubernetes_version: KubernetesVersion | None = None,
     ) -> None:
         if not 0 < speed < float("inf"):  # also refuses NaN
             raise ValueError(f"speed must be a finite number greater than zero, not {speed!r}")
@@ -132,7 +134,9 @@ class SimulatedCluster:
         self._tasks: list[asyncio.Task[None]] = []
         self._url: str | None = None
         self._kubeconfig: Path | None = None
-        self.store = Store(self.clock, seed=self.scenario.settings.seed)
+        self.store = Store(
+            self.clock, seed=self.scenario.settings.seed, kubernetes_version=kubernetes_version
+        )
         self.fleet = Fleet(self.scenario, self.store, self.clock, speed=speed)
 
     @property

@@ -9,19 +9,17 @@ becomes a `Status` body with the code a real apiserver sends; no input crashes a
 Deviations from a real apiserver, on purpose: no server-side apply (415), no dryRun (400),
 no protobuf or Table output (JSON only), no admission beyond schema validation, deleting a
 namespace does not cascade, pods are deleted without graceful termination, PUT without
-metadata.resourceVersion is an unconditional update for every resource, `limit`/`continue`
-pages over the current state rather than a snapshot (pages carry the first page's
-resourceVersion), and a watch from a resourceVersion newer than the store's (a client that
-outlived a restarted simulator) waits for it silently instead of answering 504
-ResourceVersionTooLarge. The `/simulator/` prefix belongs to the fleet half of the simulator, which adds
+metadata.resourceVersion is an unconditional update for every resource, and a list or watch
+from a resourceVersion newer than the store's is answered 504 ResourceVersionTooLarge at once
+(the real one waits up to 3 s first). Which state a list reads (`resourceVersionMatch`,
+continued pages as a snapshot) is decided in `list_options.py` and served from the watch cache
+(`watch_cache.py`). The `/simulator/` prefix belongs to the fleet half of the simulator, which adds
 its routes to the returned app.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import hmac
 from collections.abc import Awaitable, Callable
@@ -32,7 +30,8 @@ import orjson
 from aiohttp import web
 
 from simulator.apiserver.errors import ApiError, bad_request, conflict, not_found
-from simulator.apiserver.resources import KUBERNETES_VERSION, ResourceInfo
+from simulator.apiserver.list_options import ContinueExpired, ContinueToken, check_watch, read_at
+from simulator.apiserver.resources import ResourceInfo
 from simulator.apiserver.selectors import parse_field_selector, parse_label_selector
 from simulator.apiserver.store import Entry, Store, Watch
 
@@ -183,15 +182,7 @@ async def _ok(request: web.Request) -> web.Response:
 
 
 def _version(request: web.Request) -> dict[str, Any]:
-    return {
-        **KUBERNETES_VERSION,
-        "gitCommit": "0000000000000000000000000000000000000000",
-        "gitTreeState": "clean",
-        "buildDate": "2026-04-22T00:00:00Z",
-        "goVersion": "go1.25.0",
-        "compiler": "gc",
-        "platform": "linux/amd64",
-    }
+    return request.app[STORE].kubernetes_version.info()
 
 
 def _api_versions(request: web.Request) -> dict[str, Any]:
@@ -224,6 +215,8 @@ def _resource_list(store: Store, group: str, version: str) -> dict[str, Any]:
         }
         if info.short_names:
             entry["shortNames"] = list(info.short_names)
+        if info.categories:
+            entry["categories"] = list(info.categories)
         resources.append(entry)
         if info.has_status:
             resources.append(
@@ -385,19 +378,6 @@ def _versioned_obj(obj: dict[str, Any], target: Target) -> dict[str, Any]:
 # ---- reads ------------------------------------------------------------------------------------
 
 
-def _continue_token(rv: str, namespace: str, name: str) -> str:
-    raw = orjson.dumps({"rv": rv, "ns": namespace, "name": name})
-    return base64.urlsafe_b64encode(raw).decode()
-
-
-def _parse_continue(token: str) -> tuple[str, tuple[str, str]]:
-    try:
-        data = orjson.loads(base64.urlsafe_b64decode(token.encode()))
-        return str(data["rv"]), (str(data["ns"]), str(data["name"]))
-    except (binascii.Error, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise bad_request(f"invalid continue token: {exc}") from exc
-
-
 def _int_param(request: web.Request, name: str) -> int | None:
     value = request.query.get(name)
     if value is None or value == "":
@@ -414,23 +394,33 @@ def _int_param(request: web.Request, name: str) -> int | None:
 async def _list(request: web.Request, target: Target) -> web.StreamResponse:
     store = request.app[STORE]
     info = target.info
-    entries, rv = store.list_entries(
-        info.key,
-        target.namespace,
-        label_selector=request.query.get("labelSelector"),
-        field_selector=request.query.get("fieldSelector"),
-    )
+    query = request.query
     limit = _int_param(request, "limit")
-    token = request.query.get("continue")
+    read = read_at(query, store.resource_version)
+    try:
+        # Every page of one list reads the state at the first page's resourceVersion, as from etcd.
+        entries, rv = store.list_entries(
+            info.key,
+            target.namespace,
+            label_selector=query.get("labelSelector"),
+            field_selector=query.get("fieldSelector"),
+            at=read.exact,
+        )
+    except ApiError as err:
+        if err.code == 410 and query.get("continue"):
+            raise ContinueExpired(ContinueToken.decode(query["continue"])) from err
+        raise
     meta: dict[str, Any] = {}
-    if token:
-        rv, after = _parse_continue(token)
+    if read.after is not None:
+        after = read.after
         entries = [e for e in entries if (e.namespace, e.name) > after]
     if limit:
         if len(entries) > limit:
             last = entries[limit - 1]
-            meta["continue"] = _continue_token(rv, last.namespace, last.name)
-            meta["remainingItemCount"] = len(entries) - limit
+            meta["continue"] = ContinueToken(int(rv), (last.namespace, last.name)).encode()
+            # Known only without selectors, as with the real apiserver (it does not count matches ahead).
+            if not query.get("labelSelector") and not query.get("fieldSelector"):
+                meta["remainingItemCount"] = len(entries) - limit
         entries = entries[:limit]
     meta["resourceVersion"] = rv
     head = orjson.dumps(
@@ -467,6 +457,7 @@ async def _watch(request: web.Request, target: Target) -> web.StreamResponse:
     timeout = _int_param(request, "timeoutSeconds")
     bookmarks = _truthy(query.get("allowWatchBookmarks"))
     initial_end = bookmarks and _truthy(query.get("sendInitialEvents"))
+    check_watch(query)
     # Parse selectors before committing to a 200 stream, so bad ones get a plain 400.
     parse_label_selector(query.get("labelSelector"))
     parse_field_selector(query.get("fieldSelector"), target.info.selectable_fields)
@@ -481,9 +472,10 @@ async def _watch(request: web.Request, target: Target) -> web.StreamResponse:
             field_selector=query.get("fieldSelector"),
         )
     except ApiError as err:
-        if err.code != 410:
+        if err.code not in (410, 504):
             raise
-        # Inside a watch, the real apiserver reports an expired resourceVersion as an ERROR event.
+        # Inside a watch, the real apiserver reports an expired resourceVersion as an ERROR event;
+        # a future one too (504 ResourceVersionTooLarge), here at once instead of after its 3 s wait.
         await response.prepare(request)
         await response.write(b'{"type":"ERROR","object":' + orjson.dumps(err.status()) + b"}\n")
         await response.write_eof()

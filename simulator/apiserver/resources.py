@@ -16,9 +16,6 @@ from typing import Any
 
 from simulator.apiserver.errors import ApiError
 
-KUBERNETES_VERSION = {"major": "1", "minor": "36", "gitVersion": "v1.36.0"}
-"""What `/version` reports: the simulated cluster behaves like Kubernetes 1.36."""
-
 _METADATA_FIELDS = ("metadata.name", "metadata.namespace")
 
 
@@ -57,6 +54,10 @@ class ResourceInfo:
     """openAPIV3Schema per version, for custom resources only."""
     custom: bool = False
     """Defined by a CustomResourceDefinition (served generically, no strategic-merge patch)."""
+    served: bool = True
+    """False for a built-in this Kubernetes version (or its feature gates) does not serve over HTTP."""
+    categories: tuple[str, ...] = ()
+    """Discovery categories (`kubectl get all` lists the "all" ones)."""
 
     @property
     def key(self) -> str:
@@ -82,7 +83,8 @@ class ResourceInfo:
         return f"{self.kind}List"
 
 
-def _builtin() -> list[ResourceInfo]:
+def builtin_resources() -> list[ResourceInfo]:
+    """Every built-in resource as Kubernetes 1.37 serves it (`versions.py` adjusts for others)."""
     resource_versions = ("v1", "v1beta2")
     return [
         ResourceInfo(
@@ -94,6 +96,7 @@ def _builtin() -> list[ResourceInfo]:
             True,
             subresources=("status", "eviction"),
             short_names=("po",),
+            categories=("all",),
             field_paths=(
                 "spec.nodeName",
                 "spec.restartPolicy",
@@ -173,6 +176,7 @@ def _builtin() -> list[ResourceInfo]:
             True,
             subresources=("status",),
             field_paths=("status.successful",),
+            categories=("all",),
         ),
         ResourceInfo(
             "resource.k8s.io",
@@ -231,6 +235,104 @@ def _builtin() -> list[ResourceInfo]:
             False,
             subresources=("status",),
             short_names=("crd", "crds"),
+            categories=("api-extensions",),
+        ),
+        *_served_kinds(),
+    ]
+
+
+def _served_kinds() -> list[ResourceInfo]:
+    """Kinds served as stored objects: what most clients and tools expect to find, with no
+    controller behind them here beyond what `kinds.py` does at create."""
+    return [
+        ResourceInfo(
+            "",
+            "v1",
+            "services",
+            "service",
+            "Service",
+            True,
+            subresources=("status",),
+            short_names=("svc",),
+            field_paths=("spec.clusterIP", "spec.type"),
+            generation=False,
+            categories=("all",),
+        ),
+        ResourceInfo(
+            "",
+            "v1",
+            "serviceaccounts",
+            "serviceaccount",
+            "ServiceAccount",
+            True,
+            short_names=("sa",),
+            generation=False,
+        ),
+        ResourceInfo("", "v1", "secrets", "secret", "Secret", True, field_paths=("type",), generation=False),
+        ResourceInfo(
+            "",
+            "v1",
+            "replicationcontrollers",
+            "replicationcontroller",
+            "ReplicationController",
+            True,
+            subresources=("status",),
+            short_names=("rc",),
+            field_paths=("status.replicas",),
+            categories=("all",),
+        ),
+        ResourceInfo(
+            "", "v1", "endpoints", "endpoints", "Endpoints", True, short_names=("ep",), generation=False
+        ),
+        ResourceInfo(
+            "discovery.k8s.io",
+            "v1",
+            "endpointslices",
+            "endpointslice",
+            "EndpointSlice",
+            True,
+            generation=False,
+        ),
+        ResourceInfo(
+            "events.k8s.io",
+            "v1",
+            "events",
+            "event",
+            "Event",
+            True,
+            short_names=("ev",),
+            generation=False,
+        ),
+        *(
+            ResourceInfo(
+                "rbac.authorization.k8s.io", "v1", plural, plural[:-1], kind, namespaced, generation=False
+            )
+            for plural, kind, namespaced in (
+                ("roles", "Role", True),
+                ("rolebindings", "RoleBinding", True),
+                ("clusterroles", "ClusterRole", False),
+                ("clusterrolebindings", "ClusterRoleBinding", False),
+            )
+        ),
+        ResourceInfo(
+            "apiregistration.k8s.io",
+            "v1",
+            "apiservices",
+            "apiservice",
+            "APIService",
+            False,
+            subresources=("status",),
+            categories=("api-extensions",),
+        ),
+        ResourceInfo(
+            "scheduling.k8s.io",
+            "v1",
+            "priorityclasses",
+            "priorityclass",
+            "PriorityClass",
+            False,
+            short_names=("pc",),
+            generation=False,
         ),
     ]
 
@@ -307,6 +409,7 @@ def info_from_crd(crd: dict[str, Any]) -> ResourceInfo:
         served_versions=ordered,
         subresources=("status",) if status else (),
         short_names=tuple(str(s) for s in names.get("shortNames") or ()),
+        categories=tuple(str(c) for c in names.get("categories") or ()),
         field_paths=tuple(selectable),
         schemas=schemas,
         custom=True,
@@ -316,8 +419,10 @@ def info_from_crd(crd: dict[str, Any]) -> ResourceInfo:
 class Registry:
     """The resources served now: the built-ins plus those that CRDs define."""
 
-    def __init__(self) -> None:
-        self._by_key: dict[str, ResourceInfo] = {info.key: info for info in _builtin()}
+    def __init__(self, builtins: list[ResourceInfo] | None = None) -> None:
+        self._by_key: dict[str, ResourceInfo] = {
+            info.key: info for info in (builtin_resources() if builtins is None else builtins)
+        }
 
     def get(self, key: str) -> ResourceInfo:
         """The resource with this store key; ApiError 404 when none is served."""
@@ -329,7 +434,7 @@ class Registry:
     def find(self, group: str, version: str, plural: str) -> ResourceInfo | None:
         """The resource served at group/version/plural, if any."""
         info = self._by_key.get(f"{plural}.{group}" if group else plural)
-        if info is None or version not in info.versions:
+        if info is None or not info.served or version not in info.versions:
             return None
         return info
 
@@ -348,13 +453,13 @@ class Registry:
         return list(self._by_key.values())
 
     def in_group_version(self, group: str, version: str) -> list[ResourceInfo]:
-        return [i for i in self._by_key.values() if i.group == group and version in i.versions]
+        return [i for i in self._by_key.values() if i.served and i.group == group and version in i.versions]
 
     def groups(self) -> list[tuple[str, tuple[str, ...]]]:
         """Named API groups (core excluded) with their served versions, preferred first."""
         seen: dict[str, list[str]] = {}
         for info in self._by_key.values():
-            if not info.group:
+            if not info.group or not info.served:
                 continue
             versions = seen.setdefault(info.group, [])
             for v in info.versions:

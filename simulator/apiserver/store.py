@@ -12,11 +12,13 @@ HTTP layer serves lists and watch events by joining the stored bytes without par
 Stored objects always begin with `{"apiVersion":..., "kind":...}`, so serving another version of
 the same group (resource.k8s.io v1beta2) only swaps that prefix.
 
-Watches: every write appends (rv, resource, type, new entry, old entry) to a bounded event log
-(`watch_window` events) and offers it to the live watchers of that resource. A watch from a
-resourceVersion replays the retained events newer than it; one older than the log's floor gets
-410 Expired. Each watcher has a bounded queue; a watcher that falls that far behind is ended, as
-the real apiserver ends slow watchers, and its client re-lists.
+Watches: every write appends (rv, resource, type, new entry, old entry) to that resource's watch
+cache (`watch_cache.py`: a window bounded by count and age) and offers it to the live watchers of
+that resource. A watch from a resourceVersion replays the retained events newer than it; one
+older than the window (or than the store itself) gets 410 Expired. The same window serves lists
+at an exact older resourceVersion (continued pages are a snapshot). Each watcher has a bounded
+queue; a watcher that falls that far behind is ended, as the real apiserver ends slow watchers,
+and its client re-lists.
 
 Why not kmock (evaluated): its Kubernetes emulator keeps objects as plain dicts with a fixed
 resourceVersion placeholder, no optimistic concurrency (no 409 Conflict), no selectors and no
@@ -38,13 +40,12 @@ from typing import Any
 import orjson
 
 from gpuhealth.clock import Clock
-from simulator.apiserver import disruption
+from simulator.apiserver import disruption, kinds
 from simulator.apiserver.errors import (
     ApiError,
     already_exists,
     bad_request,
     conflict,
-    expired,
     invalid,
     not_found,
 )
@@ -59,6 +60,8 @@ from simulator.apiserver.selectors import (
     selector_from_label_selector_object,
 )
 from simulator.apiserver.validation import Validator
+from simulator.apiserver.versions import KubernetesVersion
+from simulator.apiserver.watch_cache import LogEvent, WatchCache, WatchCacheSettings, state_at, too_large
 
 ADDED = "ADDED"
 MODIFIED = "MODIFIED"
@@ -93,10 +96,6 @@ class Entry:
     def load(self) -> dict[str, Any]:
         obj: dict[str, Any] = orjson.loads(self.data)
         return obj
-
-
-LogEvent = tuple[int, str, str, Entry, Entry | None]
-"""(resourceVersion, resource key, event type, entry after, entry before)."""
 
 
 def format_timestamp(seconds: float) -> str:
@@ -266,28 +265,45 @@ class Store:
         self,
         clock: Clock,
         *,
-        watch_window: int = 200_000,
+        watch_window: int | None = None,
+        watch_cache: WatchCacheSettings | None = None,
         watch_queue_size: int = 100_000,
         seed: int | None = None,
+        kubernetes_version: KubernetesVersion | None = None,
     ) -> None:
+        """`watch_cache` sizes each resource's event window; `watch_window` (tests) only its capacity.
+        `kubernetes_version` decides what is served (default: 1.37 with its default feature gates)."""
         self.clock = clock
-        self.registry = Registry()
+        self.kubernetes_version = kubernetes_version or KubernetesVersion()
+        self.registry = Registry(self.kubernetes_version.builtin_resources())
         self.validator = Validator()
         self._rng = random.Random(seed)
         self._objects: dict[str, dict[tuple[str, str], Entry]] = {}
         self._rv = 0
-        self._log: deque[LogEvent] = deque(maxlen=max(1, watch_window))
-        self._floor = 0  # every event with rv > floor is still in the log
+        settings = watch_cache or WatchCacheSettings()
+        if watch_window is not None:
+            settings = WatchCacheSettings(max(1, watch_window), settings.max_age_seconds)
+        self.watch_cache_settings = settings
+        self._caches: dict[str, WatchCache] = {}
         self._watchers: dict[str, set[Watch]] = {}
         self._watch_queue_size = watch_queue_size
         for ns in DEFAULT_NAMESPACES:
             self.create("namespaces", {"metadata": {"name": ns}}, validate=False)
+        kinds.bootstrap(self)
+        # The watch caches start now, as a real apiserver's do after its bootstrap: a watch or an
+        # exact list from before this version is 410 Expired (a client outliving a restart relists).
+        self._caches = {info.key: WatchCache(settings, self._rv) for info in self.registry.all()}
 
     # ---- reading -----------------------------------------------------------------------------
 
     @property
     def resource_version(self) -> int:
         return self._rv
+
+    @property
+    def rng(self) -> random.Random:
+        """The store's seeded random source (uids, generated names, service IPs): runs repeat."""
+        return self._rng
 
     def _table(self, info: ResourceInfo) -> dict[tuple[str, str], Entry]:
         return self._objects.setdefault(info.key, {})
@@ -314,6 +330,22 @@ class Store:
         info = self.registry.get(resource)
         return self._entry(info, name, namespace)
 
+    def _cache(self, key: str) -> WatchCache:
+        cache = self._caches.get(key)
+        if cache is None:
+            # A resource's cache starts with its first event or read: nothing before it is known.
+            cache = self._caches[key] = WatchCache(self.watch_cache_settings, self._rv)
+        return cache
+
+    def events_since(self, resource: str, rv: int) -> list[LogEvent]:
+        """The retained events of `resource` newer than `rv`; 410 Expired when the window lost some,
+        504 ResourceVersionTooLarge when `rv` is in the future."""
+        if rv > self._rv:
+            raise too_large(rv, self._rv)
+        cache = self._cache(self.registry.get(resource).key)
+        cache.expire(self.clock.monotonic())
+        return cache.since(rv)
+
     def list_entries(
         self,
         resource: str,
@@ -321,8 +353,13 @@ class Store:
         *,
         label_selector: str | LabelSelector | None = None,
         field_selector: str | FieldSelector | None = None,
+        at: int | None = None,
     ) -> tuple[list[Entry], str]:
-        """Matching entries in (namespace, name) order, and the list resourceVersion."""
+        """Matching entries in (namespace, name) order, and the list resourceVersion.
+
+        `at`: the state at that exact resourceVersion, rebuilt from the watch cache (410 Expired
+        once the window no longer covers it, 504 for a future one); None: the current state.
+        """
         info = self.registry.get(resource)
         lsel = (
             label_selector
@@ -336,7 +373,10 @@ class Store:
         )
         out: list[Entry] = []
         ns = namespace if info.namespaced and namespace else None
-        for entry in self._table(info).values():
+        table = self._table(info)
+        if at is not None and at != self._rv:
+            table = state_at(table, self.events_since(info.key, at))
+        for entry in table.values():
             if ns is not None and entry.namespace != ns:
                 continue
             if not lsel.empty and not lsel.matches(entry.labels or {}):
@@ -345,7 +385,7 @@ class Store:
                 continue
             out.append(entry)
         out.sort(key=lambda e: (e.namespace, e.name))
-        return out, str(self._rv)
+        return out, str(self._rv if at is None else at)
 
     def list(
         self,
@@ -401,9 +441,7 @@ class Store:
         return entry
 
     def _emit(self, event: LogEvent) -> None:
-        if len(self._log) == self._log.maxlen:
-            self._floor = self._log[0][0]
-        self._log.append(event)
+        self._cache(event[1]).append(event, self.clock.monotonic())
         for watcher in list(self._watchers.get(event[1], ())):
             watcher._offer(event)
 
@@ -493,6 +531,7 @@ class Store:
             crd_info = info_from_crd(new)
             self.validator.check_custom_schemas(crd_info, new)
             new["status"] = _crd_status(new)
+        kinds.prepare_create(self, info, new)
         if validate:
             self._validate(info, new)
         table = self._table(info)
@@ -501,6 +540,7 @@ class Store:
         if crd_info is not None:
             self.registry.add(crd_info)
         entry = self._commit(info, new, ADDED, None)
+        kinds.after_create(self, info, new)
         return entry.load()
 
     def _generate_name(self, info: ResourceInfo, namespace: str, prefix: str) -> str:
@@ -726,6 +766,7 @@ class Store:
         for entry in list(self._table(info).values()):
             self._commit(info, entry.load(), DELETED, entry)
         self._objects.pop(key, None)
+        self._caches.pop(key, None)
         for watcher in list(self._watchers.get(key, ())):
             watcher._end()
         self._watchers.pop(key, None)
@@ -742,7 +783,8 @@ class Store:
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> Watch:
-        """Start a watch; ApiError 410 Expired when `resource_version` is older than the retained log.
+        """Start a watch; ApiError 410 Expired when `resource_version` is older than the watch cache's
+        window, 504 ResourceVersionTooLarge when it is newer than the store.
 
         Unset or "0": synthetic ADDED events for the current objects, then live events.
         Otherwise: the retained events newer than it, in order, then live events.
@@ -760,16 +802,9 @@ class Store:
                 start = int(str(resource_version))
             except ValueError as exc:
                 raise bad_request(f"invalid resourceVersion {resource_version!r}") from exc
-            if start < self._floor:
-                raise expired(f"too old resource version: {start} ({self._floor + 1})")
+            replay = self.events_since(info.key, start)
             watch = Watch(self, info, ns, lsel, fsel, max(start, self._rv), self._watch_queue_size)
-            replay: list[LogEvent] = []
-            for event in reversed(self._log):
-                if event[0] <= start:
-                    break
-                if event[1] == info.key:
-                    replay.append(event)
-            for event in reversed(replay):
+            for event in replay:
                 item = watch._translate(event[2], event[3], event[4])
                 if item is not None:
                     watch._backlog.append(item)

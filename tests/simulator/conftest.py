@@ -35,8 +35,10 @@ class ServedCluster:
         *,
         token: str | None = None,
         settings: ServerSettings | None = None,
-        watch_window: int = 200_000,
+        watch_window: int | None = None,
+        **store_options: Any,
     ) -> None:
+        """`store_options` go to `Store` as they are (watch_cache=, kubernetes_version=, ...)."""
         self.clock = ManualClock()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="sim-apiserver", daemon=True)
@@ -45,7 +47,7 @@ class ServedCluster:
         self.kubeconfig = kubeconfig
 
         async def boot() -> tuple[Store, web.AppRunner, int]:
-            store = Store(self.clock, watch_window=watch_window, seed=7)
+            store = Store(self.clock, watch_window=watch_window, seed=7, **store_options)
             app = create_app(store, token=token, settings=settings)
             runner = web.AppRunner(app, shutdown_timeout=2.0)
             await runner.setup()

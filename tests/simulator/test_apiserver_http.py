@@ -39,7 +39,7 @@ def _status(resp: urllib3.BaseHTTPResponse) -> dict[str, Any]:
 
 
 def test_version_and_api_groups(api: client.ApiClient) -> None:
-    assert client.VersionApi(api).get_code().git_version.startswith("v1.36.")
+    assert client.VersionApi(api).get_code().git_version.startswith("v1.37.")
     assert client.CoreApi(api).get_api_versions().versions == ["v1"]
     groups = {g.name: [v.version for v in g.versions] for g in client.ApisApi(api).get_api_versions().groups}
     assert groups["resource.k8s.io"] == ["v1", "v1beta2"]

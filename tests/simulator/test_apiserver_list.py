@@ -5,15 +5,21 @@ metadata.name, metadata.namespace, spec.nodeName and status.phase with = / == / 
 unsupported field or a malformed selector is 400; the list carries the cluster resourceVersion;
 limit/continue pages cover every item once; big lists are streamed whole;
 deletecollection honours selectors; lists across namespaces; resource.k8s.io served at
-v1 and v1beta2 from one storage.
+v1 and v1beta2 from one storage. Resource versions: continued pages are a snapshot of the first
+page's version; an expired continue token is 410 with a token for the latest state;
+resourceVersionMatch Exact / NotOlderThan / "0" / legacy-with-limit read what the real apiserver
+reads; a future version is 504 ResourceVersionTooLarge; an exact list older than the watch
+cache's window is 410; refused combinations are 422 (ListOptions) or 400 with the real wording.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -166,3 +172,114 @@ def test_delete_collection_by_label(api: client.ApiClient) -> None:
         core.create_namespaced_config_map("default", client.V1ConfigMap(metadata=meta))
     core.delete_collection_namespaced_config_map("default", label_selector="team=x")
     assert [c.metadata.name for c in core.list_namespaced_config_map("default").items] == ["c"]
+
+
+def test_continued_pages_show_the_first_pages_state(core: client.CoreV1Api) -> None:
+    first = core.list_pod_for_all_namespaces(limit=2)
+    assert [p.metadata.name for p in first.items] == ["a", "b"]
+    # Between pages: c changes, d goes, e arrives; the rest of the list is still the first page's.
+    core.patch_namespaced_pod("c", "default", {"metadata": {"labels": {"changed": "yes"}}})
+    core.delete_namespaced_pod("d", "team")
+    core.create_namespaced_pod("default", client.V1Pod(metadata={"name": "e"}, spec={"containers": []}))
+    rest = core.list_pod_for_all_namespaces(limit=2, _continue=first.metadata._continue)
+    assert [p.metadata.name for p in rest.items] == ["c", "d"]
+    assert "changed" not in (rest.items[0].metadata.labels or {})
+    assert rest.metadata.resource_version == first.metadata.resource_version
+    assert sorted(p.metadata.name for p in core.list_pod_for_all_namespaces().items) == ["a", "b", "c", "e"]
+
+
+def test_an_expired_continue_token_is_410_with_a_token_for_the_latest_state(
+    make_cluster: Callable[..., ServedCluster], make_pod: Callable[..., dict[str, Any]]
+) -> None:
+    served = make_cluster(watch_window=1)
+    with served.api_client() as api:
+        core = client.CoreV1Api(api)
+        for name in ("a", "b", "c"):
+            core.create_namespaced_pod("default", make_pod(name))
+        first = core.list_namespaced_pod("default", limit=1)
+        core.create_namespaced_pod("default", make_pod("d"))
+        core.create_namespaced_pod("default", make_pod("e"))  # the window (1 event) lost "d"
+        with pytest.raises(ApiException) as exc:
+            core.list_namespaced_pod("default", limit=1, _continue=first.metadata._continue)
+        assert exc.value.status == 410
+        status = json.loads(exc.value.body)
+        assert status["reason"] == "Expired"
+        assert status["message"].startswith("The provided continue parameter is too old")
+        latest = core.list_namespaced_pod("default", _continue=status["metadata"]["continue"])
+        assert [p.metadata.name for p in latest.items] == ["b", "c", "d", "e"]
+
+
+def test_resource_version_match_reads(core: client.CoreV1Api) -> None:
+    then = core.list_namespaced_pod("default").metadata.resource_version
+    core.delete_namespaced_pod("c", "default")
+    now = core.list_namespaced_pod("default").metadata.resource_version
+    exact = core.list_namespaced_pod("default", resource_version=then, resource_version_match="Exact")
+    assert (_names(exact), exact.metadata.resource_version) == (["a", "b", "c"], then)
+    newer = core.list_namespaced_pod("default", resource_version=then, resource_version_match="NotOlderThan")
+    assert (_names(newer), newer.metadata.resource_version) == (["a", "b"], now)
+    anything = core.list_namespaced_pod("default", resource_version="0")
+    assert _names(anything) == ["a", "b"]
+    legacy_paged = core.list_namespaced_pod("default", resource_version=then, limit=10)
+    assert _names(legacy_paged) == ["a", "b", "c"]  # resourceVersion with limit: exact, as real
+
+
+@pytest.mark.parametrize("match", ["NotOlderThan", "Exact"])
+def test_a_future_resource_version_is_504_too_large(core: client.CoreV1Api, match: str) -> None:
+    current = int(core.list_namespaced_pod("default").metadata.resource_version)
+    with pytest.raises(ApiException) as exc:
+        core.list_namespaced_pod("default", resource_version=str(current + 10), resource_version_match=match)
+    assert exc.value.status == 504
+    status = json.loads(exc.value.body)
+    assert status["reason"] == "Timeout"
+    assert status["message"] == f"Too large resource version: {current + 10}, current: {current}"
+    assert status["details"] == {
+        "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+        "retryAfterSeconds": 1,
+    }
+
+
+def test_an_exact_list_older_than_the_window_is_410(
+    make_cluster: Callable[..., ServedCluster], make_pod: Callable[..., dict[str, Any]]
+) -> None:
+    served = make_cluster(watch_window=1)
+    with served.api_client() as api:
+        core = client.CoreV1Api(api)
+        then = core.list_namespaced_pod("default").metadata.resource_version
+        core.create_namespaced_pod("default", make_pod("a"))
+        core.create_namespaced_pod("default", make_pod("b"))
+        with pytest.raises(ApiException) as exc:
+            core.list_namespaced_pod("default", resource_version=then, resource_version_match="Exact")
+        assert exc.value.status == 410
+        assert json.loads(exc.value.body)["message"].startswith(f"too old resource version: {then} (")
+
+
+@pytest.mark.parametrize(
+    ("query", "code", "fragment"),
+    [
+        (
+            "resourceVersionMatch=Exact",
+            422,
+            "resourceVersionMatch is forbidden unless resourceVersion is provided",
+        ),
+        ("resourceVersion=0&resourceVersionMatch=Exact", 422, 'resourceVersionMatch "exact" is forbidden'),
+        ("resourceVersion=1&resourceVersionMatch=Newest", 422, 'Unsupported value: "Newest"'),
+        (
+            "continue=abc&resourceVersion=5",
+            400,
+            "specifying resource version is not allowed when using continue",
+        ),
+        ("continue=abc", 400, "continue key is not valid"),
+        ("resourceVersion=abc", 400, "invalid resource version"),
+        ("sendInitialEvents=true", 422, "sendInitialEvents is forbidden for list"),
+        ("watch=true&resourceVersionMatch=NotOlderThan", 422, "forbidden for watch unless sendInitialEvents"),
+        ("watch=true&sendInitialEvents=true", 422, "sendInitialEvents requires setting resourceVersionMatch"),
+    ],
+)
+def test_refused_option_combinations(cluster: ServedCluster, query: str, code: int, fragment: str) -> None:
+    resp = urllib3.PoolManager().request("GET", f"{cluster.url}/api/v1/namespaces/default/pods?{query}")
+    status = json.loads(resp.data)
+    assert (resp.status, status["code"]) == (code, code)
+    assert fragment in status["message"]
+    if code == 422:
+        assert status["message"].startswith('ListOptions.meta.k8s.io "" is invalid: ')
+        assert status["details"]["kind"] == "ListOptions"
