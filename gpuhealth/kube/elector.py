@@ -108,10 +108,12 @@ class Term:
         """
         self._ending = True
         interrupted = False
-        while self._tasks:
-            pending = set(self._tasks)
-            for task in pending:
+        cancelled: set[asyncio.Task[Any]] = set()
+        while pending := {task for task in self._tasks if not task.done()}:
+            for task in pending - cancelled:
+                # Once each: a second cancel would cut short the cleanup it is doing now.
                 task.cancel()
+            cancelled |= pending
             try:
                 await asyncio.wait(pending)
             except asyncio.CancelledError:
@@ -278,9 +280,12 @@ class LeaderElector:
         term = self._term
         if term is None:
             return
-        await term._stop()
-        self._term = None
-        self._report(False)
+        try:
+            await term._stop()
+        finally:
+            # _stop returns or raises only once every task has finished.
+            self._term = None
+            self._report(False)
 
     def _report(self, leading: bool) -> None:
         if leading == self._leading:

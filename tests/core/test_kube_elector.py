@@ -6,7 +6,8 @@ renewTime says; two candidates starting together (one leads); fencing when renew
 (tasks cancelled at the renew deadline, not before, and not-leading reported only after they
 finished); a hung renewal not holding the deadline back; a Conflict showing another holder
 ending leadership at once; shutdown stopping the work before releasing, and a peer taking
-the released lease at its next try; a failing leader task ending the term (released, error
+the released lease at its next try; a second cancellation neither cutting the wait for the
+work short nor releasing; a failing leader task ending the term (released, error
 raised); a new term after a loss; no task spawned into an ended term.
 
 API calls run through an executor that runs them inline, or holds them (a hung request),
@@ -325,6 +326,24 @@ async def test_shutdown_stops_the_work_then_releases(h: Harness) -> None:
         1,
         0,
     )
+
+
+async def test_a_second_cancellation_still_waits_for_the_work_and_keeps_the_lease(h: Harness) -> None:
+    _, work = await h.start("a")
+    work.may_finish.clear()
+    task = h.tasks[0]
+    task.cancel()
+    await settle()
+    task.cancel()  # an impatient shutdown
+    await settle()
+    assert not task.done(), "the elector waits for its work whatever the caller's hurry"
+    mark = len(h.events)
+    work.may_finish.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # Not released: the shutdown was cut short, so the lease simply expires.
+    assert since(h.events, mark) == ["a finished", "a leading=False"]
+    assert h.api.record().holder_identity == "a"
 
 
 async def test_a_peer_takes_a_released_lease_at_its_next_try(h: Harness) -> None:
