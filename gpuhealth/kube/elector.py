@@ -223,7 +223,7 @@ class LeaderElector:
         """Try every (jittered) retry period until the lease is ours."""
         while True:
             started = self._clock.monotonic()
-            attempt = await self._try(fast=False)
+            attempt = await self._try(leading=False)
             if attempt is not None and attempt.holding:
                 self._renewed_at = started
                 return
@@ -262,14 +262,15 @@ class LeaderElector:
                     log.warning("%s: no renewal within the renew deadline; leadership lost", self.identity)
                     self._renewed_at = None
                     return None
-                attempt = await self._bounded(self._try(fast=True), deadline, term)
+                attempt = await self._bounded(self._try(leading=True), deadline, term)
                 if term.failure is not None:
                     return term.failure
                 if attempt is not None and attempt.holding:
                     self._renewed_at = started
                     renewed = True
-                elif self.holder and self.holder != self.identity:
-                    log.warning("%s: the lease is held by %s; leadership lost", self.identity, self.holder)
+                elif self._observed is not None and self.holder != self.identity:
+                    holder = f"held by {self.holder}" if self.holder else "released by someone else"
+                    log.warning("%s: the lease is %s; leadership lost", self.identity, holder)
                     self._renewed_at = None
                     return None
                 elif await self._wait_until(min(self._clock.monotonic() + retry, deadline), term):
@@ -280,12 +281,23 @@ class LeaderElector:
         term = self._term
         if term is None:
             return
+        started = self._clock.monotonic()
         try:
             await term._stop()
         finally:
             # _stop returns or raises only once every task has finished.
             self._term = None
             self._report(False)
+            took = self._clock.monotonic() - started
+            margin = self._settings.lease_duration_seconds - self._settings.renew_deadline_seconds
+            if took > margin:
+                log.warning(
+                    "%s: the leader's tasks took %.1f s to stop, more than the %.1f s before a peer may "
+                    "lead (lease duration minus renew deadline): make them stop sooner when cancelled",
+                    self.identity,
+                    took,
+                    margin,
+                )
 
     def _report(self, leading: bool) -> None:
         if leading == self._leading:
@@ -301,11 +313,11 @@ class LeaderElector:
 
     # ----- API calls, each in a thread ---------------------------------------------------
 
-    async def _try(self, *, fast: bool) -> _Attempt | None:
+    async def _try(self, *, leading: bool) -> _Attempt | None:
         """One try to acquire or renew; None when the API failed (logged)."""
         lease, observed = self._lease, self._observed
         try:
-            attempt = await self._in_thread(lambda: self._attempt(lease, observed, fast=fast))
+            attempt = await self._in_thread(lambda: self._attempt(lease, observed, leading=leading))
         except ApiError as exc:
             log.warning("%s: leader election on %s/%s: %s", self.identity, self._namespace, self._name, exc)
             return None
@@ -314,10 +326,10 @@ class LeaderElector:
         self._lease, self._observed = attempt.lease, attempt.observed
         return attempt
 
-    def _attempt(self, lease: dict[str, Any] | None, observed: Observed | None, *, fast: bool) -> _Attempt:
+    def _attempt(self, lease: dict[str, Any] | None, observed: Observed | None, *, leading: bool) -> _Attempt:
         """Acquire or renew from what was last seen (runs in a thread; changes no elector state)."""
         client, settings, clock = self._client, self._settings, self._clock
-        if fast and lease is not None and observed is not None:
+        if leading and lease is not None and observed is not None:
             # The leader renews straight from its last write; a 409 means someone else
             # wrote meanwhile, and only a fresh read tells who.
             decision = decide(
@@ -330,8 +342,8 @@ class LeaderElector:
             if decision.action is Action.RENEW and decision.record is not None:
                 try:
                     return self._written(client.update(LEASE, _with_record(lease, decision.record)), observed)
-                except Conflict:
-                    pass
+                except (Conflict, NotFound):
+                    pass  # deleted: recreated below unless someone else was quicker
         try:
             lease = client.get(LEASE, self._name, namespace=self._namespace)
         except NotFound:
@@ -342,6 +354,10 @@ class LeaderElector:
             observed, identity=self.identity, settings=settings, now_wall=clock.now(), now_monotonic=now
         )
         if decision.action is Action.WAIT or decision.record is None:
+            return _Attempt(False, lease, observed)
+        if leading and decision.action is Action.ACQUIRE:
+            # The record no longer names us (someone cleared or rewrote it): our term is over
+            # whatever we could write now; leading again takes a new term.
             return _Attempt(False, lease, observed)
         try:
             if decision.action is Action.CREATE:

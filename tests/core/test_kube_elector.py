@@ -5,7 +5,8 @@ candidate waiting out another's lease from its own observation, whatever the hol
 renewTime says; two candidates starting together (one leads); fencing when renewals fail
 (tasks cancelled at the renew deadline, not before, and not-leading reported only after they
 finished); a hung renewal not holding the deadline back; a Conflict showing another holder
-ending leadership at once; shutdown stopping the work before releasing, and a peer taking
+ending leadership at once, and so does a cleared record (a deleted one is recreated);
+work slow to stop reported; shutdown stopping the work before releasing, and a peer taking
 the released lease at its next try; a second cancellation neither cutting the wait for the
 work short nor releasing; a failing leader task ending the term (released, error
 raised); a new term after a loss; no task spawned into an ended term.
@@ -305,6 +306,39 @@ async def test_a_conflict_showing_another_holder_ends_leadership_at_once(h: Harn
     assert since(h.events, mark) == ["a cancelled", "a finished", "a leading=False"]
     assert a.holder == "x"
     assert h.api.record().holder_identity == "x", "the loser wrote nothing"
+
+
+async def test_a_lease_cleared_under_the_leader_ends_its_term(h: Harness) -> None:
+    a, work = await h.start("a")
+    h.api.put(LeaseRecord("", 1, h.clock.now(), h.clock.now(), 0))
+    mark = len(h.events)
+    await h.time.advance(2.0)
+    # Not taken back within the term: a cleared record no longer protects the work.
+    assert since(h.events, mark)[:3] == ["a cancelled", "a finished", "a leading=False"]
+    await h.time.advance(2.0 * 2.2)
+    assert a.is_leader and [t.number for t in work.terms] == [1, 2]
+    assert h.api.record().lease_transitions == 1
+
+
+async def test_a_deleted_lease_is_recreated_within_the_term(h: Harness) -> None:
+    a, work = await h.start("a")
+    del h.api.objects[NAME]
+    await h.time.advance(2.0)
+    assert a.is_leader and len(work.terms) == 1
+    assert h.api.record().holder_identity == "a"
+
+
+async def test_work_slow_to_stop_is_reported(h: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    a, work = await h.start("a")
+    work.may_finish.clear()
+    h.api.fail = Unavailable("503")
+    await h.time.advance(10.0)
+    assert "a cancelled" in h.events and a.is_leader
+    await h.time.advance(6.0)  # past the 5 s between the renew deadline and the lease's end
+    work.may_finish.set()
+    await settle()
+    assert not a.is_leader
+    assert "the leader's tasks took 6.0 s to stop, more than the 5.0 s" in caplog.text
 
 
 async def test_shutdown_stops_the_work_then_releases(h: Harness) -> None:
