@@ -19,6 +19,17 @@ ones of `gpuhealth.kube.lease`; this module applies them to the API through the 
   after a lease duration. A failing leader task ends the term the same way and its error
   leaves `run`.
 
+Use (the responder's shape)::
+
+    elector = LeaderElector(client, namespace=pod_namespace, name="gpuhealth-responder",
+                            identity=pod_name, on_leading_changed=leader_metrics)
+
+    async def lead(term: Term) -> None:
+        term.spawn(breaker_watch())      # more actuation tasks, all fenced together
+        await reconciler.run()           # cancelled when leadership ends
+
+    await elector.run(lead)              # in a cleanup_ctx task; cancel it to stop
+
 Time comes from the injected `Clock` (monotonic for deadlines, wall time for the record's
 stamps) and waits from an injected `sleep`, so tests drive the elector with `ManualClock`.
 """
@@ -273,7 +284,9 @@ class LeaderElector:
                     log.warning("%s: the lease is %s; leadership lost", self.identity, holder)
                     self._renewed_at = None
                     return None
-                elif await self._wait_until(min(self._clock.monotonic() + retry, deadline), term):
+                elif self._clock.monotonic() < deadline and await self._wait_until(
+                    min(self._clock.monotonic() + retry, deadline), term
+                ):
                     return term.failure
 
     async def _end_term(self) -> None:
