@@ -55,6 +55,10 @@ class ElectionSettings:
     """On shutdown (after its tasks stopped) the leader clears the lease so a peer takes over at once."""
 
     def __post_init__(self) -> None:
+        duration = self.lease_duration_seconds
+        if isinstance(duration, float) and math.isfinite(duration) and duration == int(duration):
+            # "15s" parsed as a duration is 15.0: whole seconds all the same.
+            object.__setattr__(self, "lease_duration_seconds", int(duration))
         problems = validate_settings(self)
         if problems:
             raise ValueError("leader election settings: " + "; ".join(problems))

@@ -79,6 +79,11 @@ def _escaped(text: str) -> str:
     return re.escape(text)
 
 
+def test_a_whole_float_lease_duration_is_taken_as_an_integer() -> None:
+    settings = ElectionSettings(lease_duration_seconds=20.0)  # type: ignore[arg-type]
+    assert settings.lease_duration_seconds == 20 and isinstance(settings.lease_duration_seconds, int)
+
+
 def test_a_candidate_s_wait_is_jittered_within_the_factor() -> None:
     assert next_retry_delay(DEFAULTS, 0.0) == 2.0
     assert next_retry_delay(DEFAULTS, 0.999999) == pytest.approx(4.4, abs=1e-5)
