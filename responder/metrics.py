@@ -51,6 +51,16 @@ MIGRATIONS = MetricFamily(
     "Checkpointed workload migrations off quarantined devices, by outcome (succeeded|failed|unrecoverable).",
     ("outcome",),
 )
+LEADER = MetricFamily(
+    "gpuhealth_responder_leader",
+    "gauge",
+    "1 while this replica holds the leader Lease and its reconciler may act, else 0.",
+)
+LEADER_TRANSITIONS = MetricFamily(
+    "gpuhealth_responder_leader_transitions",
+    "counter",
+    "Times this replica started or stopped leading (stopped: after its leader tasks finished).",
+)
 
 WEBHOOK_ALERTS = MetricFamily(
     "gpuhealth_responder_webhook_alerts",
@@ -79,6 +89,8 @@ CATALOG = Catalog(
         DEVICE_QUARANTINED,
         QUARANTINE_CREATED,
         MIGRATIONS,
+        LEADER,
+        LEADER_TRANSITIONS,
     )
 )
 """Every family the responder exposes."""

@@ -15,5 +15,9 @@ error classes here, never the client's models. Inside, only `config` and `transp
 - `watch`: the watch stream's wire format (lines, events, ERROR events).
 - `reflector`: the list-then-watch loop with resume, bookmarks and relist on 410.
 - `backoff`: `Backoff`, the one throttling helper for retries.
+- `lease`: leader election's rules as pure data and decisions (the Lease record, expiry on
+  the local monotonic clock, the next action, release, the renew deadline).
+- `elector`: `LeaderElector`, the async campaign over `KubeClient` that runs the leader's
+  work as a fenced `Term` and releases the Lease on shutdown.
 - `meta`: object metadata helpers: resourceVersion order, RFC 3339 times, well-known names.
 """
