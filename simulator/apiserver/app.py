@@ -31,8 +31,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from simulator.apiserver import tables
 from simulator.apiserver.errors import ApiError, bad_request, conflict, not_found
-from simulator.apiserver.resources import KUBERNETES_VERSION, ResourceInfo
+from simulator.apiserver.resources import CRD_KEY, KUBERNETES_VERSION, ResourceInfo
 from simulator.apiserver.selectors import parse_field_selector, parse_label_selector
 from simulator.apiserver.store import Entry, Store, Watch
 
@@ -351,13 +352,42 @@ async def _serve(request: web.Request, target: Target) -> web.StreamResponse:
     elif target.subresource is not None or method not in ("GET", "PUT", "PATCH", "DELETE"):
         raise _method_not_allowed(method, target.info.plural)
     if method == "GET":
+        table = _table(request, target)
         entry = request.app[STORE].get_entry(target.info.key, target.name, target.namespace)
+        if table is not None:
+            return _json(table.render([orjson.loads(_versioned(entry.data, target))], {}))
         return _raw(_versioned(entry.data, target))
     if method == "PUT":
         return await _update(request, target)
     if method == "PATCH":
         return await _patch(request, target)
     return await _delete(request, target)
+
+
+@dataclass(frozen=True)
+class _TableOutput:
+    """A Table response was negotiated (kubectl get): how to print the target's objects now."""
+
+    request: tables.TableRequest
+    printer: tables.KindPrinter
+    now: float
+
+    def render(self, objects: list[dict[str, Any]], list_meta: dict[str, Any]) -> dict[str, Any]:
+        return tables.render_table(self.printer, objects, self.request, now=self.now, list_meta=list_meta)
+
+
+def _table(request: web.Request, target: Target) -> _TableOutput | None:
+    """The Table output the Accept header asks for, or None for plain JSON (406 when neither fits)."""
+    table = tables.table_request(request.headers.get("Accept"), request.query.get("includeObject"))
+    if table is None:
+        return None
+    store = request.app[STORE]
+    crd = None
+    if target.info.custom:
+        with contextlib.suppress(ApiError):
+            crd = store.get(CRD_KEY, target.info.key)
+    printer = tables.printer_for(target.info, target.version, crd)
+    return _TableOutput(table, printer, store.clock.now())
 
 
 def _truthy(value: str | None) -> bool:
@@ -414,6 +444,7 @@ def _int_param(request: web.Request, name: str) -> int | None:
 async def _list(request: web.Request, target: Target) -> web.StreamResponse:
     store = request.app[STORE]
     info = target.info
+    table = _table(request, target)
     entries, rv = store.list_entries(
         info.key,
         target.namespace,
@@ -433,6 +464,8 @@ async def _list(request: web.Request, target: Target) -> web.StreamResponse:
             meta["remainingItemCount"] = len(entries) - limit
         entries = entries[:limit]
     meta["resourceVersion"] = rv
+    if table is not None:
+        return _json(table.render([orjson.loads(_versioned(e.data, target)) for e in entries], meta))
     head = orjson.dumps(
         {"kind": info.list_kind(), "apiVersion": info.api_version(target.version), "metadata": meta}
     )
@@ -470,6 +503,7 @@ async def _watch(request: web.Request, target: Target) -> web.StreamResponse:
     # Parse selectors before committing to a 200 stream, so bad ones get a plain 400.
     parse_label_selector(query.get("labelSelector"))
     parse_field_selector(query.get("fieldSelector"), target.info.selectable_fields)
+    table = _table(request, target)
     response = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
     response.enable_chunked_encoding()
     try:
@@ -514,7 +548,7 @@ async def _watch(request: web.Request, target: Target) -> web.StreamResponse:
                 continue
             if item is None:
                 break
-            chunk = [_event_line(item, target)]
+            chunk = [_event_line(item, target, table)]
             size = len(chunk[0])
             # Batch what is ready already: one write per chunk, not per event, for big initial lists;
             # a batch of initial events stops where they end, for the initial-events-end bookmark.
@@ -527,7 +561,7 @@ async def _watch(request: web.Request, target: Target) -> web.StreamResponse:
                 more = await watch.next_entry()
                 if more is None:
                     break
-                line = _event_line(more, target)
+                line = _event_line(more, target, table)
                 chunk.append(line)
                 size += len(line)
             await response.write(b"".join(chunk))
@@ -541,9 +575,13 @@ async def _watch(request: web.Request, target: Target) -> web.StreamResponse:
     return response
 
 
-def _event_line(item: tuple[str, Entry], target: Target) -> bytes:
+def _event_line(item: tuple[str, Entry], target: Target, table: _TableOutput | None = None) -> bytes:
     etype, entry = item
-    return b'{"type":"' + etype.encode() + b'","object":' + _versioned(entry.data, target) + b"}\n"
+    data = _versioned(entry.data, target)
+    if table is not None:
+        # kubectl get -w: each event's object is a one-row Table (columns repeated; kubectl prints them once).
+        data = orjson.dumps(table.render([orjson.loads(data)], {"resourceVersion": str(entry.rv)}))
+    return b'{"type":"' + etype.encode() + b'","object":' + data + b"}\n"
 
 
 def _bookmark(target: Target, rv: int, *, initial_end: bool = False) -> bytes:
