@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from simulator.apiserver import tables
+from simulator.apiserver import openapi, tables
 from simulator.apiserver.errors import ApiError, bad_request, conflict, not_found
 from simulator.apiserver.resources import CRD_KEY, KUBERNETES_VERSION, ResourceInfo
 from simulator.apiserver.selectors import parse_field_selector, parse_label_selector
@@ -73,6 +73,7 @@ class OpenWatches:
 
 
 WATCHES: web.AppKey[OpenWatches] = web.AppKey("gpuhealth_sim_watches", OpenWatches)
+OPENAPI: web.AppKey[openapi.OpenApiDocs] = web.AppKey("gpuhealth_sim_openapi", openapi.OpenApiDocs)
 
 
 def create_app(
@@ -91,6 +92,7 @@ def create_app(
     app[STORE] = store
     app[SETTINGS] = settings
     app[WATCHES] = OpenWatches()
+    app[OPENAPI] = openapi.OpenApiDocs()
     app.router.add_route("*", "/version", _wrap(_version))
     app.router.add_route("*", "/version/", _wrap(_version))
     app.router.add_route("*", "/api", _wrap(_api_versions))
@@ -99,6 +101,16 @@ def create_app(
     app.router.add_route("*", "/apis/", _wrap(_api_groups))
     for probe in ("/healthz", "/livez", "/readyz"):
         app.router.add_route("GET", probe, _ok)
+    app.router.add_route(
+        "*", "/openapi/v2", _wrap_raw(lambda r: r.app[OPENAPI].serve_v2(r.app[STORE], _accept(r)))
+    )
+    app.router.add_route(
+        "*",
+        "/openapi/v3{path:(/.*)?}",
+        _wrap_raw(
+            lambda r: r.app[OPENAPI].serve_v3(r.app[STORE], r.match_info["path"].strip("/"), _accept(r))
+        ),
+    )
     app.router.add_route("*", "/api/{path:.+}", _core)
     app.router.add_route("*", "/apis/{path:.+}", _named_group)
     app.on_shutdown.append(_close_watches)
@@ -166,6 +178,19 @@ def _wrap(fn: Callable[[web.Request], dict[str, Any]]) -> Callable[[web.Request]
         return _json(fn(request))
 
     return handler
+
+
+def _wrap_raw(fn: Callable[[web.Request], bytes]) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handler(request: web.Request) -> web.Response:
+        if request.method != "GET":
+            raise ApiError(405, "MethodNotAllowed", f"the server does not allow the method {request.method}")
+        return _raw(fn(request))
+
+    return handler
+
+
+def _accept(request: web.Request) -> str | None:
+    return request.headers.get("Accept")
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
