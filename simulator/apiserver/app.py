@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from simulator.apiserver import openapi, tables
+from simulator.apiserver import openapi, protobuf, tables
 from simulator.apiserver.errors import ApiError, bad_request, conflict, not_found
 from simulator.apiserver.resources import CRD_KEY, KUBERNETES_VERSION, ResourceInfo
 from simulator.apiserver.selectors import parse_field_selector, parse_label_selector
@@ -622,6 +622,8 @@ def _bookmark(target: Target, rv: int, *, initial_end: bool = False) -> bytes:
 
 async def _body(request: web.Request, *, patch: bool = False) -> Any:
     content_type = request.headers.get("Content-Type", _JSON).split(";", 1)[0].strip().lower()
+    if content_type == protobuf.PROTOBUF and not patch:
+        return protobuf.decode_body(await request.read())
     if not patch and content_type and "json" not in content_type:
         raise ApiError(
             415,
