@@ -7,7 +7,8 @@ Lists and watch events are written from the stored bytes without parsing them. E
 becomes a `Status` body with the code a real apiserver sends; no input crashes a handler.
 
 Deviations from a real apiserver, on purpose: no server-side apply (415), no dryRun (400),
-no protobuf or Table output (JSON only), no admission beyond schema validation, deleting a
+no protobuf output (JSON only; Tables and protobuf request bodies are `tables.py` and `protobuf.py`),
+no admission beyond schema validation, deleting a
 namespace does not cascade, pods are deleted without graceful termination, PUT without
 metadata.resourceVersion is an unconditional update for every resource, `limit`/`continue`
 pages over the current state rather than a snapshot (pages carry the first page's
@@ -250,6 +251,8 @@ def _resource_list(store: Store, group: str, version: str) -> dict[str, Any]:
         }
         if info.short_names:
             entry["shortNames"] = list(info.short_names)
+        if info.key in tables.CATEGORY_ALL:
+            entry["categories"] = ["all"]
         resources.append(entry)
         if info.has_status:
             resources.append(

@@ -30,6 +30,19 @@ _TABLE_VERSIONS = ("v1", "v1beta1")
 _INCLUDE_OBJECT = ("None", "Metadata", "Object")
 _NONE = "<none>"
 
+CATEGORY_ALL = frozenset(
+    {
+        "pods",
+        "services",
+        "deployments.apps",
+        "replicasets.apps",
+        "statefulsets.apps",
+        "daemonsets.apps",
+        "jobs.batch",
+    }
+)
+"""Resources in the `all` category (discovery), the ones `kubectl get all` prints."""
+
 Obj = dict[str, Any]
 
 

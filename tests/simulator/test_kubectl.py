@@ -137,6 +137,8 @@ def test_get_pods_prints_server_side_columns(
     wide = _table(kubectl("get", "pods", "-A", "-o", "wide").stdout)
     assert {"IP", "NODE", "NOMINATED NODE", "READINESS GATES"} <= set(wide[0])
     assert any(r["NODE"].startswith("gpu-") for r in wide)
+    everything = kubectl("get", "all", "-A").stdout  # the `all` category: pods and jobs here
+    assert "pod/" in everything and "job.batch/" in everything
 
 
 def test_get_nodes_and_cordon(kubectl: Callable[..., subprocess.CompletedProcess[str]]) -> None:
