@@ -221,6 +221,14 @@ def _crd_schema(info: ResourceInfo, version: str, ref_prefix: str, wrap_refs: bo
     return schema
 
 
+def _open_schema(info: ResourceInfo, version: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+        "x-kubernetes-group-version-kind": [{"group": info.group, "version": version, "kind": info.kind}],
+    }
+
+
 def _crd_list_schema(info: ResourceInfo, version: str, ref_prefix: str) -> dict[str, Any]:
     return {
         "description": f"{info.kind}List is a list of {info.kind}",
@@ -453,9 +461,14 @@ def _served(
             else:
                 found = _gvk_index().get((info.group, version, info.kind))
                 if found is None:
-                    continue  # a kind this schema set lacks: served, but not described
-                kind_name = found
-                list_name = _gvk_index().get((info.group, version, info.list_kind()), kind_name)
+                    # A kind this schema set lacks still needs its PATCH operation: without one
+                    # kubectl refuses to apply it ("Path not found for GVK"). Described as open.
+                    kind_name = crd_schema_name(info, version)
+                    extra[kind_name] = _open_schema(info, version)
+                    list_name = kind_name
+                else:
+                    kind_name = found
+                    list_name = _gvk_index().get((info.group, version, info.list_kind()), kind_name)
                 roots += [kind_name, list_name]
             paths.update(_PathBuilder(openapi, info, version, kind_name, list_name).paths())
     schemas = _closure(roots, builtin, prefix)

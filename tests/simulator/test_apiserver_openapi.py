@@ -20,7 +20,7 @@ import urllib3
 from gpuhealth.clock import ManualClock
 from simulator.apiserver import openapi
 from simulator.apiserver.errors import ApiError
-from simulator.apiserver.resources import CRD_KEY, info_from_crd
+from simulator.apiserver.resources import CRD_KEY, ResourceInfo, info_from_crd
 from simulator.apiserver.store import Store
 
 if TYPE_CHECKING:
@@ -170,3 +170,16 @@ def test_openapi_over_http(cluster: ServedCluster) -> None:
         http.request("GET", f"{cluster.url}/openapi/v2", headers={"Accept": "application/json"}).status == 200
     )
     assert http.request("POST", f"{cluster.url}/openapi/v3").status == 405
+
+
+def test_a_kind_missing_from_the_schema_set_still_has_its_patch() -> None:
+    store = _store()
+    store.registry.add(ResourceInfo("example.io", "v1", "gizmos", "gizmo", "Gizmo", True))
+    doc = _doc(store, "apis/example.io/v1")
+    patch = doc["paths"]["/apis/example.io/v1/namespaces/{namespace}/gizmos/{name}"]["patch"]
+    assert patch["x-kubernetes-group-version-kind"] == {
+        "group": "example.io",
+        "version": "v1",
+        "kind": "Gizmo",
+    }
+    assert doc["components"]["schemas"]["io.example.v1.Gizmo"]["x-kubernetes-preserve-unknown-fields"] is True
