@@ -4,8 +4,8 @@ Aspects: `get pods -A` prints server-side columns (READY, STATUS, RESTARTS, AGE;
 `get nodes` shows Ready and, after `cordon`, SchedulingDisabled; a CRD's additionalPrinterColumns
 are printed for its custom resources; `apply -f`, `create -f` and `replace -f` validate without
 `--validate=false` (kubectl reads the OpenAPI v3 documents and leaves field validation to the
-server) and a manifest with an unknown field is refused, creating nothing; `create namespace`
-and `create configmap` (protobuf bodies) store what kubectl sent; `explain pod.spec` describes
+server) and a manifest with an unknown field is refused, creating nothing; `create namespace|configmap|job`
+and `run` (protobuf bodies) store what kubectl sent; `explain pod.spec` describes
 the 1.37 schema. Each kubectl runs with its own HOME so no discovery cache is shared.
 """
 
@@ -217,6 +217,12 @@ def test_create_namespace_and_configmap(
     rows = _table(kubectl("get", "configmaps", "-n", namespace).stdout)
     assert [(r["NAME"], r["DATA"]) for r in rows] == [("settings", "2")]
     assert _table(kubectl("get", "namespace", namespace).stdout)[0]["STATUS"] == "Active"
+    kubectl("create", "job", "once", "-n", namespace, "--image=busybox", "--", "sh", "-c", "echo hi")
+    job = json.loads(kubectl("get", "job", "once", "-n", namespace, "-o", "json").stdout)
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["sh", "-c", "echo hi"]
+    kubectl("run", "solo", "-n", namespace, "--image=busybox", "--restart=Never", "--", "sleep", "1")
+    pods = {r["NAME"]: r for r in _table(kubectl("get", "pods", "-n", namespace).stdout)}
+    assert pods["solo"]["READY"].endswith("/1") and pods["solo"]["STATUS"]
 
 
 def test_explain(kubectl: Callable[..., subprocess.CompletedProcess[str]]) -> None:
