@@ -203,6 +203,10 @@ def _dig(obj: Any, *path: str) -> Any:
     return obj
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
@@ -230,8 +234,8 @@ class KindPrinter:
 
 def pod_status(pod: Obj) -> str:
     """The STATUS kubectl shows for a pod: the phase refined by container states and deletion."""
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
+    spec = _dict(pod.get("spec"))
+    status = _dict(pod.get("status"))
     reason = status.get("reason") or status.get("phase") or ""
     for cond in _list(status.get("conditions")):
         if (
@@ -248,7 +252,7 @@ def pod_status(pod: Obj) -> str:
     for index, cs in enumerate(_list(status.get("initContainerStatuses"))):
         if not isinstance(cs, dict):
             continue
-        state = cs.get("state") or {}
+        state = _dict(cs.get("state"))
         terminated = state.get("terminated")
         waiting = state.get("waiting")
         if isinstance(terminated, dict) and terminated.get("exitCode") == 0:
@@ -273,7 +277,7 @@ def pod_status(pod: Obj) -> str:
         for cs in reversed(_list(status.get("containerStatuses"))):
             if not isinstance(cs, dict):
                 continue
-            state = cs.get("state") or {}
+            state = _dict(cs.get("state"))
             waiting, terminated = state.get("waiting"), state.get("terminated")
             if isinstance(waiting, dict) and waiting.get("reason"):
                 reason = waiting["reason"]
@@ -298,8 +302,8 @@ def pod_status(pod: Obj) -> str:
 
 
 def _pod_ready(pod: Obj) -> str:
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
+    spec = _dict(pod.get("spec"))
+    status = _dict(pod.get("status"))
     sidecars = {
         c.get("name")
         for c in _list(spec.get("initContainers"))
@@ -317,7 +321,7 @@ def _pod_ready(pod: Obj) -> str:
 
 
 def _pod_restarts(pod: Obj, now: float) -> str:
-    status = pod.get("status") or {}
+    status = _dict(pod.get("status"))
     restarts = 0
     last: float | None = None
     for cs in _list(status.get("containerStatuses")) + _list(status.get("initContainerStatuses")):
@@ -333,8 +337,8 @@ def _pod_restarts(pod: Obj, now: float) -> str:
 
 
 def _pod_cells(pod: Obj, now: float) -> list[Any]:
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
+    spec = _dict(pod.get("spec"))
+    status = _dict(pod.get("status"))
     gates = _list(spec.get("readinessGates"))
     gate_cell = _NONE
     if gates:
@@ -413,7 +417,7 @@ def node_status(node: Obj) -> str:
 
 def _node_roles(node: Obj) -> str:
     roles: set[str] = set()
-    for key, value in (_meta(node).get("labels") or {}).items():
+    for key, value in _dict(_meta(node).get("labels")).items():
         if key.startswith("node-role.kubernetes.io/"):
             role = key.removeprefix("node-role.kubernetes.io/")
             if role:
@@ -431,7 +435,7 @@ def _node_address(node: Obj, kind: str) -> str:
 
 
 def _node_cells(node: Obj, now: float) -> list[Any]:
-    info = _dig(node, "status", "nodeInfo") or {}
+    info = _dict(_dig(node, "status", "nodeInfo"))
     return [
         node_status(node),
         _node_roles(node),
@@ -478,7 +482,7 @@ def format_selector(selector: Any) -> str:
     """A LabelSelector as its string form (matchLabels, then matchExpressions)."""
     if not isinstance(selector, dict):
         return _NONE
-    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    parts = [f"{k}={v}" for k, v in sorted(_dict(selector.get("matchLabels")).items())]
     for expr in _list(selector.get("matchExpressions")):
         if not isinstance(expr, dict):
             continue
@@ -502,7 +506,7 @@ _WIDE_WORKLOAD = (
 
 
 def _deployment_cells(obj: Obj, now: float) -> list[Any]:
-    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    spec, status = _dict(obj.get("spec")), _dict(obj.get("status"))
     names, images = _containers(obj)
     return [
         f"{_int(status.get('readyReplicas'))}/{_int(spec.get('replicas', 1))}",
@@ -543,7 +547,7 @@ _DEPLOYMENT = KindPrinter(
 
 
 def _replicaset_cells(obj: Obj, now: float) -> list[Any]:
-    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    spec, status = _dict(obj.get("spec")), _dict(obj.get("status"))
     names, images = _containers(obj)
     return [
         _int(spec.get("replicas", 1)),
@@ -570,7 +574,7 @@ _REPLICASET = KindPrinter(
 
 
 def _statefulset_cells(obj: Obj, now: float) -> list[Any]:
-    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    spec, status = _dict(obj.get("spec")), _dict(obj.get("status"))
     names, images = _containers(obj)
     return [
         f"{_int(status.get('readyReplicas'))}/{_int(spec.get('replicas', 1))}",
@@ -604,7 +608,7 @@ def job_status(job: Obj) -> str:
 
 
 def _job_cells(job: Obj, now: float) -> list[Any]:
-    spec, status = job.get("spec") or {}, job.get("status") or {}
+    spec, status = _dict(job.get("spec")), _dict(job.get("status"))
     succeeded = _int(status.get("succeeded"))
     completions = spec.get("completions")
     parallelism = _int(spec.get("parallelism", 1))
@@ -648,7 +652,7 @@ _JOB = KindPrinter(
 
 
 def _pdb_cells(obj: Obj, now: float) -> list[Any]:
-    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    spec, status = _dict(obj.get("spec")), _dict(obj.get("status"))
     min_available = spec.get("minAvailable")
     max_unavailable = spec.get("maxUnavailable")
     return [
@@ -679,7 +683,7 @@ _PDB = KindPrinter(
 
 
 def _configmap_cells(obj: Obj, now: float) -> list[Any]:
-    count = len(obj.get("data") or {}) + len(obj.get("binaryData") or {})
+    count = len(_dict(obj.get("data"))) + len(_dict(obj.get("binaryData")))
     return [count, age(_meta(obj).get("creationTimestamp"), now)]
 
 
@@ -689,7 +693,7 @@ _CONFIGMAP = KindPrinter(
 
 
 def _secret_cells(obj: Obj, now: float) -> list[Any]:
-    count = len(obj.get("data") or {}) + len(obj.get("stringData") or {})
+    count = len(_dict(obj.get("data"))) + len(_dict(obj.get("stringData")))
     return [obj.get("type") or "Opaque", count, age(_meta(obj).get("creationTimestamp"), now)]
 
 
@@ -717,7 +721,7 @@ def _service_ports(spec: Obj) -> str:
 
 
 def _service_external(obj: Obj) -> str:
-    spec = obj.get("spec") or {}
+    spec = _dict(obj.get("spec"))
     ips = [str(ip) for ip in _list(spec.get("externalIPs"))]
     if spec.get("type") == "ExternalName":
         return str(spec.get("externalName") or _NONE)
@@ -730,8 +734,8 @@ def _service_external(obj: Obj) -> str:
 
 
 def _service_cells(obj: Obj, now: float) -> list[Any]:
-    spec = obj.get("spec") or {}
-    selector = spec.get("selector") or {}
+    spec = _dict(obj.get("spec"))
+    selector = _dict(spec.get("selector"))
     return [
         spec.get("type") or "ClusterIP",
         _or_none(spec.get("clusterIP")),
@@ -788,12 +792,12 @@ def _event_time(event: Obj, *keys: str) -> float | None:
 
 
 def _event_cells(event: Obj, now: float) -> list[Any]:
-    involved = event.get("involvedObject") or {}
+    involved = _dict(event.get("involvedObject"))
     last = _event_time(event, "series", "lastTimestamp", "eventTime")
     first = _event_time(event, "firstTimestamp", "eventTime")
     if last is None:
         last = parse_timestamp(_meta(event).get("creationTimestamp"))
-    source = event.get("source") or {}
+    source = _dict(event.get("source"))
     source_text = event.get("reportingComponent") or source.get("component") or ""
     if source.get("host"):
         source_text = f"{source_text}, {source['host']}"
@@ -844,7 +848,7 @@ _EVENT = KindPrinter(
 def claim_state(claim: Obj) -> str:
     if _meta(claim).get("deletionTimestamp"):
         return "deleted"
-    status = claim.get("status") or {}
+    status = _dict(claim.get("status"))
     if not status.get("allocation"):
         return "pending"
     return "allocated,reserved" if _list(status.get("reservedFor")) else "allocated"
@@ -865,7 +869,7 @@ _CLAIM = KindPrinter(
 
 
 def _slice_cells(obj: Obj, now: float) -> list[Any]:
-    spec = obj.get("spec") or {}
+    spec = _dict(obj.get("spec"))
     return [
         _or_none(spec.get("nodeName")),
         spec.get("driver", ""),
@@ -887,9 +891,9 @@ _SLICE = KindPrinter(
 
 
 def _taint_rule_cells(obj: Obj, now: float) -> list[Any]:
-    spec = obj.get("spec") or {}
-    selector = spec.get("deviceSelector") or {}
-    taint = spec.get("taint") or {}
+    spec = _dict(obj.get("spec"))
+    selector = _dict(spec.get("deviceSelector"))
+    taint = _dict(spec.get("taint"))
     return [
         _or_none(selector.get("driver")),
         _or_none(selector.get("pool")),
@@ -912,7 +916,7 @@ _TAINT_RULE = KindPrinter(
 )
 
 
-_PRINTERS: dict[str, KindPrinter] = {
+PRINTERS: dict[str, KindPrinter] = {  # by store key
     "pods": _POD,
     "nodes": _NODE,
     "namespaces": _NAMESPACE,
@@ -1047,7 +1051,7 @@ def printer_for(info: ResourceInfo, version: str, crd: Obj | None = None) -> Kin
     """The printer for a resource; `crd` is the CustomResourceDefinition of a custom resource."""
     if info.custom:
         return crd_printer(crd, version)
-    return _PRINTERS.get(info.key, _DEFAULT)
+    return PRINTERS.get(info.key, _DEFAULT)
 
 
 # ---- tables ---------------------------------------------------------------------------------------

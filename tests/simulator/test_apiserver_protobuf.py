@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 import urllib3
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.apiserver import protobuf
 from simulator.apiserver.errors import ApiError
@@ -183,3 +185,15 @@ def test_protobuf_create_over_http(cluster: ServedCluster) -> None:
         headers=PROTOBUF_HEADERS,
     )
     assert refused.status == 415 and json.loads(refused.data)["reason"] == "UnsupportedMediaType"
+
+
+@settings(max_examples=400, deadline=None)
+@given(tail=st.binary(max_size=200), kind=st.sampled_from(sorted(protobuf.KINDS)))
+def test_any_bytes_decode_or_get_a_status(tail: bytes, kind: tuple[str, str]) -> None:
+    for body in (protobuf.MAGIC + tail, envelope(kind[0], kind[1], tail)):
+        try:
+            decoded = protobuf.decode_body(body)
+        except ApiError as err:
+            assert err.code in (400, 415)
+        else:
+            assert isinstance(decoded, dict) and "kind" in decoded

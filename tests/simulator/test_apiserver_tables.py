@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import urllib3
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.apiserver import tables
 from simulator.apiserver.errors import ApiError
@@ -429,3 +431,79 @@ def test_tables_over_http(cluster: ServedCluster) -> None:
     events = [json.loads(line) for line in watched.data.splitlines() if line.strip()]
     assert events and events[0]["type"] == "ADDED"
     assert events[0]["object"]["kind"] == "Table" and events[0]["object"]["rows"][0]["cells"][0] == "c1"
+
+
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 5)
+    | st.sampled_from(["", "True", "Ready", "x", "2026-01-01T00:00:00Z"]),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "metadata",
+                    "spec",
+                    "status",
+                    "name",
+                    "state",
+                    "running",
+                    "waiting",
+                    "terminated",
+                    "reason",
+                    "type",
+                    "status",
+                    "conditions",
+                    "containerStatuses",
+                    "initContainerStatuses",
+                    "containers",
+                    "initContainers",
+                    "labels",
+                    "ports",
+                    "selector",
+                    "template",
+                    "replicas",
+                    "completions",
+                    "taint",
+                    "deviceSelector",
+                    "involvedObject",
+                    "series",
+                    "source",
+                    "creationTimestamp",
+                    "deletionTimestamp",
+                    "allocation",
+                    "reservedFor",
+                    "restartCount",
+                    "lastState",
+                    "finishedAt",
+                    "nodeInfo",
+                    "addresses",
+                    "data",
+                    "readinessGates",
+                    "matchLabels",
+                    "matchExpressions",
+                    "spec",
+                ]
+            ),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    obj=st.dictionaries(
+        st.sampled_from(["metadata", "spec", "status", "data", "type"]), _json_values, max_size=4
+    )
+)
+def test_printers_never_fail_on_odd_objects(obj: dict[str, Any]) -> None:
+    # Objects the fleet writes skip validation: a malformed one must print, not fail the whole list.
+    printers = [*tables.PRINTERS.values(), tables.printer_for(info_from_crd(CRD), "v1alpha1", CRD)]
+    printers.append(tables.printer_for(Registry().get("deviceclasses.resource.k8s.io"), "v1"))
+    for printer in printers:
+        row = tables.table_row(printer, obj, tables.TableRequest(include_object="Object"), NOW)
+        assert len(row["cells"]) == len(printer.columns)
