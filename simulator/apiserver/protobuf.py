@@ -1,7 +1,7 @@
 """Request bodies in the Kubernetes protobuf encoding, decoded into the JSON shape the store takes.
 
-kubectl's typed commands (`create namespace|configmap|secret|deployment|job`, `run`, the
-evictions of `drain`) send `Content-Type: application/vnd.kubernetes.protobuf`: the 4-byte magic
+kubectl's typed commands (`create namespace|configmap|secret|deployment|job|pdb|service`, `run`,
+the evictions of `drain`) send `Content-Type: application/vnd.kubernetes.protobuf`: the 4-byte magic
 `k8s\\x00`, then a `runtime.Unknown` message (1: typeMeta {1: apiVersion, 2: kind}, 2: raw,
 3: contentEncoding, 4: contentType) whose `raw` is the object's own message. This module is a
 small hand-written decoder of the protobuf wire format plus a table of the messages those
@@ -166,6 +166,34 @@ _MESSAGES: dict[str, dict[int, Field]] = {
         9: ("completionMode", "s?"),
         10: ("suspend", "b?"),
     },
+    "PodDisruptionBudget": {
+        1: ("metadata", "ObjectMeta"),
+        2: ("spec", "PodDisruptionBudgetSpec"),
+        3: ("status", "drop"),
+    },
+    "PodDisruptionBudgetSpec": {
+        1: ("minAvailable", "ios"),
+        2: ("selector", "LabelSelector"),
+        3: ("maxUnavailable", "ios"),
+        4: ("unhealthyPodEvictionPolicy", "s?"),
+    },
+    "Service": {1: ("metadata", "ObjectMeta"), 2: ("spec", "ServiceSpec"), 3: ("status", "drop")},
+    "ServiceSpec": {
+        1: ("ports", "[ServicePort]"),
+        2: ("selector", "map:s"),
+        3: ("clusterIP", "s"),
+        4: ("type", "s"),
+        5: ("externalIPs", "[s]"),
+        7: ("sessionAffinity", "s"),
+        10: ("externalName", "s"),
+    },
+    "ServicePort": {
+        1: ("name", "s"),
+        2: ("protocol", "s"),
+        3: ("port", "i"),
+        4: ("targetPort", "ios"),
+        5: ("nodePort", "i"),
+    },
     "Eviction": {1: ("metadata", "ObjectMeta"), 2: ("deleteOptions", "DeleteOptions")},
     "DeleteOptions": {
         1: ("gracePeriodSeconds", "i?"),
@@ -184,6 +212,8 @@ KINDS: dict[tuple[str, str], str] = {
     ("v1", "Pod"): "Pod",
     ("apps/v1", "Deployment"): "Deployment",
     ("batch/v1", "Job"): "Job",
+    ("v1", "Service"): "Service",
+    ("policy/v1", "PodDisruptionBudget"): "PodDisruptionBudget",
     ("policy/v1", "Eviction"): "Eviction",
 }
 """The kinds whose protobuf bodies are decoded: what kubectl's typed commands send."""

@@ -114,6 +114,35 @@ def test_pointer_fields_keep_zero_and_int_or_string() -> None:
     assert deployment["spec"]["template"]["spec"]["containers"][0]["ports"] == [{"containerPort": 8080}]
 
 
+def test_pdb_and_service_as_kubectl_create_sends_them() -> None:
+    meta = encode_field(1, encode_field(1, "budget") + encode_field(3, "default"))
+    selector = encode_field(1, encode_field(1, "app") + encode_field(2, "x"))
+    spec = encode_field(1, encode_field(2, 1)) + encode_field(2, selector)
+    pdb = protobuf.decode_body(
+        envelope("policy/v1", "PodDisruptionBudget", meta + encode_field(2, spec) + encode_field(3, b""))
+    )
+    assert pdb["spec"] == {"minAvailable": 1, "selector": {"matchLabels": {"app": "x"}}}
+    port = (
+        encode_field(1, "80-http")
+        + encode_field(2, "TCP")
+        + encode_field(3, 80)
+        + encode_field(4, encode_field(1, 1) + encode_field(3, "http"))
+    )
+    svc_spec = (
+        encode_field(1, port)
+        + encode_field(2, encode_field(1, "app") + encode_field(2, "lb"))
+        + encode_field(4, "LoadBalancer")
+    )
+    service = protobuf.decode_body(
+        envelope("v1", "Service", encode_field(1, encode_field(1, "lb")) + encode_field(2, svc_spec))
+    )
+    assert service["spec"] == {
+        "ports": [{"name": "80-http", "protocol": "TCP", "port": 80, "targetPort": "http"}],
+        "selector": {"app": "lb"},
+        "type": "LoadBalancer",
+    }
+
+
 def test_secret_data_is_base64() -> None:
     meta = encode_field(1, encode_field(1, "s"))
     entry = encode_field(2, encode_field(1, "pw") + encode_field(2, b"\x00secret"))
@@ -147,7 +176,7 @@ def test_unknown_field_with_data_is_refused_but_zero_is_ignored() -> None:
 @pytest.mark.parametrize(
     ("body", "code"),
     [
-        (envelope("v1", "Service", b""), 415),
+        (envelope("v1", "ReplicationController", b""), 415),
         (
             protobuf.MAGIC
             + encode_field(1, encode_field(1, "v1") + encode_field(2, "ConfigMap"))
@@ -181,7 +210,7 @@ def test_protobuf_create_over_http(cluster: ServedCluster) -> None:
     refused = http.request(
         "POST",
         f"{cluster.url}/api/v1/namespaces",
-        body=envelope("v1", "Service", b""),
+        body=envelope("v1", "Binding", b""),
         headers=PROTOBUF_HEADERS,
     )
     assert refused.status == 415 and json.loads(refused.data)["reason"] == "UnsupportedMediaType"
