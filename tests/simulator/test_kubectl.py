@@ -4,9 +4,10 @@ Aspects: `get pods -A` prints server-side columns (READY, STATUS, RESTARTS, AGE;
 `get nodes` shows Ready and, after `cordon`, SchedulingDisabled; a CRD's additionalPrinterColumns
 are printed for its custom resources; `apply -f`, `create -f` and `replace -f` validate without
 `--validate=false` (kubectl reads the OpenAPI v3 documents and leaves field validation to the
-server) and a manifest with an unknown field is refused, creating nothing; `create namespace|configmap|job`
-and `run` (protobuf bodies) store what kubectl sent; `explain pod.spec` describes
-the 1.37 schema. Each kubectl runs with its own HOME so no discovery cache is shared.
+server) and a manifest with an unknown field is refused, creating nothing;
+`create namespace|configmap|job|pdb` and `run` (protobuf bodies) store what kubectl sent;
+`explain pod.spec` describes the 1.37 schema. Each kubectl runs with its own HOME (no shared
+discovery cache).
 """
 
 from __future__ import annotations
@@ -220,6 +221,9 @@ def test_create_namespace_and_configmap(
     kubectl("create", "job", "once", "-n", namespace, "--image=busybox", "--", "sh", "-c", "echo hi")
     job = json.loads(kubectl("get", "job", "once", "-n", namespace, "-o", "json").stdout)
     assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["sh", "-c", "echo hi"]
+    kubectl("create", "pdb", "budget", "-n", namespace, "--selector=app=solo", "--min-available=1")
+    budget = _table(kubectl("get", "pdb", "budget", "-n", namespace).stdout)[0]
+    assert (budget["MIN AVAILABLE"], budget["MAX UNAVAILABLE"]) == ("1", "N/A")
     kubectl("run", "solo", "-n", namespace, "--image=busybox", "--restart=Never", "--", "sleep", "1")
     pods = {r["NAME"]: r for r in _table(kubectl("get", "pods", "-n", namespace).stdout)}
     assert pods["solo"]["READY"].endswith("/1") and pods["solo"]["STATUS"]
