@@ -7,7 +7,8 @@ Lists and watch events are written from the stored bytes without parsing them. E
 becomes a `Status` body with the code a real apiserver sends; no input crashes a handler.
 
 Deviations from a real apiserver, on purpose: no server-side apply (415), no dryRun (400),
-no protobuf or Table output (JSON only), no admission beyond schema validation, deleting a
+no protobuf output (JSON only; Tables and protobuf request bodies are `tables.py` and `protobuf.py`),
+no admission beyond schema validation, deleting a
 namespace does not cascade, pods are deleted without graceful termination, PUT without
 metadata.resourceVersion is an unconditional update for every resource, and a list or watch
 from a resourceVersion newer than the store's is answered 504 ResourceVersionTooLarge at once
@@ -29,9 +30,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from simulator.apiserver import openapi, protobuf, tables
 from simulator.apiserver.errors import ApiError, bad_request, conflict, not_found
 from simulator.apiserver.list_options import ContinueExpired, ContinueToken, check_watch, read_at
-from simulator.apiserver.resources import ResourceInfo
+from simulator.apiserver.resources import CRD_KEY, ResourceInfo
 from simulator.apiserver.selectors import parse_field_selector, parse_label_selector
 from simulator.apiserver.store import Entry, Store, Watch
 
@@ -71,6 +73,7 @@ class OpenWatches:
 
 
 WATCHES: web.AppKey[OpenWatches] = web.AppKey("gpuhealth_sim_watches", OpenWatches)
+OPENAPI: web.AppKey[openapi.OpenApiDocs] = web.AppKey("gpuhealth_sim_openapi", openapi.OpenApiDocs)
 
 
 def create_app(
@@ -89,6 +92,7 @@ def create_app(
     app[STORE] = store
     app[SETTINGS] = settings
     app[WATCHES] = OpenWatches()
+    app[OPENAPI] = openapi.OpenApiDocs(store.kubernetes_version.info()["gitVersion"])
     app.router.add_route("*", "/version", _wrap(_version))
     app.router.add_route("*", "/version/", _wrap(_version))
     app.router.add_route("*", "/api", _wrap(_api_versions))
@@ -97,6 +101,16 @@ def create_app(
     app.router.add_route("*", "/apis/", _wrap(_api_groups))
     for probe in ("/healthz", "/livez", "/readyz"):
         app.router.add_route("GET", probe, _ok)
+    app.router.add_route(
+        "*", "/openapi/v2", _wrap_raw(lambda r: r.app[OPENAPI].serve_v2(r.app[STORE], _accept(r)))
+    )
+    app.router.add_route(
+        "*",
+        "/openapi/v3{path:(/.*)?}",
+        _wrap_raw(
+            lambda r: r.app[OPENAPI].serve_v3(r.app[STORE], r.match_info["path"].strip("/"), _accept(r))
+        ),
+    )
     app.router.add_route("*", "/api/{path:.+}", _core)
     app.router.add_route("*", "/apis/{path:.+}", _named_group)
     app.on_shutdown.append(_close_watches)
@@ -166,6 +180,19 @@ def _wrap(fn: Callable[[web.Request], dict[str, Any]]) -> Callable[[web.Request]
     return handler
 
 
+def _wrap_raw(fn: Callable[[web.Request], bytes]) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handler(request: web.Request) -> web.Response:
+        if request.method != "GET":
+            raise ApiError(405, "MethodNotAllowed", f"the server does not allow the method {request.method}")
+        return _raw(fn(request))
+
+    return handler
+
+
+def _accept(request: web.Request) -> str | None:
+    return request.headers.get("Accept")
+
+
 def _json(body: Any, status: int = 200) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(body), content_type=_JSON)
 
@@ -215,8 +242,9 @@ def _resource_list(store: Store, group: str, version: str) -> dict[str, Any]:
         }
         if info.short_names:
             entry["shortNames"] = list(info.short_names)
-        if info.categories:
-            entry["categories"] = list(info.categories)
+        categories = [*info.categories, *(["all"] if info.key in tables.CATEGORY_ALL else [])]
+        if categories:
+            entry["categories"] = list(dict.fromkeys(categories))
         resources.append(entry)
         if info.has_status:
             resources.append(
@@ -344,13 +372,42 @@ async def _serve(request: web.Request, target: Target) -> web.StreamResponse:
     elif target.subresource is not None or method not in ("GET", "PUT", "PATCH", "DELETE"):
         raise _method_not_allowed(method, target.info.plural)
     if method == "GET":
+        table = _table(request, target)
         entry = request.app[STORE].get_entry(target.info.key, target.name, target.namespace)
+        if table is not None:
+            return _json(table.render([orjson.loads(_versioned(entry.data, target))], {}))
         return _raw(_versioned(entry.data, target))
     if method == "PUT":
         return await _update(request, target)
     if method == "PATCH":
         return await _patch(request, target)
     return await _delete(request, target)
+
+
+@dataclass(frozen=True)
+class _TableOutput:
+    """A Table response was negotiated (kubectl get): how to print the target's objects now."""
+
+    request: tables.TableRequest
+    printer: tables.KindPrinter
+    now: float
+
+    def render(self, objects: list[dict[str, Any]], list_meta: dict[str, Any]) -> dict[str, Any]:
+        return tables.render_table(self.printer, objects, self.request, now=self.now, list_meta=list_meta)
+
+
+def _table(request: web.Request, target: Target) -> _TableOutput | None:
+    """The Table output the Accept header asks for, or None for plain JSON (406 when neither fits)."""
+    table = tables.table_request(request.headers.get("Accept"), request.query.get("includeObject"))
+    if table is None:
+        return None
+    store = request.app[STORE]
+    crd = None
+    if target.info.custom:
+        with contextlib.suppress(ApiError):
+            crd = store.get(CRD_KEY, target.info.key)
+    printer = tables.printer_for(target.info, target.version, crd)
+    return _TableOutput(table, printer, store.clock.now())
 
 
 def _truthy(value: str | None) -> bool:
@@ -395,6 +452,7 @@ async def _list(request: web.Request, target: Target) -> web.StreamResponse:
     store = request.app[STORE]
     info = target.info
     query = request.query
+    table = _table(request, target)
     limit = _int_param(request, "limit")
     read = read_at(query, store.resource_version)
     try:
@@ -423,6 +481,8 @@ async def _list(request: web.Request, target: Target) -> web.StreamResponse:
                 meta["remainingItemCount"] = len(entries) - limit
         entries = entries[:limit]
     meta["resourceVersion"] = rv
+    if table is not None:
+        return _json(table.render([orjson.loads(_versioned(e.data, target)) for e in entries], meta))
     head = orjson.dumps(
         {"kind": info.list_kind(), "apiVersion": info.api_version(target.version), "metadata": meta}
     )
@@ -461,6 +521,7 @@ async def _watch(request: web.Request, target: Target) -> web.StreamResponse:
     # Parse selectors before committing to a 200 stream, so bad ones get a plain 400.
     parse_label_selector(query.get("labelSelector"))
     parse_field_selector(query.get("fieldSelector"), target.info.selectable_fields)
+    table = _table(request, target)
     response = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
     response.enable_chunked_encoding()
     try:
@@ -506,7 +567,7 @@ async def _watch(request: web.Request, target: Target) -> web.StreamResponse:
                 continue
             if item is None:
                 break
-            chunk = [_event_line(item, target)]
+            chunk = [_event_line(item, target, table)]
             size = len(chunk[0])
             # Batch what is ready already: one write per chunk, not per event, for big initial lists;
             # a batch of initial events stops where they end, for the initial-events-end bookmark.
@@ -519,7 +580,7 @@ async def _watch(request: web.Request, target: Target) -> web.StreamResponse:
                 more = await watch.next_entry()
                 if more is None:
                     break
-                line = _event_line(more, target)
+                line = _event_line(more, target, table)
                 chunk.append(line)
                 size += len(line)
             await response.write(b"".join(chunk))
@@ -533,9 +594,13 @@ async def _watch(request: web.Request, target: Target) -> web.StreamResponse:
     return response
 
 
-def _event_line(item: tuple[str, Entry], target: Target) -> bytes:
+def _event_line(item: tuple[str, Entry], target: Target, table: _TableOutput | None = None) -> bytes:
     etype, entry = item
-    return b'{"type":"' + etype.encode() + b'","object":' + _versioned(entry.data, target) + b"}\n"
+    data = _versioned(entry.data, target)
+    if table is not None:
+        # kubectl get -w: each event's object is a one-row Table (columns repeated; kubectl prints them once).
+        data = orjson.dumps(table.render([orjson.loads(data)], {"resourceVersion": str(entry.rv)}))
+    return b'{"type":"' + etype.encode() + b'","object":' + data + b"}\n"
 
 
 def _bookmark(target: Target, rv: int, *, initial_end: bool = False) -> bytes:
@@ -551,6 +616,8 @@ def _bookmark(target: Target, rv: int, *, initial_end: bool = False) -> bytes:
 
 async def _body(request: web.Request, *, patch: bool = False) -> Any:
     content_type = request.headers.get("Content-Type", _JSON).split(";", 1)[0].strip().lower()
+    if content_type == protobuf.PROTOBUF and not patch:
+        return protobuf.decode_body(await request.read())
     if not patch and content_type and "json" not in content_type:
         raise ApiError(
             415,
