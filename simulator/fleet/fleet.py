@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from gpuhealth.clock import Clock
 from simulator.apiserver.store import format_timestamp
 from simulator.fleet import objects
+from simulator.fleet.checkpoint_agent import CheckpointAgent
 from simulator.fleet.device_plugin import DevicePlugin
 from simulator.fleet.dra_driver import DraDriver
 from simulator.fleet.events import FaultApplied, FleetEvent
@@ -33,6 +34,7 @@ from simulator.fleet.health import Gpu
 from simulator.fleet.job_controller import JobController
 from simulator.fleet.kubelet import Kubelet
 from simulator.fleet.node_lifecycle import NodeLifecycleController
+from simulator.fleet.pod_runner import PodRunner
 from simulator.fleet.scheduler import Scheduler
 from simulator.fleet.state import DeviceDriver, PendingPod, SimNode, SimPod
 from simulator.fleet.timeline import Timeline
@@ -82,7 +84,15 @@ class Fleet:
         self.kubelet = Kubelet(
             store, settings, timers, self.nodes, self.pods, drivers, pod_status, self._emit,
             pod_finished=lambda _pod: self.jobs.update(),
+            synced=lambda node: self.pod_runner.node_synced(node),
         )  # fmt: skip
+        self.checkpoints = CheckpointAgent(store, timers)
+        self.pod_runner = PodRunner(
+            store, settings, timers, self.nodes, self.pods, self.pending, drivers, pod_status,
+            self.checkpoints, self.kubelet.allocated,
+        )  # fmt: skip
+        # Deleting a pod of a simulated node is graceful: its kubelet stops it, then removes it.
+        store.pod_runs = self.pod_runner.runs
         self.device_plugin = DevicePlugin(self.kubelet.push)
         self.dra_driver = DraDriver(store, settings, timers.wall, rng, self.kubelet.push)
         drivers[DEVICE_PLUGIN] = self.device_plugin
@@ -238,6 +248,8 @@ class Fleet:
                     etype, entry = item
                     if etype == "DELETED":
                         self.pod_deleted(entry.namespace, entry.name)
+                    else:
+                        self.pod_runner.observe(etype, entry)
             finally:
                 watch.close()
                 self._pod_watch = None
@@ -250,6 +262,7 @@ class Fleet:
         for key in [k for k in self.pods if k not in present]:
             namespace, name = key.split("/", 1)
             self.pod_deleted(namespace, name)
+        self.pod_runner.resync(entries)
 
     def pod_deleted(self, namespace: str, name: str) -> None:
         """A pod of the fleet is gone from the API."""
@@ -260,7 +273,9 @@ class Fleet:
         if pod is None:
             return
         self.kubelet.forget(pod)
-        self.jobs.pod_gone(pod)
+        self.pod_runner.gone(pod)
+        if not pod.api:
+            self.jobs.pod_gone(pod)
 
     # ------------------------------------------------------------------ faults and views
 
@@ -310,4 +325,5 @@ class Fleet:
             "pods": len(self.pods),
             "timeline": {"applied": done, "total": total},
             "faultsApplied": [{"time": round(a.time, 3), **a.fault.to_json()} for a in self.applied],
+            "jobs": self.checkpoints.status(),
         }
