@@ -4,6 +4,8 @@
 `pending`), builds the fleet a scenario describes and hands each component what it writes:
 
 - `Kubelet` (`kubelet`): Node registration, Leases, pod status and allocatedResourcesStatus;
+- `PodRunner` (`pod_runner`): the kubelets' pod workers: pods bound through the API, graceful
+  deletion of every pod; `CheckpointAgent` (`checkpoint_agent`): the workloads' checkpoints;
 - `DevicePlugin` (`device_plugin`) and `DraDriver` (`dra_driver`): devices and their health;
 - `Scheduler` (`scheduler`): where pods go, binding and claim allocation;
 - `JobController` (`job_controller`): the workloads' Jobs, replacements of deleted pods;

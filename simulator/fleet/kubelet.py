@@ -6,7 +6,8 @@ DRA driver says of each allocated device (`DeviceDriver.health`), readiness, a f
 pod's Succeeded phase. A health change pushed over a driver's stream is synced promptly;
 the periodic sync is where a DRA report older than the timeout becomes Unknown. On
 device-plugin nodes it lowers the node's allocatable `nvidia.com/gpu` by the devices not
-Healthy. A stopped or partitioned kubelet writes nothing.
+Healthy. A stopped or partitioned kubelet writes nothing. Running pods that arrive through
+the API and stopping deleted pods are its pod workers' part (`pod_runner`).
 """
 
 from __future__ import annotations
