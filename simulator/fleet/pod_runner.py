@@ -602,6 +602,8 @@ class PodRunner:
         now = self._timers.now()
         for slot in sim.slots:
             gpu = node.gpus[slot.gpu]
+            if gpu.uuid != run.spec.probe_device:
+                return 1  # DRA: the claim got another device than the one the probe was meant for
             if gpu.lost or driver.health(node, gpu, now)[0] != HEALTHY:
                 return 1
             if any(
