@@ -7,6 +7,9 @@ once the kubelet has stopped it; the kubelet's Events are listed through the API
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
 from typing import Any
 
 import pytest
@@ -70,3 +73,15 @@ def test_a_client_pod_runs_and_terminates_gracefully() -> None:
         wait_until("the pod gone", gone, timeout=20)
         reasons = [e.reason for e in core.list_namespaced_event("default").items]
         assert {"Pulled", "Created", "Started", "Killing"} <= set(reasons)
+
+        # gracePeriodSeconds in the query: refused when not a number, 0 removes the pod at once.
+        core.create_namespaced_pod("default", pod)
+        wait_until("the pod Running again", running, timeout=20)
+        url = f"{cluster.url}/api/v1/namespaces/default/pods/client?gracePeriodSeconds="
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(url + "soon", method="DELETE"))
+        assert refused.value.code == 400
+        assert "gracePeriodSeconds" in json.loads(refused.value.read())["message"]
+        with urllib.request.urlopen(urllib.request.Request(url + "0", method="DELETE")) as resp:
+            assert resp.status == 200
+        assert gone()
