@@ -235,6 +235,8 @@ class _Run:
     restarts: int = 0
     started_wall: float = 0.0
     terminating: bool = False
+    grace: float = 0.0
+    """Seconds of the grace period the kubelet is honouring (a later, shorter one replaces it)."""
 
 
 class PodRunner:
@@ -694,11 +696,14 @@ class PodRunner:
         now = self._timers.now()
         grace = float(obj["metadata"].get("deletionGracePeriodSeconds") or 0)
         if run.terminating:
-            deadline = now + grace  # a shorter grace period came: the kill comes sooner
-            run.token += 1
-            self._timers.at(deadline, self._kill, run, run.token, KILLED_EXIT_CODE)
+            # Any later change of the pod comes here too; only a shorter grace period matters.
+            if grace < run.grace:
+                run.grace = grace
+                self._timers.at(now + grace, self._kill, run, run.token, KILLED_EXIT_CODE)
+                self._timers.wake()
             return
         run.terminating = True
+        run.grace = grace
         run.token += 1
         for c in run.spec.containers:
             self._event(obj, node, "Killing", f"Stopping container {c['name']}", container=c["name"])

@@ -45,7 +45,13 @@ async def test_a_running_pod_is_terminating_for_its_grace_period_then_removed(
     assert etype == "MODIFIED" and entry is not None
     assert ("Killing", "Normal") in events(store, "slow")
     assert len(fleet.nodes["n-0"].free) == 0  # still running: devices held
-    await fleet.advance(29)
+    await fleet.advance(10)
+    # Another change to the Terminating pod does not move its deadline.
+    store.patch(
+        "pods", "slow", "default", {"metadata": {"labels": {"x": "y"}}}, "application/merge-patch+json"
+    )
+    await settle()
+    await fleet.advance(19)
     assert "slow" in names(store)
     await fleet.advance(1)
     await settle()
