@@ -91,7 +91,7 @@ class Fleet:
         self.checkpoints = CheckpointAgent(store, timers)
         self.pod_runner = PodRunner(
             store, settings, timers, self.nodes, self.pods, self.pending, drivers, pod_status,
-            self.checkpoints, self.kubelet.allocated,
+            self.checkpoints, self.kubelet.allocated, terminating=self._pod_terminating,
         )  # fmt: skip
         # Deleting a pod of a simulated node is graceful: its kubelet stops it, then removes it.
         store.pod_runs = self.pod_runner.runs
@@ -276,8 +276,19 @@ class Fleet:
             return
         self.kubelet.forget(pod)
         self.pod_runner.gone(pod)
-        if not pod.api:
+        if not pod.api and not pod.replaced:
             self.jobs.pod_gone(pod)
+
+    def _pod_terminating(self, pod: SimPod) -> None:
+        """A scenario pod got its deletionTimestamp: its ReplicaSet or Job replaces it now.
+
+        Both controllers count a Terminating pod as gone, so a pod whose kubelet cannot stop it
+        (stopped, partitioned) is still replaced while it lingers.
+        """
+        if pod.api or pod.replaced:
+            return
+        pod.replaced = True
+        self.jobs.pod_gone(pod)
 
     # ------------------------------------------------------------------ faults and views
 

@@ -258,6 +258,7 @@ class PodRunner:
         pod_status: PodStatusWriter,
         agent: CheckpointAgent,
         allocated: Callable[[SimPod, SimNode], list[dict[str, Any]]],
+        terminating: Callable[[SimPod], None],
     ) -> None:
         self._store = store
         self._settings = settings
@@ -269,6 +270,8 @@ class PodRunner:
         self._pod_status = pod_status
         self._agent = agent
         self._allocated = allocated
+        self._terminating = terminating
+        """Told when a pod gets its deletionTimestamp (controllers replace Terminating pods at once)."""
         self._runs: dict[str, _Run] = {}
         self._owed: dict[str, set[str]] = {}
         """Pods whose kubelet could not act (stopped, partitioned), by node: looked at again at its sync."""
@@ -682,6 +685,7 @@ class PodRunner:
         node = self._nodes.get(sim.node)
         if node is None or sim.stopped:
             return
+        self._terminating(sim)  # the controllers see it whether or not the kubelet can act
         if not node.writes:
             self._owed.setdefault(node.name, set()).add(sim.key)
             return

@@ -47,6 +47,8 @@ class SimPod:
     """Pod runner: no container running (starting, backing off): syncs leave readiness alone."""
     stopped: bool = False
     """Pod runner: containers killed for a graceful deletion, devices already freed."""
+    replaced: bool = False
+    """Fleet: its workload's controller already replaced it (it began terminating)."""
     degraded: bool = False
     """Kubelet: a device of the pod was seen not Healthy since this flag was last cleared."""
     cpu_milli: int = 4000

@@ -17,6 +17,7 @@ import pytest
 
 from simulator.apiserver.store import Store
 from simulator.fleet import Fleet
+from simulator.scenario import Fault
 from tests.simulator.test_kubelet_pods import api_pod, create, events, get, running, scenario, settle
 
 
@@ -194,3 +195,23 @@ async def test_scenario_checkpoint_fields_drive_the_agent() -> None:
         store.delete("pods", pod["metadata"]["name"], "default")
         await settle()
         assert fleet.status()["jobs"]["default/train"]["workLostSeconds"] == pytest.approx(5.0)
+
+
+async def test_a_pod_on_a_stopped_kubelet_stays_terminating_but_is_replaced() -> None:
+    data = scenario("device-plugin")
+    data["fleet"][0]["count"] = 2
+    async for fleet, store in running(data):
+        (old,) = store.list("pods")[0]
+        name = old["metadata"]["name"]
+        fleet.inject(Fault(at=fleet.now(), kind="kubelet-stop", node="n-0", duration=120.0))
+        await fleet.advance(1)
+        store.delete("pods", name, "default")
+        await settle()
+        await fleet.advance(6)
+        pods = {p["metadata"]["name"]: p for p in store.list("pods")[0]}
+        assert pods[name]["metadata"]["deletionTimestamp"]  # nobody stops it: Terminating
+        (new,) = [p for n, p in pods.items() if n != name]
+        assert new["spec"]["nodeName"] == "n-1" and new["status"]["phase"] == "Running"
+        await fleet.advance(120)  # the kubelet is back: it stops the pod and removes it
+        await settle()
+        assert name not in names(store)
