@@ -573,15 +573,10 @@ class PodRunner:
         node.last_sig = None
         for c in run.spec.containers:
             image = c.get("image", "")
-            self._event(
-                run.obj,
-                node,
-                "Pulled",
-                f'Container image "{image}" already present on machine',
-                container=c["name"],
-            )
-            self._event(run.obj, node, "Created", f"Created container: {c['name']}", container=c["name"])
-            self._event(run.obj, node, "Started", f"Started container {c['name']}", container=c["name"])
+            pulled = f'Container image "{image}" already present on machine and can be accessed by the pod'
+            self._event(run.obj, node, "Pulled", pulled, container=c["name"])
+            self._event(run.obj, node, "Created", "Container created", container=c["name"])
+            self._event(run.obj, node, "Started", "Container started", container=c["name"])
         resumed = self._agent.started(sim, run.obj["metadata"])
         if run.spec.run_seconds is not None:
             remaining = max(0.0, run.spec.run_seconds - resumed)
