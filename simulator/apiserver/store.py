@@ -865,7 +865,10 @@ class Store:
                     },
                 )
         options = (body or {}).get("deleteOptions") or {}
-        self.delete("pods", name, namespace, grace_period_seconds=options.get("gracePeriodSeconds"))
+        grace = options.get("gracePeriodSeconds") if isinstance(options, dict) else None
+        if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int)):
+            raise bad_request(f"deleteOptions.gracePeriodSeconds must be an integer, got {grace!r}")
+        self.delete("pods", name, namespace, grace_period_seconds=grace)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     def _record_budget(

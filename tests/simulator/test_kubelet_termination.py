@@ -215,3 +215,17 @@ async def test_a_pod_on_a_stopped_kubelet_stays_terminating_but_is_replaced() ->
         await fleet.advance(120)  # the kubelet is back: it stops the pod and removes it
         await settle()
         assert name not in names(store)
+
+
+async def test_an_eviction_honours_its_delete_options_grace_period(dp: tuple[Fleet, Store]) -> None:
+    fleet, store = dp
+    await create(store, api_pod("evicted", gpus=0, annotations={"sim.gpuhealth.io/stop-after": "never"}))
+    await fleet.advance(1)
+    with pytest.raises(Exception, match="gracePeriodSeconds must be an integer"):
+        store.evict("evicted", "default", {"deleteOptions": {"gracePeriodSeconds": "soon"}})
+    store.evict("evicted", "default", {"deleteOptions": {"gracePeriodSeconds": 3}})
+    await settle()
+    assert get(store, "evicted")["metadata"]["deletionGracePeriodSeconds"] == 3
+    await fleet.advance(3)
+    await settle()
+    assert "evicted" not in names(store)
