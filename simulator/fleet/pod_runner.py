@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuhealth.durations import DurationError, parse_duration
@@ -372,7 +373,10 @@ class PodRunner:
                     # Claims not allocated yet: the kubelet waits (ContainerCreating) and retries.
                     self._owed.setdefault(node.name, set()).add(sim.key)
                     return
-                slots = found
+                slots, pinned = found
+                if pinned is not None and spec.probe_device is None:
+                    # A claim pinned to one device by its uuid: the pod is that device's probe.
+                    spec = replace(spec, probe_device=pinned, run_seconds=spec.run_seconds or PROBE_SECONDS)
             else:
                 picked = self._pick_devices(node, spec)
                 if isinstance(picked, Rejection):
@@ -437,14 +441,20 @@ class PodRunner:
             )
         return tuple(usable[: spec.gpus])
 
-    def _prepare_claims(self, node: SimNode, sim: SimPod, obj: dict[str, Any]) -> tuple[Slot, ...] | None:
-        """DRA: the devices of the pod's claims as allocated (`status.allocation`); None until allocated."""
+    def _prepare_claims(
+        self, node: SimNode, sim: SimPod, obj: dict[str, Any]
+    ) -> tuple[tuple[Slot, ...], str | None] | None:
+        """DRA: the devices of the pod's claims as allocated (`status.allocation`); None until allocated.
+
+        Also the uuid of an allocated device that a claim's request selectors name: the probe's device.
+        """
         spec = obj.get("spec") or {}
         generated = {
             s.get("name"): s.get("resourceClaimName")
             for s in (obj.get("status") or {}).get("resourceClaimStatuses") or ()
         }
         slots: list[Slot] = []
+        requests: list[str] = []
         for pod_claim in spec.get("resourceClaims") or ():
             name = pod_claim.get("resourceClaimName") or generated.get(pod_claim.get("name"))
             if not name:
@@ -466,7 +476,10 @@ class PodRunner:
                 sim.claim_uid = claim["metadata"].get("uid", "")
                 sim.resource_name = self._claim_status_name(spec, pod_claim.get("name", ""))
             slots.extend(Slot(int(d.split("-", 1)[1])) for d in devices if d.startswith("gpu-"))
-        return tuple(slots)
+            requests.append(json.dumps((claim.get("spec") or {}).get("devices") or {}))
+        selectors = "\n".join(requests)
+        pinned = next((node.gpus[s.gpu].uuid for s in slots if node.gpus[s.gpu].uuid in selectors), None)
+        return tuple(slots), pinned
 
     @staticmethod
     def _claim_status_name(spec: dict[str, Any], pod_claim: str) -> str:
