@@ -24,6 +24,9 @@ DEVICE_FAULTS = frozenset(
 NODE_FAULTS = frozenset({"kubelet-stop", "node-partition", "health-stream-broken"})
 FAULT_KINDS = DEVICE_FAULTS | NODE_FAULTS | {"recover"}
 
+CHECKPOINT_AFTER = 10.0
+"""Default simulated seconds a workload's checkpoint agent takes to commit a requested checkpoint."""
+
 # XIDs the NVIDIA device plugin and DRA driver ignore by default: application errors, not hardware.
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 
@@ -85,6 +88,10 @@ class Workload:
     complete_after: float | None
     """Job pods succeed this many simulated seconds after start (then they are never updated)."""
     line: int | None = None
+    checkpoint_after: float | None = CHECKPOINT_AFTER
+    """checkpoint: annotation: simulated seconds from a checkpoint request to its commit; None: never."""
+    checkpoint_fails: bool = False
+    """checkpoint: annotation: the agent answers every request with a failure instead of a commit."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ import yaml
 from gpuhealth.durations import DurationError, parse_duration
 from simulator.model import (
     APPLICATION_XIDS,
+    CHECKPOINT_AFTER,
     DEVICE_FAULTS,
     DEVICE_PLUGIN,
     DRA,
@@ -385,6 +386,9 @@ def _workload(r: _Reader, raw: Any, index: int, groups: Mapping[str, NodeGroup])
         if kind != "Job":
             r.fail((*path, "completeAfter"), "only Jobs complete")
         complete_after = r.duration(data["completeAfter"], (*path, "completeAfter"), positive=True)
+    checkpoint, checkpoint_after, checkpoint_fails = _checkpoint(
+        r, data.get("checkpoint"), (*path, "checkpoint")
+    )
     return Workload(
         name=name,
         namespace=r.name(data.get("namespace", "default"), (*path, "namespace")),
@@ -393,7 +397,9 @@ def _workload(r: _Reader, raw: Any, index: int, groups: Mapping[str, NodeGroup])
         gpus_per_pod=r.integer(
             r.required(data, "gpusPerPod", path), (*path, "gpusPerPod"), 1, _MAX_GPUS_PER_NODE
         ),
-        checkpoint=r.choice(data.get("checkpoint", "none"), (*path, "checkpoint"), ("annotation", "none")),
+        checkpoint=checkpoint,
+        checkpoint_after=checkpoint_after,
+        checkpoint_fails=checkpoint_fails,
         topology=r.choice(data.get("topology", "fixed"), (*path, "topology"), ("fixed", "shardable")),
         path=wl_path,
         node_group=node_group,
@@ -405,6 +411,34 @@ def _workload(r: _Reader, raw: Any, index: int, groups: Mapping[str, NodeGroup])
         complete_after=complete_after,
         line=r.line(path),
     )
+
+
+_CHECKPOINT_KEYS = ("mode", "commitAfter")
+
+
+def _checkpoint(r: _Reader, raw: Any, path: _Path) -> tuple[Any, float | None, bool]:
+    """`checkpoint: annotation | none`, or `{mode: ..., commitAfter: <duration> | never | fail}`.
+
+    Returns (mode, seconds to commit or None for never, whether the agent fails instead).
+    """
+    if raw is None:
+        return "none", CHECKPOINT_AFTER, False
+    if not isinstance(raw, dict):
+        return r.choice(raw, path, ("annotation", "none")), CHECKPOINT_AFTER, False
+    data = r.mapping(raw, path, _CHECKPOINT_KEYS)
+    mode = r.choice(data.get("mode", "annotation"), (*path, "mode"), ("annotation", "none"))
+    commit = data.get("commitAfter")
+    if commit is None:
+        return mode, CHECKPOINT_AFTER, False
+    if mode == "none":
+        r.fail((*path, "commitAfter"), "only a workload with mode: annotation has a checkpoint agent")
+    if commit == "never":
+        return mode, None, False
+    if commit == "fail":
+        return mode, 0.0, True
+    if isinstance(commit, str) and not commit[:1].isdigit():
+        r.fail((*path, "commitAfter"), f"{_show(commit)} is not a duration, never or fail")
+    return mode, r.duration(commit, (*path, "commitAfter")), False
 
 
 def _device_ref(r: _Reader, raw: Any, path: _Path, nodes: Mapping[str, NodeGroup]) -> DeviceRef:

@@ -703,6 +703,21 @@ async def _delete_options(request: web.Request) -> dict[str, Any]:
     return options
 
 
+def _grace_period(request: web.Request, options: dict[str, Any]) -> int | None:
+    """DeleteOptions.gracePeriodSeconds, from the body or the query (the body wins, as real)."""
+    value: Any = options.get("gracePeriodSeconds")
+    if value is None and "gracePeriodSeconds" in request.query:
+        try:
+            value = int(request.query["gracePeriodSeconds"])
+        except ValueError:
+            raise bad_request(
+                f"invalid value for gracePeriodSeconds: {request.query['gracePeriodSeconds']!r}"
+            ) from None
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise bad_request(f"gracePeriodSeconds must be an integer, got {value!r}")
+    return value
+
+
 async def _delete(request: web.Request, target: Target) -> web.Response:
     store = request.app[STORE]
     assert target.name is not None
@@ -721,8 +736,9 @@ async def _delete(request: web.Request, target: Target) -> web.Response:
             )
         if preconditions.get("resourceVersion") not in (None, current.get("resourceVersion")):
             raise conflict(target.info.plural, target.info.group, target.name)
-    obj = store.delete(target.info.key, target.name, target.namespace)
-    pending = bool(obj["metadata"].get("finalizers"))
+    grace = _grace_period(request, options)
+    obj = store.delete(target.info.key, target.name, target.namespace, grace_period_seconds=grace)
+    pending = bool(obj["metadata"].get("finalizers") or obj["metadata"].get("deletionTimestamp"))
     if pending or target.info.key in _RETURN_DELETED or target.info.custom:
         return _json(_versioned_obj(obj, target))
     details: dict[str, Any] = {

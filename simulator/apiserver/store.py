@@ -40,7 +40,7 @@ from typing import Any
 import orjson
 
 from gpuhealth.clock import Clock
-from simulator.apiserver import disruption, kinds
+from simulator.apiserver import disruption, graceful, kinds
 from simulator.apiserver.errors import (
     ApiError,
     already_exists,
@@ -287,6 +287,8 @@ class Store:
         self._caches: dict[str, WatchCache] = {}
         self._watchers: dict[str, set[Watch]] = {}
         self._watch_queue_size = watch_queue_size
+        self.pod_runs: Callable[[dict[str, Any]], bool] | None = None
+        """Set by the simulated kubelets: whether one of them runs a pod (its DELETE is then graceful)."""
         for ns in DEFAULT_NAMESPACES:
             self.create("namespaces", {"metadata": {"name": ns}}, validate=False)
         kinds.bootstrap(self)
@@ -723,21 +725,39 @@ class Store:
             crd_info = None
         if validate:
             self._validate(info, new)
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+        # A pod in its grace period (deletionGracePeriodSeconds > 0) waits for its kubelet.
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and not meta.get("deletionGracePeriodSeconds")
+        ):
             return self._remove(info, new, old_entry).load()
         if crd_info is not None:
             self.registry.add(crd_info)
         return self._commit(info, new, MODIFIED, old_entry).load()
 
-    def delete(self, resource: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+    def delete(
+        self,
+        resource: str,
+        name: str,
+        namespace: str | None = None,
+        *,
+        grace_period_seconds: int | None = None,
+    ) -> dict[str, Any]:
         """Delete an object; with finalizers it only gets a deletionTimestamp until they are emptied.
 
-        Returns the object as last stored. Deleting a namespace does not cascade to its objects,
-        and pods go at once (no graceful termination): the simulated kubelets see them vanish.
+        Returns the object as last stored. Deleting a namespace does not cascade to its objects.
+        A pod that a simulated kubelet runs (`pod_runs`) is deleted gracefully (`graceful`).
         """
         info = self.registry.get(resource)
         old_entry = self._entry(info, name, namespace)
         obj = old_entry.load()
+        if info.key == "pods" and self.pod_runs is not None:
+            action, obj = graceful.delete_pod(obj, grace_period_seconds, self.clock.now(), self.pod_runs)
+            if action == "unchanged":
+                return obj
+            if action == "terminating":
+                return self._commit(info, obj, MODIFIED, old_entry).load()
         meta = obj["metadata"]
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):
@@ -879,7 +899,11 @@ class Store:
                         ]
                     },
                 )
-        self.delete("pods", name, namespace)
+        options = (body or {}).get("deleteOptions") or {}
+        grace = options.get("gracePeriodSeconds") if isinstance(options, dict) else None
+        if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int)):
+            raise bad_request(f"deleteOptions.gracePeriodSeconds must be an integer, got {grace!r}")
+        self.delete("pods", name, namespace, grace_period_seconds=grace)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     def _record_budget(

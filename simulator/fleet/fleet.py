@@ -4,6 +4,8 @@
 `pending`), builds the fleet a scenario describes and hands each component what it writes:
 
 - `Kubelet` (`kubelet`): Node registration, Leases, pod status and allocatedResourcesStatus;
+- `PodRunner` (`pod_runner`): the kubelets' pod workers: pods bound through the API, graceful
+  deletion of every pod; `CheckpointAgent` (`checkpoint_agent`): the workloads' checkpoints;
 - `DevicePlugin` (`device_plugin`) and `DraDriver` (`dra_driver`): devices and their health;
 - `Scheduler` (`scheduler`): where pods go, binding and claim allocation;
 - `JobController` (`job_controller`): the workloads' Jobs, replacements of deleted pods;
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from gpuhealth.clock import Clock
 from simulator.apiserver.store import format_timestamp
 from simulator.fleet import objects
+from simulator.fleet.checkpoint_agent import CheckpointAgent
 from simulator.fleet.device_plugin import DevicePlugin
 from simulator.fleet.dra_driver import DraDriver
 from simulator.fleet.events import FaultApplied, FleetEvent
@@ -33,6 +36,7 @@ from simulator.fleet.health import Gpu
 from simulator.fleet.job_controller import JobController
 from simulator.fleet.kubelet import Kubelet
 from simulator.fleet.node_lifecycle import NodeLifecycleController
+from simulator.fleet.pod_runner import PodRunner
 from simulator.fleet.scheduler import Scheduler
 from simulator.fleet.state import DeviceDriver, PendingPod, SimNode, SimPod
 from simulator.fleet.timeline import Timeline
@@ -82,7 +86,15 @@ class Fleet:
         self.kubelet = Kubelet(
             store, settings, timers, self.nodes, self.pods, drivers, pod_status, self._emit,
             pod_finished=lambda _pod: self.jobs.update(),
+            synced=lambda node: self.pod_runner.node_synced(node),
         )  # fmt: skip
+        self.checkpoints = CheckpointAgent(store, timers)
+        self.pod_runner = PodRunner(
+            store, settings, timers, self.nodes, self.pods, self.pending, drivers, pod_status,
+            self.checkpoints, self.kubelet.allocated, terminating=self._pod_terminating,
+        )  # fmt: skip
+        # Deleting a pod of a simulated node is graceful: its kubelet stops it, then removes it.
+        store.pod_runs = self.pod_runner.runs
         self.device_plugin = DevicePlugin(self.kubelet.push)
         self.dra_driver = DraDriver(store, settings, timers.wall, rng, self.kubelet.push)
         drivers[DEVICE_PLUGIN] = self.device_plugin
@@ -238,6 +250,8 @@ class Fleet:
                     etype, entry = item
                     if etype == "DELETED":
                         self.pod_deleted(entry.namespace, entry.name)
+                    else:
+                        self.pod_runner.observe(etype, entry)
             finally:
                 watch.close()
                 self._pod_watch = None
@@ -250,6 +264,7 @@ class Fleet:
         for key in [k for k in self.pods if k not in present]:
             namespace, name = key.split("/", 1)
             self.pod_deleted(namespace, name)
+        self.pod_runner.resync(entries)
 
     def pod_deleted(self, namespace: str, name: str) -> None:
         """A pod of the fleet is gone from the API."""
@@ -260,6 +275,19 @@ class Fleet:
         if pod is None:
             return
         self.kubelet.forget(pod)
+        self.pod_runner.gone(pod)
+        if not pod.api and not pod.replaced:
+            self.jobs.pod_gone(pod)
+
+    def _pod_terminating(self, pod: SimPod) -> None:
+        """A scenario pod got its deletionTimestamp: its ReplicaSet or Job replaces it now.
+
+        Both controllers count a Terminating pod as gone, so a pod whose kubelet cannot stop it
+        (stopped, partitioned) is still replaced while it lingers.
+        """
+        if pod.api or pod.replaced:
+            return
+        pod.replaced = True
         self.jobs.pod_gone(pod)
 
     # ------------------------------------------------------------------ faults and views
@@ -310,4 +338,5 @@ class Fleet:
             "pods": len(self.pods),
             "timeline": {"applied": done, "total": total},
             "faultsApplied": [{"time": round(a.time, 3), **a.fault.to_json()} for a in self.applied],
+            "jobs": self.checkpoints.status(),
         }

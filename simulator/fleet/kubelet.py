@@ -6,7 +6,8 @@ DRA driver says of each allocated device (`DeviceDriver.health`), readiness, a f
 pod's Succeeded phase. A health change pushed over a driver's stream is synced promptly;
 the periodic sync is where a DRA report older than the timeout becomes Unknown. On
 device-plugin nodes it lowers the node's allocatable `nvidia.com/gpu` by the devices not
-Healthy. A stopped or partitioned kubelet writes nothing.
+Healthy. A stopped or partitioned kubelet writes nothing. Running pods that arrive through
+the API and stopping deleted pods are its pod workers' part (`pod_runner`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Kubelet:
         pod_status: PodStatusWriter,
         emit: Emit,
         pod_finished: Callable[[SimPod], None],
+        synced: Callable[[SimNode], None] | None = None,
     ) -> None:
         self._store = store
         self._settings = settings
@@ -58,6 +60,8 @@ class Kubelet:
         self._pod_status = pod_status
         self._emit = emit
         self._pod_finished = pod_finished
+        self._synced = synced
+        """Called at each status sync of a writing node: the pod runner's work owed to the node."""
 
     # ------------------------------------------------------------------ node registration and Lease
 
@@ -115,6 +119,12 @@ class Kubelet:
             claim_statuses=claim_statuses,
         )
 
+    def allocated(self, pod: SimPod, node: SimNode) -> list[dict[str, Any]]:
+        """allocatedResourcesStatus of a pod starting now; what it renders becomes `pod.written`."""
+        rows = self._render(pod, node, self._timers.now())
+        pod.written = rows
+        return self._allocated_status(pod, rows)
+
     def _render(self, pod: SimPod, node: SimNode, now: float) -> Rows:
         driver = self._drivers[node.group.path]
         rows = []
@@ -127,7 +137,9 @@ class Kubelet:
     def _allocated_status(self, pod: SimPod, rows: Rows) -> list[dict[str, Any]]:
         if not rows:
             return []
-        if pod.claim_name is None:
+        if pod.resource_name is not None:
+            name = pod.resource_name
+        elif pod.claim_name is None:
             name = GPU_RESOURCE
         else:
             name = objects.allocated_resource_name(objects.claim_reference(pod.workload))
@@ -170,6 +182,8 @@ class Kubelet:
         """The kubelet's status sync: evaluate device health now, write what changed."""
         if not node.writes:
             return
+        if self._synced is not None:
+            self._synced(node)
         now = self._timers.now()
         driver = self._drivers[node.group.path]
         views = [driver.health(node, g, now) for g in node.gpus]
@@ -178,13 +192,17 @@ class Kubelet:
             if healthy != node.allocatable_written:
                 self._write_allocatable(node, healthy)
         sig = (tuple(views), len(node.pods))
-        if sig == node.last_sig and all(p.ready or p.terminated for p in node.pods):
+        if sig == node.last_sig and all(p.ready or p.terminated or p.waiting for p in node.pods):
             return
         changes: dict[int, tuple[str, str, str | None, list[str]]] = {}
         for pod in list(node.pods):
-            if pod.terminated:
+            if pod.terminated or pod.stopped:
                 continue  # the kubelet stops updating pods that finished
             rows = self._render(pod, node, now)
+            if any(row[1] != HEALTHY for row in rows):
+                pod.degraded = True  # what a probe pinned to the device judges its run by
+            if pod.waiting:
+                continue  # no container running: nothing to report yet (the runner writes at start)
             if rows == pod.written and pod.ready:
                 continue
             allocated = self._allocated_status(pod, rows) if rows != pod.written else None
@@ -261,6 +279,6 @@ class Kubelet:
             return
         if pod in node.pods:
             node.pods.remove(pod)
-        if not pod.terminated:
+        if not pod.terminated and not pod.stopped:
             node.release(pod)
         node.last_sig = None

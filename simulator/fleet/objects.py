@@ -349,6 +349,65 @@ def _image_id(image: str) -> str:
     return f"{image}@sha256:{hashlib.sha256(image.encode()).hexdigest()}"
 
 
+def image_id(image: str) -> str:
+    """containerStatuses[].imageID: the image pinned to its (simulated) digest."""
+    return _image_id(image)
+
+
+def container_id(pod_obj: dict[str, Any], container: str, restarts: int = 0) -> str:
+    """containerStatuses[].containerID; a restarted container is a new container (a new id)."""
+    parts = [pod_obj["metadata"]["name"], container] + ([str(restarts)] if restarts else [])
+    uid = pod_obj["metadata"].get("uid")
+    if uid and restarts:
+        parts.append(uid)
+    return f"containerd://{stable_uid(*parts)}"
+
+
+def event(
+    *,
+    pod_obj: dict[str, Any],
+    node_name: str,
+    reason: str,
+    message: str,
+    wall: float,
+    seq: int,
+    warning: bool = False,
+    container: str | None = None,
+) -> dict[str, Any]:
+    """A core/v1 Event about a pod, as the kubelet records it (source kubelet on the node)."""
+    meta = pod_obj["metadata"]
+    ts = format_timestamp(wall)
+    involved: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": meta["namespace"],
+        "name": meta["name"],
+        "uid": meta.get("uid", ""),
+    }
+    rv = meta.get("resourceVersion")
+    if rv:
+        involved["resourceVersion"] = rv
+    if container is not None:
+        involved["fieldPath"] = f"spec.containers{{{container}}}"
+    # Event names are <object>.<hex of a nanosecond timestamp>; the sequence keeps them unique.
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{meta['name']}.{int(wall * 1e9) + seq:x}", "namespace": meta["namespace"]},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message,
+        "source": {"component": "kubelet", "host": node_name},
+        "firstTimestamp": ts,
+        "lastTimestamp": ts,
+        "count": 1,
+        "type": "Warning" if warning else "Normal",
+        "eventTime": None,
+        "reportingComponent": "kubelet",
+        "reportingInstance": node_name,
+    }
+
+
 def pod_status(
     *,
     pod_obj: dict[str, Any],
@@ -359,11 +418,13 @@ def pod_status(
     allocated: list[dict[str, Any]],
     claim_statuses: list[dict[str, Any]] | None,
     finished: float | None = None,
+    qos_class: str = "Burstable",
+    ready_after: float = 5.0,
 ) -> dict[str, Any]:
     """A Running (or, with `finished`, Succeeded) pod's status as the kubelet writes it."""
     spec = pod_obj["spec"]
     t_start = format_timestamp(started)
-    t_ready = format_timestamp(started + 5)
+    t_ready = format_timestamp(started + ready_after)
     ready_s = "True" if ready and finished is None else "False"
     host_ip = node_ip(node_index)
     pod_ip = f"10.{128 + ((pod_index >> 16) & 127)}.{(pod_index >> 8) & 255}.{pod_index & 255}"
@@ -381,7 +442,7 @@ def pod_status(
         "podIP": pod_ip,
         "podIPs": [{"ip": pod_ip}],
         "startTime": t_start,
-        "qosClass": "Burstable",
+        "qosClass": qos_class,
     }
     if finished is not None:
         state: dict[str, Any] = {
@@ -404,7 +465,7 @@ def pod_status(
             "restartCount": 0,
             "image": container["image"],
             "imageID": _image_id(container["image"]),
-            "containerID": f"containerd://{stable_uid(pod_obj['metadata']['name'], container['name'])}",
+            "containerID": container_id(pod_obj, container["name"]),
             "started": finished is None,
         }
         if allocated:

@@ -39,6 +39,20 @@ class SimPod:
     """(resourceID, health, message) per device as last written to the API."""
     started: float = 0.0
     index: int = 0
+    api: bool = False
+    """Created through the API (not by the scenario): run by the kubelet's pod runner."""
+    resource_name: str | None = None
+    """allocatedResourcesStatus[].name when not the workload's (an API pod's claim reference)."""
+    waiting: bool = False
+    """Pod runner: no container running (starting, backing off): syncs leave readiness alone."""
+    stopped: bool = False
+    """Pod runner: containers killed for a graceful deletion, devices already freed."""
+    replaced: bool = False
+    """Fleet: its workload's controller already replaced it (it began terminating)."""
+    degraded: bool = False
+    """Kubelet: a device of the pod was seen not Healthy since this flag was last cleared."""
+    cpu_milli: int = 4000
+    memory_bytes: int = 32 << 30
 
     @property
     def key(self) -> str:

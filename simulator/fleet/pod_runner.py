@@ -1,0 +1,832 @@
+"""The kubelet's pod workers: every pod bound to a simulated node runs, and deleted pods stop gracefully.
+
+Pods the scenario creates are started by the scheduler and the job controller; a pod created
+through the API with `spec.nodeName` set (by a client, or bound by a scheduler) is run here,
+as a kubelet runs what the API server assigns to its node:
+
+- admission: CPU, memory and `nvidia.com/gpu` must fit what the node has left, else phase
+  Failed with reason `OutOf<resource>` (`OutOfcpu`, `OutOfnvidia.com/gpu`); GPUs are allocated
+  as the device manager does (any free device the plugin reports Healthy, nothing outside the
+  kubelet consulted); DRA devices come from the claims' `status.allocation`;
+- start: status Pending (ContainerCreating), then Running with conditions, container
+  statuses, IPs, QoS class and `allocatedResourcesStatus` (kept by the kubelet's status sync
+  like every other pod's), with the events Pulled, Created and Started;
+- a finite run (`sleep N` in the container's command or args, or the annotation
+  `sim.gpuhealth.io/run-seconds`) ends with the exit code `sim.gpuhealth.io/exit-code` (default
+  0): Succeeded or Failed, or a restart after a back-off (event BackOff) under `restartPolicy`
+  Always / OnFailure;
+- a probe pinned to a device (`gpuhealth.io/probe-device: <uuid>`) exits 0 when that device stayed
+  Healthy and reachable through NVML for its whole run, 1 otherwise;
+- graceful deletion (any pod of a simulated node): event Killing, the workload exits when it
+  has committed a requested checkpoint, after `sim.gpuhealth.io/stop-after` (default 0: at once;
+  `never`: ignores SIGTERM) or is killed at the end of the grace period (exit 137); devices are
+  freed and the pod is deleted with a grace period of 0.
+
+Decisions (what a pod asks for, whether it fits) are pure functions at the top; the class
+applies them to the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from gpuhealth.durations import DurationError, parse_duration
+from simulator.apiserver.errors import ApiError
+from simulator.apiserver.store import format_timestamp
+from simulator.fleet import objects
+from simulator.fleet.checkpoint_agent import CheckpointAgent
+from simulator.fleet.health import HEALTHY
+from simulator.fleet.state import DeviceDriver, PendingPod, SimNode, SimPod
+from simulator.fleet.timers import Timers
+from simulator.fleet.writes import PodStatusWriter
+from simulator.model import APPLICATION_XIDS, DRA_DRIVER, GPU_RESOURCE, Settings, Slot, Workload, node_slots
+
+if TYPE_CHECKING:
+    from simulator.apiserver.store import Entry, Store
+
+RUN_SECONDS = "sim.gpuhealth.io/run-seconds"
+EXIT_CODE = "sim.gpuhealth.io/exit-code"
+STOP_AFTER = "sim.gpuhealth.io/stop-after"
+PROBE_DEVICE = "gpuhealth.io/probe-device"
+
+START_SECONDS = 1.0
+"""Simulated seconds from admission (ContainerCreating) to Running: image present, no pull."""
+PROBE_SECONDS = 10.0
+"""A probe's run when its pod gives none."""
+BACKOFF_SECONDS, BACKOFF_LIMIT = 10.0, 300.0
+"""The kubelet's crash-loop back-off: 10 s, doubled per restart, at most 5 minutes."""
+KILLED_EXIT_CODE = 137  # SIGKILL at the end of the grace period
+
+CPU_ALLOCATABLE_MILLI = 191_500
+MEMORY_ALLOCATABLE = 2_100_000 * 2**20
+"""What `objects.node` writes as allocatable cpu and memory."""
+
+_SLEEP = re.compile(r"\bsleep\s+(\d+(?:\.\d+)?)([smhd]?)\b")
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_SUFFIXES = {
+    "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
+}  # fmt: skip
+_QUANTITY = re.compile(r"^([0-9.]+)(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$")
+
+_API_WORKLOAD = Workload(
+    name="", namespace="", kind="Deployment", replicas=0, gpus_per_pod=0, checkpoint="none",
+    topology="fixed", path=None, node_group=None, init_container=False, dra_claim="direct",
+    dra_status_name="claim", complete_after=None,
+)  # fmt: skip
+"""What an API pod's `SimPod.workload` holds: no scenario workload (never replaced, never a Job)."""
+
+
+# ---------------------------------------------------------------------------- decisions
+
+
+def quantity(text: Any) -> float:
+    """A resource quantity (`4`, `500m`, `32Gi`) as a number; 0 when unreadable (validation's job)."""
+    match = _QUANTITY.match(str(text).strip())
+    if match is None:
+        return 0.0
+    try:
+        return float(match.group(1)) * _SUFFIXES[match.group(2) or ""]
+    except ValueError:
+        return 0.0
+
+
+def _requests(container: dict[str, Any]) -> dict[str, Any]:
+    resources = container.get("resources") or {}
+    # Requests default to limits, per resource.
+    return {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+
+
+def pod_requests(spec: dict[str, Any]) -> dict[str, float]:
+    """Effective requests: the sum over containers, or the largest init container's if higher."""
+    total: dict[str, float] = {}
+    for c in spec.get("containers") or ():
+        for name, value in _requests(c).items():
+            total[name] = total.get(name, 0.0) + quantity(value)
+    for c in spec.get("initContainers") or ():
+        for name, value in _requests(c).items():
+            total[name] = max(total.get(name, 0.0), quantity(value))
+    return total
+
+
+def qos_class(spec: dict[str, Any]) -> str:
+    """Guaranteed (cpu and memory limits equal requests everywhere), BestEffort (none set), or Burstable."""
+    containers = [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]
+    any_set = False
+    guaranteed = True
+    for c in containers:
+        resources = c.get("resources") or {}
+        limits = resources.get("limits") or {}
+        requests = {**limits, **(resources.get("requests") or {})}
+        if any(k in requests or k in limits for k in ("cpu", "memory")):
+            any_set = True
+        for name in ("cpu", "memory"):
+            if name not in limits or quantity(requests.get(name)) != quantity(limits[name]):
+                guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _seconds(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return parse_duration(text.strip())
+    except DurationError:
+        return None
+
+
+def run_seconds(meta: dict[str, Any], container: dict[str, Any]) -> float | None:
+    """How long the containers run: the annotation, else a `sleep N` in command/args; None: forever."""
+    annotated = _seconds((meta.get("annotations") or {}).get(RUN_SECONDS))
+    if annotated is not None:
+        return annotated
+    words = [str(w) for w in (*(container.get("command") or ()), *(container.get("args") or ()))]
+    match = _SLEEP.search(" ".join(words))
+    if match is None:
+        return None
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """What an API pod's simulated containers do."""
+
+    containers: tuple[dict[str, Any], ...]
+    run_seconds: float | None
+    exit_code: int
+    restart_policy: str
+    stop_after: float | None
+    """Seconds the workload takes to exit on SIGTERM; None: it ignores SIGTERM."""
+    gpus: int
+    cpu_milli: int
+    memory: int
+    probe_device: str | None
+    qos: str
+
+
+def run_spec(obj: dict[str, Any]) -> RunSpec:
+    meta, spec = obj["metadata"], obj.get("spec") or {}
+    annotations = meta.get("annotations") or {}
+    containers = tuple(spec.get("containers") or ())
+    try:
+        exit_code = int(annotations.get(EXIT_CODE, "0"))
+    except ValueError:
+        exit_code = 1
+    stop_text = annotations.get(STOP_AFTER, "0")
+    requests = pod_requests(spec)
+    probe = annotations.get(PROBE_DEVICE) or None
+    seconds = run_seconds(meta, containers[0]) if containers else None
+    return RunSpec(
+        containers=containers,
+        run_seconds=PROBE_SECONDS if seconds is None and probe else seconds,
+        exit_code=exit_code,
+        restart_policy=spec.get("restartPolicy") or "Always",
+        stop_after=None if stop_text.strip() == "never" else (_seconds(stop_text) or 0.0),
+        gpus=int(requests.get(GPU_RESOURCE, 0)),
+        cpu_milli=round(requests.get("cpu", 0.0) * 1000),
+        memory=int(requests.get("memory", 0.0)),
+        probe_device=probe,
+        qos=qos_class(spec),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    reason: str
+    message: str
+
+
+def fit(requested: int, used: int, capacity: int, resource: str) -> Rejection | None:
+    """The kubelet's admission check of one resource, worded as the real kubelet words it."""
+    if requested <= 0 or requested <= capacity - used:
+        return None
+    why = f"Node didn't have enough resource: {resource}, requested: {requested}, used: {used}"
+    return Rejection(f"OutOf{resource}", f"{why}, capacity: {capacity}")
+
+
+def _finished_state(code: int, started: str, finished: str, container_id: str) -> dict[str, Any]:
+    return {
+        "exitCode": code,
+        "reason": "Completed" if code == 0 else "Error",
+        "startedAt": started,
+        "finishedAt": finished,
+        "containerID": container_id,
+    }
+
+
+# ---------------------------------------------------------------------------- the pod workers
+
+
+@dataclass(slots=True)
+class _Run:
+    sim: SimPod
+    obj: dict[str, Any]
+    spec: RunSpec
+    admitted: float
+    """Wall time of admission (the pod's startTime)."""
+    token: int = 0
+    restarts: int = 0
+    started_wall: float = 0.0
+    terminating: bool = False
+    grace: float = 0.0
+    """Seconds of the grace period the kubelet is honouring (a later, shorter one replaces it)."""
+
+
+class PodRunner:
+    """The pod workers of every simulated kubelet (one object for all nodes, as `Kubelet`).
+
+    Owns the API pods' `SimPod` records (adding them to `pods` and their node) and every pod's
+    graceful stop; the kubelet's status sync keeps their device health as for any pod.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        timers: Timers,
+        nodes: Mapping[str, SimNode],
+        pods: dict[str, SimPod],
+        pending: Mapping[str, PendingPod],
+        drivers: Mapping[str, DeviceDriver],
+        pod_status: PodStatusWriter,
+        agent: CheckpointAgent,
+        allocated: Callable[[SimPod, SimNode], list[dict[str, Any]]],
+        terminating: Callable[[SimPod], None],
+    ) -> None:
+        self._store = store
+        self._settings = settings
+        self._timers = timers
+        self._nodes = nodes
+        self._pods = pods
+        self._pending = pending
+        self._drivers = drivers
+        self._pod_status = pod_status
+        self._agent = agent
+        self._allocated = allocated
+        self._terminating = terminating
+        """Told when a pod gets its deletionTimestamp (controllers replace Terminating pods at once)."""
+        self._runs: dict[str, _Run] = {}
+        self._owed: dict[str, set[str]] = {}
+        """Pods whose kubelet could not act (stopped, partitioned), by node: looked at again at its sync."""
+        self._event_seq = itertools.count()
+        self._pod_index = itertools.count(1 << 22)  # pod IPs apart from the scenario's pods
+
+    # ------------------------------------------------------------------ what the API server asks
+
+    def runs(self, pod_obj: dict[str, Any]) -> bool:
+        """Whether a simulated kubelet runs the pod (bound to a simulated node): its DELETE is graceful."""
+        return (pod_obj.get("spec") or {}).get("nodeName") in self._nodes
+
+    def observe(self, etype: str, entry: Entry) -> None:
+        """A pod was added or changed (the kubelet's pod watch)."""
+        key = f"{entry.namespace}/{entry.name}"
+        sim = self._pods.get(key)
+        if sim is None:
+            if key in self._pending:
+                return
+            fields = entry.fields or {}
+            node = self._nodes.get(fields.get("spec.nodeName", ""))
+            if node is None or fields.get("status.phase", "Pending") not in ("", "Pending"):
+                return
+            self._pod_seen(node, entry.load())
+            return
+        data = entry.data
+        if b"deletionTimestamp" in data or b"checkpoint-requested" in data:
+            self._pod_changed(sim, entry.load())
+
+    def _pod_seen(self, node: SimNode, obj: dict[str, Any]) -> None:
+        key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+        if not node.writes:
+            self._owed.setdefault(node.name, set()).add(key)
+            return
+        if obj["metadata"].get("deletionTimestamp"):
+            self._remove(obj["metadata"]["namespace"], obj["metadata"]["name"])  # never started
+            return
+        self._admit(node, obj)
+
+    def _pod_changed(self, sim: SimPod, obj: dict[str, Any]) -> None:
+        if obj["metadata"].get("uid") not in (None, "", sim.uid) and sim.uid:
+            return  # a different pod of the same name; its predecessor's DELETED is still to come
+        if obj["metadata"].get("deletionTimestamp"):
+            self._terminate(sim, obj)
+        self._agent.observe(sim, obj)
+
+    def node_synced(self, node: SimNode) -> None:
+        """The node's kubelet syncs (so it writes): do what it owed while it could not."""
+        keys = self._owed.pop(node.name, None)
+        for key in sorted(keys or ()):
+            namespace, name = key.split("/", 1)
+            try:
+                obj = self._store.get("pods", name, namespace)
+            except ApiError:
+                continue
+            sim = self._pods.get(key)
+            if sim is None:
+                if obj.get("spec", {}).get("nodeName") == node.name:
+                    phase = (obj.get("status") or {}).get("phase", "Pending")
+                    if phase in ("", "Pending"):
+                        self._pod_seen(node, obj)
+            elif obj["metadata"].get("deletionTimestamp"):
+                self._terminate(sim, obj)
+            else:
+                run = self._runs.get(key)
+                if run is not None and run.sim.waiting and not run.sim.terminated:
+                    self._start(run, run.token)
+
+    def resync(self, entries: list[Entry]) -> None:
+        """After the watch fell behind: every pod looked at again."""
+        for entry in entries:
+            self.observe("MODIFIED", entry)
+
+    def gone(self, sim: SimPod) -> None:
+        """The pod is gone from the API (the kubelet forgot it)."""
+        run = self._runs.pop(sim.key, None)
+        if run is not None:
+            run.token += 1
+        if not sim.stopped:
+            self._agent.stopped(sim, succeeded=sim.terminated)
+
+    # ------------------------------------------------------------------ admission
+
+    def _admit(self, node: SimNode, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        spec = run_spec(obj)
+        sim = SimPod(meta["name"], meta["namespace"], node.name, _API_WORKLOAD, (), uid=meta.get("uid", ""))
+        sim.api = True
+        sim.cpu_milli = spec.cpu_milli
+        sim.memory_bytes = spec.memory
+        sim.index = next(self._pod_index)
+        rejection = self._fits(node, spec)
+        slots: tuple[Slot, ...] = ()
+        if rejection is None:
+            if node.is_dra:
+                found = self._prepare_claims(node, sim, obj)
+                if found is None:
+                    # Claims not allocated yet: the kubelet waits (ContainerCreating) and retries.
+                    self._owed.setdefault(node.name, set()).add(sim.key)
+                    return
+                slots, pinned = found
+                if pinned is not None and spec.probe_device is None:
+                    # A claim pinned to one device by its uuid: the pod is that device's probe.
+                    spec = replace(spec, probe_device=pinned, run_seconds=spec.run_seconds or PROBE_SECONDS)
+            else:
+                picked = self._pick_devices(node, spec)
+                if isinstance(picked, Rejection):
+                    rejection = picked
+                else:
+                    slots = picked
+        if rejection is not None:
+            self._reject(node, obj, rejection)
+            return
+        sim.slots = slots
+        for slot in slots:
+            if slot in node.free:
+                node.free.remove(slot)
+            node.gpus[slot.gpu].allocated += 1
+        sim.waiting = True
+        sim.ready = False
+        wall = self._timers.wall()
+        sim.started = wall
+        run = _Run(sim, obj, spec, wall)
+        self._runs[sim.key] = run
+        self._pods[sim.key] = sim
+        node.pods.append(sim)
+        node.last_sig = None
+        self._write(sim, lambda o: self._creating_status(o, run, node))
+        self._timers.at(self._timers.now() + START_SECONDS, self._start, run, run.token)
+        self._timers.wake()
+
+    def _fits(self, node: SimNode, spec: RunSpec) -> Rejection | None:
+        active = [p for p in node.pods if not (p.terminated or p.stopped)]
+        for rejection in (
+            fit(spec.cpu_milli, sum(p.cpu_milli for p in active), CPU_ALLOCATABLE_MILLI, "cpu"),
+            fit(spec.memory, sum(p.memory_bytes for p in active), MEMORY_ALLOCATABLE, "memory"),
+        ):
+            if rejection is not None:
+                return rejection
+        if spec.probe_device is not None and not node.is_dra:
+            return None  # pinned: only that device matters (`_pick_devices`)
+        if node.is_dra:
+            return fit(spec.gpus, 0, 0, GPU_RESOURCE)  # DRA nodes advertise no nvidia.com/gpu
+        per_gpu = max(1, node.group.shared_replicas)
+        total = len(node_slots(node.group))
+        healthy = max(0, node.allocatable_written) * per_gpu
+        return fit(spec.gpus, total - len(node.free), healthy, GPU_RESOURCE)
+
+    def _pick_devices(self, node: SimNode, spec: RunSpec) -> tuple[Slot, ...] | Rejection:
+        """The device manager's choice: free devices the plugin reports Healthy (or the pinned one)."""
+        if spec.gpus <= 0:
+            return ()
+        driver = self._drivers[node.group.path]
+        now = self._timers.now()
+        if spec.probe_device is not None:
+            # A simulation affordance: a real kubelet cannot pin a device; the probe must test this one.
+            index = next((g.index for g in node.gpus if g.uuid == spec.probe_device), None)
+            usable = [s for s in node.free if s.gpu == index]
+        else:
+            usable = [s for s in node.free if driver.health(node, node.gpus[s.gpu], now)[0] == HEALTHY]
+        if len(usable) < spec.gpus:
+            return Rejection(
+                "UnexpectedAdmissionError",
+                f"Allocate failed due to requested number of devices unavailable for {GPU_RESOURCE}. "
+                f"Requested: {spec.gpus}, Available: {len(usable)}, which is unexpected",
+            )
+        return tuple(usable[: spec.gpus])
+
+    def _prepare_claims(
+        self, node: SimNode, sim: SimPod, obj: dict[str, Any]
+    ) -> tuple[tuple[Slot, ...], str | None] | None:
+        """DRA: the devices of the pod's claims as allocated (`status.allocation`); None until allocated.
+
+        Also the uuid of an allocated device that a claim's request selectors name: the probe's device.
+        """
+        spec = obj.get("spec") or {}
+        generated = {
+            s.get("name"): s.get("resourceClaimName")
+            for s in (obj.get("status") or {}).get("resourceClaimStatuses") or ()
+        }
+        slots: list[Slot] = []
+        requests: list[str] = []
+        for pod_claim in spec.get("resourceClaims") or ():
+            name = pod_claim.get("resourceClaimName") or generated.get(pod_claim.get("name"))
+            if not name:
+                return None
+            try:
+                claim = self._store.get("resourceclaims.resource.k8s.io", name, sim.namespace)
+            except ApiError:
+                return None
+            allocation = (claim.get("status") or {}).get("allocation")
+            if not allocation:
+                return None
+            devices = [
+                r["device"]
+                for r in (allocation.get("devices") or {}).get("results") or ()
+                if r.get("driver") == DRA_DRIVER and r.get("pool") == node.name
+            ]
+            if devices and sim.claim_uid is None:
+                sim.claim_name = name
+                sim.claim_uid = claim["metadata"].get("uid", "")
+                sim.resource_name = self._claim_status_name(spec, pod_claim.get("name", ""))
+            slots.extend(Slot(int(d.split("-", 1)[1])) for d in devices if d.startswith("gpu-"))
+            requests.append(json.dumps((claim.get("spec") or {}).get("devices") or {}))
+        selectors = "\n".join(requests)
+        pinned = next((node.gpus[s.gpu].uuid for s in slots if node.gpus[s.gpu].uuid in selectors), None)
+        return tuple(slots), pinned
+
+    @staticmethod
+    def _claim_status_name(spec: dict[str, Any], pod_claim: str) -> str:
+        for container in spec.get("containers") or ():
+            for ref in (container.get("resources") or {}).get("claims") or ():
+                if ref.get("name") == pod_claim:
+                    return objects.allocated_resource_name(ref)
+        return objects.allocated_resource_name({"name": pod_claim})
+
+    def _reject(self, node: SimNode, obj: dict[str, Any], rejection: Rejection) -> None:
+        wall = self._timers.wall()
+        status = {
+            "phase": "Failed",
+            "reason": rejection.reason,
+            "message": f"Pod was rejected: {rejection.message}",
+            "startTime": format_timestamp(wall),
+            "qosClass": qos_class(obj.get("spec") or {}),
+        }
+
+        def fn(o: dict[str, Any]) -> dict[str, Any]:
+            o["status"] = status
+            return o
+
+        with contextlib.suppress(ApiError):
+            self._store.mutate(
+                "pods", obj["metadata"]["name"], obj["metadata"]["namespace"], fn, subresource="status"
+            )
+        self._event(obj, node, rejection.reason, rejection.message, warning=True)
+
+    # ------------------------------------------------------------------ running
+
+    def _creating_status(self, obj: dict[str, Any], run: _Run, node: SimNode) -> dict[str, Any]:
+        ts = format_timestamp(run.admitted)
+        host = objects.node_ip(node.index)
+        has_init = bool((obj.get("spec") or {}).get("initContainers"))
+        conditions = [
+            {"type": "PodReadyToStartContainers", "status": "False", "lastTransitionTime": ts},
+            {"type": "Initialized", "status": "False" if has_init else "True", "lastTransitionTime": ts},
+            _not_ready("Ready", ts, run.spec.containers),
+            _not_ready("ContainersReady", ts, run.spec.containers),
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": ts},
+        ]
+        obj["status"] = {
+            **(obj.get("status") or {}),
+            "phase": "Pending",
+            "conditions": conditions,
+            "hostIP": host,
+            "hostIPs": [{"ip": host}],
+            "startTime": ts,
+            "qosClass": run.spec.qos,
+            "containerStatuses": [
+                {
+                    "name": c["name"],
+                    "state": {"waiting": {"reason": "ContainerCreating"}},
+                    "lastState": {},
+                    "ready": False,
+                    "restartCount": 0,
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "started": False,
+                }
+                for c in run.spec.containers
+            ],
+        }
+        return obj
+
+    def _start(self, run: _Run, token: int) -> None:
+        sim = run.sim
+        if token != run.token or self._runs.get(sim.key) is not run or run.terminating:
+            return
+        node = self._nodes[sim.node]
+        if not node.writes:
+            self._owed.setdefault(node.name, set()).add(sim.key)
+            return
+        wall = self._timers.wall()
+        run.started_wall = wall
+        claim_statuses = (run.obj.get("status") or {}).get("resourceClaimStatuses")
+        status = objects.pod_status(
+            pod_obj=run.obj,
+            node_index=node.index,
+            pod_index=sim.index,
+            started=run.admitted,
+            ready=True,
+            allocated=self._allocated(sim, node),
+            claim_statuses=claim_statuses,
+            qos_class=run.spec.qos,
+            ready_after=wall - run.admitted,
+        )
+        restarts, previous = run.restarts, self._last_states(run)
+        for cs in status["containerStatuses"]:
+            cs["restartCount"] = restarts
+            cs["lastState"] = previous.get(cs["name"], {})
+            cs["containerID"] = objects.container_id(run.obj, cs["name"], restarts)
+
+        def fn(obj: dict[str, Any]) -> dict[str, Any]:
+            obj["status"] = status
+            return obj
+
+        if not self._write(sim, fn):
+            return
+        sim.waiting = False
+        sim.ready = True
+        sim.degraded = False
+        node.last_sig = None
+        for c in run.spec.containers:
+            image = c.get("image", "")
+            pulled = f'Container image "{image}" already present on machine and can be accessed by the pod'
+            self._event(run.obj, node, "Pulled", pulled, container=c["name"])
+            self._event(run.obj, node, "Created", "Container created", container=c["name"])
+            self._event(run.obj, node, "Started", "Container started", container=c["name"])
+        resumed = self._agent.started(sim, run.obj["metadata"])
+        if run.spec.run_seconds is not None:
+            remaining = max(0.0, run.spec.run_seconds - resumed)
+            self._timers.at(self._timers.now() + remaining, self._exited, run, run.token)
+
+    def _last_states(self, run: _Run) -> dict[str, dict[str, Any]]:
+        if not run.restarts:
+            return {}
+        try:
+            obj = self._store.get("pods", run.sim.name, run.sim.namespace)
+        except ApiError:
+            return {}
+        return {
+            cs["name"]: cs.get("lastState") or {}
+            for cs in (obj.get("status") or {}).get("containerStatuses") or ()
+        }
+
+    def _probe_code(self, run: _Run) -> int:
+        """A pinned probe passes when its device stayed Healthy and reachable through NVML all along."""
+        sim = run.sim
+        node = self._nodes[sim.node]
+        driver = self._drivers[node.group.path]
+        now = self._timers.now()
+        for slot in sim.slots:
+            gpu = node.gpus[slot.gpu]
+            if gpu.uuid != run.spec.probe_device:
+                return 1  # DRA: the claim got another device than the one the probe was meant for
+            if gpu.lost or driver.health(node, gpu, now)[0] != HEALTHY:
+                return 1
+            if any(
+                uuid == gpu.uuid and xid not in APPLICATION_XIDS and at >= run.started_wall
+                for _, uuid, xid, at in node.xids
+            ):
+                return 1
+        return 1 if sim.degraded or not sim.slots else 0
+
+    def _exited(self, run: _Run, token: int) -> None:
+        """The containers' run ended: restart (with back-off) or finish, as restartPolicy says."""
+        sim = run.sim
+        if token != run.token or self._runs.get(sim.key) is not run or run.terminating:
+            return
+        node = self._nodes[sim.node]
+        if not node.writes:
+            self._timers.at(
+                self._timers.now() + self._settings.status_sync_interval, self._exited, run, token
+            )
+            return
+        code = self._probe_code(run) if run.spec.probe_device is not None else run.spec.exit_code
+        self._agent.stopped(sim, succeeded=code == 0)
+        policy = run.spec.restart_policy
+        if policy == "Always" or (policy == "OnFailure" and code != 0):
+            self._back_off(run, node, code)
+            return
+        self._finish(run, node, code)
+
+    def _back_off(self, run: _Run, node: SimNode, code: int) -> None:
+        sim = run.sim
+        delay = min(BACKOFF_LIMIT, BACKOFF_SECONDS * 2**run.restarts)
+        wall = format_timestamp(self._timers.wall())
+        started = format_timestamp(run.started_wall)
+        pod_ref = f"{sim.name}_{sim.namespace}({sim.uid})"
+
+        def fn(obj: dict[str, Any]) -> dict[str, Any]:
+            status = obj["status"]
+            for cond in status.get("conditions", []):
+                if cond.get("type") in ("Ready", "ContainersReady") and cond.get("status") != "False":
+                    cond.update(status="False", reason="ContainersNotReady", lastTransitionTime=wall)
+            for cs in status.get("containerStatuses", []):
+                message = f"back-off {delay:g}s restarting failed container={cs['name']} pod={pod_ref}"
+                cs["lastState"] = {
+                    "terminated": _finished_state(code, started, wall, cs.get("containerID", ""))
+                }
+                cs["state"] = {"waiting": {"reason": "CrashLoopBackOff", "message": message}}
+                cs["ready"] = False
+                cs["started"] = False
+            return obj
+
+        if not self._write(sim, fn):
+            return
+        sim.waiting = True
+        sim.ready = False
+        run.restarts += 1
+        for c in run.spec.containers:
+            message = f"Back-off restarting failed container {c['name']} in pod {pod_ref}"
+            self._event(run.obj, node, "BackOff", message, warning=True, container=c["name"])
+        self._timers.at(self._timers.now() + delay, self._start, run, run.token)
+
+    def _finish(self, run: _Run, node: SimNode, code: int) -> None:
+        """The containers exited and stay down: Succeeded or Failed, devices freed."""
+        sim = run.sim
+        if self._write(sim, _terminated(code, run.started_wall, self._timers.wall(), deleted=False)):
+            sim.terminated = True
+            sim.waiting = False
+            node.release(sim)
+            node.last_sig = None
+
+    # ------------------------------------------------------------------ graceful termination
+
+    def _terminate(self, sim: SimPod, obj: dict[str, Any]) -> None:
+        """The pod got a deletionTimestamp: stop its containers within the grace period."""
+        node = self._nodes.get(sim.node)
+        if node is None or sim.stopped:
+            return
+        self._terminating(sim)  # the controllers see it whether or not the kubelet can act
+        if not node.writes:
+            self._owed.setdefault(node.name, set()).add(sim.key)
+            return
+        if sim.terminated:
+            self._remove(sim.namespace, sim.name)  # nothing runs: the kubelet deletes it at once
+            return
+        run = self._runs.get(sim.key)
+        if run is None:  # a scenario pod: it runs its workload's containers
+            spec = run_spec(obj) if sim.api else _scenario_spec(run_spec(obj))
+            run = _Run(sim, obj, spec, sim.started, started_wall=sim.started)
+            self._runs[sim.key] = run
+        now = self._timers.now()
+        grace = float(obj["metadata"].get("deletionGracePeriodSeconds") or 0)
+        if run.terminating:
+            # Any later change of the pod comes here too; only a shorter grace period matters.
+            if grace < run.grace:
+                run.grace = grace
+                self._timers.at(now + grace, self._kill, run, run.token, KILLED_EXIT_CODE)
+                self._timers.wake()
+            return
+        run.terminating = True
+        run.grace = grace
+        run.token += 1
+        for c in run.spec.containers:
+            self._event(obj, node, "Killing", f"Stopping container {c['name']}", container=c["name"])
+        if sim.waiting:
+            self._kill(run, run.token, 0 if run.restarts == 0 else run.spec.exit_code)
+            return
+        deadline = now + grace
+        commit = self._agent.commit_time(sim)
+        if commit is not None:
+            exit_at = commit
+        elif run.spec.stop_after is not None:
+            exit_at = now + run.spec.stop_after
+        else:
+            exit_at = deadline
+        code = 0 if exit_at < deadline else KILLED_EXIT_CODE
+        exit_at = min(exit_at, deadline)
+        if exit_at <= now:
+            self._kill(run, run.token, code)
+        else:
+            self._timers.at(exit_at, self._kill, run, run.token, code)
+            self._timers.wake()
+
+    def _kill(self, run: _Run, token: int, code: int) -> None:
+        sim = run.sim
+        if token != run.token or self._runs.get(sim.key) is not run or sim.stopped:
+            return
+        node = self._nodes[sim.node]
+        if not node.writes:
+            self._owed.setdefault(node.name, set()).add(sim.key)
+            return
+        # Deleted before it finished: whatever it did since its last checkpoint is lost.
+        self._agent.stopped(sim, succeeded=False)
+        self._write(
+            sim, _terminated(code, run.started_wall or sim.started, self._timers.wall(), deleted=True)
+        )
+        sim.stopped = True
+        node.release(sim)
+        node.last_sig = None
+        self._remove(sim.namespace, sim.name)
+
+    def _remove(self, namespace: str, name: str) -> None:
+        """The kubelet's final delete once the containers are gone (finalizers may still hold the pod)."""
+        with contextlib.suppress(ApiError):
+            self._store.delete("pods", name, namespace, grace_period_seconds=0)
+
+    # ------------------------------------------------------------------ writes
+
+    def _write(self, sim: SimPod, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> bool:
+        return self._pod_status.mutate(sim, fn)
+
+    def _event(
+        self,
+        obj: dict[str, Any],
+        node: SimNode,
+        reason: str,
+        message: str,
+        *,
+        warning: bool = False,
+        container: str | None = None,
+    ) -> None:
+        event = objects.event(
+            pod_obj=obj, node_name=node.name, reason=reason, message=message, wall=self._timers.wall(),
+            seq=next(self._event_seq), warning=warning, container=container,
+        )  # fmt: skip
+        # Events are best effort for a real kubelet too (a full or refusing API drops them).
+        with contextlib.suppress(ApiError):
+            self._store.create("events", event, namespace=event["metadata"]["namespace"], validate=False)
+
+
+def _scenario_spec(spec: RunSpec) -> RunSpec:
+    """A scenario pod's containers run until stopped and exit promptly on SIGTERM."""
+    return RunSpec(spec.containers, None, 0, spec.restart_policy, 0.0, 0, 0, 0, None, spec.qos)
+
+
+def _not_ready(ctype: str, ts: str, containers: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    names = ", ".join(c["name"] for c in containers)
+    return {
+        "type": ctype,
+        "status": "False",
+        "reason": "ContainersNotReady",
+        "message": f"containers with unready status: [{names}]",
+        "lastTransitionTime": ts,
+    }
+
+
+def _terminated(
+    code: int, started: float, finished: float, *, deleted: bool
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Every container terminated with `code`; the pod Succeeded (all 0) or Failed."""
+    t_start, t_end = format_timestamp(started), format_timestamp(finished)
+    phase = "Succeeded" if code == 0 else "Failed"
+
+    def fn(obj: dict[str, Any]) -> dict[str, Any]:
+        status = obj.setdefault("status", {})
+        status["phase"] = phase
+        reason = "PodCompleted" if phase == "Succeeded" else "PodFailed"
+        for cond in status.get("conditions", []):
+            if cond.get("type") in ("Ready", "ContainersReady") and cond.get("status") != "False":
+                cond.update(status="False", reason=reason, lastTransitionTime=t_end)
+        for cs in status.get("containerStatuses", []):
+            running = (cs.get("state") or {}).get("running") or {}
+            cs["state"] = {
+                "terminated": _finished_state(
+                    code, running.get("startedAt") or t_start, t_end, cs.get("containerID", "")
+                )
+            }
+            cs["ready"] = False
+            cs["started"] = False
+        if deleted and code == KILLED_EXIT_CODE:
+            for cs in status.get("containerStatuses", []):
+                cs["state"]["terminated"]["reason"] = "Error"
+        return obj
+
+    return fn
