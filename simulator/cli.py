@@ -27,6 +27,7 @@ from gpuhealth.cliargs import (
 from gpuhealth.http import complete, format_listen, stop_on_signals
 from gpuhealth.tables import write_document, write_table
 from simulator.fleet import DeviceHealthChanged, FaultApplied, FleetEvent, NodeChanged
+from simulator.fleet.extender_client import SchedulerConfigError
 from simulator.runner import SimulatedCluster
 from simulator.scenario import ScenarioError, list_builtins, resolve
 
@@ -64,6 +65,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=duration_seconds,
         default=None,
         help="stop after this much simulated time (seconds, or e.g. 90s, 10m, 1h)",
+    )
+    parser.add_argument(
+        "--scheduler-config",
+        metavar="FILE",
+        default=None,
+        help="KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) file: the extenders to call",
     )
     parser.add_argument(
         "--print-events", action="store_true", help="print each device health change written into pod status"
@@ -119,9 +126,17 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"--token-file {args.token_file}: {exc.strerror or exc}") from exc
     listen = format_listen(*args.listen)
-    cluster = SimulatedCluster(
-        scenario, speed=args.speed, listen=listen, token=token, kubeconfig_out=args.kubeconfig_out
-    )
+    try:
+        cluster = SimulatedCluster(
+            scenario,
+            speed=args.speed,
+            listen=listen,
+            token=token,
+            kubeconfig_out=args.kubeconfig_out,
+            scheduler_config=args.scheduler_config,
+        )
+    except SchedulerConfigError as exc:
+        raise UsageError(f"--scheduler-config {exc}") from exc
     try:
         return asyncio.run(_serve(cluster, args, args.duration, out))
     except OSError as exc:  # e.g. the port is taken

@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from simulator.apiserver.binding import add_binding_route
 from simulator.apiserver.errors import ApiError, bad_request, conflict, not_found
 from simulator.apiserver.resources import KUBERNETES_VERSION, ResourceInfo
 from simulator.apiserver.selectors import parse_field_selector, parse_label_selector
@@ -98,6 +99,7 @@ def create_app(
     app.router.add_route("*", "/apis/", _wrap(_api_groups))
     for probe in ("/healthz", "/livez", "/readyz"):
         app.router.add_route("GET", probe, _ok)
+    add_binding_route(app, store)  # pods/binding, ahead of the catch-all resource routes
     app.router.add_route("*", "/api/{path:.+}", _core)
     app.router.add_route("*", "/apis/{path:.+}", _named_group)
     app.on_shutdown.append(_close_watches)

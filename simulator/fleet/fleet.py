@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpuhealth.clock import Clock
@@ -29,6 +29,7 @@ from simulator.fleet import objects
 from simulator.fleet.device_plugin import DevicePlugin
 from simulator.fleet.dra_driver import DraDriver
 from simulator.fleet.events import FaultApplied, FleetEvent
+from simulator.fleet.extender_client import ExtenderConfig
 from simulator.fleet.health import Gpu
 from simulator.fleet.job_controller import JobController
 from simulator.fleet.kubelet import Kubelet
@@ -58,6 +59,7 @@ class Fleet:
         clock: Clock,
         *,
         speed: float = 1.0,
+        extenders: Sequence[ExtenderConfig] = (),
     ) -> None:
         self.scenario = scenario
         self.settings = scenario.settings
@@ -95,7 +97,7 @@ class Fleet:
         )  # fmt: skip
         self.scheduler = Scheduler(
             store, settings, timers, self.nodes, self.pods, self.pending, self.jobs.job_uids, rng,
-            admit=self.kubelet.admit, bound=self.jobs.pod_bound, emit=self._emit,
+            admit=self.kubelet.admit, bound=self.jobs.pod_bound, emit=self._emit, extenders=extenders,
         )  # fmt: skip
         self.timeline = Timeline(
             scenario.timeline,
@@ -138,6 +140,7 @@ class Fleet:
 
     def stop(self) -> None:
         self.timers.stop()
+        self.scheduler.stop()
         if self._pod_watch is not None:
             self._pod_watch.close()
 
