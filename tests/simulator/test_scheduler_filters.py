@@ -158,9 +158,13 @@ def test_cel_subset() -> None:
 
 @pytest.mark.parametrize(
     "expression",
-    ["device.driver == 'a' || device.driver == 'b'", "device.capacity['x'].memory.compareTo(quantity('1Gi')) >= 0",
-     "size(device.attributes) > 0", ""],
-)  # fmt: skip
+    [
+        "device.driver == 'a' || device.driver == 'b'",
+        "device.capacity['x'].memory.compareTo(quantity('1Gi')) >= 0",
+        "size(device.attributes) > 0",
+        "",
+    ],
+)
 def test_cel_outside_the_subset_is_refused_by_name(expression: str) -> None:
     with pytest.raises(CelUnsupported) as info:
         compile_selector(expression)
@@ -228,8 +232,9 @@ def test_scheduler_configuration_extenders() -> None:
     doc = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
-        "extenders": [{"urlPrefix": "http://127.0.0.1:1/ext", "filterVerb": "filter", "prioritizeVerb": "prio",
-                       "weight": 2, "nodeCacheCapable": True, "httpTimeout": "2s", "ignorable": True,
+        "extenders": [{"urlPrefix": "http://127.0.0.1:1/ext", "filterVerb": "filter",
+                       "prioritizeVerb": "prio", "weight": 2, "nodeCacheCapable": True,
+                       "httpTimeout": "2s", "ignorable": True,
                        "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": True}]}],
     }  # fmt: skip
     (ext,) = parse_scheduler_config(doc)
