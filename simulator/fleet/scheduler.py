@@ -70,8 +70,6 @@ _CLASSES = "deviceclasses.resource.k8s.io"
 _RULES = "devicetaintrules.resource.k8s.io"
 _TEMPLATES = "resourceclaimtemplates.resource.k8s.io"
 SCHEDULER_NAME = "default-scheduler"
-_INITIAL_BACKOFF = 1.0  # kube-scheduler's podInitialBackoffSeconds
-_MAX_BACKOFF = 10.0  # and podMaxBackoffSeconds
 _BATCH = 20  # pods scheduled between yields to the event loop
 
 Admit = Callable[[SimPod, SimNode, dict[str, Any], list[dict[str, Any]] | None, float], dict[str, Any]]
@@ -696,7 +694,10 @@ class Scheduler:
             event = self._event(obj, "Warning", "FailedScheduling", message, "Scheduling")
             if event is not None:
                 self._failed[key] = (event, message)
-        backoff = min(_MAX_BACKOFF, _INITIAL_BACKOFF * 2 ** (attempts - 1))
+        settings = self._settings
+        backoff = min(
+            settings.scheduler_max_backoff, settings.scheduler_initial_backoff * 2 ** (attempts - 1)
+        )
         self._timers.at(self._timers.now() + backoff, self._retry, key, attempts)
         self._timers.wake()
 
