@@ -12,7 +12,7 @@ the fleet's event loop. Field names are matched case-insensitively, as Go's JSON
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,10 @@ DEFAULT_HTTP_TIMEOUT = 5.0
 """Seconds; kube-scheduler's default `httpTimeout` for an extender."""
 MAX_EXTENDER_PRIORITY = 10
 MAX_NODE_SCORE = 100
+
+
+NodeLoader = Callable[[str], dict[str, Any]]
+"""A Node object by name (only read for extenders that are not nodeCacheCapable)."""
 
 
 class SchedulerConfigError(ValueError):
@@ -195,15 +199,18 @@ class Extender:
         except orjson.JSONDecodeError as exc:
             raise ExtenderError(f"failed {verb} with extender at URL {url}: invalid JSON: {exc}") from exc
 
-    def _args(self, pod: dict[str, Any], nodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    def _args(self, pod: dict[str, Any], names: Sequence[str], load: NodeLoader) -> dict[str, Any]:
+        """ExtenderArgs: node names to a nodeCacheCapable extender, whole Node objects otherwise."""
         if self.config.node_cache_capable:
-            return {"Pod": pod, "Nodes": None, "NodeNames": [n["metadata"]["name"] for n in nodes]}
-        return {"Pod": pod, "Nodes": {"metadata": {}, "items": list(nodes)}, "NodeNames": None}
+            return {"Pod": pod, "Nodes": None, "NodeNames": list(names)}
+        items = [load(n) for n in names]
+        return {"Pod": pod, "Nodes": {"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": items},
+                "NodeNames": None}  # fmt: skip
 
     async def filter(
-        self, session: aiohttp.ClientSession, pod: dict[str, Any], nodes: Sequence[dict[str, Any]]
+        self, session: aiohttp.ClientSession, pod: dict[str, Any], names: Sequence[str], load: NodeLoader
     ) -> FilterResult:
-        result = await self._post(session, self.config.filter_verb, self._args(pod, nodes))
+        result = await self._post(session, self.config.filter_verb, self._args(pod, names, load))
         if not isinstance(result, dict):
             raise ExtenderError("the extender's filter answer is not an ExtenderFilterResult object")
         error = _get(result, "Error")
@@ -228,10 +235,10 @@ class Extender:
         return FilterResult(tuple(passed), failed)
 
     async def prioritize(
-        self, session: aiohttp.ClientSession, pod: dict[str, Any], nodes: Sequence[dict[str, Any]]
+        self, session: aiohttp.ClientSession, pod: dict[str, Any], names: Sequence[str], load: NodeLoader
     ) -> dict[str, int]:
         """Node -> the extender's score (0-10) times its weight, scaled to node-score range."""
-        result = await self._post(session, self.config.prioritize_verb, self._args(pod, nodes))
+        result = await self._post(session, self.config.prioritize_verb, self._args(pod, names, load))
         if not isinstance(result, list):
             raise ExtenderError("the extender's prioritize answer is not a HostPriorityList")
         scale = MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY

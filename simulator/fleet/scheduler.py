@@ -545,9 +545,8 @@ class Scheduler:
         for extender in interested:
             if not extender.config.filter_verb or not feasible:
                 continue
-            nodes = [self._store.get("nodes", n) for n in feasible]
             try:
-                result = await extender.filter(session, obj, nodes)
+                result = await extender.filter(session, obj, feasible, self._node_object)
             except ExtenderError:
                 if extender.config.ignorable:
                     continue
@@ -561,13 +560,17 @@ class Scheduler:
         for extender in interested:
             if not extender.config.prioritize_verb or len(feasible) < 2:
                 continue
-            nodes = [self._store.get("nodes", n) for n in feasible]
             try:
-                for host, score in (await extender.prioritize(session, obj, nodes)).items():
+                for host, score in (
+                    await extender.prioritize(session, obj, feasible, self._node_object)
+                ).items():
                     scores[host] = scores.get(host, 0) + score
             except ExtenderError as exc:
                 log.info("scheduler: extender prioritize failed, ignored: %s", exc)
         return feasible, failed, scores
+
+    def _node_object(self, name: str) -> dict[str, Any]:
+        return self._store.get("nodes", name)
 
     def _pick(self, pod: PodInfo, feasible: list[str], extra: Mapping[str, int]) -> str:
         """The best-scored node; among equals, one chosen by the seeded rng (kube-scheduler

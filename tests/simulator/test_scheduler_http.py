@@ -45,19 +45,29 @@ class FakeExtender:
             return web.json_response({"Error": "quarantine store unavailable"})
         if self.mode == "slow":
             await asyncio.sleep(1)
+        failed = {"dp-1": "GPU quarantined"}
+        if args["NodeNames"] is None:  # not nodeCacheCapable: whole Node objects both ways
+            items = [n for n in args["Nodes"]["items"] if n["metadata"]["name"] != "dp-1"]
+            return web.json_response({"Nodes": {"items": items}, "FailedNodes": failed})
         names = [n for n in args["NodeNames"] if n != "dp-1"]
-        return web.json_response(
-            {"NodeNames": names, "FailedNodes": {"dp-1": "GPU quarantined"}, "Error": ""}
-        )
+        return web.json_response({"NodeNames": names, "FailedNodes": failed, "Error": ""})
 
     async def prioritize(self, request: web.Request) -> web.Response:
         args = await request.json()
         self.calls.append(("prioritize", args))
-        return web.json_response([{"Host": n, "Score": 10 if n == "dp-2" else 0} for n in args["NodeNames"]])
+        return web.json_response([{"Host": n, "Score": 10 if n == "dp-2" else 0} for n in node_names(args)])
+
+
+def node_names(args: dict[str, Any]) -> list[str]:
+    if args["NodeNames"] is not None:
+        return sorted(args["NodeNames"])
+    return sorted(n["metadata"]["name"] for n in args["Nodes"]["items"])
 
 
 @pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[tuple[SimulatedCluster, FakeExtender]]:
+async def served(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[SimulatedCluster, FakeExtender]]:
     extender = FakeExtender()
     app = web.Application()
     app.router.add_post("/ext/filter", extender.filter)
@@ -76,7 +86,7 @@ async def served(tmp_path: Path) -> AsyncIterator[tuple[SimulatedCluster, FakeEx
                 "filterVerb": "filter",
                 "prioritizeVerb": "prioritize",
                 "weight": 1,
-                "nodeCacheCapable": True,
+                "nodeCacheCapable": getattr(request, "param", True),
                 "httpTimeout": "300ms",
                 "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}],
             }
@@ -142,6 +152,7 @@ async def test_binding_subresource_through_the_official_client(
         )
 
 
+@pytest.mark.parametrize("served", [True, False], indirect=True, ids=["node-names", "node-list"])
 async def test_extender_filters_and_prioritizes_gpu_pods(
     served: tuple[SimulatedCluster, FakeExtender],
 ) -> None:
@@ -156,11 +167,10 @@ async def test_extender_filters_and_prioritizes_gpu_pods(
     assert node == "dp-2"
     verb, args = extender.calls[0]
     assert verb == "filter" and args["Pod"]["metadata"]["name"] == "g"
-    assert sorted(args["NodeNames"]) == ["dp-0", "dp-1", "dp-2"] and args["Nodes"] is None
-    assert extender.calls[1][0] == "prioritize" and sorted(extender.calls[1][1]["NodeNames"]) == [
-        "dp-0",
-        "dp-2",
-    ]
+    assert node_names(args) == ["dp-0", "dp-1", "dp-2"]
+    if args["NodeNames"] is None:
+        assert args["Nodes"]["kind"] == "NodeList" and args["Nodes"]["items"][0]["kind"] == "Node"
+    assert extender.calls[1][0] == "prioritize" and node_names(extender.calls[1][1]) == ["dp-0", "dp-2"]
 
 
 @pytest.mark.parametrize(("mode", "words"), [("error", "quarantine store unavailable"), ("slow", "timeout")])
