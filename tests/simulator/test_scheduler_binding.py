@@ -22,7 +22,7 @@ from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import Store
 from simulator.fleet import Fleet
 from simulator.fleet.objects import gpu_uuid
-from simulator.scenario import from_dict
+from simulator.scenario import DeviceRef, Fault, from_dict
 
 SCENARIO = {
     "fleet": [
@@ -258,3 +258,47 @@ async def test_binding_a_bound_pod_is_a_conflict(cluster: tuple[Fleet, Store]) -
         info.value.message
         == 'Operation cannot be fulfilled on pods/binding "x": pod x is already assigned to node "dp-1"'
     )
+
+
+async def test_a_direct_claim_is_allocated_and_given_back_when_its_pod_goes(
+    cluster: tuple[Fleet, Store],
+) -> None:
+    _, store = cluster
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "mine", "namespace": "default"},
+        "spec": {
+            "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}
+        },
+    }
+    store.create("resourceclaims.resource.k8s.io", claim)
+    pod = dra_pod("direct", "unused")
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "mine"}]
+    store.create("pods", pod)
+    assert await until(lambda: node_of(store, "direct")) == "dra-0"
+    status = store.get("resourceclaims.resource.k8s.io", "mine", "default")["status"]
+    assert [r["device"] for r in status["allocation"]["devices"]["results"]] == ["gpu-0"]
+    assert [r["name"] for r in status["reservedFor"]] == ["direct"]
+    store.delete("pods", "direct", "default")
+
+    def status() -> dict[str, Any]:
+        found: dict[str, Any] = store.get("resourceclaims.resource.k8s.io", "mine", "default").get(
+            "status", {}
+        )
+        return found
+
+    await until(lambda: "allocation" not in status())
+    assert "reservedFor" not in status()
+
+
+async def test_unhealthy_gpus_lower_what_fits(cluster: tuple[Fleet, Store]) -> None:
+    fleet, store = cluster
+    fleet.inject(Fault(at=0, kind="device-unhealthy", device=DeviceRef("dp-1", 0)))
+    await fleet.advance(11)
+    assert store.get("nodes", "dp-1")["status"]["allocatable"]["nvidia.com/gpu"] == "3"
+    store.create("pods", gpu_pod("four", gpus=4))
+    cond = await until(lambda: (c := condition(store, "four")) and c["status"] == "False" and c)
+    assert cond["message"].startswith("0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+    store.create("pods", gpu_pod("three", gpus=3))
+    assert await until(lambda: node_of(store, "three")) == "dp-1"
