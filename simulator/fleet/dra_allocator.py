@@ -14,11 +14,11 @@ effect None does not); devices held by other claims; an allocated claim's node s
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.fleet.cel import CelUnsupported, Device, compile_selector, device_view
+from simulator.fleet.cel import CelUnsupported, Device, Selector, compile_selector, device_view
 from simulator.fleet.scheduler_filters import selector_matches, untolerated
 
 REASON_CANNOT_ALLOCATE = "cannot allocate all claims"
@@ -37,10 +37,8 @@ class SliceDevice:
     name: str
     view: Device
     taints: tuple[dict[str, Any], ...]
-
-    @property
-    def id(self) -> DeviceId:
-        return (self.driver, self.pool, self.name)
+    id: DeviceId
+    """(driver, pool, name), kept: the allocator looks it up for every device of every node it tries."""
 
 
 def slice_devices(slice_obj: dict[str, Any]) -> list[SliceDevice]:
@@ -52,7 +50,8 @@ def slice_devices(slice_obj: dict[str, Any]) -> list[SliceDevice]:
         if not isinstance(device, dict) or not device.get("name"):
             continue
         taints = tuple(t for t in device.get("taints") or () if isinstance(t, dict))
-        out.append(SliceDevice(driver, pool, str(device["name"]), device_view(driver, device), taints))
+        name = str(device["name"])
+        out.append(SliceDevice(driver, pool, name, device_view(driver, device), taints, (driver, pool, name)))
     return out
 
 
@@ -119,65 +118,124 @@ def _request_expressions(
     return exactly, expressions
 
 
-def allocate(
-    claims: Sequence[Mapping[str, Any]],
-    node_name: str,
-    node_labels: Mapping[str, str],
-    devices: Iterable[SliceDevice],
-    classes: Mapping[str, Mapping[str, Any]],
-    in_use: set[DeviceId],
-    rules: Sequence[Mapping[str, Any]],
-) -> dict[str, dict[str, Any]]:
-    """Allocations (claim name -> `status.allocation`) for the claims not yet allocated on this node.
+@dataclass(frozen=True, slots=True)
+class RequestPlan:
+    """One device request, read once per scheduling cycle."""
 
-    `Unfit` when the node cannot serve them, `CelUnsupported` when a selector is outside the subset.
-    """
-    devices = list(devices)
-    taken: set[DeviceId] = set()
-    out: dict[str, dict[str, Any]] = {}
+    name: str
+    all_devices: bool
+    count: int
+    selectors: tuple[Selector, ...]
+    tolerations: tuple[dict[str, Any], ...]
+    key: tuple[str, ...]
+    """What decides which devices match: the selectors' expressions."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimPlan:
+    name: str
+    node_terms: tuple[dict[str, Any], ...] | None
+    """An allocated claim's node selector terms (it only fits there); None: not allocated yet."""
+    allocated: bool
+    requests: tuple[RequestPlan, ...]
+
+
+def plan(claims: Sequence[Mapping[str, Any]], classes: Mapping[str, Mapping[str, Any]]) -> list[ClaimPlan]:
+    """The pod's claims read once: `CelUnsupported` for a selector outside the subset, `Unfit` for
+    a DeviceClass that does not exist (no node can help either way)."""
+    out = []
     for claim in claims:
-        meta = claim.get("metadata") or {}
-        name = str(meta.get("name", ""))
+        name = str((claim.get("metadata") or {}).get("name", ""))
         allocation = (claim.get("status") or {}).get("allocation")
         if allocation:
             terms = ((allocation.get("nodeSelector") or {}).get("nodeSelectorTerms")) or None
-            if terms is not None and not selector_matches(terms, node_name, node_labels):
+            out.append(ClaimPlan(name, tuple(terms) if terms else None, True, ()))
+            continue
+        requests = []
+        for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or ():
+            exactly, expressions = _request_expressions(name, request, classes)
+            requests.append(
+                RequestPlan(
+                    name=str(request.get("name", "")),
+                    all_devices=(exactly.get("allocationMode") or "ExactCount") == "All",
+                    count=int(exactly.get("count") or 1),
+                    selectors=tuple(compile_selector(e) for e in expressions),
+                    key=tuple(expressions),
+                    tolerations=tuple(t for t in exactly.get("tolerations") or () if isinstance(t, dict)),
+                )
+            )
+        out.append(ClaimPlan(name, None, False, tuple(requests)))
+    return out
+
+
+def devices_needed(plans: Sequence[ClaimPlan]) -> int:
+    """The fewest unallocated devices a node must have for these claims (All asks for one at least)."""
+    return sum(1 if r.all_devices else r.count for p in plans if not p.allocated for r in p.requests)
+
+
+MatchCache = dict[tuple[str, tuple[str, ...]], list[SliceDevice]]
+"""(node, selector expressions) -> the node's devices they match; cleared when slices or classes change."""
+
+
+def allocate_planned(
+    plans: Sequence[ClaimPlan],
+    node_name: str,
+    node_labels: Mapping[str, str],
+    devices: Sequence[SliceDevice],
+    in_use: Container[DeviceId],
+    rules: Sequence[Mapping[str, Any]],
+    matches: MatchCache | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Allocations (claim name -> `status.allocation`) for the planned claims not yet allocated.
+
+    `Unfit` when the node cannot serve them.
+    """
+    taken: set[DeviceId] = set()
+    out: dict[str, dict[str, Any]] = {}
+    for claim in plans:
+        if claim.allocated:
+            if claim.node_terms is not None and not selector_matches(
+                claim.node_terms, node_name, node_labels
+            ):
                 raise Unfit(REASON_CLAIM_ELSEWHERE)
             continue
         results = []
-        for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or ():
-            exactly, expressions = _request_expressions(name, request, classes)
-            selectors = [compile_selector(e) for e in expressions]
-            tolerations = [t for t in exactly.get("tolerations") or () if isinstance(t, dict)]
-            matching = []
-            for device in devices:
-                if not all(s.matches(device.view) for s in selectors):
-                    continue
-                matching.append(device)
+        for request in claim.requests:
+            cache_key = (node_name, request.key)
+            matching = matches.get(cache_key) if matches is not None else None
+            if matching is None:
+                matching = [d for d in devices if all(s.matches(d.view) for s in request.selectors)]
+                if matches is not None:
+                    matches[cache_key] = matching
             usable = [
                 d
                 for d in matching
                 if d.id not in in_use
                 and d.id not in taken
-                and untolerated((*d.taints, *_rule_taints(rules, d)), tolerations) is None
+                and (
+                    not (d.taints or rules)
+                    or untolerated((*d.taints, *_rule_taints(rules, d)), request.tolerations) is None
+                )
             ]
-            mode = exactly.get("allocationMode") or "ExactCount"
-            if mode == "All":
+            if request.all_devices:
                 if not matching or len(usable) != len(matching):
                     raise Unfit(REASON_CANNOT_ALLOCATE)
                 chosen = usable
             else:
-                count = int(exactly.get("count") or 1)
-                if len(usable) < count:
+                if len(usable) < request.count:
                     raise Unfit(REASON_CANNOT_ALLOCATE)
-                chosen = usable[:count]
+                chosen = usable[: request.count]
             for device in chosen:
                 taken.add(device.id)
                 results.append(
-                    {"request": request.get("name"), "driver": device.driver, "pool": device.pool,
-                     "device": device.name}
-                )  # fmt: skip
-        out[name] = {
+                    {
+                        "request": request.name,
+                        "driver": device.driver,
+                        "pool": device.pool,
+                        "device": device.name,
+                    }
+                )
+        out[claim.name] = {
             "devices": {"results": results},
             "nodeSelector": {
                 "nodeSelectorTerms": [
@@ -186,3 +244,16 @@ def allocate(
             },
         }
     return out
+
+
+def allocate(
+    claims: Sequence[Mapping[str, Any]],
+    node_name: str,
+    node_labels: Mapping[str, str],
+    devices: Iterable[SliceDevice],
+    classes: Mapping[str, Mapping[str, Any]],
+    in_use: Container[DeviceId],
+    rules: Sequence[Mapping[str, Any]],
+) -> dict[str, dict[str, Any]]:
+    """`plan` then `allocate_planned` for one node (what a test or a single look needs)."""
+    return allocate_planned(plan(claims, classes), node_name, node_labels, list(devices), in_use, rules)

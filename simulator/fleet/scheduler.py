@@ -38,7 +38,14 @@ from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
 from simulator.fleet import objects
 from simulator.fleet.cel import CelUnsupported
-from simulator.fleet.dra_allocator import Unfit, allocate
+from simulator.fleet.dra_allocator import (
+    REASON_CANNOT_ALLOCATE,
+    ClaimPlan,
+    Unfit,
+    allocate_planned,
+    devices_needed,
+    plan,
+)
 from simulator.fleet.events import Emit, NodeChanged
 from simulator.fleet.extender_client import Extender, ExtenderConfig, ExtenderError
 from simulator.fleet.placement import blocked_devices
@@ -384,10 +391,18 @@ class Scheduler:
             return
         ignored = frozenset().union(*(e.config.ignored_resources() for e in self._extenders))
         try:
-            feasible, allocations = self._find_nodes(pod, claims, ignored)
+            dra = (
+                _DraCycle(plan(claims, self.cache.classes), list(self.cache.rules.values()))
+                if claims
+                else None
+            )
         except CelUnsupported as exc:
             self._unschedulable_pod(obj, f'running Filter plugin "DynamicResources": {exc}')
             return
+        except Unfit as exc:
+            self._unschedulable_pod(obj, failed_scheduling_message(total, {exc.reason: total}, 0))
+            return
+        feasible, allocations = self._find_nodes(pod, dra, ignored)
         extender_scores: dict[str, int] = {}
         if feasible:
             try:
@@ -402,7 +417,7 @@ class Scheduler:
                 self._unschedulable_pod(obj, failed_scheduling_message(total, reasons, 0))
                 return
         if not feasible:
-            self._unschedulable_pod(obj, self._explain(pod, claims, ignored, total))
+            self._unschedulable_pod(obj, self._explain(pod, dra, ignored, total))
             return
         node = self._pick(pod, feasible, extender_scores)
         self._bind(obj, pod, node, claims, allocations.get(node, {}))
@@ -479,24 +494,26 @@ class Scheduler:
         return name
 
     def _node_fits(
-        self, pod: PodInfo, name: str, claims: list[dict[str, Any]], ignored: frozenset[str]
+        self, pod: PodInfo, name: str, dra: _DraCycle | None, ignored: frozenset[str]
     ) -> tuple[list[str], dict[str, dict[str, Any]]]:
         """(reasons the node fails, or none; the claims' allocations on it)."""
         info = self.cache.nodes[name]
         reasons = filter_node(pod, info, ignored)
-        if reasons or not claims:
+        if reasons or dra is None:
             return reasons, {}
+        if self.cache.free_devices(name) < dra.needed:
+            return [REASON_CANNOT_ALLOCATE], {}
         try:
-            allocations = allocate(
-                claims, name, info.labels, self.cache.devices.get(name, ()), self.cache.classes,
-                set(self.cache.in_use), list(self.cache.rules.values()),
+            allocations = allocate_planned(
+                dra.plans, name, info.labels, self.cache.devices.get(name, ()), self.cache.in_use, dra.rules,
+                self.cache.matches,
             )  # fmt: skip
         except Unfit as exc:
             return [exc.reason], {}
         return [], allocations
 
     def _find_nodes(
-        self, pod: PodInfo, claims: list[dict[str, Any]], ignored: frozenset[str]
+        self, pod: PodInfo, dra: _DraCycle | None, ignored: frozenset[str]
     ) -> tuple[list[str], dict[str, dict[str, dict[str, Any]]]]:
         """Feasible nodes, up to kube-scheduler's adaptive number, and their claim allocations.
 
@@ -510,7 +527,7 @@ class Scheduler:
         feasible: list[str] = []
         allocations: dict[str, dict[str, dict[str, Any]]] = {}
         for name in candidates:
-            reasons, allocation = self._node_fits(pod, name, claims, ignored)
+            reasons, allocation = self._node_fits(pod, name, dra, ignored)
             if reasons:
                 continue
             feasible.append(name)
@@ -520,14 +537,12 @@ class Scheduler:
                 break
         return feasible, allocations
 
-    def _explain(
-        self, pod: PodInfo, claims: list[dict[str, Any]], ignored: frozenset[str], total: int
-    ) -> str:
+    def _explain(self, pod: PodInfo, dra: _DraCycle | None, ignored: frozenset[str], total: int) -> str:
         """Why no node fits, every node's first failing filter counted (only on failure: it scans all)."""
         reasons: dict[str, int] = {}
         resolvable = 0
         for name in list(self.cache.nodes):
-            found, _ = self._node_fits(pod, name, claims, ignored)
+            found, _ = self._node_fits(pod, name, dra, ignored)
             for reason in found:
                 reasons[reason] = reasons.get(reason, 0) + 1
             resolvable += preemption_could_help(found)
@@ -756,6 +771,17 @@ class Scheduler:
 
         with contextlib.suppress(ApiError):
             self._store.mutate("events", name, namespace, fn)
+
+
+class _DraCycle:
+    """A DRA pod's claims as planned for one scheduling cycle."""
+
+    __slots__ = ("needed", "plans", "rules")
+
+    def __init__(self, plans: list[ClaimPlan], rules: list[dict[str, Any]]) -> None:
+        self.plans = plans
+        self.needed = devices_needed(plans)
+        self.rules = rules
 
 
 class _Relist(Exception):

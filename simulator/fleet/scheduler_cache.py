@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from simulator.fleet.dra_allocator import DeviceId, SliceDevice, claim_devices, slice_devices
+from simulator.fleet.dra_allocator import DeviceId, MatchCache, SliceDevice, claim_devices, slice_devices
 from simulator.fleet.scheduler_filters import NodeInfo, QuantityError, node_info, pod_requests
 from simulator.model import GPU_RESOURCE
 
@@ -40,6 +40,14 @@ class SchedulerCache:
         """Device -> the claim (namespace, name) allocated it."""
         self.classes: dict[str, dict[str, Any]] = {}
         self.rules: dict[str, dict[str, Any]] = {}
+        self.matches: MatchCache = {}
+        """Which devices of a node a request's selectors match; cleared when slices or classes change."""
+        self._device_node: dict[DeviceId, str] = {}
+        self._used_on: dict[str, int] = {}
+
+    def free_devices(self, node: str) -> int:
+        """Devices in the node's slices that no claim holds: fewer than a pod needs, no need to look."""
+        return len(self.devices.get(node, ())) - self._used_on.get(node, 0)
 
     # ------------------------------------------------------------------ nodes
 
@@ -162,8 +170,16 @@ class SchedulerCache:
             self._slices[name] = (node, slice_devices(obj))
             self._node_slices.setdefault(node, {})[name] = None
             touched.add(node)
+        if old is not None:
+            for device in old[1]:
+                self._device_node.pop(device.id, None)
         for node in touched:
-            self.devices[node] = [d for s in self._node_slices.get(node, {}) for d in self._slices[s][1]]
+            devices = [d for s in self._node_slices.get(node, {}) for d in self._slices[s][1]]
+            self.devices[node] = devices
+            for device in devices:
+                self._device_node[device.id] = node
+            self._used_on[node] = sum(1 for d in devices if d.id in self.in_use)
+        self.matches.clear()
         return True
 
     def on_claim(self, etype: str, obj: dict[str, Any]) -> bool:
@@ -174,16 +190,25 @@ class SchedulerCache:
         for device in held_before:
             if self.in_use.get(device) == key:
                 del self.in_use[device]
+                self._count(device, -1)
         held_now: list[DeviceId] = []
         if etype != "DELETED":
             self.claims[key] = obj
             held_now = claim_devices(obj)
             for device in held_now:
+                if device not in self.in_use:
+                    self._count(device, 1)
                 self.in_use[device] = key
         # Devices given back can help a pending pod; a new claim may be the one a pod waits for.
         return old is None or bool(set(held_before) - set(held_now))
 
+    def _count(self, device: DeviceId, delta: int) -> None:
+        node = self._device_node.get(device)
+        if node is not None:
+            self._used_on[node] = self._used_on.get(node, 0) + delta
+
     def on_class(self, etype: str, obj: dict[str, Any]) -> bool:
+        self.matches.clear()
         name = (obj.get("metadata") or {}).get("name", "")
         if etype == "DELETED":
             self.classes.pop(name, None)
