@@ -64,7 +64,7 @@ from simulator.fleet.scheduler_filters import (
 from simulator.fleet.state import PendingPod, SimNode, SimPod
 from simulator.fleet.timers import Timers
 from simulator.fleet.writes import write_status
-from simulator.model import GPU_RESOURCE, PodPlacement, Settings, Slot, Workload, eligible
+from simulator.model import DRA_DRIVER, GPU_RESOURCE, PodPlacement, Settings, Slot, Workload, eligible
 
 if TYPE_CHECKING:
     from simulator.apiserver.store import Entry, Store, Watch
@@ -181,9 +181,13 @@ class Scheduler:
             if node.is_dra and rules is None:
                 rules = self._store.list("devicetaintrules.resource.k8s.io")[0]
             blocked = blocked_devices(node, obj, rules or [])
-            usable = [s for s in node.free if s.gpu not in blocked]
-            if not node.is_dra and not self._room_for_replacement(node.name, workload.gpus_per_pod):
+            if node.is_dra:
+                # Devices the claims of clients' pods hold are not in the fleet's free slots.
+                held = self.cache.in_use
+                blocked |= {s.gpu for s in node.free if (DRA_DRIVER, node.name, f"gpu-{s.gpu}") in held}
+            elif not self._room_for_replacement(node.name, workload.gpus_per_pod):
                 continue
+            usable = [s for s in node.free if s.gpu not in blocked]
             if len(usable) >= workload.gpus_per_pod:
                 return node, tuple(usable[: workload.gpus_per_pod])
         return None
@@ -254,7 +258,8 @@ class Scheduler:
         write_status(self._store, "pods", pod.name, pod.namespace, status)
 
     def _room_for_replacement(self, node: str, gpus: int) -> bool:
-        """Whether pods bound by `follow()` left room on `node` (it knows every bound pod's requests)."""
+        """Whether pods bound by `follow()` left room on a device-plugin node (it knows every bound
+        pod's requests)."""
         info = self.cache.nodes.get(node)
         return info is None or info.free(GPU_RESOURCE) >= gpus * 1000
 

@@ -302,3 +302,43 @@ async def test_unhealthy_gpus_lower_what_fits(cluster: tuple[Fleet, Store]) -> N
     assert cond["message"].startswith("0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
     store.create("pods", gpu_pod("three", gpus=3))
     assert await until(lambda: node_of(store, "three")) == "dp-1"
+
+
+async def test_the_scenarios_replacement_pods_leave_devices_clients_hold_alone() -> None:
+    clock = ManualClock()
+    store = Store(clock, seed=1)
+    data = {
+        "fleet": [{"name": "dra", "count": 2, "gpusPerNode": 2, "path": "dra"}],
+        "workloads": [{"name": "w", "replicas": 1, "gpusPerPod": 2}],
+    }
+    fleet = Fleet(from_dict(data), store, clock)
+    await fleet.start()
+    tasks = [asyncio.create_task(fleet.follow_deletions()), asyncio.create_task(fleet.scheduler.follow())]
+    try:
+        store.create("resourceclaimtemplates.resource.k8s.io", template("one"))
+        store.create("pods", dra_pod("client", "one"))
+        assert await until(lambda: node_of(store, "client")) == "dra-1"
+        rule = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": "drain-dra-0"},
+            "spec": {"deviceSelector": {"pool": "dra-0"}, "taint": {"key": "drain", "effect": "NoSchedule"}},
+        }
+        store.create("devicetaintrules.resource.k8s.io", rule)
+        (workload_pod,) = [
+            p for p in store.list("pods", "default")[0] if p["metadata"]["name"].startswith("w-")
+        ]
+        store.delete("pods", workload_pod["metadata"]["name"], "default")
+        await until(lambda: not fleet.pods)  # the job controller saw it go
+        await fleet.advance(fleet.replacement_delay + 1)
+        (replacement,) = await until(lambda: list(fleet.pending.values()))
+        # dra-1 has one device the client's claim holds: the 2-GPU replacement waits.
+        assert node_of(store, replacement.name) is None
+        store.delete("pods", "client", "default")
+        await until(lambda: not store.list("resourceclaims.resource.k8s.io", "default")[0] or None)
+        await fleet.advance(fleet.settings.status_sync_interval + 1)
+        assert await until(lambda: node_of(store, replacement.name)) == "dra-1"
+    finally:
+        fleet.stop()
+        for task in tasks:
+            await task
