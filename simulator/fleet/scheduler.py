@@ -75,9 +75,14 @@ _CLAIMS = "resourceclaims.resource.k8s.io"
 _SLICES = "resourceslices.resource.k8s.io"
 _CLASSES = "deviceclasses.resource.k8s.io"
 _RULES = "devicetaintrules.resource.k8s.io"
-_TEMPLATES = "resourceclaimtemplates.resource.k8s.io"
 SCHEDULER_NAME = "default-scheduler"
 _BATCH = 20  # pods scheduled between yields to the event loop
+
+ClaimFor = Callable[[dict[str, Any], str, str], dict[str, Any]]
+"""The resource claim controller makes a pod's claim from a template (`ResourceClaimController.claim_for`);
+LookupError when the template is missing."""
+PodGone = Callable[[dict[str, Any], Callable[[str, str], dict[str, Any] | None]], None]
+"""A client's pod was deleted: the resource claim controller lets go of its claims (`pod_gone`)."""
 
 Admit = Callable[[SimPod, SimNode, dict[str, Any], list[dict[str, Any]] | None, float], dict[str, Any]]
 """The kubelet's first status of a pod bound to a node (`Kubelet.admit`)."""
@@ -103,6 +108,8 @@ class Scheduler:
         admit: Admit,
         bound: Callable[[SimPod], None],
         emit: Emit,
+        claim_for: ClaimFor,
+        pod_gone: PodGone,
         extenders: Sequence[ExtenderConfig] = (),
     ) -> None:
         self._store = store
@@ -117,6 +124,8 @@ class Scheduler:
         self._bound = bound
         self._emit = emit
         self._pod_counter = itertools.count()
+        self._claim_for = claim_for
+        self._pod_gone = pod_gone
         self.cache = SchedulerCache()
         self._extenders = [Extender(c) for c in extenders]
         self._queue: dict[str, None] = {}
@@ -338,7 +347,7 @@ class Scheduler:
             self._queue.pop(key, None)
             self._unschedulable.pop(key, None)
             self._failed.pop(key, None)
-            self._release_claims(entry.load())
+            self._pod_gone(entry.load(), lambda ns, name: self.cache.claims.get((ns, name)))
             return helps
         if fields.get("spec.nodeName") or fields.get("status.phase") in ("Succeeded", "Failed"):
             return helps
@@ -428,8 +437,8 @@ class Scheduler:
         self._bind(obj, pod, node, claims, allocations.get(node, {}))
 
     def _pod_claims(self, obj: dict[str, Any], pod: PodInfo) -> list[dict[str, Any]]:
-        """The pod's ResourceClaims; the resource claim controller's part first: a claim for each
-        template the pod references, named `<pod>-<claim>-<suffix>` and recorded in its status."""
+        """The pod's ResourceClaims; a template's claim is asked of the resource claim controller
+        first (in a real cluster it has made it by the time the pod is scheduled)."""
         if not pod.claims:
             return []
         statuses = {
@@ -443,9 +452,14 @@ class Scheduler:
             claim_name = entry.get("resourceClaimName")
             template = entry.get("resourceClaimTemplateName")
             if not claim_name and template:
-                claim_name = statuses.get(pod_claim) or self._generate_claim(
-                    obj, pod, pod_claim, str(template)
-                )
+                claim_name = statuses.get(pod_claim)
+                if not claim_name:
+                    try:
+                        created = self._claim_for(obj, pod_claim, str(template))
+                    except LookupError as exc:
+                        raise _Unresolvable(str(exc)) from exc
+                    self.cache.on_claim("ADDED", created)
+                    claim_name = created["metadata"]["name"]
             if not claim_name:
                 raise _Unresolvable(f'pod claim "{pod_claim}" names neither a claim nor a template')
             claim = self.cache.claims.get((pod.namespace, str(claim_name)))
@@ -459,44 +473,6 @@ class Scheduler:
                 raise _Unresolvable(f'resourceclaim "{claim_name}" is in use')
             out.append(claim)
         return out
-
-    def _generate_claim(self, obj: dict[str, Any], pod: PodInfo, pod_claim: str, template: str) -> str:
-        try:
-            tmpl = self._store.get(_TEMPLATES, template, pod.namespace)
-        except ApiError as exc:
-            raise _Unresolvable(f'resourceclaimtemplate "{template}" not found') from exc
-        tmeta = tmpl.get("metadata") or {}
-        name = f"{pod.name}-{pod_claim}-{objects.suffix(self._rng)}"
-        labels = dict(tmeta.get("labels") or {})
-        claim: dict[str, Any] = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {
-                "name": name,
-                "namespace": pod.namespace,
-                **({"labels": labels} if labels else {}),
-                "annotations": {
-                    **(tmeta.get("annotations") or {}),
-                    "resource.kubernetes.io/pod-claim-name": pod_claim,
-                },
-                "ownerReferences": [
-                    {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid,
-                     "controller": True, "blockOwnerDeletion": True}
-                ],
-            },
-            "spec": (tmpl.get("spec") or {}).get("spec") or {},
-        }  # fmt: skip
-        created = self._store.create(_CLAIMS, claim, namespace=pod.namespace, validate=False)
-        self.cache.on_claim("ADDED", created)
-
-        def record(status_obj: dict[str, Any]) -> dict[str, Any]:
-            status = status_obj.setdefault("status", {})
-            kept = [s for s in status.get("resourceClaimStatuses") or () if s.get("name") != pod_claim]
-            status["resourceClaimStatuses"] = [*kept, {"name": pod_claim, "resourceClaimName": name}]
-            return status_obj
-
-        self._store.mutate("pods", pod.name, pod.namespace, record, subresource="status")
-        return name
 
     def _node_fits(
         self, pod: PodInfo, name: str, dra: _DraCycle | None, ignored: frozenset[str]
@@ -646,40 +622,6 @@ class Scheduler:
 
         written = self._store.mutate(_CLAIMS, meta["name"], meta["namespace"], fn, subresource="status")
         self.cache.on_claim("MODIFIED", written)
-
-    def _release_claims(self, pod_obj: dict[str, Any]) -> None:
-        """A pod is gone: its reservations end and a claim no one reserves is deallocated (the
-        resource claim controller); claims generated for it go with it (garbage collection)."""
-        meta = pod_obj.get("metadata") or {}
-        namespace, uid = meta.get("namespace", ""), meta.get("uid")
-        if f"{namespace}/{meta.get('name')}" in self._pods:
-            return  # the scenario's own pods: the job controller removes their claims
-        names = {
-            s.get("resourceClaimName")
-            for s in (pod_obj.get("status") or {}).get("resourceClaimStatuses") or ()
-            if isinstance(s, dict)
-        }
-        names |= {c.get("resourceClaimName") for c in (pod_obj.get("spec") or {}).get("resourceClaims") or ()}
-        for name in names - {None}:
-            claim = self.cache.claims.get((namespace, str(name)))
-            if claim is None:
-                continue
-            owners = claim["metadata"].get("ownerReferences") or ()
-            if any(o.get("uid") == uid and o.get("controller") for o in owners):
-                with contextlib.suppress(ApiError):
-                    self._store.delete(_CLAIMS, str(name), namespace)
-                continue
-
-            def fn(obj: dict[str, Any]) -> dict[str, Any]:
-                status = obj.setdefault("status", {})
-                status["reservedFor"] = [r for r in status.get("reservedFor") or () if r.get("uid") != uid]
-                if not status["reservedFor"]:
-                    status.pop("reservedFor")
-                    status.pop("allocation", None)
-                return obj
-
-            with contextlib.suppress(ApiError):
-                self._store.mutate(_CLAIMS, str(name), namespace, fn, subresource="status")
 
     def _unschedulable_pod(self, obj: dict[str, Any], message: str) -> None:
         """PodScheduled=False/Unschedulable, a FailedScheduling Event, and a retry after the backoff."""

@@ -342,3 +342,15 @@ async def test_the_scenarios_replacement_pods_leave_devices_clients_hold_alone()
         fleet.stop()
         for task in tasks:
             await task
+
+
+async def test_a_missing_template_keeps_the_pod_waiting_until_a_retry_finds_it(
+    cluster: tuple[Fleet, Store],
+) -> None:
+    fleet, store = cluster
+    store.create("pods", dra_pod("later", "nope"))
+    (event,) = await until(lambda: events(store, "later", "FailedScheduling"))
+    assert event["message"].startswith('0/3 nodes are available: 3 resourceclaimtemplate "nope" not found.')
+    store.create("resourceclaimtemplates.resource.k8s.io", template("nope"))
+    await fleet.advance(1.5)  # templates are not watched: the backoff brings the retry
+    assert await until(lambda: node_of(store, "later")) == "dra-0"
