@@ -30,6 +30,7 @@ from simulator.apiserver.versions import DEFAULT as DEFAULT_VERSION
 from simulator.apiserver.versions import SUPPORTED as SUPPORTED_VERSIONS
 from simulator.apiserver.versions import KubernetesVersion, parse_feature_gates
 from simulator.fleet import DeviceHealthChanged, FaultApplied, FleetEvent, NodeChanged
+from simulator.fleet.extender_client import SchedulerConfigError
 from simulator.runner import SimulatedCluster
 from simulator.scenario import ScenarioError, list_builtins, resolve
 
@@ -80,6 +81,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=duration_seconds,
         default=None,
         help="stop after this much simulated time (seconds, or e.g. 90s, 10m, 1h)",
+    )
+    parser.add_argument(
+        "--scheduler-config",
+        metavar="FILE",
+        default=None,
+        help="KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) file: the extenders to call",
     )
     parser.add_argument(
         "--print-events", action="store_true", help="print each device health change written into pod status"
@@ -139,14 +146,18 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"--token-file {args.token_file}: {exc.strerror or exc}") from exc
     listen = format_listen(*args.listen)
-    cluster = SimulatedCluster(
-        scenario,
-        speed=args.speed,
-        listen=listen,
-        token=token,
-        kubeconfig_out=args.kubeconfig_out,
-        kubernetes_version=version,
-    )
+    try:
+        cluster = SimulatedCluster(
+            scenario,
+            speed=args.speed,
+            listen=listen,
+            token=token,
+            kubeconfig_out=args.kubeconfig_out,
+            kubernetes_version=version,
+            scheduler_config=args.scheduler_config,
+        )
+    except SchedulerConfigError as exc:
+        raise UsageError(f"--scheduler-config {exc}") from exc
     try:
         return asyncio.run(_serve(cluster, args, args.duration, out))
     except OSError as exc:  # e.g. the port is taken

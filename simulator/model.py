@@ -45,6 +45,10 @@ class Settings:
     """A DRA device whose last health report is older than this becomes Unknown (kubelet default 30 s)."""
     node_monitor_grace_period: float = 40.0
     """Without a Lease renewal for this long, the node lifecycle controller marks the node Unknown."""
+    scheduler_initial_backoff: float = 1.0
+    """An unschedulable pod's first retry after this long, doubling per attempt (kube-scheduler: 1 s)."""
+    scheduler_max_backoff: float = 10.0
+    """The longest wait between retries of an unschedulable pod (kube-scheduler: 10 s)."""
     seed: int = 0
     """Seeds generated names (pod suffixes, claim names), so a scenario builds the same objects each run."""
 

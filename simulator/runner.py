@@ -32,6 +32,7 @@ from simulator.apiserver.kubeconfig import write_kubeconfig
 from simulator.apiserver.store import Store
 from simulator.apiserver.versions import KubernetesVersion
 from simulator.fleet import Fleet
+from simulator.fleet.extender_client import load_scheduler_config
 from simulator.nvml import nvml_document
 from simulator.scenario import Scenario, ScenarioError, parse_fault_json, resolve
 
@@ -120,6 +121,7 @@ class SimulatedCluster:
         token: str | None = None,
         kubeconfig_out: str | Path | None = None,
         kubernetes_version: KubernetesVersion | None = None,
+        scheduler_config: str | Path | None = None,
     ) -> None:
         if not 0 < speed < float("inf"):  # also refuses NaN
             raise ValueError(f"speed must be a finite number greater than zero, not {speed!r}")
@@ -137,7 +139,9 @@ class SimulatedCluster:
         self.store = Store(
             self.clock, seed=self.scenario.settings.seed, kubernetes_version=kubernetes_version
         )
-        self.fleet = Fleet(self.scenario, self.store, self.clock, speed=speed)
+        # A KubeSchedulerConfiguration's extenders (SchedulerConfigError names a bad file's field).
+        extenders = load_scheduler_config(scheduler_config) if scheduler_config else ()
+        self.fleet = Fleet(self.scenario, self.store, self.clock, speed=speed, extenders=extenders)
 
     @property
     def url(self) -> str:
@@ -176,6 +180,7 @@ class SimulatedCluster:
         write_kubeconfig(self._kubeconfig, self._url, token=self._token)
         # Deletions are events, not time: followed even when a ManualClock steps the fleet.
         self._tasks.append(asyncio.create_task(self.fleet.follow_deletions(), name="gpuhealth-sim-deletions"))
+        self._tasks.append(asyncio.create_task(self.fleet.scheduler.follow(), name="gpuhealth-sim-scheduler"))
         if not isinstance(self.clock, ManualClock):
             self._tasks.append(asyncio.create_task(self.fleet.run(), name="gpuhealth-sim-fleet"))
 

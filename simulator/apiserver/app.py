@@ -31,6 +31,7 @@ import orjson
 from aiohttp import web
 
 from simulator.apiserver import openapi, protobuf, tables
+from simulator.apiserver.binding import add_binding_route
 from simulator.apiserver.errors import ApiError, bad_request, conflict, not_found
 from simulator.apiserver.list_options import ContinueExpired, ContinueToken, check_watch, read_at
 from simulator.apiserver.resources import CRD_KEY, ResourceInfo
@@ -101,6 +102,7 @@ def create_app(
     app.router.add_route("*", "/apis/", _wrap(_api_groups))
     for probe in ("/healthz", "/livez", "/readyz"):
         app.router.add_route("GET", probe, _ok)
+    add_binding_route(app, store)  # pods/binding, ahead of the catch-all resource routes
     app.router.add_route(
         "*", "/openapi/v2", _wrap_raw(lambda r: r.app[OPENAPI].serve_v2(r.app[STORE], _accept(r)))
     )

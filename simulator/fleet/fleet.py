@@ -9,6 +9,7 @@
 - `DevicePlugin` (`device_plugin`) and `DraDriver` (`dra_driver`): devices and their health;
 - `Scheduler` (`scheduler`): where pods go, binding and claim allocation;
 - `JobController` (`job_controller`): the workloads' Jobs, replacements of deleted pods;
+- `ResourceClaimController` (`claim_controller`): claims from templates for clients' pods;
 - `NodeLifecycleController` (`node_lifecycle`): Ready=Unknown after the grace period;
 - `Timeline` (`timeline`): the scenario's faults in simulated time.
 
@@ -22,16 +23,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpuhealth.clock import Clock
 from simulator.apiserver.store import format_timestamp
 from simulator.fleet import objects
 from simulator.fleet.checkpoint_agent import CheckpointAgent
+from simulator.fleet.claim_controller import ResourceClaimController
 from simulator.fleet.device_plugin import DevicePlugin
 from simulator.fleet.dra_driver import DraDriver
 from simulator.fleet.events import FaultApplied, FleetEvent
+from simulator.fleet.extender_client import ExtenderConfig
 from simulator.fleet.health import Gpu
 from simulator.fleet.job_controller import JobController
 from simulator.fleet.kubelet import Kubelet
@@ -62,6 +65,7 @@ class Fleet:
         clock: Clock,
         *,
         speed: float = 1.0,
+        extenders: Sequence[ExtenderConfig] = (),
     ) -> None:
         self.scenario = scenario
         self.settings = scenario.settings
@@ -105,9 +109,11 @@ class Fleet:
             submit=lambda pending: self.scheduler.try_bind(pending),
             complete=self.kubelet.complete,
         )  # fmt: skip
+        self.claims = ResourceClaimController(store, rng, fleet_pod=lambda key: key in self.pods)
         self.scheduler = Scheduler(
             store, settings, timers, self.nodes, self.pods, self.pending, self.jobs.job_uids, rng,
             admit=self.kubelet.admit, bound=self.jobs.pod_bound, emit=self._emit,
+            claim_for=self.claims.claim_for, pod_gone=self.claims.pod_gone, extenders=extenders,
         )  # fmt: skip
         self.timeline = Timeline(
             scenario.timeline,
@@ -150,6 +156,7 @@ class Fleet:
 
     def stop(self) -> None:
         self.timers.stop()
+        self.scheduler.stop()
         if self._pod_watch is not None:
             self._pod_watch.close()
 

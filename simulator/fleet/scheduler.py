@@ -1,32 +1,88 @@
 """The scheduler: binds pods to nodes and devices, and writes what binding creates.
 
-Initial pods go where the scenario's first-fit layout puts them (`simulator.model`); a
-replacement pod waits Pending until a node passes the filters (Ready, kubelet writing,
-schedulable, enough usable free slots: `placement.blocked_devices`) and is retried every
-status sync interval. Binding writes the pod with its node, on DRA the ResourceClaim (created
-up front, or generated from the template by the resource claim controller) and its allocation,
-then the kubelet's first status: one step, as a real cluster reaches it within a second.
+Two kinds of pods reach it:
+
+- the scenario's own workloads. Initial pods go where the scenario's first-fit layout puts
+  them (`simulator.model`); a replacement pod waits Pending until a node passes the filters
+  (Ready, kubelet writing, schedulable, enough usable free slots: `placement.blocked_devices`,
+  and room left by the pods clients bound there) and is retried every status sync interval.
+  Binding writes the pod with its node, on DRA the ResourceClaim and its allocation, then the
+  kubelet's first status: one step, as a real cluster reaches it within a second.
+- every other pending pod whose `spec.schedulerName` is ours (`default-scheduler` or empty) and
+  that has no node: `follow()` watches the store in-process and runs kube-scheduler's cycle on
+  each (`scheduler_filters`: NodeUnschedulable, TaintToleration, NodeAffinity,
+  NodeResourcesFit; `dra_allocator`: DynamicResources; then the configured extenders,
+  `extender_client`), scores the feasible nodes (least allocated, plus extender priorities;
+  ties broken by the fleet's seeded rng) and binds through the pods/binding semantics
+  (`simulator.apiserver.binding`). It writes `Scheduled` and `FailedScheduling` Events, the
+  pod's PodScheduled condition, the claims the resource claim controller generates from
+  templates and their allocation. Unschedulable pods are retried when a node, pod, slice,
+  claim, DeviceClass or DeviceTaintRule changes in a way that could help, and after a backoff
+  (1 s doubling to 10 s, simulated time). Running those pods is the kubelet's part.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
+import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
+
+from simulator.apiserver.binding import bind
+from simulator.apiserver.errors import ApiError
+from simulator.apiserver.store import format_timestamp
 from simulator.fleet import objects
+from simulator.fleet.cel import CelUnsupported
+from simulator.fleet.dra_allocator import (
+    REASON_CANNOT_ALLOCATE,
+    ClaimPlan,
+    Unfit,
+    allocate_planned,
+    devices_needed,
+    plan,
+)
 from simulator.fleet.events import Emit, NodeChanged
+from simulator.fleet.extender_client import Extender, ExtenderConfig, ExtenderError
 from simulator.fleet.placement import blocked_devices
+from simulator.fleet.scheduler_cache import SchedulerCache
+from simulator.fleet.scheduler_filters import (
+    OUR_SCHEDULERS,
+    PodInfo,
+    QuantityError,
+    failed_scheduling_message,
+    feasible_nodes_to_find,
+    filter_node,
+    pod_info,
+    preemption_could_help,
+    score_node,
+)
 from simulator.fleet.state import PendingPod, SimNode, SimPod
 from simulator.fleet.timers import Timers
 from simulator.fleet.writes import write_status
-from simulator.model import PodPlacement, Settings, Slot, Workload, eligible
+from simulator.model import DRA_DRIVER, GPU_RESOURCE, PodPlacement, Settings, Slot, Workload, eligible
 
 if TYPE_CHECKING:
-    from simulator.apiserver.store import Store
+    from simulator.apiserver.store import Entry, Store, Watch
+
+log = logging.getLogger(__name__)
 
 _CLAIMS = "resourceclaims.resource.k8s.io"
+_SLICES = "resourceslices.resource.k8s.io"
+_CLASSES = "deviceclasses.resource.k8s.io"
+_RULES = "devicetaintrules.resource.k8s.io"
+SCHEDULER_NAME = "default-scheduler"
+_BATCH = 20  # pods scheduled between yields to the event loop
+
+ClaimFor = Callable[[dict[str, Any], str, str], dict[str, Any]]
+"""The resource claim controller makes a pod's claim from a template (`ResourceClaimController.claim_for`);
+LookupError when the template is missing."""
+PodGone = Callable[[dict[str, Any], Callable[[str, str], dict[str, Any] | None]], None]
+"""A client's pod was deleted: the resource claim controller lets go of its claims (`pod_gone`)."""
 
 Admit = Callable[[SimPod, SimNode, dict[str, Any], list[dict[str, Any]] | None, float], dict[str, Any]]
 """The kubelet's first status of a pod bound to a node (`Kubelet.admit`)."""
@@ -52,6 +108,9 @@ class Scheduler:
         admit: Admit,
         bound: Callable[[SimPod], None],
         emit: Emit,
+        claim_for: ClaimFor,
+        pod_gone: PodGone,
+        extenders: Sequence[ExtenderConfig] = (),
     ) -> None:
         self._store = store
         self._settings = settings
@@ -65,6 +124,20 @@ class Scheduler:
         self._bound = bound
         self._emit = emit
         self._pod_counter = itertools.count()
+        self._claim_for = claim_for
+        self._pod_gone = pod_gone
+        self.cache = SchedulerCache()
+        self._extenders = [Extender(c) for c in extenders]
+        self._queue: dict[str, None] = {}
+        """Pods (namespace/name) to schedule, in arrival order."""
+        self._unschedulable: dict[str, int] = {}
+        """Pods that failed, with their attempts so far (their backoff)."""
+        self._failed: dict[str, tuple[str, str]] = {}
+        """Pod -> (its FailedScheduling Event's name, message): a repeat counts up, as the recorder does."""
+        self._wake = asyncio.Event()
+        self._watches: list[Watch] = []
+        self._stopped = False
+        self._event_seq = itertools.count()
 
     def start_pod(self, workload: Workload, placement: PodPlacement, wall: float) -> SimPod:
         """Create an initial pod where the scenario's layout puts it."""
@@ -117,6 +190,12 @@ class Scheduler:
             if node.is_dra and rules is None:
                 rules = self._store.list("devicetaintrules.resource.k8s.io")[0]
             blocked = blocked_devices(node, obj, rules or [])
+            if node.is_dra:
+                # Devices the claims of clients' pods hold are not in the fleet's free slots.
+                held = self.cache.in_use
+                blocked |= {s.gpu for s in node.free if (DRA_DRIVER, node.name, f"gpu-{s.gpu}") in held}
+            elif not self._room_for_replacement(node.name, workload.gpus_per_pod):
+                continue
             usable = [s for s in node.free if s.gpu not in blocked]
             if len(usable) >= workload.gpus_per_pod:
                 return node, tuple(usable[: workload.gpus_per_pod])
@@ -186,3 +265,479 @@ class Scheduler:
         write_status(self._store, _CLAIMS, pod.claim_name, pod.namespace, allocation)
         status = self._admit(pod, node, pod_obj, claim_statuses, wall)
         write_status(self._store, "pods", pod.name, pod.namespace, status)
+
+    def _room_for_replacement(self, node: str, gpus: int) -> bool:
+        """Whether pods bound by `follow()` left room on a device-plugin node (it knows every bound
+        pod's requests)."""
+        info = self.cache.nodes.get(node)
+        return info is None or info.free(GPU_RESOURCE) >= gpus * 1000
+
+    # ------------------------------------------------------------------ every other pending pod
+
+    def stop(self) -> None:
+        self._stopped = True
+        for watch in self._watches:
+            watch.close()
+        self._wake.set()
+
+    async def follow(self) -> None:
+        """Watch the store and bind every pending pod of ours until `stop()`.
+
+        The cache is listed first (an informer's list, then watch from its resourceVersion), so
+        the first pods are judged against the whole cluster.
+        """
+        session = aiohttp.ClientSession() if self._extenders else None
+        try:
+            while not self._stopped:
+                feeds = [
+                    ("nodes", lambda e, et: self.cache.on_node(et, e.load())),
+                    (_SLICES, lambda e, et: self.cache.on_slice(et, e.load())),
+                    (_CLASSES, lambda e, et: self.cache.on_class(et, e.load())),
+                    (_RULES, lambda e, et: self.cache.on_rule(et, e.load())),
+                    (_CLAIMS, lambda e, et: self.cache.on_claim(et, e.load())),
+                    ("pods", self._on_pod),
+                ]
+                self.cache = SchedulerCache()
+                rv = str(self._store.resource_version)
+                for resource, handle in feeds:
+                    entries, _ = self._store.list_entries(resource)
+                    for i, entry in enumerate(entries):
+                        handle(entry, "ADDED")
+                        if i % 500 == 499:
+                            await asyncio.sleep(0)
+                self._watches = [self._store.watch(r, resource_version=rv) for r, _ in feeds]
+                try:
+                    async with asyncio.TaskGroup() as group:
+                        for watch, (_, handle) in zip(self._watches, feeds, strict=True):
+                            group.create_task(self._feed(watch, handle))
+                        group.create_task(self._run_queue(session))
+                except* _Relist:
+                    pass
+                finally:
+                    for watch in self._watches:
+                        watch.close()
+        finally:
+            if session is not None:
+                await session.close()
+
+    async def _feed(self, watch: Watch, handle: Callable[[Entry, str], bool]) -> None:
+        while True:
+            item = await watch.next_entry()
+            if item is None:
+                if self._stopped:
+                    self._wake.set()
+                    return
+                raise _Relist  # the watch fell behind and was ended: list again
+            etype, entry = item
+            try:
+                helps = handle(entry, etype)
+            except Exception:
+                log.exception("scheduler: %s event for %s/%s failed", etype, entry.namespace, entry.name)
+                continue
+            if helps and self._unschedulable:
+                for key in self._unschedulable:
+                    self._queue[key] = None
+                self._wake.set()
+
+    def _on_pod(self, entry: Entry, etype: str) -> bool:
+        key = f"{entry.namespace}/{entry.name}"
+        fields = entry.fields or {}
+        helps = self.cache.on_pod(etype, key, fields, entry.load)
+        if etype == "DELETED":
+            self._queue.pop(key, None)
+            self._unschedulable.pop(key, None)
+            self._failed.pop(key, None)
+            self._pod_gone(entry.load(), lambda ns, name: self.cache.claims.get((ns, name)))
+            return helps
+        if fields.get("spec.nodeName") or fields.get("status.phase") in ("Succeeded", "Failed"):
+            return helps
+        if fields.get("spec.schedulerName", "") not in OUR_SCHEDULERS:
+            return helps
+        if key in self._pending or key in self._pods:
+            return helps  # the scenario's own replacement pods: `try_bind` places them
+        if key not in self._queue and key not in self._unschedulable:
+            self._queue[key] = None
+            self._wake.set()
+        return helps
+
+    async def _run_queue(self, session: aiohttp.ClientSession | None) -> None:
+        while not self._stopped:
+            if not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            for done in itertools.count(1):
+                if not self._queue or self._stopped:
+                    break
+                key = next(iter(self._queue))
+                del self._queue[key]
+                try:
+                    await self._schedule_one(key, session)
+                except Exception:
+                    log.exception("scheduler: scheduling %s failed", key)
+                if done % _BATCH == 0:
+                    await asyncio.sleep(0)
+            await asyncio.sleep(0)
+
+    # ------------------------------------------------------------------ one scheduling cycle
+
+    async def _schedule_one(self, key: str, session: aiohttp.ClientSession | None) -> None:
+        namespace, name = key.split("/", 1)
+        try:
+            obj = self._store.get("pods", name, namespace)
+        except ApiError:
+            return
+        spec = obj.get("spec") or {}
+        if spec.get("nodeName") or spec.get("schedulerName", "") not in OUR_SCHEDULERS:
+            return
+        if obj["metadata"].get("deletionTimestamp"):
+            return
+        total = sum(1 for _ in self.cache.nodes)
+        try:
+            pod = pod_info(obj)
+        except QuantityError as exc:
+            self._unschedulable_pod(obj, f'running PreFilter plugin "NodeResourcesFit": {exc}')
+            return
+        try:
+            claims = self._pod_claims(obj, pod)
+        except _Unresolvable as exc:
+            self._unschedulable_pod(obj, failed_scheduling_message(total, {exc.reason: total}, 0))
+            return
+        ignored = frozenset().union(*(e.config.ignored_resources() for e in self._extenders))
+        try:
+            dra = (
+                _DraCycle(plan(claims, self.cache.classes), list(self.cache.rules.values()))
+                if claims
+                else None
+            )
+        except CelUnsupported as exc:
+            self._unschedulable_pod(obj, f'running Filter plugin "DynamicResources": {exc}')
+            return
+        except Unfit as exc:
+            self._unschedulable_pod(obj, failed_scheduling_message(total, {exc.reason: total}, 0))
+            return
+        feasible, allocations = self._find_nodes(pod, dra, ignored)
+        extender_scores: dict[str, int] = {}
+        if feasible:
+            try:
+                feasible, failed, extender_scores = await self._extend(session, obj, pod, feasible)
+            except ExtenderError as exc:
+                self._unschedulable_pod(obj, str(exc))
+                return
+            if not feasible:
+                reasons: dict[str, int] = {}
+                for reason in failed.values():
+                    reasons[reason] = reasons.get(reason, 0) + 1
+                self._unschedulable_pod(obj, failed_scheduling_message(total, reasons, 0))
+                return
+        if not feasible:
+            self._unschedulable_pod(obj, self._explain(pod, dra, ignored, total))
+            return
+        node = self._pick(pod, feasible, extender_scores)
+        self._bind(obj, pod, node, claims, allocations.get(node, {}))
+
+    def _pod_claims(self, obj: dict[str, Any], pod: PodInfo) -> list[dict[str, Any]]:
+        """The pod's ResourceClaims; a template's claim is asked of the resource claim controller
+        first (in a real cluster it has made it by the time the pod is scheduled)."""
+        if not pod.claims:
+            return []
+        statuses = {
+            s.get("name"): s.get("resourceClaimName")
+            for s in (obj.get("status") or {}).get("resourceClaimStatuses") or ()
+            if isinstance(s, dict)
+        }
+        out = []
+        for entry in pod.claims:
+            pod_claim = str(entry.get("name", ""))
+            claim_name = entry.get("resourceClaimName")
+            template = entry.get("resourceClaimTemplateName")
+            if not claim_name and template:
+                claim_name = statuses.get(pod_claim)
+                if not claim_name:
+                    try:
+                        created = self._claim_for(obj, pod_claim, str(template))
+                    except LookupError as exc:
+                        raise _Unresolvable(str(exc)) from exc
+                    self.cache.on_claim("ADDED", created)
+                    claim_name = created["metadata"]["name"]
+            if not claim_name:
+                raise _Unresolvable(f'pod claim "{pod_claim}" names neither a claim nor a template')
+            claim = self.cache.claims.get((pod.namespace, str(claim_name)))
+            if claim is None:
+                raise _Unresolvable(f'resourceclaim "{claim_name}" not found')
+            reserved = (claim.get("status") or {}).get("reservedFor") or ()
+            owner = [o for o in claim["metadata"].get("ownerReferences") or () if o.get("controller")]
+            if template and owner and owner[0].get("uid") != pod.uid:
+                raise _Unresolvable(f'resourceclaim "{claim_name}" was not created for the pod')
+            if len(reserved) >= 256 and not any(r.get("uid") == pod.uid for r in reserved):
+                raise _Unresolvable(f'resourceclaim "{claim_name}" is in use')
+            out.append(claim)
+        return out
+
+    def _node_fits(
+        self, pod: PodInfo, name: str, dra: _DraCycle | None, ignored: frozenset[str]
+    ) -> tuple[list[str], dict[str, dict[str, Any]]]:
+        """(reasons the node fails, or none; the claims' allocations on it)."""
+        info = self.cache.nodes[name]
+        reasons = filter_node(pod, info, ignored)
+        if reasons or dra is None:
+            return reasons, {}
+        if self.cache.free_devices(name) < dra.needed:
+            return [REASON_CANNOT_ALLOCATE], {}
+        try:
+            allocations = allocate_planned(
+                dra.plans, name, info.labels, self.cache.devices.get(name, ()), self.cache.in_use, dra.rules,
+                self.cache.matches,
+            )  # fmt: skip
+        except Unfit as exc:
+            return [exc.reason], {}
+        return [], allocations
+
+    def _find_nodes(
+        self, pod: PodInfo, dra: _DraCycle | None, ignored: frozenset[str]
+    ) -> tuple[list[str], dict[str, dict[str, dict[str, Any]]]]:
+        """Feasible nodes, up to kube-scheduler's adaptive number, and their claim allocations.
+
+        A pod asking for GPUs looks only at nodes with that many free (the freest first)."""
+        want = feasible_nodes_to_find(len(self.cache.nodes))
+        gpus = pod.requests.get(GPU_RESOURCE, 0)
+        if gpus > 0 and GPU_RESOURCE not in ignored:
+            candidates = self.cache.gpu_candidates(-(-gpus // 1000))
+        else:
+            candidates = self.cache.all_candidates()
+        feasible: list[str] = []
+        allocations: dict[str, dict[str, dict[str, Any]]] = {}
+        for name in candidates:
+            reasons, allocation = self._node_fits(pod, name, dra, ignored)
+            if reasons:
+                continue
+            feasible.append(name)
+            if allocation:
+                allocations[name] = allocation
+            if len(feasible) >= want:
+                break
+        return feasible, allocations
+
+    def _explain(self, pod: PodInfo, dra: _DraCycle | None, ignored: frozenset[str], total: int) -> str:
+        """Why no node fits, every node's first failing filter counted (only on failure: it scans all)."""
+        reasons: dict[str, int] = {}
+        resolvable = 0
+        for name in list(self.cache.nodes):
+            found, _ = self._node_fits(pod, name, dra, ignored)
+            for reason in found:
+                reasons[reason] = reasons.get(reason, 0) + 1
+            resolvable += preemption_could_help(found)
+        return failed_scheduling_message(total, reasons, resolvable)
+
+    async def _extend(
+        self, session: aiohttp.ClientSession | None, obj: dict[str, Any], pod: PodInfo, feasible: list[str]
+    ) -> tuple[list[str], dict[str, str], dict[str, int]]:
+        """The extenders' filter and prioritize calls for a pod that requests what they manage."""
+        failed: dict[str, str] = {}
+        scores: dict[str, int] = {}
+        interested = [e for e in self._extenders if e.config.interested(pod.requests)]
+        if not interested or session is None:
+            return feasible, failed, scores
+        for extender in interested:
+            if not extender.config.filter_verb or not feasible:
+                continue
+            try:
+                result = await extender.filter(session, obj, feasible, self._node_object)
+            except ExtenderError:
+                if extender.config.ignorable:
+                    continue
+                raise
+            allowed = set(result.passed)
+            failed.update(result.failed)
+            for name in feasible:
+                if name not in allowed and name not in failed:
+                    failed[name] = "node(s) were filtered out by the extender"
+            feasible = [n for n in feasible if n in allowed]
+        for extender in interested:
+            if not extender.config.prioritize_verb or len(feasible) < 2:
+                continue
+            try:
+                for host, score in (
+                    await extender.prioritize(session, obj, feasible, self._node_object)
+                ).items():
+                    scores[host] = scores.get(host, 0) + score
+            except ExtenderError as exc:
+                log.info("scheduler: extender prioritize failed, ignored: %s", exc)
+        return feasible, failed, scores
+
+    def _node_object(self, name: str) -> dict[str, Any]:
+        return self._store.get("nodes", name)
+
+    def _pick(self, pod: PodInfo, feasible: list[str], extra: Mapping[str, int]) -> str:
+        """The best-scored node; among equals, one chosen by the seeded rng (kube-scheduler
+        picks uniformly among its top scores)."""
+        best: list[str] = []
+        top = -1
+        for name in feasible:
+            score = score_node(pod, self.cache.nodes[name]) + extra.get(name, 0)
+            if score > top:
+                top, best = score, [name]
+            elif score == top:
+                best.append(name)
+        return best[0] if len(best) == 1 else self._rng.choice(best)
+
+    # ------------------------------------------------------------------ binding and its records
+
+    def _bind(
+        self,
+        obj: dict[str, Any],
+        pod: PodInfo,
+        node: str,
+        claims: list[dict[str, Any]],
+        allocations: Mapping[str, dict[str, Any]],
+    ) -> None:
+        for claim in claims:
+            self._reserve_claim(claim, pod, allocations.get(claim["metadata"]["name"]))
+        try:
+            binding = {
+                "metadata": {"name": pod.name, "uid": pod.uid},
+                "target": {"kind": "Node", "name": node},
+            }
+            bind(self._store, pod.namespace, pod.name, binding)
+        except ApiError as exc:
+            log.info("scheduler: binding %s to %s failed: %s", pod.key, node, exc.message)
+            return
+        self.cache.assume(pod.key, node, dict(pod.requests))
+        self._unschedulable.pop(pod.key, None)
+        self._failed.pop(pod.key, None)
+        self._event(obj, "Normal", "Scheduled", f"Successfully assigned {pod.key} to {node}", "Binding")
+        self._emit(NodeChanged(self._timers.now(), self._timers.wall(), node, f"pod {pod.key} scheduled"))
+
+    def _reserve_claim(self, claim: dict[str, Any], pod: PodInfo, allocation: dict[str, Any] | None) -> None:
+        """Write the claim's allocation (when new) and reserve it for the pod."""
+        meta = claim["metadata"]
+
+        def fn(obj: dict[str, Any]) -> dict[str, Any]:
+            status = obj.setdefault("status", {})
+            if allocation is not None and not status.get("allocation"):
+                status["allocation"] = allocation
+            reserved = [r for r in status.get("reservedFor") or () if r.get("uid") != pod.uid]
+            status["reservedFor"] = [*reserved, {"resource": "pods", "name": pod.name, "uid": pod.uid}]
+            return obj
+
+        written = self._store.mutate(_CLAIMS, meta["name"], meta["namespace"], fn, subresource="status")
+        self.cache.on_claim("MODIFIED", written)
+
+    def _unschedulable_pod(self, obj: dict[str, Any], message: str) -> None:
+        """PodScheduled=False/Unschedulable, a FailedScheduling Event, and a retry after the backoff."""
+        meta = obj["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        attempts = self._unschedulable.get(key, 0) + 1
+        self._unschedulable[key] = attempts
+        ts = format_timestamp(self._timers.wall())
+
+        def condition(pod_obj: dict[str, Any]) -> dict[str, Any] | None:
+            status = pod_obj.setdefault("status", {})
+            status.setdefault("phase", "Pending")
+            conditions = status.setdefault("conditions", [])
+            for cond in conditions:
+                if cond.get("type") == "PodScheduled":
+                    if cond.get("status") == "False" and cond.get("message") == message:
+                        return None
+                    if cond.get("status") != "False":
+                        cond["lastTransitionTime"] = ts
+                    cond.update(status="False", reason="Unschedulable", message=message)
+                    cond.setdefault("lastTransitionTime", ts)
+                    return pod_obj
+            conditions.append(
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+                 "lastProbeTime": None, "lastTransitionTime": ts}
+            )  # fmt: skip
+            return pod_obj
+
+        with contextlib.suppress(ApiError):
+            self._store.mutate("pods", meta["name"], meta["namespace"], condition, subresource="status")
+        previous = self._failed.get(key)
+        if previous is not None and previous[1] == message:
+            self._count_event(meta["namespace"], previous[0])
+        else:
+            event = self._event(obj, "Warning", "FailedScheduling", message, "Scheduling")
+            if event is not None:
+                self._failed[key] = (event, message)
+        settings = self._settings
+        backoff = min(
+            settings.scheduler_max_backoff, settings.scheduler_initial_backoff * 2 ** (attempts - 1)
+        )
+        self._timers.at(self._timers.now() + backoff, self._retry, key, attempts)
+        self._timers.wake()
+
+    def _retry(self, key: str, attempts: int) -> None:
+        if self._unschedulable.get(key) == attempts:
+            self._queue[key] = None
+            self._wake.set()
+
+    def _event(
+        self, pod_obj: dict[str, Any], etype: str, reason: str, message: str, action: str
+    ) -> str | None:
+        """A core v1 Event about the pod from default-scheduler; its name (None when not written)."""
+        meta = pod_obj["metadata"]
+        wall = self._timers.wall()
+        ts = format_timestamp(wall)
+        name = f"{meta['name']}.{int(wall * 1e9) + next(self._event_seq):x}"
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": "v1", "kind": "Pod", "namespace": meta["namespace"], "name": meta["name"],
+                "uid": meta.get("uid", ""), "resourceVersion": meta.get("resourceVersion", ""),
+            },
+            "reason": reason,
+            "message": message,
+            "type": etype,
+            "action": action,
+            "source": {"component": SCHEDULER_NAME},
+            "reportingComponent": SCHEDULER_NAME,
+            "reportingInstance": f"{SCHEDULER_NAME}-gpuhealth-sim",
+            "firstTimestamp": ts,
+            "lastTimestamp": ts,
+            "eventTime": None,
+            "count": 1,
+        }  # fmt: skip
+        try:
+            self._store.create("events", event, namespace=meta["namespace"], validate=False)
+        except ApiError as exc:
+            log.info(
+                "scheduler: event for %s/%s not written: %s", meta["namespace"], meta["name"], exc.message
+            )
+            return None
+        return name
+
+    def _count_event(self, namespace: str, name: str) -> None:
+        ts = format_timestamp(self._timers.wall())
+
+        def fn(obj: dict[str, Any]) -> dict[str, Any]:
+            obj["count"] = int(obj.get("count") or 1) + 1
+            obj["lastTimestamp"] = ts
+            return obj
+
+        with contextlib.suppress(ApiError):
+            self._store.mutate("events", name, namespace, fn)
+
+
+class _DraCycle:
+    """A DRA pod's claims as planned for one scheduling cycle."""
+
+    __slots__ = ("needed", "plans", "rules")
+
+    def __init__(self, plans: list[ClaimPlan], rules: list[dict[str, Any]]) -> None:
+        self.plans = plans
+        self.needed = devices_needed(plans)
+        self.rules = rules
+
+
+class _Relist(Exception):
+    """A watch of the scheduler's informers ended: list and watch again."""
+
+
+class _Unresolvable(Exception):
+    """The pod cannot be scheduled on any node until something else changes (a claim appears)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
