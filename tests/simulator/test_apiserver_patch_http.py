@@ -2,9 +2,10 @@
 
 Aspects: the client's default content types (strategic merge for a dict body, JSON patch for a
 list body); merge patch; strategic merge of containers by name, conditions by type, finalizers
-as a set, `$patch: delete`, null deleting a map entry; a change to a pod's containers refused; a resourceVersion in the patch as a
-precondition (current passes, stale conflicts); a failing JSON patch `test` op; an unsupported
-patch type; strategic merge refused for custom resources.
+as a set, `$patch: delete`, null deleting a map entry; a change to a pod's containers refused;
+a resourceVersion in the patch as a precondition (current passes, stale conflicts); a failing
+JSON patch `test` op (422 worded as the apiserver's patch library); an unsupported patch type;
+strategic merge refused for custom resources.
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ def test_json_patch_test_op_failure_is_rejected_and_changes_nothing(core: client
             ],
         )
     assert exc.value.status == 422
+    assert json.loads(exc.value.body)["message"] == "testing value /metadata/labels/app failed: test failed"
     after = core.read_namespaced_pod("p", "default")
     assert after.metadata.resource_version == before.metadata.resource_version
 
