@@ -4,8 +4,8 @@ Pure functions over plain objects, run on every validated write (create, update,
 validation, as the apiserver's decoder defaults before its strategies validate. Defaulting is
 idempotent: a complete object is left as it is, so updates re-default harmlessly.
 
-Covered: Pods (spec, containers, the admission-set serviceAccountName, priority and the two
-NoExecute tolerations, status.qosClass), pod templates of Deployments, ReplicaSets,
+Covered: Pods (spec, containers, status.qosClass, and on create the admission-set
+serviceAccountName, priority and the two NoExecute tolerations), pod templates of Deployments, ReplicaSets,
 StatefulSets and Jobs plus those kinds' own defaults, Namespaces (finalizer and the
 `kubernetes.io/metadata.name` label), Secrets' type. Anything else is stored as given.
 The simulator's in-process writes (`validate=False`) skip this: the fleet writes complete objects
@@ -114,12 +114,17 @@ def _quantity(value: Any) -> Any:
         return value
 
 
-def _pod(obj: dict[str, Any]) -> None:
+def _pod(obj: dict[str, Any], create: bool) -> None:
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         return
     pod_spec(spec)
-    # What the ServiceAccount, Priority and DefaultTolerationSeconds admission plugins add.
+    status = obj.get("status")
+    if isinstance(status, dict) and "qosClass" not in status:
+        status["qosClass"] = qos_class(spec)
+    if not create:
+        return
+    # What the ServiceAccount, Priority and DefaultTolerationSeconds admission plugins add on create.
     account = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
     spec["serviceAccountName"] = account
     spec["serviceAccount"] = account
@@ -142,12 +147,9 @@ def _pod(obj: dict[str, Any]) -> None:
                         "tolerationSeconds": DEFAULT_TOLERATION_SECONDS,
                     }
                 )
-    status = obj.get("status")
-    if isinstance(status, dict) and "qosClass" not in status:
-        status["qosClass"] = qos_class(spec)
 
 
-def _namespace(obj: dict[str, Any]) -> None:
+def _namespace(obj: dict[str, Any], create: bool) -> None:
     meta = obj.get("metadata")
     if isinstance(meta, dict) and isinstance(meta.get("name"), str):
         labels = _dict(meta, "labels")
@@ -158,7 +160,7 @@ def _namespace(obj: dict[str, Any]) -> None:
         spec.setdefault("finalizers", ["kubernetes"])
 
 
-def _deployment(obj: dict[str, Any]) -> None:
+def _deployment(obj: dict[str, Any], create: bool) -> None:
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         return
@@ -176,14 +178,14 @@ def _deployment(obj: dict[str, Any]) -> None:
     _template(spec)
 
 
-def _replicaset(obj: dict[str, Any]) -> None:
+def _replicaset(obj: dict[str, Any], create: bool) -> None:
     spec = obj.get("spec")
     if isinstance(spec, dict):
         spec.setdefault("replicas", 1)
         _template(spec)
 
 
-def _statefulset(obj: dict[str, Any]) -> None:
+def _statefulset(obj: dict[str, Any], create: bool) -> None:
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         return
@@ -204,7 +206,7 @@ def _statefulset(obj: dict[str, Any]) -> None:
     _template(spec)
 
 
-def _job(obj: dict[str, Any]) -> None:
+def _job(obj: dict[str, Any], create: bool) -> None:
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         return
@@ -244,11 +246,11 @@ def _job_selector(obj: dict[str, Any], spec: dict[str, Any]) -> None:
     labels.setdefault("job-name", name)
 
 
-def _secret(obj: dict[str, Any]) -> None:
+def _secret(obj: dict[str, Any], create: bool) -> None:
     obj.setdefault("type", "Opaque")
 
 
-_BY_KEY: dict[str, Callable[[dict[str, Any]], None]] = {
+_BY_KEY: dict[str, Callable[[dict[str, Any], bool], None]] = {
     "pods": _pod,
     "namespaces": _namespace,
     "secrets": _secret,
@@ -259,11 +261,15 @@ _BY_KEY: dict[str, Callable[[dict[str, Any]], None]] = {
 }
 
 
-def apply_defaults(resource: str, obj: dict[str, Any]) -> None:
-    """Fill in, in place, the fields the apiserver defaults for this resource (a registry key)."""
+def apply_defaults(resource: str, obj: dict[str, Any], *, create: bool = True) -> None:
+    """Fill in, in place, the fields the apiserver defaults for this resource (a registry key).
+
+    `create=False` for updates: the admission plugins' additions (a pod's service account,
+    priority and not-ready/unreachable tolerations) happen on create only.
+    """
     fn = _BY_KEY.get(resource)
     if fn is not None:
-        fn(obj)
+        fn(obj, create)
 
 
 def apply_schema_defaults(obj: Any, schema: Any) -> None:

@@ -95,7 +95,7 @@ def json_patch(target: Any, operations: Any) -> Any:
     if not isinstance(operations, list):
         raise bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
     try:
-        jsonpatch.JsonPatch(operations)._ops  # noqa: B018 - parses every operation up front
+        jsonpatch.JsonPatch(operations)  # checks every operation's shape before any applies
     except (jsonpatch.InvalidJsonPatch, TypeError, KeyError, ValueError, AttributeError) as exc:
         raise bad_request(f"invalid json patch: {exc}") from exc
     # One operation at a time, so a failure names the operation and path that failed.

@@ -427,13 +427,13 @@ class Store:
         if problems:
             raise decoding_error(info.kind, info.version, problems)
         if subresource is None:
-            apply_defaults(info.key, new)
+            apply_defaults(info.key, new, create=old is None)
         causes = self.validator.schema_causes(info, new, options)
         if old is None:
             causes += validate_object(info.key, new)
         else:
             old_defaulted = copy.deepcopy(old)
-            apply_defaults(info.key, old_defaulted)
+            apply_defaults(info.key, old_defaulted, create=False)
             causes += validate_update(info.key, new, old_defaulted, subresource)
         if causes:
             raise invalid(info.kind, info.group, name, causes)
