@@ -467,8 +467,8 @@ class Store:
         status). `validate=False` is for the simulator's own writes and stores what it is given.
         `options` carries dryRun (answered as created, nothing stored) and fieldValidation.
         """
-        options = options or WriteOptions()
-        rng = random.Random() if options.dry_run else self._rng  # a dry run leaves seeded uids alone
+        dry_run = options is not None and options.dry_run
+        rng = random.Random() if dry_run else self._rng  # a dry run leaves seeded uids alone
         info = self.registry.get(resource)
         if not isinstance(obj, dict):
             raise bad_request("the body of the request must be a JSON object")
@@ -538,13 +538,13 @@ class Store:
             self.validator.check_custom_schemas(crd_info, new)
             new["status"] = _crd_status(new)
         if validate:
-            self._admit(info, new, None, options)
+            self._admit(info, new, None, options or WriteOptions())
         elif info.key == "namespaces":
             apply_defaults(info.key, new)  # a handful of objects; kubectl shows their finalizer and label
         table = self._table(info)
         if (meta.get("namespace", "") if info.namespaced else "", name) in table:
             raise already_exists(info.plural, info.group, name)
-        if options.dry_run:
+        if dry_run:
             return self._dry_result(info, new, None)
         if crd_info is not None:
             self.registry.add(crd_info)
@@ -711,7 +711,6 @@ class Store:
         options: WriteOptions | None = None,
         subresource: str | None = None,
     ) -> dict[str, Any]:
-        options = options or WriteOptions()
         meta = new.setdefault("metadata", {})
         old_meta = old["metadata"]
         if old_meta.get("deletionTimestamp"):
@@ -730,7 +729,7 @@ class Store:
                 )
         if validate:
             # Before generation and the no-op check: a PUT that only omits defaulted fields changes nothing.
-            self._admit(info, new, old, options, subresource)
+            self._admit(info, new, old, options or WriteOptions(), subresource)
         if info.generation:
             generation = int(old_meta.get("generation") or 1)
             meta["generation"] = generation + 1 if _spec_part(new) != _spec_part(old) else generation
@@ -742,7 +741,7 @@ class Store:
             new["status"] = {**(new.get("status") or {}), **_crd_status(new)}
         else:
             crd_info = None
-        if options.dry_run:
+        if options is not None and options.dry_run:
             return self._dry_result(info, new, old_entry.rv)
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             return self._remove(info, new, old_entry).load()
