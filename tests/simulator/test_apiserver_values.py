@@ -7,12 +7,15 @@ brackets with one cause each and their reasons; Status bodies in the apiserver's
 immutable fields on update (a bound pod's nodeName, a strategic-merge patch adding a port, a
 Job's selector, an immutable ConfigMap's data, a ResourceClaim's spec) while a pod's image and
 added tolerations may change; a Job template's defaulted restartPolicy refused; CRD schema
-failures worded as the apiserver's; the simulator's own writes (`validate=False`) are not checked.
+failures worded as the apiserver's; the simulator's own writes (`validate=False`) are not checked;
+kubectl prints the same errors as against a real cluster.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +27,7 @@ from gpuhealth.clock import ManualClock
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import Store
 from simulator.apiserver.values import LABEL_MSG, SUBDOMAIN_MSG, parse_quantity
+from tests.simulator.conftest import ServedCluster
 
 
 @pytest.fixture
@@ -321,3 +325,23 @@ def test_a_bad_name_through_the_official_client(api: client.ApiClient, make_pod:
     status = json.loads(exc.value.body)
     assert exc.value.status == 422 and status["reason"] == "Invalid"
     assert status["message"].startswith('Pod "Bad_Pod" is invalid: metadata.name: Invalid value: "Bad_Pod"')
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_reports_the_apiservers_errors(cluster: ServedCluster, make_pod: Callable[..., Any]) -> None:
+    def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
+        command = ["kubectl", "--kubeconfig", str(cluster.kubeconfig), *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+    bad = kubectl("run", "Bad_Pod", "--image=registry.example/infer:1")
+    assert bad.returncode == 1
+    assert 'metadata.name: Invalid value: "Bad_Pod": a lowercase RFC 1123 subdomain' in bad.stderr
+    cluster.call(lambda: cluster.store.create("pods", make_pod("p"), namespace="default"))
+    port = '{"spec":{"containers":[{"name":"main","ports":[{"containerPort":8080}]}]}}'
+    refused = kubectl("patch", "pod", "p", "-p", port)
+    assert refused.returncode == 1
+    assert (
+        'The Pod "p" is invalid: spec: Forbidden: pod updates may not change fields other than'
+        in refused.stderr
+    )
