@@ -40,7 +40,8 @@ from simulator.apiserver.errors import ApiError, bad_request, conflict, not_foun
 from simulator.apiserver.resources import KUBERNETES_VERSION, ResourceInfo
 from simulator.apiserver.selectors import parse_field_selector, parse_label_selector
 from simulator.apiserver.store import Entry, Store, Watch
-from simulator.apiserver.validation import FIELD_VALIDATIONS, WriteOptions, duplicate_fields, go_value
+from simulator.apiserver.validation import FIELD_VALIDATIONS, WriteOptions, duplicate_fields
+from simulator.apiserver.values import value as go_value
 
 _JSON = "application/json"
 _FOREIGN_PREFIX = "/simulator/"
@@ -613,7 +614,7 @@ def _dry_run(request: web.Request, extra: Any = None) -> bool:
     elif extra is not None:
         values = [*values, extra]
     if any(v != "All" for v in values):
-        shown = "[]string{" + ", ".join(go_value(str(v)) for v in values) + "}"
+        shown = go_value([str(v) for v in values])  # the apiserver prints lists as JSON: ["Some"]
         raise _options_invalid(request, "dryRun", f'Unsupported value: {shown}: supported values: "All"')
     return bool(values)
 

@@ -60,7 +60,7 @@ from simulator.apiserver.selectors import (
     selector_from_label_selector_object,
 )
 from simulator.apiserver.validation import Validator, WriteOptions, decoding_error
-from simulator.apiserver.values import quantity_problems, validate_object, validate_update
+from simulator.apiserver.values import invalid_value, quantity_problems, validate_object, validate_update
 
 ADDED = "ADDED"
 MODIFIED = "MODIFIED"
@@ -657,7 +657,10 @@ class Store:
         for key in ("name", "namespace"):
             if pmeta.get(key) != old["metadata"].get(key):
                 raise invalid(
-                    info.kind, info.group, name, [(f"metadata.{key}", "Invalid value: field is immutable")]
+                    info.kind,
+                    info.group,
+                    name,
+                    [(f"metadata.{key}", invalid_value(pmeta.get(key), "field is immutable"))],
                 )
         new = self._merge_write(info, old, patched, subresource)
         return self._finish_write(info, old_entry, old, new, validate, options, subresource)

@@ -31,6 +31,7 @@ from referencing import Resource
 from simulator.apiserver.defaults import apply_schema_defaults
 from simulator.apiserver.errors import ApiError, invalid, join_field_errors
 from simulator.apiserver.resources import ResourceInfo
+from simulator.apiserver.values import value as go_value
 
 SCHEMA_SET = "v1.37.0-local-strict"
 """kubernetes-validate schema directory; 1.37 is the first with resource.k8s.io/v1 DeviceTaintRule."""
@@ -127,19 +128,6 @@ def _field_path(path: Any) -> str:
         else:
             out += f".{part}" if out else str(part)
     return out
-
-
-def go_value(value: Any) -> str:
-    """A bad value as the apiserver prints it in a field error (Go's %q for strings, %v for numbers)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, int | float):
-        return str(value)
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 _JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer", float: "number"}
@@ -432,7 +420,6 @@ __all__ = [
     "crd_schema_to_jsonschema",
     "decoding_error",
     "duplicate_fields",
-    "go_value",
     "join_field_errors",
     "prune",
 ]

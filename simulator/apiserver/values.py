@@ -754,8 +754,10 @@ __all__ = [
     "QUANTITY_MSG",
     "SUBDOMAIN_MSG",
     "Causes",
+    "invalid_value",
     "parse_quantity",
     "quantity_problems",
     "validate_object",
     "validate_update",
+    "value",
 ]

@@ -139,7 +139,7 @@ def test_unknown_dry_run_value_is_422_as_the_apiserver_words_it(
     assert resp.status == 422
     status = json.loads(resp.data)
     assert status["message"] == (
-        'CreateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: []string{"Some"}: '
+        'CreateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: ["Some"]: '
         'supported values: "All"'
     )
     delete = http.request("DELETE", f"{cluster.url}/api/v1/namespaces/default/pods/p?dryRun=x")
