@@ -345,3 +345,18 @@ def test_kubectl_reports_the_apiservers_errors(cluster: ServedCluster, make_pod:
         'The Pod "p" is invalid: spec: Forbidden: pod updates may not change fields other than'
         in refused.stderr
     )
+
+
+def test_status_writes_check_only_what_they_may_change(store: Store) -> None:
+    # A Job the simulator wrote without a selector still takes a client's status write.
+    job = _job()
+    store.create("jobs.batch", {**job, "metadata": {"name": "j", "namespace": "default"}}, validate=False)
+    patched = store.patch(
+        "jobs.batch",
+        "j",
+        "default",
+        {"status": {"active": 1}},
+        "application/merge-patch+json",
+        subresource="status",
+    )
+    assert patched["status"] == {"active": 1} and "selector" not in patched["spec"]
