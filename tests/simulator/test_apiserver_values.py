@@ -8,7 +8,8 @@ immutable fields on update (a bound pod's nodeName, a strategic-merge patch addi
 Job's selector, an immutable ConfigMap's data, a ResourceClaim's spec) while a pod's image and
 added tolerations may change; a Job template's defaulted restartPolicy refused; CRD schema
 failures worded as the apiserver's; the simulator's own writes (`validate=False`) are not checked;
-kubectl prints the same errors as against a real cluster.
+kubectl prints the same errors as against a real cluster; Deployment selectors, templates and
+counts, PodDisruptionBudget, Lease and taint checks; status writes check only metadata.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from kubernetes.client.rest import ApiException
 from gpuhealth.clock import ManualClock
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import Store
-from simulator.apiserver.values import LABEL_MSG, SUBDOMAIN_MSG, parse_quantity
+from simulator.apiserver.values import LABEL_MSG, SUBDOMAIN_MSG, parse_quantity, validate_object
 from tests.simulator.conftest import ServedCluster
 
 
@@ -360,3 +361,61 @@ def test_status_writes_check_only_what_they_may_change(store: Store) -> None:
         subresource="status",
     )
     assert patched["status"] == {"active": 1} and "selector" not in patched["spec"]
+
+
+def _template(labels: dict[str, str], restart: str = "Always") -> dict[str, Any]:
+    containers = [{"name": "c", "image": "i:1"}]
+    return {"metadata": {"labels": labels}, "spec": {"restartPolicy": restart, "containers": containers}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"template": _template({"app": "a"})}, [("spec.selector", "Required value")]),
+        (
+            {"selector": {"matchLabels": {"app": "b"}}, "template": _template({"app": "a"})},
+            [
+                (
+                    "spec.template.metadata.labels",
+                    'Invalid value: {"app":"a"}: `selector` does not match template `labels`',
+                )
+            ],
+        ),
+        (
+            {"selector": {"matchLabels": {"app": "a"}}, "template": _template({"app": "a"}, "Never")},
+            [("spec.template.spec.restartPolicy", 'Unsupported value: "Never": supported values: "Always"')],
+        ),
+        (
+            {"replicas": -1, "selector": {"matchLabels": {"app": "a"}}, "template": _template({"app": "a"})},
+            [("spec.replicas", "Invalid value: -1: must be greater than or equal to 0")],
+        ),
+    ],
+    ids=["no-selector", "selector-mismatch", "restart-never", "negative-replicas"],
+)
+def test_deployment_values(spec: dict[str, Any], expected: list[tuple[str, str]]) -> None:
+    assert validate_object("deployments.apps", {"metadata": {"name": "d"}, "spec": spec}) == expected
+
+
+def test_budgets_leases_and_taints(store: Store) -> None:
+    both = {"metadata": {"name": "b"}, "spec": {"minAvailable": 1, "maxUnavailable": "10%"}}
+    assert validate_object("poddisruptionbudgets.policy", both)[0][1].endswith(
+        "minAvailable and maxUnavailable cannot be both set"
+    )
+    percent = {"metadata": {"name": "b"}, "spec": {"minAvailable": "ten"}}
+    assert validate_object("poddisruptionbudgets.policy", percent)[0][0] == "spec.minAvailable"
+    lease = {"metadata": {"name": "l"}, "spec": {"leaseDurationSeconds": 0}}
+    assert validate_object("leases.coordination.k8s.io", lease) == [
+        ("spec.leaseDurationSeconds", "Invalid value: 0: must be greater than 0")
+    ]
+    node = {"metadata": {"name": "n"}, "spec": {"taints": [{"key": "gpu", "effect": "Sometimes"}]}}
+    assert validate_object("nodes", node) == [
+        (
+            "spec.taints[0].effect",
+            'Unsupported value: "Sometimes": supported values: "NoSchedule", "PreferNoSchedule", "NoExecute"',
+        )
+    ]
+    rule = {
+        "metadata": {"name": "r"},
+        "spec": {"taint": {"key": "gpu.example.com/xid", "effect": "NoExecute"}},
+    }
+    assert validate_object("devicetaintrules.resource.k8s.io", rule) == []
