@@ -8,7 +8,8 @@ immutable fields on update (a bound pod's nodeName, a strategic-merge patch addi
 Job's selector, an immutable ConfigMap's data, a ResourceClaim's spec) while a pod's image and
 added tolerations may change; a Job template's defaulted restartPolicy refused; CRD schema
 failures worded as the apiserver's; the simulator's own writes (`validate=False`) are not checked;
-kubectl prints the same errors as against a real cluster; Deployment selectors, templates and
+kubectl prints the same errors as against a real cluster and `kubectl apply` may change an image
+but not a restartPolicy; Deployment selectors, templates and
 counts, PodDisruptionBudget, Lease and taint checks; status writes check only metadata.
 """
 
@@ -18,6 +19,7 @@ import json
 import shutil
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -419,3 +421,32 @@ def test_budgets_leases_and_taints(store: Store) -> None:
         "spec": {"taint": {"key": "gpu.example.com/xid", "effect": "NoExecute"}},
     }
     assert validate_object("devicetaintrules.resource.k8s.io", rule) == []
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_apply_changes_an_image_but_not_the_restart_policy(
+    cluster: ServedCluster, tmp_path: Path, make_pod: Callable[..., Any]
+) -> None:
+    manifest = tmp_path / "pod.json"
+    pod = make_pod("p")
+
+    def apply(*extra: str) -> subprocess.CompletedProcess[str]:
+        manifest.write_text(json.dumps(pod))
+        command = ["kubectl", "--kubeconfig", str(cluster.kubeconfig), "apply", "-f", str(manifest)]
+        return subprocess.run(
+            [*command, "--validate=false", *extra], capture_output=True, text=True, timeout=60
+        )
+
+    assert apply().stdout.strip() == "pod/p created"
+    pod["spec"]["containers"][0]["image"] = "registry.example/infer:2"
+    assert apply("--dry-run=server").stdout.strip() == "pod/p configured (server dry run)"
+    assert apply().stdout.strip() == "pod/p configured"
+    pod["spec"]["restartPolicy"] = "Never"
+    refused = apply()
+    assert refused.returncode == 1 and 'restartPolicy: "Never"' in refused.stderr
+    stored = cluster.call(lambda: cluster.store.get("pods", "p", "default"))
+    assert (stored["spec"]["restartPolicy"], stored["spec"]["containers"][0]["image"]) == (
+        "Always",
+        "registry.example/infer:2",
+    )
