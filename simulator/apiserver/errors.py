@@ -43,12 +43,14 @@ class ApiError(Exception):
 
 
 def _details(resource: str, group: str, name: str | None) -> dict[str, Any]:
-    # The real apiserver puts the plural resource (not the Kind) into details.kind.
-    details: dict[str, Any] = {"kind": resource}
+    # The real apiserver puts the plural resource (not the Kind) into details.kind; its field
+    # order is name, group, kind.
+    details: dict[str, Any] = {}
     if name is not None:
         details["name"] = name
     if group:
         details["group"] = group
+    details["kind"] = resource
     return details
 
 

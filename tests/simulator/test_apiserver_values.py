@@ -450,3 +450,19 @@ def test_kubectl_apply_changes_an_image_but_not_the_restart_policy(
         "Always",
         "registry.example/infer:2",
     )
+
+
+def test_not_found_and_conflict_bodies_keep_the_apiservers_order(store: Store) -> None:
+    missing = _error(lambda: store.get("leases.coordination.k8s.io", "l", "default")).status()
+    assert list(missing) == [
+        "kind",
+        "apiVersion",
+        "metadata",
+        "status",
+        "message",
+        "reason",
+        "details",
+        "code",
+    ]
+    assert missing["details"] == {"name": "l", "group": "coordination.k8s.io", "kind": "leases"}
+    assert list(missing["details"]) == ["name", "group", "kind"]
