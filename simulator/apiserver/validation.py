@@ -6,7 +6,9 @@ own `validate()` re-reads and re-compiles the schemas on every call (about 12 ms
 the shared definitions are loaded once and one compiled validator is cached per kind.
 Custom resources are checked against their CRD's openAPIV3Schema, converted to JSON Schema
 (`nullable`, `x-kubernetes-int-or-string`), after pruning unknown fields as the real API does.
-Failures become 422 Invalid errors naming the field, worded as the apiserver words them
+A value of the wrong JSON type in a built-in kind is the decoder's 400 (`json: cannot unmarshal
+string into Go struct field PodSpec.spec.containers of type []v1.Container`); other failures
+become 422 Invalid errors naming the field, worded as the apiserver words them
 (`spec.color: Unsupported value: "green": supported values: "red", "blue"`).
 
 Unknown fields follow the request's `fieldValidation` (`WriteOptions`): Strict refuses them with
@@ -284,6 +286,77 @@ def _definitions() -> RefRegistry:
 
 
 @functools.cache
+def _raw_definitions() -> dict[str, Any]:
+    defs: dict[str, Any] = json.loads(_schema_dir().joinpath("_definitions.json").read_text())["$defs"]
+    return defs
+
+
+def _schema_file(group: str, version: str, kind: str) -> Any:
+    prefix = group.split(".", 1)[0]
+    fname = f"{kind.lower()}-{prefix}-{version}.json" if prefix else f"{kind.lower()}-{version}.json"
+    return _schema_dir().joinpath(fname)
+
+
+def _go_type(schema: dict[str, Any]) -> str:
+    """The Go type the apiserver's decoder names for a field of this schema."""
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        name = ref.rsplit("/", 1)[-1]
+        return ("*" if name.endswith("Time") else "") + ".".join(name.split(".")[-2:])
+    kind = _first_type(schema.get("type"))
+    if kind == "integer":
+        return str(schema.get("format") or "int64")
+    if kind == "number":
+        return "float64"
+    if kind == "boolean":
+        return "bool"
+    if kind == "array":
+        items = schema.get("items")
+        return "[]" + (_go_type(items) if isinstance(items, dict) else "interface {}")
+    if kind == "object":
+        values = schema.get("additionalProperties")
+        return "map[string]" + (_go_type(values) if isinstance(values, dict) else "interface {}")
+    return "string"
+
+
+def _unmarshal_problem(info: ResourceInfo, error: jsonschema.ValidationError) -> str | None:
+    """Go's `json: cannot unmarshal ...` for a value of the wrong JSON type in a built-in kind, or None."""
+    path = list(error.absolute_path)
+    if not path:
+        return None
+    defs = _raw_definitions()
+    schema: Any = json.loads(_schema_file(info.group, info.version, info.kind).read_text())
+    struct = info.kind
+    names: list[str] = []
+    for part in path:
+        while isinstance(schema, dict) and "$ref" in schema:
+            name = str(schema["$ref"]).rsplit("/", 1)[-1]
+            struct = name.rsplit(".", 1)[-1]
+            schema = defs.get(name)
+        if not isinstance(schema, dict):
+            return None
+        if isinstance(part, int):
+            schema = schema.get("items")
+            continue
+        props = schema.get("properties")
+        if isinstance(props, dict) and part in props:
+            names.append(str(part))
+            schema = props[part]
+        elif isinstance(schema.get("additionalProperties"), dict):
+            schema = schema["additionalProperties"]  # Go names the map field, not its key
+        else:
+            return None
+    if not isinstance(schema, dict):
+        return None
+    value = error.instance
+    given = {dict: "object", list: "array", str: "string", bool: "bool"}.get(type(value), "number")
+    if given == "number" and isinstance(value, float):
+        given = f"number {value:g}"
+    field = f"{struct}.{'.'.join(names)}"
+    return f"json: cannot unmarshal {given} into Go struct field {field} of type {_go_type(schema)}"
+
+
+@functools.cache
 def _builtin_validator(group: str, version: str, kind: str) -> Any:
     """The compiled validator of a built-in kind (None when the schema set lacks it), once per process."""
     prefix = group.split(".", 1)[0]
@@ -398,6 +471,11 @@ class Validator:
                     unknown.append(f"{base}.{key}" if base else key)
                     del error.instance[key]  # the very mapping inside `obj`
                 continue
+            if not info.custom and error.validator == "type":
+                # A built-in kind's decoder refuses a value of the wrong JSON type before any validation.
+                problem = _unmarshal_problem(info, error)
+                if problem is not None:
+                    raise decoding_error(info.kind, version, [problem])
             causes.append(_cause(error))
         apply_field_validation(info, version, unknown, options)
         return causes[:_MAX_CAUSES]

@@ -171,7 +171,13 @@ def test_unsupported_patch_type_is_415(core: client.CoreV1Api) -> None:
 def test_patch_that_breaks_the_schema_is_422_naming_the_field(core: client.CoreV1Api) -> None:
     with pytest.raises(ApiException) as exc:
         core.patch_namespaced_pod(
-            "p", "default", {"spec": {"containers": [{"name": "main", "imagePullPolicy": 3}]}}
+            "p", "default", {"spec": {"containers": [{"name": "main", "imagePullPolicy": "Sometimes"}]}}
         )
     assert exc.value.status == 422
-    assert "spec.containers[0].imagePullPolicy" in exc.value.body
+    assert 'spec.containers[0].imagePullPolicy: Unsupported value: \\"Sometimes\\"' in exc.value.body
+    # A value of the wrong JSON type never gets that far: the decoder refuses it (400).
+    with pytest.raises(ApiException) as exc:
+        core.patch_namespaced_pod(
+            "p", "default", {"spec": {"containers": [{"name": "main", "imagePullPolicy": 3}]}}
+        )
+    assert exc.value.status == 400 and "cannot unmarshal number into Go struct field" in exc.value.body

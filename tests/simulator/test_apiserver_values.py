@@ -10,7 +10,8 @@ added tolerations may change; a Job template's defaulted restartPolicy refused; 
 failures worded as the apiserver's; the simulator's own writes (`validate=False`) are not checked;
 kubectl prints the same errors as against a real cluster and `kubectl apply` may change an image
 but not a restartPolicy; Deployment selectors, templates and
-counts, PodDisruptionBudget, Lease and taint checks; status writes check only metadata.
+counts, PodDisruptionBudget, Lease and taint checks; status writes check only metadata; a value
+of the wrong JSON type in a built-in kind is the decoder's 400 `json: cannot unmarshal ...`.
 """
 
 from __future__ import annotations
@@ -466,3 +467,43 @@ def test_not_found_and_conflict_bodies_keep_the_apiservers_order(store: Store) -
     ]
     assert missing["details"] == {"name": "l", "group": "coordination.k8s.io", "kind": "leases"}
     assert list(missing["details"]) == ["name", "group", "kind"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "labels", "problem"),
+    [
+        (
+            {"containers": [{"name": "m", "image": 5}]},
+            None,
+            "json: cannot unmarshal number into Go struct field Container.spec.containers.image "
+            "of type string",
+        ),
+        (
+            {"containers": "x"},
+            None,
+            "json: cannot unmarshal string into Go struct field PodSpec.spec.containers "
+            "of type []v1.Container",
+        ),
+        (
+            {"containers": [{"name": "m", "image": "i"}]},
+            {"a": 1},
+            "json: cannot unmarshal number into Go struct field ObjectMeta.metadata.labels of type string",
+        ),
+        (
+            {"activeDeadlineSeconds": 1.5, "containers": [{"name": "m", "image": "i"}]},
+            None,
+            "json: cannot unmarshal number 1.5 into Go struct field PodSpec.spec.activeDeadlineSeconds "
+            "of type int64",
+        ),
+    ],
+    ids=["image-number", "containers-string", "label-number", "float-for-int"],
+)
+def test_a_value_of_the_wrong_json_type_is_the_decoders_400(
+    store: Store, spec: dict[str, Any], labels: dict[str, Any] | None, problem: str
+) -> None:
+    body: dict[str, Any] = {"metadata": {"name": "p"}, "spec": spec}
+    if labels:
+        body["metadata"]["labels"] = labels
+    err = _error(lambda: store.create("pods", body, namespace="default"))
+    assert (err.code, err.reason) == (400, "BadRequest")
+    assert err.message == f'Pod in version "v1" cannot be handled as a Pod: {problem}'
