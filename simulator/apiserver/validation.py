@@ -297,6 +297,11 @@ def _schema_file(group: str, version: str, kind: str) -> Any:
     return _schema_dir().joinpath(fname)
 
 
+@functools.cache
+def _kind_schema(group: str, version: str, kind: str) -> Any:
+    return json.loads(_schema_file(group, version, kind).read_text())
+
+
 def _go_type(schema: dict[str, Any]) -> str:
     """The Go type the apiserver's decoder names for a field of this schema."""
     ref = schema.get("$ref")
@@ -325,7 +330,7 @@ def _unmarshal_problem(info: ResourceInfo, error: jsonschema.ValidationError) ->
     if not path:
         return None
     defs = _raw_definitions()
-    schema: Any = json.loads(_schema_file(info.group, info.version, info.kind).read_text())
+    schema: Any = _kind_schema(info.group, info.version, info.kind)
     struct = info.kind
     names: list[str] = []
     for part in path:
@@ -359,12 +364,9 @@ def _unmarshal_problem(info: ResourceInfo, error: jsonschema.ValidationError) ->
 @functools.cache
 def _builtin_validator(group: str, version: str, kind: str) -> Any:
     """The compiled validator of a built-in kind (None when the schema set lacks it), once per process."""
-    prefix = group.split(".", 1)[0]
-    fname = f"{kind.lower()}-{prefix}-{version}.json" if prefix else f"{kind.lower()}-{version}.json"
-    path = _schema_dir().joinpath(fname)
-    if not path.is_file():
+    if not _schema_file(group, version, kind).is_file():
         return None
-    schema = json.loads(path.read_text())
+    schema = _kind_schema(group, version, kind)
     registry = Resource.from_contents(schema) @ _definitions()
     return jsonschema.Draft202012Validator(schema, registry=registry)
 
