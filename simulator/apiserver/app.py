@@ -6,15 +6,19 @@ registry at its real path (`/api/v1/namespaces/NS/pods/NAME/status`,
 Lists and watch events are written from the stored bytes without parsing them. Every failure
 becomes a `Status` body with the code a real apiserver sends; no input crashes a handler.
 
-Deviations from a real apiserver, on purpose: no server-side apply (415), no dryRun (400),
-no protobuf output (JSON only; Tables and protobuf request bodies are `tables.py` and `protobuf.py`),
-no admission beyond schema validation, deleting a
-namespace does not cascade, pods are deleted without graceful termination, PUT without
-metadata.resourceVersion is an unconditional update for every resource, and a list or watch
-from a resourceVersion newer than the store's is answered 504 ResourceVersionTooLarge at once
-(the real one waits up to 3 s first). Which state a list reads (`resourceVersionMatch`,
-continued pages as a snapshot) is decided in `list_options.py` and served from the watch cache
-(`watch_cache.py`). The `/simulator/` prefix belongs to the fleet half of the simulator, which adds
+Writes take `dryRun=All` (answered as if done, nothing stored, no watch event) and
+`fieldValidation=Strict|Warn|Ignore` (unknown and duplicate fields; warnings come back as
+`Warning: 299 - "..."` headers); objects are defaulted and validated as by the apiserver
+(`defaults.py`, `values.py`, `validation.py`).
+
+Deviations from a real apiserver, on purpose: no server-side apply (415), no protobuf output
+(JSON only; Tables and protobuf request bodies are `tables.py` and `protobuf.py`), no admission
+plugins beyond the defaults they add, PUT without metadata.resourceVersion is an unconditional
+update for every resource, and a list or watch from a resourceVersion newer than the store's
+is answered 504 ResourceVersionTooLarge at once (the real one waits up to 3 s first). Which
+state a list reads (`resourceVersionMatch`, continued pages as a snapshot) is decided in
+`list_options.py` and served from the watch cache (`watch_cache.py`). The `/simulator/`
+prefix belongs to the fleet half of the simulator, which adds
 its routes to the returned app.
 """
 
@@ -37,6 +41,8 @@ from simulator.apiserver.list_options import ContinueExpired, ContinueToken, che
 from simulator.apiserver.resources import CRD_KEY, ResourceInfo
 from simulator.apiserver.selectors import parse_field_selector, parse_label_selector
 from simulator.apiserver.store import Entry, Store, Watch
+from simulator.apiserver.validation import FIELD_VALIDATIONS, WriteOptions, duplicate_fields
+from simulator.apiserver.values import value as go_value
 
 _JSON = "application/json"
 _FOREIGN_PREFIX = "/simulator/"
@@ -353,8 +359,6 @@ def _method_not_allowed(method: str, what: str) -> ApiError:
 
 async def _serve(request: web.Request, target: Target) -> web.StreamResponse:
     method = request.method
-    if request.query.get("dryRun"):
-        raise bad_request("dryRun is not supported by the simulated cluster")
     if target.name is None:
         if method == "GET":
             if _truthy(request.query.get("watch")):
@@ -363,7 +367,7 @@ async def _serve(request: web.Request, target: Target) -> web.StreamResponse:
         if method == "POST":
             return await _create(request, target)
         if method == "DELETE":
-            return _delete_collection(request, target)
+            return await _delete_collection(request, target)
         raise _method_not_allowed(method, f"{target.info.plural} (collection)")
     if target.subresource == "eviction":
         if method != "POST":
@@ -616,7 +620,7 @@ def _bookmark(target: Target, rv: int, *, initial_end: bool = False) -> bytes:
 # ---- writes -----------------------------------------------------------------------------------
 
 
-async def _body(request: web.Request, *, patch: bool = False) -> Any:
+async def _body(request: web.Request, *, patch: bool = False, duplicates: list[str] | None = None) -> Any:
     content_type = request.headers.get("Content-Type", _JSON).split(";", 1)[0].strip().lower()
     if content_type == protobuf.PROTOBUF and not patch:
         return protobuf.decode_body(await request.read())
@@ -630,9 +634,68 @@ async def _body(request: web.Request, *, patch: bool = False) -> Any:
     if not raw.strip():
         raise bad_request("the request body is empty")
     try:
-        return orjson.loads(raw)
+        body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise bad_request(f"the request body is not valid JSON: {exc}") from exc
+    if duplicates is not None and isinstance(body, dict):
+        duplicates.extend(duplicate_fields(raw))
+    return body
+
+
+_OPTIONS_KIND = {
+    "POST": "CreateOptions",
+    "PUT": "UpdateOptions",
+    "PATCH": "PatchOptions",
+    "DELETE": "DeleteOptions",
+}
+
+
+def _options_invalid(request: web.Request, field: str, message: str) -> ApiError:
+    # The apiserver validates query options as an object of their own: `CreateOptions.meta.k8s.io "" ...`.
+    kind = _OPTIONS_KIND.get(request.method, "CreateOptions")
+    return ApiError(
+        422,
+        "Invalid",
+        f'{kind}.meta.k8s.io "" is invalid: {field}: {message}',
+        details={
+            "name": "",
+            "group": "meta.k8s.io",
+            "kind": kind,
+            "causes": [{"reason": "FieldValueNotSupported", "message": message, "field": field}],
+        },
+    )
+
+
+def _dry_run(request: web.Request, extra: Any = None) -> bool:
+    """Whether the request is a dry run; 422 for any value but "All" (query, or DeleteOptions' list)."""
+    values = request.query.getall("dryRun", [])
+    if isinstance(extra, list):
+        values = [*values, *extra]
+    elif extra is not None:
+        values = [*values, extra]
+    if any(v != "All" for v in values):
+        shown = go_value([str(v) for v in values])  # the apiserver prints lists as JSON: ["Some"]
+        raise _options_invalid(request, "dryRun", f'Unsupported value: {shown}: supported values: "All"')
+    return bool(values)
+
+
+def _write_options(request: web.Request) -> WriteOptions:
+    mode = request.query.get("fieldValidation", "") or "Warn"
+    if mode not in FIELD_VALIDATIONS:
+        raise _options_invalid(
+            request,
+            "fieldValidation",
+            f'Unsupported value: {go_value(mode)}: supported values: "", "Ignore", "Strict", "Warn"',
+        )
+    return WriteOptions(dry_run=_dry_run(request), field_validation=mode)
+
+
+def _answer(body: Any, options: WriteOptions, status: int = 200) -> web.Response:
+    response = _json(body, status=status)
+    for text in options.warnings:
+        escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+        response.headers.add("Warning", f'299 - "{escaped}"')
+    return response
 
 
 def _check_object(body: Any, target: Target) -> dict[str, Any]:
@@ -655,15 +718,17 @@ def _check_object(body: Any, target: Target) -> dict[str, Any]:
 
 
 async def _create(request: web.Request, target: Target) -> web.Response:
-    body = _check_object(await _body(request), target)
+    options = _write_options(request)
+    body = _check_object(await _body(request, duplicates=options.duplicates), target)
     if target.info.namespaced and target.namespace is None:
         raise ApiError(405, "MethodNotAllowed", f"create {target.info.plural} needs a namespace in the URL")
-    created = request.app[STORE].create(target.info.key, body, namespace=target.namespace)
-    return _json(_versioned_obj(created, target), status=201)
+    created = request.app[STORE].create(target.info.key, body, namespace=target.namespace, options=options)
+    return _answer(_versioned_obj(created, target), options, status=201)
 
 
 async def _update(request: web.Request, target: Target) -> web.Response:
-    body = _check_object(await _body(request), target)
+    options = _write_options(request)
+    body = _check_object(await _body(request, duplicates=options.duplicates), target)
     meta = body.setdefault("metadata", {})
     if meta.get("name") not in (None, target.name):
         raise bad_request(
@@ -676,18 +741,27 @@ async def _update(request: web.Request, target: Target) -> web.Response:
                 "the namespace of the provided object does not match the namespace sent on the request"
             )
         meta["namespace"] = target.namespace
-    updated = request.app[STORE].update(target.info.key, body, subresource=target.subresource)
-    return _json(_versioned_obj(updated, target))
+    updated = request.app[STORE].update(
+        target.info.key, body, subresource=target.subresource, options=options
+    )
+    return _answer(_versioned_obj(updated, target), options)
 
 
 async def _patch(request: web.Request, target: Target) -> web.Response:
-    body = await _body(request, patch=True)
+    options = _write_options(request)
+    body = await _body(request, patch=True, duplicates=options.duplicates)
     assert target.name is not None
     content_type = request.headers.get("Content-Type", "")
     patched = request.app[STORE].patch(
-        target.info.key, target.name, target.namespace, body, content_type, subresource=target.subresource
+        target.info.key,
+        target.name,
+        target.namespace,
+        body,
+        content_type,
+        subresource=target.subresource,
+        options=options,
     )
-    return _json(_versioned_obj(patched, target))
+    return _answer(_versioned_obj(patched, target), options)
 
 
 async def _delete_options(request: web.Request) -> dict[str, Any]:
@@ -724,6 +798,7 @@ async def _delete(request: web.Request, target: Target) -> web.Response:
     store = request.app[STORE]
     assert target.name is not None
     options = await _delete_options(request)
+    dry_run = _dry_run(request, options.get("dryRun"))
     preconditions = options.get("preconditions") or {}
     if preconditions:
         if not isinstance(preconditions, dict):
@@ -739,7 +814,9 @@ async def _delete(request: web.Request, target: Target) -> web.Response:
         if preconditions.get("resourceVersion") not in (None, current.get("resourceVersion")):
             raise conflict(target.info.plural, target.info.group, target.name)
     grace = _grace_period(request, options)
-    obj = store.delete(target.info.key, target.name, target.namespace, grace_period_seconds=grace)
+    obj = store.delete(
+        target.info.key, target.name, target.namespace, grace_period_seconds=grace, dry_run=dry_run
+    )
     pending = bool(obj["metadata"].get("finalizers") or obj["metadata"].get("deletionTimestamp"))
     if pending or target.info.key in _RETURN_DELETED or target.info.custom:
         return _json(_versioned_obj(obj, target))
@@ -755,11 +832,13 @@ async def _delete(request: web.Request, target: Target) -> web.Response:
     )
 
 
-def _delete_collection(request: web.Request, target: Target) -> web.Response:
+async def _delete_collection(request: web.Request, target: Target) -> web.Response:
     store = request.app[STORE]
     info = target.info
     if info.namespaced and target.namespace is None:
         raise _method_not_allowed("DELETE", f"{info.plural} across all namespaces")
+    options = await _delete_options(request)
+    dry_run = _dry_run(request, options.get("dryRun"))
     entries, _ = store.list_entries(
         info.key,
         target.namespace,
@@ -769,7 +848,8 @@ def _delete_collection(request: web.Request, target: Target) -> web.Response:
     items: list[dict[str, Any]] = []
     for entry in entries:
         try:
-            items.append(_versioned_obj(store.delete(info.key, entry.name, target.namespace), target))
+            deleted = store.delete(info.key, entry.name, target.namespace, dry_run=dry_run)
+            items.append(_versioned_obj(deleted, target))
         except ApiError as err:
             if err.code != 404:
                 raise

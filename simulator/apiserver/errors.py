@@ -31,10 +31,11 @@ class ApiError(Exception):
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,
-            "code": self.code,
         }
+        # The apiserver's field order: details (when any) come before code.
         if self.details is not None:
             body["details"] = self.details
+        body["code"] = self.code
         return body
 
     def __repr__(self) -> str:
@@ -42,12 +43,14 @@ class ApiError(Exception):
 
 
 def _details(resource: str, group: str, name: str | None) -> dict[str, Any]:
-    # The real apiserver puts the plural resource (not the Kind) into details.kind.
-    details: dict[str, Any] = {"kind": resource}
+    # The real apiserver puts the plural resource (not the Kind) into details.kind; its field
+    # order is name, group, kind.
+    details: dict[str, Any] = {}
     if name is not None:
         details["name"] = name
     if group:
         details["group"] = group
+    details["kind"] = resource
     return details
 
 
@@ -80,17 +83,53 @@ def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 
 
+_CAUSE_REASONS = (
+    ("Required value", "FieldValueRequired"),
+    ("Unsupported value", "FieldValueNotSupported"),
+    ("Duplicate value", "FieldValueDuplicate"),
+    ("Forbidden", "FieldValueForbidden"),
+    ("Too long", "FieldValueTooLong"),
+    ("Too many", "FieldValueTooMany"),
+    ("Invalid value", "FieldValueInvalid"),
+    ("Not found", "FieldValueNotFound"),
+    ("Internal error", "InternalError"),
+)
+"""Message prefix of a field error and the cause reason the apiserver reports for it."""
+
+
+def cause_reason(message: str) -> str:
+    """The `details.causes[].reason` of a field error message (`Required value` -> FieldValueRequired)."""
+    for prefix, reason in _CAUSE_REASONS:
+        if message.startswith(prefix):
+            return reason
+    return "FieldValueInvalid"
+
+
+def join_field_errors(causes: list[tuple[str, str]]) -> str:
+    """Field errors joined as the apiserver's aggregate prints them: one bare, several in brackets."""
+    texts = [f"{field}: {msg}" if field else msg for field, msg in causes]
+    if len(texts) == 1:
+        return texts[0]
+    return "[" + ", ".join(texts) + "]"
+
+
 def invalid(kind: str, group: str, name: str, causes: list[tuple[str, str]]) -> ApiError:
-    """422 Invalid; `causes` are (field path, message) pairs, named in the message like the real API."""
-    text = "; ".join(f"{field}: {msg}" if field else msg for field, msg in causes) or "invalid object"
-    details: dict[str, Any] = {
-        "name": name,
-        "kind": kind,
-        "causes": [{"reason": "FieldValueInvalid", "message": msg, "field": field} for field, msg in causes],
-    }
+    """422 Invalid; `causes` are (field path, message) pairs, named in the message like the real API.
+
+    Each message starts with its type (`Required value`, `Invalid value: "x": ...`,
+    `Unsupported value: ...`, `Forbidden: ...`), which also gives the cause's reason.
+    """
+    text = join_field_errors(causes) if causes else "invalid object"
+    details: dict[str, Any] = {"name": name}
     if group:
         details["group"] = group
-    return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {text}', details=details)
+    details["kind"] = kind
+    details["causes"] = [
+        {"reason": cause_reason(msg), "message": msg, "field": field} for field, msg in causes
+    ]
+    # The message names the kind qualified by its group (`Deployment.apps "web" is invalid: ...`).
+    qualified = f"{kind}.{group}" if group else kind
+    return ApiError(422, "Invalid", f'{qualified} "{name}" is invalid: {text}', details=details)
 
 
 def expired(message: str) -> ApiError:

@@ -41,6 +41,7 @@ import orjson
 
 from gpuhealth.clock import Clock
 from simulator.apiserver import disruption, graceful, kinds
+from simulator.apiserver.defaults import apply_defaults
 from simulator.apiserver.errors import (
     ApiError,
     already_exists,
@@ -59,7 +60,8 @@ from simulator.apiserver.selectors import (
     parse_label_selector,
     selector_from_label_selector_object,
 )
-from simulator.apiserver.validation import Validator
+from simulator.apiserver.validation import Validator, WriteOptions, decoding_error
+from simulator.apiserver.values import invalid_value, quantity_problems, validate_object, validate_update
 from simulator.apiserver.versions import KubernetesVersion
 from simulator.apiserver.watch_cache import LogEvent, WatchCache, WatchCacheSettings, state_at, too_large
 
@@ -447,8 +449,46 @@ class Store:
         for watcher in list(self._watchers.get(event[1], ())):
             watcher._offer(event)
 
-    def _validate(self, info: ResourceInfo, obj: dict[str, Any]) -> None:
-        self.validator.validate(info, obj)
+    def _admit(
+        self,
+        info: ResourceInfo,
+        new: dict[str, Any],
+        old: dict[str, Any] | None,
+        options: WriteOptions,
+        subresource: str | None = None,
+    ) -> None:
+        """An API client's write as the apiserver takes it: decode checks, defaults, then validation.
+
+        Unknown and duplicate fields follow `options.field_validation`; every field error of the
+        schema and of the kind's value checks comes back as one 422 Invalid.
+        """
+        name = str((new.get("metadata") or {}).get("name", ""))
+        problems = quantity_problems(new)
+        if problems:
+            raise decoding_error(info.kind, info.version, problems)
+        if subresource is None:
+            apply_defaults(info.key, new, create=old is None)
+        causes = self.validator.schema_causes(info, new, options)
+        if old is None:
+            causes += validate_object(info.key, new)
+        else:
+            old_defaulted = copy.deepcopy(old)
+            apply_defaults(info.key, old_defaulted, create=False)
+            causes += validate_update(info.key, new, old_defaulted, subresource)
+        if causes:
+            raise invalid(info.kind, info.group, name, causes)
+
+    def _dry_result(self, info: ResourceInfo, obj: dict[str, Any], rv: int | None) -> dict[str, Any]:
+        """What a dry-run write answers: the object as it would be stored, at `rv` (None: no version yet)."""
+        meta = obj.setdefault("metadata", {})
+        if rv is None:
+            meta.pop("resourceVersion", None)
+        else:
+            meta["resourceVersion"] = str(rv)
+        ordered = {"apiVersion": info.api_version(), "kind": info.kind}
+        ordered.update((k, v) for k, v in obj.items() if k not in ("apiVersion", "kind"))
+        result: dict[str, Any] = orjson.loads(orjson.dumps(ordered))
+        return result
 
     def create(
         self,
@@ -457,14 +497,18 @@ class Store:
         *,
         namespace: str | None = None,
         validate: bool = True,
+        options: WriteOptions | None = None,
     ) -> dict[str, Any]:
         """Create an object; the server sets uid, creationTimestamp, generation and resourceVersion.
 
-        `validate=True` treats the write as an API client's: schema validation (422), the
-        namespace must exist (404), and status is reset as the real create strategies do
-        (pods start Pending; jobs, PDBs, claims and custom resources start without status).
-        `validate=False` is for the simulator's own writes and stores what it is given.
+        `validate=True` treats the write as an API client's: defaults, schema and value
+        validation (422), the namespace must exist (404), and status is reset as the real create
+        strategies do (pods start Pending; jobs, PDBs, claims and custom resources start without
+        status). `validate=False` is for the simulator's own writes and stores what it is given.
+        `options` carries dryRun (answered as created, nothing stored) and fieldValidation.
         """
+        dry_run = options is not None and options.dry_run
+        rng = random.Random() if dry_run else self._rng  # a dry run leaves seeded uids alone
         info = self.registry.get(resource)
         if not isinstance(obj, dict):
             raise bad_request("the body of the request must be a JSON object")
@@ -499,7 +543,7 @@ class Store:
                     "",
                     [("metadata.name", "Required value: name or generateName is required")],
                 )
-            name = self._generate_name(info, meta.get("namespace", ""), prefix)
+            name = self._generate_name(info, meta.get("namespace", ""), prefix, rng)
             meta["name"] = name
         if not isinstance(name, str):
             raise invalid(
@@ -513,7 +557,7 @@ class Store:
             "resourceVersion",
         ):
             meta.pop(key, None)
-        meta["uid"] = str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
+        meta["uid"] = str(uuid.UUID(int=rng.getrandbits(128), version=4))
         meta["creationTimestamp"] = format_timestamp(self.clock.now())
         if info.generation:
             meta["generation"] = 1
@@ -535,20 +579,24 @@ class Store:
             new["status"] = _crd_status(new)
         kinds.prepare_create(self, info, new)
         if validate:
-            self._validate(info, new)
+            self._admit(info, new, None, options or WriteOptions())
+        elif info.key == "namespaces":
+            apply_defaults(info.key, new)  # a handful of objects; kubectl shows their finalizer and label
         table = self._table(info)
         if (meta.get("namespace", "") if info.namespaced else "", name) in table:
             raise already_exists(info.plural, info.group, name)
+        if dry_run:
+            return self._dry_result(info, new, None)
         if crd_info is not None:
             self.registry.add(crd_info)
         entry = self._commit(info, new, ADDED, None)
         kinds.after_create(self, info, new)
         return entry.load()
 
-    def _generate_name(self, info: ResourceInfo, namespace: str, prefix: str) -> str:
+    def _generate_name(self, info: ResourceInfo, namespace: str, prefix: str, rng: random.Random) -> str:
         table = self._table(info)
         for _ in range(100):
-            name = prefix[:58] + "".join(self._rng.choice(_GENERATE_ALPHABET) for _ in range(5))
+            name = prefix[:58] + "".join(rng.choice(_GENERATE_ALPHABET) for _ in range(5))
             if (namespace, name) not in table:
                 return name
         raise ApiError(500, "InternalError", f"could not generate a unique name from {prefix!r}")
@@ -566,6 +614,7 @@ class Store:
         *,
         subresource: str | None = None,
         validate: bool = True,
+        options: WriteOptions | None = None,
     ) -> dict[str, Any]:
         """PUT: replace an object (or only its status with subresource="status").
 
@@ -586,7 +635,7 @@ class Store:
         if rv not in (None, "") and str(rv) != str(old_entry.rv):
             raise conflict(info.plural, info.group, name)
         new = self._merge_write(info, old, copy.deepcopy(obj), subresource)
-        return self._finish_write(info, old_entry, old, new, validate)
+        return self._finish_write(info, old_entry, old, new, validate, options, subresource)
 
     def mutate(
         self,
@@ -634,6 +683,7 @@ class Store:
         *,
         subresource: str | None = None,
         validate: bool = True,
+        options: WriteOptions | None = None,
     ) -> dict[str, Any]:
         """PATCH (merge, JSON or strategic-merge); a resourceVersion in the result is a precondition."""
         info = self.registry.get(resource)
@@ -649,10 +699,13 @@ class Store:
         for key in ("name", "namespace"):
             if pmeta.get(key) != old["metadata"].get(key):
                 raise invalid(
-                    info.kind, info.group, name, [(f"metadata.{key}", "Invalid value: field is immutable")]
+                    info.kind,
+                    info.group,
+                    name,
+                    [(f"metadata.{key}", invalid_value(pmeta.get(key), "field is immutable"))],
                 )
         new = self._merge_write(info, old, patched, subresource)
-        return self._finish_write(info, old_entry, old, new, validate)
+        return self._finish_write(info, old_entry, old, new, validate, options, subresource)
 
     def _merge_write(
         self, info: ResourceInfo, old: dict[str, Any], incoming: dict[str, Any], subresource: str | None
@@ -694,7 +747,14 @@ class Store:
         return incoming
 
     def _finish_write(
-        self, info: ResourceInfo, old_entry: Entry, old: dict[str, Any], new: dict[str, Any], validate: bool
+        self,
+        info: ResourceInfo,
+        old_entry: Entry,
+        old: dict[str, Any],
+        new: dict[str, Any],
+        validate: bool,
+        options: WriteOptions | None = None,
+        subresource: str | None = None,
     ) -> dict[str, Any]:
         meta = new.setdefault("metadata", {})
         old_meta = old["metadata"]
@@ -712,19 +772,22 @@ class Store:
                         )
                     ],
                 )
+        if validate:
+            # Before generation and the no-op check: a PUT that only omits defaulted fields changes nothing.
+            self._admit(info, new, old, options or WriteOptions(), subresource)
         if info.generation:
             generation = int(old_meta.get("generation") or 1)
             meta["generation"] = generation + 1 if _spec_part(new) != _spec_part(old) else generation
         if _without_rv(new) == _without_rv(old):
-            return old  # a no-op write: no new resourceVersion, no event, like the real API
+            return old  # a no-op write: no new resourceVersion, no event, like the real API (dry run too)
         if info.key == CRD_KEY:
             crd_info = info_from_crd(new)
             self.validator.check_custom_schemas(crd_info, new)
             new["status"] = {**(new.get("status") or {}), **_crd_status(new)}
         else:
             crd_info = None
-        if validate:
-            self._validate(info, new)
+        if options is not None and options.dry_run:
+            return self._dry_result(info, new, old_entry.rv)
         # A pod in its grace period (deletionGracePeriodSeconds > 0) waits for its kubelet.
         if (
             meta.get("deletionTimestamp")
@@ -743,11 +806,13 @@ class Store:
         namespace: str | None = None,
         *,
         grace_period_seconds: int | None = None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         """Delete an object; with finalizers it only gets a deletionTimestamp until they are emptied.
 
         Returns the object as last stored. Deleting a namespace does not cascade to its objects.
         A pod that a simulated kubelet runs (`pod_runs`) is deleted gracefully (`graceful`).
+        `dry_run` answers the same and changes nothing.
         """
         info = self.registry.get(resource)
         old_entry = self._entry(info, name, namespace)
@@ -757,6 +822,8 @@ class Store:
             if action == "unchanged":
                 return obj
             if action == "terminating":
+                if dry_run:
+                    return obj
                 return self._commit(info, obj, MODIFIED, old_entry).load()
         meta = obj["metadata"]
         if meta.get("finalizers"):
@@ -764,8 +831,12 @@ class Store:
                 return obj
             meta["deletionTimestamp"] = format_timestamp(self.clock.now())
             meta["deletionGracePeriodSeconds"] = 0
+            if dry_run:
+                return obj
             meta.pop("resourceVersion", None)
             return self._commit(info, obj, MODIFIED, old_entry).load()
+        if dry_run:
+            return obj
         return self._remove(info, obj, old_entry).load()
 
     def _remove(self, info: ResourceInfo, obj: dict[str, Any], old_entry: Entry) -> Entry:

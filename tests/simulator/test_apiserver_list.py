@@ -180,7 +180,10 @@ def test_continued_pages_show_the_first_pages_state(core: client.CoreV1Api) -> N
     # Between pages: c changes, d goes, e arrives; the rest of the list is still the first page's.
     core.patch_namespaced_pod("c", "default", {"metadata": {"labels": {"changed": "yes"}}})
     core.delete_namespaced_pod("d", "team")
-    core.create_namespaced_pod("default", client.V1Pod(metadata={"name": "e"}, spec={"containers": []}))
+    core.create_namespaced_pod(
+        "default",
+        client.V1Pod(metadata={"name": "e"}, spec={"containers": [{"name": "c", "image": "busybox"}]}),
+    )
     rest = core.list_pod_for_all_namespaces(limit=2, _continue=first.metadata._continue)
     assert [p.metadata.name for p in rest.items] == ["c", "d"]
     assert "changed" not in (rest.items[0].metadata.labels or {})

@@ -2,13 +2,15 @@
 
 Aspects: the client's default content types (strategic merge for a dict body, JSON patch for a
 list body); merge patch; strategic merge of containers by name, conditions by type, finalizers
-as a set, `$patch: delete`, null deleting a map entry; a resourceVersion in the patch as a
-precondition (current passes, stale conflicts); a failing JSON patch `test` op; an unsupported
-patch type; strategic merge refused for custom resources.
+as a set, `$patch: delete`, null deleting a map entry; a change to a pod's containers refused;
+a resourceVersion in the patch as a precondition (current passes, stale conflicts); a failing
+JSON patch `test` op (422 worded as the apiserver's patch library); an unsupported patch type;
+strategic merge refused for custom resources.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -37,16 +39,34 @@ def test_dict_body_is_strategic_merge_containers_merge_by_name(core: client.Core
 
 
 def test_strategic_merge_deletes_list_elements_and_map_entries(core: client.CoreV1Api) -> None:
-    patched = core.patch_namespaced_pod(
+    core.patch_namespaced_pod_status(
+        "p", "default", {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}
+    )
+    patched = core.patch_namespaced_pod_status(
         "p",
         "default",
         {
             "metadata": {"labels": {"tier": None}},
-            "spec": {"containers": [{"name": "sidecar", "$patch": "delete"}]},
+            "status": {"conditions": [{"type": "Ready", "$patch": "delete"}]},
         },
     )
-    assert [c.name for c in patched.spec.containers] == ["main"]
-    assert patched.metadata.labels == {"app": "infer"}
+    assert not patched.status.conditions
+    relabelled = core.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"tier": None}}})
+    assert relabelled.metadata.labels == {"app": "infer"}
+
+
+def test_strategic_merge_that_changes_a_pods_containers_is_forbidden(core: client.CoreV1Api) -> None:
+    # A pod's containers are immutable apart from their images, so this delete is refused (as real).
+    with pytest.raises(ApiException) as exc:
+        core.patch_namespaced_pod(
+            "p", "default", {"spec": {"containers": [{"name": "sidecar", "$patch": "delete"}]}}
+        )
+    assert exc.value.status == 422
+    message = json.loads(exc.value.body)["message"]
+    assert message.startswith(
+        'Pod "p" is invalid: spec: Forbidden: pod updates may not change fields other than'
+    )
+    assert [c.name for c in core.read_namespaced_pod("p", "default").spec.containers] == ["main", "sidecar"]
 
 
 def test_strategic_merge_finalizers_union_and_delete_from_primitive_list(core: client.CoreV1Api) -> None:
@@ -116,6 +136,7 @@ def test_json_patch_test_op_failure_is_rejected_and_changes_nothing(core: client
             ],
         )
     assert exc.value.status == 422
+    assert json.loads(exc.value.body)["message"] == "testing value /metadata/labels/app failed: test failed"
     after = core.read_namespaced_pod("p", "default")
     assert after.metadata.resource_version == before.metadata.resource_version
 
@@ -150,7 +171,13 @@ def test_unsupported_patch_type_is_415(core: client.CoreV1Api) -> None:
 def test_patch_that_breaks_the_schema_is_422_naming_the_field(core: client.CoreV1Api) -> None:
     with pytest.raises(ApiException) as exc:
         core.patch_namespaced_pod(
-            "p", "default", {"spec": {"containers": [{"name": "main", "imagePullPolicy": 3}]}}
+            "p", "default", {"spec": {"containers": [{"name": "main", "imagePullPolicy": "Sometimes"}]}}
         )
     assert exc.value.status == 422
-    assert "spec.containers[0].imagePullPolicy" in exc.value.body
+    assert 'spec.containers[0].imagePullPolicy: Unsupported value: \\"Sometimes\\"' in exc.value.body
+    # A value of the wrong JSON type never gets that far: the decoder refuses it (400).
+    with pytest.raises(ApiException) as exc:
+        core.patch_namespaced_pod(
+            "p", "default", {"spec": {"containers": [{"name": "main", "imagePullPolicy": 3}]}}
+        )
+    assert exc.value.status == 400 and "cannot unmarshal number into Go struct field" in exc.value.body

@@ -67,7 +67,7 @@ def test_internal_create_keeps_status_and_client_create_resets_it() -> None:
     }
     assert store.create("pods", body, validate=False)["status"] == {"phase": "Running"}
     body["metadata"]["name"] = "q"
-    assert store.create("pods", body)["status"] == {"phase": "Pending"}
+    assert store.create("pods", body)["status"] == {"phase": "Pending", "qosClass": "BestEffort"}
 
 
 def test_emptying_finalizers_of_a_deleting_object_removes_it() -> None:
