@@ -720,5 +720,8 @@ async def _evict(request: web.Request, target: Target) -> web.Response:
         store.get_entry("pods", target.name, target.namespace)
     except ApiError as err:
         raise not_found("pods", "", target.name) from err
-    result = store.evict(target.name, target.namespace, body)
+    dry_run = request.query.getall("dryRun", [])
+    if any(v != "All" for v in dry_run):
+        raise bad_request(f"unsupported dryRun value(s): {', '.join(dry_run)}")
+    result = store.evict(target.name, target.namespace, body, dry_run=bool(dry_run))
     return _json(result, status=201)
