@@ -32,6 +32,7 @@ import orjson
 from aiohttp import web
 
 from simulator.apiserver.errors import ApiError, bad_request, conflict, not_found
+from simulator.apiserver.propagation import deletion_policy
 from simulator.apiserver.resources import KUBERNETES_VERSION, ResourceInfo
 from simulator.apiserver.selectors import parse_field_selector, parse_label_selector
 from simulator.apiserver.store import Entry, Store, Watch
@@ -662,7 +663,8 @@ async def _delete(request: web.Request, target: Target) -> web.Response:
             )
         if preconditions.get("resourceVersion") not in (None, current.get("resourceVersion")):
             raise conflict(target.info.plural, target.info.group, target.name)
-    obj = store.delete(target.info.key, target.name, target.namespace)
+    policy = deletion_policy(options, request.query)
+    obj = store.delete(target.info.key, target.name, target.namespace, policy=policy)
     pending = bool(obj["metadata"].get("finalizers"))
     if pending or target.info.key in _RETURN_DELETED or target.info.custom:
         return _json(_versioned_obj(obj, target))

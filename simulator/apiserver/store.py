@@ -39,7 +39,7 @@ from typing import Any
 import orjson
 
 from gpuhealth.clock import Clock
-from simulator.apiserver import disruption
+from simulator.apiserver import disruption, propagation
 from simulator.apiserver.errors import (
     ApiError,
     already_exists,
@@ -281,6 +281,10 @@ class Store:
         self._floor = 0  # every event with rv > floor is still in the log
         self._watchers: dict[str, set[Watch]] = {}
         self._watch_queue_size = watch_queue_size
+        self.finalizing_controllers = False
+        """Set while the garbage collector and the namespace controller run (`simulator/fleet`):
+        deletes then add the finalizers they remove (orphan, foregroundDeletion, a namespace's
+        Terminating phase); a bare store deletes at once (`propagation`)."""
         for ns in DEFAULT_NAMESPACES:
             self.create("namespaces", {"metadata": {"name": ns}}, validate=False)
 
@@ -485,6 +489,10 @@ class Store:
         if validate:
             self._reset_status_on_create(info, new)
         if info.key == "namespaces":
+            if new.get("spec") is None:
+                new["spec"] = {}
+            if isinstance(new["spec"], dict):
+                new["spec"].setdefault("finalizers", [propagation.NAMESPACE_FINALIZER])
             if new.get("status") is None:
                 new["status"] = {}
             if isinstance(new["status"], dict):  # anything else fails validation below
@@ -499,6 +507,10 @@ class Store:
         table = self._table(info)
         if (meta.get("namespace", "") if info.namespaced else "", name) in table:
             raise already_exists(info.plural, info.group, name)
+        if info.namespaced:
+            ns_entry = self._table(self.registry.get("namespaces")).get(("", meta["namespace"]))
+            if ns_entry is not None and b'"phase":"Terminating"' in ns_entry.data:
+                raise propagation.namespace_terminating(info.plural, info.group, name, meta["namespace"])
         if crd_info is not None:
             self.registry.add(crd_info)
         entry = self._commit(info, new, ADDED, None)
@@ -684,13 +696,19 @@ class Store:
             crd_info = None
         if validate:
             self._validate(info, new)
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and not (info.key == "namespaces" and (new.get("spec") or {}).get("finalizers"))
+        ):
             return self._remove(info, new, old_entry).load()
         if crd_info is not None:
             self.registry.add(crd_info)
         return self._commit(info, new, MODIFIED, old_entry).load()
 
-    def delete(self, resource: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+    def delete(
+        self, resource: str, name: str, namespace: str | None = None, *, policy: str | None = None
+    ) -> dict[str, Any]:
         """Delete an object; with finalizers it only gets a deletionTimestamp until they are emptied.
 
         Returns the object as last stored. Deleting a namespace does not cascade to its objects,
@@ -700,6 +718,16 @@ class Store:
         old_entry = self._entry(info, name, namespace)
         obj = old_entry.load()
         meta = obj["metadata"]
+        if self.finalizing_controllers and not meta.get("deletionTimestamp"):
+            if info.key == "namespaces" and (obj.get("spec") or {}).get("finalizers"):
+                # The namespace controller empties it, then removes the finalizer and the namespace.
+                meta["deletionTimestamp"] = format_timestamp(self.clock.now())
+                obj["status"] = {**(obj.get("status") or {}), "phase": "Terminating"}
+                meta.pop("resourceVersion", None)
+                return self._commit(info, obj, MODIFIED, old_entry).load()
+            finalizer = propagation.deletion_finalizer(info.key, policy)
+            if finalizer is not None and finalizer not in (meta.get("finalizers") or ()):
+                meta["finalizers"] = [*(meta.get("finalizers") or ()), finalizer]
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):
                 return obj

@@ -8,7 +8,8 @@
 - `Scheduler` (`scheduler`): where pods go, binding and claim allocation;
 - `JobController` (`job_controller`): the workloads' Jobs, replacements of deleted pods;
 - `NodeLifecycleController` (`node_lifecycle`): Ready=Unknown after the grace period;
-- `Timeline` (`timeline`): the scenario's faults in simulated time.
+- `Timeline` (`timeline`): the scenario's faults in simulated time;
+- `controllers`: kube-controller-manager's part (`controller_manager`), on the store's watches.
 
 Components never import each other: what one needs from another is a constructor argument
 (a callable or a `Protocol`), bound here. This is the fleet's public face for the runner,
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from gpuhealth.clock import Clock
 from simulator.apiserver.store import format_timestamp
 from simulator.fleet import objects
+from simulator.fleet.controller_manager import ControllerManager
 from simulator.fleet.device_plugin import DevicePlugin
 from simulator.fleet.dra_driver import DraDriver
 from simulator.fleet.events import FaultApplied, FleetEvent
@@ -97,6 +99,7 @@ class Fleet:
             store, settings, timers, self.nodes, self.pods, self.pending, self.jobs.job_uids, rng,
             admit=self.kubelet.admit, bound=self.jobs.pod_bound, emit=self._emit,
         )  # fmt: skip
+        self.controllers = ControllerManager(store, timers, seed=settings.seed)
         self.timeline = Timeline(
             scenario.timeline,
             timers,
@@ -138,6 +141,7 @@ class Fleet:
 
     def stop(self) -> None:
         self.timers.stop()
+        self.controllers.close()
         if self._pod_watch is not None:
             self._pod_watch.close()
 
@@ -225,8 +229,17 @@ class Fleet:
         One watch for the whole fleet, events left unparsed except deletions. A deleted pod
         leaves its node: its devices are freed, its generated ResourceClaim goes (garbage
         collection), and its Deployment or Job gets a replacement pod after
-        `replacement_delay` simulated seconds, placed on usable devices only.
+        `replacement_delay` simulated seconds, placed on usable devices only. The controllers
+        (`self.controllers`) run alongside, on their own watches.
         """
+        controllers = asyncio.ensure_future(self.controllers.run())
+        try:
+            await self._follow_pod_deletions()
+        finally:
+            self.controllers.close()
+            await controllers
+
+    async def _follow_pod_deletions(self) -> None:
         while not self.timers.stopped:
             watch = self.store.watch("pods", resource_version=str(self.store.resource_version))
             self._pod_watch = watch

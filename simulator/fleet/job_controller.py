@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 class JobController:
     """The job controller and the ReplicaSet controller for the scenario's workloads.
 
-    Owns `job_uids` (each Job's uid, for the pods' owner references) and adds replacement
+    Owns `job_uids` (each Job's or ReplicaSet's uid, for the pods' owner references) and adds replacement
     pods to `pending`; `submit(pending)` hands one to the scheduler and `complete(pod)` ends a
     Job pod's run on its kubelet.
     """
@@ -66,18 +66,28 @@ class JobController:
                     "resourceclaimtemplates.resource.k8s.io",
                     objects.resource_claim_template(workload),
                 )
+            template = objects.pod(
+                name="template",
+                workload=workload,
+                node_name="",
+                gpus=workload.gpus_per_pod,
+                dra=workload.path == DRA,
+                claim_name=None,
+                job_uid=None,
+            )
             if workload.kind == "Job":
-                template = objects.pod(
-                    name="template",
-                    workload=workload,
-                    node_name="",
-                    gpus=workload.gpus_per_pod,
-                    dra=workload.path == DRA,
-                    claim_name=None,
-                    job_uid=None,
-                )
                 created = create_ignore_exists(self._store, "jobs.batch", objects.job(workload, template))
-                self.job_uids[(workload.namespace, workload.name)] = created["metadata"].get("uid", "")
+            else:
+                # The Deployment and its ReplicaSet exist so the pods' owner references resolve (the
+                # garbage collector deletes what has no owner) and their status is kept; the fleet
+                # lays out and replaces the pods itself (`objects.MANAGED_BY_FLEET`).
+                owner = create_ignore_exists(
+                    self._store, "deployments.apps", objects.deployment(workload, template)
+                )
+                created = create_ignore_exists(
+                    self._store, "replicasets.apps", objects.replica_set(workload, template, owner)
+                )
+            self.job_uids[(workload.namespace, workload.name)] = created["metadata"].get("uid", "")
 
     def run_pods(self) -> None:
         """Simulated time starts: every initial pod with a `completeAfter` gets its end."""

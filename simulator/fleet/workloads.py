@@ -16,8 +16,9 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-MANAGED_BY_FLEET = "simulator.gpuhealth.io/managed-by-fleet"
-"""Annotation (value "true") on a scenario workload's Deployment, ReplicaSet or Job."""
+from simulator.fleet.objects import MANAGED_BY_FLEET
+
+__all__ = ["MANAGED_BY_FLEET"]
 
 POD_TEMPLATE_HASH = "pod-template-hash"
 
