@@ -21,6 +21,7 @@ from simulator.fleet.events_recorder import EventRecorder
 from simulator.fleet.garbage_collector import GarbageCollector
 from simulator.fleet.namespace_controller import NamespaceController
 from simulator.fleet.replicaset_controller import REPLICATION_CONTROLLERS, ReplicaSetController
+from simulator.fleet.taint_manager import TaintManager, UnschedulableTainter
 from simulator.fleet.timers import Timers
 
 if TYPE_CHECKING:
@@ -47,6 +48,8 @@ class ControllerManager:
         self.garbage_collector = GarbageCollector(store)
         self.namespaces = NamespaceController(store, timers)
         self.disruption = DisruptionController(store, timers)
+        self.taints = TaintManager(store, timers, recorder)
+        self.cordon = UnschedulableTainter(store, timers)
         self.all: list[Any] = [
             self.replica_sets,
             self.replication_controllers,
@@ -54,6 +57,8 @@ class ControllerManager:
             self.garbage_collector,
             self.namespaces,
             self.disruption,
+            self.taints,
+            self.cordon,
         ]
         self._closed = False
 
