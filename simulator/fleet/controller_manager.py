@@ -19,6 +19,7 @@ from simulator.fleet.deployment_controller import DeploymentController
 from simulator.fleet.disruption_controller import DisruptionController
 from simulator.fleet.events_recorder import EventRecorder
 from simulator.fleet.garbage_collector import GarbageCollector
+from simulator.fleet.job_controller import JobApiController
 from simulator.fleet.namespace_controller import NamespaceController
 from simulator.fleet.replicaset_controller import REPLICATION_CONTROLLERS, ReplicaSetController
 from simulator.fleet.taint_manager import TaintManager, UnschedulableTainter
@@ -45,6 +46,7 @@ class ControllerManager:
             store, timers, recorder, kind=REPLICATION_CONTROLLERS, rand_suffix=self.suffix
         )
         self.deployments = DeploymentController(store, timers, recorder)
+        self.jobs = JobApiController(store, timers, recorder, rand_suffix=self.suffix)
         self.garbage_collector = GarbageCollector(store)
         self.namespaces = NamespaceController(store, timers)
         self.disruption = DisruptionController(store, timers)
@@ -54,6 +56,7 @@ class ControllerManager:
             self.replica_sets,
             self.replication_controllers,
             self.deployments,
+            self.jobs,
             self.garbage_collector,
             self.namespaces,
             self.disruption,
