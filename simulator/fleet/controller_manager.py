@@ -22,6 +22,7 @@ from simulator.fleet.garbage_collector import GarbageCollector
 from simulator.fleet.job_controller import JobApiController
 from simulator.fleet.namespace_controller import NamespaceController
 from simulator.fleet.replicaset_controller import REPLICATION_CONTROLLERS, ReplicaSetController
+from simulator.fleet.statefulset_controller import StatefulSetController
 from simulator.fleet.taint_manager import TaintManager, UnschedulableTainter
 from simulator.fleet.timers import Timers
 
@@ -46,6 +47,7 @@ class ControllerManager:
             store, timers, recorder, kind=REPLICATION_CONTROLLERS, rand_suffix=self.suffix
         )
         self.deployments = DeploymentController(store, timers, recorder)
+        self.stateful_sets = StatefulSetController(store, timers, recorder)
         self.jobs = JobApiController(store, timers, recorder, rand_suffix=self.suffix)
         self.garbage_collector = GarbageCollector(store)
         self.namespaces = NamespaceController(store, timers)
@@ -56,6 +58,7 @@ class ControllerManager:
             self.replica_sets,
             self.replication_controllers,
             self.deployments,
+            self.stateful_sets,
             self.jobs,
             self.garbage_collector,
             self.namespaces,
