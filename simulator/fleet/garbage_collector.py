@@ -64,6 +64,7 @@ class GarbageCollector:
         self._finalize: set[Key] = set()
         """Objects being deleted with an orphan or foregroundDeletion finalizer."""
         self._kinds: dict[tuple[str, str], ResourceInfo] = {}
+        self._owners_seen: dict[tuple[str, str, str, str], bool] = {}
         self._waiting: dict[str, Key] = {}
         """Owners in foreground deletion waiting for blocking dependents, by uid."""
         self.informers = [
@@ -123,16 +124,28 @@ class GarbageCollector:
             info = self._kinds.get((group, kind))
         return info
 
-    def _owner(self, namespace: str, ref: dict[str, Any]) -> dict[str, Any] | None:
-        """The owner an ownerReference names, if it exists with that uid."""
+    def _owner_exists(self, namespace: str, ref: dict[str, Any]) -> bool:
+        """Whether the owner an ownerReference names exists with that uid (memoized for one sync)."""
         info = self._info(str(ref.get("apiVersion") or ""), str(ref.get("kind") or ""))
         if info is None:
-            return None
-        try:
-            owner = self._store.get(info.key, str(ref.get("name")), namespace if info.namespaced else None)
-        except ApiError:
-            return None
-        return owner if owner["metadata"].get("uid") == ref.get("uid") else None
+            return False
+        ns = namespace if info.namespaced else ""
+        memo = (info.key, ns, str(ref.get("name")), str(ref.get("uid")))
+        known = self._owners_seen.get(memo)
+        if known is None:
+            try:
+                entry = self._store.get_entry(info.key, memo[2], ns or None)
+            except ApiError:
+                known = False
+            else:
+                # The uid is in the stored bytes exactly once as metadata.uid, unless it also names
+                # an owner of the owner; parse only then.
+                known = (
+                    f'"uid":"{memo[3]}"'.encode() in entry.data
+                    and entry.load()["metadata"].get("uid") == memo[3]
+                )
+            self._owners_seen[memo] = known
+        return known
 
     def _get(self, key: Key) -> dict[str, Any] | None:
         resource, namespace, name = key
@@ -142,6 +155,7 @@ class GarbageCollector:
             return None
 
     def sync(self) -> None:
+        self._owners_seen.clear()  # what exists may change with every write; one batch only
         while self._check or self._gone or self._finalize:
             for uid in list(self._gone):
                 self._gone.discard(uid)
@@ -160,7 +174,7 @@ class GarbageCollector:
         if not refs:
             return
         namespace = key[1]
-        dangling = [ref for ref in refs if self._owner(namespace, ref) is None]
+        dangling = [ref for ref in refs if not self._owner_exists(namespace, ref)]
         if not dangling:
             return
         resource, _, name = key

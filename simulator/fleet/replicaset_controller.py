@@ -31,6 +31,24 @@ from simulator.fleet.timers import Timers
 if TYPE_CHECKING:
     from simulator.apiserver.store import Entry, Store
 
+
+@dataclass(frozen=True, slots=True)
+class PodSummary:
+    """What a set's status needs of one of its pods, kept from the pod's last event."""
+
+    active: bool
+    ready_since: str | None
+    labels: dict[str, str]
+
+    @staticmethod
+    def of(pod: dict[str, Any]) -> PodSummary:
+        return PodSummary(
+            workloads.is_active(pod),
+            workloads.ready_since(pod),
+            dict((pod.get("metadata") or {}).get("labels") or {}),
+        )
+
+
 BURST_REPLICAS = 500
 """Pods created or deleted per sync at most, as the real controller's burst."""
 
@@ -95,6 +113,9 @@ class ReplicaSetController:
         self._events = recorder(kind.component)
         self._suffix = rand_suffix
         self._dirty: set[tuple[str, str]] = set()
+        self._owned: dict[str, dict[tuple[str, str], PodSummary]] = {}
+        """Set uid -> its pods' summaries, from pod events: the status of a large fleet-managed set
+        is counted from these, without parsing its pods again on every change of one."""
         self._rechecks: set[tuple[str, str]] = set()
         """Sets with a timer pending for a pod becoming available (minReadySeconds)."""
         self._owner_marker = f'"kind":"{kind.kind}"'.encode()
@@ -107,12 +128,19 @@ class ReplicaSetController:
         if etype != "DELETED":
             self._dirty.add((entry.namespace, entry.name))
 
-    def _pod_event(self, _etype: str, entry: Entry) -> None:
+    def _pod_event(self, etype: str, entry: Entry) -> None:
         if self._owner_marker not in entry.data:
             return  # cheap: no pod of a set of this kind (the bytes name the owner's kind)
-        ref = workloads.controller_ref(entry.load())
-        if ref is not None and ref.get("kind") == self.kind.kind:
-            self._dirty.add((entry.namespace, str(ref.get("name"))))
+        pod = entry.load()
+        ref = workloads.controller_ref(pod)
+        if ref is None or ref.get("kind") != self.kind.kind:
+            return
+        owned = self._owned.setdefault(str(ref.get("uid")), {})
+        if etype == "DELETED":
+            owned.pop((entry.namespace, entry.name), None)
+        else:
+            owned[(entry.namespace, entry.name)] = PodSummary.of(pod)
+        self._dirty.add((entry.namespace, str(ref.get("name"))))
 
     def mark(self, namespace: str, name: str) -> None:
         self._dirty.add((namespace, name))
@@ -132,12 +160,16 @@ class ReplicaSetController:
         except ApiError:
             return
         uid = owner["metadata"]["uid"]
+        if workloads.fleet_managed(owner):
+            summaries = [s for s in self._owned.get(uid, {}).values() if s.active]
+            self._write_status(owner, summaries)
+            return
         entries, _ = self._store.list_entries("pods", namespace, label_selector=self.kind.selector(owner))
         owned = [p for p in (e.load() for e in entries) if workloads.controlled_by(p, uid)]
         active = [p for p in owned if workloads.is_active(p)]
         spec = owner.get("spec") or {}
         want = int(spec.get("replicas", 1))
-        if not workloads.fleet_managed(owner) and not workloads.terminating(owner):
+        if not workloads.terminating(owner):
             diff = want - len(active)
             if diff > 0:
                 for _ in range(min(diff, BURST_REPLICAS)):
@@ -156,7 +188,7 @@ class ReplicaSetController:
                         )
                 gone = {p["metadata"]["name"] for p in doomed}
                 active = [p for p in active if p["metadata"]["name"] not in gone]
-        self._write_status(owner, active)
+        self._write_status(owner, [PodSummary.of(p) for p in active])
 
     def _create_pod(self, owner: dict[str, Any]) -> dict[str, Any] | None:
         template = (owner.get("spec") or {}).get("template") or {}
@@ -172,7 +204,7 @@ class ReplicaSetController:
         self._events.emit(owner, NORMAL, "SuccessfulCreate", f"Created pod: {name}")
         return created
 
-    def _write_status(self, owner: dict[str, Any], active: list[dict[str, Any]]) -> None:
+    def _write_status(self, owner: dict[str, Any], active: list[PodSummary]) -> None:
         spec = owner.get("spec") or {}
         min_ready = int(spec.get("minReadySeconds") or 0)
         template_labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
@@ -180,10 +212,9 @@ class ReplicaSetController:
         ready = available = labelled = 0
         next_check: float | None = None
         for pod in active:
-            labels = (pod.get("metadata") or {}).get("labels") or {}
-            if all(labels.get(k) == v for k, v in template_labels.items()):
+            if all(pod.labels.get(k) == v for k, v in template_labels.items()):
                 labelled += 1
-            since = workloads.ready_since(pod)
+            since = pod.ready_since
             if since is None:
                 continue
             ready += 1

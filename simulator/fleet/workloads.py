@@ -11,6 +11,7 @@ delete their pods, so two controllers never fight over one workload.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 from datetime import UTC, datetime
@@ -136,6 +137,7 @@ def scaled(value: Any, total: int, *, round_up: bool) -> int:
     return int(value)
 
 
+@functools.lru_cache(maxsize=4096)  # second-precision stamps repeat: strptime is the slow part
 def parse_time(text: str) -> float | None:
     """Seconds since the epoch of an RFC 3339 timestamp as the store writes them; None if unreadable."""
     try:
