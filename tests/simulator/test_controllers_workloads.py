@@ -246,3 +246,29 @@ async def test_recreate_empties_the_old_set_first(world: Controllers) -> None:
     assert sorted(_sets(world).values()) == [0, 2] or _sets(world)[first] == 0
     await world.settle(lambda: len(world.pods()) == 2)
     assert all(p["metadata"]["labels"].get("v") == "2" for p in world.pods())
+
+
+async def test_events_are_recorded(world: Controllers) -> None:
+    _start_sets(world)
+    world.start(DeploymentController(world.store, world.timers, world.recorder))
+    world.store.create("deployments.apps", _deployment("evt", 1))
+    await world.settle(lambda: len(world.pods()) == 1)
+
+    def reasons() -> set[tuple[str, str, str]]:
+        events = world.store.list("events", "default")[0]
+        return {(e["source"]["component"], e["reason"], e["involvedObject"]["kind"]) for e in events}
+
+    await world.settle(
+        lambda: (
+            {
+                ("deployment-controller", "ScalingReplicaSet", "Deployment"),
+                ("replicaset-controller", "SuccessfulCreate", "ReplicaSet"),
+            }
+            <= reasons()
+        )
+    )
+    (scaled,) = [e for e in world.store.list("events", "default")[0] if e["reason"] == "ScalingReplicaSet"]
+    assert scaled["message"].startswith("Scaled up replica set evt-") and scaled["message"].endswith(
+        " from 0 to 1"
+    )
+    assert scaled["type"] == "Normal" and scaled["count"] == 1
