@@ -331,7 +331,7 @@ def _method_not_allowed(method: str, what: str) -> ApiError:
 
 async def _serve(request: web.Request, target: Target) -> web.StreamResponse:
     method = request.method
-    if request.query.get("dryRun"):
+    if request.query.get("dryRun") and target.subresource != "eviction":  # eviction: `_evict` decides
         raise bad_request("dryRun is not supported by the simulated cluster")
     if target.name is None:
         if method == "GET":

@@ -238,6 +238,7 @@ def test_dry_run_eviction_decides_and_changes_nothing(api: client.ApiClient, cor
         delete_options=client.V1DeleteOptions(dry_run=["All"]),
     )
     core.create_namespaced_pod_eviction("a", "default", dry)
+    core.create_namespaced_pod_eviction("a", "default", _eviction("a"), dry_run="All")
     assert _exists(core, "a")
     untouched = policy.read_namespaced_pod_disruption_budget_status("keep-two", "default")
     assert untouched.status is None  # not even the recomputed status is written by a dry run
