@@ -123,12 +123,18 @@ class TaintManager:
         for informer in self.informers:
             informer.close()
 
+    @property
+    def scheduled(self) -> dict[tuple[str, str], float]:
+        """Pods waiting out a toleration: (namespace, name) -> simulated time of their deletion."""
+        return dict(self._due)
+
     # ---------------------------------------------------------------- events
 
     def _node_event(self, etype: str, entry: Entry) -> None:
         if etype == "DELETED" or b"NoExecute" not in entry.data:
             if self._node_taints.pop(entry.name, None) is not None:
                 self._dirty_nodes.add(entry.name)
+                self._forget_seen(entry.name, [])
             return
         taints = [
             t for t in (entry.load().get("spec") or {}).get("taints") or () if t.get("effect") == "NoExecute"
@@ -138,7 +144,14 @@ class TaintManager:
             for t in taints:
                 self._seen.setdefault((entry.name, str(t.get("key")), str(t.get("value") or "")), now)
             self._node_taints[entry.name] = taints
+            self._forget_seen(entry.name, taints)
             self._dirty_nodes.add(entry.name)
+
+    def _forget_seen(self, node: str, kept: list[dict[str, Any]]) -> None:
+        """A taint that went starts its toleration time afresh when it comes back."""
+        keep = {(node, str(t.get("key")), str(t.get("value") or "")) for t in kept}
+        for key in [k for k in self._seen if k[0] == node and k not in keep]:
+            del self._seen[key]
 
     def _pod_event(self, etype: str, entry: Entry) -> None:
         if etype == "DELETED":

@@ -101,11 +101,21 @@ async def test_a_taint_that_goes_in_time_evicts_nobody(world: Controllers) -> No
         "pods",
         _pod("patient", [{"key": "example.com/broken", "operator": "Exists", "tolerationSeconds": 60}]),
     )
+    manager = world.running[0]
     _taint_node(world, [BROKEN])
+    await world.settle(lambda: manager.scheduled == {("default", "patient"): 60.0})
     await world.advance(30)
     _taint_node(world, [])
+    await world.settle(lambda: manager.scheduled == {})
     await world.advance(40)
     assert _exists(world, "patient")
+    # Back again: the toleration counts from now, not from the first time.
+    _taint_node(world, [BROKEN])
+    await world.settle(lambda: manager.scheduled == {("default", "patient"): 130.0})
+    await world.advance(59)
+    assert _exists(world, "patient")
+    await world.advance(2)
+    await world.settle(lambda: not _exists(world, "patient"))
 
 
 async def test_cordon_taints_the_node(world: Controllers) -> None:
