@@ -127,7 +127,12 @@ class JobController:
         )
         del pod_obj["spec"]["nodeName"]
         pod_obj["status"] = objects.pending_status(self._timers.wall())
-        self._store.create("pods", pod_obj, namespace=workload.namespace, validate=False)
+        try:
+            self._store.create("pods", pod_obj, namespace=workload.namespace, validate=False)
+        except ApiError as exc:
+            if exc.code in (403, 404):  # the workload's namespace is being deleted, or gone
+                return
+            raise
         self._pending[pending.key] = pending
         self._submit(pending)
 
