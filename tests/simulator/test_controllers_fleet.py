@@ -86,3 +86,42 @@ async def test_an_api_replica_set_runs_beside_the_scenario(running: tuple[Fleet,
     )
     await _until(lambda: len(store.list("pods", "default", label_selector="app=extra")[0]) == 2)
     assert len(store.list("pods", "default", label_selector="app=w")[0]) == 2
+
+
+async def test_a_no_execute_device_taint_rule_moves_a_scenario_pod(running: tuple[Fleet, Store]) -> None:
+    fleet, store = running
+    claims = store.list("resourceclaims.resource.k8s.io", "default")[0]
+    claim = claims[0]
+    (victim,) = [r["name"] for r in claim["status"]["reservedFor"]]
+    result = claim["status"]["allocation"]["devices"]["results"][0]
+    store.create(
+        "devicetaintrules.resource.k8s.io",
+        {
+            "metadata": {"name": "quarantine"},
+            "spec": {
+                "deviceSelector": {
+                    "driver": result["driver"],
+                    "pool": result["pool"],
+                    "device": result["device"],
+                },
+                "taint": {"key": "gpuhealth.io/quarantine", "value": "xid-79", "effect": "NoExecute"},
+            },
+        },
+    )
+
+    def names() -> set[str]:
+        return {p["metadata"]["name"] for p in store.list("pods", "default")[0]}
+
+    await _until(lambda: f"default/{victim}" not in fleet.pods)  # the fleet saw the deletion
+    await fleet.advance(fleet.replacement_delay + 1)
+    await _until(lambda: len(names()) == 2)
+    held = {
+        (r["pool"], r["device"])
+        for c in store.list("resourceclaims.resource.k8s.io", "default")[0]
+        for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
+    }
+    assert (result["pool"], result["device"]) not in held
+    rule = store.get("devicetaintrules.resource.k8s.io", "quarantine")
+    (condition,) = rule["status"]["conditions"]
+    assert (condition["type"], condition["reason"]) == ("EvictionInProgress", "Completed")
+    assert condition["message"] == "1 pod evicted since starting the controller."
