@@ -35,6 +35,8 @@ class DisruptionController:
         self._selectors: dict[str, dict[str, LabelSelector | None]] = {}
         """Namespace -> budget name -> selector (None selects nothing)."""
         self._dirty: set[tuple[str, str]] = set()
+        self._signatures: dict[tuple[str, str], tuple[bool, bool, str, str]] = {}
+        """Covered pods -> what their budget counts of them, as last seen."""
         self._expiring: set[tuple[str, str]] = set()
         self.informers = [
             Informer(store, PDBS, self._pdb_event, self.sync),
@@ -58,13 +60,37 @@ class DisruptionController:
             budgets[entry.name] = None
         self._dirty.add((entry.namespace, entry.name))
 
-    def _pod_event(self, _etype: str, entry: Entry) -> None:
+    def _pod_event(self, etype: str, entry: Entry) -> None:
         budgets = self._selectors.get(entry.namespace)
         if not budgets:
             return  # most pods: no budget in their namespace, nothing parsed
-        for name, selector in budgets.items():
-            if selector is not None and selector.matches(entry.labels or {}):
-                self._dirty.add((entry.namespace, name))
+        matched = [
+            name
+            for name, selector in budgets.items()
+            if selector is not None and selector.matches(entry.labels or {})
+        ]
+        key = (entry.namespace, entry.name)
+        if not matched:
+            if self._signatures.pop(key, None) is not None:  # relabelled out of a selection
+                self._dirty.update((entry.namespace, name) for name in budgets)
+            return
+        if etype == "DELETED":
+            self._signatures.pop(key, None)
+        else:
+            # Only what the budget counts; a kubelet status sync that changes nothing of it
+            # (device health, say) costs no recount of every pod the budget covers.
+            pod = entry.load()
+            ref = disruption.controller_ref(pod) or {}
+            signature = (
+                disruption.pod_is_ready(pod),
+                bool(pod["metadata"].get("deletionTimestamp")),
+                str((pod.get("status") or {}).get("phase")),
+                str(ref.get("uid")),
+            )
+            if self._signatures.get(key) == signature:
+                return
+            self._signatures[key] = signature
+        self._dirty.update((entry.namespace, name) for name in matched)
 
     def _scale_event(self, _etype: str, entry: Entry) -> None:
         for name in self._selectors.get(entry.namespace, {}):
