@@ -127,3 +127,47 @@ async def test_an_unconfirmed_eviction_expires(world: Controllers) -> None:
     assert _counts(world) == (6, 5, 5, 0)
     await world.advance(2)
     await world.settle(lambda: _counts(world) == (6, 6, 5, 1) and "disruptedPods" not in _status(world))
+
+
+def _ready_pod(name: str, ready: bool = True, phase: str = "Running") -> dict[str, Any]:
+    status = "True" if ready else "False"
+    return {
+        "metadata": {"name": name},
+        "status": {"phase": phase, "conditions": [{"type": "Ready", "status": status}]},
+    }
+
+
+def _budget(current: int, desired: int, allowed: int, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "b", "generation": 1},
+        "spec": spec,
+        "status": {"observedGeneration": 1, "currentHealthy": current, "desiredHealthy": desired,
+                   "disruptionsAllowed": allowed},
+    }  # fmt: skip
+
+
+def test_eviction_verdicts() -> None:
+    from simulator.apiserver.disruption import eviction_verdict
+
+    # Pending, terminal and deleting pods ignore the budget.
+    assert eviction_verdict(_budget(0, 1, 0), _ready_pod("p", ready=False, phase="Pending")).allowed
+    assert eviction_verdict(_budget(0, 1, 0), _ready_pod("p", phase="Succeeded")).allowed
+    # An unready Running pod may go while the budget is met and wants someone healthy ...
+    verdict = eviction_verdict(_budget(2, 2, 0), _ready_pod("p", ready=False))
+    assert verdict.allowed and not verdict.record
+    # ... but not under a budget that wants nobody (a single replica under maxUnavailable 1).
+    assert eviction_verdict(_budget(0, 0, 0), _ready_pod("p", ready=False)).code == 429
+    assert eviction_verdict(
+        _budget(0, 0, 0, unhealthyPodEvictionPolicy="AlwaysAllow"), _ready_pod("p", ready=False)
+    ).allowed
+    # A healthy pod spends an allowed disruption, which is recorded.
+    verdict = eviction_verdict(_budget(3, 2, 1), _ready_pod("p"))
+    assert verdict.allowed and verdict.record
+    # A budget whose spec changed since its status was computed is still being processed.
+    stale = _budget(3, 2, 1)
+    stale["metadata"]["generation"] = 2
+    verdict = eviction_verdict(stale, _ready_pod("p"))
+    assert (verdict.code, verdict.cause) == (
+        429,
+        "The disruption budget b is still being processed by the server.",
+    )
