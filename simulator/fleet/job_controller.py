@@ -111,7 +111,24 @@ class JobController:
             self._timers.at(self._timers.now() + self.replacement_delay, self._replace, pod.workload)
         self.update()
 
+    def _owner_alive(self, workload: Workload) -> bool:
+        """The workload's Job or ReplicaSet still exists and is not being deleted."""
+        if workload.kind == "Job":
+            resource, name = "jobs.batch", workload.name
+        else:
+            resource, name = "replicasets.apps", objects.replica_set_name(workload)
+        try:
+            owner = self._store.get(resource, name, workload.namespace)
+        except ApiError:
+            return False
+        meta = owner["metadata"]
+        return meta.get("uid") == self.job_uids.get((workload.namespace, workload.name)) and not meta.get(
+            "deletionTimestamp"
+        )
+
     def _replace(self, workload: Workload) -> None:
+        if not self._owner_alive(workload):
+            return  # deleted through the API: its pods go with it, as a real controller's would
         name = objects.pod_name(workload, 0, self._rng)
         while f"{workload.namespace}/{name}" in self._pods or f"{workload.namespace}/{name}" in self._pending:
             name = objects.pod_name(workload, 0, self._rng)

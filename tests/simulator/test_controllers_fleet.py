@@ -125,3 +125,12 @@ async def test_a_no_execute_device_taint_rule_moves_a_scenario_pod(running: tupl
     (condition,) = rule["status"]["conditions"]
     assert (condition["type"], condition["reason"]) == ("EvictionInProgress", "Completed")
     assert condition["message"] == "1 pod evicted since starting the controller."
+
+
+async def test_deleting_a_scenario_deployment_takes_its_pods_for_good(running: tuple[Fleet, Store]) -> None:
+    fleet, store = running
+    store.delete("deployments.apps", "w", "default")  # background: the garbage collector cascades
+    await _until(lambda: not store.list("pods", "default")[0] and not fleet.pods)
+    await fleet.advance(fleet.replacement_delay * 3)
+    await _until(lambda: not store.list("replicasets.apps", "default")[0])
+    assert store.list("pods", "default")[0] == []
