@@ -38,6 +38,7 @@ from simulator.apiserver import openapi, protobuf, tables
 from simulator.apiserver.binding import add_binding_route
 from simulator.apiserver.errors import ApiError, bad_request, conflict, not_found
 from simulator.apiserver.list_options import ContinueExpired, ContinueToken, check_watch, read_at
+from simulator.apiserver.propagation import deletion_policy
 from simulator.apiserver.resources import CRD_KEY, ResourceInfo
 from simulator.apiserver.selectors import parse_field_selector, parse_label_selector
 from simulator.apiserver.store import Entry, Store, Watch
@@ -814,8 +815,14 @@ async def _delete(request: web.Request, target: Target) -> web.Response:
         if preconditions.get("resourceVersion") not in (None, current.get("resourceVersion")):
             raise conflict(target.info.plural, target.info.group, target.name)
     grace = _grace_period(request, options)
+    policy = deletion_policy(options, request.query)
     obj = store.delete(
-        target.info.key, target.name, target.namespace, grace_period_seconds=grace, dry_run=dry_run
+        target.info.key,
+        target.name,
+        target.namespace,
+        grace_period_seconds=grace,
+        dry_run=dry_run,
+        policy=policy,
     )
     pending = bool(obj["metadata"].get("finalizers") or obj["metadata"].get("deletionTimestamp"))
     if pending or target.info.key in _RETURN_DELETED or target.info.custom:
@@ -877,5 +884,8 @@ async def _evict(request: web.Request, target: Target) -> web.Response:
         store.get_entry("pods", target.name, target.namespace)
     except ApiError as err:
         raise not_found("pods", "", target.name) from err
-    result = store.evict(target.name, target.namespace, body)
+    dry_run = request.query.getall("dryRun", [])
+    if any(v != "All" for v in dry_run):
+        raise bad_request(f"unsupported dryRun value(s): {', '.join(dry_run)}")
+    result = store.evict(target.name, target.namespace, body, dry_run=bool(dry_run))
     return _json(result, status=201)

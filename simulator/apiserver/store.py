@@ -28,6 +28,7 @@ watch replay; gpuhealth's leases and observers depend on exactly those, so the s
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import copy
 import random
@@ -40,7 +41,7 @@ from typing import Any
 import orjson
 
 from gpuhealth.clock import Clock
-from simulator.apiserver import disruption, graceful, kinds
+from simulator.apiserver import disruption, graceful, kinds, propagation
 from simulator.apiserver.defaults import apply_defaults
 from simulator.apiserver.errors import (
     ApiError,
@@ -291,6 +292,10 @@ class Store:
         self._watch_queue_size = watch_queue_size
         self.pod_runs: Callable[[dict[str, Any]], bool] | None = None
         """Set by the simulated kubelets: whether one of them runs a pod (its DELETE is then graceful)."""
+        self.finalizing_controllers = False
+        """Set while the garbage collector and the namespace controller run (`simulator/fleet`):
+        deletes then add the finalizers they remove (orphan, foregroundDeletion, a namespace's
+        Terminating phase); a bare store deletes at once (`propagation`)."""
         for ns in DEFAULT_NAMESPACES:
             self.create("namespaces", {"metadata": {"name": ns}}, validate=False)
         kinds.bootstrap(self)
@@ -568,6 +573,10 @@ class Store:
         if validate:
             self._reset_status_on_create(info, new)
         if info.key == "namespaces":
+            if new.get("spec") is None:
+                new["spec"] = {}
+            if isinstance(new["spec"], dict):
+                new["spec"].setdefault("finalizers", [propagation.NAMESPACE_FINALIZER])
             if new.get("status") is None:
                 new["status"] = {}
             if isinstance(new["status"], dict):  # anything else fails validation below
@@ -585,6 +594,10 @@ class Store:
         table = self._table(info)
         if (meta.get("namespace", "") if info.namespaced else "", name) in table:
             raise already_exists(info.plural, info.group, name)
+        if info.namespaced:
+            ns_entry = self._table(self.registry.get("namespaces")).get(("", meta["namespace"]))
+            if ns_entry is not None and b'"phase":"Terminating"' in ns_entry.data:
+                raise propagation.namespace_terminating(info.plural, info.group, name, meta["namespace"])
         if dry_run:
             return self._dry_result(info, new, None)
         if crd_info is not None:
@@ -788,11 +801,13 @@ class Store:
             crd_info = None
         if options is not None and options.dry_run:
             return self._dry_result(info, new, old_entry.rv)
-        # A pod in its grace period (deletionGracePeriodSeconds > 0) waits for its kubelet.
+        # A pod in its grace period (deletionGracePeriodSeconds > 0) waits for its kubelet; a
+        # namespace waits for the namespace controller to empty it (its spec.finalizers).
         if (
             meta.get("deletionTimestamp")
             and not meta.get("finalizers")
             and not meta.get("deletionGracePeriodSeconds")
+            and not (info.key == "namespaces" and (new.get("spec") or {}).get("finalizers"))
         ):
             return self._remove(info, new, old_entry).load()
         if crd_info is not None:
@@ -807,6 +822,7 @@ class Store:
         *,
         grace_period_seconds: int | None = None,
         dry_run: bool = False,
+        policy: str | None = None,
     ) -> dict[str, Any]:
         """Delete an object; with finalizers it only gets a deletionTimestamp until they are emptied.
 
@@ -826,6 +842,16 @@ class Store:
                     return obj
                 return self._commit(info, obj, MODIFIED, old_entry).load()
         meta = obj["metadata"]
+        if self.finalizing_controllers and not meta.get("deletionTimestamp"):
+            if info.key == "namespaces" and (obj.get("spec") or {}).get("finalizers"):
+                # The namespace controller empties it, then removes the finalizer and the namespace.
+                meta["deletionTimestamp"] = format_timestamp(self.clock.now())
+                obj["status"] = {**(obj.get("status") or {}), "phase": "Terminating"}
+                meta.pop("resourceVersion", None)
+                return self._commit(info, obj, MODIFIED, old_entry).load()
+            finalizer = propagation.deletion_finalizer(info.key, policy)
+            if finalizer is not None and finalizer not in (meta.get("finalizers") or ()):
+                meta["finalizers"] = [*(meta.get("finalizers") or ()), finalizer]
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):
                 return obj
@@ -912,12 +938,29 @@ class Store:
 
     # ---- eviction ----------------------------------------------------------------------------
 
-    def evict(self, name: str, namespace: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The pods/eviction subresource: delete the pod unless a PodDisruptionBudget forbids it (429)."""
+    def evict(
+        self, name: str, namespace: str, body: dict[str, Any] | None = None, *, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """The pods/eviction subresource: delete the pod unless its PodDisruptionBudget forbids it.
+
+        The budget's status is recomputed first (as the disruption controller would write it),
+        the verdict is taken from it, and an eviction counted against the budget is recorded in
+        `disruptedPods`, so a second eviction before the replacement is Ready is refused (429).
+        `dry_run` (or `deleteOptions.dryRun: ["All"]` in the body) decides and answers, writing nothing.
+        """
         pods = self.registry.get("pods")
         pod = self._entry(pods, name, namespace).load()
         if body is not None and not isinstance(body, dict):
             raise bad_request("the eviction body must be a JSON object")
+        options = (body or {}).get("deleteOptions") or {}
+        if not isinstance(options, dict):
+            raise bad_request("deleteOptions must be an object")
+        flags = options.get("dryRun") or []
+        if not isinstance(flags, list) or any(f != "All" for f in flags):
+            raise invalid(
+                "Eviction", "policy", name, [("deleteOptions.dryRun", f"Unsupported value: {flags!r}")]
+            )
+        dry_run = dry_run or bool(flags)
         labels = (pod["metadata"].get("labels")) or {}
         pdb_info = self.registry.get("poddisruptionbudgets.policy")
         matching: list[tuple[Entry, dict[str, Any]]] = []
@@ -937,58 +980,62 @@ class Store:
                 "This pod has more than one PodDisruptionBudget, "
                 "which the eviction subresource does not support.",
             )
-        if matching and not pod["metadata"].get("deletionTimestamp"):
+        if matching and not disruption.ignores_budgets(pod):
             entry, pdb = matching[0]
-            selector = selector_from_label_selector_object(pdb["spec"]["selector"])
-            covered = [
-                p.load()
-                for p in self._table(pods).values()
-                if p.namespace == namespace and selector.matches(p.labels or {})
-            ]
-            try:
-                budget = disruption.compute_budget(pdb, covered)
-            except ValueError as exc:
-                raise ApiError(
-                    500, "InternalError", f"invalid PodDisruptionBudget {entry.name}: {exc}"
-                ) from exc
-            self._record_budget(pdb_info, entry, pdb, budget)
-            if not disruption.eviction_allowed(pdb, pod, budget):
-                why = (
-                    f"The disruption budget {entry.name} needs {budget.desired_healthy} healthy pods "
-                    f"and has {budget.current_healthy} currently"
-                )
-                raise ApiError(
-                    429,
-                    "TooManyRequests",
-                    "Cannot evict pod as it would violate the pod's disruption budget.",
-                    details={
-                        "causes": [
-                            {
-                                "reason": "DisruptionBudget",
-                                "message": why,
-                            }
-                        ]
-                    },
-                )
-        options = (body or {}).get("deleteOptions") or {}
-        grace = options.get("gracePeriodSeconds") if isinstance(options, dict) else None
+            pdb["status"] = self._record_budget(pdb_info, entry, pdb, dry_run=dry_run)
+            verdict = disruption.eviction_verdict(pdb, pod)
+            if not verdict.allowed:
+                if verdict.code == 429:
+                    raise ApiError(
+                        429,
+                        "TooManyRequests",
+                        verdict.message,
+                        details={"causes": [{"reason": "DisruptionBudget", "message": verdict.cause}]},
+                    )
+                raise ApiError(verdict.code, "Forbidden", verdict.message)
+            if verdict.record and not dry_run:
+                stamp = format_timestamp(self.clock.now())
+                counted = disruption.record_eviction(pdb["status"], name, stamp)
+
+                def spend(obj: dict[str, Any]) -> None:
+                    obj["status"] = counted
+
+                self.mutate(pdb_info.key, entry.name, entry.namespace, spend, subresource="status")
+        grace = options.get("gracePeriodSeconds")
         if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int)):
             raise bad_request(f"deleteOptions.gracePeriodSeconds must be an integer, got {grace!r}")
-        self.delete("pods", name, namespace, grace_period_seconds=grace)
+        if not dry_run:
+            self.delete("pods", name, namespace, grace_period_seconds=grace)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
+    def _budget_pods(self, namespace: str, selector: dict[str, Any]) -> builtins.list[dict[str, Any]]:
+        sel = selector_from_label_selector_object(selector)
+        return [
+            p.load()
+            for p in self._table(self.registry.get("pods")).values()
+            if p.namespace == namespace and sel.matches(p.labels or {})
+        ]
+
+    def _get_or_none(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.get(resource, name, namespace)
+        except ApiError:
+            return None
+
     def _record_budget(
-        self, info: ResourceInfo, entry: Entry, pdb: dict[str, Any], budget: disruption.Budget
-    ) -> None:
-        status = budget.status(int(pdb["metadata"].get("generation") or 1))
-        current = pdb.get("status") or {}
-        if all(current.get(k) == v for k, v in status.items()):
-            return
+        self, info: ResourceInfo, entry: Entry, pdb: dict[str, Any], *, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Recompute the PDB's status from the pods and their controllers; write it when it changed."""
+        selector = (pdb.get("spec") or {}).get("selector")
+        pods = self._budget_pods(entry.namespace, selector) if selector is not None else []
+        status = disruption.compute_status(pdb, pods, self._get_or_none, self.clock.now(), format_timestamp)
+        if status != (pdb.get("status") or {}) and not dry_run:
 
-        def apply(obj: dict[str, Any]) -> None:
-            obj["status"] = {**(obj.get("status") or {}), **status}
+            def apply(obj: dict[str, Any]) -> None:
+                obj["status"] = status
 
-        self.mutate(info.key, entry.name, entry.namespace, apply, subresource="status")
+            self.mutate(info.key, entry.name, entry.namespace, apply, subresource="status")
+        return status
 
 
 def _crd_status(crd: dict[str, Any]) -> dict[str, Any]:

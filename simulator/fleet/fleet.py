@@ -11,7 +11,8 @@
 - `JobController` (`job_controller`): the workloads' Jobs, replacements of deleted pods;
 - `ResourceClaimController` (`claim_controller`): claims from templates for clients' pods;
 - `NodeLifecycleController` (`node_lifecycle`): Ready=Unknown after the grace period;
-- `Timeline` (`timeline`): the scenario's faults in simulated time.
+- `Timeline` (`timeline`): the scenario's faults in simulated time;
+- `controllers`: kube-controller-manager's part (`controller_manager`), on the store's watches.
 
 Components never import each other: what one needs from another is a constructor argument
 (a callable or a `Protocol`), bound here. This is the fleet's public face for the runner,
@@ -31,6 +32,7 @@ from simulator.apiserver.store import format_timestamp
 from simulator.fleet import objects
 from simulator.fleet.checkpoint_agent import CheckpointAgent
 from simulator.fleet.claim_controller import ResourceClaimController
+from simulator.fleet.controller_manager import ControllerManager
 from simulator.fleet.device_plugin import DevicePlugin
 from simulator.fleet.dra_driver import DraDriver
 from simulator.fleet.events import FaultApplied, FleetEvent
@@ -115,6 +117,7 @@ class Fleet:
             admit=self.kubelet.admit, bound=self.jobs.pod_bound, emit=self._emit,
             claim_for=self.claims.claim_for, pod_gone=self.claims.pod_gone, extenders=extenders,
         )  # fmt: skip
+        self.controllers = ControllerManager(store, timers, seed=settings.seed)
         self.timeline = Timeline(
             scenario.timeline,
             timers,
@@ -157,6 +160,7 @@ class Fleet:
     def stop(self) -> None:
         self.timers.stop()
         self.scheduler.stop()
+        self.controllers.close()
         if self._pod_watch is not None:
             self._pod_watch.close()
 
@@ -244,8 +248,17 @@ class Fleet:
         One watch for the whole fleet, events left unparsed except deletions. A deleted pod
         leaves its node: its devices are freed, its generated ResourceClaim goes (garbage
         collection), and its Deployment or Job gets a replacement pod after
-        `replacement_delay` simulated seconds, placed on usable devices only.
+        `replacement_delay` simulated seconds, placed on usable devices only. The controllers
+        (`self.controllers`) run alongside, on their own watches.
         """
+        controllers = asyncio.ensure_future(self.controllers.run())
+        try:
+            await self._follow_pod_deletions()
+        finally:
+            self.controllers.close()
+            await controllers
+
+    async def _follow_pod_deletions(self) -> None:
         while not self.timers.stopped:
             watch = self.store.watch("pods", resource_version=str(self.store.resource_version))
             self._pod_watch = watch

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
-from simulator.fleet import objects
+from simulator.fleet import objects, workloads
+from simulator.fleet.informer import Informer
 from simulator.fleet.state import PendingPod, SimPod
 from simulator.fleet.timers import Timers
 from simulator.fleet.writes import create_ignore_exists
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 class JobController:
     """The job controller and the ReplicaSet controller for the scenario's workloads.
 
-    Owns `job_uids` (each Job's uid, for the pods' owner references) and adds replacement
+    Owns `job_uids` (each Job's or ReplicaSet's uid, for the pods' owner references) and adds replacement
     pods to `pending`; `submit(pending)` hands one to the scheduler and `complete(pod)` ends a
     Job pod's run on its kubelet.
     """
@@ -66,18 +67,28 @@ class JobController:
                     "resourceclaimtemplates.resource.k8s.io",
                     objects.resource_claim_template(workload),
                 )
+            template = objects.pod(
+                name="template",
+                workload=workload,
+                node_name="",
+                gpus=workload.gpus_per_pod,
+                dra=workload.path == DRA,
+                claim_name=None,
+                job_uid=None,
+            )
             if workload.kind == "Job":
-                template = objects.pod(
-                    name="template",
-                    workload=workload,
-                    node_name="",
-                    gpus=workload.gpus_per_pod,
-                    dra=workload.path == DRA,
-                    claim_name=None,
-                    job_uid=None,
-                )
                 created = create_ignore_exists(self._store, "jobs.batch", objects.job(workload, template))
-                self.job_uids[(workload.namespace, workload.name)] = created["metadata"].get("uid", "")
+            else:
+                # The Deployment and its ReplicaSet exist so the pods' owner references resolve (the
+                # garbage collector deletes what has no owner) and their status is kept; the fleet
+                # lays out and replaces the pods itself (`objects.MANAGED_BY_FLEET`).
+                owner = create_ignore_exists(
+                    self._store, "deployments.apps", objects.deployment(workload, template)
+                )
+                created = create_ignore_exists(
+                    self._store, "replicasets.apps", objects.replica_set(workload, template, owner)
+                )
+            self.job_uids[(workload.namespace, workload.name)] = created["metadata"].get("uid", "")
 
     def run_pods(self) -> None:
         """Simulated time starts: every initial pod with a `completeAfter` gets its end."""
@@ -100,7 +111,24 @@ class JobController:
             self._timers.at(self._timers.now() + self.replacement_delay, self._replace, pod.workload)
         self.update()
 
+    def _owner_alive(self, workload: Workload) -> bool:
+        """The workload's Job or ReplicaSet still exists and is not being deleted."""
+        if workload.kind == "Job":
+            resource, name = "jobs.batch", workload.name
+        else:
+            resource, name = "replicasets.apps", objects.replica_set_name(workload)
+        try:
+            owner = self._store.get(resource, name, workload.namespace)
+        except ApiError:
+            return False
+        meta = owner["metadata"]
+        return meta.get("uid") == self.job_uids.get((workload.namespace, workload.name)) and not meta.get(
+            "deletionTimestamp"
+        )
+
     def _replace(self, workload: Workload) -> None:
+        if not self._owner_alive(workload):
+            return  # deleted through the API: its pods go with it, as a real controller's would
         name = objects.pod_name(workload, 0, self._rng)
         while f"{workload.namespace}/{name}" in self._pods or f"{workload.namespace}/{name}" in self._pending:
             name = objects.pod_name(workload, 0, self._rng)
@@ -116,7 +144,12 @@ class JobController:
         )
         del pod_obj["spec"]["nodeName"]
         pod_obj["status"] = objects.pending_status(self._timers.wall())
-        self._store.create("pods", pod_obj, namespace=workload.namespace, validate=False)
+        try:
+            self._store.create("pods", pod_obj, namespace=workload.namespace, validate=False)
+        except ApiError as exc:
+            if exc.code in (403, 404):  # the workload's namespace is being deleted, or gone
+                return
+            raise
         self._pending[pending.key] = pending
         self._submit(pending)
 
@@ -147,3 +180,188 @@ class JobController:
 
             with contextlib.suppress(Exception):
                 self._store.mutate("jobs.batch", name, ns, fn, subresource="status")
+
+
+class JobApiController:
+    """The job controller for Jobs created through the API (the scenario's are `JobController`'s).
+
+    Why two classes for one real controller: the scenario's Jobs are laid out by the fleet
+    (deterministic placement on usable devices, `completeAfter`, replacement after
+    `replacement_delay`), which an API Job's pods do not have: they are created unbound for the
+    scheduler and run by the kubelet. The scenario's Jobs carry `objects.MANAGED_BY_FLEET` and this
+    class leaves them alone, so the two never write the same Job.
+
+    Pods: `<job>-<5 characters>`, labelled and owned as the real controller does
+    (`batch.kubernetes.io/controller-uid`, `batch.kubernetes.io/job-name`, `controller-uid`,
+    `job-name`), created up to `parallelism` while fewer than `completions` succeeded; a failed pod
+    is replaced after the controller's backoff (10 s doubling, at most 6 min, simulated), and more
+    than `backoffLimit` failures fail the Job (active pods deleted). Status: active, ready,
+    succeeded, failed, startTime, completionTime, conditions SuccessCriteriaMet+Complete or
+    FailureTarget+Failed (BackoffLimitExceeded). Events: SuccessfulCreate, SuccessfulDelete,
+    Completed, BackoffLimitExceeded. Not done: Indexed completion mode, suspend, pod failure and
+    success policies, activeDeadlineSeconds, ttlSecondsAfterFinished, tracking finalizers.
+    """
+
+    BACKOFF_SECONDS = 10.0
+    MAX_BACKOFF_SECONDS = 360.0
+
+    def __init__(
+        self, store: Store, timers: Timers, recorder: Callable[[str], Any], *, rand_suffix: Callable[[], str]
+    ) -> None:
+        self._store = store
+        self._timers = timers
+        self._events = recorder("job-controller")
+        self._suffix = rand_suffix
+        self._dirty: set[tuple[str, str]] = set()
+        self._not_before: dict[tuple[str, str], float] = {}
+        self.informers = [
+            Informer(store, "jobs.batch", self._job_event, self.sync),
+            Informer(store, "pods", self._pod_event, self.sync),
+        ]
+
+    def close(self) -> None:
+        for informer in self.informers:
+            informer.close()
+
+    def _job_event(self, etype: str, entry: Any) -> None:
+        if etype != "DELETED":
+            self._dirty.add((entry.namespace, entry.name))
+
+    def _pod_event(self, _etype: str, entry: Any) -> None:
+        if b'"kind":"Job"' not in entry.data:
+            return
+        ref = workloads.controller_ref(entry.load())
+        if ref is not None and ref.get("kind") == "Job":
+            self._dirty.add((entry.namespace, str(ref.get("name"))))
+
+    def sync(self) -> None:
+        while self._dirty:
+            namespace, name = self._dirty.pop()
+            try:
+                self.sync_one(namespace, name)
+            except ApiError as exc:
+                if exc.code != 404:
+                    raise
+
+    def _retry(self, key: tuple[str, str]) -> None:
+        self._dirty.add(key)
+        self.sync()
+
+    def sync_one(self, namespace: str, name: str) -> None:
+        try:
+            job = self._store.get("jobs.batch", name, namespace)
+        except ApiError:
+            return
+        if workloads.fleet_managed(job) or workloads.terminating(job):
+            return
+        uid = job["metadata"]["uid"]
+        entries, _ = self._store.list_entries(
+            "pods", namespace, label_selector=f"batch.kubernetes.io/controller-uid={uid}"
+        )
+        pods = [p for p in (e.load() for e in entries) if workloads.controlled_by(p, uid)]
+        status = dict(job.get("status") or {})
+        finished = any(
+            c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+            for c in status.get("conditions") or ()
+        )
+        active = [p for p in pods if workloads.is_active(p)]
+        succeeded = sum(1 for p in pods if workloads.phase(p) == "Succeeded")
+        failed = sum(1 for p in pods if workloads.phase(p) == "Failed")
+        spec = job.get("spec") or {}
+        parallelism = int(spec.get("parallelism", 1))
+        completions = spec.get("completions")
+        backoff_limit = int(spec.get("backoffLimit", 6))
+        now_wall = format_timestamp(self._timers.wall())
+        key = (namespace, name)
+        conditions = list(status.get("conditions") or [])
+        if failed > int((job.get("status") or {}).get("failed") or 0):
+            # A new failure: the next pod waits the controller's backoff, doubling per failure.
+            delay = min(self.MAX_BACKOFF_SECONDS, self.BACKOFF_SECONDS * 2 ** max(0, failed - 1))
+            self._not_before[key] = self._timers.now() + delay
+        if not finished:
+            status.setdefault("startTime", now_wall)
+            done = succeeded >= int(completions) if completions is not None else succeeded > 0 and not active
+            if failed > backoff_limit:
+                for pod in active:
+                    self._delete(job, pod)
+                active = []
+                why = ("BackoffLimitExceeded", "Job has reached the specified backoff limit", now_wall)
+                conditions += [_job_condition("FailureTarget", *why), _job_condition("Failed", *why)]
+                self._events.emit(
+                    job, "Warning", "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+                )
+            elif done and not active:
+                why = ("CompletionsReached", "Reached expected number of succeeded pods", now_wall)
+                conditions += [_job_condition("SuccessCriteriaMet", *why), _job_condition("Complete", *why)]
+                status["completionTime"] = now_wall
+                self._events.emit(job, "Normal", "Completed", "Job completed")
+            elif not done:
+                remaining = (
+                    parallelism if completions is None else min(parallelism, int(completions) - succeeded)
+                )
+                want = max(0, remaining - len(active))
+                not_before = self._not_before.get(key, 0.0)
+                if want and failed and self._timers.now() < not_before:
+                    self._timers.at(not_before, self._retry, key)
+                    want = 0
+                for _ in range(want):
+                    created = self._create(job)
+                    if created is None:
+                        break
+                    active.append(created)
+        status.update(
+            {
+                "active": len(active),
+                "ready": sum(1 for p in active if workloads.is_ready(p)),
+                "succeeded": succeeded,
+                "failed": failed,
+            }
+        )
+        for field in ("active", "succeeded", "failed"):
+            if not status[field]:
+                status.pop(field)  # omitempty; `ready` is always written
+        if conditions:
+            status["conditions"] = conditions
+        if status != (job.get("status") or {}):
+
+            def apply(obj: dict[str, Any]) -> None:
+                obj["status"] = status
+
+            self._store.mutate("jobs.batch", name, namespace, apply, subresource="status")
+
+    def _create(self, job: dict[str, Any]) -> dict[str, Any] | None:
+        meta = job["metadata"]
+        uid = meta["uid"]
+        labels = {
+            "batch.kubernetes.io/controller-uid": uid,
+            "batch.kubernetes.io/job-name": meta["name"],
+            "controller-uid": uid,
+            "job-name": meta["name"],
+        }
+        name = f"{meta['name']}-{self._suffix()}"
+        pod = workloads.pod_from_template(
+            (job.get("spec") or {}).get("template") or {}, job, name=name, extra_labels=labels
+        )
+        try:
+            created = self._store.create("pods", pod, namespace=meta["namespace"], validate=False)
+        except ApiError as exc:
+            self._events.emit(job, "Warning", "FailedCreate", f"Error creating: {exc.message}")
+            return None
+        self._events.emit(job, "Normal", "SuccessfulCreate", f"Created pod: {name}")
+        return created
+
+    def _delete(self, job: dict[str, Any], pod: dict[str, Any]) -> None:
+        with contextlib.suppress(ApiError):
+            self._store.delete("pods", pod["metadata"]["name"], pod["metadata"]["namespace"])
+            self._events.emit(job, "Normal", "SuccessfulDelete", f"Deleted pod: {pod['metadata']['name']}")
+
+
+def _job_condition(ctype: str, reason: str, message: str, ts: str) -> dict[str, Any]:
+    return {
+        "type": ctype,
+        "status": "True",
+        "lastProbeTime": ts,
+        "lastTransitionTime": ts,
+        "reason": reason,
+        "message": message,
+    }

@@ -25,6 +25,9 @@ _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 CHECKPOINT_ANNOTATION = "gpuhealth.io/checkpoint"
 TOPOLOGY_ANNOTATION = "gpuhealth.io/topology"
 WORKLOAD_LABEL = "gpuhealth.io/workload"
+MANAGED_BY_FLEET = "simulator.gpuhealth.io/managed-by-fleet"
+"""Annotation ("true") on a scenario workload's Deployment, ReplicaSet and Job: the fleet places and
+replaces their pods; the API controllers keep only their status (`workloads.py`)."""
 
 
 def micro_time(wall: float) -> str:
@@ -225,13 +228,13 @@ def owner_reference(workload: Workload, job_uid: str | None) -> dict[str, Any]:
             "controller": True,
             "blockOwnerDeletion": True,
         }
-    # apps/v1 is not served by the simulated API; the ReplicaSet is referenced, as a real pod would.
-    rs = f"{workload.name}-{hash_suffix(workload.namespace + '/' + workload.name)}"
+    # The ReplicaSet the fleet creates for the workload (`replica_set`); its uid comes from the store.
+    rs = replica_set_name(workload)
     return {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
         "name": rs,
-        "uid": stable_uid(workload.namespace, rs, "replicaset"),
+        "uid": job_uid or stable_uid(workload.namespace, rs, "replicaset"),
         "controller": True,
         "blockOwnerDeletion": True,
     }
@@ -634,6 +637,7 @@ def job(workload: Workload, template_pod: dict[str, Any]) -> dict[str, Any]:
             "name": workload.name,
             "namespace": workload.namespace,
             "labels": {"app": workload.name},
+            "annotations": {MANAGED_BY_FLEET: "true"},
         },
         "spec": {
             "completions": workload.replicas,
@@ -647,6 +651,82 @@ def job(workload: Workload, template_pod: dict[str, Any]) -> dict[str, Any]:
                 },
                 "spec": spec,
             },
+        },
+    }
+
+
+def replica_set_name(workload: Workload) -> str:
+    return f"{workload.name}-{hash_suffix(workload.namespace + '/' + workload.name)}"
+
+
+def _workload_template(
+    workload: Workload, template_pod: dict[str, Any], labels: dict[str, str]
+) -> dict[str, Any]:
+    spec = dict(template_pod["spec"])
+    spec.pop("nodeName", None)
+    return {
+        "metadata": {"labels": labels, "annotations": dict(template_pod["metadata"]["annotations"])},
+        "spec": spec,
+    }
+
+
+def deployment(workload: Workload, template_pod: dict[str, Any]) -> dict[str, Any]:
+    """A scenario Deployment, managed by the fleet (its pods are laid out and replaced by the fleet)."""
+    labels = {"app": workload.name, WORKLOAD_LABEL: workload.name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": workload.name,
+            "namespace": workload.namespace,
+            "labels": {"app": workload.name},
+            "annotations": {MANAGED_BY_FLEET: "true"},
+        },
+        "spec": {
+            "replicas": workload.replicas,
+            "selector": {"matchLabels": dict(labels)},
+            "template": _workload_template(workload, template_pod, labels),
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"},
+            },
+            "revisionHistoryLimit": 10,
+            "progressDeadlineSeconds": 600,
+        },
+    }
+
+
+def replica_set(workload: Workload, template_pod: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
+    """The scenario Deployment's ReplicaSet, whose pods carry its pod-template-hash."""
+    pod_hash = hash_suffix(workload.namespace + "/" + workload.name)
+    labels = {"app": workload.name, WORKLOAD_LABEL: workload.name, "pod-template-hash": pod_hash}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": replica_set_name(workload),
+            "namespace": workload.namespace,
+            "labels": dict(labels),
+            "annotations": {
+                MANAGED_BY_FLEET: "true",
+                "deployment.kubernetes.io/revision": "1",
+                "deployment.kubernetes.io/desired-replicas": str(workload.replicas),
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "name": workload.name,
+                    "uid": owner["metadata"]["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "replicas": workload.replicas,
+            "selector": {"matchLabels": dict(labels)},
+            "template": _workload_template(workload, template_pod, labels),
         },
     }
 
