@@ -86,7 +86,14 @@ async def test_node_taints_evict_untolerating_pods(world: Controllers) -> None:
         "pods",
         _pod(
             "patient",
-            [{"key": "example.com/broken", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}],
+            [
+                {
+                    "key": "example.com/broken",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 60,
+                }
+            ],
         ),
     )
     world.store.create("pods", _pod("immune", [{"operator": "Exists"}]))
@@ -104,7 +111,14 @@ async def test_a_taint_that_goes_in_time_evicts_nobody(world: Controllers) -> No
         "pods",
         _pod(
             "patient",
-            [{"key": "example.com/broken", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}],
+            [
+                {
+                    "key": "example.com/broken",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 60,
+                }
+            ],
         ),
     )
     manager = world.running[0]
