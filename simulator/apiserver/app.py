@@ -748,7 +748,20 @@ async def _update(request: web.Request, target: Target) -> web.Response:
     return _answer(_versioned_obj(updated, target), options)
 
 
+APPLY_PATCH = ("application/apply-patch+yaml", "application/apply-patch+cbor")
+
+
 async def _patch(request: web.Request, target: Target) -> web.Response:
+    media = request.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+    if media in APPLY_PATCH:
+        # Refused before the body is read: an apply body is YAML, and "not valid JSON" would
+        # send a user looking in the wrong place.
+        raise ApiError(
+            415,
+            "UnsupportedMediaType",
+            "server-side apply is not supported by the simulated cluster: use client-side "
+            "`kubectl apply` (without --server-side) or a merge patch (application/merge-patch+json)",
+        )
     options = _write_options(request)
     body = await _body(request, patch=True, duplicates=options.duplicates)
     assert target.name is not None

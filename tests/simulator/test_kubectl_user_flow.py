@@ -218,3 +218,14 @@ def test_a_new_users_flow(kubectl: Callable[..., subprocess.CompletedProcess[str
     # Dry-run deletes delete nothing.
     kubectl("delete", "deployment", "web", "--dry-run=server")
     assert kubectl("get", "deployment", "web").returncode == 0
+
+
+def test_server_side_apply_is_refused_clearly(
+    kubectl: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    manifest = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ssa, namespace: default}\ndata: {a: b}\n"
+    refused = kubectl("apply", "--server-side", "-f", "-", stdin=manifest, check=False)
+    assert refused.returncode != 0
+    assert "server-side apply is not supported by the simulated cluster" in refused.stderr
+    kubectl("apply", "-f", "-", stdin=manifest)  # client-side apply works
+    assert kubectl("get", "configmap", "ssa", "-o", "jsonpath={.data.a}").stdout == "b"
