@@ -31,9 +31,10 @@ from simulator.fleet import workloads
 from simulator.fleet.events_recorder import NORMAL, EventRecorder
 from simulator.fleet.informer import Informer
 from simulator.fleet.timers import Timers
+from simulator.fleet.workqueue import WorkQueue
 
 if TYPE_CHECKING:
-    from simulator.apiserver.store import Entry, Store
+    from simulator.apiserver.store import Store
 
 RS = "replicasets.apps"
 DEPLOYMENTS = "deployments.apps"
@@ -79,31 +80,14 @@ class DeploymentController:
         self._store = store
         self._timers = timers
         self._events = recorder("deployment-controller")
-        self._dirty: set[tuple[str, str]] = set()
+        self._queue = WorkQueue(self.sync_one)
         self.informers = [
-            Informer(store, DEPLOYMENTS, self._deployment_event, self.sync),
-            Informer(store, RS, self._rs_event, self.sync),
+            Informer(store, DEPLOYMENTS, self._queue.own, self.sync),
+            Informer(store, RS, self._queue.owned_by("Deployment"), self.sync),
         ]
 
-    def _deployment_event(self, etype: str, entry: Entry) -> None:
-        if etype != "DELETED":
-            self._dirty.add((entry.namespace, entry.name))
-
-    def _rs_event(self, _etype: str, entry: Entry) -> None:
-        if b'"kind":"Deployment"' not in entry.data:
-            return
-        ref = workloads.controller_ref(entry.load())
-        if ref is not None and ref.get("kind") == "Deployment":
-            self._dirty.add((entry.namespace, str(ref.get("name"))))
-
     def sync(self) -> None:
-        while self._dirty:
-            namespace, name = self._dirty.pop()
-            try:
-                self.sync_one(namespace, name)
-            except ApiError as exc:
-                if exc.code != 404:
-                    raise
+        self._queue.sync()
 
     def close(self) -> None:
         for informer in self.informers:

@@ -19,6 +19,7 @@ from simulator.fleet import objects, workloads
 from simulator.fleet.informer import Informer
 from simulator.fleet.state import PendingPod, SimPod
 from simulator.fleet.timers import Timers
+from simulator.fleet.workqueue import WorkQueue
 from simulator.fleet.writes import create_ignore_exists
 from simulator.model import DRA, NodeGroup, Workload, eligible
 
@@ -212,39 +213,22 @@ class JobApiController:
         self._timers = timers
         self._events = recorder("job-controller")
         self._suffix = rand_suffix
-        self._dirty: set[tuple[str, str]] = set()
+        self._queue = WorkQueue(self.sync_one)
         self._not_before: dict[tuple[str, str], float] = {}
         self.informers = [
-            Informer(store, "jobs.batch", self._job_event, self.sync),
-            Informer(store, "pods", self._pod_event, self.sync),
+            Informer(store, "jobs.batch", self._queue.own, self.sync),
+            Informer(store, "pods", self._queue.owned_by("Job"), self.sync),
         ]
 
     def close(self) -> None:
         for informer in self.informers:
             informer.close()
 
-    def _job_event(self, etype: str, entry: Any) -> None:
-        if etype != "DELETED":
-            self._dirty.add((entry.namespace, entry.name))
-
-    def _pod_event(self, _etype: str, entry: Any) -> None:
-        if b'"kind":"Job"' not in entry.data:
-            return
-        ref = workloads.controller_ref(entry.load())
-        if ref is not None and ref.get("kind") == "Job":
-            self._dirty.add((entry.namespace, str(ref.get("name"))))
-
     def sync(self) -> None:
-        while self._dirty:
-            namespace, name = self._dirty.pop()
-            try:
-                self.sync_one(namespace, name)
-            except ApiError as exc:
-                if exc.code != 404:
-                    raise
+        self._queue.sync()
 
     def _retry(self, key: tuple[str, str]) -> None:
-        self._dirty.add(key)
+        self._queue.add(key)
         self.sync()
 
     def sync_one(self, namespace: str, name: str) -> None:

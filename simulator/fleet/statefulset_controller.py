@@ -26,9 +26,10 @@ from simulator.fleet import workloads
 from simulator.fleet.events_recorder import NORMAL, WARNING, EventRecorder
 from simulator.fleet.informer import Informer
 from simulator.fleet.timers import Timers
+from simulator.fleet.workqueue import WorkQueue
 
 if TYPE_CHECKING:
-    from simulator.apiserver.store import Entry, Store
+    from simulator.apiserver.store import Store
 
 SETS = "statefulsets.apps"
 REVISION_LABEL = "controller-revision-hash"
@@ -48,35 +49,18 @@ class StatefulSetController:
         self._store = store
         self._timers = timers
         self._events = recorder("statefulset-controller")
-        self._dirty: set[tuple[str, str]] = set()
+        self._queue = WorkQueue(self.sync_one)
         self.informers = [
-            Informer(store, SETS, self._set_event, self.sync),
-            Informer(store, "pods", self._pod_event, self.sync),
+            Informer(store, SETS, self._queue.own, self.sync),
+            Informer(store, "pods", self._queue.owned_by("StatefulSet"), self.sync),
         ]
 
     def close(self) -> None:
         for informer in self.informers:
             informer.close()
 
-    def _set_event(self, etype: str, entry: Entry) -> None:
-        if etype != "DELETED":
-            self._dirty.add((entry.namespace, entry.name))
-
-    def _pod_event(self, _etype: str, entry: Entry) -> None:
-        if b'"kind":"StatefulSet"' not in entry.data:
-            return
-        ref = workloads.controller_ref(entry.load())
-        if ref is not None and ref.get("kind") == "StatefulSet":
-            self._dirty.add((entry.namespace, str(ref.get("name"))))
-
     def sync(self) -> None:
-        while self._dirty:
-            namespace, name = self._dirty.pop()
-            try:
-                self.sync_one(namespace, name)
-            except ApiError as exc:
-                if exc.code != 404:
-                    raise
+        self._queue.sync()
 
     def sync_one(self, namespace: str, name: str) -> None:
         try:
