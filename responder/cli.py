@@ -363,9 +363,7 @@ def run_breaker_reset(
     out: TextIO | None = None,
 ) -> int:
     out, clock = out or sys.stdout, clock or SystemClock()
-    for name, value in (("--actor", args.actor), ("--reason", args.reason)):
-        if not value.strip():
-            raise UsageError(f"{name} must not be empty: a reset is audited")
+    _audited(args)
 
     def reset(c: Client) -> tuple[bool, int]:
         store = BreakerStore(c, args.namespace)
@@ -478,7 +476,7 @@ def run_extend(
 def _audited(args: argparse.Namespace) -> None:
     for flag, value in (("--actor", args.actor), ("--reason", args.reason)):
         if not value.strip():
-            raise UsageError(f"{flag} must not be empty: the record keeps who asked and why")
+            raise UsageError(f"{flag} must not be empty: who asked and why are kept (audited)")
 
 
 def _change(
