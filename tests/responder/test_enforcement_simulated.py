@@ -21,11 +21,12 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.resources import NODE, Resource
 from gpuhealth.kube.transport import KubeTransport
-from responder.enforcement import NODE_ANNOTATION, Enforcer, NotOurs, discover
+from responder.enforcement import NODE_ANNOTATION, Enforcer, NotOurs, NotServed, discover
 from responder.intake import IntakeSettings, Write, decide
 from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, Enforce
 from responder.recorder import QUARANTINES
 from responder.records import Quarantine, from_object, to_object
+from simulator.apiserver.versions import KubernetesVersion
 from tests.responder.test_intake import alert
 from tests.simulator.conftest import ServedCluster
 
@@ -146,3 +147,30 @@ def test_a_device_plugin_quarantine_is_a_node_annotation_entry_only(client: Kube
     assert not enforcer.present(first) and enforcer.present(second)
     enforcer.unenforce(second)
     assert client.get(NODE, "gpu-node-1")["metadata"]["annotations"] == {"team": "ml"}
+
+
+@pytest.mark.parametrize(
+    ("gates", "expected"),
+    [({"DRADeviceTaintRules": True}, "v1beta2"), ({}, None)],
+)
+def test_the_served_version_is_discovered_on_1_36(
+    tmp_path: Path, gates: dict[str, bool], expected: str | None
+) -> None:
+    served = ServedCluster(tmp_path / "kubeconfig", kubernetes_version=KubernetesVersion("1.36", gates))
+    kube = KubeClient(KubeTransport(api_client(str(served.kubeconfig))))
+    try:
+        rules = discover(kube)
+        assert (rules.version if rules else None) == expected
+        if rules is None:
+            record = Quarantine(name="q", uid="u", spec=opened_spec())
+            with pytest.raises(NotServed, match="serves no DeviceTaintRule version"):
+                Enforcer(kube, rules).enforce(record, Enforce(QUARANTINE_TAINT, "Unhealthy", "NoSchedule"))
+    finally:
+        kube.close()
+        served.stop()
+
+
+def opened_spec() -> Any:
+    decision = decide(None, alert(**DRA_LABELS), now=1_800_000_000.0, settings=IntakeSettings())
+    assert isinstance(decision, Write)
+    return decision.record.spec
