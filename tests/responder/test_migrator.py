@@ -13,6 +13,7 @@ DRA pods found through their claims.
 
 from __future__ import annotations
 
+import builtins
 import copy
 from dataclasses import replace
 from typing import Any
@@ -157,7 +158,7 @@ class FakeClient:
     def pod(self, name: str, namespace: str = "ml") -> dict[str, Any]:
         return self.objects[("pods", namespace, name)]
 
-    def events(self) -> list[dict[str, Any]]:
+    def events(self) -> builtins.list[dict[str, Any]]:
         return [o for (plural, _, _), o in self.objects.items() if plural == EVENT.plural]
 
 
