@@ -383,6 +383,14 @@ class Migrator:
         )
         decided = plan(view, ctx)
         entry = replace(entry, targets=decided.targets if decided.targets is not None else entry.targets)
+        started = parse_rfc3339(entry.started_at) if entry.started_at else None
+        cap = self._settings.migration.lease_cap_seconds
+        if decided.outcome is Outcome.WAITING and started is not None and now - started >= cap:
+            # The hard cap: a move that outlives it (a budget that never allows, a pod that never
+            # ends) stops holding the node's slot and the job's lock, and a person is told.
+            return self._fail(
+                entry, record, view, holder, lease, f"the move did not end within the lease cap ({cap:.0f} s)"
+            )
         entry = replace(entry, outcome=MigrationOutcome(decided.outcome.value), detail=decided.detail)
         pods = {p.name: p for p in view.pods}
         for effect in decided.effects:
@@ -397,6 +405,25 @@ class Migrator:
                 *(job.namespace, job.owner, record.name, entry.outcome.value, entry.detail),
             )
         return entry
+
+    def _fail(
+        self,
+        entry: Migration,
+        record: Quarantine,
+        view: JobView,
+        holder: str | None,
+        lease: dict[str, Any] | None,
+        detail: str,
+    ) -> Migration:
+        log.warning("migration of %s/%s off %s failed: %s", view.namespace, view.owner, record.name, detail)
+        message = f"the GPU this pod uses is quarantined and moving the pod failed: {detail}"
+        for pod in view.pods:
+            if pod.on_device:
+                tell = TellTenant(pod.namespace, pod.name, FAILED_REASON, message)
+                self._event(pod.namespace, pod.name, pod.uid, entry.key, tell, record.name)
+        if holder == record.name:
+            entry = self._release_lease(ReleaseLease(view.namespace, view.owner), entry, record.name, lease)
+        return replace(entry, outcome=MigrationOutcome.FAILED, detail=detail)
 
     def _apply(
         self,

@@ -508,3 +508,24 @@ def test_an_unreadable_cluster_leaves_the_record_as_it_was(client: FakeClient, c
     client.list = broken  # type: ignore[method-assign]
     r = record()
     assert migrator(client, clock).step(r, clock.now()) == r
+
+
+def test_a_move_that_outlives_the_lease_cap_fails_and_lets_go(client: FakeClient, clock: ManualClock) -> None:
+    settings = MigrationSettings(
+        checkpoint_timeout_seconds=30.0, lease_margin_seconds=5.0, lease_cap_seconds=100.0
+    )
+    registry = CollectorRegistry()
+    m, r = evicting(client, clock, migration=settings)
+    m = migrator(client, clock, registry, migration=settings)
+    client.eviction_errors = [TooManyRequests("budget")] * 20
+    r = m.step(r, clock.now())
+    for _ in range(9):
+        clock.advance(10)
+        r = m.step(r, clock.now())
+    assert only(r).outcome is MigrationOutcome.WAITING
+    clock.advance(10)
+    r = m.step(r, clock.now())
+    assert only(r).outcome is MigrationOutcome.FAILED and "lease cap" in only(r).detail
+    assert [e["reason"] for e in client.events()] == [FAILED_REASON]
+    assert ("leases", "ml", lease_name("Job/train")) not in client.objects
+    assert counted(registry, "failed") == 1.0
