@@ -37,6 +37,16 @@ MAX_SOURCE_ALERTS = 16
 MAX_KEYS = 64
 """Idempotency keys kept per record: Alertmanager re-sends within repeat_interval and HA
 peers within seconds, so recent keys are what duplicates carry."""
+MAX_MIGRATIONS = 32
+"""Jobs whose migration a record keeps (finished ones dropped first): a GPU serves a handful of
+pods, so more than this means jobs came and went while the device stayed quarantined."""
+MAX_TARGETS = 64
+"""Pods one migration moves (and evictions it remembers): a fixed-topology job of 8 nodes x 8 GPUs."""
+MAX_EVIDENCE = 8
+"""Unrecoverable pods whose status a migration keeps."""
+MAX_EXCERPT = 4096
+"""Characters of one pod's status excerpt: enough for phase, conditions and the device's health
+entries, small enough that 32 migrations stay far below the object size limit."""
 
 DRA = "dra"
 DEVICE_PLUGIN = "device-plugin"
@@ -89,6 +99,56 @@ class HistoryEntry:
     message: str
 
 
+class MigrationOutcome(StrEnum):
+    """Where one job's move off the device stands (`responder.migration.Outcome`, plus Failed)."""
+
+    WAITING = "Waiting"
+    SUCCEEDED = "Succeeded"
+    UNRECOVERABLE = "Unrecoverable"
+    """Not movable (no checkpoint, or none in time): evidence kept, tenant told, nothing evicted."""
+    FAILED = "Failed"
+    """The move stopped on something a retry will not mend (403, several disruption budgets): escalated."""
+
+    @property
+    def finished(self) -> bool:
+        return self is not MigrationOutcome.WAITING
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What an unrecoverable pod looked like: its status excerpt, kept for people."""
+
+    pod: str
+    reason: str
+    excerpt: str
+    """JSON of the pod's phase, conditions and allocatedResourcesStatus, cut to MAX_EXCERPT characters."""
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One job's move off the quarantined device: the state a new leader continues from."""
+
+    namespace: str
+    owner: str
+    """`<kind>/<name>` of the pods' controller."""
+    owner_uid: str
+    key: str
+    """The move's idempotency key (the value of checkpoint-requested)."""
+    targets: tuple[str, ...] = ()
+    """UIDs of the pods to move, fixed when the move started."""
+    started_at: str = ""
+    """RFC 3339 of the first plan: the node's hourly cap counts these."""
+    requested_at: str = ""
+    """RFC 3339 of the first checkpoint request; the checkpoint timeout counts from it."""
+    retry_at: str = ""
+    """RFC 3339 before which no eviction is tried (a disruption budget answered 429)."""
+    evictions: tuple[str, ...] = ()
+    """RFC 3339 of each eviction that landed: the namespace's eviction cap counts these."""
+    outcome: MigrationOutcome = MigrationOutcome.WAITING
+    detail: str = ""
+    evidence: tuple[Evidence, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class QuarantineSpec:
     node: str
@@ -131,6 +191,8 @@ class QuarantineStatus:
     may not release a device whose last check failed."""
     history: tuple[HistoryEntry, ...] = ()
     processed_keys: tuple[str, ...] = ()
+    migrations: tuple[Migration, ...] = ()
+    """Jobs moved (or being moved) off the device, one entry per job."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +222,29 @@ class Quarantine:
             return self
         keys = _bounded((*self.status.processed_keys, key), MAX_KEYS)
         return replace(self, status=replace(self.status, processed_keys=keys))
+
+    def with_migrations(self, migrations: Sequence[Migration]) -> Quarantine:
+        """`migrations` kept within bounds: finished moves are dropped (oldest first) before any in flight."""
+        return replace(self, status=replace(self.status, migrations=bound_migrations(migrations)))
+
+
+def bound_migrations(migrations: Sequence[Migration]) -> tuple[Migration, ...]:
+    """At most MAX_MIGRATIONS entries, each within its own bounds; a move in flight outlives finished ones."""
+    entries = [_bounded_migration(m) for m in migrations]
+    while len(entries) > MAX_MIGRATIONS:
+        oldest_finished = next((i for i, m in enumerate(entries) if m.outcome.finished), 0)
+        del entries[oldest_finished]
+    return tuple(entries)
+
+
+def _bounded_migration(m: Migration) -> Migration:
+    evidence = tuple(replace(e, excerpt=e.excerpt[:MAX_EXCERPT]) for e in m.evidence[-MAX_EVIDENCE:])
+    return replace(
+        m,
+        targets=m.targets[:MAX_TARGETS],
+        evictions=_bounded(m.evictions, MAX_TARGETS),
+        evidence=evidence,
+    )
 
 
 def record_name(node: str, device: str) -> str:
@@ -221,8 +306,66 @@ def to_object(record: Quarantine) -> dict[str, Any]:
                 for h in status.history
             ],
             "processedKeys": list(status.processed_keys),
+            "migrations": [_migration(m) for m in status.migrations],
         },
     }
+
+
+def _migration(m: Migration) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "namespace": m.namespace,
+        "owner": m.owner,
+        "ownerUID": m.owner_uid,
+        "key": m.key,
+        "targets": list(m.targets),
+        "outcome": m.outcome.value,
+        "detail": m.detail,
+    }
+    for name, value in (
+        ("startedAt", m.started_at),
+        ("requestedAt", m.requested_at),
+        ("retryAt", m.retry_at),
+    ):
+        if value:
+            out[name] = value
+    if m.evictions:
+        out["evictions"] = list(m.evictions)
+    if m.evidence:
+        out["evidence"] = [{"pod": e.pod, "reason": e.reason, "excerpt": e.excerpt} for e in m.evidence]
+    return out
+
+
+def _read_migration(entry: Any, path: str) -> Migration:
+    data = _mapping(entry, path)
+    text = data.get("outcome") or MigrationOutcome.WAITING.value
+    try:
+        outcome = MigrationOutcome(text)
+    except ValueError:
+        raise RecordError(f"{path}.outcome: {text!r} is not an outcome") from None
+    evidence = []
+    for i, item in enumerate(_list(data.get("evidence"), f"{path}.evidence")):
+        e = _mapping(item, f"{path}.evidence[{i}]")
+        evidence.append(
+            Evidence(
+                pod=_text(e, "pod", f"{path}.evidence[{i}]"),
+                reason=str(e.get("reason") or ""),
+                excerpt=str(e.get("excerpt") or ""),
+            )
+        )
+    return Migration(
+        namespace=_text(data, "namespace", path),
+        owner=_text(data, "owner", path),
+        owner_uid=_text(data, "ownerUID", path),
+        key=_text(data, "key", path),
+        targets=tuple(str(t) for t in _list(data.get("targets"), f"{path}.targets")),
+        started_at=str(data.get("startedAt") or ""),
+        requested_at=str(data.get("requestedAt") or ""),
+        retry_at=str(data.get("retryAt") or ""),
+        evictions=tuple(str(t) for t in _list(data.get("evictions"), f"{path}.evictions")),
+        outcome=outcome,
+        detail=str(data.get("detail") or ""),
+        evidence=tuple(evidence),
+    )
 
 
 class RecordError(ValueError):
@@ -275,6 +418,10 @@ def from_object(obj: Any) -> Quarantine:
                 for i, h in enumerate(_list(status.get("history"), "status.history"))
             ),
             processed_keys=tuple(str(k) for k in _list(status.get("processedKeys"), "status.processedKeys")),
+            migrations=tuple(
+                _read_migration(m, f"status.migrations[{i}]")
+                for i, m in enumerate(_list(status.get("migrations"), "status.migrations"))
+            ),
         ),
     )
 

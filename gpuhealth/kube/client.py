@@ -196,14 +196,23 @@ class KubeClient:
         obj: Mapping[str, Any],
         *,
         namespace: str | None = None,
+        subresource: str | None = None,
         dry_run: bool = False,
     ) -> dict[str, Any]:
-        """POST a new object (namespace from the argument or its metadata); `AlreadyExists` if taken."""
+        """POST a new object (namespace from the argument or its metadata); `AlreadyExists` if taken.
+
+        With `subresource`, POST to that subresource of the object `obj` names (a pod's `eviction`).
+        """
         if resource.namespaced and namespace is None:
             namespace = _metadata(obj).get("namespace")
             if not isinstance(namespace, str) or not namespace:
                 raise ValueError(f"creating {resource.plural}: no namespace given")
-        return self._call("POST", resource.path(namespace), _dry_run(dry_run), obj)
+        if subresource is None:
+            return self._call("POST", resource.path(namespace), _dry_run(dry_run), obj)
+        name = _metadata(obj).get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"creating {resource.plural}/{subresource}: the object has no name")
+        return self._call("POST", resource.path(namespace, name, subresource), _dry_run(dry_run), obj)
 
     def update(
         self,

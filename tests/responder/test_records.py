@@ -20,8 +20,15 @@ from hypothesis import strategies as st
 from responder.records import (
     DEVICE_PLUGIN,
     DRA,
+    MAX_EVIDENCE,
+    MAX_EXCERPT,
     MAX_HISTORY,
     MAX_KEYS,
+    MAX_MIGRATIONS,
+    MAX_TARGETS,
+    Evidence,
+    Migration,
+    MigrationOutcome,
     Phase,
     Quarantine,
     QuarantineSpec,
@@ -94,6 +101,43 @@ def test_records_round_trip_and_stay_bounded(phases: list[Phase], keys: list[str
     assert from_object(to_object(record)) == record
 
 
+texts = st.text(min_size=1, max_size=12)
+migrations = st.builds(
+    Migration,
+    namespace=texts,
+    owner=texts,
+    owner_uid=texts,
+    key=texts,
+    targets=st.lists(texts, max_size=80).map(tuple),
+    started_at=st.text(max_size=12),
+    requested_at=st.text(max_size=12),
+    retry_at=st.text(max_size=12),
+    evictions=st.lists(texts, max_size=80).map(tuple),
+    outcome=st.sampled_from(list(MigrationOutcome)),
+    detail=st.text(max_size=20),
+    evidence=st.lists(
+        st.builds(Evidence, pod=texts, reason=st.text(max_size=8), excerpt=st.text(max_size=5000)),
+        max_size=12,
+    ).map(tuple),
+)
+
+
+@given(st.lists(migrations, max_size=40))
+def test_migrations_round_trip_within_bounds(entries: list[Migration]) -> None:
+    record = Quarantine(name="q", spec=spec()).with_migrations(entries)
+    kept = record.status.migrations
+    assert len(kept) == min(len(entries), MAX_MIGRATIONS)
+    for m in kept:
+        assert len(m.targets) <= MAX_TARGETS and len(m.evictions) <= MAX_TARGETS
+        assert len(m.evidence) <= MAX_EVIDENCE
+        assert all(len(e.excerpt) <= MAX_EXCERPT for e in m.evidence)
+    # A move in flight is never dropped while a finished one could go instead.
+    in_flight = [m.owner_uid for m in entries if not m.outcome.finished]
+    if len(in_flight) <= MAX_MIGRATIONS:
+        assert sum(not m.outcome.finished for m in kept) == len(in_flight)
+    assert from_object(to_object(record)) == record
+
+
 def test_path_follows_the_alerts_driver_label() -> None:
     assert path_of({"driver": "gpu.nvidia.com"}) == DRA
     assert path_of({"device": "GPU-4a1c"}) == DEVICE_PLUGIN
@@ -108,6 +152,17 @@ def test_path_follows_the_alerts_driver_label() -> None:
         (lambda o: o["status"].update(history=[{"phase": "Nope"}]), "status.history[0].phase"),
         (lambda o: o["spec"].update(sourceAlerts="x"), "spec.sourceAlerts: expected a list"),
         (lambda o: o["spec"].update(sourceAlerts=[1]), "spec.sourceAlerts[0]: expected an object"),
+        (lambda o: o["status"].update(migrations={}), "status.migrations: expected a list"),
+        (
+            lambda o: o["status"].update(migrations=[{"namespace": "ml", "owner": "Job/a", "key": "k"}]),
+            "status.migrations[0].ownerUID: expected a non-empty string",
+        ),
+        (
+            lambda o: o["status"].update(
+                migrations=[{"namespace": "n", "owner": "Job/a", "ownerUID": "u", "key": "k", "outcome": "X"}]
+            ),
+            "status.migrations[0].outcome: 'X' is not an outcome",
+        ),
     ],
 )
 def test_an_unreadable_object_names_its_field(mutate: Any, message: str) -> None:
@@ -128,5 +183,14 @@ json_values = st.recursive(
 def test_junk_objects_raise_only_record_error(part: str, value: Any) -> None:
     obj = to_object(Quarantine(name="q", spec=spec()))
     obj[part] = value
+    with contextlib.suppress(RecordError):
+        from_object(obj)
+
+
+@given(json_values, st.sampled_from(["targets", "evidence", "outcome", "owner", "evictions"]))
+def test_junk_migrations_raise_only_record_error(value: Any, field: str) -> None:
+    entry = Migration("ml", "Job/train", "uid-1", "k", evidence=(Evidence("p", "r", "{}"),))
+    obj = to_object(Quarantine(name="q", spec=spec()).with_migrations([entry]))
+    obj["status"]["migrations"][0][field] = value
     with contextlib.suppress(RecordError):
         from_object(obj)

@@ -1,0 +1,685 @@
+"""Moves checkpointed work off a quarantined device: the executor of `responder.migration`'s plans.
+
+`Migrator.step(record, now)` is called by the reconciler for a `quarantine` record in phase
+Quarantined whose enforcement is present. It observes the jobs with pods on the device, plans
+each with `migration.plan`, carries the effects out, and returns the record with its
+`status.migrations` updated; it never writes the record (the reconciler does, conditionally,
+so a step whose record write loses a race is simply decided again from what is stored).
+
+Thin and idempotent, every exception an outcome:
+- Observe: device-plugin pods on the record's node whose `allocatedResourcesStatus` names the
+  device (`<uuid>` or its replicas `<uuid>::<n>`); DRA pods whose ResourceClaims' allocation
+  holds driver/pool/device. Pods are grouped into jobs by their controller (a ReplicaSet's
+  Deployment, a Job, a StatefulSet; a bare pod is its own job), with all the job's pods.
+- The job's migration Lease (`gpuhealth-migration-<hash of the owner>` in the pods'
+  namespace, held by the record's name, owned by the record) is judged as the elector judges
+  its own (`gpuhealth.kube.lease`): expired once its duration has passed on our monotonic clock
+  since we first saw its current content; never by comparing its timestamps with our clock.
+- Caps come from the records themselves, never from counters in memory, so a new leader
+  rebuilds them: a node's migrations in flight (Waiting entries whose lease was taken) and
+  started within the hour, a namespace's evictions within the hour.
+- Evictions go through `policy/v1` Eviction, a dry run first: 429 (a disruption budget) waits
+  at least 10 s, kept in the entry's `retryAt`; 403 or 500 (a pod under several budgets) end
+  the job's move as Failed, escalated with an Event and a log line, never retried in a loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import orjson
+from prometheus_client import CollectorRegistry
+
+from gpuhealth import instruments
+from gpuhealth.clock import Clock
+from gpuhealth.kube.errors import AlreadyExists, ApiError, Conflict, NotFound, TooManyRequests
+from gpuhealth.kube.lease import LeaseRecord, Observed, observe
+from gpuhealth.kube.meta import parse_rfc3339
+from gpuhealth.kube.resources import LEASE, POD, RESOURCE_CLAIM, Resource
+from responder import metrics
+from responder.intake import rfc3339
+from responder.migration import REQUESTED as REQUESTED_ANNOTATION
+from responder.migration import (
+    Context,
+    Effect,
+    Evict,
+    JobView,
+    KeepEvidence,
+    MigrationSettings,
+    Mode,
+    Outcome,
+    PodView,
+    ReleaseLease,
+    RequestCheckpoint,
+    TakeLease,
+    TellTenant,
+    migration_key,
+    plan,
+)
+from responder.recorder import QUARANTINES
+from responder.records import (
+    API_VERSION,
+    DRA,
+    KIND,
+    Evidence,
+    Migration,
+    MigrationOutcome,
+    Quarantine,
+    RecordError,
+    from_object,
+)
+
+log = logging.getLogger(__name__)
+
+LEASE_PREFIX = "gpuhealth-migration-"
+EVICTION_RETRY_FLOOR_SECONDS = 10.0
+"""The least wait after a 429: a disruption budget frees a slot only when a pod becomes ready again."""
+UNRECOVERABLE_REASON = "GPUQuarantineUnrecoverable"
+FAILED_REASON = "GPUQuarantineMigrationFailed"
+COMPONENT = "gpuhealth-responder"
+HOUR = 3600.0
+REPLICA_SET = Resource("apps", "v1", "replicasets", namespaced=True)
+EVENT = Resource("", "v1", "events", namespaced=True)
+_OUTCOME_LABEL = {
+    MigrationOutcome.SUCCEEDED: "succeeded",
+    MigrationOutcome.FAILED: "failed",
+    MigrationOutcome.UNRECOVERABLE: "unrecoverable",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MigratorSettings:
+    """What the responder's configuration says about moving work."""
+
+    migration: MigrationSettings = field(default_factory=MigrationSettings)
+    """Checkpoint timeout and the migration Lease's duration and cap."""
+    modes: Mapping[str, Mode] = field(default_factory=dict)
+    """Mode per namespace; namespaces not named use `default_mode`."""
+    default_mode: Mode = Mode.CHECKPOINT
+    """Checkpoint, then evict: the only mode that moves work without a namespace opting in."""
+    node_in_flight: int = 1
+    """Migrations in flight at once per node: one, so a node's healthy GPUs keep their work
+    while a second device's failure waits."""
+    node_per_hour: int = 4
+    """Migrations started per node within an hour: more means the node itself is failing."""
+    namespace_evictions_per_hour: int = 20
+    """Evictions per namespace within an hour, so a bad rule cannot empty a tenant."""
+
+    def __post_init__(self) -> None:
+        for name in ("node_in_flight", "node_per_hour", "namespace_evictions_per_hour"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, not {value!r}")
+
+    def mode(self, namespace: str) -> Mode:
+        return self.modes.get(namespace, self.default_mode)
+
+
+class Client(Protocol):
+    def get(self, resource: Resource, name: str, *, namespace: str | None = ...) -> dict[str, Any]: ...
+
+    def list(
+        self, resource: Resource, *, namespace: str | None = ..., field_selector: str | None = ...
+    ) -> Any: ...
+
+    def create(
+        self,
+        resource: Resource,
+        obj: dict[str, Any],
+        *,
+        namespace: str | None = ...,
+        subresource: str | None = ...,
+        dry_run: bool = ...,
+    ) -> dict[str, Any]: ...
+
+    def update(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]: ...
+
+    def patch(
+        self, resource: Resource, name: str, patch: dict[str, Any], *, namespace: str | None = ...
+    ) -> dict[str, Any]: ...
+
+    def delete(self, resource: Resource, name: str, **kwargs: Any) -> dict[str, Any]: ...
+
+
+class MigratorMetrics:
+    """`gpuhealth_migrations_total{outcome}`: one count per job whose move ended."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.migrations = instruments.counter(metrics.MIGRATIONS, registry)
+        for outcome in metrics.MIGRATION_OUTCOMES:
+            self.migrations.labels(outcome)
+
+
+def lease_name(owner: str) -> str:
+    """The migration Lease of a job (`<kind>/<name>`), in the job's namespace."""
+    return LEASE_PREFIX + hashlib.sha256(owner.encode()).hexdigest()[:16]
+
+
+# ----- what was observed ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Job:
+    namespace: str
+    owner: str
+    owner_uid: str
+    pods: list[dict[str, Any]]
+    on_device: set[str]
+    """UIDs of the pods that hold the device."""
+
+
+class _Observer:
+    """One step's reads, each made at most once (pods per namespace, ReplicaSets)."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._pods: dict[str, list[dict[str, Any]]] = {}
+        self._replica_sets: dict[tuple[str, str], tuple[str, str] | None] = {}
+
+    def jobs_on_device(self, record: Quarantine) -> dict[str, _Job]:
+        spec = record.spec
+        node_pods = self._client.list(POD, field_selector=f"spec.nodeName={spec.node}").items
+        if spec.path == DRA:
+            held = self._dra_holders(record)
+            on_device = [p for p in node_pods if _dra_pod_holds(p, held)]
+        else:
+            device = spec.uuid or spec.device
+            on_device = [p for p in node_pods if _plugin_pod_holds(p, device)]
+        jobs: dict[str, _Job] = {}
+        for pod in on_device:
+            namespace = _meta(pod).get("namespace") or ""
+            owner, owner_uid = self.owner(pod)
+            job = jobs.get(owner_uid) or self.job(namespace, owner, owner_uid)
+            job.on_device.add(str(_meta(pod).get("uid") or ""))
+            jobs[owner_uid] = job
+        return jobs
+
+    def job(self, namespace: str, owner: str, owner_uid: str) -> _Job:
+        pods = [p for p in self.pods(namespace) if self.owner(p)[1] == owner_uid]
+        return _Job(namespace, owner, owner_uid, pods, set())
+
+    def pods(self, namespace: str) -> list[dict[str, Any]]:
+        if namespace not in self._pods:
+            self._pods[namespace] = self._client.list(POD, namespace=namespace).items
+        return self._pods[namespace]
+
+    def owner(self, pod: dict[str, Any]) -> tuple[str, str]:
+        """(`<kind>/<name>`, uid) of the job a pod belongs to: its controller, a ReplicaSet's Deployment."""
+        meta = _meta(pod)
+        ref = _controller(meta)
+        if ref is None:
+            return f"Pod/{meta.get('name')}", str(meta.get("uid") or "")
+        kind, name, uid = str(ref.get("kind")), str(ref.get("name")), str(ref.get("uid") or "")
+        if kind == "ReplicaSet":
+            above = self._replica_set_owner(str(meta.get("namespace") or ""), name)
+            if above is not None:
+                return above
+        return f"{kind}/{name}", uid
+
+    def _replica_set_owner(self, namespace: str, name: str) -> tuple[str, str] | None:
+        key = (namespace, name)
+        if key not in self._replica_sets:
+            try:
+                ref = _controller(_meta(self._client.get(REPLICA_SET, name, namespace=namespace)))
+            except NotFound:
+                ref = None
+            self._replica_sets[key] = (
+                (f"{ref.get('kind')}/{ref.get('name')}", str(ref.get("uid") or "")) if ref else None
+            )
+        return self._replica_sets[key]
+
+    def _dra_holders(self, record: Quarantine) -> set[tuple[str, str]]:
+        """(namespace, claim name) and (namespace, pod uid) of claims allocated the device."""
+        spec = record.spec
+        wanted = (spec.driver, spec.pool, spec.device_name)
+        held: set[tuple[str, str]] = set()
+        for claim in self._client.list(RESOURCE_CLAIM).items:
+            allocation = ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
+            results = allocation.get("results") or []
+            if not any(
+                isinstance(r, dict) and (r.get("driver"), r.get("pool"), r.get("device")) == wanted
+                for r in results
+            ):
+                continue
+            meta = _meta(claim)
+            namespace = str(meta.get("namespace") or "")
+            held.add((namespace, "claim:" + str(meta.get("name"))))
+            for consumer in (claim.get("status") or {}).get("reservedFor") or []:
+                if isinstance(consumer, dict) and consumer.get("resource") == "pods":
+                    held.add((namespace, "pod:" + str(consumer.get("uid"))))
+        return held
+
+
+def _plugin_pod_holds(pod: dict[str, Any], device: str) -> bool:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    for status in statuses:
+        for entry in (status or {}).get("allocatedResourcesStatus") or []:
+            for resource in (entry or {}).get("resources") or []:
+                rid = str((resource or {}).get("resourceID") or "")
+                # Time-sliced replicas of one GPU are advertised as `<uuid>::<n>`.
+                if rid == device or rid.startswith(device + "::"):
+                    return True
+    return False
+
+
+def _dra_pod_holds(pod: dict[str, Any], held: set[tuple[str, str]]) -> bool:
+    meta = _meta(pod)
+    namespace = str(meta.get("namespace") or "")
+    if (namespace, "pod:" + str(meta.get("uid"))) in held:
+        return True
+    names = [s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []]
+    names += [c.get("resourceClaimName") for c in (pod.get("spec") or {}).get("resourceClaims") or []]
+    return any((namespace, f"claim:{n}") in held for n in names if n)
+
+
+def _pod_view(pod: dict[str, Any], on_device: set[str]) -> PodView:
+    meta = _meta(pod)
+    uid = str(meta.get("uid") or "")
+    phase = (pod.get("status") or {}).get("phase")
+    return PodView(
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        uid=uid,
+        annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
+        on_device=uid in on_device,
+        finished=phase in ("Succeeded", "Failed"),
+        terminating=bool(meta.get("deletionTimestamp")),
+    )
+
+
+# ----- the executor ---------------------------------------------------------------------------------
+
+
+class Migrator:
+    def __init__(
+        self,
+        client: Client,
+        settings: MigratorSettings,
+        clock: Clock,
+        *,
+        metrics: MigratorMetrics | None = None,
+        records: Callable[[], Iterable[Quarantine]] | None = None,
+    ) -> None:
+        """`records`: every stored record (the caps are counted from them); by default listed
+        through `client`. A reconciler with a cache passes its own."""
+        self._client = client
+        self._settings = settings
+        self._clock = clock
+        self._metrics = metrics
+        self._records = records or self._list_records
+        self._leases: dict[tuple[str, str], Observed] = {}
+        """What each job's Lease held when first seen, on our monotonic clock (expiry, as the elector)."""
+
+    def step(self, record: Quarantine, now: float) -> Quarantine:
+        """`record` with the migration of every job on its device advanced by one pass."""
+        if record.spec.action != "quarantine":
+            return record  # restrict (Unknown) never moves anything
+        observer = _Observer(self._client)
+        try:
+            jobs = observer.jobs_on_device(record)
+            others = [r for r in self._records() if r.name != record.name]
+        except Exception as error:  # an unreadable cluster is a pass that waits
+            log.warning("migration of %s: cannot observe the device's pods: %s", record.name, error)
+            return record
+        entries = list(record.status.migrations)
+        known = {m.owner_uid for m in entries}
+        quarantined_at = record.status.phase_since or record.name
+        for uid, job in jobs.items():
+            if uid not in known:
+                key = migration_key(record.spec.device, uid, quarantined_at)
+                entries.append(Migration(job.namespace, job.owner, uid, key))
+        for i, entry in enumerate(entries):
+            if entry.outcome.finished:
+                continue
+            fresh = entry.owner_uid not in known
+            try:
+                job = jobs.get(entry.owner_uid) or observer.job(entry.namespace, entry.owner, entry.owner_uid)
+                entries[i] = self._advance(record, entry, job, fresh, others, entries, now)
+            except Exception as error:  # each failure is this job's outcome, not the pass's
+                log.warning("migration of %s in %s: %s", entry.owner, record.name, error)
+                entries[i] = replace(entry, detail=f"will retry: {error}"[:512])
+            if entries[i].outcome.finished and self._metrics is not None:
+                self._metrics.migrations.labels(_OUTCOME_LABEL[entries[i].outcome]).inc()
+        return record.with_migrations(entries)
+
+    # ----- one job ---------------------------------------------------------------------------------
+
+    def _advance(
+        self,
+        record: Quarantine,
+        entry: Migration,
+        job: _Job,
+        fresh: bool,
+        others: Sequence[Quarantine],
+        entries: Sequence[Migration],
+        now: float,
+    ) -> Migration:
+        identity = record.name
+        lease, holder = self._lease(job.namespace, job.owner, identity)
+        view = JobView(
+            namespace=job.namespace,
+            owner=job.owner,
+            owner_uid=job.owner_uid,
+            pods=tuple(_pod_view(p, job.on_device) for p in job.pods),
+            lease_holder=holder,
+        )
+        ctx = Context(
+            now=now,
+            action=record.spec.action,
+            mode=self._settings.mode(job.namespace),
+            identity=identity,
+            key=entry.key,
+            requested_at=parse_rfc3339(entry.requested_at) if entry.requested_at else None,
+            targets=None if fresh else entry.targets,
+            node_slot_free=self._node_slot_free(record, entry, others, entries, now),
+            namespace_evictions_left=self._evictions_left(job.namespace, others, entries, now),
+            settings=self._settings.migration,
+        )
+        decided = plan(view, ctx)
+        entry = replace(entry, targets=decided.targets if decided.targets is not None else entry.targets)
+        started = parse_rfc3339(entry.started_at) if entry.started_at else None
+        cap = self._settings.migration.lease_cap_seconds
+        if decided.outcome is Outcome.WAITING and started is not None and now - started >= cap:
+            # The hard cap: a move that outlives it (a budget that never allows, a pod that never
+            # ends) stops holding the node's slot and the job's lock, and a person is told.
+            return self._fail(
+                entry, record, view, holder, lease, f"the move did not end within the lease cap ({cap:.0f} s)"
+            )
+        entry = replace(entry, outcome=MigrationOutcome(decided.outcome.value), detail=decided.detail)
+        pods = {p.name: p for p in view.pods}
+        for effect in decided.effects:
+            entry = self._apply(effect, entry, record, lease, pods, now)
+            if entry.outcome is MigrationOutcome.FAILED:
+                break
+        if entry.outcome is MigrationOutcome.FAILED and holder == identity:
+            entry = self._apply(ReleaseLease(job.namespace, job.owner), entry, record, lease, pods, now)
+        if decided.outcome is not Outcome.WAITING or entry.outcome.finished:
+            log.info(
+                "migration of %s/%s off %s: %s (%s)",
+                *(job.namespace, job.owner, record.name, entry.outcome.value, entry.detail),
+            )
+        return entry
+
+    def _fail(
+        self,
+        entry: Migration,
+        record: Quarantine,
+        view: JobView,
+        holder: str | None,
+        lease: dict[str, Any] | None,
+        detail: str,
+    ) -> Migration:
+        log.warning("migration of %s/%s off %s failed: %s", view.namespace, view.owner, record.name, detail)
+        message = f"the GPU this pod uses is quarantined and moving the pod failed: {detail}"
+        for pod in view.pods:
+            if pod.on_device:
+                tell = TellTenant(pod.namespace, pod.name, FAILED_REASON, message)
+                self._event(pod.namespace, pod.name, pod.uid, entry.key, tell, record.name)
+        if holder == record.name:
+            entry = self._release_lease(ReleaseLease(view.namespace, view.owner), entry, record.name, lease)
+        return replace(entry, outcome=MigrationOutcome.FAILED, detail=detail)
+
+    def _apply(
+        self,
+        effect: Effect,
+        entry: Migration,
+        record: Quarantine,
+        lease: dict[str, Any] | None,
+        pods: Mapping[str, PodView],
+        now: float,
+    ) -> Migration:
+        if isinstance(effect, TakeLease):
+            return self._take_lease(effect, entry, record, lease, now)
+        if isinstance(effect, ReleaseLease):
+            return self._release_lease(effect, entry, record.name, lease)
+        if isinstance(effect, RequestCheckpoint):
+            return self._request_checkpoint(effect, entry, now)
+        if isinstance(effect, Evict):
+            return self._evict(effect, entry, record, now)
+        if isinstance(effect, KeepEvidence):
+            return self._keep_evidence(effect, entry)
+        pod = pods.get(effect.pod)
+        self._event(effect.namespace, effect.pod, pod.uid if pod else "", entry.key, effect, record.name)
+        return entry
+
+    # ----- the Lease ---------------------------------------------------------------------------------
+
+    def _lease(self, namespace: str, owner: str, identity: str) -> tuple[dict[str, Any] | None, str | None]:
+        """The job's Lease object (None: none exists) and its holder now (None: free or expired)."""
+        key = (namespace, lease_name(owner))
+        try:
+            lease = self._client.get(LEASE, key[1], namespace=namespace)
+        except NotFound:
+            self._leases.pop(key, None)
+            return None, None
+        seen = observe(self._leases.get(key), LeaseRecord.from_lease(lease), self._clock.monotonic())
+        self._leases[key] = seen
+        holder = seen.record.holder_identity
+        if not holder or seen.expired(self._clock.monotonic()):
+            return lease, None
+        return lease, holder
+
+    def _take_lease(
+        self,
+        effect: TakeLease,
+        entry: Migration,
+        record: Quarantine,
+        lease: dict[str, Any] | None,
+        now: float,
+    ) -> Migration:
+        duration = max(1, math.ceil(effect.seconds))
+        old = LeaseRecord.from_lease(lease) if lease is not None else None
+        transitions = 0 if old is None else old.lease_transitions + (old.holder_identity != effect.holder)
+        spec = LeaseRecord(effect.holder, duration, now, now, transitions).to_spec()
+        meta: dict[str, Any] = {
+            "name": lease_name(effect.owner),
+            "namespace": effect.namespace,
+            "labels": {"app.kubernetes.io/managed-by": "gpuhealth"},
+            "annotations": {
+                "gpuhealth.io/migration-of": effect.owner,
+                "gpuhealth.io/owner-uid": effect.owner_uid,
+            },
+        }
+        if record.uid:
+            # Owned by the record: deleting it takes the lock with it (no ghost locks).
+            meta["ownerReferences"] = [
+                {"apiVersion": API_VERSION, "kind": KIND, "name": record.name, "uid": record.uid}
+            ]
+        try:
+            if lease is None:
+                body = {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": meta,
+                    "spec": spec,
+                }
+                self._client.create(LEASE, body, namespace=effect.namespace)
+            else:
+                meta["resourceVersion"] = _meta(lease).get("resourceVersion")
+                self._client.update(LEASE, {**lease, "metadata": {**_meta(lease), **meta}, "spec": spec})
+        except (AlreadyExists, Conflict):
+            return replace(entry, detail="another flow wrote the migration lease first; reading again")
+        started = entry.started_at or rfc3339(now)
+        return replace(entry, started_at=started, detail="migration lease taken")
+
+    def _release_lease(
+        self, effect: ReleaseLease, entry: Migration, identity: str, lease: dict[str, Any] | None
+    ) -> Migration:
+        if lease is None or LeaseRecord.from_lease(lease).holder_identity != identity:
+            return entry
+        meta = _meta(lease)
+        try:
+            # Deleted rather than cleared: a finished move leaves nothing behind in the tenant's namespace.
+            self._client.delete(
+                LEASE,
+                lease_name(effect.owner),
+                namespace=effect.namespace,
+                uid=meta.get("uid"),
+                resource_version=meta.get("resourceVersion"),
+            )
+        except NotFound:
+            pass
+        except Conflict:
+            log.info("migration lease of %s changed before its release; it expires on its own", effect.owner)
+        self._leases.pop((effect.namespace, lease_name(effect.owner)), None)
+        return entry
+
+    # ----- the pods ----------------------------------------------------------------------------------
+
+    def _request_checkpoint(self, effect: RequestCheckpoint, entry: Migration, now: float) -> Migration:
+        patch = {"metadata": {"annotations": {REQUESTED_ANNOTATION: effect.key}}}
+        try:
+            self._client.patch(POD, effect.pod, patch, namespace=effect.namespace)
+        except NotFound:
+            return entry  # gone meanwhile: the next plan sees it
+        return replace(entry, requested_at=entry.requested_at or rfc3339(now))
+
+    def _evict(self, effect: Evict, entry: Migration, record: Quarantine, now: float) -> Migration:
+        retry_at = parse_rfc3339(entry.retry_at) if entry.retry_at else None
+        if retry_at is not None and now < retry_at:
+            return replace(entry, detail=f"a disruption budget allows no eviction before {entry.retry_at}")
+        eviction = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": effect.pod, "namespace": effect.namespace},
+            # The pod meant, not a replacement that took its name (StatefulSets).
+            "deleteOptions": {"preconditions": {"uid": effect.uid}},
+        }
+        try:
+            for dry_run in (True, False):
+                self._client.create(
+                    POD, eviction, namespace=effect.namespace, subresource="eviction", dry_run=dry_run
+                )
+        except TooManyRequests as error:
+            wait = max(EVICTION_RETRY_FLOOR_SECONDS, error.retry_after or 0.0)
+            return replace(
+                entry,
+                retry_at=rfc3339(now + wait),
+                detail=f"eviction of {effect.pod} refused by a budget (429), again in {wait:.0f} s",
+            )
+        except (NotFound, Conflict):
+            return entry  # gone or replaced already: nothing left to evict
+        except ApiError as error:
+            if error.status is None or (error.status > 500 and error.temporary):
+                return replace(entry, detail=f"eviction of {effect.pod} will be retried: {error}"[:512])
+            # 403 (not allowed), 500 (the pod is covered by several budgets) and the like: retrying
+            # unchanged cannot help, and a loop of evictions is what a person must never find.
+            detail = f"eviction of {effect.pod} refused: {error}"[:512]
+            log.warning(
+                "migration of %s/%s off %s failed: %s", effect.namespace, entry.owner, record.name, detail
+            )
+            message = f"the GPU this pod uses is quarantined and moving the pod failed: {detail}"
+            failed = TellTenant(effect.namespace, effect.pod, FAILED_REASON, message)
+            self._event(effect.namespace, effect.pod, effect.uid, entry.key, failed, record.name)
+            return replace(entry, outcome=MigrationOutcome.FAILED, detail=detail)
+        return replace(entry, evictions=(*entry.evictions, rfc3339(now)), retry_at="")
+
+    def _keep_evidence(self, effect: KeepEvidence, entry: Migration) -> Migration:
+        if any(e.pod == effect.pod for e in entry.evidence):
+            return entry
+        try:
+            pod = self._client.get(POD, effect.pod, namespace=effect.namespace)
+            excerpt = _excerpt(pod)
+        except NotFound:
+            excerpt = '{"gone":true}'
+        return replace(entry, evidence=(*entry.evidence, Evidence(effect.pod, effect.reason, excerpt)))
+
+    def _event(self, namespace: str, pod: str, uid: str, key: str, effect: TellTenant, identity: str) -> None:
+        # One Event per pod, reason and move: a step decided twice writes it once (409 AlreadyExists).
+        digest = hashlib.sha256(f"{key}\x00{effect.reason}".encode()).hexdigest()[:12]
+        stamp = datetime.fromtimestamp(self._clock.now(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        involved = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": pod}
+        if uid:
+            involved["uid"] = uid
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{pod}.gpuhealth-{digest}", "namespace": namespace},
+            "involvedObject": involved,
+            "reason": effect.reason,
+            "message": effect.message[:1024],
+            "type": "Warning",
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": identity,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            self._client.create(EVENT, event, namespace=namespace)
+        except AlreadyExists:
+            pass
+        except ApiError as error:
+            # The record keeps the outcome and its evidence; the Event is the tenant's courtesy copy.
+            log.warning("event %s on %s/%s not written: %s", effect.reason, namespace, pod, error)
+
+    # ----- caps, from the records ---------------------------------------------------------------------
+
+    def _node_slot_free(
+        self,
+        record: Quarantine,
+        entry: Migration,
+        others: Sequence[Quarantine],
+        entries: Sequence[Migration],
+        now: float,
+    ) -> bool:
+        on_node = [m for r in others if r.spec.node == record.spec.node for m in r.status.migrations]
+        on_node += [m for m in entries if m.owner_uid != entry.owner_uid]
+        in_flight = sum(1 for m in on_node if m.started_at and not m.outcome.finished)
+        started = [parse_rfc3339(m.started_at) for m in on_node if m.started_at]
+        this_hour = sum(1 for t in started if t is not None and now - t < HOUR)
+        return in_flight < self._settings.node_in_flight and this_hour < self._settings.node_per_hour
+
+    def _evictions_left(
+        self, namespace: str, others: Sequence[Quarantine], entries: Sequence[Migration], now: float
+    ) -> int:
+        moves = [m for r in others for m in r.status.migrations] + list(entries)
+        times = [parse_rfc3339(t) for m in moves if m.namespace == namespace for t in m.evictions]
+        recent = sum(1 for t in times if t is not None and now - t < HOUR)
+        return max(0, self._settings.namespace_evictions_per_hour - recent)
+
+    def _list_records(self) -> list[Quarantine]:
+        records = []
+        for obj in self._client.list(QUARANTINES).items:
+            try:
+                records.append(from_object(obj))
+            except RecordError:
+                continue  # a hand-edited record limits nothing; the reconciler reports it
+        return records
+
+
+def _excerpt(pod: dict[str, Any]) -> str:
+    status = pod.get("status") or {}
+    excerpt = {
+        "phase": status.get("phase"),
+        "conditions": [
+            {k: c.get(k) for k in ("type", "status", "reason", "message") if c.get(k) is not None}
+            for c in status.get("conditions") or []
+            if isinstance(c, dict)
+        ],
+        "allocatedResourcesStatus": {
+            str(c.get("name")): c.get("allocatedResourcesStatus")
+            for c in status.get("containerStatuses") or []
+            if isinstance(c, dict) and c.get("allocatedResourcesStatus")
+        },
+    }
+    return orjson.dumps(excerpt).decode()
+
+
+def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _controller(meta: Mapping[str, Any]) -> dict[str, Any] | None:
+    for ref in meta.get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            return ref
+    return None

@@ -1,0 +1,531 @@
+"""The migration executor against a fake client (responder.migrator).
+
+Aspects: the checkpoint flow end to end (lease taken and owned by the record, checkpoint
+requested once with the key, eviction with a dry run first only after the commit, success
+once the targets are gone, lease released, counted once); work without a checkpoint is
+unrecoverable (evidence in the record, an Event on the pod, nothing evicted); a 429 waits at
+least 10 s and is kept in the record; 403/500 fail the move once, escalated, never retried;
+two records for two devices of one job: one flow owns it; a lease another holds is taken only
+after its duration has passed on our monotonic clock; the node cap is rebuilt from records;
+restrict moves nothing; device-plugin replicas (`<uuid>::<n>`) and a ReplicaSet's Deployment;
+DRA pods found through their claims.
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gpuhealth.clock import ManualClock
+from gpuhealth.kube.client import ObjectList
+from gpuhealth.kube.errors import AlreadyExists, ApiError, Conflict, NotFound, TooManyRequests, Unavailable
+from gpuhealth.kube.resources import Resource
+from responder.migration import COMMITTED, REQUESTED, MigrationSettings, Mode
+from responder.migrator import (
+    EVENT,
+    FAILED_REASON,
+    UNRECOVERABLE_REASON,
+    Migrator,
+    MigratorMetrics,
+    MigratorSettings,
+    lease_name,
+)
+from responder.recorder import QUARANTINES
+from responder.records import (
+    DEVICE_PLUGIN,
+    DRA,
+    Migration,
+    MigrationOutcome,
+    Phase,
+    Quarantine,
+    QuarantineSpec,
+    QuarantineStatus,
+    from_object,
+    to_object,
+)
+
+UUID = "GPU-4a1c"
+NOW = 1_800_000_000.0
+
+
+class FakeClient:
+    """Objects by (plural, namespace, name); evictions answered from a queue of errors."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.evictions: list[tuple[str, bool]] = []
+        self.eviction_errors: list[ApiError] = []
+        self.version = 0
+
+    def _key(self, resource: Resource, name: str, namespace: str | None) -> tuple[str, str, str]:
+        return (resource.plural, namespace or "", name)
+
+    def _stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.version += 1
+        obj["metadata"]["resourceVersion"] = str(self.version)
+        obj["metadata"].setdefault("uid", f"uid-{obj['metadata']['name']}")
+        return copy.deepcopy(obj)
+
+    def add(self, resource: Resource, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        self.objects[self._key(resource, meta["name"], meta.get("namespace"))] = obj
+        self._stamp(obj)
+
+    def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> dict[str, Any]:
+        try:
+            return copy.deepcopy(self.objects[self._key(resource, name, namespace)])
+        except KeyError:
+            raise NotFound(name) from None
+
+    def list(
+        self, resource: Resource, *, namespace: str | None = None, field_selector: str | None = None
+    ) -> ObjectList:
+        items = []
+        for (plural, ns, _), obj in self.objects.items():
+            if plural != resource.plural or (namespace is not None and ns != namespace):
+                continue
+            if field_selector and obj.get("spec", {}).get("nodeName") != field_selector.split("=", 1)[1]:
+                continue
+            items.append(copy.deepcopy(obj))
+        return ObjectList(items, str(self.version))
+
+    def create(
+        self,
+        resource: Resource,
+        obj: dict[str, Any],
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        if subresource == "eviction":
+            self.evictions.append((obj["metadata"]["name"], dry_run))
+            if self.eviction_errors:
+                raise self.eviction_errors.pop(0)
+            if not dry_run:
+                pod = self.objects[("pods", namespace or "", obj["metadata"]["name"])]
+                pod["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z"
+            return {}
+        key = self._key(resource, obj["metadata"]["name"], namespace)
+        if key in self.objects:
+            raise AlreadyExists(key[2])
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["namespace"] = namespace
+        self.objects[key] = obj
+        return self._stamp(obj)
+
+    def update(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        key = self._key(resource, meta["name"], meta.get("namespace"))
+        if (
+            key not in self.objects
+            or self.objects[key]["metadata"]["resourceVersion"] != meta["resourceVersion"]
+        ):
+            raise Conflict(meta["name"])
+        self.objects[key] = copy.deepcopy(obj)
+        return self._stamp(self.objects[key])
+
+    def patch(
+        self, resource: Resource, name: str, patch: dict[str, Any], *, namespace: str | None = None
+    ) -> dict[str, Any]:
+        obj = self.objects.get(self._key(resource, name, namespace))
+        if obj is None:
+            raise NotFound(name)
+        obj["metadata"].setdefault("annotations", {}).update(patch["metadata"]["annotations"])
+        return self._stamp(obj)
+
+    def delete(self, resource: Resource, name: str, **kwargs: Any) -> dict[str, Any]:
+        key = self._key(resource, name, kwargs.get("namespace"))
+        if key not in self.objects:
+            raise NotFound(name)
+        if kwargs.get("resource_version") not in (None, self.objects[key]["metadata"]["resourceVersion"]):
+            raise Conflict(name)
+        del self.objects[key]
+        return {}
+
+    # ----- what the workload and its owner do -------------------------------------------------------
+
+    def commit(self, pod: str, namespace: str = "ml") -> None:
+        meta = self.objects[("pods", namespace, pod)]["metadata"]
+        meta["annotations"][COMMITTED] = meta["annotations"][REQUESTED]
+        self._stamp(self.objects[("pods", namespace, pod)])
+
+    def pod(self, name: str, namespace: str = "ml") -> dict[str, Any]:
+        return self.objects[("pods", namespace, name)]
+
+    def events(self) -> builtins.list[dict[str, Any]]:
+        return [o for (plural, _, _), o in self.objects.items() if plural == EVENT.plural]
+
+
+def pod(
+    name: str,
+    *,
+    device: str | None = UUID,
+    node: str = "gpu-node-1",
+    owner: tuple[str, str] = ("Job", "train"),
+    checkpoint: str | None = "annotation",
+    namespace: str = "ml",
+) -> dict[str, Any]:
+    annotations = {} if checkpoint is None else {"gpuhealth.io/checkpoint": checkpoint}
+    resources = [] if device is None else [{"resourceID": device, "health": "Unhealthy"}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "annotations": annotations,
+            "ownerReferences": [
+                {"kind": owner[0], "name": owner[1], "uid": f"uid-{owner[1]}", "controller": True}
+            ],
+        },
+        "spec": {"nodeName": node},
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "allocatedResourcesStatus": [{"name": "nvidia.com/gpu", "resources": resources}],
+                }
+            ],
+        },
+    }
+
+
+def record(name: str = "gpu-node-1-gpu-4a1c", device: str = UUID, **changes: Any) -> Quarantine:
+    spec = QuarantineSpec(
+        node="gpu-node-1",
+        device=device,
+        path=DEVICE_PLUGIN,
+        reason="Unhealthy",
+        actor="alert/GPUDeviceUnhealthy",
+        expires_at="2027-01-16T08:00:00Z",
+        uuid=device,
+    )
+    status = QuarantineStatus(phase=Phase.QUARANTINED, phase_since="2027-01-15T08:00:00.000000Z")
+    return replace(Quarantine(name=name, spec=spec, status=status, uid=f"uid-{name}"), **changes)
+
+
+@pytest.fixture
+def client() -> FakeClient:
+    return FakeClient()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(NOW)
+
+
+def migrator(
+    client: FakeClient, clock: ManualClock, registry: CollectorRegistry | None = None, **settings: Any
+) -> Migrator:
+    return Migrator(
+        client,
+        MigratorSettings(**settings),
+        clock,
+        metrics=MigratorMetrics(registry or CollectorRegistry()),
+        records=lambda: [from_object(o) for o in client.list(QUARANTINES).items],
+    )
+
+
+def only(r: Quarantine) -> Migration:
+    assert len(r.status.migrations) == 1
+    return r.status.migrations[0]
+
+
+def counted(registry: CollectorRegistry, outcome: str) -> float:
+    return registry.get_sample_value("gpuhealth_migrations_total", {"outcome": outcome}) or 0.0
+
+
+def test_the_checkpoint_flow_moves_the_job_and_releases_the_lease(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    client.add(Resource("", "v1", "pods", True), pod("train-0"))
+    registry = CollectorRegistry()
+    m = migrator(client, clock, registry)
+    r = m.step(record(), clock.now())
+    entry = only(r)
+    assert (entry.namespace, entry.owner, entry.owner_uid) == ("ml", "Job/train", "uid-train")
+    assert (
+        entry.outcome is MigrationOutcome.WAITING and entry.started_at and entry.targets == ("uid-train-0",)
+    )
+    lease = client.get(
+        Resource("coordination.k8s.io", "v1", "leases", True), lease_name("Job/train"), namespace="ml"
+    )
+    assert lease["spec"]["holderIdentity"] == r.name
+    assert lease["metadata"]["ownerReferences"][0]["uid"] == r.uid
+
+    r = m.step(r, clock.now())
+    assert client.pod("train-0")["metadata"]["annotations"][REQUESTED] == only(r).key
+    assert only(r).requested_at and not client.evictions
+    r = m.step(r, clock.now())  # nothing new until the commit
+    assert not client.evictions
+
+    client.commit("train-0")
+    r = m.step(r, clock.now())
+    assert client.evictions == [("train-0", True), ("train-0", False)]
+    assert len(only(r).evictions) == 1
+
+    del client.objects[("pods", "ml", "train-0")]  # the kubelet stops it; the owner makes another elsewhere
+    client.add(Resource("", "v1", "pods", True), pod("train-1", device="GPU-other"))
+    r = m.step(r, clock.now())
+    assert only(r).outcome is MigrationOutcome.SUCCEEDED
+    assert ("leases", "ml", lease_name("Job/train")) not in client.objects
+    r = m.step(r, clock.now())
+    assert counted(registry, "succeeded") == 1.0
+    assert from_object(to_object(r)) == replace(r, resource_version="")
+
+
+def test_work_without_a_checkpoint_is_unrecoverable_and_never_evicted(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    client.add(
+        Resource("", "v1", "pods", True), pod("infer-0", checkpoint=None, owner=("StatefulSet", "infer"))
+    )
+    registry = CollectorRegistry()
+    m = migrator(client, clock, registry)
+    r = m.step(record(), clock.now())
+    r = m.step(r, clock.now())
+    entry = only(r)
+    assert entry.outcome is MigrationOutcome.UNRECOVERABLE and "no checkpoint declared" in entry.detail
+    assert [e.pod for e in entry.evidence] == ["infer-0"]
+    assert '"phase":"Running"' in entry.evidence[0].excerpt and UUID in entry.evidence[0].excerpt
+    events = client.events()
+    assert [(e["reason"], e["type"], e["involvedObject"]["name"]) for e in events] == [
+        (UNRECOVERABLE_REASON, "Warning", "infer-0")
+    ]
+    assert not client.evictions and counted(registry, "unrecoverable") == 1.0
+
+
+def test_a_commit_that_never_comes_is_unrecoverable_after_the_timeout(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    client.add(Resource("", "v1", "pods", True), pod("train-0"))
+    m = migrator(client, clock, migration=MigrationSettings(checkpoint_timeout_seconds=60.0))
+    r = m.step(record(), clock.now())
+    r = m.step(r, clock.now())
+    clock.advance(61)
+    r = m.step(r, clock.now())
+    assert only(r).outcome is MigrationOutcome.UNRECOVERABLE and "no checkpoint committed" in only(r).detail
+    assert not client.evictions
+    assert ("leases", "ml", lease_name("Job/train")) not in client.objects
+
+
+def evicting(client: FakeClient, clock: ManualClock, **settings: Any) -> tuple[Migrator, Quarantine]:
+    client.add(Resource("", "v1", "pods", True), pod("train-0"))
+    m = migrator(client, clock, **settings)
+    r = m.step(record(), clock.now())
+    r = m.step(r, clock.now())
+    client.commit("train-0")
+    return m, r
+
+
+def test_a_budget_that_refuses_is_waited_on_at_least_ten_seconds(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    m, r = evicting(client, clock)
+    client.eviction_errors = [TooManyRequests("budget", retry_after=1.0)]
+    r = m.step(r, clock.now())
+    entry = only(r)
+    assert entry.outcome is MigrationOutcome.WAITING and "429" in entry.detail
+    assert entry.retry_at == "2027-01-15T08:00:10.000000Z"
+    assert client.evictions == [("train-0", True)]
+    clock.advance(9)
+    r = m.step(r, clock.now())
+    assert client.evictions == [("train-0", True)]  # not before the retry time
+    clock.advance(1)
+    r = m.step(r, clock.now())
+    assert client.evictions[1:] == [("train-0", True), ("train-0", False)] and not only(r).retry_at
+
+
+@pytest.mark.parametrize("error", [Unavailable("several budgets", status=500), ApiError("no", status=403)])
+def test_a_refusal_retrying_cannot_mend_fails_the_move_once(
+    client: FakeClient, clock: ManualClock, error: ApiError
+) -> None:
+    registry = CollectorRegistry()
+    m, r = evicting(client, clock)
+    m = migrator(client, clock, registry)
+    client.eviction_errors = [error]
+    r = m.step(r, clock.now())
+    assert only(r).outcome is MigrationOutcome.FAILED
+    assert [e["reason"] for e in client.events()] == [FAILED_REASON]
+    assert ("leases", "ml", lease_name("Job/train")) not in client.objects
+    clock.advance(600)
+    r = m.step(r, clock.now())
+    assert client.evictions == [("train-0", True)] and counted(registry, "failed") == 1.0
+
+
+def test_a_temporary_server_error_is_retried(client: FakeClient, clock: ManualClock) -> None:
+    m, r = evicting(client, clock)
+    client.eviction_errors = [Unavailable("unreachable", status=None), Unavailable("busy", status=503)]
+    r = m.step(r, clock.now())
+    r = m.step(r, clock.now())
+    assert only(r).outcome is MigrationOutcome.WAITING
+    r = m.step(r, clock.now())
+    assert client.evictions[-1] == ("train-0", False)
+
+
+def test_two_devices_of_one_job_are_moved_by_exactly_one_flow(client: FakeClient, clock: ManualClock) -> None:
+    client.add(Resource("", "v1", "pods", True), pod("train-0", device="GPU-a"))
+    client.add(Resource("", "v1", "pods", True), pod("train-1", device="GPU-b"))
+    first, second = record("rec-a", device="GPU-a"), record("rec-b", device="GPU-b")
+    m = migrator(client, clock, node_in_flight=2)
+    a = m.step(first, clock.now())
+    b = m.step(second, clock.now())
+    assert only(a).targets == only(b).targets == ("uid-train-0", "uid-train-1")  # fixed: the whole job
+    assert "another flow (rec-a)" in only(b).detail
+    a = m.step(a, clock.now())
+    b = m.step(b, clock.now())
+    assert "another flow (rec-a)" in only(b).detail
+    key = only(a).key
+    assert {client.pod(p)["metadata"]["annotations"][REQUESTED] for p in ("train-0", "train-1")} == {key}
+
+
+def test_a_lease_of_another_is_taken_only_after_its_duration_on_our_clock(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    client.add(Resource("", "v1", "pods", True), pod("train-0"))
+    lease = {
+        "metadata": {"name": lease_name("Job/train"), "namespace": "ml"},
+        # Its renewTime is long past by our wall clock: never compared with it.
+        "spec": {
+            "holderIdentity": "gone-record",
+            "leaseDurationSeconds": 30,
+            "renewTime": "2020-01-01T00:00:00Z",
+        },
+    }
+    client.add(Resource("coordination.k8s.io", "v1", "leases", True), lease)
+    m = migrator(client, clock)
+    r = m.step(record(), clock.now())
+    assert "another flow (gone-record)" in only(r).detail
+    clock.advance(29)
+    r = m.step(r, clock.now())
+    assert "another flow" in only(r).detail
+    clock.advance(1)
+    r = m.step(r, clock.now())
+    held = client.get(
+        Resource("coordination.k8s.io", "v1", "leases", True), lease_name("Job/train"), namespace="ml"
+    )
+    assert held["spec"]["holderIdentity"] == r.name and held["spec"]["leaseTransitions"] == 1
+
+
+def test_the_node_cap_is_rebuilt_from_the_records(client: FakeClient, clock: ManualClock) -> None:
+    busy = record("rec-busy", device="GPU-z")
+    in_flight = Migration("ml", "Job/other", "uid-other", "k", started_at="2027-01-15T07:59:00.000000Z")
+    client.add(QUARANTINES, to_object(busy.with_migrations([in_flight])))
+    client.add(Resource("", "v1", "pods", True), pod("train-0"))
+    r = migrator(client, clock).step(record(), clock.now())
+    assert "in flight" in only(r).detail and not only(r).started_at
+    assert ("leases", "ml", lease_name("Job/train")) not in client.objects
+
+
+def test_the_namespace_eviction_cap_is_rebuilt_from_the_records(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    evicted = Migration("ml", "Job/old", "uid-old", "k", evictions=("2027-01-15T07:30:00.000000Z",))
+    client.add(QUARANTINES, to_object(record("rec-old", device="GPU-z").with_migrations([evicted])))
+    m, r = evicting(client, clock, namespace_evictions_per_hour=1)
+    r = m.step(r, clock.now())
+    assert "eviction cap" in only(r).detail and not client.evictions
+
+
+def test_restrict_moves_nothing(client: FakeClient, clock: ManualClock) -> None:
+    client.add(Resource("", "v1", "pods", True), pod("train-0"))
+    restricted = record()
+    restricted = replace(restricted, spec=replace(restricted.spec, action="restrict"))
+    assert migrator(client, clock).step(restricted, clock.now()) == restricted
+    assert not client.objects.keys() - {("pods", "ml", "train-0")}
+
+
+def test_immediate_mode_evicts_without_a_checkpoint(client: FakeClient, clock: ManualClock) -> None:
+    client.add(Resource("", "v1", "pods", True), pod("web-0", checkpoint=None, namespace="web"))
+    m = migrator(client, clock, modes={"web": Mode.IMMEDIATE})
+    r = m.step(record(), clock.now())
+    r = m.step(r, clock.now())
+    assert client.evictions == [("web-0", True), ("web-0", False)]
+
+
+def test_replicas_and_a_replica_sets_deployment_are_found(client: FakeClient, clock: ManualClock) -> None:
+    client.add(
+        Resource("apps", "v1", "replicasets", True),
+        {
+            "metadata": {
+                "name": "web-5d9",
+                "namespace": "ml",
+                "ownerReferences": [
+                    {"kind": "Deployment", "name": "web", "uid": "uid-web", "controller": True}
+                ],
+            }
+        },
+    )
+    client.add(
+        Resource("", "v1", "pods", True),
+        pod("web-5d9-a", device=f"{UUID}::3", owner=("ReplicaSet", "web-5d9")),
+    )
+    client.add(Resource("", "v1", "pods", True), pod("other", device=f"{UUID}0::1", owner=("Job", "x")))
+    r = migrator(client, clock).step(record(), clock.now())
+    assert [(m.owner, m.owner_uid) for m in r.status.migrations] == [("Deployment/web", "uid-web")]
+
+
+def test_dra_pods_are_found_through_their_claims(client: FakeClient, clock: ManualClock) -> None:
+    consumer = pod("train-0", device=None)
+    consumer["status"]["resourceClaimStatuses"] = [{"name": "gpus", "resourceClaimName": "train-0-gpus"}]
+    client.add(Resource("", "v1", "pods", True), consumer)
+    client.add(Resource("", "v1", "pods", True), pod("bystander", device=None, owner=("Job", "y")))
+    claim = {
+        "metadata": {"name": "train-0-gpus", "namespace": "ml"},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [{"driver": "gpu.nvidia.com", "pool": "gpu-node-1", "device": "gpu-3"}]
+                }
+            }
+        },
+    }
+    client.add(Resource("resource.k8s.io", "v1", "resourceclaims", True), claim)
+    dra = record(device="gpu.nvidia.com/gpu-node-1/gpu-3")
+    dra = replace(
+        dra,
+        spec=replace(
+            dra.spec, path=DRA, uuid="", driver="gpu.nvidia.com", pool="gpu-node-1", device_name="gpu-3"
+        ),
+    )
+    r = migrator(client, clock).step(dra, clock.now())
+    assert [m.owner for m in r.status.migrations] == ["Job/train"]
+
+
+def test_an_unreadable_cluster_leaves_the_record_as_it_was(client: FakeClient, clock: ManualClock) -> None:
+    def broken(*args: Any, **kwargs: Any) -> ObjectList:
+        raise Unavailable("connection refused", status=None)
+
+    client.list = broken  # type: ignore[method-assign]
+    r = record()
+    assert migrator(client, clock).step(r, clock.now()) == r
+
+
+def test_a_move_that_outlives_the_lease_cap_fails_and_lets_go(client: FakeClient, clock: ManualClock) -> None:
+    settings = MigrationSettings(
+        checkpoint_timeout_seconds=30.0, lease_margin_seconds=5.0, lease_cap_seconds=100.0
+    )
+    registry = CollectorRegistry()
+    m, r = evicting(client, clock, migration=settings)
+    m = migrator(client, clock, registry, migration=settings)
+    client.eviction_errors = [TooManyRequests("budget")] * 20
+    r = m.step(r, clock.now())
+    for _ in range(9):
+        clock.advance(10)
+        r = m.step(r, clock.now())
+    assert only(r).outcome is MigrationOutcome.WAITING
+    clock.advance(10)
+    r = m.step(r, clock.now())
+    assert only(r).outcome is MigrationOutcome.FAILED and "lease cap" in only(r).detail
+    assert [e["reason"] for e in client.events()] == [FAILED_REASON]
+    assert ("leases", "ml", lease_name("Job/train")) not in client.objects
+    assert counted(registry, "failed") == 1.0
