@@ -50,6 +50,10 @@ class CheckRunner(Protocol):
         """What the check of `attempt` came to so far (Absent when it was never created)."""
         ...
 
+    def finish(self, record: Quarantine, kind: str, attempt: int) -> None:
+        """Remove the check of `attempt` once the record has moved on (a no-op if gone)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class CheckSettings:
@@ -100,6 +104,8 @@ class Client(Protocol):
         self, resource: Resource, obj: dict[str, Any], *, namespace: str | None = ...
     ) -> dict[str, Any]: ...
 
+    def delete(self, resource: Resource, name: str, **kwargs: Any) -> dict[str, Any]: ...
+
 
 class JobChecks:
     def __init__(self, client: Client, settings: CheckSettings | None = None) -> None:
@@ -121,6 +127,17 @@ class JobChecks:
         except NotFound:
             return CheckResult.ABSENT
         return job_result(job)
+
+    def finish(self, record: Quarantine, kind: str, attempt: int) -> None:
+        # A finished check's pod still names its claim, and the simulated cluster (unlike the
+        # resourceclaim controller) keeps such a claim allocated: the next check could not get
+        # the device. Deleting the Job (its pods and their claims go with it) frees it either way.
+        name, ns = job_name(record, kind, attempt), self.settings.namespace
+        with contextlib.suppress(NotFound):
+            self._client.delete(JOB, name, namespace=ns, propagation_policy="Background")
+        if record.spec.path == DRA:
+            with contextlib.suppress(NotFound):
+                self._client.delete(CLAIM_TEMPLATE, name, namespace=ns)
 
     # ----- the objects --------------------------------------------------------------------------
 

@@ -2,17 +2,16 @@
 
 Events of a cluster-scoped object live in `default`, as kubectl looks for them
 (`kubectl describe devicequarantine <name>` lists them). Each notice is a new core/v1 Event
-named `<record>.<time in hex>`: kubectl and dashboards read `reason` and `message`; a record's
+named `<record>.<random>` (generateName: two notices in one pass share a
+timestamp): kubectl and dashboards read `reason` and `message`; a record's
 history keeps the durable account, so an Event lost (they expire after an hour) loses nothing.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import Any, Protocol
 
-from gpuhealth.kube.errors import AlreadyExists
 from gpuhealth.kube.resources import Resource
 from responder.intake import rfc3339
 from responder.records import API_VERSION, KIND, Quarantine
@@ -40,7 +39,7 @@ def event(record: Quarantine, reason: str, message: str, *, warning: bool, now: 
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"name": f"{record.name[:236]}.{int(now * 1e6):x}", "namespace": NAMESPACE},
+        "metadata": {"generateName": f"{record.name[:236]}.", "namespace": NAMESPACE},
         "involvedObject": {
             "apiVersion": API_VERSION,
             "kind": KIND,
@@ -65,10 +64,9 @@ class KubeEvents:
 
     def emit(self, record: Quarantine, reason: str, message: str, *, warning: bool, now: float) -> None:
         log.log(logging.WARNING if warning else logging.INFO, "%s: %s: %s", record.name, reason, message)
-        with contextlib.suppress(AlreadyExists):  # the same notice at the same microsecond: told
-            self._client.create(
-                EVENT, event(record, reason, message, warning=warning, now=now), namespace=NAMESPACE
-            )
+        self._client.create(
+            EVENT, event(record, reason, message, warning=warning, now=now), namespace=NAMESPACE
+        )
 
 
 class RecordedEvents:

@@ -422,6 +422,11 @@ class Reconciler:
         ):
             after = self._migrate(after, state.now)
         written = self._write(obj, record, after, fence)
+        if written:
+            # Only once the record says it moved on: a 409 leaves the result to be read again.
+            for kind, checked in (("probe", Phase.PROBING), ("canary", Phase.CANARY)):
+                if phase == checked and after.status.phase != checked:
+                    self._checks.finish(record, kind, record.status.attempt)
         if record.status.phase in (Phase.PENDING, Phase.DEFERRED) and after.status.phase in ENFORCED_PHASES:
             state.counts = replace(state.counts, quarantined=state.counts.quarantined + 1)
         if decided.took_token:

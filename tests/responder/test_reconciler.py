@@ -142,6 +142,7 @@ class FakeChecks:
     def __init__(self) -> None:
         self.results: dict[tuple[str, str, int], CheckResult] = {}
         self.started: list[tuple[str, str, int]] = []
+        self.finished: list[tuple[str, str, int]] = []
 
     def start(self, record: Quarantine, kind: str, attempt: int) -> None:
         key = (record.name, kind, attempt)
@@ -152,8 +153,11 @@ class FakeChecks:
     def result(self, record: Quarantine, kind: str, attempt: int) -> CheckResult:
         return self.results.get((record.name, kind, attempt), CheckResult.ABSENT)
 
-    def finish(self, record: Quarantine, kind: str, result: CheckResult) -> None:
+    def complete(self, record: Quarantine, kind: str, result: CheckResult) -> None:
         self.results[(record.name, kind, record.status.attempt)] = result
+
+    def finish(self, record: Quarantine, kind: str, attempt: int) -> None:
+        self.finished.append((record.name, kind, attempt))
 
 
 class FakeBreakerStore:
@@ -263,14 +267,15 @@ def test_the_release_walk_from_probe_to_released() -> None:
     h.reconciler.reconcile_once()
     assert h.phase(name) == Phase.PROBING
     assert h.checks.started == [(name, "probe", 1)]
-    h.checks.finish(h.client.record(name), "probe", CheckResult.SUCCEEDED)
+    h.checks.complete(h.client.record(name), "probe", CheckResult.SUCCEEDED)
     h.health.set("gpu-node-1", "GPU-4a1c", Health.HEALTHY, h.clock.now())
     h.reconciler.reconcile_once()
     assert h.phase(name) == Phase.CANARY
     assert h.checks.started[-1] == (name, "canary", 1)
-    h.checks.finish(h.client.record(name), "canary", CheckResult.SUCCEEDED)
+    h.checks.complete(h.client.record(name), "canary", CheckResult.SUCCEEDED)
     h.reconciler.reconcile_once()
     assert h.phase(name) == Phase.STABILIZING
+    assert h.checks.finished == [(name, "probe", 1), (name, "canary", 1)]
     h.clock.advance(POLICY.stability_seconds)
     h.reconciler.reconcile_once()
     assert h.phase(name) == Phase.RAMP
@@ -297,7 +302,7 @@ def test_a_failed_probe_extends_the_quarantine_and_writes_the_spec() -> None:
     before = h.client.record(name).spec.expires_at
     h.resolve(name)
     h.reconciler.reconcile_once()
-    h.checks.finish(h.client.record(name), "probe", CheckResult.FAILED)
+    h.checks.complete(h.client.record(name), "probe", CheckResult.FAILED)
     h.reconciler.reconcile_once()
     record = h.client.record(name)
     assert record.status.phase == Phase.QUARANTINED
@@ -357,7 +362,7 @@ def test_a_storm_trips_the_breaker_in_one_pass_and_releases_go_on() -> None:
     h.reconciler.reconcile_once()
     assert h.phase(first) == Phase.PROBING
     storm = [h.add(f"GPU-storm-{i}") for i in range(8)]
-    h.checks.finish(h.client.record(first), "probe", CheckResult.SUCCEEDED)
+    h.checks.complete(h.client.record(first), "probe", CheckResult.SUCCEEDED)
     h.health.set("gpu-node-1", "GPU-first", Health.HEALTHY, h.clock.now())
     h.reconciler.reconcile_once()
     # 100 + 9 devices: capacity max(15 % of 109, 4) = 16; rate max(8 % of 109, 5) = 8 within the window.
