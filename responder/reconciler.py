@@ -493,9 +493,14 @@ class Reconciler:
                     log.warning("circuit breaker tripped (%s): %s", effect.state.trigger, effect.state.detail)
                 state.breaker = effect.state
             elif isinstance(effect, Notify):
-                self._events.emit(
-                    record, effect.reason, effect.message, warning=effect.warning, now=state.now
-                )
+                try:
+                    self._events.emit(
+                        record, effect.reason, effect.message, warning=effect.warning, now=state.now
+                    )
+                except Exception as exc:
+                    # Best effort: the record's history is the durable account; a lost Event
+                    # must not hold the device's phase back.
+                    log.warning("%s: event %s not recorded: %s", record.name, effect.reason, exc)
 
     def _write(
         self, obj: dict[str, Any], before: Quarantine, after: Quarantine, fence: threading.Event

@@ -389,6 +389,18 @@ def test_one_records_exception_or_conflict_never_stops_the_pass() -> None:
     assert {h.phase(n) for n in (broken, conflicted, fine)} == {Phase.QUARANTINED}
 
 
+def test_a_lost_event_does_not_hold_the_phase_back() -> None:
+    h = Harness()
+    name = h.add()
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("events are forbidden")
+
+    h.events.emit = refuse  # type: ignore[method-assign]
+    assert h.reconciler.reconcile_once().outcomes == {name: "written"}
+    assert h.phase(name) == Phase.QUARANTINED
+
+
 def test_a_health_outage_decides_nothing() -> None:
     h = Harness()
     name = h.add()
