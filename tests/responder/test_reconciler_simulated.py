@@ -12,9 +12,11 @@ The health source is a static fake, the reconciler's clock a ManualClock (fast p
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from prometheus_client import CollectorRegistry
 from gpuhealth.clock import ManualClock
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
+from gpuhealth.kube.elector import LeaderElector
 from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import CONFIG_MAP, NAMESPACE, NODE, STATUS, Resource
 from gpuhealth.kube.transport import KubeTransport
@@ -74,6 +77,7 @@ class World:
     clock: ManualClock
     health: StaticHealth
     reconciler: Reconciler
+    kubeconfig: Path
 
     def new_reconciler(self) -> Reconciler:
         rules = discover(self.client)
@@ -151,7 +155,7 @@ def world() -> Iterator[World]:
             for i in range(4):
                 device = f"gpu.nvidia.com/{node}/gpu-{i}" if node == "dra-0" else gpu_uuid(node, i)
                 health.set(node, device, Health.HEALTHY, 0.0)
-        w = World(client, ManualClock(), health, None)  # type: ignore[arg-type]
+        w = World(client, ManualClock(), health, None, cluster.kubeconfig_path)  # type: ignore[arg-type]
         w.reconciler = w.new_reconciler()
         try:
             yield w
@@ -260,3 +264,42 @@ def test_a_restarted_reconciler_resumes_and_doubles_nothing(world: World) -> Non
     assert {n: w.events(n) for n in names} == events
     annotation = w.client.get(NODE, "dp-0")["metadata"]["annotations"]["gpuhealth.io/quarantined-devices"]
     assert sorted(json.loads(annotation)) == sorted(gpu_uuid("dp-0", i) for i in range(2))
+
+
+async def test_the_leader_runs_the_loop_woken_by_the_watch_and_stops_when_it_stops_leading(
+    world: World,
+) -> None:
+    w = world
+    watch_client = KubeClient(KubeTransport(api_client(str(w.kubeconfig))))
+    # Passes come only on a watched change or after an hour: promptness below is the watch's.
+    reconciler = Reconciler(
+        w.client,
+        enforcer=Enforcer(w.client, discover(w.client)),
+        health=w.health,
+        checks=JobChecks(w.client, CheckSettings(namespace=NS)),
+        events=KubeEvents(w.client),
+        breaker_store=BreakerStore(w.client, NS),
+        settings=replace(SETTINGS, max_recheck_seconds=3600),
+        clock=w.clock,
+        registry=CollectorRegistry(),
+        watch_client=watch_client,
+    )
+    elector = LeaderElector(w.client, namespace=NS, name="gpuhealth-responder", identity="replica-a")
+    leading = asyncio.create_task(elector.run(reconciler.run))
+    try:
+        await asyncio.to_thread(wait_until, "leading", lambda: elector.is_leader, timeout=30)
+        name = await asyncio.to_thread(w.add, "dp-0", 3, dra=False)
+
+        def quarantined() -> bool:
+            return w.record(name).status.phase == Phase.QUARANTINED
+
+        await asyncio.to_thread(wait_until, "the record quarantined", quarantined, timeout=30)
+    finally:
+        leading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await leading
+        watch_client.close()
+    assert not elector.is_leader
+    later = await asyncio.to_thread(w.add, "dp-0", 2, dra=False)
+    record = await asyncio.to_thread(w.record, later)
+    assert record.status.phase == Phase.PENDING  # nobody leads: nothing acts
