@@ -29,7 +29,7 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.elector import LeaderElector
 from gpuhealth.kube.errors import NotFound
-from gpuhealth.kube.resources import CONFIG_MAP, NAMESPACE, NODE, STATUS, Resource
+from gpuhealth.kube.resources import CONFIG_MAP, NAMESPACE, NODE, POD, STATUS, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
 from responder.breaker_store import NAME as BREAKER_CONFIG_MAP
@@ -303,3 +303,19 @@ async def test_the_leader_runs_the_loop_woken_by_the_watch_and_stops_when_it_sto
     later = await asyncio.to_thread(w.add, "dp-0", 2, dra=False)
     record = await asyncio.to_thread(w.record, later)
     assert record.status.phase == Phase.PENDING  # nobody leads: nothing acts
+
+
+def test_a_device_plugin_probe_runs_pinned_to_its_device(world: World) -> None:
+    w = world
+    name = w.add("dp-1", 2, dra=False)
+    w.reconciler.reconcile_once()
+    w.resolve(name)
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == Phase.PROBING
+    wait_until("the probe passed", lambda: w.check(name, "probe") == CheckResult.SUCCEEDED, timeout=60)
+    pods = w.client.list(POD, namespace=NS).items
+    assert [p["spec"]["nodeName"] for p in pods] == ["dp-1"]
+    assert pods[0]["metadata"]["annotations"]["gpuhealth.io/probe-device"] == gpu_uuid("dp-1", 2)
+    w.health.set("dp-1", gpu_uuid("dp-1", 2), Health.HEALTHY, w.clock.now())
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == Phase.CANARY
