@@ -13,9 +13,9 @@ through `/api/v1/query`, one instant query per metric per pass, never one per de
 Healthy without a break, in memory. A restart therefore starts every stability window again,
 which errs on the safe side (a release waits longer, never less).
 
-A failing query raises `HealthUnavailable`; the reconciler then skips the pass's decisions
-that need health rather than reading every device as Unknown and failing releases on an
-outage of Prometheus.
+A failing query, or an answer without a single device, raises `HealthUnavailable`; the
+reconciler then skips the whole pass (nothing decided, nothing written) rather than read every
+device as Unknown and fail releases, or admit quarantines past a breaker with nothing to count.
 """
 
 from __future__ import annotations
@@ -131,6 +131,11 @@ class PrometheusHealth:
 
     def snapshot(self, now: float) -> HealthSnapshot:
         states = classify(self._query(UNHEALTHY_RULE), self._query(UNKNOWN_RULE))
+        if not states:
+            # No device at all is a Prometheus without the rules (or without the exporter's
+            # series), not a fleet without GPUs: zero eligible devices would switch the
+            # breaker off, so it counts as an outage.
+            raise HealthUnavailable(f"no series of {UNHEALTHY_RULE} or {UNKNOWN_RULE} at {self._url}")
         # A break (any other state, or no series) forgets the start of the healthy run.
         self._healthy_since = {
             key: self._healthy_since.get(key, now) for key, state in states.items() if state == Health.HEALTHY

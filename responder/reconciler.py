@@ -192,6 +192,9 @@ class ReconcilerMetrics:
         self._series: set[tuple[str, str, str, str]] = set()
         self._created: set[tuple[str, str]] = set()
 
+    def clear(self) -> None:
+        self.publish((), tripped=False)
+
     def publish(self, records: Iterable[tuple[Quarantine, float | None]], tripped: bool) -> None:
         """One series per active record (removed once released or abandoned)."""
         series: set[tuple[str, str, str, str]] = set()
@@ -323,6 +326,9 @@ class Reconciler:
                         await wake.wait()
         finally:
             stop.set()  # the watcher ends with its current watch (or when its client closes)
+            # A replica that no longer leads exposes nothing about the records: the rules take
+            # max() over replicas, and a stale series would keep a released device counted.
+            self.metrics.clear()
 
     async def _pass_fenced(self) -> PassReport:
         fence = threading.Event()
@@ -374,7 +380,9 @@ class Reconciler:
             except Fenced:
                 return PassReport(outcomes, 0.0, skipped="fenced")
             except Conflict:
-                outcome, after, recheck = "conflict", record, 0.0
+                # Someone wrote meanwhile: decide again from what is stored, soon but not in a
+                # tight loop should the conflicts go on.
+                outcome, after, recheck = "conflict", record, 1.0
             except Exception as exc:
                 log.exception("record %s: %s", record.name, exc)
                 outcome, after, recheck = "error", record, None

@@ -121,6 +121,9 @@ async def test_prometheus_is_asked_once_per_rule_and_remembers_healthy_since() -
         answers[UNKNOWN_RULE][("n1", "GPU-a")] = 0
         fourth = await asyncio.to_thread(source.snapshot, 260.0)
         assert fourth.of("n1", "GPU-a").healthy_since == 260.0  # a break starts a new run
+        answers[UNHEALTHY_RULE], answers[UNKNOWN_RULE] = {}, {}
+        with pytest.raises(HealthUnavailable, match="no series"):  # rules not loaded: no breaker input
+            await asyncio.to_thread(source.snapshot, 300.0)
         port = server.port
     with pytest.raises(HealthUnavailable):
         await asyncio.to_thread(PrometheusHealth(f"http://127.0.0.1:{port}", timeout_seconds=2).snapshot, 0.0)

@@ -440,6 +440,9 @@ async def test_the_loop_stops_when_fenced_and_acts_no_more() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    reason = h.client.record(name).spec.reason
+    labels = {"node": "gpu-node-1", "device": "GPU-4a1c", "reason": reason, "phase": "Quarantined"}
+    assert h.sample("gpuhealth_device_quarantined", **labels) is None  # a non-leader exposes none
     passes = h.sample("gpuhealth_responder_reconcile_passes_total")
     later = h.add("GPU-after")
     await asyncio.sleep(0.05)
