@@ -236,6 +236,19 @@ def quarantine_starts(record: Quarantine) -> list[float]:
     return starts
 
 
+def opened_at(record: Quarantine, created: float | None) -> float | None:
+    """When the record's current quarantine was opened: its first history entry after the last
+    release or abandonment (the object is reused for the device's next quarantine, so its
+    creationTimestamp can be weeks older); `created` when the history says nothing."""
+    opened: float | None = None
+    previous_done = True
+    for entry in record.status.history:
+        if previous_done and entry.phase not in DONE_PHASES:
+            opened = parse_rfc3339(entry.time)
+        previous_done = entry.phase in DONE_PHASES
+    return opened if opened is not None else created
+
+
 def automatic(record: Quarantine) -> bool:
     return record.spec.actor.startswith("alert/")
 
@@ -391,7 +404,8 @@ class Reconciler:
             outcomes[record.name] = outcome
             if recheck is not None:
                 rechecks.append(recheck)
-            final.append((after, parse_rfc3339(str(obj.get("metadata", {}).get("creationTimestamp") or ""))))
+            created = parse_rfc3339(str(obj.get("metadata", {}).get("creationTimestamp") or ""))
+            final.append((after, opened_at(after, created)))
         self.metrics.publish(final, state.breaker.tripped)
         self.metrics.passes.inc()
         wait = min([cap, *rechecks])

@@ -460,6 +460,26 @@ def test_a_fenced_pass_stops_before_acting() -> None:
     assert h.phase(name) == Phase.PENDING and h.enforcer.calls == []
 
 
+def test_the_created_time_is_the_current_quarantines_not_the_objects() -> None:
+    h = Harness()
+    name = h.add()
+    h.reconciler.reconcile_once()
+    key = {"node": "gpu-node-1", "device": "GPU-4a1c"}
+    assert h.sample("gpuhealth_quarantine_created_timestamp_seconds", **key) == NOW
+    # Released, then the device fails again weeks later: the same object, a new quarantine.
+    obj = h.client.objects[name]
+    record = h.client.record(name).with_phase(
+        Phase.RELEASED, time=rfc3339(NOW + 100), actor="responder", message="released"
+    )
+    reopened = record.with_phase(
+        Phase.PENDING, time=rfc3339(NOW + 86400 * 20), actor="webhook", message="new"
+    )
+    obj["status"] = to_object(reopened)["status"]
+    h.clock.advance(86400 * 20)
+    h.reconciler.reconcile_once()
+    assert h.sample("gpuhealth_quarantine_created_timestamp_seconds", **key) == NOW + 86400 * 20
+
+
 @given(
     st.lists(
         st.tuples(st.integers(0, 5), st.sampled_from([Phase.PENDING, Phase.QUARANTINED, Phase.RELEASED])),
