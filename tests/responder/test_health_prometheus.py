@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from gpuhealth.testing.loopback import ScrapeJob, run_prometheus, wait_until
-from responder.health import HealthSnapshot, PrometheusHealth
+from responder.health import HealthSnapshot, HealthUnavailable, PrometheusHealth
 from responder.policy import Health
 
 pytestmark = pytest.mark.integration
@@ -86,7 +86,10 @@ def test_health_as_the_rules_decide_it(tmp_path: Path, exporter: int) -> None:
 
         def decided() -> HealthSnapshot | None:
             # Both rules of one evaluation must be in: until then a device may read Unknown.
-            snapshot = source.snapshot(0.0)
+            try:
+                snapshot = source.snapshot(0.0)
+            except HealthUnavailable:
+                return None  # not one evaluation yet
             states = {device: snapshot.of("n1", device).health for device in DEVICES}
             return snapshot if snapshot.eligible == len(DEVICES) and states == expected else None
 
