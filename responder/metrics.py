@@ -79,6 +79,43 @@ WEBHOOK_SECONDS = MetricFamily(
     "Time from a delivery's arrival to its answer, recording included.",
     unit="seconds",
 )
+RELEASE_OUTCOMES = ("released", "abandoned", "dismissed")
+"""Values of `outcome` on `RELEASES`: released (walked Probing..Ramp and the enforcement was
+removed), abandoned (a person removed the enforcement), dismissed (deferred while the breaker was
+open and, re-evaluated after it closed, no longer failing: nothing was ever enforced)."""
+
+RECORD_OUTCOMES = ("unchanged", "written", "conflict", "error")
+"""Values of `outcome` on `RECONCILE_RECORDS`: what one record's turn in a pass came to."""
+
+RELEASES = MetricFamily(
+    "gpuhealth_responder_releases",
+    "counter",
+    "Quarantines that ended, by outcome (released|abandoned|dismissed).",
+    ("outcome",),
+)
+RATE_LIMITED = MetricFamily(
+    "gpuhealth_responder_rate_limited_quarantines",
+    "gauge",
+    "Quarantine records waiting in Pending for a token of the new-quarantine rate limit.",
+)
+DECISION_SECONDS = MetricFamily(
+    "gpuhealth_responder_decision_duration_seconds",
+    "histogram",
+    "Time one record's turn in a reconcile pass took: observe, decide, apply the effects, write.",
+    unit="seconds",
+)
+RECONCILE_PASSES = MetricFamily(
+    "gpuhealth_responder_reconcile_passes",
+    "counter",
+    "Reconcile passes over every quarantine record that the leader completed.",
+)
+RECONCILE_RECORDS = MetricFamily(
+    "gpuhealth_responder_reconcile_records",
+    "counter",
+    "Records handled by reconcile passes, by outcome (unchanged|written|conflict|error).",
+    ("outcome",),
+)
+
 CATALOG = Catalog(
     (
         WEBHOOK_REQUESTS,
@@ -91,6 +128,11 @@ CATALOG = Catalog(
         MIGRATIONS,
         LEADER,
         LEADER_TRANSITIONS,
+        RELEASES,
+        RATE_LIMITED,
+        DECISION_SECONDS,
+        RECONCILE_PASSES,
+        RECONCILE_RECORDS,
     )
 )
 """Every family the responder exposes."""

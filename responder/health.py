@@ -1,0 +1,154 @@
+"""Device health as the reconciler reads it: a `HealthSource`, over Prometheus or static.
+
+An adapter. The reconciler asks once per pass for a `HealthSnapshot` of every device the
+source knows (how many there are is the breaker's `eligible` count) and looks each record's
+device up in it; a device with no series is Unknown, never Healthy.
+
+`PrometheusHealth` reads the device recording rules (`rules/prometheus/gpu-device.yaml`)
+through `/api/v1/query`, one instant query per metric per pass, never one per device:
+- `node_device:gpu_device_reported_unhealthy:bool` == 1: Unhealthy;
+- `node_device:gpu_device_effective_unknown:bool` == 1 (a stale or missing report): Unknown;
+- both 0: Healthy. The set of devices is the union of both series' (node, device).
+`healthy_since` has no recording rule: the source remembers when it first saw each device
+Healthy without a break, in memory. A restart therefore starts every stability window again,
+which errs on the safe side (a release waits longer, never less).
+
+A failing query, or an answer without a single device, raises `HealthUnavailable`; the
+reconciler then skips the whole pass (nothing decided, nothing written) rather than read every
+device as Unknown and fail releases, or admit quarantines past a breaker with nothing to count.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from responder.policy import Health
+
+UNHEALTHY_RULE = "node_device:gpu_device_reported_unhealthy:bool"
+UNKNOWN_RULE = "node_device:gpu_device_effective_unknown:bool"
+
+DeviceKey = tuple[str, str]
+"""(node, device) as the exporter labels them (the record's spec.node and spec.device)."""
+
+
+class HealthUnavailable(RuntimeError):
+    """The source could not say anything this pass (Prometheus down, an unreadable answer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceHealth:
+    health: Health
+    healthy_since: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HealthSnapshot:
+    devices: Mapping[DeviceKey, DeviceHealth] = field(default_factory=dict)
+
+    @property
+    def eligible(self) -> int:
+        """Devices the source knows: what the breaker's fractions are of."""
+        return len(self.devices)
+
+    def of(self, node: str, device: str) -> DeviceHealth:
+        """The device's health; Unknown when the source has no series for it."""
+        return self.devices.get((node, device), DeviceHealth(Health.UNKNOWN))
+
+
+class HealthSource(Protocol):
+    def snapshot(self, now: float) -> HealthSnapshot:
+        """Every known device's health at `now` (blocking: the reconciler calls it in a thread)."""
+        ...
+
+
+class StaticHealth:
+    """A fixed answer that tests change between passes (`set`)."""
+
+    def __init__(self, devices: Mapping[DeviceKey, DeviceHealth] | None = None) -> None:
+        self.devices: dict[DeviceKey, DeviceHealth] = dict(devices or {})
+        self.failing = False
+        """True: `snapshot` raises HealthUnavailable (an outage)."""
+
+    def set(self, node: str, device: str, health: Health, healthy_since: float | None = None) -> None:
+        self.devices[(node, device)] = DeviceHealth(health, healthy_since)
+
+    def snapshot(self, now: float) -> HealthSnapshot:
+        if self.failing:
+            raise HealthUnavailable("static health source set to fail")
+        return HealthSnapshot(dict(self.devices))
+
+
+def classify(
+    unhealthy: Mapping[DeviceKey, float], unknown: Mapping[DeviceKey, float]
+) -> dict[DeviceKey, Health]:
+    """Each device's health from the two rules' values (pure)."""
+    out: dict[DeviceKey, Health] = {}
+    for key in {*unhealthy, *unknown}:
+        if unhealthy.get(key, 0.0) >= 1.0:
+            out[key] = Health.UNHEALTHY
+        elif unknown.get(key, 1.0) >= 1.0:
+            # No unknown series for a device the unhealthy rule lists means the rule saw no
+            # report at all: no evidence of health.
+            out[key] = Health.UNKNOWN
+        else:
+            out[key] = Health.HEALTHY
+    return out
+
+
+def parse_vector(body: Any, query: str) -> dict[DeviceKey, float]:
+    """(node, device) -> value from an instant-vector answer of `/api/v1/query` (pure)."""
+    if not isinstance(body, dict) or body.get("status") != "success":
+        error = body.get("error") if isinstance(body, dict) else None
+        raise HealthUnavailable(f"query {query}: {error or 'not a success answer'}")
+    data = body.get("data") or {}
+    if data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
+        raise HealthUnavailable(f"query {query}: expected an instant vector")
+    out: dict[DeviceKey, float] = {}
+    for sample in data["result"]:
+        labels = sample.get("metric") or {}
+        node, device = labels.get("node"), labels.get("device")
+        try:
+            value = float(sample["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue  # one unreadable sample drops that device, never the pass
+        if isinstance(node, str) and isinstance(device, str):
+            out[(node, device)] = value
+    return out
+
+
+class PrometheusHealth:
+    """Device health from Prometheus' HTTP API (urllib, blocking: call it in a thread)."""
+
+    def __init__(self, url: str, *, timeout_seconds: float = 10.0) -> None:
+        self._url = url.rstrip("/")
+        self._timeout = timeout_seconds
+        self._healthy_since: dict[DeviceKey, float] = {}
+
+    def snapshot(self, now: float) -> HealthSnapshot:
+        states = classify(self._query(UNHEALTHY_RULE), self._query(UNKNOWN_RULE))
+        if not states:
+            # No device at all is a Prometheus without the rules (or without the exporter's
+            # series), not a fleet without GPUs: zero eligible devices would switch the
+            # breaker off, so it counts as an outage.
+            raise HealthUnavailable(f"no series of {UNHEALTHY_RULE} or {UNKNOWN_RULE} at {self._url}")
+        # A break (any other state, or no series) forgets the start of the healthy run.
+        self._healthy_since = {
+            key: self._healthy_since.get(key, now) for key, state in states.items() if state == Health.HEALTHY
+        }
+        return HealthSnapshot(
+            {key: DeviceHealth(state, self._healthy_since.get(key)) for key, state in states.items()}
+        )
+
+    def _query(self, query: str) -> dict[DeviceKey, float]:
+        address = f"{self._url}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
+        try:
+            with urllib.request.urlopen(address, timeout=self._timeout) as response:
+                body = json.loads(response.read())
+        except (OSError, ValueError) as exc:
+            raise HealthUnavailable(f"query {query} at {self._url}: {exc}") from exc
+        return parse_vector(body, query)

@@ -1,0 +1,541 @@
+"""The reconciler: the level-triggered loop that drives every DeviceQuarantine through its phases.
+
+An executor. Every decision is `responder.policy.step`'s; this observes, applies the effects
+and writes the records, one pass over all of them at a time:
+
+1. Observe: list every record (a fresh list each pass, see below); the breaker's state (its
+   ConfigMap, so a person's reset is seen at the next pass); every device's health from the
+   `HealthSource` (one snapshot per pass); per record, what it needs: whether gpuhealth's
+   enforcement is present, the node's opt-out label (Pending only), the probe or canary Job
+   of the current attempt (Probing, Canary only).
+2. Rebuild the guardrails from the records, never from memory: the breaker's counts
+   (eligible = devices the health source knows; automatic quarantine starts from the records'
+   history; devices under enforcement now) and the new-quarantine bucket (`Bucket.replay` of
+   automatic quarantines' enforcement times). A restarted or new leader therefore hands out
+   no second burst and trips no later than the one before it.
+3. Per record, oldest first (the rate limit serves waiting records in their order): `step`,
+   apply its effects (enforcement, checks, the breaker's state with an audit entry, Events),
+   then write the record: spec through the resource if it changed, status through the status
+   subresource, both conditional on the resourceVersion read (409: the next pass decides
+   again from what is stored; effects are idempotent). When a step took a token, the bucket
+   and the counts change within the pass, so a storm in one pass trips the breaker.
+   Any exception of one record is that record's outcome (logged, counted) and never stops
+   the pass.
+4. Sleep until the smallest `recheck_seconds` (capped), or until a watched record changes.
+
+Why a fresh list per pass plus a watch that only wakes the loop, rather than a cache kept
+by the watch: every pass needs every record anyway (counts, bucket), and the conditional
+writes need the resourceVersion of the latest object. A cache lags the pass's own writes, so
+the next pass would decide on stale objects and get 409s; one list per pass (a few hundred
+records, paged) costs less than those retries and cannot be stale.
+
+Leadership: `run(term)` is what the responder runs inside `LeaderElector.run`. A pass runs in
+a worker thread; when the term is fenced (the task cancelled), the pass is told to stop
+before its next record or write, and the task returns only after the thread has finished, so
+nothing acts for a leader that has stopped leading (at most the one request in flight lands).
+
+The migration hook: `migrate(record, now) -> Quarantine` (`responder.migrator`) is called for
+`quarantine` records (never `restrict`) that stay Quarantined with their enforcement present,
+never while the breaker is tripped (it holds back migrations as well); its record is written
+like the policy's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry
+
+from gpuhealth import instruments
+from gpuhealth.clock import Clock, SystemClock
+from gpuhealth.kube.client import KubeClient, ObjectList
+from gpuhealth.kube.elector import Term
+from gpuhealth.kube.errors import Conflict, NotFound
+from gpuhealth.kube.meta import parse_rfc3339
+from gpuhealth.kube.reflector import Events, Listed, Message, Reflector
+from gpuhealth.kube.resources import NODE, STATUS, Resource
+from responder import breaker, metrics
+from responder.breaker import BreakerState, Counts
+from responder.breaker_store import AuditEntry, Stored
+from responder.checks import CheckRunner
+from responder.events import EventSink
+from responder.health import HealthSnapshot, HealthSource
+from responder.intake import rfc3339
+from responder.limits import Bucket, BucketSettings
+from responder.policy import (
+    ACTOR,
+    CheckResult,
+    Context,
+    DeviceView,
+    Enforce,
+    Notify,
+    PolicySettings,
+    SaveBreaker,
+    StartCheck,
+    Step,
+    Unenforce,
+)
+from responder.policy import step as policy_step
+from responder.recorder import QUARANTINES
+from responder.records import Phase, Quarantine, RecordError, from_object, to_object
+
+log = logging.getLogger(__name__)
+
+OPT_OUT_LABEL = "gpuhealth.io/remediation"
+OPT_OUT_VALUE = "disabled"
+ENFORCED_PHASES = frozenset({Phase.QUARANTINED, Phase.PROBING, Phase.CANARY, Phase.STABILIZING, Phase.RAMP})
+"""Phases in which gpuhealth's enforcement is in place: what the breaker's capacity counts
+(Pending and Deferred records are recorded only; counting them would let the record being
+admitted count against itself)."""
+DONE_PHASES = frozenset({Phase.RELEASED, Phase.ABANDONED})
+
+Migrate = Callable[[Quarantine, float], Quarantine]
+
+
+class Enforcement(Protocol):
+    def present(self, record: Quarantine) -> bool: ...
+
+    def enforce(self, record: Quarantine, effect: Enforce) -> None: ...
+
+    def unenforce(self, record: Quarantine) -> None: ...
+
+
+class BreakerStorage(Protocol):
+    def read(self) -> Stored: ...
+
+    def write(self, state: BreakerState, entry: AuditEntry) -> Stored: ...
+
+
+class Client(Protocol):
+    def list(self, resource: Resource, *, page_size: int = ...) -> ObjectList: ...
+
+    def get(self, resource: Resource, name: str) -> dict[str, Any]: ...
+
+    def update(
+        self, resource: Resource, obj: dict[str, Any], *, subresource: str | None = ...
+    ) -> dict[str, Any]: ...
+
+
+def _default_bucket() -> BucketSettings:
+    return BucketSettings(burst=20, per_hour=120.0)
+
+
+@dataclass(frozen=True, slots=True)
+class WatchBackoff:
+    initial_seconds: float = 1.0
+    """First pause after a failed watch of the records."""
+    max_seconds: float = 30.0
+    """Longest pause: the passes go on meanwhile, the watch only wakes them sooner."""
+    factor: float = 2.0
+    jitter: float = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcilerSettings:
+    policy: PolicySettings = field(default_factory=PolicySettings)
+    bucket: BucketSettings = field(default_factory=_default_bucket)
+    """New automatic quarantines: 20 at once, 120 an hour sustained. Below the breaker's rate
+    trigger on a large fleet, so a slow trickle of real failures is served while a burst waits
+    (Pending, RateLimited) for a person or the breaker to judge it."""
+    max_recheck_seconds: float = 30.0
+    """Longest sleep between passes: bounds how late an unwatched change (health, a Job's
+    status, a node's label) is acted on."""
+    page_size: int = 500
+    """Records per list page."""
+    watch_timeout_seconds: int = 60
+    """Server-side length of one watch of the records (the reflector resumes at once)."""
+    watch_backoff: WatchBackoff = field(default_factory=WatchBackoff)
+
+
+@dataclass(frozen=True, slots=True)
+class PassReport:
+    """What one pass came to: each record's outcome and when the next pass is due."""
+
+    outcomes: dict[str, str]
+    next_seconds: float
+    skipped: str = ""
+    """Why the pass decided nothing (health unavailable, fenced); empty when it ran."""
+
+
+class Fenced(Exception):
+    """The term ended during the pass: stop before acting again."""
+
+
+@dataclass(slots=True)
+class _PassState:
+    now: float
+    breaker: BreakerState
+    counts: Counts
+    bucket: Bucket
+    nodes: dict[str, bool] = field(default_factory=dict)
+    """Node name -> opted out, read once per pass."""
+
+
+class ReconcilerMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.quarantined = instruments.gauge(metrics.DEVICE_QUARANTINED, registry)
+        self.created = instruments.gauge(metrics.QUARANTINE_CREATED, registry)
+        self.breaker_tripped = instruments.gauge(metrics.BREAKER_TRIPPED, registry)
+        self.releases = instruments.counter(metrics.RELEASES, registry)
+        self.rate_limited = instruments.gauge(metrics.RATE_LIMITED, registry)
+        self.decision = instruments.histogram(metrics.DECISION_SECONDS, registry)
+        self.passes = instruments.counter(metrics.RECONCILE_PASSES, registry)
+        self.records = instruments.counter(metrics.RECONCILE_RECORDS, registry)
+        self._series: set[tuple[str, str, str, str]] = set()
+        self._created: set[tuple[str, str]] = set()
+
+    def clear(self) -> None:
+        self.publish((), tripped=False)
+
+    def publish(self, records: Iterable[tuple[Quarantine, float | None]], tripped: bool) -> None:
+        """One series per active record (removed once released or abandoned)."""
+        series: set[tuple[str, str, str, str]] = set()
+        created: dict[tuple[str, str], float] = {}
+        waiting = 0
+        for record, created_at in records:
+            if record.status.phase in DONE_PHASES:
+                continue
+            spec = record.spec
+            series.add((spec.node, spec.device, spec.reason, record.status.phase.value))
+            if created_at is not None:
+                created[(spec.node, spec.device)] = created_at
+            if record.status.phase == Phase.PENDING and record.status.phase_reason == "RateLimited":
+                waiting += 1
+        for gone in self._series - series:
+            self.quarantined.remove(*gone)
+        for labels in series:
+            self.quarantined.labels(*labels).set(1)
+        for gone_device in self._created - set(created):
+            self.created.remove(*gone_device)
+        for device, at in created.items():
+            self.created.labels(*device).set(at)
+        self._series, self._created = series, set(created)
+        self.rate_limited.set(waiting)
+        self.breaker_tripped.set(1 if tripped else 0)
+
+
+def quarantine_starts(record: Quarantine) -> list[float]:
+    """When the record's quarantines were enforced: each entry into Quarantined from Pending or
+    Deferred (a failed release returning to Quarantined is the same quarantine)."""
+    starts: list[float] = []
+    previous: Phase | None = None
+    for entry in record.status.history:
+        if entry.phase == Phase.QUARANTINED and previous in (None, Phase.PENDING, Phase.DEFERRED):
+            at = parse_rfc3339(entry.time)
+            if at is not None:
+                starts.append(at)
+        previous = entry.phase
+    return starts
+
+
+def opened_at(record: Quarantine, created: float | None) -> float | None:
+    """When the record's current quarantine was opened: its first history entry after the last
+    release or abandonment (the object is reused for the device's next quarantine, so its
+    creationTimestamp can be weeks older); `created` when the history says nothing."""
+    opened: float | None = None
+    previous_done = True
+    for entry in record.status.history:
+        if previous_done and entry.phase not in DONE_PHASES:
+            opened = parse_rfc3339(entry.time)
+        previous_done = entry.phase in DONE_PHASES
+    return opened if opened is not None else created
+
+
+def automatic(record: Quarantine) -> bool:
+    return record.spec.actor.startswith("alert/")
+
+
+def guardrails(
+    records: Sequence[Quarantine],
+    eligible: int,
+    state: BreakerState,
+    *,
+    now: float,
+    settings: ReconcilerSettings,
+) -> tuple[Counts, Bucket]:
+    """The breaker's counts and the new-quarantine bucket, rebuilt from the records (pure)."""
+    starts = [
+        (f"{r.spec.node}\x00{r.spec.device}", at)
+        for r in records
+        if automatic(r)
+        for at in quarantine_starts(r)
+    ]
+    active = [f"{r.spec.node}\x00{r.spec.device}" for r in records if r.status.phase in ENFORCED_PHASES]
+    counts = breaker.count(eligible, starts, active, now=now, settings=settings.policy.breaker)
+    bucket = Bucket.replay(settings.bucket, (at for _, at in starts), now)
+    return counts, bucket
+
+
+class Reconciler:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        enforcer: Enforcement,
+        health: HealthSource,
+        checks: CheckRunner,
+        events: EventSink,
+        breaker_store: BreakerStorage,
+        settings: ReconcilerSettings | None = None,
+        clock: Clock | None = None,
+        registry: CollectorRegistry | None = None,
+        migrate: Migrate | None = None,
+        watch_client: KubeClient | None = None,
+    ) -> None:
+        """`watch_client`: a client for the records' watch that wakes the loop (None: passes
+        come only every recheck); give it its own client, closed by the caller at shutdown."""
+        self._client = client
+        self._enforcer = enforcer
+        self._health = health
+        self._checks = checks
+        self._events = events
+        self._store = breaker_store
+        self.settings = settings or ReconcilerSettings()
+        self._clock = clock or SystemClock()
+        self.metrics = ReconcilerMetrics(registry if registry is not None else CollectorRegistry())
+        self._migrate = migrate
+        self._watch_client = watch_client
+
+    # ----- the loop -----------------------------------------------------------------------------
+
+    async def run(self, term: Term | None = None) -> None:
+        """Pass after pass until cancelled (the term fenced); acts only inside a pass."""
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+        stop = threading.Event()
+
+        def emit(message: Message) -> None:
+            if isinstance(message, Listed | Events):
+                loop.call_soon_threadsafe(wake.set)
+
+        watcher: threading.Thread | None = None
+        if self._watch_client is not None:
+            reflector = Reflector(
+                self._watch_client,
+                "quarantines",
+                QUARANTINES,
+                emit=emit,
+                stop=stop,
+                page_size=self.settings.page_size,
+                watch_timeout_seconds=self.settings.watch_timeout_seconds,
+                backoff=self.settings.watch_backoff,
+            )
+            watcher = threading.Thread(target=reflector.run, name="quarantine-watch", daemon=True)
+            watcher.start()
+        try:
+            while term is None or not term.ending:
+                wake.clear()
+                report = await self._pass_fenced()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(report.next_seconds):
+                        await wake.wait()
+        finally:
+            stop.set()  # the watcher ends with its current watch (or when its client closes)
+            # A replica that no longer leads exposes nothing about the records: the rules take
+            # max() over replicas, and a stale series would keep a released device counted.
+            self.metrics.clear()
+
+    async def _pass_fenced(self) -> PassReport:
+        fence = threading.Event()
+        future = asyncio.get_running_loop().run_in_executor(None, self.reconcile_once, fence)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            fence.set()
+            # Return only once the thread is done: nothing may act after the term has ended.
+            await asyncio.wait([future])
+            raise
+
+    # ----- one pass -----------------------------------------------------------------------------
+
+    def reconcile_once(self, fence: threading.Event | None = None) -> PassReport:
+        """One pass over every record (blocking; `run` calls it in a thread)."""
+        fence = fence or threading.Event()
+        cap = self.settings.max_recheck_seconds
+        now = self._clock.now()
+        try:
+            listed = self._client.list(QUARANTINES, page_size=self.settings.page_size)
+            stored = self._store.read()
+            snapshot = self._health.snapshot(now)
+        except Exception as exc:  # an outage decides nothing: the next pass tries again
+            log.warning("reconcile pass skipped: %s", exc)
+            return PassReport({}, cap, skipped=str(exc))
+        entries: list[tuple[dict[str, Any], Quarantine]] = []
+        outcomes: dict[str, str] = {}
+        for obj in listed.items:
+            try:
+                entries.append((obj, from_object(obj)))
+            except RecordError as exc:
+                name = str((obj.get("metadata") or {}).get("name") or "?")
+                log.error("record %s is unreadable, left alone: %s", name, exc)
+                outcomes[name] = "error"
+                self.metrics.records.labels("error").inc()
+        entries.sort(key=lambda e: (str(e[0].get("metadata", {}).get("creationTimestamp") or ""), e[1].name))
+        records = [record for _, record in entries]
+        counts, bucket = guardrails(records, snapshot.eligible, stored.state, now=now, settings=self.settings)
+        state = _PassState(now=now, breaker=stored.state, counts=counts, bucket=bucket)
+        rechecks: list[float] = []
+        final: list[tuple[Quarantine, float | None]] = []
+        for obj, record in entries:
+            if fence.is_set():
+                return PassReport(outcomes, 0.0, skipped="fenced")
+            started = time.perf_counter()
+            try:
+                outcome, after, recheck = self._one(obj, record, snapshot, state, fence)
+            except Fenced:
+                return PassReport(outcomes, 0.0, skipped="fenced")
+            except Conflict:
+                # Someone wrote meanwhile: decide again from what is stored, soon but not in a
+                # tight loop should the conflicts go on.
+                outcome, after, recheck = "conflict", record, 1.0
+            except Exception as exc:
+                log.exception("record %s: %s", record.name, exc)
+                outcome, after, recheck = "error", record, None
+            self.metrics.decision.observe(time.perf_counter() - started)
+            self.metrics.records.labels(outcome).inc()
+            outcomes[record.name] = outcome
+            if recheck is not None:
+                rechecks.append(recheck)
+            created = parse_rfc3339(str(obj.get("metadata", {}).get("creationTimestamp") or ""))
+            final.append((after, opened_at(after, created)))
+        self.metrics.publish(final, state.breaker.tripped)
+        self.metrics.passes.inc()
+        wait = min([cap, *rechecks])
+        return PassReport(outcomes, max(0.0, wait) if math.isfinite(wait) else cap)
+
+    def _one(
+        self,
+        obj: dict[str, Any],
+        record: Quarantine,
+        snapshot: HealthSnapshot,
+        state: _PassState,
+        fence: threading.Event,
+    ) -> tuple[str, Quarantine, float | None]:
+        """(outcome, the record as it now stands, recheck seconds) for one record."""
+        phase = record.status.phase
+        if phase in DONE_PHASES:
+            return "unchanged", record, None
+        view = self._observe(record, snapshot, state)
+        ctx = Context(
+            now=state.now,
+            settings=self.settings.policy,
+            breaker=state.breaker,
+            counts=state.counts,
+            bucket=state.bucket,
+        )
+        decided = policy_step(record, view, ctx)
+        self._apply(record, decided, state, fence)
+        after = decided.record
+        if (
+            self._migrate is not None
+            and not state.breaker.tripped
+            and after.spec.action == "quarantine"
+            and phase == Phase.QUARANTINED
+            and after.status.phase == Phase.QUARANTINED
+            and view.enforcement_present
+        ):
+            after = self._migrate(after, state.now)
+        written = self._write(obj, record, after, fence)
+        if written:
+            # Only once the record says it moved on: a 409 leaves the result to be read again.
+            for kind, checked in (("probe", Phase.PROBING), ("canary", Phase.CANARY)):
+                if phase == checked and after.status.phase != checked:
+                    self._checks.finish(record, kind, record.status.attempt)
+        if record.status.phase in (Phase.PENDING, Phase.DEFERRED) and after.status.phase in ENFORCED_PHASES:
+            state.counts = replace(state.counts, quarantined=state.counts.quarantined + 1)
+        if decided.took_token:
+            _, state.bucket = state.bucket.take(state.now)
+            state.counts = replace(state.counts, started_in_window=state.counts.started_in_window + 1)
+        if phase != after.status.phase and after.status.phase in DONE_PHASES:
+            outcome = "abandoned" if after.status.phase == Phase.ABANDONED else "released"
+            if phase == Phase.DEFERRED:
+                outcome = "dismissed"
+            self.metrics.releases.labels(outcome).inc()
+        return ("written" if written else "unchanged"), after, decided.recheck_seconds
+
+    def _observe(self, record: Quarantine, snapshot: HealthSnapshot, state: _PassState) -> DeviceView:
+        phase = record.status.phase
+        device = snapshot.of(record.spec.node, record.spec.device)
+        attempt = record.status.attempt
+        return DeviceView(
+            health=device.health,
+            healthy_since=device.healthy_since,
+            enforcement_present=(
+                phase not in (Phase.PENDING, Phase.DEFERRED) and self._enforcer.present(record)
+            ),
+            node_opted_out=phase == Phase.PENDING and self._opted_out(record.spec.node, state),
+            probe=(
+                self._checks.result(record, "probe", attempt)
+                if phase == Phase.PROBING
+                else CheckResult.ABSENT
+            ),
+            canary=(
+                self._checks.result(record, "canary", attempt)
+                if phase == Phase.CANARY
+                else CheckResult.ABSENT
+            ),
+        )
+
+    def _opted_out(self, node: str, state: _PassState) -> bool:
+        if node not in state.nodes:
+            try:
+                labels = (self._client.get(NODE, node).get("metadata") or {}).get("labels") or {}
+            except NotFound:
+                labels = {}
+            state.nodes[node] = labels.get(OPT_OUT_LABEL) == OPT_OUT_VALUE
+        return state.nodes[node]
+
+    def _apply(self, record: Quarantine, decided: Step, state: _PassState, fence: threading.Event) -> None:
+        for effect in decided.effects:
+            if fence.is_set():
+                raise Fenced
+            if isinstance(effect, Enforce):
+                self._enforcer.enforce(record, effect)
+            elif isinstance(effect, Unenforce):
+                self._enforcer.unenforce(record)
+            elif isinstance(effect, StartCheck):
+                self._checks.start(record, effect.kind, effect.attempt)
+            elif isinstance(effect, SaveBreaker):
+                if effect.state.tripped and not state.breaker.tripped:
+                    entry = AuditEntry(
+                        time=rfc3339(state.now),
+                        action="trip",
+                        actor=ACTOR,
+                        reason=f"{effect.state.trigger}: {effect.state.detail}",
+                    )
+                    self._store.write(effect.state, entry)
+                    log.warning("circuit breaker tripped (%s): %s", effect.state.trigger, effect.state.detail)
+                state.breaker = effect.state
+            elif isinstance(effect, Notify):
+                try:
+                    self._events.emit(
+                        record, effect.reason, effect.message, warning=effect.warning, now=state.now
+                    )
+                except Exception as exc:
+                    # Best effort: the record's history is the durable account; a lost Event
+                    # must not hold the device's phase back.
+                    log.warning("%s: event %s not recorded: %s", record.name, effect.reason, exc)
+
+    def _write(
+        self, obj: dict[str, Any], before: Quarantine, after: Quarantine, fence: threading.Event
+    ) -> bool:
+        """Write what changed, conditionally; False when nothing did. Conflict propagates."""
+        if after.spec == before.spec and after.status == before.status:
+            return False
+        if fence.is_set():
+            raise Fenced
+        wanted = to_object(after)
+        current = obj
+        if after.spec != before.spec:
+            current = self._client.update(QUARANTINES, {**current, "spec": wanted["spec"]})
+        if after.status != before.status:
+            self._client.update(QUARANTINES, {**current, "status": wanted["status"]}, subresource=STATUS)
+        return True

@@ -1,0 +1,129 @@
+"""Device health for the reconciler (responder.health).
+
+Aspects: the two recording rules decide Unhealthy > Unknown > Healthy, a device the rules list
+with no unknown series is Unknown, a device with no series at all is Unknown (property over
+random answers); an unreadable sample drops that device only; an error answer or an
+unreachable Prometheus is `HealthUnavailable`; `PrometheusHealth` asks once per rule per pass
+(never per device) and remembers since when a device is Healthy, forgetting it on a break.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from hypothesis import given
+from hypothesis import strategies as st
+
+from responder.health import (
+    UNHEALTHY_RULE,
+    UNKNOWN_RULE,
+    HealthSnapshot,
+    HealthUnavailable,
+    PrometheusHealth,
+    StaticHealth,
+    classify,
+    parse_vector,
+)
+from responder.policy import Health
+
+
+def vector(values: dict[tuple[str, str], Any]) -> dict[str, Any]:
+    return {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [
+                {"metric": {"node": n, "device": d}, "value": [1_800_000_000, str(v)]}
+                for (n, d), v in values.items()
+            ],
+        },
+    }
+
+
+keys = st.tuples(st.sampled_from(["n1", "n2"]), st.sampled_from(["GPU-a", "GPU-b", "GPU-c"]))
+
+
+@given(st.dictionaries(keys, st.sampled_from([0.0, 1.0])), st.dictionaries(keys, st.sampled_from([0.0, 1.0])))
+def test_unhealthy_beats_unknown_beats_healthy(
+    unhealthy: dict[tuple[str, str], float], unknown: dict[tuple[str, str], float]
+) -> None:
+    states = classify(unhealthy, unknown)
+    assert set(states) == {*unhealthy, *unknown}
+    for key, state in states.items():
+        if unhealthy.get(key) == 1.0:
+            assert state == Health.UNHEALTHY
+        elif unknown.get(key, 1.0) == 1.0:
+            assert state == Health.UNKNOWN
+        else:
+            assert state == Health.HEALTHY
+    assert HealthSnapshot({}).of("n9", "GPU-z").health == Health.UNKNOWN
+
+
+def test_an_unreadable_sample_drops_that_device_only() -> None:
+    body = vector({("n1", "GPU-a"): 1})
+    body["data"]["result"].append({"metric": {"node": "n1", "device": "GPU-b"}, "value": [0, "x"]})
+    body["data"]["result"].append({"metric": {"node": "n1"}, "value": [0, "1"]})
+    assert parse_vector(body, "q") == {("n1", "GPU-a"): 1.0}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"status": "error", "errorType": "bad_data", "error": "parse error"},
+        {"status": "success", "data": {"resultType": "matrix", "result": []}},
+        [],
+    ],
+)
+def test_an_error_answer_is_unavailable(body: Any) -> None:
+    with pytest.raises(HealthUnavailable):
+        parse_vector(body, "q")
+
+
+def test_the_static_source_can_fail() -> None:
+    source = StaticHealth()
+    source.set("n1", "GPU-a", Health.HEALTHY, 5.0)
+    assert source.snapshot(10.0).eligible == 1
+    source.failing = True
+    with pytest.raises(HealthUnavailable):
+        source.snapshot(10.0)
+
+
+async def test_prometheus_is_asked_once_per_rule_and_remembers_healthy_since() -> None:
+    answers = {
+        UNHEALTHY_RULE: {("n1", "GPU-a"): 0, ("n1", "GPU-b"): 1, ("n1", "GPU-c"): 0},
+        UNKNOWN_RULE: {("n1", "GPU-a"): 0, ("n1", "GPU-b"): 0, ("n1", "GPU-c"): 1},
+    }
+    asked: list[str] = []
+
+    async def query(request: web.Request) -> web.Response:
+        asked.append(request.query["query"])
+        return web.json_response(vector(answers[request.query["query"]]))
+
+    app = web.Application()
+    app.router.add_get("/api/v1/query", query)
+    async with TestServer(app) as server:
+        source = PrometheusHealth(str(server.make_url("/")))
+        first = await asyncio.to_thread(source.snapshot, 100.0)
+        assert asked == [UNHEALTHY_RULE, UNKNOWN_RULE]
+        assert first.eligible == 3
+        assert first.of("n1", "GPU-a").health == Health.HEALTHY
+        assert first.of("n1", "GPU-a").healthy_since == 100.0
+        assert first.of("n1", "GPU-b").health == Health.UNHEALTHY
+        assert first.of("n1", "GPU-c").health == Health.UNKNOWN
+        second = await asyncio.to_thread(source.snapshot, 160.0)
+        assert second.of("n1", "GPU-a").healthy_since == 100.0  # still the same healthy run
+        answers[UNKNOWN_RULE][("n1", "GPU-a")] = 1
+        await asyncio.to_thread(source.snapshot, 200.0)
+        answers[UNKNOWN_RULE][("n1", "GPU-a")] = 0
+        fourth = await asyncio.to_thread(source.snapshot, 260.0)
+        assert fourth.of("n1", "GPU-a").healthy_since == 260.0  # a break starts a new run
+        answers[UNHEALTHY_RULE], answers[UNKNOWN_RULE] = {}, {}
+        with pytest.raises(HealthUnavailable, match="no series"):  # rules not loaded: no breaker input
+            await asyncio.to_thread(source.snapshot, 300.0)
+        port = server.port
+    with pytest.raises(HealthUnavailable):
+        await asyncio.to_thread(PrometheusHealth(f"http://127.0.0.1:{port}", timeout_seconds=2).snapshot, 0.0)

@@ -1,0 +1,511 @@
+"""One reconcile pass with fakes (responder.reconciler), no I/O.
+
+Aspects: a Pending record is enforced, written (status through the status subresource), told
+as an Event and exposed as one series; the whole release walk (probe and canary Jobs of the
+attempt, stability, ramp with the canary taint, release removing the enforcement and the
+series); enforcement removed by a person is abandoned with a warning Event; an opted-out node
+waits with reason NodeOptedOut; the rate limit keeps records Pending (RateLimited) and is
+rebuilt from the records by a new reconciler (no second burst, nothing enforced twice); a storm
+trips the breaker within one pass (audit entry, gauge) while a release goes on; one record's
+exception or 409 never stops the pass; a health outage decides nothing; the migrate hook sees
+only enforced `quarantine` records; the loop stops when its term is fenced; the guardrails
+rebuilt from the records never count a device twice (property).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import threading
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+from gpuhealth.clock import ManualClock
+from gpuhealth.kube.client import ObjectList
+from gpuhealth.kube.errors import Conflict, NotFound
+from gpuhealth.kube.resources import NODE, STATUS, Resource
+from responder.breaker import BreakerSettings, BreakerState
+from responder.breaker_store import AuditEntry, Stored
+from responder.events import RecordedEvents
+from responder.health import StaticHealth
+from responder.intake import IntakeSettings, Write, decide, rfc3339
+from responder.limits import BucketSettings
+from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult, Enforce, Health, PolicySettings
+from responder.reconciler import (
+    OPT_OUT_LABEL,
+    Reconciler,
+    ReconcilerSettings,
+    guardrails,
+    quarantine_starts,
+)
+from responder.recorder import QUARANTINES
+from responder.records import Phase, Quarantine, from_object, to_object
+from tests.responder.test_intake import alert
+
+NOW = 1_800_000_000.0
+POLICY = PolicySettings(
+    probe_timeout_seconds=60,
+    canary_timeout_seconds=60,
+    stability_seconds=120,
+    ramp_seconds=60,
+    backoff_seconds=300,
+)
+SETTINGS = ReconcilerSettings(policy=POLICY, bucket=BucketSettings(burst=5, per_hour=60))
+
+
+# ----- fakes ------------------------------------------------------------------------------------
+
+
+class FakeClient:
+    """Records and nodes in memory with resourceVersions, the status subresource and 409s."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self._rv = 0
+        self.conflict_once: set[str] = set()
+        """Record names whose next update answers 409 (someone wrote meanwhile)."""
+
+    def _next(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def add(self, record: Quarantine, created: float = NOW) -> None:
+        obj = to_object(record)
+        obj["metadata"].update(
+            uid=f"uid-{record.name}",
+            resourceVersion=self._next(),
+            creationTimestamp=rfc3339(created)[:19] + "Z",
+        )
+        self.objects[record.name] = obj
+
+    def record(self, name: str) -> Quarantine:
+        return from_object(self.objects[name])
+
+    def list(self, resource: Resource, *, page_size: int = 500) -> ObjectList:
+        assert resource == QUARANTINES
+        return ObjectList([copy.deepcopy(o) for o in self.objects.values()], str(self._rv))
+
+    def get(self, resource: Resource, name: str) -> dict[str, Any]:
+        if resource == NODE and name in self.nodes:
+            return copy.deepcopy(self.nodes[name])
+        raise NotFound(f"{resource.plural} {name} not found")
+
+    def update(
+        self, resource: Resource, obj: dict[str, Any], *, subresource: str | None = None
+    ) -> dict[str, Any]:
+        assert resource == QUARANTINES
+        name = obj["metadata"]["name"]
+        stored = self.objects[name]
+        if name in self.conflict_once:
+            self.conflict_once.discard(name)
+            stored["metadata"]["resourceVersion"] = self._next()
+        if obj["metadata"]["resourceVersion"] != stored["metadata"]["resourceVersion"]:
+            raise Conflict(f"{name}: the object has been modified")
+        updated = copy.deepcopy(stored)
+        if subresource == STATUS:
+            updated["status"] = copy.deepcopy(obj["status"])
+        else:
+            assert subresource is None
+            updated["spec"] = copy.deepcopy(obj["spec"])  # the status subresource keeps status
+        updated["metadata"]["resourceVersion"] = self._next()
+        self.objects[name] = updated
+        return copy.deepcopy(updated)
+
+
+class FakeEnforcer:
+    def __init__(self) -> None:
+        self.taints: dict[str, str] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.failing: set[str] = set()
+
+    def present(self, record: Quarantine) -> bool:
+        return record.name in self.taints
+
+    def enforce(self, record: Quarantine, effect: Enforce) -> None:
+        if record.name in self.failing:
+            raise RuntimeError("the apiserver refused the rule")
+        self.calls.append(("enforce", record.name))
+        self.taints[record.name] = effect.taint_key
+
+    def unenforce(self, record: Quarantine) -> None:
+        self.calls.append(("unenforce", record.name))
+        self.taints.pop(record.name, None)
+
+
+class FakeChecks:
+    def __init__(self) -> None:
+        self.results: dict[tuple[str, str, int], CheckResult] = {}
+        self.started: list[tuple[str, str, int]] = []
+        self.finished: list[tuple[str, str, int]] = []
+
+    def start(self, record: Quarantine, kind: str, attempt: int) -> None:
+        key = (record.name, kind, attempt)
+        if key not in self.results:
+            self.started.append(key)
+            self.results[key] = CheckResult.RUNNING
+
+    def result(self, record: Quarantine, kind: str, attempt: int) -> CheckResult:
+        return self.results.get((record.name, kind, attempt), CheckResult.ABSENT)
+
+    def complete(self, record: Quarantine, kind: str, result: CheckResult) -> None:
+        self.results[(record.name, kind, record.status.attempt)] = result
+
+    def finish(self, record: Quarantine, kind: str, attempt: int) -> None:
+        self.finished.append((record.name, kind, attempt))
+
+
+class FakeBreakerStore:
+    def __init__(self) -> None:
+        self.state = BreakerState()
+        self.history: list[AuditEntry] = []
+
+    def read(self) -> Stored:
+        return Stored(self.state, tuple(self.history))
+
+    def write(self, state: BreakerState, entry: AuditEntry) -> Stored:
+        self.state = state
+        self.history.append(entry)
+        return self.read()
+
+
+class Harness:
+    def __init__(self, settings: ReconcilerSettings = SETTINGS, **kwargs: Any) -> None:
+        self.clock = ManualClock(NOW)
+        self.client = FakeClient()
+        self.enforcer = FakeEnforcer()
+        self.checks = FakeChecks()
+        self.store = FakeBreakerStore()
+        self.events = RecordedEvents()
+        self.health = StaticHealth()
+        for i in range(100):
+            self.health.set("gpu-node-9", f"GPU-other-{i}", Health.HEALTHY, NOW - 86400)
+        self.settings = settings
+        self.kwargs = kwargs
+        self.registry = CollectorRegistry()
+        self.reconciler = self.new_reconciler()
+
+    def new_reconciler(self) -> Reconciler:
+        """Another reconciler over the same cluster (a restart, a new leader)."""
+        self.registry = CollectorRegistry()
+        return Reconciler(
+            self.client,
+            enforcer=self.enforcer,
+            health=self.health,
+            checks=self.checks,
+            events=self.events,
+            breaker_store=self.store,
+            settings=self.settings,
+            clock=self.clock,
+            registry=self.registry,
+            **self.kwargs,
+        )
+
+    def add(self, device: str = "GPU-4a1c", *, person: bool = False, action: str = "quarantine") -> str:
+        decision = decide(
+            None, alert(device=device, action=action), now=self.clock.now(), settings=IntakeSettings()
+        )
+        assert isinstance(decision, Write)
+        record = decision.record
+        if person:
+            record = replace(record, spec=replace(record.spec, actor="person/alice"))
+        self.client.add(record, created=self.clock.now())
+        self.health.set(record.spec.node, record.spec.device, Health.UNHEALTHY)
+        return record.name
+
+    def resolve(self, name: str) -> None:
+        obj = self.client.objects[name]
+        for source in obj["spec"]["sourceAlerts"]:
+            source["resolvedAt"] = rfc3339(self.clock.now())
+        obj["metadata"]["resourceVersion"] = self.client._next()
+
+    def phase(self, name: str) -> Phase:
+        return self.client.record(name).status.phase
+
+    def sample(self, metric: str, **labels: str) -> float | None:
+        return self.registry.get_sample_value(metric, labels)
+
+
+# ----- the walk ---------------------------------------------------------------------------------
+
+
+def test_a_pending_record_is_enforced_written_told_and_exposed() -> None:
+    h = Harness()
+    name = h.add()
+    report = h.reconciler.reconcile_once()
+    assert report.outcomes == {name: "written"}
+    record = h.client.record(name)
+    assert record.status.phase == Phase.QUARANTINED
+    assert record.status.enforced.startswith("Node/")
+    assert h.enforcer.taints == {name: QUARANTINE_TAINT}
+    assert h.events.reasons(name) == ["Quarantined"]
+    assert report.next_seconds == 0.0  # the policy asks to look again at once
+    labels = {"node": "gpu-node-1", "device": "GPU-4a1c", "reason": record.spec.reason}
+    assert h.sample("gpuhealth_device_quarantined", **labels, phase="Quarantined") == 1.0
+    assert (
+        h.sample("gpuhealth_quarantine_created_timestamp_seconds", node="gpu-node-1", device="GPU-4a1c")
+        == NOW
+    )
+    assert h.sample("gpuhealth_breaker_tripped") == 0.0
+    assert h.sample("gpuhealth_responder_reconcile_passes_total") == 1.0
+    # Level-triggered: the next pass finds nothing to do and does nothing again.
+    assert h.reconciler.reconcile_once().outcomes == {name: "unchanged"}
+    assert h.enforcer.calls == [("enforce", name)]
+
+
+def test_the_release_walk_from_probe_to_released() -> None:
+    h = Harness()
+    name = h.add()
+    h.reconciler.reconcile_once()
+    h.resolve(name)
+    h.clock.advance(10)
+    h.reconciler.reconcile_once()
+    assert h.phase(name) == Phase.PROBING
+    assert h.checks.started == [(name, "probe", 1)]
+    h.checks.complete(h.client.record(name), "probe", CheckResult.SUCCEEDED)
+    h.health.set("gpu-node-1", "GPU-4a1c", Health.HEALTHY, h.clock.now())
+    h.reconciler.reconcile_once()
+    assert h.phase(name) == Phase.CANARY
+    assert h.checks.started[-1] == (name, "canary", 1)
+    h.checks.complete(h.client.record(name), "canary", CheckResult.SUCCEEDED)
+    h.reconciler.reconcile_once()
+    assert h.phase(name) == Phase.STABILIZING
+    assert h.checks.finished == [(name, "probe", 1), (name, "canary", 1)]
+    h.clock.advance(POLICY.stability_seconds)
+    h.reconciler.reconcile_once()
+    assert h.phase(name) == Phase.RAMP
+    assert h.enforcer.taints[name] == CANARY_TAINT
+    h.clock.advance(POLICY.ramp_seconds)
+    h.reconciler.reconcile_once()
+    assert h.phase(name) == Phase.RELEASED
+    assert name not in h.enforcer.taints
+    assert h.sample("gpuhealth_responder_releases_total", outcome="released") == 1.0
+    reason = h.client.record(name).spec.reason
+    for phase in Phase:
+        labels = {"node": "gpu-node-1", "device": "GPU-4a1c", "reason": reason, "phase": phase.value}
+        assert h.sample("gpuhealth_device_quarantined", **labels) is None
+    assert (
+        h.sample("gpuhealth_quarantine_created_timestamp_seconds", node="gpu-node-1", device="GPU-4a1c")
+        is None
+    )
+
+
+def test_a_failed_probe_extends_the_quarantine_and_writes_the_spec() -> None:
+    h = Harness()
+    name = h.add()
+    h.reconciler.reconcile_once()
+    before = h.client.record(name).spec.expires_at
+    h.resolve(name)
+    h.reconciler.reconcile_once()
+    h.checks.complete(h.client.record(name), "probe", CheckResult.FAILED)
+    h.reconciler.reconcile_once()
+    record = h.client.record(name)
+    assert record.status.phase == Phase.QUARANTINED
+    assert record.status.failures == 1 and record.status.last_check == "probe-failed"
+    assert record.spec.expires_at != before  # spec written through the resource, status through status
+    assert "ReleaseFailed" in h.events.reasons(name)
+
+
+def test_enforcement_removed_by_a_person_is_abandoned_with_a_warning() -> None:
+    h = Harness()
+    name = h.add()
+    h.reconciler.reconcile_once()
+    h.enforcer.taints.clear()  # a person deleted the rule
+    h.reconciler.reconcile_once()
+    assert h.phase(name) == Phase.ABANDONED
+    assert h.enforcer.calls == [("enforce", name)]  # never re-applied
+    assert any(r == "QuarantineAbandoned" and warning for _, r, _, warning in h.events.notices)
+    assert h.sample("gpuhealth_responder_releases_total", outcome="abandoned") == 1.0
+
+
+def test_an_opted_out_node_waits_with_its_reason() -> None:
+    h = Harness()
+    h.client.nodes["gpu-node-1"] = {"metadata": {"name": "gpu-node-1", "labels": {OPT_OUT_LABEL: "disabled"}}}
+    name = h.add()
+    h.reconciler.reconcile_once()
+    record = h.client.record(name)
+    assert (record.status.phase, record.status.phase_reason) == (Phase.PENDING, "NodeOptedOut")
+    assert h.enforcer.calls == []
+    assert h.reconciler.reconcile_once().outcomes == {name: "unchanged"}
+
+
+def test_the_rate_limit_is_rebuilt_from_the_records_by_a_new_reconciler() -> None:
+    settings = replace(SETTINGS, bucket=BucketSettings(burst=2, per_hour=1))
+    h = Harness(settings)
+    names = [h.add(f"GPU-{i}") for i in range(3)]
+    h.reconciler.reconcile_once()
+    assert [h.phase(n) for n in names] == [Phase.QUARANTINED, Phase.QUARANTINED, Phase.PENDING]
+    assert h.client.record(names[2]).status.phase_reason == "RateLimited"
+    assert h.sample("gpuhealth_responder_rate_limited_quarantines") == 1.0
+    # A restart: a new object, the same cluster. No second burst, nothing enforced twice.
+    h.reconciler = h.new_reconciler()
+    h.add("GPU-9")
+    h.reconciler.reconcile_once()
+    assert h.phase(names[2]) == Phase.PENDING
+    assert sorted(h.enforcer.calls) == sorted(("enforce", n) for n in names[:2])
+    # A person's quarantine is not rate limited.
+    person = h.add("GPU-person", person=True)
+    h.reconciler.reconcile_once()
+    assert h.phase(person) == Phase.QUARANTINED
+
+
+def test_a_storm_trips_the_breaker_in_one_pass_and_releases_go_on() -> None:
+    h = Harness(replace(SETTINGS, bucket=BucketSettings(burst=100, per_hour=100)))
+    first = h.add("GPU-first")
+    h.reconciler.reconcile_once()
+    h.resolve(first)
+    h.reconciler.reconcile_once()
+    assert h.phase(first) == Phase.PROBING
+    storm = [h.add(f"GPU-storm-{i}") for i in range(8)]
+    h.checks.complete(h.client.record(first), "probe", CheckResult.SUCCEEDED)
+    h.health.set("gpu-node-1", "GPU-first", Health.HEALTHY, h.clock.now())
+    h.reconciler.reconcile_once()
+    # 100 + 9 devices: capacity max(15 % of 109, 4) = 16; rate max(8 % of 109, 5) = 8 within the window.
+    limit = max(int(0.08 * h.health.snapshot(NOW).eligible), BreakerSettings().rate_floor)
+    phases = [h.phase(n) for n in storm]
+    assert phases.count(Phase.QUARANTINED) == limit - 1  # the first quarantine counts too
+    assert phases.count(Phase.DEFERRED) == len(storm) - (limit - 1)
+    assert h.store.state.tripped and [e.action for e in h.store.history] == ["trip"]
+    assert h.sample("gpuhealth_breaker_tripped") == 1.0
+    assert "BreakerOpen" in h.events.reasons()
+    assert h.phase(first) == Phase.CANARY  # the release went on while it tripped
+
+
+def test_one_records_exception_or_conflict_never_stops_the_pass() -> None:
+    h = Harness()
+    broken, conflicted, fine = h.add("GPU-a"), h.add("GPU-b"), h.add("GPU-c")
+    h.enforcer.failing.add(broken)
+    h.client.conflict_once.add(conflicted)
+    report = h.reconciler.reconcile_once()
+    assert report.outcomes == {broken: "error", conflicted: "conflict", fine: "written"}
+    assert h.sample("gpuhealth_responder_reconcile_records_total", outcome="error") == 1.0
+    h.enforcer.failing.clear()
+    h.reconciler.reconcile_once()
+    assert {h.phase(n) for n in (broken, conflicted, fine)} == {Phase.QUARANTINED}
+
+
+def test_a_lost_event_does_not_hold_the_phase_back() -> None:
+    h = Harness()
+    name = h.add()
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("events are forbidden")
+
+    h.events.emit = refuse  # type: ignore[method-assign]
+    assert h.reconciler.reconcile_once().outcomes == {name: "written"}
+    assert h.phase(name) == Phase.QUARANTINED
+
+
+def test_a_health_outage_decides_nothing() -> None:
+    h = Harness()
+    name = h.add()
+    h.health.failing = True
+    report = h.reconciler.reconcile_once()
+    assert report.skipped and report.next_seconds == SETTINGS.max_recheck_seconds
+    assert h.phase(name) == Phase.PENDING and h.enforcer.calls == []
+
+
+def test_the_migrate_hook_sees_only_enforced_quarantine_records() -> None:
+    seen: list[str] = []
+
+    def migrate(record: Quarantine, now: float) -> Quarantine:
+        seen.append(record.name)
+        return record.with_phase(Phase.QUARANTINED, time=rfc3339(now), actor="migrator", message="moved")
+
+    h = Harness(migrate=migrate)
+    moved = h.add("GPU-q")
+    restricted = h.add("GPU-r", action="restrict")
+    h.reconciler.reconcile_once()
+    assert seen == []  # enforcement must be observed first
+    h.reconciler.reconcile_once()
+    assert seen == [moved]
+    assert h.client.record(moved).status.history[-1].actor == "migrator"
+    assert h.phase(restricted) == Phase.QUARANTINED
+
+
+async def test_the_loop_stops_when_fenced_and_acts_no_more() -> None:
+    h = Harness()
+    name = h.add()
+    task = asyncio.create_task(h.reconciler.run())
+    for _ in range(200):
+        if h.phase(name) == Phase.QUARANTINED:
+            break
+        await asyncio.sleep(0.01)
+    assert h.phase(name) == Phase.QUARANTINED
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    reason = h.client.record(name).spec.reason
+    labels = {"node": "gpu-node-1", "device": "GPU-4a1c", "reason": reason, "phase": "Quarantined"}
+    assert h.sample("gpuhealth_device_quarantined", **labels) is None  # a non-leader exposes none
+    passes = h.sample("gpuhealth_responder_reconcile_passes_total")
+    later = h.add("GPU-after")
+    await asyncio.sleep(0.05)
+    assert h.phase(later) == Phase.PENDING
+    assert h.sample("gpuhealth_responder_reconcile_passes_total") == passes
+
+
+def test_a_fenced_pass_stops_before_acting() -> None:
+    h = Harness()
+    name = h.add()
+    fence = threading.Event()
+    fence.set()
+    report = h.reconciler.reconcile_once(fence)
+    assert report.skipped == "fenced"
+    assert h.phase(name) == Phase.PENDING and h.enforcer.calls == []
+
+
+def test_the_created_time_is_the_current_quarantines_not_the_objects() -> None:
+    h = Harness()
+    name = h.add()
+    h.reconciler.reconcile_once()
+    key = {"node": "gpu-node-1", "device": "GPU-4a1c"}
+    assert h.sample("gpuhealth_quarantine_created_timestamp_seconds", **key) == NOW
+    # Released, then the device fails again weeks later: the same object, a new quarantine.
+    obj = h.client.objects[name]
+    record = h.client.record(name).with_phase(
+        Phase.RELEASED, time=rfc3339(NOW + 100), actor="responder", message="released"
+    )
+    reopened = record.with_phase(
+        Phase.PENDING, time=rfc3339(NOW + 86400 * 20), actor="webhook", message="new"
+    )
+    obj["status"] = to_object(reopened)["status"]
+    h.clock.advance(86400 * 20)
+    h.reconciler.reconcile_once()
+    assert h.sample("gpuhealth_quarantine_created_timestamp_seconds", **key) == NOW + 86400 * 20
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 5), st.sampled_from([Phase.PENDING, Phase.QUARANTINED, Phase.RELEASED])),
+        max_size=12,
+    )
+)
+def test_guardrails_count_each_device_once(entries: list[tuple[int, Phase]]) -> None:
+    records = []
+    for i, (device, phase) in enumerate(entries):
+        decision = decide(None, alert(device=f"GPU-{device}"), now=NOW, settings=IntakeSettings())
+        assert isinstance(decision, Write)
+        record = decision.record
+        if phase != Phase.PENDING:
+            record = record.with_phase(
+                Phase.QUARANTINED, time=rfc3339(NOW + i), actor="responder", message=""
+            )
+        if phase == Phase.RELEASED:
+            record = record.with_phase(Phase.RELEASED, time=rfc3339(NOW + i), actor="responder", message="")
+        records.append(record)
+    counts, bucket = guardrails(records, 1000, BreakerState(), now=NOW + 100, settings=SETTINGS)
+    enforced = {r.spec.device for r in records if r.status.phase == Phase.QUARANTINED}
+    started = {r.spec.device for r in records if quarantine_starts(r)}
+    assert counts.quarantined == len(enforced)
+    assert counts.started_in_window == len(started)
+    # Every recorded start took a token: the rebuilt bucket is never fuller than the live one was.
+    total = sum(len(quarantine_starts(r)) for r in records)
+    assert (
+        bucket.tokens <= max(0.0, SETTINGS.bucket.burst - total) + 100 / SETTINGS.bucket.refill_seconds + 1e-9
+    )

@@ -1,0 +1,321 @@
+"""The reconciler against the simulated cluster (kubelets, scheduler, Job controller, GC).
+
+Aspects: a DRA record walks Pending -> Quarantined (a DeviceTaintRule owned by the record) ->
+Probing (a probe Job the simulated kubelet runs on that very device, through a claim that
+selects it by uuid) -> Canary -> Stabilizing -> Ramp (canary taint) -> Released (the rule
+deleted), with Events on the record; a person deleting the rule makes it Abandoned with a
+warning Event; a record on an opted-out node waits (NodeOptedOut); a storm of records trips
+the breaker (ConfigMap with the trip audited) while a release still flows; a restarted
+reconciler (a new object, same cluster) resumes from the records and doubles nothing.
+The health source is a static fake, the reconciler's clock a ManualClock (fast policy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from gpuhealth.clock import ManualClock
+from gpuhealth.kube.client import KubeClient
+from gpuhealth.kube.config import api_client
+from gpuhealth.kube.elector import LeaderElector
+from gpuhealth.kube.errors import NotFound
+from gpuhealth.kube.resources import CONFIG_MAP, NAMESPACE, NODE, POD, STATUS, Resource
+from gpuhealth.kube.transport import KubeTransport
+from gpuhealth.testing.loopback import wait_until
+from responder.breaker_store import NAME as BREAKER_CONFIG_MAP
+from responder.breaker_store import BreakerStore
+from responder.checks import JOB, CheckSettings, JobChecks, job_name
+from responder.enforcement import Enforcer, discover
+from responder.events import EVENT, KubeEvents
+from responder.health import StaticHealth
+from responder.intake import IntakeSettings, Write, decide, rfc3339
+from responder.limits import BucketSettings
+from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult, Health, PolicySettings
+from responder.reconciler import OPT_OUT_LABEL, Reconciler, ReconcilerSettings
+from responder.recorder import QUARANTINES
+from responder.records import Phase, Quarantine, from_object, to_object
+from simulator.fleet.objects import gpu_uuid
+from simulator.testing import running_cluster
+from tests.responder.test_intake import alert
+
+pytestmark = pytest.mark.integration
+
+CRD_FILE = Path(__file__).parents[2] / "deploy" / "crds" / "devicequarantines.gpuhealth.io.yaml"
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
+NS = "gpuhealth-system"
+SCENARIO: dict[str, Any] = {
+    "name": "reconciler",
+    "fleet": [
+        {"name": "dra", "count": 1, "gpusPerNode": 4, "path": "dra"},
+        {"name": "dp", "count": 2, "gpusPerNode": 4, "path": "device-plugin"},
+    ],
+    "workloads": [],
+}
+POLICY = PolicySettings(
+    probe_timeout_seconds=600,
+    canary_timeout_seconds=600,
+    stability_seconds=120,
+    ramp_seconds=60,
+    backoff_seconds=300,
+)
+SETTINGS = ReconcilerSettings(policy=POLICY, bucket=BucketSettings(burst=50, per_hour=60))
+
+
+@dataclass
+class World:
+    client: KubeClient
+    clock: ManualClock
+    health: StaticHealth
+    reconciler: Reconciler
+    kubeconfig: Path
+
+    def new_reconciler(self) -> Reconciler:
+        rules = discover(self.client)
+        return Reconciler(
+            self.client,
+            enforcer=Enforcer(self.client, rules),
+            health=self.health,
+            checks=JobChecks(self.client, CheckSettings(namespace=NS)),
+            events=KubeEvents(self.client),
+            breaker_store=BreakerStore(self.client, NS),
+            settings=SETTINGS,
+            clock=self.clock,
+            registry=CollectorRegistry(),
+        )
+
+    def add(self, node: str, index: int, *, dra: bool) -> str:
+        uuid = gpu_uuid(node, index)
+        labels = (
+            {
+                "device": f"gpu.nvidia.com/{node}/gpu-{index}",
+                "driver": "gpu.nvidia.com",
+                "pool": node,
+                "device_name": f"gpu-{index}",
+                "uuid": uuid,
+            }
+            if dra
+            else {"device": uuid, "uuid": uuid}
+        )
+        decision = decide(None, alert(node=node, **labels), now=self.clock.now(), settings=IntakeSettings())
+        assert isinstance(decision, Write)
+        obj = to_object(decision.record)
+        status = obj.pop("status")
+        created = self.client.create(QUARANTINES, obj)
+        self.client.update(QUARANTINES, {**created, "status": status}, subresource=STATUS)
+        self.health.set(node, labels["device"], Health.UNHEALTHY)
+        return decision.record.name
+
+    def record(self, name: str) -> Quarantine:
+        return from_object(self.client.get(QUARANTINES, name))
+
+    def resolve(self, name: str) -> None:
+        obj = self.client.get(QUARANTINES, name)
+        for source in obj["spec"]["sourceAlerts"]:
+            source["resolvedAt"] = rfc3339(self.clock.now())
+        self.client.update(QUARANTINES, obj)
+
+    def rule(self, name: str) -> dict[str, Any] | None:
+        rules = discover(self.client)
+        assert rules is not None
+        try:
+            return self.client.get(rules, name)
+        except NotFound:
+            return None
+
+    def events(self, name: str) -> list[tuple[str, str]]:
+        return [
+            (e["reason"], e["type"])
+            for e in self.client.list(EVENT, namespace="default").items
+            if e["involvedObject"].get("name") == name
+        ]
+
+    def check(self, name: str, kind: str) -> CheckResult:
+        return JobChecks(self.client, CheckSettings(namespace=NS)).result(self.record(name), kind, 1)
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    with running_cluster(SCENARIO, speed=10) as cluster:
+        client = KubeClient(KubeTransport(api_client(str(cluster.kubeconfig_path))))
+        client.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
+        client.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        wait_until("the CRD served", lambda: client.list(QUARANTINES) is not None, timeout=20)
+        health = StaticHealth()
+        for node in ("dra-0", "dp-0", "dp-1"):
+            for i in range(4):
+                device = f"gpu.nvidia.com/{node}/gpu-{i}" if node == "dra-0" else gpu_uuid(node, i)
+                health.set(node, device, Health.HEALTHY, 0.0)
+        w = World(client, ManualClock(), health, None, cluster.kubeconfig_path)  # type: ignore[arg-type]
+        w.reconciler = w.new_reconciler()
+        try:
+            yield w
+        finally:
+            client.close()
+
+
+def test_a_dra_record_walks_from_pending_to_released(world: World) -> None:
+    w = world
+    name = w.add("dra-0", 3, dra=True)
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == Phase.QUARANTINED
+    rule = w.rule(name)
+    assert rule is not None
+    assert rule["spec"]["taint"]["key"] == QUARANTINE_TAINT
+    assert rule["metadata"]["ownerReferences"][0]["uid"] == w.record(name).uid
+
+    w.resolve(name)
+    w.clock.advance(5)
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == Phase.PROBING
+    job = w.client.get(JOB, job_name(w.record(name), "probe", 1), namespace=NS)
+    assert job["metadata"]["ownerReferences"][0]["name"] == name
+    wait_until("the probe passed", lambda: w.check(name, "probe") == CheckResult.SUCCEEDED, timeout=60)
+
+    w.health.set("dra-0", "gpu.nvidia.com/dra-0/gpu-3", Health.HEALTHY, w.clock.now())
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == Phase.CANARY
+    wait_until("the canary passed", lambda: w.check(name, "canary") == CheckResult.SUCCEEDED, timeout=60)
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == Phase.STABILIZING
+    w.clock.advance(POLICY.stability_seconds)
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == Phase.RAMP
+    ramp_rule = w.rule(name)
+    assert ramp_rule is not None and ramp_rule["spec"]["taint"]["key"] == CANARY_TAINT
+    w.clock.advance(POLICY.ramp_seconds)
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == Phase.RELEASED
+    assert w.rule(name) is None
+    reasons = [reason for reason, _ in w.events(name)]
+    assert "Quarantined" in reasons
+
+
+def test_a_rule_deleted_by_a_person_is_abandoned_with_an_event(world: World) -> None:
+    w = world
+    name = w.add("dra-0", 1, dra=True)
+    w.reconciler.reconcile_once()
+    rules = discover(w.client)
+    assert rules is not None and w.rule(name) is not None
+    w.client.delete(rules, name)
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == Phase.ABANDONED
+    assert ("QuarantineAbandoned", "Warning") in w.events(name)
+    w.reconciler.reconcile_once()
+    assert w.rule(name) is None  # never re-applied
+
+
+def test_an_opted_out_node_waits(world: World) -> None:
+    w = world
+    node = w.client.get(NODE, "dp-1")
+    node["metadata"].setdefault("labels", {})[OPT_OUT_LABEL] = "disabled"
+    w.client.update(NODE, node)
+    name = w.add("dp-1", 0, dra=False)
+    w.reconciler.reconcile_once()
+    record = w.record(name)
+    assert (record.status.phase, record.status.phase_reason) == (Phase.PENDING, "NodeOptedOut")
+    annotations = w.client.get(NODE, "dp-1")["metadata"].get("annotations") or {}
+    assert "gpuhealth.io/quarantined-devices" not in annotations
+
+
+def test_a_storm_trips_the_breaker_and_a_release_flows(world: World) -> None:
+    w = world
+    first = w.add("dra-0", 0, dra=True)
+    w.reconciler.reconcile_once()
+    w.resolve(first)
+    w.reconciler.reconcile_once()
+    assert w.record(first).status.phase == Phase.PROBING
+    storm = [w.add(node, i, dra=False) for node in ("dp-0", "dp-1") for i in range(4)]
+    wait_until("the probe passed", lambda: w.check(first, "probe") == CheckResult.SUCCEEDED, timeout=60)
+    w.health.set("dra-0", "gpu.nvidia.com/dra-0/gpu-0", Health.HEALTHY, w.clock.now())
+    w.reconciler.reconcile_once()
+    # 12 devices: capacity max(15 % of 12, 4) = 4 under quarantine, rate max(8 %, 5) = 5 starts.
+    phases = [w.record(n).status.phase for n in storm]
+    assert phases.count(Phase.QUARANTINED) == 3  # the fourth would exceed the capacity of 4
+    assert phases.count(Phase.DEFERRED) == 5
+    stored = w.client.get(CONFIG_MAP, BREAKER_CONFIG_MAP, namespace=NS)
+    assert json.loads(stored["data"]["state"])["tripped"] is True
+    assert [e["action"] for e in json.loads(stored["data"]["history"])] == ["trip"]
+    assert w.record(first).status.phase == Phase.CANARY  # the release went on
+
+
+def test_a_restarted_reconciler_resumes_and_doubles_nothing(world: World) -> None:
+    w = world
+    names = [w.add("dp-0", i, dra=False) for i in range(2)] + [w.add("dra-0", 2, dra=True)]
+    w.reconciler.reconcile_once()
+    assert {w.record(n).status.phase for n in names} == {Phase.QUARANTINED}
+    versions = {n: w.client.get(QUARANTINES, n)["metadata"]["resourceVersion"] for n in names}
+    rule_version = (w.rule(names[2]) or {})["metadata"]["resourceVersion"]
+    events = {n: w.events(n) for n in names}
+    w.reconciler = w.new_reconciler()
+    report = w.reconciler.reconcile_once()
+    assert report.outcomes == dict.fromkeys(names, "unchanged")
+    assert {n: w.client.get(QUARANTINES, n)["metadata"]["resourceVersion"] for n in names} == versions
+    assert (w.rule(names[2]) or {})["metadata"]["resourceVersion"] == rule_version
+    assert {n: w.events(n) for n in names} == events
+    annotation = w.client.get(NODE, "dp-0")["metadata"]["annotations"]["gpuhealth.io/quarantined-devices"]
+    assert sorted(json.loads(annotation)) == sorted(gpu_uuid("dp-0", i) for i in range(2))
+
+
+async def test_the_leader_runs_the_loop_woken_by_the_watch_and_stops_when_it_stops_leading(
+    world: World,
+) -> None:
+    w = world
+    watch_client = KubeClient(KubeTransport(api_client(str(w.kubeconfig))))
+    # Passes come only on a watched change or after an hour: promptness below is the watch's.
+    reconciler = Reconciler(
+        w.client,
+        enforcer=Enforcer(w.client, discover(w.client)),
+        health=w.health,
+        checks=JobChecks(w.client, CheckSettings(namespace=NS)),
+        events=KubeEvents(w.client),
+        breaker_store=BreakerStore(w.client, NS),
+        settings=replace(SETTINGS, max_recheck_seconds=3600),
+        clock=w.clock,
+        registry=CollectorRegistry(),
+        watch_client=watch_client,
+    )
+    elector = LeaderElector(w.client, namespace=NS, name="gpuhealth-responder", identity="replica-a")
+    leading = asyncio.create_task(elector.run(reconciler.run))
+    try:
+        await asyncio.to_thread(wait_until, "leading", lambda: elector.is_leader, timeout=30)
+        name = await asyncio.to_thread(w.add, "dp-0", 3, dra=False)
+
+        def quarantined() -> bool:
+            return w.record(name).status.phase == Phase.QUARANTINED
+
+        await asyncio.to_thread(wait_until, "the record quarantined", quarantined, timeout=30)
+    finally:
+        leading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await leading
+        watch_client.close()
+    assert not elector.is_leader
+    later = await asyncio.to_thread(w.add, "dp-0", 2, dra=False)
+    record = await asyncio.to_thread(w.record, later)
+    assert record.status.phase == Phase.PENDING  # nobody leads: nothing acts
+
+
+def test_a_device_plugin_probe_runs_pinned_to_its_device(world: World) -> None:
+    w = world
+    name = w.add("dp-1", 2, dra=False)
+    w.reconciler.reconcile_once()
+    w.resolve(name)
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == Phase.PROBING
+    wait_until("the probe passed", lambda: w.check(name, "probe") == CheckResult.SUCCEEDED, timeout=60)
+    pods = w.client.list(POD, namespace=NS).items
+    assert [p["spec"]["nodeName"] for p in pods] == ["dp-1"]
+    assert pods[0]["metadata"]["annotations"]["gpuhealth.io/probe-device"] == gpu_uuid("dp-1", 2)
+    w.health.set("dp-1", gpu_uuid("dp-1", 2), Health.HEALTHY, w.clock.now())
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == Phase.CANARY
