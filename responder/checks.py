@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from gpuhealth.kube.errors import AlreadyExists, NotFound
 from gpuhealth.kube.resources import Resource
@@ -104,7 +104,16 @@ class Client(Protocol):
         self, resource: Resource, obj: dict[str, Any], *, namespace: str | None = ...
     ) -> dict[str, Any]: ...
 
-    def delete(self, resource: Resource, name: str, **kwargs: Any) -> dict[str, Any]: ...
+    def delete(
+        self,
+        resource: Resource,
+        name: str,
+        *,
+        namespace: str | None = ...,
+        uid: str | None = ...,
+        resource_version: str | None = ...,
+        propagation_policy: Literal["Foreground", "Background", "Orphan"] | None = ...,
+    ) -> dict[str, Any]: ...
 
 
 class JobChecks:

@@ -21,9 +21,17 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, TextIO
 
-from gpuhealth.cliargs import CommandFailed, UsageError, add_output_option, command, positive_duration_seconds
+from gpuhealth.cliargs import (
+    CommandFailed,
+    UsageError,
+    add_output_option,
+    command,
+    listen_address,
+    positive_duration_seconds,
+)
 from gpuhealth.clock import Clock, SystemClock
 from gpuhealth.kube.errors import ApiError, Conflict, NotFound
 from gpuhealth.kube.meta import parse_rfc3339
@@ -44,6 +52,7 @@ from responder.records import (
     record_name,
     to_object,
 )
+from responder.settings import DEFAULT_PORT
 
 QUARANTINES = Resource(GROUP, VERSION, PLURAL, namespaced=False)
 
@@ -100,6 +109,43 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     extend.add_argument("--actor", required=True, help="who asks (recorded)")
     extend.add_argument("--reason", required=True, help="why (recorded)")
     command(extend, run_extend)
+
+    service = subparsers.add_parser(
+        "responder",
+        help="run the responder: the Alertmanager webhook and, on the leader, the reconciler",
+        description=(
+            "Serve POST /webhook (Alertmanager deliveries recorded as DeviceQuarantine objects), "
+            "/healthz, /readyz and /metrics; the replica that holds the leader Lease reconciles the "
+            "records (quarantine, migration, release)."
+        ),
+    )
+    _cluster_options(service)
+    service.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        type=listen_address,
+        default=f":{DEFAULT_PORT}",
+        help="where to serve (default: %(default)s)",
+    )
+    service.add_argument("--token-file", required=True, help="file holding the webhook's bearer token")
+    service.add_argument(
+        "--prometheus-url", required=True, help="Prometheus with the shipped rules (device health)"
+    )
+    service.add_argument(
+        "-n",
+        "--namespace",
+        default="gpuhealth-system",
+        help="the responder's namespace (default: %(default)s)",
+    )
+    service.add_argument(
+        "--identity",
+        default=None,
+        help="this replica's name for leader election (default: host name and pid)",
+    )
+    service.add_argument(
+        "--dry-run", action="store_true", help="decide and record everything, enforce nothing"
+    )
+    command(service, run_responder)
 
     breaker_parser = subparsers.add_parser(
         "breaker",
@@ -520,3 +566,55 @@ def _change(
 
     result: str = _read(apply, args, client)
     return result
+
+
+def run_responder(args: argparse.Namespace) -> int:
+    """`gpuhealth responder`: serve until SIGINT/SIGTERM (exit 0) or a failure (exit 1)."""
+    import asyncio
+    import os
+    import socket
+
+    from gpuhealth import http
+    from responder.service import create_app
+    from responder.settings import ResponderSettings
+
+    try:
+        token = Path(args.token_file).read_text().strip()
+    except OSError as exc:
+        raise UsageError(f"--token-file {args.token_file}: {exc.strerror or exc}") from exc
+    if not token:
+        raise UsageError(f"--token-file {args.token_file}: the file is empty (the webhook never runs open)")
+    host, port = args.listen
+    try:
+        settings = ResponderSettings(
+            token=token,
+            identity=args.identity or f"{socket.gethostname()}-{os.getpid()}",
+            prometheus_url=args.prometheus_url,
+            namespace=args.namespace,
+            kubeconfig=args.kubeconfig,
+            dry_run=args.dry_run,
+            server=http.ServerSettings(host=host, port=port),
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+    def new_client() -> Client:
+        return connect(args)
+
+    async def serve() -> None:
+        app = create_app(settings, new_client)
+        await http.serve(
+            app,
+            settings.server,
+            on_started=lambda address: print(
+                f"gpuhealth responder: serving on {http.format_listen(*address)} as {settings.identity}"
+                + (" (dry-run)" if settings.dry_run else ""),
+                flush=True,
+            ),
+        )
+
+    try:
+        asyncio.run(serve())
+    except (http.ListenFailed, http.BackgroundTaskFailed) as exc:
+        raise CommandFailed(str(exc)) from exc
+    return 0

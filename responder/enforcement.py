@@ -55,7 +55,15 @@ class Client(Protocol):
         self, resource: Resource, obj: dict[str, Any], *, subresource: str | None = ...
     ) -> dict[str, Any]: ...
 
-    def delete(self, resource: Resource, name: str, **kwargs: Any) -> dict[str, Any]: ...
+    def delete(
+        self,
+        resource: Resource,
+        name: str,
+        *,
+        namespace: str | None = ...,
+        uid: str | None = ...,
+        resource_version: str | None = ...,
+    ) -> dict[str, Any]: ...
 
     def served_versions(self, group: str, plural: str) -> tuple[str, ...]: ...
 

@@ -144,7 +144,15 @@ class Client(Protocol):
         self, resource: Resource, name: str, patch: dict[str, Any], *, namespace: str | None = ...
     ) -> dict[str, Any]: ...
 
-    def delete(self, resource: Resource, name: str, **kwargs: Any) -> dict[str, Any]: ...
+    def delete(
+        self,
+        resource: Resource,
+        name: str,
+        *,
+        namespace: str | None = ...,
+        uid: str | None = ...,
+        resource_version: str | None = ...,
+    ) -> dict[str, Any]: ...
 
 
 class MigratorMetrics:

@@ -1,0 +1,131 @@
+"""The responder service: any replica records webhook deliveries; the leader reconciles.
+
+Wiring only (an entry-point layer module): `create_app` builds the aiohttp app from settings
+and clients — `POST /webhook` (`responder.webhook`, recording through `responder.recorder`),
+`/healthz`, `/readyz` and `/metrics` (`gpuhealth.http`) — and runs, as background work of
+the app, the leader election on a `coordination.k8s.io/v1` Lease (`gpuhealth.kube.elector`)
+whose term runs the reconciler (`responder.reconciler`) with the migration executor
+(`responder.migrator`). Every replica answers webhooks: the records are the only state, so
+any replica's recording is as good as the leader's, and a replica that loses the lease stops
+acting before it says so (fencing), while its webhook goes on.
+
+Ready means: the API answered the CRD's discovery at start (so records can be written).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from gpuhealth import http, instruments
+from gpuhealth.clock import Clock, SystemClock
+from gpuhealth.kube.client import KubeClient
+from gpuhealth.kube.elector import LeaderElector
+from responder import metrics
+from responder.breaker_store import BreakerStore
+from responder.checks import JobChecks
+from responder.enforcement import Enforcer, discover
+from responder.events import KubeEvents
+from responder.health import PrometheusHealth
+from responder.migrator import Migrator, MigratorMetrics
+from responder.reconciler import Reconciler
+from responder.recorder import Recorder
+from responder.settings import ResponderSettings
+from responder.webhook import WebhookMetrics, WebhookSettings, add_webhook
+
+log = logging.getLogger(__name__)
+
+LEADER_LEASE = "gpuhealth-responder"
+"""The leader election Lease's name, in the responder's namespace."""
+
+ClientFactory = Callable[[], KubeClient]
+"""Makes one API client: the webhook, the elector, the reconciler and its watch each get their
+own, so a blocked watch or a slow write never queues behind another's connection."""
+
+
+def create_app(
+    settings: ResponderSettings,
+    new_client: ClientFactory,
+    *,
+    clock: Clock | None = None,
+    registry: CollectorRegistry | None = None,
+) -> web.Application:
+    clock = clock or SystemClock()
+    registry = registry or CollectorRegistry()
+    app = web.Application(client_max_size=settings.webhook_max_body_bytes + 64 * 1024)
+
+    webhook_client = new_client()
+    recorder = Recorder(webhook_client, clock, settings.intake)
+    add_webhook(
+        app,
+        WebhookSettings(settings.token, max_body_bytes=settings.webhook_max_body_bytes),
+        recorder.record_all,
+        WebhookMetrics(registry),
+    )
+    http.add_metrics(app, registry, settings.server)
+    ready = {"api": False}
+    http.add_probes(app, ready=lambda: ready["api"], not_ready="the API has not answered yet")
+
+    leader = instruments.gauge(metrics.LEADER, registry)
+    transitions = instruments.counter(metrics.LEADER_TRANSITIONS, registry)
+
+    def leading_changed(leading: bool) -> None:
+        leader.set(1 if leading else 0)
+        transitions.inc()
+        log.info("%s %s leading", settings.identity, "started" if leading else "stopped")
+
+    async def elect_and_reconcile() -> None:
+        api = new_client()
+        watch = new_client()
+        elector_client = new_client()
+        try:
+            rules = await asyncio.to_thread(discover, api)
+            if rules is None:
+                log.warning(
+                    "the cluster serves no DeviceTaintRule version: DRA devices cannot be quarantined"
+                )
+            ready["api"] = True
+            reconciler_settings = settings.reconciler
+            if settings.dry_run:
+                policy = dataclasses.replace(reconciler_settings.policy, dry_run=True)
+                reconciler_settings = dataclasses.replace(reconciler_settings, policy=policy)
+            migrator = Migrator(api, settings.migrator, clock, metrics=MigratorMetrics(registry))
+            reconciler = Reconciler(
+                api,
+                enforcer=Enforcer(api, rules),
+                health=PrometheusHealth(settings.prometheus_url),
+                checks=JobChecks(api, settings.checks),
+                events=KubeEvents(api),
+                breaker_store=BreakerStore(api, settings.namespace),
+                settings=reconciler_settings,
+                clock=clock,
+                registry=registry,
+                migrate=None if settings.dry_run else migrator.step,
+                watch_client=watch,
+            )
+            elector = LeaderElector(
+                elector_client,
+                namespace=settings.namespace,
+                name=LEADER_LEASE,
+                identity=settings.identity,
+                settings=settings.election,
+                clock=clock,
+                on_leading_changed=leading_changed,
+            )
+            await elector.run(reconciler.run)
+        finally:
+            for client in (api, watch, elector_client):
+                client.close()
+
+    app.cleanup_ctx.append(http.background("leader-election", elect_and_reconcile))
+
+    async def close_webhook_client(_app: web.Application) -> None:
+        webhook_client.close()
+
+    app.on_cleanup.append(close_webhook_client)
+    return app

@@ -1,0 +1,59 @@
+"""The responder's settings: one tree, each field with its default, unit and reasons.
+
+The command line builds it (`responder.cli`); tests build it directly. Nothing here reads the
+environment or a file: the token is read by the entry point and handed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuhealth import fields
+from gpuhealth.http import ServerSettings
+from gpuhealth.kube.lease import ElectionSettings
+from responder.checks import CheckSettings
+from responder.intake import IntakeSettings
+from responder.migrator import MigratorSettings
+from responder.reconciler import ReconcilerSettings
+
+DEFAULT_PORT = 8080
+"""The port the shipped Alertmanager route and the extender snippet name (`docs/quarantine.md`)."""
+
+
+def _server() -> ServerSettings:
+    return ServerSettings(port=DEFAULT_PORT)
+
+
+@dataclass(frozen=True)
+class ResponderSettings:
+    token: str
+    """The webhook's bearer token (the content of `--token-file`). There is no open mode."""
+    identity: str
+    """This replica's name among the candidates for leadership (a Pod's name is unique)."""
+    prometheus_url: str
+    """Where the device health the reconciler reads comes from (the shipped recording rules)."""
+    namespace: str = "gpuhealth-system"
+    """The responder's own namespace: its leader Lease, the breaker's ConfigMap, check Jobs."""
+    kubeconfig: str | None = None
+    """Kubeconfig file; None uses the in-cluster service account (or the default kubeconfig)."""
+    dry_run: bool = False
+    """Record and decide everything, enforce nothing (DRA rules with effect None)."""
+    server: ServerSettings = field(default_factory=_server)
+    webhook_max_body_bytes: int = 1024 * 1024
+    """Largest webhook delivery accepted (413 beyond)."""
+    election: ElectionSettings = field(default_factory=ElectionSettings)
+    intake: IntakeSettings = field(default_factory=IntakeSettings)
+    reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings)
+    migrator: MigratorSettings = field(default_factory=MigratorSettings)
+    checks: CheckSettings = field(default_factory=CheckSettings)
+
+    def __post_init__(self) -> None:
+        for name in ("token", "identity", "prometheus_url", "namespace"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise fields.SettingsError(f"ResponderSettings.{name} must not be empty")
+        if not self.prometheus_url.startswith(("http://", "https://")):
+            raise fields.SettingsError(
+                f"ResponderSettings.prometheus_url must be an http(s) URL, not {self.prometheus_url!r}"
+            )
+        fields.within(self, "webhook_max_body_bytes", "bytes", 1024, 64 * 1024 * 1024, whole=True)

@@ -1,0 +1,146 @@
+"""`gpuhealth responder` as a user runs it, against the simulated cluster.
+
+Aspects: it serves on the address asked and says so; /healthz at once, /readyz once the API
+answered; a webhook delivery is recorded as a DeviceQuarantine; the replica takes the leader
+Lease (its metric says so) while Prometheus is unreachable (the reconciler skips its passes,
+the webhook goes on); SIGTERM stops it with exit 0 and releases the Lease; a missing or empty
+token file is a usage error (exit 2). The reconciler's own flows are in test_reconciler*.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuhealth.kube.client import KubeClient
+from gpuhealth.kube.config import api_client
+from gpuhealth.kube.resources import LEASE, NAMESPACE, Resource
+from gpuhealth.kube.transport import KubeTransport
+from gpuhealth.testing.loopback import free_port, http_ok, wait_until
+from responder.recorder import QUARANTINES
+from responder.records import from_object, record_name
+from simulator.testing import running_cluster
+
+pytestmark = pytest.mark.integration
+
+CRD_FILE = Path(__file__).parents[2] / "deploy" / "crds" / "devicequarantines.gpuhealth.io.yaml"
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
+SCENARIO = {"name": "one", "fleet": [{"name": "dra", "count": 1, "gpusPerNode": 2, "path": "dra"}]}
+TOKEN = "service-test-token"
+
+
+def delivery(device: str) -> bytes:
+    alert = {
+        "status": "firing",
+        "labels": {
+            "alertname": "GPUDeviceUnhealthy",
+            "action": "quarantine",
+            "node": "dra-0",
+            "device": device,
+            "driver": "gpu.nvidia.com",
+            "pool": "dra-0",
+            "device_name": "gpu-1",
+        },
+        "annotations": {},
+        "startsAt": "2026-11-30T10:00:00Z",
+        "endsAt": "0001-01-01T00:00:00Z",
+        "fingerprint": "feed",
+    }
+    return json.dumps({"version": "4", "status": "firing", "receiver": "r", "alerts": [alert]}).encode()
+
+
+def post(url: str, body: bytes) -> int:
+    request = urllib.request.Request(
+        url,
+        data=body,
+        method="POST",
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return int(response.status)
+
+
+def test_the_responder_serves_records_and_leads(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    with running_cluster(SCENARIO, speed=10) as cluster:
+        kube = KubeClient(KubeTransport(api_client(str(cluster.kubeconfig_path))))
+        kube.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
+        kube.create(
+            NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuhealth-system"}}
+        )
+        port = free_port()
+        argv = [
+            sys.executable, "-m", "gpuhealth", "responder",
+            "--kubeconfig", str(cluster.kubeconfig_path),
+            "--listen", f"127.0.0.1:{port}",
+            "--token-file", str(token_file),
+            "--prometheus-url", "http://127.0.0.1:9",  # nothing there: passes are skipped, webhooks go on
+            "--identity", "replica-a",
+        ]  # fmt: skip
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().startswith(
+                f"gpuhealth responder: serving on 127.0.0.1:{port} as replica-a"
+            )
+            assert http_ok(f"{base}/healthz")
+            wait_until("readyz", lambda: http_ok(f"{base}/readyz"), timeout=30)
+            device = "gpu.nvidia.com/dra-0/gpu-1"
+            assert post(f"{base}/webhook", delivery(device)) == 200
+            record = from_object(kube.get(QUARANTINES, record_name("dra-0", device)))
+            assert record.spec.device == device
+
+            def lease() -> dict[str, Any]:
+                return kube.get(LEASE, "gpuhealth-responder", namespace="gpuhealth-system")
+
+            wait_until(
+                "the leader Lease", lambda: lease()["spec"].get("holderIdentity") == "replica-a", timeout=30
+            )
+
+            def scraped() -> str | None:
+                with urllib.request.urlopen(f"{base}/metrics", timeout=5) as response:
+                    text = response.read().decode()
+                return text if "gpuhealth_responder_leader 1.0" in text else None
+
+            text = wait_until("the leader metric", scraped, timeout=30)
+            assert 'gpuhealth_responder_webhook_requests_total{outcome="accepted"} 1.0' in text
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=30)
+        assert code == 0, proc.stderr.read() if proc.stderr else ""
+        assert not lease()["spec"].get("holderIdentity")  # released on shutdown
+        kube.close()
+
+
+def test_a_missing_or_empty_token_file_is_a_usage_error(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    for token_file in (tmp_path / "missing", empty):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpuhealth",
+                "responder",
+                "--token-file",
+                str(token_file),
+                "--prometheus-url",
+                "http://p",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2
+        assert done.stderr.startswith("gpuhealth responder: error: --token-file")
