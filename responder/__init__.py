@@ -12,7 +12,10 @@ webhook records for one alert), `policy` (the reconciler's phase machine), `migr
 device-plugin GPUs), `limits` (token buckets a new leader rebuilds from the records),
 `breaker` (the circuit breaker's two triggers), `metrics` (every family the service
 exposes). Adapters: `recorder` (writes the intake's decisions, conditionally), `webhook`
-(`POST /webhook`), `enforcement` (DeviceTaintRules and the node annotation). Entry point:
-`cli` (`gpuhealth quarantine list|show`). The reconciler loop, leader election and the
-`gpuhealth responder` service come next.
+(`POST /webhook`), `enforcement` (DeviceTaintRules and the node annotation), `reconciler`
+(the leader's loop over the records), `migrator` (migration Leases, checkpoint requests,
+evictions), `health` (device health from Prometheus' recording rules), `checks` (probe and
+canary Jobs), `events` (Kubernetes Events), `breaker_store` (the breaker's ConfigMap).
+Entry points: `service` (the app: webhook on every replica, reconciler on the leader) with
+`settings`, and `cli` (`gpuhealth responder`, `gpuhealth quarantine ...`, `gpuhealth breaker ...`).
 """
