@@ -132,7 +132,23 @@ class SelfSettings:
     quarantine_max_age: Duration = Duration(86400)
     """GPUDeviceQuarantineStuck: age of a quarantine record beyond which a person looks."""
     migration_window: Duration = Duration(900)
-    """GPUDeviceMigrationFailed: a failed migration within this window."""
+    """GPUDeviceMigrationFailed / GPUDeviceMigrationUnrecoverable: such a migration within this window."""
+    probing_stuck_for: Duration = Duration(1200)
+    """GPUHealthQuarantinePhaseStuck: Probing this long (above the responder's 10m probe timeout)."""
+    canary_stuck_for: Duration = Duration(1800)
+    """GPUHealthQuarantinePhaseStuck: Canary this long (above the responder's 20m canary timeout)."""
+    pending_stuck_for: Duration = Duration(1800)
+    """GPUHealthQuarantinePhaseStuck: Pending this long while quarantines wait for the rate limit."""
+    deferred_stuck_for: Duration = Duration(600)
+    """GPUHealthQuarantinePhaseStuck: Deferred this long while the breaker is closed."""
+    reconcile_stalled_for: Duration = Duration(300)
+    """GPUHealthResponderReconcileStalled: no completed pass on the leader within this window, this long."""
+    no_leader_for: Duration = Duration(120)
+    """GPUHealthResponderNoLeader: replicas up and none leading for this long (above a Lease takeover)."""
+    webhook_retry_ratio: float = 0.05
+    """GPUHealthResponderWebhookRetrying: share of deliveries answered 503 (exclusive bound)."""
+    webhook_retrying_for: Duration = Duration(300)
+    """GPUHealthResponderWebhookRetrying: condition held this long."""
 
 
 @dataclass(frozen=True)
@@ -340,9 +356,33 @@ def validate(settings: Settings) -> None:
     own = settings.self
     if not 0 <= own.webhook_failure_ratio < 1:
         raise ConfigError(f"self.webhook_failure_ratio: {own.webhook_failure_ratio} is not in [0, 1)")
-    for name in ("quarantine_max_age", "migration_window"):
+    if not 0 <= own.webhook_retry_ratio < 1:
+        raise ConfigError(f"self.webhook_retry_ratio: {own.webhook_retry_ratio} is not in [0, 1)")
+    for name in (
+        "quarantine_max_age",
+        "migration_window",
+        "probing_stuck_for",
+        "canary_stuck_for",
+        "pending_stuck_for",
+        "deferred_stuck_for",
+        "no_leader_for",
+    ):
         if getattr(own, name).seconds <= 0:
             raise ConfigError(f"self.{name}: must be longer than 0s")
+    # increase() over a window needs two scrapes in it, and a window no longer than one
+    # evaluation would read a leader between two scrapes as stalled.
+    if own.reconcile_stalled_for <= settings.evaluation_interval:
+        raise ConfigError(
+            f"self.reconcile_stalled_for ({own.reconcile_stalled_for}) must be longer than "
+            f"evaluation_interval ({settings.evaluation_interval})"
+        )
+    # A phase that ends the whole quarantine sooner than it can be stuck is no stuck phase.
+    for name in ("probing_stuck_for", "canary_stuck_for", "pending_stuck_for", "deferred_stuck_for"):
+        if getattr(own, name) >= own.quarantine_max_age:
+            raise ConfigError(
+                f"self.{name} ({getattr(own, name)}) must be shorter than self.quarantine_max_age "
+                f"({own.quarantine_max_age}): GPUDeviceQuarantineStuck would always come first"
+            )
 
     _check_url(settings.runbook_base_url, "runbook_base_url")
     if "#" in settings.runbook_base_url:

@@ -117,12 +117,19 @@ def test_critical_beats_warning_for_the_same_device_and_never_across_labelless_a
         _device_alert("GPUDeviceUnknown", "warning", "none", "n1", "GPU-2"),
         {"alertname": "GPUHealthBreakerTripped", "severity": "critical", "action": "none"},
         {"alertname": "GPUDeviceMigrationFailed", "severity": "warning", "action": "none"},
-    )
+        {"alertname": "GPUDeviceMigrationUnrecoverable", "severity": "warning", "action": "none"},
+        # A stuck flow is the responder's problem: the device's own critical alert (a person is
+        # on the device) must not hide it.
+        {"alertname": "GPUHealthQuarantinePhaseStuck", "severity": "warning", "action": "none",
+         "node": "n1", "device": "GPU-1", "phase": "Deferred"},
+    )  # fmt: skip
     expected = {
         ("GPUDeviceUnhealthy", "n1", "GPU-1"): False,
         ("GPUDeviceUnknown", "n1", "GPU-1"): True,
         ("GPUDeviceUnknown", "n1", "GPU-2"): False,
         ("GPUHealthBreakerTripped", "", ""): False,
         ("GPUDeviceMigrationFailed", "", ""): False,
+        ("GPUDeviceMigrationUnrecoverable", "", ""): False,
+        ("GPUHealthQuarantinePhaseStuck", "n1", "GPU-1"): False,
     }
     assert state == expected

@@ -62,6 +62,9 @@ def test_the_responder_families_the_rules_query_are_all_declared() -> None:
         "gpuhealth_device_quarantined",
         "gpuhealth_quarantine_created_timestamp_seconds",
         "gpuhealth_migrations_total",
+        "gpuhealth_responder_leader",
+        "gpuhealth_responder_reconcile_passes_total",
+        "gpuhealth_responder_rate_limited_quarantines",
     } <= used & responder_series
 
 

@@ -18,6 +18,8 @@ import pytest
 import yaml
 
 from gpuhealth.cli import main
+from gpuhealth.kube.lease import ElectionSettings
+from responder.reconciler import ReconcilerSettings
 from rules.render import (
     DEFAULT_CONFIG,
     OUTPUTS,
@@ -117,6 +119,10 @@ def test_a_custom_config_changes_the_rules() -> None:
         ({"alertmanager": {"tenants": [{"namespace": "a"}]}}, "alertmanager.tenants[0].url: required"),
         ({"runbook_base_url": "https://x.example/r.md#top"}, "runbook_base_url: must not hold an anchor"),
         ({"evaluation_interval": "0s"}, "evaluation_interval: must be longer than 0s"),
+        ({"self": {"webhook_retry_ratio": 1}}, "self.webhook_retry_ratio: 1.0 is not in [0, 1)"),
+        ({"self": {"no_leader_for": "0s"}}, "self.no_leader_for: must be longer than 0s"),
+        ({"self": {"reconcile_stalled_for": "1m"}}, "self.reconcile_stalled_for (1m) must be longer than"),
+        ({"self": {"probing_stuck_for": "2d"}}, "self.probing_stuck_for (48h) must be shorter"),
         (["not", "a", "mapping"], "config: expected a mapping"),
     ],
 )
@@ -198,7 +204,7 @@ def test_every_alert_has_labels_annotations_and_a_runbook_section() -> None:
     sections = {_github_anchor(m.group(1)) for m in headings}
     settings = load_config(DEFAULT_CONFIG)
     alerts = _alerts()
-    assert len(alerts) == 16
+    assert len(alerts) == 24  # GPUHealthQuarantinePhaseStuck is four rules, one per phase
     for alert in alerts:
         name = alert["alert"]
         assert re.fullmatch(r"GPU(Device|Node|Fleet|Health)[A-Z][A-Za-z]+", name), name
@@ -232,6 +238,17 @@ def test_device_alerts_carry_node_and_device_and_the_issue_contract() -> None:
         assert name in alerts
     for name in ("GPUHealthBreakerTripped", "GPUDeviceQuarantineStuck", "GPUDeviceMigrationFailed"):
         assert name in alerts
+    responder = {
+        "GPUHealthBreakerTripped": ("critical", "none"),
+        "GPUHealthResponderNoLeader": ("critical", "none"),
+        "GPUHealthResponderReconcileStalled": ("critical", "none"),
+        "GPUHealthResponderWebhookRetrying": ("warning", "none"),
+        "GPUDeviceMigrationUnrecoverable": ("warning", "none"),
+        "GPUHealthQuarantinePhaseStuck": ("warning", "none"),
+    }
+    for name, (severity, action) in responder.items():
+        labels = alerts[name]["labels"]
+        assert (labels["severity"], labels["action"]) == (severity, action), name
     # Per-device alerts join identity labels and so keep node and device.
     for name in [n for n in contract if n.startswith("GPUDevice")] + ["GPUDeviceQuarantineStuck"]:
         assert "on (node, device) group_left (driver, pool, device_name)" in alerts[name]["expr"], name
@@ -268,3 +285,18 @@ def test_scaling_that_breaks_an_ordering_is_refused() -> None:
         scaled(parse_config({}), 60)
     with pytest.raises(ConfigError, match="speed"):
         scaled(parse_config({}), 0)
+
+
+def test_stuck_phase_thresholds_leave_the_responders_own_timeouts_room() -> None:
+    """A phase is stuck only beyond what its step may take with the responder's defaults: the
+    probe and canary timeouts, a pass at least every max_recheck_seconds, a Lease takeover."""
+    own = load_config(DEFAULT_CONFIG).self
+    responder = ReconcilerSettings()
+    policy = responder.policy
+    assert own.probing_stuck_for.seconds >= 1.5 * policy.probe_timeout_seconds
+    assert own.canary_stuck_for.seconds >= 1.5 * policy.canary_timeout_seconds
+    assert own.deferred_stuck_for.seconds >= 10 * responder.max_recheck_seconds
+    assert own.reconcile_stalled_for.seconds >= 5 * responder.max_recheck_seconds
+    assert own.no_leader_for.seconds >= 4 * ElectionSettings().lease_duration_seconds
+    # 30m of rate-limited waiting is a queue far beyond the bucket's burst.
+    assert own.pending_stuck_for.seconds * responder.bucket.per_hour / 3600 > responder.bucket.burst
