@@ -41,6 +41,7 @@ from responder.reconciler import Reconciler
 from responder.recorder import Recorder
 from responder.scheduler import add_filter
 from responder.settings import ResponderSettings
+from responder.tls import ReloadingCertificate, watch_certificate
 from responder.webhook import WebhookMetrics, WebhookSettings, add_webhook
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,10 @@ def create_app(
     *,
     clock: Clock | None = None,
     registry: CollectorRegistry | None = None,
+    certificate: ReloadingCertificate | None = None,
 ) -> web.Application:
+    """The service's app; with `certificate` (built from `settings.tls`, its context handed to
+    the site) a background check picks up rotated files."""
     clock = clock or SystemClock()
     registry = registry or CollectorRegistry()
     # The webhook reads its body with its own, smaller limit; this one bounds the extender's
@@ -139,6 +143,12 @@ def create_app(
         await run_cache(capacity, new_client(), settings.capacity)
 
     app.cleanup_ctx.append(http.background("capacity-cache", watch_capacity))
+
+    if certificate is not None:
+        every = settings.tls.reload_check_seconds if settings.tls is not None else 30.0
+        app.cleanup_ctx.append(
+            http.background("certificate-reload", lambda: watch_certificate(certificate, every))
+        )
 
     async def close_webhook_client(_app: web.Application) -> None:
         webhook_client.close()

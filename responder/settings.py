@@ -16,6 +16,7 @@ from responder.checks import CheckSettings
 from responder.intake import IntakeSettings
 from responder.migrator import MigratorSettings
 from responder.reconciler import ReconcilerSettings
+from responder.tls import TlsSettings
 
 DEFAULT_PORT = 8080
 """The port the shipped Alertmanager route and the extender snippet name (`docs/quarantine.md`)."""
@@ -40,6 +41,8 @@ class ResponderSettings:
     dry_run: bool = False
     """Record and decide everything, enforce nothing (DRA rules with effect None)."""
     server: ServerSettings = field(default_factory=_server)
+    tls: TlsSettings | None = None
+    """Serve HTTPS with this certificate and key (reloaded when rotated); None: plain HTTP."""
     webhook_max_body_bytes: int = 1024 * 1024
     """Largest webhook delivery accepted (413 beyond)."""
     extender_max_body_bytes: int = 64 * 1024 * 1024
