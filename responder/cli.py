@@ -151,6 +151,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="serve HTTPS with this PEM certificate chain (with --tls-key-file; reloaded when it changes)",
     )
     service.add_argument("--tls-key-file", metavar="FILE", help="the certificate's PEM private key")
+    service.add_argument(
+        "--config",
+        metavar="FILE",
+        help="YAML tunables: policy, breaker, migration, checks... (example: deploy/responder-config.yaml)",
+    )
     command(service, run_responder)
 
     breaker_parser = subparsers.add_parser(
@@ -581,6 +586,8 @@ def run_responder(args: argparse.Namespace) -> int:
     import socket
 
     from gpuhealth import http
+    from responder import config
+    from responder.checks import CheckSettings
     from responder.service import create_app
     from responder.settings import ResponderSettings
     from responder.tls import CertificateError, ReloadingCertificate, TlsSettings
@@ -605,8 +612,13 @@ def run_responder(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
             server=http.ServerSettings(host=host, port=port),
             tls=tls,
+            checks=CheckSettings(namespace=args.namespace),  # the file may name another
         )
+        if args.config:
+            settings = config.load(args.config, settings)
         certificate = ReloadingCertificate(tls.cert_file, tls.key_file) if tls is not None else None
+    except config.ConfigError as exc:
+        raise UsageError(f"--config {exc}") from exc
     except CertificateError as exc:
         raise UsageError(f"--tls-cert-file/--tls-key-file: {exc}") from exc
     except ValueError as exc:

@@ -1,12 +1,12 @@
 """`POST /scheduler/filter` on a running `gpuhealth responder`, against a simulated cluster whose
 scheduler calls it (`gpuhealth sim --scheduler-config FILE`).
 
-Aspects: ExtenderArgs with Node objects (the annotation read from the objects sent) and with
-NodeNames (answered from the Node/Pod cache, once the watch has seen the annotation); a body
-that is not ExtenderArgs answers 400 with `Error` set; and through the simulated scheduler's
-own extender client, a GPU pod goes to the node where it fits without the quarantined device,
-and a second one that would fit only with it stays Pending, the extender's reason in its
-FailedScheduling message.
+Aspects (the responder started with the shipped `--config` example): ExtenderArgs with Node
+objects (the annotation read from the objects sent) and with NodeNames (answered from the
+Node/Pod cache, once the watch has seen the annotation); a body that is not ExtenderArgs
+answers 400 with `Error` set; and through the simulated scheduler's own extender client, a GPU
+pod goes to the node where it fits without the quarantined device, and a second one that would
+fit only with it stays Pending, the extender's reason in its FailedScheduling message.
 """
 
 from __future__ import annotations
@@ -112,6 +112,7 @@ def cluster_and_responder(tmp_path: Path) -> Iterator[tuple[KubeClient, str]]:
                 "--token-file", str(tmp_path / "token"),
                 "--prometheus-url", "http://127.0.0.1:9",
                 "--identity", "replica-a",
+                "--config", str(Path(__file__).parents[2] / "deploy" / "responder-config.yaml"),
             ],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
