@@ -10,8 +10,9 @@ This module owns what is the same for any service, whatever it serves:
   own, like the exporter, uses `accepts_gzip`, `gzip_body` and `metrics_response`);
 - background work as `app.cleanup_ctx` entries (`background`): a task started with the app,
   cancelled and awaited when it stops; a task that dies stops the service with the error;
-- `serve`: start a site and run until SIGINT/SIGTERM, cancellation or a dead background task
-  (`stop_on_signals` for a service that starts its own site).
+- `serve`: start a site (HTTPS when given an `ssl.SSLContext`) and run until SIGINT/SIGTERM,
+  cancellation or a dead background task (`stop_on_signals` for a service that starts its own
+  site).
 
 State shared through the app uses typed `web.AppKey`s (`PROBES`, `REGISTRY`, `SERVER`, `STOP`).
 """

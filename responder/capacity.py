@@ -40,11 +40,13 @@ from typing import Any
 
 import orjson
 
+from gpuhealth import fields
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.reflector import Events, Listed, Message, Reflector
 from gpuhealth.kube.resources import NODE, POD
 from responder.enforcement import NODE_ANNOTATION
 from responder.extender import GPU_RESOURCE, ArgsError, NodeCapacity, gpus_requested
+from responder.reconciler import WatchBackoff
 
 log = logging.getLogger(__name__)
 
@@ -201,19 +203,16 @@ class CapacityCache:
 @dataclass(frozen=True, slots=True)
 class CacheSettings:
     page_size: int = 500
-    """Objects per list page."""
+    """Objects per list page (a 10,000-node fleet's pods list in a few hundred pages)."""
     watch_timeout_seconds: int = 300
-    """Server-side length of one watch (the reflector resumes at once, from where it was)."""
-    backoff_initial_seconds: float = 1.0
-    backoff_max_seconds: float = 30.0
+    """Server-side length of one watch; the reflector resumes at once from where it was, so
+    this only bounds how long a silently dead connection goes unnoticed."""
+    backoff: WatchBackoff = field(default_factory=WatchBackoff)
+    """Pauses after a failed list or watch: meanwhile the filter answers from the last view."""
 
-
-@dataclass(frozen=True, slots=True)
-class _Backoff:
-    initial_seconds: float
-    max_seconds: float
-    factor: float = 2.0
-    jitter: float = 0.2
+    def __post_init__(self) -> None:
+        fields.within(self, "page_size", "objects", 1, 10_000, whole=True)
+        fields.within(self, "watch_timeout_seconds", "seconds", 1, 3600, whole=True)
 
 
 async def run_cache(cache: CapacityCache, client: KubeClient, settings: CacheSettings) -> None:
@@ -224,7 +223,6 @@ async def run_cache(cache: CapacityCache, client: KubeClient, settings: CacheSet
     """
     loop = asyncio.get_running_loop()
     stop = threading.Event()
-    backoff = _Backoff(settings.backoff_initial_seconds, settings.backoff_max_seconds)
 
     def emit(message: Message) -> None:
         try:
@@ -242,7 +240,7 @@ async def run_cache(cache: CapacityCache, client: KubeClient, settings: CacheSet
             stop=stop,
             page_size=settings.page_size,
             watch_timeout_seconds=settings.watch_timeout_seconds,
-            backoff=backoff,
+            backoff=settings.backoff,
             rng=random.Random(),
         )
         for name, resource in ((NODES, NODE), (PODS, POD))
