@@ -10,8 +10,9 @@ This module owns what is the same for any service, whatever it serves:
   own, like the exporter, uses `accepts_gzip`, `gzip_body` and `metrics_response`);
 - background work as `app.cleanup_ctx` entries (`background`): a task started with the app,
   cancelled and awaited when it stops; a task that dies stops the service with the error;
-- `serve`: start a site and run until SIGINT/SIGTERM, cancellation or a dead background task
-  (`stop_on_signals` for a service that starts its own site).
+- `serve`: start a site (HTTPS when given an `ssl.SSLContext`) and run until SIGINT/SIGTERM,
+  cancellation or a dead background task (`stop_on_signals` for a service that starts its own
+  site).
 
 State shared through the app uses typed `web.AppKey`s (`PROBES`, `REGISTRY`, `SERVER`, `STOP`).
 """
@@ -26,6 +27,7 @@ import logging
 import os
 import re
 import signal
+import ssl
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -286,8 +288,13 @@ class ListenFailed(Exception):
     """The site could not bind its address (in use, not local, no permission)."""
 
 
-async def start_site(app: web.Application, settings: ServerSettings) -> web.AppRunner:
+async def start_site(
+    app: web.Application, settings: ServerSettings, *, ssl_context: ssl.SSLContext | None = None
+) -> web.AppRunner:
     """Start `app` (its cleanup contexts included) and serve it on the settings' address.
+
+    With `ssl_context` the site serves HTTPS only (whoever owns the context may rotate what it
+    serves: the context object is kept, not copied).
 
     Call `await runner.cleanup()` to stop; the bound port (useful with port 0) is in
     `runner.addresses`. Raises ListenFailed, with everything started stopped again, when the
@@ -298,7 +305,7 @@ async def start_site(app: web.Application, settings: ServerSettings) -> web.AppR
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     try:
         await runner.setup()
-        site = web.TCPSite(runner, settings.host, settings.port)
+        site = web.TCPSite(runner, settings.host, settings.port, ssl_context=ssl_context)
         try:
             await site.start()
         except OSError as exc:
@@ -344,16 +351,18 @@ async def serve(
     settings: ServerSettings,
     *,
     on_started: Callable[[tuple[str, int]], None] | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> None:
     """Serve `app` until SIGINT/SIGTERM or cancellation, then stop it and its background work.
 
-    `on_started` receives the bound (host, port) once the site listens. Raises ListenFailed
-    when the address cannot be bound, BackgroundTaskFailed when a background task died.
+    `on_started` receives the bound (host, port) once the site listens; with `ssl_context` it
+    serves HTTPS. Raises ListenFailed when the address cannot be bound, BackgroundTaskFailed
+    when a background task died.
     """
     stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     app[STOP] = stop
     with stop_on_signals(stop):
-        runner = await start_site(app, settings)
+        runner = await start_site(app, settings, ssl_context=ssl_context)
         try:
             if on_started is not None:
                 host, port = runner.addresses[0][:2]

@@ -145,6 +145,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     service.add_argument(
         "--dry-run", action="store_true", help="decide and record everything, enforce nothing"
     )
+    service.add_argument(
+        "--tls-cert-file",
+        metavar="FILE",
+        help="serve HTTPS with this PEM certificate chain (with --tls-key-file; reloaded when it changes)",
+    )
+    service.add_argument("--tls-key-file", metavar="FILE", help="the certificate's PEM private key")
+    service.add_argument(
+        "--config",
+        metavar="FILE",
+        help="YAML tunables: policy, breaker, migration, checks... (example: deploy/responder-config.yaml)",
+    )
     command(service, run_responder)
 
     breaker_parser = subparsers.add_parser(
@@ -575,8 +586,11 @@ def run_responder(args: argparse.Namespace) -> int:
     import socket
 
     from gpuhealth import http
+    from responder import config
+    from responder.checks import CheckSettings
     from responder.service import create_app
     from responder.settings import ResponderSettings
+    from responder.tls import CertificateError, ReloadingCertificate, TlsSettings
 
     try:
         token = Path(args.token_file).read_text().strip()
@@ -585,7 +599,10 @@ def run_responder(args: argparse.Namespace) -> int:
     if not token:
         raise UsageError(f"--token-file {args.token_file}: the file is empty (the webhook never runs open)")
     host, port = args.listen
+    if bool(args.tls_cert_file) != bool(args.tls_key_file):
+        raise UsageError("--tls-cert-file and --tls-key-file go together: give both, or neither")
     try:
+        tls = TlsSettings(args.tls_cert_file, args.tls_key_file) if args.tls_cert_file else None
         settings = ResponderSettings(
             token=token,
             identity=args.identity or f"{socket.gethostname()}-{os.getpid()}",
@@ -594,7 +611,16 @@ def run_responder(args: argparse.Namespace) -> int:
             kubeconfig=args.kubeconfig,
             dry_run=args.dry_run,
             server=http.ServerSettings(host=host, port=port),
+            tls=tls,
+            checks=CheckSettings(namespace=args.namespace),  # the file may name another
         )
+        if args.config:
+            settings = config.load(args.config, settings)
+        certificate = ReloadingCertificate(tls.cert_file, tls.key_file) if tls is not None else None
+    except config.ConfigError as exc:
+        raise UsageError(f"--config {exc}") from exc
+    except CertificateError as exc:
+        raise UsageError(f"--tls-cert-file/--tls-key-file: {exc}") from exc
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
 
@@ -602,15 +628,17 @@ def run_responder(args: argparse.Namespace) -> int:
         return connect(args)
 
     async def serve() -> None:
-        app = create_app(settings, new_client)
+        app = create_app(settings, new_client, certificate=certificate)
         await http.serve(
             app,
             settings.server,
             on_started=lambda address: print(
                 f"gpuhealth responder: serving on {http.format_listen(*address)} as {settings.identity}"
+                + (" over HTTPS" if certificate is not None else "")
                 + (" (dry-run)" if settings.dry_run else ""),
                 flush=True,
             ),
+            ssl_context=certificate.context if certificate is not None else None,
         )
 
     try:

@@ -2,12 +2,15 @@
 
 Wiring only (an entry-point layer module): `create_app` builds the aiohttp app from settings
 and clients — `POST /webhook` (`responder.webhook`, recording through `responder.recorder`),
-`/healthz`, `/readyz` and `/metrics` (`gpuhealth.http`) — and runs, as background work of
+`POST /scheduler/filter` (the scheduler extender, `responder.scheduler`, answered from the
+`responder.capacity` cache of Nodes and Pods), `/healthz`, `/readyz` and `/metrics`
+(`gpuhealth.http`) — and runs, as background work of
 the app, the leader election on a `coordination.k8s.io/v1` Lease (`gpuhealth.kube.elector`)
 whose term runs the reconciler (`responder.reconciler`) with the migration executor
-(`responder.migrator`). Every replica answers webhooks: the records are the only state, so
-any replica's recording is as good as the leader's, and a replica that loses the lease stops
-acting before it says so (fencing), while its webhook goes on.
+(`responder.migrator`). Every replica answers webhooks and the extender (each keeps its own
+cache): the records are the only state, so any replica's recording is as good as the leader's,
+and a replica that loses the lease stops acting before it says so (fencing), while its webhook
+and extender go on.
 
 Ready means: the API answered the CRD's discovery at start (so records can be written).
 """
@@ -28,6 +31,7 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.elector import LeaderElector
 from responder import metrics
 from responder.breaker_store import BreakerStore
+from responder.capacity import CapacityCache, run_cache
 from responder.checks import JobChecks
 from responder.enforcement import Enforcer, discover
 from responder.events import KubeEvents
@@ -35,7 +39,9 @@ from responder.health import PrometheusHealth
 from responder.migrator import Migrator, MigratorMetrics
 from responder.reconciler import Reconciler
 from responder.recorder import Recorder
+from responder.scheduler import add_filter
 from responder.settings import ResponderSettings
+from responder.tls import ReloadingCertificate, watch_certificate
 from responder.webhook import WebhookMetrics, WebhookSettings, add_webhook
 
 log = logging.getLogger(__name__)
@@ -54,10 +60,17 @@ def create_app(
     *,
     clock: Clock | None = None,
     registry: CollectorRegistry | None = None,
+    certificate: ReloadingCertificate | None = None,
 ) -> web.Application:
+    """The service's app; with `certificate` (built from `settings.tls`, its context handed to
+    the site) a background check picks up rotated files."""
     clock = clock or SystemClock()
     registry = registry or CollectorRegistry()
-    app = web.Application(client_max_size=settings.webhook_max_body_bytes + 64 * 1024)
+    # The webhook reads its body with its own, smaller limit; this one bounds the extender's
+    # NodeList (the largest body anyone sends us).
+    app = web.Application(
+        client_max_size=max(settings.webhook_max_body_bytes, settings.extender_max_body_bytes) + 64 * 1024
+    )
 
     webhook_client = new_client()
     recorder = Recorder(webhook_client, clock, settings.intake)
@@ -67,6 +80,8 @@ def create_app(
         recorder.record_all,
         WebhookMetrics(registry),
     )
+    capacity = CapacityCache()
+    add_filter(app, capacity)
     http.add_metrics(app, registry, settings.server)
     ready = {"api": False}
     http.add_probes(app, ready=lambda: ready["api"], not_ready="the API has not answered yet")
@@ -123,6 +138,17 @@ def create_app(
                 client.close()
 
     app.cleanup_ctx.append(http.background("leader-election", elect_and_reconcile))
+
+    async def watch_capacity() -> None:
+        await run_cache(capacity, new_client(), settings.capacity)
+
+    app.cleanup_ctx.append(http.background("capacity-cache", watch_capacity))
+
+    if certificate is not None:
+        every = settings.tls.reload_check_seconds if settings.tls is not None else 30.0
+        app.cleanup_ctx.append(
+            http.background("certificate-reload", lambda: watch_certificate(certificate, every))
+        )
 
     async def close_webhook_client(_app: web.Application) -> None:
         webhook_client.close()

@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from gpuhealth import fields
 from gpuhealth.http import ServerSettings
 from gpuhealth.kube.lease import ElectionSettings
+from responder.capacity import CacheSettings
 from responder.checks import CheckSettings
 from responder.intake import IntakeSettings
 from responder.migrator import MigratorSettings
 from responder.reconciler import ReconcilerSettings
+from responder.tls import TlsSettings
 
 DEFAULT_PORT = 8080
 """The port the shipped Alertmanager route and the extender snippet name (`docs/quarantine.md`)."""
@@ -39,8 +41,16 @@ class ResponderSettings:
     dry_run: bool = False
     """Record and decide everything, enforce nothing (DRA rules with effect None)."""
     server: ServerSettings = field(default_factory=_server)
+    tls: TlsSettings | None = None
+    """Serve HTTPS with this certificate and key (reloaded when rotated); None: plain HTTP."""
     webhook_max_body_bytes: int = 1024 * 1024
     """Largest webhook delivery accepted (413 beyond)."""
+    extender_max_body_bytes: int = 64 * 1024 * 1024
+    """Largest scheduler extender request accepted (413 beyond). Without nodeCacheCapable the
+    scheduler sends every candidate Node object (a few KiB each, more with many images): 64 MiB
+    holds thousands; nodeCacheCapable (names only) is the configuration we ship."""
+    capacity: CacheSettings = field(default_factory=CacheSettings)
+    """The extender's Node and Pod cache (list+watch)."""
     election: ElectionSettings = field(default_factory=ElectionSettings)
     intake: IntakeSettings = field(default_factory=IntakeSettings)
     reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings)
@@ -57,3 +67,4 @@ class ResponderSettings:
                 f"ResponderSettings.prometheus_url must be an http(s) URL, not {self.prometheus_url!r}"
             )
         fields.within(self, "webhook_max_body_bytes", "bytes", 1024, 64 * 1024 * 1024, whole=True)
+        fields.within(self, "extender_max_body_bytes", "bytes", 1024, 1024 * 1024 * 1024, whole=True)

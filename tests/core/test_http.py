@@ -5,7 +5,8 @@ with `format_listen` and refuses everything else with ListenError naming the gra
 another exception (fuzzed); ServerSettings checks itself; `/healthz`, `/readyz` and a
 registry's `/metrics` with gzip negotiated from Accept-Encoding; background work started
 with the app and cancelled with it, and a task that dies stops `serve` with the error;
-`serve` stops on SIGTERM; a taken port is ListenFailed with the background work stopped.
+`serve` stops on SIGTERM; a taken port is ListenFailed with the background work stopped; a
+site given an `ssl.SSLContext` serves HTTPS only.
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ import ipaddress
 import os
 import signal
 import socket
+import ssl
 import threading
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+import aiohttp
 import prometheus_client
 import pytest
 from aiohttp import web
@@ -42,6 +46,7 @@ from gpuhealth.http import (
     serve,
     start_site,
 )
+from tests.support.certificates import self_signed
 
 # ----- the listen grammar ----------------------------------------------------------------
 
@@ -300,3 +305,24 @@ async def test_a_taken_port_is_listen_failed_and_starts_nothing_that_keeps_runni
             await serve(app, ServerSettings(host="127.0.0.1", port=port))
     # The worker was started with the app (it may not have run a step yet) and is gone with it.
     assert not [t for t in asyncio.all_tasks() if t.get_name() == "gpuhealth-worker"]
+
+
+@pytest.mark.integration
+async def test_a_site_with_an_ssl_context_serves_https(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path, "server")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    app = web.Application()
+    add_probes(app, ready=lambda: True, not_ready="-")
+    runner = await start_site(app, local(), ssl_context=context)
+    try:
+        port = runner.addresses[0][1]
+        client = ssl.create_default_context(cafile=str(cert))
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"https://127.0.0.1:{port}/healthz", ssl=client) as response:
+                assert response.status == 200 and await response.text() == "ok\n"
+            with pytest.raises(aiohttp.ClientError):  # plain HTTP is not served beside it
+                async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
+                    await response.read()
+    finally:
+        await runner.cleanup()

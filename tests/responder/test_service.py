@@ -1,16 +1,18 @@
 """`gpuhealth responder` as a user runs it, against the simulated cluster.
 
-Aspects: it serves on the address asked and says so; /healthz at once, /readyz once the API
-answered; a webhook delivery is recorded as a DeviceQuarantine; the replica takes the leader
-Lease (its metric says so) while Prometheus is unreachable (the reconciler skips its passes,
-the webhook goes on); SIGTERM stops it with exit 0 and releases the Lease; a missing or empty
-token file is a usage error (exit 2). The reconciler's own flows are in test_reconciler*.
+Aspects: it serves HTTPS (`--tls-cert-file`, `--tls-key-file`) on the address asked and says
+so; /healthz at once, /readyz once the API answered; a webhook delivery is recorded as a
+DeviceQuarantine; the replica takes the leader Lease (its metric says so) while Prometheus is
+unreachable (the reconciler skips its passes, the webhook goes on); SIGTERM stops it with exit
+0 and releases the Lease; a missing or empty token file is a usage error (exit 2). The
+reconciler's own flows are in test_reconciler*; TLS rotation in test_service_tls.
 """
 
 from __future__ import annotations
 
 import json
 import signal
+import ssl
 import subprocess
 import sys
 import urllib.request
@@ -24,10 +26,11 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.resources import LEASE, NAMESPACE, Resource
 from gpuhealth.kube.transport import KubeTransport
-from gpuhealth.testing.loopback import free_port, http_ok, wait_until
+from gpuhealth.testing.loopback import free_port, wait_until
 from responder.recorder import QUARANTINES
 from responder.records import from_object, record_name
 from simulator.testing import running_cluster
+from tests.support.certificates import self_signed
 
 pytestmark = pytest.mark.integration
 
@@ -57,20 +60,30 @@ def delivery(device: str) -> bytes:
     return json.dumps({"version": "4", "status": "firing", "receiver": "r", "alerts": [alert]}).encode()
 
 
-def post(url: str, body: bytes) -> int:
+def https_ok(url: str, context: ssl.SSLContext) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5, context=context) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def post(url: str, body: bytes, context: ssl.SSLContext) -> int:
     request = urllib.request.Request(
         url,
         data=body,
         method="POST",
         headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with urllib.request.urlopen(request, timeout=10, context=context) as response:
         return int(response.status)
 
 
 def test_the_responder_serves_records_and_leads(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
+    cert, key = self_signed(tmp_path, "responder")
+    tls = ssl.create_default_context(cafile=str(cert))
     with running_cluster(SCENARIO, speed=10) as cluster:
         kube = KubeClient(KubeTransport(api_client(str(cluster.kubeconfig_path))))
         kube.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
@@ -85,18 +98,19 @@ def test_the_responder_serves_records_and_leads(tmp_path: Path) -> None:
             "--token-file", str(token_file),
             "--prometheus-url", "http://127.0.0.1:9",  # nothing there: passes are skipped, webhooks go on
             "--identity", "replica-a",
+            "--tls-cert-file", str(cert), "--tls-key-file", str(key),
         ]  # fmt: skip
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        base = f"http://127.0.0.1:{port}"
+        base = f"https://127.0.0.1:{port}"
         try:
             assert proc.stdout is not None
             assert proc.stdout.readline().startswith(
-                f"gpuhealth responder: serving on 127.0.0.1:{port} as replica-a"
+                f"gpuhealth responder: serving on 127.0.0.1:{port} as replica-a over HTTPS"
             )
-            assert http_ok(f"{base}/healthz")
-            wait_until("readyz", lambda: http_ok(f"{base}/readyz"), timeout=30)
+            assert https_ok(f"{base}/healthz", tls)
+            wait_until("readyz", lambda: https_ok(f"{base}/readyz", tls), timeout=30)
             device = "gpu.nvidia.com/dra-0/gpu-1"
-            assert post(f"{base}/webhook", delivery(device)) == 200
+            assert post(f"{base}/webhook", delivery(device), tls) == 200
             record = from_object(kube.get(QUARANTINES, record_name("dra-0", device)))
             assert record.spec.device == device
 
@@ -108,7 +122,7 @@ def test_the_responder_serves_records_and_leads(tmp_path: Path) -> None:
             )
 
             def scraped() -> str | None:
-                with urllib.request.urlopen(f"{base}/metrics", timeout=5) as response:
+                with urllib.request.urlopen(f"{base}/metrics", timeout=5, context=tls) as response:
                     text = response.read().decode()
                 return text if "gpuhealth_responder_leader 1.0" in text else None
 

@@ -1,0 +1,260 @@
+"""The scheduler extender's view of GPU capacity: Nodes and Pods kept by list+watch.
+
+`CapacityCache` folds the messages of two `gpuhealth.kube.reflector`s (Nodes, Pods) into a
+small per-node summary, so a filter request never calls the API: kube-scheduler waits on the
+answer for every GPU pod, and an API round trip per request would put the apiserver's latency
+(and load) on every scheduling cycle. `capacity(name)` answers a `NodeCapacity`; a node the
+cache has not seen answers None (the filter passes it). Thread-safe: the reader threads apply,
+the HTTP handler reads, under one lock; everything kept is a few integers per node, and per
+bound GPU pod its node and count.
+
+Quarantined devices "the kubelet still counts allocatable" are approximated from the node
+alone: the kubelet keeps every registered device in `status.capacity[nvidia.com/gpu]` and
+leaves the ones its plugin reports Unhealthy out of `status.allocatable`, but publishes no
+list of which. So the devices the node annotation `gpuhealth.io/quarantined-devices` lists
+are counted out, less as many as allocatable already dropped below capacity:
+
+    quarantined_allocatable = max(0, listed - (capacity - allocatable))
+
+That assumes the devices the kubelet excluded are quarantined ones. When an unrelated device
+is Unhealthy at the same time as a quarantined one reports Healthy, the count is one short and
+the filter may pass a node where the pod fits only with the quarantined device: the cost of
+the simplification, bounded by the node's Unhealthy devices that are not quarantined. It
+never counts out more than the annotation lists.
+
+`run_cache` runs the reflectors in threads for as long as the task runs (the exporter's
+observer does the same).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import random
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gpuhealth import fields
+from gpuhealth.kube.client import KubeClient
+from gpuhealth.kube.reflector import Events, Listed, Message, Reflector
+from gpuhealth.kube.resources import NODE, POD
+from responder.enforcement import NODE_ANNOTATION
+from responder.extender import GPU_RESOURCE, ArgsError, NodeCapacity, gpus_requested
+from responder.reconciler import WatchBackoff
+
+log = logging.getLogger(__name__)
+
+NODES = "nodes"
+PODS = "pods"
+FINISHED_PHASES = ("Succeeded", "Failed")
+"""A pod in these phases holds no device any more (the scheduler's own accounting agrees)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGpus:
+    """What the cache keeps of a Node."""
+
+    capacity: int
+    allocatable: int
+    quarantined: int
+    """Devices the node annotation lists."""
+
+    @property
+    def quarantined_allocatable(self) -> int:
+        return max(0, self.quarantined - max(0, self.capacity - self.allocatable))
+
+
+def node_gpus(node: Mapping[str, Any]) -> NodeGpus:
+    """A Node's GPU accounting (pure); unreadable quantities count as 0."""
+    status = node.get("status")
+    status = status if isinstance(status, dict) else {}
+    allocatable = _quantity(status.get("allocatable"))
+    capacity = _quantity(status.get("capacity"))
+    # A node that reports allocatable but no capacity (a hand-written object) drops nothing.
+    return NodeGpus(max(capacity, allocatable), allocatable, len(listed_devices(node)))
+
+
+def listed_devices(node: Mapping[str, Any]) -> frozenset[str]:
+    """The devices the node annotation lists; an unreadable value lists none."""
+    meta = node.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    raw = annotations.get(NODE_ANNOTATION) if isinstance(annotations, dict) else None
+    if not raw or not isinstance(raw, str):
+        return frozenset()
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return frozenset()
+    return frozenset(v for v in value if isinstance(v, str)) if isinstance(value, list) else frozenset()
+
+
+def _quantity(values: Any) -> int:
+    if not isinstance(values, dict):
+        return 0
+    try:
+        return max(0, int(str(values.get(GPU_RESOURCE, 0))))
+    except ValueError:
+        return 0
+
+
+def pod_gpus(pod: Mapping[str, Any]) -> tuple[str, int] | None:
+    """(node, GPUs) of a pod that holds GPUs on a node; None for one that holds none."""
+    spec = pod.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, dict) else None
+    status = pod.get("status")
+    phase = status.get("phase") if isinstance(status, dict) else None
+    if not node or not isinstance(node, str) or phase in FINISHED_PHASES:
+        return None
+    try:
+        gpus = gpus_requested(pod)
+    except ArgsError:
+        return None
+    return (node, gpus) if gpus > 0 else None
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return ""
+    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+
+
+@dataclass
+class CapacityCache:
+    """Nodes' GPU accounting and the GPUs bound pods hold, fed by reflector messages."""
+
+    _nodes: dict[str, NodeGpus] = field(default_factory=dict)
+    _pods: dict[str, tuple[str, int]] = field(default_factory=dict)
+    _requested: dict[str, int] = field(default_factory=dict)
+    _listed: set[str] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def ready(self) -> bool:
+        """Both collections have been listed once."""
+        with self._lock:
+            return self._listed >= {NODES, PODS}
+
+    def capacity(self, name: str, node: Mapping[str, Any] | None = None) -> NodeCapacity | None:
+        """The node's view; `node` (the object the scheduler sent) overrides the cached Node."""
+        with self._lock:
+            gpus = node_gpus(node) if node is not None else self._nodes.get(name)
+            if gpus is None:
+                return None
+            requested = self._requested.get(name, 0)
+        return NodeCapacity(gpus.allocatable, requested, gpus.quarantined_allocatable)
+
+    def apply(self, message: Message) -> None:
+        match message:
+            case Listed(resource, items):
+                with self._lock:
+                    if resource == NODES:
+                        self._nodes = {}
+                        for obj in items:
+                            self._apply_node("ADDED", obj)
+                    else:
+                        self._pods, self._requested = {}, {}
+                        for obj in items:
+                            self._apply_pod("ADDED", obj)
+                    self._listed.add(resource)
+            case Events(resource, events):
+                with self._lock:
+                    for event_type, obj in events:
+                        if not isinstance(obj, dict):
+                            continue
+                        if resource == NODES:
+                            self._apply_node(event_type, obj)
+                        else:
+                            self._apply_pod(event_type, obj)
+            case _:
+                pass
+
+    def _apply_node(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        name = _key(obj).lstrip("/")
+        if not name:
+            return
+        if event_type == "DELETED":
+            self._nodes.pop(name, None)
+        else:
+            self._nodes[name] = node_gpus(obj)
+
+    def _apply_pod(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        key = _key(obj)
+        held = None if event_type == "DELETED" else pod_gpus(obj)
+        before = self._pods.pop(key, None)
+        if before is not None:
+            node, gpus = before
+            left = self._requested.get(node, 0) - gpus
+            if left > 0:
+                self._requested[node] = left
+            else:
+                self._requested.pop(node, None)
+        if held is not None:
+            self._pods[key] = held
+            node, gpus = held
+            self._requested[node] = self._requested.get(node, 0) + gpus
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSettings:
+    page_size: int = 500
+    """Objects per list page (a 10,000-node fleet's pods list in a few hundred pages)."""
+    watch_timeout_seconds: int = 300
+    """Server-side length of one watch; the reflector resumes at once from where it was, so
+    this only bounds how long a silently dead connection goes unnoticed."""
+    backoff: WatchBackoff = field(default_factory=WatchBackoff)
+    """Pauses after a failed list or watch: meanwhile the filter answers from the last view."""
+
+    def __post_init__(self) -> None:
+        fields.within(self, "page_size", "objects", 1, 10_000, whole=True)
+        fields.within(self, "watch_timeout_seconds", "seconds", 1, 3600, whole=True)
+
+
+async def run_cache(cache: CapacityCache, client: KubeClient, settings: CacheSettings) -> None:
+    """List and watch Nodes and Pods into `cache` until cancelled; then stop the threads.
+
+    The caller owns `client` only until this starts: it is closed here on the way out, which
+    ends the readers' blocked watches at once.
+    """
+    loop = asyncio.get_running_loop()
+    stop = threading.Event()
+
+    def emit(message: Message) -> None:
+        try:
+            cache.apply(message)
+        except Exception:
+            # A malformed object costs its message, never the cache's thread.
+            log.exception("applying a %s message failed; skipped", type(message).__name__)
+
+    readers = [
+        Reflector(
+            client,
+            name,
+            resource,
+            emit=emit,
+            stop=stop,
+            page_size=settings.page_size,
+            watch_timeout_seconds=settings.watch_timeout_seconds,
+            backoff=settings.backoff,
+            rng=random.Random(),
+        )
+        for name, resource in ((NODES, NODE), (PODS, POD))
+    ]
+    executor = concurrent.futures.ThreadPoolExecutor(len(readers), thread_name_prefix="gpuhealth-capacity")
+    futures = [loop.run_in_executor(executor, reader.run) for reader in readers]
+    try:
+        await asyncio.gather(*futures)
+        # The readers return only once stopped or closed: running on without them would serve
+        # a view that no longer changes.
+        raise RuntimeError("the capacity cache's watches ended")
+    finally:
+        stop.set()
+        client.close()
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*futures, return_exceptions=True)
+        executor.shutdown(wait=True)

@@ -1,0 +1,242 @@
+"""`gpuhealth responder --config FILE`: the responder's tunables as a YAML document.
+
+The document maps onto the settings tree (`responder.settings.ResponderSettings`); what is
+not in it keeps its default, and the flags keep what is per deployment (where to listen,
+which cluster, the token, TLS). The shipped example with every default and its reason is
+`deploy/responder-config.yaml`.
+
+    apiVersion: gpuhealth.io/v1alpha1
+    kind: ResponderConfiguration
+    policy:         {probeTimeout, canaryTimeout, stability, ramp, backoff, maxBackoff, deferredMaxAge}
+    breaker:        {window, rateFraction, rateFloor, capacityFraction, capacityFloor}
+    newQuarantines: {burst, perHour}
+    migration:      {checkpointTimeout, leaseMargin, leaseCap, defaultMode, namespaceModes,
+                     nodeInFlight, nodePerHour, namespaceEvictionsPerHour}
+    checks:         {namespace, image, command}
+    intake:         {expiry}
+
+Durations are written in the one grammar (`gpuhealth.durations`) and need a unit (`90s`, not
+`90`: a bare number in a file is too easily minutes in the writer's head). Unknown keys are
+refused (a misspelt key would otherwise silently keep a default). Every error is a
+`ConfigError` naming the file, the key path and what is wrong; contradictions between keys
+(a backoff above its cap) are the settings' own checks, reported with the keys' names. Pure
+apart from reading the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuhealth.durations import DurationError, parse_duration
+from responder.migration import Mode
+from responder.settings import ResponderSettings
+
+API_VERSION = "gpuhealth.io/v1alpha1"
+KIND = "ResponderConfiguration"
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used; the message names the file, the key path and why."""
+
+
+class _Invalid(ValueError):
+    """A value's problem, before the file and key path are put in front of it."""
+
+
+Parser = Callable[[Any], Any]
+
+
+def _duration(value: Any) -> float:
+    try:
+        seconds = parse_duration(value, bare_seconds=False)
+    except DurationError as exc:
+        raise _Invalid(str(exc)) from None
+    if seconds <= 0:
+        raise _Invalid(f"{value!r} must be longer than zero")
+    return seconds
+
+
+def _fraction(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise _Invalid(f"{value!r} must be a fraction above 0 and at most 1 (e.g. 0.08 for 8 %)")
+    return float(value)
+
+
+def _whole(low: int) -> Parser:
+    def parse(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise _Invalid(f"{value!r} must be a whole number of at least {low}")
+        return value
+
+    return parse
+
+
+def _rate(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise _Invalid(f"{value!r} must be a number above 0")
+    return float(value)
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _Invalid(f"{value!r} must be a non-empty string")
+    return value
+
+
+def _command(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise _Invalid(f"{value!r} must be a non-empty list of strings (the argv)")
+    return tuple(value)
+
+
+def _mode(value: Any) -> Mode:
+    try:
+        return Mode(value)
+    except ValueError:
+        choices = ", ".join(m.value for m in Mode)
+        raise _Invalid(f"{value!r} is not a migration mode ({choices})") from None
+
+
+def _modes(value: Any) -> dict[str, Mode]:
+    if not isinstance(value, dict):
+        raise _Invalid(f"{value!r} must map namespaces to modes")
+    out = {}
+    for namespace, mode in value.items():
+        if not isinstance(namespace, str) or not namespace:
+            raise _Invalid(f"{namespace!r} is not a namespace name")
+        try:
+            out[namespace] = _mode(mode)
+        except _Invalid as exc:
+            raise _Invalid(f"{namespace}: {exc}") from None
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Key:
+    path: tuple[str, ...]
+    """Where in ResponderSettings the value goes (attribute names)."""
+    parse: Parser
+
+
+_SECTIONS: dict[str, dict[str, _Key]] = {
+    "policy": {
+        "probeTimeout": _Key(("reconciler", "policy", "probe_timeout_seconds"), _duration),
+        "canaryTimeout": _Key(("reconciler", "policy", "canary_timeout_seconds"), _duration),
+        "stability": _Key(("reconciler", "policy", "stability_seconds"), _duration),
+        "ramp": _Key(("reconciler", "policy", "ramp_seconds"), _duration),
+        "backoff": _Key(("reconciler", "policy", "backoff_seconds"), _duration),
+        "maxBackoff": _Key(("reconciler", "policy", "max_backoff_seconds"), _duration),
+        "deferredMaxAge": _Key(("reconciler", "policy", "deferred_max_age_seconds"), _duration),
+    },
+    "breaker": {
+        "window": _Key(("reconciler", "policy", "breaker", "window_seconds"), _duration),
+        "rateFraction": _Key(("reconciler", "policy", "breaker", "rate_fraction"), _fraction),
+        "rateFloor": _Key(("reconciler", "policy", "breaker", "rate_floor"), _whole(0)),
+        "capacityFraction": _Key(("reconciler", "policy", "breaker", "capacity_fraction"), _fraction),
+        "capacityFloor": _Key(("reconciler", "policy", "breaker", "capacity_floor"), _whole(0)),
+    },
+    "newQuarantines": {
+        "burst": _Key(("reconciler", "bucket", "burst"), _whole(1)),
+        "perHour": _Key(("reconciler", "bucket", "per_hour"), _rate),
+    },
+    "migration": {
+        "checkpointTimeout": _Key(("migrator", "migration", "checkpoint_timeout_seconds"), _duration),
+        "leaseMargin": _Key(("migrator", "migration", "lease_margin_seconds"), _duration),
+        "leaseCap": _Key(("migrator", "migration", "lease_cap_seconds"), _duration),
+        "defaultMode": _Key(("migrator", "default_mode"), _mode),
+        "namespaceModes": _Key(("migrator", "modes"), _modes),
+        "nodeInFlight": _Key(("migrator", "node_in_flight"), _whole(1)),
+        "nodePerHour": _Key(("migrator", "node_per_hour"), _whole(1)),
+        "namespaceEvictionsPerHour": _Key(("migrator", "namespace_evictions_per_hour"), _whole(1)),
+    },
+    "checks": {
+        "namespace": _Key(("checks", "namespace"), _text),
+        "image": _Key(("checks", "image"), _text),
+        "command": _Key(("checks", "command"), _command),
+    },
+    "intake": {
+        "expiry": _Key(("intake", "expiry_seconds"), _duration),
+    },
+}
+
+_KEY_OF_FIELD = {
+    key.path[-1]: f"{section}.{name}" for section, keys in _SECTIONS.items() for name, key in keys.items()
+}
+"""Attribute name -> key path, to word the settings' own contradiction messages in the file's
+terms (the attribute names are unique across the sections)."""
+
+
+def apply(doc: Any, settings: ResponderSettings, source: str) -> ResponderSettings:
+    """`settings` with the document's values in place (pure); ConfigError says what is wrong."""
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{source}: expected a mapping (kind: {KIND}), not {type(doc).__name__}")
+    for header, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
+        if doc.get(header) != expected:
+            raise ConfigError(f"{source}: {header}: expected {expected!r}, not {doc.get(header)!r}")
+    changes: dict[str, Any] = {}
+    for section, body in doc.items():
+        if section in ("apiVersion", "kind"):
+            continue
+        keys = _SECTIONS.get(section)
+        if keys is None:
+            known = ", ".join(_SECTIONS)
+            raise ConfigError(f"{source}: {section}: unknown key (known: apiVersion, kind, {known})")
+        if body is None:
+            continue
+        if not isinstance(body, dict):
+            raise ConfigError(f"{source}: {section}: expected a mapping, not {body!r}")
+        for name, value in body.items():
+            key = keys.get(name)
+            if key is None:
+                raise ConfigError(f"{source}: {section}.{name}: unknown key (known: {', '.join(keys)})")
+            try:
+                parsed = key.parse(value)
+            except _Invalid as exc:
+                raise ConfigError(f"{source}: {section}.{name}: {exc}") from None
+            node = changes
+            for part in key.path[:-1]:
+                node = node.setdefault(part, {})
+            node[key.path[-1]] = parsed
+    try:
+        return _replace(settings, changes)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {_in_file_terms(str(exc))}") from None
+
+
+def _replace(obj: Any, changes: Mapping[str, Any]) -> Any:
+    """`obj` with `changes` applied, each dataclass rebuilt once (its own checks see every
+    change together, so raising a cap and a value above the old cap is no contradiction)."""
+    values = {
+        name: _replace(getattr(obj, name), change)
+        if isinstance(change, Mapping) and name != "modes"
+        else change
+        for name, change in changes.items()
+    }
+    return dataclasses.replace(obj, **values)
+
+
+def _in_file_terms(message: str) -> str:
+    return re.sub(r"\b[a-z]+(?:_[a-z]+)+\b", lambda m: _KEY_OF_FIELD.get(m.group(0), m.group(0)), message)
+
+
+def load(path: str | Path, settings: ResponderSettings) -> ResponderSettings:
+    """`settings` with the file's values; ConfigError for an unreadable or invalid file."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror or exc}") from exc
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not YAML: {exc}") from exc
+    return apply(doc, settings, str(path))

@@ -1,0 +1,176 @@
+"""`gpuhealth responder --config FILE` (responder.config): the tunables as a YAML document.
+
+Aspects: the shipped `deploy/responder-config.yaml` loads to exactly the default settings;
+every section lands where it belongs in the settings tree; keys left out keep their defaults;
+contradictions are the settings' own checks worded with the file's key paths, and changes to
+one settings class are applied together (raising a cap and a value above the old cap is no
+contradiction); unknown keys, bare-number durations, bad fractions, modes and headers are
+ConfigError naming the file and key path (property: any document is settings or ConfigError,
+never another exception); on the command line a bad file is a usage error (exit 2).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from responder.config import API_VERSION, KIND, ConfigError, apply, load
+from responder.migration import Mode
+from responder.settings import ResponderSettings
+
+EXAMPLE = Path(__file__).parents[2] / "deploy" / "responder-config.yaml"
+BASE = ResponderSettings(token="t", identity="replica", prometheus_url="http://prometheus:9090")
+HEADER = {"apiVersion": API_VERSION, "kind": KIND}
+
+
+def doc(**sections: Any) -> dict[str, Any]:
+    return {**HEADER, **sections}
+
+
+def test_the_shipped_example_is_exactly_the_defaults() -> None:
+    assert load(EXAMPLE, BASE) == BASE
+    text = EXAMPLE.read_text()
+    for section in ("policy", "breaker", "newQuarantines", "migration", "checks", "intake"):
+        assert f"\n{section}:\n" in text  # every section is shown, with its reasons
+
+
+def test_every_section_lands_in_the_settings_tree() -> None:
+    settings = apply(
+        doc(
+            policy={"probeTimeout": "5m", "stability": "45m", "backoff": "2h", "maxBackoff": "14d"},
+            breaker={"window": "15m", "rateFraction": 0.1, "rateFloor": 3, "capacityFloor": 8},
+            newQuarantines={"burst": 5, "perHour": 30},
+            migration={
+                "checkpointTimeout": "20m",
+                "leaseCap": "2h",
+                "namespaceModes": {"batch": "immediate", "serving": "allow-completion"},
+                "nodePerHour": 2,
+            },
+            checks={"image": "dcgm:latest", "command": ["dcgmi", "diag", "-r", "1"]},
+            intake={"expiry": "12h"},
+        ),
+        BASE,
+        "f.yaml",
+    )
+    policy = settings.reconciler.policy
+    assert (policy.probe_timeout_seconds, policy.stability_seconds) == (300.0, 2700.0)
+    assert (policy.backoff_seconds, policy.max_backoff_seconds) == (7200.0, 14 * 86400.0)
+    assert policy.canary_timeout_seconds == BASE.reconciler.policy.canary_timeout_seconds  # kept
+    breaker = policy.breaker
+    assert (breaker.window_seconds, breaker.rate_fraction, breaker.rate_floor) == (900.0, 0.1, 3)
+    assert (breaker.capacity_fraction, breaker.capacity_floor) == (0.15, 8)
+    assert (settings.reconciler.bucket.burst, settings.reconciler.bucket.per_hour) == (5, 30.0)
+    migrator = settings.migrator
+    assert (migrator.migration.checkpoint_timeout_seconds, migrator.migration.lease_cap_seconds) == (
+        1200.0,
+        7200.0,
+    )
+    assert migrator.mode("batch") == Mode.IMMEDIATE and migrator.mode("other") == Mode.CHECKPOINT
+    assert migrator.node_per_hour == 2 and migrator.node_in_flight == 1
+    assert settings.checks.image == "dcgm:latest" and settings.checks.command == ("dcgmi", "diag", "-r", "1")
+    assert settings.intake.expiry_seconds == 43200.0
+    assert (settings.token, settings.server, settings.election) == (BASE.token, BASE.server, BASE.election)
+
+
+def test_a_backoff_above_the_old_cap_is_fine_when_the_cap_rises_with_it() -> None:
+    settings = apply(doc(policy={"backoff": "10d", "maxBackoff": "30d"}), BASE, "f.yaml")
+    assert settings.reconciler.policy.backoff_seconds == 10 * 86400.0
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ([], "f.yaml: expected a mapping (kind: ResponderConfiguration), not list"),
+        ({"kind": KIND}, "f.yaml: apiVersion: expected 'gpuhealth.io/v1alpha1', not None"),
+        ({"apiVersion": API_VERSION, "kind": "Scenario"}, "f.yaml: kind: expected 'ResponderConfiguration'"),
+        (doc(polcy={}), "f.yaml: polcy: unknown key (known: apiVersion, kind, policy, breaker"),
+        (doc(policy={"stabilty": "1h"}), "f.yaml: policy.stabilty: unknown key (known: probeTimeout"),
+        (doc(policy="1h"), "f.yaml: policy: expected a mapping, not '1h'"),
+        (doc(policy={"ramp": 3600}), "f.yaml: policy.ramp: write a unit, e.g. '3600s'"),
+        (doc(policy={"ramp": "1 hour"}), "f.yaml: policy.ramp: '1 hour' is not a duration"),
+        (doc(policy={"ramp": "0s"}), "f.yaml: policy.ramp: '0s' must be longer than zero"),
+        (doc(breaker={"rateFraction": 8}), "f.yaml: breaker.rateFraction: 8 must be a fraction"),
+        (
+            doc(breaker={"rateFloor": -1}),
+            "f.yaml: breaker.rateFloor: -1 must be a whole number of at least 0",
+        ),
+        (doc(newQuarantines={"burst": True}), "f.yaml: newQuarantines.burst: True must be a whole number"),
+        (
+            doc(migration={"defaultMode": "evict"}),
+            "f.yaml: migration.defaultMode: 'evict' is not a migration",
+        ),
+        (
+            doc(migration={"namespaceModes": {"a": "nope"}}),
+            "f.yaml: migration.namespaceModes: a: 'nope' is not a migration mode",
+        ),
+        (
+            doc(checks={"command": "dcgmi diag"}),
+            "f.yaml: checks.command: 'dcgmi diag' must be a non-empty list",
+        ),
+        (doc(checks={"image": ""}), "f.yaml: checks.image: '' must be a non-empty string"),
+        (
+            doc(policy={"backoff": "8d"}),
+            "f.yaml: policy.maxBackoff must be at least policy.backoff",
+        ),
+    ],
+)
+def test_what_cannot_be_used_names_the_file_and_key(document: Any, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        apply(document, BASE, "f.yaml")
+    assert str(raised.value).startswith(message), str(raised.value)
+
+
+def test_an_unreadable_file_names_itself(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"missing\.yaml: No such file or directory"):
+        load(tmp_path / "missing.yaml", BASE)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("policy: [\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: not YAML"):
+        load(bad, BASE)
+
+
+values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+sections = st.sampled_from(["policy", "breaker", "newQuarantines", "migration", "checks", "intake", "x"])
+keys = st.sampled_from(
+    ["probeTimeout", "backoff", "maxBackoff", "rateFraction", "burst", "defaultMode", "namespaceModes",
+     "command", "image", "expiry", "leaseCap", "nodeInFlight", "y"]
+)  # fmt: skip
+
+
+@given(st.dictionaries(sections, st.dictionaries(keys, values, max_size=3) | values, max_size=4))
+def test_any_document_is_settings_or_config_error(body: dict[str, Any]) -> None:
+    try:
+        settings = apply(doc(**body), BASE, "f.yaml")
+    except ConfigError as exc:
+        assert str(exc).startswith("f.yaml: ")
+    else:
+        assert isinstance(settings, ResponderSettings)
+
+
+def test_a_bad_config_file_is_a_usage_error(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("t\n")
+    config = tmp_path / "responder.yaml"
+    config.write_text(yaml.safe_dump(doc(breaker={"window": 600})))
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "gpuhealth", "responder", "--token-file", str(token),
+            "--prometheus-url", "http://p", "--config", str(config),
+        ],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(
+        f"gpuhealth responder: error: --config {config}: breaker.window: write a unit"
+    )
