@@ -41,7 +41,7 @@ DEVICE_QUARANTINED = MetricFamily(
 QUARANTINE_CREATED = MetricFamily(
     "gpuhealth_quarantine_created_timestamp_seconds",
     "gauge",
-    "Unix time the device's quarantine record was created.",
+    "Unix time the device's current quarantine opened (its record is reused for its next one).",
     ("node", "device"),
     unit="seconds",
 )

@@ -155,6 +155,10 @@ class Client(Protocol):
     ) -> dict[str, Any]: ...
 
 
+_COUNTED_KEYS = 10_000
+"""Moves remembered as counted: far more than end between two passes."""
+
+
 class MigratorMetrics:
     """`gpuhealth_migrations_total{outcome}`: one count per job whose move ended."""
 
@@ -320,6 +324,8 @@ class Migrator:
         self._settings = settings
         self._clock = clock
         self._metrics = metrics
+        self._counted: dict[str, None] = {}
+        """Keys of moves already counted (insertion-ordered, bounded)."""
         self._records = records or self._list_records
         self._leases: dict[tuple[str, str], Observed] = {}
         """What each job's Lease held when first seen, on our monotonic clock (expiry, as the elector)."""
@@ -352,7 +358,17 @@ class Migrator:
             except Exception as error:  # each failure is this job's outcome, not the pass's
                 log.warning("migration of %s in %s: %s", entry.owner, record.name, error)
                 entries[i] = replace(entry, detail=f"will retry: {error}"[:512])
-            if entries[i].outcome.finished and self._metrics is not None:
+            if (
+                entries[i].outcome.finished
+                and self._metrics is not None
+                and entries[i].key not in self._counted
+            ):
+                # Counted once per move even when the record's write loses a 409 and the next
+                # pass decides the same end again (a restart may count such a move twice, as
+                # any counter restarts).
+                self._counted[entries[i].key] = None
+                while len(self._counted) > _COUNTED_KEYS:
+                    self._counted.pop(next(iter(self._counted)))
                 self._metrics.migrations.labels(_OUTCOME_LABEL[entries[i].outcome]).inc()
         return record.with_migrations(entries)
 

@@ -529,3 +529,16 @@ def test_a_move_that_outlives_the_lease_cap_fails_and_lets_go(client: FakeClient
     assert [e["reason"] for e in client.events()] == [FAILED_REASON]
     assert ("leases", "ml", lease_name("Job/train")) not in client.objects
     assert counted(registry, "failed") == 1.0
+
+
+def test_a_move_is_counted_once_even_when_its_end_is_decided_again(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    """The reconciler's write of the record can lose a 409: the next pass decides the same end."""
+    client.add(Resource("", "v1", "pods", True), pod("train-0", checkpoint=None))
+    registry = CollectorRegistry()
+    m = migrator(client, clock, registry)
+    start = record()
+    assert only(m.step(start, clock.now())).outcome is MigrationOutcome.UNRECOVERABLE
+    assert only(m.step(start, clock.now())).outcome is MigrationOutcome.UNRECOVERABLE  # the write was lost
+    assert counted(registry, "unrecoverable") == 1.0
