@@ -17,7 +17,7 @@ exposes). Adapters: `recorder` (writes the intake's decisions, conditionally), `
 evictions), `health` (device health from Prometheus' recording rules), `checks` (probe and
 canary Jobs), `events` (Kubernetes Events), `breaker_store` (the breaker's ConfigMap),
 `capacity` and `scheduler` (the extender endpoint's node and pod cache), `tls` (certificates
-picked up again when they change).
-Entry points: `service` (the app: webhook and extender on every replica, reconciler on the
-leader) with `settings` and `config` (`--config FILE`), and `cli` (`gpuhealth responder`, `gpuhealth quarantine ...`, `gpuhealth breaker ...`).
+picked up again when they change). Entry points: `service` (the app: webhook and extender
+on every replica, reconciler on the leader) with `settings` and `config` (`--config FILE`),
+and `cli` (`gpuhealth responder`, `gpuhealth quarantine ...`, `gpuhealth breaker ...`).
 """
