@@ -337,7 +337,11 @@ class Migrator:
         observer = _Observer(self._client)
         try:
             jobs = observer.jobs_on_device(record)
-            others = [r for r in self._records() if r.name != record.name]
+            # The other records (for the per-node and per-namespace caps) cost a list of every
+            # record; a device with nothing to move needs none, and most quarantined devices
+            # have nothing to move: listing anyway made a pass quadratic in the records.
+            moving = bool(jobs) or any(not m.outcome.finished for m in record.status.migrations)
+            others = [r for r in self._records() if r.name != record.name] if moving else []
         except Exception as error:  # an unreadable cluster is a pass that waits
             log.warning("migration of %s: cannot observe the device's pods: %s", record.name, error)
             return record
