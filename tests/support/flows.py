@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from prometheus_client import CollectorRegistry
 
 from gpuhealth.clock import ManualClock, SystemClock
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.errors import NotFound
-from gpuhealth.kube.resources import NODE, POD, RESOURCE_CLAIM, Resource
+from gpuhealth.kube.resources import NAMESPACE, NODE, POD, RESOURCE_CLAIM, Resource
 from gpuhealth.kube.transport import KubeTransport
 from responder.breaker_store import BreakerStore
 from responder.checks import CheckSettings, JobChecks
@@ -32,11 +33,13 @@ from responder.events import KubeEvents
 from responder.health import StaticHealth
 from responder.intake import Alert
 from responder.limits import BucketSettings
+from responder.migration import REQUESTED
 from responder.migrator import Migrator, MigratorSettings
 from responder.policy import Health, PolicySettings
 from responder.reconciler import Reconciler, ReconcilerSettings
 from responder.recorder import QUARANTINES, Recorder
 from responder.records import Migration, MigrationOutcome, Phase, Quarantine, from_object
+from simulator.fleet.objects import gpu_uuid
 
 NS = "gpuhealth-system"
 POLICY = PolicySettings(
@@ -108,7 +111,11 @@ class Replica:
 
 
 def new_replica(
-    kubeconfig: Path, effects: Counter[Effect], health: StaticHealth, clock: ManualClock
+    kubeconfig: Path,
+    effects: Counter[Effect],
+    health: StaticHealth,
+    clock: ManualClock,
+    settings: ReconcilerSettings = SETTINGS,
 ) -> Replica:
     client = counting_client(kubeconfig, effects)
     # The migrator judges leases on a monotonic clock of its own, as in the service.
@@ -120,7 +127,7 @@ def new_replica(
         checks=JobChecks(client, CheckSettings(namespace=NS)),
         events=KubeEvents(client),
         breaker_store=BreakerStore(client, NS),
-        settings=SETTINGS,
+        settings=settings,
         clock=clock,
         registry=CollectorRegistry(),
         migrate=migrator.step,
@@ -290,3 +297,130 @@ def rule_present(client: KubeClient, name: str) -> bool:
     except NotFound:
         return False
     return True
+
+
+# ----- the world the tests share ---------------------------------------------------------------
+
+CRD_FILE = Path(__file__).parents[2] / "deploy" / "crds" / "devicequarantines.gpuhealth.io.yaml"
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
+GPUS = 2
+SCENARIO: dict[str, Any] = {
+    "name": "flows",
+    "fleet": [
+        {"name": "dra", "count": 1, "gpusPerNode": GPUS, "path": "dra"},
+        {"name": "dp", "count": 1, "gpusPerNode": GPUS, "path": "device-plugin"},
+    ],
+    "workloads": [
+        {
+            "name": f"train-{group}",
+            "namespace": f"ml-{group}",
+            "kind": "Job",
+            "replicas": 1,
+            "gpusPerPod": 1,
+            "checkpoint": {"mode": "annotation", "commitAfter": "1s"},
+            "nodeGroup": group,
+        }
+        for group in ("dra", "dp")
+    ],
+}
+
+
+def prepare(kubeconfig: Path) -> None:
+    """The CRD and the responder's namespace, once per cluster."""
+    client = KubeClient(KubeTransport(api_client(str(kubeconfig))))
+    try:
+        client.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
+        client.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        wait_until(lambda: _served(client), "the CRD is served")
+    finally:
+        client.close()
+
+
+def _served(client: KubeClient) -> bool:
+    try:
+        client.list(QUARANTINES)
+    except NotFound:
+        return False
+    return True
+
+
+class World:
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.client = KubeClient(KubeTransport(api_client(str(kubeconfig))))
+        self.clock = ManualClock()
+        self.health = StaticHealth()
+        for node, dra in (("dra-0", True), ("dp-0", False)):
+            for i in range(GPUS):
+                self.health.set(node, _device(node, i, dra=dra), Health.HEALTHY, 0.0)
+        self.effects: Counter[Effect] = Counter()
+        self.replicas: list[Replica] = []
+
+    def replica(self) -> Replica:
+        replica = new_replica(self.kubeconfig, self.effects, self.health, self.clock)
+        self.replicas.append(replica)
+        return replica
+
+    def flow(self, *, dra: bool) -> tuple[Flow, dict[str, Any]]:
+        group = "dra" if dra else "dp"
+        namespace, node = f"ml-{group}", f"{group}-0"
+        [(pod, device)] = wait_until(lambda: running(self.client, namespace, dra=dra), "the job runs")
+        index = int(device.rsplit("-", 1)[1]) if dra else _index(node, device)
+        labels = alert_labels(node, device, dra=dra, uuid=gpu_uuid(node, index))
+        recorder = Recorder(self.client, self.clock)
+        flow = Flow(self.client, self.health, self.clock, recorder, node, device, labels, namespace, dra)
+        return flow, pod
+
+    def close(self) -> None:
+        for replica in self.replicas:
+            replica.close()
+        self.client.close()
+
+
+def _device(node: str, index: int, *, dra: bool) -> str:
+    return f"gpu.nvidia.com/{node}/gpu-{index}" if dra else gpu_uuid(node, index)
+
+
+def _index(node: str, uuid: str) -> int:
+    return next(i for i in range(GPUS) if gpu_uuid(node, i) == uuid)
+
+
+def phases(seen: list[Quarantine]) -> list[Phase]:
+    walked: list[Phase] = []
+    for entry in seen[-1].status.history:
+        if not walked or walked[-1] != entry.phase:
+            walked.append(entry.phase)
+    return walked
+
+
+def check_end(w: World, flow: Flow, pod: dict[str, Any], record: Quarantine) -> None:
+    """The end state and the effects, the same whoever led."""
+    assert phases([record]) == list(WALK)
+    # The job moved once, off the device, and the quarantine kept it off while it held.
+    [migration] = record.status.migrations
+    assert migration.outcome is MigrationOutcome.SUCCEEDED
+    assert len(migration.evictions) == 1 and migration.requested_at
+    [(moved, device)] = wait_until(lambda: running(w.client, flow.namespace, dra=flow.dra), "the job runs")
+    assert moved["metadata"]["uid"] != pod["metadata"]["uid"]
+    assert device != flow.device
+    # The enforcement is gone.
+    if flow.dra:
+        assert not rule_present(w.client, record.name)
+    else:
+        assert not enforced_on_node(w.client, flow.node, flow.device)
+    # Every effect landed once.
+    effects = w.effects
+    evictions = {k: n for k, n in effects.items() if k[1] == "pods/eviction"}
+    assert evictions == {("create", "pods/eviction", pod["metadata"]["name"]): 1}
+    requests = {k: n for k, n in effects.items() if k[0] == "patch" and k[1].startswith(f"pods:{REQUESTED}=")}
+    assert list(requests.values()) == [1] and [k[2] for k in requests] == [pod["metadata"]["name"]]
+    leases = {k: n for k, n in effects.items() if k[:2] == ("create", "leases")}
+    assert list(leases.values()) == [1]
+    jobs = {k: n for k, n in effects.items() if k[:2] == ("create", "jobs")}
+    assert sorted(jobs.values()) == [1, 1] and len(jobs) == 2  # one probe, one canary
+    if flow.dra:
+        # One rule, its taint turned to the canary's at Ramp (an update), deleted at release.
+        for verb in ("create", "delete"):
+            assert {k: n for k, n in effects.items() if k[:2] == (verb, "devicetaintrules")} == {
+                (verb, "devicetaintrules", record.name): 1
+            }
