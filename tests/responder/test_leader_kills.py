@@ -163,6 +163,7 @@ async def drive(w: World, flow: Flow, candidates: list[Candidate], *, kill: bool
         assert loop.time() < deadline, f"not released within {DEADLINE:.0f} s: {record.status.phase}"
         migration = record.status.migrations[0] if record.status.migrations else None
         if not resolved and migration is not None and migration.outcome is MigrationOutcome.SUCCEEDED:
+            await asyncio.to_thread(flow.await_moved)
             await deliver(candidates, flow, "resolved")
             resolved = True
         if not healthy and record.status.phase == Phase.PROBING:

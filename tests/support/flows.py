@@ -222,6 +222,8 @@ class Flow:
     name: str = ""
     starts_at: float = 0.0
     seen: list[Quarantine] = field(default_factory=list)
+    moved_to: str = ""
+    """The device the job came back on while the quarantine held."""
 
     def record(self) -> Quarantine:
         return from_object(self.client.get(QUARANTINES, self.name))
@@ -236,6 +238,13 @@ class Flow:
             for obj in self.client.list(QUARANTINES).items
             if obj["spec"]["node"] == self.node and obj["spec"]["device"] == self.device
         ]
+
+    def await_moved(self) -> None:
+        """Wait for the job to run again (still Quarantined: the enforcement holds) and note
+        where: never the quarantined device."""
+        [(_, device)] = wait_until(lambda: running(self.client, self.namespace, dra=self.dra), "the job runs")
+        assert device != self.device, "the quarantined device was allocated again"
+        self.moved_to = device
 
     def resolve(self) -> None:
         self.recorder.record_all([self._alert("resolved")])
@@ -271,6 +280,7 @@ class Flow:
                 and migration is not None
                 and migration.outcome is MigrationOutcome.SUCCEEDED
             ):
+                self.await_moved()
                 self.resolve()
                 resolved = True
             if not healthy and phase == Phase.PROBING:
@@ -402,7 +412,7 @@ def check_end(w: World, flow: Flow, pod: dict[str, Any], record: Quarantine) -> 
     assert len(migration.evictions) == 1 and migration.requested_at
     [(moved, device)] = wait_until(lambda: running(w.client, flow.namespace, dra=flow.dra), "the job runs")
     assert moved["metadata"]["uid"] != pod["metadata"]["uid"]
-    assert device != flow.device
+    assert device == flow.moved_to != flow.device  # it stayed where it came back while quarantined
     # The enforcement is gone.
     if flow.dra:
         assert not rule_present(w.client, record.name)
