@@ -110,8 +110,8 @@ class FaultyTransport:
 
     `script`: faults (or None for a clean pass) for the matching requests, in order; after it
     runs out, the seeded random schedule (`rate`, `kinds`) decides. `match` chooses which
-    requests are eligible (default: all). Write-only faults (`AFTER`) fall back to their
-    "before" form on reads; `DROP_WATCH` applies only to watches and other faults skip them
+    requests are eligible (default: all). On reads a 409 becomes a 503 (a read never
+    conflicts) and a lost response a timeout; `DROP_WATCH` applies only to watches and other faults skip them
     (a watch that fails to open is covered by the 5xx kinds through `match`).
     """
 
@@ -156,8 +156,10 @@ class FaultyTransport:
                 return None
             if (fault is Fault.DROP_WATCH) != watch:
                 return None
-            if fault in AFTER and method not in WRITES:
-                fault = Fault.CONFLICT if fault is Fault.CONFLICT_AFTER else Fault.TIMEOUT
+            if method not in WRITES and fault in (Fault.CONFLICT, Fault.CONFLICT_AFTER):
+                fault = Fault.UNAVAILABLE  # a read never conflicts
+            elif method not in WRITES and fault is Fault.LOST:
+                fault = Fault.TIMEOUT
             self.injected.append(Injection(method, path, fault))
             return fault
 
