@@ -52,6 +52,14 @@ class Injection:
     fault: Fault
 
 
+@dataclass(frozen=True)
+class Landed:
+    method: str
+    path: str
+    params: tuple[tuple[str, str], ...]
+    body: bytes | None
+
+
 Matcher = Callable[[str, str, Params], bool]
 
 
@@ -134,6 +142,8 @@ class FaultyTransport:
         self._lock = threading.Lock()
         self.injected: list[Injection] = []
         self.requests: list[tuple[str, str]] = []
+        self.landed: list[Landed] = []
+        """Writes the server accepted (2xx), whether or not the caller saw the answer."""
         self.enabled = True
 
     def counts(self) -> Counter[str]:
@@ -179,6 +189,9 @@ class FaultyTransport:
             response = self._inner.request(
                 method, path, params, body=body, content_type=content_type, timeout=timeout
             )
+            if method in WRITES:
+                with self._lock:
+                    self.landed.append(Landed(method, path, tuple(params), body))
             if fault is None:
                 return response
             if fault is Fault.DROP_WATCH:
