@@ -4,14 +4,18 @@ Aspects: passes through a seeded mix of 500/503/409/429/timeouts and writes whos
 were lost converge, once the faults stop, to the end a fault-free pass reaches (every record
 Quarantined, one DeviceTaintRule per DRA record, the node annotation listing exactly the
 device-plugin devices, nothing stuck); a pass never raises; a fault in one record's writes
-leaves the other records' progress in that same pass.
+leaves the other records' progress in that same pass; the records' watch that wakes the
+passes survives dropped streams and 410s (each new record is quarantined by a pass it woke).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -29,17 +33,17 @@ from responder.enforcement import NODE_ANNOTATION, Enforcer, discover
 from responder.events import EVENT, KubeEvents
 from responder.health import StaticHealth
 from responder.policy import Health
-from responder.reconciler import Reconciler
+from responder.reconciler import Reconciler, WatchBackoff
 from responder.recorder import QUARANTINES
 from responder.records import Phase
 from simulator.fleet.objects import gpu_uuid
 from simulator.testing import running_cluster
 from tests.responder.test_reconciler_simulated import CRD_FILE, CRDS, NS, SCENARIO, SETTINGS, World
-from tests.support.faulty_transport import Fault, FaultyTransport
+from tests.support.faulty_transport import WATCH_ONLY, Fault, FaultyTransport
 
 pytestmark = pytest.mark.integration
 
-REQUEST_FAULTS = [f for f in Fault if f is not Fault.DROP_WATCH]
+REQUEST_FAULTS = [f for f in Fault if f not in WATCH_ONLY]
 DEVICES = [("dp-0", 0, False), ("dp-1", 1, False), ("dra-0", 2, True), ("dra-0", 3, True)]
 
 
@@ -153,4 +157,52 @@ def test_a_fault_in_one_record_never_stops_the_pass(world: World) -> None:
         faulted_reconciler(w, client).reconcile_once()
     finally:
         client.close()
+    assert_converged(w, names)
+
+
+async def test_the_watch_that_wakes_the_passes_survives_drops_and_410s(world: World) -> None:
+    w = world
+    watches = FaultyTransport(
+        KubeTransport(api_client(str(w.kubeconfig))),
+        script=[Fault.DROP_WATCH, Fault.GONE, Fault.DROP_WATCH, Fault.GONE],
+        match=lambda _method, _path, params: ("watch", "true") in list(params),
+    )
+    watch_client = KubeClient(watches)
+    client = KubeClient(KubeTransport(api_client(str(w.kubeconfig))))
+    # Passes come only on a watched change or after an hour: each quarantine below is the watch's.
+    reconciler = Reconciler(
+        client,
+        enforcer=Enforcer(client, discover(client)),
+        health=w.health,
+        checks=JobChecks(client, CheckSettings(namespace=NS)),
+        events=KubeEvents(client),
+        breaker_store=BreakerStore(client, NS),
+        settings=replace(
+            SETTINGS,
+            max_recheck_seconds=3600,
+            watch_backoff=WatchBackoff(initial_seconds=0.1, max_seconds=0.5),
+        ),
+        clock=w.clock,
+        registry=CollectorRegistry(),
+        watch_client=watch_client,
+    )
+    running = asyncio.create_task(reconciler.run())
+    names: list[str] = []
+    try:
+        for node, i, dra in DEVICES:
+            names.append(await asyncio.to_thread(w.add, node, i, dra=dra))
+
+            def quarantined(name: str = names[-1]) -> bool:
+                return w.record(name).status.phase == Phase.QUARANTINED
+
+            await asyncio.to_thread(wait_until, f"{names[-1]} quarantined", quarantined, timeout=30)
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        watch_client.close()
+        client.close()
+    counts = watches.counts()
+    print(f"\nwatch: faults injected {dict(sorted(counts.items()))}; lost quarantines 0")
+    assert counts[Fault.DROP_WATCH.value] >= 1 and counts[Fault.GONE.value] >= 1
     assert_converged(w, names)

@@ -30,7 +30,7 @@ from responder.recorder import QUARANTINES, Recorder
 from responder.records import from_object, record_name
 from responder.webhook import WebhookMetrics, WebhookSettings, add_webhook
 from tests.simulator.conftest import ServedCluster
-from tests.support.faulty_transport import Fault, FaultyTransport
+from tests.support.faulty_transport import WATCH_ONLY, Fault, FaultyTransport
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +40,7 @@ TOKEN = "t0ken"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 NODE = "gpu-node-1"
 REDELIVERIES = 60
-REQUEST_FAULTS = [f for f in Fault if f is not Fault.DROP_WATCH]
+REQUEST_FAULTS = [f for f in Fault if f not in WATCH_ONLY]
 
 
 def alert(device: int, episode: int, status: str = "firing") -> dict[str, Any]:

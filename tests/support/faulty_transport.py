@@ -39,7 +39,11 @@ class Fault(enum.Enum):
     """The write landed, then the read timed out: the caller sees `Unavailable`."""
     DROP_WATCH = "drop-watch"
     """A watch stream breaks after its first chunk."""
+    GONE = "410"
+    """A watch refused at once: its resourceVersion expired (the reflector lists again)."""
 
+
+WATCH_ONLY = frozenset({Fault.DROP_WATCH, Fault.GONE})
 
 AFTER = frozenset({Fault.CONFLICT_AFTER, Fault.LOST})
 """Faults that pass the request through first (only meaningful for writes)."""
@@ -85,6 +89,10 @@ def _error(fault: Fault, what: str) -> ApiError:
         return error_from_response(
             409, _status(409, "Conflict", f"injected: {what}: the object was modified")
         )
+    if fault is Fault.GONE:
+        return error_from_response(
+            410, _status(410, "Expired", f"injected: {what}: too old resource version")
+        )
     if fault is Fault.THROTTLED:
         return error_from_response(
             429, _status(429, "TooManyRequests", f"injected: {what}"), {"Retry-After": "1"}
@@ -119,8 +127,8 @@ class FaultyTransport:
     `script`: faults (or None for a clean pass) for the matching requests, in order; after it
     runs out, the seeded random schedule (`rate`, `kinds`) decides. `match` chooses which
     requests are eligible (default: all). On reads a 409 becomes a 503 (a read never
-    conflicts) and a lost response a timeout; `DROP_WATCH` applies only to watches and other faults skip them
-    (a watch that fails to open is covered by the 5xx kinds through `match`).
+    conflicts) and a lost response a timeout; `DROP_WATCH` and `GONE` apply only to
+    watches, and other faults skip watches (a scripted entry is used up either way).
     """
 
     def __init__(
@@ -164,7 +172,7 @@ class FaultyTransport:
                 return None
             if fault is None:
                 return None
-            if (fault is Fault.DROP_WATCH) != watch:
+            if (fault in WATCH_ONLY) != watch:
                 return None
             if method not in WRITES and fault in (Fault.CONFLICT, Fault.CONFLICT_AFTER):
                 fault = Fault.UNAVAILABLE  # a read never conflicts
