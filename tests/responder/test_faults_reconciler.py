@@ -133,7 +133,7 @@ def test_faulted_passes_converge_to_the_clean_end(world: World, seed: int) -> No
         f"\nreconciler seed {seed}: faults injected {dict(sorted(faults.counts().items()))}; "
         f"duplicate actions 0; lost quarantines 0; doubled Events (notices) {doubled_events}"
     )
-    assert faults.injected
+    assert faults.injected and doubled_events == 0
 
 
 def test_a_fault_in_one_record_never_stops_the_pass(world: World) -> None:
@@ -206,3 +206,23 @@ async def test_the_watch_that_wakes_the_passes_survives_drops_and_410s(world: Wo
     print(f"\nwatch: faults injected {dict(sorted(counts.items()))}; lost quarantines 0")
     assert counts[Fault.DROP_WATCH.value] >= 1 and counts[Fault.GONE.value] >= 1
     assert_converged(w, names)
+
+
+def test_a_notice_waits_for_the_record_write_so_a_failed_write_never_doubles_it(world: World) -> None:
+    w = world
+    name = w.add("dra-0", 1, dra=True)
+    faults = FaultyTransport(
+        KubeTransport(api_client(str(w.kubeconfig))),
+        script=[Fault.UNAVAILABLE],
+        match=lambda method, path, _params: method == "PUT" and path.endswith(f"{name}/status"),
+    )
+    client = KubeClient(faults)
+    try:
+        reconciler = faulted_reconciler(w, client)
+        assert reconciler.reconcile_once().outcomes == {name: "error"}  # enforced, record not written
+        assert reconciler.reconcile_once().outcomes == {name: "written"}
+    finally:
+        client.close()
+    assert faults.counts() == {Fault.UNAVAILABLE.value: 1}
+    assert w.record(name).status.phase == Phase.QUARANTINED
+    assert [r for r, _ in w.events(name)].count("Quarantined") == 1
