@@ -444,6 +444,9 @@ class Reconciler:
         ):
             after = self._migrate(after, state.now)
         written = self._write(obj, record, after, fence)
+        # Notices only once the record is stored: a failed write is decided again next pass,
+        # its notice with it, and an Event per attempt would tell of one failure twice.
+        self._notify(record, decided, state)
         if written:
             # Only once the record says it moved on: a 409 leaves the result to be read again.
             for kind, checked in (("probe", Phase.PROBING), ("canary", Phase.CANARY)):
@@ -514,15 +517,19 @@ class Reconciler:
                     self._store.write(effect.state, entry)
                     log.warning("circuit breaker tripped (%s): %s", effect.state.trigger, effect.state.detail)
                 state.breaker = effect.state
-            elif isinstance(effect, Notify):
-                try:
-                    self._events.emit(
-                        record, effect.reason, effect.message, warning=effect.warning, now=state.now
-                    )
-                except Exception as exc:
-                    # Best effort: the record's history is the durable account; a lost Event
-                    # must not hold the device's phase back.
-                    log.warning("%s: event %s not recorded: %s", record.name, effect.reason, exc)
+
+    def _notify(self, record: Quarantine, decided: Step, state: _PassState) -> None:
+        for effect in decided.effects:
+            if not isinstance(effect, Notify):
+                continue
+            try:
+                self._events.emit(
+                    record, effect.reason, effect.message, warning=effect.warning, now=state.now
+                )
+            except Exception as exc:
+                # Best effort: the record's history is the durable account; a lost Event
+                # must not hold the device's phase back.
+                log.warning("%s: event %s not recorded: %s", record.name, effect.reason, exc)
 
     def _write(
         self, obj: dict[str, Any], before: Quarantine, after: Quarantine, fence: threading.Event
