@@ -66,7 +66,11 @@ BASE_VERSION = 1
 
 MigrationStep = str | Callable[[sqlite3.Connection], None]
 
-MIGRATIONS: dict[int, MigrationStep] = {}
+MIGRATIONS: dict[int, MigrationStep] = {
+    # Idle devices are tracked from ResourceSlices and NVML: who gave the status. Rows written
+    # before were all reported by pods.
+    1: "ALTER TABLE devices ADD COLUMN source TEXT NOT NULL DEFAULT 'pod'",
+}
 """Schema upgrades by the version they start from: step N turns a version N file into
 version N + 1. Each runs in one transaction with the new version number, so a failure
 leaves the file at N. A step is SQL (run as a script) or a function of the connection.

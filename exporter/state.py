@@ -48,7 +48,15 @@ from typing import Any, NamedTuple, Protocol
 
 from exporter import parse
 from exporter.decode import Pod, pod_from_dict
-from exporter.identity import ClaimInfo, DeviceRef, IdentityIndex, parse_claim, parse_slice
+from exporter.identity import (
+    ClaimInfo,
+    DeviceRef,
+    IdentityIndex,
+    SliceDevice,
+    parse_claim,
+    parse_slice,
+    slice_health,
+)
 from exporter.parse import (
     PodObservation,
     ResourceEntry,
@@ -59,6 +67,8 @@ from exporter.parse import (
 )
 from exporter.snapshot import (
     DEVICE_FIELDS,
+    SOURCE_POD,
+    SOURCE_SLICE,
     Allocation,
     DeviceState,
     DriverTaint,
@@ -702,7 +712,7 @@ class DeviceStateStore:
         # What `_release` does per device, in one loop (every pod replacement comes here).
         contrib, devices, dirty, uid = self._contrib, self._devices, self._dirty_allocations, pod.uid
         values = pod.values
-        superseded = []
+        superseded, idle = [], []
         for key in pod.allocations:
             values.pop(key, None)
             contributions = contrib.get(key)
@@ -715,11 +725,15 @@ class DeviceStateStore:
                 superseded.append(key)
             else:
                 dirty.add(key)
+                if not contributions and device.driver:
+                    idle.append(key)
         if pod.allocations:
             pod.allocations.clear()
             self._snapshot = None
         for key in superseded:
             self._delete(key)
+        for key in idle:
+            self._handed_back(key)
 
     def _apply_layout(self, pod: _Pod, observation: PodObservation, now: float) -> None:
         """Resolve identities and allocations afresh, then take the reported values."""
@@ -784,7 +798,7 @@ class DeviceStateStore:
                 value = (worst.health, worst.message)
                 if values.get(key) != value:
                     values[key] = value
-                    if device.health != value[0] or device.message != value[1]:
+                    if device.health != value[0] or device.message != value[1] or device.source != SOURCE_POD:
                         self._report(key, value, now, pod, worst)
                 continue
             self._hold(pod, key, allocations, meta, group, now)
@@ -806,13 +820,13 @@ class DeviceStateStore:
         device = self._devices.get(key)
         health, message = value
         assert device is not None  # _hold created it
-        if device.health == health and device.message == message:
+        if device.health == health and device.message == message and device.source == SOURCE_POD:
             return
         if health == "Unknown":
             unknown_since = device.unknown_since if device.health == "Unknown" else now
         else:
             unknown_since = None
-        changed = _changed(device, health, message, now, unknown_since)
+        changed = _changed(device, health, message, now, unknown_since, SOURCE_POD)
         self._put(key, changed)
         self.stats.status_changes += 1
         if self._sink is not None:
@@ -926,6 +940,15 @@ class DeviceStateStore:
             return
         self._dirty_allocations.add(key)
         self._snapshot = None
+        if not contributions and device.driver:
+            self._handed_back(key)
+
+    def _handed_back(self, key: DeviceKey) -> None:
+        """Nobody holds the DRA device any more: its ResourceSlice speaks for it from now on."""
+        device = self._devices[key]
+        sliced = self.identity.devices.get((device.driver, device.pool, device.device_name))
+        if sliced is not None and self._tracks(sliced) and _slice_key(sliced) == key:
+            self._from_slice(key, sliced, self._clock.now())
 
     def _superseded(self, device: DeviceState) -> bool:
         if device.device.startswith(UNRESOLVED_PREFIX):
@@ -972,21 +995,79 @@ class DeviceStateStore:
             self._reapply(("claim", namespace, name))
 
     def _slice_changed(self, refs: set[DeviceRef]) -> None:
+        now = self._clock.now()
         for ref in refs:
             self._reapply(("ref", *ref))
             taints = self.identity.taints(ref)
-            present = ref in self.identity.devices
+            sliced = self.identity.devices.get(ref)
             for key in list(self._ref_keys.get(ref, ())):
                 device = self._devices.get(key)
                 if device is None:
                     continue
-                if not present and not self._contrib.get(key):
+                if sliced is None and not self._contrib.get(key):
                     self._delete(key)
                 elif device.driver_taints != taints:
                     updated = dataclasses.replace(device, driver_taints=taints)
                     self._put(key, updated)
                     if self._sink is not None:
                         self._sink.record_device(updated)
+            if sliced is not None and self._tracks(sliced):
+                self._from_slice(_slice_key(sliced), sliced, now)
+
+    def _tracks(self, sliced: SliceDevice) -> bool:
+        """Whether a slice device is this exporter's: every node's in cluster mode, its own in node mode."""
+        return bool(sliced.node) and (self._node_name is None or sliced.node == self._node_name)
+
+    def _from_slice(self, key: DeviceKey, sliced: SliceDevice, now: float) -> None:
+        """A slice device no pod holds: tracked with its driver taints as its health evidence.
+
+        A device a pod holds keeps the kubelet's report (the authority while it runs there);
+        only its taints follow the slice (`_slice_changed`)."""
+        if self._contrib.get(key):
+            return
+        health, message = slice_health(sliced.taints)
+        self._ref_keys.setdefault(sliced.ref, set()).add(key)
+        device = self._devices.get(key)
+        if device is None:
+            device = DeviceState(
+                node=key[0],
+                device=key[1],
+                health=health,
+                message=message,
+                status_version=self._version_floor.pop(key, 0) + 1,
+                first_seen=now,
+                changed_at=now,
+                observed_at=now,
+                uuid=sliced.uuid,
+                driver=sliced.driver,
+                pool=sliced.pool,
+                device_name=sliced.device,
+                driver_taints=sliced.taints,
+                unknown_since=now if health == "Unknown" else None,
+                source=SOURCE_SLICE,
+            )
+        elif device.health != health or device.message != message or device.source != SOURCE_SLICE:
+            if health == "Unknown":
+                unknown_since = device.unknown_since if device.health == "Unknown" else now
+            else:
+                unknown_since = None
+            device = _changed(device, health, message, now, unknown_since, SOURCE_SLICE)
+        else:
+            return
+        self._put(key, device)
+        self.stats.status_changes += 1
+        if self._sink is not None:
+            self._sink.record_change(
+                device,
+                ObservationRecord(
+                    device.node,
+                    device.device,
+                    device.status_version,
+                    device.changed_at,
+                    device.health,
+                    device.message,
+                ),
+            )
 
     def _node_gone(self, node: str) -> None:
         if self._nodes.pop(node, None) is not None:
@@ -995,6 +1076,11 @@ class DeviceStateStore:
                 self._sink.record_lease(node, None)
         for key in [k for k in self._devices if k[0] == node and not self._contrib.get(k)]:
             self._delete(key)
+
+
+def _slice_key(sliced: SliceDevice) -> DeviceKey:
+    """The key a pod's entry on this slice device resolves to (`identity.Resolved.device`)."""
+    return (sliced.node, sliced.uuid or f"{sliced.driver}/{sliced.pool}/{sliced.device}")
 
 
 def _severity(entry: ResourceEntry) -> int:
@@ -1045,17 +1131,18 @@ def _copy(name: str, params: str, **changes: str) -> Callable[..., Any]:
 _observed: Callable[[DeviceState, float], DeviceState] = _copy("_observed", "at", observed_at="at")
 """The device confirmed at `at`."""
 
-_changed: Callable[[DeviceState, str, str, float, float | None], DeviceState] = _copy(
+_changed: Callable[[DeviceState, str, str, float, float | None, str], DeviceState] = _copy(
     "_changed",
-    "health, message, at, unknown_since",
+    "health, message, at, unknown_since, source",
     health="health",
     message="message",
     status_version="d.status_version + 1",
     changed_at="at",
     observed_at="at",
     unknown_since="unknown_since",
+    source="source",
 )
-"""The device with a new (health, message) observed at `at`: the next status version."""
+"""The device with a new (health, message) from `source` observed at `at`: the next status version."""
 
 _with_allocations: Callable[[DeviceState, tuple[Allocation, ...]], DeviceState] = _copy(
     "_with_allocations", "allocations", allocations="allocations"

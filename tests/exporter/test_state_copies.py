@@ -23,6 +23,7 @@ from exporter.snapshot import (
     IDENTITY,
     MOVES,
     STATUS,
+    STATUS_SOURCES,
     Allocation,
     DeviceState,
     DriverTaint,
@@ -50,11 +51,11 @@ def test_a_confirmation_moves_only_observed_at(device: DeviceState, at: float) -
     assert moved(device, copy) <= {"observed_at"}
 
 
-@given(devices, st.sampled_from(HEALTH_VALUES), st.text(max_size=8), finite)
+@given(devices, st.sampled_from(HEALTH_VALUES), st.text(max_size=8), finite, st.sampled_from(STATUS_SOURCES))
 def test_a_status_change_moves_only_status_fields(
-    device: DeviceState, health: str, message: str, at: float
+    device: DeviceState, health: str, message: str, at: float, source: str
 ) -> None:
-    copy = _changed(device, health, message, at, at)
+    copy = _changed(device, health, message, at, at, source)
     assert copy == dataclasses.replace(
         device,
         health=health,
@@ -63,6 +64,7 @@ def test_a_status_change_moves_only_status_fields(
         changed_at=at,
         observed_at=at,
         unknown_since=at,
+        source=source,
     )
     assert moved(device, copy) <= fields_moved_by(STATUS)
 
