@@ -820,7 +820,10 @@ class DeviceStateStore:
         device = self._devices.get(key)
         health, message = value
         assert device is not None  # _hold created it
-        if device.health == health and device.message == message and device.source == SOURCE_POD:
+        if device.health == health and device.message == message:
+            if device.source != SOURCE_POD:
+                # The kubelet vouches again for what the slice had: not a status change.
+                self._resourced(key, device, SOURCE_POD)
             return
         if health == "Unknown":
             unknown_since = device.unknown_since if device.health == "Unknown" else now
@@ -1014,6 +1017,13 @@ class DeviceStateStore:
             if sliced is not None and self._tracks(sliced):
                 self._from_slice(_slice_key(sliced), sliced, now)
 
+    def _resourced(self, key: DeviceKey, device: DeviceState, source: str) -> None:
+        """Only the source moves (persisted with the allocations, which move with it)."""
+        updated = _sourced(device, source)
+        self._put(key, updated)
+        if self._sink is not None:
+            self._sink.record_allocations(updated)
+
     def _tracks(self, sliced: SliceDevice) -> bool:
         """Whether a slice device is this exporter's: every node's in cluster mode, its own in node mode."""
         return bool(sliced.node) and (self._node_name is None or sliced.node == self._node_name)
@@ -1046,14 +1056,22 @@ class DeviceStateStore:
                 unknown_since=now if health == "Unknown" else None,
                 source=SOURCE_SLICE,
             )
-        elif device.health != health or device.message != message or device.source != SOURCE_SLICE:
+        elif device.health == health and (device.source != SOURCE_SLICE or device.message == message):
+            # The slice agrees with the health the device has (the usual hand-back after a pod
+            # on a healthy GPU): it vouches for it now; the status and its version stay.
+            if device.source != SOURCE_SLICE:
+                self._resourced(key, device, SOURCE_SLICE)
+            return
+        else:
             if health == "Unknown":
                 unknown_since = device.unknown_since if device.health == "Unknown" else now
             else:
                 unknown_since = None
+            moved = device.source != SOURCE_SLICE
             device = _changed(device, health, message, now, unknown_since, SOURCE_SLICE)
-        else:
-            return
+            if moved and self._sink is not None:
+                # The status UPDATE does not write the source (it moves with the holders).
+                self._sink.record_allocations(device)
         self._put(key, device)
         self.stats.status_changes += 1
         if self._sink is not None:
@@ -1143,6 +1161,9 @@ _changed: Callable[[DeviceState, str, str, float, float | None, str], DeviceStat
     source="source",
 )
 """The device with a new (health, message) from `source` observed at `at`: the next status version."""
+
+_sourced: Callable[[DeviceState, str], DeviceState] = _copy("_sourced", "source", source="source")
+"""The device with another source vouching for the same status."""
 
 _with_allocations: Callable[[DeviceState, tuple[Allocation, ...]], DeviceState] = _copy(
     "_with_allocations", "allocations", allocations="allocations"

@@ -4,8 +4,9 @@ Aspects covered: every device of a slice is tracked with no pod at all (uuid or
 driver/pool/device identity), its health from the driver's taints (gpu-lost and xid
 Unhealthy, unmonitored Unknown, none Healthy) and source `resourceslice`; a pod holding the
 device is the authority (source `pod`), and once it leaves the slice speaks again (a new
-status version, never a silent keep); a taint added or removed on an idle device is a
-status change; a slice device removed from its slice goes away when nobody holds it;
+status version when it disagrees, only the source when it agrees); a taint added or
+removed on an idle device is a status change; a slice device removed from its slice
+goes away when nobody holds it;
 node mode tracks only its node's slices; the source is on `gpu_device_info`; the
 directory stores the source and the slice's evidence (no pod) across a restart; the
 health a taint set gives is a pure function, fuzzed.
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 from exporter.directory import Directory, open_store
 from exporter.exposition import render_metrics
 from exporter.identity import SLICE_HEALTHY_MESSAGE, slice_health
+from exporter.observer import persist
 from exporter.snapshot import SOURCE_POD, SOURCE_SLICE, DriverTaint
 from exporter.state import DeviceStateStore
 from gpuhealth.clock import ManualClock
@@ -99,21 +101,53 @@ def test_a_pod_is_the_authority_while_it_holds_the_device_then_the_slice_speaks(
     store.apply_slice("MODIFIED", _slice({"gpu-0": [XID]}))
     assert store.snapshot().devices[("node-1", U0)].source == SOURCE_POD
     # The pod leaves (migrated): the slice's evidence is the device's status from now on.
+    # It agrees (Unhealthy): the slice vouches for it, the status and its version stay.
     clock.advance(5)
     store.apply_pod("DELETED", _pod_on_gpu0(rv=2))
     idle = store.snapshot().devices[("node-1", U0)]
-    assert (idle.health, idle.source, idle.allocations, idle.status_version) == (
+    assert (idle.health, idle.message, idle.source, idle.allocations, idle.status_version) == (
         "Unhealthy",
+        "kubelet",
         SOURCE_SLICE,
         (),
-        v_idle + 2,
+        v_idle + 1,
     )
-    assert idle.changed_at == clock.now()
     # The driver clears the taint: evidence of recovery for a device no pod holds.
     clock.advance(5)
     store.apply_slice("MODIFIED", _slice())
     healed = store.snapshot().devices[("node-1", U0)]
-    assert (healed.health, healed.source, healed.status_version) == ("Healthy", SOURCE_SLICE, v_idle + 3)
+    assert (healed.health, healed.source, healed.status_version) == ("Healthy", SOURCE_SLICE, v_idle + 2)
+    assert healed.changed_at == clock.now()
+
+
+def test_a_hand_back_that_disagrees_is_a_status_change(store: DeviceStateStore, clock: ManualClock) -> None:
+    store.apply_slice("ADDED", _slice({"gpu-0": [LOST]}))
+    store.apply_claim("ADDED", claim("p-gpus", [("big", DRIVER, "node-1", "gpu-0")]))
+    store.apply_pod("ADDED", _pod_on_gpu0(health="Healthy"))
+    held = store.snapshot().devices[("node-1", U0)]
+    clock.advance(5)
+    store.apply_pod("DELETED", _pod_on_gpu0(rv=2))
+    d = store.snapshot().devices[("node-1", U0)]
+    assert (d.health, d.source, d.status_version, d.changed_at) == (
+        "Unhealthy",
+        SOURCE_SLICE,
+        held.status_version + 1,
+        clock.now(),
+    )
+
+
+def test_a_pod_that_agrees_with_the_slice_takes_the_device_back_without_a_change(
+    store: DeviceStateStore,
+) -> None:
+    store.apply_slice("ADDED", _slice())
+    store.apply_claim("ADDED", claim("p-gpus", [("big", DRIVER, "node-1", "gpu-0")]))
+    store.apply_pod("ADDED", _pod_on_gpu0())
+    store.apply_pod("DELETED", _pod_on_gpu0(rv=2))
+    idle = store.snapshot().devices[("node-1", U0)]
+    assert idle.source == SOURCE_SLICE
+    store.apply_pod("ADDED", _pod_on_gpu0(rv=3))
+    again = store.snapshot().devices[("node-1", U0)]
+    assert (again.source, again.status_version, again.message) == (SOURCE_POD, idle.status_version, "kubelet")
 
 
 def test_a_terminal_pod_hands_the_device_back_to_the_slice(store: DeviceStateStore) -> None:
@@ -168,6 +202,24 @@ def test_the_directory_keeps_the_source_and_the_slice_evidence(tmp_path: Path, c
     restored = open_store(directory, clock).snapshot().devices[("node-1", U1)]
     assert restored == before
     assert restored.source == SOURCE_SLICE
+    directory.close()
+
+
+def test_the_directory_keeps_a_source_only_hand_back(tmp_path: Path, clock: ManualClock) -> None:
+    path = str(tmp_path / "directory.sqlite")
+    directory = Directory(path, clock=clock)
+    store = open_store(directory, clock)
+    store.apply_slice("ADDED", _slice())
+    store.apply_claim("ADDED", claim("p-gpus", [("big", DRIVER, "node-1", "gpu-0")]))
+    store.apply_pod("ADDED", _pod_on_gpu0())
+    persist(store, directory, force=True)
+    store.apply_pod("DELETED", _pod_on_gpu0(rv=2))
+    before = store.snapshot().devices[("node-1", U0)]
+    assert before.source == SOURCE_SLICE
+    persist(store, directory, force=True)
+    directory.close()
+    directory = Directory(path, clock=clock)
+    assert open_store(directory, clock).snapshot().devices[("node-1", U0)] == before
     directory.close()
 
 
