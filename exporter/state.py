@@ -67,6 +67,7 @@ from exporter.parse import (
 )
 from exporter.snapshot import (
     DEVICE_FIELDS,
+    SOURCE_NVML,
     SOURCE_POD,
     SOURCE_SLICE,
     Allocation,
@@ -523,6 +524,10 @@ class DeviceStateStore:
             counts[(event.uuid, event.xid)] = counts.get((event.uuid, event.xid), 0) + 1
         self._nvml = NvmlView(readings=by_uuid, read_at=read_at, xid_counts=counts)
         self._snapshot = None
+        if self._node_name is not None:
+            # Every GPU NVML lists is tracked, held or not: an idle one keeps evidence.
+            for uuid, reading in by_uuid.items():
+                self._from_nvml((self._node_name, uuid), reading, now)
 
     # ----- restart -----------------------------------------------------------------
 
@@ -725,7 +730,7 @@ class DeviceStateStore:
                 superseded.append(key)
             else:
                 dirty.add(key)
-                if not contributions and device.driver:
+                if not contributions and (device.driver or self._nvml is not None):
                     idle.append(key)
         if pod.allocations:
             pod.allocations.clear()
@@ -943,15 +948,21 @@ class DeviceStateStore:
             return
         self._dirty_allocations.add(key)
         self._snapshot = None
-        if not contributions and device.driver:
+        if not contributions and (device.driver or self._nvml is not None):
             self._handed_back(key)
 
     def _handed_back(self, key: DeviceKey) -> None:
-        """Nobody holds the DRA device any more: its ResourceSlice speaks for it from now on."""
+        """Nobody holds the device any more: its ResourceSlice, else NVML, speaks for it from now on."""
         device = self._devices[key]
-        sliced = self.identity.devices.get((device.driver, device.pool, device.device_name))
-        if sliced is not None and self._tracks(sliced) and _slice_key(sliced) == key:
-            self._from_slice(key, sliced, self._clock.now())
+        if device.driver:
+            sliced = self.identity.devices.get((device.driver, device.pool, device.device_name))
+            if sliced is not None and self._tracks(sliced) and _slice_key(sliced) == key:
+                self._from_slice(key, sliced, self._clock.now())
+                return
+        if self._nvml is not None and device.uuid and key[0] == self._node_name:
+            reading = self._nvml.readings.get(device.uuid)
+            if reading is not None:
+                self._from_nvml(key, reading, self._clock.now())
 
     def _superseded(self, device: DeviceState) -> bool:
         if device.device.startswith(UNRESOLVED_PREFIX):
@@ -1037,6 +1048,34 @@ class DeviceStateStore:
             return
         health, message = slice_health(sliced.taints)
         self._ref_keys.setdefault(sliced.ref, set()).add(key)
+        self._idle_status(
+            key,
+            health,
+            message,
+            SOURCE_SLICE,
+            now,
+            uuid=sliced.uuid,
+            driver=sliced.driver,
+            pool=sliced.pool,
+            device_name=sliced.device,
+            driver_taints=sliced.taints,
+        )
+
+    def _from_nvml(self, key: DeviceKey, reading: DeviceReading, now: float) -> None:
+        """Node mode: a GPU NVML lists that no pod holds and no slice speaks for."""
+        if self._contrib.get(key):
+            return
+        current = self._devices.get(key)
+        if current is not None and current.source == SOURCE_SLICE:
+            return
+        health, message = nvml_health(reading)
+        self._idle_status(key, health, message, SOURCE_NVML, now, uuid=reading.uuid)
+
+    def _idle_status(
+        self, key: DeviceKey, health: str, message: str, source: str, now: float, **identity: Any
+    ) -> None:
+        """A device no pod holds takes (health, message) from `source`: created, changed, or
+        (same health) only vouched for by it (no status change, no new version)."""
         device = self._devices.get(key)
         if device is None:
             device = DeviceState(
@@ -1048,27 +1087,23 @@ class DeviceStateStore:
                 first_seen=now,
                 changed_at=now,
                 observed_at=now,
-                uuid=sliced.uuid,
-                driver=sliced.driver,
-                pool=sliced.pool,
-                device_name=sliced.device,
-                driver_taints=sliced.taints,
                 unknown_since=now if health == "Unknown" else None,
-                source=SOURCE_SLICE,
+                source=source,
+                **identity,
             )
-        elif device.health == health and (device.source != SOURCE_SLICE or device.message == message):
-            # The slice agrees with the health the device has (the usual hand-back after a pod
-            # on a healthy GPU): it vouches for it now; the status and its version stay.
-            if device.source != SOURCE_SLICE:
-                self._resourced(key, device, SOURCE_SLICE)
+        elif device.health == health and (device.source != source or device.message == message):
+            # The source agrees with the health the device has (the usual hand-back after a
+            # pod on a healthy GPU): it vouches for it now; the status and its version stay.
+            if device.source != source:
+                self._resourced(key, device, source)
             return
         else:
             if health == "Unknown":
                 unknown_since = device.unknown_since if device.health == "Unknown" else now
             else:
                 unknown_since = None
-            moved = device.source != SOURCE_SLICE
-            device = _changed(device, health, message, now, unknown_since, SOURCE_SLICE)
+            moved = device.source != source
+            device = _changed(device, health, message, now, unknown_since, source)
             if moved and self._sink is not None:
                 # The status UPDATE does not write the source (it moves with the holders).
                 self._sink.record_allocations(device)
@@ -1094,6 +1129,19 @@ class DeviceStateStore:
                 self._sink.record_lease(node, None)
         for key in [k for k in self._devices if k[0] == node and not self._contrib.get(k)]:
             self._delete(key)
+
+
+NVML_REACHABLE_MESSAGE = "NVML: reachable"
+"""The message of an NVML-reported Healthy (never one a kubelet writes)."""
+
+
+def nvml_health(reading: DeviceReading) -> tuple[str, str]:
+    """(health, message) NVML's reachability gives a GPU no pod holds: a lost GPU is Unhealthy,
+    any other unreadable one Unknown (an error reading it is no verdict on the card)."""
+    if reading.reachable:
+        return "Healthy", NVML_REACHABLE_MESSAGE
+    error = reading.error or "unreachable"
+    return ("Unhealthy" if "LOST" in error.upper() else "Unknown"), f"NVML: {error}"
 
 
 def _slice_key(sliced: SliceDevice) -> DeviceKey:

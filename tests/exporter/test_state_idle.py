@@ -9,7 +9,9 @@ removed on an idle device is a status change; a slice device removed from its sl
 goes away when nobody holds it;
 node mode tracks only its node's slices; the source is on `gpu_device_info`; the
 directory stores the source and the slice's evidence (no pod) across a restart; the
-health a taint set gives is a pure function, fuzzed.
+health a taint set gives is a pure function, fuzzed. Node mode: every GPU NVML lists is
+tracked (reachable Healthy, lost Unhealthy, other errors Unknown, source `nvml`), a pod
+holding it is the authority, and a slice outranks NVML for an idle device.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from exporter.directory import Directory, open_store
 from exporter.exposition import render_metrics
 from exporter.identity import SLICE_HEALTHY_MESSAGE, slice_health
 from exporter.observer import persist
-from exporter.snapshot import SOURCE_POD, SOURCE_SLICE, DriverTaint
+from exporter.snapshot import SOURCE_NVML, SOURCE_POD, SOURCE_SLICE, DriverTaint
 from exporter.state import DeviceStateStore
 from gpuhealth.clock import ManualClock
+from gpuhealth.nvml import DeviceReading
 from tests.exporter.fixtures.builders import DRIVER, claim, container, gpu_uuid, pod, resource, slice_
 
 U0, U1, U2 = gpu_uuid("node-1", 0), gpu_uuid("node-1", 1), gpu_uuid("node-1", 2)
@@ -244,3 +247,53 @@ def test_the_most_severe_taint_decides_in_any_order(taints: list[DriverTaint]) -
         assert health == "Unknown"
     else:
         assert health == "Healthy"
+
+
+def _nvml_store(clock: ManualClock) -> DeviceStateStore:
+    return DeviceStateStore(clock, node_name="node-1", nvml=True)
+
+
+def test_node_mode_tracks_every_gpu_nvml_lists(clock: ManualClock) -> None:
+    store = _nvml_store(clock)
+    store.apply_nvml(
+        [
+            DeviceReading(uuid=U0, index=0, reachable=True),
+            DeviceReading(uuid=U1, index=1, reachable=False, error="NVML_ERROR_GPU_IS_LOST"),
+            DeviceReading(uuid=U2, index=2, reachable=False, error="NVML_ERROR_UNKNOWN"),
+        ],
+        [],
+    )
+    got = {k: (d.health, d.source) for k, d in store.snapshot().devices.items()}
+    assert got == {
+        ("node-1", U0): ("Healthy", SOURCE_NVML),
+        ("node-1", U1): ("Unhealthy", SOURCE_NVML),
+        ("node-1", U2): ("Unknown", SOURCE_NVML),
+    }
+    # The GPU answers again: a recovery NVML vouches for (a new status version).
+    before = store.snapshot().devices[("node-1", U1)].status_version
+    clock.advance(5)
+    store.apply_nvml([DeviceReading(uuid=U1, index=1, reachable=True)], [])
+    d = store.snapshot().devices[("node-1", U1)]
+    assert (d.health, d.status_version) == ("Healthy", before + 1)
+
+
+def test_a_device_plugin_pod_is_the_authority_then_nvml_speaks(clock: ManualClock) -> None:
+    store = _nvml_store(clock)
+    reading = DeviceReading(uuid=U0, index=0, reachable=True)
+    store.apply_nvml([reading], [])
+    dp = pod("p", container("main", ("nvidia.com/gpu", [resource(U0, "Unhealthy", "xid 79")])))
+    store.apply_pod("ADDED", dp)
+    assert store.snapshot().devices[("node-1", U0)].source == SOURCE_POD
+    store.apply_nvml([reading], [])  # NVML never overrides a held device
+    assert store.snapshot().devices[("node-1", U0)].health == "Unhealthy"
+    store.apply_pod("DELETED", dp)
+    d = store.snapshot().devices[("node-1", U0)]
+    assert (d.health, d.source, d.allocations) == ("Healthy", SOURCE_NVML, ())
+
+
+def test_a_slice_outranks_nvml_for_an_idle_device(clock: ManualClock) -> None:
+    store = _nvml_store(clock)
+    store.apply_slice("ADDED", _slice({"gpu-0": [XID]}))
+    store.apply_nvml([DeviceReading(uuid=U0, index=0, reachable=True)], [])
+    d = store.snapshot().devices[("node-1", U0)]
+    assert (d.health, d.source) == ("Unhealthy", SOURCE_SLICE)
