@@ -227,6 +227,8 @@ class DeviceStateStore:
         """Devices whose allocations moved since the last sync."""
         self._contrib: dict[DeviceKey, dict[str, tuple[Allocation, ...]]] = {}
         self._version_floor: dict[DeviceKey, int] = {}
+        self._idle_sources: dict[DeviceKey, str] = {}
+        """Devices handed back to a source that agrees with their health, until the next fold."""
         self._pods: dict[str, _Pod] = {}
         self._users: dict[tuple[str, ...], set[str]] = {}
         self._ref_keys: dict[DeviceRef, set[DeviceKey]] = {}
@@ -319,7 +321,7 @@ class DeviceStateStore:
     def _fold_allocations(self) -> None:
         if not self._dirty_allocations:
             return
-        devices, contrib = self._devices, self._contrib
+        devices, contrib, idle_sources = self._devices, self._contrib, self._idle_sources
         record = self._sink.record_allocations if self._sink is not None else None
         for key in self._dirty_allocations:
             current = devices.get(key)
@@ -332,8 +334,20 @@ class DeviceStateStore:
                 (merged,) = contributions.values()
             else:
                 merged = _merge(contributions)
-            if merged is not current.allocations and merged != current.allocations:
-                updated = _with_allocations(current, merged)
+            # Who vouches follows who holds: a pod while any does, else the idle source that
+            # took the device back (`_idle_status`), else what it was.
+            if merged:
+                source = SOURCE_POD
+                if idle_sources:
+                    idle_sources.pop(key, None)
+            elif idle_sources:
+                source = idle_sources.pop(key, current.source)
+            else:
+                source = current.source
+            if (
+                merged is not current.allocations and merged != current.allocations
+            ) or source != current.source:
+                updated = _with_holders(current, merged, source)
                 if self._shared:
                     self._put(key, updated)  # copies the dict a snapshot holds, once
                     devices = self._devices
@@ -343,6 +357,7 @@ class DeviceStateStore:
                 if record is not None:
                     record(updated)
         self._dirty_allocations.clear()
+        idle_sources.clear()  # only keys of dirty devices are ever pending
 
     @property
     def devices_tracked(self) -> int:
@@ -803,7 +818,7 @@ class DeviceStateStore:
                 value = (worst.health, worst.message)
                 if values.get(key) != value:
                     values[key] = value
-                    if device.health != value[0] or device.message != value[1] or device.source != SOURCE_POD:
+                    if device.health != value[0] or device.message != value[1]:
                         self._report(key, value, now, pod, worst)
                 continue
             self._hold(pod, key, allocations, meta, group, now)
@@ -826,9 +841,8 @@ class DeviceStateStore:
         health, message = value
         assert device is not None  # _hold created it
         if device.health == health and device.message == message:
-            if device.source != SOURCE_POD:
-                # The kubelet vouches again for what the slice had: not a status change.
-                self._resourced(key, device, SOURCE_POD)
+            # The kubelet vouches again for what an idle source had: not a status change
+            # (its allocations are dirty, and the fold makes the source `pod`).
             return
         if health == "Unknown":
             unknown_since = device.unknown_since if device.health == "Unknown" else now
@@ -1095,7 +1109,11 @@ class DeviceStateStore:
             # The source agrees with the health the device has (the usual hand-back after a
             # pod on a healthy GPU): it vouches for it now; the status and its version stay.
             if device.source != source:
-                self._resourced(key, device, source)
+                if key in self._dirty_allocations:
+                    # A hand-back: the fold rebuilds the device for its allocations anyway.
+                    self._idle_sources[key] = source
+                else:
+                    self._resourced(key, device, source)
             return
         else:
             if health == "Unknown":
@@ -1213,9 +1231,10 @@ _changed: Callable[[DeviceState, str, str, float, float | None, str], DeviceStat
 _sourced: Callable[[DeviceState, str], DeviceState] = _copy("_sourced", "source", source="source")
 """The device with another source vouching for the same status."""
 
-_with_allocations: Callable[[DeviceState, tuple[Allocation, ...]], DeviceState] = _copy(
-    "_with_allocations", "allocations", allocations="allocations"
+_with_holders: Callable[[DeviceState, tuple[Allocation, ...], str], DeviceState] = _copy(
+    "_with_holders", "allocations, source", allocations="allocations", source="source"
 )
+"""The device with new holders and whoever vouches for its status now (one copy for both)."""
 
 _held: Callable[[DeviceState, tuple[Allocation, ...], _Meta, tuple[DriverTaint, ...]], DeviceState] = _copy(
     "_held",

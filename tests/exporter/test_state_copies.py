@@ -28,7 +28,7 @@ from exporter.snapshot import (
     DeviceState,
     DriverTaint,
 )
-from exporter.state import _changed, _copy, _held, _Meta, _observed, _with_allocations
+from exporter.state import _changed, _copy, _held, _Meta, _observed, _with_holders
 from tests.exporter.fixtures.strategies import allocations, devices, driver_taints, finite
 
 _maybe = st.just("") | st.text(max_size=8)
@@ -86,8 +86,8 @@ def test_pods_and_slices_move_only_identity_and_allocations(
         resource=meta.resource or device.resource,
     )
     assert moved(device, copy) <= fields_moved_by(IDENTITY, ALLOCATIONS)
-    assert _with_allocations(device, held) == dataclasses.replace(device, allocations=held)
-    assert moved(device, _with_allocations(device, held)) <= fields_moved_by(ALLOCATIONS)
+    assert _with_holders(device, held, "nvml") == dataclasses.replace(device, allocations=held, source="nvml")
+    assert moved(device, _with_holders(device, held, "nvml")) <= fields_moved_by(ALLOCATIONS)
 
 
 def test_a_copy_of_a_field_the_device_lacks_is_refused() -> None:
