@@ -59,6 +59,11 @@ class SliceDevice:
     node: str
     uuid: str = ""
     taints: tuple[DriverTaint, ...] = ()
+    health: tuple[str, str] = field(init=False, compare=False)
+    """`slice_health(taints)`, computed once per slice event, read on every hand-back."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "health", slice_health(self.taints))
 
     @property
     def ref(self) -> DeviceRef:

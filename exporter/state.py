@@ -55,7 +55,6 @@ from exporter.identity import (
     SliceDevice,
     parse_claim,
     parse_slice,
-    slice_health,
 )
 from exporter.parse import (
     PodObservation,
@@ -1060,20 +1059,8 @@ class DeviceStateStore:
         only its taints follow the slice (`_slice_changed`)."""
         if self._contrib.get(key):
             return
-        health, message = slice_health(sliced.taints)
-        self._ref_keys.setdefault(sliced.ref, set()).add(key)
-        self._idle_status(
-            key,
-            health,
-            message,
-            SOURCE_SLICE,
-            now,
-            uuid=sliced.uuid,
-            driver=sliced.driver,
-            pool=sliced.pool,
-            device_name=sliced.device,
-            driver_taints=sliced.taints,
-        )
+        health, message = sliced.health
+        self._idle_status(key, health, message, SOURCE_SLICE, now, sliced)
 
     def _from_nvml(self, key: DeviceKey, reading: DeviceReading, now: float) -> None:
         """Node mode: a GPU NVML lists that no pod holds and no slice speaks for."""
@@ -1083,28 +1070,57 @@ class DeviceStateStore:
         if current is not None and current.source == SOURCE_SLICE:
             return
         health, message = nvml_health(reading)
-        self._idle_status(key, health, message, SOURCE_NVML, now, uuid=reading.uuid)
+        self._idle_status(key, health, message, SOURCE_NVML, now, None, reading.uuid)
 
     def _idle_status(
-        self, key: DeviceKey, health: str, message: str, source: str, now: float, **identity: Any
+        self,
+        key: DeviceKey,
+        health: str,
+        message: str,
+        source: str,
+        now: float,
+        sliced: SliceDevice | None,
+        uuid: str = "",
     ) -> None:
         """A device no pod holds takes (health, message) from `source`: created, changed, or
-        (same health) only vouched for by it (no status change, no new version)."""
+        (same health) only vouched for by it (no status change, no new version).
+
+        On every hand-back of a pod's devices: positional arguments, no keyword dict."""
         device = self._devices.get(key)
         if device is None:
-            device = DeviceState(
-                node=key[0],
-                device=key[1],
-                health=health,
-                message=message,
-                status_version=self._version_floor.pop(key, 0) + 1,
-                first_seen=now,
-                changed_at=now,
-                observed_at=now,
-                unknown_since=now if health == "Unknown" else None,
-                source=source,
-                **identity,
-            )
+            if sliced is not None:
+                self._ref_keys.setdefault(sliced.ref, set()).add(key)
+                device = DeviceState(
+                    node=key[0],
+                    device=key[1],
+                    health=health,
+                    message=message,
+                    status_version=self._version_floor.pop(key, 0) + 1,
+                    first_seen=now,
+                    changed_at=now,
+                    observed_at=now,
+                    unknown_since=now if health == "Unknown" else None,
+                    uuid=sliced.uuid,
+                    driver=sliced.driver,
+                    pool=sliced.pool,
+                    device_name=sliced.device,
+                    driver_taints=sliced.taints,
+                    source=source,
+                )
+            else:
+                device = DeviceState(
+                    node=key[0],
+                    device=key[1],
+                    health=health,
+                    message=message,
+                    status_version=self._version_floor.pop(key, 0) + 1,
+                    first_seen=now,
+                    changed_at=now,
+                    observed_at=now,
+                    unknown_since=now if health == "Unknown" else None,
+                    uuid=uuid,
+                    source=source,
+                )
         elif device.health == health and (device.source != source or device.message == message):
             # The source agrees with the health the device has (the usual hand-back after a
             # pod on a healthy GPU): it vouches for it now; the status and its version stay.
