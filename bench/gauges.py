@@ -23,7 +23,7 @@ class DeviceGauges:
         self.info = Gauge(
             "gpu_device_info",
             "i",
-            [*dev, "uuid", "driver", "pool", "device_name", "resource"],
+            [*dev, "uuid", "driver", "pool", "device_name", "resource", "source"],
             registry=registry,
         )
         self.alloc = Gauge(
@@ -42,7 +42,9 @@ class DeviceGauges:
         self.age.labels(d.node, d.device).set(age)
         self.observed.labels(d.node, d.device).set(d.observed_at)
         self.version.labels(d.node, d.device).set(d.status_version)
-        self.info.labels(d.node, d.device, d.uuid, d.driver, d.pool, d.device_name, d.resource).set(1)
+        self.info.labels(d.node, d.device, d.uuid, d.driver, d.pool, d.device_name, d.resource, d.source).set(
+            1
+        )
         for a in d.allocations:
             self.alloc.labels(d.node, d.device, a.namespace, a.pod, a.container, a.resource, a.claim).set(1)
         for t in d.driver_taints:

@@ -66,7 +66,11 @@ BASE_VERSION = 1
 
 MigrationStep = str | Callable[[sqlite3.Connection], None]
 
-MIGRATIONS: dict[int, MigrationStep] = {}
+MIGRATIONS: dict[int, MigrationStep] = {
+    # Idle devices are tracked from ResourceSlices and NVML: who gave the status. Rows written
+    # before were all reported by pods.
+    1: "ALTER TABLE devices ADD COLUMN source TEXT NOT NULL DEFAULT 'pod'",
+}
 """Schema upgrades by the version they start from: step N turns a version N file into
 version N + 1. Each runs in one transaction with the new version number, so a failure
 leaves the file at N. A step is SQL (run as a script) or a function of the connection.
@@ -181,7 +185,8 @@ def _attribute_rows(
 def _allocation_groups(
     lazy: dict[DeviceKey, DeviceState], skip: set[DeviceKey], heartbeats: dict[DeviceKey, float]
 ) -> dict[int, list[tuple[Any, ...]]]:
-    """`(allocations, heartbeat, node, device...)` rows for devices whose allocations alone moved.
+    """`(allocations, source, heartbeat, node, device...)` rows for devices whose holders alone moved
+    (the source moves with them: who vouches for the status follows who holds the device).
 
     A replaced pod's devices share one allocations tuple, one node and one confirmation
     time: one UPDATE names them all, and the tuple is serialised once (keyed by identity;
@@ -195,7 +200,7 @@ def _allocation_groups(
         text = texts.get(id(d.allocations))
         if text is None:
             text = texts[id(d.allocations)] = _allocations_json(d.allocations)
-        groups.setdefault((text, heartbeats.get(key, 0.0), key[0]), []).append(key[1])
+        groups.setdefault((text, d.source, heartbeats.get(key, 0.0), key[0]), []).append(key[1])
     return _by_size(groups)
 
 
@@ -580,7 +585,7 @@ class Directory(_Queries):
                     )
                 for size, rows in _allocation_groups(batch.lazy, batch.attributes, heartbeats).items():
                     conn.executemany(
-                        "UPDATE devices SET allocations = ?, observed_at = max(observed_at, ?) "
+                        "UPDATE devices SET allocations = ?, source = ?, observed_at = max(observed_at, ?) "
                         f"WHERE node = ? AND device IN ({','.join('?' * size)})",
                         rows,
                     )

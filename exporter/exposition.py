@@ -181,7 +181,7 @@ def _info_line(core: str, d: DeviceState) -> bytes:
     esc = escape_label_value
     return (
         f'{_INFO}{{{core},uuid="{esc(d.uuid)}",driver="{esc(d.driver)}",pool="{esc(d.pool)}",'
-        f'device_name="{esc(d.device_name)}",resource="{esc(d.resource)}"}} 1\n'
+        f'device_name="{esc(d.device_name)}",resource="{esc(d.resource)}",source="{esc(d.source)}"}} 1\n'
     ).encode()
 
 
@@ -192,6 +192,7 @@ def _same_info(a: DeviceState, b: DeviceState) -> bool:
         and a.pool == b.pool
         and a.device_name == b.device_name
         and a.resource == b.resource
+        and a.source == b.source
     )
 
 

@@ -59,6 +59,11 @@ class SliceDevice:
     node: str
     uuid: str = ""
     taints: tuple[DriverTaint, ...] = ()
+    health: tuple[str, str] = field(init=False, compare=False)
+    """`slice_health(taints)`, computed once per slice event, read on every hand-back."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "health", slice_health(self.taints))
 
     @property
     def ref(self) -> DeviceRef:
@@ -80,6 +85,31 @@ class Resolved(NamedTuple):
     @property
     def ref(self) -> DeviceRef:
         return (self.driver, self.pool, self.device_name)
+
+
+UNHEALTHY_TAINTS = frozenset({"gpu.nvidia.com/gpu-lost", "gpu.nvidia.com/xid"})
+"""Driver taints that say the device is broken (the NVIDIA DRA driver's health keys)."""
+UNKNOWN_TAINTS = frozenset({"gpu.nvidia.com/unmonitored"})
+"""Driver taints that say the driver cannot tell (its health monitor is off for the device)."""
+SLICE_HEALTHY_MESSAGE = "ResourceSlice: no driver health taint"
+"""The message of a slice-reported Healthy: never one a kubelet writes, so a pod's first report
+on a device that was idle is always a change (its source moves back to `pod`)."""
+
+
+def slice_health(taints: tuple[DriverTaint, ...]) -> tuple[str, str]:
+    """(health, message) a ResourceSlice's driver taints give a device no pod holds.
+
+    The most severe taint wins; taints of other keys say nothing about health (Healthy as
+    the driver publishes the device)."""
+    unknown = ""
+    for taint in taints:
+        if taint.key in UNHEALTHY_TAINTS:
+            return "Unhealthy", f"ResourceSlice taint {taint.key}={taint.value}:{taint.effect}"
+        if taint.key in UNKNOWN_TAINTS and not unknown:
+            unknown = f"ResourceSlice taint {taint.key}={taint.value}:{taint.effect}"
+    if unknown:
+        return "Unknown", unknown
+    return "Healthy", SLICE_HEALTHY_MESSAGE
 
 
 def _text(value: Any) -> str:

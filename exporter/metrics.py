@@ -53,8 +53,10 @@ DEVICE_STATUS_VERSION = MetricFamily(
 DEVICE_INFO = MetricFamily(
     "gpu_device_info",
     "gauge",
-    "Device identity (UUID, DRA driver/pool/device, resource name); always 1.",
-    (*_DEVICE, "uuid", "driver", "pool", "device_name", "resource"),
+    "Device identity (UUID, DRA driver/pool/device, resource name) and the source of its current "
+    "status (pod: allocatedResourcesStatus; resourceslice: the DRA driver's taints on a device no pod "
+    "holds; nvml: NVML reachability of a GPU no pod holds); always 1.",
+    (*_DEVICE, "uuid", "driver", "pool", "device_name", "resource", "source"),
 )
 DEVICE_ALLOCATION = MetricFamily(
     "gpu_device_allocation_info",

@@ -19,6 +19,9 @@ from typing import Any
 from gpuhealth.nvml import DeviceReading
 
 HEALTH_VALUES = ("Healthy", "Unhealthy", "Unknown")
+SOURCE_POD, SOURCE_SLICE, SOURCE_NVML = "pod", "resourceslice", "nvml"
+STATUS_SOURCES = (SOURCE_POD, SOURCE_SLICE, SOURCE_NVML)
+"""Where a device's current status comes from (`DeviceState.source`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,13 @@ class DeviceState:
     driver_taints: tuple[DriverTaint, ...] = field(
         default=(), metadata={SQL: "TEXT NOT NULL", MOVES: IDENTITY, ITEMS: DriverTaint}
     )
+    source: str = field(default="pod", metadata={SQL: "TEXT NOT NULL DEFAULT 'pod'", MOVES: ALLOCATIONS})
+    """Who vouches for the current health: one of STATUS_SOURCES. `pod` (the kubelet's
+    allocatedResourcesStatus) is the authority while a pod holds the device; a device no pod
+    holds takes its ResourceSlice's driver taints (`resourceslice`) or, in node mode, NVML's
+    reachability (`nvml`), so an idle device keeps evidence of its health. It moves when the
+    holders do (ALLOCATIONS): a hand-back whose health agrees changes only this, not the
+    status (no new version, no log row: the pod-replacement hot path stays as cheap)."""
 
 
 DEVICE_FIELDS: tuple[Field[Any], ...] = fields(DeviceState)

@@ -48,7 +48,14 @@ from typing import Any, NamedTuple, Protocol
 
 from exporter import parse
 from exporter.decode import Pod, pod_from_dict
-from exporter.identity import ClaimInfo, DeviceRef, IdentityIndex, parse_claim, parse_slice
+from exporter.identity import (
+    ClaimInfo,
+    DeviceRef,
+    IdentityIndex,
+    SliceDevice,
+    parse_claim,
+    parse_slice,
+)
 from exporter.parse import (
     PodObservation,
     ResourceEntry,
@@ -59,6 +66,9 @@ from exporter.parse import (
 )
 from exporter.snapshot import (
     DEVICE_FIELDS,
+    SOURCE_NVML,
+    SOURCE_POD,
+    SOURCE_SLICE,
     Allocation,
     DeviceState,
     DriverTaint,
@@ -216,6 +226,8 @@ class DeviceStateStore:
         """Devices whose allocations moved since the last sync."""
         self._contrib: dict[DeviceKey, dict[str, tuple[Allocation, ...]]] = {}
         self._version_floor: dict[DeviceKey, int] = {}
+        self._idle_sources: dict[DeviceKey, str] = {}
+        """Devices handed back to a source that agrees with their health, until the next fold."""
         self._pods: dict[str, _Pod] = {}
         self._users: dict[tuple[str, ...], set[str]] = {}
         self._ref_keys: dict[DeviceRef, set[DeviceKey]] = {}
@@ -308,7 +320,7 @@ class DeviceStateStore:
     def _fold_allocations(self) -> None:
         if not self._dirty_allocations:
             return
-        devices, contrib = self._devices, self._contrib
+        devices, contrib, idle_sources = self._devices, self._contrib, self._idle_sources
         record = self._sink.record_allocations if self._sink is not None else None
         for key in self._dirty_allocations:
             current = devices.get(key)
@@ -321,8 +333,20 @@ class DeviceStateStore:
                 (merged,) = contributions.values()
             else:
                 merged = _merge(contributions)
-            if merged is not current.allocations and merged != current.allocations:
-                updated = _with_allocations(current, merged)
+            # Who vouches follows who holds: a pod while any does, else the idle source that
+            # took the device back (`_idle_status`), else what it was.
+            if merged:
+                source = SOURCE_POD
+                if idle_sources:
+                    idle_sources.pop(key, None)
+            elif idle_sources:
+                source = idle_sources.pop(key, current.source)
+            else:
+                source = current.source
+            if (
+                merged is not current.allocations and merged != current.allocations
+            ) or source != current.source:
+                updated = _with_holders(current, merged, source)
                 if self._shared:
                     self._put(key, updated)  # copies the dict a snapshot holds, once
                     devices = self._devices
@@ -332,6 +356,7 @@ class DeviceStateStore:
                 if record is not None:
                     record(updated)
         self._dirty_allocations.clear()
+        idle_sources.clear()  # only keys of dirty devices are ever pending
 
     @property
     def devices_tracked(self) -> int:
@@ -513,6 +538,10 @@ class DeviceStateStore:
             counts[(event.uuid, event.xid)] = counts.get((event.uuid, event.xid), 0) + 1
         self._nvml = NvmlView(readings=by_uuid, read_at=read_at, xid_counts=counts)
         self._snapshot = None
+        if self._node_name is not None:
+            # Every GPU NVML lists is tracked, held or not: an idle one keeps evidence.
+            for uuid, reading in by_uuid.items():
+                self._from_nvml((self._node_name, uuid), reading, now)
 
     # ----- restart -----------------------------------------------------------------
 
@@ -702,7 +731,7 @@ class DeviceStateStore:
         # What `_release` does per device, in one loop (every pod replacement comes here).
         contrib, devices, dirty, uid = self._contrib, self._devices, self._dirty_allocations, pod.uid
         values = pod.values
-        superseded = []
+        superseded, idle = [], []
         for key in pod.allocations:
             values.pop(key, None)
             contributions = contrib.get(key)
@@ -715,11 +744,15 @@ class DeviceStateStore:
                 superseded.append(key)
             else:
                 dirty.add(key)
+                if not contributions and (device.driver or self._nvml is not None):
+                    idle.append(key)
         if pod.allocations:
             pod.allocations.clear()
             self._snapshot = None
         for key in superseded:
             self._delete(key)
+        for key in idle:
+            self._handed_back(key)
 
     def _apply_layout(self, pod: _Pod, observation: PodObservation, now: float) -> None:
         """Resolve identities and allocations afresh, then take the reported values."""
@@ -807,12 +840,14 @@ class DeviceStateStore:
         health, message = value
         assert device is not None  # _hold created it
         if device.health == health and device.message == message:
+            # The kubelet vouches again for what an idle source had: not a status change
+            # (its allocations are dirty, and the fold makes the source `pod`).
             return
         if health == "Unknown":
             unknown_since = device.unknown_since if device.health == "Unknown" else now
         else:
             unknown_since = None
-        changed = _changed(device, health, message, now, unknown_since)
+        changed = _changed(device, health, message, now, unknown_since, SOURCE_POD)
         self._put(key, changed)
         self.stats.status_changes += 1
         if self._sink is not None:
@@ -926,6 +961,21 @@ class DeviceStateStore:
             return
         self._dirty_allocations.add(key)
         self._snapshot = None
+        if not contributions and (device.driver or self._nvml is not None):
+            self._handed_back(key)
+
+    def _handed_back(self, key: DeviceKey) -> None:
+        """Nobody holds the device any more: its ResourceSlice, else NVML, speaks for it from now on."""
+        device = self._devices[key]
+        if device.driver:
+            sliced = self.identity.devices.get((device.driver, device.pool, device.device_name))
+            if sliced is not None and self._tracks(sliced) and _slice_key(sliced) == key:
+                self._from_slice(key, sliced, self._clock.now())
+                return
+        if self._nvml is not None and device.uuid and key[0] == self._node_name:
+            reading = self._nvml.readings.get(device.uuid)
+            if reading is not None:
+                self._from_nvml(key, reading, self._clock.now())
 
     def _superseded(self, device: DeviceState) -> bool:
         if device.device.startswith(UNRESOLVED_PREFIX):
@@ -972,21 +1022,139 @@ class DeviceStateStore:
             self._reapply(("claim", namespace, name))
 
     def _slice_changed(self, refs: set[DeviceRef]) -> None:
+        now = self._clock.now()
         for ref in refs:
             self._reapply(("ref", *ref))
             taints = self.identity.taints(ref)
-            present = ref in self.identity.devices
+            sliced = self.identity.devices.get(ref)
             for key in list(self._ref_keys.get(ref, ())):
                 device = self._devices.get(key)
                 if device is None:
                     continue
-                if not present and not self._contrib.get(key):
+                if sliced is None and not self._contrib.get(key):
                     self._delete(key)
                 elif device.driver_taints != taints:
                     updated = dataclasses.replace(device, driver_taints=taints)
                     self._put(key, updated)
                     if self._sink is not None:
                         self._sink.record_device(updated)
+            if sliced is not None and self._tracks(sliced):
+                self._from_slice(_slice_key(sliced), sliced, now)
+
+    def _resourced(self, key: DeviceKey, device: DeviceState, source: str) -> None:
+        """Only the source moves (persisted with the allocations, which move with it)."""
+        updated = _sourced(device, source)
+        self._put(key, updated)
+        if self._sink is not None:
+            self._sink.record_allocations(updated)
+
+    def _tracks(self, sliced: SliceDevice) -> bool:
+        """Whether a slice device is this exporter's: every node's in cluster mode, its own in node mode."""
+        return bool(sliced.node) and (self._node_name is None or sliced.node == self._node_name)
+
+    def _from_slice(self, key: DeviceKey, sliced: SliceDevice, now: float) -> None:
+        """A slice device no pod holds: tracked with its driver taints as its health evidence.
+
+        A device a pod holds keeps the kubelet's report (the authority while it runs there);
+        only its taints follow the slice (`_slice_changed`)."""
+        if self._contrib.get(key):
+            return
+        health, message = sliced.health
+        self._idle_status(key, health, message, SOURCE_SLICE, now, sliced)
+
+    def _from_nvml(self, key: DeviceKey, reading: DeviceReading, now: float) -> None:
+        """Node mode: a GPU NVML lists that no pod holds and no slice speaks for."""
+        if self._contrib.get(key):
+            return
+        current = self._devices.get(key)
+        if current is not None and current.source == SOURCE_SLICE:
+            return
+        health, message = nvml_health(reading)
+        self._idle_status(key, health, message, SOURCE_NVML, now, None, reading.uuid)
+
+    def _idle_status(
+        self,
+        key: DeviceKey,
+        health: str,
+        message: str,
+        source: str,
+        now: float,
+        sliced: SliceDevice | None,
+        uuid: str = "",
+    ) -> None:
+        """A device no pod holds takes (health, message) from `source`: created, changed, or
+        (same health) only vouched for by it (no status change, no new version).
+
+        On every hand-back of a pod's devices: positional arguments, no keyword dict."""
+        device = self._devices.get(key)
+        if device is None:
+            if sliced is not None:
+                self._ref_keys.setdefault(sliced.ref, set()).add(key)
+                device = DeviceState(
+                    node=key[0],
+                    device=key[1],
+                    health=health,
+                    message=message,
+                    status_version=self._version_floor.pop(key, 0) + 1,
+                    first_seen=now,
+                    changed_at=now,
+                    observed_at=now,
+                    unknown_since=now if health == "Unknown" else None,
+                    uuid=sliced.uuid,
+                    driver=sliced.driver,
+                    pool=sliced.pool,
+                    device_name=sliced.device,
+                    driver_taints=sliced.taints,
+                    source=source,
+                )
+            else:
+                device = DeviceState(
+                    node=key[0],
+                    device=key[1],
+                    health=health,
+                    message=message,
+                    status_version=self._version_floor.pop(key, 0) + 1,
+                    first_seen=now,
+                    changed_at=now,
+                    observed_at=now,
+                    unknown_since=now if health == "Unknown" else None,
+                    uuid=uuid,
+                    source=source,
+                )
+        elif device.health == health and (device.source != source or device.message == message):
+            # The source agrees with the health the device has (the usual hand-back after a
+            # pod on a healthy GPU): it vouches for it now; the status and its version stay.
+            if device.source != source:
+                if key in self._dirty_allocations:
+                    # A hand-back: the fold rebuilds the device for its allocations anyway.
+                    self._idle_sources[key] = source
+                else:
+                    self._resourced(key, device, source)
+            return
+        else:
+            if health == "Unknown":
+                unknown_since = device.unknown_since if device.health == "Unknown" else now
+            else:
+                unknown_since = None
+            moved = device.source != source
+            device = _changed(device, health, message, now, unknown_since, source)
+            if moved and self._sink is not None:
+                # The status UPDATE does not write the source (it moves with the holders).
+                self._sink.record_allocations(device)
+        self._put(key, device)
+        self.stats.status_changes += 1
+        if self._sink is not None:
+            self._sink.record_change(
+                device,
+                ObservationRecord(
+                    device.node,
+                    device.device,
+                    device.status_version,
+                    device.changed_at,
+                    device.health,
+                    device.message,
+                ),
+            )
 
     def _node_gone(self, node: str) -> None:
         if self._nodes.pop(node, None) is not None:
@@ -995,6 +1163,24 @@ class DeviceStateStore:
                 self._sink.record_lease(node, None)
         for key in [k for k in self._devices if k[0] == node and not self._contrib.get(k)]:
             self._delete(key)
+
+
+NVML_REACHABLE_MESSAGE = "NVML: reachable"
+"""The message of an NVML-reported Healthy (never one a kubelet writes)."""
+
+
+def nvml_health(reading: DeviceReading) -> tuple[str, str]:
+    """(health, message) NVML's reachability gives a GPU no pod holds: a lost GPU is Unhealthy,
+    any other unreadable one Unknown (an error reading it is no verdict on the card)."""
+    if reading.reachable:
+        return "Healthy", NVML_REACHABLE_MESSAGE
+    error = reading.error or "unreachable"
+    return ("Unhealthy" if "LOST" in error.upper() else "Unknown"), f"NVML: {error}"
+
+
+def _slice_key(sliced: SliceDevice) -> DeviceKey:
+    """The key a pod's entry on this slice device resolves to (`identity.Resolved.device`)."""
+    return (sliced.node, sliced.uuid or f"{sliced.driver}/{sliced.pool}/{sliced.device}")
 
 
 def _severity(entry: ResourceEntry) -> int:
@@ -1045,21 +1231,26 @@ def _copy(name: str, params: str, **changes: str) -> Callable[..., Any]:
 _observed: Callable[[DeviceState, float], DeviceState] = _copy("_observed", "at", observed_at="at")
 """The device confirmed at `at`."""
 
-_changed: Callable[[DeviceState, str, str, float, float | None], DeviceState] = _copy(
+_changed: Callable[[DeviceState, str, str, float, float | None, str], DeviceState] = _copy(
     "_changed",
-    "health, message, at, unknown_since",
+    "health, message, at, unknown_since, source",
     health="health",
     message="message",
     status_version="d.status_version + 1",
     changed_at="at",
     observed_at="at",
     unknown_since="unknown_since",
+    source="source",
 )
-"""The device with a new (health, message) observed at `at`: the next status version."""
+"""The device with a new (health, message) from `source` observed at `at`: the next status version."""
 
-_with_allocations: Callable[[DeviceState, tuple[Allocation, ...]], DeviceState] = _copy(
-    "_with_allocations", "allocations", allocations="allocations"
+_sourced: Callable[[DeviceState, str], DeviceState] = _copy("_sourced", "source", source="source")
+"""The device with another source vouching for the same status."""
+
+_with_holders: Callable[[DeviceState, tuple[Allocation, ...], str], DeviceState] = _copy(
+    "_with_holders", "allocations, source", allocations="allocations", source="source"
 )
+"""The device with new holders and whoever vouches for its status now (one copy for both)."""
 
 _held: Callable[[DeviceState, tuple[Allocation, ...], _Meta, tuple[DriverTaint, ...]], DeviceState] = _copy(
     "_held",

@@ -152,7 +152,15 @@ def test_device_plugin_device_has_exact_samples() -> None:
         ("gpu_device_status_version", lbl(**dev)): 3.0,
         (
             "gpu_device_info",
-            lbl(**dev, uuid=UUID_A, driver="", pool="", device_name="", resource="nvidia.com/gpu"),
+            lbl(
+                **dev,
+                uuid=UUID_A,
+                driver="",
+                pool="",
+                device_name="",
+                resource="nvidia.com/gpu",
+                source="pod",
+            ),
         ): 1.0,
         (
             "gpu_device_allocation_info",
@@ -185,6 +193,7 @@ def test_dra_device_has_info_allocations_and_deduplicated_driver_taints() -> Non
             pool="node-b",
             device_name="gpu-1",
             resource="claim:gpus/gpu",
+            source="pod",
         ): 1
     }
     claim = {

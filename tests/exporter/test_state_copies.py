@@ -23,11 +23,12 @@ from exporter.snapshot import (
     IDENTITY,
     MOVES,
     STATUS,
+    STATUS_SOURCES,
     Allocation,
     DeviceState,
     DriverTaint,
 )
-from exporter.state import _changed, _copy, _held, _Meta, _observed, _with_allocations
+from exporter.state import _changed, _copy, _held, _Meta, _observed, _with_holders
 from tests.exporter.fixtures.strategies import allocations, devices, driver_taints, finite
 
 _maybe = st.just("") | st.text(max_size=8)
@@ -50,11 +51,11 @@ def test_a_confirmation_moves_only_observed_at(device: DeviceState, at: float) -
     assert moved(device, copy) <= {"observed_at"}
 
 
-@given(devices, st.sampled_from(HEALTH_VALUES), st.text(max_size=8), finite)
+@given(devices, st.sampled_from(HEALTH_VALUES), st.text(max_size=8), finite, st.sampled_from(STATUS_SOURCES))
 def test_a_status_change_moves_only_status_fields(
-    device: DeviceState, health: str, message: str, at: float
+    device: DeviceState, health: str, message: str, at: float, source: str
 ) -> None:
-    copy = _changed(device, health, message, at, at)
+    copy = _changed(device, health, message, at, at, source)
     assert copy == dataclasses.replace(
         device,
         health=health,
@@ -63,8 +64,10 @@ def test_a_status_change_moves_only_status_fields(
         changed_at=at,
         observed_at=at,
         unknown_since=at,
+        source=source,
     )
-    assert moved(device, copy) <= fields_moved_by(STATUS)
+    # The source moves with the holders (ALLOCATIONS), and with a status a new source gives.
+    assert moved(device, copy) <= fields_moved_by(STATUS) | {"source"}
 
 
 @given(devices, allocations, metas, driver_taints)
@@ -83,8 +86,8 @@ def test_pods_and_slices_move_only_identity_and_allocations(
         resource=meta.resource or device.resource,
     )
     assert moved(device, copy) <= fields_moved_by(IDENTITY, ALLOCATIONS)
-    assert _with_allocations(device, held) == dataclasses.replace(device, allocations=held)
-    assert moved(device, _with_allocations(device, held)) <= fields_moved_by(ALLOCATIONS)
+    assert _with_holders(device, held, "nvml") == dataclasses.replace(device, allocations=held, source="nvml")
+    assert moved(device, _with_holders(device, held, "nvml")) <= fields_moved_by(ALLOCATIONS)
 
 
 def test_a_copy_of_a_field_the_device_lacks_is_refused() -> None:

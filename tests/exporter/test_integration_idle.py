@@ -1,0 +1,98 @@
+"""End to end: idle DRA devices are tracked from the simulated cluster's ResourceSlices.
+
+Aspects covered: `gpuhealth exporter` (its own process) against a simulated DRA node with
+4 GPUs of which a Job holds 2; every GPU has series, the held ones with source `pod` and
+an allocation, the idle ones with source `resourceslice` and none; when the driver
+taints an idle GPU (gpu-lost), its health turns Unhealthy from the slice, with the
+driver taints (gpu-lost, and the xid it raises) exported, while the held GPUs stay the kubelet's.
+"""
+
+from __future__ import annotations
+
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuhealth.testing.loopback import child_process, free_port, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SCENARIO: dict[str, Any] = {
+    "name": "exporter-idle",
+    "description": "1 DRA node with 4 GPUs, a Job holds 2; the other 2 are idle",
+    "fleet": [{"name": "gpu-dra", "count": 1, "gpusPerNode": 4, "path": "dra"}],
+    "workloads": [
+        {"name": "train", "namespace": "research", "kind": "Job", "replicas": 1,
+         "gpusPerPod": 2, "path": "dra"},
+    ],
+    "timeline": [],
+}  # fmt: skip
+NODE = "gpu-dra-0"
+
+
+def scrape(port: int) -> dict[str, list[dict[str, str]]] | None:
+    """Samples of value 1 by family name (health, info, allocations, taints), or None."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            body = response.read().decode()
+    except OSError:
+        return None
+    found: dict[str, list[dict[str, str]]] = {}
+    for family in text_string_to_metric_families(body):
+        for s in family.samples:
+            if s.value == 1:
+                found.setdefault(s.name, []).append(dict(s.labels))
+    return found
+
+
+def test_idle_dra_devices_have_series_and_a_driver_taint_speaks(tmp_path: Path) -> None:
+    from simulator.testing import running_cluster
+
+    port = free_port()
+    with running_cluster(SCENARIO, speed=10.0) as cluster:
+        uuids = {
+            cluster.call(lambda c, gpu=gpu: c.fleet.gpu(NODE, gpu).uuid): gpu  # type: ignore[misc]
+            for gpu in range(4)
+        }
+        argv = [
+            sys.executable, "-m", "gpuhealth", "exporter", "--kubeconfig", str(cluster.kubeconfig_path),
+            "--listen", f"127.0.0.1:{port}",
+        ]  # fmt: skip
+        with child_process(argv, tmp_path / "exporter.log"):
+
+            def sources() -> dict[str, str] | None:
+                found = scrape(port)
+                if found is None:
+                    return None
+                by_device = {i["device"]: i["source"] for i in found.get("gpu_device_info", [])}
+                held = {a["device"] for a in found.get("gpu_device_allocation_info", [])}
+                complete = set(by_device) == set(uuids) and len(held) == 2
+                return by_device if complete and all(by_device[d] == "pod" for d in held) else None
+
+            by_device = wait_until("4 GPUs tracked, 2 held by the Job", sources, timeout=60)
+            idle = sorted(d for d, source in by_device.items() if source == "resourceslice")
+            assert len(idle) == 2
+            target = idle[0]
+
+            cluster.inject({"fault": "gpu-lost", "device": {"node": NODE, "gpu": uuids[target]}})
+
+            def lost() -> dict[str, list[dict[str, str]]] | None:
+                found = scrape(port)
+                if found is None:
+                    return None
+                unhealthy = {
+                    h["device"] for h in found.get("gpu_device_health", []) if h["status"] == "Unhealthy"
+                }
+                tainted = {t["device"] for t in found.get("gpu_device_driver_taint", [])}
+                return found if unhealthy == {target} and target in tainted else None
+
+            found = wait_until("the idle GPU Unhealthy from its driver taint", lost, timeout=60)
+            info = {i["device"]: i["source"] for i in found["gpu_device_info"]}
+            assert info[target] == "resourceslice"
+            keys = {t["key"] for t in found["gpu_device_driver_taint"] if t["device"] == target}
+            assert "gpu.nvidia.com/gpu-lost" in keys
+            assert sorted(d for d, s in info.items() if s == "pod") == sorted(set(uuids) - set(idle))
