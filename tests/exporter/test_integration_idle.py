@@ -60,7 +60,7 @@ def test_idle_dra_devices_have_series_and_a_driver_taint_speaks(tmp_path: Path) 
         }
         argv = [
             sys.executable, "-m", "gpuhealth", "exporter", "--kubeconfig", str(cluster.kubeconfig_path),
-            "--listen", f"127.0.0.1:{port}",
+            "--listen", f"127.0.0.1:{port}", "--directory", str(tmp_path / "devices.sqlite"),
         ]  # fmt: skip
         with child_process(argv, tmp_path / "exporter.log"):
 
