@@ -1090,37 +1090,23 @@ class DeviceStateStore:
         if device is None:
             if sliced is not None:
                 self._ref_keys.setdefault(sliced.ref, set()).add(key)
-                device = DeviceState(
-                    node=key[0],
-                    device=key[1],
-                    health=health,
-                    message=message,
-                    status_version=self._version_floor.pop(key, 0) + 1,
-                    first_seen=now,
-                    changed_at=now,
-                    observed_at=now,
-                    unknown_since=now if health == "Unknown" else None,
-                    uuid=sliced.uuid,
-                    driver=sliced.driver,
-                    pool=sliced.pool,
-                    device_name=sliced.device,
-                    driver_taints=sliced.taints,
-                    source=source,
-                )
-            else:
-                device = DeviceState(
-                    node=key[0],
-                    device=key[1],
-                    health=health,
-                    message=message,
-                    status_version=self._version_floor.pop(key, 0) + 1,
-                    first_seen=now,
-                    changed_at=now,
-                    observed_at=now,
-                    unknown_since=now if health == "Unknown" else None,
-                    uuid=uuid,
-                    source=source,
-                )
+            device = DeviceState(
+                node=key[0],
+                device=key[1],
+                health=health,
+                message=message,
+                status_version=self._version_floor.pop(key, 0) + 1,
+                first_seen=now,
+                changed_at=now,
+                observed_at=now,
+                unknown_since=now if health == "Unknown" else None,
+                uuid=sliced.uuid if sliced is not None else uuid,
+                driver=sliced.driver if sliced is not None else "",
+                pool=sliced.pool if sliced is not None else "",
+                device_name=sliced.device if sliced is not None else "",
+                driver_taints=sliced.taints if sliced is not None else (),
+                source=source,
+            )
         elif device.health == health and (device.source != source or device.message == message):
             # The source agrees with the health the device has (the usual hand-back after a
             # pod on a healthy GPU): it vouches for it now; the status and its version stay.
