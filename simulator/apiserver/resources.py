@@ -197,6 +197,8 @@ def builtin_resources() -> list[ResourceInfo]:
             True,
             subresources=("status",),
             short_names=("rc",),
+            field_paths=("status.replicas",),
+            categories=("all",),
         ),
         ResourceInfo(
             "policy",
@@ -310,18 +312,6 @@ def _served_kinds() -> list[ResourceInfo]:
             generation=False,
         ),
         ResourceInfo("", "v1", "secrets", "secret", "Secret", True, field_paths=("type",), generation=False),
-        ResourceInfo(
-            "",
-            "v1",
-            "replicationcontrollers",
-            "replicationcontroller",
-            "ReplicationController",
-            True,
-            subresources=("status",),
-            short_names=("rc",),
-            field_paths=("status.replicas",),
-            categories=("all",),
-        ),
         ResourceInfo(
             "", "v1", "endpoints", "endpoints", "Endpoints", True, short_names=("ep",), generation=False
         ),
