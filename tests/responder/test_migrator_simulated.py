@@ -25,6 +25,7 @@ from gpuhealth.kube.config import api_client
 from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import LEASE, POD, Resource
 from gpuhealth.kube.transport import KubeTransport
+from gpuhealth.testing.loopback import wait_until
 from responder.enforcement import Enforcer, discover
 from responder.migration import COMMITTED
 from responder.migrator import EVENT, UNRECOVERABLE_REASON, Migrator, MigratorSettings, lease_name
@@ -89,7 +90,7 @@ def client(cluster: Any) -> Iterator[KubeClient]:
         kube.get(CRDS, "devicequarantines.gpuhealth.io")
     except NotFound:
         kube.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
-        wait_until(lambda: _served(kube), "the CRD is served")
+        wait_until("the CRD is served", lambda: _served(kube), timeout=DEADLINE)
     try:
         yield kube
     finally:
@@ -102,17 +103,6 @@ def _served(kube: KubeClient) -> bool:
     except NotFound:
         return False
     return True
-
-
-def wait_until(predicate: Callable[[], Any], what: str, timeout: float = DEADLINE) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f} s: {what}")
-        time.sleep(0.1)
 
 
 def device_of(pod: dict[str, Any]) -> str | None:
@@ -165,7 +155,7 @@ def migrate(
         records[:] = [migrator.step(r, time.time()) for r in records]
         return until(records)
 
-    wait_until(step, "the migrations reach the expected state")
+    wait_until("the migrations reach the expected state", step, timeout=DEADLINE)
     return records
 
 
@@ -175,7 +165,9 @@ def the(record: Quarantine) -> Migration:
 
 
 def test_a_checkpointed_job_moves_off_the_device_and_one_flow_owns_it(client: KubeClient) -> None:
-    pods = wait_until(lambda: len(p := running(client, "ml", "train")) == 2 and p, "both train pods run")
+    pods = wait_until(
+        "both train pods run", lambda: len(p := running(client, "ml", "train")) == 2 and p, timeout=DEADLINE
+    )
     before = {p["metadata"]["uid"] for p in pods}
     devices = {device_of(p) for p in pods}
     records = [quarantine(client, p) for p in pods]  # two devices of one job fail together
@@ -195,14 +187,16 @@ def test_a_checkpointed_job_moves_off_the_device_and_one_flow_owns_it(client: Ku
     assert all(not the(r).evictions for r in records if r.name not in owners)
     with pytest.raises(NotFound):
         client.get(LEASE, lease_name(the(owner).owner), namespace="ml")
-    after = wait_until(lambda: len(p := running(client, "ml", "train")) == 2 and p, "the job runs again")
+    after = wait_until(
+        "the job runs again", lambda: len(p := running(client, "ml", "train")) == 2 and p, timeout=DEADLINE
+    )
     assert not before & {p["metadata"]["uid"] for p in after}
     assert not devices & {device_of(p) for p in after}  # the quarantine kept them off both devices
     assert all(p["metadata"]["annotations"].get(COMMITTED) is None for p in after)
 
 
 def test_work_without_a_checkpoint_is_unrecoverable(client: KubeClient) -> None:
-    pods = wait_until(lambda: running(client, "serve", "infer"), "the infer pod runs")
+    pods = wait_until("the infer pod runs", lambda: running(client, "serve", "infer"), timeout=DEADLINE)
     record = quarantine(client, pods[0])
     migrator = Migrator(client, MigratorSettings(), SystemClock())
     [record] = migrate(migrator, [record], lambda rs: the(rs[0]).outcome.finished)
@@ -224,7 +218,7 @@ def test_work_without_a_checkpoint_is_unrecoverable(client: KubeClient) -> None:
 
 
 def test_a_budget_that_refuses_is_waited_on_never_spun(client: KubeClient) -> None:
-    pods = wait_until(lambda: running(client, "web", "web"), "the web pod runs")
+    pods = wait_until("the web pod runs", lambda: running(client, "web", "web"), timeout=DEADLINE)
     budget = {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",

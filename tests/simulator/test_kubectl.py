@@ -16,13 +16,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from gpuhealth.testing.loopback import wait_until
 from simulator.testing import ClusterHandle, running_cluster
 
 pytestmark = pytest.mark.integration
@@ -107,17 +106,6 @@ def _table(output: str) -> list[dict[str, str]]:
     ]
 
 
-def _wait(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 def test_kubectl_1_37_is_installed_by_the_dev_extras() -> None:
     version = subprocess.run(
         [str(VENV_KUBECTL), "version", "--client", "-o", "json"], capture_output=True, text=True, check=True
@@ -132,7 +120,7 @@ def test_get_pods_prints_server_side_columns(
         rows = _table(kubectl("get", "pods", "-A").stdout)
         return [r for r in rows if r["STATUS"] == "Running"]
 
-    rows = _wait(running, "a Running pod")
+    rows = wait_until("a Running pod", running, timeout=60.0)
     assert set(rows[0]) == {"NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"}
     assert rows[0]["READY"] == "1/1" and rows[0]["RESTARTS"].split()[0].isdigit()
     wide = _table(kubectl("get", "pods", "-A", "-o", "wide").stdout)
@@ -163,9 +151,10 @@ def test_crd_printer_columns(kubectl: Callable[..., subprocess.CompletedProcess[
         "metadata": {"name": "w1", "namespace": "default"},
         "spec": {"node": "gpu-dp-0", "gpus": 4},
     }
-    _wait(
-        lambda: kubectl("apply", "-f", "-", stdin=json.dumps(widget), check=False).returncode == 0,
+    wait_until(
         "the CRD to be served",
+        lambda: kubectl("apply", "-f", "-", stdin=json.dumps(widget), check=False).returncode == 0,
+        timeout=60.0,
     )
     rows = _table(kubectl("get", "gpuwidgets", "-n", "default").stdout)
     assert rows == [{"NAME": "w1", "NODE": "gpu-dp-0", "GPUS": "4", "AGE": rows[0]["AGE"]}]

@@ -16,13 +16,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpuhealth.testing.loopback import wait_until
 from simulator.testing import ClusterHandle, running_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -123,17 +123,6 @@ def kubectl(cluster: ClusterHandle, tmp_path: Path) -> Callable[..., subprocess.
     return run
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 def pods(kubectl: Callable[..., subprocess.CompletedProcess[str]], selector: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = json.loads(kubectl("get", "pods", "-l", selector, "-o", "json").stdout)[
         "items"
@@ -166,24 +155,27 @@ def test_a_new_users_flow(kubectl: Callable[..., subprocess.CompletedProcess[str
 
     kubectl("apply", "-f", "-", stdin=DEPLOYMENT)
     kubectl("apply", "-f", "-", stdin=DRA_JOB)
-    web = wait_for(
-        lambda: (p := pods(kubectl, "app=web")) and len(p) == 3 and all(map(running_with_devices, p)) and p,
+    web = wait_until(
         "3 web pods running with device-plugin GPUs reported",
+        lambda: (p := pods(kubectl, "app=web")) and len(p) == 3 and all(map(running_with_devices, p)) and p,
+        timeout=60.0,
     )
     assert {p["spec"]["nodeName"] for p in web} == {"dp-0", "dp-1"}
-    (train,) = wait_for(
-        lambda: (p := pods(kubectl, "job-name=train")) and all(map(running_with_devices, p)) and p,
+    (train,) = wait_until(
         "the DRA job's pod running with its claim's device reported",
+        lambda: (p := pods(kubectl, "job-name=train")) and all(map(running_with_devices, p)) and p,
+        timeout=60.0,
     )
     entries = [e for c in train["status"]["containerStatuses"] for e in c["allocatedResourcesStatus"]]
     assert entries[0]["name"] == "claim:gpu"
     assert entries[0]["resources"][0]["resourceID"].startswith("k8s.gpu.nvidia.com/claim=")
-    wait_for(
+    wait_until(
+        "the PDB's status to allow one disruption",
         lambda: (
             json.loads(kubectl("get", "pdb", "web", "-o", "json").stdout)["status"].get("disruptionsAllowed")
             == 1
         ),
-        "the PDB's status to allow one disruption",
+        timeout=60.0,
     )
 
     # Drain the node with the most web pods: first as a dry run (nothing evicted), then for real.
@@ -202,9 +194,10 @@ def test_a_new_users_flow(kubectl: Callable[..., subprocess.CompletedProcess[str
     # The second eviction, while the first replica's replacement is not Ready yet, is refused by
     # the budget (429) and retried by kubectl until the budget allows it.
     assert "violate the pod's disruption budget" in drained.stderr
-    after = wait_for(
-        lambda: (p := pods(kubectl, "app=web")) and len(p) == 3 and all(map(running_with_devices, p)) and p,
+    after = wait_until(
         "3 web pods running again",
+        lambda: (p := pods(kubectl, "app=web")) and len(p) == 3 and all(map(running_with_devices, p)) and p,
+        timeout=60.0,
     )
     assert all(p["spec"]["nodeName"] != node for p in after)
 

@@ -10,7 +10,6 @@ can say that nothing was applied twice.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from gpuhealth.kube.config import api_client
 from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import NAMESPACE, NODE, POD, RESOURCE_CLAIM, Resource
 from gpuhealth.kube.transport import KubeTransport
+from gpuhealth.testing.loopback import wait_until
 from responder.breaker_store import BreakerStore
 from responder.checks import CheckSettings, JobChecks
 from responder.enforcement import Enforcer, discover
@@ -135,17 +135,6 @@ def new_replica(
     return Replica(client, reconciler)
 
 
-def wait_until(predicate: Callable[[], Any], what: str, timeout: float = DEADLINE) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f} s: {what}")
-        time.sleep(0.1)
-
-
 # ----- the fleet's side -------------------------------------------------------------------------
 
 
@@ -242,7 +231,9 @@ class Flow:
     def await_moved(self) -> None:
         """Wait for the job to run again (still Quarantined: the enforcement holds) and note
         where: never the quarantined device."""
-        [(_, device)] = wait_until(lambda: running(self.client, self.namespace, dra=self.dra), "the job runs")
+        [(_, device)] = wait_until(
+            "the job runs", lambda: running(self.client, self.namespace, dra=self.dra), timeout=DEADLINE
+        )
         assert device != self.device, "the quarantined device was allocated again"
         self.moved_to = device
 
@@ -290,7 +281,7 @@ class Flow:
             self.clock.advance(0.5)
             return False
 
-        wait_until(released, f"{self.name} released")
+        wait_until(f"{self.name} released", released, timeout=DEADLINE)
         return self.record()
 
 
@@ -341,7 +332,7 @@ def prepare(kubeconfig: Path) -> None:
     try:
         client.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
         client.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-        wait_until(lambda: _served(client), "the CRD is served")
+        wait_until("the CRD is served", lambda: _served(client), timeout=DEADLINE)
     finally:
         client.close()
 
@@ -374,7 +365,9 @@ class World:
     def flow(self, *, dra: bool) -> tuple[Flow, dict[str, Any]]:
         group = "dra" if dra else "dp"
         namespace, node = f"ml-{group}", f"{group}-0"
-        [(pod, device)] = wait_until(lambda: running(self.client, namespace, dra=dra), "the job runs")
+        [(pod, device)] = wait_until(
+            "the job runs", lambda: running(self.client, namespace, dra=dra), timeout=DEADLINE
+        )
         index = int(device.rsplit("-", 1)[1]) if dra else _index(node, device)
         labels = alert_labels(node, device, dra=dra, uuid=gpu_uuid(node, index))
         recorder = Recorder(self.client, self.clock)
@@ -410,7 +403,9 @@ def check_end(w: World, flow: Flow, pod: dict[str, Any], record: Quarantine) -> 
     [migration] = record.status.migrations
     assert migration.outcome is MigrationOutcome.SUCCEEDED
     assert len(migration.evictions) == 1 and migration.requested_at
-    [(moved, device)] = wait_until(lambda: running(w.client, flow.namespace, dra=flow.dra), "the job runs")
+    [(moved, device)] = wait_until(
+        "the job runs", lambda: running(w.client, flow.namespace, dra=flow.dra), timeout=DEADLINE
+    )
     assert moved["metadata"]["uid"] != pod["metadata"]["uid"]
     assert device == flow.moved_to != flow.device  # it stayed where it came back while quarantined
     # The enforcement is gone.
