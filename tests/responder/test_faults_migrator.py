@@ -19,11 +19,12 @@ from gpuhealth.clock import SystemClock
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.transport import KubeTransport
+from gpuhealth.testing.loopback import wait_until
 from responder.migrator import Migrator, MigratorSettings
 from responder.records import MigrationOutcome
 from simulator.testing import running_cluster
+from tests.responder.test_migrator_simulated import DEADLINE, migrate, quarantine, running, the
 from tests.responder.test_migrator_simulated import client as client
-from tests.responder.test_migrator_simulated import migrate, quarantine, running, the, wait_until
 from tests.support.faulty_transport import Fault, FaultyTransport, Landed
 
 pytestmark = pytest.mark.integration
@@ -101,7 +102,9 @@ def pod_writes(method: str, path: str, params: Any) -> bool:
 def test_a_faulted_move_never_doubles_a_checkpoint_or_an_eviction(
     cluster: Any, client: KubeClient, seed: int, script: list[Fault | None] | None
 ) -> None:
-    pods = wait_until(lambda: len(p := running(client, "ml", "train")) == 2 and p, "both train pods run")
+    pods = wait_until(
+        "both train pods run", lambda: len(p := running(client, "ml", "train")) == 2 and p, timeout=DEADLINE
+    )
     before = {p["metadata"]["uid"] for p in pods}
     records = [quarantine(client, p) for p in pods]
     inner = KubeTransport(api_client(str(cluster.kubeconfig_path)))
@@ -126,6 +129,8 @@ def test_a_faulted_move_never_doubles_a_checkpoint_or_an_eviction(
     assert set(evicted) <= before and all(c == 1 for c in evicted.values()), evicted
     assert all(len(v) == 1 for v in keys.values()), keys
     assert duplicates == 0
-    after = wait_until(lambda: len(p := running(client, "ml", "train")) == 2 and p, "the job runs again")
+    after = wait_until(
+        "the job runs again", lambda: len(p := running(client, "ml", "train")) == 2 and p, timeout=DEADLINE
+    )
     assert not before & {p["metadata"]["uid"] for p in after}
     assert faults.injected
