@@ -178,6 +178,12 @@ class Scenario:
     timeline: tuple[Fault, ...]
     nodes: Mapping[str, NodeGroup] = field(default_factory=dict)
     """Every node name -> its group."""
+    demo: Mapping[str, Any] = field(default_factory=dict)
+    """How `gpuhealth demo` runs it (replicas, process kills...): read and checked by the demo only."""
+    responder: Mapping[str, Any] = field(default_factory=dict)
+    """Responder configuration overrides (the `--config` schema) for this scenario; checked by the demo."""
+    expect: Mapping[str, Any] = field(default_factory=dict)
+    """The outcome the scenario must produce end to end; checked by the demo (`demo.expectations`)."""
 
     def gpu_count(self) -> int:
         return sum(g.count * g.gpus_per_node for g in self.fleet)

@@ -190,6 +190,14 @@ class _Reader:
                 self.fail((*path, key), f"unknown field (expected one of: {', '.join(sorted(allowed_set))})")
         return value
 
+    def section(self, value: Any, path: _Path) -> dict[str, Any]:
+        """A mapping whose keys another part checks (absent: empty)."""
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.fail(path, f"expected a mapping, got {_show(value)}")
+        return value
+
     def sequence(self, value: Any, path: _Path) -> list[Any]:
         if not isinstance(value, list):
             self.fail(path, f"expected a list, got {_show(value)}")
@@ -252,7 +260,19 @@ def _show(value: Any) -> str:
 
 # ---------------------------------------------------------------------------- the schema
 
-_TOP_KEYS = ("name", "description", "settings", "fleet", "workloads", "timeline")
+_TOP_KEYS = (
+    "name",
+    "description",
+    "settings",
+    "fleet",
+    "workloads",
+    "timeline",
+    "demo",
+    "responder",
+    "expect",
+)
+_OUTER_SECTIONS = ("demo", "responder", "expect")
+"""Sections the simulator keeps as they are for the parts that run the scenario end to end."""
 _SETTINGS_KEYS = (
     "leaseRenewInterval",
     "leaseDurationSeconds",
@@ -549,6 +569,7 @@ def _build_scenario(data_raw: Any, lines: Mapping[_Path, int], source: str, defa
         workloads=tuple(workloads),
         timeline=tuple(sorted(timeline, key=lambda f: f.at)),
         nodes=nodes,
+        **{key: r.section(data.get(key), (key,)) for key in _OUTER_SECTIONS},
     )
     _check_placement(r, scenario)
     return scenario

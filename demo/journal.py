@@ -1,0 +1,222 @@
+"""The journal of one demo run: everything the pipeline observed, on one time axis.
+
+Pure data. The pipeline (`demo.pipeline`) appends what it sees — faults the simulator applied,
+health the kubelet reported, alerts Prometheus fired, deliveries Alertmanager made, what the
+responders did in the cluster (records and their phases, DeviceTaintRules, node annotations,
+evictions, Events), component processes started and killed — and everything after the run
+reads it: the live status block (`demo.progress`), the summary and the HTML report
+(`demo.summary`, `demo.report`), the safety verdict (`demo.safety`) and the scenario's
+expected outcome (`demo.expectations`). One record serves them all, so the verdict and the
+report can never disagree about what happened.
+
+Times are scenario seconds: simulated seconds since the scenario's start (the lead-in, when
+the pipeline warms up on a healthy fleet, is negative). An entry's time is when the pipeline
+saw it, never earlier than it happened; latencies computed from the journal are therefore
+upper bounds, off by at most one observation interval (`Journal.resolution_seconds`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Kind(StrEnum):
+    """What an entry records. `what` and `detail` per kind are listed beside each."""
+
+    FAULT = "fault"
+    """The simulator applied a timeline fault. what: fault kind (`xid`, `device-unknown`, ...);
+    detail: `xid`, `duration`, `message` as the scenario gave them. node and device set for
+    device faults, node only for node faults."""
+    HEALTH = "health"
+    """A device's health as the cluster reports it changed. what: `Healthy|Unhealthy|Unknown`."""
+    ALERT_FIRING = "alert-firing"
+    """Prometheus started firing an alert. what: alertname; detail: `action`, `severity`."""
+    ALERT_RESOLVED = "alert-resolved"
+    """An alert stopped firing. what: alertname."""
+    DELIVERY = "delivery"
+    """Alertmanager delivered an alert to a receiver. what: receiver (`responder`, `page`,
+    `ticket`, `tenant`); detail: `alertname`, `status` (firing|resolved), `action`."""
+    PHASE = "phase"
+    """A DeviceQuarantine record entered a phase (a new record: its first phase). what: the phase
+    (`Pending`, `Quarantined`, `Probing`, `Canary`, `Stabilizing`, `Ramp`, `Released`,
+    `Deferred`, ...); detail: `reason`, `record` (its name), `actor`."""
+    ENFORCED = "enforced"
+    """The device became excluded: a DeviceTaintRule (detail: `rule`, `taint`, `effect`) or the
+    node annotation listing it (detail: `annotation`). what: `quarantine` or `canary` (the taint
+    key's meaning)."""
+    LIFTED = "lifted"
+    """The exclusion went away (rule deleted, device gone from the annotation). what: as ENFORCED."""
+    EVICTION = "eviction"
+    """A pod was evicted through the Eviction API. node/device: where it ran (device: one of its
+    devices, detail `devices` lists all, comma-separated); what: `namespace/pod`; detail: `job`."""
+    MIGRATION = "migration"
+    """A migration of a job's work reached an outcome. what: `succeeded|failed|unrecoverable`;
+    detail: `job`, `reason`."""
+    CHECK = "check"
+    """A probe or canary finished. what: `probe|canary`; detail: `result` (passed|failed)."""
+    BREAKER = "breaker"
+    """The circuit breaker changed. what: `tripped|reset`; detail: `trigger`, `actor`."""
+    NODE_ACTION = "node-action"
+    """Something node-wide was done to a node by gpuhealth (cordon, node taint). what: the action;
+    detail: `key`. A node-wide action for a device fault breaks a safety invariant."""
+    TENANT_EVENT = "tenant-event"
+    """A Kubernetes Event for the tenant on a pod. what: its reason; detail: `pod`, `message`."""
+    PROCESS = "process"
+    """A component process started, was killed or exited. what: `started|killed|exited`; node is
+    empty, device is empty; detail: `name` (`responder-0`, `alertmanager-1`, `exporter-gpu-dp-0`),
+    `role` (`leader|follower` when known)."""
+    NOTE = "note"
+    """A line for the narrative that fits no other kind (a warning, a scenario stage)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    at: float
+    """Scenario seconds (simulated seconds since the scenario started) when it was seen."""
+    kind: Kind
+    what: str
+    node: str = ""
+    device: str = ""
+    """The device's uuid (the identity alerts and records carry); empty for node-wide entries."""
+    detail: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"at": self.at, "kind": self.kind.value, "what": self.what}
+        if self.node:
+            data["node"] = self.node
+        if self.device:
+            data["device"] = self.device
+        if self.detail:
+            data["detail"] = dict(self.detail)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Entry:
+        at = float(data["at"])
+        if not math.isfinite(at):
+            raise ValueError(f"journal entry time {data['at']!r} is not a finite number")
+        return cls(
+            at=at,
+            kind=Kind(data["kind"]),
+            what=str(data["what"]),
+            node=str(data.get("node", "")),
+            device=str(data.get("device", "")),
+            detail={str(k): str(v) for k, v in (data.get("detail") or {}).items()},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """A GPU of the scenario's fleet, as the narrative names it."""
+
+    uuid: str
+    node: str
+    index: int
+    path: str
+    """`dra` or `device-plugin`."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.node}/gpu-{self.index}"
+
+
+@dataclass
+class Journal:
+    scenario: str
+    description: str
+    speed: float
+    """Simulated seconds per wall second."""
+    devices: dict[str, Device]
+    """Every GPU of the fleet by uuid."""
+    floor_seconds: float = 0.0
+    """The detection pipeline's floor in scenario seconds: scrape interval + evaluation interval
+    + the alert's `for:` + Alertmanager's group_wait (the fastest any detection can be)."""
+    resolution_seconds: float = 0.0
+    """Scenario seconds between two observations: how late an entry may be stamped."""
+    entries: list[Entry] = field(default_factory=list)
+    ended_at: float = 0.0
+    """Scenario seconds when the run stopped observing."""
+
+    def add(self, entry: Entry) -> None:
+        self.entries.append(entry)
+
+    def record(
+        self, at: float, kind: Kind, what: str, node: str = "", device: str = "", **detail: str
+    ) -> Entry:
+        entry = Entry(at, kind, what, node, device, detail)
+        self.entries.append(entry)
+        return entry
+
+    def of(self, *kinds: Kind, device: str | None = None, node: str | None = None) -> Iterator[Entry]:
+        """Entries of these kinds (all kinds when none given), in order, optionally of one device/node."""
+        wanted = set(kinds)
+        for entry in self.entries:
+            if wanted and entry.kind not in wanted:
+                continue
+            if device is not None and entry.device != device:
+                continue
+            if node is not None and entry.node != node:
+                continue
+            yield entry
+
+    def first(
+        self, kind: Kind, *, device: str | None = None, what: str | None = None, after: float = -math.inf
+    ) -> Entry | None:
+        """The earliest entry of `kind` (optionally of `device`, with `what`) at or after `after`."""
+        for entry in self.of(kind, device=device):
+            if entry.at >= after and (what is None or entry.what == what):
+                return entry
+        return None
+
+    def label(self, device: str) -> str:
+        """`node/gpu-i` for a known uuid; the uuid itself otherwise."""
+        known = self.devices.get(device)
+        return known.label if known else device
+
+    def touched_devices(self) -> list[str]:
+        """Devices any entry names, in order of first mention."""
+        seen: dict[str, None] = {}
+        for entry in self.entries:
+            if entry.device:
+                seen.setdefault(entry.device, None)
+        return list(seen)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "description": self.description,
+            "speed": self.speed,
+            "floorSeconds": self.floor_seconds,
+            "resolutionSeconds": self.resolution_seconds,
+            "endedAt": self.ended_at,
+            "devices": [
+                {"uuid": d.uuid, "node": d.node, "index": d.index, "path": d.path}
+                for d in self.devices.values()
+            ],
+            "entries": [e.to_dict() for e in self.entries],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Journal:
+        devices = (
+            Device(str(d["uuid"]), str(d["node"]), int(d["index"]), str(d["path"])) for d in data["devices"]
+        )
+        return cls(
+            scenario=str(data["scenario"]),
+            description=str(data.get("description", "")),
+            speed=float(data["speed"]),
+            devices={d.uuid: d for d in devices},
+            floor_seconds=float(data.get("floorSeconds", 0.0)),
+            resolution_seconds=float(data.get("resolutionSeconds", 0.0)),
+            entries=[Entry.from_dict(e) for e in data.get("entries", [])],
+            ended_at=float(data.get("endedAt", 0.0)),
+        )
+
+
+def sorted_entries(entries: Iterable[Entry]) -> list[Entry]:
+    """Entries by time; equal times keep their order of recording (the order things were seen)."""
+    return sorted(entries, key=lambda e: e.at)
