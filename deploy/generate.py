@@ -314,11 +314,15 @@ def dashboard_files(dashboards: Path) -> dict[str, str]:
             text = path.read_text(encoding="utf-8")
             json.loads(text)
         except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise GenerateError(f"{path.relative_to(ROOT)}: not a JSON dashboard ({exc})") from exc
+            raise GenerateError(f"{_shown(path)}: not a JSON dashboard ({exc})") from exc
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\.json", path.name):
-            raise GenerateError(f"{path.relative_to(ROOT)}: name must be a DNS label (it names a ConfigMap)")
+            raise GenerateError(f"{_shown(path)}: name must be a DNS label (it names a ConfigMap)")
         out[path.name] = text
     return out
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def dashboards_kustomization(names: list[str]) -> str:
