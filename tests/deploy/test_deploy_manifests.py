@@ -319,3 +319,26 @@ def test_the_scheduler_extender_snippet_points_at_the_responder() -> None:
     )
     assert extender.filter_verb == "filter"
     assert extender.ignorable and extender.node_cache_capable
+
+
+def test_the_operator_guides_example_overlay_builds_and_patches_what_it_says(tmp_path: Path) -> None:
+    """docs/operations.md's own overlay: built as written (paths made local), its patches land."""
+    guide = (DEPLOY.parent / "docs" / "operations.md").read_text()
+    [example] = [b for b in guide.split("```yaml\n")[1:] if b.startswith("# my-cluster/kustomization.yaml")]
+    text = example.split("```")[0].replace("../gpuhealth/deploy", os.path.relpath(DEPLOY, tmp_path))
+    text = text.replace("sha256:...", "sha256:" + "0" * 64)
+    (tmp_path / "kustomization.yaml").write_text(text)
+    objects = kustomize(tmp_path)
+    args = container(find(objects, "Deployment", "gpuhealth-responder"))["args"]
+    assert [a for a in args if a.startswith("--prometheus-url=")] == [
+        "--prometheus-url=http://prometheus-operated.monitoring.svc:9090"
+    ]
+    assert "--dry-run" in args and len(args) == len(
+        container(find(build("dry-run"), "Deployment", "gpuhealth-responder"))["args"]
+    )
+    operator = [o for o in objects if o["apiVersion"].startswith("monitoring.coreos.com/")]
+    assert operator and all(o["metadata"]["labels"]["release"] == "kube-prometheus-stack" for o in operator)
+    assert (
+        container(find(objects, "DaemonSet", "gpuhealth-exporter"))["image"]
+        == "REGISTRY/gpuhealth@sha256:" + "0" * 64
+    )
