@@ -342,3 +342,25 @@ def test_the_operator_guides_example_overlay_builds_and_patches_what_it_says(tmp
         container(find(objects, "DaemonSet", "gpuhealth-exporter"))["image"]
         == "REGISTRY/gpuhealth@sha256:" + "0" * 64
     )
+
+
+def test_the_plain_scrape_config_passes_promtool(tmp_path: Path) -> None:
+    """Relabelling (regexes, actions, label names) and rule files as Prometheus reads them. Debian's
+    Prometheus is built without Kubernetes discovery, so the jobs' discovery is swapped for a
+    static target here; the discovery block itself is checked by the no-operator test above."""
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing (make tools installs it)"
+    scrape = yaml.safe_load((DEPLOY / "components/no-operator/prometheus-scrape.yaml").read_text())
+    for job in scrape["scrape_configs"]:
+        assert job.pop("kubernetes_sd_configs") == [
+            {"role": "endpoints", "namespaces": {"names": [NAMESPACE]}}
+        ]
+        job["static_configs"] = [{"targets": ["127.0.0.1:9842"]}]
+    rules = sorted(str(p) for p in (DEPLOY / "components/no-operator/rules").glob("*.yaml"))
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({**scrape, "rule_files": rules}))
+    done = subprocess.run(
+        [promtool, "check", "config", str(config)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"SUCCESS: {len(rules)} rule files found" in done.stdout
