@@ -203,7 +203,7 @@ def alertmanager_config(alertmanager_yaml: str) -> str:
     }
     note = (
         "# Use it as the Alertmanager's global configuration (Alertmanager.spec.alertmanagerConfiguration:\n"
-        "# {name: gpuhealth}) and list the token Secret in Alertmanager.spec.secrets: as a namespaced\n"
+        "# {name: gpuhealth}), moved with the token Secret to the Alertmanager's namespace: as a namespaced\n"
         "# AlertmanagerConfig the operator would only route alerts labelled namespace=gpuhealth-system\n"
         "# (docs/operations.md). global.resolve_timeout has no field here; Alertmanager's default (5m)\n"
         "# is the same.\n"

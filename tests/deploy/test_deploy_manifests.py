@@ -338,6 +338,7 @@ def test_the_operator_guides_example_overlay_builds_and_patches_what_it_says(tmp
     )
     operator = [o for o in objects if o["apiVersion"].startswith("monitoring.coreos.com/")]
     assert operator and all(o["metadata"]["labels"]["release"] == "kube-prometheus-stack" for o in operator)
+    assert find(objects, "AlertmanagerConfig", "gpuhealth")["metadata"]["namespace"] == "monitoring"
     assert (
         container(find(objects, "DaemonSet", "gpuhealth-exporter"))["image"]
         == "REGISTRY/gpuhealth@sha256:" + "0" * 64
