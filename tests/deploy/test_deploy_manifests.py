@@ -200,8 +200,9 @@ def test_the_privileged_overlay_only_makes_the_exporter_privileged() -> None:
     assert (
         container(find(plain, "DaemonSet", "gpuhealth-exporter"))["securityContext"].get("privileged") is None
     )
-    others = lambda objs: [o for o in objs if o["kind"] != "DaemonSet"]  # noqa: E731
-    assert others(plain) == others(privileged)
+    assert [o for o in plain if o["kind"] != "DaemonSet"] == [
+        o for o in privileged if o["kind"] != "DaemonSet"
+    ]
 
 
 def test_the_responder_runs_two_leader_elected_replicas_with_its_token_and_config() -> None:
