@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from simulator.apiserver import openapi, protobuf, tables
+from simulator.apiserver import audit, openapi, protobuf, tables
 from simulator.apiserver.binding import add_binding_route
 from simulator.apiserver.errors import ApiError, bad_request, conflict, not_found
 from simulator.apiserver.list_options import ContinueExpired, ContinueToken, check_watch, read_at
@@ -123,6 +123,7 @@ def create_app(
     app.router.add_route("*", "/api/{path:.+}", _core)
     app.router.add_route("*", "/apis/{path:.+}", _named_group)
     app.on_shutdown.append(_close_watches)
+    audit.install(app, cluster_token=settings.token is not None)  # who called what (tests check RBAC with it)
     return app
 
 

@@ -1,0 +1,282 @@
+"""The services as the manifests deploy them, on the simulated cluster; and RBAC held to the calls they make.
+
+Aspects:
+- The exporter DaemonSet's and the responder Deployment's container args, taken from the built
+  enforcing overlay, run as `python -m gpuhealth ARGS` (the image's entry point) with only what
+  a pod would get swapped in: `--kubeconfig` for the in-cluster service account, the downward-API
+  variables, loopback ports, a local directory for each volume mount (every path argument must
+  lie under one of the container's mounts), the simulator's NVML for the driver's, and a local
+  Prometheus address. Both become ready (/readyz); of the two responder replicas exactly one
+  leads; the webhook refuses a wrong token and accepts the one from the token file.
+- RBAC: every service presents its service account's name as its token, and the simulated
+  apiserver's audit log records (user, verb, group, resource, subresource, namespace) for each
+  request. While those processes run, and while the responder's components (webhook recorder,
+  reconciler, enforcement, probe and canary Jobs, migration, Events, the breaker's ConfigMap) walk
+  a DRA device and a device-plugin device from alert to release, every call must be granted by
+  the manifests' RBAC for that account, and every grant must have been needed by some call.
+- The DeviceQuarantine records those flows wrote validate against the CRD's schema with unknown
+  fields forbidden (the apiserver would prune a field the CRD does not declare).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuhealth.kube.client import KubeClient
+from gpuhealth.kube.config import api_client
+from gpuhealth.kube.transport import KubeTransport
+from gpuhealth.testing.loopback import child_process, free_port, http_ok, log_tail, wait_until
+from responder.breaker import BreakerState
+from responder.breaker_store import AuditEntry, BreakerStore
+from responder.recorder import QUARANTINES, Recorder
+from responder.records import Phase
+from simulator.apiserver.kubeconfig import write_kubeconfig
+from simulator.testing import running_cluster
+from tests.deploy.manifests import CRD_FILE, NAMESPACE, build, container, crd_schema, find, schema_errors
+from tests.deploy.rbac import Call, grants, unauthorized, unused, user
+from tests.support.flows import NS, SCENARIO, World, prepare
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+EXPORTER = user(NAMESPACE, "gpuhealth-exporter")
+RESPONDER = user(NAMESPACE, "gpuhealth-responder")
+TOKEN = "webhook-token-for-the-test"
+READY_TIMEOUT = 90.0
+
+# The flows' fleet, with the device-plugin group's work a Deployment (its pods belong to a
+# ReplicaSet, whose owner the migrator looks up) and the DRA group's a Job.
+DEPLOY_SCENARIO: dict[str, Any] = copy.deepcopy(SCENARIO)
+DEPLOY_SCENARIO["name"] = "deploy"
+DEPLOY_SCENARIO["workloads"][1]["kind"] = "Deployment"
+
+
+@dataclass
+class Deployed:
+    """What the processes started from the manifests showed."""
+
+    ready: dict[str, bool] = field(default_factory=dict)
+    leaders: list[str] = field(default_factory=list)
+    webhook_answers: dict[str, int] = field(default_factory=dict)
+
+
+def _kubeconfig(tmp: Path, url: str, account: str) -> Path:
+    """What a pod's service account token stands for: here the token is the account's user name."""
+    path = tmp / f"kubeconfig-{account.rsplit(':', 1)[-1]}"
+    write_kubeconfig(path, url, token=account)
+    return path
+
+
+def local_args(
+    spec: dict[str, Any],
+    *,
+    downward: dict[str, str],
+    mounts: dict[str, Path],
+    port: int,
+    swaps: dict[str, str],
+) -> list[str]:
+    """A container's args as the pod would run them, with loopback and local stand-ins."""
+    env: dict[str, str] = {}
+    for var in spec.get("env", []):
+        if "value" in var:
+            env[var["name"]] = var["value"]
+        else:
+            env[var["name"]] = downward[var["valueFrom"]["fieldRef"]["fieldPath"]]
+    mounted = {m["mountPath"]: m for m in spec.get("volumeMounts", [])}
+    assert set(mounts) == set(mounted), f"stand-ins for {sorted(mounts)}, mounts {sorted(mounted)}"
+    out = []
+    for arg in spec["args"]:
+        arg = re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], arg)
+        flag, _, value = arg.partition("=")
+        if flag == "--listen":
+            value = f"127.0.0.1:{port}"
+        elif flag in swaps:
+            value = swaps[flag]
+        elif value.startswith("/"):
+            [mount] = [m for m in mounted if value.startswith(m.rstrip("/") + "/")] or [None]
+            assert mount is not None, f"{arg}: not under any volume mount of the container"
+            value = str(mounts[mount] / value.removeprefix(mount.rstrip("/") + "/"))
+        out.append(f"{flag}={value}" if value else flag)
+    return out
+
+
+def _post(url: str, body: bytes, token: str) -> int:
+    request = urllib.request.Request(url, data=body, method="POST")
+    request.add_header("Content-Type", "application/json")
+    request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def _leading(port: int) -> bool:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return bool(re.search(r"^gpuhealth_responder_leader 1(\.0)?$", text, re.MULTILINE))
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    with running_cluster(DEPLOY_SCENARIO, speed=20) as handle:
+        prepare(handle.kubeconfig_path)
+        yield handle
+
+
+@pytest.fixture(scope="module")
+def deployed(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Deployed:
+    """Run the exporter and two responder replicas from the manifests until ready, then stop them
+    (so they do not act on the flows' records)."""
+    tmp = tmp_path_factory.mktemp("deployed")
+    objects = build("enforcing")
+    exporter = container(find(objects, "DaemonSet", "gpuhealth-exporter"))
+    deployment = find(objects, "Deployment", "gpuhealth-responder")
+    responder = container(deployment)
+    # The token Secret and the config ConfigMap as the kubelet would project them.
+    token_dir, config_dir = tmp / "token", tmp / "config"
+    for directory in (token_dir, config_dir, tmp / "directory"):
+        directory.mkdir()
+    (token_dir / "token").write_text(TOKEN + "\n")
+    config_map = find(objects, "ConfigMap", _volume(deployment, "config")["configMap"]["name"])
+    for name, text in config_map["data"].items():
+        (config_dir / name).write_text(text)
+    exporter_kc = _kubeconfig(tmp, cluster.url, EXPORTER)
+    responder_kc = _kubeconfig(tmp, cluster.url, RESPONDER)
+    python = [sys.executable, "-m", "gpuhealth"]
+    runs: dict[str, tuple[list[str], int]] = {}
+    port = free_port()
+    exporter_args = local_args(
+        exporter,
+        downward={"spec.nodeName": "dra-0"},
+        mounts={"/var/lib/gpuhealth/exporter": tmp / "directory", "/tmp": tmp},
+        port=port,
+        swaps={"--nvml": f"sim:{cluster.url}"},
+    )
+    runs["exporter"] = ([*exporter_args, f"--kubeconfig={exporter_kc}"], port)
+    for replica in ("gpuhealth-responder-a", "gpuhealth-responder-b"):
+        port = free_port()
+        responder_args = local_args(
+            responder,
+            downward={"metadata.name": replica, "metadata.namespace": NAMESPACE},
+            mounts={"/etc/gpuhealth/token": token_dir, "/etc/gpuhealth/config": config_dir},
+            port=port,
+            swaps={"--prometheus-url": f"http://127.0.0.1:{free_port()}"},
+        )
+        runs[replica] = ([*responder_args, f"--kubeconfig={responder_kc}"], port)
+    result = Deployed()
+    with ExitStack() as stack:
+        procs = {
+            name: stack.enter_context(child_process([*python, *argv], tmp / f"{name}.log"))
+            for name, (argv, _) in runs.items()
+        }
+        for name, (_, port) in runs.items():
+
+            def ready(name: str = name, port: int = port) -> bool:
+                if procs[name].poll() is not None:
+                    raise AssertionError(f"{name} exited:\n{log_tail(tmp / f'{name}.log')}")
+                return http_ok(f"http://127.0.0.1:{port}/readyz")
+
+            result.ready[name] = wait_until(f"{name} ready", ready, timeout=READY_TIMEOUT)
+        replicas = [n for n in runs if n.startswith("gpuhealth-responder")]
+        wait_until("a leader", lambda: [n for n in replicas if _leading(runs[n][1])], timeout=READY_TIMEOUT)
+        result.leaders = [n for n in replicas if _leading(runs[n][1])]
+        # A resolved alert for a device with no record: recorded as skipped, nothing written.
+        alert = {
+            "version": "4",
+            "status": "resolved",
+            "receiver": "gpuhealth-responder",
+            "groupKey": "{}:{}",
+            "alerts": [
+                {
+                    "status": "resolved",
+                    "labels": {
+                        "alertname": "GPUDeviceUnhealthy",
+                        "node": "dra-0",
+                        "device": "gpu-x",
+                        "action": "quarantine",
+                    },
+                    "annotations": {},
+                    "startsAt": "2026-01-01T00:00:00Z",
+                    "endsAt": "2026-01-01T00:05:00Z",
+                    "fingerprint": "0123456789abcdef",
+                }
+            ],
+        }
+        body = json.dumps(alert).encode()
+        url = f"http://127.0.0.1:{runs[replicas[0]][1]}/webhook"
+        result.webhook_answers = {
+            "wrong token": _post(url, body, "not-the-token"),
+            "token file": _post(url, body, TOKEN),
+        }
+    return result
+
+
+def _volume(workload: dict[str, Any], name: str) -> dict[str, Any]:
+    [volume] = [v for v in workload["spec"]["template"]["spec"]["volumes"] if v["name"] == name]
+    return volume
+
+
+def test_the_services_run_with_the_manifests_arguments(deployed: Deployed) -> None:
+    assert deployed.ready == {"exporter": True, "gpuhealth-responder-a": True, "gpuhealth-responder-b": True}
+    assert len(deployed.leaders) == 1
+    assert deployed.webhook_answers == {"wrong token": 401, "token file": 200}
+
+
+def test_rbac_grants_exactly_the_calls_the_services_make(cluster: Any, deployed: Deployed) -> None:
+    tmp = cluster.kubeconfig_path.parent
+    responder_kc = _kubeconfig(tmp, cluster.url, RESPONDER)
+    webhook_client = KubeClient(KubeTransport(api_client(str(responder_kc))))
+    try:
+        for dra in (True, False):
+            world = World(cluster.kubeconfig_path)
+            world.kubeconfig = responder_kc  # the replicas act as the responder's account
+            try:
+                flow, _ = world.flow(dra=dra)
+                flow.recorder = Recorder(webhook_client, world.clock)
+                leader = world.replica()
+                flow.fire()
+                record = flow.drive(lambda _, leader=leader: leader)
+                assert record.status.phase is Phase.RELEASED
+            finally:
+                world.close()
+        # The breaker's ConfigMap as the leader writes it when the breaker trips, then when a
+        # later pass records it closed again (create, then update).
+        store = BreakerStore(webhook_client, NS)
+        store.write(
+            BreakerState(tripped=True, trigger="rate", tripped_at=1.0), AuditEntry("t", "trip", "r", "x")
+        )
+        store.write(BreakerState(), AuditEntry("t", "reset", "r", "x", "reevaluate"))
+        records = webhook_client.list(QUARANTINES).items
+    finally:
+        webhook_client.close()
+
+    with urllib.request.urlopen(f"{cluster.url}/simulator/v1/audit", timeout=10) as response:
+        events = json.load(response)["events"]
+    objects = build("enforcing")
+    problems = []
+    for account in (EXPORTER, RESPONDER):
+        calls = {Call.from_audit(e) for e in events if e["user"] == account}
+        assert calls, f"no call recorded for {account}"
+        held = grants(objects, account)
+        problems += [f"{account}: not granted: {c}" for c in unauthorized(calls, held)]
+        problems += [f"{account}: granted but never needed: {g}" for g in unused(calls, held)]
+    assert not problems, "\n".join(problems)
+
+    # The records those flows wrote hold only fields the CRD declares.
+    schema = crd_schema(yaml.safe_load(CRD_FILE.read_text()), "v1alpha1")
+    assert len(records) == 2
+    errors = [e for r in records for e in schema_errors(r, schema)]
+    assert not errors, "\n".join(errors)
