@@ -15,21 +15,25 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from grafana_foundation_sdk.builders import (
-    bargauge,
-    heatmap,
-    prometheus,
-    stat,
-    statetimeline,
-    table,
-    timeseries,
-)
-from grafana_foundation_sdk.builders import common as common_builders
-from grafana_foundation_sdk.builders import dashboard as builders
-from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models import common, units
-from grafana_foundation_sdk.models import dashboard as models
-from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+# 0.0.21 warns, as its classic-dashboard modules load, that the v2 model is preferred; v2 is
+# what file provisioning refuses, so the classic model is the one we want.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from grafana_foundation_sdk.builders import (
+        bargauge,
+        heatmap,
+        prometheus,
+        stat,
+        statetimeline,
+        table,
+        timeseries,
+    )
+    from grafana_foundation_sdk.builders import common as common_builders
+    from grafana_foundation_sdk.builders import dashboard as builders
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models import common, units
+    from grafana_foundation_sdk.models import dashboard as models
+    from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 PanelKind = Literal["timeseries", "stat", "heatmap", "state-timeline", "table", "bargauge"]
 
