@@ -35,7 +35,7 @@ def test_the_four_dashboards_keep_their_uids() -> None:
         "remediation": "gpuhealth-remediation",
         "pipeline": "gpuhealth-pipeline",
     }
-    assert UIDS == {stem: doc["uid"] for stem, doc in committed().items()}
+    assert {stem: doc["uid"] for stem, doc in committed().items()} == UIDS
 
 
 def test_render_writes_and_check_tells_fresh_from_stale(
