@@ -50,6 +50,7 @@ from gpuhealth.testing.loopback import (
 )
 from rules.render import DEFAULT_CONFIG, parse_config, render, write_files
 from tests.dashboards.support import committed
+from tests.e2e.test_pipeline_e2e import FAST_RULES  # the shipped thresholds shrunk to seconds
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -73,14 +74,6 @@ SCENARIO: dict[str, Any] = {
     ],
     "timeline": [],
 }  # fmt: skip
-FAST_RULES: dict[str, Any] = {
-    "evaluation_interval": "1s",
-    "device": {"heartbeat_limit": "8s", "unhealthy_for": "2s", "unknown_for": "2s",
-               "unknown_tolerance": "8s", "flapping_window": "60s", "event_window": "30s"},
-    "node": {"lease_age_limit": "4s", "unreachable_for": "1s"},
-    "fleet": {"unknown_storm_for": "3s", "unknown_storm_min_devices": 50},
-}  # fmt: skip
-"""The shipped thresholds shrunk from minutes to seconds (as tests/e2e does)."""
 
 
 def render_rules(workdir: Path, responder_url: str) -> tuple[list[Path], Path]:
