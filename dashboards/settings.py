@@ -31,16 +31,16 @@ class Settings:
     """Default of `business_requests`: the counter selector of all the workloads' requests."""
 
     def __post_init__(self) -> None:
-        for name in (
-            "exporter_job",
-            "responder_job",
-            "alertmanager_job",
-            "business_errors",
-            "business_requests",
-        ):
+        for name in ("exporter_job", "responder_job", "alertmanager_job"):
             value = getattr(self, name)
-            if not value.strip() or ('"' in value and name.endswith("_job")):
-                raise ValueError(f"dashboard settings: {name} must be a non-empty name without quotes")
+            # Written into `job="..."` matchers: a quote or backslash would break every query.
+            if not value.strip() or any(c in value for c in '"\\'):
+                raise ValueError(
+                    f"dashboard settings: {name} must be a job name without quotes, got {value!r}"
+                )
+        for name in ("business_errors", "business_requests"):
+            if not getattr(self, name).strip():
+                raise ValueError(f"dashboard settings: {name} must be a counter selector, got nothing")
 
 
 def load(rules_config: Path = DEFAULT_CONFIG, **overrides: str) -> Settings:

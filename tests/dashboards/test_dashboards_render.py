@@ -113,3 +113,12 @@ def test_a_panel_with_an_unknown_unit_is_refused() -> None:
     )
     with pytest.raises(ValueError, match="'seconds' is not a Grafana unit"):
         sdk.build(bad)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("exporter_job", ""), ("responder_job", 'a"b'), ("alertmanager_job", "a\\b"), ("business_errors", " ")],
+)
+def test_settings_refuse_what_would_break_the_queries(field: str, value: str) -> None:
+    with pytest.raises(ValueError, match=f"dashboard settings: {field} must be"):
+        settings.Settings(**{field: value})
