@@ -43,7 +43,7 @@ class Settings:
                 raise ValueError(f"dashboard settings: {name} must be a counter selector, got nothing")
 
 
-def load(rules_config: Path = DEFAULT_CONFIG, **overrides: str) -> Settings:
-    """Settings with the job names of `rules_config` and any `overrides` (business selectors)."""
+def load(rules_config: Path = DEFAULT_CONFIG) -> Settings:
+    """Settings with the job names of `rules_config` (its `selectors`)."""
     selectors = load_config(rules_config).selectors
-    return Settings(exporter_job=selectors.exporter_job, responder_job=selectors.responder_job, **overrides)
+    return Settings(exporter_job=selectors.exporter_job, responder_job=selectors.responder_job)

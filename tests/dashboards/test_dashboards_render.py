@@ -122,3 +122,17 @@ def test_a_panel_with_an_unknown_unit_is_refused() -> None:
 def test_settings_refuse_what_would_break_the_queries(field: str, value: str) -> None:
     with pytest.raises(ValueError, match=f"dashboard settings: {field} must be"):
         settings.Settings(**{field: value})
+
+
+def test_a_site_renders_its_own_business_selectors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    errors = 'vllm_request_failures_total{job="vllm"}'
+    assert main(["--out", str(tmp_path), "--business-errors", errors]) == 0
+    fleet = json.loads((tmp_path / "fleet.json").read_text())
+    variables = {v["name"]: v for v in fleet["templating"]["list"]}
+    assert variables["business_errors"]["query"] == errors
+    assert variables["business_errors"]["current"]["value"] == errors
+    assert variables["business_requests"]["query"] == settings.Settings().business_requests
+    assert main(["--out", str(tmp_path), "--business-requests", " "]) == 2
+    assert "business_requests must be a counter selector" in capsys.readouterr().err
