@@ -1,4 +1,4 @@
-"""The dashboard lint rules (tests/support/dashboard_lint.py) on the committed dashboards.
+"""The dashboard lint rules (tests/dashboards/lint.py) on the committed dashboards.
 
 Aspects covered: every committed dashboard passes every rule (one prometheus `datasource`
 variable first, the hidden `cluster` variable next, units from the SDK's list and a
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.dashboards.lint import RULES
 from tests.dashboards.support import committed
-from tests.support.dashboard_lint import RULES
 
 DOCUMENTS = committed()
 

@@ -60,7 +60,7 @@ def test_the_schema_refuses_a_broken_dashboard(change: str) -> None:
 
 
 def test_the_schema_bounds_the_grid_and_the_lint_catches_the_overflow() -> None:
-    from tests.support.dashboard_lint import grid_positions
+    from tests.dashboards.lint import grid_positions
 
     document = broken("past the grid")
     assert VALIDATOR.is_valid(document)  # x and w are each in range: only their sum overflows
