@@ -26,6 +26,7 @@ SUBCOMMAND_MODULES = (
     "rules.cli",  # gpuhealth rules
     "demo.cli",  # gpuhealth demo
     "responder.cli",  # gpuhealth quarantine
+    "dashboards.cli",  # gpuhealth dashboards render
 )
 
 

@@ -1,0 +1,689 @@
+"""The four gpuhealth dashboards: Fleet, Device, Remediation and Pipeline health.
+
+Every query reads only series that exist: the exporter's catalog (`exporter.metrics`), the
+responder's (`responder.metrics`), the recording rules of rules/prometheus (preferred where
+one exists: Grafana then reads what the alerts read), and Prometheus' and Alertmanager's own
+series. Every selector names its scrape job, or is a recording rule built on job-filtered
+selectors; `cluster="$cluster"` on every selector keeps one dashboard per cluster when several
+share a Prometheus (an empty `cluster` matches series without the label, the single-cluster
+case). Counters appear only inside rate()/increase() (or resets(), which counts restarts),
+over `$__rate_interval`. Per-device legends start with the node: GPU indexes repeat on
+every node, so "GPU 0" alone names nothing.
+
+The UIDs are stable: links, bookmarks and alert annotations point at them.
+"""
+
+from __future__ import annotations
+
+from dashboards.sdk import Dashboard, Panel, Query, QueryVariable, Row, TextVariable
+from dashboards.settings import Settings
+
+CLUSTER = 'cluster="$cluster"'
+DEVICE = 'cluster="$cluster", node="$node", device="$device"'
+RATE = "[$__rate_interval]"
+PER_DEVICE = "{{node}} {{device}}"
+
+UIDS = {
+    "fleet": "gpuhealth-fleet",
+    "device": "gpuhealth-device",
+    "remediation": "gpuhealth-remediation",
+    "pipeline": "gpuhealth-pipeline",
+}
+"""File stem -> dashboard UID (dashboards/<stem>.json)."""
+
+RELEASE_PHASES = "Quarantined|Probing|Canary|Stabilizing|Ramp"
+"""Phases of an enforced quarantine on its way back (responder.records.Phase)."""
+
+
+def _job(job: str, extra: str = "") -> str:
+    return f'job="{job}", {CLUSTER}' + (f", {extra}" if extra else "")
+
+
+def _cluster_variable(settings: Settings) -> QueryVariable:
+    return QueryVariable(
+        name="cluster",
+        label="Cluster",
+        query=f'label_values(up{{job="{settings.exporter_job}"}}, cluster)',
+        description=(
+            "The cluster label of a Prometheus shared by several clusters; hidden, and empty "
+            "(matching series without the label) where Prometheus serves one cluster."
+        ),
+        hidden=True,
+    )
+
+
+def fleet(settings: Settings) -> Dashboard:
+    r = settings.responder_job
+    health = Row(
+        "Device health",
+        (
+            Panel(
+                "timeseries",
+                "Devices by effective state",
+                "GPU devices counted by effective state (recording rule state:gpu_devices_effective:count): "
+                "Unhealthy as reported, Unknown when reported Unknown or when the report is older than the "
+                "heartbeat limit, Healthy otherwise. A Healthy report that went stale counts as Unknown.",
+                "short",
+                (Query(f"state:gpu_devices_effective:count{{{CLUSTER}}}", "{{state}}"),),
+                stacked=True,
+                min=0,
+            ),
+            Panel(
+                "heatmap",
+                "Status age distribution",
+                "How old each device's last confirmed status report is, as a distribution over devices "
+                "(node_device:gpu_device_status_age_seconds:min). A band moving up is a fleet whose reports "
+                "go stale: past the heartbeat limit those devices count as Unknown.",
+                "s",
+                (Query(f"node_device:gpu_device_status_age_seconds:min{{{CLUSTER}}}", PER_DEVICE),),
+            ),
+            Panel(
+                "timeseries",
+                "Status age quantiles",
+                "Fleet quantiles and maximum of the per-device status age "
+                "(fleet:gpu_device_status_age_seconds:*).",
+                "s",
+                (
+                    Query(f"fleet:gpu_device_status_age_seconds:quantile{{{CLUSTER}}}", "p{{quantile}}"),
+                    Query(f"fleet:gpu_device_status_age_seconds:max{{{CLUSTER}}}", "max"),
+                ),
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "Unknown duration",
+                "How long each effectively Unknown device has been Unknown "
+                "(node_device:gpu_device_unknown_duration:seconds), and the fleet's longest. Allocation is "
+                "restricted only once a device stays Unknown for the whole tolerance window.",
+                "s",
+                (
+                    Query(f"node_device:gpu_device_unknown_duration:seconds{{{CLUSTER}}}", PER_DEVICE),
+                    Query(f"fleet:gpu_device_unknown_duration_seconds:max{{{CLUSTER}}}", "longest"),
+                ),
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "Quarantined (idle) capacity",
+                "Devices whose quarantine is enforced (every phase but Pending and Deferred): capacity that "
+                "takes no new work. Fleet total and per node (recording rules "
+                "*:gpuhealth_devices_quarantined:count).",
+                "short",
+                (
+                    Query(f"fleet:gpuhealth_devices_quarantined:count{{{CLUSTER}}}", "fleet"),
+                    Query(f"node:gpuhealth_devices_quarantined:count{{{CLUSTER}}}", "{{node}}"),
+                ),
+                min=0,
+            ),
+            Panel(
+                "stat",
+                "Remediation breaker",
+                "1 while the responder's circuit breaker is tripped: new automatic quarantines and "
+                "migrations are paused until a person resets it (`gpuhealth breaker reset`).",
+                "bool",
+                (Query(f"max(gpuhealth_breaker_tripped{{{_job(r)}}})", "tripped"),),
+                width=6,
+            ),
+            Panel(
+                "bargauge",
+                "Top nodes by trouble",
+                "Nodes with the most devices effectively Unknown or reported Unhealthy right now "
+                "(node:gpu_devices_effective_unknown:sum + node:gpu_devices_reported_unhealthy:sum).",
+                "short",
+                (
+                    Query(
+                        f"topk(10, node:gpu_devices_effective_unknown:sum{{{CLUSTER}}} "
+                        f"+ on (node) node:gpu_devices_reported_unhealthy:sum{{{CLUSTER}}})",
+                        "{{node}}",
+                        instant=True,
+                    ),
+                ),
+                width=6,
+            ),
+        ),
+    )
+    business = Row(
+        "Business SLO: the workloads' own errors (not device health)",
+        (
+            Panel(
+                "timeseries",
+                "Workload error ratio (business selector)",
+                "Failed over all requests of the workloads, from the counters the `business_errors` and "
+                "`business_requests` variables select (set them to your serving stack's metrics). Read apart "
+                "from device health: a healthy fleet can serve errors, and a quarantine need not cost any.",
+                "percentunit",
+                (
+                    Query(
+                        f"sum(rate(${{business_errors}}{RATE})) / sum(rate(${{business_requests}}{RATE}))",
+                        "error ratio",
+                    ),
+                ),
+                width=24,
+                min=0,
+            ),
+        ),
+    )
+    return Dashboard(
+        uid=UIDS["fleet"],
+        title="gpuhealth / Fleet",
+        description=(
+            "GPU device health across the fleet, quarantined capacity, and apart from it the business SLO."
+        ),
+        tags=("gpuhealth",),
+        variables=(
+            _cluster_variable(settings),
+            TextVariable(
+                "business_errors",
+                "Business errors",
+                settings.business_errors,
+                "Counter selector of the workloads' failed requests (with its job), e.g. "
+                'http_requests_total{job="inference", code=~"5.."}.',
+            ),
+            TextVariable(
+                "business_requests",
+                "Business requests",
+                settings.business_requests,
+                "Counter selector of all the workloads' requests (with its job).",
+            ),
+        ),
+        rows=(health, business),
+    )
+
+
+def device(settings: Settings) -> Dashboard:
+    e, r = settings.exporter_job, settings.responder_job
+    dev = f'job="{e}", {DEVICE}'
+    state = Row(
+        "State",
+        (
+            Panel(
+                "state-timeline",
+                "State timeline",
+                "The status the kubelet reports (1 while it is the current one), whether the device counts "
+                "as "
+                "effectively Unknown (1) under the heartbeat limit, and whether NVML answers for it (node "
+                "mode).",
+                "none",
+                (
+                    Query(
+                        f"max by (node, device, status) (gpu_device_health{{{dev}}}) == 1",
+                        PER_DEVICE + " reported {{status}}",
+                    ),
+                    Query(
+                        f"node_device:gpu_device_effective_unknown:bool{{{DEVICE}}}",
+                        PER_DEVICE + " effectively Unknown",
+                    ),
+                    Query(f"gpu_nvml_up{{{dev}}}", PER_DEVICE + " NVML up"),
+                ),
+                width=24,
+            ),
+            Panel(
+                "timeseries",
+                "Status age",
+                "Seconds since the device's status was last confirmed fresh, and the age of its node's "
+                "kubelet "
+                "Lease. Past the heartbeat limit the device counts as Unknown, whatever it last reported.",
+                "s",
+                (
+                    Query(
+                        f"node_device:gpu_device_status_age_seconds:min{{{DEVICE}}}", PER_DEVICE + " status"
+                    ),
+                    Query(
+                        f'gpu_node_kubelet_lease_age_seconds{{job="{e}", {CLUSTER}, node="$node"}}',
+                        "{{node}} kubelet Lease",
+                    ),
+                ),
+                width=24,
+                min=0,
+            ),
+        ),
+    )
+    nvml = Row(
+        "NVML readings (node-mode exporter)",
+        (
+            Panel(
+                "timeseries",
+                "XID events",
+                "XID critical errors NVML reported per interval, by code. Fatal codes (rules/config.yaml "
+                "device.fatal_xids) quarantine the device; application codes (13, 31, 43, 45, 68) never do.",
+                "short",
+                (
+                    Query(
+                        f"sum by (node, device, xid) (increase(gpu_nvml_xid_errors_total{{{dev}}}{RATE}))",
+                        PER_DEVICE + " XID {{xid}}",
+                    ),
+                ),
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "ECC errors",
+                "Volatile ECC errors per interval, corrected and uncorrected. Any uncorrected error "
+                "quarantines the device.",
+                "short",
+                (
+                    Query(
+                        f"sum by (node, device, type) (increase(gpu_nvml_ecc_errors_total{{{dev}}}{RATE}))",
+                        PER_DEVICE + " {{type}}",
+                    ),
+                ),
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "Remapped rows",
+                "Remapped memory rows (correctable, uncorrectable) and the pending and failure flags; a "
+                "remapping failure quarantines the device.",
+                "short",
+                (Query(f"gpu_nvml_remapped_rows{{{dev}}}", PER_DEVICE + " {{type}}"),),
+                width=8,
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "Temperature",
+                "GPU core temperature.",
+                "celsius",
+                (Query(f"gpu_nvml_temperature_celsius{{{dev}}}", PER_DEVICE),),
+                width=8,
+            ),
+            Panel(
+                "timeseries",
+                "Power",
+                "GPU power draw.",
+                "watt",
+                (Query(f"gpu_nvml_power_watts{{{dev}}}", PER_DEVICE),),
+                width=8,
+                min=0,
+            ),
+        ),
+    )
+    holders = Row(
+        "Holders and quarantine",
+        (
+            Panel(
+                "table",
+                "Pods and claims that held it",
+                "Every container allocated the device within the dashboard's time range, with its "
+                "resource and DRA claim (gpu_device_allocation_info).",
+                "none",
+                (
+                    Query(
+                        "max by (node, device, namespace, pod, container, resource, claim) "
+                        f"(max_over_time(gpu_device_allocation_info{{{dev}}}[$__range]))",
+                        PER_DEVICE + " {{namespace}}/{{pod}}",
+                        instant=True,
+                        table=True,
+                    ),
+                ),
+                width=24,
+            ),
+            Panel(
+                "state-timeline",
+                "Quarantine history",
+                "The device's quarantine phase over time, with the reason (one series per phase the "
+                "responder "
+                "reported: Pending, Deferred, Quarantined, Probing, Canary, Stabilizing, Ramp).",
+                "none",
+                (
+                    Query(
+                        "max by (node, device, phase, reason) "
+                        f'(gpuhealth_device_quarantined{{job="{r}", {DEVICE}}})',
+                        PER_DEVICE + " {{phase}} ({{reason}})",
+                    ),
+                ),
+                width=16,
+            ),
+            Panel(
+                "stat",
+                "Quarantine opened",
+                "When the device's current quarantine opened (its record is reused for the next one).",
+                "dateTimeAsIso",
+                (
+                    Query(
+                        "max by (node, device) "
+                        f'(gpuhealth_quarantine_created_timestamp_seconds{{job="{r}", {DEVICE}}}) * 1000',
+                        PER_DEVICE,
+                    ),
+                ),
+                width=8,
+            ),
+        ),
+    )
+    return Dashboard(
+        uid=UIDS["device"],
+        title="gpuhealth / Device",
+        description=(
+            "One GPU device: reported and effective state, status age, NVML readings, holders, quarantine."
+        ),
+        tags=("gpuhealth",),
+        variables=(
+            _cluster_variable(settings),
+            QueryVariable(
+                "node",
+                "Node",
+                f'label_values(gpu_device_info{{job="{e}", {CLUSTER}}}, node)',
+                "The node the device is on.",
+            ),
+            QueryVariable(
+                "device",
+                "Device",
+                f'label_values(gpu_device_info{{job="{e}", {CLUSTER}, node="$node"}}, device)',
+                "The device: GPU UUID (device plugins) or driver/pool/device (DRA).",
+            ),
+        ),
+        rows=(state, nvml, holders),
+    )
+
+
+def remediation(settings: Settings) -> Dashboard:
+    r = settings.responder_job
+    not_kept = _job(r, 'outcome=~"abandoned|dismissed"')
+    on_the_way_back = _job(r, f'phase=~"{RELEASE_PHASES}"')
+    quarantines = Row(
+        "Quarantines",
+        (
+            Panel(
+                "timeseries",
+                "Quarantines by reason and phase",
+                "Quarantine records that are not over, by the alert that opened them and their phase.",
+                "short",
+                (
+                    Query(
+                        f"count by (reason, phase) (gpuhealth_device_quarantined{{{_job(r)}}})",
+                        "{{phase}}: {{reason}}",
+                    ),
+                ),
+                stacked=True,
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "False-quarantine rate",
+                "Share of ended quarantines that were not kept: abandoned (a person removed the enforcement) "
+                "or dismissed (no longer failing when re-evaluated after the breaker closed), against all "
+                "that "
+                "ended, released ones included.",
+                "percentunit",
+                (
+                    Query(
+                        f"sum(increase(gpuhealth_responder_releases_total{{{not_kept}}}{RATE}))"
+                        f" / sum(increase(gpuhealth_responder_releases_total{{{_job(r)}}}{RATE}))",
+                        "not kept",
+                    ),
+                ),
+                min=0,
+                max=1,
+            ),
+            Panel(
+                "timeseries",
+                "Rate-limited quarantines",
+                "Records waiting in Pending for a token of the new-quarantine rate limit.",
+                "short",
+                (Query(f"max(gpuhealth_responder_rate_limited_quarantines{{{_job(r)}}})", "waiting"),),
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "Breaker trips",
+                "1 while the remediation circuit breaker is tripped (new quarantines and migrations paused), "
+                "0 while it is closed; only a person resets it.",
+                "short",
+                (Query(f"max(gpuhealth_breaker_tripped{{{_job(r)}}})", "tripped"),),
+                min=0,
+                max=1,
+            ),
+        ),
+    )
+    flows = Row(
+        "Migrations and releases",
+        (
+            Panel(
+                "timeseries",
+                "Migrations by outcome",
+                "Checkpointed workload migrations off quarantined devices per interval, and over the last "
+                "hour "
+                "(recording rule outcome:gpuhealth_migrations:increase1h).",
+                "short",
+                (
+                    Query(
+                        f"sum by (outcome) (increase(gpuhealth_migrations_total{{{_job(r)}}}{RATE}))",
+                        "{{outcome}}",
+                    ),
+                    Query(f"outcome:gpuhealth_migrations:increase1h{{{CLUSTER}}}", "{{outcome}} (last hour)"),
+                ),
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "Decision duration",
+                "Time one record's turn in a reconcile pass takes (observe, decide, apply, write), 50th and "
+                "99th "
+                "percentile. The responder exposes no per-migration duration yet.",
+                "s",
+                tuple(
+                    Query(
+                        f"histogram_quantile({q}, sum by (le) "
+                        f"(rate(gpuhealth_responder_decision_duration_seconds_bucket{{{_job(r)}}}{RATE})))",
+                        f"p{round(q * 100)}",
+                    )
+                    for q in (0.5, 0.99)
+                ),
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "Release pipeline phases",
+                "Enforced quarantines by phase on the way back: Quarantined, then Probing, Canary, "
+                "Stabilizing "
+                "and Ramp. A Healthy report alone never moves a device along.",
+                "short",
+                (
+                    Query(
+                        f"count by (phase) (gpuhealth_device_quarantined{{{on_the_way_back}}})",
+                        "{{phase}}",
+                    ),
+                ),
+                stacked=True,
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "Releases by outcome",
+                "Quarantines that ended per interval: released (walked every check), abandoned (a person "
+                "removed the enforcement), dismissed (never enforced).",
+                "short",
+                (
+                    Query(
+                        f"sum by (outcome) (increase(gpuhealth_responder_releases_total{{{_job(r)}}}{RATE}))",
+                        "{{outcome}}",
+                    ),
+                ),
+                min=0,
+            ),
+        ),
+    )
+    return Dashboard(
+        uid=UIDS["remediation"],
+        title="gpuhealth / Remediation",
+        description="What the responder does: quarantines, migrations, releases, rate limits, the breaker.",
+        tags=("gpuhealth",),
+        variables=(_cluster_variable(settings),),
+        rows=(quarantines, flows),
+    )
+
+
+def pipeline(settings: Settings) -> Dashboard:
+    e, r, a = settings.exporter_job, settings.responder_job, settings.alertmanager_job
+    ours = f'job=~"{e}|{r}", {CLUSTER}'
+    webhooks = _job(a, 'integration="webhook"')
+    exporter = Row(
+        "Exporter",
+        (
+            Panel(
+                "timeseries",
+                "Watch lag",
+                "Seconds since each exporter applied its latest watch event. It grows while the cluster is "
+                "quiet, too; read it with the event rate beside it.",
+                "s",
+                (
+                    Query(
+                        f"time() - (gpuhealth_exporter_last_event_timestamp_seconds{{{_job(e)}}} > 0)",
+                        "{{node}} {{instance}}",
+                    ),
+                ),
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "Watch events",
+                "Watch events received per second, by resource and event type.",
+                "ops",
+                (
+                    Query(
+                        f"sum by (node, instance, resource, type) "
+                        f"(rate(gpuhealth_exporter_watch_events_total{{{_job(e)}}}{RATE}))",
+                        "{{node}} {{resource}} {{type}}",
+                    ),
+                ),
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "Watch restarts and relists",
+                "Watches restarted per interval, by reason: expired (410 Gone: a full relist), closed (the "
+                "server ended the watch; it resumes), error.",
+                "short",
+                (
+                    Query(
+                        f"sum by (node, instance, resource, reason) "
+                        f"(increase(gpuhealth_exporter_watch_restarts_total{{{_job(e)}}}{RATE}))",
+                        "{{node}} {{resource}} {{reason}}",
+                    ),
+                ),
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "Exporter restarts",
+                "Exporter process restarts per interval, seen as resets of its watch event counters.",
+                "short",
+                (
+                    Query(
+                        "max by (node, instance) "
+                        f"(resets(gpuhealth_exporter_watch_events_total{{{_job(e)}}}{RATE}))",
+                        "{{node}} {{instance}}",
+                    ),
+                ),
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "Scrape duration",
+                "How long Prometheus takes to scrape each exporter and responder target.",
+                "s",
+                (Query(f"scrape_duration_seconds{{{ours}}}", "{{job}} {{node}} {{instance}}"),),
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "Scrape size",
+                "Samples each exporter and responder target exposes per scrape.",
+                "short",
+                (Query(f"scrape_samples_scraped{{{ours}}}", "{{job}} {{node}} {{instance}}"),),
+                min=0,
+            ),
+        ),
+    )
+    responder = Row(
+        "Responder and Alertmanager",
+        (
+            Panel(
+                "timeseries",
+                "Webhook outcomes",
+                "Alertmanager deliveries the responder answered, by outcome (recording rule "
+                "outcome:gpuhealth_responder_webhook_requests:rate5m): accepted, rejected (400), retry (503: "
+                "Alertmanager delivers again), unauthorized, too_large.",
+                "reqps",
+                (Query(f"outcome:gpuhealth_responder_webhook_requests:rate5m{{{CLUSTER}}}", "{{outcome}}"),),
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "Alerts in deliveries",
+                "Alerts in webhook deliveries per second, by what recording came to.",
+                "ops",
+                (
+                    Query(
+                        "sum by (result) "
+                        f"(rate(gpuhealth_responder_webhook_alerts_total{{{_job(r)}}}{RATE}))",
+                        "{{result}}",
+                    ),
+                ),
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "Alertmanager webhook notifications",
+                "Webhook notifications Alertmanager sent and those that failed after its retries. "
+                "Alertmanager "
+                "0.25 labels these by integration only, so this covers every webhook receiver, the "
+                "responder's "
+                "included.",
+                "ops",
+                (
+                    Query(
+                        "sum by (instance) "
+                        f"(rate(alertmanager_notifications_failed_total{{{webhooks}}}{RATE}))",
+                        "failed {{instance}}",
+                    ),
+                    Query(
+                        f"sum by (instance) (rate(alertmanager_notifications_total{{{webhooks}}}{RATE}))",
+                        "sent {{instance}}",
+                    ),
+                ),
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "Responder leader",
+                "1 for the replica that holds the leader Lease and reconciles; exactly one should, at all "
+                "times. Leader transitions per interval beside it.",
+                "short",
+                (
+                    Query(
+                        f"max by (instance) (gpuhealth_responder_leader{{{_job(r)}}})", "leader {{instance}}"
+                    ),
+                    Query(
+                        "sum by (instance) "
+                        f"(increase(gpuhealth_responder_leader_transitions_total{{{_job(r)}}}{RATE}))",
+                        "transitions {{instance}}",
+                    ),
+                ),
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "Targets up",
+                "Scrape targets up, per job: the exporters, the responder replicas and Alertmanager.",
+                "short",
+                (Query(f'sum by (job) (up{{job=~"{e}|{r}|{a}", {CLUSTER}}})', "{{job}}"),),
+                width=24,
+                min=0,
+            ),
+        ),
+    )
+    return Dashboard(
+        uid=UIDS["pipeline"],
+        title="gpuhealth / Pipeline health",
+        description=(
+            "Whether gpuhealth itself works: exporter watches and scrapes, webhook deliveries, the leader."
+        ),
+        tags=("gpuhealth",),
+        variables=(_cluster_variable(settings),),
+        rows=(exporter, responder),
+    )
+
+
+DASHBOARDS = {"fleet": fleet, "device": device, "remediation": remediation, "pipeline": pipeline}
+"""File stem -> the function that builds that dashboard."""

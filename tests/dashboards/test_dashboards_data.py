@@ -1,0 +1,248 @@
+"""During a real run of the whole pipeline, every panel of every dashboard shows data.
+
+The strongest dashboard test: a panel whose query returns nothing is a defect. Everything is
+real except the cluster (simulated): node-mode exporters (NVML from the simulator) per node,
+the responder as a child process (`gpuhealth responder`, leading, reconciling), Prometheus
+with the shipped rules (time thresholds shrunk to seconds), Alertmanager with the shipped
+routing delivering to the responder's webhook, and Prometheus scraping all three jobs
+(`gpuhealth-exporter` with the `node` label, `gpuhealth-responder`, `alertmanager`).
+
+The scenario gives each panel something true to show, never a faked series:
+- a fatal XID on a device-plugin GPU that holds a pod: GPUDeviceFatalXid and GPUDeviceUnhealthy
+  reach the responder through the real webhook; it records and enforces a quarantine and
+  takes on the pod's migration;
+- a DRA GPU goes silent: effectively Unknown, with an Unknown duration, then a restriction;
+- the API server ends the exporters' watches (as a restart of it would): watch restarts;
+- people remove both enforcements by hand, one after the other: the responder abandons the
+  quarantines, release outcomes the false-quarantine panel counts (two, since the releases
+  counter is born at its first increment, which increase() cannot see).
+The Fleet dashboard's business selector is pointed at Alertmanager's notification counters,
+a workload's own error counters in this run (each site sets its own).
+
+Then `dashboards.check.panels_without_data` runs every panel query as Grafana would, over
+the run's time range, with `node` and `device` set to the quarantined GPU.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dashboards.check import panels_without_data
+from gpuhealth.testing.loopback import (
+    LoopbackError,
+    Prometheus,
+    ScrapeJob,
+    child_process,
+    free_port,
+    http_ok,
+    log_tail,
+    run_alertmanager,
+    run_prometheus,
+    wait_until,
+)
+from rules.render import DEFAULT_CONFIG, parse_config, render, write_files
+from tests.dashboards.support import committed
+from tests.e2e.test_pipeline_e2e import FAST_RULES  # the shipped thresholds shrunk to seconds
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SPEED = 10.0
+TOKEN = "dashboards-e2e-token"
+CRD_FILE = Path(__file__).parents[2] / "deploy" / "crds" / "devicequarantines.gpuhealth.io.yaml"
+NODE_ANNOTATION = "gpuhealth.io/quarantined-devices"
+"""Where the responder enforces a device-plugin quarantine (responder.enforcement)."""
+SCENARIO: dict[str, Any] = {
+    "name": "dashboards-e2e",
+    "description": "1 device-plugin node and 1 DRA node, 2 GPUs each, one workload on each path",
+    "fleet": [
+        {"name": "gpu-dp", "count": 1, "gpusPerNode": 2, "path": "device-plugin"},
+        {"name": "gpu-dra", "count": 1, "gpusPerNode": 2, "path": "dra"},
+    ],
+    "workloads": [
+        {"name": "serve", "namespace": "inference", "kind": "Deployment", "replicas": 2,
+         "gpusPerPod": 1, "path": "device-plugin"},
+        {"name": "train", "namespace": "research", "kind": "Job", "replicas": 1,
+         "gpusPerPod": 2, "path": "dra"},
+    ],
+    "timeline": [],
+}  # fmt: skip
+
+
+def render_rules(workdir: Path, responder_url: str) -> tuple[list[Path], Path]:
+    token_file = workdir / "responder-token"
+    token_file.write_text(TOKEN)
+    config = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    for section, values in FAST_RULES.items():
+        config[section] = {**config[section], **values} if isinstance(values, dict) else values
+    config["alertmanager"] = {
+        **config["alertmanager"],
+        "responder_url": responder_url,
+        "responder_credentials_file": str(token_file),
+        "responder_group_interval": "1s",
+        "group_wait": "0s",
+        "group_interval": "1s",
+    }
+    written = write_files(render(parse_config(config)), workdir / "rules")
+    rule_files = [p for p in written if p.parent.name == "prometheus"]
+    (alertmanager_config,) = [p for p in written if p.parent.name == "alertmanager"]
+    return rule_files, alertmanager_config
+
+
+@contextmanager
+def service(argv: list[str], log: Path, ready_url: str) -> Iterator[None]:
+    """A gpuhealth child process, once `ready_url` answers; its log on failure."""
+    with child_process([sys.executable, "-m", "gpuhealth", "--log-level", "WARNING", *argv], log) as proc:
+        try:
+            wait_until(
+                f"{argv[0]} at {ready_url}", lambda: proc.poll() is None and http_ok(ready_url), timeout=60
+            )
+        except LoopbackError as exc:
+            raise LoopbackError(f"{exc}\n--- {log.name} ---\n{log_tail(log)}") from exc
+        yield
+
+
+def series(prometheus: Prometheus, expr: str) -> list[dict[str, Any]] | None:
+    return prometheus.query(expr) or None
+
+
+@pytest.mark.timeout(240)
+def test_every_panel_query_returns_data(tmp_path: Path) -> None:
+    from gpuhealth.kube.client import KubeClient
+    from gpuhealth.kube.config import api_client
+    from gpuhealth.kube.resources import NAMESPACE, NODE, Resource
+    from gpuhealth.kube.transport import KubeTransport
+    from simulator.testing import running_cluster
+
+    started = time.time()
+    responder_port = free_port()
+    rule_files, alertmanager_config = render_rules(tmp_path, f"http://127.0.0.1:{responder_port}/webhook")
+    with ExitStack() as stack:
+        cluster = stack.enter_context(running_cluster(SCENARIO, speed=SPEED))
+        kube = KubeClient(KubeTransport(api_client(str(cluster.kubeconfig_path))))
+        stack.callback(kube.close)
+        crds = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
+        kube.create(crds, yaml.safe_load(CRD_FILE.read_text()))
+        kube.create(
+            NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuhealth-system"}}
+        )
+        alertmanager = stack.enter_context(run_alertmanager(tmp_path / "alertmanager", alertmanager_config))
+        exporter_ports = {"gpu-dp-0": free_port(), "gpu-dra-0": free_port()}
+        jobs = [
+            *(
+                ScrapeJob("gpuhealth-exporter", [f"127.0.0.1:{p}"], {"node": n})
+                for n, p in exporter_ports.items()
+            ),
+            ScrapeJob("gpuhealth-responder", [f"127.0.0.1:{responder_port}"]),
+            ScrapeJob("alertmanager", [alertmanager.base_url.removeprefix("http://")]),
+        ]
+        prometheus = stack.enter_context(
+            run_prometheus(
+                tmp_path / "prometheus", jobs, rule_files=rule_files, alertmanager_url=alertmanager.base_url
+            )
+        )
+        for node, port in exporter_ports.items():
+            argv = [
+                "exporter", "--kubeconfig", str(cluster.kubeconfig_path), "--node", node,
+                "--nvml", f"sim:{cluster.url}", "--listen", f"127.0.0.1:{port}",
+                "--directory", str(tmp_path / f"directory-{node}.sqlite"),
+            ]  # fmt: skip
+            stack.enter_context(
+                service(argv, tmp_path / f"exporter-{node}.log", f"http://127.0.0.1:{port}/readyz")
+            )
+        token_file = tmp_path / "responder-token"
+        argv = [
+            "responder", "--kubeconfig", str(cluster.kubeconfig_path),
+            "--listen", f"127.0.0.1:{responder_port}", "--token-file", str(token_file),
+            "--prometheus-url", prometheus.base_url, "--identity", "replica-a",
+        ]  # fmt: skip
+        stack.enter_context(
+            service(argv, tmp_path / "responder.log", f"http://127.0.0.1:{responder_port}/readyz")
+        )
+
+        # A device-plugin GPU that holds a pod, and a DRA GPU.
+        held = wait_until(
+            "a device-plugin GPU allocated to a pod",
+            lambda: series(prometheus, 'gpu_device_allocation_info{node="gpu-dp-0", namespace="inference"}'),
+            timeout=60,
+        )[0]["metric"]["device"]
+        index = next(
+            i
+            for i in range(2)
+            if cluster.call(lambda c, i=i: c.fleet.gpu("gpu-dp-0", i).uuid) == held  # type: ignore[misc]
+        )
+        wait_until(
+            "every target up",
+            lambda: len(prometheus.query("up == 1")) == len(jobs),
+            timeout=60,
+        )
+
+        cluster.inject({"fault": "xid", "device": {"node": "gpu-dp-0", "gpu": index}, "xid": 79})
+        cluster.inject(
+            {"fault": "device-unknown", "device": {"node": "gpu-dra-0", "gpu": 1}, "duration": "10m"}
+        )
+        wait_until(
+            "the XID's quarantine enforced by the responder",
+            lambda: series(
+                prometheus, f'gpuhealth_device_quarantined{{device="{held}", phase!~"Pending|Deferred"}}'
+            ),
+            timeout=60,
+        )
+        wait_until(
+            "an Unknown duration",
+            lambda: series(prometheus, "node_device:gpu_device_unknown_duration:seconds"),
+        )
+
+        # The API server ends every watch, as its restart would: the exporters resume.
+        cluster.call(lambda c: [w.close() for ws in list(c.store._watchers.values()) for w in list(ws)])
+        wait_until("watch restarts", lambda: series(prometheus, "gpuhealth_exporter_watch_restarts_total"))
+
+        # People take both devices out of quarantine by hand, past gpuhealth, one after the
+        # other: the responder gives each quarantine up. Two abandonments, in two passes: the
+        # releases counter is born at its first increment, so only the second one shows as an
+        # increase (the responder does not start its release outcomes at zero).
+        wait_until(
+            "the silent DRA GPU's restriction enforced",
+            lambda: series(
+                prometheus, 'gpuhealth_device_quarantined{node="gpu-dra-0", phase!~"Pending|Deferred"}'
+            ),
+            timeout=60,
+        )
+        (version, *_) = kube.served_versions("resource.k8s.io", "devicetaintrules")
+        rules = Resource("resource.k8s.io", version, "devicetaintrules", namespaced=False)
+        for rule in kube.list(rules).items:
+            kube.delete(rules, rule["metadata"]["name"])
+        abandoned = 'gpuhealth_responder_releases_total{outcome="abandoned"}'
+        wait_until(
+            "the DRA quarantine abandoned", lambda: series(prometheus, f"{abandoned} == 1"), timeout=60
+        )
+        kube.patch(NODE, "gpu-dp-0", {"metadata": {"annotations": {NODE_ANNOTATION: None}}})
+        wait_until(
+            "the XID quarantine abandoned", lambda: series(prometheus, f"{abandoned} == 2"), timeout=60
+        )
+
+        values = {
+            "node": "gpu-dp-0",
+            "device": held,
+            "business_errors": 'alertmanager_notifications_failed_total{job="alertmanager"}',
+            "business_requests": 'alertmanager_notifications_total{job="alertmanager"}',
+            "__rate_interval": "15s",
+            "__range": f"{int(time.time() - started) + 1}s",
+        }
+        documents = list(committed().values())
+        missing: list[str] = []
+
+        def every_panel_has_data() -> bool:
+            missing[:] = panels_without_data(prometheus.base_url, documents, values, start=started)
+            return not missing
+
+        with suppress(LoopbackError):  # the assertion below lists what stayed empty
+            wait_until("every panel to show data", every_panel_has_data, timeout=45, interval=2)
+        assert missing == [], "\n".join(missing)
