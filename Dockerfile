@@ -22,6 +22,7 @@ COPY responder/ responder/
 COPY rules/ rules/
 COPY simulator/ simulator/
 COPY demo/ demo/
+COPY dashboards/ dashboards/
 RUN python -m venv /opt/gpuhealth \
  && /opt/gpuhealth/bin/pip install --no-compile . \
  && /opt/gpuhealth/bin/gpuhealth --help >/dev/null
