@@ -189,6 +189,11 @@ class ReconcilerMetrics:
         self.decision = instruments.histogram(metrics.DECISION_SECONDS, registry)
         self.passes = instruments.counter(metrics.RECONCILE_PASSES, registry)
         self.records = instruments.counter(metrics.RECONCILE_RECORDS, registry)
+        # Every outcome from zero, so increase() counts the first release or record of each.
+        for outcome in metrics.RELEASE_OUTCOMES:
+            self.releases.labels(outcome)
+        for outcome in metrics.RECORD_OUTCOMES:
+            self.records.labels(outcome)
         self._series: set[tuple[str, str, str, str]] = set()
         self._created: set[tuple[str, str]] = set()
 

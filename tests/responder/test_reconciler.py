@@ -280,11 +280,14 @@ def test_the_release_walk_from_probe_to_released() -> None:
     h.reconciler.reconcile_once()
     assert h.phase(name) == Phase.RAMP
     assert h.enforcer.taints[name] == CANARY_TAINT
+    # Every outcome is exported from zero, so the first release shows in increase().
+    assert h.sample("gpuhealth_responder_releases_total", outcome="released") == 0.0
     h.clock.advance(POLICY.ramp_seconds)
     h.reconciler.reconcile_once()
     assert h.phase(name) == Phase.RELEASED
     assert name not in h.enforcer.taints
     assert h.sample("gpuhealth_responder_releases_total", outcome="released") == 1.0
+    assert h.sample("gpuhealth_responder_releases_total", outcome="abandoned") == 0.0
     reason = h.client.record(name).spec.reason
     for phase in Phase:
         labels = {"node": "gpu-node-1", "device": "GPU-4a1c", "reason": reason, "phase": phase.value}
