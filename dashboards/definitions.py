@@ -456,16 +456,16 @@ def remediation(settings: Settings) -> Dashboard:
             ),
             Panel(
                 "timeseries",
-                "Decision duration",
-                "Time one record's turn in a reconcile pass takes (observe, decide, apply, write), 50th and "
-                "99th "
-                "percentile. The responder exposes no per-migration duration yet.",
+                "Migration duration",
+                "Time from a job's move starting to its outcome (checkpoint, eviction, re-placement), "
+                "50th and 99th percentile by outcome. Long moves are checkpoints that take long or "
+                "evictions a PodDisruptionBudget holds back.",
                 "s",
                 tuple(
                     Query(
-                        f"histogram_quantile({q}, sum by (le) "
-                        f"(rate(gpuhealth_responder_decision_duration_seconds_bucket{{{_job(r)}}}{RATE})))",
-                        f"p{round(q * 100)}",
+                        f"histogram_quantile({q}, sum by (le, outcome) "
+                        f"(rate(gpuhealth_migration_duration_seconds_bucket{{{_job(r)}}}{RATE})))",
+                        f"{{{{outcome}}}} p{round(q * 100)}",
                     )
                     for q in (0.5, 0.99)
                 ),

@@ -51,6 +51,15 @@ MIGRATIONS = MetricFamily(
     "Checkpointed workload migrations off quarantined devices, by outcome (succeeded|failed|unrecoverable).",
     ("outcome",),
 )
+MIGRATION_SECONDS = MetricFamily(
+    "gpuhealth_migration_duration_seconds",
+    "histogram",
+    "Time from a job's move starting to its outcome (succeeded|failed|unrecoverable).",
+    ("outcome",),
+    unit="seconds",
+)
+MIGRATION_BUCKETS = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0)
+"""Checkpoint waits run to 10 minutes by default; eviction retries after 429 add minutes more."""
 LEADER = MetricFamily(
     "gpuhealth_responder_leader",
     "gauge",
@@ -126,6 +135,7 @@ CATALOG = Catalog(
         DEVICE_QUARANTINED,
         QUARANTINE_CREATED,
         MIGRATIONS,
+        MIGRATION_SECONDS,
         LEADER,
         LEADER_TRANSITIONS,
         RELEASES,

@@ -164,8 +164,10 @@ class MigratorMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.migrations = instruments.counter(metrics.MIGRATIONS, registry)
+        self.durations = instruments.histogram(metrics.MIGRATION_SECONDS, registry, metrics.MIGRATION_BUCKETS)
         for outcome in metrics.MIGRATION_OUTCOMES:
             self.migrations.labels(outcome)
+            self.durations.labels(outcome)
 
 
 def lease_name(owner: str) -> str:
@@ -373,7 +375,11 @@ class Migrator:
                 self._counted[entries[i].key] = None
                 while len(self._counted) > _COUNTED_KEYS:
                     self._counted.pop(next(iter(self._counted)))
-                self._metrics.migrations.labels(_OUTCOME_LABEL[entries[i].outcome]).inc()
+                outcome = _OUTCOME_LABEL[entries[i].outcome]
+                self._metrics.migrations.labels(outcome).inc()
+                if entries[i].started_at:
+                    started = parse_rfc3339(entries[i].started_at)
+                    self._metrics.durations.labels(outcome).observe(max(0.0, now - started))
         return record.with_migrations(entries)
 
     # ----- one job ---------------------------------------------------------------------------------

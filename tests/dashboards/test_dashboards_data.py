@@ -68,7 +68,7 @@ SCENARIO: dict[str, Any] = {
     ],
     "workloads": [
         {"name": "serve", "namespace": "inference", "kind": "Deployment", "replicas": 2,
-         "gpusPerPod": 1, "path": "device-plugin"},
+         "gpusPerPod": 1, "path": "device-plugin", "checkpoint": "annotation", "topology": "shardable"},
         {"name": "train", "namespace": "research", "kind": "Job", "replicas": 1,
          "gpusPerPod": 2, "path": "dra"},
     ],
@@ -196,6 +196,11 @@ def test_every_panel_query_returns_data(tmp_path: Path) -> None:
             timeout=60,
         )
         wait_until(
+            "the held GPU's pod moved off it (a migration's duration observed)",
+            lambda: series(prometheus, "gpuhealth_migration_duration_seconds_count > 0"),
+            timeout=60,
+        )
+        wait_until(
             "an Unknown duration",
             lambda: series(prometheus, "node_device:gpu_device_unknown_duration:seconds"),
         )
@@ -205,9 +210,7 @@ def test_every_panel_query_returns_data(tmp_path: Path) -> None:
         wait_until("watch restarts", lambda: series(prometheus, "gpuhealth_exporter_watch_restarts_total"))
 
         # People take both devices out of quarantine by hand, past gpuhealth, one after the
-        # other: the responder gives each quarantine up. Two abandonments, in two passes: the
-        # releases counter is born at its first increment, so only the second one shows as an
-        # increase (the responder does not start its release outcomes at zero).
+        # other: the responder gives each quarantine up, in two passes.
         wait_until(
             "the silent DRA GPU's restriction enforced",
             lambda: series(

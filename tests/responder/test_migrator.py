@@ -269,6 +269,7 @@ def test_the_checkpoint_flow_moves_the_job_and_releases_the_lease(
     assert not client.evictions
 
     client.commit("train-0")
+    clock.advance(40.0)  # the checkpoint took this long
     r = m.step(r, clock.now())
     assert client.evictions == [("train-0", True), ("train-0", False)]
     assert len(only(r).evictions) == 1
@@ -280,6 +281,15 @@ def test_the_checkpoint_flow_moves_the_job_and_releases_the_lease(
     assert ("leases", "ml", lease_name("Job/train")) not in client.objects
     r = m.step(r, clock.now())
     assert counted(registry, "succeeded") == 1.0
+    # The move's duration, once: from its start to the outcome, in the 60 s bucket.
+    duration = {"outcome": "succeeded"}
+    assert registry.get_sample_value("gpuhealth_migration_duration_seconds_count", duration) == 1.0
+    assert registry.get_sample_value("gpuhealth_migration_duration_seconds_sum", duration) == 40.0
+    assert (
+        registry.get_sample_value("gpuhealth_migration_duration_seconds_bucket", {**duration, "le": "30.0"})
+        == 0
+    )
+    assert registry.get_sample_value("gpuhealth_migration_duration_seconds_count", {"outcome": "failed"}) == 0
     assert from_object(to_object(r)) == replace(r, resource_version="")
 
 
