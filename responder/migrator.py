@@ -377,8 +377,8 @@ class Migrator:
                     self._counted.pop(next(iter(self._counted)))
                 outcome = _OUTCOME_LABEL[entries[i].outcome]
                 self._metrics.migrations.labels(outcome).inc()
-                if entries[i].started_at:
-                    started = parse_rfc3339(entries[i].started_at)
+                started = parse_rfc3339(entries[i].started_at) if entries[i].started_at else None
+                if started is not None:
                     self._metrics.durations.labels(outcome).observe(max(0.0, now - started))
         return record.with_migrations(entries)
 
