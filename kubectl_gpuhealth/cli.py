@@ -92,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "context", None) is None and hasattr(args, "kubeconfig"):
+        # kubectl's current context, which the official client would pick differently from a
+        # list of kubeconfig files: the namespace and the connection both follow kubectl.
+        from gpuhealth.kube.config import kubectl_current_context
+
+        args.context = kubectl_current_context(args.kubeconfig)
     # Warnings (an exporter that did not answer) go to stderr as `WARNING: ...`; kubectl's own
     # output stays clean for scripts.
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s", stream=sys.stderr)

@@ -7,6 +7,9 @@ certificates, exec plugins and token refresh, in-cluster service accounts).
 
 from __future__ import annotations
 
+import os
+
+import yaml
 from kubernetes import client, config
 
 
@@ -59,4 +62,26 @@ def context_namespace(
             return namespace if isinstance(namespace, str) and namespace else None
     if context:
         raise ContextError(f"context {context!r} does not exist in the kubeconfig")
+    return None
+
+
+def kubectl_current_context(kubeconfig: str | None = None) -> str | None:
+    """The current context as kubectl picks it from a list of kubeconfig files: the first file
+    that sets one. The official client lets the last file win, so a command that must agree
+    with kubectl names this context explicitly. None when no file sets one (or none is read).
+
+    `kubeconfig` None is $KUBECONFIG (files separated by the path separator), else ~/.kube/config.
+    """
+    paths = kubeconfig or os.environ.get("KUBECONFIG") or os.path.join("~", ".kube", "config")
+    for path in paths.split(os.pathsep):
+        if not path:
+            continue
+        try:
+            with open(os.path.expanduser(path)) as file:
+                document = yaml.safe_load(file)
+        except (OSError, yaml.YAMLError):
+            continue  # kubectl skips files it cannot read too; the client reports real errors
+        current = document.get("current-context") if isinstance(document, dict) else None
+        if isinstance(current, str) and current:
+            return current
     return None

@@ -234,7 +234,9 @@ def test_every_device_with_its_quarantine_state(env: Env, kubectl: Kubectl) -> N
     assert "RECORD" in wide[0] and env.record in {c for r in wide[1:] for c in r}
 
 
-def test_namespace_is_the_flag_then_the_context_then_default(env: Env, kubectl: Kubectl) -> None:
+def test_namespace_is_the_flag_then_the_context_then_default(
+    env: Env, kubectl: Kubectl, tmp_path: Path
+) -> None:
     def pods(*args: str) -> set[str]:
         done = gpuhealth(kubectl, "devices", *args, "-o", "json")
         assert done.returncode == 0, done.stderr
@@ -244,6 +246,10 @@ def test_namespace_is_the_flag_then_the_context_then_default(env: Env, kubectl: 
     assert pods("--context", "in-inference", "-n", "research") == {"research"}  # the flag wins
     assert pods("--context", "in-inference", "--namespace", "research", "-A") == {"inference", "research"}
     assert pods() == set()  # the current context sets no namespace: default, where no pod holds a GPU
+    # --kubeconfig beats $KUBECONFIG; its current context sets the namespace.
+    research = yaml.safe_load(env.kubeconfig.read_text()) | {"current-context": "in-research"}
+    (tmp_path / "research").write_text(yaml.safe_dump(research))
+    assert pods("--kubeconfig", str(tmp_path / "research")) == {"research"}
     empty = gpuhealth(kubectl, "devices")
     assert (empty.returncode, empty.stdout, empty.stderr) == (
         0,
