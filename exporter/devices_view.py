@@ -150,8 +150,8 @@ def _row(item: Any, where: str) -> Row:
         resource=field.text("resource"),
         allocations=tuple(
             Allocation(
-                namespace=a.text("namespace", required=True),
-                pod=a.text("pod", required=True),
+                namespace=a.text("namespace"),
+                pod=a.text("pod"),
                 container=a.text("container"),
                 resource=a.text("resource"),
                 claim=a.text("claim"),
@@ -159,7 +159,7 @@ def _row(item: Any, where: str) -> Row:
             for a in field.objects("allocations")
         ),
         driver_taints=tuple(
-            DriverTaint(key=t.text("key", required=True), effect=t.text("effect"), value=t.text("value"))
+            DriverTaint(key=t.text("key"), effect=t.text("effect"), value=t.text("value"))
             for t in field.objects("driverTaints")
         ),
         source=source,

@@ -30,22 +30,15 @@ import yaml
 
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
-from gpuhealth.kube.resources import NAMESPACE, POD, Resource
+from gpuhealth.kube.resources import NAMESPACE, POD
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import child_process, free_port, http_json, http_ok, log_tail, wait_until
 from responder.breaker import BreakerState
 from responder.breaker_store import AuditEntry, BreakerStore
 from responder.cli import QUARANTINES
-from responder.records import (
-    DEVICE_PLUGIN,
-    Phase,
-    Quarantine,
-    QuarantineSpec,
-    SourceAlert,
-    record_name,
-    to_object,
-)
+from responder.records import Phase, to_object
 from simulator.testing import ClusterHandle, running_cluster
+from tests.responder.test_cli_quarantine import CRD_FILE, CRDS, record
 from tests.support.kubectl import Kubectl, kubectl_runner
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -53,8 +46,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 BIN = Path(sys.executable).parent
 VENV_KUBECTL = BIN / "kubectl"
 SYSTEM_KUBECTL = Path("/usr/bin/kubectl")
-CRD_FILE = Path(__file__).parents[2] / "deploy" / "crds" / "devicequarantines.gpuhealth.io.yaml"
-CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
 EXPORTERS = "gpuhealth-system"
 
 SCENARIO: dict[str, Any] = {
@@ -119,22 +110,6 @@ def _exporter_pod(port: int) -> dict[str, Any]:
     }
 
 
-def _record(node: str, device: str) -> dict[str, Any]:
-    spec = QuarantineSpec(
-        node=node,
-        device=device,
-        path=DEVICE_PLUGIN,
-        reason="FatalXid",
-        actor="alert/GPUDeviceFatalXid",
-        expires_at="2099-01-01T00:00:00Z",
-        source_alerts=(SourceAlert("GPUDeviceFatalXid", f"fp-{device}", "2026-11-30T10:00:00Z"),),
-    )
-    record = Quarantine(name=record_name(node, device), spec=spec).with_phase(
-        Phase.QUARANTINED, time="2026-11-30T10:00:01Z", actor="responder", message="enforced"
-    )
-    return to_object(record)
-
-
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     tmp = tmp_path_factory.mktemp("plugin")
@@ -169,12 +144,10 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                     return next((d for d in devices if d["health"] == "Unhealthy" and d["allocations"]), None)
 
                 device = wait_until("the exporter to see the XID's Unhealthy device", unhealthy, timeout=60)
-                created = client.create(
-                    QUARANTINES,
-                    {k: v for k, v in _record(device["node"], device["device"]).items() if k != "status"},
-                )
-                record = _record(device["node"], device["device"])
-                client.update(QUARANTINES, {**created, "status": record["status"]}, subresource="status")
+                stored = to_object(record(device["node"], device["device"], Phase.QUARANTINED))
+                status = stored.pop("status")
+                created = client.create(QUARANTINES, stored)
+                client.update(QUARANTINES, {**created, "status": status}, subresource="status")
                 holder = (device["allocations"][0]["namespace"], device["allocations"][0]["pod"])
                 yield Env(cluster, kubeconfig, url, directory, device, holder, created["metadata"]["name"])
         finally:
@@ -363,7 +336,7 @@ def test_quarantine_list_show_release(env: Env, kubectl: Kubectl) -> None:
     listed = gpuhealth(kubectl, "quarantine", "list", "-A", "-l", f"gpuhealth.io/node={node}", "--no-headers")
     assert listed.returncode == 0, listed.stderr
     (row,) = table(listed.stdout)
-    assert row[1:6] == [node, env.unhealthy["device"], "Quarantined", "FatalXid", "quarantine"]
+    assert row[1:6] == [node, env.unhealthy["device"], "Quarantined", "Unhealthy", "quarantine"]
     assert env.record.startswith(row[0].rstrip("…"))
     other = gpuhealth(kubectl, "quarantine", "list", "-l", "gpuhealth.io/node=elsewhere")
     assert (other.returncode, other.stdout) == (0, "No quarantined devices matching the filters.\n")
@@ -374,7 +347,7 @@ def test_quarantine_list_show_release(env: Env, kubectl: Kubectl) -> None:
     refused = gpuhealth(
         kubectl, "quarantine", "release", env.record, "--actor", "ops", "--reason", "repaired"
     )
-    assert refused.returncode == 1 and "GPUDeviceFatalXid still firing" in refused.stderr
+    assert refused.returncode == 1 and "GPUDeviceUnhealthy still firing" in refused.stderr
 
 
 def test_breaker_namespace_is_the_flag_then_the_context(env: Env, kubectl: Kubectl) -> None:
