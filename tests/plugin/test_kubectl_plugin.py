@@ -268,6 +268,11 @@ def test_pod_shows_its_devices_health_age_message_and_quarantine(env: Env, kubec
     assert rows[0] == ["CONTAINER", "RESOURCE", "DEVICE", "HEALTH", "AGE", "QUARANTINE", "MESSAGE"]
     assert rows[1][1:4] == ["nvidia.com/gpu", env.unhealthy["device"], "Unhealthy"]
     assert rows[1][4] != "?" and rows[1][5] == "Quarantined"
+    bare = table(gpuhealth(kubectl, "devices", "--pod", f"{namespace}/{name}", "--no-headers").stdout)
+    assert [r[:4] + r[5:] for r in bare] == [r[:4] + r[5:] for r in rows[1:]]  # AGE moves on
+    wide = table(gpuhealth(kubectl, "devices", "--pod", f"{namespace}/{name}", "-o", "wide").stdout)
+    assert wide[0][6:] == ["RESOURCE-ID", "VERSION", "RECORD", "MESSAGE"]
+    assert wide[1][6] == env.unhealthy["device"] and wide[1][8] == env.record
     doc = json.loads(gpuhealth(kubectl, "devices", "--pod", name, "-n", namespace, "-o", "json").stdout)
     assert doc["kind"] == "PodDeviceList" and doc["pod"]["name"] == name
     (entry,) = doc["devices"]
