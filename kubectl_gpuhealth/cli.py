@@ -10,7 +10,9 @@ namespace, else `default`, as for `kubectl get`; `-A` means every namespace.
 - `kubectl gpuhealth quarantine list|show|release ...` and `kubectl gpuhealth breaker
   status|reset ...`: the `gpuhealth` commands' own arguments and code (`responder.cli`); the
   records are cluster-scoped, so `-n` and `-A` change nothing there (as for `kubectl get
-  nodes`); the breaker's ConfigMap lives in the responder's namespace, which `-n` names.
+  nodes`); the breaker's ConfigMap lives in the responder's namespace, which `-n` names,
+  `gpuhealth-system` (the install's) unless given: never the context's namespace, where
+  the ConfigMap is not and the breaker would read as never tripped.
 
 Errors and exit codes are those of every gpuhealth command (`gpuhealth.cliargs`): one line
 `kubectl gpuhealth <cmd>: error: ...`; 0 ok, 1 failure at run time (the cluster cannot be
@@ -22,25 +24,15 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from gpuhealth import __version__
 from gpuhealth.cli import run_command
 from kubectl_gpuhealth import devices
-from kubectl_gpuhealth.flags import cluster_flags, resolve_namespace
+from kubectl_gpuhealth.flags import cluster_flags
 from responder import cli as responder_cli
 
 PROG = "kubectl gpuhealth"
-
-
-def _in_namespace(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """`run` with `args.namespace` resolved first (the breaker's ConfigMap is namespaced)."""
-
-    def resolved(args: argparse.Namespace) -> int:
-        args.namespace = resolve_namespace(args)
-        return run(args)
-
-    return resolved
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,18 +66,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="the remediation circuit breaker: status and a person's reset",
         description=(
             "The breaker that holds back new automatic quarantines when too much fails at once; "
-            "-n names the responder's namespace, where its ConfigMap lives."
+            "-n names the responder's namespace, where its ConfigMap lives (not the context's)."
         ),
     )
     breaker_actions = breaker.add_subparsers(dest="breaker_command", metavar="COMMAND", required=True)
     status = breaker_actions.add_parser("status", help=responder_cli.BREAKER_STATUS_HELP)
-    cluster_flags(status)
+    cluster_flags(status, component_namespace=responder_cli.RESPONDER_NAMESPACE)
     responder_cli.add_breaker_status_arguments(status)
-    status.set_defaults(func=_in_namespace(responder_cli.run_breaker_status))
     reset = breaker_actions.add_parser("reset", help=responder_cli.BREAKER_RESET_HELP)
-    cluster_flags(reset)
+    cluster_flags(reset, component_namespace=responder_cli.RESPONDER_NAMESPACE)
     responder_cli.add_breaker_reset_arguments(reset)
-    reset.set_defaults(func=_in_namespace(responder_cli.run_breaker_reset))
     return parser
 
 

@@ -12,13 +12,28 @@ from gpuhealth.cliargs import UsageError
 DEFAULT_NAMESPACE = "default"
 
 
-def cluster_flags(parser: argparse.ArgumentParser, *, all_namespaces: bool = False) -> None:
-    """kubectl's flags for naming the cluster and the namespace."""
+def cluster_flags(
+    parser: argparse.ArgumentParser, *, all_namespaces: bool = False, component_namespace: str | None = None
+) -> None:
+    """kubectl's flags for naming the cluster and the namespace.
+
+    `component_namespace`: the command reads an object of gpuhealth's own (the breaker's
+    ConfigMap), which lives in the namespace gpuhealth was installed in, whatever the user's
+    context says; `-n` names that namespace and this is its default. Reading the context's
+    namespace there would report a breaker that never tripped."""
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
     parser.add_argument("--context", help="kubeconfig context (default: the current one)")
-    parser.add_argument(
-        "-n", "--namespace", help="namespace (default: the context's namespace, then 'default')"
-    )
+    if component_namespace is not None:
+        parser.add_argument(
+            "-n",
+            "--namespace",
+            default=component_namespace,
+            help="the responder's namespace, where the breaker's ConfigMap lives (default: %(default)s)",
+        )
+    else:
+        parser.add_argument(
+            "-n", "--namespace", help="namespace (default: the context's namespace, then 'default')"
+        )
     if all_namespaces:
         parser.add_argument(
             "-A",

@@ -55,6 +55,8 @@ from responder.records import (
 from responder.settings import DEFAULT_PORT
 
 QUARANTINES = Resource(GROUP, VERSION, PLURAL, namespaced=False)
+RESPONDER_NAMESPACE = "gpuhealth-system"
+"""Where the manifests install the responder (and so the breaker's ConfigMap)."""
 
 CRD_HINT = "kubectl apply -f deploy/crds/"
 
@@ -116,7 +118,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     service.add_argument(
         "-n",
         "--namespace",
-        default="gpuhealth-system",
+        default=RESPONDER_NAMESPACE,
         help="the responder's namespace (default: %(default)s)",
     )
     service.add_argument(

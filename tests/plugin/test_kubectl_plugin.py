@@ -6,7 +6,8 @@ Aspects: kubectl 1.37 (and the system's older kubectl where present) lists and r
 `kubectl-gpuhealth`; usage strings begin with `kubectl gpuhealth`; `devices` joins the exporter's
 view with the records (QUARANTINE column; `-o wide` RECORD); the namespace is `-n`, then the
 context's namespace, then `default` (devices held by that namespace's pods; `-A` every device,
-idle ones too), for `devices` and for the breaker's ConfigMap; `-l` picks devices by their pods'
+idle ones too), while the breaker's ConfigMap is read in `-n` or the responder's namespace,
+never the context's; `-l` picks devices by their pods'
 labels, and records by theirs; `-o json|yaml` parse, `--no-headers` drops exactly the header
 line; `--exporter-url` and `--directory` give the same devices as the pod proxy; `--pod NS/NAME`
 on a pod with an Unhealthy device (device plugin) shows health, status age, message and the
@@ -355,10 +356,12 @@ def test_quarantine_list_show_release(env: Env, kubectl: Kubectl) -> None:
     assert refused.returncode == 1 and "GPUDeviceUnhealthy still firing" in refused.stderr
 
 
-def test_breaker_namespace_is_the_flag_then_the_context(env: Env, kubectl: Kubectl) -> None:
+def test_breaker_namespace_is_the_flag_then_the_responders_never_the_context(
+    env: Env, kubectl: Kubectl
+) -> None:
     client = KubeClient(KubeTransport(api_client(str(env.cluster.kubeconfig_path))))
     try:
-        BreakerStore(client, "inference").write(
+        BreakerStore(client, EXPORTERS).write(
             BreakerState(tripped=True, trigger="rate", tripped_at=1_800_000_000.0, detail="5 devices in 10m"),
             AuditEntry(
                 time="2027-01-15T08:00:00Z", action="trip", actor="responder", reason="5 devices in 10m"
@@ -366,15 +369,12 @@ def test_breaker_namespace_is_the_flag_then_the_context(env: Env, kubectl: Kubec
         )
     finally:
         client.close()
+    # The context's namespace is a tenant's; the breaker is the install's (gpuhealth-system).
     tripped = gpuhealth(kubectl, "breaker", "status", "--context", "in-inference")
     assert tripped.returncode == 0 and tripped.stdout.startswith("TRIPPED (rate)")
-    closed = gpuhealth(
-        kubectl, "breaker", "status", "--context", "in-inference", "-n", "research", "-o", "json"
-    )
-    assert json.loads(closed.stdout)["tripped"] is False
-    reset = gpuhealth(
-        kubectl, "breaker", "reset", "-n", "inference", "--actor", "ops", "--reason", "storm over"
-    )
+    elsewhere = gpuhealth(kubectl, "breaker", "status", "-n", "research", "-o", "json")
+    assert json.loads(elsewhere.stdout)["tripped"] is False
+    reset = gpuhealth(kubectl, "breaker", "reset", "--actor", "ops", "--reason", "storm over")
     assert reset.returncode == 0 and "Breaker reset by ops" in reset.stdout
-    stored = env.cluster.get("configmaps", "gpuhealth-breaker", "inference")
+    stored = env.cluster.get("configmaps", "gpuhealth-breaker", EXPORTERS)
     assert json.loads(stored["data"]["state"])["tripped"] is False
