@@ -25,14 +25,15 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
 
+from exporter.devices_view import device_document, device_rows, iso, render_table
 from exporter.directory import Directory, DirectoryError, DirectoryReader, open_store
 from exporter.settings import (
     DEFAULT_DIRECTORY,
@@ -43,7 +44,7 @@ from exporter.settings import (
     ObserverSettings,
     check_nvml_source,
 )
-from exporter.snapshot import HEALTH_VALUES, DeviceState, NodeState, status_age
+from exporter.snapshot import HEALTH_VALUES
 from exporter.state import CLAIMS, LEASES, PODS, SLICES, DeviceStateStore, ObservationRecord
 from gpuhealth import http
 from gpuhealth.cliargs import (
@@ -59,7 +60,7 @@ from gpuhealth.durations import DurationError, parse_duration
 from gpuhealth.fields import SettingsError
 from gpuhealth.http import BackgroundTaskFailed, ListenFailed, background, format_listen
 from gpuhealth.nvml import NvmlSource
-from gpuhealth.tables import human_duration, truncate
+from gpuhealth.tables import write_document
 
 log = logging.getLogger(__name__)
 
@@ -398,112 +399,6 @@ def load_dump(path: str) -> dict[str, list[Any]]:
 # ----- gpuhealth devices ---------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Column:
-    """One column of `gpuhealth devices`; later parts (quarantine) append their own."""
-
-    header: str
-    value: Callable[[DeviceState, float], str]
-    """(device, status age) -> cell text."""
-    wide_only: bool = False
-
-
-def _pods(device: DeviceState) -> str:
-    names = sorted({f"{a.namespace}/{a.pod}" for a in device.allocations})
-    return ",".join(names) if names else "<none>"
-
-
-COLUMNS: list[Column] = [
-    Column("NODE", lambda d, _: d.node),
-    Column("DEVICE", lambda d, _: d.device),
-    Column("HEALTH", lambda d, _: d.health),
-    Column("AGE", lambda _, age: human_duration(age)),
-    Column("VERSION", lambda d, _: str(d.status_version), wide_only=True),
-    Column("CHANGED", lambda d, _: _iso(d.changed_at), wide_only=True),
-    Column("UNKNOWN-SINCE", lambda d, _: _iso(d.unknown_since) if d.unknown_since else "-", wide_only=True),
-    Column(
-        "DRIVER/POOL/NAME",
-        lambda d, _: f"{d.driver}/{d.pool}/{d.device_name}" if d.driver else "-",
-        wide_only=True,
-    ),
-    Column(
-        "TAINTS",
-        lambda d, _: ",".join(f"{t.key}={t.value}:{t.effect}" for t in d.driver_taints) or "-",
-        wide_only=True,
-    ),
-    Column("PODS", lambda d, _: _pods(d)),
-]
-MESSAGE = Column("MESSAGE", lambda d, _: d.message or "-")
-
-
-def _iso(ts: float | None) -> str:
-    if ts is None:
-        return ""
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def device_rows(
-    devices: Iterable[DeviceState], leases: dict[str, float | None], now: float
-) -> list[tuple[DeviceState, float]]:
-    """Devices with their status age (the same rule the metrics use, without NVML)."""
-    rows = []
-    for device in devices:
-        renewed = leases.get(device.node)
-        node = NodeState(node=device.node, lease_renewed_at=renewed) if renewed is not None else None
-        rows.append((device, status_age(device, node, None, now)))
-    return rows
-
-
-def render_table(rows: list[tuple[DeviceState, float]], *, wide: bool, out: TextIO, width: int = 48) -> None:
-    columns = [c for c in COLUMNS if wide or not c.wide_only]
-    headers = [c.header for c in columns] + [MESSAGE.header]
-    cells = [
-        [c.value(d, age) for c in columns]
-        + [MESSAGE.value(d, age) if wide else truncate(MESSAGE.value(d, age), width)]
-        for d, age in rows
-    ]
-    if not wide:
-        # PODS can be long for shared devices; the message comes last so it may run on.
-        pods_at = headers.index("PODS")
-        for row in cells:
-            row[pods_at] = truncate(row[pods_at], 40)
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    for row in [headers, *cells]:
-        line = "   ".join(cell.ljust(widths[i]) if i < len(row) - 1 else cell for i, cell in enumerate(row))
-        out.write(line.rstrip() + "\n")
-
-
-def device_document(device: DeviceState, age: float) -> dict[str, Any]:
-    return {
-        "node": device.node,
-        "device": device.device,
-        "health": device.health,
-        "message": device.message,
-        "statusAgeSeconds": round(age, 3),
-        "statusVersion": device.status_version,
-        "firstSeen": _iso(device.first_seen),
-        "changedAt": _iso(device.changed_at),
-        "observedAt": _iso(device.observed_at),
-        "unknownSince": _iso(device.unknown_since) if device.unknown_since is not None else None,
-        "uuid": device.uuid,
-        "driver": device.driver,
-        "pool": device.pool,
-        "deviceName": device.device_name,
-        "resource": device.resource,
-        "allocations": [
-            {
-                "namespace": a.namespace,
-                "pod": a.pod,
-                "container": a.container,
-                "resource": a.resource,
-                "claim": a.claim,
-            }
-            for a in device.allocations
-        ],
-        "driverTaints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in device.driver_taints],
-    }
-
-
 def run_devices(args: argparse.Namespace, *, clock: Clock | None = None, out: TextIO | None = None) -> int:
     try:
         return _run_devices(args, clock or SystemClock(), out or sys.stdout)
@@ -523,13 +418,7 @@ def _run_devices(args: argparse.Namespace, clock: Clock, out: TextIO) -> int:
     finally:
         reader.close()
     if args.output in ("json", "yaml"):
-        docs = [device_document(d, age) for d, age in rows]
-        if args.output == "json":
-            out.write(orjson.dumps({"devices": docs}, option=orjson.OPT_INDENT_2).decode() + "\n")
-        else:
-            import yaml
-
-            out.write(yaml.safe_dump({"devices": docs}, sort_keys=False))
+        write_document({"devices": [device_document(d, age) for d, age in rows]}, args.output, out)
         return 0
     if not rows:
         out.write(
@@ -559,7 +448,7 @@ def parse_since(value: str, now: float) -> float:
 
 def record_document(record: ObservationRecord) -> dict[str, Any]:
     return {
-        "time": _iso(record.observed_at),
+        "time": iso(record.observed_at),
         "node": record.node,
         "device": record.device,
         "statusVersion": record.status_version,
@@ -611,6 +500,6 @@ def _replay_line(record: ObservationRecord, output: str) -> str:
         wide = f"  {record.resource or '-'}  {record.claim or '-'}  rv={record.pod_resource_version or '-'}"
     message = f"  {record.message}" if record.message else ""
     return (
-        f"{_iso(record.observed_at)}  {record.node}  {record.device}  v{record.status_version}  "
+        f"{iso(record.observed_at)}  {record.node}  {record.device}  v{record.status_version}  "
         f"{record.health}  {evidence}{wide}{message}\n"
     )

@@ -1,4 +1,4 @@
-"""The exporter's HTTP endpoints: `/metrics`, `/healthz`, `/readyz` (an aiohttp adapter).
+"""The exporter's HTTP endpoints: `/metrics`, `/api/v1/devices`, `/healthz`, `/readyz` (an aiohttp adapter).
 
 This module owns how the exporter's scrape is answered, not what it contains; the wiring any
 service shares (probes, gzip negotiation, serving) is `gpuhealth.http`. `/metrics` renders the
@@ -10,6 +10,10 @@ Large snapshots (a cluster-mode exporter over tens of thousands of devices) are 
 and compressed in a worker thread: the render holds the GIL only in short slices and zlib
 releases it, so the watch loop on the event loop keeps running during a scrape. Small
 ones (node mode) are rendered inline, which is cheaper than a thread hop.
+
+`GET /api/v1/devices` is the same snapshot as JSON (`exporter.devices_view`): read-only, for
+`kubectl gpuhealth devices` through the apiserver's pod proxy; like a scrape it never calls the
+API or NVML, and large snapshots are encoded in the worker thread too.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import orjson
 import prometheus_client
 from aiohttp import web
 
+from exporter import devices_view
 from exporter.exposition import render_metrics
 from exporter.settings import ExporterServerSettings
 from exporter.snapshot import Snapshot
@@ -73,6 +79,21 @@ async def _metrics(request: web.Request) -> web.Response:
     return metrics_response(body, gzipped=use_gzip)
 
 
+def devices_body(snapshot: Snapshot, now: float) -> bytes:
+    return orjson.dumps(devices_view.devices_document(snapshot, now))
+
+
+async def _devices(request: web.Request) -> web.Response:
+    sources = request.app[SOURCES]
+    snapshot = sources.snapshot()
+    now = sources.clock.now()
+    if len(snapshot.devices) >= sources.settings.offload_min_devices:
+        body = await asyncio.get_running_loop().run_in_executor(None, devices_body, snapshot, now)
+    else:
+        body = devices_body(snapshot, now)
+    return web.Response(body=body, content_type="application/json")
+
+
 def create_app(
     settings: ExporterServerSettings | None,
     *,
@@ -92,6 +113,7 @@ def create_app(
     app = web.Application()
     app[SOURCES] = _Sources(settings or ExporterServerSettings(), snapshot, clock, registry)
     app.router.add_get("/metrics", _metrics)
+    app.router.add_get(devices_view.PATH, _devices)
     add_probes(app, ready=ready, not_ready=NOT_READY)
     return app
 

@@ -56,6 +56,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    return run_command(parser, args)
+
+
+def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Run the command `args` selected and map its errors to exit codes and one error line.
+
+    Shared by every command line of the product (`gpuhealth`, `kubectl gpuhealth`), so both
+    answer a bad input, a failure at run time, Ctrl-C and a closed pipe the same way."""
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

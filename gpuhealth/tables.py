@@ -34,10 +34,16 @@ def truncate(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def write_table(headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO) -> None:
-    """Columns padded to their widest cell, three spaces apart; the last column runs on."""
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    for row in [headers, *rows]:
+def write_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO, *, no_headers: bool = False
+) -> None:
+    """Columns padded to their widest cell, three spaces apart; the last column runs on.
+
+    `no_headers` leaves the header line out (kubectl's `--no-headers`, for scripts), and the
+    columns are then as wide as their cells only."""
+    shown = [] if no_headers else [headers]
+    widths = [max([len(r[i]) for r in [*shown, *rows]], default=0) for i in range(len(headers))]
+    for row in [*shown, *rows]:
         line = "   ".join(cell.ljust(widths[i]) if i < len(row) - 1 else cell for i, cell in enumerate(row))
         out.write(line.rstrip() + "\n")
 

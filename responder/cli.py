@@ -55,6 +55,8 @@ from responder.records import (
 from responder.settings import DEFAULT_PORT
 
 QUARANTINES = Resource(GROUP, VERSION, PLURAL, namespaced=False)
+RESPONDER_NAMESPACE = "gpuhealth-system"
+"""Where the manifests install the responder (and so the breaker's ConfigMap)."""
 
 CRD_HINT = "kubectl apply -f deploy/crds/"
 
@@ -70,35 +72,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     actions = quarantine.add_subparsers(dest="quarantine_command", metavar="COMMAND", required=True)
 
-    listing = actions.add_parser("list", help="one line per record")
+    listing = actions.add_parser("list", help=LIST_HELP)
     _cluster_options(listing)
-    listing.add_argument("--node", help="only this node's devices")
-    listing.add_argument("--phase", choices=[p.value for p in Phase], help="only records in this phase")
-    add_output_option(listing)
-    command(listing, run_list)
+    add_list_arguments(listing)
 
-    show = actions.add_parser("show", help="one record with its history")
+    show = actions.add_parser("show", help=SHOW_HELP)
     _cluster_options(show)
-    show.add_argument(
-        "target", nargs="+", metavar="NAME | NODE DEVICE", help="the record's name, or its node and device"
-    )
-    add_output_option(show)
-    command(show, run_show)
+    add_show_arguments(show)
 
-    release = actions.add_parser(
-        "release",
-        help="start a device's release checks now (probe, canary, stability, ramp); never skips them",
-    )
+    release = actions.add_parser("release", help=RELEASE_HELP)
     _cluster_options(release)
-    _target_argument(release)
-    release.add_argument("--actor", required=True, help="who asks (recorded)")
-    release.add_argument("--reason", required=True, help="why (recorded)")
-    release.add_argument(
-        "--force",
-        action="store_true",
-        help="start even while its alerts still fire (never past a failed check)",
-    )
-    command(release, run_release)
+    add_release_arguments(release)
 
     extend = actions.add_parser("extend", help="move a quarantine's re-evaluation later")
     _cluster_options(extend)
@@ -134,7 +118,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     service.add_argument(
         "-n",
         "--namespace",
-        default="gpuhealth-system",
+        default=RESPONDER_NAMESPACE,
         help="the responder's namespace (default: %(default)s)",
     )
     service.add_argument(
@@ -164,23 +148,69 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="The breaker that holds back new automatic quarantines when too much fails at once.",
     )
     breaker_actions = breaker_parser.add_subparsers(dest="breaker_command", metavar="COMMAND", required=True)
-    status = breaker_actions.add_parser("status", help="tripped or not, why, and the audit trail")
+    status = breaker_actions.add_parser("status", help=BREAKER_STATUS_HELP)
     _cluster_options(status)
     _namespace_option(status)
-    add_output_option(status)
-    command(status, run_breaker_status)
-    reset = breaker_actions.add_parser("reset", help="close a tripped breaker (audited)")
+    add_breaker_status_arguments(status)
+    reset = breaker_actions.add_parser("reset", help=BREAKER_RESET_HELP)
     _cluster_options(reset)
     _namespace_option(reset)
-    reset.add_argument("--actor", required=True, help="who resets it (recorded)")
-    reset.add_argument("--reason", required=True, help="why (recorded)")
-    reset.add_argument(
+    add_breaker_reset_arguments(reset)
+
+
+# The arguments of each operator command, less how the cluster and namespace are named: the
+# `kubectl gpuhealth` plugin names those the kubectl way and shares the rest (and the `run_*`).
+LIST_HELP = "one line per record"
+SHOW_HELP = "one record with its history"
+RELEASE_HELP = "start a device's release checks now (probe, canary, stability, ramp); never skips them"
+BREAKER_STATUS_HELP = "tripped or not, why, and the audit trail"
+BREAKER_RESET_HELP = "close a tripped breaker (audited)"
+
+
+def add_list_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node", help="only this node's devices")
+    parser.add_argument("--phase", choices=[p.value for p in Phase], help="only records in this phase")
+    parser.add_argument(
+        "-l", "--selector", help="label selector on the records (e.g. gpuhealth.io/node=gpu-node-1)"
+    )
+    parser.add_argument("--no-headers", action="store_true", help="leave out the table's header line")
+    add_output_option(parser)
+    command(parser, run_list)
+
+
+def add_show_arguments(parser: argparse.ArgumentParser) -> None:
+    _target_argument(parser)
+    add_output_option(parser)
+    command(parser, run_show)
+
+
+def add_release_arguments(parser: argparse.ArgumentParser) -> None:
+    _target_argument(parser)
+    parser.add_argument("--actor", required=True, help="who asks (recorded)")
+    parser.add_argument("--reason", required=True, help="why (recorded)")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="start even while its alerts still fire (never past a failed check)",
+    )
+    command(parser, run_release)
+
+
+def add_breaker_status_arguments(parser: argparse.ArgumentParser) -> None:
+    add_output_option(parser)
+    command(parser, run_breaker_status)
+
+
+def add_breaker_reset_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--actor", required=True, help="who resets it (recorded)")
+    parser.add_argument("--reason", required=True, help="why (recorded)")
+    parser.add_argument(
         "--backlog",
         choices=["reevaluate", "discard"],
         default="reevaluate",
         help="deferred devices: reevaluate each against its current health (default), or discard them",
     )
-    command(reset, run_breaker_reset)
+    command(parser, run_breaker_reset)
 
 
 def _cluster_options(parser: argparse.ArgumentParser) -> None:
@@ -200,6 +230,11 @@ def _target_name(args: argparse.Namespace) -> str:
     if len(args.target) == 2:
         return record_name(*args.target)
     raise UsageError("give the record's NAME, or its NODE and DEVICE")
+
+
+def _list_command(args: argparse.Namespace) -> str:
+    """`gpuhealth quarantine list`, or `kubectl gpuhealth quarantine list`: the command's own family."""
+    return str(args.prog).rsplit(" ", 1)[0] + " list"
 
 
 def _namespace_option(parser: argparse.ArgumentParser) -> None:
@@ -229,14 +264,14 @@ def run_list(
     err: TextIO | None = None,
 ) -> int:
     out, err, clock = out or sys.stdout, err or sys.stderr, clock or SystemClock()
-    objects = _read(lambda c: c.list(QUARANTINES).items, args, client)
+    objects = _read(lambda c: c.list(QUARANTINES, label_selector=args.selector).items, args, client)
     records: list[Quarantine] = []
     for obj in objects:
         try:
             records.append(from_object(obj))
         except RecordError as exc:
             name = (obj.get("metadata") or {}).get("name", "?") if isinstance(obj, dict) else "?"
-            err.write(f"gpuhealth quarantine list: warning: {name}: unreadable record ({exc}); skipped\n")
+            err.write(f"{args.prog}: warning: {name}: unreadable record ({exc}); skipped\n")
     records = [
         r
         for r in records
@@ -250,7 +285,7 @@ def run_list(
         write_document({"quarantines": [o for o in objects if _name(o) in wanted]}, args.output, out)
         return 0
     if not records:
-        filtered = " matching the filters" if args.node or args.phase else ""
+        filtered = " matching the filters" if args.node or args.phase or args.selector else ""
         out.write(f"No quarantined devices{filtered}.\n")
         return 0
     now = clock.now()
@@ -273,7 +308,7 @@ def run_list(
         if wide:
             row += [r.spec.path, r.spec.actor, r.status.phase_reason or "-"]
         rows.append(row)
-    write_table(headers, rows, out)
+    write_table(headers, rows, out, no_headers=args.no_headers)
     return 0
 
 
@@ -289,7 +324,7 @@ def run_show(
     try:
         obj = _read(lambda c: c.get(QUARANTINES, name), args, client)
     except NotFound:
-        raise CommandFailed(f"no DeviceQuarantine {name!r} (see `gpuhealth quarantine list`)") from None
+        raise CommandFailed(f"no DeviceQuarantine {name!r} (see `{_list_command(args)}`)") from None
     if args.output in ("json", "yaml"):
         write_document(obj, args.output, out)
         return 0
@@ -551,9 +586,7 @@ def _change(
             try:
                 obj = c.get(QUARANTINES, name)
             except NotFound:
-                raise CommandFailed(
-                    f"no DeviceQuarantine {name!r} (see `gpuhealth quarantine list`)"
-                ) from None
+                raise CommandFailed(f"no DeviceQuarantine {name!r} (see `{_list_command(args)}`)") from None
             try:
                 record = from_object(obj)
             except RecordError as exc:

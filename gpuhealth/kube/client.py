@@ -100,6 +100,17 @@ class KubeClient:
         """One object (or its subresource, e.g. `resources.STATUS`); `NotFound` when absent."""
         return self._call("GET", resource.path(namespace, name, subresource))
 
+    def proxy_get(
+        self, resource: Resource, name: str, path: str, *, namespace: str | None = None, port: int | str = ""
+    ) -> dict[str, Any]:
+        """GET `path` of the object's `proxy` subresource (a pod's or service's own HTTP endpoint,
+        reached through the apiserver with its authentication and RBAC); the answer as JSON.
+
+        `port` is a number or a port name (the object's default when empty). An answer that is
+        not 2xx raises the `ApiError` its status maps to, like any other call."""
+        target = f"{name}:{port}" if port != "" else name
+        return self._call("GET", resource.path(namespace, target, "proxy") + "/" + path.lstrip("/"))
+
     def served_versions(self, group: str, plural: str) -> tuple[str, ...]:
         """The versions of `group` that serve `plural`, as discovery says (preferred first).
 

@@ -39,6 +39,7 @@ from simulator.apiserver.binding import add_binding_route
 from simulator.apiserver.errors import ApiError, bad_request, conflict, not_found
 from simulator.apiserver.list_options import ContinueExpired, ContinueToken, check_watch, read_at
 from simulator.apiserver.propagation import deletion_policy
+from simulator.apiserver.proxy import add_proxy_route
 from simulator.apiserver.resources import CRD_KEY, ResourceInfo
 from simulator.apiserver.selectors import parse_field_selector, parse_label_selector
 from simulator.apiserver.store import Entry, Store, Watch
@@ -110,6 +111,7 @@ def create_app(
     for probe in ("/healthz", "/livez", "/readyz"):
         app.router.add_route("GET", probe, _ok)
     add_binding_route(app, store)  # pods/binding, ahead of the catch-all resource routes
+    add_proxy_route(app, store)  # pods/proxy, likewise
     app.router.add_route(
         "*", "/openapi/v2", _wrap_raw(lambda r: r.app[OPENAPI].serve_v2(r.app[STORE], _accept(r)))
     )

@@ -265,3 +265,23 @@ async def test_start_server_serves_on_a_real_socket(harness: Harness) -> None:
     finally:
         await runner.cleanup()
     assert "gpuhealth_exporter_watch_events_total" in text
+
+
+@pytest.mark.integration
+async def test_devices_api_is_the_latest_snapshot_as_json_at_the_clock_time(
+    client: TestClient[web.Request, web.Application], harness: Harness
+) -> None:
+    first = await client.get("/api/v1/devices")
+    assert first.status == 200
+    assert first.headers["Content-Type"].startswith("application/json")
+    doc = await first.json()
+    assert doc["kind"] == "DeviceList" and doc["time"] == "2027-01-15T08:00:30Z"
+    assert [(d["device"], d["health"], d["statusAgeSeconds"]) for d in doc["devices"]] == [
+        (UUID, "Healthy", 30.0)
+    ]
+    harness.clock.advance(15)
+    harness.snapshot = Snapshot(devices={("node-a", UUID): device("Unhealthy")}, nodes=harness.snapshot.nodes)
+    doc = await (await client.get("/api/v1/devices")).json()
+    assert [(d["health"], d["statusAgeSeconds"]) for d in doc["devices"]] == [("Unhealthy", 45.0)]
+    refused = await client.post("/api/v1/devices", data=b"{}")
+    assert refused.status == 405  # read-only

@@ -10,10 +10,15 @@ from pathlib import Path
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 
 
-def kubectl_runner(binary: Path, kubeconfig: Path, home: Path, *, timeout: float = 60.0) -> Kubectl:
+def kubectl_runner(
+    binary: Path, kubeconfig: Path, home: Path, *, timeout: float = 60.0, path: Path | None = None
+) -> Kubectl:
     """`run(*args, stdin=None, check=True)`: kubectl with its own HOME (no shared discovery
-    cache) and the cluster's kubeconfig; a failure raises AssertionError with kubectl's stderr."""
+    cache) and the cluster's kubeconfig; a failure raises AssertionError with kubectl's stderr.
+    `path` goes first on PATH, where kubectl looks for plugins (`kubectl-<name>`)."""
     env = {**os.environ, "HOME": str(home), "KUBECONFIG": str(kubeconfig)}
+    if path is not None:
+        env["PATH"] = os.pathsep.join([str(path), env.get("PATH", "")])
 
     def run(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
