@@ -23,6 +23,7 @@ COPY rules/ rules/
 COPY simulator/ simulator/
 COPY demo/ demo/
 COPY dashboards/ dashboards/
+COPY kubectl_gpuhealth/ kubectl_gpuhealth/
 RUN python -m venv /opt/gpuhealth \
  && /opt/gpuhealth/bin/pip install --no-compile . \
  && /opt/gpuhealth/bin/gpuhealth --help >/dev/null
