@@ -239,7 +239,10 @@ def _list_command(args: argparse.Namespace) -> str:
 
 def _namespace_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "-n", "--namespace", default="gpuhealth", help="the responder's namespace (default: %(default)s)"
+        "-n",
+        "--namespace",
+        default="gpuhealth-system",
+        help="the responder's namespace (default: %(default)s)",
     )
 
 

@@ -188,8 +188,10 @@ def test_breaker_status_and_an_audited_reset(
         ).stdout
     )
 
-    client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuhealth"}})
-    store = BreakerStore(client, "gpuhealth")
+    client.create(
+        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuhealth-system"}}
+    )
+    store = BreakerStore(client, "gpuhealth-system")
     store.write(
         BreakerState(
             tripped=True, trigger="rate", tripped_at=1_800_000_000.0, detail="961 quarantines within 600 s"
