@@ -10,13 +10,13 @@ Alertmanager retries (it retries 5xx only). Replies from a replica are passed on
 Two seams:
 - `observe(request)`: called for every request the front receives, before forwarding (the
   demo journals each webhook body from the responders' side).
-- `hook(request, forward) -> (status, body)`: decides what is forwarded; the default forwards
-  once, `forward(request)`. A fault injector can call `forward` twice (a duplicate delivery),
-  keep a request and forward it after a later one (reordering: forward the held one from
-  within the later call, or from its own thread), or answer without forwarding. `forward` is
-  thread-safe and may be called from any thread; the front's handler threads wait for the
-  hook's return, so a hook that holds a request must answer something (e.g. 200 after
-  forwarding it later is a lie to Alertmanager; answer the held request's own status).
+- `hook(request, forward) -> (status, body)`: decides what is forwarded and what the sender
+  is answered; the default, `forward_once`, forwards once and answers the replica's reply. A
+  fault injector duplicates a delivery by calling `forward` twice, reorders by keeping a
+  request and forwarding it after a later one (from within the later call, or its own
+  thread), or answers without forwarding (a 503 makes Alertmanager send it again). `forward`
+  is thread-safe. The sender waits for the hook's answer, so a hook that holds a request
+  should answer for it honestly: 200 only for what a replica accepted.
 """
 
 from __future__ import annotations
