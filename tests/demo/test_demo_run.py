@@ -153,3 +153,35 @@ def test_demo_speed_must_be_a_finite_positive_number(speed: str, capsys: pytest.
 def test_demo_settings_refuse_values_the_run_cannot_use(field: str, value: float) -> None:
     with pytest.raises(SettingsError, match=f"DemoSettings.{field} must be"):
         DemoSettings(**{field: value})
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_killed_leader_is_replaced_and_duplicate_deliveries_change_nothing(tmp_path: Path) -> None:
+    scenario = Path(__file__).with_name("ha-kill-scenario.yaml")
+    result = gpuhealth("demo", "--scenario", str(scenario), "--workdir", str(tmp_path), timeout=360)
+    out = result.stdout
+    assert result.returncode == 0, out[-6000:] + result.stderr[-3000:]
+    journal = Journal.from_dict(json.loads((tmp_path / "journal.json").read_text()))
+    processes = [(e.what, e.detail["name"], e.detail.get("role", "")) for e in journal.of(Kind.PROCESS)]
+    assert ("killed", "responder-0", "leader") in processes, processes
+    assert ("killed", "alertmanager-1", "") in processes and ("started", "alertmanager-1", "") in processes
+    leaders = [e.detail["holder"] for e in journal.of(Kind.NOTE) if e.what == "leader"]
+    assert leaders[:2] == ["responder-0", "responder-1"], leaders  # the follower took the Lease over
+    # The HA pair delivered notifications twice; the device was still quarantined once, its job
+    # evicted once.
+    sent: dict[tuple[str, str], int] = {}
+    for e in journal.of(Kind.DELIVERY):
+        if e.what == "responder":
+            key = (e.detail["fingerprint"], e.detail["status"])
+            sent[key] = sent.get(key, 0) + 1
+    assert max(sent.values()) >= 2, sent
+    device = gpu_uuid("gpu-dra-0", 1)
+    assert [e.detail["record"] for e in journal.of(Kind.PHASE, device=device)][:1]
+    assert len({e.detail["record"] for e in journal.of(Kind.PHASE, device=device)}) == 1
+    assert len([e for e in journal.of(Kind.ENFORCED, device=device) if e.what == "quarantine"]) == 1
+    assert len(list(journal.of(Kind.EVICTION))) == 1
+    [migration] = list(journal.of(Kind.MIGRATION, device=device))
+    assert migration.what == "succeeded"
+    assert "safety: every invariant held" in out
