@@ -28,8 +28,10 @@ import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from gpuhealth.testing.loopback import LoopbackHttpServer
 
 FORWARDED_HEADERS = ("Authorization", "Content-Type")
 
@@ -98,14 +100,8 @@ class WebhookFront:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="webhook-front", daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        self._http = LoopbackHttpServer(Handler, "webhook-front")
+        self.url = self._http.url
 
     def set_backends(self, backends: Sequence[str]) -> None:
         with self._lock:
@@ -147,10 +143,8 @@ class WebhookFront:
             connection.close()
 
     def __enter__(self) -> WebhookFront:
-        self._thread.start()
+        self._http.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+        self._http.__exit__(*exc)

@@ -328,6 +328,26 @@ def run_alertmanager(
         yield Alertmanager(base_url, log_path)
 
 
+class LoopbackHttpServer:
+    """A threading HTTP server on 127.0.0.1 (a free port) served from a daemon thread while
+    used as a context manager: the recorder's and the demo's webhook front's."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], name: str) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, name=name, daemon=True)
+
+    def __enter__(self) -> LoopbackHttpServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(5)
+
+
 @dataclass(frozen=True)
 class Delivery:
     """One webhook notification as Alertmanager delivered it."""
@@ -342,8 +362,8 @@ class Delivery:
 class WebhookRecorder:
     """An HTTP server on loopback that records every Alertmanager webhook it receives.
 
-    It stands in for receivers that are not part of the run (on-call, tenants and, until
-    the responder exists, the responder itself). Use it as a context manager.
+    It stands in for receivers that are not part of the run (on-call and tenants in the demo;
+    any receiver in the rules' tests). Use it as a context manager.
     """
 
     def __init__(self) -> None:
@@ -372,22 +392,19 @@ class WebhookRecorder:
             def log_message(self, format: str, *args: Any) -> None:
                 """Quiet: deliveries are read through `alerts()`, not the log."""
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, name="webhooks", daemon=True)
+        self._http = LoopbackHttpServer(Handler, "webhooks")
+        self.url = self._http.url
 
     def _record(self, delivery: Delivery) -> None:
         with self._lock:
             self._deliveries.append(delivery)
 
     def __enter__(self) -> WebhookRecorder:
-        self._thread.start()
+        self._http.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+        self._http.__exit__(*exc)
 
     def deliveries(self) -> list[Delivery]:
         with self._lock:
