@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from demo.journal import Journal
+from demo.journal import Journal, Kind
 from demo.pipeline import DemoSettings, Outcome, default_workdir, expected_wall_seconds, run_demo
 from demo.safety import Verdict
 from demo.staging import StagingError, staging
@@ -135,8 +135,6 @@ def _optional(name: str) -> Any:
 
 
 def _plain_summary(journal: Journal, verdict: Verdict, out: TextIO) -> None:
-    from demo.journal import Kind
-
     print("\nsummary", file=out)
     counts: dict[str, int] = {}
     for entry in journal.entries:

@@ -47,7 +47,7 @@ import yaml
 
 from demo import staging as staging_module
 from demo.front import Hook, Request, WebhookFront, forward_once
-from demo.journal import Device, Entry, Journal, Kind
+from demo.journal import Device, Entry, Journal, Kind, sorted_entries
 from demo.observer import PODS, WATCHED, Observer
 from demo.safety import Verdict, judge
 from demo.staging import Kill, Staging, StagingError
@@ -528,6 +528,8 @@ def run_demo(
                 observer.process(running.now(), "exited", name)
         show_new()
 
+    # Sources are drained in turn, so entries come a little out of order across them.
+    journal.entries = sorted_entries(journal.entries)
     journal_path = workdir / "journal.json"
     journal_path.write_text(json.dumps(journal.to_dict(), indent=1))
     verdict = judge(
