@@ -15,7 +15,7 @@ The `demo:` section (times are scenario seconds, like the timeline; durations ta
         - {at: 2m30s, process: responder-leader, restart: 30s}   # restart absent: never
 
 `process` is one of `responder-leader`, `responder-follower` (who holds the leader Lease when
-the kill is due), `exporter` (the exporter of the first node, or the cluster-mode one) and
+the kill is due), `exporter` (the first node exporter by name, or the cluster-mode one) and
 `alertmanager` (the last of the pair). Every error is a `StagingError` naming the field path.
 
 The responders' configuration: the shipped `deploy/responder-config.yaml` with the scenario's

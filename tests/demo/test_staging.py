@@ -174,3 +174,29 @@ def test_a_bad_responder_override_is_a_staging_error_naming_the_field(
     with pytest.raises(StagingError) as error:
         responder_document(scenario, 10)
     assert message in str(error.value), str(error.value)
+
+
+def test_a_kill_names_the_process_it_means() -> None:
+    from demo.journal import Journal
+    from demo.observer import Observer
+    from demo.pipeline import Process, Running
+
+    names = [
+        "alertmanager-0",
+        "alertmanager-1",
+        "exporter-gpu-dra-0",
+        "exporter-gpu-dp-0",
+        "responder-0",
+        "responder-1",
+    ]
+    processes = {name: Process(name, ["true"], Path("/dev/null"), None) for name in names}
+    observer = Observer(Journal("t", "", 1.0, {}))
+    run = Running(None, None, None, processes, observer.journal, observer, 0.0, Path("."))  # type: ignore[arg-type]
+    observer.leader = "responder-1"
+    assert run.resolve("responder-leader") == "responder-1"
+    assert run.resolve("responder-follower") == ""  # no follower is alive (none started here)
+    assert run.resolve("exporter") == "exporter-gpu-dp-0"  # the first by name
+    assert run.resolve("alertmanager") == "alertmanager-1"  # the last of the pair
+    assert run.resolve("responder-0") == "responder-0"  # a name is itself
+    observer.leader = "someone-else"
+    assert run.resolve("responder-leader") == ""
