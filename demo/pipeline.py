@@ -354,6 +354,8 @@ def run_demo(
     front_requests: queue.SimpleQueue[Request] = queue.SimpleQueue()
 
     with ExitStack() as stack:
+        # A run that fails half-way still leaves what it saw, for whoever debugs it.
+        stack.callback(lambda: None if journal.ended_at else _write_journal(journal, workdir))
         recorder = stack.enter_context(WebhookRecorder())
         front = stack.enter_context(WebhookFront(hook=controls.front_hook, observe=front_requests.put))
         rule_files, alertmanager_config = _render_rules(rules, recorder, front, token_file, workdir)
@@ -528,10 +530,7 @@ def run_demo(
                 observer.process(running.now(), "exited", name)
         show_new()
 
-    # Sources are drained in turn, so entries come a little out of order across them.
-    journal.entries = sorted_entries(journal.entries)
-    journal_path = workdir / "journal.json"
-    journal_path.write_text(json.dumps(journal.to_dict(), indent=1))
+    journal_path = _write_journal(journal, workdir)
     verdict = judge(
         journal,
         scenario,
@@ -541,6 +540,14 @@ def run_demo(
         grace=journal.floor_seconds + 20.0 * settings.speed,
     )
     return Outcome(journal, verdict, _expectations(scenario, journal), workdir, journal_path)
+
+
+def _write_journal(journal: Journal, workdir: Path) -> Path:
+    # Sources are drained in turn, so entries come a little out of order across them.
+    journal.entries = sorted_entries(journal.entries)
+    path = workdir / "journal.json"
+    path.write_text(json.dumps(journal.to_dict(), indent=1))
+    return path
 
 
 def _expectations(scenario: Scenario, journal: Journal) -> list[str]:
