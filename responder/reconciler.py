@@ -138,8 +138,9 @@ class WatchBackoff:
     jitter: float = 0.2
 
 
-MIGRATION_RECHECK_SECONDS = 5.0
-"""Longest sleep between passes while a record has a migration in flight."""
+UNWATCHED_RECHECK_SECONDS = 5.0
+"""Longest sleep between passes while a record waits on what no watch reports: a probe or
+canary Job running, or a migration in flight."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -448,10 +449,13 @@ class Reconciler:
         ):
             after = self._migrate(after, state.now)
         recheck = decided.recheck_seconds
-        if any(not m.outcome.finished for m in after.status.migrations):
-            # A move waits on pods (checkpoint commits, terminations) the reconciler does not
-            # watch: look again soon rather than at the policy's next deadline.
-            recheck = min(recheck if recheck is not None else math.inf, MIGRATION_RECHECK_SECONDS)
+        if after.status.phase in (Phase.PROBING, Phase.CANARY) or any(
+            not m.outcome.finished for m in after.status.migrations
+        ):
+            # A check Job or a move waits on objects the reconciler does not watch (the Job's
+            # status; checkpoint commits, terminations): look again soon rather than at the
+            # policy's deadline (a 2-minute probe read only at its 10-minute timeout).
+            recheck = min(recheck if recheck is not None else math.inf, UNWATCHED_RECHECK_SECONDS)
         written = self._write(obj, record, after, fence)
         # Notices only once the record is stored: a failed write is decided again next pass,
         # its notice with it, and an Event per attempt would tell of one failure twice.
