@@ -138,6 +138,11 @@ class WatchBackoff:
     jitter: float = 0.2
 
 
+UNWATCHED_RECHECK_SECONDS = 5.0
+"""Longest sleep between passes while a record waits on what no watch reports: a probe or
+canary Job running, or a migration in flight."""
+
+
 @dataclass(frozen=True, slots=True)
 class ReconcilerSettings:
     policy: PolicySettings = field(default_factory=PolicySettings)
@@ -448,6 +453,14 @@ class Reconciler:
             and view.enforcement_present
         ):
             after = self._migrate(after, state.now)
+        recheck = decided.recheck_seconds
+        if after.status.phase in (Phase.PROBING, Phase.CANARY) or any(
+            not m.outcome.finished for m in after.status.migrations
+        ):
+            # A check Job or a move waits on objects the reconciler does not watch (the Job's
+            # status; checkpoint commits, terminations): look again soon rather than at the
+            # policy's deadline (a 2-minute probe read only at its 10-minute timeout).
+            recheck = min(recheck if recheck is not None else math.inf, UNWATCHED_RECHECK_SECONDS)
         written = self._write(obj, record, after, fence)
         # Notices only once the record is stored: a failed write is decided again next pass,
         # its notice with it, and an Event per attempt would tell of one failure twice.
@@ -467,7 +480,7 @@ class Reconciler:
             if phase == Phase.DEFERRED:
                 outcome = "dismissed"
             self.metrics.releases.labels(outcome).inc()
-        return ("written" if written else "unchanged"), after, decided.recheck_seconds
+        return ("written" if written else "unchanged"), after, recheck
 
     def _observe(self, record: Quarantine, snapshot: HealthSnapshot, state: _PassState) -> DeviceView:
         phase = record.status.phase

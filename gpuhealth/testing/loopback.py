@@ -208,9 +208,10 @@ class Prometheus:
             datetime.fromisoformat(g["lastEvaluation"]).timestamp() > since for g in groups
         )
 
-    def alertmanagers_discovered(self) -> bool:
+    def alertmanagers_discovered(self, count: int = 1) -> bool:
+        """Whether Prometheus sends to at least `count` Alertmanagers."""
         answer = http_json(f"{self.base_url}/api/v1/alertmanagers")
-        return bool(answer["data"]["activeAlertmanagers"])
+        return len(answer["data"]["activeAlertmanagers"]) >= count
 
 
 @contextmanager
@@ -219,14 +220,15 @@ def run_prometheus(
     jobs: Sequence[ScrapeJob],
     *,
     rule_files: Sequence[Path] = (),
-    alertmanager_url: str | None = None,
+    alertmanager_url: str | Sequence[str] | None = None,
     interval: str = "1s",
     start_timeout: float = 30.0,
 ) -> Iterator[Prometheus]:
-    """Prometheus scraping `jobs` every `interval`, evaluating `rule_files`, alerting `alertmanager_url`.
+    """Prometheus scraping `jobs` every `interval`, evaluating `rule_files`, alerting `alertmanager_url`
+    (one URL, or several: an HA pair gets every alert from Prometheus, as it should).
 
     Alerts are re-sent every second (`--rules.alert.resend-delay=1s`) and, when an
-    Alertmanager is given, this returns only once Prometheus has discovered it: alerts
+    Alertmanager is given, this returns only once Prometheus has discovered them all: alerts
     evaluated before that are dropped.
     """
     binary = require_binary(PROMETHEUS_BINARY)
@@ -238,9 +240,10 @@ def run_prometheus(
             {"job_name": name, "static_configs": groups} for name, groups in _static_configs(jobs).items()
         ],
     }
-    if alertmanager_url:
-        parsed = urllib.parse.urlsplit(alertmanager_url)
-        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [parsed.netloc]}]}]}
+    urls = [alertmanager_url] if isinstance(alertmanager_url, str) else list(alertmanager_url or ())
+    if urls:
+        targets = [urllib.parse.urlsplit(url).netloc for url in urls]
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": targets}]}]}
     config_path = workdir / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     with _server(
@@ -256,11 +259,11 @@ def run_prometheus(
         start_timeout,
     ) as (base_url, log_path):
         prometheus = Prometheus(base_url, log_path)
-        if alertmanager_url:
+        if urls:
             try:
                 wait_until(
                     "Prometheus to discover its Alertmanager",
-                    prometheus.alertmanagers_discovered,
+                    lambda: prometheus.alertmanagers_discovered(len(urls)),
                     timeout=start_timeout,
                 )
             except LoopbackError as exc:
@@ -325,6 +328,26 @@ def run_alertmanager(
         yield Alertmanager(base_url, log_path)
 
 
+class LoopbackHttpServer:
+    """A threading HTTP server on 127.0.0.1 (a free port) served from a daemon thread while
+    used as a context manager: the recorder's and the demo's webhook front's."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], name: str) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, name=name, daemon=True)
+
+    def __enter__(self) -> LoopbackHttpServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(5)
+
+
 @dataclass(frozen=True)
 class Delivery:
     """One webhook notification as Alertmanager delivered it."""
@@ -339,8 +362,8 @@ class Delivery:
 class WebhookRecorder:
     """An HTTP server on loopback that records every Alertmanager webhook it receives.
 
-    It stands in for receivers that are not part of the run (on-call, tenants and, until
-    the responder exists, the responder itself). Use it as a context manager.
+    It stands in for receivers that are not part of the run (on-call and tenants in the demo;
+    any receiver in the rules' tests). Use it as a context manager.
     """
 
     def __init__(self) -> None:
@@ -369,22 +392,19 @@ class WebhookRecorder:
             def log_message(self, format: str, *args: Any) -> None:
                 """Quiet: deliveries are read through `alerts()`, not the log."""
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, name="webhooks", daemon=True)
+        self._http = LoopbackHttpServer(Handler, "webhooks")
+        self.url = self._http.url
 
     def _record(self, delivery: Delivery) -> None:
         with self._lock:
             self._deliveries.append(delivery)
 
     def __enter__(self) -> WebhookRecorder:
-        self._thread.start()
+        self._http.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+        self._http.__exit__(*exc)
 
     def deliveries(self) -> list[Delivery]:
         with self._lock:

@@ -38,13 +38,14 @@ from responder.limits import BucketSettings
 from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult, Enforce, Health, PolicySettings
 from responder.reconciler import (
     OPT_OUT_LABEL,
+    UNWATCHED_RECHECK_SECONDS,
     Reconciler,
     ReconcilerSettings,
     guardrails,
     quarantine_starts,
 )
 from responder.recorder import QUARANTINES
-from responder.records import Phase, Quarantine, from_object, to_object
+from responder.records import Migration, Phase, Quarantine, from_object, to_object
 from tests.responder.test_intake import alert
 
 NOW = 1_800_000_000.0
@@ -429,6 +430,28 @@ def test_the_migrate_hook_sees_only_enforced_quarantine_records() -> None:
     assert seen == [moved]
     assert h.client.record(moved).status.history[-1].actor == "migrator"
     assert h.phase(restricted) == Phase.QUARANTINED
+
+
+def test_a_migration_in_flight_or_a_running_check_is_looked_at_again_soon() -> None:
+    # A move waits on pods and a check on its Job, neither watched: without a short recheck the
+    # move advanced only at the 30-second cap and a probe was read only at its timeout.
+    def migrate(record: Quarantine, now: float) -> Quarantine:
+        waiting = Migration("ns", "Job/train", "job-uid", "key", detail="waiting for 1 checkpoint(s)")
+        return record.with_migrations([waiting])
+
+    h = Harness(migrate=migrate)
+    h.add("GPU-q")
+    h.reconciler.reconcile_once()  # enforced: the policy looks again at once
+    assert h.reconciler.reconcile_once().next_seconds == UNWATCHED_RECHECK_SECONDS
+    finished = Harness(migrate=lambda r, now: r)
+    name = finished.add("GPU-q")
+    finished.reconciler.reconcile_once()
+    assert finished.reconciler.reconcile_once().next_seconds > UNWATCHED_RECHECK_SECONDS
+    finished.resolve(name)
+    finished.clock.advance(10)
+    report = finished.reconciler.reconcile_once()
+    assert finished.phase(name) == Phase.PROBING and POLICY.probe_timeout_seconds > UNWATCHED_RECHECK_SECONDS
+    assert report.next_seconds == UNWATCHED_RECHECK_SECONDS
 
 
 async def test_the_loop_stops_when_fenced_and_acts_no_more() -> None:

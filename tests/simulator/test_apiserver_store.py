@@ -4,7 +4,8 @@ Aspects: mutate writes nothing for a no-op and one event for a change; the statu
 takes only status; internal creates keep status while API-client creates reset it; emptying the
 finalizers of a deleting object removes it; watches replay, follow live, end on close, end after
 overflowing their queue, and end when their CRD goes; a resourceVersion older than the window is
-410; the clock stamps creation and deletion times.
+410; the clock stamps creation and deletion times; eviction listeners hear each served eviction
+(with the pod as it was), never a dry run or a plain deletion.
 """
 
 from __future__ import annotations
@@ -151,6 +152,18 @@ def test_eviction_without_budget_deletes() -> None:
     store.create("pods", {"metadata": {"name": "p", "namespace": "default"}, "spec": {}}, validate=False)
     assert store.evict("p", "default")["status"] == "Success"
     assert store.list("pods", "default")[0] == []
+
+
+def test_eviction_listeners_hear_served_evictions_only() -> None:
+    store = Store(ManualClock())
+    heard: list[str] = []
+    store.eviction_listeners.append(lambda pod: heard.append(pod["metadata"]["name"]))
+    for name in ("a", "b", "c"):
+        store.create("pods", {"metadata": {"name": name, "namespace": "default"}, "spec": {}}, validate=False)
+    store.evict("a", "default", dry_run=True)
+    store.delete("pods", "b", "default")
+    store.evict("c", "default")
+    assert heard == ["c"]
 
 
 def test_a_namespace_created_with_null_status_is_active() -> None:
