@@ -302,8 +302,8 @@ def report(usage: list[Usage], elapsed: float, scrapes: list[Scrape], failures: 
     if scrapes:
         took = sorted(s.seconds for s in scrapes)
         last = scrapes[-1]
-        print(f"scrape: {last.size / 2**20:.1f} MiB of text, {last.sent / 2**20:.1f} MiB gzipped, answered in median "
-              f"{took[len(took) // 2]:.2f} s, max {took[-1]:.2f} s")  # fmt: skip
+        print(f"scrape: {last.size / 2**20:.1f} MiB of text, {last.sent / 2**20:.1f} MiB gzipped, "
+              f"answered in median {took[len(took) // 2]:.2f} s, max {took[-1]:.2f} s")  # fmt: skip
     for line in failures[:5]:
         print(f"  scrape failed: {line}")
     print()
