@@ -499,8 +499,8 @@ def main() -> None:
     print(f"  raw parse {raw_initial * per_pod:.1f} us/pod, exporter {listed * per_pod:.1f} us/pod")
     print()
     print("snapshots at cluster scale:")
-    for label, seconds in snapshot_costs():
-        print(f"  {label:<60}{seconds * 1e3:>10.3f} ms")
+    for label, cost in snapshot_costs():
+        print(f"  {label:<60}{cost * 1e3:>10.3f} ms")
     print()
     ratio, low, high = spread(full.ratios(full.total))
     verdict = "met" if ratio <= 2.0 else "NOT met"
