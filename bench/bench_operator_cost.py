@@ -251,9 +251,10 @@ def measure(duration: float, warmup: float) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-operator-cost-") as tmp, processes(Path(tmp)) as started:
         sim, exporter, url, ready_after = started
         start_cpu = cpu_seconds(exporter.pid)
-        _, start_hwm = memory_bytes(exporter.pid)
+        start_rss, start_hwm = memory_bytes(exporter.pid)
         print(f"  exporter: ready, all {DEVICES:,} devices tracked after {ready_after:.0f} s "
-              f"({start_cpu:.1f} CPU s, peak RSS so far {_mib(start_hwm)})", flush=True)  # fmt: skip
+              f"({start_cpu:.1f} CPU s; RSS {_mib(start_rss)}, peak so far {_mib(start_hwm)})",
+              flush=True)  # fmt: skip
         scraper = Scraper(url)
         thread = threading.Thread(target=scraper.run, name="scraper", daemon=True)
         thread.start()
