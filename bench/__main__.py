@@ -25,15 +25,18 @@ def _plan(argv: list[str], available: list[str]) -> list[tuple[str, list[str]]]:
     plan: list[tuple[str, list[str]]] = []
     for arg in argv:
         module = f"bench_{arg.removeprefix('bench_')}"
-        options = plan[-1][1] if plan else None
-        value = bool(options) and options[-1].startswith("-")  # type: ignore[index]
-        if module not in available and options is not None and (arg.startswith("-") or value):
-            options.append(arg)
-        elif arg.startswith("-"):
-            raise ValueError(f"option {arg} before any benchmark name")
-        else:
+        if module in available or not (arg.startswith("-") or _after_option(plan)):
             plan.append((module, []))
+        elif plan:
+            plan[-1][1].append(arg)
+        else:
+            raise ValueError(f"option {arg} before any benchmark name")
     return plan or [(name, []) for name in available]
+
+
+def _after_option(plan: list[tuple[str, list[str]]]) -> bool:
+    """Whether the last word taken was an option (so the next one may be its value)."""
+    return bool(plan) and bool(plan[-1][1]) and plan[-1][1][-1].startswith("-")
 
 
 def main(argv: list[str]) -> int:
