@@ -4,13 +4,14 @@ Three processes, so each one's cost is its own:
 
 - the simulated cluster, `gpuhealth sim --scenario fleet-10k --speed 1` (10,000 nodes x 8
   GPUs, 15,000 pods holding every GPU): its churn is the kubelets' Lease renewals (every node
-  every 10 s, spread: about 1,000 Lease updates a second), the status syncs and the scenario's
-  faults (an XID, a 10-minute Unknown, a 5-minute node partition);
+  every 10 s, spread: about 1,000 Lease updates a second) and the scenario's faults (an XID
+  at 1 min, a 10-minute Unknown at 1.5 min, a 5-minute node partition at 2 min of simulated
+  time); the kubelets' status syncs write a pod only when something in it changed;
 - the exporter as deployed in cluster mode, `gpuhealth exporter` with no `--node`, watching
   pods, claims, slices and Leases of the whole fleet and writing its SQLite device directory;
 - this process: a scraper thread that GETs `/metrics` every 15 s, as Prometheus would (gzip
-  accepted, so the exporter compresses as it does for Prometheus), and
-  the sampler that reads the other two from /proc.
+  accepted, so the exporter compresses as it does for Prometheus), and the sampler that
+  reads the other two from /proc.
 
 The figure is steady state: it starts after the exporter is ready, tracks all 80,000
 devices, and a warm-up (default 1 min) has passed, so the initial lists and the first folds
