@@ -348,6 +348,8 @@ def main(argv: list[str] | None = None) -> None:
         help=f"excluded time after all devices are tracked (default {WARMUP:g}s)",
     )
     args = parser.parse_args(argv if argv is not None else [])
+    if not Path("/proc/self/stat").exists():
+        raise SystemExit("bench operator_cost: reads CPU and memory from /proc (Linux); none here")
     try:
         measure(args.duration, args.warmup)
     except LoopbackError as exc:
