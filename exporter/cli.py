@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import sys
 from collections.abc import Callable
@@ -173,12 +174,22 @@ def run_exporter(args: argparse.Namespace) -> int:
                 return 0
             asyncio.run(_serve_static(dump, settings))
             return 0
+        tune_collector(settings)
         asyncio.run(serve(settings))
     except DirectoryError as exc:
         raise UsageError(str(exc)) from exc
     except (ListenFailed, BackgroundTaskFailed) as exc:
         raise CommandFailed(str(exc)) from exc
     return 0
+
+
+def tune_collector(settings: ExporterSettings) -> None:
+    """Set the process's young-generation collection threshold (`collector_young_threshold`).
+
+    Process-wide, so only the command does it: `serve` alone (tests, an embedding program)
+    leaves the host process's collector as it is."""
+    _, middle, oldest = gc.get_threshold()
+    gc.set_threshold(settings.collector_young_threshold, middle, oldest)
 
 
 def _open_directory(
