@@ -326,38 +326,61 @@ _DONE_KINDS = frozenset(
 
 
 def _sentence(journal: Journal, entry: Entry) -> str:
-    """One short line for something gpuhealth did, with its time."""
-    stamp = f"t+{entry.at:.0f}s"
+    """One short line for something gpuhealth did (its device is the story's), with its time."""
+    return f"t+{entry.at:.0f}s {describe(journal, entry, where=False)}"
+
+
+def describe(journal: Journal, entry: Entry, *, where: bool = True) -> str:
+    """What an entry says, in a few words: the one wording of the narration, summary and report.
+
+    `where`: name the device (or node) the entry is about; off where the reader knows it.
+    """
     d = entry.detail
+    place = (journal.label(entry.device) if entry.device else entry.node) if where else ""
+    at = f" {place}" if place else ""
     match entry.kind:
+        case Kind.FAULT:
+            extra = _pairs(d, "xid", "duration", "message")
+            text = f"{entry.what}{at}" + (f" ({extra})" if extra else "")
+        case Kind.HEALTH:
+            text = f"{place or 'device'} -> {entry.what}"
+        case Kind.ALERT_FIRING:
+            text = f"FIRING {entry.what}{at}" + (f" {_pairs(d, 'action', 'severity')}" if d else "")
+        case Kind.ALERT_RESOLVED:
+            text = f"resolved {entry.what}{at}"
+        case Kind.DELIVERY:
+            text = f"{entry.what} <- {d.get('status', '?')} {d.get('alertname', '?')}{at}"
         case Kind.PHASE:
-            text = f"record {entry.what}" + (f" ({d['reason']})" if d.get("reason") else "")
+            text = f"record{at} {entry.what}" + (f" ({d['reason']})" if d.get("reason") else "")
         case Kind.ENFORCED:
-            how = (
-                "DeviceTaintRule"
-                if d.get("rule")
-                else "node annotation"
-                if d.get("annotation")
-                else "excluded"
-            )
-            text = f"{entry.what} enforced ({how})"
+            how = "DeviceTaintRule" if d.get("rule") else "node annotation" if d.get("annotation") else "?"
+            text = f"{entry.what} enforced{at} ({how})"
         case Kind.LIFTED:
-            text = f"{entry.what} lifted"
+            text = f"{entry.what} lifted{at}"
         case Kind.EVICTION:
-            text = f"evicted {entry.what}" + (f" (job {d['job']})" if d.get("job") else "")
+            text = (
+                f"evicted {entry.what}"
+                + (f" (job {d['job']})" if d.get("job") else "")
+                + (f" from{at}" if at else "")
+            )
         case Kind.MIGRATION:
             text = f"migration {entry.what}" + (f" (job {d['job']})" if d.get("job") else "")
             if d.get("reason"):
                 text += f": {d['reason']}"
         case Kind.CHECK:
-            text = f"{entry.what} {d.get('result', '?')}"
+            text = f"{entry.what} {d.get('result', '?')}{at}"
+        case Kind.BREAKER:
+            extra = _pairs(d, "trigger", "actor")
+            text = f"breaker {entry.what}" + (f" ({extra})" if extra else "")
         case Kind.NODE_ACTION:
             text = f"NODE-WIDE {entry.what} on {entry.node}"
         case Kind.TENANT_EVENT:
             text = f"tenant Event {entry.what}" + (f" on {d['pod']}" if d.get("pod") else "")
+        case Kind.PROCESS:
+            text = f"{d.get('name', 'process')} {entry.what}" + (f" ({d['role']})" if d.get("role") else "")
         case _:
-            text = f"{entry.kind.value} {entry.what}"
-    return f"{stamp} {text}"
+            text = f"{entry.what}{at}"
+    return text
 
 
 def _warranting(fault: Entry) -> bool:
