@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from demo.journal import Entry, Journal, Kind
-from demo.summary import FaultStory, Summary, percentile, summarize, write_text
+from demo.summary import FaultStory, Summary, alert_floors, percentile, summarize, write_text
+from rules.render import DEFAULT_CONFIG, load_config, scaled
 from tests.support import journals
 from tests.support.journals import APP_XID_GPU, BLIP_GPU, LONG_UNKNOWN_GPU, XID_GPU, uuid
 
@@ -239,3 +240,14 @@ def test_the_story_as_recorded_is_summarized_the_same_after_a_json_round_trip() 
     journal = journals.closed_loop()
     again = Journal.from_dict(journal.to_dict())
     assert summarize(again) == summarize(journal)
+
+
+def test_alert_floors_come_from_the_rendered_rules() -> None:
+    rules = scaled(load_config(DEFAULT_CONFIG), 10)
+    floors = alert_floors(rules, 10)
+    # scrape 1 s + evaluation 1 s + for + group_wait 0 s, in wall seconds, times the speed.
+    assert floors["GPUDeviceFatalXid"] == pytest.approx(20.0)
+    assert floors["GPUDeviceUnhealthy"] == pytest.approx((2 + rules.device.unhealthy_for.seconds) * 10)
+    assert floors["GPUDeviceUnknownExpired"] == pytest.approx(
+        (2 + rules.device.unknown_tolerance.seconds) * 10
+    )
