@@ -26,12 +26,17 @@ from rich.panel import Panel
 from rich.text import Text
 
 from demo.journal import Entry, Journal, Kind
-from demo.summary import describe
+from demo.summary import RESPONDER, describe
 
 HEALTH_STATES = ("Healthy", "Unhealthy", "Unknown")
 PHASE_ORDER = ("Pending", "Deferred", "Quarantined", "Probing", "Canary", "Stabilizing", "Ramp", "Released")
 """How quarantines by phase are listed (other phases follow, by name)."""
 KIND_WIDTH = max(len(k.value) for k in Kind)
+
+
+def worth_a_line(entry: Entry) -> bool:
+    """Every entry but deliveries to people (pages, tickets, tenants): their alert has its line."""
+    return not (entry.kind is Kind.DELIVERY and entry.what != RESPONDER)
 
 
 def narrate(journal: Journal, entry: Entry) -> str:
@@ -164,7 +169,7 @@ class Progress:
         """Take the entries added since the last call; redraw if `min_interval` has passed."""
         self.now = max(self.now, now_scenario_seconds)
         new = self._take()
-        lines = [narrate(self.journal, e) for e in new]
+        lines = [narrate(self.journal, e) for e in new if worth_a_line(e)]
         if self._live is None:
             if lines:
                 self.out.write("".join(f"{line}\n" for line in lines))

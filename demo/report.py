@@ -69,9 +69,33 @@ class _Frame:
         return _px(LEFT + (clamped - self.start) / span * (WIDTH - LEFT - RIGHT))
 
 
+AFFECTING = frozenset(
+    {
+        Kind.FAULT,
+        Kind.ALERT_FIRING,
+        Kind.PHASE,
+        Kind.ENFORCED,
+        Kind.EVICTION,
+        Kind.MIGRATION,
+        Kind.CHECK,
+        Kind.TENANT_EVENT,
+    }
+)
+"""Entry kinds that make their device an affected one (with a health report other than Healthy)."""
+
+
 def affected_devices(journal: Journal) -> list[str]:
-    """Devices the run did something to or saw something of: each gets a chart."""
-    return journal.touched_devices()
+    """Devices a fault, an unhealthy report, an alert or an action touched: each gets a chart.
+
+    Not the devices a migrated job landed on, nor devices merely reported Healthy.
+    """
+    seen: dict[str, None] = {}
+    for entry in journal.entries:
+        if entry.device and (
+            entry.kind in AFFECTING or (entry.kind is Kind.HEALTH and entry.what != "Healthy")
+        ):
+            seen.setdefault(entry.device, None)
+    return list(seen)
 
 
 def time_frame(journal: Journal) -> tuple[float, float]:

@@ -156,7 +156,9 @@ class Migration:
     """succeeded|failed|unrecoverable."""
     reason: str
     evictions: int
-    """Pods of the job evicted by then (through the Eviction API)."""
+    """Pods of the job evicted for it (through the Eviction API)."""
+    placed: tuple[str, ...] = ()
+    """Devices the job's pods run on again after their eviction (re-placed by their owner)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +273,7 @@ def _story(
     journal: Journal, entries: Sequence[Entry], fault: Entry, until: float, floors: Mapping[str, float]
 ) -> FaultStory:
     target = journal.label(fault.device) if fault.device else fault.node or "fleet"
-    detail = _pairs(fault.detail, "xid", "duration", "message")
+    detail = _pairs(fault.detail, "xid", "duration")
     if not fault.device:
         done = tuple(
             _sentence(journal, e)
@@ -367,7 +369,8 @@ def describe(journal: Journal, entry: Entry, *, where: bool = True) -> str:
     at = f" {place}" if place else ""
     match entry.kind:
         case Kind.FAULT:
-            extra = _pairs(d, "xid", "duration", "message")
+            # The pipeline's `message` retells the fault (kind, target, xid): not repeated here.
+            extra = _pairs(d, "xid", "duration")
             text = f"{entry.what}{at}" + (f" ({extra})" if extra else "")
         case Kind.HEALTH:
             text = f"{place or 'device'} -> {entry.what}"
@@ -406,7 +409,7 @@ def describe(journal: Journal, entry: Entry, *, where: bool = True) -> str:
         case Kind.PROCESS:
             text = f"{d.get('name', 'process')} {entry.what}" + (f" ({d['role']})" if d.get("role") else "")
         case _:
-            text = f"{entry.what}{at}"
+            text = d.get("detail") or f"{entry.what}{at}"
     return text
 
 
@@ -478,13 +481,26 @@ def _quarantines(
 
 def _migrations(journal: Journal, entries: Sequence[Entry]) -> tuple[Migration, ...]:
     evicted: dict[str, int] = {}
+    first_eviction: dict[str, float] = {}
     result = []
     for entry in entries:
         if entry.kind is Kind.EVICTION:
             job = entry.detail.get("job", "")
             evicted[job] = evicted.get(job, 0) + 1
+            first_eviction.setdefault(job, entry.at)
         elif entry.kind is Kind.MIGRATION:
             job = entry.detail.get("job", "")
+            count = entry.detail.get("evictions", "")
+            placed = tuple(
+                journal.label(device)
+                for e in entries
+                if e.kind is Kind.NOTE
+                and e.what == "placed"
+                and e.detail.get("job") == job
+                and e.at >= first_eviction.get(job, math.inf)
+                for device in (e.detail.get("devices") or e.device).split(",")
+                if device
+            )
             result.append(
                 Migration(
                     at=entry.at,
@@ -493,7 +509,8 @@ def _migrations(journal: Journal, entries: Sequence[Entry]) -> tuple[Migration, 
                     job=job,
                     outcome=entry.what,
                     reason=entry.detail.get("reason", ""),
-                    evictions=evicted.get(job, 0),
+                    evictions=int(count) if count.isdigit() else evicted.get(job, 0),
+                    placed=tuple(dict.fromkeys(placed)),
                 )
             )
     return tuple(result)
@@ -579,7 +596,9 @@ def write_text(summary: Summary, verdict: object, out: TextIO) -> None:
         w("\nmigrations\n")
         for m in summary.migrations:
             why = f": {m.reason}" if m.reason else ""
-            w(f"  t+{m.at:.0f}s {m.job or '?'} from {m.label}: {m.outcome}{why} ({m.evictions} evicted)\n")
+            again = f"; running again on {', '.join(m.placed)}" if m.placed else ""
+            w(f"  t+{m.at:.0f}s {m.job or '?'} from {m.label}: {m.outcome}{why}")
+            w(f" ({m.evictions} evicted{again})\n")
     releases = summary.releases
     if releases:
         w("\nreleases\n")

@@ -1,10 +1,11 @@
 """Live progress of a demo run.
 
-Aspects covered: plain output is one line per journal entry, each once, in the order the
-pipeline added them, however the refreshes fall (hypothesis); a pipe gets plain lines, a
-terminal the status block; the status block counts devices by state, firing alerts,
-quarantines by phase, migrations, evictions, the breaker and processes down; the live block
-is redrawn at most once per interval (fake clock) and always on exit; a bad interval is refused.
+Aspects covered: plain output is one line per journal entry (deliveries to people aside),
+each once, in the order the pipeline added them, however the refreshes fall (hypothesis); a
+pipe gets plain lines, a terminal the status block; the status block counts devices by state,
+firing alerts, quarantines by phase, migrations, evictions, the breaker and processes down;
+the live block is redrawn at most once per interval (fake clock) and always on exit; a bad
+interval is refused.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from demo.journal import Kind
-from demo.progress import Board, Progress, narrate
+from demo.progress import Board, Progress, narrate, worth_a_line
 from tests.support import journals
 
 
@@ -58,7 +59,16 @@ def test_plain_output_does_not_depend_on_when_refresh_is_called(chunks: list[int
             taken += size
             progress.refresh(0.0)
         journal.entries.extend(story[taken:])
-    assert out.getvalue().splitlines() == [narrate(journal, e) for e in story]
+    assert out.getvalue().splitlines() == [narrate(journal, e) for e in story if worth_a_line(e)]
+
+
+def test_deliveries_to_people_get_no_line_of_their_own() -> None:
+    journal = journals.closed_loop()
+    pages = [e for e in journal.entries if e.kind is Kind.DELIVERY and e.what != "responder"]
+    to_responder = [e for e in journal.entries if e.kind is Kind.DELIVERY and e.what == "responder"]
+    assert pages and to_responder
+    assert not any(worth_a_line(e) for e in pages)
+    assert all(worth_a_line(e) for e in to_responder)
 
 
 def test_board_counts_the_state_of_the_run() -> None:

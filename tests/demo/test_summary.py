@@ -139,6 +139,10 @@ def test_migrations_breaker_and_kills() -> None:
     summary = summarize(journal)
     (migration,) = summary.migrations
     assert (migration.job, migration.outcome, migration.evictions) == ("research/train", "succeeded", 2)
+    assert migration.placed == (
+        "gpu-dra-0/gpu-0", "gpu-dra-0/gpu-1", "gpu-dra-0/gpu-2", "gpu-dra-0/gpu-4",
+        "gpu-dra-1/gpu-5", "gpu-dra-1/gpu-6", "gpu-dra-1/gpu-7", "gpu-dra-1/gpu-0",
+    )  # fmt: skip
     assert [(e.what, e.detail) for e in summary.breaker] == [
         ("tripped", "trigger=rate"),
         ("reset", "actor=alice"),

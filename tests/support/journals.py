@@ -87,6 +87,12 @@ def closed_loop() -> Journal:
     j.record(85.0, Kind.HEALTH, "Unknown", "gpu-dra-2", long_)
     for pod in ("train-0", "train-1"):
         j.record(90.0, Kind.EVICTION, f"research/{pod}", "gpu-dra-0", xid, job="research/train")
+    for pod, node, gpus in (("train-0", "gpu-dra-0", (0, 1, 2, 4)), ("train-1", "gpu-dra-1", (5, 6, 7, 0))):
+        placed = [gpu_uuid(node, g) for g in gpus]
+        j.record(
+            95.0, Kind.NOTE, "placed", node, placed[0],
+            pod=f"research/{pod}", job="research/train", devices=",".join(placed),
+        )  # fmt: skip
     j.record(
         96.0,
         Kind.MIGRATION,
