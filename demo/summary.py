@@ -14,8 +14,9 @@ faults NVML reports (XIDs, ECC, row remapping, a lost GPU: the FAULT entry), and
 own report for the others (the first HEALTH entry after the fault saying Unhealthy, or Unknown
 for a silent device). Journal entries are stamped when the pipeline saw them, so two stages
 observed by different watchers can come out of order by up to `Journal.resolution_seconds`;
-each stage is therefore taken no earlier than the one before it, which keeps every component
-non-negative and makes the components add up to the total exactly. The floor the total is
+each stage is therefore taken no later than the next one (which proves it had happened) and no
+earlier than the one before it, which keeps every component non-negative and makes the
+components add up to the total exactly. The floor the total is
 held against is the pipeline's own: scrape + evaluation interval + the alert's `for:` +
 group_wait (`floors` per alert name when the caller knows them, `Journal.floor_seconds`
 otherwise).
@@ -308,7 +309,6 @@ def _detect(journal: Journal, fault: Entry, mine: Sequence[Entry], floors: Mappi
     if alert is None:
         return replace(base, recorded_at=recorded_at)
     alertname = alert.what
-    alert_at = max(alert.at, onset)
     delivery = _first(
         mine,
         Kind.DELIVERY,
@@ -319,11 +319,10 @@ def _detect(journal: Journal, fault: Entry, mine: Sequence[Entry], floors: Mappi
             and e.at >= onset
         ),
     )
-    delivered_at = None if delivery is None else max(delivery.at, alert_at)
     enforced = _first(mine, Kind.ENFORCED, lambda e: e.what == "quarantine" and e.at >= onset)
-    enforced_at = None
-    if enforced is not None and delivered_at is not None:
-        enforced_at = max(enforced.at, delivered_at)
+    alert_at, delivered_at, enforced_at = _ordered(
+        onset, [alert.at, delivery.at if delivery else None, enforced.at if enforced and delivery else None]
+    )
     return replace(
         base,
         alert=alertname,
@@ -334,6 +333,23 @@ def _detect(journal: Journal, fault: Entry, mine: Sequence[Entry], floors: Mappi
         recorded_at=recorded_at,
         floor=floors.get(alertname, journal.floor_seconds),
     )
+
+
+def _ordered(onset: float, stamps: list[float | None]) -> list[float | None]:
+    """Stage times in chain order, each no later than the next (which proves it had happened by
+    then: watchers stamp what they see, some later than others) and no earlier than the one before."""
+    times = list(stamps)
+    for i in reversed(range(len(times) - 1)):
+        later = times[i + 1]
+        current = times[i]
+        if later is not None and current is not None:
+            times[i] = min(current, later)
+    previous = onset
+    for i, current in enumerate(times):
+        if current is None:
+            break
+        times[i] = previous = max(current, previous)
+    return times
 
 
 def _first(entries: Iterable[Entry], kind: Kind, test: Any) -> Entry | None:

@@ -255,3 +255,19 @@ def test_alert_floors_come_from_the_rendered_rules() -> None:
     assert floors["GPUDeviceUnknownExpired"] == pytest.approx(
         (2 + rules.device.unknown_tolerance.seconds) * 10
     )
+
+
+def test_a_later_stage_bounds_an_earlier_one_stamped_late() -> None:
+    journal = journals.closed_loop()
+    xid = uuid(XID_GPU)
+    # The alert's watcher saw it after the webhook's did: the delivery proves it was firing.
+    journal.entries = [
+        e.__class__(75.0, e.kind, e.what, e.node, e.device, e.detail)
+        if e.kind is Kind.ALERT_FIRING and e.device == xid
+        else e
+        for e in journal.entries
+    ]
+    d = story_of(summarize(journal), XID_GPU, "xid").detection
+    assert d is not None
+    assert (d.alert_at, d.delivered_at, d.enforced_at) == (72.5, 72.5, 73.4)
+    assert d.deliver == 0.0
