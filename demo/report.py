@@ -112,7 +112,8 @@ def timeline_svg(journal: Journal, device: str, start: float, end: float) -> Mar
     frame = _Frame(start, end)
     mine = sorted_entries(journal.of(device=device))
     alerts = list(dict.fromkeys(e.what for e in mine if e.kind in (Kind.ALERT_FIRING, Kind.ALERT_RESOLVED)))
-    lanes = ["health", *(f"alert {a}" for a in alerts), "record", "actions"]
+    # Alert names lose their common prefix on the lane (the bar's tooltip has the full name).
+    lanes = ["health", *(f"alert {a.removeprefix('GPUDevice')}" for a in alerts), "record", "actions"]
     height = len(lanes) * LANE + AXIS + 8
     label = journal.label(device)
     parts: list[Markup] = [

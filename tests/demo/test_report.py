@@ -149,7 +149,7 @@ def test_chart_lanes_bands_and_markers() -> None:
     assert (start, end) == (0.0, 500.0)
     svg = str(timeline_svg(journal, uuid(XID_GPU), start, end))
     lanes = re.findall(r'<text class="lane"[^>]*>([^<]*)</text>', svg)
-    assert lanes == ["health", "alert GPUDeviceFatalXid", "record", "actions"]
+    assert lanes == ["health", "alert FatalXid", "record", "actions"]
     health = re.findall(r'<rect class="health"[^>]*fill="([^"]+)"><title>([^<]*)</title>', svg)
     assert [title for _, title in health] == [
         "Healthy from t+0.0s to t+30.5s",
