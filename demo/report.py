@@ -21,7 +21,7 @@ import jinja2
 from markupsafe import Markup
 
 from demo.journal import Entry, Journal, Kind, sorted_entries
-from demo.summary import RELEASE_PHASES, Detection, Summary, describe, percentile
+from demo.summary import RELEASE_PHASES, Detection, Summary, concerns, describe, percentile
 
 TEMPLATE = "report.html.j2"
 
@@ -75,7 +75,6 @@ AFFECTING = frozenset(
         Kind.ALERT_FIRING,
         Kind.PHASE,
         Kind.ENFORCED,
-        Kind.EVICTION,
         Kind.MIGRATION,
         Kind.CHECK,
         Kind.TENANT_EVENT,
@@ -87,7 +86,8 @@ AFFECTING = frozenset(
 def affected_devices(journal: Journal) -> list[str]:
     """Devices a fault, an unhealthy report, an alert or an action touched: each gets a chart.
 
-    Not the devices a migrated job landed on, nor devices merely reported Healthy.
+    Not the devices a migrated job ran on or landed on (an eviction shows on the failed device's
+    chart), nor devices merely reported Healthy.
     """
     seen: dict[str, None] = {}
     for entry in journal.entries:
@@ -110,7 +110,7 @@ def time_frame(journal: Journal) -> tuple[float, float]:
 def timeline_svg(journal: Journal, device: str, start: float, end: float) -> Markup:
     """One device's chart: health bands, each alert firing, record phases, and the actions taken."""
     frame = _Frame(start, end)
-    mine = sorted_entries(journal.of(device=device))
+    mine = sorted_entries(e for e in journal.entries if concerns(e, device))
     alerts = list(dict.fromkeys(e.what for e in mine if e.kind in (Kind.ALERT_FIRING, Kind.ALERT_RESOLVED)))
     # Alert names lose their common prefix on the lane (the bar's tooltip has the full name).
     lanes = ["health", *(f"alert {a.removeprefix('GPUDevice')}" for a in alerts), "record", "actions"]

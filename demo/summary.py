@@ -261,6 +261,15 @@ def alert_floors(
     return floors
 
 
+def concerns(entry: Entry, device: str) -> bool:
+    """Whether an entry is about `device`: its own, or one of the `devices` it lists (an
+    eviction names the pod's first device and lists them all)."""
+    if entry.device == device:
+        return True
+    listed = entry.detail.get("devices", "")
+    return bool(listed) and device in listed.split(",")
+
+
 def _next_fault_at(faults: Sequence[Entry], index: int) -> float:
     """When the next fault on the same device (or node, for node faults) was injected."""
     fault = faults[index]
@@ -282,7 +291,15 @@ def _story(
             if fault.at <= e.at < until and e.node == fault.node and e.kind in _DONE_KINDS
         )
         return FaultStory(fault.at, fault.what, target, detail, None, done)
-    mine = [e for e in entries if e.device == fault.device and fault.at <= e.at < until]
+    window = [e for e in entries if fault.at <= e.at < until]
+    mine = [e for e in window if concerns(e, fault.device)]
+    # A fixed-topology job moves whole: its pods on other devices are evicted for this fault too.
+    jobs = {e.detail.get("job") for e in mine if e.kind is Kind.MIGRATION} - {None, ""}
+    mine = [
+        e
+        for e in window
+        if concerns(e, fault.device) or (e.kind is Kind.EVICTION and e.detail.get("job") in jobs)
+    ]
     detection = _detect(journal, fault, mine, floors)
     done = tuple(_sentence(journal, e) for e in mine if e.kind in _DONE_KINDS)
     return FaultStory(fault.at, fault.what, target, detail, detection, done)

@@ -85,8 +85,14 @@ def closed_loop() -> Journal:
     )
     j.record(75.0, Kind.HEALTH, "Unknown", "gpu-dra-1", blip)
     j.record(85.0, Kind.HEALTH, "Unknown", "gpu-dra-2", long_)
-    for pod in ("train-0", "train-1"):
-        j.record(90.0, Kind.EVICTION, f"research/{pod}", "gpu-dra-0", xid, job="research/train")
+    # An eviction names the pod's first device and lists all of them; the job moves whole, so
+    # train-1, which does not hold the failed GPU, is evicted too.
+    for pod, gpus in (("train-0", (0, 1, 2, 3)), ("train-1", (4, 5, 6, 7))):
+        devices = [gpu_uuid("gpu-dra-0", g) for g in gpus]
+        j.record(
+            90.0, Kind.EVICTION, f"research/{pod}", "gpu-dra-0", devices[0],
+            job="research/train", devices=",".join(devices),
+        )  # fmt: skip
     for pod, node, gpus in (("train-0", "gpu-dra-0", (0, 1, 2, 4)), ("train-1", "gpu-dra-1", (5, 6, 7, 0))):
         placed = [gpu_uuid(node, g) for g in gpus]
         j.record(
