@@ -14,7 +14,7 @@ scenario injects many spaced faults, each on its own GPU, of each kind:
 Latency runs from the onset (the NVML event, or the kubelet's report: `demo.summary`) to the
 device excluded: its DeviceTaintRule (DRA) or its node annotation (device plugin) existing.
 The floor is the pipeline's own, per alert: scrape interval + evaluation interval + the alert's
-`for:` + the responder route's group_wait (`demo.summary.alert_floors`).
+`for:` + the responder route's group_wait (`demo.floors.alert_floors`).
 
 Units. The demo runs the cluster `SPEED` times faster than the wall clock and divides every
 rule duration by the same factor, so latencies and floors are in simulated seconds, as the
@@ -42,11 +42,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from demo.floors import alert_floors
 from demo.journal import Entry, Journal, Kind
 from demo.pipeline import DemoSettings, devices_of, run_demo
 from demo.progress import narrate
 from demo.report import write_html
-from demo.summary import Detection, Summary, alert_floors, percentile, summarize, write_text
+from demo.summary import Detection, Summary, percentile, summarize, write_text
 from gpuhealth.tables import write_table
 from rules.render import DEFAULT_CONFIG, load_config, scaled
 from simulator.model import Scenario

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from demo.floors import alert_floors
 from demo.journal import Entry, Journal
 from demo.pipeline import (
     DemoSettings,
@@ -29,7 +30,7 @@ from demo.pipeline import (
 from demo.progress import Progress
 from demo.report import write_html
 from demo.staging import StagingError, staging
-from demo.summary import alert_floors, summarize, write_text
+from demo.summary import summarize, write_text
 from gpuhealth.cliargs import EXIT_FAILED, CommandFailed, UsageError, command, positive_float
 from gpuhealth.testing.loopback import LoopbackError
 from rules.render import DEFAULT_CONFIG, ConfigError, load_config, scaled

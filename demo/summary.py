@@ -18,8 +18,8 @@ each stage is therefore taken no later than the next one (which proves it had ha
 earlier than the one before it, which keeps every component non-negative and makes the
 components add up to the total exactly. The floor the total is
 held against is the pipeline's own: scrape + evaluation interval + the alert's `for:` +
-group_wait (`floors` per alert name when the caller knows them, `Journal.floor_seconds`
-otherwise).
+group_wait (`floors` per alert name when the caller knows them, from `demo.floors`;
+`Journal.floor_seconds` otherwise).
 """
 
 from __future__ import annotations
@@ -30,13 +30,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
-import yaml
-
 from demo.journal import Entry, Journal, Kind, sorted_entries
-from gpuhealth.durations import parse_duration
 from gpuhealth.tables import write_table
-from rules.render import Settings as RuleSettings
-from rules.render import render
 from simulator.model import APPLICATION_XIDS
 
 RESPONDER = "responder"
@@ -237,28 +232,6 @@ def summarize(journal: Journal, *, floors: Mapping[str, float] | None = None) ->
         evictions=sum(1 for e in entries if e.kind is Kind.EVICTION),
         tenant_events=sum(1 for e in entries if e.kind is Kind.TENANT_EVENT),
     )
-
-
-def alert_floors(
-    rules: RuleSettings, speed: float, *, scrape_seconds: float = 1.0, evaluation_seconds: float = 1.0
-) -> dict[str, float]:
-    """The pipeline's floor per alert, in scenario seconds, for rules already scaled to `speed`.
-
-    floor = scrape interval + evaluation interval + the alert's own `for:` (read from the
-    rendered rules, so it is whatever the shipped templates say) + the responder route's
-    group_wait; the demo's Prometheus scrapes and evaluates every wall second.
-    """
-    base = scrape_seconds + evaluation_seconds + rules.alertmanager.responder_group_wait.seconds
-    floors = {}
-    for path, text in render(rules).items():
-        if not path.startswith("prometheus/"):
-            continue
-        for group in (yaml.safe_load(text) or {}).get("groups", []):
-            for rule in group.get("rules", []):
-                if "alert" in rule:
-                    wait = parse_duration(rule["for"]) if rule.get("for") else 0.0
-                    floors[str(rule["alert"])] = (base + wait) * speed
-    return floors
 
 
 def concerns(entry: Entry, device: str) -> bool:

@@ -19,8 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from demo.floors import alert_floors
 from demo.journal import Entry, Journal, Kind
-from demo.summary import FaultStory, Summary, alert_floors, percentile, summarize, write_text
+from demo.summary import FaultStory, Summary, percentile, summarize, write_text
 from rules.render import DEFAULT_CONFIG, load_config, scaled
 from tests.support import journals
 from tests.support.journals import APP_XID_GPU, BLIP_GPU, LONG_UNKNOWN_GPU, XID_GPU, uuid
