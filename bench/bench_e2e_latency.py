@@ -50,6 +50,7 @@ from demo.report import write_html
 from demo.summary import Detection, Summary, percentile, summarize, write_text
 from gpuhealth.tables import write_table
 from rules.render import DEFAULT_CONFIG, load_config, scaled
+from rules.render import Settings as RuleSettings
 from simulator.model import Scenario
 from simulator.scenario import from_dict
 
@@ -65,10 +66,9 @@ UNKNOWN_FOR = 420.0
 """How long the long Unknowns last: past the 5-minute tolerance plus the DRA health timeout."""
 SETTLE = 60.0
 """Simulated seconds after the last fault ends: the last restrict is enforced by then."""
-LEAD_IN = 30.0
-"""Wall seconds of healthy fleet before the first fault: on a loaded 2-core machine the exporters
-and responders take about 20 s to come up after the cluster starts, and a fault before they
-are watching would measure their start-up, not the pipeline."""
+START_UP = 20.0
+"""Wall seconds the exporters and responders take to come up after the cluster starts, on a
+loaded 2-core machine: a fault before they watch would measure their start-up."""
 MEDIAN_TARGET = 2.0
 P99_TARGET = 5.0
 DRA_NODES = 4
@@ -224,7 +224,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="gpuhealth-bench-e2e-"))
     print(
         f"{len(scenario.timeline)} faults ({PER_KIND} of each of {len(KINDS)} kinds) on "
-        f"{scenario.gpu_count()} GPUs at {SPEED:g}x, about {expected_wall_seconds(scenario):.0f} s; "
+        f"{scenario.gpu_count()} GPUs at {SPEED:g}x, about {expected_wall_seconds(scenario, rules):.0f} s; "
         f"breaker and bucket raised for the run ({RESPONDER_OVERRIDES}); files in {workdir}",
         flush=True,
     )
@@ -236,7 +236,7 @@ def main() -> None:
         if entry.kind is Kind.FAULT or (entry.kind is Kind.ENFORCED and entry.what == "quarantine"):
             print(f"[{time.monotonic() - started:6.1f}s] {narrate(labels, entry)}", flush=True)
 
-    settings = DemoSettings(speed=SPEED, lead_in_seconds=LEAD_IN)
+    settings = DemoSettings(speed=SPEED, lead_in_seconds=lead_in(rules))
     outcome = run_demo(scenario, rules, settings, workdir, sys.stdout, on_entry=progress)
     journal = outcome.journal
     summary = summarize(journal, floors=floors)
@@ -247,7 +247,18 @@ def main() -> None:
     print(f"journal: {outcome.journal_path}; report: {report}")
 
 
-def expected_wall_seconds(scenario: Scenario) -> float:
-    """Wall seconds of the run after set-up: the timeline to its last fault's end, then the settle time."""
+def lead_in(rules: RuleSettings) -> float:
+    """Wall seconds of healthy fleet before the first fault: start-up, then one event window.
+
+    The NVML event alerts count an increase only where the device's NVML readings existed one
+    `event_window` earlier (so an exporter's first scrape of an old counter is no event): a
+    fault sooner after the exporters start is seen by the kubelet path alone, which would
+    measure the warm-up, not the pipeline.
+    """
+    return START_UP + rules.device.event_window.seconds
+
+
+def expected_wall_seconds(scenario: Scenario, rules: RuleSettings) -> float:
+    """Wall seconds of the run: lead-in, the timeline to its last fault's end, the settle time."""
     end = max(f.at + (f.duration or 0.0) for f in scenario.timeline)
-    return LEAD_IN + (end + SETTLE) / SPEED
+    return lead_in(rules) + (end + SETTLE) / SPEED
