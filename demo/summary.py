@@ -16,10 +16,9 @@ for a silent device). Journal entries are stamped when the pipeline saw them, so
 observed by different watchers can come out of order by up to `Journal.resolution_seconds`;
 each stage is therefore taken no later than the next one (which proves it had happened) and no
 earlier than the one before it, which keeps every component non-negative and makes the
-components add up to the total exactly. The floor the total is
-held against is the pipeline's own: scrape + evaluation interval + the alert's `for:` +
-group_wait (`floors` per alert name when the caller knows them, from `demo.floors`;
-`Journal.floor_seconds` otherwise).
+components add up to the total exactly. The floor the total is held against is the
+pipeline's own: scrape + evaluation interval + the alert's `for:` + group_wait (`floors` per
+alert name when the caller knows them, from `demo.floors`; `Journal.floor_seconds` otherwise).
 """
 
 from __future__ import annotations
@@ -265,9 +264,11 @@ def _story(
         )
         return FaultStory(fault.at, fault.what, target, detail, None, done)
     window = [e for e in entries if fault.at <= e.at < until]
-    mine = [e for e in window if concerns(e, fault.device)]
     # A fixed-topology job moves whole: its pods on other devices are evicted for this fault too.
-    jobs = {e.detail.get("job") for e in mine if e.kind is Kind.MIGRATION} - {None, ""}
+    jobs = {e.detail.get("job") for e in window if e.kind is Kind.MIGRATION and concerns(e, fault.device)} - {
+        None,
+        "",
+    }
     mine = [
         e
         for e in window
