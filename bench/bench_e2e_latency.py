@@ -27,12 +27,13 @@ excess; both are printed. The breaker and the bucket of new quarantines are rais
 run (the scenario's `responder:` section, said in the output): the bench measures the path,
 not the limits, as `bench_responder_cluster` does.
 
-Run: `python -m bench e2e_latency`. It takes about three minutes; the journal and the HTML
-report of the run are kept in a temporary directory it names.
+Run: `python -m bench e2e_latency [--speed X] [--per-kind N]`. It takes about three minutes;
+the journal and the HTML report of the run are kept in a temporary directory it names.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import time
@@ -48,8 +49,9 @@ from demo.pipeline import DemoSettings, devices_of, run_demo
 from demo.progress import narrate
 from demo.report import write_html
 from demo.summary import Detection, Summary, percentile, summarize, write_text
+from gpuhealth.cliargs import positive_float
 from gpuhealth.tables import write_table
-from rules.render import DEFAULT_CONFIG, load_config, scaled
+from rules.render import DEFAULT_CONFIG, ConfigError, load_config, scaled
 from rules.render import Settings as RuleSettings
 from simulator.model import Scenario
 from simulator.scenario import from_dict
@@ -217,18 +219,36 @@ def print_table(rows: Sequence[Row], speed: float, resolution: float) -> None:
     print(f"targets: median within floor + {MEDIAN_TARGET:g} s, p99 within floor + {P99_TARGET:g} s (wall)")
 
 
-def main() -> None:
-    scenario = from_dict(bench_scenario(), source="bench/bench_e2e_latency.py")
-    rules = scaled(load_config(DEFAULT_CONFIG), SPEED)
-    floors = alert_floors(rules, SPEED)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench e2e_latency", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--speed",
+        type=positive_float,
+        default=SPEED,
+        help="simulated seconds per second (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--per-kind", type=int, default=PER_KIND, help="faults of each kind (default: %(default)s)"
+    )
+    args = parser.parse_args(argv or [])
+    if args.per_kind < 1:
+        parser.error(f"--per-kind {args.per_kind}: at least 1")
+    speed = args.speed
+    try:
+        scenario = from_dict(bench_scenario(per_kind=args.per_kind), source="bench/bench_e2e_latency.py")
+        rules = scaled(load_config(DEFAULT_CONFIG), speed)
+    except (ValueError, ConfigError) as exc:
+        parser.error(str(exc))
+    floors = alert_floors(rules, speed)
     workdir = Path(tempfile.mkdtemp(prefix="gpuhealth-bench-e2e-"))
     print(
-        f"{len(scenario.timeline)} faults ({PER_KIND} of each of {len(KINDS)} kinds) on "
-        f"{scenario.gpu_count()} GPUs at {SPEED:g}x, about {expected_wall_seconds(scenario, rules):.0f} s; "
+        f"{len(scenario.timeline)} faults ({args.per_kind} of each of {len(KINDS)} kinds) on "
+        f"{scenario.gpu_count()} GPUs at {speed:g}x, "
+        f"about {expected_wall_seconds(scenario, rules, speed):.0f} s; "
         f"breaker and bucket raised for the run ({RESPONDER_OVERRIDES}); files in {workdir}",
         flush=True,
     )
-    labels = Journal(scenario.name, scenario.description, SPEED, devices_of(scenario))
+    labels = Journal(scenario.name, scenario.description, speed, devices_of(scenario))
     started = time.monotonic()
 
     def progress(entry: Entry) -> None:
@@ -236,12 +256,12 @@ def main() -> None:
         if entry.kind is Kind.FAULT or (entry.kind is Kind.ENFORCED and entry.what == "quarantine"):
             print(f"[{time.monotonic() - started:6.1f}s] {narrate(labels, entry)}", flush=True)
 
-    settings = DemoSettings(speed=SPEED, lead_in_seconds=lead_in(rules))
+    settings = DemoSettings(speed=speed, lead_in_seconds=lead_in(rules))
     outcome = run_demo(scenario, rules, settings, workdir, sys.stdout, on_entry=progress)
     journal = outcome.journal
     summary = summarize(journal, floors=floors)
     write_text(summary, outcome.verdict, sys.stdout)
-    print_table(figures(summary, SPEED), SPEED, journal.resolution_seconds)
+    print_table(figures(summary, speed), speed, journal.resolution_seconds)
     report = workdir / "report.html"
     write_html(report, journal, summary, outcome.verdict)
     print(f"journal: {outcome.journal_path}; report: {report}")
@@ -258,7 +278,7 @@ def lead_in(rules: RuleSettings) -> float:
     return START_UP + rules.device.event_window.seconds
 
 
-def expected_wall_seconds(scenario: Scenario, rules: RuleSettings) -> float:
+def expected_wall_seconds(scenario: Scenario, rules: RuleSettings, speed: float) -> float:
     """Wall seconds of the run: lead-in, the timeline to its last fault's end, the settle time."""
     end = max(f.at + (f.duration or 0.0) for f in scenario.timeline)
-    return lead_in(rules) + (end + SETTLE) / SPEED
+    return lead_in(rules) + (end + SETTLE) / speed

@@ -1,9 +1,10 @@
 """The end-to-end latency bench's own parts (the run itself is `python -m bench e2e_latency`).
 
-Aspects covered: the bench scenario is a valid scenario with every fault on its own allocated
-GPU, each kind the same number of times, Unknowns on DRA devices, faults spaced; the figures
-per fault kind come from the summary, with the excess over the floor in wall seconds, and a
-kind misses its target when a fault of it never reached enforcement.
+Aspects covered: bad options are usage errors; the bench scenario is a valid scenario with
+every fault on its own allocated GPU, each kind the same number of times, Unknowns on DRA
+devices, faults spaced; the figures per fault kind come from the summary, with the excess over
+the floor in wall seconds, and a kind misses its target when a fault of it never reached
+enforcement.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import itertools
 
 import pytest
 
-from bench.bench_e2e_latency import KINDS, bench_scenario, figures
+from bench.bench_e2e_latency import KINDS, bench_scenario, figures, main
 from demo.journal import Kind
 from demo.summary import summarize
 from simulator.scenario import from_dict
@@ -66,3 +67,21 @@ def test_a_kind_meets_its_target_when_every_fault_is_enforced_within_the_floor()
     rows = {r.fault: r for r in figures(summarize(journal, floors={"GPUDeviceFatalXid": 40.0}), speed=20.0)}
     assert rows["gpu-lost"].met
     assert rows["gpu-lost"].over_p99_wall == pytest.approx(3.0 / 20.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--per-kind", "0"], "--per-kind 0: at least 1"),
+        (["--per-kind", "100"], "no device left"),
+        (["--speed", "0"], "--speed"),
+        (["--speed", "200"], "heartbeat_limit"),
+    ],
+)
+def test_bad_options_are_usage_errors(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
