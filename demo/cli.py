@@ -12,18 +12,29 @@ speed the rules cannot follow).
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
-from demo.journal import Journal, Kind
-from demo.pipeline import DemoSettings, Outcome, default_workdir, expected_wall_seconds, run_demo
-from demo.safety import Verdict
+from demo.floors import alert_floors
+from demo.journal import Entry, Journal
+from demo.pipeline import (
+    DemoSettings,
+    Outcome,
+    default_workdir,
+    devices_of,
+    expected_wall_seconds,
+    run_demo,
+    timeline_end,
+)
+from demo.progress import Progress
+from demo.report import write_html
 from demo.staging import StagingError, staging
+from demo.summary import summarize, write_text
 from gpuhealth.cliargs import EXIT_FAILED, CommandFailed, UsageError, command, positive_float
 from gpuhealth.testing.loopback import LoopbackError
 from rules.render import DEFAULT_CONFIG, ConfigError, load_config, scaled
+from rules.render import Settings as RuleSettings
 from simulator.scenario import ScenarioError, resolve
 
 DEFAULT_SCENARIO = "closed-loop"
@@ -91,73 +102,38 @@ def run(args: argparse.Namespace) -> int:
         file=out,
         flush=True,
     )
+    # The live view reads its own copy of the journal, fed entry by entry as the run records them.
+    view = Journal(scenario.name, scenario.description, speed, devices_of(scenario))
+    settle = stage.settle if settings.settle_seconds is None else settings.settle_seconds
+    until = timeline_end(scenario) + settle
     try:
-        outcome = run_demo(scenario, rules, settings, workdir, out)
+        with Progress(out, view, until=until) as progress:
+
+            def seen(entry: Entry) -> None:
+                view.add(entry)
+                progress.refresh(entry.at)
+
+            outcome = run_demo(scenario, rules, settings, workdir, out, on_entry=seen)
     except StagingError as exc:
         raise UsageError(f"{args.scenario}: {exc}") from exc
     except LoopbackError as exc:
         raise CommandFailed(str(exc)) from exc
-    _summarize(outcome, out, args.report)
+    _summarize(outcome, rules, speed, out, args.report)
     failed = bool(outcome.verdict.violations or outcome.expectation_failures)
     return EXIT_FAILED if failed else 0
 
 
-def _summarize(outcome: Outcome, out: TextIO, report: Path | None) -> None:
-    """The summary, the verdict and the report.
-
-    INTEGRATION POINT (report helper): `demo.summary.summarize(journal) -> Summary`,
-    `demo.summary.write_text(summary, verdict, out)` and `demo.report.write_html(path,
-    journal, summary, verdict)` replace the plain lines below once merged.
-    """
+def _summarize(outcome: Outcome, rules: RuleSettings, speed: float, out: TextIO, report: Path | None) -> None:
+    """The summary (latencies against each alert's own floor), the verdict and the report."""
     journal, verdict = outcome.journal, outcome.verdict
-    summary_module = _optional("demo.summary")
-    report_module = _optional("demo.report")
-    if summary_module is not None:
-        summary = summary_module.summarize(journal)
-        summary_module.write_text(summary, verdict, out)
-        if report is not None and report_module is not None:
-            report_module.write_html(report, journal, summary, verdict)
-            print(f"report: {report}", file=out)
-    else:
-        _plain_summary(journal, verdict, out)
-        if report is not None:
-            print(f"report: not written ({report}): the HTML report is not part of this build", file=out)
+    summary = summarize(journal, floors=alert_floors(rules, speed))
+    write_text(summary, verdict, out)
+    if report is not None:
+        try:
+            write_html(report, journal, summary, verdict)
+        except OSError as exc:
+            raise CommandFailed(f"--report {report}: {exc.strerror or exc}") from exc
+        print(f"report: {report}", file=out)
     for failure in outcome.expectation_failures:
         print(f"EXPECTATION FAILED: {failure}", file=out)
     print(f"journal: {outcome.journal_path}; configs and logs: {outcome.workdir}", file=out, flush=True)
-
-
-def _optional(name: str) -> Any:
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError:
-        return None
-
-
-def _plain_summary(journal: Journal, verdict: Verdict, out: TextIO) -> None:
-    print("\nsummary", file=out)
-    counts: dict[str, int] = {}
-    for entry in journal.entries:
-        counts[entry.kind.value] = counts.get(entry.kind.value, 0) + 1
-    print("  " + ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())), file=out)
-    for device in journal.touched_devices():
-        phases = [e.what for e in journal.of(Kind.PHASE, device=device)]
-        if phases:
-            print(f"  {journal.label(device)}: {' -> '.join(phases)}", file=out)
-    for entry in journal.of(Kind.MIGRATION):
-        print(f"  migration of {entry.detail.get('job', '?')}: {entry.what}", file=out)
-    for where, action in verdict.acted:
-        print(f"  {action} {where}: warranted and recorded", file=out)
-    for where, action in verdict.missed:
-        print(
-            f"  not seen: {action} {where} (warranted; transient, held by the breaker or too late)", file=out
-        )
-    if verdict.violations:
-        print("SAFETY INVARIANT BROKEN:", file=out)
-        for line in verdict.violations:
-            print(f"  {line}", file=out)
-    else:
-        print(
-            "safety: every invariant held (no unwarranted action, nothing done twice, no eviction", file=out
-        )
-        print("for Unknown, no node-wide action, every release through probe and canary)", file=out)
