@@ -49,6 +49,7 @@ from demo import staging as staging_module
 from demo.front import Hook, Request, WebhookFront, forward_once
 from demo.journal import Device, Entry, Journal, Kind, sorted_entries
 from demo.observer import PODS, WATCHED, Observer
+from demo.progress import narrate, worth_a_line
 from demo.safety import Verdict, judge
 from demo.staging import Kill, Staging, StagingError
 from gpuhealth import fields
@@ -335,13 +336,13 @@ def run_demo(
         resolution_seconds=settings.poll_interval_seconds * settings.speed,
     )
     observer = Observer(journal)
-    narrate = on_entry or _Narration(out, journal).line
+    tell = on_entry or _plain_lines(out, journal)
     shown = 0
 
     def show_new() -> None:
         nonlocal shown
         for entry in journal.entries[shown:]:
-            narrate(entry)
+            tell(entry)
         shown = len(journal.entries)
 
     config_path = workdir / "responder-config.yaml"
@@ -686,31 +687,14 @@ def _install_responder_api(cluster: ClusterHandle) -> None:
         client.close()
 
 
-class _Narration:
-    """Plain progress lines, one per journal entry worth a line.
+def _plain_lines(out: TextIO, journal: Journal) -> Callable[[Entry], None]:
+    """Without a live view (tests, chaos runs, benches): one plain line per entry worth one."""
 
-    INTEGRATION POINT (report helper): `demo.progress.Progress`, fed the journal as it grows,
-    replaces this in `demo.cli`; `run_demo(on_entry=...)` is where it plugs in.
-    """
+    def line(entry: Entry) -> None:
+        if worth_a_line(entry):
+            print(narrate(journal, entry), file=out, flush=True)
 
-    QUIET = frozenset({Kind.HEALTH, Kind.DELIVERY})
-    HIDDEN = frozenset({"record", "fingerprint", "devices", "rule", "message", "actor", "detail"})
-
-    def __init__(self, out: TextIO, journal: Journal) -> None:
-        self.out = out
-        self.journal = journal
-
-    def line(self, entry: Entry) -> None:
-        if entry.kind in self.QUIET and not (entry.kind is Kind.DELIVERY and entry.what == "responder"):
-            return
-        where = self.journal.label(entry.device) if entry.device else entry.node
-        if entry.kind is Kind.FAULT:
-            text = entry.detail.get("message", entry.what)
-        else:
-            shown = {k: v for k, v in entry.detail.items() if v and k not in self.HIDDEN}
-            text = " ".join([entry.what, where, *(f"{k}={v}" for k, v in shown.items())])
-        stamp = time.strftime("%H:%M:%S", time.gmtime())
-        print(f"[t+{entry.at:7.1f}s {stamp}] {entry.kind.value:<14} {text}", file=self.out, flush=True)
+    return line
 
 
 def default_workdir() -> Path:
