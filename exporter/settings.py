@@ -112,10 +112,13 @@ class NvmlSettings:
     source: str = "auto"
     """auto (pynvml where a driver is present, else none), none, pynvml, or sim:URL (the
     simulated cluster's fake NVML for that node)."""
-    poll_seconds: float = 5.0
+    poll_seconds: float = 1.0
     """Readings poll period. Status age in node mode grows from the last reachable
-    reading, so this bounds how fresh a healthy device can look (5 s << the 30 s DRA
-    health timeout)."""
+    reading, so this bounds how fresh a healthy device can look (1 s << the 30 s DRA
+    health timeout). It also delays faults only NVML sees (uncorrectable ECC, a row-remap
+    failure) by up to one period on top of the alerting pipeline's floor: at 5 s their median
+    detection missed floor + 2 s, at 1 s every kind met it (docs/latency.md). A poll is a
+    handful of NVML reads per device."""
 
     def __post_init__(self) -> None:
         try:
