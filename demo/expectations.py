@@ -57,6 +57,8 @@ _MAX_LIST = 10_000
 """Items in one list: far above any fleet a demo runs, low enough that a bad file fails fast."""
 _MAX_LATENCY = 30 * 86400.0
 _QUARANTINE = "quarantine"
+_ACTS = frozenset({Kind.PHASE, Kind.ENFORCED, Kind.MIGRATION})
+"""Entries that say the responder acted on a device itself."""
 """`what` of ENFORCED and LIFTED entries for the quarantine taint or annotation."""
 
 _Path = tuple[str | int, ...]
@@ -615,16 +617,14 @@ def _untouched(view: _View, spot: NodeOrDevice) -> list[str]:
         return [f"untouched {spot.label}: no such device in the run's fleet"]
     problems: list[str] = []
     for uuid in uuids:
-        acts = [
-            e
-            for e in view.entries
-            if e.device == uuid and e.kind in (Kind.PHASE, Kind.ENFORCED, Kind.MIGRATION)
-        ] + view.evictions(uuid)
+        # The device itself acted on: a record, an exclusion, a migration of its work. A pod
+        # evicted because a sibling device of its job failed is the job's move, not this
+        # device's (`evictions:` counts every eviction).
+        acts = [e for e in view.entries if e.device == uuid and e.kind in _ACTS]
         if acts:
-            first = min(acts, key=lambda e: e.at)
             problems.append(
-                f"untouched {view.journal.label(uuid)}: acted on at t+{first.at:.0f}s "
-                f"({first.kind.value} {first.what}) and {len(acts) - 1} more"
+                f"untouched {view.journal.label(uuid)}: acted on at t+{acts[0].at:.0f}s "
+                f"({acts[0].kind.value} {acts[0].what}) and {len(acts) - 1} more"
             )
     return problems
 

@@ -483,9 +483,12 @@ def test_untouched_devices_and_nodes() -> None:
     assert failures("untouched: [{node: gpu-dra-0}]", j) == [
         "untouched gpu-dra-0/gpu-3: acted on at t+85s (phase Pending) and 2 more"
     ]
+    # A pod evicted with its job (a sibling device failed) does not make the device acted on.
     j.record(50, Kind.EVICTION, "ns/p", "gpu-dra-1", uuid("gpu-dra-1", 1))
+    assert failures("untouched: [{node: gpu-dra-1, gpu: 1}]", j) == []
+    j.record(60, Kind.MIGRATION, "unrecoverable", "gpu-dra-1", uuid("gpu-dra-1", 1), job="ns/p")
     assert failures("untouched: [{node: gpu-dra-1, gpu: 1}]", j) == [
-        "untouched gpu-dra-1/gpu-1: acted on at t+50s (eviction ns/p) and 0 more"
+        "untouched gpu-dra-1/gpu-1: acted on at t+60s (migration unrecoverable) and 0 more"
     ]
 
 
