@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from gpuhealth.clock import ManualClock
 from demo.expectations import parse
+from gpuhealth.clock import ManualClock
 from simulator.apiserver.store import Store
 from simulator.fleet import DeviceHealthChanged, Fleet, FleetEvent
 from simulator.fleet.objects import gpu_uuid
