@@ -638,7 +638,7 @@ def _released(view: _View, spot: NodeOrDevice) -> list[str]:
     walked = _subsequence(phases, RELEASE_WALK)
     problems: list[str] = []
     if walked < len(RELEASE_WALK):
-        shown = " -> ".join(phases) or "no record"
+        shown = _sequence(phases) or "no record"
         problems.append(f"did not walk {WALK}: stopped before {RELEASE_WALK[walked]} ({shown})")
     released_at = next((e.at for e in reversed(view.of(Kind.PHASE, uuid, "Released"))), math.inf)
     for check_kind in ("probe", "canary"):
@@ -649,6 +649,15 @@ def _released(view: _View, spot: NodeOrDevice) -> list[str]:
     if marks and marks[-1].kind == Kind.ENFORCED:
         problems.append(f"still excluded at the end ({marks[-1].what} since t+{marks[-1].at:.0f}s)")
     return [f"released {spot.label}: {p}" for p in problems]
+
+
+def _sequence(phases: list[str], keep: int = 4) -> str:
+    """`phases` as an arrow chain, the middle left out when long (a device probed 400 times
+    must not make a 400-phase line)."""
+    if len(phases) <= 2 * keep + 1:
+        return " -> ".join(phases)
+    left_out = len(phases) - 2 * keep
+    return " -> ".join([*phases[:keep], f"({left_out} more)", *phases[-keep:]])
 
 
 def _subsequence(seen: list[str], wanted: tuple[str, ...]) -> int:

@@ -619,3 +619,16 @@ def test_devices_the_journal_does_not_know_fail_rather_than_pass() -> None:
 def test_check_reads_the_scenario_section() -> None:
     scenario = from_dict({**FLEET, "expect": {"breaker": "tripped", "nodeActions": 0}})
     assert check(scenario, journal()) == ["breaker: expected to trip, never did"]
+
+
+def test_a_long_walk_is_shown_shortened() -> None:
+    j = journal()
+    quarantine(j, "gpu-dp-0", 1, at=30)
+    for i in range(200):
+        j.record(100 + i, Kind.PHASE, "Probing", "gpu-dp-0", uuid("gpu-dp-0", 1))
+        j.record(100.5 + i, Kind.PHASE, "Quarantined", "gpu-dp-0", uuid("gpu-dp-0", 1))
+    (line, *_) = failures("released: [{node: gpu-dp-0, gpu: 1}]", j)
+    assert line.endswith(
+        "stopped before Canary (Pending -> Quarantined -> Probing -> Quarantined -> (394 more) -> "
+        "Probing -> Quarantined -> Probing -> Quarantined)"
+    )
