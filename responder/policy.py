@@ -264,6 +264,19 @@ def _quarantined(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
         repaired = replace(record, status=replace(record.status, enforced=_enforcement(record, ctx)))
         return Step(repaired, (_enforce(record, ctx),), recheck_seconds=0.0)
     if not _firing(record):
+        retry_at = _seconds(record.spec.expires_at) if record.status.last_check.endswith("-failed") else None
+        if retry_at is not None and ctx.now < retry_at:
+            # The last probe or canary failed and extended the quarantine with backoff: the next
+            # attempt waits for it. Retrying at once would start a check Job per pass for as long
+            # as the device keeps failing it (hundreds a minute), and release a flaky device
+            # as soon as one check happens to pass.
+            return _wait(
+                record,
+                ctx,
+                "ReleaseBackoff",
+                f"the last release attempt failed: the next one waits until {record.spec.expires_at}",
+                recheck=retry_at - ctx.now,
+            )
         attempt = record.status.attempt + 1
         probing = _move(
             record, ctx, Phase.PROBING, f"source alerts resolved: release attempt {attempt} probes"

@@ -33,7 +33,7 @@ from demo.expectations import (
     parse,
 )
 from demo.journal import Device, Journal, Kind
-from simulator.scenario import ScenarioError, from_dict
+from simulator.scenario import ScenarioError, from_dict, parse_text
 
 SOURCE = "scenarios/x.yaml"
 
@@ -275,6 +275,27 @@ def test_arbitrary_data_is_parsed_or_refused_never_crashes(raw: Any) -> None:
             parse(raw, SOURCE, nodes=nodes)
         except ExpectationError as exc:
             assert str(exc).startswith(f"{SOURCE}: expect")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.text(
+        alphabet=st.sampled_from(list("{}[]:,- \n'\"#&*!|>0123456789.abgmsnodepuqrtlxy")), max_size=80
+    )
+)
+def test_arbitrary_yaml_text_in_a_scenario_file_is_parsed_or_refused(text: str) -> None:
+    # The section as a user writes it: inside a scenario file, read by the simulator's parser.
+    document = "fleet: [{name: gpu-dra, count: 2, gpusPerNode: 4, path: dra}]\nexpect:\n" + "\n".join(
+        "  " + line for line in text.splitlines()
+    )
+    try:
+        scenario = parse_text(document, SOURCE)
+    except ScenarioError:
+        return  # not YAML, or not a mapping: the simulator's own refusal, with a line number
+    try:
+        check(scenario, journal())
+    except ExpectationError as exc:
+        assert str(exc).startswith(f"{SOURCE}: expect")
 
 
 VALID: dict[str, Any] = yaml.safe_load(FULL)
