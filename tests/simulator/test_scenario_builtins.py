@@ -86,7 +86,7 @@ async def test_node_partition_lease_stops_and_pods_keep_a_stale_healthy() -> Non
     assert renew_time("gpu-dra-0") > frozen
     assert fleet.gpu("gpu-dra-1", 2).reported == "Unhealthy"
     assert health_of(store, "gpu-dra-1", 2) == {"Healthy"}
-    await fleet.advance(120)  # t=205: healed at 200 s
+    await fleet.advance(240)  # t=325: healed at 320 s (a 5-minute partition from 20 s)
     assert renew_time("gpu-dra-1") > frozen
     assert health_of(store, "gpu-dra-1", 2) == {"Unhealthy"}
 
