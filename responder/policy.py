@@ -223,7 +223,7 @@ def _pending(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
             deferred = _move(
                 record, ctx, Phase.DEFERRED, "circuit breaker open: deferred", reason="BreakerOpen"
             )
-            return Step(deferred, (*saved, notice))
+            return Step(deferred, (*saved, *_stray(view), notice))
         wait = ctx.bucket.wait_seconds(ctx.now)
         if wait > 0:
             return _wait(
@@ -240,7 +240,8 @@ def _pending(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
 
 def _deferred(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
     if ctx.breaker.tripped:
-        return Step(record)  # a person's reset (with --backlog) decides what happens to the backlog
+        # A person's reset (with --backlog) decides what happens to the backlog.
+        return Step(record, _stray(view))
     # Re-evaluated against the device's current health, never replayed blindly: only a device
     # that still fails now (Unhealthy, or Unknown not older than the age limit) is admitted.
     age = ctx.now - (_seconds(record.status.phase_since) or ctx.now)
@@ -378,6 +379,16 @@ def _abandon(record: Quarantine, ctx: Context) -> Step:
         replace(moved, status=replace(moved.status, enforced="")),
         (Notify("QuarantineAbandoned", message, warning=True),),
     )
+
+
+def _stray(view: DeviceView) -> tuple[Effect, ...]:
+    """Remove an enforcement a deferred device must not have.
+
+    An admission whose enforcement was applied but whose record write then lost a conflict is
+    decided again on the next pass; if the breaker has tripped meanwhile, the device is
+    deferred and its exclusion, left from the lost attempt, would outlive the decision.
+    """
+    return (Unenforce(),) if view.enforcement_present else ()
 
 
 def _wait(record: Quarantine, ctx: Context, reason: str, message: str, recheck: float | None = None) -> Step:

@@ -345,3 +345,18 @@ def test_ramp_uses_the_canary_taint() -> None:
 def test_settings_refuse_nonsense(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         PolicySettings(**bad)  # type: ignore[arg-type]
+
+
+def test_a_deferred_device_loses_an_enforcement_left_by_a_lost_admission() -> None:
+    # The admission enforced, then its record write lost a conflict; the breaker tripped before
+    # the next pass decided again: the device is deferred, and the stray exclusion removed.
+    pending = opened()
+    stray = DeviceView(Health.UNHEALTHY, enforcement_present=True)
+    deferred = step(pending, stray, ctx(NOW, tripped=True))
+    assert deferred.record.status.phase == Phase.DEFERRED
+    assert Unenforce() in deferred.effects
+    still = step(deferred.record, stray, ctx(NOW + 30, tripped=True))
+    assert still.record.status.phase == Phase.DEFERRED and still.effects == (Unenforce(),)
+    # Without a stray enforcement, deferring touches nothing in the cluster.
+    clean = step(pending, DeviceView(Health.UNHEALTHY), ctx(NOW, tripped=True))
+    assert not [e for e in clean.effects if isinstance(e, Unenforce | Enforce)]
