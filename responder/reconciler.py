@@ -148,6 +148,10 @@ class ReconcilerSettings:
     max_recheck_seconds: float = 30.0
     """Longest sleep between passes: bounds how late an unwatched change (health, a Job's
     status, a node's label) is acted on."""
+    migration_recheck_seconds: float = 5.0
+    """Longest sleep while a record has a migration in flight: its steps (a checkpoint
+    committed, evicted pods gone) change pods, not records, so no watch wakes the pass; the
+    migration's own waits are 5 to 10 s, and a move must not stall for the 30 s cap each."""
     page_size: int = 500
     """Records per list page."""
     watch_timeout_seconds: int = 60
@@ -443,6 +447,10 @@ class Reconciler:
             and view.enforcement_present
         ):
             after = self._migrate(after, state.now)
+        recheck = decided.recheck_seconds
+        if any(not m.outcome.finished for m in after.status.migrations):
+            limit = self.settings.migration_recheck_seconds
+            recheck = limit if recheck is None else min(recheck, limit)
         written = self._write(obj, record, after, fence)
         # Notices only once the record is stored: a failed write is decided again next pass,
         # its notice with it, and an Event per attempt would tell of one failure twice.
@@ -462,7 +470,7 @@ class Reconciler:
             if phase == Phase.DEFERRED:
                 outcome = "dismissed"
             self.metrics.releases.labels(outcome).inc()
-        return ("written" if written else "unchanged"), after, decided.recheck_seconds
+        return ("written" if written else "unchanged"), after, recheck
 
     def _observe(self, record: Quarantine, snapshot: HealthSnapshot, state: _PassState) -> DeviceView:
         phase = record.status.phase

@@ -44,7 +44,7 @@ from responder.reconciler import (
     quarantine_starts,
 )
 from responder.recorder import QUARANTINES
-from responder.records import Phase, Quarantine, from_object, to_object
+from responder.records import Migration, Phase, Quarantine, from_object, to_object
 from tests.responder.test_intake import alert
 
 NOW = 1_800_000_000.0
@@ -426,6 +426,23 @@ def test_the_migrate_hook_sees_only_enforced_quarantine_records() -> None:
     assert seen == [moved]
     assert h.client.record(moved).status.history[-1].actor == "migrator"
     assert h.phase(restricted) == Phase.QUARANTINED
+
+
+def test_a_migration_in_flight_brings_the_next_pass_closer() -> None:
+    # Its steps change pods, not records: no watch wakes the pass, the recheck must.
+    def migrate(record: Quarantine, now: float) -> Quarantine:
+        return record.with_migrations([Migration("research", "Job/train", "uid-1", "key-1")])
+
+    def nothing_to_move(record: Quarantine, now: float) -> Quarantine:
+        return record
+
+    waits = []
+    for hook in (nothing_to_move, migrate):
+        h = Harness(migrate=hook)
+        h.add("GPU-q")
+        h.reconciler.reconcile_once()  # enforced; the hook is not called yet
+        waits.append(h.reconciler.reconcile_once().next_seconds)  # the hook's pass
+    assert waits == [SETTINGS.max_recheck_seconds, SETTINGS.migration_recheck_seconds]
 
 
 async def test_the_loop_stops_when_fenced_and_acts_no_more() -> None:
