@@ -138,6 +138,10 @@ class WatchBackoff:
     jitter: float = 0.2
 
 
+MIGRATION_RECHECK_SECONDS = 5.0
+"""Longest sleep between passes while a record has a migration in flight."""
+
+
 @dataclass(frozen=True, slots=True)
 class ReconcilerSettings:
     policy: PolicySettings = field(default_factory=PolicySettings)
@@ -148,10 +152,6 @@ class ReconcilerSettings:
     max_recheck_seconds: float = 30.0
     """Longest sleep between passes: bounds how late an unwatched change (health, a Job's
     status, a node's label) is acted on."""
-    migration_recheck_seconds: float = 5.0
-    """Longest sleep while a record has a migration in flight: its steps (a checkpoint
-    committed, evicted pods gone) change pods, not records, so no watch wakes the pass; the
-    migration's own waits are 5 to 10 s, and a move must not stall for the 30 s cap each."""
     page_size: int = 500
     """Records per list page."""
     watch_timeout_seconds: int = 60
@@ -449,8 +449,9 @@ class Reconciler:
             after = self._migrate(after, state.now)
         recheck = decided.recheck_seconds
         if any(not m.outcome.finished for m in after.status.migrations):
-            limit = self.settings.migration_recheck_seconds
-            recheck = limit if recheck is None else min(recheck, limit)
+            # A move waits on pods (checkpoint commits, terminations) the reconciler does not
+            # watch: look again soon rather than at the policy's next deadline.
+            recheck = min(recheck if recheck is not None else math.inf, MIGRATION_RECHECK_SECONDS)
         written = self._write(obj, record, after, fence)
         # Notices only once the record is stored: a failed write is decided again next pass,
         # its notice with it, and an Event per attempt would tell of one failure twice.

@@ -1,33 +1,86 @@
-"""Safety verdicts of a run: which automated actions a scenario's faults warrant.
+"""The safety verdict of a run, judged over its journal (demo.safety).
 
-Aspects covered: confirmed failures (fatal XID, GPU lost, uncorrectable ECC) warrant
-quarantine; an Unknown warrants restrict only when it lasts the whole tolerance window (as
-played: a recover cuts it short, overlapping faults make one spell);
-an application XID, a short Unknown and an unreachable node warrant nothing, so an action
-on them is a violation; an action on a device the scenario never touched is a violation;
-warranted actions that never came are listed as missed, not as violations; every action a
-delivery asks for is judged, not only the ones the responder knows; an action seen before
-its fault (or before the tolerance window ran) is a violation.
+Aspects covered: which actions a scenario's faults warrant (confirmed failures: quarantine;
+an Unknown: restrict only when it lasts the whole tolerance window as played, a recover
+cutting it short, overlapping faults making one spell; an application XID, a short Unknown
+and an unreachable node: nothing). Over a journal: a clean story passes and lists what was
+acted on; each invariant broken alone is one violation naming it (an action or record without
+a warrant or before it, an eviction or migration for Unknown or for nothing, a node-wide
+action, a second rule or record for a device, a pod evicted twice, a migration finished twice,
+a release without a passed probe or canary, a warranted quarantine missing, the breaker sending
+a release back); a fixed-topology job's pods on healthy devices may be evicted by a quarantine's
+migration; a warrant too late in the run, or under a tripped breaker, is missed, not violated.
+Properties: a release is a violation exactly when a passed probe or canary is missing since the
+record was last quarantined; an eviction is a violation exactly when no quarantine (not a
+restrict) held one of the pod's devices and no quarantine migrated its job.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
-from demo.safety import Action, judge, requested_actions, warranted_from, warrants
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from demo.journal import Device, Journal, Kind
+from demo.safety import judge, warrants
 from simulator.fleet.objects import gpu_uuid
 from simulator.scenario import resolve
 
 SCENARIO = resolve(Path(__file__).with_name("safety-scenario.yaml"))
 FATAL = (48, 79)
 TOLERANCE = 300.0
-UUIDS = {
-    (node, i): gpu_uuid(node, i) for node, group in SCENARIO.nodes.items() for i in range(group.gpus_per_node)
-}
+GRACE = 120.0
 
 
-def act(alertname: str, action: str, node: str, gpu: int) -> Action:
-    return Action(alertname, action, node, UUIDS[(node, gpu)])
+def uuid(node: str, gpu: int) -> str:
+    return gpu_uuid(node, gpu)
+
+
+QUARANTINED = uuid("gpu-dp-0", 0)  # the fatal XID at 10 s
+RESTRICTED = uuid("gpu-dra-0", 1)  # the 8-minute Unknown from 20 s: restrict from 320 s
+SHORT = uuid("gpu-dra-0", 0)  # the 60-second Unknown
+APP_XID = uuid("gpu-dp-0", 1)
+
+
+def journal(ended_at: float = 500.0) -> Journal:
+    devices = {
+        uuid(node, i): Device(uuid(node, i), node, i, group.path)
+        for node, group in SCENARIO.nodes.items()
+        for i in range(group.gpus_per_node)
+    }
+    return Journal("demo-safety", "", 10.0, devices, ended_at=ended_at)
+
+
+def story(j: Journal, *, checks: tuple[str, ...] = ("probe", "canary")) -> Journal:
+    """The clean run: quarantine, migration, release through every phase; restrict, no eviction."""
+    q, r = "rec-q", "rec-r"
+    j.record(80, Kind.DELIVERY, "responder", "gpu-dp-0", QUARANTINED, status="firing", action="quarantine")
+    j.record(81, Kind.PHASE, "Pending", "gpu-dp-0", QUARANTINED, record=q, action="quarantine")
+    j.record(81, Kind.ENFORCED, "quarantine", "gpu-dp-0", QUARANTINED, annotation="a")
+    j.record(81, Kind.PHASE, "Quarantined", "gpu-dp-0", QUARANTINED, record=q, action="quarantine")
+    j.record(100, Kind.EVICTION, "ns/serve-1", "gpu-dp-0", QUARANTINED, job="ns/serve", devices=QUARANTINED)
+    j.record(101, Kind.MIGRATION, "succeeded", "gpu-dp-0", QUARANTINED, record=q, job="ns/serve")
+    j.record(200, Kind.PHASE, "Probing", "gpu-dp-0", QUARANTINED, record=q, action="quarantine")
+    if "probe" in checks:
+        j.record(210, Kind.CHECK, "probe", "gpu-dp-0", QUARANTINED, record=q, result="passed")
+    j.record(220, Kind.PHASE, "Canary", "gpu-dp-0", QUARANTINED, record=q, action="quarantine")
+    if "canary" in checks:
+        j.record(230, Kind.CHECK, "canary", "gpu-dp-0", QUARANTINED, record=q, result="passed")
+    for at, phase in ((240, "Stabilizing"), (300, "Ramp"), (360, "Released")):
+        j.record(at, Kind.PHASE, phase, "gpu-dp-0", QUARANTINED, record=q, action="quarantine")
+    j.record(360, Kind.LIFTED, "quarantine", "gpu-dp-0", QUARANTINED, annotation="a")
+    j.record(330, Kind.DELIVERY, "responder", "gpu-dra-0", RESTRICTED, status="firing", action="restrict")
+    j.record(331, Kind.PHASE, "Pending", "gpu-dra-0", RESTRICTED, record=r, action="restrict")
+    j.record(331, Kind.ENFORCED, "quarantine", "gpu-dra-0", RESTRICTED, rule="rule-r")
+    j.record(331, Kind.PHASE, "Quarantined", "gpu-dra-0", RESTRICTED, record=r, action="restrict")
+    return j
+
+
+def verdict(j: Journal):  # type: ignore[no-untyped-def]
+    return judge(j, SCENARIO, fatal_xids=FATAL, tolerance=TOLERANCE, grace=GRACE)
 
 
 def test_faults_warrant_quarantine_for_failures_and_restrict_only_for_long_unknowns() -> None:
@@ -35,65 +88,10 @@ def test_faults_warrant_quarantine_for_failures_and_restrict_only_for_long_unkno
         ("gpu-dp-0", 0): {"quarantine"},
         ("gpu-dra-0", 1): {"restrict"},
     }
-
-
-def test_warranted_actions_pass_and_duplicates_are_fine() -> None:
-    verdict = judge(
-        SCENARIO,
-        [
-            act("GPUDeviceUnhealthy", "quarantine", "gpu-dp-0", 0),
-            act("GPUDeviceFatalXid", "quarantine", "gpu-dp-0", 0),
-            act("GPUDeviceUnknownExpired", "restrict", "gpu-dra-0", 1),
-            act("GPUDeviceUnknownExpired", "restrict", "gpu-dra-0", 1),
-        ],
-        UUIDS,
-        fatal_xids=FATAL,
-        tolerance=TOLERANCE,
-    )
-    assert verdict.violations == ()
-    assert verdict.missed == ()
-    assert ("gpu-dra-0/gpu-1", "restrict", "GPUDeviceUnknownExpired") in verdict.acted
-
-
-def test_acting_on_a_short_unknown_an_application_xid_or_an_unreachable_node_is_a_violation() -> None:
-    verdict = judge(
-        SCENARIO,
-        [
-            act("GPUDeviceUnknownExpired", "restrict", "gpu-dra-0", 0),
-            act("GPUDeviceUnhealthy", "quarantine", "gpu-dp-0", 1),
-            act("GPUDeviceUnknownExpired", "restrict", "gpu-dra-1", 0),
-            act("GPUDeviceUnknownExpired", "quarantine", "gpu-dra-0", 1),
-        ],
-        UUIDS,
-        fatal_xids=FATAL,
-        tolerance=TOLERANCE,
-    )
-    assert len(verdict.violations) == 4
-    assert "restrict gpu-dra-0/gpu-0" in verdict.violations[0] and "no fault on it" in verdict.violations[0]
-    assert (
-        "quarantine gpu-dra-0/gpu-1" in verdict.violations[3] and "warrant restrict" in verdict.violations[3]
-    )
-    assert verdict.missed == (("gpu-dp-0/gpu-0", "quarantine"), ("gpu-dra-0/gpu-1", "restrict"))
-
-
-def test_an_action_on_an_unknown_device_is_a_violation() -> None:
-    verdict = judge(
-        SCENARIO,
-        [Action("GPUDeviceUnhealthy", "quarantine", "gpu-dp-0", "GPU-not-in-this-fleet")],
-        UUIDS,
-        fatal_xids=FATAL,
-        tolerance=TOLERANCE,
-    )
-    assert verdict.violations and "GPU-not-in-this-fleet" in verdict.violations[0]
-
-
-def test_a_longer_tolerance_takes_the_warrant_away() -> None:
     assert ("gpu-dra-0", 1) not in warrants(SCENARIO, fatal_xids=FATAL, tolerance=600.0)
 
 
 def test_an_unknown_cut_short_by_a_recover_warrants_nothing_and_overlaps_add_up() -> None:
-    # A fault's duration alone overstated these: an 8-minute Unknown recovered after 30 s,
-    # and a broken stream without a duration recovered after a minute, each passed a restrict.
     scenario = resolve(
         {
             "name": "spells",
@@ -125,94 +123,182 @@ def test_an_unknown_cut_short_by_a_recover_warrants_nothing_and_overlaps_add_up(
     )
     # gpu-1 stayed Unknown from 0 s to 350 s: two faults, one spell past the tolerance.
     assert warrants(scenario, fatal_xids=FATAL, tolerance=TOLERANCE) == {("gpu-dra-0", 1): {"restrict"}}
-    uuids = {(n, i): gpu_uuid(n, i) for n in ("gpu-dra-0", "gpu-dra-1") for i in range(2)}
-    verdict = judge(
-        scenario,
-        [
-            Action("GPUDeviceUnknownExpired", "restrict", "gpu-dra-0", uuids[("gpu-dra-0", 0)]),
-            Action("GPUDeviceUnknownExpired", "restrict", "gpu-dra-1", uuids[("gpu-dra-1", 0)]),
-        ],
-        uuids,
-        fatal_xids=FATAL,
-        tolerance=TOLERANCE,
+
+
+def test_a_clean_story_passes_and_says_what_was_acted_on() -> None:
+    result = verdict(story(journal()))
+    assert result.violations == () and result.ok
+    assert result.acted == (("gpu-dp-0/gpu-0", "quarantine"), ("gpu-dra-0/gpu-1", "restrict"))
+    assert result.missed == ()
+
+
+Mutation = Callable[[Journal], object]
+
+BROKEN: list[tuple[str, Mutation, str]] = [
+    (
+        "an eviction for Unknown",
+        lambda j: j.record(
+            340, Kind.EVICTION, "lab/nb-0", "gpu-dra-0", RESTRICTED, job="lab/nb", devices=RESTRICTED
+        ),
+        "evicted for an Unknown (restrict)",
+    ),
+    (
+        "an eviction for nothing",
+        lambda j: j.record(90, Kind.EVICTION, "lab/x-0", "gpu-dra-0", SHORT, job="lab/x", devices=SHORT),
+        "evicted for no quarantine",
+    ),
+    (
+        "a migration for Unknown",
+        lambda j: j.record(
+            340, Kind.MIGRATION, "succeeded", "gpu-dra-0", RESTRICTED, record="rec-r", job="lab/nb"
+        ),
+        "for an Unknown (restrict)",
+    ),
+    (
+        "a node-wide action",
+        lambda j: j.record(90, Kind.NODE_ACTION, "cordon", "gpu-dp-0", key="x"),
+        "node-wide cordon",
+    ),
+    (
+        "a second rule for a device",
+        lambda j: j.record(335, Kind.ENFORCED, "quarantine", "gpu-dra-0", RESTRICTED, rule="rule-r2"),
+        "a second DeviceTaintRule rule-r2",
+    ),
+    (
+        "a second record for a device",
+        lambda j: j.record(
+            332, Kind.PHASE, "Pending", "gpu-dra-0", RESTRICTED, record="rec-r2", action="restrict"
+        ),
+        "a second record rec-r2",
+    ),
+    (
+        "a pod evicted twice",
+        lambda j: j.record(105, Kind.EVICTION, "ns/serve-1", "gpu-dp-0", QUARANTINED, job="ns/serve"),
+        "evicted a second time",
+    ),
+    (
+        "a migration finished twice",
+        lambda j: j.record(
+            150, Kind.MIGRATION, "succeeded", "gpu-dp-0", QUARANTINED, record="rec-q", job="ns/serve"
+        ),
+        "finished twice",
+    ),
+    (
+        "a record the faults do not warrant",
+        lambda j: j.record(
+            90, Kind.PHASE, "Pending", "gpu-dp-0", APP_XID, record="rec-x", action="quarantine"
+        ),
+        "record rec-x would quarantine gpu-dp-0/gpu-1, but no fault on it",
+    ),
+    (
+        "a restrict before the tolerance ran",
+        lambda j: j.record(
+            100, Kind.PHASE, "Pending", "gpu-dra-0", RESTRICTED, record="rec-early", action="restrict"
+        ),
+        "nothing warranted it yet",
+    ),
+    (
+        "a quarantine where only restrict is warranted",
+        lambda j: j.record(
+            340, Kind.DELIVERY, "responder", "gpu-dra-0", RESTRICTED, status="firing", action="quarantine"
+        ),
+        "its faults warrant restrict",
+    ),
+    (
+        "an enforcement without a warrant",
+        lambda j: j.record(90, Kind.ENFORCED, "quarantine", "gpu-dra-0", SHORT, rule="rule-s"),
+        "gpu-dra-0/gpu-0 was quarantined, but no fault warranted it",
+    ),
+    (
+        "the breaker sending a release back",
+        lambda j: (
+            j.record(225, Kind.BREAKER, "tripped", trigger="rate"),
+            j.record(226, Kind.PHASE, "Deferred", "gpu-dp-0", QUARANTINED, record="rec-q", why="BreakerOpen"),
+        ),
+        "the breaker sent gpu-dp-0/gpu-0's release back",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "mutate", "message"), BROKEN, ids=[b[0] for b in BROKEN])
+def test_each_broken_invariant_is_one_violation_naming_it(case: str, mutate: Mutation, message: str) -> None:
+    j = story(journal())
+    mutate(j)
+    violations = verdict(j).violations
+    assert len(violations) >= 1 and any(message in v for v in violations), (case, violations)
+
+
+def test_a_release_without_its_canary_and_a_missing_warranted_quarantine_are_violations() -> None:
+    result = verdict(story(journal(), checks=("probe",)))
+    assert result.violations == ("t+360s gpu-dp-0/gpu-0 released without a passed canary",)
+    missing = journal()
+    missing.record(0, Kind.NOTE, "nothing happened")
+    result = verdict(missing)
+    assert any(
+        "gpu-dp-0/gpu-0: quarantine warranted from t+10s, but no record by t+130s" in v
+        for v in result.violations
     )
-    assert len(verdict.violations) == 2
+    assert any("gpu-dra-0/gpu-1: restrict warranted" in v for v in result.violations)
 
 
-def test_any_action_a_delivery_asks_for_is_judged_not_only_the_known_ones() -> None:
-    # Only quarantine and restrict were collected: an alert asking the responder to evict
-    # pods passed the verdict unseen.
-    uuid = UUIDS[("gpu-dp-0", 0)]
-    body = {
-        "alerts": [
-            {
-                "status": "firing",
-                "labels": {"alertname": "A", "action": "quarantine", "node": "gpu-dp-0", "device": uuid},
-            },
-            {
-                "status": "firing",
-                "labels": {"alertname": "B", "action": "evict-pods", "node": "gpu-dp-0", "device": uuid},
-            },
-            {"status": "firing", "labels": {"alertname": "C", "action": "none", "node": "gpu-dp-0"}},
-            {"status": "resolved", "labels": {"alertname": "D", "action": "quarantine", "node": "gpu-dp-0"}},
-            "not an alert",
-        ]
-    }
-    actions = requested_actions(body)
-    assert [a.alertname for a in actions] == ["A", "B"]
-    verdict = judge(SCENARIO, actions, UUIDS, fatal_xids=FATAL, tolerance=TOLERANCE)
-    assert len(verdict.violations) == 1 and "B asked to evict-pods gpu-dp-0/gpu-0" in verdict.violations[0]
-    assert requested_actions([1, 2]) == [] and requested_actions({"alerts": 3}) == []
+def test_warrants_too_late_in_the_run_or_under_a_tripped_breaker_are_missed_not_violated() -> None:
+    short = journal(ended_at=400.0)  # the restrict is warranted from 320 s, grace 120 s: too late
+    short.record(50, Kind.PHASE, "Pending", "gpu-dp-0", QUARANTINED, record="q", action="quarantine")
+    result = verdict(short)
+    assert result.violations == () and result.missed == (("gpu-dra-0/gpu-1", "restrict"),)
+    tripped = journal()
+    tripped.record(5, Kind.BREAKER, "tripped", trigger="capacity")
+    assert verdict(tripped).violations == ()
+    assert len(verdict(tripped).missed) == 2
 
 
-def test_an_action_seen_before_its_fault_or_window_is_a_violation() -> None:
-    # Without times, a quarantine before the XID or a restrict inside the tolerance window
-    # passed as long as the device had a warrant at some point of the run.
-    assert warranted_from(SCENARIO, fatal_xids=FATAL, tolerance=TOLERANCE) == {
-        (("gpu-dp-0", 0), "quarantine"): 10.0,
-        (("gpu-dra-0", 1), "restrict"): 20.0 + TOLERANCE,
-    }
-    dp, dra = UUIDS[("gpu-dp-0", 0)], UUIDS[("gpu-dra-0", 1)]
-    early = [
-        Action("GPUDeviceUnhealthy", "quarantine", "gpu-dp-0", dp, seen_at=5.0),
-        Action("GPUDeviceUnknownExpired", "restrict", "gpu-dra-0", dra, seen_at=100.0),
-    ]
-    verdict = judge(SCENARIO, early, UUIDS, fatal_xids=FATAL, tolerance=TOLERANCE)
-    assert len(verdict.violations) == 2
-    assert "by t+5s, before anything warranted it (from t+10s)" in verdict.violations[0]
-    in_time = [
-        Action("GPUDeviceUnhealthy", "quarantine", "gpu-dp-0", dp, seen_at=12.0),
-        Action("GPUDeviceUnknownExpired", "restrict", "gpu-dra-0", dra, seen_at=330.0),
-    ]
-    assert judge(SCENARIO, in_time, UUIDS, fatal_xids=FATAL, tolerance=TOLERANCE).violations == ()
+def test_a_fixed_topology_jobs_pods_on_healthy_devices_move_with_it() -> None:
+    j = story(journal())
+    healthy = uuid("gpu-dp-0", 1)
+    j.record(100, Kind.EVICTION, "ns/serve-2", "gpu-dp-0", healthy, job="ns/serve", devices=healthy)
+    assert verdict(j).violations == ()
 
 
-def test_an_unhealthy_that_clears_before_the_alerts_for_is_not_expected_to_cause_an_action() -> None:
-    scenario = resolve(
-        {
-            "name": "blips",
-            "fleet": [{"name": "gpu-dp", "count": 1, "gpusPerNode": 2, "path": "device-plugin"}],
-            "timeline": [
-                {
-                    "at": "0s",
-                    "fault": "device-unhealthy",
-                    "device": {"node": "gpu-dp-0", "gpu": 0},
-                    "duration": "20s",
-                },
-                {
-                    "at": "0s",
-                    "fault": "device-unhealthy",
-                    "device": {"node": "gpu-dp-0", "gpu": 1},
-                    "duration": "5m",
-                },
-            ],
-        }
+@given(
+    probe=st.sampled_from(["passed", "failed", None]),
+    canary=st.sampled_from(["passed", "failed", None]),
+    earlier=st.booleans(),
+)
+def test_a_release_is_a_violation_exactly_when_a_check_is_missing(
+    probe: str | None, canary: str | None, earlier: bool
+) -> None:
+    j = story(journal(), checks=())
+    if earlier:
+        # Checks that passed in an earlier attempt do not count after a new quarantine.
+        j.record(150, Kind.CHECK, "probe", "gpu-dp-0", QUARANTINED, record="rec-q", result="passed")
+        j.record(151, Kind.CHECK, "canary", "gpu-dp-0", QUARANTINED, record="rec-q", result="passed")
+        j.record(152, Kind.PHASE, "Quarantined", "gpu-dp-0", QUARANTINED, record="rec-q", action="quarantine")
+    if probe:
+        j.record(210, Kind.CHECK, "probe", "gpu-dp-0", QUARANTINED, record="rec-q", result=probe)
+    if canary:
+        j.record(230, Kind.CHECK, "canary", "gpu-dp-0", QUARANTINED, record="rec-q", result=canary)
+    released_badly = [v for v in verdict(j).violations if "released without" in v]
+    assert bool(released_badly) == (probe != "passed" or canary != "passed")
+
+
+@given(
+    evictions=st.lists(
+        st.tuples(
+            st.sampled_from([QUARANTINED, RESTRICTED, SHORT, APP_XID]),
+            st.floats(min_value=0, max_value=499),
+            st.sampled_from(["ns/serve", "lab/nb", "ns/other"]),
+        ),
+        max_size=6,
     )
-    uuids = {("gpu-dp-0", i): gpu_uuid("gpu-dp-0", i) for i in range(2)}
-    verdict = judge(scenario, [], uuids, fatal_xids=FATAL, tolerance=TOLERANCE, unhealthy_for=60.0)
-    # Quarantining the 20 s blip would still be allowed; only the 5-minute failure is expected.
-    assert verdict.missed == (("gpu-dp-0/gpu-1", "quarantine"),)
-    assert judge(scenario, [], uuids, fatal_xids=FATAL, tolerance=TOLERANCE).missed == (
-        ("gpu-dp-0/gpu-0", "quarantine"),
-        ("gpu-dp-0/gpu-1", "quarantine"),
-    )
+)
+def test_an_eviction_is_a_violation_exactly_when_no_quarantine_covers_it(
+    evictions: list[tuple[str, float, str]],
+) -> None:
+    j = story(journal())
+    expected = 0
+    for i, (device, at, job) in enumerate(evictions):
+        j.record(at, Kind.EVICTION, f"pod-{i}", "n", device, job=job, devices=device)
+        held = device == QUARANTINED and 81 <= at < 360
+        moved = job == "ns/serve"  # the quarantine's migration moved this job
+        expected += not (held or moved)
+    assert sum("evicted for" in v for v in verdict(j).violations) == expected

@@ -37,6 +37,7 @@ from responder.intake import IntakeSettings, Write, decide, rfc3339
 from responder.limits import BucketSettings
 from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult, Enforce, Health, PolicySettings
 from responder.reconciler import (
+    MIGRATION_RECHECK_SECONDS,
     OPT_OUT_LABEL,
     Reconciler,
     ReconcilerSettings,
@@ -428,21 +429,22 @@ def test_the_migrate_hook_sees_only_enforced_quarantine_records() -> None:
     assert h.phase(restricted) == Phase.QUARANTINED
 
 
-def test_a_migration_in_flight_brings_the_next_pass_closer() -> None:
-    # Its steps change pods, not records: no watch wakes the pass, the recheck must.
+def test_a_migration_in_flight_is_looked_at_again_soon() -> None:
+    # The move waits on pods the reconciler does not watch (commits, terminations): without a
+    # short recheck it advanced only at the 30-second cap or when another record changed.
     def migrate(record: Quarantine, now: float) -> Quarantine:
-        return record.with_migrations([Migration("research", "Job/train", "uid-1", "key-1")])
+        waiting = Migration("ns", "Job/train", "job-uid", "key", detail="waiting for 1 checkpoint(s)")
+        return record.with_migrations([waiting])
 
-    def nothing_to_move(record: Quarantine, now: float) -> Quarantine:
-        return record
-
-    waits = []
-    for hook in (nothing_to_move, migrate):
-        h = Harness(migrate=hook)
-        h.add("GPU-q")
-        h.reconciler.reconcile_once()  # enforced; the hook is not called yet
-        waits.append(h.reconciler.reconcile_once().next_seconds)  # the hook's pass
-    assert waits == [SETTINGS.max_recheck_seconds, SETTINGS.migration_recheck_seconds]
+    h = Harness(migrate=migrate)
+    h.add("GPU-q")
+    h.reconciler.reconcile_once()  # enforced: the policy looks again at once
+    report = h.reconciler.reconcile_once()
+    assert report.next_seconds == MIGRATION_RECHECK_SECONDS
+    finished = Harness(migrate=lambda r, now: r)
+    finished.add("GPU-q")
+    finished.reconciler.reconcile_once()
+    assert finished.reconciler.reconcile_once().next_seconds > MIGRATION_RECHECK_SECONDS
 
 
 async def test_the_loop_stops_when_fenced_and_acts_no_more() -> None:

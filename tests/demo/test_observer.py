@@ -1,0 +1,252 @@
+"""What the demo's observer journals from each observation (demo.observer), with plain objects.
+
+Aspects: a record journals its first phase and each phase change once (repeated updates in one
+phase add nothing), and each migration outcome once; a gpuhealth DeviceTaintRule is ENFORCED
+(by its taint's meaning), its taint turning canary is LIFTED quarantine + ENFORCED canary, its
+deletion LIFTED; a rule gpuhealth does not own is ignored; the node annotation's devices are
+diffed into ENFORCED/LIFTED; a cordon or a gpuhealth node taint is a NODE_ACTION (other taints
+are not); a check Job is journalled once when it finishes, with its record's device; only the
+responder's Events on pods are tenant events; a re-placed pod of an evicted job is noted with
+its devices; the leader Lease and the breaker's state changes are journalled once each;
+Prometheus' alerts are diffed into firing and resolved; a delivery journals each alert with
+its device resolved from the DRA labels.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from demo.journal import Device, Journal, Kind
+from demo.observer import (
+    CONFIG_MAPS,
+    EVENTS,
+    JOBS,
+    LEASES,
+    NODES,
+    PODS,
+    QUARANTINES,
+    RULES,
+    Observer,
+)
+from responder.records import Phase as P
+from responder.records import Quarantine, QuarantineSpec, QuarantineStatus, to_object
+from simulator.fleet.objects import gpu_uuid
+
+NODE = "gpu-dra-0"
+UUID = gpu_uuid(NODE, 3)
+OTHER = gpu_uuid(NODE, 1)
+
+
+def observer() -> Observer:
+    devices = {gpu_uuid(NODE, i): Device(gpu_uuid(NODE, i), NODE, i, "dra") for i in range(4)}
+    return Observer(Journal("t", "", 10.0, devices))
+
+
+def kinds(o: Observer) -> list[tuple[str, str]]:
+    return [(e.kind.value, e.what) for e in o.journal.entries]
+
+
+def record(phase: P, **status: Any) -> dict[str, Any]:
+    spec = QuarantineSpec(
+        node=NODE,
+        device=UUID,
+        path="dra",
+        reason="Unhealthy",
+        actor="alert/GPUDeviceUnhealthy",
+        expires_at="2026-12-01T00:00:00Z",
+        uuid=UUID,
+        driver="gpu.nvidia.com",
+        pool=NODE,
+        device_name="gpu-3",
+    )
+    obj: dict[str, Any] = to_object(
+        Quarantine("rec", spec, QuarantineStatus(phase=phase, **status), uid="u1", resource_version="1")
+    )
+    return obj
+
+
+def rule(taint: str, owned: bool = True) -> dict[str, Any]:
+    owners = [{"kind": "DeviceQuarantine", "name": "rec"}] if owned else []
+    return {
+        "metadata": {"name": "rec", "ownerReferences": owners},
+        "spec": {
+            "deviceSelector": {"driver": "gpu.nvidia.com", "pool": NODE, "device": "gpu-3"},
+            "taint": {"key": taint, "value": "Unhealthy", "effect": "NoSchedule"},
+        },
+    }
+
+
+def test_records_phases_and_migrations_are_journalled_once_each() -> None:
+    from responder.records import Migration, MigrationOutcome
+
+    o = observer()
+    o.change(1, QUARANTINES, "ADDED", record(P.PENDING))
+    o.change(2, QUARANTINES, "MODIFIED", record(P.QUARANTINED))
+    o.change(3, QUARANTINES, "MODIFIED", record(P.QUARANTINED))
+    waiting = Migration("research", "Job/train", "j1", "k")
+    o.change(4, QUARANTINES, "MODIFIED", record(P.QUARANTINED, migrations=(waiting,)))
+    done = Migration("research", "Job/train", "j1", "k", outcome=MigrationOutcome.SUCCEEDED, evictions=("t",))
+    o.change(5, QUARANTINES, "MODIFIED", record(P.QUARANTINED, migrations=(done,)))
+    o.change(6, QUARANTINES, "MODIFIED", record(P.PROBING, migrations=(done,)))
+    assert kinds(o) == [
+        ("phase", "Pending"),
+        ("phase", "Quarantined"),
+        ("migration", "succeeded"),
+        ("phase", "Probing"),
+    ]
+    migration = o.journal.entries[2]
+    assert migration.device == UUID and migration.detail["job"] == "research/train"
+    assert (
+        o.journal.entries[0].detail["record"] == "rec"
+        and o.journal.entries[0].detail["action"] == "quarantine"
+    )
+
+
+def test_rules_annotations_and_node_wide_actions() -> None:
+    o = observer()
+    o.change(1, RULES, "ADDED", rule("gpuhealth.io/quarantine", owned=False))
+    o.change(2, RULES, "ADDED", rule("gpuhealth.io/quarantine"))
+    o.change(3, RULES, "MODIFIED", rule("gpuhealth.io/quarantine"))
+    o.change(4, RULES, "MODIFIED", rule("gpuhealth.io/canary"))
+    o.change(5, RULES, "DELETED", rule("gpuhealth.io/canary"))
+    assert kinds(o) == [
+        ("enforced", "quarantine"),
+        ("lifted", "quarantine"),
+        ("enforced", "canary"),
+        ("lifted", "canary"),
+    ]
+    assert {e.device for e in o.journal.entries} == {UUID}
+    n = observer()
+
+    def node(devices: list[str], *, cordon: bool = False, taints: tuple[str, ...] = ()) -> dict[str, Any]:
+        return {
+            "metadata": {
+                "name": NODE,
+                "annotations": {"gpuhealth.io/quarantined-devices": json.dumps(devices)},
+            },
+            "spec": {"unschedulable": cordon, "taints": [{"key": t, "effect": "NoSchedule"} for t in taints]},
+        }
+
+    n.change(1, NODES, "ADDED", node([]))
+    n.change(2, NODES, "MODIFIED", node([UUID]))
+    n.change(3, NODES, "MODIFIED", node([UUID, OTHER], taints=("node.kubernetes.io/unreachable",)))
+    n.change(4, NODES, "MODIFIED", node([OTHER], cordon=True, taints=("gpuhealth.io/quarantine",)))
+    assert kinds(n) == [
+        ("enforced", "quarantine"),
+        ("enforced", "quarantine"),
+        ("lifted", "quarantine"),
+        ("node-action", "cordon"),
+        ("node-action", "taint"),
+    ]
+    assert [e.device for e in n.journal.entries[:3]] == [UUID, OTHER, UUID]
+
+
+def test_checks_tenant_events_and_re_placed_pods() -> None:
+    o = observer()
+    o.change(1, QUARANTINES, "ADDED", record(P.PROBING))
+
+    def job(status: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "metadata": {
+                "name": "rec-probe-1",
+                "labels": {"gpuhealth.io/check": "probe", "gpuhealth.io/record": "rec"},
+                "annotations": {"gpuhealth.io/attempt": "1"},
+            },
+            "status": status,
+        }
+
+    o.change(2, JOBS, "ADDED", job({}))
+    o.change(3, JOBS, "MODIFIED", job({"succeeded": 1}))
+    o.change(4, JOBS, "MODIFIED", job({"succeeded": 1}))
+    [check] = [e for e in o.journal.entries if e.kind is Kind.CHECK]
+    assert (check.what, check.device, check.detail["result"], check.detail["attempt"]) == (
+        "probe",
+        UUID,
+        "passed",
+        "1",
+    )
+
+    def pod(name: str, phase: str) -> dict[str, Any]:
+        labels = {"job-name": "train"}
+        return {
+            "metadata": {"name": name, "namespace": "research", "labels": labels},
+            "spec": {"nodeName": NODE},
+            "status": {"phase": phase},
+        }
+
+    o.change(5, PODS, "ADDED", pod("train-0", "Running"), [UUID])
+    o.evicted(6, "research/train-0", NODE, [UUID], "research/train")
+    o.change(7, PODS, "ADDED", pod("train-1", "Pending"))
+    o.change(8, PODS, "MODIFIED", pod("train-1", "Running"), [OTHER])
+    o.change(9, PODS, "MODIFIED", pod("train-1", "Running"), [OTHER])
+    placed = [e for e in o.journal.entries if e.what == "placed"]
+    assert len(placed) == 1 and placed[0].detail["devices"] == OTHER and placed[0].at == 8
+
+    def event(component: str, kind: str = "Pod") -> dict[str, Any]:
+        return {
+            "metadata": {"name": f"e-{component}", "namespace": "research"},
+            "involvedObject": {"kind": kind, "name": "train-1", "namespace": "research"},
+            "reason": "WorkUnrecoverable",
+            "message": "no checkpoint",
+            "reportingComponent": component,
+        }
+
+    o.change(10, EVENTS, "ADDED", event("gpuhealth-responder"))
+    o.change(11, EVENTS, "MODIFIED", event("gpuhealth-responder"))
+    o.change(12, EVENTS, "ADDED", event("default-scheduler"))
+    o.change(
+        13,
+        EVENTS,
+        "ADDED",
+        event("gpuhealth-responder", kind="DeviceQuarantine") | {"metadata": {"name": "x"}},
+    )
+    [tenant] = [e for e in o.journal.entries if e.kind is Kind.TENANT_EVENT]
+    assert (
+        tenant.what == "WorkUnrecoverable"
+        and tenant.detail["pod"] == "research/train-1"
+        and tenant.device == OTHER
+    )
+
+
+def test_leader_breaker_alerts_and_deliveries() -> None:
+    o = observer()
+    lease = {"metadata": {"name": "gpuhealth-responder"}, "spec": {"holderIdentity": "responder-0"}}
+    o.change(1, LEASES, "ADDED", lease)
+    o.change(2, LEASES, "MODIFIED", lease)
+    o.change(3, LEASES, "MODIFIED", {**lease, "spec": {"holderIdentity": "responder-1"}})
+    o.change(4, LEASES, "MODIFIED", {"metadata": {"name": "other"}, "spec": {"holderIdentity": "x"}})
+    assert o.leader == "responder-1"
+
+    def breaker(tripped: bool) -> dict[str, Any]:
+        history = [{"actor": "alice", "action": "reset"}]
+        data = {"state": json.dumps({"tripped": tripped, "trigger": "rate"}), "history": json.dumps(history)}
+        return {"metadata": {"name": "gpuhealth-breaker"}, "data": data}
+
+    o.change(5, CONFIG_MAPS, "ADDED", breaker(False))
+    o.change(6, CONFIG_MAPS, "MODIFIED", breaker(True))
+    o.change(7, CONFIG_MAPS, "MODIFIED", breaker(True))
+    o.change(8, CONFIG_MAPS, "MODIFIED", breaker(False))
+    labels = {"alertname": "GPUDeviceUnhealthy", "node": NODE, "device": "gpu.nvidia.com/gpu-dra-0/gpu-3"}
+    o.alerts(9, [{"labels": labels}])
+    o.alerts(10, [{"labels": labels}])
+    o.alerts(11, [])
+    body = {
+        "alerts": [
+            {"status": "firing", "labels": {**labels, "action": "quarantine"}, "fingerprint": "f"},
+            "x",
+        ]
+    }
+    o.delivery(12, "responder", body)
+    o.delivery(13, "responder", None)
+    assert kinds(o) == [
+        ("note", "leader"),
+        ("note", "leader"),
+        ("breaker", "tripped"),
+        ("breaker", "reset"),
+        ("alert-firing", "GPUDeviceUnhealthy"),
+        ("alert-resolved", "GPUDeviceUnhealthy"),
+        ("delivery", "responder"),
+    ]
+    assert o.journal.entries[4].device == UUID and o.journal.entries[-1].device == UUID
+    assert o.journal.entries[-1].detail["fingerprint"] == "f"

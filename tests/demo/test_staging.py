@@ -1,0 +1,176 @@
+"""How the demo stages a scenario (demo.staging, demo.pipeline.responder_document).
+
+Aspects: the `demo:` section's defaults and every field read; each bad field is refused with
+its path (unknown keys, ranges, a kill's process and times, a follower kill with one replica);
+kills come sorted by time. The responders' config: defaults with the scenario's overrides on
+top, durations divided by the speed and per-hour rates multiplied by it (property: scaling
+back gives the original within a millisecond, whole-number rates never get stricter), values
+that are neither pass through, and the result is what the responder's own loader accepts; a
+bad override is a StagingError naming `responder.<section>.<key>`; the shipped closed-loop
+scenario stages without error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from demo.pipeline import RESPONDER_CONFIG, responder_document
+from demo.staging import (
+    DEFAULT_SETTLE_SECONDS,
+    DURATION_KEYS,
+    Kill,
+    Staging,
+    StagingError,
+    merged,
+    scaled_document,
+    staging,
+)
+from gpuhealth.durations import parse_duration
+from simulator.scenario import resolve
+
+DEFAULTS = yaml.safe_load(RESPONDER_CONFIG.read_text())
+
+
+def test_defaults_and_every_field() -> None:
+    assert staging(None) == Staging()
+    assert staging({}) == Staging(responders=2, alertmanagers=1, speed=None, settle=DEFAULT_SETTLE_SECONDS)
+    stage = staging(
+        {
+            "responders": 3,
+            "alertmanagers": 2,
+            "speed": 30,
+            "settle": "1m30s",
+            "kills": [
+                {"at": "5m", "process": "alertmanager"},
+                {"at": "2m30s", "process": "responder-leader", "restart": "30s"},
+            ],
+        }
+    )
+    assert stage == Staging(
+        3,
+        2,
+        30.0,
+        90.0,
+        (Kill(150.0, "responder-leader", 30.0), Kill(300.0, "alertmanager", None)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ("three", "demo: expected a mapping"),
+        ({"replicas": 2}, "demo.replicas: unknown field"),
+        ({"responders": 0}, "demo.responders: expected a whole number from 1 to 5"),
+        ({"responders": True}, "demo.responders: expected a whole number"),
+        ({"alertmanagers": 3}, "demo.alertmanagers: expected a whole number from 1 to 2"),
+        ({"speed": 0}, "demo.speed: expected a number above 0"),
+        ({"speed": float("inf")}, "demo.speed: expected a number above 0"),
+        ({"settle": 30}, "demo.settle: write a unit"),
+        ({"settle": "soon"}, "demo.settle:"),
+        ({"kills": {"at": "1m"}}, "demo.kills: expected a list"),
+        ({"kills": ["exporter"]}, "demo.kills[0]: expected a mapping"),
+        ({"kills": [{"process": "exporter"}]}, "demo.kills[0].at: required"),
+        ({"kills": [{"at": "1m"}]}, "demo.kills[0].process: required"),
+        ({"kills": [{"at": "1m", "process": "prometheus"}]}, "demo.kills[0].process: expected one of"),
+        ({"kills": [{"at": "1m", "process": "exporter", "when": 1}]}, "demo.kills[0].when: unknown field"),
+        ({"kills": [{"at": "1m", "process": "exporter", "restart": "0s"}]}, "demo.kills[0].restart:"),
+        (
+            {"responders": 1, "kills": [{"at": "1m", "process": "responder-follower"}]},
+            "demo.kills[0].process: a responder-follower needs demo.responders of 2",
+        ),
+    ],
+)
+def test_a_bad_demo_section_names_the_field(section: Any, message: str) -> None:
+    with pytest.raises(StagingError) as error:
+        staging(section)
+    assert str(error.value).startswith(message), str(error.value)
+
+
+def test_overrides_go_on_top_of_the_defaults_section_by_section() -> None:
+    doc = merged(DEFAULTS, {"policy": {"stability": "2m"}, "intake": {"expiry": "1h"}})
+    assert doc["policy"]["stability"] == "2m"
+    assert doc["policy"]["ramp"] == DEFAULTS["policy"]["ramp"]  # the rest of the section kept
+    assert doc["intake"] == {"expiry": "1h"}
+    assert DEFAULTS["policy"]["stability"] == "30m"  # the defaults themselves untouched
+    with pytest.raises(StagingError, match=r"responder\.kind: set by the demo"):
+        merged(DEFAULTS, {"kind": "Other"})
+    with pytest.raises(StagingError, match="responder: expected a mapping"):
+        merged(DEFAULTS, ["policy"])  # type: ignore[arg-type]
+
+
+def test_scaling_divides_durations_and_multiplies_rates() -> None:
+    doc = scaled_document(DEFAULTS, 20)
+    assert doc["policy"]["stability"] == "1m30s"  # 30m / 20
+    assert doc["policy"]["probeTimeout"] == "30s"
+    assert doc["migration"]["leaseMargin"] == "3s"
+    assert doc["newQuarantines"]["perHour"] == 2400.0
+    assert doc["migration"]["nodePerHour"] == 80
+    assert doc["migration"]["namespaceEvictionsPerHour"] == 400
+    # Neither durations nor rates: untouched.
+    assert doc["breaker"]["rateFraction"] == DEFAULTS["breaker"]["rateFraction"]
+    assert doc["newQuarantines"]["burst"] == DEFAULTS["newQuarantines"]["burst"]
+    assert doc["checks"] == DEFAULTS["checks"]
+    with pytest.raises(StagingError, match="speed: expected a number above 0"):
+        scaled_document(DEFAULTS, 0)
+    with pytest.raises(StagingError, match=r"responder.policy.ramp: .*unit"):
+        scaled_document({"policy": {"ramp": 60}}, 2)
+
+
+@given(
+    seconds=st.floats(min_value=1.0, max_value=30 * 86400.0),
+    speed=st.floats(min_value=0.5, max_value=200.0),
+    per_hour=st.integers(min_value=1, max_value=10_000),
+)
+def test_scaling_round_trips_and_never_makes_a_whole_rate_stricter(
+    seconds: float, speed: float, per_hour: int
+) -> None:
+    doc = {"policy": {"stability": f"{seconds}s"}, "migration": {"nodePerHour": per_hour}}
+    scaled = scaled_document(doc, speed)
+    back = parse_duration(scaled["policy"]["stability"]) * speed
+    assert back == pytest.approx(seconds, abs=0.001 * speed + 1e-9)
+    assert scaled["migration"]["nodePerHour"] >= per_hour * speed
+    assert scaled["migration"]["nodePerHour"] < per_hour * speed + 1
+
+
+def test_every_duration_key_is_one_the_responder_reads() -> None:
+    for section, key in DURATION_KEYS:
+        assert key in DEFAULTS[section], (section, key)
+
+
+def test_the_responder_document_is_what_the_responder_loads(tmp_path: Path) -> None:
+    scenario = resolve("closed-loop")
+    doc = responder_document(scenario, 10)
+    assert doc["policy"]["stability"] == "12s"  # the scenario's 2m at 10x
+    assert doc["policy"]["ramp"] == "6s"
+    assert doc["policy"]["maxBackoff"] == "16h48m"  # a default, scaled too
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"policy": {"stabilty": "1m"}}, "responder.policy.stabilty: unknown key"),
+        ({"policy": {"stability": "-"}}, "responder.policy.stability:"),
+        ({"breaker": {"rateFraction": 2}}, "responder.breaker.rateFraction:"),
+        ({"migration": "fast"}, "responder.migration: expected a mapping"),
+        ({"policy": {"backoff": "10d"}}, "policy.backoff"),  # above maxBackoff: the settings' own check
+    ],
+)
+def test_a_bad_responder_override_is_a_staging_error_naming_the_field(
+    overrides: dict[str, Any], message: str
+) -> None:
+    scenario = resolve(
+        {
+            "name": "bad",
+            "fleet": [{"name": "n", "count": 1, "gpusPerNode": 1, "path": "dra"}],
+            "responder": overrides,
+        }
+    )
+    with pytest.raises(StagingError) as error:
+        responder_document(scenario, 10)
+    assert message in str(error.value), str(error.value)
