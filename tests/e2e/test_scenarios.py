@@ -9,10 +9,10 @@ safety invariant (`demo.safety`) and meets every expectation its file states
 the run does not meet comes back as a failure line, not a pass.
 
 `closed-loop`, the default scenario, runs in tests/demo/test_demo_run.py through `gpuhealth
-demo`, whose exit status includes its expectations. `fleet-10k` is the cluster-mode scale path: its expectations are checked by `gpuhealth demo
---scenario fleet-10k` on a large machine, not here (10,000 simulated nodes do not fit the
-suite's budget on two cores). Every other built-in runs at 20x, a few minutes of simulated time
-each, so the file stays within a third of the suite's 20-minute budget.
+demo`, whose exit status includes its expectations. `fleet-10k` is the cluster-mode scale
+path: its expectations are checked by `gpuhealth demo --scenario fleet-10k` on a large
+machine, not here (10,000 simulated nodes do not fit the suite's budget on two cores). Every
+other built-in runs at 20x, a few minutes of simulated time each.
 """
 
 from __future__ import annotations
