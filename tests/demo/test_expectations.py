@@ -382,6 +382,12 @@ def quarantine(
     j.record(at + enforced_after, Kind.ENFORCED, "quarantine", node, d, **how)
 
 
+def recorded_only(j: Journal, node: str, gpu: int, **how: str) -> None:
+    """A quarantine (FatalXid) and its enforcement `how`, with no fault journalled before it."""
+    j.record(30, Kind.PHASE, "Quarantined", node, uuid(node, gpu), reason="FatalXid")
+    j.record(30, Kind.ENFORCED, "quarantine", node, uuid(node, gpu), **how)
+
+
 def release(j: Journal, node: str, gpu: int, *, at: float, phases: tuple[str, ...] | None = None) -> None:
     d = uuid(node, gpu)
     walk = phases or ("Probing", "Canary", "Stabilizing", "Ramp", "Released")
@@ -433,9 +439,7 @@ def test_a_quarantine_with_another_reason_or_path_fails() -> None:
         "phases seen: Pending, Quarantined (reasons: Unhealthy)"
     ]
     j2 = journal()
-    d = uuid("gpu-dra-0", 3)
-    j2.record(30, Kind.PHASE, "Quarantined", "gpu-dra-0", d, reason="FatalXid")
-    j2.record(30, Kind.ENFORCED, "quarantine", "gpu-dra-0", d, annotation="x")
+    recorded_only(j2, "gpu-dra-0", 3, annotation="x")
     assert failures("quarantined: [{node: gpu-dra-0, gpu: 3, path: dra}]", j2) == [
         "quarantined gpu-dra-0/gpu-3 (path dra): enforced through annotation, not the dra path's rule"
     ]
@@ -487,9 +491,7 @@ def test_detection_latency_is_bounded_from_the_first_fault_with_the_resolution_a
 
 def test_a_quarantine_without_a_fault_has_no_latency_to_meet() -> None:
     j = journal()
-    d = uuid("gpu-dra-0", 3)
-    j.record(30, Kind.PHASE, "Quarantined", "gpu-dra-0", d, reason="FatalXid")
-    j.record(30, Kind.ENFORCED, "quarantine", "gpu-dra-0", d, rule="r")
+    recorded_only(j, "gpu-dra-0", 3, rule="r")
     assert failures("quarantined: [{node: gpu-dra-0, gpu: 3, within: 1m}]", j) == [
         "quarantined gpu-dra-0/gpu-3: enforced with no fault recorded on the device"
     ]
