@@ -51,6 +51,7 @@ from demo.journal import Device, Entry, Journal, Kind
 from demo.observer import PODS, WATCHED, Observer
 from demo.safety import Verdict, judge
 from demo.staging import Kill, Staging, StagingError
+from exporter.settings import NvmlSettings
 from gpuhealth import fields
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
@@ -439,7 +440,7 @@ def run_demo(
         out.write(f"starting {mode} and {stage.responders} responder replicas (enforcing) ...\n")
         out.flush()
         for node, port in exporter_ports.items():
-            process = _exporter(cluster, node, port, workdir)
+            process = _exporter(cluster, node, port, workdir, settings.speed)
             processes[process.name] = process
             process.start()
         responder_urls = []
@@ -633,7 +634,22 @@ def _alertmanagers(count: int, config: Path, workdir: Path) -> list[Process]:
     return out
 
 
-def _exporter(cluster: ClusterHandle, node: str, port: int, workdir: Path) -> Process:
+NVML_POLL_SIMULATED_SECONDS = 10.0
+"""How often, in simulated seconds, a node-mode exporter reads the simulator's NVML."""
+
+
+def nvml_poll_seconds(speed: float) -> float:
+    """The exporters' `--nvml-poll-seconds` (wall) at `speed`.
+
+    A node-mode device's status age grows from its last NVML reading. At the default 5 s a
+    20x run reads 100 simulated seconds apart, next to the rules' 2-minute heartbeat limit, and
+    30x is past it: healthy devices flicker stale, count as Unknown, and three flickers make
+    GPUDeviceUnknownFlapping restrict devices nothing is wrong with.
+    """
+    return min(NvmlSettings.poll_seconds, NVML_POLL_SIMULATED_SECONDS / speed)
+
+
+def _exporter(cluster: ClusterHandle, node: str, port: int, workdir: Path, speed: float) -> Process:
     name = node or "cluster"
     argv = [
         sys.executable, "-m", "gpuhealth", "--log-level", "WARNING", "exporter",
@@ -642,6 +658,7 @@ def _exporter(cluster: ClusterHandle, node: str, port: int, workdir: Path) -> Pr
     ]  # fmt: skip
     if node:
         argv += ["--node", node, "--nvml", f"sim:{cluster.url}"]
+        argv += ["--nvml-poll-seconds", f"{nvml_poll_seconds(speed):g}"]
     return Process(
         f"exporter-{name}", argv, workdir / f"exporter-{name}.log", f"http://127.0.0.1:{port}/readyz"
     )
