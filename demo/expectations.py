@@ -24,8 +24,7 @@ from demo.journal import Entry, Journal, Kind
 from simulator.model import DEVICE_PLUGIN, DRA, NodeGroup, Scenario
 
 # One reader for the scenario grammar: the simulator's parser checks its own sections with it.
-from simulator.scenario import ScenarioError, format_path
-from simulator.scenario import _Reader as FieldReader
+from simulator.scenario import FieldReader, ScenarioError, format_path
 
 __all__ = [
     "AlertExpectation",
