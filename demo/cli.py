@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from demo.expectations import parse as parse_expectations
 from demo.floors import alert_floors
 from demo.journal import Entry, Journal
 from demo.pipeline import (
@@ -74,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         scenario = resolve(args.scenario)
         stage = staging(scenario.demo)
+        # A misspelt device in `expect:` fails here (exit 2), not after the whole run.
+        parse_expectations(scenario.expect, scenario.source, nodes=scenario.nodes)
     except ScenarioError as exc:
         raise UsageError(exc.message) from exc
     except StagingError as exc:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib
 import json
 import queue
 import signal
@@ -45,6 +44,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from demo import expectations
 from demo import staging as staging_module
 from demo.front import Hook, Request, WebhookFront, forward_once
 from demo.journal import Device, Entry, Journal, Kind, sorted_entries
@@ -52,6 +52,7 @@ from demo.observer import PODS, WATCHED, Observer
 from demo.progress import narrate, worth_a_line
 from demo.safety import Verdict, judge
 from demo.staging import Kill, Staging, StagingError
+from exporter.settings import NvmlSettings
 from gpuhealth import fields
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
@@ -316,11 +317,13 @@ def run_demo(
     `on_entry` is given (called with each journal entry as it is recorded, from this thread:
     the live progress view). `controls` carries the fault-injection seams (`Controls`).
     Writes `journal.json`, the rendered configs and every process's log into `workdir`.
-    Raises StagingError for a bad `demo:` or `responder:` section, LoopbackError when a part
-    cannot start or dies.
+    Raises StagingError for a bad `demo:` or `responder:` section, ExpectationError for a bad
+    `expect:` section (both before anything starts), LoopbackError when a part cannot start or
+    dies. `Outcome.expectation_failures` lists the expectations the run did not meet.
     """
     controls = controls or Controls()
     stage = staging_module.staging(scenario.demo)
+    expectations.parse(scenario.expect, scenario.source, nodes=scenario.nodes)
     document = responder_document(scenario, settings.speed)
     settle = settings.settle_seconds if settings.settle_seconds is not None else stage.settle
     lead_in = settings.lead_in_seconds * settings.speed
@@ -440,7 +443,7 @@ def run_demo(
         out.write(f"starting {mode} and {stage.responders} responder replicas (enforcing) ...\n")
         out.flush()
         for node, port in exporter_ports.items():
-            process = _exporter(cluster, node, port, workdir)
+            process = _exporter(cluster, node, port, workdir, settings.speed)
             processes[process.name] = process
             process.start()
         responder_urls = []
@@ -540,7 +543,7 @@ def run_demo(
         unhealthy_for=rules.device.unhealthy_for.seconds * settings.speed,
         grace=journal.floor_seconds + 20.0 * settings.speed,
     )
-    return Outcome(journal, verdict, _expectations(scenario, journal), workdir, journal_path)
+    return Outcome(journal, verdict, expectations.check(scenario, journal), workdir, journal_path)
 
 
 def _write_journal(journal: Journal, workdir: Path) -> Path:
@@ -549,17 +552,6 @@ def _write_journal(journal: Journal, workdir: Path) -> Path:
     path = workdir / "journal.json"
     path.write_text(json.dumps(journal.to_dict(), indent=1))
     return path
-
-
-def _expectations(scenario: Scenario, journal: Journal) -> list[str]:
-    # INTEGRATION POINT (scen helper): `demo.expectations.check(scenario, journal) -> list[str]`
-    # judges the scenario's `expect:` section. Until it is merged, a run checks none.
-    try:
-        expectations = importlib.import_module("demo.expectations")
-    except ModuleNotFoundError:
-        return []
-    failures: list[str] = expectations.check(scenario, journal)
-    return failures
 
 
 def _stamp(received_at: float, mono: float, now: float, speed: float) -> float:
@@ -652,7 +644,22 @@ def _alertmanagers(count: int, config: Path, workdir: Path) -> list[Process]:
     return out
 
 
-def _exporter(cluster: ClusterHandle, node: str, port: int, workdir: Path) -> Process:
+NVML_POLL_SIMULATED_SECONDS = 10.0
+"""How often, in simulated seconds, a node-mode exporter reads the simulator's NVML."""
+
+
+def nvml_poll_seconds(speed: float) -> float:
+    """The exporters' `--nvml-poll-seconds` (wall) at `speed`.
+
+    A node-mode device's status age grows from its last NVML reading. At a 5 s poll a
+    20x run reads 100 simulated seconds apart, next to the rules' 2-minute heartbeat limit, and
+    30x is past it: healthy devices flicker stale, count as Unknown, and three flickers make
+    GPUDeviceUnknownFlapping restrict devices nothing is wrong with.
+    """
+    return min(NvmlSettings.poll_seconds, NVML_POLL_SIMULATED_SECONDS / speed)
+
+
+def _exporter(cluster: ClusterHandle, node: str, port: int, workdir: Path, speed: float) -> Process:
     name = node or "cluster"
     argv = [
         sys.executable, "-m", "gpuhealth", "--log-level", "WARNING", "exporter",
@@ -661,6 +668,7 @@ def _exporter(cluster: ClusterHandle, node: str, port: int, workdir: Path) -> Pr
     ]  # fmt: skip
     if node:
         argv += ["--node", node, "--nvml", f"sim:{cluster.url}"]
+        argv += ["--nvml-poll-seconds", f"{nvml_poll_seconds(speed):g}"]
     return Process(
         f"exporter-{name}", argv, workdir / f"exporter-{name}.log", f"http://127.0.0.1:{port}/readyz"
     )

@@ -223,7 +223,7 @@ def _pending(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
             deferred = _move(
                 record, ctx, Phase.DEFERRED, "circuit breaker open: deferred", reason="BreakerOpen"
             )
-            return Step(deferred, (*saved, notice))
+            return Step(deferred, (*saved, *_stray(view), notice))
         wait = ctx.bucket.wait_seconds(ctx.now)
         if wait > 0:
             return _wait(
@@ -240,7 +240,8 @@ def _pending(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
 
 def _deferred(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
     if ctx.breaker.tripped:
-        return Step(record)  # a person's reset (with --backlog) decides what happens to the backlog
+        # A person's reset (with --backlog) decides what happens to the backlog.
+        return Step(record, _stray(view))
     # Re-evaluated against the device's current health, never replayed blindly: only a device
     # that still fails now (Unhealthy, or Unknown not older than the age limit) is admitted.
     age = ctx.now - (_seconds(record.status.phase_since) or ctx.now)
@@ -264,6 +265,19 @@ def _quarantined(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
         repaired = replace(record, status=replace(record.status, enforced=_enforcement(record, ctx)))
         return Step(repaired, (_enforce(record, ctx),), recheck_seconds=0.0)
     if not _firing(record):
+        retry_at = _seconds(record.spec.expires_at) if record.status.last_check.endswith("-failed") else None
+        if retry_at is not None and ctx.now < retry_at:
+            # The last probe or canary failed and extended the quarantine with backoff: the next
+            # attempt waits for it. Retrying at once would start a check Job per pass for as long
+            # as the device keeps failing it (hundreds a minute), and release a flaky device
+            # as soon as one check happens to pass.
+            return _wait(
+                record,
+                ctx,
+                "ReleaseBackoff",
+                f"the last release attempt failed: the next one waits until {record.spec.expires_at}",
+                recheck=retry_at - ctx.now,
+            )
         attempt = record.status.attempt + 1
         probing = _move(
             record, ctx, Phase.PROBING, f"source alerts resolved: release attempt {attempt} probes"
@@ -365,6 +379,16 @@ def _abandon(record: Quarantine, ctx: Context) -> Step:
         replace(moved, status=replace(moved.status, enforced="")),
         (Notify("QuarantineAbandoned", message, warning=True),),
     )
+
+
+def _stray(view: DeviceView) -> tuple[Effect, ...]:
+    """Remove an enforcement a deferred device must not have.
+
+    An admission whose enforcement was applied but whose record write then lost a conflict is
+    decided again on the next pass; if the breaker has tripped meanwhile, the device is
+    deferred and its exclusion, left from the lost attempt, would outlive the decision.
+    """
+    return (Unenforce(),) if view.enforcement_present else ()
 
 
 def _wait(record: Quarantine, ctx: Context, reason: str, message: str, recheck: float | None = None) -> Step:

@@ -489,9 +489,9 @@ class Reconciler:
         return DeviceView(
             health=device.health,
             healthy_since=device.healthy_since,
-            enforcement_present=(
-                phase not in (Phase.PENDING, Phase.DEFERRED) and self._enforcer.present(record)
-            ),
+            # Asked in every phase: a Pending or Deferred record may find an enforcement left
+            # by an admission whose record write was lost (policy removes it when deferring).
+            enforcement_present=self._enforcer.present(record),
             node_opted_out=phase == Phase.PENDING and self._opted_out(record.spec.node, state),
             probe=(
                 self._checks.result(record, "probe", attempt)

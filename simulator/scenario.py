@@ -42,6 +42,7 @@ __all__ = [
     "BUILTIN_DIR",
     "DeviceRef",
     "Fault",
+    "FieldReader",
     "NodeGroup",
     "Scenario",
     "ScenarioError",
@@ -164,8 +165,12 @@ def _build(
 # ---------------------------------------------------------------------------- field readers
 
 
-class _Reader:
-    """Typed field access that fails with the source, the line and the field path."""
+class FieldReader:
+    """Typed field access that fails with the source, the line and the field path.
+
+    Public for the parts that read the sections the simulator keeps for them (the demo's
+    `expect:` section, `demo.expectations`) in the same grammar; they override `fail`.
+    """
 
     def __init__(self, source: str, lines: Mapping[_Path, int]) -> None:
         self.source = source
@@ -322,7 +327,7 @@ _FAULT_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _settings(r: _Reader, raw: Any) -> Settings:
+def _settings(r: FieldReader, raw: Any) -> Settings:
     path: _Path = ("settings",)
     if raw is None:
         return Settings()
@@ -350,7 +355,7 @@ def _settings(r: _Reader, raw: Any) -> Settings:
     )
 
 
-def _node_group(r: _Reader, raw: Any, index: int) -> NodeGroup:
+def _node_group(r: FieldReader, raw: Any, index: int) -> NodeGroup:
     path: _Path = ("fleet", index)
     data = r.mapping(raw, path, _GROUP_KEYS)
     name = r.name(r.required(data, "name", path), (*path, "name"))
@@ -388,7 +393,7 @@ def _node_group(r: _Reader, raw: Any, index: int) -> NodeGroup:
     )
 
 
-def _workload(r: _Reader, raw: Any, index: int, groups: Mapping[str, NodeGroup]) -> Workload:
+def _workload(r: FieldReader, raw: Any, index: int, groups: Mapping[str, NodeGroup]) -> Workload:
     path: _Path = ("workloads", index)
     data = r.mapping(raw, path, _WORKLOAD_KEYS)
     name = r.name(r.required(data, "name", path), (*path, "name"), max_len=40)
@@ -436,7 +441,7 @@ def _workload(r: _Reader, raw: Any, index: int, groups: Mapping[str, NodeGroup])
 _CHECKPOINT_KEYS = ("mode", "commitAfter")
 
 
-def _checkpoint(r: _Reader, raw: Any, path: _Path) -> tuple[Any, float | None, bool]:
+def _checkpoint(r: FieldReader, raw: Any, path: _Path) -> tuple[Any, float | None, bool]:
     """`checkpoint: annotation | none`, or `{mode: ..., commitAfter: <duration> | never | fail}`.
 
     Returns (mode, seconds to commit or None for never, whether the agent fails instead).
@@ -461,7 +466,7 @@ def _checkpoint(r: _Reader, raw: Any, path: _Path) -> tuple[Any, float | None, b
     return mode, r.duration(commit, (*path, "commitAfter")), False
 
 
-def _device_ref(r: _Reader, raw: Any, path: _Path, nodes: Mapping[str, NodeGroup]) -> DeviceRef:
+def _device_ref(r: FieldReader, raw: Any, path: _Path, nodes: Mapping[str, NodeGroup]) -> DeviceRef:
     data = r.mapping(raw, path, ("node", "gpu"))
     node = r.string(r.required(data, "node", path), (*path, "node"))
     group = nodes.get(node)
@@ -476,7 +481,7 @@ def _device_ref(r: _Reader, raw: Any, path: _Path, nodes: Mapping[str, NodeGroup
 
 
 def parse_fault(
-    r: _Reader, raw: Any, path: _Path, nodes: Mapping[str, NodeGroup], *, default_at: float | None = None
+    r: FieldReader, raw: Any, path: _Path, nodes: Mapping[str, NodeGroup], *, default_at: float | None = None
 ) -> Fault:
     """One timeline entry; `default_at` is used when `at` is absent (faults injected at run time)."""
     if not isinstance(raw, dict):
@@ -524,7 +529,7 @@ def parse_fault(
 
 
 def _build_scenario(data_raw: Any, lines: Mapping[_Path, int], source: str, default_name: str) -> Scenario:
-    r = _Reader(source, lines)
+    r = FieldReader(source, lines)
     data = r.mapping(data_raw, (), _TOP_KEYS)
     name = r.string(data.get("name", default_name), ("name",), max_len=100)
     description = r.string(data.get("description", ""), ("description",), max_len=500)
@@ -575,7 +580,7 @@ def _build_scenario(data_raw: Any, lines: Mapping[_Path, int], source: str, defa
     return scenario
 
 
-def _check_placement(r: _Reader, scenario: Scenario) -> None:
+def _check_placement(r: FieldReader, scenario: Scenario) -> None:
     try:
         place_workloads(scenario)
     except PlacementError as exc:
@@ -648,10 +653,10 @@ def parse_fault_json(text: str | bytes, scenario: Scenario, *, now: float) -> Fa
         except UnicodeDecodeError:
             raise ScenarioError("<request>:1: not UTF-8 text") from None
     data, lines = _compose(text, "<request>")
-    r = _Reader("<request>", lines)
+    r = FieldReader("<request>", lines)
     return parse_fault(r, data, (), scenario.nodes, default_at=now)
 
 
 def fault_from_dict(data: Mapping[str, Any], scenario: Scenario, *, now: float) -> Fault:
-    r = _Reader("<fault>", {})
+    r = FieldReader("<fault>", {})
     return parse_fault(r, dict(data), (), scenario.nodes, default_at=now)

@@ -250,18 +250,36 @@ def test_the_whole_way_out() -> None:
 def test_a_failed_probe_quarantines_again_with_a_doubling_backoff() -> None:
     record = step(opened(), DeviceView(Health.UNHEALTHY), ctx(NOW)).record
     expiries = []
+    now = NOW
     for attempt in (1, 2):
-        probing = step(resolved(record, NOW), DeviceView(Health.HEALTHY, enforcement_present=True), ctx(NOW))
+        probing = step(resolved(record, NOW), DeviceView(Health.HEALTHY, enforcement_present=True), ctx(now))
         assert probing.record.status.attempt == attempt
         failed = step(
             probing.record,
             DeviceView(Health.HEALTHY, enforcement_present=True, probe=CheckResult.FAILED),
-            ctx(NOW),
+            ctx(now),
         )
         record = failed.record
         assert record.status.phase == Phase.QUARANTINED and record.status.last_check == "probe-failed"
         expiries.append(record.spec.expires_at)
-    assert expiries == [rfc3339(NOW + 300), rfc3339(NOW + 600)]
+        now = NOW + 300  # the next attempt, once the first backoff has run
+    assert expiries == [rfc3339(NOW + 300), rfc3339(NOW + 300 + 600)]
+
+
+def test_after_a_failed_check_the_next_attempt_waits_for_the_backoff() -> None:
+    # Retrying at once would start a check Job per pass while the device keeps failing it.
+    record = step(opened(), DeviceView(Health.UNHEALTHY), ctx(NOW)).record
+    healthy = DeviceView(Health.HEALTHY, enforcement_present=True)
+    probing = step(resolved(record, NOW), healthy, ctx(NOW)).record
+    failed = step(probing, replace(healthy, probe=CheckResult.FAILED), ctx(NOW + 10)).record
+    waiting = step(failed, healthy, ctx(NOW + 11))
+    assert waiting.record.status.phase == Phase.QUARANTINED
+    assert waiting.record.status.phase_reason == "ReleaseBackoff"
+    assert not [e for e in waiting.effects if isinstance(e, StartCheck)]
+    assert waiting.recheck_seconds == 300 - 1  # until the extended expiry (failed at +10, backoff 300)
+    again = step(waiting.record, healthy, ctx(NOW + 310))
+    assert again.record.status.phase == Phase.PROBING and again.record.status.attempt == 2
+    assert StartCheck("probe", 2) in again.effects
 
 
 def test_the_breaker_defers_automatic_quarantines_but_not_a_persons() -> None:
@@ -327,3 +345,18 @@ def test_ramp_uses_the_canary_taint() -> None:
 def test_settings_refuse_nonsense(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         PolicySettings(**bad)  # type: ignore[arg-type]
+
+
+def test_a_deferred_device_loses_an_enforcement_left_by_a_lost_admission() -> None:
+    # The admission enforced, then its record write lost a conflict; the breaker tripped before
+    # the next pass decided again: the device is deferred, and the stray exclusion removed.
+    pending = opened()
+    stray = DeviceView(Health.UNHEALTHY, enforcement_present=True)
+    deferred = step(pending, stray, ctx(NOW, tripped=True))
+    assert deferred.record.status.phase == Phase.DEFERRED
+    assert Unenforce() in deferred.effects
+    still = step(deferred.record, stray, ctx(NOW + 30, tripped=True))
+    assert still.record.status.phase == Phase.DEFERRED and still.effects == (Unenforce(),)
+    # Without a stray enforcement, deferring touches nothing in the cluster.
+    clean = step(pending, DeviceView(Health.UNHEALTHY), ctx(NOW, tripped=True))
+    assert not [e for e in clean.effects if isinstance(e, Unenforce | Enforce)]

@@ -3,7 +3,8 @@
 Aspects: every small built-in runs its whole timeline without a failing timer; in
 `xid-and-unknown` the short Unknown clears before a 5-minute tolerance while the long one
 outlasts it, and the application XID changes nothing; in `node-partition` the partitioned
-node's Lease stops and its pods keep a stale Healthy until the partition heals.
+node's Lease stops and its pods keep a stale Healthy until the partition heals; every
+built-in states its expected outcome (`expect:`) and the section is valid for its own fleet.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from demo.expectations import parse
 from gpuhealth.clock import ManualClock
 from simulator.apiserver.store import Store
 from simulator.fleet import DeviceHealthChanged, Fleet, FleetEvent
@@ -84,6 +86,14 @@ async def test_node_partition_lease_stops_and_pods_keep_a_stale_healthy() -> Non
     assert renew_time("gpu-dra-0") > frozen
     assert fleet.gpu("gpu-dra-1", 2).reported == "Unhealthy"
     assert health_of(store, "gpu-dra-1", 2) == {"Healthy"}
-    await fleet.advance(120)  # t=205: healed at 200 s
+    await fleet.advance(240)  # t=325: healed at 320 s (a 5-minute partition from 20 s)
     assert renew_time("gpu-dra-1") > frozen
     assert health_of(store, "gpu-dra-1", 2) == {"Unhealthy"}
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_builtin_states_a_valid_expected_outcome(name: str) -> None:
+    scenario = resolve(name)
+    # Checked against the fleet: a misspelt node or GPU fails here, not after a long run.
+    expectations = parse(scenario.expect, scenario.source, nodes=scenario.nodes)
+    assert not expectations.empty(), f"{name} has no expect: section"
