@@ -51,6 +51,7 @@ from demo.journal import Device, Entry, Journal, Kind, sorted_entries
 from demo.observer import PODS, WATCHED, Observer
 from demo.safety import Verdict, judge
 from demo.staging import Kill, Staging, StagingError
+from exporter.settings import NvmlSettings
 from gpuhealth import fields
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
@@ -439,7 +440,7 @@ def run_demo(
         out.write(f"starting {mode} and {stage.responders} responder replicas (enforcing) ...\n")
         out.flush()
         for node, port in exporter_ports.items():
-            process = _exporter(cluster, node, port, workdir)
+            process = _exporter(cluster, node, port, workdir, settings.speed)
             processes[process.name] = process
             process.start()
         responder_urls = []
@@ -651,7 +652,7 @@ def _alertmanagers(count: int, config: Path, workdir: Path) -> list[Process]:
     return out
 
 
-def _exporter(cluster: ClusterHandle, node: str, port: int, workdir: Path) -> Process:
+def _exporter(cluster: ClusterHandle, node: str, port: int, workdir: Path, speed: float) -> Process:
     name = node or "cluster"
     argv = [
         sys.executable, "-m", "gpuhealth", "--log-level", "WARNING", "exporter",
@@ -659,7 +660,10 @@ def _exporter(cluster: ClusterHandle, node: str, port: int, workdir: Path) -> Pr
         "--directory", str(workdir / f"directory-{name}.sqlite"),
     ]  # fmt: skip
     if node:
-        argv += ["--node", node, "--nvml", f"sim:{cluster.url}"]
+        # The NVML poll is the XID path's clock: scaled like every other duration, or an XID
+        # waits up to the shipped 5 s of wall time (50 simulated s at 10x) to be seen.
+        poll = NvmlSettings.poll_seconds / speed
+        argv += ["--node", node, "--nvml", f"sim:{cluster.url}", "--nvml-poll-seconds", f"{poll:g}"]
     return Process(
         f"exporter-{name}", argv, workdir / f"exporter-{name}.log", f"http://127.0.0.1:{port}/readyz"
     )
