@@ -291,6 +291,9 @@ def _quarantined(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
         )
     if expires is not None and ctx.now >= expires:
         return _extend(record, ctx, "expired while still failing")
+    if record.status.phase_reason == BACKING_OFF:
+        # An alert fired again: the device waits for its alerts now, not for the backoff.
+        record = _move(record, ctx, Phase.QUARANTINED, "an alert fired again while backing off")
     return Step(record, recheck_seconds=None if expires is None else max(0.0, expires - ctx.now))
 
 

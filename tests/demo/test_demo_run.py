@@ -5,12 +5,13 @@ Prometheus, Alertmanager and two enforcing responder replicas, and its journal t
 the fatal XID's device is quarantined by a DeviceTaintRule, the checkpointed job is evicted
 once and re-placed on healthy GPUs (migration succeeded), its fatal-XID alert fires within the
 pipeline's floor, its Unhealthy alert stays firing until the device recovers (its pods leaving is
-no recovery), and it walks probe, canary, stabilizing and ramp to released in one attempt; the long Unknown is restricted and nothing is evicted for it;
-the application XID and the short Unknown get no record; the command says how long it takes,
-exits 0 with the safety line and leaves journal.json. Bad input exits 2 with a clear message
-after `gpuhealth demo: error:` (a missing scenario, a speed the rules cannot follow, a bad
-`demo:` or `responder:` section naming the field); a speed that is not a finite positive number
-is argparse's usage error, and `DemoSettings` refuses such values itself.
+no recovery), and it walks probe, canary, stabilizing and ramp to released in one attempt;
+the long Unknown is restricted and nothing is evicted for it; the application XID and the
+short Unknown get no record; the command says how long it takes, exits 0 with the safety line
+and leaves journal.json. Bad input exits 2 with a clear message after `gpuhealth demo: error:`
+(a missing scenario, a speed the rules cannot follow, a bad `demo:` or `responder:` section
+naming the field); a speed that is not a finite positive number is argparse's usage error,
+and `DemoSettings` refuses such values itself.
 """
 
 from __future__ import annotations

@@ -282,6 +282,11 @@ def test_after_a_failure_the_next_attempt_waits_for_the_backoff_with_the_reason_
     assert waiting.record.status.attempt == 1
     assert not any(isinstance(e, StartCheck) for e in waiting.effects)
     assert waiting.recheck_seconds == pytest.approx(299)
+    # An alert firing again while it backs off: the reason says it waits for its alerts again.
+    refired = decide(waiting.record, alert(starts_at=NOW + 40), now=NOW + 40, settings=IntakeSettings())
+    assert isinstance(refired, Write)
+    firing = step(refired.record, healthy, ctx(NOW + 40)).record
+    assert (firing.status.phase, firing.status.phase_reason) == (Phase.QUARANTINED, "")
     retried = step(waiting.record, healthy, ctx(NOW + 330))
     assert (retried.record.status.phase, retried.record.status.attempt) == (Phase.PROBING, 2)
     assert retried.record.status.phase_reason == ""
