@@ -970,15 +970,23 @@ class DeviceStateStore:
     def _handed_back(self, key: DeviceKey) -> None:
         """Nobody holds the device any more: its ResourceSlice, else NVML, speaks for it from now on."""
         device = self._devices[key]
-        if device.driver:
-            sliced = self.identity.devices.get((device.driver, device.pool, device.device_name))
-            if sliced is not None and self._tracks(sliced) and _slice_key(sliced) == key:
-                self._from_slice(key, sliced, self._clock.now())
-                return
+        sliced = self._speaking_slice(device)
+        if sliced is not None:
+            self._from_slice(key, sliced, self._clock.now())
+            return
         if self._nvml is not None and device.uuid and key[0] == self._node_name:
             reading = self._nvml.readings.get(device.uuid)
             if reading is not None:
                 self._from_nvml(key, reading, self._clock.now())
+
+    def _speaking_slice(self, device: DeviceState) -> SliceDevice | None:
+        """The tracked ResourceSlice device that speaks for `device` when no pod holds it."""
+        if not device.driver:
+            return None
+        sliced = self.identity.devices.get((device.driver, device.pool, device.device_name))
+        if sliced is None or not self._tracks(sliced) or _slice_key(sliced) != (device.node, device.device):
+            return None
+        return sliced
 
     def _superseded(self, device: DeviceState) -> bool:
         if device.device.startswith(UNRESOLVED_PREFIX):
@@ -1070,7 +1078,11 @@ class DeviceStateStore:
         if self._contrib.get(key):
             return
         current = self._devices.get(key)
-        if current is not None and current.source == SOURCE_SLICE:
+        if current is not None and (current.source == SOURCE_SLICE or self._speaking_slice(current)):
+            # The slice outranks NVML, also between a hand-back and the fold that makes the
+            # slice the source: reachability there would clear the driver's failure taint (a
+            # fatal XID leaves the GPU reachable) and resolve the Unhealthy alert the moment
+            # the last pod left the device.
             return
         health, message = nvml_health(reading)
         self._idle_status(key, health, message, SOURCE_NVML, now, None, reading.uuid)

@@ -8,7 +8,8 @@ device up in it; a device with no series is Unknown, never Healthy.
 through `/api/v1/query`, one instant query per metric per pass, never one per device:
 - `node_device:gpu_device_reported_unhealthy:bool` == 1: Unhealthy;
 - `node_device:gpu_device_effective_unknown:bool` == 1 (a stale or missing report): Unknown;
-- both 0: Healthy. The set of devices is the union of both series' (node, device).
+- both present and 0: Healthy; a device missing from either is Unknown (an absent series is
+  no evidence). The set of devices is the union of both series' (node, device).
 `healthy_since` has no recording rule: the source remembers when it first saw each device
 Healthy without a break, in memory. A restart therefore starts every stability window again,
 which errs on the safe side (a release waits longer, never less).
@@ -91,9 +92,9 @@ def classify(
     for key in {*unhealthy, *unknown}:
         if unhealthy.get(key, 0.0) >= 1.0:
             out[key] = Health.UNHEALTHY
-        elif unknown.get(key, 1.0) >= 1.0:
-            # No unknown series for a device the unhealthy rule lists means the rule saw no
-            # report at all: no evidence of health.
+        elif key not in unhealthy or unknown.get(key, 1.0) >= 1.0:
+            # A device missing from either rule has no health report behind it (its series went
+            # away, or only its report age is left): no evidence of health, never a release.
             out[key] = Health.UNKNOWN
         else:
             out[key] = Health.HEALTHY

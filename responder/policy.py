@@ -10,7 +10,8 @@ The phases (`responder.records.Phase`):
   Pending --admit--> Quarantined --all source alerts resolved--> Probing --probe ok--> Canary
   --canary ok--> Stabilizing --healthy for the stability window--> Ramp --ramp period--> Released
 with Deferred (breaker open) beside Pending, and any failure on the way out returning the
-device to Quarantined with the backoff doubled. Safety, by construction and property-tested:
+device to Quarantined with the backoff doubled: the next attempt starts only once that backoff
+(the extended `spec.expiresAt`) has run out. Safety, by construction and property-tested:
 - nothing here evicts or deletes a pod (migration is `responder.migration`'s, for
   `quarantine` records only, never `restrict`), and no effect names a whole node;
 - a release only ever follows Probing, Canary, Stabilizing and Ramp in this attempt;
@@ -38,6 +39,9 @@ QUARANTINE_TAINT = "gpuhealth.io/quarantine"
 """Taint key of an enforced quarantine (value: the reason)."""
 CANARY_TAINT = "gpuhealth.io/canary"
 """Taint key while a released device ramps up: only claims that opt in tolerate it."""
+BACKING_OFF = "BackingOff"
+"""Phase reason of a Quarantined device whose alerts resolved while the backoff of its last
+failure runs: the next release attempt starts at `spec.expiresAt`."""
 
 
 class Health(StrEnum):
@@ -264,21 +268,21 @@ def _quarantined(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
         # enforce and say so, rather than trust the phase.
         repaired = replace(record, status=replace(record.status, enforced=_enforcement(record, ctx)))
         return Step(repaired, (_enforce(record, ctx),), recheck_seconds=0.0)
+    expires = _seconds(record.spec.expires_at)
     if not _firing(record):
-        retry_at = _seconds(record.spec.expires_at) if record.status.last_check.endswith("-failed") else None
-        if retry_at is not None and ctx.now < retry_at:
-            # The last probe or canary failed and extended the quarantine with backoff: the next
-            # attempt waits for it. Retrying at once would start a check Job per pass for as long
-            # as the device keeps failing it (hundreds a minute), and release a flaky device
-            # as soon as one check happens to pass.
+        attempt = record.status.attempt + 1
+        if record.status.failures and expires is not None and ctx.now < expires:
+            # A failure (a check, a fresh alert, Unhealthy on the way out) extended the
+            # quarantine by the doubled backoff: the next attempt waits for it, or a device that
+            # fails its probe would be probed again at once, over and over.
             return _wait(
                 record,
                 ctx,
-                "ReleaseBackoff",
-                f"the last release attempt failed: the next one waits until {record.spec.expires_at}",
-                recheck=retry_at - ctx.now,
+                BACKING_OFF,
+                f"source alerts resolved: release attempt {attempt} waits for the backoff until "
+                f"{record.spec.expires_at}",
+                expires - ctx.now,
             )
-        attempt = record.status.attempt + 1
         probing = _move(
             record, ctx, Phase.PROBING, f"source alerts resolved: release attempt {attempt} probes"
         )
@@ -286,9 +290,11 @@ def _quarantined(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
         return Step(
             probing, (StartCheck("probe", attempt),), recheck_seconds=ctx.settings.probe_timeout_seconds
         )
-    expires = _seconds(record.spec.expires_at)
     if expires is not None and ctx.now >= expires:
         return _extend(record, ctx, "expired while still failing")
+    if record.status.phase_reason == BACKING_OFF:
+        # An alert fired again: the device waits for its alerts now, not for the backoff.
+        record = _move(record, ctx, Phase.QUARANTINED, "an alert fired again while backing off")
     return Step(record, recheck_seconds=None if expires is None else max(0.0, expires - ctx.now))
 
 

@@ -62,6 +62,10 @@ class Duration:
         except DurationError as exc:
             raise ConfigError(f"{key}: {exc}") from exc
 
+    def times(self, factor: int) -> Duration:
+        """This duration `factor` times over (templates derive one window from another)."""
+        return Duration(self.seconds * factor)
+
     def __str__(self) -> str:
         if self.seconds == 0:
             return "0s"

@@ -3,13 +3,15 @@
 Aspects covered: the default scenario (closed-loop) runs through cluster, exporters,
 Prometheus, Alertmanager and two enforcing responder replicas, and its journal tells the story:
 the fatal XID's device is quarantined by a DeviceTaintRule, the checkpointed job is evicted
-once and re-placed on healthy GPUs (migration succeeded), the device walks probe, canary,
-stabilizing and ramp to released; the long Unknown is restricted and nothing is evicted for it;
-the application XID and the short Unknown get no record; the command says how long it takes,
-exits 0 with the safety line and leaves journal.json. Bad input exits 2 with a clear message
-after `gpuhealth demo: error:` (a missing scenario, a speed the rules cannot follow, a bad
-`demo:` or `responder:` section naming the field); a speed that is not a finite positive number
-is argparse's usage error, and `DemoSettings` refuses such values itself.
+once and re-placed on healthy GPUs (migration succeeded), its fatal-XID alert fires within the
+pipeline's floor, its Unhealthy alert stays firing until the device recovers (its pods leaving is
+no recovery), and it walks probe, canary, stabilizing and ramp to released in one attempt;
+the long Unknown is restricted and nothing is evicted for it; the application XID and the
+short Unknown get no record; the command says how long it takes, exits 0 with the safety line
+and leaves journal.json. Bad input exits 2 with a clear message after `gpuhealth demo: error:`
+(a missing scenario, a speed the rules cannot follow, a bad `demo:` or `responder:` section
+naming the field); a speed that is not a finite positive number is argparse's usage error,
+and `DemoSettings` refuses such values itself.
 """
 
 from __future__ import annotations
@@ -76,8 +78,19 @@ def test_the_closed_loop_story_happens_and_every_invariant_holds(tmp_path: Path)
     placed = [e for e in journal.of(Kind.NOTE) if e.what == "placed"]
     assert placed and all(FAILED not in e.detail["devices"] for e in placed)
     assert sum(len(e.detail["devices"].split(",")) for e in placed) == 8  # the whole job runs again
-    walk = walked(journal, FAILED)
-    assert walk[-5:] == RELEASE_WALK[-5:] and walk[:2] == RELEASE_WALK[:2], walk
+    # One attempt, no failure on the way out: the device's Unhealthy alert stays firing until
+    # the device recovers (its pods leaving is no recovery), so probing starts only then.
+    assert walked(journal, FAILED) == RELEASE_WALK, walked(journal, FAILED)
+    [recovered] = [e.at for e in journal.of(Kind.FAULT, device=FAILED) if e.what == "recover"]
+    resolutions = journal.of(Kind.ALERT_RESOLVED, device=FAILED)
+    resolved = [e.at for e in resolutions if e.what == "GPUDeviceUnhealthy"]
+    assert resolved and min(resolved) >= recovered, story
+    [probing] = [e.at for e in journal.of(Kind.PHASE, device=FAILED) if e.what == "Probing"]
+    assert probing >= recovered
+    # The fatal XID alert (no `for:`) fires within the pipeline's floor of its XID.
+    [xid] = [e.at for e in journal.of(Kind.FAULT, device=FAILED) if e.what == "xid"]
+    fired = [e.at for e in journal.of(Kind.ALERT_FIRING, device=FAILED) if e.what == "GPUDeviceFatalXid"]
+    assert fired and min(fired) - xid <= journal.floor_seconds, (min(fired) - xid, journal.floor_seconds)
     checks = {(e.what, e.detail["result"]) for e in journal.of(Kind.CHECK, device=FAILED)}
     assert {("probe", "passed"), ("canary", "passed")} <= checks
 

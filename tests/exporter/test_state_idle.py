@@ -11,7 +11,8 @@ node mode tracks only its node's slices; the source is on `gpu_device_info`; the
 directory stores the source and the slice's evidence (no pod) across a restart; the
 health a taint set gives is a pure function, fuzzed. Node mode: every GPU NVML lists is
 tracked (reachable Healthy, lost Unhealthy, other errors Unknown, source `nvml`), a pod
-holding it is the authority, and a slice outranks NVML for an idle device.
+holding it is the authority, and a slice outranks NVML for an idle device, also in the
+moment between a pod leaving and the next snapshot (an NVML poll never clears a driver taint).
 """
 
 from __future__ import annotations
@@ -297,3 +298,32 @@ def test_a_slice_outranks_nvml_for_an_idle_device(clock: ManualClock) -> None:
     store.apply_nvml([DeviceReading(uuid=U0, index=0, reachable=True)], [])
     d = store.snapshot().devices[("node-1", U0)]
     assert (d.health, d.source) == ("Unhealthy", SOURCE_SLICE)
+
+
+def test_nvml_never_clears_a_driver_taint_between_a_hand_back_and_the_next_snapshot(
+    clock: ManualClock,
+) -> None:
+    """The failure persists on the device's own evidence: a fatal XID leaves the GPU reachable,
+    and an NVML poll landing right after the last pod left (before any snapshot folded the
+    hand-back) used to turn the tainted device Healthy, resolving its alert with no recovery."""
+    store = _nvml_store(clock)
+    reachable = DeviceReading(uuid=U0, index=0, reachable=True)
+    store.apply_slice("ADDED", _slice())
+    store.apply_claim("ADDED", claim("p-gpus", [("big", DRIVER, "node-1", "gpu-0")]))
+    store.apply_nvml([reachable], [])
+    store.apply_pod("ADDED", _pod_on_gpu0(health="Unhealthy"))
+    store.apply_slice("MODIFIED", _slice({"gpu-0": [XID]}))
+    failed = store.snapshot().devices[("node-1", U0)]
+    clock.advance(5)
+    store.apply_pod("DELETED", _pod_on_gpu0(rv=2))
+    store.apply_nvml([reachable], [])  # same batch as the deletion: no snapshot in between
+    idle = store.snapshot().devices[("node-1", U0)]
+    assert (idle.health, idle.source, idle.allocations) == ("Unhealthy", SOURCE_SLICE, ())
+    assert idle.status_version == failed.status_version
+    # Only the driver clearing its taint is a recovery; NVML polls in between change nothing.
+    clock.advance(5)
+    store.apply_nvml([reachable], [])
+    assert store.snapshot().devices[("node-1", U0)].health == "Unhealthy"
+    store.apply_slice("MODIFIED", _slice())
+    recovered = store.snapshot().devices[("node-1", U0)]
+    assert (recovered.health, recovered.source) == ("Healthy", SOURCE_SLICE)

@@ -1,8 +1,9 @@
 """Device health for the reconciler (responder.health).
 
 Aspects: the two recording rules decide Unhealthy > Unknown > Healthy, a device the rules list
-with no unknown series is Unknown, a device with no series at all is Unknown (property over
-random answers); an unreadable sample drops that device only; an error answer or an
+with no unknown series is Unknown, and one the unknown rule lists with no unhealthy series
+too (Healthy only with both series present and 0), a device with no series at all is Unknown
+(property over random answers); an unreadable sample drops that device only; an error answer or an
 unreachable Prometheus is `HealthUnavailable`; `PrometheusHealth` asks once per rule per pass
 (never per device) and remembers since when a device is Healthy, forgetting it on a break.
 """
@@ -56,10 +57,14 @@ def test_unhealthy_beats_unknown_beats_healthy(
     for key, state in states.items():
         if unhealthy.get(key) == 1.0:
             assert state == Health.UNHEALTHY
-        elif unknown.get(key, 1.0) == 1.0:
+        elif unknown.get(key, 1.0) == 1.0 or key not in unhealthy:
             assert state == Health.UNKNOWN
         else:
             assert state == Health.HEALTHY
+    # Healthy needs both rules' series, each saying 0: an absent one is never Healthy.
+    for key, state in states.items():
+        if state == Health.HEALTHY:
+            assert unhealthy[key] == 0.0 and unknown[key] == 0.0
     assert HealthSnapshot({}).of("n9", "GPU-z").health == Health.UNKNOWN
 
 

@@ -5,7 +5,8 @@ attempt (property); the breaker defers only new automatic quarantines and never 
 step on the release path (property); nothing but Enforce/Unenforce touches the device and
 Unenforce only comes with Released; what a person removed is abandoned, never re-applied;
 opted-out nodes and the rate limit keep records waiting with the reason visible; dry-run
-enforces with effect None; failures extend the quarantine with a doubling backoff.
+enforces with effect None; failures extend the quarantine with a doubling backoff, and no
+attempt starts before that backoff ran out (property).
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import pytest
 from hypothesis import given, settings, target
 from hypothesis import strategies as st
 
+from gpuhealth.kube.meta import parse_rfc3339
 from responder.breaker import BreakerState, Counts
 from responder.intake import IntakeSettings, Write, decide, rfc3339
 from responder.limits import Bucket, BucketSettings
 from responder.policy import (
+    BACKING_OFF,
     CANARY_TAINT,
     QUARANTINE_TAINT,
     CheckResult,
@@ -252,7 +255,7 @@ def test_a_failed_probe_quarantines_again_with_a_doubling_backoff() -> None:
     expiries = []
     now = NOW
     for attempt in (1, 2):
-        probing = step(resolved(record, NOW), DeviceView(Health.HEALTHY, enforcement_present=True), ctx(now))
+        probing = step(resolved(record, now), DeviceView(Health.HEALTHY, enforcement_present=True), ctx(now))
         assert probing.record.status.attempt == attempt
         failed = step(
             probing.record,
@@ -262,24 +265,88 @@ def test_a_failed_probe_quarantines_again_with_a_doubling_backoff() -> None:
         record = failed.record
         assert record.status.phase == Phase.QUARANTINED and record.status.last_check == "probe-failed"
         expiries.append(record.spec.expires_at)
-        now = NOW + 300  # the next attempt, once the first backoff has run
+        now = parse_rfc3339(record.spec.expires_at) or now
     assert expiries == [rfc3339(NOW + 300), rfc3339(NOW + 300 + 600)]
 
 
-def test_after_a_failed_check_the_next_attempt_waits_for_the_backoff() -> None:
-    # Retrying at once would start a check Job per pass while the device keeps failing it.
+def test_after_a_failure_the_next_attempt_waits_for_the_backoff_with_the_reason_visible() -> None:
     record = step(opened(), DeviceView(Health.UNHEALTHY), ctx(NOW)).record
     healthy = DeviceView(Health.HEALTHY, enforcement_present=True)
     probing = step(resolved(record, NOW), healthy, ctx(NOW)).record
-    failed = step(probing, replace(healthy, probe=CheckResult.FAILED), ctx(NOW + 10)).record
-    waiting = step(failed, healthy, ctx(NOW + 11))
+    failed = step(probing, replace(healthy, probe=CheckResult.FAILED), ctx(NOW + 30)).record
+    assert failed.spec.expires_at == rfc3339(NOW + 30 + 300)
+    # The alerts are resolved, the device looks healthy: still no second probe before the backoff.
+    waiting = step(failed, healthy, ctx(NOW + 31))
     assert waiting.record.status.phase == Phase.QUARANTINED
-    assert waiting.record.status.phase_reason == "ReleaseBackoff"
-    assert not [e for e in waiting.effects if isinstance(e, StartCheck)]
-    assert waiting.recheck_seconds == 300 - 1  # until the extended expiry (failed at +10, backoff 300)
-    again = step(waiting.record, healthy, ctx(NOW + 310))
-    assert again.record.status.phase == Phase.PROBING and again.record.status.attempt == 2
-    assert StartCheck("probe", 2) in again.effects
+    assert waiting.record.status.phase_reason == BACKING_OFF
+    assert waiting.record.status.attempt == 1
+    assert not any(isinstance(e, StartCheck) for e in waiting.effects)
+    assert waiting.recheck_seconds == pytest.approx(299)
+    # An alert firing again while it backs off: the reason says it waits for its alerts again.
+    refired = decide(waiting.record, alert(starts_at=NOW + 40), now=NOW + 40, settings=IntakeSettings())
+    assert isinstance(refired, Write)
+    firing = step(refired.record, healthy, ctx(NOW + 40)).record
+    assert (firing.status.phase, firing.status.phase_reason) == (Phase.QUARANTINED, "")
+    retried = step(waiting.record, healthy, ctx(NOW + 330))
+    assert (retried.record.status.phase, retried.record.status.attempt) == (Phase.PROBING, 2)
+    assert retried.record.status.phase_reason == ""
+    assert StartCheck("probe", 2) in retried.effects
+
+
+def check_backoff(record: Quarantine, steps: list[Step]) -> int:
+    """The backoff property for one run: every failure extends the quarantine by the backoff
+    doubled per consecutive failure, and no attempt starts before that extension ran out.
+    Returns how many attempts followed a failure (to show the property was exercised)."""
+    retries = 0
+    not_before: float | None = None
+    for result in steps:
+        after = result.record.status
+        stamp = result.record.status.history[-1].time if after.history else ""
+        now = parse_rfc3339(stamp) if after.history is not record.status.history else None
+        if after.failures > record.status.failures:
+            assert now is not None
+            expires = parse_rfc3339(result.record.spec.expires_at)
+            backoff = min(SETTINGS.max_backoff_seconds, SETTINGS.backoff_seconds * 2 ** (after.failures - 1))
+            assert expires == pytest.approx(now + backoff, abs=1e-3)
+            not_before = expires
+        if after.attempt > record.status.attempt:
+            assert now is not None
+            assert not any(isinstance(e, StartCheck) and e.attempt != after.attempt for e in result.effects)
+            if not_before is not None:
+                assert now >= not_before, f"attempt {after.attempt} started before its backoff ran out"
+                retries += 1
+        record = result.record
+    return retries
+
+
+@settings(max_examples=300)
+@given(ticks)
+def test_a_failed_check_is_never_retried_before_its_backoff(plan: list[tuple]) -> None:  # type: ignore[type-arg]
+    record = opened()
+    steps = play(record, plan)
+    target(float(max((s.record.status.failures for s in steps), default=0)))
+    check_backoff(record, steps)
+
+
+def test_long_seeded_runs_retry_only_after_the_backoff() -> None:
+    """Long plans get through several failures and retries; the property holds in each."""
+    retries = 0
+    for seed in range(150):
+        rng = random.Random(seed)
+        plan = [
+            (
+                rng.uniform(0, 200),
+                rng.choice([Health.HEALTHY] * 18 + [Health.UNHEALTHY, Health.UNKNOWN]),
+                rng.choice([CheckResult.SUCCEEDED] * 4 + [CheckResult.FAILED, None, None]),
+                rng.choice(["resolve"] * 4 + ["fire"] + [None] * 15),
+                rng.random() < 0.2,
+                rng.random() < 0.02,
+            )
+            for _ in range(80)
+        ]
+        record = opened()
+        retries += check_backoff(record, play(record, plan))
+    assert retries >= 15  # retries after a failure happened, and each waited
 
 
 def test_the_breaker_defers_automatic_quarantines_but_not_a_persons() -> None:

@@ -315,6 +315,26 @@ def test_a_failed_probe_extends_the_quarantine_and_writes_the_spec() -> None:
     assert "ReleaseFailed" in h.events.reasons(name)
 
 
+def test_after_a_failed_probe_the_next_one_starts_only_when_the_backoff_ran_out() -> None:
+    h = Harness()
+    name = h.add()
+    h.reconciler.reconcile_once()
+    h.resolve(name)
+    h.reconciler.reconcile_once()
+    h.checks.complete(h.client.record(name), "probe", CheckResult.FAILED)
+    h.reconciler.reconcile_once()
+    # The alerts stay resolved and the device looks healthy: passes go on, no second probe.
+    h.clock.advance(POLICY.backoff_seconds - 1)
+    h.reconciler.reconcile_once()
+    record = h.client.record(name)
+    assert (record.status.phase, record.status.phase_reason) == (Phase.QUARANTINED, "BackingOff")
+    assert h.checks.started == [(name, "probe", 1)]
+    h.clock.advance(1)
+    h.reconciler.reconcile_once()
+    assert h.phase(name) == Phase.PROBING
+    assert h.checks.started == [(name, "probe", 1), (name, "probe", 2)]
+
+
 def test_enforcement_removed_by_a_person_is_abandoned_with_a_warning() -> None:
     h = Harness()
     name = h.add()
