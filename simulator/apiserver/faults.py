@@ -132,7 +132,7 @@ class FaultRule:
             "conflict": "api-409",
             "throttle": "api-429",
             "slow": "api-slow",
-            "drop-watch": "api-watch-dropped",
+            "drop-watch": "api-watch-drop",
             "gone": "api-410",
         }[self.kind]
 

@@ -274,7 +274,7 @@ def test_a_dropped_watch_is_cut_off_and_a_resume_can_find_its_version_gone(
     kube.create(configmaps, _configmap("b"), namespace="default")
     events, clean = _watch_lines(served, f"resourceVersion={rv}&timeoutSeconds=1")
     assert [e["object"]["metadata"]["name"] for e in events] == ["b"]
-    assert served.call(lambda: dict(_injector(served).injected)) == {"api-watch-dropped": 1, "api-410": 1}
+    assert served.call(lambda: dict(_injector(served).injected)) == {"api-watch-drop": 1, "api-410": 1}
 
 
 @pytest.fixture
