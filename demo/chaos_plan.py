@@ -9,11 +9,10 @@ puts the kills into the scenario's `demo:` section, where the pipeline runs them
 see `demo.staging`), and asks for the HA pair and the replicas they need; the executor
 (`demo.chaos`) drives the rest while the pipeline runs.
 
-`assess(...)` reads the run's journal: duplicate actions (a second open record or an
-enforcement of a device already enforced, a pod evicted twice), lost quarantines (a confirmed
-failure with no record for its device by the end, outside a tripped breaker), unwarranted
-actions (the safety verdict's violations, and records or node-wide actions on devices no
-fault warrants) and the time the system took to stop changing after the last fault.
+`assess(...)` turns a run into its figures: the safety verdict's broken invariants
+(`demo.safety`, judged over the journal) sorted into duplicate actions, lost quarantines and
+unwarranted actions (`classify`), the scenario's failed expectations, and the time the system
+took to stop changing after the last fault (from the journal).
 """
 
 from __future__ import annotations
@@ -22,12 +21,11 @@ import dataclasses
 import math
 import random
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from demo.journal import Journal, Kind
-from demo.safety import warranted_from
 from gpuhealth import fields
 from simulator.scenario import Scenario
 
@@ -336,122 +334,25 @@ STATE_CHANGES = (
 )
 """What counts as the system still moving when the time to converge is measured."""
 
-
-def duplicate_actions(journal: Journal) -> list[str]:
-    """Actions done twice: a second record opened for a device while one is open, an enforcement
-    of a device already enforced the same way, a pod evicted twice."""
-    found: list[str] = []
-    open_records: dict[str, str] = {}
-    """device -> the record open on it."""
-    seen_records: set[str] = set()
-    enforced: set[tuple[str, str, str]] = set()
-    evicted: set[str] = set()
-    for entry in journal.entries:
-        label = journal.label(entry.device)
-        if entry.kind is Kind.PHASE:
-            record = entry.detail.get("record", "")
-            if record not in seen_records:
-                seen_records.add(record)
-                other = open_records.get(entry.device)
-                if other is not None and other != record:
-                    found.append(
-                        f"t+{entry.at:.0f}s a second record {record} for {label} while {other} is open"
-                    )
-                open_records[entry.device] = record
-            if entry.what == "Released" and open_records.get(entry.device) == record:
-                del open_records[entry.device]
-        elif entry.kind is Kind.ENFORCED:
-            key = (entry.node, entry.device, entry.what)
-            if key in enforced:
-                found.append(f"t+{entry.at:.0f}s {label} enforced ({entry.what}) again before it was lifted")
-            enforced.add(key)
-        elif entry.kind is Kind.LIFTED:
-            enforced.discard((entry.node, entry.device, entry.what))
-        elif entry.kind is Kind.EVICTION:
-            if entry.what in evicted:
-                found.append(f"t+{entry.at:.0f}s pod {entry.what} evicted a second time")
-            evicted.add(entry.what)
-    return found
+DUPLICATE = "duplicate"
+LOST = "lost"
+UNWARRANTED = "unwarranted"
 
 
-def _tripped_during(journal: Journal, start: float) -> bool:
-    """Whether the breaker was tripped at any time from `start` to the end."""
-    tripped = False
-    for entry in journal.of(Kind.BREAKER):
-        if entry.what == "tripped":
-            tripped = True
-            if entry.at >= start:
-                return True
-        elif entry.what == "reset":
-            if entry.at >= start and tripped:
-                return True
-            tripped = False
-    return tripped
+def classify(violation: str) -> str:
+    """Which column a line of the safety verdict (`demo.safety`) belongs to.
 
-
-def lost_quarantines(
-    journal: Journal, scenario: Scenario, *, fatal_xids: Iterable[int], tolerance: float, unhealthy_for: float
-) -> list[str]:
-    """Confirmed failures whose device got no record by the end (flaps and Unhealthy reports
-    shorter than the alert's `for:` excepted, as by `demo.safety`), outside a tripped breaker."""
-    since = warranted_from(scenario, fatal_xids=fatal_xids, tolerance=tolerance)
-    transient = {
-        (f.device.node, f.device.gpu)
-        for f in scenario.timeline
-        if f.device is not None
-        and (
-            f.kind == "flap"
-            or (f.kind == "device-unhealthy" and f.duration is not None and f.duration < unhealthy_for)
-        )
-    }
-    uuid_of = {(d.node, d.index): d.uuid for d in journal.devices.values()}
-    recorded = {e.device for e in journal.of(Kind.PHASE, Kind.ENFORCED)}
-    lost = []
-    for (place, action), at in sorted(since.items(), key=lambda item: item[1]):
-        if action != "quarantine" or place in transient:
-            continue
-        uuid = uuid_of.get(place, "")
-        if uuid in recorded or _tripped_during(journal, at):
-            continue
-        lost.append(f"{place[0]}/gpu-{place[1]}: quarantine warranted from t+{at:.0f}s, no record by the end")
-    return lost
-
-
-def unwarranted_actions(
-    journal: Journal,
-    scenario: Scenario,
-    verdict_violations: Sequence[str],
-    *,
-    fatal_xids: Iterable[int],
-    tolerance: float,
-) -> list[str]:
-    """The safety verdict's violations, and what the cluster shows done without a warrant that
-    the verdict did not already name: a record on a device no fault warrants anything for, or
-    opened before its warrant; any node-wide action."""
-    since = warranted_from(scenario, fatal_xids=fatal_xids, tolerance=tolerance)
-    earliest: dict[str, float] = {}
-    for d in journal.devices.values():
-        times = [at for (place, _), at in since.items() if place == (d.node, d.index)]
-        if times:
-            earliest[d.uuid] = min(times)
-    found = list(verdict_violations)
-    named = " ".join(verdict_violations)
-    opened: set[str] = set()
-    for entry in journal.entries:
-        if entry.kind is Kind.NODE_ACTION:
-            found.append(f"t+{entry.at:.0f}s node-wide {entry.what} on {entry.node}")
-        if entry.kind is not Kind.PHASE or entry.detail.get("record", "") in opened:
-            continue
-        opened.add(entry.detail.get("record", ""))
-        if entry.device and entry.device in named:
-            continue  # the verdict named it already
-        label = journal.label(entry.device)
-        warranted_at = earliest.get(entry.device)
-        if warranted_at is None:
-            found.append(f"t+{entry.at:.0f}s a record for {label}, which no fault warrants")
-        elif entry.at < warranted_at:
-            found.append(f"t+{entry.at:.0f}s a record for {label} before its warrant (t+{warranted_at:.0f}s)")
-    return found
+    The verdict names each broken invariant in words: an action done twice says "a second"
+    record or rule, evicted "a second time", finished "twice"; a warranted quarantine that did
+    not happen says "no record by". Everything else the verdict refuses (an action without a
+    warrant, an eviction for Unknown, a node-wide action, a release without probe and canary,
+    a release the breaker blocked) is an action the faults did not warrant.
+    """
+    if "a second " in violation or " twice" in violation:
+        return DUPLICATE
+    if "no record by" in violation:
+        return LOST
+    return UNWARRANTED
 
 
 def converged_after(journal: Journal, last_fault_at: float) -> float | None:
@@ -474,24 +375,18 @@ def assess(
     *,
     verdict_violations: Sequence[str],
     expectation_failures: Sequence[str],
-    fatal_xids: Iterable[int],
-    tolerance: float,
-    unhealthy_for: float,
 ) -> Assessment:
-    """The figures of one run from its journal, the safety verdict and the expectations."""
-    fatal = tuple(fatal_xids)
+    """The figures of one run: the safety verdict's lines by column, the expectations that
+    failed, and the time to converge after the last fault (planned or the timeline's own)."""
+    by_column: dict[str, list[str]] = {DUPLICATE: [], LOST: [], UNWARRANTED: []}
+    for line in verdict_violations:
+        by_column[classify(line)].append(line)
     last_fault = max(chaos.last_at, timeline_span(scenario) if scenario.timeline else 0.0)
     return Assessment(
         injected=dict(injected),
-        duplicates=tuple(duplicate_actions(journal)),
-        lost=tuple(
-            lost_quarantines(
-                journal, scenario, fatal_xids=fatal, tolerance=tolerance, unhealthy_for=unhealthy_for
-            )
-        ),
-        unwarranted=tuple(
-            unwarranted_actions(journal, scenario, verdict_violations, fatal_xids=fatal, tolerance=tolerance)
-        ),
+        duplicates=tuple(by_column[DUPLICATE]),
+        lost=tuple(by_column[LOST]),
+        unwarranted=tuple(by_column[UNWARRANTED]),
         expectation_failures=tuple(expectation_failures),
         last_fault_at=last_fault,
         converged_after=converged_after(journal, last_fault),

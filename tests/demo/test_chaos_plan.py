@@ -5,12 +5,10 @@ and another seed a different one; every kind asked for is planned `per_kind` tim
 the timeline, API rules the apiserver accepts, restarts within bounds, webhook decisions
 depending on the delivery's index only and at the asked rate; the API schedule opens and
 closes overlapping windows; kills staged into the `demo:` section with the HA pair and
-replicas they need; bad settings refused. From a journal: a second open record, a second
-enforcement and a second eviction are duplicates (a re-enforcement after a lift is not);
-a confirmed failure with no record is lost, except under a tripped breaker or for a flap;
-records on devices no fault warrants, or before the warrant, and node-wide actions are
-unwarranted (and a device the verdict named already is not counted twice); the time to
-converge is measured from the last fault, and "not by the end" when still moving.
+replicas they need; bad settings refused. Judging: each line of the safety verdict goes to
+its column (duplicate, lost, unwarranted); any line or a failed expectation fails the run;
+the time to converge is measured from the last fault to the last change of state in the
+journal, and reads "not by the end" when it was still moving.
 """
 
 from __future__ import annotations
@@ -20,21 +18,22 @@ from pathlib import Path
 import pytest
 
 from demo.chaos_plan import (
+    DUPLICATE,
     KINDS,
+    LOST,
+    UNWARRANTED,
     ApiWindow,
     ChaosError,
     ChaosPlan,
     ChaosSettings,
     DeliveryChaos,
     assess,
+    classify,
     converged_after,
-    duplicate_actions,
-    lost_quarantines,
     parse_kinds,
     plan,
     staged,
     timeline_span,
-    unwarranted_actions,
 )
 from demo.journal import Device, Journal, Kind
 from gpuhealth.fields import SettingsError
@@ -43,11 +42,7 @@ from simulator.fleet.objects import gpu_uuid
 from simulator.scenario import resolve
 
 SCENARIO = resolve(Path(__file__).with_name("safety-scenario.yaml"))
-FATAL = (48, 79)
-TOLERANCE = 300.0
 DP0 = gpu_uuid("gpu-dp-0", 0)
-DP1 = gpu_uuid("gpu-dp-0", 1)
-DRA1 = gpu_uuid("gpu-dra-0", 1)
 
 
 def journal(ended_at: float = 1000.0) -> Journal:
@@ -173,64 +168,24 @@ def test_bad_settings_are_refused(field: str, value: float) -> None:
 # ---- judging ------------------------------------------------------------------------------------
 
 
-def test_actions_done_twice_are_duplicates_and_a_lift_in_between_is_not() -> None:
-    j = journal()
-    j.record(20, Kind.PHASE, "Pending", "gpu-dp-0", DP0, record="q-1")
-    j.record(21, Kind.PHASE, "Quarantined", "gpu-dp-0", DP0, record="q-1")
-    j.record(22, Kind.ENFORCED, "quarantine", "gpu-dp-0", DP0, rule="r1")
-    j.record(30, Kind.LIFTED, "quarantine", "gpu-dp-0", DP0)
-    j.record(31, Kind.ENFORCED, "quarantine", "gpu-dp-0", DP0, rule="r1")
-    assert duplicate_actions(j) == []
-    j.record(40, Kind.ENFORCED, "quarantine", "gpu-dp-0", DP0, rule="r2")
-    j.record(41, Kind.PHASE, "Pending", "gpu-dp-0", DP0, record="q-2")
-    j.record(42, Kind.EVICTION, "inference/serve-1", "gpu-dp-0", DP0)
-    j.record(43, Kind.EVICTION, "inference/serve-1", "gpu-dp-0", DP0)
-    found = duplicate_actions(j)
-    assert len(found) == 3
-    assert (
-        "again before it was lifted" in found[0] and "q-2" in found[1] and "evicted a second time" in found[2]
-    )
+# Lines as `demo.safety.judge` words them, one per invariant.
+VERDICT_LINES = {
+    "t+40s a second record q-2 for gpu-dp-0/gpu-0 while q-1 is active": DUPLICATE,
+    "t+41s a second DeviceTaintRule r2 for gpu-dp-0/gpu-0 while r1 exists": DUPLICATE,
+    "t+43s pod inference/serve-1 evicted a second time": DUPLICATE,
+    "t+50s the migration of research/train off gpu-dp-0/gpu-0 finished twice": DUPLICATE,
+    "gpu-dp-0/gpu-0: quarantine warranted from t+10s, but no record by t+130s": LOST,
+    "t+26s record q-x would quarantine gpu-dp-0/gpu-1, but no fault warrants it": UNWARRANTED,
+    "t+26s GPUDeviceFatalXid asked the responder to quarantine gpu-dp-0/gpu-1, but no fault": UNWARRANTED,
+    "t+101s a node-wide cordon (node.kubernetes.io/x) on gpu-dra-1": UNWARRANTED,
+    "t+200s gpu-dp-0/gpu-0 released without a passed probe and canary": UNWARRANTED,
+    "t+90s pod inference/serve-2 on gpu-dra-0/gpu-1 evicted for an Unknown": UNWARRANTED,
+}
 
 
-def test_a_record_after_the_previous_one_was_released_is_not_a_duplicate() -> None:
-    j = journal()
-    j.record(20, Kind.PHASE, "Pending", "gpu-dp-0", DP0, record="q-1")
-    j.record(200, Kind.PHASE, "Released", "gpu-dp-0", DP0, record="q-1")
-    j.record(300, Kind.PHASE, "Pending", "gpu-dp-0", DP0, record="q-2")
-    assert duplicate_actions(j) == []
-
-
-def test_a_confirmed_failure_without_a_record_is_lost_unless_the_breaker_was_tripped() -> None:
-    lost = lost_quarantines(journal(), SCENARIO, fatal_xids=FATAL, tolerance=TOLERANCE, unhealthy_for=60)
-    assert lost == ["gpu-dp-0/gpu-0: quarantine warranted from t+10s, no record by the end"]
-    tripped = journal()
-    tripped.record(5, Kind.BREAKER, "tripped")
-    assert lost_quarantines(tripped, SCENARIO, fatal_xids=FATAL, tolerance=TOLERANCE, unhealthy_for=60) == []
-    reset_before = journal()
-    reset_before.record(5, Kind.BREAKER, "tripped")
-    reset_before.record(8, Kind.BREAKER, "reset")
-    assert (
-        len(lost_quarantines(reset_before, SCENARIO, fatal_xids=FATAL, tolerance=TOLERANCE, unhealthy_for=60))
-        == 1
-    )
-    done = journal()
-    done.record(25, Kind.PHASE, "Pending", "gpu-dp-0", DP0, record="q-1")
-    assert lost_quarantines(done, SCENARIO, fatal_xids=FATAL, tolerance=TOLERANCE, unhealthy_for=60) == []
-
-
-def test_records_without_a_warrant_and_node_wide_actions_are_unwarranted() -> None:
-    j = journal()
-    j.record(25, Kind.PHASE, "Pending", "gpu-dp-0", DP0, record="q-ok")  # fatal XID at 10 s
-    j.record(26, Kind.PHASE, "Pending", "gpu-dp-0", DP1, record="q-app-xid")  # application XID: nothing
-    j.record(100, Kind.PHASE, "Pending", "gpu-dra-0", DRA1, record="q-early")  # restrict only from 320 s
-    j.record(101, Kind.NODE_ACTION, "cordon", "gpu-dra-1")
-    found = unwarranted_actions(j, SCENARIO, [], fatal_xids=FATAL, tolerance=TOLERANCE)
-    assert len(found) == 3
-    assert "which no fault warrants" in found[0] and "before its warrant (t+320s)" in found[1]
-    assert "node-wide cordon on gpu-dra-1" in found[2]
-    named = [f"GPUDeviceFatalXid asked to quarantine gpu-dp-0/gpu-1 ({DP1}), but no fault on it"]
-    again = unwarranted_actions(j, SCENARIO, named, fatal_xids=FATAL, tolerance=TOLERANCE)
-    assert again[0] == named[0] and len(again) == 3  # the verdict's own line, not a second one for DP1
+@pytest.mark.parametrize(("line", "column"), sorted(VERDICT_LINES.items()))
+def test_verdict_lines_go_to_their_column(line: str, column: str) -> None:
+    assert classify(line) == column
 
 
 def test_time_to_converge_is_from_the_last_fault_to_the_last_change() -> None:
@@ -244,23 +199,18 @@ def test_time_to_converge_is_from_the_last_fault_to_the_last_change() -> None:
     assert converged_after(j, 400) is None
 
 
-def test_an_assessment_fails_on_any_must_be_zero() -> None:
+def test_an_assessment_sorts_the_verdict_and_fails_on_any_must_be_zero() -> None:
     chaos = plan(SCENARIO, 1, ("api-500",))
     j = journal()
     j.record(25, Kind.PHASE, "Pending", "gpu-dp-0", DP0, record="q-1")
-    judged = dict(fatal_xids=FATAL, tolerance=TOLERANCE, unhealthy_for=60.0)
-    clean = assess(
-        j, SCENARIO, chaos, {"api-500": 3}, verdict_violations=[], expectation_failures=[], **judged
-    )
+    clean = assess(j, SCENARIO, chaos, {"api-500": 3}, verdict_violations=[], expectation_failures=[])
     assert not clean.failed and clean.injected == {"api-500": 3}
     assert clean.last_fault_at == max(chaos.last_at, 500.0)
-    failing = assess(
-        j,
-        SCENARIO,
-        chaos,
-        {},
-        verdict_violations=[],
-        expectation_failures=["migrations.succeeded: 0 != 1"],
-        **judged,
+    assert clean.converged_after == 0.0
+    judged = assess(j, SCENARIO, chaos, {}, verdict_violations=list(VERDICT_LINES), expectation_failures=[])
+    assert judged.failed
+    assert (len(judged.duplicates), len(judged.lost), len(judged.unwarranted)) == (4, 1, 5)
+    expected = assess(
+        j, SCENARIO, chaos, {}, verdict_violations=[], expectation_failures=["migrations: 0 of 1"]
     )
-    assert failing.failed
+    assert expected.failed and expected.expectation_failures == ("migrations: 0 of 1",)
