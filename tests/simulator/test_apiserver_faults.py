@@ -8,14 +8,18 @@ Over HTTP (integration): 500 and 503 (Retry-After) Status bodies the typed clien
 410 Gone as an ERROR event on resume, requests back to normal once faults are cleared; the
 admin endpoint (`/simulator/v1/api-faults`: read, replace, clear, token, bad bodies), the
 Python hook (`SimulatedCluster.api_faults` through `ClusterHandle.call`) and the cluster's
-clock step (`/simulator/v1/clock/step`).
+clock step (`/simulator/v1/clock/step`); and the product's reflector, under every fault at
+once, still ends up holding the whole collection.
 """
 
 from __future__ import annotations
 
 import json
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +30,10 @@ from gpuhealth.clock import SteppableClock
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.errors import Conflict, TooManyRequests, Unavailable
+from gpuhealth.kube.reflector import Events, Listed, Message, Reflector, WatchRestarted
 from gpuhealth.kube.resources import POD, Resource
 from gpuhealth.kube.transport import KubeTransport
+from gpuhealth.testing.loopback import wait_until
 from simulator.apiserver.app import FAULTS, ServerSettings
 from simulator.apiserver.faults import (
     FaultConfigError,
@@ -334,3 +340,80 @@ def test_a_steppable_clock_refuses_to_go_back(tmp_path: Path) -> None:
     clock.step(100)
     assert clock.offset == 100 and clock.now() - time.time() >= 99
     assert clock.monotonic() - mono < 50
+
+
+@dataclass(frozen=True)
+class _Backoff:
+    initial_seconds: float = 0.01
+    max_seconds: float = 0.05
+    factor: float = 2.0
+    jitter: float = 0.5
+
+
+@pytest.mark.integration
+def test_a_reflector_rides_out_every_fault_and_ends_with_the_whole_collection(
+    served: ServedCluster, kube: KubeClient
+) -> None:
+    configmaps = Resource("", "v1", "configmaps", namespaced=True)
+    _configure(
+        served,
+        FaultRule("error", code=503, verbs=frozenset({"list"}), limit=1),
+        FaultRule("gone", limit=1),
+        FaultRule("throttle", verbs=frozenset({"watch"}), limit=1),
+        FaultRule("drop-watch", after_seconds=0.3, limit=3),
+        FaultRule("slow", delay_seconds=0.05, probability=0.3),
+    )
+    messages: queue.Queue[Message] = queue.Queue()
+    stop = threading.Event()
+    reflector = Reflector(
+        kube,
+        "configmaps",
+        configmaps,
+        namespace="default",
+        emit=messages.put,
+        stop=stop,
+        page_size=5,
+        watch_timeout_seconds=60,
+        backoff=_Backoff(),
+    )
+    thread = threading.Thread(target=reflector.run)
+    thread.start()
+    names: set[str] = set()
+    restarts: list[str] = []
+
+    def fold() -> bool:
+        while not messages.empty():
+            message = messages.get()
+            if isinstance(message, Listed):
+                names.clear()
+                names.update(o["metadata"]["name"] for o in message.items)
+            elif isinstance(message, Events):
+                for etype, obj in message.events:
+                    (names.discard if etype == "DELETED" else names.add)(obj["metadata"]["name"])
+            elif isinstance(message, WatchRestarted):
+                restarts.append(message.reason)
+        return names == {f"cm-{i}" for i in range(12)}
+
+    try:
+        for i in range(12):
+            kube.create(configmaps, _configmap(f"cm-{i}"), namespace="default")
+            time.sleep(0.1)  # spread the writes over the watch's cuts; the assertion waits for the state
+        wait_until("the reflector to hold every ConfigMap", fold, timeout=30)
+        wait_until(
+            "every limited fault to have hit",
+            lambda: served.call(lambda: _injector(served).injected["api-watch-drop"]) == 3,
+            timeout=30,
+        )
+    finally:
+        stop.set()
+        kube.close()
+        thread.join(10)
+    assert not thread.is_alive()
+    injected = served.call(lambda: dict(_injector(served).injected))
+    assert {k: injected[k] for k in ("api-503", "api-410", "api-429", "api-watch-drop")} == {
+        "api-503": 1,
+        "api-410": 1,
+        "api-429": 1,
+        "api-watch-drop": 3,
+    }
+    assert restarts  # the reflector noticed the cuts and the expired version and carried on
