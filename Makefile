@@ -29,7 +29,7 @@ tools:
 	fi
 
 demo: setup
-	$(GPUHEALTH) demo --scenario xid-and-unknown --speed 20
+	$(GPUHEALTH) demo --scenario closed-loop
 
 lint: setup
 	$(VENV)/bin/ruff check .

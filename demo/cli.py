@@ -1,84 +1,165 @@
-"""`gpuhealth demo`: a fault scenario through the whole pipeline on loopback, with a verdict.
+"""`gpuhealth demo`: a fault scenario through the whole closed loop on loopback, with a verdict.
 
-Exit codes: 0 every automated action was warranted, 1 the run failed (a broken safety
-invariant, or a part of the pipeline that could not start or died), 2 bad flags or input.
+    gpuhealth demo [--scenario NAME|FILE] [--speed X] [--report PATH] [--workdir DIR]
+                   [--rules-config FILE]
+
+Exit codes: 0 every safety invariant held and the scenario's expectations were met; 1 the
+run failed (a broken invariant, a failed expectation, or a part of the pipeline that could
+not start or died); 2 bad flags or input (a scenario, its `demo:` or `responder:` section, a
+speed the rules cannot follow).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
+from typing import Any, TextIO
 
-from demo.pipeline import DemoSettings, default_workdir, run_demo
+from demo.journal import Journal
+from demo.pipeline import DemoSettings, Outcome, default_workdir, expected_wall_seconds, run_demo
+from demo.safety import Verdict
+from demo.staging import StagingError, staging
 from gpuhealth.cliargs import EXIT_FAILED, CommandFailed, UsageError, command, positive_float
 from gpuhealth.testing.loopback import LoopbackError
 from rules.render import DEFAULT_CONFIG, ConfigError, load_config, scaled
 from simulator.scenario import ScenarioError, resolve
 
+DEFAULT_SCENARIO = "closed-loop"
+DEFAULT_SPEED = DemoSettings.speed
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "demo",
-        help="run a fault scenario through cluster, exporters, Prometheus and Alertmanager on loopback",
+        help="run a fault scenario through the whole closed loop on loopback (cluster to responders)",
         description=(
             "Run a fault scenario on the simulated cluster through the exporters, a real Prometheus "
-            "evaluating the shipped rules and a real Alertmanager with the shipped routing; narrate "
-            "faults, health changes, alerts and webhook deliveries. Exit 1 when an automated action "
-            "was not warranted by a fault (a broken safety invariant) or the pipeline failed to run; "
-            "2 for bad flags or input."
+            "evaluating the shipped rules, a real Alertmanager with the shipped routing and two "
+            "responder replicas, enforcing; narrate what happens, then summarize it. Exit 1 when a "
+            "safety invariant broke, the scenario's expectations failed or the pipeline failed to "
+            "run; 2 for bad flags or input."
         ),
     )
-    parser.add_argument("--scenario", default="xid-and-unknown", help="built-in name or YAML file")
+    parser.add_argument(
+        "--scenario", default=DEFAULT_SCENARIO, help="built-in name or YAML file (default: %(default)s)"
+    )
     parser.add_argument(
         "--speed",
         type=positive_float,
-        default=DemoSettings.speed,
-        help="simulated seconds per second (default: %(default)s)",
+        default=None,
+        help=f"simulated seconds per second (default: the scenario's demo.speed, else {DEFAULT_SPEED:g})",
     )
+    parser.add_argument("--report", type=Path, help="write a self-contained HTML report here")
     parser.add_argument("--rules-config", type=Path, default=DEFAULT_CONFIG, help="rules config to scale")
-    parser.add_argument("--workdir", type=Path, help="keep configs and logs here (default: a temp dir)")
+    parser.add_argument(
+        "--workdir", type=Path, help="keep configs, logs and journal.json here (default: a temp dir)"
+    )
     command(parser, run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         scenario = resolve(args.scenario)
-        rules = scaled(load_config(args.rules_config), args.speed)
+        stage = staging(scenario.demo)
     except ScenarioError as exc:
         raise UsageError(exc.message) from exc
+    except StagingError as exc:
+        raise UsageError(f"{args.scenario}: {exc}") from exc
+    speed = args.speed or stage.speed or DEFAULT_SPEED
+    try:
+        rules = scaled(load_config(args.rules_config), speed)
     except ConfigError as exc:
-        raise UsageError(f"rules at {args.speed:g}x: {exc}") from exc
+        raise UsageError(f"rules at {speed:g}x: {exc}") from exc
     workdir = args.workdir or default_workdir()
     try:
         workdir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--workdir {workdir}: {exc.strerror or exc}") from exc
+    if args.report is not None and not args.report.parent.is_dir():
+        raise UsageError(f"--report {args.report}: no such directory {args.report.parent}")
+    settings = DemoSettings(speed=speed)
     out = sys.stdout
+    wall = expected_wall_seconds(scenario, settings, stage)
+    print(
+        f"gpuhealth demo: scenario {scenario.name}: {len(scenario.nodes)} nodes, "
+        f"{scenario.gpu_count()} GPUs, "
+        f"{len(scenario.timeline)} faults, {stage.responders} responder replicas, "
+        f"{stage.alertmanagers} Alertmanager(s); {speed:g}x; this takes about {wall / 60:.1f} minutes "
+        f"({wall:.0f} s); files in {workdir}",
+        file=out,
+        flush=True,
+    )
     try:
-        outcome = run_demo(scenario, rules, DemoSettings(speed=args.speed), workdir, out)
+        outcome = run_demo(scenario, rules, settings, workdir, out)
+    except StagingError as exc:
+        raise UsageError(f"{args.scenario}: {exc}") from exc
     except LoopbackError as exc:
         raise CommandFailed(str(exc)) from exc
+    _summarize(outcome, out, args.report)
+    failed = bool(outcome.verdict.violations or outcome.expectation_failures)
+    return EXIT_FAILED if failed else 0
 
-    verdict = outcome.verdict
+
+def _summarize(outcome: Outcome, out: TextIO, report: Path | None) -> None:
+    """The summary, the verdict and the report.
+
+    INTEGRATION POINT (report helper): `demo.summary.summarize(journal) -> Summary`,
+    `demo.summary.write_text(summary, verdict, out)` and `demo.report.write_html(path,
+    journal, summary, verdict)` replace the plain lines below once merged.
+    """
+    journal, verdict = outcome.journal, outcome.verdict
+    summary_module = _optional("demo.summary")
+    report_module = _optional("demo.report")
+    if summary_module is not None:
+        summary = summary_module.summarize(journal)
+        summary_module.write_text(summary, verdict, out)
+        if report is not None and report_module is not None:
+            report_module.write_html(report, journal, summary, verdict)
+            print(f"report: {report}", file=out)
+    else:
+        _plain_summary(journal, verdict, out)
+        if report is not None:
+            print(f"report: not written ({report}): the HTML report is not part of this build", file=out)
+    for failure in outcome.expectation_failures:
+        print(f"EXPECTATION FAILED: {failure}", file=out)
+    print(f"journal: {outcome.journal_path}; configs and logs: {outcome.workdir}", file=out, flush=True)
+
+
+def _optional(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError:
+        return None
+
+
+def _plain_summary(journal: Journal, verdict: Verdict, out: TextIO) -> None:
+    from demo.journal import Kind
+
     print("\nsummary", file=out)
-    print(
-        f"  {outcome.faults_applied} faults applied over {outcome.simulated_seconds:.0f} simulated seconds; "
-        f"{outcome.deliveries} webhook notifications",
-        file=out,
-    )
-    for alertname, count in sorted(outcome.alerts_fired.items()):
-        print(f"  alert {alertname}: fired for {count} target(s)", file=out)
-    for where, action, alertname in verdict.acted:
-        print(f"  responder asked to {action} {where} ({alertname}): warranted", file=out)
+    counts: dict[str, int] = {}
+    for entry in journal.entries:
+        counts[entry.kind.value] = counts.get(entry.kind.value, 0) + 1
+    print("  " + ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())), file=out)
+    for device in journal.touched_devices():
+        phases = [e.what for e in journal.of(Kind.PHASE, device=device)]
+        if phases:
+            print(f"  {journal.label(device)}: {' -> '.join(phases)}", file=out)
+    for entry in journal.of(Kind.MIGRATION):
+        print(f"  migration of {entry.detail.get('job', '?')}: {entry.what}", file=out)
+    for where, action in verdict.acted:
+        print(f"  {action} {where}: warranted and recorded", file=out)
     for where, action in verdict.missed:
-        print(f"  not seen: {action} {where} (warranted; the run may have ended first)", file=out)
+        print(
+            f"  not seen: {action} {where} (warranted; transient, held by the breaker or too late)", file=out
+        )
     if verdict.violations:
         print("SAFETY INVARIANT BROKEN:", file=out)
         for line in verdict.violations:
             print(f"  {line}", file=out)
-        return EXIT_FAILED
-    print("safety: every automated action was warranted by a fault; none for short Unknowns,", file=out)
-    print("application XIDs or unreachable nodes.", file=out)
-    print(f"configs and logs: {workdir}", file=out, flush=True)
-    return 0
+    else:
+        print(
+            "safety: every invariant held (no unwarranted action, nothing done twice, no eviction", file=out
+        )
+        print("for Unknown, no node-wide action, every release through probe and canary)", file=out)

@@ -1,51 +1,89 @@
-"""Run the whole pipeline on loopback and narrate it.
+"""Run the whole closed loop on loopback and journal everything it does.
 
 simulated cluster (in-process thread) -> exporters (one per node, node mode, NVML from the
 simulator; or one cluster-mode exporter for large fleets) -> real Prometheus evaluating the
-shipped rules -> real Alertmanager with the shipped routing -> webhook receivers (the
-responder's endpoint, on-call, tenants) recorded on loopback.
+shipped rules -> real Alertmanager with the shipped routing (one, or an HA pair gossiping on
+loopback, both delivering) -> the responders' webhook front (`demo.front`, one URL for the
+replicas, like a Service) -> two `gpuhealth responder` replicas, enforcing, as child processes
+-> back into the simulated cluster (records, DeviceTaintRules, node annotations, evictions,
+probe and canary Jobs). On-call and tenant receivers are recorded on loopback.
 
-The rules are the shipped ones with every duration divided by the speed (`rules.render.scaled`),
-so a 5-minute tolerance means 5 simulated minutes. The scenario's timeline is shifted by a
-lead-in so the pipeline sees a healthy fleet before the first fault.
+Time: the rules are the shipped ones with every duration divided by the speed
+(`rules.render.scaled`), and so is the responders' configuration (`demo.staging`), so a
+5-minute tolerance means 5 simulated minutes everywhere. The scenario's timeline is shifted by
+a lead-in so the pipeline sees a healthy fleet before the first fault; the journal's times are
+scenario seconds (negative during the lead-in).
+
+Observation (`demo.observer` turns it into journal entries):
+- the simulator's fleet events (faults applied, device health), stamped with their own
+  simulated time;
+- watches on the in-process apiserver's store (records, rules, nodes, Jobs, Events, pods, the
+  leader Lease, the breaker's ConfigMap) and its eviction listener, stamped on the cluster's
+  loop the moment the change is served;
+- Prometheus' alerts, read every `poll_interval_seconds` (the journal's resolution);
+- every webhook request the front receives and every delivery the recorder receives, stamped
+  from their arrival time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import importlib
+import json
 import queue
+import signal
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from demo.safety import Action, Verdict, judge, requested_actions
+import yaml
+
+from demo import staging as staging_module
+from demo.front import Hook, Request, WebhookFront, forward_once
+from demo.journal import Device, Entry, Journal, Kind
+from demo.observer import PODS, WATCHED, Observer
+from demo.safety import Verdict, judge
+from demo.staging import Kill, Staging, StagingError
 from gpuhealth import fields
+from gpuhealth.kube.client import KubeClient
+from gpuhealth.kube.config import api_client
+from gpuhealth.kube.errors import NotFound
+from gpuhealth.kube.resources import NAMESPACE, Resource
+from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import (
+    ALERTMANAGER_BINARY,
     LoopbackError,
     Prometheus,
     ScrapeJob,
     WebhookRecorder,
-    child_process,
     free_port,
     http_ok,
     log_tail,
-    run_alertmanager,
+    require_binary,
     run_prometheus,
     wait_until,
 )
 from rules.render import Duration, render, write_files
 from rules.render import Settings as RuleSettings
-from simulator.cli import format_event
 from simulator.fleet import FleetEvent
 from simulator.fleet.objects import gpu_uuid
+from simulator.runner import SimulatedCluster
 from simulator.scenario import Scenario
 from simulator.testing import ClusterHandle, running_cluster
 
+ROOT = Path(__file__).resolve().parents[1]
+RESPONDER_CONFIG = ROOT / "deploy" / "responder-config.yaml"
+CRD_FILE = ROOT / "deploy" / "crds" / "devicequarantines.gpuhealth.io.yaml"
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
+QUARANTINES = Resource("gpuhealth.io", "v1alpha1", "devicequarantines", namespaced=False)
+RESPONDER_NAMESPACE = "gpuhealth-system"
 RESPONDER_PATH = "/webhook"
 TOKEN = "demo-responder-token"
 
@@ -55,32 +93,160 @@ class DemoSettings:
     """How a demo run is paced and shaped; each field checked when built."""
 
     speed: float = 20.0
-    """Simulated seconds per wall second, for the cluster and the rules alike."""
+    """Simulated seconds per wall second, for the cluster, the rules and the responders alike."""
     lead_in_seconds: float = 8.0
     """Wall seconds of a healthy fleet before the first fault (exporters start, Prometheus scrapes)."""
-    settle_seconds: float = 180.0
-    """Simulated seconds to keep running after the last fault has ended."""
+    settle_seconds: float | None = None
+    """Simulated seconds to keep running after the last fault; None: the scenario's `demo.settle`."""
     node_exporters_max: int = 16
     """Up to this many nodes, one node-mode exporter per node (with NVML); beyond, one cluster-mode."""
-    poll_interval_seconds: float = 0.5
-    """Wall seconds between looks at Prometheus alerts and webhook deliveries."""
+    poll_interval_seconds: float = 0.2
+    """Wall seconds between two reads of Prometheus' alerts (the alerts' journal resolution)."""
 
     def __post_init__(self) -> None:
         # Zero speed would never reach the end; NaN would make every deadline meaningless.
         fields.positive(self, "speed", "simulated seconds per wall second")
         fields.within(self, "lead_in_seconds", "wall seconds", 0.0)
-        fields.within(self, "settle_seconds", "simulated seconds", 0.0)
+        if self.settle_seconds is not None:
+            fields.within(self, "settle_seconds", "simulated seconds", 0.0)
         fields.within(self, "node_exporters_max", "nodes", 0, whole=True)
         fields.positive(self, "poll_interval_seconds", "wall seconds")  # zero would spin the watch loop
 
 
 @dataclass
+class Controls:
+    """Seams for fault injection (the chaos command) and tests; every field optional.
+
+    - `front_hook`: decides what the responders' webhook front forwards (`demo.front.Hook`):
+      duplicate a delivery by forwarding it twice, reorder by holding one back.
+    - `kills`: process kills in addition to the scenario's `demo.kills` (same meaning).
+    - `on_started(run)`: called once every part is up, before the first fault, with the
+      `Running` pipeline (its cluster handle for API faults, its processes, its journal).
+    - `on_tick(run)`: called on every pass of the observation loop (about every
+      `poll_interval_seconds`), from the pipeline's thread.
+    """
+
+    front_hook: Hook = forward_once
+    kills: Sequence[Kill] = ()
+    on_started: Callable[[Running], None] | None = None
+    on_tick: Callable[[Running], None] | None = None
+
+
+@dataclass
 class Outcome:
+    journal: Journal
     verdict: Verdict
-    alerts_fired: dict[str, int]
-    deliveries: int
-    faults_applied: int
-    simulated_seconds: float
+    expectation_failures: list[str]
+    workdir: Path
+    journal_path: Path
+
+
+class Process:
+    """A child process the pipeline may kill and start again (same argv, same port)."""
+
+    def __init__(self, name: str, argv: list[str], log: Path, ready_url: str | None) -> None:
+        self.name = name
+        self.argv = argv
+        self.log = log
+        self.ready_url = ready_url
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT)
+        self.starts += 1
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        url = self.ready_url
+        if url is None:
+            return
+
+        def ready() -> bool:
+            if not self.alive:
+                code = self.proc.returncode if self.proc else None
+                raise LoopbackError(f"{self.name} exited with {code}:\n{log_tail(self.log)}")
+            return http_ok(url)
+
+        wait_until(f"{self.name} to be ready", ready, timeout=timeout)
+
+    def kill(self) -> None:
+        """SIGKILL, like a node dying: no clean shutdown, no Lease released."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@dataclass
+class Running:
+    """The pipeline while it runs: what `Controls` callbacks get."""
+
+    cluster: ClusterHandle
+    prometheus: Prometheus
+    front: WebhookFront
+    processes: dict[str, Process]
+    journal: Journal
+    observer: Observer
+    offset: float
+    """The fleet's time at the scenario's zero (scenario time = the fleet's time minus this)."""
+    workdir: Path
+    restarts: list[tuple[float, str]] = field(default_factory=list)
+    """(scenario seconds, process name) of restarts still due."""
+
+    def now(self) -> float:
+        """Scenario seconds now."""
+        return self.cluster.simulated_seconds() - self.offset
+
+    def kill(self, process: str, restart: float | None = None) -> str:
+        """Kill `process` (a name, or responder-leader|responder-follower|exporter|alertmanager
+        as in the `demo:` section) now; start it again `restart` scenario seconds later.
+        Returns the name of the process killed ('' when none matched)."""
+        name = self.resolve(process)
+        target = self.processes.get(name)
+        if target is None or not target.alive:
+            self.observer.journal.record(self.now(), Kind.NOTE, "kill skipped", process=process, name=name)
+            return ""
+        role = ""
+        if name.startswith("responder-"):
+            role = "leader" if name == self.observer.leader else "follower"
+        target.kill()
+        self.observer.process(self.now(), "killed", name, role)
+        if restart is not None:
+            self.restarts.append((self.now() + restart, name))
+        return name
+
+    def resolve(self, process: str) -> str:
+        responders = sorted(n for n in self.processes if n.startswith("responder-"))
+        if process == "responder-leader":
+            return self.observer.leader if self.observer.leader in self.processes else ""
+        if process == "responder-follower":
+            alive = [n for n in responders if n != self.observer.leader and self.processes[n].alive]
+            return alive[0] if alive else ""
+        if process == "exporter":
+            exporters = sorted(n for n in self.processes if n.startswith("exporter-"))
+            return exporters[0] if exporters else ""
+        if process == "alertmanager":
+            managers = sorted(n for n in self.processes if n.startswith("alertmanager-"))
+            return managers[-1] if managers else ""
+        return process
+
+    def start_again(self, name: str) -> None:
+        process = self.processes[name]
+        process.start()
+        self.observer.process(self.now(), "started", name)
 
 
 def timeline_end(scenario: Scenario) -> float:
@@ -94,113 +260,336 @@ def shifted(scenario: Scenario, seconds: float) -> Scenario:
     return dataclasses.replace(scenario, timeline=timeline)
 
 
-class Narrator:
-    """Progress lines, stamped with scenario time (the lead-in subtracted)."""
-
-    def __init__(self, out: TextIO, offset: float) -> None:
-        self.out = out
-        self.offset = offset
-
-    def say(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
-
-    def at(self, simulated: float, kind: str, text: str) -> None:
-        stamp = time.strftime("%H:%M:%S", time.gmtime())
-        self.say(f"[t+{simulated - self.offset:7.1f}s {stamp}] {kind:<7} {text}")
+def expected_wall_seconds(scenario: Scenario, settings: DemoSettings, stage: Staging) -> float:
+    """About how long a run takes in wall seconds: set-up, lead-in, the timeline and the settle."""
+    settle = settings.settle_seconds if settings.settle_seconds is not None else stage.settle
+    set_up = 15.0 + 2.0 * stage.responders
+    return set_up + settings.lead_in_seconds + (timeline_end(scenario) + settle) / settings.speed
 
 
-def run_demo(
-    scenario: Scenario, rules: RuleSettings, settings: DemoSettings, workdir: Path, out: TextIO
-) -> Outcome:
-    """Run `scenario` through the pipeline; narrate to `out`; judge the actions delivered."""
-    lead_in = settings.lead_in_seconds * settings.speed
-    run_scenario = shifted(scenario, lead_in)
-    end = lead_in + timeline_end(scenario) + settings.settle_seconds
-    narrator = Narrator(out, lead_in)
-    uuid_of = {
-        (node, i): gpu_uuid(node, i)
+def responder_document(
+    scenario: Scenario, speed: float, *, defaults: Path = RESPONDER_CONFIG
+) -> dict[str, Any]:
+    """The responders' `--config` for this run: the shipped defaults, the scenario's `responder:`
+    overrides, scaled to `speed`; checked with the responder's own loader (StagingError naming
+    the field when the overrides are not valid)."""
+    from responder.config import ConfigError, apply
+    from responder.settings import ResponderSettings
+
+    base = yaml.safe_load(defaults.read_text())
+    doc = staging_module.merged(base, scenario.responder)
+    probe = ResponderSettings(token="-", identity="-", prometheus_url="http://127.0.0.1")
+    try:
+        apply(doc, probe, "responder")
+    except ConfigError as exc:
+        raise StagingError(str(exc).replace("responder: ", "responder.", 1)) from None
+    scaled = staging_module.scaled_document(doc, speed)
+    try:
+        apply(scaled, probe, f"responder (at {speed:g}x)")
+    except ConfigError as exc:
+        raise StagingError(str(exc)) from None
+    return scaled
+
+
+def devices_of(scenario: Scenario) -> dict[str, Device]:
+    return {
+        gpu_uuid(node, i): Device(gpu_uuid(node, i), node, i, group.path)
         for node, group in scenario.nodes.items()
         for i in range(group.gpus_per_node)
     }
-    label_of = {uuid: f"{node}/gpu-{i}" for (node, i), uuid in uuid_of.items()}
-    events: queue.SimpleQueue[FleetEvent] = queue.SimpleQueue()
-    tolerance = rules.device.unknown_tolerance.seconds * settings.speed
 
-    narrator.say(
-        f"gpuhealth demo: scenario {scenario.name}: {len(scenario.nodes)} nodes, "
-        f"{scenario.gpu_count()} GPUs, {len(scenario.timeline)} faults; {settings.speed:g}x; "
-        f"about {end / settings.speed:.0f} s; files in {workdir}"
+
+def run_demo(
+    scenario: Scenario,
+    rules: RuleSettings,
+    settings: DemoSettings,
+    workdir: Path,
+    out: TextIO,
+    *,
+    controls: Controls | None = None,
+    on_entry: Callable[[Entry], None] | None = None,
+) -> Outcome:
+    """Run `scenario` through the whole loop; journal it; judge it.
+
+    `rules` must already be scaled to `settings.speed`. `out` gets plain narration lines unless
+    `on_entry` is given (called with each journal entry as it is recorded, from this thread:
+    the live progress view). `controls` carries the fault-injection seams (`Controls`).
+    Writes `journal.json`, the rendered configs and every process's log into `workdir`.
+    Raises StagingError for a bad `demo:` or `responder:` section, LoopbackError when a part
+    cannot start or dies.
+    """
+    controls = controls or Controls()
+    stage = staging_module.staging(scenario.demo)
+    document = responder_document(scenario, settings.speed)
+    settle = settings.settle_seconds if settings.settle_seconds is not None else stage.settle
+    lead_in = settings.lead_in_seconds * settings.speed
+    kills = sorted([*stage.kills, *controls.kills], key=lambda k: k.at)
+    last_kill = max((k.at + (k.restart or 0.0) for k in kills), default=0.0)
+    end = max(timeline_end(scenario), last_kill) + settle
+    journal = Journal(
+        scenario=scenario.name,
+        description=scenario.description,
+        speed=settings.speed,
+        devices=devices_of(scenario),
+        floor_seconds=_floor(rules, settings.speed),
+        resolution_seconds=settings.poll_interval_seconds * settings.speed,
     )
+    observer = Observer(journal)
+    narrate = on_entry or _Narration(out, journal).line
+    shown = 0
+
+    def show_new() -> None:
+        nonlocal shown
+        for entry in journal.entries[shown:]:
+            narrate(entry)
+        shown = len(journal.entries)
+
+    config_path = workdir / "responder-config.yaml"
+    config_path.write_text(yaml.safe_dump(document, sort_keys=False))
+    token_file = workdir / "responder-token"
+    token_file.write_text(TOKEN)
+    changes: queue.SimpleQueue[tuple[float, str, str, dict[str, Any], tuple[str, ...]]] = queue.SimpleQueue()
+    fleet_events: queue.SimpleQueue[FleetEvent] = queue.SimpleQueue()
+    evictions: queue.SimpleQueue[tuple[float, str, str, tuple[str, ...], str]] = queue.SimpleQueue()
+    front_requests: queue.SimpleQueue[Request] = queue.SimpleQueue()
+
     with ExitStack() as stack:
         recorder = stack.enter_context(WebhookRecorder())
-        rule_files, alertmanager_config = _render_rules(rules, recorder, workdir)
-        narrator.say(
-            "the responder is a later part: its webhook is recorded here instead, so "
-            "GPUHealthResponderDown fires as it should"
-        )
-        narrator.say("starting Alertmanager ...")
-        alertmanager = stack.enter_context(run_alertmanager(workdir / "alertmanager", alertmanager_config))
+        front = stack.enter_context(WebhookFront(hook=controls.front_hook, observe=front_requests.put))
+        rule_files, alertmanager_config = _render_rules(rules, recorder, front, token_file, workdir)
+        processes: dict[str, Process] = {}
+
+        def stop_all() -> None:
+            for process in processes.values():
+                process.stop()
+
+        stack.callback(stop_all)
+        out.write(f"starting {stage.alertmanagers} Alertmanager(s) ...\n")
+        for process in _alertmanagers(stage.alertmanagers, alertmanager_config, workdir):
+            processes[process.name] = process
+            process.start()
+        for name in [n for n in processes if n.startswith("alertmanager-")]:
+            processes[name].wait_ready()
         node_mode = len(scenario.nodes) <= settings.node_exporters_max
         exporter_ports = {node: free_port() for node in scenario.nodes} if node_mode else {"": free_port()}
+        responder_ports = [free_port() for _ in range(stage.responders)]
         jobs = [
-            ScrapeJob("gpuhealth-exporter", [f"127.0.0.1:{port}"], {"node": node} if node else {})
-            for node, port in exporter_ports.items()
+            *(
+                ScrapeJob("gpuhealth-exporter", [f"127.0.0.1:{port}"], {"node": node} if node else {})
+                for node, port in exporter_ports.items()
+            ),
+            ScrapeJob("gpuhealth-responder", [f"127.0.0.1:{port}" for port in responder_ports]),
         ]
-        narrator.say("starting Prometheus with the shipped rules (durations divided by the speed) ...")
+        out.write("starting Prometheus with the shipped rules (durations divided by the speed) ...\n")
         prometheus = stack.enter_context(
             run_prometheus(
-                workdir / "prometheus", jobs, rule_files=rule_files, alertmanager_url=alertmanager.base_url
+                workdir / "prometheus",
+                jobs,
+                rule_files=rule_files,
+                alertmanager_url=[
+                    p.ready_url.removesuffix("/-/ready")
+                    for n, p in processes.items()
+                    if n.startswith("alertmanager-") and p.ready_url
+                ],
             )
         )
-        narrator.say("starting the simulated cluster ...")
-        cluster = stack.enter_context(running_cluster(run_scenario, speed=settings.speed))
-        cluster.call(lambda c: c.fleet.listeners.append(events.put))
+        out.write("starting the simulated cluster ...\n")
+        out.flush()
+        # The timeline is injected once every part is up (set-up takes as long as it takes on
+        # a loaded machine): the cluster starts with none.
+        cluster = stack.enter_context(
+            running_cluster(dataclasses.replace(scenario, timeline=()), speed=settings.speed)
+        )
+        _install_responder_api(cluster)
+
+        def on_eviction(c: SimulatedCluster, pod: dict[str, Any]) -> None:
+            meta = pod.get("metadata") or {}
+            key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+            sim = c.fleet.pods.get(key)
+            node = sim.node if sim else str((pod.get("spec") or {}).get("nodeName") or "")
+            uuids = tuple(gpu_uuid(node, s.gpu) for s in sim.slots) if sim else ()
+            labels = meta.get("labels") or {}
+            name = labels.get("job-name") or labels.get("app") or ""
+            evictions.put((c.fleet.now(), key, node, uuids, f"{meta.get('namespace', '')}/{name}"))
+
+        def hook_up(c: SimulatedCluster) -> list[Any]:
+            c.fleet.listeners.append(fleet_events.put)
+            c.store.eviction_listeners.append(lambda pod: on_eviction(c, pod))
+            loop = asyncio.get_running_loop()
+            watches = [c.store.watch(resource) for resource in WATCHED]
+            pumps = [
+                loop.create_task(_pump(c, resource, watch, changes))
+                for resource, watch in zip(WATCHED, watches, strict=True)
+            ]
+            return [*watches, *pumps]
+
+        hooked = cluster.call(hook_up)
+        stack.callback(
+            lambda: cluster.call(
+                lambda _c: [w.close() if hasattr(w, "close") else w.cancel() for w in hooked]
+            )
+        )
         mode = (
             f"{len(exporter_ports)} node-mode exporters (NVML from the simulator)"
             if node_mode
             else "1 cluster-mode exporter"
         )
-        narrator.say(f"starting {mode} ...")
+        out.write(f"starting {mode} and {stage.responders} responder replicas (enforcing) ...\n")
+        out.flush()
         for node, port in exporter_ports.items():
-            stack.enter_context(_exporter(cluster, node, port, workdir))
-        wait_until(
-            "the exporters to be ready",
-            lambda: all(http_ok(f"http://127.0.0.1:{port}/readyz") for port in exporter_ports.values()),
-            timeout=60,
-        )
-        narrator.say(
+            process = _exporter(cluster, node, port, workdir)
+            processes[process.name] = process
+            process.start()
+        responder_urls = []
+        for i, port in enumerate(responder_ports):
+            name = f"responder-{i}"
+            argv = [
+                sys.executable, "-m", "gpuhealth", "--log-level", "INFO", "responder",
+                "--kubeconfig", str(cluster.kubeconfig_path), "--listen", f"127.0.0.1:{port}",
+                "--token-file", str(token_file), "--prometheus-url", prometheus.base_url,
+                "--config", str(config_path), "--identity", name,
+            ]  # fmt: skip
+            processes[name] = Process(name, argv, workdir / f"{name}.log", f"http://127.0.0.1:{port}/readyz")
+            processes[name].start()
+            responder_urls.append(f"http://127.0.0.1:{port}")
+        front.set_backends(responder_urls)
+        for process in processes.values():
+            process.wait_ready()
+        offset = cluster.simulated_seconds() + lead_in
+        timeline = shifted(scenario, offset).timeline
+
+        def inject(c: SimulatedCluster) -> None:
+            for fault in timeline:
+                c.fleet.inject(fault)
+
+        cluster.call(inject)
+        running = Running(cluster, prometheus, front, processes, journal, observer, offset, workdir)
+        for name in processes:
+            observer.process(running.now(), "started", name)
+        out.write(
             f"pipeline up: API {cluster.url}, Prometheus {prometheus.base_url}, "
-            f"Alertmanager {alertmanager.base_url}"
+            f"responders behind {front.url}{RESPONDER_PATH}\n"
         )
-        actions, fired, delivered = _watch(
-            cluster, prometheus, recorder, events, narrator, label_of, end, settings
-        )
-        status = cluster.status()
+        out.flush()
+        if controls.on_started is not None:
+            controls.on_started(running)
+        seen_deliveries = 0
+        due_kills = list(kills)
+        while True:
+            mono, now = time.monotonic(), running.now()
+            while not fleet_events.empty():
+                event = fleet_events.get()
+                observer.fleet_event(event, event.time - offset)
+            while not changes.empty():
+                at, resource, etype, obj, devices = changes.get()
+                observer.change(at - offset, resource, etype, obj, devices)
+            while not evictions.empty():
+                at, pod, node, uuids, job = evictions.get()
+                observer.evicted(at - offset, pod, node, uuids, job)
+            while not front_requests.empty():
+                request = front_requests.get()
+                try:
+                    body = json.loads(request.body or b"{}")
+                except ValueError:
+                    body = None
+                observer.delivery(_stamp(request.received_at, mono, now, settings.speed), "responder", body)
+            deliveries = recorder.deliveries()
+            for delivery in deliveries[seen_deliveries:]:
+                at = _stamp(delivery.received_at, mono, now, settings.speed)
+                observer.delivery(at, delivery.path.strip("/") or "?", delivery.body)
+            seen_deliveries = len(deliveries)
+            try:
+                observer.alerts(now, prometheus.alerts("firing"))
+            except LoopbackError as exc:
+                journal.record(now, Kind.NOTE, "Prometheus did not answer", message=str(exc)[:200])
+            while due_kills and due_kills[0].at <= now:
+                kill = due_kills.pop(0)
+                running.kill(kill.process, kill.restart)
+            for due in [r for r in running.restarts if r[0] <= now]:
+                running.restarts.remove(due)
+                running.start_again(due[1])
+            for name, process in processes.items():
+                if process.proc is not None and process.proc.poll() not in (None, -signal.SIGKILL):
+                    raise LoopbackError(
+                        f"{name} exited with {process.proc.returncode}:\n{log_tail(process.log)}"
+                    )
+            if controls.on_tick is not None:
+                controls.on_tick(running)
+            show_new()
+            if now >= end:
+                break
+            time.sleep(settings.poll_interval_seconds)
+        journal.ended_at = running.now()
+        records = cluster.call(lambda c: c.store.list("devicequarantines.gpuhealth.io")[0])
+        (workdir / "records.json").write_text(json.dumps(records, indent=1))
+        for name, process in processes.items():
+            if process.alive:
+                process.stop()
+                observer.process(running.now(), "exited", name)
+        show_new()
 
+    journal_path = workdir / "journal.json"
+    journal_path.write_text(json.dumps(journal.to_dict(), indent=1))
     verdict = judge(
+        journal,
         scenario,
-        actions,
-        uuid_of,
         fatal_xids=rules.device.fatal_xids,
-        tolerance=tolerance,
+        tolerance=rules.device.unknown_tolerance.seconds * settings.speed,
         unhealthy_for=rules.device.unhealthy_for.seconds * settings.speed,
+        grace=journal.floor_seconds + 20.0 * settings.speed,
     )
-    return Outcome(
-        verdict=verdict,
-        alerts_fired=fired,
-        deliveries=delivered,
-        faults_applied=status["timeline"]["applied"],
-        simulated_seconds=status["simulatedSeconds"] - lead_in,
-    )
+    return Outcome(journal, verdict, _expectations(scenario, journal), workdir, journal_path)
 
 
-def _render_rules(rules: RuleSettings, recorder: WebhookRecorder, workdir: Path) -> tuple[list[Path], Path]:
-    token_file = workdir / "responder-token"
-    token_file.write_text(TOKEN)
+def _expectations(scenario: Scenario, journal: Journal) -> list[str]:
+    # INTEGRATION POINT (scen helper): `demo.expectations.check(scenario, journal) -> list[str]`
+    # judges the scenario's `expect:` section. Until it is merged, a run checks none.
+    try:
+        expectations = importlib.import_module("demo.expectations")
+    except ModuleNotFoundError:
+        return []
+    failures: list[str] = expectations.check(scenario, journal)
+    return failures
+
+
+def _stamp(received_at: float, mono: float, now: float, speed: float) -> float:
+    """Scenario seconds of a monotonic arrival time, from (mono, now) read together."""
+    return now - max(0.0, mono - received_at) * speed
+
+
+async def _pump(
+    c: SimulatedCluster,
+    resource: str,
+    watch: Any,
+    changes: queue.SimpleQueue[tuple[float, str, str, dict[str, Any], tuple[str, ...]]],
+) -> None:
+    """Forward one store watch's events, stamped (the fleet's time) on the cluster's loop as
+    they are served."""
+    async for etype, obj in watch:
+        devices: tuple[str, ...] = ()
+        if resource == PODS:
+            meta = obj.get("metadata") or {}
+            sim = c.fleet.pods.get(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+            if sim is not None:
+                devices = tuple(gpu_uuid(sim.node, s.gpu) for s in sim.slots)
+        changes.put((c.fleet.now(), resource, etype, obj, devices))
+
+
+def _floor(rules: RuleSettings, speed: float) -> float:
+    """The fastest detection in simulated seconds, from the rules scaled to `speed`: scrape +
+    evaluation (every wall second here) + the Unhealthy alert's `for:` + the responder route's
+    group_wait."""
+    wall = 1.0 + 1.0 + rules.device.unhealthy_for.seconds + rules.alertmanager.responder_group_wait.seconds
+    return float(wall * speed)
+
+
+def _render_rules(
+    rules: RuleSettings, recorder: WebhookRecorder, front: WebhookFront, token_file: Path, workdir: Path
+) -> tuple[list[Path], Path]:
     receivers = dataclasses.replace(
         rules.alertmanager,
-        responder_url=f"{recorder.url}{RESPONDER_PATH}",
-        responder_credentials_file=str(token_file),
+        responder_url=f"{front.url}{RESPONDER_PATH}",
+        responder_credentials_file=str(token_file.resolve()),
         oncall_page_url=f"{recorder.url}/page",
         oncall_ticket_url=f"{recorder.url}/ticket",
         tenant_default_url=f"{recorder.url}/tenant",
@@ -214,8 +603,46 @@ def _render_rules(rules: RuleSettings, recorder: WebhookRecorder, workdir: Path)
     return rule_files, alertmanager_config
 
 
-@contextmanager
-def _exporter(cluster: ClusterHandle, node: str, port: int, workdir: Path) -> Iterator[None]:
+def _alertmanagers(count: int, config: Path, workdir: Path) -> list[Process]:
+    """One Alertmanager, or an HA pair gossiping on loopback. The pair's peer timeout is short,
+    so both deliver before either has heard the other did: the responders see duplicates."""
+    binary = require_binary(ALERTMANAGER_BINARY)
+    ports = [free_port() for _ in range(count)]
+    cluster_ports = [free_port() for _ in range(count)]
+    out = []
+    for i in range(count):
+        directory = workdir / f"alertmanager-{i}"
+        directory.mkdir(parents=True, exist_ok=True)
+        argv = [
+            binary,
+            f"--config.file={config}",
+            f"--storage.path={directory / 'data'}",
+            f"--web.listen-address=127.0.0.1:{ports[i]}",
+        ]
+        if count == 1:
+            argv.append("--cluster.listen-address=")
+        else:
+            argv += [
+                f"--cluster.listen-address=127.0.0.1:{cluster_ports[i]}",
+                f"--cluster.advertise-address=127.0.0.1:{cluster_ports[i]}",
+                "--cluster.peer-timeout=50ms",
+                "--cluster.settle-timeout=2s",
+                "--cluster.gossip-interval=100ms",
+                "--cluster.pushpull-interval=5s",
+                *(f"--cluster.peer=127.0.0.1:{p}" for j, p in enumerate(cluster_ports) if j != i),
+            ]
+        out.append(
+            Process(
+                f"alertmanager-{i}",
+                argv,
+                directory / "alertmanager.log",
+                f"http://127.0.0.1:{ports[i]}/-/ready",
+            )
+        )
+    return out
+
+
+def _exporter(cluster: ClusterHandle, node: str, port: int, workdir: Path) -> Process:
     name = node or "cluster"
     argv = [
         sys.executable, "-m", "gpuhealth", "--log-level", "WARNING", "exporter",
@@ -224,87 +651,70 @@ def _exporter(cluster: ClusterHandle, node: str, port: int, workdir: Path) -> It
     ]  # fmt: skip
     if node:
         argv += ["--node", node, "--nvml", f"sim:{cluster.url}"]
-    log = workdir / f"exporter-{name}.log"
-    with child_process(argv, log) as proc:
-        yield
-        if proc.poll() not in (None, 0):
-            raise LoopbackError(f"exporter {name} exited with {proc.returncode}:\n{log_tail(log)}")
+    return Process(
+        f"exporter-{name}", argv, workdir / f"exporter-{name}.log", f"http://127.0.0.1:{port}/readyz"
+    )
 
 
-def _watch(
-    cluster: ClusterHandle,
-    prometheus: Prometheus,
-    recorder: WebhookRecorder,
-    events: queue.SimpleQueue[FleetEvent],
-    narrator: Narrator,
-    label_of: dict[str, str],
-    end: float,
-    settings: DemoSettings,
-) -> tuple[list[Action], dict[str, int], int]:
-    firing: dict[tuple[str, str, str], dict[str, Any]] = {}
-    fired: dict[str, int] = {}
-    actions: list[Action] = []
-    seen_deliveries = 0
+def _install_responder_api(cluster: ClusterHandle) -> None:
+    """The DeviceQuarantine CRD and the responders' namespace, as `kubectl apply` would."""
+    client = KubeClient(KubeTransport(api_client(str(cluster.kubeconfig_path))))
+    try:
+        client.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
+        client.create(
+            NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": RESPONDER_NAMESPACE}}
+        )
 
-    def name(labels: dict[str, str]) -> str:
-        device = labels.get("device", "")
-        where = label_of.get(device) or "/".join(x for x in (labels.get("node", ""), device) if x)
-        return f"{where} ({device})" if device in label_of else where or "fleet"
+        def served() -> bool:
+            try:
+                client.list(QUARANTINES)
+            except NotFound:
+                return False
+            return True
 
-    while True:
-        now = cluster.simulated_seconds()
-        while not events.empty():
-            line = format_event(events.get(), offset=narrator.offset)
-            if line:
-                narrator.say(line)
-        try:
-            current = {
-                (a["labels"]["alertname"], a["labels"].get("node", ""), a["labels"].get("device", "")): a
-                for a in prometheus.alerts("firing")
-            }
-        except LoopbackError as exc:
-            narrator.at(now, "warning", f"Prometheus did not answer: {exc}")
-            current = firing
-        for key in current.keys() - firing.keys():
-            labels = current[key]["labels"]
-            fired[key[0]] = fired.get(key[0], 0) + 1
-            narrator.at(
-                now,
-                "alert",
-                f"FIRING   {key[0]} {name(labels)} severity={labels.get('severity', '-')} "
-                f"action={labels.get('action', '-')}",
-            )
-        for key in firing.keys() - current.keys():
-            narrator.at(now, "alert", f"resolved {key[0]} {name(firing[key]['labels'])}")
-        firing = current
+        wait_until("the DeviceQuarantine CRD to be served", served, timeout=60)
+    finally:
+        client.close()
 
-        deliveries = recorder.deliveries()
-        # Read after the deliveries: each of them had arrived by then (never before it).
-        seen_at = cluster.simulated_seconds() - narrator.offset
-        for delivery in deliveries[seen_deliveries:]:
-            if delivery.path == RESPONDER_PATH:
-                actions.extend(requested_actions(delivery.body, seen_at))
-            for alert in delivery.body.get("alerts", []):
-                labels = alert["labels"]
-                receiver = delivery.path.strip("/") or "?"
-                if delivery.path == RESPONDER_PATH:
-                    narrator.at(
-                        now,
-                        "webhook",
-                        f"responder <- {alert['status']} {labels.get('action')} {name(labels)} "
-                        f"({labels['alertname']})",
-                    )
-                else:
-                    narrator.at(
-                        now,
-                        "webhook",
-                        f"{receiver:<9} <- {alert['status']} {labels['alertname']} {name(labels)}",
-                    )
-        seen_deliveries = len(deliveries)
-        if now >= end:
-            return actions, fired, seen_deliveries
-        time.sleep(settings.poll_interval_seconds)
+
+class _Narration:
+    """Plain progress lines, one per journal entry worth a line.
+
+    INTEGRATION POINT (report helper): `demo.progress.Progress`, fed the journal as it grows,
+    replaces this in `demo.cli`; `run_demo(on_entry=...)` is where it plugs in.
+    """
+
+    QUIET = frozenset({Kind.HEALTH, Kind.DELIVERY})
+    HIDDEN = frozenset({"record", "fingerprint", "devices", "rule", "message", "actor", "detail"})
+
+    def __init__(self, out: TextIO, journal: Journal) -> None:
+        self.out = out
+        self.journal = journal
+
+    def line(self, entry: Entry) -> None:
+        if entry.kind in self.QUIET and not (entry.kind is Kind.DELIVERY and entry.what == "responder"):
+            return
+        where = self.journal.label(entry.device) if entry.device else entry.node
+        if entry.kind is Kind.FAULT:
+            text = entry.detail.get("message", entry.what)
+        else:
+            shown = {k: v for k, v in entry.detail.items() if v and k not in self.HIDDEN}
+            text = " ".join([entry.what, where, *(f"{k}={v}" for k, v in shown.items())])
+        stamp = time.strftime("%H:%M:%S", time.gmtime())
+        print(f"[t+{entry.at:7.1f}s {stamp}] {entry.kind.value:<14} {text}", file=self.out, flush=True)
 
 
 def default_workdir() -> Path:
     return Path(tempfile.mkdtemp(prefix="gpuhealth-demo-"))
+
+
+__all__ = [
+    "Controls",
+    "DemoSettings",
+    "Outcome",
+    "Running",
+    "default_workdir",
+    "expected_wall_seconds",
+    "responder_document",
+    "run_demo",
+]

@@ -1,15 +1,28 @@
-"""Safety invariants of a run: every automated action must be warranted by a fault.
+"""The safety verdict of a demo run, judged over its journal: every invariant, one pass.
 
-Pure functions over plain data. An action is a firing alert Alertmanager delivered to the
-responder webhook with an `action` label other than none (quarantine, restrict, or anything
-else an alert might ask for). A fault warrants `quarantine` on a device when it
-is a confirmed failure (Unhealthy, also in flaps; a fatal XID, GPU lost, uncorrectable ECC,
-a row-remap failure) and `restrict` when the device stayed Unknown for the whole tolerance
-window, and only from the fault on (restrict: from the spell's start plus the window): the
-run notes when it saw each delivery, which is never before it arrived. Anything else is a
-violation: the mistakes an automated responder must never make (acting on a short
-Unknown, on an application XID, on every device of a node that is merely unreachable) all
-show up here as actions without a warrant.
+Pure: the journal (`demo.journal`) and the scenario in, a `Verdict` out. Warrants come from
+the scenario's faults: a fault warrants `quarantine` on a device when it is a confirmed
+failure (Unhealthy, also in flaps; a fatal XID, GPU lost, uncorrectable ECC, a row-remap
+failure) and `restrict` when the device stayed Unknown for the whole tolerance window, and
+only from the fault on (restrict: from the spell's start plus the window). Journal times are
+when the pipeline saw something, never before it happened, so "before its warrant" is exact.
+
+The invariants (each broken one is a line in `Verdict.violations`; the run exits 1):
+- the rules asked the responder (a firing delivery to `responder` with an action) for an
+  action no fault warranted, or before the fault;
+- a quarantine the fault did not warrant: a record whose action its device's faults do not
+  warrant (or not yet), or a device enforced without any warrant;
+- an eviction or migration caused by Unknown: an eviction or migration of a device whose
+  record is a `restrict` (Unknown), or of a device with no record at all;
+- a node-wide action (cordon, node taint) for a device fault: any NODE_ACTION entry;
+- an action done twice: two DeviceTaintRules for one device at once, two records for one
+  device at once, the same pod evicted twice, one job's migration finished twice by a record;
+- a release without probe and canary: Released without a passed probe and a passed canary
+  since the record last became Quarantined;
+- a warranted quarantine that did not happen: no record for a warranted device in time
+  (`grace` after its warrant, within the run), unless the breaker was tripped by then;
+- a breaker that blocked a release: a record in a release phase sent back (Deferred, or
+  Quarantined without a failed check) while the breaker was tripped.
 """
 
 from __future__ import annotations
@@ -17,65 +30,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from simulator.scenario import Fault, Scenario
+from demo.journal import Entry, Journal, Kind, sorted_entries
+from simulator.model import Fault, Scenario
 
 QUARANTINE_FAULTS = frozenset({"device-unhealthy", "gpu-lost", "row-remap-failure"})
-
-
-@dataclass(frozen=True, slots=True)
-class Action:
-    """One firing notification delivered to the responder."""
-
-    alertname: str
-    action: str
-    node: str
-    device: str
-    seen_at: float | None = None
-    """Scenario seconds by which it had arrived (None: unknown, not checked against time)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    violations: tuple[str, ...]
-    """Actions nothing warranted: a broken safety invariant."""
-    acted: tuple[tuple[str, str, str], ...]
-    """(node/gpu, action, alertname) of every warranted action."""
-    missed: tuple[tuple[str, str], ...]
-    """(node/gpu, action) warranted but not seen (the run may have ended first); flaps and
-    Unhealthy reports that clear before the alert's `for:` are not expected to cause one."""
-
-
-NO_ACTION = frozenset({"", "none"})
-"""`action` label values that ask the responder for nothing."""
-
-
-def requested_actions(body: Any, seen_at: float | None = None) -> list[Action]:
-    """The actions one Alertmanager webhook body to the responder asks for.
-
-    Every firing alert whose `action` is anything but none counts, not only the actions the
-    responder knows: an alert that asks for something else (a pod deletion, a node drain)
-    is then judged, and found unwarranted, instead of passing unseen.
-    """
-    alerts = body.get("alerts") if isinstance(body, dict) else None
-    actions = []
-    for alert in alerts if isinstance(alerts, list) else ():
-        labels = alert.get("labels") if isinstance(alert, dict) else None
-        if not isinstance(labels, dict) or alert.get("status") != "firing":
-            continue
-        action = str(labels.get("action") or "")
-        if action not in NO_ACTION:
-            actions.append(
-                Action(
-                    str(labels.get("alertname", "")),
-                    action,
-                    str(labels.get("node", "")),
-                    str(labels.get("device", "")),
-                    seen_at,
-                )
-            )
-    return actions
 
 
 def warrants(
@@ -199,46 +158,229 @@ def _warranted_action(
     return None
 
 
+NO_ACTION = frozenset({"", "none"})
+"""`action` label values that ask the responder for nothing."""
+RELEASING = frozenset({"Probing", "Canary", "Stabilizing", "Ramp"})
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    violations: tuple[str, ...]
+    """Broken invariants, one line each, in journal order."""
+    acted: tuple[tuple[str, str], ...]
+    """(node/gpu-i, action) of every warranted quarantine that a record carried."""
+    missed: tuple[tuple[str, str], ...]
+    """(node/gpu-i, action) warranted but not recorded, and not a violation: too late in the
+    run (within `grace` of its end), transient (flaps, Unhealthy shorter than the alert's
+    `for:`), or held back by a tripped breaker."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+@dataclass
+class _Record:
+    name: str
+    device: str
+    node: str
+    action: str
+    created: float
+    phases: list[tuple[float, str, str]]
+    """(at, phase, why) of each phase entry."""
+    ended: float = math.inf
+    """When it was Released or Abandoned (inf: still active at the end)."""
+
+
 def judge(
+    journal: Journal,
     scenario: Scenario,
-    actions: Iterable[Action],
-    uuid_of: Mapping[tuple[str, int], str],
     *,
     fatal_xids: Iterable[int],
     tolerance: float,
     unhealthy_for: float = 0.0,
+    grace: float = 0.0,
 ) -> Verdict:
-    """Compare delivered actions with what the faults warrant.
-
-    `unhealthy_for` (simulated seconds, the Unhealthy alert's `for:`) only shapes `missed`:
-    an Unhealthy that clears sooner may rightly cause no action.
-    """
+    """The run's verdict (pure). Times in scenario seconds: `tolerance` the rules' Unknown
+    tolerance, `unhealthy_for` the Unhealthy alert's `for:` (an Unhealthy that clears sooner
+    warrants nothing that must happen), `grace` how long after its warrant a quarantine may
+    take to be recorded (the detection floor plus the responder's reaction)."""
     since = warranted_from(scenario, fatal_xids=fatal_xids, tolerance=tolerance)
     allowed = _by_place(since)
-    where = {(node, uuid): (node, gpu) for (node, gpu), uuid in uuid_of.items()}
+    entries = sorted_entries(journal.entries)
     violations: list[str] = []
-    acted: set[tuple[str, str, str]] = set()
-    seen: set[tuple[tuple[str, int], str]] = set()
-    for act in actions:
-        place = where.get((act.node, act.device))
-        label = f"{act.node}/gpu-{place[1]}" if place else f"{act.node}/{act.device}"
-        if place is None or act.action not in allowed.get(place, set()):
-            reason = "no fault on it" if place is None or place not in allowed else "its faults warrant "
-            if place is not None and place in allowed:
-                reason += " or ".join(sorted(allowed[place]))
-            violations.append(f"{act.alertname} asked to {act.action} {label} ({act.device}), but {reason}")
-            continue
-        warranted_at = since[(place, act.action)]
-        if act.seen_at is not None and act.seen_at < warranted_at:
-            # seen_at is when the run noticed the delivery, so it came at the latest then.
+
+    def place_of(device: str) -> tuple[str, int] | None:
+        known = journal.devices.get(device)
+        return (known.node, known.index) if known else None
+
+    def label(device: str, node: str = "") -> str:
+        return journal.label(device) if device else (node or "fleet")
+
+    def warranted(device: str, action: str, at: float) -> str | None:
+        """Why `action` on `device` at `at` is not warranted (None: it is)."""
+        place = place_of(device)
+        if place is None or place not in allowed:
+            return "no fault on it"
+        if action not in allowed[place]:
+            return "its faults warrant " + " or ".join(sorted(allowed[place]))
+        if at < since[(place, action)]:
+            return f"nothing warranted it yet (from t+{since[(place, action)]:.0f}s)"
+        return None
+
+    records: dict[str, _Record] = {}
+    rules: dict[str, set[str]] = {}
+    evicted: set[str] = set()
+    migrated: set[tuple[str, str]] = set()
+    checks: dict[str, set[str]] = {}
+    failed_check: dict[str, bool] = {}
+    tripped = False
+    tripped_at: float | None = None
+    pending: list[tuple[Entry, str]] = []
+    """Evictions of pods on no quarantined device, with the cause they would have."""
+    moved_by_quarantine: set[str] = set()
+
+    def active(device: str, at: float) -> list[_Record]:
+        return [r for r in records.values() if r.device == device and r.created <= at < r.ended]
+
+    for e in entries:
+        where = label(e.device, e.node)
+        if e.kind is Kind.DELIVERY and e.what == "responder" and e.detail.get("status") == "firing":
+            action = e.detail.get("action", "")
+            if action not in NO_ACTION:
+                why = warranted(e.device, action, e.at)
+                if why:
+                    violations.append(
+                        f"t+{e.at:.0f}s {e.detail.get('alertname', '?')} asked the responder to {action} "
+                        f"{where}, but {why}"
+                    )
+        elif e.kind is Kind.PHASE:
+            name = e.detail.get("record", "")
+            record = records.get(name)
+            if record is None:
+                action = e.detail.get("action", "quarantine")
+                for other in active(e.device, e.at):
+                    violations.append(
+                        f"t+{e.at:.0f}s a second record {name} for {where} while {other.name} is active"
+                    )
+                why = warranted(e.device, action, e.at)
+                if why:
+                    violations.append(f"t+{e.at:.0f}s record {name} would {action} {where}, but {why}")
+                record = records[name] = _Record(name, e.device, e.node, action, e.at, [])
+            previous = record.phases[-1][1] if record.phases else ""
+            why_phase = e.detail.get("why", "")
+            if previous in RELEASING and (e.what == "Deferred" or why_phase == "BreakerOpen"):
+                violations.append(
+                    f"t+{e.at:.0f}s the breaker sent {where}'s release back ({previous} -> {e.what})"
+                )
+            elif previous in RELEASING and e.what == "Quarantined" and tripped and not failed_check.get(name):
+                violations.append(
+                    f"t+{e.at:.0f}s {where}'s release went back to Quarantined with the breaker tripped "
+                    "and no failed check"
+                )
+            if e.what == "Quarantined":
+                checks[name] = set()
+                failed_check[name] = False
+            if e.what == "Released":
+                passed = checks.get(name, set())
+                missing = [k for k in ("probe", "canary") if k not in passed]
+                if missing:
+                    violations.append(
+                        f"t+{e.at:.0f}s {where} released without a passed {' and '.join(missing)}"
+                    )
+            if e.what in ("Released", "Abandoned"):
+                record.ended = e.at
+            record.phases.append((e.at, e.what, why_phase))
+        elif e.kind is Kind.CHECK:
+            name = e.detail.get("record", "")
+            if e.detail.get("result") == "passed":
+                checks.setdefault(name, set()).add(e.what)
+            else:
+                failed_check[name] = True
+        elif e.kind is Kind.ENFORCED:
+            place = place_of(e.device)
+            if e.what == "quarantine" and (
+                place is None or place not in allowed or e.at < min(since[(place, a)] for a in allowed[place])
+            ):
+                violations.append(f"t+{e.at:.0f}s {where} was quarantined, but no fault warranted it")
+            rule = e.detail.get("rule")
+            if rule:
+                current = rules.setdefault(e.device, set())
+                if current - {rule}:
+                    violations.append(
+                        f"t+{e.at:.0f}s a second DeviceTaintRule {rule} for {where} while "
+                        f"{', '.join(sorted(current))} exists"
+                    )
+                current.add(rule)
+        elif e.kind is Kind.LIFTED:
+            rule = e.detail.get("rule")
+            if rule:
+                rules.get(e.device, set()).discard(rule)
+        elif e.kind is Kind.EVICTION:
+            devices = [d for d in e.detail.get("devices", e.device).split(",") if d] or [e.device]
+            if e.what in evicted:
+                violations.append(f"t+{e.at:.0f}s pod {e.what} evicted a second time")
+            evicted.add(e.what)
+            holding = _records_of(records, devices, e.at)
+            if not any(r.action == "quarantine" for r in holding):
+                # A fixed-topology job's other pods hold healthy devices: the job's migration
+                # by a quarantine record (judged at the end) is then the cause.
+                pending.append((e, "an Unknown (restrict)" if holding else "no quarantine"))
+        elif e.kind is Kind.MIGRATION:
+            name = e.detail.get("record", "")
+            record = records.get(name)
+            key = (name, e.detail.get("job", ""))
+            if key in migrated:
+                violations.append(f"t+{e.at:.0f}s the migration of {key[1]} off {where} finished twice")
+            migrated.add(key)
+            if record is not None and record.action == "quarantine":
+                moved_by_quarantine.add(key[1])
+            if record is None or record.action != "quarantine":
+                cause = "an Unknown (restrict)" if record is not None else "no quarantine"
+                violations.append(f"t+{e.at:.0f}s a migration of {key[1]} off {where} for {cause}")
+        elif e.kind is Kind.NODE_ACTION:
+            violations.append(f"t+{e.at:.0f}s a node-wide {e.what} ({e.detail.get('key', '')}) on {e.node}")
+        elif e.kind is Kind.BREAKER:
+            tripped = e.what == "tripped"
+            if tripped and tripped_at is None:
+                tripped_at = e.at
+
+    for e, cause in pending:
+        if e.detail.get("job") not in moved_by_quarantine:
+            violations.append(f"t+{e.at:.0f}s pod {e.what} on {label(e.device, e.node)} evicted for {cause}")
+    acted: set[tuple[str, str]] = set()
+    missed: set[tuple[str, str]] = set()
+    transient = _transient(scenario, unhealthy_for)
+    uuid_at = {(d.node, d.index): d.uuid for d in journal.devices.values()}
+    for (place, action), at in sorted(since.items()):
+        device = uuid_at.get(place, "")
+        where = f"{place[0]}/gpu-{place[1]}"
+        covered = [r for r in records.values() if r.device == device and r.ended >= at]
+        if any(r.action == action for r in covered):
+            acted.add((where, action))
+        elif covered:
+            acted.add((where, covered[0].action))
+        elif (
+            place in transient
+            or at + grace > journal.ended_at
+            or (tripped_at is not None and tripped_at <= at + grace)
+        ):
+            missed.add((where, action))
+        else:
             violations.append(
-                f"{act.alertname} asked to {act.action} {label} ({act.device}) by t+{act.seen_at:.0f}s, "
-                f"before anything warranted it (from t+{warranted_at:.0f}s)"
+                f"{where}: {action} warranted from t+{at:.0f}s, but no record by t+{at + grace:.0f}s"
             )
-            continue
-        acted.add((label, act.action, act.alertname))
-        seen.add((place, act.action))
-    transient = {
+    return Verdict(tuple(violations), tuple(sorted(acted)), tuple(sorted(missed)))
+
+
+def _records_of(records: Mapping[str, _Record], devices: Iterable[str], at: float) -> list[_Record]:
+    wanted = set(devices)
+    return [r for r in records.values() if r.device in wanted and r.created <= at < r.ended]
+
+
+def _transient(scenario: Scenario, unhealthy_for: float) -> set[tuple[str, int]]:
+    """Devices whose only confirmed failure may rightly raise no alert (flaps, short Unhealthy)."""
+    return {
         (f.device.node, f.device.gpu)
         for f in scenario.timeline
         if f.device is not None
@@ -247,10 +389,3 @@ def judge(
             or (f.kind == "device-unhealthy" and f.duration is not None and f.duration < unhealthy_for)
         )
     }
-    missed = sorted(
-        (f"{node}/gpu-{gpu}", action)
-        for (node, gpu), actions_allowed in allowed.items()
-        for action in actions_allowed
-        if ((node, gpu), action) not in seen and (node, gpu) not in transient
-    )
-    return Verdict(tuple(violations), tuple(sorted(acted)), tuple(missed))

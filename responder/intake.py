@@ -103,6 +103,13 @@ def decide(record: Quarantine | None, alert: Alert, *, now: float, settings: Int
     return _resolve(record, alert, stamp=stamp)
 
 
+def uuid_of(device: str) -> str:
+    """The GPU UUID a `device` label names: the exporter names a device by its UUID wherever it
+    knows one (device plugins; DRA devices whose ResourceSlice publishes it, `exporter.identity`),
+    and by `<driver>/<pool>/<device>` otherwise (no UUID known: empty)."""
+    return "" if "/" in device else device
+
+
 def _open(
     previous: Quarantine | None, alert: Alert, *, now: float, stamp: str, settings: IntakeSettings
 ) -> Write:
@@ -117,7 +124,7 @@ def _open(
         actor=f"alert/{alert.name}",
         expires_at=rfc3339(now + settings.expiry_seconds),
         action=alert.action,
-        uuid=labels.get("uuid", ""),
+        uuid=labels.get("uuid") or uuid_of(key.device),
         driver=labels.get("driver", ""),
         pool=labels.get("pool", ""),
         device_name=labels.get("device_name", ""),

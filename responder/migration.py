@@ -187,6 +187,10 @@ class Plan:
     """The pods to move, chosen by the first plan of a flow; the caller records them."""
 
 
+CHECKPOINT_POLL_SECONDS = 5.0
+"""How often a flow waiting for checkpoint commits looks again (as for terminating pods)."""
+
+
 def migration_key(device: str, owner_uid: str, quarantined_at: str) -> str:
     """The idempotency key of one job's migration off one device in one quarantine."""
     digest = hashlib.sha256(f"{device}\x00{owner_uid}\x00{quarantined_at}".encode()).hexdigest()
@@ -238,7 +242,10 @@ def plan(job: JobView, ctx: Context) -> Plan:
             )
             left = ctx.settings.checkpoint_timeout_seconds - waited
             detail = f"waiting for {len(pending)} checkpoint(s)"
-            return Plan(Outcome.WAITING, requests, detail=detail, recheck_seconds=left, targets=targets)
+            # A commit is a pod annotation, which the reconciler does not watch: look again
+            # soon, not only at the timeout (a 10-minute wait for a 20-second commit).
+            recheck = min(left, CHECKPOINT_POLL_SECONDS)
+            return Plan(Outcome.WAITING, requests, detail=detail, recheck_seconds=recheck, targets=targets)
     allowed = running[: max(0, ctx.namespace_evictions_left)]
     if not allowed:
         return Plan(

@@ -138,6 +138,10 @@ class WatchBackoff:
     jitter: float = 0.2
 
 
+MIGRATION_RECHECK_SECONDS = 5.0
+"""Longest sleep between passes while a record has a migration in flight."""
+
+
 @dataclass(frozen=True, slots=True)
 class ReconcilerSettings:
     policy: PolicySettings = field(default_factory=PolicySettings)
@@ -443,6 +447,11 @@ class Reconciler:
             and view.enforcement_present
         ):
             after = self._migrate(after, state.now)
+        recheck = decided.recheck_seconds
+        if any(not m.outcome.finished for m in after.status.migrations):
+            # A move waits on pods (checkpoint commits, terminations) the reconciler does not
+            # watch: look again soon rather than at the policy's next deadline.
+            recheck = min(recheck if recheck is not None else math.inf, MIGRATION_RECHECK_SECONDS)
         written = self._write(obj, record, after, fence)
         # Notices only once the record is stored: a failed write is decided again next pass,
         # its notice with it, and an Event per attempt would tell of one failure twice.
@@ -462,7 +471,7 @@ class Reconciler:
             if phase == Phase.DEFERRED:
                 outcome = "dismissed"
             self.metrics.releases.labels(outcome).inc()
-        return ("written" if written else "unchanged"), after, decided.recheck_seconds
+        return ("written" if written else "unchanged"), after, recheck
 
     def _observe(self, record: Quarantine, snapshot: HealthSnapshot, state: _PassState) -> DeviceView:
         phase = record.status.phase

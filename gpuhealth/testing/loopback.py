@@ -208,9 +208,10 @@ class Prometheus:
             datetime.fromisoformat(g["lastEvaluation"]).timestamp() > since for g in groups
         )
 
-    def alertmanagers_discovered(self) -> bool:
+    def alertmanagers_discovered(self, count: int = 1) -> bool:
+        """Whether Prometheus sends to at least `count` Alertmanagers."""
         answer = http_json(f"{self.base_url}/api/v1/alertmanagers")
-        return bool(answer["data"]["activeAlertmanagers"])
+        return len(answer["data"]["activeAlertmanagers"]) >= count
 
 
 @contextmanager
@@ -219,14 +220,15 @@ def run_prometheus(
     jobs: Sequence[ScrapeJob],
     *,
     rule_files: Sequence[Path] = (),
-    alertmanager_url: str | None = None,
+    alertmanager_url: str | Sequence[str] | None = None,
     interval: str = "1s",
     start_timeout: float = 30.0,
 ) -> Iterator[Prometheus]:
-    """Prometheus scraping `jobs` every `interval`, evaluating `rule_files`, alerting `alertmanager_url`.
+    """Prometheus scraping `jobs` every `interval`, evaluating `rule_files`, alerting `alertmanager_url`
+    (one URL, or several: an HA pair gets every alert from Prometheus, as it should).
 
     Alerts are re-sent every second (`--rules.alert.resend-delay=1s`) and, when an
-    Alertmanager is given, this returns only once Prometheus has discovered it: alerts
+    Alertmanager is given, this returns only once Prometheus has discovered them all: alerts
     evaluated before that are dropped.
     """
     binary = require_binary(PROMETHEUS_BINARY)
@@ -238,9 +240,10 @@ def run_prometheus(
             {"job_name": name, "static_configs": groups} for name, groups in _static_configs(jobs).items()
         ],
     }
-    if alertmanager_url:
-        parsed = urllib.parse.urlsplit(alertmanager_url)
-        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [parsed.netloc]}]}]}
+    urls = [alertmanager_url] if isinstance(alertmanager_url, str) else list(alertmanager_url or ())
+    if urls:
+        targets = [urllib.parse.urlsplit(url).netloc for url in urls]
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": targets}]}]}
     config_path = workdir / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     with _server(
@@ -256,11 +259,11 @@ def run_prometheus(
         start_timeout,
     ) as (base_url, log_path):
         prometheus = Prometheus(base_url, log_path)
-        if alertmanager_url:
+        if urls:
             try:
                 wait_until(
                     "Prometheus to discover its Alertmanager",
-                    prometheus.alertmanagers_discovered,
+                    lambda: prometheus.alertmanagers_discovered(len(urls)),
                     timeout=start_timeout,
                 )
             except LoopbackError as exc:

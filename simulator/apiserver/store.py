@@ -291,6 +291,9 @@ class Store:
         self._watchers: dict[str, set[Watch]] = {}
         self._watch_queue_size = watch_queue_size
         self.pod_runs: Callable[[dict[str, Any]], bool] | None = None
+        self.eviction_listeners: list[Callable[[dict[str, Any]], None]] = []
+        """Called with the pod (as it was) after each eviction the subresource served (not dry
+        runs): the demo journals evictions from here, a deletion alone cannot say it was one."""
         """Set by the simulated kubelets: whether one of them runs a pod (its DELETE is then graceful)."""
         self.finalizing_controllers = False
         """Set while the garbage collector and the namespace controller run (`simulator/fleet`):
@@ -1006,6 +1009,8 @@ class Store:
             raise bad_request(f"deleteOptions.gracePeriodSeconds must be an integer, got {grace!r}")
         if not dry_run:
             self.delete("pods", name, namespace, grace_period_seconds=grace)
+            for listener in list(self.eviction_listeners):
+                listener(pod)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     def _budget_pods(self, namespace: str, selector: dict[str, Any]) -> builtins.list[dict[str, Any]]:

@@ -70,6 +70,20 @@ def test_a_firing_alert_opens_a_pending_quarantine_named_after_its_device() -> N
     assert record.status.history[-1].message == "GPUDeviceUnhealthy fired: quarantine recorded"
 
 
+def test_the_uuid_comes_from_its_label_or_from_a_device_named_by_its_uuid() -> None:
+    # The exporter names a DRA device by its GPU UUID when its ResourceSlice publishes one, so
+    # the alerts carry no `uuid` label; the probe and canary pin the device by that UUID.
+    dra = {"driver": "gpu.nvidia.com", "pool": "gpu-node-1", "device_name": "gpu-3"}
+    by_uuid = decide(None, alert(device="GPU-4a1c", **dra), now=NOW, settings=SETTINGS)
+    by_name = decide(None, alert(device="gpu.nvidia.com/gpu-node-1/gpu-3", **dra), now=NOW, settings=SETTINGS)
+    labelled = decide(
+        None, alert(device="gpu.nvidia.com/n/gpu-3", uuid="GPU-77", **dra), now=NOW, settings=SETTINGS
+    )
+    assert isinstance(by_uuid, Write) and by_uuid.record.spec.uuid == "GPU-4a1c"
+    assert isinstance(by_name, Write) and by_name.record.spec.uuid == ""
+    assert isinstance(labelled, Write) and labelled.record.spec.uuid == "GPU-77"
+
+
 def test_a_record_left_between_its_two_writes_is_opened_in_place() -> None:
     first = apply(None, alert())
     assert first is not None

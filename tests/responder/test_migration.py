@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from responder.migration import (
     CHECKPOINT,
+    CHECKPOINT_POLL_SECONDS,
     COMMITTED,
     REQUESTED,
     TOPOLOGY,
@@ -167,6 +168,18 @@ def test_a_simulated_move_ends_with_the_recreated_pods_untouched() -> None:
     assert result.outcome == Outcome.SUCCEEDED
     assert sorted(evicted) == ["a", "b"]  # fixed topology: the whole job, once each
     assert job.lease_holder is None
+
+
+def test_a_flow_waiting_for_commits_looks_again_soon_not_only_at_the_timeout() -> None:
+    # Commits are pod annotations the reconciler does not watch: with the recheck at the
+    # timeout, a 20-second commit waited the whole 10 minutes.
+    job = JobView("ns", "Job/train", "job-uid", (checkpointing("a", True),), ME)
+    settings = MigrationSettings(checkpoint_timeout_seconds=600.0)
+    ctx = Context(100.0, "quarantine", Mode.CHECKPOINT, ME, KEY, 90.0, ("a",), True, 10, settings)
+    waiting = plan(job, ctx)
+    assert waiting.outcome == Outcome.WAITING and waiting.recheck_seconds == CHECKPOINT_POLL_SECONDS
+    nearly = plan(job, replace(ctx, now=90.0 + 598.0))
+    assert nearly.recheck_seconds == pytest.approx(2.0)
 
 
 def test_work_without_a_checkpoint_is_unrecoverable_and_kept() -> None:

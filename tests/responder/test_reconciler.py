@@ -37,6 +37,7 @@ from responder.intake import IntakeSettings, Write, decide, rfc3339
 from responder.limits import BucketSettings
 from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult, Enforce, Health, PolicySettings
 from responder.reconciler import (
+    MIGRATION_RECHECK_SECONDS,
     OPT_OUT_LABEL,
     Reconciler,
     ReconcilerSettings,
@@ -44,7 +45,7 @@ from responder.reconciler import (
     quarantine_starts,
 )
 from responder.recorder import QUARANTINES
-from responder.records import Phase, Quarantine, from_object, to_object
+from responder.records import Migration, Phase, Quarantine, from_object, to_object
 from tests.responder.test_intake import alert
 
 NOW = 1_800_000_000.0
@@ -426,6 +427,24 @@ def test_the_migrate_hook_sees_only_enforced_quarantine_records() -> None:
     assert seen == [moved]
     assert h.client.record(moved).status.history[-1].actor == "migrator"
     assert h.phase(restricted) == Phase.QUARANTINED
+
+
+def test_a_migration_in_flight_is_looked_at_again_soon() -> None:
+    # The move waits on pods the reconciler does not watch (commits, terminations): without a
+    # short recheck it advanced only at the 30-second cap or when another record changed.
+    def migrate(record: Quarantine, now: float) -> Quarantine:
+        waiting = Migration("ns", "Job/train", "job-uid", "key", detail="waiting for 1 checkpoint(s)")
+        return record.with_migrations([waiting])
+
+    h = Harness(migrate=migrate)
+    h.add("GPU-q")
+    h.reconciler.reconcile_once()  # enforced: the policy looks again at once
+    report = h.reconciler.reconcile_once()
+    assert report.next_seconds == MIGRATION_RECHECK_SECONDS
+    finished = Harness(migrate=lambda r, now: r)
+    finished.add("GPU-q")
+    finished.reconciler.reconcile_once()
+    assert finished.reconciler.reconcile_once().next_seconds > MIGRATION_RECHECK_SECONDS
 
 
 async def test_the_loop_stops_when_fenced_and_acts_no_more() -> None:

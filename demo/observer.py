@@ -1,0 +1,410 @@
+"""What the demo sees, turned into journal entries: one pure translator, fed by the pipeline.
+
+Pure: no I/O, no clock. The pipeline (`demo.pipeline`) hands every observation here with the
+scenario time it was seen at: the simulator's fleet events, each object change its watches on
+the simulated apiserver report (records, rules, nodes, Jobs, Events, pods, the leader Lease, the
+breaker's ConfigMap), each eviction the apiserver served, the alerts Prometheus fires, the
+deliveries Alertmanager makes and the processes the pipeline starts and kills. `Observer`
+diffs each object against the last version it saw and appends what changed to the journal
+(`demo.journal`; the kinds' docstrings say what each entry holds).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from demo.journal import Journal, Kind
+from responder.checks import job_result
+from responder.policy import CheckResult
+from responder.records import MigrationOutcome, RecordError, from_object
+from simulator.fleet.events import DeviceHealthChanged, FaultApplied, FleetEvent, NodeChanged
+
+QUARANTINES = "devicequarantines.gpuhealth.io"
+RULES = "devicetaintrules.resource.k8s.io"
+NODES = "nodes"
+JOBS = "jobs.batch"
+EVENTS = "events"
+PODS = "pods"
+LEASES = "leases.coordination.k8s.io"
+CONFIG_MAPS = "configmaps"
+WATCHED = (QUARANTINES, RULES, NODES, JOBS, EVENTS, PODS, LEASES, CONFIG_MAPS)
+"""Resources the pipeline watches for the observer."""
+
+NODE_ANNOTATION = "gpuhealth.io/quarantined-devices"
+QUARANTINE_TAINT = "gpuhealth.io/quarantine"
+CHECK_LABEL = "gpuhealth.io/check"
+RECORD_LABEL = "gpuhealth.io/record"
+LEADER_LEASE = "gpuhealth-responder"
+BREAKER_CONFIG_MAP = "gpuhealth-breaker"
+RESPONDER_COMPONENT = "gpuhealth-responder"
+DELETED = "DELETED"
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+class Observer:
+    """Appends to `journal` what each observation changed."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self._uuid_at = {(d.node, f"gpu-{d.index}"): d.uuid for d in journal.devices.values()}
+        self._records: dict[str, tuple[str, str, str, dict[str, str]]] = {}
+        """record name -> (phase, node, uuid, finished migration outcomes by job)."""
+        self._record_labels: dict[str, str] = {}
+        """The record label of check Jobs (name cut to 63) -> record name."""
+        self._rules: dict[str, tuple[str, str, str]] = {}
+        """rule name -> (taint key meaning, node, uuid)."""
+        self._annotated: dict[str, set[str]] = {}
+        self._node_state: dict[str, tuple[bool, frozenset[str]]] = {}
+        """node -> (cordoned, gpuhealth taint keys)."""
+        self._checks_done: set[str] = set()
+        self._events_seen: set[str] = set()
+        self._pods: dict[str, tuple[str, tuple[str, ...], str, bool]] = {}
+        """namespace/name -> (node, device uuids, job, running)."""
+        self._evicted_jobs: set[str] = set()
+        self.leader = ""
+        """holderIdentity of the responders' leader Lease as last seen."""
+        self._breaker_tripped = False
+        self.firing: dict[tuple[str, str, str], dict[str, str]] = {}
+
+    # ----- the simulator ---------------------------------------------------------------------------
+
+    def fleet_event(self, event: FleetEvent, at: float) -> None:
+        j = self.journal
+        if isinstance(event, FaultApplied):
+            fault = event.fault
+            node = fault.device.node if fault.device is not None else (fault.node or "")
+            device = (
+                self._uuid_at.get((node, f"gpu-{fault.device.gpu}"), "") if fault.device is not None else ""
+            )
+            detail = {"message": fault.describe()}
+            if fault.xid is not None:
+                detail["xid"] = str(fault.xid)
+            if fault.duration is not None:
+                detail["duration"] = f"{fault.duration:g}"
+            j.record(at, Kind.FAULT, fault.kind, node, device, **detail)
+        elif isinstance(event, DeviceHealthChanged):
+            device = self._uuid_at.get((event.node, event.device), "")
+            j.record(
+                at, Kind.HEALTH, event.new, event.node, device, old=event.old, message=event.message or ""
+            )
+        elif isinstance(event, NodeChanged):
+            j.record(at, Kind.NOTE, event.what, event.node)
+
+    def evicted(self, at: float, pod: str, node: str, devices: Iterable[str], job: str) -> None:
+        """The apiserver served an eviction of `pod` (namespace/name) running on `devices`."""
+        uuids = tuple(devices)
+        if job:
+            self._evicted_jobs.add(job)
+        self.journal.record(
+            at, Kind.EVICTION, pod, node, uuids[0] if uuids else "", job=job, devices=",".join(uuids)
+        )
+
+    # ----- the pipeline's own doings -----------------------------------------------------------------
+
+    def process(self, at: float, what: str, name: str, role: str = "") -> None:
+        detail = {"name": name}
+        if role:
+            detail["role"] = role
+        self.journal.record(at, Kind.PROCESS, what, **detail)
+
+    def alerts(self, at: float, firing: Iterable[Mapping[str, Any]]) -> None:
+        """Prometheus' firing alerts now: ALERT_FIRING for new ones, ALERT_RESOLVED for gone ones."""
+        current: dict[tuple[str, str, str], dict[str, str]] = {}
+        for alert in firing:
+            labels = {str(k): str(v) for k, v in (alert.get("labels") or {}).items()}
+            current[
+                (
+                    labels.get("alertname", ""),
+                    labels.get("node", ""),
+                    labels.get("uuid") or labels.get("device", ""),
+                )
+            ] = labels
+        for key in current.keys() - self.firing.keys():
+            labels = current[key]
+            self.journal.record(
+                at,
+                Kind.ALERT_FIRING,
+                key[0],
+                key[1],
+                self._device_of(labels),
+                action=labels.get("action", ""),
+                severity=labels.get("severity", ""),
+            )
+        for key in self.firing.keys() - current.keys():
+            self.journal.record(at, Kind.ALERT_RESOLVED, key[0], key[1], self._device_of(self.firing[key]))
+        self.firing = current
+
+    def delivery(self, at: float, receiver: str, body: Any, *, via: str = "") -> None:
+        """One webhook notification (an Alertmanager body) as `receiver` got it."""
+        alerts = body.get("alerts") if isinstance(body, Mapping) else None
+        for alert in alerts if isinstance(alerts, list) else ():
+            labels = alert.get("labels") if isinstance(alert, Mapping) else None
+            if not isinstance(labels, Mapping):
+                continue
+            labels = {str(k): str(v) for k, v in labels.items()}
+            detail = {
+                "alertname": labels.get("alertname", ""),
+                "status": str(alert.get("status", "")),
+                "action": labels.get("action", ""),
+                "fingerprint": str(alert.get("fingerprint", "")),
+            }
+            if via:
+                detail["via"] = via
+            self.journal.record(
+                at, Kind.DELIVERY, receiver, labels.get("node", ""), self._device_of(labels), **detail
+            )
+
+    def _device_of(self, labels: Mapping[str, str]) -> str:
+        """The uuid an alert's labels name (the `uuid` label, a device-plugin device, or pool/device)."""
+        if labels.get("uuid"):
+            return labels["uuid"]
+        device = labels.get("device", "")
+        if device in self.journal.devices:
+            return device
+        parts = device.split("/")
+        if len(parts) == 3:
+            return self._uuid_at.get((parts[1], parts[2]), device)
+        return device
+
+    # ----- object changes --------------------------------------------------------------------------
+
+    def change(
+        self, at: float, resource: str, etype: str, obj: Mapping[str, Any], devices: Iterable[str] = ()
+    ) -> None:
+        """One watch event; `devices` (pods only): the uuids the simulated kubelet gave the pod."""
+        handler = {
+            QUARANTINES: self._record,
+            RULES: self._rule,
+            NODES: self._node,
+            JOBS: self._job,
+            EVENTS: self._event,
+            LEASES: self._lease,
+            CONFIG_MAPS: self._config_map,
+        }.get(resource)
+        if resource == PODS:
+            self._pod(at, etype, obj, tuple(devices))
+        elif handler is not None:
+            handler(at, etype, obj)
+
+    def _record(self, at: float, etype: str, obj: Mapping[str, Any]) -> None:
+        if etype == DELETED:
+            return
+        try:
+            record = from_object(dict(obj))
+        except RecordError as exc:
+            self.journal.record(at, Kind.NOTE, "unreadable record", detail=str(exc))
+            return
+        spec, status = record.spec, record.status
+        uuid = spec.uuid or (
+            spec.device if spec.device in self.journal.devices else self._device_of({"device": spec.device})
+        )
+        before = self._records.get(record.name)
+        phase = status.phase.value
+        outcomes = dict(before[3]) if before else {}
+        if before is None or before[0] != phase:
+            self.journal.record(
+                at,
+                Kind.PHASE,
+                phase,
+                spec.node,
+                uuid,
+                reason=spec.reason,
+                record=record.name,
+                actor=spec.actor,
+                action=spec.action,
+                why=status.phase_reason,
+            )
+        for migration in status.migrations:
+            job = f"{migration.namespace}/{migration.owner.rsplit('/', 1)[-1]}"
+            if migration.outcome is MigrationOutcome.WAITING or outcomes.get(job) == migration.outcome.value:
+                continue
+            outcomes[job] = migration.outcome.value
+            self.journal.record(
+                at,
+                Kind.MIGRATION,
+                migration.outcome.value.lower(),
+                spec.node,
+                uuid,
+                job=job,
+                owner=migration.owner,
+                reason=migration.detail,
+                record=record.name,
+                evictions=str(len(migration.evictions)),
+            )
+        self._records[record.name] = (phase, spec.node, uuid, outcomes)
+        self._record_labels[record.name[:63].rstrip("-.")] = record.name
+
+    def _rule(self, at: float, etype: str, obj: Mapping[str, Any]) -> None:
+        meta = _meta(obj)
+        name = str(meta.get("name", ""))
+        owners = meta.get("ownerReferences") or []
+        if not any(isinstance(o, Mapping) and o.get("kind") == "DeviceQuarantine" for o in owners):
+            return  # not gpuhealth's
+        spec = obj.get("spec") or {}
+        selector = spec.get("deviceSelector") or {}
+        taint = spec.get("taint") or {}
+        node = str(selector.get("pool", ""))
+        uuid = self._uuid_at.get((node, str(selector.get("device", ""))), "")
+        meaning = "quarantine" if taint.get("key") == QUARANTINE_TAINT else "canary"
+        before = self._rules.get(name)
+        detail = {"rule": name, "taint": str(taint.get("key", "")), "effect": str(taint.get("effect", ""))}
+        if etype == DELETED:
+            if before is not None:
+                self.journal.record(at, Kind.LIFTED, before[0], before[1], before[2], rule=name)
+                del self._rules[name]
+            return
+        if before is not None and before[0] == meaning:
+            return
+        if before is not None:
+            self.journal.record(at, Kind.LIFTED, before[0], before[1], before[2], rule=name)
+        self.journal.record(at, Kind.ENFORCED, meaning, node, uuid, **detail)
+        self._rules[name] = (meaning, node, uuid)
+
+    def _node(self, at: float, etype: str, obj: Mapping[str, Any]) -> None:
+        meta = _meta(obj)
+        node = str(meta.get("name", ""))
+        raw = (meta.get("annotations") or {}).get(NODE_ANNOTATION) if etype != DELETED else None
+        listed: set[str] = set()
+        if raw:
+            try:
+                parsed = json.loads(raw)
+                listed = {str(d) for d in parsed} if isinstance(parsed, list) else set()
+            except ValueError:
+                self.journal.record(at, Kind.NOTE, "unreadable annotation", node, annotation=str(raw)[:200])
+        before = self._annotated.get(node, set())
+        for device in sorted(listed - before):
+            self.journal.record(at, Kind.ENFORCED, "quarantine", node, device, annotation=NODE_ANNOTATION)
+        for device in sorted(before - listed):
+            self.journal.record(at, Kind.LIFTED, "quarantine", node, device, annotation=NODE_ANNOTATION)
+        self._annotated[node] = listed
+        spec = obj.get("spec") or {}
+        cordoned = bool(spec.get("unschedulable"))
+        taints = frozenset(
+            str(t.get("key"))
+            for t in spec.get("taints") or ()
+            if isinstance(t, Mapping) and str(t.get("key", "")).startswith("gpuhealth.io/")
+        )
+        was_cordoned, was_tainted = self._node_state.get(node, (False, frozenset()))
+        if cordoned and not was_cordoned:
+            # The simulated cluster never cordons a node itself: a cordon here is gpuhealth's.
+            self.journal.record(at, Kind.NODE_ACTION, "cordon", node, key="spec.unschedulable")
+        for key in sorted(taints - was_tainted):
+            self.journal.record(at, Kind.NODE_ACTION, "taint", node, key=key)
+        self._node_state[node] = (cordoned, taints)
+
+    def _job(self, at: float, etype: str, obj: Mapping[str, Any]) -> None:
+        meta = _meta(obj)
+        labels = meta.get("labels") or {}
+        kind = labels.get(CHECK_LABEL)
+        name = str(meta.get("name", ""))
+        if not kind or etype == DELETED or name in self._checks_done:
+            return
+        result = job_result(dict(obj))
+        if result is CheckResult.RUNNING:
+            return
+        self._checks_done.add(name)
+        record = self._record_labels.get(str(labels.get(RECORD_LABEL, "")), "")
+        _, node, uuid, _ = self._records.get(record, ("", "", "", {}))
+        self.journal.record(
+            at,
+            Kind.CHECK,
+            str(kind),
+            node,
+            uuid,
+            result="passed" if result is CheckResult.SUCCEEDED else "failed",
+            job=name,
+            record=record,
+            attempt=str((meta.get("annotations") or {}).get("gpuhealth.io/attempt", "")),
+        )
+
+    def _event(self, at: float, etype: str, obj: Mapping[str, Any]) -> None:
+        if etype == DELETED:
+            return
+        involved = obj.get("involvedObject") or {}
+        component = obj.get("reportingComponent") or (obj.get("source") or {}).get("component")
+        if involved.get("kind") != "Pod" or component != RESPONDER_COMPONENT:
+            return
+        meta = _meta(obj)
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        if key in self._events_seen:
+            return
+        self._events_seen.add(key)
+        pod = f"{involved.get('namespace', '')}/{involved.get('name', '')}"
+        node, devices, _, _ = self._pods.get(pod, ("", (), "", False))
+        self.journal.record(
+            at,
+            Kind.TENANT_EVENT,
+            str(obj.get("reason", "")),
+            node,
+            devices[0] if devices else "",
+            pod=pod,
+            message=str(obj.get("message", ""))[:300],
+            type=str(obj.get("type", "")),
+        )
+
+    def _pod(self, at: float, etype: str, obj: Mapping[str, Any], devices: tuple[str, ...]) -> None:
+        meta = _meta(obj)
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        if etype == DELETED:
+            self._pods.pop(key, None)
+            return
+        labels = meta.get("labels") or {}
+        job = labels.get("job-name") or labels.get("app") or ""
+        job = f"{meta.get('namespace', '')}/{job}" if job else ""
+        node = str((obj.get("spec") or {}).get("nodeName") or "")
+        running = (obj.get("status") or {}).get("phase") == "Running" and not meta.get("deletionTimestamp")
+        before = self._pods.get(key)
+        devices = devices or (before[1] if before else ())
+        if running and devices and not (before and before[3]) and job in self._evicted_jobs:
+            self.journal.record(
+                at,
+                Kind.NOTE,
+                "placed",
+                node,
+                devices[0],
+                pod=key,
+                job=job,
+                devices=",".join(devices),
+                detail=f"{key} of {job} running again on "
+                + ", ".join(self.journal.label(d) for d in devices),
+            )
+        self._pods[key] = (node, devices, job, running)
+
+    def _lease(self, at: float, etype: str, obj: Mapping[str, Any]) -> None:
+        if _meta(obj).get("name") != LEADER_LEASE:
+            return
+        holder = "" if etype == DELETED else str((obj.get("spec") or {}).get("holderIdentity") or "")
+        if holder != self.leader:
+            self.journal.record(at, Kind.NOTE, "leader", holder=holder, previous=self.leader)
+            self.leader = holder
+
+    def _config_map(self, at: float, etype: str, obj: Mapping[str, Any]) -> None:
+        if _meta(obj).get("name") != BREAKER_CONFIG_MAP or etype == DELETED:
+            return
+        data = obj.get("data") or {}
+        try:
+            state = json.loads(data.get("state") or "{}")
+            history = json.loads(data.get("history") or "[]")
+        except ValueError:
+            state, history = {"tripped": True, "trigger": "unreadable"}, []
+        tripped = bool(state.get("tripped"))
+        if tripped == self._breaker_tripped:
+            return
+        self._breaker_tripped = tripped
+        last = (
+            history[-1] if isinstance(history, list) and history and isinstance(history[-1], Mapping) else {}
+        )
+        self.journal.record(
+            at,
+            Kind.BREAKER,
+            "tripped" if tripped else "reset",
+            trigger=str(state.get("trigger") or ""),
+            actor=str(last.get("actor", "")),
+            detail=str(state.get("detail") or ""),
+        )

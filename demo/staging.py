@@ -1,0 +1,224 @@
+"""How `gpuhealth demo` stages a scenario: its `demo:` section and the responder's config.
+
+Pure: parsing and arithmetic over plain data, no I/O. The pipeline (`demo.pipeline`) reads a
+scenario's raw `demo:` mapping through `staging()` and builds the responders' `--config`
+document with `responder_document()`.
+
+The `demo:` section (times are scenario seconds, like the timeline; durations take a unit)::
+
+    demo:
+      responders: 2          # responder replicas, enforcing (default 2)
+      alertmanagers: 1       # 1, or 2 for an HA pair gossiping on loopback (default 1)
+      speed: 20              # default speed of this scenario (simulated seconds per second)
+      settle: 3m             # simulated time to keep running after the last fault (default 3m)
+      kills:                 # processes killed with SIGKILL at a scenario time
+        - {at: 2m30s, process: responder-leader, restart: 30s}   # restart absent: never
+
+`process` is one of `responder-leader`, `responder-follower` (who holds the leader Lease when
+the kill is due), `exporter` (the exporter of the first node, or the cluster-mode one) and
+`alertmanager` (the last of the pair). Every error is a `StagingError` naming the field path.
+
+The responders' configuration: the shipped `deploy/responder-config.yaml` with the scenario's
+`responder:` overrides on top (same schema, durations in SIMULATED time), then every duration
+divided by the speed and every per-hour rate multiplied by it (`scaled_document`), so that the
+responders, which run on the wall clock, keep pace with the simulated cluster.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuhealth.durations import DurationError, format_duration, parse_duration
+
+PROCESSES = ("responder-leader", "responder-follower", "exporter", "alertmanager")
+"""What a kill may name."""
+
+DEFAULT_SETTLE_SECONDS = 180.0
+DEFAULT_RESPONDERS = 2
+DEFAULT_ALERTMANAGERS = 1
+MAX_RESPONDERS = 5
+"""More replicas than this only slow a 2-core machine down; the leader race needs two."""
+
+
+class StagingError(ValueError):
+    """The `demo:` section (or a responder override) cannot be used; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Kill:
+    at: float
+    """Scenario seconds when the process is killed."""
+    process: str
+    """One of PROCESSES."""
+    restart: float | None = None
+    """Scenario seconds after the kill when it starts again; None: never."""
+
+
+@dataclass(frozen=True, slots=True)
+class Staging:
+    responders: int = DEFAULT_RESPONDERS
+    alertmanagers: int = DEFAULT_ALERTMANAGERS
+    speed: float | None = None
+    """The scenario's default speed (None: the command's default)."""
+    settle: float = DEFAULT_SETTLE_SECONDS
+    """Simulated seconds to run after the last fault."""
+    kills: tuple[Kill, ...] = ()
+
+
+_KEYS = ("responders", "alertmanagers", "speed", "settle", "kills")
+_KILL_KEYS = ("at", "process", "restart")
+
+
+def _seconds(value: Any, path: str, *, zero: bool) -> float:
+    try:
+        seconds = parse_duration(value, bare_seconds=False)
+    except DurationError as exc:
+        raise StagingError(f"{path}: {exc}") from None
+    if seconds <= 0 and not zero:
+        raise StagingError(f"{path}: {value!r} must be longer than zero")
+    return seconds
+
+
+def _whole(value: Any, path: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise StagingError(f"{path}: expected a whole number from {low} to {high}, got {value!r}")
+    return value
+
+
+def staging(section: Mapping[str, Any] | None, *, source: str = "demo") -> Staging:
+    """The scenario's `demo:` section, checked; `source` prefixes each field path in errors."""
+    if section is None:
+        return Staging()
+    if not isinstance(section, Mapping):
+        raise StagingError(f"{source}: expected a mapping, got {section!r}")
+    unknown = sorted(set(section) - set(_KEYS))
+    if unknown:
+        raise StagingError(f"{source}.{unknown[0]}: unknown field (expected one of: {', '.join(_KEYS)})")
+    responders = _whole(
+        section.get("responders", DEFAULT_RESPONDERS), f"{source}.responders", 1, MAX_RESPONDERS
+    )
+    alertmanagers = _whole(
+        section.get("alertmanagers", DEFAULT_ALERTMANAGERS), f"{source}.alertmanagers", 1, 2
+    )
+    speed: float | None = None
+    if "speed" in section:
+        raw = section["speed"]
+        if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0 < raw < math.inf:
+            raise StagingError(f"{source}.speed: expected a number above 0, got {raw!r}")
+        speed = float(raw)
+    settle = DEFAULT_SETTLE_SECONDS
+    if "settle" in section:
+        settle = _seconds(section["settle"], f"{source}.settle", zero=True)
+    kills_raw = section.get("kills", [])
+    if not isinstance(kills_raw, list):
+        raise StagingError(f"{source}.kills: expected a list, got {kills_raw!r}")
+    kills = tuple(_kill(raw, f"{source}.kills[{i}]", responders) for i, raw in enumerate(kills_raw))
+    return Staging(responders, alertmanagers, speed, settle, tuple(sorted(kills, key=lambda k: k.at)))
+
+
+def _kill(raw: Any, path: str, responders: int) -> Kill:
+    if not isinstance(raw, Mapping):
+        raise StagingError(f"{path}: expected a mapping with at, process and restart, got {raw!r}")
+    unknown = sorted(set(raw) - set(_KILL_KEYS))
+    if unknown:
+        raise StagingError(f"{path}.{unknown[0]}: unknown field (expected one of: {', '.join(_KILL_KEYS)})")
+    for required in ("at", "process"):
+        if required not in raw:
+            raise StagingError(f"{path}.{required}: required")
+    at = _seconds(raw["at"], f"{path}.at", zero=True)
+    process = raw["process"]
+    if process not in PROCESSES:
+        raise StagingError(f"{path}.process: expected one of {', '.join(PROCESSES)}, got {process!r}")
+    if process == "responder-follower" and responders < 2:
+        raise StagingError(f"{path}.process: a responder-follower needs demo.responders of 2 or more")
+    restart = (
+        _seconds(raw["restart"], f"{path}.restart", zero=False) if raw.get("restart") is not None else None
+    )
+    return Kill(at, str(process), restart)
+
+
+# ----- the responders' configuration -------------------------------------------------------------
+
+DURATION_KEYS = frozenset(
+    {
+        ("policy", "probeTimeout"),
+        ("policy", "canaryTimeout"),
+        ("policy", "stability"),
+        ("policy", "ramp"),
+        ("policy", "backoff"),
+        ("policy", "maxBackoff"),
+        ("policy", "deferredMaxAge"),
+        ("breaker", "window"),
+        ("migration", "checkpointTimeout"),
+        ("migration", "leaseMargin"),
+        ("migration", "leaseCap"),
+        ("intake", "expiry"),
+    }
+)
+"""(section, key) of every duration in the responder's config (`responder/config.py`)."""
+
+RATE_KEYS = frozenset(
+    {("newQuarantines", "perHour"), ("migration", "nodePerHour"), ("migration", "namespaceEvictionsPerHour")}
+)
+"""(section, key) of every per-hour rate: an hour of simulated time passes `speed` times faster."""
+
+WHOLE_RATES = frozenset({("migration", "nodePerHour"), ("migration", "namespaceEvictionsPerHour")})
+"""Rates the config takes as whole numbers (rounded up after scaling: never stricter)."""
+
+
+def merged(defaults: Mapping[str, Any], overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`defaults` with the scenario's `responder:` overrides on top, section by section.
+
+    Structure errors (a section that is not a mapping) are left for the config's own checks,
+    which name the key; an override of `apiVersion`/`kind` is refused here.
+    """
+    doc: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in defaults.items()}
+    if overrides is None:
+        return doc
+    if not isinstance(overrides, Mapping):
+        raise StagingError(f"responder: expected a mapping of config sections, got {overrides!r}")
+    for section, body in overrides.items():
+        if section in ("apiVersion", "kind"):
+            raise StagingError(f"responder.{section}: set by the demo, leave it out")
+        if isinstance(body, Mapping) and isinstance(doc.get(section), dict):
+            doc[section] = {**doc[section], **body}
+        else:
+            doc[section] = body
+    return doc
+
+
+def scaled_document(doc: Mapping[str, Any], speed: float) -> dict[str, Any]:
+    """The config document at `speed`: durations divided by it, per-hour rates multiplied by it.
+
+    Durations keep the config's grammar (a unit, at least a millisecond); values that are not
+    durations or rates pass through untouched, for the config's own checks to judge. A value
+    that cannot be parsed as a duration is a StagingError naming `responder.<section>.<key>`.
+    """
+    if not (isinstance(speed, int | float) and 0 < speed < math.inf):
+        raise StagingError(f"speed: expected a number above 0, got {speed!r}")
+    out: dict[str, Any] = {}
+    for section, body in doc.items():
+        if not isinstance(body, Mapping):
+            out[section] = body
+            continue
+        scaled: dict[str, Any] = {}
+        for key, value in body.items():
+            where = (section, key)
+            if where in DURATION_KEYS:
+                seconds = _seconds(value, f"responder.{section}.{key}", zero=False)
+                scaled[key] = _duration_text(seconds / speed)
+            elif where in RATE_KEYS and isinstance(value, int | float) and not isinstance(value, bool):
+                rate = value * speed
+                scaled[key] = math.ceil(rate) if where in WHOLE_RATES else float(rate)
+            else:
+                scaled[key] = value
+        out[section] = scaled
+    return out
+
+
+def _duration_text(seconds: float) -> str:
+    """`seconds` in the duration grammar, to the millisecond (never zero: the config refuses it)."""
+    return format_duration(max(1, round(seconds * 1000)) / 1000)
