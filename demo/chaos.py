@@ -1,7 +1,12 @@
 """`gpuhealth chaos`: scenarios run through the whole pipeline while faults are injected.
 
+    gpuhealth chaos [--scenario NAME|FILE] [--seed N] [--faults LIST] [--speed X] [--runs N]
+                    [--per-kind N] [--workdir DIR] [--rules-config FILE]
+
 The plan is pure (`demo.chaos_plan`); this module executes it through the pipeline's seams
-(`demo.pipeline.Controls`) and prints one table. `ChaosExecutor`:
+(`demo.pipeline.Controls`) and prints one table: faults injected by kind, duplicate actions,
+lost quarantines and unwarranted actions (each must be 0), and the time to converge after
+the last fault. `ChaosExecutor`:
 
 - on every pass of the pipeline's observation loop (`on_tick`), opens and closes the API fault
   windows that are due on the simulated apiserver (`SimulatedCluster.api_faults`, reached
@@ -18,14 +23,40 @@ Exit codes: 0 every must-be-0 column is 0 in every run, 1 one is not (or a run f
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from demo.chaos_plan import ChaosPlan, injected_text
-from demo.journal import Journal, Kind
+from demo.chaos_plan import (
+    GROUPS,
+    KINDS,
+    Assessment,
+    ChaosError,
+    ChaosPlan,
+    ChaosSettings,
+    assess,
+    converge_text,
+    injected_text,
+    merge_counts,
+    parse_kinds,
+    plan,
+    staged,
+)
+from demo.journal import Entry, Journal, Kind
+from demo.pipeline import Controls, DemoSettings, default_workdir, run_demo, timeline_end
+from demo.staging import StagingError, staging
+from gpuhealth.cliargs import EXIT_FAILED, UsageError, command, positive_float
+from gpuhealth.tables import write_table
+from gpuhealth.testing.loopback import LoopbackError
+from rules.render import DEFAULT_CONFIG, ConfigError, load_config, scaled
+from rules.render import Settings as RuleSettings
 from simulator.apiserver.faults import FaultRule, describe, rule_from_json
+from simulator.scenario import Scenario, ScenarioError, resolve
 
 
 class _Cluster(Protocol):
@@ -166,4 +197,268 @@ def kills_by_kind(journal: Journal) -> Mapping[str, int]:
     return kinds
 
 
-__all__ = ["ChaosExecutor", "injected_text", "kills_by_kind"]
+# ---- the command ---------------------------------------------------------------------------------
+
+DEFAULT_SCENARIO = "closed-loop"
+DEFAULT_SEED = 1
+HEADERS = (
+    "RUN",
+    "SEED",
+    "FAULTS INJECTED",
+    "DUPLICATE ACTIONS",
+    "LOST QUARANTINES",
+    "UNWARRANTED ACTIONS",
+    "EXPECTATIONS FAILED",
+    "CONVERGED AFTER LAST FAULT",
+)
+PROGRESS_KINDS = frozenset(
+    {Kind.FAULT, Kind.PROCESS, Kind.PHASE, Kind.MIGRATION, Kind.BREAKER, Kind.NODE_ACTION}
+)
+"""Journal entries shown while a run goes (the rest is in each run's journal.json)."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "chaos",
+        help="run a scenario through the whole loop while injecting faults; one reliability table",
+        description=(
+            "Run a scenario through the whole closed loop (simulated cluster, exporters, Prometheus, "
+            "Alertmanager, two responder replicas) while injecting seeded faults: API faults at the "
+            "simulated apiserver (500, 503, 409, 429, slow answers, dropped watches, 410 on resume), "
+            "process kills (exporter, responder leader and follower, one Alertmanager of a pair), "
+            "duplicate and out-of-order webhook deliveries, and steps of the cluster's clock. Print "
+            "one table; exit 1 when any run did an action twice, lost a warranted quarantine, did an "
+            "unwarranted action or failed the scenario's expectations; 2 for bad flags or input."
+        ),
+    )
+    parser.add_argument(
+        "--scenario", default=DEFAULT_SCENARIO, help="built-in name or YAML file (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, help="seed of the first run (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--faults",
+        default="all",
+        help=f"fault kinds or groups, comma-separated: {', '.join(GROUPS)}, or kinds ({', '.join(KINDS)}) "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--speed",
+        type=positive_float,
+        default=None,
+        help="simulated seconds per second (default: the scenario's demo.speed, else the demo's default)",
+    )
+    parser.add_argument(
+        "--runs", type=_whole_positive, default=1, help="runs, seeds N, N+1, ... (default: 1)"
+    )
+    parser.add_argument(
+        "--per-kind",
+        type=_whole_positive,
+        default=ChaosSettings().per_kind,
+        help="injections of each kind per run",
+    )
+    parser.add_argument("--rules-config", type=Path, default=DEFAULT_CONFIG, help="rules config to scale")
+    parser.add_argument("--workdir", type=Path, help="keep each run's files here (default: a temp dir)")
+    command(parser, run)
+
+
+def _whole_positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        kinds = parse_kinds(args.faults)
+        scenario = resolve(args.scenario)
+        stage = staging(scenario.demo)
+    except ChaosError as exc:
+        raise UsageError(f"--faults: {exc}") from exc
+    except ScenarioError as exc:
+        raise UsageError(exc.message) from exc
+    except StagingError as exc:
+        raise UsageError(f"{args.scenario}: {exc}") from exc
+    speed = args.speed or stage.speed or DemoSettings.speed
+    try:
+        rules = scaled(load_config(args.rules_config), speed)
+    except ConfigError as exc:
+        raise UsageError(f"rules at {speed:g}x: {exc}") from exc
+    workdir = args.workdir or default_workdir()
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--workdir {workdir}: {exc.strerror or exc}") from exc
+    settings = ChaosSettings(per_kind=args.per_kind)
+    out = sys.stdout
+    print(
+        f"gpuhealth chaos: scenario {scenario.name}, {args.runs} run(s) from seed {args.seed}, {speed:g}x; "
+        f"faults: {', '.join(kinds)}; files in {workdir}",
+        file=out,
+        flush=True,
+    )
+    results: list[tuple[int, Assessment]] = []
+    for index in range(args.runs):
+        seed = args.seed + index
+        label = f"run {index + 1}/{args.runs} seed {seed}"
+        assessment = run_once(
+            scenario, rules, speed, seed, kinds, settings, workdir / f"run-{index + 1}", out, label
+        )
+        results.append((seed, assessment))
+    print(file=out)
+    write_results(results, out)
+    (workdir / "chaos.json").write_text(
+        json.dumps(results_document(results, scenario.name, speed, kinds), indent=1)
+    )
+    print(f"\nfiles: {workdir} (each run's journal.json and logs; chaos.json)", file=out, flush=True)
+    return EXIT_FAILED if any(a.failed for _, a in results) else 0
+
+
+def run_once(
+    scenario: Scenario,
+    rules: RuleSettings,
+    speed: float,
+    seed: int,
+    kinds: tuple[str, ...],
+    settings: ChaosSettings,
+    workdir: Path,
+    out: TextIO,
+    label: str,
+) -> Assessment:
+    """One run of `scenario` with the faults of `seed`, through the whole pipeline; its figures."""
+    chaos = plan(scenario, seed, kinds, settings)
+    run_scenario = staged(scenario, chaos)
+    stage = staging(run_scenario.demo)
+    # The pipeline runs `settle` past the timeline and the kills' restarts; the time to converge
+    # is measured after the last injected fault, so the run goes on `quiet_seconds` past it.
+    ran_to = max([timeline_end(run_scenario), *(k.at + (k.restart or 0.0) for k in stage.kills)])
+    settle = max(stage.settle, chaos.last_at + settings.quiet_seconds - ran_to)
+    workdir.mkdir(parents=True, exist_ok=True)
+    executor = ChaosExecutor(chaos, out, label=label)
+    print(f"[{label}] planned:", file=out)
+    for line in chaos.describe():
+        print(f"[{label}]   {line}", file=out)
+    out.flush()
+
+    def progress(entry: Entry) -> None:
+        if entry.kind in PROGRESS_KINDS:
+            where = f" {entry.node}" if entry.node else ""
+            device = f" {entry.device[:12]}" if entry.device else ""
+            if entry.kind is Kind.PROCESS:
+                role = entry.detail.get("role")
+                where = f" {entry.detail.get('name', '?')}" + (f" ({role})" if role else "")
+            print(
+                f"[{label} t+{entry.at:6.0f}s] {entry.kind.value} {entry.what}{where}{device}",
+                file=out,
+                flush=True,
+            )
+
+    controls = Controls(
+        front_hook=executor.front_hook, on_started=executor.on_started, on_tick=executor.on_tick
+    )
+    with (workdir / "demo.log").open("w") as log:
+        try:
+            outcome = run_demo(
+                run_scenario,
+                rules,
+                DemoSettings(speed=speed, settle_seconds=settle),
+                workdir,
+                log,
+                controls=controls,
+                on_entry=progress,
+            )
+        except StagingError as exc:
+            raise UsageError(f"{scenario.name}: {exc}") from exc
+        except LoopbackError as exc:
+            print(f"[{label}] the pipeline failed: {exc}", file=out, flush=True)
+            return Assessment(injected={}, duplicates=(), lost=(), unwarranted=(), errors=(str(exc),))
+    return assess(
+        outcome.journal,
+        scenario,
+        chaos,
+        executor.injected(outcome.journal),
+        verdict_violations=outcome.verdict.violations,
+        expectation_failures=outcome.expectation_failures,
+    )
+
+
+def write_results(results: list[tuple[int, Assessment]], out: TextIO) -> None:
+    """The one table, then every line behind a non-zero must-be-0 figure."""
+    rows = []
+    for index, (seed, a) in enumerate(results, 1):
+        rows.append(
+            [
+                str(index),
+                str(seed),
+                injected_text(a.injected) if not a.errors else "run failed",
+                str(len(a.duplicates)),
+                str(len(a.lost)),
+                str(len(a.unwarranted)),
+                str(len(a.expectation_failures)),
+                converge_text(a.converged_after) if not a.errors else "-",
+            ]
+        )
+    if len(results) > 1:
+        total = merge_counts(*(a.injected for _, a in results))
+        rows.append(
+            [
+                "all",
+                "",
+                injected_text(total),
+                str(sum(len(a.duplicates) for _, a in results)),
+                str(sum(len(a.lost) for _, a in results)),
+                str(sum(len(a.unwarranted) for _, a in results)),
+                str(sum(len(a.expectation_failures) for _, a in results)),
+                _worst_converge([a for _, a in results]),
+            ]
+        )
+    write_table(HEADERS, rows, out)
+    for index, (seed, a) in enumerate(results, 1):
+        for title, lines in (
+            ("DUPLICATE ACTION", a.duplicates),
+            ("LOST QUARANTINE", a.lost),
+            ("UNWARRANTED ACTION", a.unwarranted),
+            ("EXPECTATION FAILED", a.expectation_failures),
+            ("RUN FAILED", a.errors),
+        ):
+            for line in lines:
+                print(f"run {index} (seed {seed}) {title}: {line}", file=out)
+    out.flush()
+
+
+def _worst_converge(assessments: list[Assessment]) -> str:
+    if any(a.errors for a in assessments):
+        return "-"
+    times = [a.converged_after for a in assessments]
+    if any(t is None for t in times):
+        return converge_text(None)
+    return f"max {converge_text(max(t for t in times if t is not None))}"
+
+
+def results_document(
+    results: list[tuple[int, Assessment]], scenario: str, speed: float, kinds: tuple[str, ...]
+) -> dict[str, Any]:
+    return {
+        "scenario": scenario,
+        "speed": speed,
+        "faults": list(kinds),
+        "runs": [
+            {
+                "seed": seed,
+                "injected": dict(a.injected),
+                "duplicateActions": list(a.duplicates),
+                "lostQuarantines": list(a.lost),
+                "unwarrantedActions": list(a.unwarranted),
+                "expectationFailures": list(a.expectation_failures),
+                "lastFaultAt": a.last_fault_at,
+                "convergedAfterSeconds": a.converged_after,
+                "errors": list(a.errors),
+            }
+            for seed, a in results
+        ],
+    }

@@ -92,6 +92,10 @@ class ChaosSettings:
     """Chance that a notification is duplicated (webhook-duplicate) or held back (webhook-reorder)."""
     hold_seconds: float = 2.0
     """Wall seconds a held-back notification waits at most for the next one to overtake it."""
+    quiet_seconds: float = 120.0
+    """Simulated seconds after the last injected fault is over, before the run ends, so that it
+    shows the system coming to rest: the plan keeps the end of the timeline free of injections
+    when it can, and the command runs on at least this long after the last one."""
 
     def __post_init__(self) -> None:
         fields.within(self, "per_kind", "injections", 1, whole=True)
@@ -103,6 +107,7 @@ class ChaosSettings:
         fields.within(self, "clock_step_max_seconds", "wall seconds", self.clock_step_min_seconds)
         fields.within(self, "webhook_probability", "chance", 0.0, 1.0)
         fields.positive(self, "hold_seconds", "wall seconds")
+        fields.within(self, "quiet_seconds", "simulated seconds", 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,10 +226,19 @@ def _api_rule(kind: str, probability: float, draw: random.Random) -> dict[str, A
     return {"kind": "gone", "probability": probability}
 
 
+def _start(draw: random.Random, span: float, settings: ChaosSettings, lasting: float) -> float:
+    """A seeded start for a fault `lasting` seconds, over `quiet_seconds` before `span` if it can be."""
+    latest = span - settings.quiet_seconds - lasting
+    # A timeline too short for a quiet end takes faults anywhere; the run is made longer instead.
+    return round(draw.uniform(0.0, latest if latest > 0 else span), 1)
+
+
 def plan(
     scenario: Scenario, seed: int, kinds: Sequence[str], settings: ChaosSettings | None = None
 ) -> ChaosPlan:
-    """The faults of one run: each kind `per_kind` times at seeded points of the timeline."""
+    """The faults of one run: each kind `per_kind` times at seeded points of the timeline, each
+    over (a window closed, a process restarted) `quiet_seconds` before the timeline's end
+    where the timeline is long enough."""
     settings = settings or ChaosSettings()
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
@@ -236,18 +250,20 @@ def plan(
     steps: list[ClockStep] = []
     for kind in kinds:
         for _ in range(settings.per_kind if kind not in WEBHOOK_KINDS else 0):
-            at = round(draw.uniform(0.0, span), 1)
             if kind in API_KINDS:
+                at = _start(draw, span, settings, settings.api_window_seconds)
                 until = at + settings.api_window_seconds
                 windows.append(ApiWindow(at, until, kind, _api_rule(kind, settings.api_probability, draw)))
             elif kind in KILL_KINDS:
                 restart = round(draw.uniform(settings.restart_min_seconds, settings.restart_max_seconds), 1)
-                kills.append(Kill(at, kind, kind.removeprefix("kill-"), restart))
+                kills.append(
+                    Kill(_start(draw, span, settings, restart), kind, kind.removeprefix("kill-"), restart)
+                )
             else:
                 seconds = round(
                     draw.uniform(settings.clock_step_min_seconds, settings.clock_step_max_seconds)
                 )
-                steps.append(ClockStep(at, float(seconds)))
+                steps.append(ClockStep(_start(draw, span, settings, 0.0), float(seconds)))
     deliveries = None
     if any(k in WEBHOOK_KINDS for k in kinds):
         deliveries = DeliveryChaos(
@@ -307,7 +323,7 @@ class Assessment:
     expectation_failures: tuple[str, ...] = ()
     """The scenario's expectations that failed: must be none."""
     last_fault_at: float = 0.0
-    """Scenario seconds of the last fault (planned or the timeline's own)."""
+    """Scenario seconds when the last injected fault was over."""
     converged_after: float | None = 0.0
     """Scenario seconds from the last fault to the last change of state; None: still changing at the end."""
     errors: tuple[str, ...] = field(default=())
@@ -377,11 +393,11 @@ def assess(
     expectation_failures: Sequence[str],
 ) -> Assessment:
     """The figures of one run: the safety verdict's lines by column, the expectations that
-    failed, and the time to converge after the last fault (planned or the timeline's own)."""
+    failed, and the time to converge after the last injected fault was over."""
     by_column: dict[str, list[str]] = {DUPLICATE: [], LOST: [], UNWARRANTED: []}
     for line in verdict_violations:
         by_column[classify(line)].append(line)
-    last_fault = max(chaos.last_at, timeline_span(scenario) if scenario.timeline else 0.0)
+    last_fault = chaos.last_at
     return Assessment(
         injected=dict(injected),
         duplicates=tuple(by_column[DUPLICATE]),

@@ -365,7 +365,7 @@ def _method_not_allowed(method: str, what: str) -> ApiError:
 async def _serve(request: web.Request, target: Target) -> web.StreamResponse:
     method = request.method
     faults = request.app[FAULTS]
-    fault = faults.for_request(request, target) if faults.active else None  # fault-free: one test
+    fault = await faults.for_request(request, target) if faults.active else None  # fault-free: one test
     if fault is not None and (answer := await fault.answer()) is not None:
         return answer
     if target.name is None:

@@ -54,7 +54,8 @@ _APPLIES_TO: dict[str, frozenset[str]] = {
     "throttle": frozenset(VERBS),
     "slow": frozenset(VERBS),
     # A Conflict answers a write whose precondition (resourceVersion, uid) failed; a create
-    # collides as AlreadyExists instead, which is not this fault.
+    # collides as AlreadyExists instead, which is not this fault. Only a conditional write gets
+    # one (`is_conditional`): a real apiserver retries an unconditional write itself.
     "conflict": frozenset({"update", "patch", "delete"}),
     "drop-watch": frozenset({"watch"}),
     "gone": frozenset({"watch"}),
@@ -118,11 +119,13 @@ class FaultRule:
         if self.limit is not None and self.limit < 1:
             raise FaultConfigError(f"limit: expected a whole number of 1 or more, got {self.limit!r}")
 
-    def matches(self, verb: str, resource: str, plural: str, resume: bool) -> bool:
+    def matches(self, verb: str, resource: str, plural: str, resume: bool, conditional: bool) -> bool:
         if verb not in (self.verbs or _APPLIES_TO[self.kind]):
             return False
         if self.resources and resource not in self.resources and plural not in self.resources:
             return False
+        if self.kind == "conflict":
+            return conditional
         return resume or self.kind != "gone"  # only a watch that resumes can find its version gone
 
     def label(self) -> str:
@@ -220,6 +223,29 @@ def _response(err: ApiError, headers: Mapping[str, str] | None = None) -> web.Re
     )
 
 
+def is_conditional(verb: str, body: bytes) -> bool:
+    """Whether a write carries a precondition a concurrent writer can break: a resourceVersion
+    in the object or merge patch, a JSON patch testing it, a delete's preconditions."""
+    try:
+        doc = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        return False  # protobuf (kubectl create) or malformed: the handler answers that
+    if isinstance(doc, list):
+        return any(
+            isinstance(op, dict) and op.get("op") == "test" and op.get("path") == "/metadata/resourceVersion"
+            for op in doc
+        )
+    if not isinstance(doc, dict):
+        return False
+    if verb == "delete":
+        preconditions = doc.get("preconditions")
+        return isinstance(preconditions, dict) and any(
+            preconditions.get(k) for k in ("uid", "resourceVersion")
+        )
+    meta = doc.get("metadata")
+    return isinstance(meta, dict) and bool(meta.get("resourceVersion"))
+
+
 def verb_of(method: str, *, named: bool, subresource: str | None, watch: bool) -> str | None:
     """The Kubernetes verb of a resource request (None for a method no verb names)."""
     if subresource == "eviction":
@@ -267,13 +293,16 @@ class FaultInjector:
         self.configure(())
 
     def decide(
-        self, verb: str | None, resource: str, plural: str, *, resume: bool = False
+        self, verb: str | None, resource: str, plural: str, *, resume: bool = False, conditional: bool = False
     ) -> Injection | None:
-        """The fault this request gets, if any: the first matching rule whose draw it wins."""
+        """The fault this request gets, if any: the first matching rule whose draw it wins.
+
+        `resume`: a watch from a resourceVersion; `conditional`: a write with a precondition.
+        """
         if verb is None:
             return None
         for index, rule in enumerate(self.rules):
-            if not rule.matches(verb, resource, plural, resume):
+            if not rule.matches(verb, resource, plural, resume, conditional):
                 continue
             if rule.limit is not None and self._used[index] >= rule.limit:
                 continue
@@ -284,15 +313,19 @@ class FaultInjector:
             return Injection(rule)
         return None
 
-    def for_request(self, request: web.Request, target: _Target) -> Injection | None:
+    async def for_request(self, request: web.Request, target: _Target) -> Injection | None:
         """`decide` for an HTTP request to a resource URL (what the HTTP layer calls)."""
         query = request.query
         watch = query.get("watch", "").lower() in ("true", "1")
         named = target.name is not None
         verb = verb_of(request.method, named=named, subresource=target.subresource, watch=watch)
         resume = watch and query.get("resourceVersion", "") not in ("", "0")
+        conditional = False
+        if verb in _APPLIES_TO["conflict"] and any(r.kind == "conflict" for r in self.rules):
+            # aiohttp keeps the body it read, for the handler to read again.
+            conditional = is_conditional(verb, await request.read())
         info = target.info
-        fault = self.decide(verb, info.key, info.plural, resume=resume)
+        fault = self.decide(verb, info.key, info.plural, resume=resume, conditional=conditional)
         return (
             dataclasses.replace(fault, target=(info.plural, info.group, target.name or "")) if fault else None
         )

@@ -2,7 +2,8 @@
 
 Aspects: `--faults` names and groups (unknown names refused); a seed gives the same plan
 and another seed a different one; every kind asked for is planned `per_kind` times inside
-the timeline, API rules the apiserver accepts, restarts within bounds, webhook decisions
+the timeline and over before its quiet end (anywhere in a timeline too short for one),
+API rules the apiserver accepts, restarts within bounds, webhook decisions
 depending on the delivery's index only and at the asked rate; the API schedule opens and
 closes overlapping windows; kills staged into the `demo:` section with the HA pair and
 replicas they need; bad settings refused. Judging: each line of the safety verdict goes to
@@ -95,13 +96,16 @@ def test_the_same_seed_gives_the_same_plan_and_every_kind_is_planned_inside_the_
         ["exporter", "responder-leader", "responder-follower", "alertmanager"] * 2
     )
     assert len(first.steps) == 2
+    quiet_from = span - settings.quiet_seconds  # every injection is over by then
     for w in first.windows:
-        assert 0 <= w.at <= span and w.until == w.at + settings.api_window_seconds
+        assert w.at >= 0 and w.until == w.at + settings.api_window_seconds <= quiet_from
         rule = rule_from_json(w.rule)  # the apiserver accepts it
         assert rule.probability == settings.api_probability
     for k in first.kills:
-        assert 0 <= k.at <= span and settings.restart_min_seconds <= k.restart <= settings.restart_max_seconds
+        assert k.at >= 0 and k.at + k.restart <= quiet_from
+        assert settings.restart_min_seconds <= k.restart <= settings.restart_max_seconds
     for s in first.steps:
+        assert 0 <= s.at <= quiet_from
         assert settings.clock_step_min_seconds <= s.seconds <= settings.clock_step_max_seconds
     assert first.last_at == max(
         [w.until for w in first.windows]
@@ -110,6 +114,12 @@ def test_the_same_seed_gives_the_same_plan_and_every_kind_is_planned_inside_the_
     )
     assert first.deliveries is not None and first.deliveries.duplicate == first.deliveries.reorder == 0.3
     assert len(first.describe()) == len(first.windows) + len(first.kills) + len(first.steps) + 1
+
+
+def test_a_timeline_too_short_for_a_quiet_end_takes_faults_anywhere_in_it() -> None:
+    short = plan(SCENARIO, 5, ("api-503",) * 1, ChaosSettings(per_kind=20, quiet_seconds=490))
+    starts = [w.at for w in short.windows]
+    assert max(starts) > 10 and all(0 <= at <= 500 for at in starts)
 
 
 def test_only_the_kinds_asked_for_are_planned() -> None:
@@ -205,7 +215,7 @@ def test_an_assessment_sorts_the_verdict_and_fails_on_any_must_be_zero() -> None
     j.record(25, Kind.PHASE, "Pending", "gpu-dp-0", DP0, record="q-1")
     clean = assess(j, SCENARIO, chaos, {"api-500": 3}, verdict_violations=[], expectation_failures=[])
     assert not clean.failed and clean.injected == {"api-500": 3}
-    assert clean.last_fault_at == max(chaos.last_at, 500.0)
+    assert clean.last_fault_at == chaos.last_at
     assert clean.converged_after == 0.0
     judged = assess(j, SCENARIO, chaos, {}, verdict_violations=list(VERDICT_LINES), expectation_failures=[])
     assert judged.failed

@@ -1,15 +1,16 @@
 """API faults of the simulated apiserver (`simulator/apiserver/faults.py`).
 
-Aspects, decisions (pure): which verbs a kind applies to, resources by plural or plural.group,
-`gone` only for a watch that resumes, limits, the same seed giving the same faults and a
-probability that holds over many draws, every bad configuration refused naming its field.
-Over HTTP (integration): 500 and 503 (Retry-After) Status bodies the typed client classifies,
-409 Conflict on a write only, 429 with Retry-After, a slow answer, a watch cut off mid-stream,
-410 Gone as an ERROR event on resume, requests back to normal once faults are cleared; the
-admin endpoint (`/simulator/v1/api-faults`: read, replace, clear, token, bad bodies), the
-Python hook (`SimulatedCluster.api_faults` through `ClusterHandle.call`) and the cluster's
-clock step (`/simulator/v1/clock/step`); and the product's reflector, under every fault at
-once, still ends up holding the whole collection.
+Aspects, decisions (pure): which verbs a kind applies to (a Conflict only to writes with a
+precondition), resources by plural or plural.group, `gone` only for a watch that resumes,
+limits, the same seed giving the same faults and a probability that holds over many draws,
+every bad configuration refused naming its field. Over HTTP (integration): 500 and 503
+(Retry-After) Status bodies the typed client classifies, 409 Conflict on a conditional write
+only, 429 with Retry-After, a slow answer, a watch cut off mid-stream, 410 Gone as an ERROR
+event on resume, requests back to normal once faults are cleared; the admin endpoint
+(`/simulator/v1/api-faults`: read, replace, clear, token, bad bodies), the Python hook
+(`SimulatedCluster.api_faults` through `ClusterHandle.call`) and the cluster's clock step
+(`/simulator/v1/clock/step`); and the product's reflector, under every fault at once, still
+ends up holding the whole collection.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from simulator.apiserver.faults import (
     FaultConfigError,
     FaultInjector,
     FaultRule,
+    is_conditional,
     parse_config,
     rule_from_json,
     rule_to_json,
@@ -63,17 +65,37 @@ def test_verbs_of_requests() -> None:
     assert verb_of("OPTIONS", named=True, subresource=None, watch=False) is None
 
 
-def test_a_conflict_hits_writes_only_and_gone_only_a_resuming_watch() -> None:
+def test_a_conflict_hits_conditional_writes_only_and_gone_only_a_resuming_watch() -> None:
     injector = FaultInjector(rules=(FaultRule("conflict"), FaultRule("gone")))
-    assert injector.decide("get", "pods", "pods") is None
-    assert injector.decide("create", "pods", "pods") is None  # a create collides as AlreadyExists
+    assert injector.decide("get", "pods", "pods", conditional=True) is None
+    assert injector.decide("create", "pods", "pods", conditional=True) is None  # AlreadyExists, not this
+    assert injector.decide("patch", "pods", "pods") is None  # unconditional: the apiserver retries it
     for verb in ("update", "patch", "delete"):
-        fault = injector.decide(verb, "pods", "pods")
+        fault = injector.decide(verb, "pods", "pods", conditional=True)
         assert fault is not None and fault.rule.kind == "conflict"
     assert injector.decide("watch", "pods", "pods", resume=False) is None
     fault = injector.decide("watch", "pods", "pods", resume=True)
     assert fault is not None and fault.rule.kind == "gone"
     assert injector.injected == {"api-409": 3, "api-410": 1}
+
+
+@pytest.mark.parametrize(
+    ("verb", "body", "conditional"),
+    [
+        ("update", b'{"metadata": {"name": "p", "resourceVersion": "12"}}', True),
+        ("update", b'{"metadata": {"name": "p"}}', False),
+        ("patch", b'{"metadata": {"resourceVersion": "12", "labels": {"a": "b"}}}', True),
+        ("patch", b'{"metadata": {"labels": {"a": "b"}}}', False),
+        ("patch", b'[{"op": "test", "path": "/metadata/resourceVersion", "value": "3"}]', True),
+        ("patch", b'[{"op": "replace", "path": "/spec/x", "value": 1}]', False),
+        ("delete", b'{"preconditions": {"uid": "u-1"}}', True),
+        ("delete", b'{"propagationPolicy": "Background"}', False),
+        ("delete", b"", False),
+        ("update", b"\x0bk8s\x00 protobuf", False),
+    ],
+)
+def test_which_writes_are_conditional(verb: str, body: bytes, conditional: bool) -> None:
+    assert is_conditional(verb, body) is conditional
 
 
 def test_resources_match_by_plural_or_plural_and_group_and_the_first_rule_wins() -> None:
@@ -207,6 +229,8 @@ def test_errors_come_as_status_bodies_the_client_classifies(served: ServedCluste
     with pytest.raises(TooManyRequests) as throttled:
         kube.list(POD, namespace="default")
     assert throttled.value.retry_after == 2
+    unconditional = kube.patch(POD, "p", {"metadata": {"annotations": {"y": "2"}}}, namespace="default")
+    assert unconditional["metadata"]["annotations"] == {"y": "2"}  # no precondition: no Conflict
     pod = kube.get(POD, "p", namespace="default")
     pod["metadata"]["labels"] = {"x": "1"}
     with pytest.raises(Conflict) as conflicted:
