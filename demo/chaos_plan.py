@@ -92,10 +92,11 @@ class ChaosSettings:
     """Chance that a notification is duplicated (webhook-duplicate) or held back (webhook-reorder)."""
     hold_seconds: float = 2.0
     """Wall seconds a held-back notification waits at most for the next one to overtake it."""
-    quiet_seconds: float = 120.0
+    quiet_seconds: float = 300.0
     """Simulated seconds after the last injected fault is over, before the run ends, so that it
     shows the system coming to rest: the plan keeps the end of the timeline free of injections
-    when it can, and the command runs on at least this long after the last one."""
+    when it can, and the command runs on at least this long after the last one. Long enough for
+    a leader failover (a 15 s Lease, wall time: 150 simulated seconds at 10x) and a migration."""
 
     def __post_init__(self) -> None:
         fields.within(self, "per_kind", "injections", 1, whole=True)
