@@ -335,9 +335,10 @@ def run_once(
     run_scenario = staged(scenario, chaos)
     stage = staging(run_scenario.demo)
     # The pipeline runs `settle` past the timeline and the kills' restarts; the time to converge
-    # is measured after the last injected fault, so the run goes on `quiet_seconds` past it.
+    # is measured after the last fault of either, so the run goes on `quiet_seconds` past it.
+    last_fault = max(chaos.last_at, timeline_end(scenario))
     ran_to = max([timeline_end(run_scenario), *(k.at + (k.restart or 0.0) for k in stage.kills)])
-    settle = max(stage.settle, chaos.last_at + settings.quiet_seconds - ran_to)
+    settle = max(stage.settle, last_fault + settings.quiet_seconds - ran_to)
     workdir.mkdir(parents=True, exist_ok=True)
     executor = ChaosExecutor(chaos, out, label=label)
     print(f"[{label}] planned:", file=out)
@@ -384,6 +385,8 @@ def run_once(
         executor.injected(outcome.journal),
         verdict_violations=outcome.verdict.violations,
         expectation_failures=outcome.expectation_failures,
+        last_fault_at=last_fault,
+        rest_seconds=settings.rest_seconds,
     )
 
 

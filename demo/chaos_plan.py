@@ -92,11 +92,14 @@ class ChaosSettings:
     """Chance that a notification is duplicated (webhook-duplicate) or held back (webhook-reorder)."""
     hold_seconds: float = 2.0
     """Wall seconds a held-back notification waits at most for the next one to overtake it."""
-    quiet_seconds: float = 300.0
-    """Simulated seconds after the last injected fault is over, before the run ends, so that it
-    shows the system coming to rest: the plan keeps the end of the timeline free of injections
-    when it can, and the command runs on at least this long after the last one. Long enough for
-    a leader failover (a 15 s Lease, wall time: 150 simulated seconds at 10x) and a migration."""
+    quiet_seconds: float = 360.0
+    """Simulated seconds the run goes on after the last fault (injected or the timeline's own),
+    so that it shows the system coming to rest; the plan also keeps the end of the timeline free
+    of injections when it can. Long enough for a leader failover (a 15 s Lease in wall time:
+    150 simulated seconds at 10x) or a release through probe, canary, stability and ramp."""
+    rest_seconds: float = 60.0
+    """Simulated seconds without a change of state before the end of the run for the system to
+    count as at rest (shorter than `quiet_seconds`; a record cycling every minute is not)."""
 
     def __post_init__(self) -> None:
         fields.within(self, "per_kind", "injections", 1, whole=True)
@@ -109,6 +112,7 @@ class ChaosSettings:
         fields.within(self, "webhook_probability", "chance", 0.0, 1.0)
         fields.positive(self, "hold_seconds", "wall seconds")
         fields.within(self, "quiet_seconds", "simulated seconds", 0.0)
+        fields.within(self, "rest_seconds", "simulated seconds", 0.0, self.quiet_seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,7 +328,7 @@ class Assessment:
     expectation_failures: tuple[str, ...] = ()
     """The scenario's expectations that failed: must be none."""
     last_fault_at: float = 0.0
-    """Scenario seconds when the last injected fault was over."""
+    """Scenario seconds when the last fault (injected or the timeline's own) was over."""
     converged_after: float | None = 0.0
     """Scenario seconds from the last fault to the last change of state; None: still changing at the end."""
     errors: tuple[str, ...] = field(default=())
@@ -372,14 +376,14 @@ def classify(violation: str) -> str:
     return UNWARRANTED
 
 
-def converged_after(journal: Journal, last_fault_at: float) -> float | None:
-    """Seconds from the last fault to the last change of state; None when it was still changing
-    within two observations of the end (the run ended before it converged)."""
+def converged_after(journal: Journal, last_fault_at: float, rest_seconds: float) -> float | None:
+    """Seconds from the last fault to the last change of state; None when the state changed
+    within `rest_seconds` (or two observations) of the end: the run ended before it converged."""
     changes = [e.at for e in journal.of(*STATE_CHANGES) if e.at >= last_fault_at]
     if not changes:
         return 0.0
     last = max(changes)
-    if journal.ended_at - last < 2 * journal.resolution_seconds:
+    if journal.ended_at - last < max(rest_seconds, 2 * journal.resolution_seconds):
         return None
     return last - last_fault_at
 
@@ -392,21 +396,23 @@ def assess(
     *,
     verdict_violations: Sequence[str],
     expectation_failures: Sequence[str],
+    last_fault_at: float,
+    rest_seconds: float,
 ) -> Assessment:
     """The figures of one run: the safety verdict's lines by column, the expectations that
-    failed, and the time to converge after the last injected fault was over."""
+    failed, and the time to converge after `last_fault_at` (the last fault, injected or the
+    timeline's own, was over)."""
     by_column: dict[str, list[str]] = {DUPLICATE: [], LOST: [], UNWARRANTED: []}
     for line in verdict_violations:
         by_column[classify(line)].append(line)
-    last_fault = chaos.last_at
     return Assessment(
         injected=dict(injected),
         duplicates=tuple(by_column[DUPLICATE]),
         lost=tuple(by_column[LOST]),
         unwarranted=tuple(by_column[UNWARRANTED]),
         expectation_failures=tuple(expectation_failures),
-        last_fault_at=last_fault,
-        converged_after=converged_after(journal, last_fault),
+        last_fault_at=last_fault_at,
+        converged_after=converged_after(journal, last_fault_at, rest_seconds),
     )
 
 

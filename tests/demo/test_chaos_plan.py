@@ -9,7 +9,7 @@ closes overlapping windows; kills staged into the `demo:` section with the HA pa
 replicas they need; bad settings refused. Judging: each line of the safety verdict goes to
 its column (duplicate, lost, unwarranted); any line or a failed expectation fails the run;
 the time to converge is measured from the last fault to the last change of state in the
-journal, and reads "not by the end" when it was still moving.
+journal, and reads "not by the end" when it changed within the rest window of the end.
 """
 
 from __future__ import annotations
@@ -168,7 +168,13 @@ def test_kills_are_staged_with_the_pair_and_replicas_they_need() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("per_kind", 0), ("api_probability", 1.5), ("restart_max_seconds", 1.0), ("hold_seconds", 0.0)],
+    [
+        ("per_kind", 0),
+        ("api_probability", 1.5),
+        ("restart_max_seconds", 1.0),
+        ("hold_seconds", 0.0),
+        ("rest_seconds", 400.0),
+    ],
 )
 def test_bad_settings_are_refused(field: str, value: float) -> None:
     with pytest.raises(SettingsError, match=f"ChaosSettings.{field}"):
@@ -198,29 +204,34 @@ def test_verdict_lines_go_to_their_column(line: str, column: str) -> None:
     assert classify(line) == column
 
 
-def test_time_to_converge_is_from_the_last_fault_to_the_last_change() -> None:
+def test_time_to_converge_is_from_the_last_fault_to_the_last_change_and_needs_a_rest() -> None:
     j = journal(ended_at=1000)
     j.record(100, Kind.ALERT_FIRING, "GPUDeviceFatalXid", "gpu-dp-0", DP0)
-    assert converged_after(j, 400) == 0.0
+    assert converged_after(j, 400, 60) == 0.0
     j.record(450, Kind.PHASE, "Quarantined", "gpu-dp-0", DP0, record="q-1")
     j.record(460, Kind.NOTE, "chaos: something")  # not a change of state
-    assert converged_after(j, 400) == 50.0
-    j.record(996, Kind.ALERT_RESOLVED, "GPUDeviceFatalXid", "gpu-dp-0", DP0)
-    assert converged_after(j, 400) is None
+    assert converged_after(j, 400, 60) == 50.0
+    j.record(950, Kind.PHASE, "Probing", "gpu-dp-0", DP0, record="q-1")
+    assert converged_after(j, 400, 40) == 550.0
+    assert converged_after(j, 400, 60) is None  # changed 50 s before the end: not at rest
+    j.record(998, Kind.ALERT_RESOLVED, "GPUDeviceFatalXid", "gpu-dp-0", DP0)
+    assert converged_after(j, 400, 0) is None  # within two observations of the end, whatever the rest
 
 
 def test_an_assessment_sorts_the_verdict_and_fails_on_any_must_be_zero() -> None:
     chaos = plan(SCENARIO, 1, ("api-500",))
     j = journal()
     j.record(25, Kind.PHASE, "Pending", "gpu-dp-0", DP0, record="q-1")
-    clean = assess(j, SCENARIO, chaos, {"api-500": 3}, verdict_violations=[], expectation_failures=[])
+    at = {"last_fault_at": 500.0, "rest_seconds": 60.0}
+    clean = assess(j, SCENARIO, chaos, {"api-500": 3}, verdict_violations=[], expectation_failures=[], **at)
     assert not clean.failed and clean.injected == {"api-500": 3}
-    assert clean.last_fault_at == chaos.last_at
-    assert clean.converged_after == 0.0
-    judged = assess(j, SCENARIO, chaos, {}, verdict_violations=list(VERDICT_LINES), expectation_failures=[])
+    assert clean.last_fault_at == 500.0 and clean.converged_after == 0.0
+    judged = assess(
+        j, SCENARIO, chaos, {}, verdict_violations=list(VERDICT_LINES), expectation_failures=[], **at
+    )
     assert judged.failed
     assert (len(judged.duplicates), len(judged.lost), len(judged.unwarranted)) == (4, 1, 5)
     expected = assess(
-        j, SCENARIO, chaos, {}, verdict_violations=[], expectation_failures=["migrations: 0 of 1"]
+        j, SCENARIO, chaos, {}, verdict_violations=[], expectation_failures=["migrations: 0 of 1"], **at
     )
     assert expected.failed and expected.expectation_failures == ("migrations: 0 of 1",)
