@@ -93,9 +93,9 @@ class ChaosSettings:
     hold_seconds: float = 2.0
     """Wall seconds a held-back notification waits at most for the next one to overtake it."""
     quiet_seconds: float = 360.0
-    """Simulated seconds the run goes on after the last fault (injected or the timeline's own),
-    so that it shows the system coming to rest; the plan also keeps the end of the timeline free
-    of injections when it can. Long enough for a leader failover (a 15 s Lease in wall time:
+    """Simulated seconds the run goes on after the last injected fault is over, so that it shows
+    the system coming to rest; the plan also keeps the end of the timeline free of injections
+    when it can. Long enough for a leader failover (a 15 s Lease in wall time:
     150 simulated seconds at 10x) or a release through probe, canary, stability and ramp."""
     rest_seconds: float = 60.0
     """Simulated seconds without a change of state before the end of the run for the system to
@@ -328,7 +328,7 @@ class Assessment:
     expectation_failures: tuple[str, ...] = ()
     """The scenario's expectations that failed: must be none."""
     last_fault_at: float = 0.0
-    """Scenario seconds when the last fault (injected or the timeline's own) was over."""
+    """Scenario seconds when the last injected fault was over."""
     converged_after: float | None = 0.0
     """Scenario seconds from the last fault to the last change of state; None: still changing at the end."""
     errors: tuple[str, ...] = field(default=())
@@ -400,8 +400,8 @@ def assess(
     rest_seconds: float,
 ) -> Assessment:
     """The figures of one run: the safety verdict's lines by column, the expectations that
-    failed, and the time to converge after `last_fault_at` (the last fault, injected or the
-    timeline's own, was over)."""
+    failed, and the time to converge after `last_fault_at` (when the last injected fault was
+    over)."""
     by_column: dict[str, list[str]] = {DUPLICATE: [], LOST: [], UNWARRANTED: []}
     for line in verdict_violations:
         by_column[classify(line)].append(line)
