@@ -376,14 +376,26 @@ def classify(violation: str) -> str:
     return UNWARRANTED
 
 
-def converged_after(journal: Journal, last_fault_at: float, rest_seconds: float) -> float | None:
-    """Seconds from the last fault to the last change of state; None when the state changed
-    within `rest_seconds` (or two observations) of the end: the run ended before it converged."""
-    changes = [e.at for e in journal.of(*STATE_CHANGES) if e.at >= last_fault_at]
+def next_timeline_moment(scenario: Scenario, after: float) -> float:
+    """The scenario's first own fault starting or ending after `after` (inf: none)."""
+    moments = [f.at for f in scenario.timeline]
+    moments += [f.at + f.duration for f in scenario.timeline if f.duration is not None]
+    moments += [f.at + f.times * f.period for f in scenario.timeline if f.times and f.period]
+    return min((m for m in moments if m > after), default=math.inf)
+
+
+def converged_after(
+    journal: Journal, last_fault_at: float, rest_seconds: float, horizon: float = math.inf
+) -> float | None:
+    """Seconds from the last fault to the last change of state before `horizon` (the end of the
+    run, or the scenario's next own fault: what follows that is its doing); None when the state
+    changed within `rest_seconds` (or two observations) of the horizon: not at rest by then."""
+    until = min(horizon, journal.ended_at)
+    changes = [e.at for e in journal.of(*STATE_CHANGES) if last_fault_at <= e.at <= until]
     if not changes:
         return 0.0
     last = max(changes)
-    if journal.ended_at - last < max(rest_seconds, 2 * journal.resolution_seconds):
+    if until - last < max(rest_seconds, 2 * journal.resolution_seconds):
         return None
     return last - last_fault_at
 
@@ -412,7 +424,9 @@ def assess(
         unwarranted=tuple(by_column[UNWARRANTED]),
         expectation_failures=tuple(expectation_failures),
         last_fault_at=last_fault_at,
-        converged_after=converged_after(journal, last_fault_at, rest_seconds),
+        converged_after=converged_after(
+            journal, last_fault_at, rest_seconds, next_timeline_moment(scenario, last_fault_at)
+        ),
     )
 
 

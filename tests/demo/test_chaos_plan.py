@@ -31,6 +31,7 @@ from demo.chaos_plan import (
     assess,
     classify,
     converged_after,
+    next_timeline_moment,
     parse_kinds,
     plan,
     staged,
@@ -216,6 +217,18 @@ def test_time_to_converge_is_from_the_last_fault_to_the_last_change_and_needs_a_
     assert converged_after(j, 400, 60) is None  # changed 50 s before the end: not at rest
     j.record(998, Kind.ALERT_RESOLVED, "GPUDeviceFatalXid", "gpu-dp-0", DP0)
     assert converged_after(j, 400, 0) is None  # within two observations of the end, whatever the rest
+    # What follows the scenario's own next fault is its doing: the rest is judged before it.
+    assert converged_after(j, 400, 60, horizon=900) == 50.0
+    assert converged_after(j, 400, 60, horizon=500) is None
+
+
+def test_the_next_moment_of_the_scenario_is_a_start_or_an_end_of_its_own_faults() -> None:
+    # Faults at 10, 15, 20 (60 s and 8 min long) and 30 (5 min long): moments 10 ... 500.
+    assert next_timeline_moment(SCENARIO, 0) == 10
+    assert next_timeline_moment(SCENARIO, 25) == 30
+    assert next_timeline_moment(SCENARIO, 30) == 80
+    assert next_timeline_moment(SCENARIO, 330) == 500
+    assert next_timeline_moment(SCENARIO, 500) == float("inf")
 
 
 def test_an_assessment_sorts_the_verdict_and_fails_on_any_must_be_zero() -> None:
