@@ -47,16 +47,17 @@ from demo.chaos_plan import (
     plan,
     staged,
 )
+from demo.cli import prepare
 from demo.journal import Entry, Journal, Kind
-from demo.pipeline import Controls, DemoSettings, default_workdir, run_demo, timeline_end
+from demo.pipeline import Controls, DemoSettings, run_demo, timeline_end
 from demo.staging import StagingError, staging
 from gpuhealth.cliargs import EXIT_FAILED, UsageError, command, positive_float
 from gpuhealth.tables import write_table
 from gpuhealth.testing.loopback import LoopbackError
-from rules.render import DEFAULT_CONFIG, ConfigError, load_config, scaled
+from rules.render import DEFAULT_CONFIG
 from rules.render import Settings as RuleSettings
 from simulator.apiserver.faults import FaultRule, describe, rule_from_json
-from simulator.scenario import Scenario, ScenarioError, resolve
+from simulator.scenario import Scenario
 
 
 class _Cluster(Protocol):
@@ -276,24 +277,9 @@ def _whole_positive(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     try:
         kinds = parse_kinds(args.faults)
-        scenario = resolve(args.scenario)
-        stage = staging(scenario.demo)
     except ChaosError as exc:
         raise UsageError(f"--faults: {exc}") from exc
-    except ScenarioError as exc:
-        raise UsageError(exc.message) from exc
-    except StagingError as exc:
-        raise UsageError(f"{args.scenario}: {exc}") from exc
-    speed = args.speed or stage.speed or DemoSettings.speed
-    try:
-        rules = scaled(load_config(args.rules_config), speed)
-    except ConfigError as exc:
-        raise UsageError(f"rules at {speed:g}x: {exc}") from exc
-    workdir = args.workdir or default_workdir()
-    try:
-        workdir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--workdir {workdir}: {exc.strerror or exc}") from exc
+    scenario, _, speed, rules, workdir = prepare(args)
     settings = ChaosSettings(per_kind=args.per_kind)
     out = sys.stdout
     print(
