@@ -40,7 +40,7 @@ from demo.chaos_plan import (
     ChaosPlan,
     ChaosSettings,
     assess,
-    converge_text,
+    convergence,
     injected_text,
     merge_counts,
     parse_kinds,
@@ -390,7 +390,7 @@ def write_results(results: list[tuple[int, Assessment]], out: TextIO) -> None:
                 str(len(a.lost)),
                 str(len(a.unwarranted)),
                 str(len(a.expectation_failures)),
-                converge_text(a.converged_after) if not a.errors else "-",
+                convergence(a) if not a.errors else "-",
             ]
         )
     if len(results) > 1:
@@ -422,12 +422,11 @@ def write_results(results: list[tuple[int, Assessment]], out: TextIO) -> None:
 
 
 def _worst_converge(assessments: list[Assessment]) -> str:
-    if any(a.errors for a in assessments):
-        return "-"
-    times = [a.converged_after for a in assessments]
-    if any(t is None for t in times):
-        return converge_text(None)
-    return f"max {converge_text(max(t for t in times if t is not None))}"
+    """The slowest of the runs that converged, and how many did not (or could not tell)."""
+    times = [a.converged_after for a in assessments if a.converged_after is not None and not a.errors]
+    others = len(assessments) - len(times)
+    slowest = f"max {max(times):.0f}s" if times else "-"
+    return f"{slowest}, {others} of {len(assessments)} not" if others else slowest
 
 
 def results_document(
@@ -447,6 +446,8 @@ def results_document(
                 "expectationFailures": list(a.expectation_failures),
                 "lastFaultAt": a.last_fault_at,
                 "convergedAfterSeconds": a.converged_after,
+                "observedUntil": a.observed_until if a.observed_until != float("inf") else None,
+                "convergence": convergence(a),
                 "errors": list(a.errors),
             }
             for seed, a in results

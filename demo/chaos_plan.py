@@ -330,7 +330,12 @@ class Assessment:
     last_fault_at: float = 0.0
     """Scenario seconds when the last injected fault was over."""
     converged_after: float | None = 0.0
-    """Scenario seconds from the last fault to the last change of state; None: still changing at the end."""
+    """Scenario seconds from the last fault to the last change of state; None: not at rest by
+    `observed_until`, or too little time to tell (`convergence` says which)."""
+    observed_until: float = math.inf
+    """Scenario seconds up to which the rest is judged: the end, or the scenario's next own fault."""
+    rest_seconds: float = 0.0
+    """The rest the system needed to count as converged."""
     errors: tuple[str, ...] = field(default=())
     """Why the run could not be judged (it failed to run): counts as a failure."""
 
@@ -389,8 +394,11 @@ def converged_after(
 ) -> float | None:
     """Seconds from the last fault to the last change of state before `horizon` (the end of the
     run, or the scenario's next own fault: what follows that is its doing); None when the state
-    changed within `rest_seconds` (or two observations) of the horizon: not at rest by then."""
+    changed within `rest_seconds` (or two observations) of the horizon, not at rest by then, or
+    when the horizon comes sooner than `rest_seconds` after the fault: too little time to tell."""
     until = min(horizon, journal.ended_at)
+    if until - last_fault_at < rest_seconds:
+        return None  # too little time to tell
     changes = [e.at for e in journal.of(*STATE_CHANGES) if last_fault_at <= e.at <= until]
     if not changes:
         return 0.0
@@ -414,6 +422,7 @@ def assess(
     """The figures of one run: the safety verdict's lines by column, the expectations that
     failed, and the time to converge after `last_fault_at` (when the last injected fault was
     over)."""
+    horizon = next_timeline_moment(scenario, last_fault_at)
     by_column: dict[str, list[str]] = {DUPLICATE: [], LOST: [], UNWARRANTED: []}
     for line in verdict_violations:
         by_column[classify(line)].append(line)
@@ -424,9 +433,9 @@ def assess(
         unwarranted=tuple(by_column[UNWARRANTED]),
         expectation_failures=tuple(expectation_failures),
         last_fault_at=last_fault_at,
-        converged_after=converged_after(
-            journal, last_fault_at, rest_seconds, next_timeline_moment(scenario, last_fault_at)
-        ),
+        converged_after=converged_after(journal, last_fault_at, rest_seconds, horizon),
+        observed_until=min(horizon, journal.ended_at),
+        rest_seconds=rest_seconds,
     )
 
 
@@ -442,7 +451,10 @@ def injected_text(injected: Mapping[str, int]) -> str:
     return ", ".join(f"{kind} x{count}" for kind, count in sorted(injected.items()) if count) or "none"
 
 
-def converge_text(seconds: float | None) -> str:
-    if seconds is None:
-        return "not by the end"
-    return f"{seconds:.0f}s" if math.isfinite(seconds) else "-"
+def convergence(a: Assessment) -> str:
+    """The table's cell: `251s`, `not at rest by t+770s`, or `n/a: ...` when it cannot be told."""
+    if a.converged_after is not None:
+        return f"{a.converged_after:.0f}s"
+    if a.observed_until - a.last_fault_at < a.rest_seconds:
+        return f"n/a: the scenario's own fault at t+{a.observed_until:.0f}s follows at once"
+    return f"not at rest by t+{a.observed_until:.0f}s"

@@ -14,6 +14,7 @@ journal, and reads "not by the end" when it changed within the rest window of th
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from demo.chaos_plan import (
     LOST,
     UNWARRANTED,
     ApiWindow,
+    Assessment,
     ChaosError,
     ChaosPlan,
     ChaosSettings,
@@ -31,6 +33,7 @@ from demo.chaos_plan import (
     assess,
     classify,
     converged_after,
+    convergence,
     next_timeline_moment,
     parse_kinds,
     plan,
@@ -220,6 +223,18 @@ def test_time_to_converge_is_from_the_last_fault_to_the_last_change_and_needs_a_
     # What follows the scenario's own next fault is its doing: the rest is judged before it.
     assert converged_after(j, 400, 60, horizon=900) == 50.0
     assert converged_after(j, 400, 60, horizon=500) is None
+    assert converged_after(j, 400, 60, horizon=430) is None  # 30 s is too little to tell
+
+
+def test_the_convergence_cell_says_why_there_is_no_figure() -> None:
+    base = Assessment(injected={}, duplicates=(), lost=(), unwarranted=(), last_fault_at=400, rest_seconds=60)
+    assert convergence(dataclasses.replace(base, converged_after=251.3, observed_until=900)) == "251s"
+    assert convergence(dataclasses.replace(base, converged_after=None, observed_until=900)) == (
+        "not at rest by t+900s"
+    )
+    assert convergence(dataclasses.replace(base, converged_after=None, observed_until=430)) == (
+        "n/a: the scenario's own fault at t+430s follows at once"
+    )
 
 
 def test_the_next_moment_of_the_scenario_is_a_start_or_an_end_of_its_own_faults() -> None:
@@ -238,7 +253,7 @@ def test_an_assessment_sorts_the_verdict_and_fails_on_any_must_be_zero() -> None
     at = {"last_fault_at": 500.0, "rest_seconds": 60.0}
     clean = assess(j, SCENARIO, chaos, {"api-500": 3}, verdict_violations=[], expectation_failures=[], **at)
     assert not clean.failed and clean.injected == {"api-500": 3}
-    assert clean.last_fault_at == 500.0 and clean.converged_after == 0.0
+    assert clean.last_fault_at == 500.0 and clean.converged_after == 0.0  # nothing after the fault
     judged = assess(
         j, SCENARIO, chaos, {}, verdict_violations=list(VERDICT_LINES), expectation_failures=[], **at
     )
