@@ -20,13 +20,13 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import urllib3
 
+from exporter.settings import BackoffSettings
 from gpuhealth.clock import SteppableClock
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
@@ -366,14 +366,6 @@ def test_a_steppable_clock_refuses_to_go_back(tmp_path: Path) -> None:
     assert clock.monotonic() - mono < 50
 
 
-@dataclass(frozen=True)
-class _Backoff:
-    initial_seconds: float = 0.01
-    max_seconds: float = 0.05
-    factor: float = 2.0
-    jitter: float = 0.5
-
-
 @pytest.mark.integration
 def test_a_reflector_rides_out_every_fault_and_ends_with_the_whole_collection(
     served: ServedCluster, kube: KubeClient
@@ -398,7 +390,7 @@ def test_a_reflector_rides_out_every_fault_and_ends_with_the_whole_collection(
         stop=stop,
         page_size=5,
         watch_timeout_seconds=60,
-        backoff=_Backoff(),
+        backoff=BackoffSettings(initial_seconds=0.01, max_seconds=0.05),
     )
     thread = threading.Thread(target=reflector.run)
     thread.start()
