@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 from demo.expectations import parse as parse_expectations
 from demo.floors import alert_floors
@@ -30,13 +30,13 @@ from demo.pipeline import (
 )
 from demo.progress import Progress
 from demo.report import write_html
-from demo.staging import StagingError, staging
+from demo.staging import Staging, StagingError, staging
 from demo.summary import summarize, write_text
 from gpuhealth.cliargs import EXIT_FAILED, CommandFailed, UsageError, command, positive_float
 from gpuhealth.testing.loopback import LoopbackError
 from rules.render import DEFAULT_CONFIG, ConfigError, load_config, scaled
 from rules.render import Settings as RuleSettings
-from simulator.scenario import ScenarioError, resolve
+from simulator.scenario import Scenario, ScenarioError, resolve
 
 DEFAULT_SCENARIO = "closed-loop"
 DEFAULT_SPEED = DemoSettings.speed
@@ -71,7 +71,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     command(parser, run)
 
 
-def run(args: argparse.Namespace) -> int:
+class Prepared(NamedTuple):
+    """What a command running scenarios through the pipeline reads from its flags."""
+
+    scenario: Scenario
+    stage: Staging
+    speed: float
+    rules: RuleSettings
+    """The rules config scaled to `speed`."""
+    workdir: Path
+
+
+def prepare(args: argparse.Namespace) -> Prepared:
+    """`--scenario`, its `demo:` section, `--speed` (else the scenario's, else the default),
+    `--rules-config` and `--workdir` (created), each bad one a UsageError naming it."""
     try:
         scenario = resolve(args.scenario)
         stage = staging(scenario.demo)
@@ -91,6 +104,11 @@ def run(args: argparse.Namespace) -> int:
         workdir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--workdir {workdir}: {exc.strerror or exc}") from exc
+    return Prepared(scenario, stage, speed, rules, workdir)
+
+
+def run(args: argparse.Namespace) -> int:
+    scenario, stage, speed, rules, workdir = prepare(args)
     if args.report is not None and not args.report.parent.is_dir():
         raise UsageError(f"--report {args.report}: no such directory {args.report.parent}")
     settings = DemoSettings(speed=speed)

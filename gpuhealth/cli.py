@@ -25,6 +25,7 @@ SUBCOMMAND_MODULES = (
     "exporter.cli",  # gpuhealth exporter, gpuhealth devices
     "rules.cli",  # gpuhealth rules
     "demo.cli",  # gpuhealth demo
+    "demo.chaos",  # gpuhealth chaos
     "responder.cli",  # gpuhealth quarantine
     "dashboards.cli",  # gpuhealth dashboards render
 )

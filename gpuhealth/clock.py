@@ -46,3 +46,24 @@ class ManualClock:
             raise ValueError("a clock never goes back")
         self._wall += seconds
         self._mono += seconds
+
+
+class SteppableClock(SystemClock):
+    """The system clock, whose wall time can be stepped forward as NTP steps a machine's clock.
+
+    Only `now()` moves: a step leaves monotonic time alone, as a step of CLOCK_REALTIME leaves
+    CLOCK_MONOTONIC. The simulated cluster runs on one, so a chaos run can make every timestamp
+    it writes from then on (Lease renewals, conditions, Events) jump ahead of other processes.
+    """
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+        """Seconds added to the system's wall time."""
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+    def step(self, seconds: float) -> None:
+        if not 0 < seconds < float("inf"):  # also refuses NaN
+            raise ValueError(f"a clock step is a finite number of seconds forward, not {seconds!r}")
+        self.offset += seconds

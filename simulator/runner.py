@@ -6,7 +6,10 @@ kubeconfig, builds the fleet and runs its timeline:
 
 - `GET /simulator/v1/status`: simulated time, speed, timeline progress, faults applied;
 - `GET /simulator/v1/nodes/{node}/nvml?since=<seq>`: a node's fake NVML readings and XIDs;
-- `POST /simulator/v1/faults`: inject one timeline entry (JSON), validated like a file.
+- `POST /simulator/v1/faults`: inject one timeline entry (JSON), validated like a file;
+- `GET|PUT|DELETE /simulator/v1/api-faults`: the API faults the apiserver injects
+  (`simulator.apiserver.faults`: read them and their counts, replace them, turn them off);
+- `POST /simulator/v1/clock/step`: step the cluster's wall clock forward (`{"seconds": 30}`).
 
 With a `ManualClock` the fleet does not run by itself: tests step it with `fleet.advance()`.
 """
@@ -25,9 +28,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from gpuhealth.clock import Clock, ManualClock, SystemClock
+from gpuhealth.clock import Clock, ManualClock, SteppableClock
 from gpuhealth.http import parse_listen
-from simulator.apiserver.app import create_app
+from simulator.apiserver.app import FAULTS, create_app
+from simulator.apiserver.faults import FaultConfigError, FaultInjector, configure_from_json
 from simulator.apiserver.kubeconfig import write_kubeconfig
 from simulator.apiserver.store import Store
 from simulator.apiserver.versions import KubernetesVersion
@@ -78,13 +82,18 @@ async def _nvml(request: web.Request) -> web.Response:
     return _json(nvml_document(fleet, node, since))
 
 
+def _authorized(request: web.Request) -> bool:
+    token = request.app.get(TOKEN_KEY)
+    if not token:
+        return True
+    given = request.headers.get("Authorization", "")
+    return given.startswith("Bearer ") and hmac.compare_digest(given[7:].strip(), token)
+
+
 async def _inject(request: web.Request) -> web.Response:
     fleet = request.app[FLEET_KEY]
-    token = request.app.get(TOKEN_KEY)
-    if token:
-        given = request.headers.get("Authorization", "")
-        if not (given.startswith("Bearer ") and hmac.compare_digest(given[7:].strip(), token)):
-            return _status_error(401, "Unauthorized", "Unauthorized")
+    if not _authorized(request):
+        return _status_error(401, "Unauthorized", "Unauthorized")
     body = await request.read()
     try:
         fault = parse_fault_json(body, fleet.scenario, now=fleet.now())
@@ -92,6 +101,39 @@ async def _inject(request: web.Request) -> web.Response:
         return _status_error(400, "BadRequest", exc.message)
     fleet.inject(fault)
     return _json({"accepted": fault.to_json(), "simulatedSeconds": round(fleet.now(), 3)}, status=201)
+
+
+async def _api_faults(request: web.Request) -> web.Response:
+    injector = request.app[FAULTS]
+    if request.method != "GET":
+        if not _authorized(request):
+            return _status_error(401, "Unauthorized", "Unauthorized")
+        if request.method == "DELETE":
+            injector.clear()
+        else:
+            try:
+                configure_from_json(injector, await request.read())
+            except FaultConfigError as exc:
+                return _status_error(400, "BadRequest", str(exc))
+    return _json(injector.to_json())
+
+
+async def _step_clock(request: web.Request) -> web.Response:
+    if not _authorized(request):
+        return _status_error(401, "Unauthorized", "Unauthorized")
+    clock = request.app[FLEET_KEY].clock
+    if not isinstance(clock, SteppableClock):
+        return _status_error(
+            409, "Conflict", f"this cluster runs on a {type(clock).__name__}, which cannot be stepped"
+        )
+    try:
+        seconds = orjson.loads(await request.read())["seconds"]
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise TypeError(seconds)
+        clock.step(float(seconds))
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        return _status_error(400, "BadRequest", f'expected {{"seconds": N}} with N > 0, got {exc!s}')
+    return _json({"offsetSeconds": clock.offset})
 
 
 def add_routes(app: web.Application, fleet: Fleet, *, token: str | None = None) -> None:
@@ -106,6 +148,9 @@ def add_routes(app: web.Application, fleet: Fleet, *, token: str | None = None) 
     app.router.add_get("/simulator/v1/status", _status)
     app.router.add_get("/simulator/v1/nodes/{node}/nvml", _nvml)
     app.router.add_post("/simulator/v1/faults", _inject)
+    for method in ("GET", "PUT", "DELETE"):
+        app.router.add_route(method, "/simulator/v1/api-faults", _api_faults)
+    app.router.add_post("/simulator/v1/clock/step", _step_clock)
 
 
 class SimulatedCluster:
@@ -127,7 +172,8 @@ class SimulatedCluster:
             raise ValueError(f"speed must be a finite number greater than zero, not {speed!r}")
         self.scenario = resolve(scenario)
         self.speed = speed
-        self.clock: Clock = clock or SystemClock()
+        # Steppable, so a chaos run can make the cluster's clock jump (`/simulator/v1/clock/step`).
+        self.clock: Clock = clock or SteppableClock()
         self._listen = parse_listen(listen)
         self._token = token
         self._kubeconfig_out = Path(kubeconfig_out) if kubeconfig_out else None
@@ -142,6 +188,8 @@ class SimulatedCluster:
         # A KubeSchedulerConfiguration's extenders (SchedulerConfigError names a bad file's field).
         extenders = load_scheduler_config(scheduler_config) if scheduler_config else ()
         self.fleet = Fleet(self.scenario, self.store, self.clock, speed=speed, extenders=extenders)
+        self.api_faults = FaultInjector(seed=self.scenario.settings.seed)
+        """The API faults the apiserver injects (none until configured)."""
 
     @property
     def url(self) -> str:
@@ -157,7 +205,7 @@ class SimulatedCluster:
 
     async def start(self) -> None:
         await self.fleet.start()
-        app = create_app(self.store, token=self._token)
+        app = create_app(self.store, token=self._token, faults=self.api_faults)
         add_routes(app, self.fleet, token=self._token)
         runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await runner.setup()

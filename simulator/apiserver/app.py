@@ -37,6 +37,7 @@ from aiohttp import web
 from simulator.apiserver import audit, openapi, protobuf, tables
 from simulator.apiserver.binding import add_binding_route
 from simulator.apiserver.errors import ApiError, bad_request, conflict, not_found
+from simulator.apiserver.faults import FaultInjector, Injection
 from simulator.apiserver.list_options import ContinueExpired, ContinueToken, check_watch, read_at
 from simulator.apiserver.propagation import deletion_policy
 from simulator.apiserver.proxy import add_proxy_route
@@ -83,6 +84,7 @@ class OpenWatches:
 
 WATCHES: web.AppKey[OpenWatches] = web.AppKey("gpuhealth_sim_watches", OpenWatches)
 OPENAPI: web.AppKey[openapi.OpenApiDocs] = web.AppKey("gpuhealth_sim_openapi", openapi.OpenApiDocs)
+FAULTS: web.AppKey[FaultInjector] = web.AppKey("gpuhealth_sim_faults", FaultInjector)
 
 
 def create_app(
@@ -90,8 +92,9 @@ def create_app(
     *,
     token: str | None = None,
     settings: ServerSettings | None = None,
+    faults: FaultInjector | None = None,
 ) -> web.Application:
-    """The aiohttp application serving `store` as a Kubernetes API."""
+    """The aiohttp application serving `store` as a Kubernetes API (`faults`: API faults to inject)."""
     settings = settings or ServerSettings()
     if token is not None:
         settings = ServerSettings(**{**settings.__dict__, "token": token})
@@ -101,6 +104,7 @@ def create_app(
     app[STORE] = store
     app[SETTINGS] = settings
     app[WATCHES] = OpenWatches()
+    app[FAULTS] = faults if faults is not None else FaultInjector()
     app[OPENAPI] = openapi.OpenApiDocs(store.kubernetes_version.info()["gitVersion"])
     app.router.add_route("*", "/version", _wrap(_version))
     app.router.add_route("*", "/version/", _wrap(_version))
@@ -363,10 +367,14 @@ def _method_not_allowed(method: str, what: str) -> ApiError:
 
 async def _serve(request: web.Request, target: Target) -> web.StreamResponse:
     method = request.method
+    faults = request.app[FAULTS]
+    fault = await faults.for_request(request, target) if faults.active else None  # fault-free: one test
+    if fault is not None and (answer := await fault.answer()) is not None:
+        return answer
     if target.name is None:
         if method == "GET":
             if _truthy(request.query.get("watch")):
-                return await _watch(request, target)
+                return await _watch(request, target, fault)
             return await _list(request, target)
         if method == "POST":
             return await _create(request, target)
@@ -520,7 +528,7 @@ async def _list(request: web.Request, target: Target) -> web.StreamResponse:
     return response
 
 
-async def _watch(request: web.Request, target: Target) -> web.StreamResponse:
+async def _watch(request: web.Request, target: Target, fault: Injection | None = None) -> web.StreamResponse:
     store = request.app[STORE]
     settings = request.app[SETTINGS]
     query = request.query
@@ -535,6 +543,10 @@ async def _watch(request: web.Request, target: Target) -> web.StreamResponse:
     response = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
     response.enable_chunked_encoding()
     try:
+        if fault is not None and (
+            gone := fault.expired(query.get("resourceVersion"), store.resource_version)
+        ):
+            raise gone
         watch = store.watch(
             target.info.key,
             target.namespace,
@@ -555,6 +567,8 @@ async def _watch(request: web.Request, target: Target) -> web.StreamResponse:
     watches.add(watch)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + (timeout if timeout else settings.default_watch_timeout_seconds)
+    cut = fault.cut_at(loop.time(), deadline) if fault is not None else None
+    deadline = cut or deadline
     try:
         await response.prepare(request)
         initial_pending = initial_end
@@ -594,6 +608,9 @@ async def _watch(request: web.Request, target: Target) -> web.StreamResponse:
                 chunk.append(line)
                 size += len(line)
             await response.write(b"".join(chunk))
+        if cut is not None and loop.time() >= cut and request.transport is not None:
+            request.transport.abort()  # an injected drop: the connection goes, no end of stream
+            return response
         with contextlib.suppress(ConnectionResetError):
             await response.write_eof()
     except ConnectionResetError:

@@ -1,0 +1,149 @@
+"""The chaos executor (`demo/chaos.py`) against a stand-in for the running pipeline.
+
+Aspects: API fault windows are configured on the cluster's injector when their time comes and
+cleared when they close, each noted in the journal; clock steps move the cluster's steppable
+clock once; what the injector counted, the executor's own faults and the kills the journal
+recorded add up by kind; the webhook hook forwards once without webhook faults, twice for a
+duplicate, and a held notification goes after a later one (out of order).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from demo.chaos import ChaosExecutor, kills_by_kind
+from demo.chaos_plan import ApiWindow, ChaosPlan, ClockStep, DeliveryChaos
+from demo.journal import Journal, Kind
+from gpuhealth.clock import SteppableClock
+from gpuhealth.testing.loopback import wait_until
+from simulator.apiserver.faults import FaultInjector
+
+
+@dataclasses.dataclass
+class FakeCluster:
+    """What `ClusterHandle.call` hands its function: the injector and the clock of a cluster."""
+
+    api_faults: FaultInjector = dataclasses.field(default_factory=FaultInjector)
+    clock: SteppableClock = dataclasses.field(default_factory=SteppableClock)
+
+    def call(self, fn: Callable[[Any], Any], timeout: float = 30.0) -> Any:
+        return fn(self)
+
+
+@dataclasses.dataclass
+class FakeRun:
+    cluster: FakeCluster
+    journal: Journal
+    at: float = 0.0
+
+    def now(self) -> float:
+        return self.at
+
+
+def _run() -> FakeRun:
+    return FakeRun(FakeCluster(), Journal("s", "", 20.0, {}))
+
+
+def test_windows_open_and_close_and_clock_steps_apply_once() -> None:
+    plan = ChaosPlan(
+        seed=4,
+        kinds=("api-503", "clock-jump"),
+        windows=(ApiWindow(10, 70, "api-503", {"kind": "error", "code": 503, "probability": 1.0}),),
+        steps=(ClockStep(40, 120.0),),
+    )
+    executor = ChaosExecutor(plan)
+    run = _run()
+    executor.on_started(run)
+    executor.on_tick(run)
+    assert not run.cluster.api_faults.active
+    run.at = 12
+    executor.on_tick(run)
+    assert [r.code for r in run.cluster.api_faults.rules] == [503]
+    run.cluster.api_faults.decide("list", "pods", "pods")  # a request meets the fault
+    run.at = 45
+    executor.on_tick(run)
+    executor.on_tick(run)
+    assert run.cluster.clock.offset == 120.0  # once, however many ticks follow
+    run.at = 80
+    executor.on_tick(run)
+    assert not run.cluster.api_faults.active
+    notes = [e.what for e in run.journal.of(Kind.NOTE)]
+    assert notes == [
+        "chaos: API faults now: api-503@1",
+        "chaos: cluster clock stepped +120s",
+        "chaos: API faults now: none",
+    ]
+    run.journal.record(50, Kind.PROCESS, "killed", name="responder-1", role="leader")
+    run.journal.record(60, Kind.PROCESS, "killed", name="exporter-gpu-dp-0")
+    run.journal.record(61, Kind.PROCESS, "started", name="exporter-gpu-dp-0")
+    assert executor.injected(run.journal) == {
+        "api-503": 1,
+        "clock-jump": 1,
+        "kill-exporter": 1,
+        "kill-responder-leader": 1,
+    }
+
+
+def test_kills_by_kind_name_the_role() -> None:
+    j = Journal("s", "", 20.0, {})
+    j.record(1, Kind.PROCESS, "killed", name="responder-0", role="follower")
+    j.record(2, Kind.PROCESS, "killed", name="alertmanager-1")
+    assert kills_by_kind(j) == {"kill-responder-follower": 1, "kill-alertmanager": 1}
+
+
+@dataclasses.dataclass(frozen=True)
+class Req:
+    body: bytes
+
+
+def test_the_hook_forwards_once_without_webhook_faults_and_twice_for_a_duplicate() -> None:
+    sent: list[bytes] = []
+
+    def forward(request: Any) -> tuple[int, bytes]:
+        sent.append(request.body)
+        return 200, b"ok"
+
+    plain = ChaosExecutor(ChaosPlan(seed=1, kinds=()))
+    assert plain.front_hook(Req(b"a"), forward) == (200, b"ok") and sent == [b"a"]
+    twice = ChaosExecutor(
+        ChaosPlan(seed=1, kinds=("webhook-duplicate",), deliveries=DeliveryChaos(1, duplicate=1.0))
+    )
+    sent.clear()
+    assert twice.front_hook(Req(b"b"), forward) == (200, b"ok")
+    assert sent == [b"b", b"b"] and twice.counts == {"webhook-duplicate": 1}
+
+
+def test_a_held_notification_goes_after_a_later_one() -> None:
+    sent: list[bytes] = []
+    # Hold the first delivery (index 0) only: find a seed whose draws hold 0 and pass 1.
+    seed = next(
+        s
+        for s in range(1000)
+        if DeliveryChaos(s, reorder=0.5).decide(0).hold and not DeliveryChaos(s, reorder=0.5).decide(1).hold
+    )
+    executor = ChaosExecutor(
+        ChaosPlan(
+            seed=seed,
+            kinds=("webhook-reorder",),
+            deliveries=DeliveryChaos(seed, reorder=0.5, hold_seconds=60),
+        )
+    )
+    lock = threading.Lock()
+
+    def forward(request: Any) -> tuple[int, bytes]:
+        with lock:
+            sent.append(request.body)
+        return 200, request.body
+
+    replies: list[tuple[int, bytes]] = []
+    first = threading.Thread(target=lambda: replies.append(executor.front_hook(Req(b"first"), forward)))
+    first.start()
+    wait_until("the first notification to be held", lambda: executor.decided == 1, timeout=30)
+    assert executor.front_hook(Req(b"second"), forward) == (200, b"second")
+    first.join(30)
+    assert sent == [b"second", b"first"]
+    assert replies == [(200, b"first")]  # the held one gets its own answer
+    assert executor.counts == {"webhook-reorder": 1}
