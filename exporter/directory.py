@@ -16,8 +16,9 @@ Owns the persistent record of device state, which a restarted exporter starts fr
 One writer: the exporter holds an exclusive lock file beside the database; readers open
 it read-only (WAL mode lets them read while it writes). The state hands changes over as
 they happen; they are kept in memory, coalesced per key, and each `flush()` hands them
-as one transaction to a writer thread (SQLite releases the GIL while it works, so the
-event loop is not held up by disk writes or WAL checkpoints). Status changes are
+as one batch to a writer thread (SQLite releases the GIL while it works, so the event
+loop is not held up by disk writes or WAL checkpoints), which writes the batches that
+queued up meanwhile in one transaction. Status changes are
 flushed at most every `change_flush_seconds` (after a batch of events); heartbeats, pod versions and lease
 times, which only move timestamps, at most every `heartbeat_flush_seconds`, so 80,000
 devices confirmed every few seconds do not each cost a write. Losing those on a crash
