@@ -16,8 +16,9 @@ Owns the persistent record of device state, which a restarted exporter starts fr
 One writer: the exporter holds an exclusive lock file beside the database; readers open
 it read-only (WAL mode lets them read while it writes). The state hands changes over as
 they happen; they are kept in memory, coalesced per key, and each `flush()` hands them
-as one transaction to a writer thread (SQLite releases the GIL while it works, so the
-event loop is not held up by disk writes or WAL checkpoints). Status changes are
+as one batch to a writer thread (SQLite releases the GIL while it works, so the event
+loop is not held up by disk writes or WAL checkpoints), which writes the batches that
+queued up meanwhile in one transaction. Status changes are
 flushed at most every `change_flush_seconds` (after a batch of events); heartbeats, pod versions and lease
 times, which only move timestamps, at most every `heartbeat_flush_seconds`, so 80,000
 devices confirmed every few seconds do not each cost a write. Losing those on a crash
@@ -541,78 +542,53 @@ class Directory(_Queries):
 
     def _run_writer(self) -> None:
         while True:
-            batch = self._queue.get()
+            taken = [self._queue.get()]
+            # What queued up while the last transaction ran goes into one transaction: a
+            # backlog costs one commit, not one per batch (and fewer hand-overs of the GIL
+            # between this thread and the event loop, each of which can wait a switch interval).
+            while taken[-1] is not None:
+                try:
+                    taken.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
             try:
-                if batch is None:
+                batches = [b for b in taken if b is not None]
+                if batches:
+                    retry, self._failed = self._failed, []
+                    self._write_each([*retry, *batches])
+                if taken[-1] is None:
                     return
-                retry, self._failed = self._failed, []
-                for pending in [*retry, batch]:
-                    try:
-                        self._write(pending)
-                    except DirectoryError:
-                        # Kept, in order, for the next batch to retry; the state is unaffected.
-                        log.exception("device directory write failed; will retry")
-                        self._failed.append(pending)
             finally:
-                self._queue.task_done()
+                for _ in taken:
+                    self._queue.task_done()
 
-    def _write(self, batch: _Batch) -> None:
+    def _write_each(self, batches: list[_Batch]) -> None:
+        """All in one transaction; if that fails, batch by batch, so one bad batch holds back
+        only itself. Failed batches are kept, in order, for the next write to retry."""
+        try:
+            self._write(*batches)
+            return
+        except DirectoryError:
+            if len(batches) == 1:
+                log.exception("device directory write failed; will retry")
+                self._failed = batches
+                return
+        for pending in batches:
+            try:
+                self._write(pending)
+            except DirectoryError:
+                # The state is unaffected; the next write retries it.
+                log.exception("device directory write failed; will retry")
+                self._failed.append(pending)
+
+    def _write(self, *batches: _Batch) -> None:
+        """The batches in order, in one transaction (DirectoryError and nothing written if it fails)."""
         started = time.perf_counter()
         conn = self._conn
         try:
             conn.execute("BEGIN")
-            if batch.log:
-                conn.executemany(_INSERT_LOG, batch.log)
-            if batch.devices:
-                conn.executemany(
-                    _INSERT_DEVICE,
-                    [_device_row(d, removed) for (d, removed) in batch.devices.values() if d is not _REMOVED],
-                )
-                conn.executemany(
-                    "UPDATE devices SET removed = 1, allocations = '[]' WHERE node = ? AND device = ?",
-                    [key for key, (d, _) in batch.devices.items() if d is _REMOVED],
-                )
-            if batch.status:
-                conn.executemany(_UPDATE_STATUS, [_status_row(d) for d in batch.status.values()])
-            heartbeats = batch.heartbeats
-            if batch.lazy:
-                # Rows that exist; only what pods and slices change is rewritten, with the
-                # row's heartbeat in the same UPDATE (a replaced pod's devices are usually
-                # confirmed too: one row rewrite instead of two). 0.0 leaves observed_at.
-                if batch.attributes:
-                    conn.executemany(
-                        _UPDATE_ATTRIBUTES, _attribute_rows(batch.lazy, batch.attributes, heartbeats)
-                    )
-                for size, rows in _allocation_groups(batch.lazy, batch.attributes, heartbeats).items():
-                    conn.executemany(
-                        "UPDATE devices SET allocations = ?, source = ?, observed_at = max(observed_at, ?) "
-                        f"WHERE node = ? AND device IN ({','.join('?' * size)})",
-                        rows,
-                    )
-            if heartbeats:
-                for size, rows in _heartbeat_groups(heartbeats, batch.lazy).items():
-                    marks = ",".join("?" * size)
-                    conn.executemany(
-                        "UPDATE devices SET observed_at = max(observed_at, ?) "
-                        f"WHERE node = ? AND device IN ({marks})",
-                        rows,
-                    )
-            if batch.pods:
-                conn.executemany(
-                    "INSERT OR REPLACE INTO pods (uid, namespace, name, resource_version) VALUES (?,?,?,?)",
-                    [(p.uid, p.namespace, p.name, p.resource_version) for p in batch.pods.values() if p],
-                )
-                conn.executemany(
-                    "DELETE FROM pods WHERE uid = ?", [(uid,) for uid, p in batch.pods.items() if p is None]
-                )
-            if batch.leases:
-                conn.executemany(
-                    "INSERT OR REPLACE INTO nodes (node, lease_renewed_at) VALUES (?, ?)",
-                    [(n, t) for n, t in batch.leases.items() if t is not None],
-                )
-                conn.executemany(
-                    "DELETE FROM nodes WHERE node = ?", [(n,) for n, t in batch.leases.items() if t is None]
-                )
+            for batch in batches:
+                self._statements(conn, batch)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:
@@ -620,6 +596,61 @@ class Directory(_Queries):
             raise DirectoryError(f"{self.path}: write failed: {exc}") from exc
         if self._on_write is not None:
             self._on_write(time.perf_counter() - started)
+
+    def _statements(self, conn: sqlite3.Connection, batch: _Batch) -> None:
+        """One batch's statements, in the open transaction."""
+        if batch.log:
+            conn.executemany(_INSERT_LOG, batch.log)
+        if batch.devices:
+            conn.executemany(
+                _INSERT_DEVICE,
+                [_device_row(d, removed) for (d, removed) in batch.devices.values() if d is not _REMOVED],
+            )
+            conn.executemany(
+                "UPDATE devices SET removed = 1, allocations = '[]' WHERE node = ? AND device = ?",
+                [key for key, (d, _) in batch.devices.items() if d is _REMOVED],
+            )
+        if batch.status:
+            conn.executemany(_UPDATE_STATUS, [_status_row(d) for d in batch.status.values()])
+        heartbeats = batch.heartbeats
+        if batch.lazy:
+            # Rows that exist; only what pods and slices change is rewritten, with the
+            # row's heartbeat in the same UPDATE (a replaced pod's devices are usually
+            # confirmed too: one row rewrite instead of two). 0.0 leaves observed_at.
+            if batch.attributes:
+                conn.executemany(
+                    _UPDATE_ATTRIBUTES, _attribute_rows(batch.lazy, batch.attributes, heartbeats)
+                )
+            for size, rows in _allocation_groups(batch.lazy, batch.attributes, heartbeats).items():
+                conn.executemany(
+                    "UPDATE devices SET allocations = ?, source = ?, observed_at = max(observed_at, ?) "
+                    f"WHERE node = ? AND device IN ({','.join('?' * size)})",
+                    rows,
+                )
+        if heartbeats:
+            for size, rows in _heartbeat_groups(heartbeats, batch.lazy).items():
+                marks = ",".join("?" * size)
+                conn.executemany(
+                    "UPDATE devices SET observed_at = max(observed_at, ?) "
+                    f"WHERE node = ? AND device IN ({marks})",
+                    rows,
+                )
+        if batch.pods:
+            conn.executemany(
+                "INSERT OR REPLACE INTO pods (uid, namespace, name, resource_version) VALUES (?,?,?,?)",
+                [(p.uid, p.namespace, p.name, p.resource_version) for p in batch.pods.values() if p],
+            )
+            conn.executemany(
+                "DELETE FROM pods WHERE uid = ?", [(uid,) for uid, p in batch.pods.items() if p is None]
+            )
+        if batch.leases:
+            conn.executemany(
+                "INSERT OR REPLACE INTO nodes (node, lease_renewed_at) VALUES (?, ?)",
+                [(n, t) for n, t in batch.leases.items() if t is not None],
+            )
+            conn.executemany(
+                "DELETE FROM nodes WHERE node = ?", [(n,) for n, t in batch.leases.items() if t is None]
+            )
 
     def close(self) -> None:
         try:
