@@ -8,6 +8,8 @@ PY := $(VENV)/bin/python
 GPUHEALTH := $(VENV)/bin/gpuhealth
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
+# Test processes: the end-to-end runs mostly wait on simulated time, so three share two cores well.
+PYTEST_WORKERS ?= 3
 
 .PHONY: setup tools demo test lint unit bench clean
 
@@ -38,7 +40,7 @@ lint: setup
 	$(VENV)/bin/lint-imports
 
 test: setup lint
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # Everything that starts no real server (marker policy: tests/conftest.py), in under a minute.
 # promtool and amtool run here, so it needs the tools too.
