@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import gzip
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import aiohttp
@@ -165,11 +165,11 @@ async def test_large_snapshots_render_in_a_worker_thread_with_the_same_body(
 ) -> None:
     threads: list[threading.Thread] = []
 
-    def recording(snapshot: Snapshot, now: float) -> bytes:
+    def recording(snapshot: Snapshot, now: float) -> Iterator[bytes]:
         threads.append(threading.current_thread())
-        return render_metrics(snapshot, now)
+        yield render_metrics(snapshot, now)
 
-    monkeypatch.setattr(server_module, "render_metrics", recording)
+    monkeypatch.setattr(server_module, "metrics_pieces", recording)
     devices = {}
     for n in range(3):
         for g in range(4):
@@ -203,7 +203,7 @@ async def test_a_failing_render_is_a_500_not_a_partial_body(
     def broken(*args: object) -> bytes:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(server_module, "render_metrics", broken)
+    monkeypatch.setattr(server_module, "metrics_pieces", broken)
     response = await client.get("/metrics")
     assert response.status == 500
     assert "gpu_device" not in await response.text()
