@@ -13,9 +13,9 @@ allocation and taint lines, the observed time and version as text) is rendered o
 cached across snapshot swaps; a scrape then formats the status age (it moves with `now`)
 and fills those fragments into a few fixed line templates, one family at a time, in
 pieces (`MetricsRenderer.pieces`), so a scrape never holds the whole body. The cache keeps
-fragments, not whole lines: at 80,000 devices it is about 60 MiB, where caching every
-line (the body twice over, in effect) took 120 MiB; filling the templates costs a scrape
-about a tenth of a second more.
+fragments, not whole lines: at 80,000 devices it is about 55 MiB, where caching every
+line took about 130 MiB; filling the templates costs a warm scrape about 0.05 s more
+(measured 0.27 s against 0.23 s, the same body byte for byte).
 
 Rules kept here:
 - every per-device series carries `node` and `device`; pod and tenant labels only on
