@@ -116,7 +116,7 @@ def decode_pod_event(line: bytes) -> PodEvent:
 
 
 def decode_pod_page(body: bytes) -> Page:
-    """A pod list page with its pods as Structs (`gpuhealth.kube.client.PageDecoder`).
+    """A pod list page with its pods as Structs (`gpuhealth.kube.pages.PageDecoder`).
 
     The list's 15,000 pods of a 10,000-node fleet are about 180 MiB as dicts and a small
     part of that as these Structs. Their raw fields point into the page's bytes, which stay
