@@ -1,8 +1,8 @@
 """Typed partial decoding of Pod watch events (the exporter's hot path).
 
-Owns the msgspec Structs that hold only what the exporter reads of a Pod, and the two
-ways into them: a watch line (`decode_pod_event`) and an already parsed dict
-(`pod_from_dict`, for list items and anything that came through orjson).
+Owns the msgspec Structs that hold only what the exporter reads of a Pod, and the ways
+into them: a watch line (`decode_pod_event`), a page of a pod list (`decode_pod_page`)
+and an already parsed dict (`pod_from_dict`, for anything that came through orjson).
 
 Why: msgspec decoding a pod event into these Structs skips every field the exporter does
 not read (conditions, images, labels, owner references ...) and builds no dicts for them;
@@ -24,6 +24,8 @@ from typing import Any
 
 import msgspec
 import orjson
+
+from gpuhealth.kube.pages import Page, decode_page
 
 
 class Resource(msgspec.Struct, frozen=True, gc=False):
@@ -87,7 +89,20 @@ class PodEvent(msgspec.Struct, frozen=True, gc=False):
     object: Pod | None = None
 
 
+class ListMeta(msgspec.Struct, frozen=True, gc=False):
+    resource_version: str | None = msgspec.field(default=None, name="resourceVersion")
+    continue_token: str | None = msgspec.field(default=None, name="continue")
+
+
+class PodList(msgspec.Struct, frozen=True, gc=False):
+    """A page of a pod list: each pod as its partial Struct, never as a dict."""
+
+    metadata: ListMeta | None = None
+    items: list[Pod] | None = None
+
+
 _pod_event_decoder = msgspec.json.Decoder(PodEvent)
+_pod_list_decoder = msgspec.json.Decoder(PodList)
 _pod_decoder = msgspec.json.Decoder(Pod)
 _groups_decoder = msgspec.json.Decoder(tuple[ResourceGroup, ...] | None)
 
@@ -98,6 +113,23 @@ DecodeError = msgspec.DecodeError
 def decode_pod_event(line: bytes) -> PodEvent:
     """A pod watch line as a PodEvent; raises DecodeError where the fast path does not apply."""
     return _pod_event_decoder.decode(line)
+
+
+def decode_pod_page(body: bytes) -> Page:
+    """A pod list page with its pods as Structs (`gpuhealth.kube.pages.PageDecoder`).
+
+    The list's 15,000 pods of a 10,000-node fleet are about 180 MiB as dicts and a small
+    part of that as these Structs. Their raw fields point into the page's bytes, which stay
+    alive until the pods are applied (the state keeps only `detached` copies). Where some
+    pod's types do not fit, the page is read as plain dicts instead, and each pod takes the
+    state's own way in (`pod_from_dict`, else the tolerant dict path).
+    """
+    try:
+        page = _pod_list_decoder.decode(body)
+    except msgspec.DecodeError:
+        return decode_page(body)
+    meta = page.metadata or ListMeta()
+    return Page(page.items or [], meta.continue_token or "", meta.resource_version or None)
 
 
 def pod_from_dict(obj: Any) -> Pod | None:

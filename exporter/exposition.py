@@ -7,10 +7,15 @@ and the time to render at.
 
 Why not prometheus_client collectors: a cluster-mode exporter renders 80,000 devices
 (about 650,000 series) per scrape, and building `Metric`/`Sample` objects for each
-costs seconds and hundreds of MB. Instead, everything about a device that is constant
-while its `DeviceState` stays the same (escaped label sets, the three health lines, the
-info and allocation lines) is rendered once and cached across snapshot swaps; a scrape
-then formats only the status age (it moves with `now`) and joins strings once.
+costs seconds and hundreds of MB. Instead, what is costly to write about a device and
+constant while its `DeviceState` stays the same (its escaped label pairs, the info,
+allocation and taint lines, the observed time and version as text) is rendered once and
+cached across snapshot swaps; a scrape then formats the status age (it moves with `now`)
+and fills those fragments into a few fixed line templates, one family at a time, in
+pieces (`MetricsRenderer.pieces`), so a scrape never holds the whole body. The cache keeps
+fragments, not whole lines: at 80,000 devices it is about 55 MiB, where caching every
+line took about 130 MiB; filling the templates costs a warm scrape about 0.05 s more
+(measured 0.27 s against 0.23 s, the same body byte for byte).
 
 Rules kept here:
 - every per-device series carries `node` and `device`; pod and tenant labels only on
@@ -25,7 +30,7 @@ from __future__ import annotations
 import gc
 import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 from exporter.metrics import (
@@ -60,7 +65,8 @@ from gpuhealth.nvml import DeviceReading
 
 log = logging.getLogger(__name__)
 
-"""The Content-Type of what `render_metrics` produces."""
+PIECE_LINES = 4096
+"""Per-device fragments joined into one piece of a streamed body: about 0.4-1.3 MiB."""
 
 
 # Names and HELP/TYPE lines come from the catalog once, at import: a scrape only joins them.
@@ -131,50 +137,48 @@ def format_value(value: float) -> str:
 class _DeviceLines:
     """What a scrape reuses for one device while its `DeviceState` object stays the same.
 
-    `state` is the state the lines were rendered from: holding it keeps the identity check
-    sound (an object id cannot be reused while we hold the object) and lets a new state be
-    compared field by field to rebuild only what moved.
+    `state` is the state the fragments were rendered from: holding it keeps the identity
+    check sound (an object id cannot be reused while we hold the object) and lets a new
+    state be compared field by field to rebuild only what moved.
     """
 
-    __slots__ = (
-        "age_prefix",
-        "alloc_lines",
-        "core",
-        "health_block",
-        "info_line",
-        "observed_line",
-        "state",
-        "taint_lines",
-        "version_line",
-    )
+    __slots__ = ("alloc_lines", "core", "health", "info_line", "observed", "state", "taint_lines", "version")
 
     state: DeviceState
-    core: str
+    core: bytes
     """The escaped `node="...",device="..."` label pairs every device series starts with."""
-    age_prefix: bytes
-    health_block: bytes
-    observed_line: bytes
-    version_line: bytes
+    health: bytes
+    """The template of its three health lines (one of `_HEALTH_LINES`, shared)."""
+    observed: bytes
+    """`observed_at` as sample text."""
+    version: bytes
+    """`status_version` as sample text."""
     info_line: bytes
     alloc_lines: bytes
     taint_lines: bytes
 
 
-# The builders below are the cold path of a scrape (once per device state). They format
-# with plain f-strings and avoid temporary containers, and return bytes so that a scrape
-# joins the final body once (at 80,000 devices the body is about 90 MB: one copy fewer
-# than joining text and encoding it).
-
-
-def _health_block(core: str, health: str) -> bytes:
-    # HEALTH_VALUES order; a value outside it (a broken snapshot) shows as all three 0.
-    h, u, k = (1 if value == health else 0 for value in HEALTH_VALUES)
-    name = _HEALTH
-    return (
-        f'{name}{{{core},status="Healthy"}} {h}\n'
-        f'{name}{{{core},status="Unhealthy"}} {u}\n'
-        f'{name}{{{core},status="Unknown"}} {k}\n'
+# Line templates a scrape fills with a device's fragments (bytes %-formatting, in C).
+_HEALTH_LINES = {
+    health: "".join(
+        f'{_HEALTH}{{%b,status="{value}"}} {1 if value == health else 0}\n' for value in HEALTH_VALUES
     ).encode()
+    for health in (*HEALTH_VALUES, None)
+}
+"""By reported health, the three health lines; under None, all three 0 (a value outside
+HEALTH_VALUES, a broken snapshot)."""
+_AGE_LINE = f"{_STATUS_AGE}{{%b}} %b\n".encode()
+_OBSERVED_LINE = f"{_OBSERVED}{{%b}} %b\n".encode()
+_VERSION_LINE = f"{_STATUS_VERSION}{{%b}} %b\n".encode()
+
+
+# The builders below are the cold path of a scrape (once per device state). They format
+# with plain f-strings and avoid temporary containers, and return bytes, which the scrape
+# joins without encoding again.
+
+
+def _core(d: DeviceState) -> bytes:
+    return f'node="{escape_label_value(d.node)}",device="{escape_label_value(d.device)}"'.encode()
 
 
 def _info_line(core: str, d: DeviceState) -> bytes:
@@ -220,16 +224,16 @@ def _taint_lines(core: str, taints: tuple[DriverTaint, ...]) -> bytes:
     return "".join(lines).encode()
 
 
-def _observed_line(core: str, observed_at: float) -> bytes:
-    return f"{_OBSERVED}{{{core}}} {format_value(observed_at)}\n".encode()
+def _health_lines(health: str) -> bytes:
+    return _HEALTH_LINES.get(health, _HEALTH_LINES[None])
 
 
-def _version_line(core: str, status_version: int) -> bytes:
-    return f"{_STATUS_VERSION}{{{core}}} {format_value(status_version)}\n".encode()
+def _sample(value: float) -> bytes:
+    return format_value(value).encode()
 
 
 def _build_lines(d: DeviceState, old: _DeviceLines | None) -> _DeviceLines:
-    """Lines for a device state, reusing the parts of `old` whose inputs did not change.
+    """Fragments for a device state, reusing the parts of `old` whose inputs did not change.
 
     Always a new object (never mutated in place), so two scrapes rendering at once in
     different threads can only race to store equally correct entries.
@@ -238,33 +242,30 @@ def _build_lines(d: DeviceState, old: _DeviceLines | None) -> _DeviceLines:
     e.state = d
     o = old.state if old is not None else None
     if old is None or o is None or o.node != d.node or o.device != d.device:
-        core = e.core = f'node="{escape_label_value(d.node)}",device="{escape_label_value(d.device)}"'
-        e.age_prefix = f"{_STATUS_AGE}{{{core}}} ".encode()
-        e.health_block = _health_block(core, d.health)
-        e.observed_line = _observed_line(core, d.observed_at)
-        e.version_line = _version_line(core, d.status_version)
+        e.core = _core(d)
+        core = e.core.decode()
+        e.health = _health_lines(d.health)
+        e.observed = _sample(d.observed_at)
+        e.version = _sample(d.status_version)
         e.info_line = _info_line(core, d)
         e.alloc_lines = _allocation_lines(core, d.allocations) if d.allocations else b""
         e.taint_lines = _taint_lines(core, d.driver_taints) if d.driver_taints else b""
         return e
 
     # Same device, new state object (a heartbeat or a change): rebuild only what moved.
-    core = e.core = old.core
-    e.age_prefix = old.age_prefix
-    e.health_block = old.health_block if o.health == d.health else _health_block(core, d.health)
-    e.observed_line = (
-        old.observed_line if o.observed_at == d.observed_at else _observed_line(core, d.observed_at)
+    e.core = old.core
+    e.health = old.health if o.health == d.health else _health_lines(d.health)
+    e.observed = old.observed if o.observed_at == d.observed_at else _sample(d.observed_at)
+    e.version = old.version if o.status_version == d.status_version else _sample(d.status_version)
+    same_info, same_allocs, same_taints = (
+        _same_info(o, d),
+        o.allocations == d.allocations,
+        o.driver_taints == d.driver_taints,
     )
-    e.version_line = (
-        old.version_line if o.status_version == d.status_version else _version_line(core, d.status_version)
-    )
-    e.info_line = old.info_line if _same_info(o, d) else _info_line(core, d)
-    e.alloc_lines = (
-        old.alloc_lines if o.allocations == d.allocations else _allocation_lines(core, d.allocations)
-    )
-    e.taint_lines = (
-        old.taint_lines if o.driver_taints == d.driver_taints else _taint_lines(core, d.driver_taints)
-    )
+    core = "" if same_info and same_allocs and same_taints else old.core.decode()
+    e.info_line = old.info_line if same_info else _info_line(core, d)
+    e.alloc_lines = old.alloc_lines if same_allocs else _allocation_lines(core, d.allocations)
+    e.taint_lines = old.taint_lines if same_taints else _taint_lines(core, d.driver_taints)
     return e
 
 
@@ -300,26 +301,49 @@ class MetricsRenderer:
 
     def render(self, snapshot: Snapshot, now: float) -> bytes:
         """The exposition of `snapshot` at wall time `now`."""
-        parts: list[bytes] = []
-        with _collector_paused():
-            self._render_devices(snapshot, now, parts)
-            parts.append(_render_nodes(snapshot.nodes, now))
-            if snapshot.nvml is not None:
-                parts.append(_render_nvml(snapshot.nvml, snapshot.node_name or ""))
-            return b"".join(parts)
+        return b"".join(self.pieces(snapshot, now))
 
-    def _render_devices(self, snapshot: Snapshot, now: float, out: list[bytes]) -> None:
+    def pieces(self, snapshot: Snapshot, now: float) -> Iterator[bytes]:
+        """The exposition of `snapshot` at `now`, in pieces of at most `PIECE_LINES` devices' lines.
+
+        What a streamed scrape writes as it goes: at 80,000 devices the body is about 86 MiB,
+        and building it whole (then gzipping it) held it twice over during every scrape. The
+        first piece costs the walk that refreshes every device's fragments and computes its
+        status age; each family is then written from them, piece by piece.
+        """
+        with _collector_paused():  # only around the walk: never left off while suspended
+            entries, ages = self._walk_devices(snapshot, now)
+        n = len(entries)
+        age_line, observed_line, version_line = _AGE_LINE, _OBSERVED_LINE, _VERSION_LINE
+        families: tuple[Callable[[int, int], list[bytes]], ...] = (
+            lambda a, b: [e.health % (e.core, e.core, e.core) for e in entries[a:b]],
+            lambda a, b: [age_line % (e.core, age) for e, age in zip(entries[a:b], ages[a:b], strict=True)],
+            lambda a, b: [observed_line % (e.core, e.observed) for e in entries[a:b]],
+            lambda a, b: [version_line % (e.core, e.version) for e in entries[a:b]],
+            lambda a, b: [e.info_line for e in entries[a:b]],
+            lambda a, b: [e.alloc_lines for e in entries[a:b] if e.alloc_lines],
+            lambda a, b: [e.taint_lines for e in entries[a:b] if e.taint_lines],
+        )
+        for header, lines in zip(_DEVICE_HEADERS, families, strict=True):
+            for start in range(0, max(n, 1), PIECE_LINES):
+                piece = lines(start, start + PIECE_LINES)
+                yield b"".join([header, *piece] if start == 0 else piece)
+        yield _render_nodes(snapshot.nodes, now)
+        if snapshot.nvml is not None:
+            yield _render_nvml(snapshot.nvml, snapshot.node_name or "")
+
+    def _walk_devices(self, snapshot: Snapshot, now: float) -> tuple[list[_DeviceLines], list[bytes]]:
+        """Every renderable device's fresh cache entry and status age, in snapshot order.
+
+        Everything that can fail for one device (its fragments, its age) is done here, so a
+        device that cannot be rendered is left out of every family, never of some only.
+        """
         cache = self._cache
         cache_get = cache.get
         nodes_get = snapshot.nodes.get
         nvml = snapshot.nvml
-        health: list[bytes] = []
+        entries: list[_DeviceLines] = []
         ages: list[bytes] = []
-        observed: list[bytes] = []
-        versions: list[bytes] = []
-        infos: list[bytes] = []
-        allocs: list[bytes] = []
-        taints: list[bytes] = []
         failed = 0
         first_error: BaseException | None = None
         for key, d in snapshot.devices.items():
@@ -327,35 +351,21 @@ class MetricsRenderer:
                 e = cache_get(key)
                 if e is None or e.state is not d:
                     e = cache[key] = _build_lines(d, e)
-                age = b"%b%b\n" % (
-                    e.age_prefix,
-                    format_value(status_age(d, nodes_get(d.node), nvml, now)).encode(),
-                )
+                age = format_value(status_age(d, nodes_get(d.node), nvml, now)).encode()
             except Exception as exc:  # one malformed device drops its own lines, never the scrape
                 failed += 1
                 first_error = first_error or exc
                 cache.pop(key, None)
                 continue
-            health.append(e.health_block)
+            entries.append(e)
             ages.append(age)
-            observed.append(e.observed_line)
-            versions.append(e.version_line)
-            infos.append(e.info_line)
-            if e.alloc_lines:
-                allocs.append(e.alloc_lines)
-            if e.taint_lines:
-                taints.append(e.taint_lines)
         if failed:
             log.warning("dropped %d device(s) from the scrape; first error: %r", failed, first_error)
         if len(cache) > len(snapshot.devices):
             # Walk the snapshot's keys, never the shared cache: a render in another thread (two
             # scrapes at once) may be adding to `cache`, and walking a growing dict raises.
             self._cache = {k: e for k in snapshot.devices if (e := cache_get(k)) is not None}
-        for header, lines in zip(
-            _DEVICE_HEADERS, (health, ages, observed, versions, infos, allocs, taints), strict=True
-        ):
-            out.append(header)
-            out.extend(lines)
+        return entries, ages
 
 
 def _render_nodes(nodes: Mapping[str, NodeState], now: float) -> bytes:
@@ -430,6 +440,11 @@ def _render_nvml(nvml: NvmlView, node: str) -> bytes:
 
 
 _default_renderer = MetricsRenderer()
+
+
+def metrics_pieces(snapshot: Snapshot, now: float) -> Iterator[bytes]:
+    """`render_metrics` in pieces (`MetricsRenderer.pieces`), with the same process-wide cache."""
+    return _default_renderer.pieces(snapshot, now)
 
 
 def render_metrics(snapshot: Snapshot, now: float) -> bytes:

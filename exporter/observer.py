@@ -5,9 +5,11 @@ kubelet Leases in `kube-node-lease` (`targets()`), each through a `gpuhealth.kub
 in a thread of its own, and feeds every event to the `DeviceStateStore` and its directory in
 one asyncio task, so the state and the SQLite directory have exactly one writer. The watch
 protocol (resume, bookmarks, relist on 410, backoff) is the reflector's; what is exporter's
-is the decoding: pod events go straight into `exporter.decode`'s partial Structs, everything
-else (and pod events whose types those reject) into plain dicts with orjson; never the
-client's models (22x the cost). Readers hand over one message per chunk read, not per event.
+is the decoding: pod events and list pages go straight into `exporter.decode`'s partial
+Structs, everything else (and pods whose types those reject) into plain dicts with orjson;
+never the client's models (22x the cost). Readers hand over one message per chunk read, not
+per event, and lists page by page (`paged`): each page is folded into the state as it comes,
+so the initial lists of a large fleet are never held whole (see `gpuhealth.kube.reflector`).
 Stopping closes the client, which shuts the open responses' sockets down and ends the
 blocked reads at once.
 
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.decode import DecodeError, Pod, decode_pod_event
+from exporter.decode import DecodeError, Pod, decode_pod_event, decode_pod_page
 from exporter.directory import Directory
 from exporter.self_metrics import ExporterMetrics
 from exporter.settings import ObserverSettings
@@ -34,7 +36,16 @@ from exporter.state import CLAIMS, LEASES, PODS, SLICES, DeviceStateStore
 from gpuhealth.clock import Clock
 from gpuhealth.kube import meta, resources, watch
 from gpuhealth.kube.client import KubeClient
-from gpuhealth.kube.reflector import Events, Listed, Message, ParseFailed, Reflector, WatchRestarted
+from gpuhealth.kube.pages import decode_page
+from gpuhealth.kube.reflector import (
+    Events,
+    ListEnded,
+    ListPage,
+    Message,
+    ParseFailed,
+    Reflector,
+    WatchRestarted,
+)
 from gpuhealth.kube.resources import Resource
 from gpuhealth.kube.transport import Transport
 from gpuhealth.nvml import DeviceReading, NvmlSource, XidEvent
@@ -151,6 +162,8 @@ class Observer:
         self._rng = rng or random.Random()
         self._targets = targets(self._settings.node_name)
         self._listed: set[str] = set()
+        self._seen: dict[str, set[Any]] = {}
+        """Per resource, the keys the pages of its list in progress named so far."""
         self._stop = threading.Event()
 
     def ready(self) -> bool:
@@ -204,7 +217,9 @@ class Observer:
             watch_timeout_seconds=settings.watch_timeout_seconds,
             backoff=settings.backoff,
             decode=decode_pod_line if pods else watch.decode_event,
+            decode_page=decode_pod_page if pods else decode_page,
             resource_version=_resource_version if pods else meta.resource_version,
+            paged=True,
             rng=random.Random(self._rng.random()),
         )
 
@@ -245,10 +260,16 @@ class Observer:
                 for event_type, obj in events:
                     store.apply_event(resource, event_type, obj)
                     counts[(resource, event_type)] = counts.get((resource, event_type), 0) + 1
-            case Listed(resource, items):
-                store.relist(resource, items)
+            case ListPage(resource, items, first):
+                seen = self._seen.setdefault(resource, set())
+                if first:
+                    seen.clear()
+                store.relist_page(resource, items, seen)
+            case ListEnded(resource):
+                seen = self._seen.pop(resource, set())
+                store.relist_end(resource, seen)
                 self._listed.add(resource)
-                log.info("listed %d %s", len(items), resource)
+                log.info("listed %d %s", len(seen), resource)
             case WatchRestarted(resource, reason):
                 if self._metrics is not None:
                     self._metrics.watch_restarts.labels(resource, reason).inc()

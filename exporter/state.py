@@ -380,12 +380,20 @@ class DeviceStateStore:
     def relist(self, resource: str, items: Iterable[Any]) -> None:
         """Replace everything known of `resource` with a full list (after a relist)."""
         seen: set[Any] = set()
+        self.relist_page(resource, items, seen)
+        self.relist_end(resource, seen)
+
+    def relist_page(self, resource: str, items: Iterable[Any], seen: set[Any]) -> None:
+        """Apply one page of a list in progress, adding to `seen` the keys it names."""
         for obj in items:
             if resource == PODS:
                 self.apply_pod("ADDED", obj, listed=True)
             else:
                 self.apply_event(resource, "ADDED", obj)
             seen.add(_list_key(resource, obj))
+
+    def relist_end(self, resource: str, seen: set[Any]) -> None:
+        """End a list whose pages named `seen`: what they did not name is gone."""
         if resource == PODS:
             for uid in [u for u in self._pods if u not in seen]:
                 self._remove_pod(uid)
@@ -1200,6 +1208,9 @@ def _merge(contributions: Mapping[str, tuple[Allocation, ...]]) -> tuple[Allocat
 
 def _list_key(resource: str, obj: Any) -> Any:
     """The identity a relist compares by (matching what the apply methods store)."""
+    if obj.__class__ is Pod:  # a pod decoded from its list page (`exporter.decode.decode_pod_page`)
+        smeta = obj.metadata
+        return None if smeta is None else (smeta.uid or f"{smeta.namespace}/{smeta.name}")
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     if not isinstance(meta, dict):
         return None

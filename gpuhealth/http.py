@@ -7,7 +7,8 @@ This module owns what is the same for any service, whatever it serves:
 - `ServerSettings`: where a service listens and how it compresses `/metrics`;
 - `/healthz` and `/readyz` (`add_probes`), and `/metrics` for a prometheus_client registry
   with gzip negotiated from Accept-Encoding (`add_metrics`; a service with a faster body of its
-  own, like the exporter, uses `accepts_gzip`, `gzip_body` and `metrics_response`);
+  own, like the exporter, uses `accepts_gzip` with `metrics_response` or, streaming it in
+  pieces, `metrics_headers`);
 - background work as `app.cleanup_ctx` entries (`background`): a task started with the app,
   cancelled and awaited when it stops; a task that dies stops the service with the error;
 - `serve`: start a site (HTTPS when given an `ssl.SSLContext`) and run until SIGINT/SIGTERM,
@@ -219,12 +220,17 @@ def gzip_body(body: bytes, level: int) -> bytes:
     return gzip.compress(body, compresslevel=level, mtime=0)
 
 
-def metrics_response(body: bytes, *, gzipped: bool) -> web.Response:
-    """A `/metrics` answer; `body` is already gzip-compressed when `gzipped`."""
+def metrics_headers(*, gzipped: bool) -> dict[str, str]:
+    """The headers of a `/metrics` answer (also for one streamed in pieces)."""
     headers = {"Content-Type": METRICS_CONTENT_TYPE, "Vary": "Accept-Encoding"}
     if gzipped:
         headers["Content-Encoding"] = "gzip"
-    return web.Response(body=body, headers=headers)
+    return headers
+
+
+def metrics_response(body: bytes, *, gzipped: bool) -> web.Response:
+    """A `/metrics` answer; `body` is already gzip-compressed when `gzipped`."""
+    return web.Response(body=body, headers=metrics_headers(gzipped=gzipped))
 
 
 # ----- background work -----------------------------------------------------------------

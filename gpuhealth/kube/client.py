@@ -26,6 +26,7 @@ import orjson
 
 from gpuhealth.kube.errors import NotFound, error_from_status
 from gpuhealth.kube.meta import resource_version as object_resource_version
+from gpuhealth.kube.pages import Page, PageDecoder, decode_page
 from gpuhealth.kube.resources import Resource
 from gpuhealth.kube.transport import Params, Response, Transport
 from gpuhealth.kube.watch import ERROR, WatchEvent, decode_event, split_lines
@@ -146,28 +147,60 @@ class KubeClient:
         """Every object of a collection (all namespaces when `namespace` is None), read in pages.
 
         Pages of `page_size` bound the memory of each response (the apiserver's recommended
-        size); the resourceVersion is the list's, to start a watch from.
+        size); the resourceVersion is the list's, to start a watch from. A reader that need
+        not hold every object at once takes `pages` instead.
+        """
+        items: list[dict[str, Any]] = []
+        for page in self.pages(
+            resource,
+            namespace=namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            page_size=page_size,
+        ):
+            items.extend(page.items)
+            if not page.continue_token:
+                assert page.resource_version is not None  # `pages` checks the last page
+                return ObjectList(items, page.resource_version)
+        raise AssertionError("pages() ends with a last page")  # pragma: no cover
+
+    def pages(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+        decode: PageDecoder = decode_page,
+    ) -> Iterator[Page]:
+        """A list, one page at a time, each decoded by `decode` as it arrives.
+
+        Only one page's body is held at once, so a reader that folds each page before
+        taking the next never holds the whole collection (a 10,000-node fleet's pods are
+        about 40 MiB of JSON and four times that as dicts). The last page (an empty
+        `continue_token`) carries the resourceVersion to watch from; a malformed body
+        raises ValueError naming the collection.
         """
         path = resource.path(namespace)
         selectors = _selectors(label_selector, field_selector)
-        items: list[dict[str, Any]] = []
         token = ""
         while True:
             params = [*selectors, ("limit", str(page_size))]
             if token:
                 params.append(("continue", token))
-            body = self._call("GET", path, params)
-            page = body.get("items") or []
-            meta = body.get("metadata") or {}
-            if not isinstance(page, list) or not isinstance(meta, dict):
-                raise ValueError(f"list of {resource.plural}: malformed body")
-            items.extend(page)
-            token = meta.get("continue") or ""
-            if not token:
-                rv = meta.get("resourceVersion")
-                if not isinstance(rv, str) or not rv:
-                    raise ValueError(f"list of {resource.plural}: no resourceVersion")
-                return ObjectList(items, rv)
+            body = self._read("GET", path, params)
+            try:
+                page = decode(body)
+            except ValueError as exc:
+                raise ValueError(f"list of {resource.plural}: {exc}") from None
+            del body
+            if not page.continue_token and page.resource_version is None:
+                raise ValueError(f"list of {resource.plural}: no resourceVersion")
+            yield page
+            if not page.continue_token:
+                return
+            token = page.continue_token
 
     def watch(
         self,
@@ -310,14 +343,26 @@ class KubeClient:
         data = None if body is None else orjson.dumps(body)
         if data is not None and content_type is None:
             content_type = _JSON
-        response = self._open(method, path, params, body=data, content_type=content_type)
-        try:
-            result = orjson.loads(response.read())
-        finally:
-            self._done(response)
+        result = orjson.loads(self._read(method, path, params, body=data, content_type=content_type))
         if not isinstance(result, dict):
             raise ValueError(f"{method} {path}: the response is not a JSON object")
         return result
+
+    def _read(
+        self,
+        method: str,
+        path: str,
+        params: Params = (),
+        *,
+        body: bytes | None = None,
+        content_type: str | None = None,
+    ) -> bytes:
+        """The whole body of a 2xx answer (others raise through the transport)."""
+        response = self._open(method, path, params, body=body, content_type=content_type)
+        try:
+            return response.read()
+        finally:
+            self._done(response)
 
     def _open(
         self,

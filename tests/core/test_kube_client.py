@@ -1,12 +1,13 @@
 """The typed client's requests (gpuhealth.kube.client), against a recording fake transport.
 
 Aspects: the method, path, query, body and Content-Type of every verb; list paging and
-selectors; watch parameters and the read timeout that outlasts timeoutSeconds; dry-run as
-`dryRun=All` on every write (the simulated cluster refuses it, so only here); delete
-preconditions and propagationPolicy as DeleteOptions; update refused without a
-resourceVersion; patch bodies matched to their patch type; watch events decoded, bookmarks
-tracked, ERROR events raised as their error; `close()` ends responses in flight and refuses
-new requests.
+selectors; lists read one page at a time through a page decoder, and a reflector handing
+them on page by page (a list that fails midway starts again with a first page); watch
+parameters and the read timeout that outlasts timeoutSeconds; dry-run as `dryRun=All` on
+every write (the simulated cluster refuses it, so only here); delete preconditions and
+propagationPolicy as DeleteOptions; update refused without a resourceVersion; patch bodies
+matched to their patch type; watch events decoded, bookmarks tracked, ERROR events raised
+as their error; `close()` ends responses in flight and refuses new requests.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import orjson
 import pytest
 
 from gpuhealth.kube.client import ClientClosed, KubeClient, PatchType
-from gpuhealth.kube.errors import Gone, NotFound
+from gpuhealth.kube.errors import Gone, NotFound, Unavailable
+from gpuhealth.kube.pages import Page, decode_page
+from gpuhealth.kube.reflector import Listed, ListEnded, ListPage, Message, Reflector, WatchRestarted
 from gpuhealth.kube.resources import NODE, POD, STATUS
 from gpuhealth.kube.watch import WatchEvent
 
@@ -128,6 +131,95 @@ def test_list_reads_every_page_with_the_selectors() -> None:
 def test_a_malformed_list_is_refused(body: Any) -> None:
     with pytest.raises(ValueError):
         KubeClient(FakeTransport(body)).list(POD)
+
+
+def test_pages_are_read_one_at_a_time_through_the_decoder() -> None:
+    transport = FakeTransport(
+        {"items": [pod("a")], "metadata": {"continue": "t1", "resourceVersion": "10"}},
+        {"items": [pod("b")], "metadata": {"resourceVersion": "10"}},
+    )
+    names: list[bytes] = []
+
+    def names_only(body: bytes) -> Page:
+        names.append(body)
+        page = decode_page(body)
+        return Page([o["metadata"]["name"] for o in page.items], page.continue_token, page.resource_version)
+
+    pages = KubeClient(transport).pages(POD, page_size=1, decode=names_only)
+    first = next(pages)
+    assert (first.items, first.continue_token, len(transport.sent)) == (["a"], "t1", 1)  # no read ahead
+    assert all(r.closed.is_set() for r in transport.responses)
+    (last,) = pages
+    assert (last.items, last.continue_token, last.resource_version) == (["b"], "", "10")
+    assert transport.last.params == [("limit", "1"), ("continue", "t1")]
+    assert len(names) == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"{", "the body is not JSON"),
+        (b"[1]", "the body is not a JSON object"),
+        (b'{"items": {"a": 1}}', "malformed body"),
+        (b'{"items": [], "metadata": {}}', "no resourceVersion"),
+    ],
+)
+def test_a_malformed_page_names_the_collection_and_the_reason(body: bytes, reason: str) -> None:
+    with pytest.raises(ValueError, match=f"^list of pods: {reason}"):
+        list(KubeClient(FakeTransport(FakeResponse(body))).pages(POD))
+
+
+@dataclass(frozen=True)
+class QuickBackoff:
+    initial_seconds: float = 0.001
+    max_seconds: float = 0.001
+    factor: float = 1.0
+    jitter: float = 0.0
+
+
+def reflect(transport: FakeTransport, *, paged: bool) -> list[Message]:
+    """Run a reflector over `transport` until its first list has ended; its messages."""
+    client = KubeClient(transport)
+    stop = threading.Event()
+    messages: list[Message] = []
+
+    def emit(message: Message) -> None:
+        messages.append(message)
+        if isinstance(message, ListEnded | Listed):
+            stop.set()
+            client.close()  # the watch that follows is refused: run() returns
+
+    reflector = Reflector(
+        client, "pods", POD, emit=emit, stop=stop, page_size=1, watch_timeout_seconds=60,
+        backoff=QuickBackoff(), paged=paged,
+    )  # fmt: skip
+    reflector.run()
+    return messages
+
+
+def test_a_paged_reflector_hands_on_each_page_then_the_end_and_restarts_a_failed_list() -> None:
+    transport = FakeTransport(
+        {"items": [pod("a")], "metadata": {"continue": "t1", "resourceVersion": "10"}},
+        Unavailable("the apiserver went away midway"),
+        {"items": [pod("a")], "metadata": {"continue": "t2", "resourceVersion": "12"}},
+        {"items": [pod("c")], "metadata": {"resourceVersion": "12"}},
+    )
+    messages = reflect(transport, paged=True)
+    shown = [
+        (m.first, [o["metadata"]["name"] for o in m.items]) if isinstance(m, ListPage) else type(m).__name__
+        for m in messages
+    ]
+    assert shown == [(True, ["a"]), "WatchRestarted", (True, ["a"]), (False, ["c"]), "ListEnded"]
+    assert isinstance(messages[1], WatchRestarted) and messages[1].reason == "error"
+
+
+def test_an_unpaged_reflector_hands_on_the_whole_list_at_once() -> None:
+    transport = FakeTransport(
+        {"items": [pod("a")], "metadata": {"continue": "t1", "resourceVersion": "10"}},
+        {"items": [pod("b")], "metadata": {"resourceVersion": "10"}},
+    )
+    (listed,) = reflect(transport, paged=False)
+    assert isinstance(listed, Listed) and [o["metadata"]["name"] for o in listed.items] == ["a", "b"]
 
 
 def test_create_takes_the_namespace_from_the_object() -> None:

@@ -6,7 +6,9 @@ same whichever path the pods took; junk types fall back to the dict path and are
 per entry as before; an unknown health string on the fast path reads as Unknown and is
 counted; a health or message change inside an otherwise identical decoded pod is applied;
 ERROR events (a Status, not a Pod) and bookmarks still decode; a listed dict pod and its
-watched Struct updates share a signature (the update only confirms).
+watched Struct updates share a signature (the update only confirms); list pages decode into
+Structs (a page with a pod the Structs reject into dicts) and a relist folded page by page
+ends where one given the whole list does, pods gone from it removed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter import parse, state
-from exporter.decode import Pod, decode_pod_event, pod_from_dict
+from exporter.decode import Pod, decode_pod_event, decode_pod_page, pod_from_dict
 from exporter.observer import _resource_version, decode_event
 from exporter.parse import parse_pod, parse_pod_struct
 from exporter.state import CLAIMS, PODS, SLICES, DeviceStateStore
@@ -196,6 +198,42 @@ def test_a_listed_dict_pod_and_its_watched_struct_update_share_a_signature(
     d = store.device("node-1", U0)
     assert d is not None and (d.status_version, d.observed_at) == (1, clock.now())
     assert store.stats.status_changes == 2  # the two creations, nothing since
+
+
+def page(pods: list[Any], rv: str = "9", token: str = "") -> bytes:
+    meta = {"resourceVersion": rv, **({"continue": token} if token else {})}
+    return orjson.dumps({"kind": "PodList", "metadata": meta, "items": pods})
+
+
+def test_a_pod_list_page_decodes_into_structs_or_whole_into_dicts() -> None:
+    pods = fixture_pods()
+    decoded = decode_pod_page(page(pods, token="next"))
+    assert (decoded.continue_token, decoded.resource_version) == ("next", "9")
+    assert [p.__class__ for p in decoded.items] == [Pod] * len(pods)
+    assert decoded.items == [decode_pod_event(line("ADDED", p)).object for p in pods]
+    junk = pod("junk", container("main", ("nvidia.com/gpu", [resource(U1)])))
+    junk["status"]["containerStatuses"].append("not a container status")
+    fallback = decode_pod_page(page([pods[0], junk]))
+    assert fallback.items == [pods[0], junk] and fallback.resource_version == "9"
+    with pytest.raises(ValueError, match="not JSON"):
+        decode_pod_page(b"{")
+
+
+def test_a_relist_folded_page_by_page_ends_as_a_whole_one(clock: ManualClock) -> None:
+    before = [pod("gone", container("main", ("nvidia.com/gpu", [resource(U1)])))]
+    pods = [p for p in fixture_pods() if p["metadata"].get("name") != "long"]
+    whole, paged = DeviceStateStore(clock), DeviceStateStore(clock)
+    for store in (whole, paged):
+        _dra_world(store)
+        store.relist(PODS, before)
+    whole.relist(PODS, pods)
+    seen: set[Any] = set()
+    for start in range(0, len(pods), 3):
+        paged.relist_page(PODS, decode_pod_page(page(pods[start : start + 3])).items, seen)
+    assert paged.device("node-1", U1) is not None  # not yet: only the end of the list removes
+    paged.relist_end(PODS, seen)
+    assert paged.snapshot().devices == whole.snapshot().devices
+    assert all(d.allocations[0].pod != "gone" for d in paged.snapshot().devices.values() if d.allocations)
 
 
 def test_error_events_and_bookmarks_still_decode() -> None:

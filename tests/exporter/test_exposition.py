@@ -7,7 +7,8 @@ NVML read times); lease age; label escaping (quote, backslash, newline) and the 
 message never becoming a label; families contiguous with HELP and TYPE; node mode on/off
 (NVML families, None readings absent, lost GPUs only `up 0`, XID counters); a malformed
 device or reading dropping only itself; the line cache never serving stale lines across
-snapshot swaps (also as a property against a fresh renderer); value formatting.
+snapshot swaps (also as a property against a fresh renderer); the body in pieces of at
+most `PIECE_LINES` devices a family, the same body joined; value formatting.
 Every output is parsed back with prometheus_client's parser.
 """
 
@@ -25,6 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter import exposition
 from exporter.exposition import (
     MetricsRenderer,
     escape_label_value,
@@ -502,6 +504,25 @@ def test_a_reused_renderer_renders_exactly_what_a_fresh_one_does(sequence: list[
     for states in sequence:
         snapshot = cluster_snapshot(*states)
         assert renderer.render(snapshot, NOW) == MetricsRenderer().render(snapshot, NOW)
+
+
+def test_the_body_comes_in_pieces_of_at_most_piece_lines_devices_a_family(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    states = [dataclasses.replace(plugin_device(), node=f"node-{n}", device=f"GPU-{n}") for n in range(5)]
+    snapshot = cluster_snapshot(*states)
+    whole = MetricsRenderer().render(snapshot, NOW)
+    monkeypatch.setattr(exposition, "PIECE_LINES", 2)
+    pieces = list(MetricsRenderer().pieces(snapshot, NOW))
+    assert b"".join(pieces) == whole
+
+    # Each family: pieces of 2, 2 and 1 devices (health: 3 lines each), the first with HELP and TYPE.
+    def counts(series: bytes) -> list[int]:
+        return [p.count(series) for p in pieces if series in p]
+
+    assert counts(b"gpu_device_health{") == [6, 6, 3]
+    assert counts(b"gpu_device_status_age_seconds{") == [2, 2, 1]
+    assert counts(b"gpu_device_info{") == [2, 2, 1]
 
 
 @pytest.mark.parametrize(

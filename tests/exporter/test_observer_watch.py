@@ -3,9 +3,10 @@
 Aspects covered: list then watch of the four resources (ready only once all are
 listed); resuming from the last resourceVersion, bookmarks included; relist on 410 Gone
 as an HTTP status and as an ERROR event inside the stream (the relist replaces what was
-known); other failures back off and resume; undecodable lines are counted and skipped;
-node mode selectors; self metrics; stopping ends the reader threads at once and flushes
-the directory. The backoff helper and line splitting are covered in `tests/core/test_kube_*`.
+known); a list in pages folded as they come, replacing what was known only at its end;
+other failures back off and resume; undecodable lines are counted and skipped; node mode
+selectors; self metrics; stopping ends the reader threads at once and flushes the
+directory. The backoff helper and line splitting are covered in `tests/core/test_kube_*`.
 """
 
 from __future__ import annotations
@@ -187,6 +188,29 @@ async def test_410_as_http_status_relists_and_replaces(store: DeviceStateStore) 
         await until(lambda: store.snapshot().devices[("node-1", U0)].allocations == ())
         assert api.watch_calls(PODS)[1]["resourceVersion"] == "300"
         await until(lambda: running.sample("gpuhealth_exporter_watch_restarts_total", **EXPIRED_PODS) == 1)
+
+
+async def test_a_list_in_pages_is_folded_as_it_comes_and_replaces_at_its_end(store: DeviceStateStore) -> None:
+    api = FakeApi()
+    pods = api.lists[PATHS[PODS]]
+    pods.append(
+        {"items": [dp_pod("a", U0, "Healthy", 10)], "metadata": {"continue": "t1", "resourceVersion": "100"}}
+    )
+    pods.append({"items": [dp_pod("b", U1, "Healthy", 11)], "metadata": {"resourceVersion": "100"}})
+    # The relist after a 410: pod a is gone, which only its last page can tell.
+    pods.append(
+        {"items": [dp_pod("b", U1, "Healthy", 11)], "metadata": {"continue": "t2", "resourceVersion": "300"}}
+    )
+    pods.append({"items": [], "metadata": {"resourceVersion": "300"}})
+    api.watches[PATHS[PODS]].append(
+        error_from_response(410, b'{"kind":"Status","reason":"Expired","code":410}')
+    )
+    async with Running(api, store):
+        await until(lambda: len(api.list_calls(PODS)) == 4 and len(api.watch_calls(PODS)) >= 2)
+        await until(lambda: store.snapshot().devices[("node-1", U0)].allocations == ())
+        assert [q.get("continue") for q in api.list_calls(PODS)] == [None, "t1", None, "t2"]
+        assert api.watch_calls(PODS)[1]["resourceVersion"] == "300"
+        assert [a.pod for a in store.snapshot().devices[("node-1", U1)].allocations] == ["b"]
 
 
 async def test_410_as_an_error_event_inside_the_stream_relists(store: DeviceStateStore) -> None:

@@ -4,16 +4,18 @@ Aspects covered: `/metrics` content type, body = device metrics then the registr
 metrics, rendered at the injected clock's time from the latest snapshot (swapped between
 scrapes); gzip only when Accept-Encoding allows it (the negotiation itself is tested with
 `gpuhealth.http` in tests/core/test_http.py); the worker
-thread path for large snapshots gives the same body; a render failure is a 500, not a
-partial body; `/readyz` 503 until ready, then 200; `/healthz`; settings validation;
+thread path for large snapshots gives the same body, streamed in pieces (one gzip stream
+over them); a render failure is a 500, not a partial body, and one midway a dropped
+connection; `/readyz` 503 until ready, then 200; `/healthz`; settings validation;
 `start_server` on a real socket.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import aiohttp
@@ -23,6 +25,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter import exposition
 from exporter import server as server_module
 from exporter.exposition import render_metrics
 from exporter.self_metrics import ExporterMetrics
@@ -165,11 +168,11 @@ async def test_large_snapshots_render_in_a_worker_thread_with_the_same_body(
 ) -> None:
     threads: list[threading.Thread] = []
 
-    def recording(snapshot: Snapshot, now: float) -> bytes:
+    def recording(snapshot: Snapshot, now: float) -> Iterator[bytes]:
         threads.append(threading.current_thread())
-        return render_metrics(snapshot, now)
+        yield render_metrics(snapshot, now)
 
-    monkeypatch.setattr(server_module, "render_metrics", recording)
+    monkeypatch.setattr(server_module, "metrics_pieces", recording)
     devices = {}
     for n in range(3):
         for g in range(4):
@@ -196,6 +199,57 @@ async def test_large_snapshots_render_in_a_worker_thread_with_the_same_body(
     assert a.count(b"gpu_device_status_version{") == 12
 
 
+def many_devices(nodes: int, gpus: int) -> dict[tuple[str, str], DeviceState]:
+    return {
+        (f"node-{n}", f"GPU-{n}-{g}"): dataclasses.replace(device(), node=f"node-{n}", device=f"GPU-{n}-{g}")
+        for n in range(nodes)
+        for g in range(gpus)
+    }
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("accept", ["gzip", "identity"])
+async def test_large_snapshots_are_streamed_in_pieces_that_make_the_whole_body(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, accept: str
+) -> None:
+    monkeypatch.setattr(exposition, "PIECE_LINES", 5)
+    monkeypatch.setattr(server_module, "PIECE_BYTES", 512)
+    harness.snapshot = Snapshot(devices=many_devices(10, 8), nodes=harness.snapshot.nodes)
+    whole = render_metrics(harness.snapshot, harness.clock.now()) + prometheus_client.generate_latest(
+        harness.registry
+    )
+    app = harness.app(ExporterServerSettings(offload_min_devices=1))
+    async with TestClient(TestServer(app)) as streamed:
+        response = await streamed.get("/metrics", headers={"Accept-Encoding": accept}, auto_decompress=False)
+        assert response.status == 200
+        assert "Content-Length" not in response.headers
+        assert response.headers["Transfer-Encoding"] == "chunked"
+        received = [chunk async for chunk in response.content.iter_any()]
+    body = b"".join(received)
+    assert (gzip.decompress(body) if accept == "gzip" else body) == whole
+    assert len(whole) > 20 * 512  # so the body went in many pieces, each compressed as it came
+    assert response.headers.get("Content-Encoding") == ("gzip" if accept == "gzip" else None)
+
+
+@pytest.mark.integration
+async def test_a_render_failing_midway_drops_the_connection(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_module, "PIECE_BYTES", 1)
+
+    def failing(snapshot: Snapshot, now: float) -> Iterator[bytes]:
+        yield b"# HELP gpu_device_health first piece\n"
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(server_module, "metrics_pieces", failing)
+    app = harness.app(ExporterServerSettings(offload_min_devices=1))
+    async with TestClient(TestServer(app)) as streamed:
+        response = await streamed.get("/metrics", headers={"Accept-Encoding": "identity"})
+        assert response.status == 200  # the headers went with the first piece
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await response.read()
+
+
 @pytest.mark.integration
 async def test_a_failing_render_is_a_500_not_a_partial_body(
     client: TestClient[web.Request, web.Application], monkeypatch: pytest.MonkeyPatch
@@ -203,7 +257,7 @@ async def test_a_failing_render_is_a_500_not_a_partial_body(
     def broken(*args: object) -> bytes:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(server_module, "render_metrics", broken)
+    monkeypatch.setattr(server_module, "metrics_pieces", broken)
     response = await client.get("/metrics")
     assert response.status == 500
     assert "gpu_device" not in await response.text()
