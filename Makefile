@@ -30,8 +30,11 @@ tools:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; \
 	fi
 
+# The report is one self-contained HTML file: open it from a file browser.
+DEMO_REPORT ?= demo-report.html
+
 demo: setup
-	$(GPUHEALTH) demo --scenario closed-loop
+	$(GPUHEALTH) demo --scenario closed-loop --report $(DEMO_REPORT)
 
 lint: setup
 	$(VENV)/bin/ruff check .
