@@ -7,10 +7,10 @@ each with `migration.plan`, carries the effects out, and returns the record with
 so a step whose record write loses a race is simply decided again from what is stored).
 
 Thin and idempotent, every exception an outcome:
-- Observe: device-plugin pods on the record's node whose `allocatedResourcesStatus` names the
-  device (`<uuid>` or its replicas `<uuid>::<n>`); DRA pods whose ResourceClaims' allocation
-  holds driver/pool/device. Pods are grouped into jobs by their controller (a ReplicaSet's
-  Deployment, a Job, a StatefulSet; a bare pod is its own job), with all the job's pods.
+- Observe: the pods that hold the device (`responder.holders`, shared with the reconciler,
+  which starts no probe on a device a pod holds). Pods are grouped into jobs by their
+  controller (a ReplicaSet's Deployment, a Job, a StatefulSet; a bare pod is its own job),
+  with all the job's pods.
 - The job's migration Lease (`gpuhealth-migration-<hash of the owner>` in the pods'
   namespace, held by the record's name, owned by the record) is judged as the elector judges
   its own (`gpuhealth.kube.lease`): expired once its duration has passed on our monotonic clock
@@ -41,8 +41,9 @@ from gpuhealth.clock import Clock
 from gpuhealth.kube.errors import AlreadyExists, ApiError, Conflict, NotFound, TooManyRequests
 from gpuhealth.kube.lease import LeaseRecord, Observed, observe
 from gpuhealth.kube.meta import parse_rfc3339
-from gpuhealth.kube.resources import LEASE, POD, RESOURCE_CLAIM, Resource
+from gpuhealth.kube.resources import LEASE, POD, Resource
 from responder import metrics
+from responder.holders import pods_on_device
 from responder.intake import rfc3339
 from responder.migration import REQUESTED as REQUESTED_ANNOTATION
 from responder.migration import (
@@ -65,7 +66,6 @@ from responder.migration import (
 from responder.recorder import QUARANTINES
 from responder.records import (
     API_VERSION,
-    DRA,
     KIND,
     Evidence,
     Migration,
@@ -197,14 +197,7 @@ class _Observer:
         self._replica_sets: dict[tuple[str, str], tuple[str, str] | None] = {}
 
     def jobs_on_device(self, record: Quarantine) -> dict[str, _Job]:
-        spec = record.spec
-        node_pods = self._client.list(POD, field_selector=f"spec.nodeName={spec.node}").items
-        if spec.path == DRA:
-            held = self._dra_holders(record)
-            on_device = [p for p in node_pods if _dra_pod_holds(p, held)]
-        else:
-            device = spec.uuid or spec.device
-            on_device = [p for p in node_pods if _plugin_pod_holds(p, device)]
+        on_device = pods_on_device(self._client, record)
         jobs: dict[str, _Job] = {}
         for pod in on_device:
             namespace = _meta(pod).get("namespace") or ""
@@ -247,49 +240,6 @@ class _Observer:
                 (f"{ref.get('kind')}/{ref.get('name')}", str(ref.get("uid") or "")) if ref else None
             )
         return self._replica_sets[key]
-
-    def _dra_holders(self, record: Quarantine) -> set[tuple[str, str]]:
-        """(namespace, claim name) and (namespace, pod uid) of claims allocated the device."""
-        spec = record.spec
-        wanted = (spec.driver, spec.pool, spec.device_name)
-        held: set[tuple[str, str]] = set()
-        for claim in self._client.list(RESOURCE_CLAIM).items:
-            allocation = ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
-            results = allocation.get("results") or []
-            if not any(
-                isinstance(r, dict) and (r.get("driver"), r.get("pool"), r.get("device")) == wanted
-                for r in results
-            ):
-                continue
-            meta = _meta(claim)
-            namespace = str(meta.get("namespace") or "")
-            held.add((namespace, "claim:" + str(meta.get("name"))))
-            for consumer in (claim.get("status") or {}).get("reservedFor") or []:
-                if isinstance(consumer, dict) and consumer.get("resource") == "pods":
-                    held.add((namespace, "pod:" + str(consumer.get("uid"))))
-        return held
-
-
-def _plugin_pod_holds(pod: dict[str, Any], device: str) -> bool:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    for status in statuses:
-        for entry in (status or {}).get("allocatedResourcesStatus") or []:
-            for resource in (entry or {}).get("resources") or []:
-                rid = str((resource or {}).get("resourceID") or "")
-                # Time-sliced replicas of one GPU are advertised as `<uuid>::<n>`.
-                if rid == device or rid.startswith(device + "::"):
-                    return True
-    return False
-
-
-def _dra_pod_holds(pod: dict[str, Any], held: set[tuple[str, str]]) -> bool:
-    meta = _meta(pod)
-    namespace = str(meta.get("namespace") or "")
-    if (namespace, "pod:" + str(meta.get("uid"))) in held:
-        return True
-    names = [s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []]
-    names += [c.get("resourceClaimName") for c in (pod.get("spec") or {}).get("resourceClaims") or []]
-    return any((namespace, f"claim:{n}") in held for n in names if n)
 
 
 def _pod_view(pod: dict[str, Any], on_device: set[str]) -> PodView:

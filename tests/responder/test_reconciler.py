@@ -27,8 +27,8 @@ from prometheus_client import CollectorRegistry
 
 from gpuhealth.clock import ManualClock
 from gpuhealth.kube.client import ObjectList
-from gpuhealth.kube.errors import Conflict, NotFound
-from gpuhealth.kube.resources import NODE, STATUS, Resource
+from gpuhealth.kube.errors import Conflict, NotFound, TooManyRequests, Unavailable
+from gpuhealth.kube.resources import NODE, POD, STATUS, Resource
 from responder.breaker import BreakerSettings, BreakerState
 from responder.breaker_store import AuditEntry, Stored
 from responder.events import RecordedEvents
@@ -41,6 +41,7 @@ from responder.reconciler import (
     UNWATCHED_RECHECK_SECONDS,
     Reconciler,
     ReconcilerSettings,
+    WatchBackoff,
     guardrails,
     quarantine_starts,
 )
@@ -71,6 +72,11 @@ class FakeClient:
         self._rv = 0
         self.conflict_once: set[str] = set()
         """Record names whose next update answers 409 (someone wrote meanwhile)."""
+        self.pods: list[dict[str, Any]] = []
+        """Pods on the nodes (device-plugin: the device in allocatedResourcesStatus)."""
+        self.pod_lists = 0
+        self.node_errors: list[Exception] = []
+        """Errors the next reads of a node answer, one each."""
 
     def _next(self) -> str:
         self._rv += 1
@@ -88,11 +94,25 @@ class FakeClient:
     def record(self, name: str) -> Quarantine:
         return from_object(self.objects[name])
 
-    def list(self, resource: Resource, *, page_size: int = 500) -> ObjectList:
+    def list(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+    ) -> ObjectList:
+        if resource == POD:
+            node = (field_selector or "").removeprefix("spec.nodeName=")
+            self.pod_lists += 1
+            pods = [p for p in self.pods if not field_selector or p["spec"]["nodeName"] == node]
+            return ObjectList(copy.deepcopy(pods), str(self._rv))
         assert resource == QUARANTINES
         return ObjectList([copy.deepcopy(o) for o in self.objects.values()], str(self._rv))
 
     def get(self, resource: Resource, name: str) -> dict[str, Any]:
+        if resource == NODE and self.node_errors:
+            raise self.node_errors.pop(0)
         if resource == NODE and name in self.nodes:
             return copy.deepcopy(self.nodes[name])
         raise NotFound(f"{resource.plural} {name} not found")
@@ -207,9 +227,19 @@ class Harness:
             **self.kwargs,
         )
 
-    def add(self, device: str = "GPU-4a1c", *, person: bool = False, action: str = "quarantine") -> str:
+    def add(
+        self,
+        device: str = "GPU-4a1c",
+        *,
+        person: bool = False,
+        action: str = "quarantine",
+        node: str = "gpu-node-1",
+    ) -> str:
         decision = decide(
-            None, alert(device=device, action=action), now=self.clock.now(), settings=IntakeSettings()
+            None,
+            alert(device=device, action=action, node=node),
+            now=self.clock.now(),
+            settings=IntakeSettings(),
         )
         assert isinstance(decision, Write)
         record = decision.record
@@ -425,13 +455,53 @@ def test_a_lost_event_does_not_hold_the_phase_back() -> None:
     assert h.phase(name) == Phase.QUARANTINED
 
 
-def test_a_health_outage_decides_nothing() -> None:
-    h = Harness()
+STEADY = replace(SETTINGS, retry_backoff=WatchBackoff(initial_seconds=1.0, max_seconds=8.0, jitter=0.0))
+"""Retries without jitter, so each pause is exact."""
+
+
+def test_a_health_outage_decides_nothing_and_is_tried_again_with_a_growing_backoff() -> None:
+    h = Harness(STEADY)
     name = h.add()
     h.health.failing = True
-    report = h.reconciler.reconcile_once()
-    assert report.skipped and report.next_seconds == SETTINGS.max_recheck_seconds
+    pauses = []
+    for _ in range(5):
+        report = h.reconciler.reconcile_once()
+        assert report.skipped
+        pauses.append(report.next_seconds)
+    # Not the whole recheck cap (30 s) per failure: 1, 2, 4, 8 s, capped.
+    assert pauses == [1.0, 2.0, 4.0, 8.0, 8.0]
     assert h.phase(name) == Phase.PENDING and h.enforcer.calls == []
+    h.health.failing = False
+    assert h.reconciler.reconcile_once().outcomes == {name: "written"}
+    h.health.failing = True
+    assert h.reconciler.reconcile_once().next_seconds == 1.0  # a success started the backoff over
+
+
+def test_a_failed_record_is_retried_on_its_own_backoff_not_the_passs() -> None:
+    """A request of one record failing (reading its node's opt-out label) is that record's
+    retry: it is looked at again after its own backoff (at least a server's Retry-After), not
+    after the recheck cap, and the other records are decided in the same pass."""
+    h = Harness(STEADY)
+    name = h.add("GPU-a")
+    h.client.node_errors = [Unavailable("503 injected", status=503)] * 2
+    pauses = []
+    for _ in range(3):
+        report = h.reconciler.reconcile_once()
+        pauses.append((report.outcomes[name], report.next_seconds))
+    assert pauses == [("error", 1.0), ("error", 2.0), ("written", 0.0)]
+    assert h.phase(name) == Phase.QUARANTINED
+    # The next failure starts from the first pause again; a 429's Retry-After is the least pause.
+    other = h.add("GPU-b", node="gpu-node-2")
+    late = h.add("GPU-c", node="gpu-node-3")
+    h.client.node_errors = [TooManyRequests("429 injected", retry_after=5.0)]
+    report = h.reconciler.reconcile_once()
+    assert report.outcomes[other] == "error" and report.outcomes[late] == "written"
+    assert h.phase(late) == Phase.QUARANTINED  # decided in the same pass as the failure
+    assert report.next_seconds == 0.0  # the written record asks to be looked at again at once
+    h.client.node_errors = [Unavailable("503 injected", status=503)]
+    report = h.reconciler.reconcile_once()
+    # Its second failure in a row: the backoff grew (1 s, then 2 s), whatever Retry-After said before.
+    assert report.outcomes[other] == "error" and report.next_seconds == 2.0
 
 
 def test_the_migrate_hook_sees_only_enforced_quarantine_records() -> None:
