@@ -282,8 +282,10 @@ class Migrator:
         self._leases: dict[tuple[str, str], Observed] = {}
         """What each job's Lease held when first seen, on our monotonic clock (expiry, as the elector)."""
 
-    def step(self, record: Quarantine, now: float) -> Quarantine:
-        """`record` with the migration of every job on its device advanced by one pass."""
+    def step(self, record: Quarantine, now: float, *, start: bool = True) -> Quarantine:
+        """`record` with the migration of every job on its device advanced by one pass.
+
+        `start=False` (the circuit breaker is open): moves under way go on, none begins."""
         if record.spec.action != "quarantine":
             return record  # restrict (Unknown) never moves anything
         observer = _Observer(self._client)
@@ -310,7 +312,7 @@ class Migrator:
             fresh = entry.owner_uid not in known
             try:
                 job = jobs.get(entry.owner_uid) or observer.job(entry.namespace, entry.owner, entry.owner_uid)
-                entries[i] = self._advance(record, entry, job, fresh, others, entries, now)
+                entries[i] = self._advance(record, entry, job, fresh, others, entries, now, start)
             except Exception as error:  # each failure is this job's outcome, not the pass's
                 log.warning("migration of %s in %s: %s", entry.owner, record.name, error)
                 entries[i] = replace(entry, detail=f"will retry: {error}"[:512])
@@ -343,6 +345,7 @@ class Migrator:
         others: Sequence[Quarantine],
         entries: Sequence[Migration],
         now: float,
+        start: bool = True,
     ) -> Migration:
         identity = record.name
         lease, holder = self._lease(job.namespace, job.owner, identity)
@@ -364,6 +367,8 @@ class Migrator:
             node_slot_free=self._node_slot_free(record, entry, others, entries, now),
             namespace_evictions_left=self._evictions_left(job.namespace, others, entries, now),
             settings=self._settings.migration,
+            may_start=start,
+            started=bool(entry.started_at),
         )
         decided = plan(view, ctx)
         entry = replace(entry, targets=decided.targets if decided.targets is not None else entry.targets)
@@ -628,6 +633,11 @@ class Migrator:
         times = [parse_rfc3339(t) for m in moves if m.namespace == namespace for t in m.evictions]
         recent = sum(1 for t in times if t is not None and now - t < HOUR)
         return max(0, self._settings.namespace_evictions_per_hour - recent)
+
+    def finish(self, record: Quarantine, now: float) -> Quarantine:
+        """`step` while the circuit breaker is open: moves under way go on to their end (their
+        device's release waits for them), none begins."""
+        return self.step(record, now, start=False)
 
     def _list_records(self) -> list[Quarantine]:
         records = []

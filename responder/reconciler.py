@@ -20,7 +20,8 @@ and writes the records, one pass over all of them at a time:
    again from what is stored; effects are idempotent). When a step took a token, the bucket
    and the counts change within the pass, so a storm in one pass trips the breaker.
    Any exception of one record is that record's outcome (logged, counted) and never stops
-   the pass.
+   the pass: the record is decided again after its own backoff (`retry_backoff`, at least a
+   server's Retry-After), not after the recheck cap; a pass whose own reads failed likewise.
 4. Sleep until the smallest `recheck_seconds` (capped), or until a watched record changes.
 
 Why a fresh list per pass plus a watch that only wakes the loop, rather than a cache kept
@@ -36,8 +37,10 @@ nothing acts for a leader that has stopped leading (at most the one request in f
 
 The migration hook: `migrate(record, now) -> Quarantine` (`responder.migrator`) is called for
 `quarantine` records (never `restrict`) that stay Quarantined with their enforcement present,
-never while the breaker is tripped (it holds back migrations as well); its record is written
-like the policy's.
+also after their alerts resolved (the policy starts no release attempt while a move is
+unfinished, so a move is carried to its end, never dropped); while the breaker is tripped
+`finish` is called instead (moves under way go on, none begins); its record is written like
+the policy's.
 """
 
 from __future__ import annotations
@@ -325,10 +328,13 @@ class Reconciler:
         migrate: Migrate | None = None,
         watch_client: KubeClient | None = None,
         holders: Holders | None = None,
+        finish: Migrate | None = None,
     ) -> None:
         """`watch_client`: a client for the records' watch that wakes the loop (None: passes
         come only every recheck); give it its own client, closed by the caller at shutdown.
-        `holders`: who holds a device (default: `responder.holders` through `client`)."""
+        `holders`: who holds a device (default: `responder.holders` through `client`).
+        `finish`: the migration hook while the breaker is open (`Migrator.finish`: moves under
+        way go on, none begins); None: no move is advanced while it is open."""
         self._client = client
         self._enforcer = enforcer
         self._health = health
@@ -339,6 +345,7 @@ class Reconciler:
         self._clock = clock or SystemClock()
         self.metrics = ReconcilerMetrics(registry if registry is not None else CollectorRegistry())
         self._migrate = migrate
+        self._finish = finish
         self._watch_client = watch_client
         self._holders: Holders = holders if holders is not None else DeviceHolders(client)
         self._retries: dict[str, Backoff] = {}
@@ -487,15 +494,17 @@ class Reconciler:
         decided = policy_step(record, view, ctx)
         self._apply(record, decided, state, fence)
         after = decided.record
+        hook = self._finish if state.breaker.tripped else self._migrate
         if (
-            self._migrate is not None
-            and not state.breaker.tripped
+            hook is not None
             and after.spec.action == "quarantine"
             and phase == Phase.QUARANTINED
             and after.status.phase == Phase.QUARANTINED
             and view.enforcement_present
         ):
-            after = self._migrate(after, state.now)
+            # Also once the alerts resolved: the policy holds the release attempt back until
+            # every move has ended (MigrationInFlight), and only this call ends them.
+            after = hook(after, state.now)
         recheck = decided.recheck_seconds
         if after.status.phase in (Phase.PROBING, Phase.CANARY) or any(
             not m.outcome.finished for m in after.status.migrations
