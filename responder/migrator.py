@@ -6,7 +6,8 @@ each with `migration.plan`, carries the effects out, and returns the record with
 `status.migrations` updated; it never writes the record (the reconciler does, conditionally,
 so a step whose record write loses a race is simply decided again from what is stored).
 
-Thin and idempotent, every exception an outcome:
+Thin and idempotent, every exception of one job an outcome (a cluster it cannot read at all
+raises, for the caller to retry the record):
 - Observe: the pods that hold the device (`responder.holders`, shared with the reconciler,
   which starts no probe on a device a pod holds). Pods are grouped into jobs by their
   controller (a ReplicaSet's Deployment, a Job, a StatefulSet; a bare pod is its own job),
@@ -289,16 +290,15 @@ class Migrator:
         if record.spec.action != "quarantine":
             return record  # restrict (Unknown) never moves anything
         observer = _Observer(self._client)
-        try:
-            jobs = observer.jobs_on_device(record)
-            # The other records (for the per-node and per-namespace caps) cost a list of every
-            # record; a device with nothing to move needs none, and most quarantined devices
-            # have nothing to move: listing anyway made a pass quadratic in the records.
-            moving = bool(jobs) or any(not m.outcome.finished for m in record.status.migrations)
-            others = [r for r in self._records() if r.name != record.name] if moving else []
-        except Exception as error:  # an unreadable cluster is a pass that waits
-            log.warning("migration of %s: cannot observe the device's pods: %s", record.name, error)
-            return record
+        # A cluster it cannot read raises: the caller (the reconciler) retries this record on
+        # its backoff; swallowed here, a device whose moves had not begun would wait a whole
+        # recheck, as nothing in the record would say a move is due.
+        jobs = observer.jobs_on_device(record)
+        # The other records (for the per-node and per-namespace caps) cost a list of every
+        # record; a device with nothing to move needs none, and most quarantined devices
+        # have nothing to move: listing anyway made a pass quadratic in the records.
+        moving = bool(jobs) or any(not m.outcome.finished for m in record.status.migrations)
+        others = [r for r in self._records() if r.name != record.name] if moving else []
         entries = list(record.status.migrations)
         known = {m.owner_uid for m in entries}
         quarantined_at = record.status.phase_since or record.name

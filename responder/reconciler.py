@@ -456,7 +456,8 @@ class Reconciler:
                     log.exception("record %s: %s", record.name, exc)
                 outcome, after, recheck = "error", record, retry
             else:
-                self._retries.pop(record.name, None)
+                if outcome != "error":
+                    self._retries.pop(record.name, None)
             self.metrics.decision.observe(time.perf_counter() - started)
             self.metrics.records.labels(outcome).inc()
             outcomes[record.name] = outcome
@@ -483,6 +484,7 @@ class Reconciler:
         phase = record.status.phase
         if phase in DONE_PHASES:
             return "unchanged", record, None
+        moved: Exception | None = None
         view = self._observe(record, snapshot, state)
         ctx = Context(
             now=state.now,
@@ -504,7 +506,14 @@ class Reconciler:
         ):
             # Also once the alerts resolved: the policy holds the release attempt back until
             # every move has ended (MigrationInFlight), and only this call ends them.
-            after = hook(after, state.now)
+            try:
+                after = hook(after, state.now)
+            except Fenced:
+                raise
+            except Exception as exc:
+                # The device's pods could not be read: the policy's decision is still written,
+                # and the move is tried again on this record's backoff (not at the recheck cap).
+                moved = exc
         recheck = decided.recheck_seconds
         if after.status.phase in (Phase.PROBING, Phase.CANARY) or any(
             not m.outcome.finished for m in after.status.migrations
@@ -532,6 +541,12 @@ class Reconciler:
             if phase == Phase.DEFERRED:
                 outcome = "dismissed"
             self.metrics.releases.labels(outcome).inc()
+        if moved is not None:
+            retry = self._retry_after(record.name, moved)
+            log.warning(
+                "record %s: its work could not be moved: %s; again in %.1f s", record.name, moved, retry
+            )
+            return "error", after, retry
         return ("written" if written else "unchanged"), after, recheck
 
     def _observe(self, record: Quarantine, snapshot: HealthSnapshot, state: _PassState) -> DeviceView:

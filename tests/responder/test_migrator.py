@@ -8,7 +8,8 @@ least 10 s and is kept in the record; 403/500 fail the move once, escalated, nev
 two records for two devices of one job: one flow owns it; a lease another holds is taken only
 after its duration has passed on our monotonic clock; the node cap is rebuilt from records;
 restrict moves nothing; device-plugin replicas (`<uuid>::<n>`) and a ReplicaSet's Deployment;
-DRA pods found through their claims.
+DRA pods found through their claims; with the breaker open (`finish`) no move begins and one under
+way ends.
 """
 
 from __future__ import annotations
@@ -511,13 +512,16 @@ def test_dra_pods_are_found_through_their_claims(client: FakeClient, clock: Manu
     assert [m.owner for m in r.status.migrations] == ["Job/train"]
 
 
-def test_an_unreadable_cluster_leaves_the_record_as_it_was(client: FakeClient, clock: ManualClock) -> None:
+def test_an_unreadable_cluster_is_raised_for_the_caller_to_retry(
+    client: FakeClient, clock: ManualClock
+) -> None:
     def broken(*args: Any, **kwargs: Any) -> ObjectList:
         raise Unavailable("connection refused", status=None)
 
     client.list = broken  # type: ignore[method-assign]
-    r = record()
-    assert migrator(client, clock).step(r, clock.now()) == r
+    with pytest.raises(Unavailable):
+        migrator(client, clock).step(record(), clock.now())
+    assert not client.objects  # nothing was done
 
 
 def test_a_move_that_outlives_the_lease_cap_fails_and_lets_go(client: FakeClient, clock: ManualClock) -> None:
@@ -552,3 +556,24 @@ def test_a_move_is_counted_once_even_when_its_end_is_decided_again(
     assert only(m.step(start, clock.now())).outcome is MigrationOutcome.UNRECOVERABLE
     assert only(m.step(start, clock.now())).outcome is MigrationOutcome.UNRECOVERABLE  # the write was lost
     assert counted(registry, "unrecoverable") == 1.0
+
+
+def test_with_the_breaker_open_no_move_begins_and_one_under_way_ends(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    client.add(Resource("", "v1", "pods", True), pod("train-0"))
+    m = migrator(client, clock)
+    held_back = m.finish(record(), clock.now())
+    assert "circuit breaker" in only(held_back).detail and not only(held_back).started_at
+    assert ("leases", "ml", lease_name("Job/train")) not in client.objects
+    # A move that began before the breaker opened goes on to its end.
+    r = m.step(record(), clock.now())
+    r = m.finish(r, clock.now())
+    assert client.pod("train-0")["metadata"]["annotations"][REQUESTED] == only(r).key
+    client.commit("train-0")
+    r = m.finish(r, clock.now())
+    assert client.evictions == [("train-0", True), ("train-0", False)]
+    del client.objects[("pods", "ml", "train-0")]
+    r = m.finish(r, clock.now())
+    assert only(r).outcome is MigrationOutcome.SUCCEEDED
+    assert ("leases", "ml", lease_name("Job/train")) not in client.objects

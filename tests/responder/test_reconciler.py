@@ -7,8 +7,12 @@ series); enforcement removed by a person is abandoned with a warning Event; an o
 waits with reason NodeOptedOut; the rate limit keeps records Pending (RateLimited) and is
 rebuilt from the records by a new reconciler (no second burst, nothing enforced twice); a storm
 trips the breaker within one pass (audit entry, gauge) while a release goes on; one record's
-exception or 409 never stops the pass; a health outage decides nothing; the migrate hook sees
-only enforced `quarantine` records; the loop stops when its term is fenced; the guardrails
+exception or 409 never stops the pass and is retried on its own backoff (Retry-After the
+least), a failed pass too; a health outage decides nothing; the migrate hook sees only enforced
+`quarantine` records, goes on after the alerts resolved while the release waits
+(MigrationInFlight), and gives way to the finish hook while the breaker is open; a device a
+pod holds is not probed (DeviceInUse) and pods are read only when an attempt could start;
+the loop stops when its term is fenced; the guardrails
 rebuilt from the records never count a device twice (property).
 """
 
@@ -35,7 +39,16 @@ from responder.events import RecordedEvents
 from responder.health import StaticHealth
 from responder.intake import IntakeSettings, Write, decide, rfc3339
 from responder.limits import BucketSettings
-from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult, Enforce, Health, PolicySettings
+from responder.policy import (
+    CANARY_TAINT,
+    DEVICE_IN_USE,
+    MIGRATING,
+    QUARANTINE_TAINT,
+    CheckResult,
+    Enforce,
+    Health,
+    PolicySettings,
+)
 from responder.reconciler import (
     OPT_OUT_LABEL,
     UNWATCHED_RECHECK_SECONDS,
@@ -46,7 +59,7 @@ from responder.reconciler import (
     quarantine_starts,
 )
 from responder.recorder import QUARANTINES
-from responder.records import Migration, Phase, Quarantine, from_object, to_object
+from responder.records import Migration, MigrationOutcome, Phase, Quarantine, from_object, to_object
 from tests.responder.test_intake import alert
 
 NOW = 1_800_000_000.0
@@ -625,3 +638,117 @@ def test_guardrails_count_each_device_once(entries: list[tuple[int, Phase]]) -> 
     assert (
         bucket.tokens <= max(0.0, SETTINGS.bucket.burst - total) + 100 / SETTINGS.bucket.refill_seconds + 1e-9
     )
+
+
+def plugin_pod(name: str, dev: str, node: str = "gpu-node-1", **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "lab", "uid": f"uid-{name}", "labels": labels},
+        "spec": {"nodeName": node},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {"allocatedResourcesStatus": [{"name": "nvidia.com/gpu", "resources": [{"resourceID": dev}]}]}
+            ],
+        },
+    }
+
+
+def test_a_move_goes_on_after_the_alerts_resolved_and_the_release_waits_for_it() -> None:
+    """Found by `gpuhealth chaos` (seed 2): the record left Quarantined with its move Waiting,
+    the job's pods evicted, no outcome ever written. Now the move is advanced to its end and
+    only then does the release attempt start."""
+    done = {"moved": False}
+
+    def migrate(record: Quarantine, now: float) -> Quarantine:
+        outcome = MigrationOutcome.SUCCEEDED if done["moved"] else MigrationOutcome.WAITING
+        return record.with_migrations([Migration("research", "Job/train", "uid-train", "k", outcome=outcome)])
+
+    h = Harness(migrate=migrate)
+    name = h.add()
+    h.reconciler.reconcile_once()  # enforced
+    h.reconciler.reconcile_once()  # the move starts
+    h.resolve(name)
+    h.health.set("gpu-node-1", "GPU-4a1c", Health.HEALTHY, h.clock.now())
+    for _ in range(3):
+        h.clock.advance(10)
+        h.reconciler.reconcile_once()
+        record = h.client.record(name)
+        assert (record.status.phase, record.status.phase_reason) == (Phase.QUARANTINED, MIGRATING)
+    assert h.checks.started == []
+    done["moved"] = True
+    h.reconciler.reconcile_once()  # the migrator writes the move's end
+    h.reconciler.reconcile_once()  # and the release attempt starts
+    record = h.client.record(name)
+    assert record.status.migrations[0].outcome is MigrationOutcome.SUCCEEDED
+    assert record.status.phase == Phase.PROBING and h.checks.started == [(name, "probe", 1)]
+
+
+def test_a_device_a_pod_still_holds_is_not_probed_and_its_pods_are_read_only_then() -> None:
+    h = Harness()
+    name = h.add(action="restrict")
+    h.client.pods = [
+        plugin_pod("notebook-0", "GPU-4a1c"),
+        plugin_pod("probe-0", "GPU-4a1c", **{"gpuhealth.io/check": "probe"}),  # our own: not a holder
+        plugin_pod("other-0", "GPU-other"),
+    ]
+    h.reconciler.reconcile_once()
+    h.reconciler.reconcile_once()
+    assert h.phase(name) == Phase.QUARANTINED and h.client.pod_lists == 0  # alerts firing: no read
+    h.resolve(name)
+    h.health.set("gpu-node-1", "GPU-4a1c", Health.HEALTHY, h.clock.now())
+    h.reconciler.reconcile_once()
+    record = h.client.record(name)
+    assert (record.status.phase, record.status.phase_reason) == (Phase.QUARANTINED, DEVICE_IN_USE)
+    assert (
+        "lab/notebook-0" in record.status.history[-1].message
+        and "probe-0" not in record.status.history[-1].message
+    )
+    assert h.checks.started == [] and record.status.failures == 0
+    h.client.pods[0]["status"]["phase"] = "Succeeded"  # the notebook ended
+    h.reconciler.reconcile_once()
+    assert h.phase(name) == Phase.PROBING and h.checks.started == [(name, "probe", 1)]
+    lists = h.client.pod_lists
+    h.reconciler.reconcile_once()
+    assert h.client.pod_lists == lists  # Probing: nobody's pods are read any more
+
+
+def test_an_open_breaker_lets_a_move_under_way_end_through_the_finish_hook() -> None:
+    calls: list[str] = []
+
+    def migrate(record: Quarantine, now: float) -> Quarantine:
+        calls.append("migrate")
+        return record
+
+    def finish(record: Quarantine, now: float) -> Quarantine:
+        calls.append("finish")
+        return record
+
+    h = Harness(migrate=migrate, finish=finish)
+    h.add()
+    h.reconciler.reconcile_once()
+    h.reconciler.reconcile_once()
+    assert calls == ["migrate"]
+    h.store.state = BreakerState(tripped=True, trigger="rate", detail="storm")
+    h.reconciler.reconcile_once()
+    assert calls == ["migrate", "finish"]
+    # Without a finish hook nothing is advanced while the breaker is open (as before).
+    bare = Harness(migrate=migrate)
+    bare.add()
+    bare.store.state = BreakerState(tripped=True, trigger="rate", detail="storm")
+    calls.clear()
+    bare.reconciler.reconcile_once()
+    bare.reconciler.reconcile_once()
+    assert calls == []
+
+
+def test_pods_that_cannot_be_read_are_the_records_retry_and_the_policys_decision_is_kept() -> None:
+    def migrate(record: Quarantine, now: float) -> Quarantine:
+        raise Unavailable("503 injected", status=503)
+
+    h = Harness(STEADY, migrate=migrate)
+    name = h.add()
+    h.reconciler.reconcile_once()  # enforced
+    report = h.reconciler.reconcile_once()
+    # Not a whole recheck (30 s) away, though the record has no move yet to say one is due.
+    assert report.outcomes == {name: "error"} and report.next_seconds == 1.0
+    assert h.reconciler.reconcile_once().next_seconds == 2.0
