@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from gpuhealth.kube.errors import AlreadyExists, NotFound
-from gpuhealth.kube.resources import Resource
+from gpuhealth.kube.resources import POD, Resource
 from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult
 from responder.records import API_VERSION, DRA, KIND, Quarantine
 
@@ -100,6 +100,10 @@ def job_result(job: dict[str, Any]) -> CheckResult:
 class Client(Protocol):
     def get(self, resource: Resource, name: str, *, namespace: str | None = ...) -> dict[str, Any]: ...
 
+    def list(
+        self, resource: Resource, *, namespace: str | None = ..., label_selector: str | None = ...
+    ) -> Any: ...
+
     def create(
         self, resource: Resource, obj: dict[str, Any], *, namespace: str | None = ...
     ) -> dict[str, Any]: ...
@@ -144,6 +148,12 @@ class JobChecks:
         name, ns = job_name(record, kind, attempt), self.settings.namespace
         with contextlib.suppress(NotFound):
             self._client.delete(JOB, name, namespace=ns, propagation_policy="Background")
+        # And its pods by name, not only through the garbage collector: a pod the deletion left
+        # orphaned (found by `gpuhealth chaos` seed 3: the probe's pod outlived its Job with no
+        # ownerReferences) keeps its claim, and with it the device the canary needs.
+        for pod in self._client.list(POD, namespace=ns, label_selector=f"job-name={name}").items:
+            with contextlib.suppress(NotFound):
+                self._client.delete(POD, str((pod.get("metadata") or {}).get("name")), namespace=ns)
         if record.spec.path == DRA:
             with contextlib.suppress(NotFound):
                 self._client.delete(CLAIM_TEMPLATE, name, namespace=ns)

@@ -16,6 +16,7 @@ I/O, time passed in. By construction, and property-tested:
   kept and the tenant told, nothing evicted;
 - `allow-completion` never evicts; `immediate` (opt-in per namespace) evicts without a
   checkpoint;
+- no move begins (takes its lease) while the circuit breaker is open; one under way ends;
 - nothing happens without the job's migration lease held by this flow (exactly one flow owns
   a job, also when two of its devices fail together), and the per-node and per-namespace
   limits hold;
@@ -113,6 +114,12 @@ class Context:
     namespace_evictions_left: int
     """Evictions the namespace's cap still allows now."""
     settings: MigrationSettings
+    may_start: bool = True
+    """A new move may begin (take its lease): False while the circuit breaker is open."""
+    started: bool = False
+    """This flow took the job's lease before (the record says when): a move under way, which
+    goes on to its end whatever the breaker, rather than hold the job, the node's slot and the
+    device (and with it the device's release) half-way."""
 
 
 class Outcome(StrEnum):
@@ -216,6 +223,9 @@ def plan(job: JobView, ctx: Context) -> Plan:
         detail = f"another flow ({job.lease_holder}) owns this job"
         return Plan(Outcome.WAITING, detail=detail, recheck_seconds=10.0, targets=targets)
     if job.lease_holder is None:
+        if not (ctx.may_start or ctx.started):
+            detail = "the circuit breaker is open: no move starts"
+            return Plan(Outcome.WAITING, detail=detail, recheck_seconds=60.0, targets=targets)
         if not ctx.node_slot_free:
             detail = "the node has a migration in flight or reached its hourly cap"
             return Plan(Outcome.WAITING, detail=detail, recheck_seconds=60.0, targets=targets)

@@ -6,11 +6,12 @@ each with `migration.plan`, carries the effects out, and returns the record with
 `status.migrations` updated; it never writes the record (the reconciler does, conditionally,
 so a step whose record write loses a race is simply decided again from what is stored).
 
-Thin and idempotent, every exception an outcome:
-- Observe: device-plugin pods on the record's node whose `allocatedResourcesStatus` names the
-  device (`<uuid>` or its replicas `<uuid>::<n>`); DRA pods whose ResourceClaims' allocation
-  holds driver/pool/device. Pods are grouped into jobs by their controller (a ReplicaSet's
-  Deployment, a Job, a StatefulSet; a bare pod is its own job), with all the job's pods.
+Thin and idempotent, every exception of one job an outcome (a cluster it cannot read at all
+raises, for the caller to retry the record):
+- Observe: the pods that hold the device (`responder.holders`, shared with the reconciler,
+  which starts no probe on a device a pod holds). Pods are grouped into jobs by their
+  controller (a ReplicaSet's Deployment, a Job, a StatefulSet; a bare pod is its own job),
+  with all the job's pods.
 - The job's migration Lease (`gpuhealth-migration-<hash of the owner>` in the pods'
   namespace, held by the record's name, owned by the record) is judged as the elector judges
   its own (`gpuhealth.kube.lease`): expired once its duration has passed on our monotonic clock
@@ -19,7 +20,7 @@ Thin and idempotent, every exception an outcome:
   rebuilds them: a node's migrations in flight (Waiting entries whose lease was taken) and
   started within the hour, a namespace's evictions within the hour.
 - Evictions go through `policy/v1` Eviction, a dry run first: 429 (a disruption budget) waits
-  at least 10 s, kept in the entry's `retryAt`; 403 or 500 (a pod under several budgets) end
+  at least 10 s, kept in the entry's `retryAt`; 403 or the 500 of a pod under several budgets end
   the job's move as Failed, escalated with an Event and a log line, never retried in a loop.
 """
 
@@ -41,8 +42,9 @@ from gpuhealth.clock import Clock
 from gpuhealth.kube.errors import AlreadyExists, ApiError, Conflict, NotFound, TooManyRequests
 from gpuhealth.kube.lease import LeaseRecord, Observed, observe
 from gpuhealth.kube.meta import parse_rfc3339
-from gpuhealth.kube.resources import LEASE, POD, RESOURCE_CLAIM, Resource
+from gpuhealth.kube.resources import LEASE, POD, Resource
 from responder import metrics
+from responder.holders import pods_on_device
 from responder.intake import rfc3339
 from responder.migration import REQUESTED as REQUESTED_ANNOTATION
 from responder.migration import (
@@ -65,7 +67,6 @@ from responder.migration import (
 from responder.recorder import QUARANTINES
 from responder.records import (
     API_VERSION,
-    DRA,
     KIND,
     Evidence,
     Migration,
@@ -80,6 +81,9 @@ log = logging.getLogger(__name__)
 LEASE_PREFIX = "gpuhealth-migration-"
 EVICTION_RETRY_FLOOR_SECONDS = 10.0
 """The least wait after a 429: a disruption budget frees a slot only when a pod becomes ready again."""
+SEVERAL_BUDGETS = "more than one PodDisruptionBudget"
+"""What the apiserver's 500 to an eviction says when the pod is under several budgets, which the
+eviction subresource refuses for good; any other 500 is a server error, retried like a 503."""
 UNRECOVERABLE_REASON = "GPUQuarantineUnrecoverable"
 FAILED_REASON = "GPUQuarantineMigrationFailed"
 COMPONENT = "gpuhealth-responder"
@@ -197,14 +201,7 @@ class _Observer:
         self._replica_sets: dict[tuple[str, str], tuple[str, str] | None] = {}
 
     def jobs_on_device(self, record: Quarantine) -> dict[str, _Job]:
-        spec = record.spec
-        node_pods = self._client.list(POD, field_selector=f"spec.nodeName={spec.node}").items
-        if spec.path == DRA:
-            held = self._dra_holders(record)
-            on_device = [p for p in node_pods if _dra_pod_holds(p, held)]
-        else:
-            device = spec.uuid or spec.device
-            on_device = [p for p in node_pods if _plugin_pod_holds(p, device)]
+        on_device = pods_on_device(self._client, record)
         jobs: dict[str, _Job] = {}
         for pod in on_device:
             namespace = _meta(pod).get("namespace") or ""
@@ -248,49 +245,6 @@ class _Observer:
             )
         return self._replica_sets[key]
 
-    def _dra_holders(self, record: Quarantine) -> set[tuple[str, str]]:
-        """(namespace, claim name) and (namespace, pod uid) of claims allocated the device."""
-        spec = record.spec
-        wanted = (spec.driver, spec.pool, spec.device_name)
-        held: set[tuple[str, str]] = set()
-        for claim in self._client.list(RESOURCE_CLAIM).items:
-            allocation = ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
-            results = allocation.get("results") or []
-            if not any(
-                isinstance(r, dict) and (r.get("driver"), r.get("pool"), r.get("device")) == wanted
-                for r in results
-            ):
-                continue
-            meta = _meta(claim)
-            namespace = str(meta.get("namespace") or "")
-            held.add((namespace, "claim:" + str(meta.get("name"))))
-            for consumer in (claim.get("status") or {}).get("reservedFor") or []:
-                if isinstance(consumer, dict) and consumer.get("resource") == "pods":
-                    held.add((namespace, "pod:" + str(consumer.get("uid"))))
-        return held
-
-
-def _plugin_pod_holds(pod: dict[str, Any], device: str) -> bool:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    for status in statuses:
-        for entry in (status or {}).get("allocatedResourcesStatus") or []:
-            for resource in (entry or {}).get("resources") or []:
-                rid = str((resource or {}).get("resourceID") or "")
-                # Time-sliced replicas of one GPU are advertised as `<uuid>::<n>`.
-                if rid == device or rid.startswith(device + "::"):
-                    return True
-    return False
-
-
-def _dra_pod_holds(pod: dict[str, Any], held: set[tuple[str, str]]) -> bool:
-    meta = _meta(pod)
-    namespace = str(meta.get("namespace") or "")
-    if (namespace, "pod:" + str(meta.get("uid"))) in held:
-        return True
-    names = [s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []]
-    names += [c.get("resourceClaimName") for c in (pod.get("spec") or {}).get("resourceClaims") or []]
-    return any((namespace, f"claim:{n}") in held for n in names if n)
-
 
 def _pod_view(pod: dict[str, Any], on_device: set[str]) -> PodView:
     meta = _meta(pod)
@@ -332,21 +286,22 @@ class Migrator:
         self._leases: dict[tuple[str, str], Observed] = {}
         """What each job's Lease held when first seen, on our monotonic clock (expiry, as the elector)."""
 
-    def step(self, record: Quarantine, now: float) -> Quarantine:
-        """`record` with the migration of every job on its device advanced by one pass."""
+    def step(self, record: Quarantine, now: float, *, start: bool = True) -> Quarantine:
+        """`record` with the migration of every job on its device advanced by one pass.
+
+        `start=False` (the circuit breaker is open): moves under way go on, none begins."""
         if record.spec.action != "quarantine":
             return record  # restrict (Unknown) never moves anything
         observer = _Observer(self._client)
-        try:
-            jobs = observer.jobs_on_device(record)
-            # The other records (for the per-node and per-namespace caps) cost a list of every
-            # record; a device with nothing to move needs none, and most quarantined devices
-            # have nothing to move: listing anyway made a pass quadratic in the records.
-            moving = bool(jobs) or any(not m.outcome.finished for m in record.status.migrations)
-            others = [r for r in self._records() if r.name != record.name] if moving else []
-        except Exception as error:  # an unreadable cluster is a pass that waits
-            log.warning("migration of %s: cannot observe the device's pods: %s", record.name, error)
-            return record
+        # A cluster it cannot read raises: the caller (the reconciler) retries this record on
+        # its backoff; swallowed here, a device whose moves had not begun would wait a whole
+        # recheck, as nothing in the record would say a move is due.
+        jobs = observer.jobs_on_device(record)
+        # The other records (for the per-node and per-namespace caps) cost a list of every
+        # record; a device with nothing to move needs none, and most quarantined devices
+        # have nothing to move: listing anyway made a pass quadratic in the records.
+        moving = bool(jobs) or any(not m.outcome.finished for m in record.status.migrations)
+        others = [r for r in self._records() if r.name != record.name] if moving else []
         entries = list(record.status.migrations)
         known = {m.owner_uid for m in entries}
         quarantined_at = record.status.phase_since or record.name
@@ -360,7 +315,7 @@ class Migrator:
             fresh = entry.owner_uid not in known
             try:
                 job = jobs.get(entry.owner_uid) or observer.job(entry.namespace, entry.owner, entry.owner_uid)
-                entries[i] = self._advance(record, entry, job, fresh, others, entries, now)
+                entries[i] = self._advance(record, entry, job, fresh, others, entries, now, start)
             except Exception as error:  # each failure is this job's outcome, not the pass's
                 log.warning("migration of %s in %s: %s", entry.owner, record.name, error)
                 entries[i] = replace(entry, detail=f"will retry: {error}"[:512])
@@ -393,6 +348,7 @@ class Migrator:
         others: Sequence[Quarantine],
         entries: Sequence[Migration],
         now: float,
+        start: bool = True,
     ) -> Migration:
         identity = record.name
         lease, holder = self._lease(job.namespace, job.owner, identity)
@@ -414,6 +370,8 @@ class Migrator:
             node_slot_free=self._node_slot_free(record, entry, others, entries, now),
             namespace_evictions_left=self._evictions_left(job.namespace, others, entries, now),
             settings=self._settings.migration,
+            may_start=start,
+            started=bool(entry.started_at),
         )
         decided = plan(view, ctx)
         entry = replace(entry, targets=decided.targets if decided.targets is not None else entry.targets)
@@ -600,7 +558,11 @@ class Migrator:
         except (NotFound, Conflict):
             return entry  # gone or replaced already: nothing left to evict
         except ApiError as error:
-            if error.status is None or (error.status > 500 and error.temporary):
+            several = error.status == 500 and SEVERAL_BUDGETS in str(error)
+            if error.status is None or (error.temporary and not several):
+                # A server error (a 503, or a 500 that is not the budgets' refusal: found by
+                # `gpuhealth chaos`, where an injected 500 failed a move for good) is retried;
+                # the lease cap still ends a move that never gets through.
                 return replace(entry, detail=f"eviction of {effect.pod} will be retried: {error}"[:512])
             # 403 (not allowed), 500 (the pod is covered by several budgets) and the like: retrying
             # unchanged cannot help, and a loop of evictions is what a person must never find.
@@ -678,6 +640,11 @@ class Migrator:
         times = [parse_rfc3339(t) for m in moves if m.namespace == namespace for t in m.evictions]
         recent = sum(1 for t in times if t is not None and now - t < HOUR)
         return max(0, self._settings.namespace_evictions_per_hour - recent)
+
+    def finish(self, record: Quarantine, now: float) -> Quarantine:
+        """`step` while the circuit breaker is open: moves under way go on to their end (their
+        device's release waits for them), none begins."""
+        return self.step(record, now, start=False)
 
     def _list_records(self) -> list[Quarantine]:
         records = []

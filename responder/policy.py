@@ -15,6 +15,10 @@ device to Quarantined with the backoff doubled: the next attempt starts only onc
 - nothing here evicts or deletes a pod (migration is `responder.migration`'s, for
   `quarantine` records only, never `restrict`), and no effect names a whole node;
 - a release only ever follows Probing, Canary, Stabilizing and Ramp in this attempt;
+- a release attempt (Probing) never starts while a move of the device's work is unfinished
+  (MigrationInFlight) or a pod still holds the device (DeviceInUse): the record waits in
+  Quarantined with the reason visible, so a move is never dropped half-way and a probe never
+  fails only because the device was busy;
 - the breaker holds back only new automatic quarantines: releases, probes and quarantines a
   person asked for go on while it is open;
 - a quarantine whose enforcement a person removed is left to them (Abandoned), never re-applied.
@@ -42,6 +46,16 @@ CANARY_TAINT = "gpuhealth.io/canary"
 BACKING_OFF = "BackingOff"
 """Phase reason of a Quarantined device whose alerts resolved while the backoff of its last
 failure runs: the next release attempt starts at `spec.expiresAt`."""
+MIGRATING = "MigrationInFlight"
+"""Phase reason of a Quarantined device whose alerts resolved while a move of its work is
+unfinished: the release attempt starts once every move has an outcome, so exactly one flow
+owns the device and the job (a move is never dropped half-way, its pods evicted with no
+outcome written, nor a device probed under a job that is being moved)."""
+DEVICE_IN_USE = "DeviceInUse"
+"""Phase reason of a Quarantined device whose alerts resolved while a pod still holds it (a
+restricted device's workload, an unrecoverable job): no probe can get the device, and a
+probe timing out would count as the device's failure; the attempt starts once it is free."""
+RELEASE_WAITS = frozenset({BACKING_OFF, MIGRATING, DEVICE_IN_USE})
 
 
 class Health(StrEnum):
@@ -74,6 +88,9 @@ class DeviceView:
     """The node carries `gpuhealth.io/remediation=disabled`: record and page, enforce nothing."""
     probe: CheckResult = CheckResult.ABSENT
     canary: CheckResult = CheckResult.ABSENT
+    holders: tuple[str, ...] = ()
+    """Pods (`namespace/name`) still holding the device, gpuhealth's own checks aside; observed
+    only when a release attempt may start (`needs_holders`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,17 +288,22 @@ def _quarantined(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
     expires = _seconds(record.spec.expires_at)
     if not _firing(record):
         attempt = record.status.attempt + 1
-        if record.status.failures and expires is not None and ctx.now < expires:
-            # A failure (a check, a fresh alert, Unhealthy on the way out) extended the
-            # quarantine by the doubled backoff: the next attempt waits for it, or a device that
-            # fails its probe would be probed again at once, over and over.
+        held = _release_held(record, ctx.now)
+        if held is not None:
+            reason, why, recheck = held
+            return _wait(
+                record, ctx, reason, f"source alerts resolved: release attempt {attempt} {why}", recheck
+            )
+        if view.holders:
+            pods = ", ".join(view.holders[:3]) + (
+                f" and {len(view.holders) - 3} more" if len(view.holders) > 3 else ""
+            )
             return _wait(
                 record,
                 ctx,
-                BACKING_OFF,
-                f"source alerts resolved: release attempt {attempt} waits for the backoff until "
-                f"{record.spec.expires_at}",
-                expires - ctx.now,
+                DEVICE_IN_USE,
+                f"source alerts resolved: release attempt {attempt} waits for the device to be free "
+                f"(held by {pods})",
             )
         probing = _move(
             record, ctx, Phase.PROBING, f"source alerts resolved: release attempt {attempt} probes"
@@ -292,10 +314,39 @@ def _quarantined(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
         )
     if expires is not None and ctx.now >= expires:
         return _extend(record, ctx, "expired while still failing")
-    if record.status.phase_reason == BACKING_OFF:
-        # An alert fired again: the device waits for its alerts now, not for the backoff.
-        record = _move(record, ctx, Phase.QUARANTINED, "an alert fired again while backing off")
+    if record.status.phase_reason in RELEASE_WAITS:
+        # An alert fired again: the device waits for its alerts now, not for its release attempt.
+        record = _move(record, ctx, Phase.QUARANTINED, "an alert fired again while its release waited")
     return Step(record, recheck_seconds=None if expires is None else max(0.0, expires - ctx.now))
+
+
+def needs_holders(record: Quarantine, now: float) -> bool:
+    """Whether `step` would start a release attempt now were the device free: the only time the
+    executor needs to look for pods holding it (a list of the node's pods, and for DRA of the
+    claims)."""
+    return (
+        record.status.phase == Phase.QUARANTINED
+        and bool(record.status.enforced)
+        and not _firing(record)
+        and _release_held(record, now) is None
+    )
+
+
+def _release_held(record: Quarantine, now: float) -> tuple[str, str, float | None] | None:
+    """(reason, why, recheck) when the record itself holds its release attempt back, else None."""
+    moving = [m.owner for m in record.status.migrations if not m.outcome.finished]
+    if moving:
+        # The migrator advances a move only while its record is Quarantined: leaving now would
+        # drop it half-way (pods evicted with no outcome written, a checkpoint asked for and
+        # never acted on) and probe a device the job may still hold.
+        return MIGRATING, f"waits for the move of {', '.join(sorted(moving))} to end", None
+    expires = _seconds(record.spec.expires_at)
+    if record.status.failures and expires is not None and now < expires:
+        # A failure (a check, a fresh alert, Unhealthy on the way out) extended the
+        # quarantine by the doubled backoff: the next attempt waits for it, or a device that
+        # fails its probe would be probed again at once, over and over.
+        return BACKING_OFF, f"waits for the backoff until {record.spec.expires_at}", expires - now
+    return None
 
 
 def _check(

@@ -20,7 +20,8 @@ and writes the records, one pass over all of them at a time:
    again from what is stored; effects are idempotent). When a step took a token, the bucket
    and the counts change within the pass, so a storm in one pass trips the breaker.
    Any exception of one record is that record's outcome (logged, counted) and never stops
-   the pass.
+   the pass: the record is decided again after its own backoff (`retry_backoff`, at least a
+   server's Retry-After), not after the recheck cap; a pass whose own reads failed likewise.
 4. Sleep until the smallest `recheck_seconds` (capped), or until a watched record changes.
 
 Why a fresh list per pass plus a watch that only wakes the loop, rather than a cache kept
@@ -36,8 +37,10 @@ nothing acts for a leader that has stopped leading (at most the one request in f
 
 The migration hook: `migrate(record, now) -> Quarantine` (`responder.migrator`) is called for
 `quarantine` records (never `restrict`) that stay Quarantined with their enforcement present,
-never while the breaker is tripped (it holds back migrations as well); its record is written
-like the policy's.
+also after their alerts resolved (the policy starts no release attempt while a move is
+unfinished, so a move is carried to its end, never dropped); while the breaker is tripped
+`finish` is called instead (moves under way go on, none begins); its record is written like
+the policy's.
 """
 
 from __future__ import annotations
@@ -56,9 +59,10 @@ from prometheus_client import CollectorRegistry
 
 from gpuhealth import instruments
 from gpuhealth.clock import Clock, SystemClock
+from gpuhealth.kube.backoff import Backoff
 from gpuhealth.kube.client import KubeClient, ObjectList
 from gpuhealth.kube.elector import Term
-from gpuhealth.kube.errors import Conflict, NotFound
+from gpuhealth.kube.errors import ApiError, Conflict, NotFound
 from gpuhealth.kube.meta import parse_rfc3339
 from gpuhealth.kube.reflector import Events, Listed, Message, Reflector
 from gpuhealth.kube.resources import NODE, STATUS, Resource
@@ -68,6 +72,7 @@ from responder.breaker_store import AuditEntry, Stored
 from responder.checks import CheckRunner
 from responder.events import EventSink
 from responder.health import HealthSnapshot, HealthSource
+from responder.holders import DeviceHolders
 from responder.intake import rfc3339
 from responder.limits import Bucket, BucketSettings
 from responder.policy import (
@@ -82,6 +87,7 @@ from responder.policy import (
     StartCheck,
     Step,
     Unenforce,
+    needs_holders,
 )
 from responder.policy import step as policy_step
 from responder.recorder import QUARANTINES
@@ -108,6 +114,12 @@ class Enforcement(Protocol):
     def unenforce(self, record: Quarantine) -> None: ...
 
 
+class Holders(Protocol):
+    def of(self, record: Quarantine) -> tuple[str, ...]:
+        """Pods (`namespace/name`) holding the record's device, gpuhealth's own checks aside."""
+        ...
+
+
 class BreakerStorage(Protocol):
     def read(self) -> Stored: ...
 
@@ -115,7 +127,14 @@ class BreakerStorage(Protocol):
 
 
 class Client(Protocol):
-    def list(self, resource: Resource, *, page_size: int = ...) -> ObjectList: ...
+    def list(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = ...,
+        field_selector: str | None = ...,
+        page_size: int = ...,
+    ) -> ObjectList: ...
 
     def get(self, resource: Resource, name: str) -> dict[str, Any]: ...
 
@@ -130,10 +149,14 @@ def _default_bucket() -> BucketSettings:
 
 @dataclass(frozen=True, slots=True)
 class WatchBackoff:
+    """Exponential pauses (a `gpuhealth.kube.backoff.BackoffPolicy`): after a failed watch of
+    the records, and before a record (or a pass) whose request failed is decided again."""
+
     initial_seconds: float = 1.0
-    """First pause after a failed watch of the records."""
+    """First pause after a failure."""
     max_seconds: float = 30.0
-    """Longest pause: the passes go on meanwhile, the watch only wakes them sooner."""
+    """Longest pause: the passes go on meanwhile (the watch only wakes them sooner; a failed
+    record is decided again by every pass anyway)."""
     factor: float = 2.0
     jitter: float = 0.2
 
@@ -158,6 +181,11 @@ class ReconcilerSettings:
     watch_timeout_seconds: int = 60
     """Server-side length of one watch of the records (the reflector resumes at once)."""
     watch_backoff: WatchBackoff = field(default_factory=WatchBackoff)
+    retry_backoff: WatchBackoff = field(default_factory=WatchBackoff)
+    """When a record whose read or write failed (or a pass whose list of the records failed)
+    is decided again: 1 s, doubling per consecutive failure of that record up to 30 s, at least
+    a server's Retry-After. Not `max_recheck_seconds`: at a quarter of requests failing, most
+    records would otherwise wait a whole recheck for a retry."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,9 +327,14 @@ class Reconciler:
         registry: CollectorRegistry | None = None,
         migrate: Migrate | None = None,
         watch_client: KubeClient | None = None,
+        holders: Holders | None = None,
+        finish: Migrate | None = None,
     ) -> None:
         """`watch_client`: a client for the records' watch that wakes the loop (None: passes
-        come only every recheck); give it its own client, closed by the caller at shutdown."""
+        come only every recheck); give it its own client, closed by the caller at shutdown.
+        `holders`: who holds a device (default: `responder.holders` through `client`).
+        `finish`: the migration hook while the breaker is open (`Migrator.finish`: moves under
+        way go on, none begins); None: no move is advanced while it is open."""
         self._client = client
         self._enforcer = enforcer
         self._health = health
@@ -312,7 +345,12 @@ class Reconciler:
         self._clock = clock or SystemClock()
         self.metrics = ReconcilerMetrics(registry if registry is not None else CollectorRegistry())
         self._migrate = migrate
+        self._finish = finish
         self._watch_client = watch_client
+        self._holders: Holders = holders if holders is not None else DeviceHolders(client)
+        self._retries: dict[str, Backoff] = {}
+        """Per record name (and "" for the pass's own reads): the backoff of its consecutive
+        failures. In memory only: it times retries, it decides nothing."""
 
     # ----- the loop -----------------------------------------------------------------------------
 
@@ -375,9 +413,11 @@ class Reconciler:
             listed = self._client.list(QUARANTINES, page_size=self.settings.page_size)
             stored = self._store.read()
             snapshot = self._health.snapshot(now)
-        except Exception as exc:  # an outage decides nothing: the next pass tries again
-            log.warning("reconcile pass skipped: %s", exc)
-            return PassReport({}, cap, skipped=str(exc))
+        except Exception as exc:  # an outage decides nothing: the pass is tried again soon
+            retry = self._retry_after("", exc)
+            log.warning("reconcile pass skipped: %s; again in %.1f s", exc, retry)
+            return PassReport({}, min(cap, retry), skipped=str(exc))
+        self._retries.pop("", None)
         entries: list[tuple[dict[str, Any], Quarantine]] = []
         outcomes: dict[str, str] = {}
         for obj in listed.items:
@@ -402,13 +442,22 @@ class Reconciler:
                 outcome, after, recheck = self._one(obj, record, snapshot, state, fence)
             except Fenced:
                 return PassReport(outcomes, 0.0, skipped="fenced")
-            except Conflict:
+            except Conflict as exc:
                 # Someone wrote meanwhile: decide again from what is stored, soon but not in a
                 # tight loop should the conflicts go on.
-                outcome, after, recheck = "conflict", record, 1.0
+                outcome, after, recheck = "conflict", record, self._retry_after(record.name, exc)
             except Exception as exc:
-                log.exception("record %s: %s", record.name, exc)
-                outcome, after, recheck = "error", record, None
+                # This record's failure, never the pass's: the others are decided as usual,
+                # and this one again after its own backoff.
+                retry = self._retry_after(record.name, exc)
+                if isinstance(exc, ApiError):
+                    log.warning("record %s: %s; again in %.1f s", record.name, exc, retry)
+                else:
+                    log.exception("record %s: %s", record.name, exc)
+                outcome, after, recheck = "error", record, retry
+            else:
+                if outcome != "error":
+                    self._retries.pop(record.name, None)
             self.metrics.decision.observe(time.perf_counter() - started)
             self.metrics.records.labels(outcome).inc()
             outcomes[record.name] = outcome
@@ -416,6 +465,8 @@ class Reconciler:
                 rechecks.append(recheck)
             created = parse_rfc3339(str(obj.get("metadata", {}).get("creationTimestamp") or ""))
             final.append((after, opened_at(after, created)))
+        for gone in self._retries.keys() - outcomes.keys() - {""}:
+            del self._retries[gone]  # deleted records keep no backoff
         self.metrics.publish(final, state.breaker.tripped)
         self.metrics.passes.inc()
         wait = min([cap, *rechecks])
@@ -433,6 +484,7 @@ class Reconciler:
         phase = record.status.phase
         if phase in DONE_PHASES:
             return "unchanged", record, None
+        moved: Exception | None = None
         view = self._observe(record, snapshot, state)
         ctx = Context(
             now=state.now,
@@ -444,15 +496,24 @@ class Reconciler:
         decided = policy_step(record, view, ctx)
         self._apply(record, decided, state, fence)
         after = decided.record
+        hook = self._finish if state.breaker.tripped else self._migrate
         if (
-            self._migrate is not None
-            and not state.breaker.tripped
+            hook is not None
             and after.spec.action == "quarantine"
             and phase == Phase.QUARANTINED
             and after.status.phase == Phase.QUARANTINED
             and view.enforcement_present
         ):
-            after = self._migrate(after, state.now)
+            # Also once the alerts resolved: the policy holds the release attempt back until
+            # every move has ended (MigrationInFlight), and only this call ends them.
+            try:
+                after = hook(after, state.now)
+            except Fenced:
+                raise
+            except Exception as exc:
+                # The device's pods could not be read: the policy's decision is still written,
+                # and the move is tried again on this record's backoff (not at the recheck cap).
+                moved = exc
         recheck = decided.recheck_seconds
         if after.status.phase in (Phase.PROBING, Phase.CANARY) or any(
             not m.outcome.finished for m in after.status.migrations
@@ -480,6 +541,12 @@ class Reconciler:
             if phase == Phase.DEFERRED:
                 outcome = "dismissed"
             self.metrics.releases.labels(outcome).inc()
+        if moved is not None:
+            retry = self._retry_after(record.name, moved)
+            log.warning(
+                "record %s: its work could not be moved: %s; again in %.1f s", record.name, moved, retry
+            )
+            return "error", after, retry
         return ("written" if written else "unchanged"), after, recheck
 
     def _observe(self, record: Quarantine, snapshot: HealthSnapshot, state: _PassState) -> DeviceView:
@@ -503,7 +570,17 @@ class Reconciler:
                 if phase == Phase.CANARY
                 else CheckResult.ABSENT
             ),
+            # Only when a release attempt would start: a list of the node's pods (and claims).
+            holders=self._holders.of(record) if needs_holders(record, state.now) else (),
         )
+
+    def _retry_after(self, key: str, error: Exception) -> float:
+        """The pause before `key` (a record, or "" for the pass) is tried again, its backoff grown."""
+        backoff = self._retries.get(key)
+        if backoff is None:
+            backoff = self._retries[key] = Backoff(self.settings.retry_backoff)
+        server = error.retry_after if isinstance(error, ApiError) else None
+        return backoff.next_delay(server or 0.0)
 
     def _opted_out(self, node: str, state: _PassState) -> bool:
         if node not in state.nodes:

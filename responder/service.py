@@ -121,6 +121,7 @@ def create_app(
                 clock=clock,
                 registry=registry,
                 migrate=None if settings.dry_run else migrator.step,
+                finish=None if settings.dry_run else migrator.finish,
                 watch_client=watch,
             )
             elector = LeaderElector(

@@ -15,6 +15,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuhealth.kube.client import ObjectList
 from gpuhealth.kube.errors import AlreadyExists, NotFound
 from gpuhealth.kube.resources import Resource
 from responder.checks import CLAIM_TEMPLATE, JOB, PROBE_DEVICE, JobChecks, job_name, job_result
@@ -47,6 +48,22 @@ class Client:
             return self.objects[(resource.plural, name)]
         except KeyError:
             raise NotFound(name) from None
+
+    def list(
+        self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None
+    ) -> ObjectList:
+        key, _, value = (label_selector or "").partition("=")
+        items = [
+            o
+            for (plural, _), o in self.objects.items()
+            if plural == resource.plural and (not key or o["metadata"].get("labels", {}).get(key) == value)
+        ]
+        return ObjectList(items, "1")
+
+    def delete(self, resource: Resource, name: str, **kwargs: Any) -> dict[str, Any]:
+        if self.objects.pop((resource.plural, name), None) is None:
+            raise NotFound(name)
+        return {}
 
     def create(
         self, resource: Resource, obj: dict[str, Any], *, namespace: str | None = None
@@ -116,3 +133,21 @@ def test_job_status_is_a_check_result() -> None:
     assert job_result({"status": {"failed": 1}}) == CheckResult.FAILED
     assert job_result({"status": {"succeeded": 1}}) == CheckResult.SUCCEEDED
     assert job_result({"status": {"active": 1}}) == CheckResult.RUNNING
+
+
+def test_finishing_a_check_removes_its_pods_even_when_the_job_deletion_orphaned_them() -> None:
+    client = Client()
+    checks = JobChecks(client)
+    r = record(**DRA_LABELS)
+    checks.start(r, "probe", 1)
+    name = job_name(r, "probe", 1)
+    # The Job's pod, left behind with no ownerReferences (orphaned), still holding its claim.
+    client.objects[("pods", f"{name}-x1")] = {
+        "metadata": {"name": f"{name}-x1", "labels": {"job-name": name}}
+    }
+    client.objects[("pods", "bystander")] = {
+        "metadata": {"name": "bystander", "labels": {"job-name": "other"}}
+    }
+    checks.finish(r, "probe", 1)
+    assert sorted(client.objects) == [("pods", "bystander")]
+    checks.finish(r, "probe", 1)  # again: nothing left, nothing fails

@@ -1,6 +1,7 @@
 """Migration plans (responder.migration), as properties over random jobs and contexts.
 
-Aspects: a restrict never evicts, requests or locks anything; in checkpoint mode no pod is
+Aspects: no move begins while the breaker is open, one under way goes on (property); a
+restrict never evicts, requests or locks anything; in checkpoint mode no pod is
 evicted before its commit of this key; allow-completion never evicts; nothing is requested
 or evicted without this flow holding the job's lease; a lease is taken only when free and
 the node has a slot; the namespace cap holds; only target pods are evicted, shardable jobs
@@ -87,6 +88,8 @@ contexts = st.builds(
     node_slot_free=st.booleans(),
     namespace_evictions_left=st.integers(min_value=0, max_value=3),
     settings=st.just(MigrationSettings()),
+    may_start=st.booleans(),
+    started=st.booleans(),
 )
 
 
@@ -115,6 +118,8 @@ def test_the_safety_rules_hold_for_any_job(job: JobView, ctx: Context) -> None:
         if isinstance(e, TakeLease):
             assert job.lease_holder is None and ctx.node_slot_free
             assert e.seconds <= ctx.settings.lease_cap_seconds
+            # The breaker holds back the start of a move, never one under way.
+            assert ctx.may_start or ctx.started
     if result.outcome == Outcome.UNRECOVERABLE:
         assert evicted == [] and any(isinstance(e, KeepEvidence) for e in result.effects) == any(
             by_uid[u].on_device for u in (result.targets or ()) if u in by_uid and not by_uid[u].finished
@@ -212,3 +217,29 @@ def test_immediate_mode_evicts_without_a_checkpoint() -> None:
 def test_settings_refuse_nonsense(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         MigrationSettings(**bad)  # type: ignore[arg-type]
+
+
+def test_an_open_breaker_starts_no_move_but_lets_one_under_way_go_on() -> None:
+    job = JobView("ns", "Job/train", "job-uid", (checkpointing("uid-0", True),), lease_holder=None)
+    ctx = Context(
+        now=1_800_000_000.0,
+        action="quarantine",
+        mode=Mode.CHECKPOINT,
+        identity=ME,
+        key=KEY,
+        requested_at=None,
+        targets=None,
+        node_slot_free=True,
+        namespace_evictions_left=3,
+        settings=MigrationSettings(),
+        may_start=False,
+    )
+    held_back = plan(job, ctx)
+    assert held_back.outcome == Outcome.WAITING and held_back.effects == ()
+    assert "circuit breaker" in held_back.detail
+    # The same move once under way (its lease lapsed meanwhile): the lease is taken again.
+    going_on = plan(job, replace(ctx, started=True))
+    assert [type(e) for e in going_on.effects] == [TakeLease]
+    # With the lease held, a move under way asks for its checkpoint whatever the breaker.
+    holding = plan(replace(job, lease_holder=ME), ctx)
+    assert [type(e) for e in holding.effects] == [RequestCheckpoint]

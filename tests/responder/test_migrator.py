@@ -4,11 +4,13 @@ Aspects: the checkpoint flow end to end (lease taken and owned by the record, ch
 requested once with the key, eviction with a dry run first only after the commit, success
 once the targets are gone, lease released, counted once); work without a checkpoint is
 unrecoverable (evidence in the record, an Event on the pod, nothing evicted); a 429 waits at
-least 10 s and is kept in the record; 403/500 fail the move once, escalated, never retried;
-two records for two devices of one job: one flow owns it; a lease another holds is taken only
+least 10 s and is kept in the record; 403 and the several-budgets 500 fail the move once,
+escalated, never retried, while a plain 500 is retried like a 503; two records for two
+devices of one job: one flow owns it; a lease another holds is taken only
 after its duration has passed on our monotonic clock; the node cap is rebuilt from records;
 restrict moves nothing; device-plugin replicas (`<uuid>::<n>`) and a ReplicaSet's Deployment;
-DRA pods found through their claims.
+DRA pods found through their claims; with the breaker open (`finish`) no move begins and one under
+way ends.
 """
 
 from __future__ import annotations
@@ -355,7 +357,10 @@ def test_a_budget_that_refuses_is_waited_on_at_least_ten_seconds(
     assert client.evictions[1:] == [("train-0", True), ("train-0", False)] and not only(r).retry_at
 
 
-@pytest.mark.parametrize("error", [Unavailable("several budgets", status=500), ApiError("no", status=403)])
+SEVERAL = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+
+
+@pytest.mark.parametrize("error", [Unavailable(SEVERAL, status=500), ApiError("no", status=403)])
 def test_a_refusal_retrying_cannot_mend_fails_the_move_once(
     client: FakeClient, clock: ManualClock, error: ApiError
 ) -> None:
@@ -374,12 +379,16 @@ def test_a_refusal_retrying_cannot_mend_fails_the_move_once(
 
 def test_a_temporary_server_error_is_retried(client: FakeClient, clock: ManualClock) -> None:
     m, r = evicting(client, clock)
-    client.eviction_errors = [Unavailable("unreachable", status=None), Unavailable("busy", status=503)]
+    client.eviction_errors = [
+        Unavailable("unreachable", status=None),
+        Unavailable("busy", status=503),
+        Unavailable("an error on the server has prevented the request from succeeding", status=500),
+    ]
+    for _ in range(3):  # a plain 500 is a server error like a 503, not the budgets' refusal
+        r = m.step(r, clock.now())
+        assert only(r).outcome is MigrationOutcome.WAITING and "will be retried" in only(r).detail
     r = m.step(r, clock.now())
-    r = m.step(r, clock.now())
-    assert only(r).outcome is MigrationOutcome.WAITING
-    r = m.step(r, clock.now())
-    assert client.evictions[-1] == ("train-0", False)
+    assert client.evictions[-1] == ("train-0", False) and not client.events()
 
 
 def test_two_devices_of_one_job_are_moved_by_exactly_one_flow(client: FakeClient, clock: ManualClock) -> None:
@@ -511,13 +520,16 @@ def test_dra_pods_are_found_through_their_claims(client: FakeClient, clock: Manu
     assert [m.owner for m in r.status.migrations] == ["Job/train"]
 
 
-def test_an_unreadable_cluster_leaves_the_record_as_it_was(client: FakeClient, clock: ManualClock) -> None:
+def test_an_unreadable_cluster_is_raised_for_the_caller_to_retry(
+    client: FakeClient, clock: ManualClock
+) -> None:
     def broken(*args: Any, **kwargs: Any) -> ObjectList:
         raise Unavailable("connection refused", status=None)
 
     client.list = broken  # type: ignore[method-assign]
-    r = record()
-    assert migrator(client, clock).step(r, clock.now()) == r
+    with pytest.raises(Unavailable):
+        migrator(client, clock).step(record(), clock.now())
+    assert not client.objects  # nothing was done
 
 
 def test_a_move_that_outlives_the_lease_cap_fails_and_lets_go(client: FakeClient, clock: ManualClock) -> None:
@@ -552,3 +564,24 @@ def test_a_move_is_counted_once_even_when_its_end_is_decided_again(
     assert only(m.step(start, clock.now())).outcome is MigrationOutcome.UNRECOVERABLE
     assert only(m.step(start, clock.now())).outcome is MigrationOutcome.UNRECOVERABLE  # the write was lost
     assert counted(registry, "unrecoverable") == 1.0
+
+
+def test_with_the_breaker_open_no_move_begins_and_one_under_way_ends(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    client.add(Resource("", "v1", "pods", True), pod("train-0"))
+    m = migrator(client, clock)
+    held_back = m.finish(record(), clock.now())
+    assert "circuit breaker" in only(held_back).detail and not only(held_back).started_at
+    assert ("leases", "ml", lease_name("Job/train")) not in client.objects
+    # A move that began before the breaker opened goes on to its end.
+    r = m.step(record(), clock.now())
+    r = m.finish(r, clock.now())
+    assert client.pod("train-0")["metadata"]["annotations"][REQUESTED] == only(r).key
+    client.commit("train-0")
+    r = m.finish(r, clock.now())
+    assert client.evictions == [("train-0", True), ("train-0", False)]
+    del client.objects[("pods", "ml", "train-0")]
+    r = m.finish(r, clock.now())
+    assert only(r).outcome is MigrationOutcome.SUCCEEDED
+    assert ("leases", "ml", lease_name("Job/train")) not in client.objects

@@ -6,7 +6,9 @@ step on the release path (property); nothing but Enforce/Unenforce touches the d
 Unenforce only comes with Released; what a person removed is abandoned, never re-applied;
 opted-out nodes and the rate limit keep records waiting with the reason visible; dry-run
 enforces with effect None; failures extend the quarantine with a doubling backoff, and no
-attempt starts before that backoff ran out (property).
+attempt starts before that backoff ran out (property); no attempt starts while a move of the
+device's work is unfinished or a pod holds the device, the record waiting in Quarantined with
+the reason visible (property).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from responder.limits import Bucket, BucketSettings
 from responder.policy import (
     BACKING_OFF,
     CANARY_TAINT,
+    DEVICE_IN_USE,
+    MIGRATING,
     QUARANTINE_TAINT,
     CheckResult,
     Context,
@@ -37,9 +41,10 @@ from responder.policy import (
     StartCheck,
     Step,
     Unenforce,
+    needs_holders,
     step,
 )
-from responder.records import Phase, Quarantine
+from responder.records import Migration, MigrationOutcome, Phase, Quarantine
 from tests.responder.test_intake import alert
 
 NOW = 1_800_000_000.0
@@ -116,14 +121,35 @@ ticks = st.lists(
 )
 
 
+Work = tuple[str | None, bool]
+"""Per tick, what the device's work does: a move of it starts ("move") or ends ("moved"),
+and whether a pod holds the device."""
+
+
 def play(
-    record: Quarantine, plan: list[tuple[float, Health, CheckResult | None, str | None, bool, bool]]
+    record: Quarantine,
+    plan: list[tuple[float, Health, CheckResult | None, str | None, bool, bool]],
+    work: list[Work] | None = None,
 ) -> list[Step]:
+    """The steps of `record` through `plan`; `work` (one per tick) changes its moves and holders
+    as the migrator and the pods would (nothing moves or holds the device without it)."""
     world, now, steps = World(), NOW, []
+    holders: tuple[str, ...] = ()
     healthy_since: float | None = None
     attempt = 0
-    for dt, health, finished, alert_change, tripped, removed in plan:
+    for i, (dt, health, finished, alert_change, tripped, removed) in enumerate(plan):
         now += dt
+        if work is not None and i < len(work):
+            move, held = work[i]
+            holders = ("ml/train-0",) if held else ()
+            moves = record.status.migrations
+            if move == "move" and record.status.phase == Phase.QUARANTINED:
+                # The migrator only moves work of a Quarantined record.
+                record = record.with_migrations([*moves, Migration("ml", f"Job/j{i}", f"uid-{i}", f"k{i}")])
+            elif move == "moved" and moves:
+                record = record.with_migrations(
+                    [replace(m, outcome=MigrationOutcome.SUCCEEDED) for m in moves]
+                )
         healthy_since = (healthy_since or now) if health == Health.HEALTHY else None
         if alert_change == "resolve":
             record = resolved(record, now)
@@ -147,8 +173,17 @@ def play(
             enforcement_present=world.enforcement is not None,
             probe=world.probe,
             canary=world.canary,
+            holders=holders if needs_holders(record, now) else (),
         )
         result = step(record, view, ctx(now, tripped=tripped))
+        if result.record.status.attempt > record.status.attempt:
+            # The safety property of a release attempt: it never starts while a move of the
+            # device's work is unfinished (the move would be dropped half-way, its pods evicted
+            # with no outcome, or the job left holding the device) nor while a pod holds the
+            # device (its probe could not get it, and would count as the device's failure).
+            assert all(m.outcome.finished for m in record.status.migrations), record.status.migrations
+            assert not holders, holders
+            assert result.record.status.phase == Phase.PROBING
         world.apply(result.effects)
         steps.append(result)
         record = result.record
@@ -183,6 +218,85 @@ def test_the_breaker_never_changes_a_step_on_the_release_path(plan: list[tuple])
     view = DeviceView(health=Health.HEALTHY, healthy_since=NOW, enforcement_present=True)
     later = NOW + 10_000
     assert step(record, view, ctx(later, tripped=True)) == step(record, view, ctx(later, tripped=False))
+
+
+works = st.lists(
+    st.tuples(st.sampled_from(["move", "moved"] + [None] * 6), st.sampled_from([False] * 3 + [True])),
+    max_size=60,
+)
+
+
+@settings(max_examples=300)
+@given(ticks, works)
+def test_no_release_attempt_starts_while_a_move_is_unfinished_or_a_pod_holds_the_device(
+    plan: list[tuple],  # type: ignore[type-arg]
+    work: list[Work],
+) -> None:
+    steps = play(opened(), plan, work)  # play asserts the property at every attempt
+    target(float(max((s.record.status.attempt for s in steps), default=0)))
+    check_release_path(steps)
+
+
+def test_long_seeded_runs_never_start_an_attempt_over_a_move_or_a_holder() -> None:
+    attempts = waits = 0
+    for seed in range(150):
+        rng = random.Random(seed)
+        plan = [
+            (
+                rng.uniform(0, 200),
+                rng.choice([Health.HEALTHY] * 18 + [Health.UNHEALTHY, Health.UNKNOWN]),
+                rng.choice([CheckResult.SUCCEEDED] * 4 + [CheckResult.FAILED, None, None]),
+                rng.choice(["resolve"] * 4 + ["fire"] + [None] * 15),
+                rng.random() < 0.2,
+                rng.random() < 0.02,
+            )
+            for _ in range(80)
+        ]
+        work = [(rng.choice(["move", "moved"] + [None] * 6), rng.random() < 0.25) for _ in range(80)]
+        steps = play(opened(), plan, work)
+        attempts += max((s.record.status.attempt for s in steps), default=0)
+        waits += sum(s.record.status.phase_reason in (MIGRATING, DEVICE_IN_USE) for s in steps)
+    assert attempts >= 30 and waits >= 30  # both the attempts and the waits were exercised
+
+
+def test_a_move_in_flight_holds_the_release_in_quarantined_until_it_ends() -> None:
+    record = step(opened(), DeviceView(Health.UNHEALTHY), ctx(NOW)).record
+    moving = record.with_migrations([Migration("research", "Job/train", "uid-train", "k")])
+    healthy = DeviceView(Health.HEALTHY, enforcement_present=True)
+    waiting = step(resolved(moving, NOW + 10), healthy, ctx(NOW + 20))
+    assert (waiting.record.status.phase, waiting.record.status.phase_reason) == (Phase.QUARANTINED, MIGRATING)
+    assert "Job/train" in waiting.record.status.history[-1].message
+    assert not any(isinstance(e, StartCheck) for e in waiting.effects)
+    # The move ended (the migrator wrote its outcome): the attempt starts.
+    moved = waiting.record.with_migrations(
+        [replace(m, outcome=MigrationOutcome.SUCCEEDED) for m in waiting.record.status.migrations]
+    )
+    assert needs_holders(moved, NOW + 30)
+    probing = step(moved, healthy, ctx(NOW + 30))
+    assert probing.record.status.phase == Phase.PROBING and StartCheck("probe", 1) in probing.effects
+    # An alert firing again while it waited: it waits for its alerts again, reason cleared.
+    refired = decide(waiting.record, alert(starts_at=NOW + 25), now=NOW + 25, settings=IntakeSettings())
+    assert isinstance(refired, Write)
+    firing = step(refired.record, healthy, ctx(NOW + 25)).record
+    assert (firing.status.phase, firing.status.phase_reason) == (Phase.QUARANTINED, "")
+
+
+def test_a_held_device_is_not_probed_until_it_is_free() -> None:
+    restricted = step(opened(action="restrict"), DeviceView(Health.UNKNOWN), ctx(NOW)).record
+    free = resolved(restricted, NOW + 10)
+    assert needs_holders(free, NOW + 20) and not needs_holders(restricted, NOW + 20)
+    held = DeviceView(Health.HEALTHY, enforcement_present=True, holders=("lab/notebook-0",))
+    waiting = step(free, held, ctx(NOW + 20))
+    assert (waiting.record.status.phase, waiting.record.status.phase_reason) == (
+        Phase.QUARANTINED,
+        DEVICE_IN_USE,
+    )
+    assert "lab/notebook-0" in waiting.record.status.history[-1].message
+    assert waiting.effects == () and waiting.record.status.failures == 0  # no failure counted
+    again = step(waiting.record, held, ctx(NOW + 50))
+    assert again.record == waiting.record  # level-triggered: nothing rewritten while it waits
+    probing = step(waiting.record, replace(held, holders=()), ctx(NOW + 80))
+    assert probing.record.status.phase == Phase.PROBING
 
 
 def check_release_path(steps: list[Step]) -> bool:

@@ -7,8 +7,12 @@ series); enforcement removed by a person is abandoned with a warning Event; an o
 waits with reason NodeOptedOut; the rate limit keeps records Pending (RateLimited) and is
 rebuilt from the records by a new reconciler (no second burst, nothing enforced twice); a storm
 trips the breaker within one pass (audit entry, gauge) while a release goes on; one record's
-exception or 409 never stops the pass; a health outage decides nothing; the migrate hook sees
-only enforced `quarantine` records; the loop stops when its term is fenced; the guardrails
+exception or 409 never stops the pass and is retried on its own backoff (Retry-After the
+least), a failed pass too; a health outage decides nothing; the migrate hook sees only enforced
+`quarantine` records, goes on after the alerts resolved while the release waits
+(MigrationInFlight), and gives way to the finish hook while the breaker is open; a device a
+pod holds is not probed (DeviceInUse) and pods are read only when an attempt could start;
+the loop stops when its term is fenced; the guardrails
 rebuilt from the records never count a device twice (property).
 """
 
@@ -27,25 +31,35 @@ from prometheus_client import CollectorRegistry
 
 from gpuhealth.clock import ManualClock
 from gpuhealth.kube.client import ObjectList
-from gpuhealth.kube.errors import Conflict, NotFound
-from gpuhealth.kube.resources import NODE, STATUS, Resource
+from gpuhealth.kube.errors import Conflict, NotFound, TooManyRequests, Unavailable
+from gpuhealth.kube.resources import NODE, POD, STATUS, Resource
 from responder.breaker import BreakerSettings, BreakerState
 from responder.breaker_store import AuditEntry, Stored
 from responder.events import RecordedEvents
 from responder.health import StaticHealth
 from responder.intake import IntakeSettings, Write, decide, rfc3339
 from responder.limits import BucketSettings
-from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult, Enforce, Health, PolicySettings
+from responder.policy import (
+    CANARY_TAINT,
+    DEVICE_IN_USE,
+    MIGRATING,
+    QUARANTINE_TAINT,
+    CheckResult,
+    Enforce,
+    Health,
+    PolicySettings,
+)
 from responder.reconciler import (
     OPT_OUT_LABEL,
     UNWATCHED_RECHECK_SECONDS,
     Reconciler,
     ReconcilerSettings,
+    WatchBackoff,
     guardrails,
     quarantine_starts,
 )
 from responder.recorder import QUARANTINES
-from responder.records import Migration, Phase, Quarantine, from_object, to_object
+from responder.records import Migration, MigrationOutcome, Phase, Quarantine, from_object, to_object
 from tests.responder.test_intake import alert
 
 NOW = 1_800_000_000.0
@@ -71,6 +85,11 @@ class FakeClient:
         self._rv = 0
         self.conflict_once: set[str] = set()
         """Record names whose next update answers 409 (someone wrote meanwhile)."""
+        self.pods: list[dict[str, Any]] = []
+        """Pods on the nodes (device-plugin: the device in allocatedResourcesStatus)."""
+        self.pod_lists = 0
+        self.node_errors: list[Exception] = []
+        """Errors the next reads of a node answer, one each."""
 
     def _next(self) -> str:
         self._rv += 1
@@ -88,11 +107,25 @@ class FakeClient:
     def record(self, name: str) -> Quarantine:
         return from_object(self.objects[name])
 
-    def list(self, resource: Resource, *, page_size: int = 500) -> ObjectList:
+    def list(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+    ) -> ObjectList:
+        if resource == POD:
+            node = (field_selector or "").removeprefix("spec.nodeName=")
+            self.pod_lists += 1
+            pods = [p for p in self.pods if not field_selector or p["spec"]["nodeName"] == node]
+            return ObjectList(copy.deepcopy(pods), str(self._rv))
         assert resource == QUARANTINES
         return ObjectList([copy.deepcopy(o) for o in self.objects.values()], str(self._rv))
 
     def get(self, resource: Resource, name: str) -> dict[str, Any]:
+        if resource == NODE and self.node_errors:
+            raise self.node_errors.pop(0)
         if resource == NODE and name in self.nodes:
             return copy.deepcopy(self.nodes[name])
         raise NotFound(f"{resource.plural} {name} not found")
@@ -207,9 +240,19 @@ class Harness:
             **self.kwargs,
         )
 
-    def add(self, device: str = "GPU-4a1c", *, person: bool = False, action: str = "quarantine") -> str:
+    def add(
+        self,
+        device: str = "GPU-4a1c",
+        *,
+        person: bool = False,
+        action: str = "quarantine",
+        node: str = "gpu-node-1",
+    ) -> str:
         decision = decide(
-            None, alert(device=device, action=action), now=self.clock.now(), settings=IntakeSettings()
+            None,
+            alert(device=device, action=action, node=node),
+            now=self.clock.now(),
+            settings=IntakeSettings(),
         )
         assert isinstance(decision, Write)
         record = decision.record
@@ -425,13 +468,53 @@ def test_a_lost_event_does_not_hold_the_phase_back() -> None:
     assert h.phase(name) == Phase.QUARANTINED
 
 
-def test_a_health_outage_decides_nothing() -> None:
-    h = Harness()
+STEADY = replace(SETTINGS, retry_backoff=WatchBackoff(initial_seconds=1.0, max_seconds=8.0, jitter=0.0))
+"""Retries without jitter, so each pause is exact."""
+
+
+def test_a_health_outage_decides_nothing_and_is_tried_again_with_a_growing_backoff() -> None:
+    h = Harness(STEADY)
     name = h.add()
     h.health.failing = True
-    report = h.reconciler.reconcile_once()
-    assert report.skipped and report.next_seconds == SETTINGS.max_recheck_seconds
+    pauses = []
+    for _ in range(5):
+        report = h.reconciler.reconcile_once()
+        assert report.skipped
+        pauses.append(report.next_seconds)
+    # Not the whole recheck cap (30 s) per failure: 1, 2, 4, 8 s, capped.
+    assert pauses == [1.0, 2.0, 4.0, 8.0, 8.0]
     assert h.phase(name) == Phase.PENDING and h.enforcer.calls == []
+    h.health.failing = False
+    assert h.reconciler.reconcile_once().outcomes == {name: "written"}
+    h.health.failing = True
+    assert h.reconciler.reconcile_once().next_seconds == 1.0  # a success started the backoff over
+
+
+def test_a_failed_record_is_retried_on_its_own_backoff_not_the_passs() -> None:
+    """A request of one record failing (reading its node's opt-out label) is that record's
+    retry: it is looked at again after its own backoff (at least a server's Retry-After), not
+    after the recheck cap, and the other records are decided in the same pass."""
+    h = Harness(STEADY)
+    name = h.add("GPU-a")
+    h.client.node_errors = [Unavailable("503 injected", status=503)] * 2
+    pauses = []
+    for _ in range(3):
+        report = h.reconciler.reconcile_once()
+        pauses.append((report.outcomes[name], report.next_seconds))
+    assert pauses == [("error", 1.0), ("error", 2.0), ("written", 0.0)]
+    assert h.phase(name) == Phase.QUARANTINED
+    # The next failure starts from the first pause again; a 429's Retry-After is the least pause.
+    other = h.add("GPU-b", node="gpu-node-2")
+    late = h.add("GPU-c", node="gpu-node-3")
+    h.client.node_errors = [TooManyRequests("429 injected", retry_after=5.0)]
+    report = h.reconciler.reconcile_once()
+    assert report.outcomes[other] == "error" and report.outcomes[late] == "written"
+    assert h.phase(late) == Phase.QUARANTINED  # decided in the same pass as the failure
+    assert report.next_seconds == 0.0  # the written record asks to be looked at again at once
+    h.client.node_errors = [Unavailable("503 injected", status=503)]
+    report = h.reconciler.reconcile_once()
+    # Its second failure in a row: the backoff grew (1 s, then 2 s), whatever Retry-After said before.
+    assert report.outcomes[other] == "error" and report.next_seconds == 2.0
 
 
 def test_the_migrate_hook_sees_only_enforced_quarantine_records() -> None:
@@ -555,3 +638,117 @@ def test_guardrails_count_each_device_once(entries: list[tuple[int, Phase]]) -> 
     assert (
         bucket.tokens <= max(0.0, SETTINGS.bucket.burst - total) + 100 / SETTINGS.bucket.refill_seconds + 1e-9
     )
+
+
+def plugin_pod(name: str, dev: str, node: str = "gpu-node-1", **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "lab", "uid": f"uid-{name}", "labels": labels},
+        "spec": {"nodeName": node},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {"allocatedResourcesStatus": [{"name": "nvidia.com/gpu", "resources": [{"resourceID": dev}]}]}
+            ],
+        },
+    }
+
+
+def test_a_move_goes_on_after_the_alerts_resolved_and_the_release_waits_for_it() -> None:
+    """Found by `gpuhealth chaos` (seed 2): the record left Quarantined with its move Waiting,
+    the job's pods evicted, no outcome ever written. Now the move is advanced to its end and
+    only then does the release attempt start."""
+    done = {"moved": False}
+
+    def migrate(record: Quarantine, now: float) -> Quarantine:
+        outcome = MigrationOutcome.SUCCEEDED if done["moved"] else MigrationOutcome.WAITING
+        return record.with_migrations([Migration("research", "Job/train", "uid-train", "k", outcome=outcome)])
+
+    h = Harness(migrate=migrate)
+    name = h.add()
+    h.reconciler.reconcile_once()  # enforced
+    h.reconciler.reconcile_once()  # the move starts
+    h.resolve(name)
+    h.health.set("gpu-node-1", "GPU-4a1c", Health.HEALTHY, h.clock.now())
+    for _ in range(3):
+        h.clock.advance(10)
+        h.reconciler.reconcile_once()
+        record = h.client.record(name)
+        assert (record.status.phase, record.status.phase_reason) == (Phase.QUARANTINED, MIGRATING)
+    assert h.checks.started == []
+    done["moved"] = True
+    h.reconciler.reconcile_once()  # the migrator writes the move's end
+    h.reconciler.reconcile_once()  # and the release attempt starts
+    record = h.client.record(name)
+    assert record.status.migrations[0].outcome is MigrationOutcome.SUCCEEDED
+    assert record.status.phase == Phase.PROBING and h.checks.started == [(name, "probe", 1)]
+
+
+def test_a_device_a_pod_still_holds_is_not_probed_and_its_pods_are_read_only_then() -> None:
+    h = Harness()
+    name = h.add(action="restrict")
+    h.client.pods = [
+        plugin_pod("notebook-0", "GPU-4a1c"),
+        plugin_pod("probe-0", "GPU-4a1c", **{"gpuhealth.io/check": "probe"}),  # our own: not a holder
+        plugin_pod("other-0", "GPU-other"),
+    ]
+    h.reconciler.reconcile_once()
+    h.reconciler.reconcile_once()
+    assert h.phase(name) == Phase.QUARANTINED and h.client.pod_lists == 0  # alerts firing: no read
+    h.resolve(name)
+    h.health.set("gpu-node-1", "GPU-4a1c", Health.HEALTHY, h.clock.now())
+    h.reconciler.reconcile_once()
+    record = h.client.record(name)
+    assert (record.status.phase, record.status.phase_reason) == (Phase.QUARANTINED, DEVICE_IN_USE)
+    assert (
+        "lab/notebook-0" in record.status.history[-1].message
+        and "probe-0" not in record.status.history[-1].message
+    )
+    assert h.checks.started == [] and record.status.failures == 0
+    h.client.pods[0]["status"]["phase"] = "Succeeded"  # the notebook ended
+    h.reconciler.reconcile_once()
+    assert h.phase(name) == Phase.PROBING and h.checks.started == [(name, "probe", 1)]
+    lists = h.client.pod_lists
+    h.reconciler.reconcile_once()
+    assert h.client.pod_lists == lists  # Probing: nobody's pods are read any more
+
+
+def test_an_open_breaker_lets_a_move_under_way_end_through_the_finish_hook() -> None:
+    calls: list[str] = []
+
+    def migrate(record: Quarantine, now: float) -> Quarantine:
+        calls.append("migrate")
+        return record
+
+    def finish(record: Quarantine, now: float) -> Quarantine:
+        calls.append("finish")
+        return record
+
+    h = Harness(migrate=migrate, finish=finish)
+    h.add()
+    h.reconciler.reconcile_once()
+    h.reconciler.reconcile_once()
+    assert calls == ["migrate"]
+    h.store.state = BreakerState(tripped=True, trigger="rate", detail="storm")
+    h.reconciler.reconcile_once()
+    assert calls == ["migrate", "finish"]
+    # Without a finish hook nothing is advanced while the breaker is open (as before).
+    bare = Harness(migrate=migrate)
+    bare.add()
+    bare.store.state = BreakerState(tripped=True, trigger="rate", detail="storm")
+    calls.clear()
+    bare.reconciler.reconcile_once()
+    bare.reconciler.reconcile_once()
+    assert calls == []
+
+
+def test_pods_that_cannot_be_read_are_the_records_retry_and_the_policys_decision_is_kept() -> None:
+    def migrate(record: Quarantine, now: float) -> Quarantine:
+        raise Unavailable("503 injected", status=503)
+
+    h = Harness(STEADY, migrate=migrate)
+    name = h.add()
+    h.reconciler.reconcile_once()  # enforced
+    report = h.reconciler.reconcile_once()
+    # Not a whole recheck (30 s) away, though the record has no move yet to say one is due.
+    assert report.outcomes == {name: "error"} and report.next_seconds == 1.0
+    assert h.reconciler.reconcile_once().next_seconds == 2.0
