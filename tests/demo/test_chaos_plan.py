@@ -263,3 +263,23 @@ def test_an_assessment_sorts_the_verdict_and_fails_on_any_must_be_zero() -> None
         j, SCENARIO, chaos, {}, verdict_violations=[], expectation_failures=["migrations: 0 of 1"], **at
     )
     assert expected.failed and expected.expectation_failures == ("migrations: 0 of 1",)
+
+
+def test_a_killed_exporter_lifts_only_the_promise_that_its_node_stays_reachable() -> None:
+    expect = {
+        "alerts": {
+            "notFired": [
+                "GPUNodeUnreachable",
+                {"name": "GPUHealthExporterDown"},
+                {"name": "GPUDeviceFatalXid", "node": "gpu-dp-0", "gpu": 0},
+            ],
+            "fired": ["GPUDeviceUnhealthy"],
+        },
+        "breaker": "closed",
+    }
+    scenario = dataclasses.replace(SCENARIO, expect=expect)
+    killed = staged(scenario, plan(scenario, 2, ("kill-exporter",))).expect
+    assert killed["alerts"]["notFired"] == [{"name": "GPUDeviceFatalXid", "node": "gpu-dp-0", "gpu": 0}]
+    assert killed["alerts"]["fired"] == ["GPUDeviceUnhealthy"] and killed["breaker"] == "closed"
+    # Any other fault keeps every promise.
+    assert staged(scenario, plan(scenario, 2, ("kill-responder-leader", "api-500"))).expect == expect
