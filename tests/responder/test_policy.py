@@ -237,21 +237,27 @@ def test_no_release_attempt_starts_while_a_move_is_unfinished_or_a_pod_holds_the
     check_release_path(steps)
 
 
+def long_plan(rng: random.Random) -> list[tuple]:  # type: ignore[type-arg]
+    """80 ticks of a long seeded plan: mostly healthy, checks mostly passing, alerts resolving
+    more often than firing (long enough to get through several attempts, unlike hypothesis')."""
+    return [
+        (
+            rng.uniform(0, 200),
+            rng.choice([Health.HEALTHY] * 18 + [Health.UNHEALTHY, Health.UNKNOWN]),
+            rng.choice([CheckResult.SUCCEEDED] * 4 + [CheckResult.FAILED, None, None]),
+            rng.choice(["resolve"] * 4 + ["fire"] + [None] * 15),
+            rng.random() < 0.2,
+            rng.random() < 0.02,
+        )
+        for _ in range(80)
+    ]
+
+
 def test_long_seeded_runs_never_start_an_attempt_over_a_move_or_a_holder() -> None:
     attempts = waits = 0
     for seed in range(150):
         rng = random.Random(seed)
-        plan = [
-            (
-                rng.uniform(0, 200),
-                rng.choice([Health.HEALTHY] * 18 + [Health.UNHEALTHY, Health.UNKNOWN]),
-                rng.choice([CheckResult.SUCCEEDED] * 4 + [CheckResult.FAILED, None, None]),
-                rng.choice(["resolve"] * 4 + ["fire"] + [None] * 15),
-                rng.random() < 0.2,
-                rng.random() < 0.02,
-            )
-            for _ in range(80)
-        ]
+        plan = long_plan(rng)
         work = [(rng.choice(["move", "moved"] + [None] * 6), rng.random() < 0.25) for _ in range(80)]
         steps = play(opened(), plan, work)
         attempts += max((s.record.status.attempt for s in steps), default=0)
@@ -317,17 +323,7 @@ def test_long_seeded_runs_release_only_along_the_path() -> None:
     releases = 0
     for seed in range(150):
         rng = random.Random(seed)
-        plan = [
-            (
-                rng.uniform(0, 200),
-                rng.choice([Health.HEALTHY] * 18 + [Health.UNHEALTHY, Health.UNKNOWN]),
-                rng.choice([CheckResult.SUCCEEDED] * 4 + [CheckResult.FAILED, None, None]),
-                rng.choice(["resolve"] * 4 + ["fire"] + [None] * 15),
-                rng.random() < 0.2,
-                rng.random() < 0.02,
-            )
-            for _ in range(80)
-        ]
+        plan = long_plan(rng)
         releases += check_release_path(play(opened(), plan))
     assert releases >= 15  # the property was exercised, not passed vacuously
 
@@ -447,17 +443,7 @@ def test_long_seeded_runs_retry_only_after_the_backoff() -> None:
     retries = 0
     for seed in range(150):
         rng = random.Random(seed)
-        plan = [
-            (
-                rng.uniform(0, 200),
-                rng.choice([Health.HEALTHY] * 18 + [Health.UNHEALTHY, Health.UNKNOWN]),
-                rng.choice([CheckResult.SUCCEEDED] * 4 + [CheckResult.FAILED, None, None]),
-                rng.choice(["resolve"] * 4 + ["fire"] + [None] * 15),
-                rng.random() < 0.2,
-                rng.random() < 0.02,
-            )
-            for _ in range(80)
-        ]
+        plan = long_plan(rng)
         record = opened()
         retries += check_backoff(record, play(record, plan))
     assert retries >= 15  # retries after a failure happened, and each waited
