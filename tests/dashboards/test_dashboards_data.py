@@ -48,9 +48,8 @@ from gpuhealth.testing.loopback import (
     run_prometheus,
     wait_until,
 )
-from rules.render import DEFAULT_CONFIG, parse_config, render, write_files
 from tests.dashboards.support import committed
-from tests.e2e.test_pipeline_e2e import FAST_RULES  # the shipped thresholds shrunk to seconds
+from tests.e2e.test_pipeline_e2e import render_rules  # the shipped rules, thresholds shrunk to seconds
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -74,26 +73,6 @@ SCENARIO: dict[str, Any] = {
     ],
     "timeline": [],
 }  # fmt: skip
-
-
-def render_rules(workdir: Path, responder_url: str) -> tuple[list[Path], Path]:
-    token_file = workdir / "responder-token"
-    token_file.write_text(TOKEN)
-    config = yaml.safe_load(DEFAULT_CONFIG.read_text())
-    for section, values in FAST_RULES.items():
-        config[section] = {**config[section], **values} if isinstance(values, dict) else values
-    config["alertmanager"] = {
-        **config["alertmanager"],
-        "responder_url": responder_url,
-        "responder_credentials_file": str(token_file),
-        "responder_group_interval": "1s",
-        "group_wait": "0s",
-        "group_interval": "1s",
-    }
-    written = write_files(render(parse_config(config)), workdir / "rules")
-    rule_files = [p for p in written if p.parent.name == "prometheus"]
-    (alertmanager_config,) = [p for p in written if p.parent.name == "alertmanager"]
-    return rule_files, alertmanager_config
 
 
 @contextmanager
@@ -123,7 +102,9 @@ def test_every_panel_query_returns_data(tmp_path: Path) -> None:
 
     started = time.time()
     responder_port = free_port()
-    rule_files, alertmanager_config = render_rules(tmp_path, f"http://127.0.0.1:{responder_port}/webhook")
+    rule_files, alertmanager_config = render_rules(
+        tmp_path, TOKEN, f"http://127.0.0.1:{responder_port}/webhook"
+    )
     with ExitStack() as stack:
         cluster = stack.enter_context(running_cluster(SCENARIO, speed=SPEED))
         kube = KubeClient(KubeTransport(api_client(str(cluster.kubeconfig_path))))

@@ -94,27 +94,25 @@ def sink() -> Iterator[WebhookRecorder]:
         yield recording
 
 
-def render_rules(tmp_path: Path, sink: WebhookRecorder) -> tuple[list[Path], Path]:
-    token_file = tmp_path / "responder-token"
-    token_file.write_text(TOKEN)
+def render_rules(workdir: Path, token: str, responder_url: str, **receivers: str) -> tuple[list[Path], Path]:
+    """The shipped rules with FAST_RULES' durations, and an Alertmanager config that sends at
+    once to `responder_url` (bearer `token`, in `workdir/responder-token`) and to `receivers`
+    (`oncall_page_url=`, ...): (Prometheus rule files, Alertmanager config)."""
+    token_file = workdir / "responder-token"
+    token_file.write_text(token)
     base = yaml.safe_load(DEFAULT_CONFIG.read_text())
     for section, values in FAST_RULES.items():
-        if isinstance(values, dict):
-            base[section] = {**base[section], **values}
-        else:
-            base[section] = values
+        base[section] = {**base[section], **values} if isinstance(values, dict) else values
     base["alertmanager"] = {
         **base["alertmanager"],
-        "responder_url": f"{sink.url}/webhook",
+        "responder_url": responder_url,
         "responder_credentials_file": str(token_file),
         "responder_group_interval": "1s",
-        "oncall_page_url": f"{sink.url}/page",
-        "oncall_ticket_url": f"{sink.url}/ticket",
-        "tenant_default_url": f"{sink.url}/tenant",
+        **receivers,
         "group_wait": "0s",
         "group_interval": "1s",
     }
-    written = write_files(render(parse_config(base)), tmp_path / "rules")
+    written = write_files(render(parse_config(base)), workdir / "rules")
     rule_files = [p for p in written if p.parent.name == "prometheus"]
     (alertmanager_config,) = [p for p in written if p.parent.name == "alertmanager"]
     return rule_files, alertmanager_config
@@ -124,7 +122,14 @@ def render_rules(tmp_path: Path, sink: WebhookRecorder) -> tuple[list[Path], Pat
 def test_faults_flow_from_kubelet_to_the_responder_webhook(tmp_path: Path, sink: WebhookRecorder) -> None:
     from simulator.testing import running_cluster
 
-    rule_files, alertmanager_config = render_rules(tmp_path, sink)
+    rule_files, alertmanager_config = render_rules(
+        tmp_path,
+        TOKEN,
+        f"{sink.url}/webhook",
+        oncall_page_url=f"{sink.url}/page",
+        oncall_ticket_url=f"{sink.url}/ticket",
+        tenant_default_url=f"{sink.url}/tenant",
+    )
     exporter_port = free_port()
     with running_cluster(SCENARIO, speed=SPEED) as cluster:
         uuid = {
