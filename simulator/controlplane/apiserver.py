@@ -55,6 +55,9 @@ def argv(
         f"--etcd-servers={etcd_url}",
         "--bind-address=127.0.0.1",
         "--advertise-address=127.0.0.1",
+        # The `kubernetes` Service's endpoints may not be a loopback address; nothing reaches
+        # the apiserver through that Service here (no pods run), so nothing maintains them.
+        "--endpoint-reconciler-type=none",
         f"--secure-port={port}",
         f"--tls-cert-file={files.serving.cert}",
         f"--tls-private-key-file={files.serving.key}",

@@ -8,7 +8,9 @@ SIGKILL after a grace period, and reaps the process.
 Each child runs in its own process group (a Ctrl-C at the terminal reaches only us, and we
 stop the components in order) with SIGINT and SIGTERM at their defaults, whatever we ignore.
 It also gets `PR_SET_PDEATHSIG` (Linux): if this process dies without stopping them (SIGKILL,
-a crash), the kernel sends them SIGTERM, so nothing is left behind either way. That signal
+a crash), the kernel sends them SIGKILL, so nothing is left behind either way. Not SIGTERM: all
+of them get it at once, etcd goes first, and kube-apiserver's graceful shutdown then waits on
+its storage for ever (seen on 1.37.2). That signal
 follows the *thread* that started them: start a control plane from a thread that lives as long
 as it does (the main thread, in the CLI and the tests).
 """
@@ -37,7 +39,7 @@ def _child_setup() -> None:  # runs in the child between fork and exec
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
     if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def log_tail(path: Path, size: int = LOG_TAIL_BYTES) -> str:
