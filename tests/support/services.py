@@ -40,7 +40,7 @@ def exporter_run(
         swaps={"--nvml": nvml},
     )
     if not node:
-        args = [a for a in args if not a.startswith("--node=")]
+        args = [a for a in args if a.partition("=")[0] != "--node"]
     return [*args, f"--kubeconfig={kubeconfig}"], port
 
 
