@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from simulator.controlplane import ControlPlane, ControlPlaneSettings
+from simulator.controlplane import ControlPlane, ControlPlaneError, ControlPlaneSettings, binaries
 from simulator.runner import SimulatedCluster
 
 MIB = 1024 * 1024
@@ -45,6 +45,13 @@ async def _simulated_start() -> float:
 
 
 def run(kubernetes: str, rounds: int, settle: float) -> None:
+    try:
+        binaries.binary("etcd")
+        for name in binaries.KUBERNETES_BINARIES:
+            binaries.binary(name, kubernetes)
+    except ControlPlaneError as exc:
+        print(f"skipped: {exc}")
+        return
     cold: list[float] = []
     warm: list[float] = []
     rss_start: list[float] = []
