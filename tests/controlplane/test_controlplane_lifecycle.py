@@ -7,7 +7,8 @@ removes its temporary work directory; the CLI prints the API URL and the kubecon
 says that no fleet runs on it yet, and on SIGTERM (or at the end of `--duration`) stops every
 component, removes its temporary work directory and exits 0; if the
 CLI is killed outright its components still die with it (PR_SET_PDEATHSIG); a component that
-will not start (an unknown feature gate) fails the CLI with exit 1 and the component's log.
+will not start (an unknown feature gate) fails the CLI with exit 1 and the component's log;
+the shipped KubeSchedulerConfiguration snippet (deploy/scheduler) is what kube-scheduler runs.
 """
 
 from __future__ import annotations
@@ -18,17 +19,22 @@ import shutil
 import signal
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from gpuhealth.testing.loopback import wait_until
-from simulator.controlplane import ControlPlane, ControlPlaneSettings
+from simulator.controlplane import ControlPlane, ControlPlaneSettings, probes
 from tests.support.controlplane import audit_events, kubectl
 
 pytestmark = [pytest.mark.integration, pytest.mark.controlplane, pytest.mark.slow]
 
 SIM = [sys.executable, "-m", "gpuhealth", "sim", "--control-plane", "real"]
+SCHEDULER_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "scheduler" / "kube-scheduler-config.yaml"
 
 
 def _gone(pid: int) -> bool:
@@ -173,3 +179,43 @@ def test_a_component_that_will_not_start_fails_the_cli_with_its_log(tmp_path: Pa
     assert "gpuhealth sim: error: kube-apiserver: exited with status" in done.stderr
     assert "unrecognized feature gate: NoSuchGate" in done.stderr
     assert not (tmp_path / "kc").exists()
+
+
+def _without_false(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_false(v) for k, v in value.items() if v is not False}
+    if isinstance(value, list):
+        return [_without_false(v) for v in value]
+    return value
+
+
+def test_the_shipped_scheduler_configuration_is_what_the_real_scheduler_runs(tmp_path: Path) -> None:
+    """deploy/scheduler's extender snippet, as kube-scheduler itself reports its configuration
+    (/configz on its secure port, read as the admin)."""
+    shipped = yaml.safe_load(SCHEDULER_CONFIG.read_text())
+    with ControlPlane(ControlPlaneSettings(workdir=tmp_path, scheduler_config=SCHEDULER_CONFIG)) as cp:
+        [scheduler] = [c for c in cp.components if c.name == "kube-scheduler"]
+        [port] = [a.split("=", 1)[1] for a in scheduler.argv if a.startswith("--secure-port=")]
+        assert cp.admin is not None
+        context = probes.tls_context(cp.ca_path, cp.admin)
+        url = f"https://127.0.0.1:{port}/configz"
+
+        def configz() -> dict[str, Any] | None:
+            # 403 until the scheduler has loaded the client CA it trusts from the apiserver's
+            # extension-apiserver-authentication ConfigMap (shortly after its /readyz).
+            try:
+                with urllib.request.urlopen(url, context=context, timeout=10) as answer:
+                    config: dict[str, Any] = json.load(answer)["componentconfig"]
+                    return config
+            except urllib.error.HTTPError as exc:
+                if exc.code == 403:
+                    return None
+                raise
+
+        running = wait_until("the scheduler's /configz as the admin", configz, timeout=30)
+    [extender] = running["extenders"]
+    [wanted] = shipped["extenders"]
+    # Every field as shipped (configz leaves out false values, as Go's omitempty does).
+    assert {k: extender[k] for k in wanted if k in extender} == _without_false(wanted)
+    assert running["profiles"][0]["schedulerName"] == "default-scheduler"
+    assert running["leaderElection"]["leaderElect"] is False

@@ -117,6 +117,14 @@ def test_a_bad_scenario_file_exits_2_naming_file_line_and_field(tmp_path: Path) 
             "--listen applies to --control-plane simulated: the real kube-apiserver serves TLS",
         ),
         (
+            ["--control-plane", "real", "--scheduler-config", "/nonexistent/sched.yaml"],
+            "--scheduler-config /nonexistent/sched.yaml: No such file or directory",
+        ),
+        (
+            ["--control-plane", "real", "--scheduler-config", "/dev/null"],
+            "--scheduler-config /dev/null: expected a KubeSchedulerConfiguration document",
+        ),
+        (
             ["--control-plane", "real", "--feature-gates", "DRADeviceTaintRules"],
             "--feature-gates: invalid feature gate 'DRADeviceTaintRules': expected NAME=true or NAME=false",
         ),
