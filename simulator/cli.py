@@ -256,6 +256,7 @@ def _signals_ignored() -> Iterator[None]:
 def _run_real(args: argparse.Namespace, scenario: Scenario, gates: dict[str, bool], out: TextIO) -> int:
     """Start the real control plane, serve it until a signal (or --duration), stop it."""
     from simulator.controlplane import ControlPlane, ControlPlaneError, ControlPlaneSettings
+    from simulator.controlplane.scheduler import merged_config
 
     for flag, value, default in (
         ("--listen", args.listen, ("127.0.0.1", 0)),
@@ -266,6 +267,14 @@ def _run_real(args: argparse.Namespace, scenario: Scenario, gates: dict[str, boo
                 f"{flag} applies to --control-plane simulated: the real kube-apiserver serves TLS on a "
                 "free loopback port and authenticates with client certificates and service-account tokens"
             )
+    if args.scheduler_config:
+        try:  # a bad file is the user's input: refuse it before anything starts
+            text = Path(args.scheduler_config).read_text()
+            merged_config(text, args.scheduler_config, Path(args.scheduler_config))
+        except OSError as exc:
+            raise UsageError(f"--scheduler-config {args.scheduler_config}: {exc.strerror or exc}") from exc
+        except ControlPlaneError as exc:
+            raise UsageError(f"--scheduler-config {exc}") from exc
     settings = ControlPlaneSettings(
         kubernetes=args.kubernetes_version,
         feature_gates=gates,

@@ -16,6 +16,7 @@ Start it from a thread that lives as long as it (see `process`): the children di
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import tempfile
 import time
@@ -60,7 +61,9 @@ class ControlPlane:
         self.settings = settings or ControlPlaneSettings()
         self.version = ComponentVersion(self.settings.kubernetes, dict(self.settings.feature_gates))
         self._own_workdir = self.settings.workdir is None
-        self.workdir = self.settings.workdir or Path(tempfile.mkdtemp(prefix="gpuhealth-controlplane-"))
+        # A temporary directory is named now and made by start(): one never started leaves none.
+        temporary = Path(tempfile.gettempdir()) / f"gpuhealth-controlplane-{secrets.token_hex(6)}"
+        self.workdir = self.settings.workdir or temporary
         self.components: list[Component] = []
         self.timings: dict[str, float] = {}
         """Seconds each component took to become ready, and "total"."""
@@ -87,7 +90,10 @@ class ControlPlane:
             name: binaries.binary(name, minor if name.startswith("kube-") else None)
             for name in ("etcd", *binaries.KUBERNETES_BINARIES)
         }
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        if self._own_workdir:
+            self.workdir.mkdir(mode=0o700)
+        else:
+            self.workdir.mkdir(parents=True, exist_ok=True)
         pki = self.workdir / "pki"
         ca = CertificateAuthority(pki)
         self.admin = ca.client("admin", ADMIN_USER, ADMIN_GROUPS)

@@ -6,7 +6,8 @@ them; the responder's own enforcement code, acting as the responder's ServiceAcc
 TokenRequest token, the shipped RBAC), writes the DeviceTaintRule for a quarantine record of
 one device, in the version the cluster serves. The scheduler allocates the three other devices
 to three claims and leaves a fourth claim unallocated (its pod unschedulable) rather than use
-the tainted device; once the enforcement is lifted, a new claim gets that device.
+the tainted device; once the enforcement is lifted, a new claim gets that device. The
+controller-manager runs the device-taint-eviction controller on both versions.
 """
 
 from __future__ import annotations
@@ -89,6 +90,9 @@ def test_the_scheduler_never_allocates_a_device_behind_our_device_taint_rule(
     device_class, devices = publish_devices(client, node, f"gpu.dra{minor}.gpuhealth.test", 4)
     namespace_ready(client, namespace)
 
+    # The controller that would evict pods from a device under a NoExecute rule runs too.
+    started = 'controller="device-taint-eviction-controller"'
+    assert started in plane.log_path("kube-controller-manager").read_text()
     rules = discover(account)
     assert rules is not None and rules.version == plane.version.taint_rule_version
     enforcer = Enforcer(account, rules)

@@ -37,6 +37,7 @@ from tests.deploy.manifests import NAMESPACE, build
 from tests.deploy.rbac import Call, grants, unauthorized, user
 from tests.support.controlplane import (
     admin,
+    apply,
     as_service_account,
     audit_events,
     publish_devices,
@@ -112,6 +113,9 @@ def exercised(installed: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
     client = admin(installed)
     with ExitStack() as stack:
         stack.callback(client.close)
+        # Exactly the enforcing overlay's RBAC (another test may have applied other overlays).
+        done = apply(installed, build("enforcing"))
+        assert done.returncode == 0, done.stderr
         ready_node(client, NODE_NAME)
         publish_devices(client, NODE_NAME, DRIVER, 2)
         _run_services(installed, client, tmp_path_factory.mktemp("rbac"), result)
