@@ -36,7 +36,7 @@ from aiohttp import web
 
 from simulator.apiserver import audit, openapi, protobuf, tables
 from simulator.apiserver.binding import add_binding_route
-from simulator.apiserver.errors import ApiError, bad_request, conflict, not_found
+from simulator.apiserver.errors import ApiError, bad_request, not_found, precondition_failed
 from simulator.apiserver.faults import FaultInjector, Injection
 from simulator.apiserver.list_options import ContinueExpired, ContinueToken, check_watch, read_at
 from simulator.apiserver.propagation import deletion_policy
@@ -325,9 +325,7 @@ def resolve_path(store: Store, group: str, version: str, segments: list[str]) ->
     name = rest[1] if len(rest) > 1 else None
     sub = rest[2] if len(rest) > 2 else None
     if sub is not None and sub not in info.subresources:
-        raise ApiError(
-            404, "NotFound", f"the server could not find the requested resource ({info.plural}/{sub})"
-        )
+        raise ApiError(404, "NotFound", "the server could not find the requested resource", details={})
     return Target(info, version, namespace, name, sub)
 
 
@@ -349,7 +347,8 @@ async def _named_group(request: web.Request) -> web.StreamResponse:
     group = segments[0]
     versions = dict(store.registry.groups()).get(group)
     if versions is None:
-        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        # No handler serves an unknown group: the apiserver's mux answers, in plain text.
+        return web.Response(status=404, text="404 page not found\n", content_type="text/plain")
     if len(segments) <= 2:
         if request.method != "GET":
             raise ApiError(405, "MethodNotAllowed", f"the server does not allow the method {request.method}")
@@ -679,7 +678,6 @@ def _options_invalid(request: web.Request, field: str, message: str) -> ApiError
         "Invalid",
         f'{kind}.meta.k8s.io "" is invalid: {field}: {message}',
         details={
-            "name": "",
             "group": "meta.k8s.io",
             "kind": kind,
             "causes": [{"reason": "FieldValueNotSupported", "message": message, "field": field}],
@@ -838,15 +836,18 @@ async def _delete(request: web.Request, target: Target) -> web.Response:
         if not isinstance(preconditions, dict):
             raise bad_request("preconditions must be an object")
         current = store.get(target.info.key, target.name, target.namespace)["metadata"]
-        if preconditions.get("uid") not in (None, current.get("uid")):
-            raise ApiError(
-                409,
-                "Conflict",
-                f"Precondition failed: UID in precondition: {preconditions['uid']}, "
-                f"UID in object meta: {current.get('uid')}",
-            )
-        if preconditions.get("resourceVersion") not in (None, current.get("resourceVersion")):
-            raise conflict(target.info.plural, target.info.group, target.name)
+        for field, word, consequence in (
+            ("uid", "UID", "deleted and then recreated"),
+            ("resourceVersion", "ResourceVersion", "modified"),
+        ):
+            if preconditions.get(field) not in (None, current.get(field)):
+                raise precondition_failed(
+                    target.info,
+                    target.name,
+                    f"the {word} in the precondition ({preconditions[field]}) "
+                    f"does not match the {word} in record ({current.get(field)}). "
+                    f"The object might have been {consequence}",
+                )
     grace = _grace_period(request, options)
     policy = deletion_policy(options, request.query)
     obj = store.delete(
@@ -858,7 +859,7 @@ async def _delete(request: web.Request, target: Target) -> web.Response:
         policy=policy,
     )
     pending = bool(obj["metadata"].get("finalizers") or obj["metadata"].get("deletionTimestamp"))
-    if pending or target.info.key in _RETURN_DELETED or target.info.custom:
+    if pending or target.info.key in _RETURN_DELETED:
         return _json(_versioned_obj(obj, target))
     details: dict[str, Any] = {
         "name": target.name,

@@ -79,6 +79,15 @@ def conflict(resource: str, group: str, name: str) -> ApiError:
     )
 
 
+def precondition_failed(info: Any, name: str, why: str) -> ApiError:
+    """A delete whose uid or resourceVersion precondition does not hold: kube-apiserver names the kind."""
+    qualified = f"{info.kind}.{info.group}" if info.group else info.kind
+    details = {"name": name, **({"group": info.group} if info.group else {}), "kind": info.kind}
+    return ApiError(
+        409, "Conflict", f'Operation cannot be fulfilled on {qualified} "{name}": {why}', details=details
+    )
+
+
 def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 

@@ -109,7 +109,6 @@ def test_valid_objects_pass_validation(api: client.ApiClient) -> None:
     ("method", "path", "code", "reason"),
     [
         ("GET", "/api/v1/widgets", 404, "NotFound"),
-        ("GET", "/apis/example.com/v1/things", 404, "NotFound"),
         ("GET", "/apis/resource.k8s.io/v1alpha9/resourceslices", 404, "NotFound"),
         ("GET", "/api/v1/pods/p", 404, "NotFound"),  # namespaced resource without a namespace
         ("GET", "/api/v1/namespaces/default/pods/p/logs", 404, "NotFound"),
@@ -128,6 +127,14 @@ def test_error_statuses(
     resp = http.request(method, cluster.url + path, body=b"{}", headers={"Content-Type": "application/json"})
     assert resp.status == code
     assert _status(resp)["reason"] == reason
+
+
+def test_an_unknown_group_is_the_muxs_plain_404(cluster: ServedCluster, http: urllib3.PoolManager) -> None:
+    """kube-apiserver serves no handler there: its mux answers in plain text, not with a Status."""
+    resp = http.request("GET", cluster.url + "/apis/example.com/v1/things")
+    assert resp.status == 404
+    assert resp.headers["Content-Type"].startswith("text/plain")
+    assert resp.data == b"404 page not found\n"
 
 
 def test_yaml_body_is_415(cluster: ServedCluster, http: urllib3.PoolManager) -> None:

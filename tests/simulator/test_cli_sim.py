@@ -3,8 +3,8 @@
 Aspects: a short --duration run prints the API URL, the kubeconfig path, the faults and the
 health changes, then exits 0; SIGTERM stops a run cleanly (exit 0); --list-scenarios lists
 the built-ins; a bad scenario file exits 2 naming the file, the line and the field, after
-the `gpuhealth sim: error:` prefix every command uses; bad flags are usage errors (2), a taken
-port a run-time failure (1).
+the `gpuhealth sim: error:` prefix every command uses; bad flags are usage errors (2), also the
+simulated mode's flags with `--control-plane real`, a taken port a run-time failure (1).
 """
 
 from __future__ import annotations
@@ -111,6 +111,23 @@ def test_a_bad_scenario_file_exits_2_naming_file_line_and_field(tmp_path: Path) 
         (["--speed", "0"], "argument --speed: '0' must be above 0"),
         (["--duration", "forever"], "argument --duration: 'forever' is not a duration"),
         (["--token-file", "/nonexistent/token"], "--token-file /nonexistent/token: No such file"),
+        (["--control-plane", "kind"], "argument --control-plane: invalid choice: 'kind'"),
+        (
+            ["--control-plane", "real", "--listen", "127.0.0.1:8080"],
+            "--listen applies to --control-plane simulated: the real kube-apiserver serves TLS",
+        ),
+        (
+            ["--control-plane", "real", "--scheduler-config", "/nonexistent/sched.yaml"],
+            "--scheduler-config /nonexistent/sched.yaml: No such file or directory",
+        ),
+        (
+            ["--control-plane", "real", "--scheduler-config", "/dev/null"],
+            "--scheduler-config /dev/null: expected a KubeSchedulerConfiguration document",
+        ),
+        (
+            ["--control-plane", "real", "--feature-gates", "DRADeviceTaintRules"],
+            "--feature-gates: invalid feature gate 'DRADeviceTaintRules': expected NAME=true or NAME=false",
+        ),
     ],
 )
 def test_bad_flags_are_usage_errors(flags: list[str], message: str) -> None:
