@@ -26,8 +26,8 @@ import yaml
 
 from demo.journal import Journal, Kind
 from demo.pipeline import DemoSettings
-from gpuhealth.cli import main
 from gpuhealth.fields import SettingsError
+from gpuhealth_cli.main import main
 from simulator.fleet.objects import gpu_uuid
 
 FAILED = gpu_uuid("gpu-dra-0", 3)
