@@ -627,8 +627,7 @@ def _alertmanagers(count: int, config: Path, workdir: Path) -> list[Process]:
             argv += [
                 f"--cluster.listen-address=127.0.0.1:{cluster_ports[i]}",
                 f"--cluster.advertise-address=127.0.0.1:{cluster_ports[i]}",
-                # The shortest Alertmanager 0.35 accepts (it refuses 0 with clustering on);
-                # far under the 100 ms gossip interval, so both peers still deliver.
+                # 0.35 refuses 0; 1 ms is still far below the gossip interval, so both deliver.
                 "--cluster.peer-timeout=1ms",
                 "--cluster.settle-timeout=2s",
                 "--cluster.gossip-interval=100ms",
