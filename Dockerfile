@@ -15,18 +15,18 @@ FROM ${PYTHON} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
-# Every package: `gpuhealth` registers all subcommands at start (gpuhealth/cli.py).
+# The product's packages, the ones pyproject.toml packs; the test harness (simulator, demo,
+# bench, dashboards) stays out, and with it its dependencies (the `sim` and `dev` extras).
 COPY gpuhealth/ gpuhealth/
+COPY gpuhealth_cli/ gpuhealth_cli/
 COPY exporter/ exporter/
 COPY responder/ responder/
 COPY rules/ rules/
-COPY simulator/ simulator/
-COPY demo/ demo/
-COPY dashboards/ dashboards/
 COPY kubectl_gpuhealth/ kubectl_gpuhealth/
 RUN python -m venv /opt/gpuhealth \
  && /opt/gpuhealth/bin/pip install --no-compile . \
- && /opt/gpuhealth/bin/gpuhealth --help >/dev/null
+ && /opt/gpuhealth/bin/gpuhealth --help >/dev/null \
+ && /opt/gpuhealth/bin/gpuhealth rules render --check >/dev/null
 
 FROM ${PYTHON}
 COPY --from=build /opt/gpuhealth /opt/gpuhealth

@@ -20,6 +20,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	@# The package holds the product only; the test harness (simulator, demo, bench, dashboards,
+	@# gpuhealth.testing) is imported from this checkout, which this puts on the venv's path.
+	$(PY) -c 'import pathlib, sys, sysconfig; pathlib.Path(sysconfig.get_path("purelib"), "gpuhealth-checkout.pth").write_text(sys.argv[1] + "\n")' '$(CURDIR)'
 	touch $@
 
 # The pinned upstream servers (tools/upstream/): built on the first run (each says how long it

@@ -1,63 +1,20 @@
-"""The `gpuhealth` command.
+"""What every command line of the product shares when it runs a command: `run_command`.
 
-Each part of the product contributes its own subcommands: a module listed in
-`SUBCOMMAND_MODULES` exposes `register(subparsers)`, which adds its parsers and sets
-`func(args) -> int` on each (`gpuhealth.cliargs.command`). The entry point only dispatches,
-so parts stay independent, and reports a command's `UsageError` (exit 2) or `CommandFailed`
-(exit 1) as `gpuhealth <cmd>: error: ...`, the way argparse reports its own usage errors.
+The `gpuhealth` command itself lives above every layer (`gpuhealth_cli.main`), since it
+registers each part's subcommands; the kubectl plugin (`kubectl_gpuhealth.cli`) is another
+command line. Both hand the parsed arguments to `run_command`, so they report a command's
+`UsageError` (exit 2) or `CommandFailed` (exit 1) alike, as `<prog> <cmd>: error: ...`, the way
+argparse reports its own usage errors.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
 
-from gpuhealth import __version__
 from gpuhealth.cliargs import EXIT_FAILED, EXIT_USAGE, CommandFailed, UsageError, error_line
-
-SUBCOMMAND_MODULES = (
-    "simulator.cli",  # gpuhealth sim
-    "exporter.cli",  # gpuhealth exporter, gpuhealth devices
-    "rules.cli",  # gpuhealth rules
-    "demo.cli",  # gpuhealth demo
-    "demo.chaos",  # gpuhealth chaos
-    "responder.cli",  # gpuhealth quarantine
-    "dashboards.cli",  # gpuhealth dashboards render
-)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="gpuhealth",
-        description="Failure governance for GPU devices on Kubernetes.",
-    )
-    parser.add_argument("--version", action="version", version=f"gpuhealth {__version__}")
-    parser.add_argument(
-        "--log-level",
-        default="INFO",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="log verbosity (default: INFO)",
-    )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in SUBCOMMAND_MODULES:
-        importlib.import_module(module_name).register(subparsers)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    return run_command(parser, args)
 
 
 def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -85,7 +42,3 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         # process that SIGPIPE ends would, and keep the interpreter's final flush from failing.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
-
-
-if __name__ == "__main__":
-    sys.exit(main())

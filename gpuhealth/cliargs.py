@@ -5,7 +5,7 @@
   error (`gpuhealth <cmd>: error: argument --x: ...`, exit 2), never a traceback;
 - one output vocabulary for commands that print records: `-o table|wide|json|yaml`;
 - the exit codes, each with one meaning: 0 ok, 1 failure at run time (`CommandFailed`),
-  2 usage or bad input (`UsageError`, and argparse's own errors). `gpuhealth.cli.main` prints
+  2 usage or bad input (`UsageError`, and argparse's own errors). `gpuhealth.cli.run_command` prints
   either as `gpuhealth <cmd>: error: <message>`, the prefix argparse uses.
 
 Entry-point layer: parsing only, nothing here touches the cluster or the network.

@@ -1,7 +1,8 @@
 """Fixtures shared by every test, and the marker policy.
 
 Aspects covered here: no test may leave asyncio tasks running behind it; a test that starts
-a real server carries the `integration` marker.
+a real server carries the `integration` marker; no property test depends on the machine's
+speed (the Hypothesis profile below).
 
 Markers (declared in pyproject.toml):
 - `integration`: the test starts a real server: Prometheus or Alertmanager, a child process
@@ -24,6 +25,13 @@ from collections.abc import AsyncIterator
 from typing import Any, NoReturn
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property tests judge what the code computes, never how fast the machine is: Hypothesis' own
+# wall-clock checks (a 200 ms deadline per example, "input generation is slow") fail a correct
+# test when the shared machine stalls a worker for a second. Tests may still set other limits.
+settings.register_profile("gpuhealth", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("gpuhealth")
 
 
 @pytest.fixture(autouse=True)

@@ -12,8 +12,9 @@ force delete) removes the pod at once. Unbound and finished pods go at once.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any, Literal
+
+from simulator.apiserver.stored import format_timestamp
 
 DEFAULT_GRACE_SECONDS = 30
 
@@ -35,10 +36,6 @@ def grace_period(pod: dict[str, Any], requested: int | None) -> int:
     return 1 if requested < 0 else requested
 
 
-def _stamp(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def delete_pod(
     pod: dict[str, Any], requested: int | None, now: float, runs: Callable[[dict[str, Any]], bool]
 ) -> tuple[Action, dict[str, Any]]:
@@ -52,7 +49,7 @@ def delete_pod(
     if grace > 0:
         if current is not None and current <= grace:
             return "unchanged", pod  # a longer or equal grace period never extends a pending one
-        meta["deletionTimestamp"] = _stamp(now + grace)
+        meta["deletionTimestamp"] = format_timestamp(now + grace)
         meta["deletionGracePeriodSeconds"] = grace
         meta.pop("resourceVersion", None)
         return "terminating", pod

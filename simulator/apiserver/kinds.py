@@ -1,7 +1,8 @@
 """What the real control plane does around creates of a few built-in kinds, done by the store.
 
 - Namespaces carry the `kubernetes.io/metadata.name` label (the apiserver sets it on every
-  namespace write; here at create, which is where gpuhealth's clients meet it).
+  namespace write; here at create, which is where gpuhealth's clients meet it), the
+  namespace controller's `kubernetes` finalizer and the Active phase.
 - Every namespace gets a ServiceAccount `default`, as the service-account controller creates one
   (here at once, in the same call, so no client ever sees a namespace without it).
 - Services get their ClusterIP (`service_ips.py`).
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from simulator.apiserver import service_ips
+from simulator.apiserver import propagation, service_ips
 
 if TYPE_CHECKING:
     from simulator.apiserver.resources import ResourceInfo
@@ -43,6 +44,15 @@ _SYSTEM_PRIORITY_CLASSES = (
 def prepare_create(store: Store, info: ResourceInfo, obj: dict[str, Any]) -> None:
     """Server-set fields of an object about to be created."""
     if info.key == "namespaces":
+        # The namespace controller's finalizer and the Active phase, as the namespace strategy sets them.
+        if obj.get("spec") is None:
+            obj["spec"] = {}
+        if isinstance(obj["spec"], dict):
+            obj["spec"].setdefault("finalizers", [propagation.NAMESPACE_FINALIZER])
+        if obj.get("status") is None:
+            obj["status"] = {}
+        if isinstance(obj["status"], dict):  # anything else fails validation
+            obj["status"].setdefault("phase", "Active")
         meta = obj["metadata"]
         labels = meta.get("labels")
         if labels is None or isinstance(labels, dict):  # anything else fails validation

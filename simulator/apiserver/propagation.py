@@ -10,6 +10,9 @@ namespace controller (both in `simulator/fleet/`): pure decisions over plain dat
   it turns `Terminating` until the namespace controller has emptied it; creating anything in it
   meanwhile is 403 Forbidden.
 
+`decide_delete` is the whole of what a DELETE does to an object, graceful pod deletion
+included; the store only carries out its answer.
+
 These finalizers are only added while the controllers that remove them run
 (`Store.finalizing_controllers`, set by the fleet): a bare store (API tests without a fleet)
 deletes at once, as it always did, instead of leaving objects no one will finalize.
@@ -17,10 +20,12 @@ deletes at once, as it always did, instead of leaving objects no one will finali
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from simulator.apiserver import graceful
 from simulator.apiserver.errors import ApiError, invalid
+from simulator.apiserver.stored import format_timestamp
 
 ORPHAN = "orphan"
 FOREGROUND = "foregroundDeletion"
@@ -69,6 +74,46 @@ def deletion_finalizer(resource: str, policy: str | None) -> str | None:
     if policy is None:
         policy = "Orphan" if resource in _ORPHAN_BY_DEFAULT else "Background"
     return {"Orphan": ORPHAN, "Foreground": FOREGROUND}.get(policy)
+
+
+def decide_delete(
+    resource: str,
+    obj: dict[str, Any],
+    *,
+    now: float,
+    grace_period_seconds: int | None,
+    policy: str | None,
+    pod_runs: Callable[[dict[str, Any]], bool] | None,
+    finalizing_controllers: bool,
+) -> tuple[graceful.Action, dict[str, Any]]:
+    """What a DELETE does to `obj` (a private copy): "remove" it, leave it "unchanged", or store
+    the returned object, "terminating" (a deletionTimestamp set, finalizers or a grace period
+    holding it; for a namespace its Terminating phase).
+
+    A pod a simulated kubelet runs (`pod_runs`) is deleted gracefully (`graceful`); while the
+    finalizing controllers run, a namespace turns Terminating and other objects get the
+    finalizer of the propagation `policy`."""
+    if resource == "pods" and pod_runs is not None:
+        action, obj = graceful.delete_pod(obj, grace_period_seconds, now, pod_runs)
+        if action != "remove":
+            return action, obj
+    meta = obj["metadata"]
+    if finalizing_controllers and not meta.get("deletionTimestamp"):
+        if resource == "namespaces" and (obj.get("spec") or {}).get("finalizers"):
+            # The namespace controller empties it, then removes the finalizer and the namespace.
+            meta["deletionTimestamp"] = format_timestamp(now)
+            obj["status"] = {**(obj.get("status") or {}), "phase": "Terminating"}
+            return "terminating", obj
+        finalizer = deletion_finalizer(resource, policy)
+        if finalizer is not None and finalizer not in (meta.get("finalizers") or ()):
+            meta["finalizers"] = [*(meta.get("finalizers") or ()), finalizer]
+    if meta.get("finalizers"):
+        if meta.get("deletionTimestamp"):
+            return "unchanged", obj
+        meta["deletionTimestamp"] = format_timestamp(now)
+        meta["deletionGracePeriodSeconds"] = 0
+        return "terminating", obj
+    return "remove", obj
 
 
 def namespace_terminating(kind_plural: str, group: str, name: str, namespace: str) -> ApiError:

@@ -20,6 +20,14 @@ at an exact older resourceVersion (continued pages are a snapshot). Each watcher
 queue; a watcher that falls that far behind is ended, as the real apiserver ends slow watchers,
 and its client re-lists.
 
+What this module owns is storage: the tables, the resourceVersion, commits and their events,
+reads, and carrying out writes, deletes and watches. What a write means lives beside it, one
+concern per module: `admission.py` (the object a create or update makes, defaults and
+validation), `crds.py` (what a CRD serves and its status), `propagation.decide_delete` (what a
+DELETE does: grace periods, finalizers, a namespace's Terminating phase), `eviction.py` (the
+PodDisruptionBudget-aware eviction subresource), `kinds.py` (what a few built-in kinds get on
+create), `watch.py` (one watcher's events) and `stored.py` (an entry and its index).
+
 Why not kmock (evaluated): its Kubernetes emulator keeps objects as plain dicts with a fixed
 resourceVersion placeholder, no optimistic concurrency (no 409 Conflict), no selectors and no
 watch replay; gpuhealth's leases and observers depend on exactly those, so the store is ours.
@@ -27,238 +35,33 @@ watch replay; gpuhealth's leases and observers depend on exactly those, so the s
 
 from __future__ import annotations
 
-import asyncio
-import builtins
-import contextlib
 import copy
 import random
-import uuid
-from collections import deque
-from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from gpuhealth.clock import Clock
-from simulator.apiserver import disruption, graceful, kinds, propagation
+from simulator.apiserver import admission, crds, eviction, kinds, propagation
 from simulator.apiserver.defaults import apply_defaults
-from simulator.apiserver.errors import (
-    ApiError,
-    already_exists,
-    bad_request,
-    conflict,
-    invalid,
-    not_found,
-)
+from simulator.apiserver.errors import ApiError, already_exists, bad_request, invalid, not_found
 from simulator.apiserver.patch import apply_patch
-from simulator.apiserver.resources import CRD_KEY, Registry, ResourceInfo, info_from_crd
+from simulator.apiserver.resources import CRD_KEY, Registry, ResourceInfo
 from simulator.apiserver.selectors import (
     FieldSelector,
     LabelSelector,
-    extract_fields,
     parse_field_selector,
     parse_label_selector,
-    selector_from_label_selector_object,
 )
-from simulator.apiserver.validation import Validator, WriteOptions, decoding_error
-from simulator.apiserver.values import invalid_value, quantity_problems, validate_object, validate_update
+from simulator.apiserver.stored import Entry, fields_match, format_timestamp, index
+from simulator.apiserver.validation import Validator, WriteOptions
 from simulator.apiserver.versions import KubernetesVersion
+from simulator.apiserver.watch import ADDED, DELETED, MODIFIED, Watch
 from simulator.apiserver.watch_cache import LogEvent, WatchCache, WatchCacheSettings, state_at, too_large
 
-ADDED = "ADDED"
-MODIFIED = "MODIFIED"
-DELETED = "DELETED"
-
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-_SERVER_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the apiserver's alphabet for generateName suffixes
-
-
-class Entry:
-    """One stored object version: its bytes and the index fields selectors need. Immutable by use."""
-
-    __slots__ = ("data", "fields", "labels", "name", "namespace", "rv")
-
-    def __init__(
-        self,
-        namespace: str,
-        name: str,
-        rv: int,
-        labels: dict[str, str] | None,
-        fields: dict[str, str] | None,
-        data: bytes,
-    ) -> None:
-        self.namespace = namespace
-        self.name = name
-        self.rv = rv
-        self.labels = labels
-        self.fields = fields
-        self.data = data
-
-    def load(self) -> dict[str, Any]:
-        obj: dict[str, Any] = orjson.loads(self.data)
-        return obj
-
-
-def format_timestamp(seconds: float) -> str:
-    """RFC 3339 with second precision, as metav1.Time serializes."""
-    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
-
-
-def _without_rv(obj: dict[str, Any]) -> dict[str, Any]:
-    meta = dict(obj.get("metadata") or {})
-    meta.pop("resourceVersion", None)
-    return {**obj, "metadata": meta}
-
-
-class Watch:
-    """A live watch: an async iterator of (event type, object) pairs.
-
-    Replayed events (synthetic ADDED for a fresh watch, or retained events newer than the
-    requested resourceVersion) come first, then live ones from a bounded queue. `close()` stops it;
-    a watcher whose queue overflows is ended after what it already holds.
-    """
-
-    def __init__(
-        self,
-        store: Store,
-        info: ResourceInfo,
-        namespace: str | None,
-        label_selector: LabelSelector,
-        field_selector: FieldSelector,
-        min_rv: int,
-        maxsize: int,
-    ) -> None:
-        self._store = store
-        self.info = info
-        self._namespace = namespace
-        self._labels = label_selector
-        self._fields = field_selector
-        self._min_rv = min_rv
-        self._backlog: deque[tuple[str, Entry]] = deque()
-        self._queue: asyncio.Queue[tuple[str, Entry] | None] = asyncio.Queue(maxsize=maxsize)
-        self._stopped = False
-        self._ended = False
-        self.overflowed = False
-
-    def _accepts(self, entry: Entry | None) -> bool:
-        if entry is None:
-            return False
-        if self._namespace is not None and entry.namespace != self._namespace:
-            return False
-        if not self._labels.empty and not self._labels.matches(entry.labels or {}):
-            return False
-        return self._fields.empty or _fields_match(self._fields, entry)
-
-    def _translate(self, etype: str, new: Entry, old: Entry | None) -> tuple[str, Entry] | None:
-        # With selectors, an object moving into or out of the selection is seen as ADDED or DELETED.
-        if etype == ADDED:
-            return (ADDED, new) if self._accepts(new) else None
-        if etype == DELETED:
-            return (DELETED, new) if self._accepts(new) else None
-        now, before = self._accepts(new), self._accepts(old)
-        if now and before:
-            return MODIFIED, new
-        if now:
-            return ADDED, new
-        if before:
-            return DELETED, new
-        return None
-
-    def _offer(self, event: LogEvent) -> None:
-        if self._stopped or self._ended:
-            return
-        rv, _, etype, new, old = event
-        if rv <= self._min_rv:
-            return
-        item = self._translate(etype, new, old)
-        if item is None:
-            return
-        try:
-            self._queue.put_nowait(item)
-        except asyncio.QueueFull:
-            self.overflowed = True
-            self._ended = True
-            self._store._unregister(self)
-
-    def close(self) -> None:
-        """Stop the watch now; pending events are dropped."""
-        if self._stopped:
-            return
-        self._stopped = True
-        self._backlog.clear()
-        self._store._unregister(self)
-        # On a full queue the consumer is not waiting; it sees _stopped on its next get.
-        with contextlib.suppress(asyncio.QueueFull):
-            self._queue.put_nowait(None)
-
-    def _end(self) -> None:
-        """End after the events already queued (the resource went away)."""
-        self._ended = True
-        with contextlib.suppress(asyncio.QueueFull):
-            self._queue.put_nowait(None)
-
-    @property
-    def closed(self) -> bool:
-        return self._stopped
-
-    @property
-    def backlog_rv(self) -> int:
-        """The resourceVersion the replayed events bring a client up to; live events are newer."""
-        return self._min_rv
-
-    @property
-    def in_backlog(self) -> bool:
-        """Whether replayed events (synthetic ADDED or retained history) are still to come."""
-        return bool(self._backlog)
-
-    def pending(self) -> bool:
-        """Whether an event is ready without waiting."""
-        return bool(self._backlog) or not self._queue.empty()
-
-    async def next_entry(self) -> tuple[str, Entry] | None:
-        """The next (type, entry); None when the watch ended (wrap in `asyncio.timeout` to bound the wait)."""
-        if self._stopped:
-            return None
-        if self._backlog:
-            return self._backlog.popleft()
-        if self._ended and self._queue.empty():
-            return None
-        item = await self._queue.get()
-        if item is None or self._stopped:
-            return None
-        return item
-
-    def __aiter__(self) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        while True:
-            item = await self.next_entry()
-            if item is None:
-                return
-            yield item[0], item[1].load()
-
-
-def _field_value(entry: Entry, field: str) -> str:
-    if field == "metadata.name":
-        return entry.name
-    if field == "metadata.namespace":
-        return entry.namespace
-    return (entry.fields or {}).get(field, "")
-
-
-def _fields_match(selector: FieldSelector, entry: Entry) -> bool:
-    for req in selector.requirements:
-        value = _field_value(entry, req.field)
-        if (value == req.value) != (req.op == "="):
-            return False
-    return True
 
 
 class Store:
@@ -291,10 +94,10 @@ class Store:
         self._watchers: dict[str, set[Watch]] = {}
         self._watch_queue_size = watch_queue_size
         self.pod_runs: Callable[[dict[str, Any]], bool] | None = None
+        """Set by the simulated kubelets: whether one of them runs a pod (its DELETE is then graceful)."""
         self.eviction_listeners: list[Callable[[dict[str, Any]], None]] = []
         """Called with the pod (as it was) after each eviction the subresource served (not dry
         runs): the demo journals evictions from here, a deletion alone cannot say it was one."""
-        """Set by the simulated kubelets: whether one of them runs a pod (its DELETE is then graceful)."""
         self.finalizing_controllers = False
         """Set while the garbage collector and the namespace controller run (`simulator/fleet`):
         deletes then add the finalizers they remove (orphan, foregroundDeletion, a namespace's
@@ -393,7 +196,7 @@ class Store:
                 continue
             if not lsel.empty and not lsel.matches(entry.labels or {}):
                 continue
-            if not fsel.empty and not _fields_match(fsel, entry):
+            if not fsel.empty and not fields_match(fsel, entry):
                 continue
             out.append(entry)
         out.sort(key=lambda e: (e.namespace, e.name))
@@ -414,22 +217,11 @@ class Store:
 
     # ---- writing -----------------------------------------------------------------------------
 
-    def _index(
-        self, info: ResourceInfo, obj: dict[str, Any]
-    ) -> tuple[dict[str, str] | None, dict[str, str] | None]:
-        labels = (obj.get("metadata") or {}).get("labels") or None
-        if labels is not None:
-            labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else None
-        fields = extract_fields(obj, info.field_paths) if info.field_paths else None
-        if info.key == "nodes" and fields is not None and "spec.unschedulable" not in fields:
-            fields["spec.unschedulable"] = "false"
-        return labels, fields or None
-
     def _commit(self, info: ResourceInfo, obj: dict[str, Any], etype: str, old: Entry | None) -> Entry:
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
         meta = obj["metadata"]
-        labels, fields = self._index(info, obj)
+        labels, fields = index(info, obj)
         # apiVersion and kind first: lets the HTTP layer swap the version prefix without parsing.
         ordered = {"apiVersion": info.api_version(), "kind": info.kind}
         ordered.update((k, v) for k, v in obj.items() if k not in ("apiVersion", "kind"))
@@ -457,47 +249,6 @@ class Store:
         for watcher in list(self._watchers.get(event[1], ())):
             watcher._offer(event)
 
-    def _admit(
-        self,
-        info: ResourceInfo,
-        new: dict[str, Any],
-        old: dict[str, Any] | None,
-        options: WriteOptions,
-        subresource: str | None = None,
-    ) -> None:
-        """An API client's write as the apiserver takes it: decode checks, defaults, then validation.
-
-        Unknown and duplicate fields follow `options.field_validation`; every field error of the
-        schema and of the kind's value checks comes back as one 422 Invalid.
-        """
-        name = str((new.get("metadata") or {}).get("name", ""))
-        problems = quantity_problems(new)
-        if problems:
-            raise decoding_error(info.kind, info.version, problems)
-        if subresource is None:
-            apply_defaults(info.key, new, create=old is None)
-        causes = self.validator.schema_causes(info, new, options)
-        if old is None:
-            causes += validate_object(info.key, new)
-        else:
-            old_defaulted = copy.deepcopy(old)
-            apply_defaults(info.key, old_defaulted, create=False)
-            causes += validate_update(info.key, new, old_defaulted, subresource)
-        if causes:
-            raise invalid(info.kind, info.group, name, causes)
-
-    def _dry_result(self, info: ResourceInfo, obj: dict[str, Any], rv: int | None) -> dict[str, Any]:
-        """What a dry-run write answers: the object as it would be stored, at `rv` (None: no version yet)."""
-        meta = obj.setdefault("metadata", {})
-        if rv is None:
-            meta.pop("resourceVersion", None)
-        else:
-            meta["resourceVersion"] = str(rv)
-        ordered = {"apiVersion": info.api_version(), "kind": info.kind}
-        ordered.update((k, v) for k, v in obj.items() if k not in ("apiVersion", "kind"))
-        result: dict[str, Any] = orjson.loads(orjson.dumps(ordered))
-        return result
-
     def create(
         self,
         resource: str,
@@ -518,29 +269,14 @@ class Store:
         dry_run = options is not None and options.dry_run
         rng = random.Random() if dry_run else self._rng  # a dry run leaves seeded uids alone
         info = self.registry.get(resource)
-        if not isinstance(obj, dict):
-            raise bad_request("the body of the request must be a JSON object")
-        if not isinstance(obj.get("metadata", {}), dict | None):
-            raise bad_request("metadata must be an object")
-        new: dict[str, Any] = copy.deepcopy(obj)
-        meta: dict[str, Any] = new.get("metadata") or {}  # `"metadata": null` is no metadata
-        new["metadata"] = meta
-        if new.get("kind") not in (None, info.kind):
-            raise bad_request(f"the kind {new.get('kind')!r} of the object does not match {info.kind!r}")
-        if info.namespaced:
-            body_ns = meta.get("namespace")
-            ns = namespace or body_ns
-            if namespace and body_ns and body_ns != namespace:
-                raise bad_request(
-                    "the namespace of the provided object does not match the namespace sent on the request"
-                )
-            if not ns:
-                raise bad_request(f"a namespace is required to create {info.key}")
-            meta["namespace"] = ns
-            if validate and ("", ns) not in self._table(self.registry.get("namespaces")):
-                raise not_found("namespaces", "", ns)
-        else:
-            meta.pop("namespace", None)
+        new = admission.creating(info, obj, namespace)
+        meta = new["metadata"]
+        if (
+            validate
+            and info.namespaced
+            and ("", meta["namespace"]) not in self._table(self.registry.get("namespaces"))
+        ):
+            raise not_found("namespaces", "", meta["namespace"])
         name = meta.get("name")
         if not name:
             prefix = meta.get("generateName")
@@ -551,47 +287,14 @@ class Store:
                     "",
                     [("metadata.name", "Required value: name or generateName is required")],
                 )
-            name = self._generate_name(info, meta.get("namespace", ""), prefix, rng)
-            meta["name"] = name
-        if not isinstance(name, str):
-            raise invalid(
-                info.kind, info.group, str(name), [("metadata.name", "Invalid value: must be a string")]
-            )
-        for key in (
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-            "managedFields",
-            "selfLink",
-            "resourceVersion",
-        ):
-            meta.pop(key, None)
-        meta["uid"] = str(uuid.UUID(int=rng.getrandbits(128), version=4))
-        meta["creationTimestamp"] = format_timestamp(self.clock.now())
-        if info.generation:
-            meta["generation"] = 1
-        else:
-            meta.pop("generation", None)
-        new["apiVersion"] = info.api_version()
-        new["kind"] = info.kind
+            name = meta["name"] = self._generate_name(info, meta.get("namespace", ""), prefix, rng)
+        admission.stamp_created(info, new, rng, format_timestamp(self.clock.now()))
         if validate:
-            self._reset_status_on_create(info, new)
-        if info.key == "namespaces":
-            if new.get("spec") is None:
-                new["spec"] = {}
-            if isinstance(new["spec"], dict):
-                new["spec"].setdefault("finalizers", [propagation.NAMESPACE_FINALIZER])
-            if new.get("status") is None:
-                new["status"] = {}
-            if isinstance(new["status"], dict):  # anything else fails validation below
-                new["status"].setdefault("phase", "Active")
-        crd_info = None
-        if info.key == CRD_KEY:
-            crd_info = info_from_crd(new)
-            self.validator.check_custom_schemas(crd_info, new)
-            new["status"] = _crd_status(new)
+            admission.reset_status_on_create(info, new)
+        crd_info = crds.established(self.validator, new) if info.key == CRD_KEY else None
         kinds.prepare_create(self, info, new)
         if validate:
-            self._admit(info, new, None, options or WriteOptions())
+            admission.admit(self.validator, info, new, None, options or WriteOptions())
         elif info.key == "namespaces":
             apply_defaults(info.key, new)  # a handful of objects; kubectl shows their finalizer and label
         table = self._table(info)
@@ -602,7 +305,7 @@ class Store:
             if ns_entry is not None and b'"phase":"Terminating"' in ns_entry.data:
                 raise propagation.namespace_terminating(info.plural, info.group, name, meta["namespace"])
         if dry_run:
-            return self._dry_result(info, new, None)
+            return admission.dry_result(info, new, None)
         if crd_info is not None:
             self.registry.add(crd_info)
         entry = self._commit(info, new, ADDED, None)
@@ -616,12 +319,6 @@ class Store:
             if (namespace, name) not in table:
                 return name
         raise ApiError(500, "InternalError", f"could not generate a unique name from {prefix!r}")
-
-    def _reset_status_on_create(self, info: ResourceInfo, obj: dict[str, Any]) -> None:
-        if info.key == "pods":
-            obj["status"] = {"phase": "Pending"}
-        elif info.has_status and info.key not in ("nodes", "namespaces", CRD_KEY):
-            obj.pop("status", None)
 
     def update(
         self,
@@ -647,10 +344,8 @@ class Store:
             raise invalid(info.kind, info.group, "", [("metadata.name", "Required value: name is required")])
         old_entry = self._entry(info, name, meta.get("namespace"))
         old = old_entry.load()
-        rv = meta.get("resourceVersion")
-        if rv not in (None, "") and str(rv) != str(old_entry.rv):
-            raise conflict(info.plural, info.group, name)
-        new = self._merge_write(info, old, copy.deepcopy(obj), subresource)
+        admission.check_precondition(info, old, meta, old_entry.rv)
+        new = admission.merge_write(info, old, copy.deepcopy(obj), subresource)
         return self._finish_write(info, old_entry, old, new, validate, options, subresource)
 
     def mutate(
@@ -678,15 +373,9 @@ class Store:
         if not isinstance(new, dict):
             raise TypeError("mutate function must return a dict or None")
         if subresource is None:
-            new = copy.deepcopy(new) if result is not None else new
-            meta = new.setdefault("metadata", {})
-            for key in ("name", "namespace", "uid", "creationTimestamp"):
-                if key in old["metadata"]:
-                    meta[key] = old["metadata"][key]
-            meta.pop("resourceVersion", None)
-            new["apiVersion"], new["kind"] = info.api_version(), info.kind
+            new = admission.keep_identity(info, old, copy.deepcopy(new) if result is not None else new)
         else:
-            new = self._merge_write(info, old, new, subresource)
+            new = admission.merge_write(info, old, new, subresource)
         return self._finish_write(info, old_entry, old, new, validate)
 
     def patch(
@@ -706,61 +395,9 @@ class Store:
         old_entry = self._entry(info, name, namespace)
         old = old_entry.load()
         patched = apply_patch(old, patch, patch_type, strategic_allowed=not info.custom)
-        if not isinstance(patched, dict) or not isinstance(patched.get("metadata", {}), dict):
-            raise invalid(info.kind, info.group, name, [("", "the patched object is not a JSON object")])
-        pmeta = patched.setdefault("metadata", {})
-        rv = pmeta.get("resourceVersion")
-        if rv not in (None, "") and str(rv) != str(old_entry.rv):
-            raise conflict(info.plural, info.group, name)
-        for key in ("name", "namespace"):
-            if pmeta.get(key) != old["metadata"].get(key):
-                raise invalid(
-                    info.kind,
-                    info.group,
-                    name,
-                    [(f"metadata.{key}", invalid_value(pmeta.get(key), "field is immutable"))],
-                )
-        new = self._merge_write(info, old, patched, subresource)
+        admission.check_patched(info, old, patched, old_entry.rv)
+        new = admission.merge_write(info, old, patched, subresource)
         return self._finish_write(info, old_entry, old, new, validate, options, subresource)
-
-    def _merge_write(
-        self, info: ResourceInfo, old: dict[str, Any], incoming: dict[str, Any], subresource: str | None
-    ) -> dict[str, Any]:
-        """The object to store when `incoming` is written to the main resource or a subresource."""
-        if subresource == "status":
-            if not info.has_status:
-                raise not_found(f"{info.plural}/status", info.group, str(old["metadata"]["name"]))
-            new = copy.deepcopy(old)
-            if incoming.get("status") is None:
-                new.pop("status", None)
-            else:
-                new["status"] = incoming["status"]
-            new["metadata"].pop("resourceVersion", None)
-            return new
-        if subresource is not None:
-            raise ApiError(
-                405, "MethodNotAllowed", f"subresource {subresource!r} of {info.key} cannot be written"
-            )
-        meta = incoming.setdefault("metadata", {})
-        if not isinstance(meta, dict):
-            raise bad_request("metadata must be an object")
-        for key in _SERVER_META:
-            if key in old["metadata"]:
-                meta[key] = old["metadata"][key]
-            else:
-                meta.pop(key, None)
-        meta["name"] = old["metadata"]["name"]
-        if info.namespaced:
-            meta["namespace"] = old["metadata"]["namespace"]
-        meta.pop("resourceVersion", None)
-        meta.pop("managedFields", None)
-        if info.has_status:
-            if "status" in old:
-                incoming["status"] = old["status"]
-            else:
-                incoming.pop("status", None)
-        incoming["apiVersion"], incoming["kind"] = info.api_version(), info.kind
-        return incoming
 
     def _finish_write(
         self,
@@ -773,37 +410,17 @@ class Store:
         subresource: str | None = None,
     ) -> dict[str, Any]:
         meta = new.setdefault("metadata", {})
-        old_meta = old["metadata"]
-        if old_meta.get("deletionTimestamp"):
-            added = set(meta.get("finalizers") or ()) - set(old_meta.get("finalizers") or ())
-            if added:
-                raise invalid(
-                    info.kind,
-                    info.group,
-                    old_meta["name"],
-                    [
-                        (
-                            "metadata.finalizers",
-                            "Forbidden: no new finalizers can be added if the object is being deleted",
-                        )
-                    ],
-                )
+        admission.refuse_new_finalizers(info, old, new)
         if validate:
             # Before generation and the no-op check: a PUT that only omits defaulted fields changes nothing.
-            self._admit(info, new, old, options or WriteOptions(), subresource)
+            admission.admit(self.validator, info, new, old, options or WriteOptions(), subresource)
         if info.generation:
-            generation = int(old_meta.get("generation") or 1)
-            meta["generation"] = generation + 1 if _spec_part(new) != _spec_part(old) else generation
-        if _without_rv(new) == _without_rv(old):
+            meta["generation"] = admission.next_generation(old, new)
+        if admission.is_no_op(old, new):
             return old  # a no-op write: no new resourceVersion, no event, like the real API (dry run too)
-        if info.key == CRD_KEY:
-            crd_info = info_from_crd(new)
-            self.validator.check_custom_schemas(crd_info, new)
-            new["status"] = {**(new.get("status") or {}), **_crd_status(new)}
-        else:
-            crd_info = None
+        crd_info = crds.established(self.validator, new, keep_status=True) if info.key == CRD_KEY else None
         if options is not None and options.dry_run:
-            return self._dry_result(info, new, old_entry.rv)
+            return admission.dry_result(info, new, old_entry.rv)
         # A pod in its grace period (deletionGracePeriodSeconds > 0) waits for its kubelet; a
         # namespace waits for the namespace controller to empty it (its spec.finalizers).
         if (
@@ -830,42 +447,24 @@ class Store:
         """Delete an object; with finalizers it only gets a deletionTimestamp until they are emptied.
 
         Returns the object as last stored. Deleting a namespace does not cascade to its objects.
-        A pod that a simulated kubelet runs (`pod_runs`) is deleted gracefully (`graceful`).
-        `dry_run` answers the same and changes nothing.
+        A pod that a simulated kubelet runs (`pod_runs`) is deleted gracefully; what a delete
+        does is `propagation.decide_delete`. `dry_run` answers the same and changes nothing.
         """
         info = self.registry.get(resource)
         old_entry = self._entry(info, name, namespace)
-        obj = old_entry.load()
-        if info.key == "pods" and self.pod_runs is not None:
-            action, obj = graceful.delete_pod(obj, grace_period_seconds, self.clock.now(), self.pod_runs)
-            if action == "unchanged":
-                return obj
-            if action == "terminating":
-                if dry_run:
-                    return obj
-                return self._commit(info, obj, MODIFIED, old_entry).load()
-        meta = obj["metadata"]
-        if self.finalizing_controllers and not meta.get("deletionTimestamp"):
-            if info.key == "namespaces" and (obj.get("spec") or {}).get("finalizers"):
-                # The namespace controller empties it, then removes the finalizer and the namespace.
-                meta["deletionTimestamp"] = format_timestamp(self.clock.now())
-                obj["status"] = {**(obj.get("status") or {}), "phase": "Terminating"}
-                meta.pop("resourceVersion", None)
-                return self._commit(info, obj, MODIFIED, old_entry).load()
-            finalizer = propagation.deletion_finalizer(info.key, policy)
-            if finalizer is not None and finalizer not in (meta.get("finalizers") or ()):
-                meta["finalizers"] = [*(meta.get("finalizers") or ()), finalizer]
-        if meta.get("finalizers"):
-            if meta.get("deletionTimestamp"):
-                return obj
-            meta["deletionTimestamp"] = format_timestamp(self.clock.now())
-            meta["deletionGracePeriodSeconds"] = 0
-            if dry_run:
-                return obj
-            meta.pop("resourceVersion", None)
-            return self._commit(info, obj, MODIFIED, old_entry).load()
-        if dry_run:
+        action, obj = propagation.decide_delete(
+            info.key,
+            old_entry.load(),
+            now=self.clock.now(),
+            grace_period_seconds=grace_period_seconds,
+            policy=policy,
+            pod_runs=self.pod_runs,
+            finalizing_controllers=self.finalizing_controllers,
+        )
+        if action == "unchanged" or dry_run:
             return obj
+        if action == "terminating":
+            return self._commit(info, obj, MODIFIED, old_entry).load()
         return self._remove(info, obj, old_entry).load()
 
     def _remove(self, info: ResourceInfo, obj: dict[str, Any], old_entry: Entry) -> Entry:
@@ -875,9 +474,7 @@ class Store:
         return entry
 
     def _drop_crd(self, crd: dict[str, Any]) -> None:
-        spec = crd.get("spec") or {}
-        names = spec.get("names") or {}
-        key = f"{names.get('plural')}.{spec.get('group')}"
+        key = crds.served_key(crd)
         try:
             info = self.registry.get(key)
         except ApiError:
@@ -914,20 +511,19 @@ class Store:
         fsel = parse_field_selector(field_selector, info.selectable_fields)
         ns = namespace if info.namespaced and namespace else None
         if resource_version in (None, "", "0"):
-            watch = Watch(self, info, ns, lsel, fsel, self._rv, self._watch_queue_size)
+            watch = Watch(self._unregister, info, ns, lsel, fsel, self._rv, self._watch_queue_size)
             entries, _ = self.list_entries(resource, ns, label_selector=lsel, field_selector=fsel)
-            watch._backlog.extend((ADDED, e) for e in entries)
+            watch.replay([(ADDED, e) for e in entries])
         else:
             try:
                 start = int(str(resource_version))
             except ValueError as exc:
                 raise bad_request(f"invalid resourceVersion {resource_version!r}") from exc
             replay = self.events_since(info.key, start)
-            watch = Watch(self, info, ns, lsel, fsel, max(start, self._rv), self._watch_queue_size)
-            for event in replay:
-                item = watch._translate(event[2], event[3], event[4])
-                if item is not None:
-                    watch._backlog.append(item)
+            watch = Watch(
+                self._unregister, info, ns, lsel, fsel, max(start, self._rv), self._watch_queue_size
+            )
+            watch.replay_log(replay)
         self._watchers.setdefault(info.key, set()).add(watch)
         return watch
 
@@ -949,125 +545,10 @@ class Store:
         The budget's status is recomputed first (as the disruption controller would write it),
         the verdict is taken from it, and an eviction counted against the budget is recorded in
         `disruptedPods`, so a second eviction before the replacement is Ready is refused (429).
-        `dry_run` (or `deleteOptions.dryRun: ["All"]` in the body) decides and answers, writing nothing.
+        `dry_run` (or `deleteOptions.dryRun: ["All"]` in the body) decides and answers, writing
+        nothing (`eviction.py`).
         """
-        pods = self.registry.get("pods")
-        pod = self._entry(pods, name, namespace).load()
-        if body is not None and not isinstance(body, dict):
-            raise bad_request("the eviction body must be a JSON object")
-        options = (body or {}).get("deleteOptions") or {}
-        if not isinstance(options, dict):
-            raise bad_request("deleteOptions must be an object")
-        flags = options.get("dryRun") or []
-        if not isinstance(flags, list) or any(f != "All" for f in flags):
-            raise invalid(
-                "Eviction", "policy", name, [("deleteOptions.dryRun", f"Unsupported value: {flags!r}")]
-            )
-        dry_run = dry_run or bool(flags)
-        labels = (pod["metadata"].get("labels")) or {}
-        pdb_info = self.registry.get("poddisruptionbudgets.policy")
-        matching: list[tuple[Entry, dict[str, Any]]] = []
-        for entry in self._table(pdb_info).values():
-            if entry.namespace != namespace:
-                continue
-            pdb = entry.load()
-            selector = (pdb.get("spec") or {}).get("selector")
-            if selector is None:
-                continue  # policy/v1: a null selector selects no pods
-            if selector_from_label_selector_object(selector).matches(labels):
-                matching.append((entry, pdb))
-        if len(matching) > 1:
-            raise ApiError(
-                500,
-                "InternalError",
-                "This pod has more than one PodDisruptionBudget, "
-                "which the eviction subresource does not support.",
-            )
-        if matching and not disruption.ignores_budgets(pod):
-            entry, pdb = matching[0]
-            pdb["status"] = self._record_budget(pdb_info, entry, pdb, dry_run=dry_run)
-            verdict = disruption.eviction_verdict(pdb, pod)
-            if not verdict.allowed:
-                if verdict.code == 429:
-                    raise ApiError(
-                        429,
-                        "TooManyRequests",
-                        verdict.message,
-                        details={"causes": [{"reason": "DisruptionBudget", "message": verdict.cause}]},
-                    )
-                raise ApiError(verdict.code, "Forbidden", verdict.message)
-            if verdict.record and not dry_run:
-                stamp = format_timestamp(self.clock.now())
-                counted = disruption.record_eviction(pdb["status"], name, stamp)
-
-                def spend(obj: dict[str, Any]) -> None:
-                    obj["status"] = counted
-
-                self.mutate(pdb_info.key, entry.name, entry.namespace, spend, subresource="status")
-        grace = options.get("gracePeriodSeconds")
-        if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int)):
-            raise bad_request(f"deleteOptions.gracePeriodSeconds must be an integer, got {grace!r}")
-        if not dry_run:
-            self.delete("pods", name, namespace, grace_period_seconds=grace)
-            for listener in list(self.eviction_listeners):
-                listener(pod)
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
-
-    def _budget_pods(self, namespace: str, selector: dict[str, Any]) -> builtins.list[dict[str, Any]]:
-        sel = selector_from_label_selector_object(selector)
-        return [
-            p.load()
-            for p in self._table(self.registry.get("pods")).values()
-            if p.namespace == namespace and sel.matches(p.labels or {})
-        ]
-
-    def _get_or_none(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return self.get(resource, name, namespace)
-        except ApiError:
-            return None
-
-    def _record_budget(
-        self, info: ResourceInfo, entry: Entry, pdb: dict[str, Any], *, dry_run: bool = False
-    ) -> dict[str, Any]:
-        """Recompute the PDB's status from the pods and their controllers; write it when it changed."""
-        selector = (pdb.get("spec") or {}).get("selector")
-        pods = self._budget_pods(entry.namespace, selector) if selector is not None else []
-        status = disruption.compute_status(pdb, pods, self._get_or_none, self.clock.now(), format_timestamp)
-        if status != (pdb.get("status") or {}) and not dry_run:
-
-            def apply(obj: dict[str, Any]) -> None:
-                obj["status"] = status
-
-            self.mutate(info.key, entry.name, entry.namespace, apply, subresource="status")
-        return status
-
-
-def _crd_status(crd: dict[str, Any]) -> dict[str, Any]:
-    names = (crd.get("spec") or {}).get("names") or {}
-    stored = [
-        v["name"]
-        for v in (crd.get("spec") or {}).get("versions") or ()
-        if isinstance(v, dict) and v.get("storage")
-    ]
-    return {
-        "conditions": [
-            {
-                "type": "NamesAccepted",
-                "status": "True",
-                "reason": "NoConflicts",
-                "message": "no conflicts found",
-            },
-            {
-                "type": "Established",
-                "status": "True",
-                "reason": "InitialNamesAccepted",
-                "message": "the initial names have been accepted",
-            },
-        ],
-        "acceptedNames": dict(names),
-        "storedVersions": stored,
-    }
+        return eviction.evict(self, name, namespace, body, dry_run=dry_run)
 
 
 __all__ = ["ADDED", "DELETED", "MODIFIED", "Entry", "Store", "Watch", "format_timestamp"]

@@ -1,5 +1,7 @@
 """Device allocation for ResourceClaims on one node, pure: the DynamicResources filter's answer.
 
+`pod_claims(...)` resolves a pod's claims first (its PreFilter).
+
 `allocate(...)` takes a pod's claims, the node's devices (from its ResourceSlices), the
 DeviceClasses, the devices other claims hold and the DeviceTaintRules, and returns each
 unallocated claim's `status.allocation` for that node, or `Unfit` with the reason the node
@@ -14,12 +16,12 @@ effect None does not); devices held by other claims; an allocated claim's node s
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from simulator.fleet.cel import CelUnsupported, Device, Selector, compile_selector, device_view
-from simulator.fleet.scheduler_filters import selector_matches, untolerated
+from simulator.fleet.scheduler_filters import PodInfo, selector_matches, untolerated
 
 REASON_CANNOT_ALLOCATE = "cannot allocate all claims"
 REASON_CLAIM_ELSEWHERE = "resourceclaim not available on the node"
@@ -61,6 +63,53 @@ class Unfit(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def pod_claims(
+    obj: Mapping[str, Any],
+    pod: PodInfo,
+    claims: Mapping[tuple[str, str], dict[str, Any]],
+    make: Callable[[str, str], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """The pod's ResourceClaims (DynamicResources' PreFilter), from `claims` by (namespace, name).
+
+    A template's claim is the one `status.resourceClaimStatuses` names, else `make(pod claim,
+    template)` asks the resource claim controller for it (in a real cluster it has made it by
+    the time the pod is scheduled; LookupError when the template is missing). `Unfit`, for every
+    node alike, when a claim is missing, was made for another pod or is reserved for 256 others.
+    """
+    if not pod.claims:
+        return []
+    statuses = {
+        s.get("name"): s.get("resourceClaimName")
+        for s in (obj.get("status") or {}).get("resourceClaimStatuses") or ()
+        if isinstance(s, dict)
+    }
+    out = []
+    for entry in pod.claims:
+        pod_claim = str(entry.get("name", ""))
+        claim_name = entry.get("resourceClaimName")
+        template = entry.get("resourceClaimTemplateName")
+        if not claim_name and template:
+            claim_name = statuses.get(pod_claim)
+            if not claim_name:
+                try:
+                    claim_name = make(pod_claim, str(template))["metadata"]["name"]
+                except LookupError as exc:
+                    raise Unfit(str(exc)) from exc
+        if not claim_name:
+            raise Unfit(f'pod claim "{pod_claim}" names neither a claim nor a template')
+        claim = claims.get((pod.namespace, str(claim_name)))
+        if claim is None:
+            raise Unfit(f'resourceclaim "{claim_name}" not found')
+        reserved = (claim.get("status") or {}).get("reservedFor") or ()
+        owner = [o for o in claim["metadata"].get("ownerReferences") or () if o.get("controller")]
+        if template and owner and owner[0].get("uid") != pod.uid:
+            raise Unfit(f'resourceclaim "{claim_name}" was not created for the pod')
+        if len(reserved) >= 256 and not any(r.get("uid") == pod.uid for r in reserved):
+            raise Unfit(f'resourceclaim "{claim_name}" is in use')
+        out.append(claim)
+    return out
 
 
 def claim_devices(claim: Mapping[str, Any]) -> list[DeviceId]:

@@ -41,19 +41,25 @@ def involved(obj: dict[str, Any]) -> dict[str, Any]:
 class EventRecorder:
     """Writes Events for one component; `wall()` gives the timestamps."""
 
-    def __init__(self, store: Store, component: str, wall: Callable[[], float]) -> None:
+    def __init__(self, store: Store, component: str, wall: Callable[[], float], instance: str = "") -> None:
+        """`instance`: the Events' reportingInstance (which replica of the component wrote them)."""
         self._store = store
         self.component = component
+        self.instance = instance
         self._wall = wall
         self._seq = 0
         self._recent: dict[tuple[str, str, str, str, str], str] = {}
         """(namespace, object uid, reason, message, type) -> the Event's name, for aggregation."""
 
-    def emit(self, obj: dict[str, Any], etype: str, reason: str, message: str) -> None:
+    def emit(
+        self, obj: dict[str, Any], etype: str, reason: str, message: str, action: str = ""
+    ) -> str | None:
+        """Write (or count up) the Event; its name, None when none was written. `action`: what
+        the component did or failed to do (`Binding`, `Scheduling`), when it says."""
         try:
             self._store.registry.get(EVENTS)
         except ApiError:
-            return
+            return None
         meta = obj.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
         now = self._wall()
@@ -68,7 +74,7 @@ class EventRecorder:
 
             with contextlib.suppress(ApiError):
                 self._store.mutate(EVENTS, existing, namespace, bump)
-                return
+                return existing
         self._seq += 1
         # The real recorder names an Event `<object>.<hex nanoseconds>`; the sequence keeps two
         # Events of one simulated instant apart.
@@ -86,10 +92,15 @@ class EventRecorder:
             "lastTimestamp": ts,
             "count": 1,
             "reportingComponent": self.component,
-            "reportingInstance": "",
+            "reportingInstance": self.instance,
         }
-        with contextlib.suppress(ApiError):
+        if action:
+            event["action"] = action
+        try:
             self._store.create(EVENTS, event, namespace=namespace, validate=False)
-            self._recent[key] = name
-            if len(self._recent) > 4096:  # bounded: aggregation is a courtesy, not a record
-                self._recent.pop(next(iter(self._recent)))
+        except ApiError:
+            return None
+        self._recent[key] = name
+        if len(self._recent) > 4096:  # bounded: aggregation is a courtesy, not a record
+            self._recent.pop(next(iter(self._recent)))
+        return name

@@ -7,11 +7,13 @@ one extender with the JSON shapes of kube-scheduler's extender API (`ExtenderArg
 pod and either the full `v1.NodeList` or, nodeCacheCapable, only `NodeNames`; answers
 `ExtenderFilterResult` and `HostPriorityList`), over aiohttp so a slow extender never blocks
 the fleet's event loop. Field names are matched case-insensitively, as Go's JSON decoder does.
+`extend` is the scheduler's extender step for one pod over every configured extender.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,8 @@ import orjson
 import yaml
 
 from gpuhealth.durations import DurationError, parse_duration
+
+log = logging.getLogger(__name__)
 
 DEFAULT_HTTP_TIMEOUT = 5.0
 """Seconds; kube-scheduler's default `httpTimeout` for an extender."""
@@ -250,3 +254,48 @@ class Extender:
             if isinstance(host, str) and isinstance(score, int) and not isinstance(score, bool):
                 out[host] = score * self.config.weight * scale
         return out
+
+
+async def extend(
+    extenders: Sequence[Extender],
+    session: aiohttp.ClientSession | None,
+    pod: dict[str, Any],
+    requests: Mapping[str, int],
+    feasible: list[str],
+    load: NodeLoader,
+) -> tuple[list[str], dict[str, str], dict[str, int]]:
+    """kube-scheduler's extender step for one pod: every interested extender's filter in turn
+    (an ignorable one that fails is skipped), then their priorities over what passed.
+
+    Returns (the nodes still feasible, node -> why an extender filtered it out, node -> the
+    extenders' summed scores). A failed prioritize call is logged and ignored, as kube-scheduler
+    does; a failed filter of a non-ignorable extender raises ExtenderError."""
+    failed: dict[str, str] = {}
+    scores: dict[str, int] = {}
+    interested = [e for e in extenders if e.config.interested(requests)]
+    if not interested or session is None:
+        return feasible, failed, scores
+    for extender in interested:
+        if not extender.config.filter_verb or not feasible:
+            continue
+        try:
+            result = await extender.filter(session, pod, feasible, load)
+        except ExtenderError:
+            if extender.config.ignorable:
+                continue
+            raise
+        allowed = set(result.passed)
+        failed.update(result.failed)
+        for name in feasible:
+            if name not in allowed and name not in failed:
+                failed[name] = "node(s) were filtered out by the extender"
+        feasible = [n for n in feasible if n in allowed]
+    for extender in interested:
+        if not extender.config.prioritize_verb or len(feasible) < 2:
+            continue
+        try:
+            for host, score in (await extender.prioritize(session, pod, feasible, load)).items():
+                scores[host] = scores.get(host, 0) + score
+        except ExtenderError as exc:
+            log.info("scheduler: extender prioritize failed, ignored: %s", exc)
+    return feasible, failed, scores

@@ -400,7 +400,7 @@ class PodRunner:
         self._pods[sim.key] = sim
         node.pods.append(sim)
         node.last_sig = None
-        self._write(sim, lambda o: self._creating_status(o, run, node))
+        self._write(sim, lambda o: _creating(o, run.spec, run.admitted, objects.node_ip(node.index)))
         self._timers.at(self._timers.now() + START_SECONDS, self._start, run, run.token)
         self._timers.wake()
 
@@ -474,20 +474,12 @@ class PodRunner:
             if devices and sim.claim_uid is None:
                 sim.claim_name = name
                 sim.claim_uid = claim["metadata"].get("uid", "")
-                sim.resource_name = self._claim_status_name(spec, pod_claim.get("name", ""))
+                sim.resource_name = _claim_status_name(spec, pod_claim.get("name", ""))
             slots.extend(Slot(int(d.split("-", 1)[1])) for d in devices if d.startswith("gpu-"))
             requests.append(json.dumps((claim.get("spec") or {}).get("devices") or {}))
         selectors = "\n".join(requests)
         pinned = next((node.gpus[s.gpu].uuid for s in slots if node.gpus[s.gpu].uuid in selectors), None)
         return tuple(slots), pinned
-
-    @staticmethod
-    def _claim_status_name(spec: dict[str, Any], pod_claim: str) -> str:
-        for container in spec.get("containers") or ():
-            for ref in (container.get("resources") or {}).get("claims") or ():
-                if ref.get("name") == pod_claim:
-                    return objects.allocated_resource_name(ref)
-        return objects.allocated_resource_name({"name": pod_claim})
 
     def _reject(self, node: SimNode, obj: dict[str, Any], rejection: Rejection) -> None:
         wall = self._timers.wall()
@@ -510,41 +502,6 @@ class PodRunner:
         self._event(obj, node, rejection.reason, rejection.message, warning=True)
 
     # ------------------------------------------------------------------ running
-
-    def _creating_status(self, obj: dict[str, Any], run: _Run, node: SimNode) -> dict[str, Any]:
-        ts = format_timestamp(run.admitted)
-        host = objects.node_ip(node.index)
-        has_init = bool((obj.get("spec") or {}).get("initContainers"))
-        conditions = [
-            {"type": "PodReadyToStartContainers", "status": "False", "lastTransitionTime": ts},
-            {"type": "Initialized", "status": "False" if has_init else "True", "lastTransitionTime": ts},
-            _not_ready("Ready", ts, run.spec.containers),
-            _not_ready("ContainersReady", ts, run.spec.containers),
-            {"type": "PodScheduled", "status": "True", "lastTransitionTime": ts},
-        ]
-        obj["status"] = {
-            **(obj.get("status") or {}),
-            "phase": "Pending",
-            "conditions": conditions,
-            "hostIP": host,
-            "hostIPs": [{"ip": host}],
-            "startTime": ts,
-            "qosClass": run.spec.qos,
-            "containerStatuses": [
-                {
-                    "name": c["name"],
-                    "state": {"waiting": {"reason": "ContainerCreating"}},
-                    "lastState": {},
-                    "ready": False,
-                    "restartCount": 0,
-                    "image": c.get("image", ""),
-                    "imageID": "",
-                    "started": False,
-                }
-                for c in run.spec.containers
-            ],
-        }
-        return obj
 
     def _start(self, run: _Run, token: int) -> None:
         sim = run.sim
@@ -648,26 +605,8 @@ class PodRunner:
     def _back_off(self, run: _Run, node: SimNode, code: int) -> None:
         sim = run.sim
         delay = min(BACKOFF_LIMIT, BACKOFF_SECONDS * 2**run.restarts)
-        wall = format_timestamp(self._timers.wall())
-        started = format_timestamp(run.started_wall)
         pod_ref = f"{sim.name}_{sim.namespace}({sim.uid})"
-
-        def fn(obj: dict[str, Any]) -> dict[str, Any]:
-            status = obj["status"]
-            for cond in status.get("conditions", []):
-                if cond.get("type") in ("Ready", "ContainersReady") and cond.get("status") != "False":
-                    cond.update(status="False", reason="ContainersNotReady", lastTransitionTime=wall)
-            for cs in status.get("containerStatuses", []):
-                message = f"back-off {delay:g}s restarting failed container={cs['name']} pod={pod_ref}"
-                cs["lastState"] = {
-                    "terminated": _finished_state(code, started, wall, cs.get("containerID", ""))
-                }
-                cs["state"] = {"waiting": {"reason": "CrashLoopBackOff", "message": message}}
-                cs["ready"] = False
-                cs["started"] = False
-            return obj
-
-        if not self._write(sim, fn):
+        if not self._write(sim, _crash_loop(code, run.started_wall, self._timers.wall(), delay, pod_ref)):
             return
         sim.waiting = True
         sim.ready = False
@@ -799,6 +738,73 @@ def _not_ready(ctype: str, ts: str, containers: tuple[dict[str, Any], ...]) -> d
         "message": f"containers with unready status: [{names}]",
         "lastTransitionTime": ts,
     }
+
+
+def _creating(obj: dict[str, Any], spec: RunSpec, admitted: float, host: str) -> dict[str, Any]:
+    """The pod admitted on the node at `host`, its containers being created (phase Pending)."""
+    ts = format_timestamp(admitted)
+    has_init = bool((obj.get("spec") or {}).get("initContainers"))
+    conditions = [
+        {"type": "PodReadyToStartContainers", "status": "False", "lastTransitionTime": ts},
+        {"type": "Initialized", "status": "False" if has_init else "True", "lastTransitionTime": ts},
+        _not_ready("Ready", ts, spec.containers),
+        _not_ready("ContainersReady", ts, spec.containers),
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": ts},
+    ]
+    obj["status"] = {
+        **(obj.get("status") or {}),
+        "phase": "Pending",
+        "conditions": conditions,
+        "hostIP": host,
+        "hostIPs": [{"ip": host}],
+        "startTime": ts,
+        "qosClass": spec.qos,
+        "containerStatuses": [
+            {
+                "name": c["name"],
+                "state": {"waiting": {"reason": "ContainerCreating"}},
+                "lastState": {},
+                "ready": False,
+                "restartCount": 0,
+                "image": c.get("image", ""),
+                "imageID": "",
+                "started": False,
+            }
+            for c in spec.containers
+        ],
+    }
+    return obj
+
+
+def _claim_status_name(spec: dict[str, Any], pod_claim: str) -> str:
+    """The name `allocatedResourcesStatus` gives the devices of `pod_claim` (its container's reference)."""
+    for container in spec.get("containers") or ():
+        for ref in (container.get("resources") or {}).get("claims") or ():
+            if ref.get("name") == pod_claim:
+                return objects.allocated_resource_name(ref)
+    return objects.allocated_resource_name({"name": pod_claim})
+
+
+def _crash_loop(
+    code: int, started: float, now: float, delay: float, pod_ref: str
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Every container exited with `code` and waits `delay` seconds in CrashLoopBackOff; not Ready."""
+    t_start, t_now = format_timestamp(started), format_timestamp(now)
+
+    def fn(obj: dict[str, Any]) -> dict[str, Any]:
+        status = obj["status"]
+        for cond in status.get("conditions", []):
+            if cond.get("type") in ("Ready", "ContainersReady") and cond.get("status") != "False":
+                cond.update(status="False", reason="ContainersNotReady", lastTransitionTime=t_now)
+        for cs in status.get("containerStatuses", []):
+            message = f"back-off {delay:g}s restarting failed container={cs['name']} pod={pod_ref}"
+            cs["lastState"] = {"terminated": _finished_state(code, t_start, t_now, cs.get("containerID", ""))}
+            cs["state"] = {"waiting": {"reason": "CrashLoopBackOff", "message": message}}
+            cs["ready"] = False
+            cs["started"] = False
+        return obj
+
+    return fn
 
 
 def _terminated(

@@ -45,9 +45,11 @@ from simulator.fleet.dra_allocator import (
     allocate_planned,
     devices_needed,
     plan,
+    pod_claims,
 )
 from simulator.fleet.events import Emit, NodeChanged
-from simulator.fleet.extender_client import Extender, ExtenderConfig, ExtenderError
+from simulator.fleet.events_recorder import NORMAL, WARNING, EventRecorder
+from simulator.fleet.extender_client import Extender, ExtenderConfig, ExtenderError, extend
 from simulator.fleet.placement import blocked_devices
 from simulator.fleet.scheduler_cache import SchedulerCache
 from simulator.fleet.scheduler_filters import (
@@ -57,6 +59,7 @@ from simulator.fleet.scheduler_filters import (
     failed_scheduling_message,
     feasible_nodes_to_find,
     filter_node,
+    mark_unschedulable,
     pod_info,
     preemption_could_help,
     score_node,
@@ -132,12 +135,11 @@ class Scheduler:
         """Pods (namespace/name) to schedule, in arrival order."""
         self._unschedulable: dict[str, int] = {}
         """Pods that failed, with their attempts so far (their backoff)."""
-        self._failed: dict[str, tuple[str, str]] = {}
-        """Pod -> (its FailedScheduling Event's name, message): a repeat counts up, as the recorder does."""
+        self._events = EventRecorder(store, SCHEDULER_NAME, timers.wall, f"{SCHEDULER_NAME}-gpuhealth-sim")
+        """Scheduled and FailedScheduling Events; a repeat of the same message counts up."""
         self._wake = asyncio.Event()
         self._watches: list[Watch] = []
         self._stopped = False
-        self._event_seq = itertools.count()
 
     def start_pod(self, workload: Workload, placement: PodPlacement, wall: float) -> SimPod:
         """Create an initial pod where the scenario's layout puts it."""
@@ -346,7 +348,6 @@ class Scheduler:
         if etype == "DELETED":
             self._queue.pop(key, None)
             self._unschedulable.pop(key, None)
-            self._failed.pop(key, None)
             self._pod_gone(entry.load(), lambda ns, name: self.cache.claims.get((ns, name)))
             return helps
         if fields.get("spec.nodeName") or fields.get("status.phase") in ("Succeeded", "Failed"):
@@ -398,9 +399,15 @@ class Scheduler:
         except QuantityError as exc:
             self._unschedulable_pod(obj, f'running PreFilter plugin "NodeResourcesFit": {exc}')
             return
+
+        def make_claim(pod_claim: str, template: str) -> dict[str, Any]:
+            created = self._claim_for(obj, pod_claim, template)
+            self.cache.on_claim("ADDED", created)
+            return created
+
         try:
-            claims = self._pod_claims(obj, pod)
-        except _Unresolvable as exc:
+            claims = pod_claims(obj, pod, self.cache.claims, make_claim)
+        except Unfit as exc:
             self._unschedulable_pod(obj, failed_scheduling_message(total, {exc.reason: total}, 0))
             return
         ignored = frozenset().union(*(e.config.ignored_resources() for e in self._extenders))
@@ -420,7 +427,9 @@ class Scheduler:
         extender_scores: dict[str, int] = {}
         if feasible:
             try:
-                feasible, failed, extender_scores = await self._extend(session, obj, pod, feasible)
+                feasible, failed, extender_scores = await extend(
+                    self._extenders, session, obj, pod.requests, feasible, self._node_object
+                )
             except ExtenderError as exc:
                 self._unschedulable_pod(obj, str(exc))
                 return
@@ -435,44 +444,6 @@ class Scheduler:
             return
         node = self._pick(pod, feasible, extender_scores)
         self._bind(obj, pod, node, claims, allocations.get(node, {}))
-
-    def _pod_claims(self, obj: dict[str, Any], pod: PodInfo) -> list[dict[str, Any]]:
-        """The pod's ResourceClaims; a template's claim is asked of the resource claim controller
-        first (in a real cluster it has made it by the time the pod is scheduled)."""
-        if not pod.claims:
-            return []
-        statuses = {
-            s.get("name"): s.get("resourceClaimName")
-            for s in (obj.get("status") or {}).get("resourceClaimStatuses") or ()
-            if isinstance(s, dict)
-        }
-        out = []
-        for entry in pod.claims:
-            pod_claim = str(entry.get("name", ""))
-            claim_name = entry.get("resourceClaimName")
-            template = entry.get("resourceClaimTemplateName")
-            if not claim_name and template:
-                claim_name = statuses.get(pod_claim)
-                if not claim_name:
-                    try:
-                        created = self._claim_for(obj, pod_claim, str(template))
-                    except LookupError as exc:
-                        raise _Unresolvable(str(exc)) from exc
-                    self.cache.on_claim("ADDED", created)
-                    claim_name = created["metadata"]["name"]
-            if not claim_name:
-                raise _Unresolvable(f'pod claim "{pod_claim}" names neither a claim nor a template')
-            claim = self.cache.claims.get((pod.namespace, str(claim_name)))
-            if claim is None:
-                raise _Unresolvable(f'resourceclaim "{claim_name}" not found')
-            reserved = (claim.get("status") or {}).get("reservedFor") or ()
-            owner = [o for o in claim["metadata"].get("ownerReferences") or () if o.get("controller")]
-            if template and owner and owner[0].get("uid") != pod.uid:
-                raise _Unresolvable(f'resourceclaim "{claim_name}" was not created for the pod')
-            if len(reserved) >= 256 and not any(r.get("uid") == pod.uid for r in reserved):
-                raise _Unresolvable(f'resourceclaim "{claim_name}" is in use')
-            out.append(claim)
-        return out
 
     def _node_fits(
         self, pod: PodInfo, name: str, dra: _DraCycle | None, ignored: frozenset[str]
@@ -529,42 +500,6 @@ class Scheduler:
             resolvable += preemption_could_help(found)
         return failed_scheduling_message(total, reasons, resolvable)
 
-    async def _extend(
-        self, session: aiohttp.ClientSession | None, obj: dict[str, Any], pod: PodInfo, feasible: list[str]
-    ) -> tuple[list[str], dict[str, str], dict[str, int]]:
-        """The extenders' filter and prioritize calls for a pod that requests what they manage."""
-        failed: dict[str, str] = {}
-        scores: dict[str, int] = {}
-        interested = [e for e in self._extenders if e.config.interested(pod.requests)]
-        if not interested or session is None:
-            return feasible, failed, scores
-        for extender in interested:
-            if not extender.config.filter_verb or not feasible:
-                continue
-            try:
-                result = await extender.filter(session, obj, feasible, self._node_object)
-            except ExtenderError:
-                if extender.config.ignorable:
-                    continue
-                raise
-            allowed = set(result.passed)
-            failed.update(result.failed)
-            for name in feasible:
-                if name not in allowed and name not in failed:
-                    failed[name] = "node(s) were filtered out by the extender"
-            feasible = [n for n in feasible if n in allowed]
-        for extender in interested:
-            if not extender.config.prioritize_verb or len(feasible) < 2:
-                continue
-            try:
-                for host, score in (
-                    await extender.prioritize(session, obj, feasible, self._node_object)
-                ).items():
-                    scores[host] = scores.get(host, 0) + score
-            except ExtenderError as exc:
-                log.info("scheduler: extender prioritize failed, ignored: %s", exc)
-        return feasible, failed, scores
-
     def _node_object(self, name: str) -> dict[str, Any]:
         return self._store.get("nodes", name)
 
@@ -604,8 +539,7 @@ class Scheduler:
             return
         self.cache.assume(pod.key, node, dict(pod.requests))
         self._unschedulable.pop(pod.key, None)
-        self._failed.pop(pod.key, None)
-        self._event(obj, "Normal", "Scheduled", f"Successfully assigned {pod.key} to {node}", "Binding")
+        self._events.emit(obj, NORMAL, "Scheduled", f"Successfully assigned {pod.key} to {node}", "Binding")
         self._emit(NodeChanged(self._timers.now(), self._timers.wall(), node, f"pod {pod.key} scheduled"))
 
     def _reserve_claim(self, claim: dict[str, Any], pod: PodInfo, allocation: dict[str, Any] | None) -> None:
@@ -630,35 +564,15 @@ class Scheduler:
         attempts = self._unschedulable.get(key, 0) + 1
         self._unschedulable[key] = attempts
         ts = format_timestamp(self._timers.wall())
-
-        def condition(pod_obj: dict[str, Any]) -> dict[str, Any] | None:
-            status = pod_obj.setdefault("status", {})
-            status.setdefault("phase", "Pending")
-            conditions = status.setdefault("conditions", [])
-            for cond in conditions:
-                if cond.get("type") == "PodScheduled":
-                    if cond.get("status") == "False" and cond.get("message") == message:
-                        return None
-                    if cond.get("status") != "False":
-                        cond["lastTransitionTime"] = ts
-                    cond.update(status="False", reason="Unschedulable", message=message)
-                    cond.setdefault("lastTransitionTime", ts)
-                    return pod_obj
-            conditions.append(
-                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
-                 "lastProbeTime": None, "lastTransitionTime": ts}
-            )  # fmt: skip
-            return pod_obj
-
         with contextlib.suppress(ApiError):
-            self._store.mutate("pods", meta["name"], meta["namespace"], condition, subresource="status")
-        previous = self._failed.get(key)
-        if previous is not None and previous[1] == message:
-            self._count_event(meta["namespace"], previous[0])
-        else:
-            event = self._event(obj, "Warning", "FailedScheduling", message, "Scheduling")
-            if event is not None:
-                self._failed[key] = (event, message)
+            self._store.mutate(
+                "pods",
+                meta["name"],
+                meta["namespace"],
+                lambda pod_obj: mark_unschedulable(pod_obj, message, ts),
+                subresource="status",
+            )
+        self._events.emit(obj, WARNING, "FailedScheduling", message, "Scheduling")
         settings = self._settings
         backoff = min(
             settings.scheduler_max_backoff, settings.scheduler_initial_backoff * 2 ** (attempts - 1)
@@ -670,54 +584,6 @@ class Scheduler:
         if self._unschedulable.get(key) == attempts:
             self._queue[key] = None
             self._wake.set()
-
-    def _event(
-        self, pod_obj: dict[str, Any], etype: str, reason: str, message: str, action: str
-    ) -> str | None:
-        """A core v1 Event about the pod from default-scheduler; its name (None when not written)."""
-        meta = pod_obj["metadata"]
-        wall = self._timers.wall()
-        ts = format_timestamp(wall)
-        name = f"{meta['name']}.{int(wall * 1e9) + next(self._event_seq):x}"
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": name, "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": "v1", "kind": "Pod", "namespace": meta["namespace"], "name": meta["name"],
-                "uid": meta.get("uid", ""), "resourceVersion": meta.get("resourceVersion", ""),
-            },
-            "reason": reason,
-            "message": message,
-            "type": etype,
-            "action": action,
-            "source": {"component": SCHEDULER_NAME},
-            "reportingComponent": SCHEDULER_NAME,
-            "reportingInstance": f"{SCHEDULER_NAME}-gpuhealth-sim",
-            "firstTimestamp": ts,
-            "lastTimestamp": ts,
-            "eventTime": None,
-            "count": 1,
-        }  # fmt: skip
-        try:
-            self._store.create("events", event, namespace=meta["namespace"], validate=False)
-        except ApiError as exc:
-            log.info(
-                "scheduler: event for %s/%s not written: %s", meta["namespace"], meta["name"], exc.message
-            )
-            return None
-        return name
-
-    def _count_event(self, namespace: str, name: str) -> None:
-        ts = format_timestamp(self._timers.wall())
-
-        def fn(obj: dict[str, Any]) -> dict[str, Any]:
-            obj["count"] = int(obj.get("count") or 1) + 1
-            obj["lastTimestamp"] = ts
-            return obj
-
-        with contextlib.suppress(ApiError):
-            self._store.mutate("events", name, namespace, fn)
 
 
 class _DraCycle:
@@ -733,11 +599,3 @@ class _DraCycle:
 
 class _Relist(Exception):
     """A watch of the scheduler's informers ended: list and watch again."""
-
-
-class _Unresolvable(Exception):
-    """The pod cannot be scheduled on any node until something else changes (a claim appears)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason

@@ -4,8 +4,9 @@
 `filter_node` runs the default profile's filters in kube-scheduler's order (NodeUnschedulable,
 TaintToleration, NodeAffinity, NodeResourcesFit) and returns the reasons a node fails, worded
 as kube-scheduler words them, so `failed_scheduling_message` can aggregate them into its
-"0/N nodes are available: ..." line. `score_node` is least-allocated over the resources the
-pod asks for. No store, no clock.
+"0/N nodes are available: ..." line, which `mark_unschedulable` puts in the pod's PodScheduled
+condition. `score_node` is least-allocated over the resources the pod asks for. No store, no
+clock.
 """
 
 from __future__ import annotations
@@ -357,3 +358,25 @@ def failed_scheduling_message(total: int, reasons: Mapping[str, int], resolvable
         verdicts.append(f"{total - resolvable} Preemption is not helpful for scheduling")
     text += f" preemption: 0/{total} nodes are available: {', '.join(sorted(verdicts))}."
     return text
+
+
+def mark_unschedulable(pod_obj: dict[str, Any], message: str, ts: str) -> dict[str, Any] | None:
+    """The pod with PodScheduled=False/Unschedulable saying `message` (at `ts` when it changes);
+    None when it already says so."""
+    status = pod_obj.setdefault("status", {})
+    status.setdefault("phase", "Pending")
+    conditions = status.setdefault("conditions", [])
+    for cond in conditions:
+        if cond.get("type") == "PodScheduled":
+            if cond.get("status") == "False" and cond.get("message") == message:
+                return None
+            if cond.get("status") != "False":
+                cond["lastTransitionTime"] = ts
+            cond.update(status="False", reason="Unschedulable", message=message)
+            cond.setdefault("lastTransitionTime", ts)
+            return pod_obj
+    conditions.append(
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+         "lastProbeTime": None, "lastTransitionTime": ts}
+    )  # fmt: skip
+    return pod_obj

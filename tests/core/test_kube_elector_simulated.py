@@ -211,7 +211,9 @@ async def eventually(check: Callable[[], bool], what: str, seconds: float = WAIT
 
 
 async def test_two_electors_racing_one_leads(network: Network, replicas: Callable[..., Replica]) -> None:
-    a, b = replicas("a"), replicas("b")
+    # A patient lease: "never both, and the leader keeps it" must hold even when the machine
+    # stalls a process for seconds; renewals still come every retry period.
+    a, b = replicas("a", PATIENT), replicas("b", PATIENT)
     a.start()
     b.start()
     await eventually(

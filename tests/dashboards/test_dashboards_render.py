@@ -82,7 +82,7 @@ def test_job_names_come_from_the_rules_config(tmp_path: Path) -> None:
 
 
 def test_the_cli_is_registered_under_gpuhealth() -> None:
-    from gpuhealth.cli import build_parser
+    from gpuhealth_cli.main import build_parser
 
     args = build_parser().parse_args(["dashboards", "render", "--check"])
     assert args.check and args.prog == "gpuhealth dashboards render"

@@ -2,8 +2,9 @@
 
 Aspects: the image's entry point is the `gpuhealth` console script the package declares, and no
 manifest overrides it (`command`), so each container's `args` go to that script; every
-container's first argument is a subcommand the script accepts; the image copies every package
-setuptools packs (the CLI registers all of them at start) and its build context admits them;
+container's first argument is a subcommand the script accepts; the image copies exactly the
+packages setuptools packs, none of the harness (simulator, demo, bench, dashboards, the loopback
+servers of gpuhealth.testing), and its build context admits them and leaves the loopback servers out;
 the default user is non-root and is the one the responder's pod runs as.
 """
 
@@ -17,11 +18,13 @@ from typing import Any
 
 import pytest
 
-from gpuhealth.cli import build_parser
+from gpuhealth_cli.main import build_parser
 from tests.deploy.manifests import OVERLAYS, ROOT, build
 
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+HARNESS = {"simulator", "demo", "bench", "dashboards", "tests", "tools", "deploy"}
+"""Top-level directories of the checkout that are no part of the product."""
 
 
 def _instructions(name: str) -> list[str]:
@@ -68,25 +71,31 @@ def test_every_containers_args_parse_as_the_cli_accepts_them(overlay: str) -> No
     assert subcommands == {"exporter", "responder"}
 
 
-def test_the_image_holds_every_package() -> None:
-    packed = {p.rstrip("*") for p in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]}
+def test_the_image_holds_the_product_s_packages_and_nothing_of_the_harness() -> None:
+    find = PYPROJECT["tool"]["setuptools"]["packages"]["find"]
+    packed = {p.rstrip("*").split(".")[0] for p in find["include"]}
     copied = {
         source.rstrip("/")
         for c in _instructions("COPY")
         if not c.startswith("--from")
         for source in c.split()[:-1]
     }
-    assert packed <= copied, f"not copied: {sorted(packed - copied)}"
-    ignore = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()]
-    ignore = [line for line in ignore if line and not line.startswith("#")]
+    assert copied - {"pyproject.toml", "README.md"} == packed
+    assert not packed & HARNESS, packed
+    assert find["exclude"] == ["gpuhealth.testing*"]
     for source in sorted(copied):
-        admitted = False
-        for pattern in ignore:  # later lines win, as in Docker
-            negated = pattern.startswith("!")
-            if fnmatch.fnmatch(source, pattern.lstrip("!").rstrip("/")):
-                admitted = negated
-        assert admitted, f"{source} is copied but .dockerignore leaves it out of the build context"
+        assert _in_build_context(source), f"{source} is copied but .dockerignore leaves it out"
         assert (ROOT / source).exists(), source
+    assert not _in_build_context("gpuhealth/testing"), "the loopback servers are in the build context"
+
+
+def _in_build_context(path: str) -> bool:
+    ignore = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()]
+    admitted = False
+    for pattern in [line for line in ignore if line and not line.startswith("#")]:
+        if fnmatch.fnmatch(path, pattern.lstrip("!").rstrip("/")):  # later lines win, as in Docker
+            admitted = pattern.startswith("!")
+    return admitted
 
 
 def test_the_default_user_is_the_responders_non_root_user() -> None:

@@ -24,9 +24,9 @@ import yaml
 from exporter.cli import parse_since, run_devices, run_replay
 from exporter.directory import Directory, open_store
 from exporter.observer import persist
-from gpuhealth.cli import build_parser, main
 from gpuhealth.clock import ManualClock
 from gpuhealth.tables import human_duration
+from gpuhealth_cli.main import build_parser, main
 from tests.exporter.fixtures.builders import DRIVER, claim, container, gpu_uuid, lease, pod, resource, slice_
 
 U0, U1, D0 = gpu_uuid("node-1", 0), gpu_uuid("node-1", 1), gpu_uuid("node-2", 0)

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from gpuhealth.cli import main
 from gpuhealth.testing.loopback import ScrapeJob, child_process, free_port, run_prometheus, wait_until
+from gpuhealth_cli.main import main
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

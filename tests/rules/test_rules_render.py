@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuhealth.cli import main
 from gpuhealth.kube.lease import ElectionSettings
+from gpuhealth_cli.main import main
 from responder.reconciler import ReconcilerSettings
 from rules.render import (
     DEFAULT_CONFIG,

@@ -2,10 +2,11 @@
 
 Aspects: mutate writes nothing for a no-op and one event for a change; the status subresource
 takes only status; internal creates keep status while API-client creates reset it; emptying the
-finalizers of a deleting object removes it; watches replay, follow live, end on close, end after
-overflowing their queue, and end when their CRD goes; a resourceVersion older than the window is
-410; the clock stamps creation and deletion times; eviction listeners hear each served eviction
-(with the pod as it was), never a dry run or a plain deletion.
+finalizers of a deleting object removes it; a dry-run delete answers what a delete would do (a
+namespace Terminating, a finalizer added) and changes nothing; watches replay, follow live, end
+on close, end after overflowing their queue, and end when their CRD goes; a resourceVersion
+older than the window is 410; the clock stamps creation and deletion times; eviction listeners
+hear each served eviction (with the pod as it was), never a dry run or a plain deletion.
 """
 
 from __future__ import annotations
@@ -87,6 +88,21 @@ def test_emptying_finalizers_of_a_deleting_object_removes_it() -> None:
     with pytest.raises(ApiError) as exc:
         store.get("configmaps", "held", "default")
     assert exc.value.code == 404
+
+
+def test_a_dry_run_delete_changes_nothing_whatever_holds_the_object() -> None:
+    store = Store(ManualClock())
+    store.finalizing_controllers = True  # a namespace then turns Terminating, others get a finalizer
+    store.create("namespaces", {"metadata": {"name": "team"}}, validate=False)
+    store.create("configmaps", _cm("held", finalizers=["x/y"]), validate=False)
+    before = store.resource_version
+    answered = store.delete("namespaces", "team", dry_run=True)
+    assert answered["status"]["phase"] == "Terminating" and answered["metadata"]["deletionTimestamp"]
+    held = store.delete("configmaps", "held", "default", dry_run=True, policy="Orphan")
+    assert held["metadata"]["finalizers"] == ["x/y", "orphan"] and held["metadata"]["deletionTimestamp"]
+    assert store.resource_version == before
+    assert store.get("namespaces", "team")["status"]["phase"] == "Active"
+    assert "deletionTimestamp" not in store.get("configmaps", "held", "default")["metadata"]
 
 
 async def test_watch_replays_synthetic_adds_then_follows_live_and_ends_on_close() -> None:
