@@ -14,8 +14,11 @@
 - `Timeline` (`timeline`): the scenario's faults in simulated time;
 - `controllers`: kube-controller-manager's part (`controller_manager`), on the store's watches.
 
-Components never import each other: what one needs from another is a constructor argument
-(a callable or a `Protocol`), bound here. This is the fleet's public face for the runner,
+The node agents (kubelet, pod runner, device plugin, DRA driver, checkpoint agent) reach the
+API only through `node_api` (`NodeApi`; here the in-process `StoreNodeApi`); the scheduler and
+the controllers are the simulated control plane and use the store itself. Components never
+import each other: what one needs from another is a constructor argument (a callable or a
+`Protocol`), bound here. This is the fleet's public face for the runner,
 the CLI, the NVML view, the demo and the tests.
 """
 
@@ -40,6 +43,7 @@ from simulator.fleet.extender_client import ExtenderConfig
 from simulator.fleet.health import Gpu
 from simulator.fleet.job_controller import JobController
 from simulator.fleet.kubelet import Kubelet
+from simulator.fleet.node_api import NodeApi, PodEntry, StoreNodeApi
 from simulator.fleet.node_lifecycle import NodeLifecycleController
 from simulator.fleet.pod_runner import PodRunner
 from simulator.fleet.scheduler import Scheduler
@@ -50,7 +54,7 @@ from simulator.fleet.writes import PodStatusWriter, create_ignore_exists
 from simulator.model import DEVICE_PLUGIN, DRA, Fault, Scenario, node_slots, place_workloads
 
 if TYPE_CHECKING:
-    from simulator.apiserver.store import Store, Watch
+    from simulator.apiserver.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -81,28 +85,30 @@ class Fleet:
         """Replacement pods waiting for a node with usable GPUs, by namespace/name."""
         self.listeners: list[Callable[[FleetEvent], None]] = []
         self._started = False
-        self._pod_watch: Watch | None = None
+        self.node_api: NodeApi = StoreNodeApi(store)
+        """How the node agents reach the API server (`node_api`): here the in-process store."""
         # One generator for every generated name, so a seed builds the same objects each run.
         rng = random.Random(scenario.settings.seed)
         settings = scenario.settings
         timers = self.timers
 
-        pod_status = PodStatusWriter(store, timers.wall, self.pod_deleted)
+        api = self.node_api
+        pod_status = PodStatusWriter(api, timers.wall, self.pod_deleted)
         drivers: dict[str, DeviceDriver] = {}
         self.kubelet = Kubelet(
-            store, settings, timers, self.nodes, self.pods, drivers, pod_status, self._emit,
+            api, settings, timers, self.nodes, self.pods, drivers, pod_status, self._emit,
             pod_finished=lambda _pod: self.jobs.update(),
             synced=lambda node: self.pod_runner.node_synced(node),
         )  # fmt: skip
-        self.checkpoints = CheckpointAgent(store, timers)
+        self.checkpoints = CheckpointAgent(api, timers)
         self.pod_runner = PodRunner(
-            store, settings, timers, self.nodes, self.pods, self.pending, drivers, pod_status,
+            api, settings, timers, self.nodes, self.pods, self.pending, drivers, pod_status,
             self.checkpoints, self.kubelet.allocated, terminating=self._pod_terminating,
         )  # fmt: skip
         # Deleting a pod of a simulated node is graceful: its kubelet stops it, then removes it.
         store.pod_runs = self.pod_runner.runs
         self.device_plugin = DevicePlugin(self.kubelet.push)
-        self.dra_driver = DraDriver(store, settings, timers.wall, rng, self.kubelet.push)
+        self.dra_driver = DraDriver(api, settings, timers.wall, rng, self.kubelet.push)
         drivers[DEVICE_PLUGIN] = self.device_plugin
         drivers[DRA] = self.dra_driver
         self.node_lifecycle = NodeLifecycleController(store, settings, timers, pod_status, self._emit)
@@ -161,8 +167,7 @@ class Fleet:
         self.timers.stop()
         self.scheduler.stop()
         self.controllers.close()
-        if self._pod_watch is not None:
-            self._pod_watch.close()
+        self.node_api.close()
 
     def _emit(self, event: FleetEvent) -> None:
         for listener in list(self.listeners):
@@ -181,7 +186,7 @@ class Fleet:
         sc = self.scenario
         wall = self.wall()
         for ns in sorted({"default", "kube-node-lease", *(w.namespace for w in sc.workloads)}):
-            create_ignore_exists(self.store, "namespaces", objects.namespace(ns))
+            create_ignore_exists(self.node_api, "namespaces", objects.namespace(ns))
         written = 0
         index = 0
         for group in sc.fleet:
@@ -259,27 +264,17 @@ class Fleet:
             await controllers
 
     async def _follow_pod_deletions(self) -> None:
-        while not self.timers.stopped:
-            watch = self.store.watch("pods", resource_version=str(self.store.resource_version))
-            self._pod_watch = watch
-            try:
-                while True:
-                    item = await watch.next_entry()
-                    if item is None:
-                        break
-                    etype, entry = item
-                    if etype == "DELETED":
-                        self.pod_deleted(entry.namespace, entry.name)
-                    else:
-                        self.pod_runner.observe(etype, entry)
-            finally:
-                watch.close()
-                self._pod_watch = None
-            if not self.timers.stopped:
-                self._resync_pods()  # the watch fell behind and was ended: compare with a list
+        await self.node_api.follow_pods(
+            self.nodes, self._pod_event, self._resync_pods, lambda: self.timers.stopped
+        )
 
-    def _resync_pods(self) -> None:
-        entries, _ = self.store.list_entries("pods")
+    def _pod_event(self, etype: str, entry: PodEntry) -> None:
+        if etype == "DELETED":
+            self.pod_deleted(entry.namespace, entry.name)
+        else:
+            self.pod_runner.observe(etype, entry)
+
+    def _resync_pods(self, entries: list[PodEntry]) -> None:
         present = {f"{e.namespace}/{e.name}" for e in entries}
         for key in [k for k in self.pods if k not in present]:
             namespace, name = key.split("/", 1)
