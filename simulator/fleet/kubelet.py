@@ -91,6 +91,21 @@ class Kubelet:
             self._api.create(_LEASES, lease)
         node.renewed_at = self._timers.now()
 
+    def post_ready(self, node: SimNode) -> None:
+        """The kubelet posts its node status again (it was stopped or cut off): Ready=True, now.
+
+        What brings a node back under a real node lifecycle controller, which only ever sets
+        Ready to Unknown; the simulated one writes Ready=True itself (`node_lifecycle`).
+        """
+        ts = format_timestamp(self._timers.wall())
+
+        def fn(obj: dict[str, Any]) -> dict[str, Any]:
+            kept = [c for c in obj["status"].get("conditions", []) if c.get("type") != "Ready"]
+            obj["status"]["conditions"] = [*kept, objects.ready_condition("True", ts)]
+            return obj
+
+        self._api.mutate("nodes", node.name, None, fn, subresource="status")
+
     # ------------------------------------------------------------------ pod status
 
     def admit(

@@ -46,8 +46,8 @@ class PodEntry(Protocol):
 
 OnPod = Callable[[str, PodEntry], None]
 """(event type, pod) of a pod added, modified or deleted."""
-OnRelist = Callable[[list[PodEntry]], None]
-"""Every pod the watch covers, after a watch ended and the agent listed again."""
+OnRelist = Callable[[Collection[str] | None, list[PodEntry]], None]
+"""(nodes, pods): every pod bound to those nodes (None: every pod), listed again after a watch ended."""
 
 
 class NodeApi(Protocol):
@@ -139,7 +139,7 @@ class StoreNodeApi:
                 self._watch = None
             if not stopped() and not self._closed:
                 entries, _ = self._store.list_entries(PODS)  # the watch fell behind and was ended
-                on_relist(list(entries))
+                on_relist(None, list(entries))
             await asyncio.sleep(0)
 
     def close(self) -> None:
