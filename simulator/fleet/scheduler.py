@@ -191,7 +191,7 @@ class Scheduler:
                 continue
             if node.is_dra and rules is None:
                 rules = self._store.list("devicetaintrules.resource.k8s.io")[0]
-            blocked = blocked_devices(node, obj, rules or [])
+            blocked = blocked_devices(node, rules or [])
             if node.is_dra:
                 # Devices the claims of clients' pods hold are not in the fleet's free slots.
                 held = self.cache.in_use

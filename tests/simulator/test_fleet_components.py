@@ -166,19 +166,14 @@ def sim_node(path: str) -> SimNode:
     return node
 
 
-def node_obj(annotation: str | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": "n-0"}
-    if annotation is not None:
-        meta["annotations"] = {"gpuhealth.io/quarantined-devices": annotation}
-    return {"metadata": meta, "spec": {}}
-
-
-def test_device_plugin_filters_unhealthy_and_quarantined_devices_and_a_broken_stream() -> None:
+def test_device_plugin_filters_only_what_the_plugin_reports_unhealthy_and_a_broken_stream() -> None:
     node = sim_node(DEVICE_PLUGIN)
     node.gpus[1].reported = UNHEALTHY
-    assert blocked_devices(node, node_obj("gpu-2, GPU-3"), []) == {1, 2, 3}
+    # Quarantined devices the plugin still reports Healthy are not the kubelet's business: the
+    # annotation lives on the Node, which `blocked_devices` does not even take.
+    assert blocked_devices(node, []) == {1}
     node.stream_ok = False
-    assert blocked_devices(node, node_obj(), []) == {0, 1, 2, 3}
+    assert blocked_devices(node, []) == {0, 1, 2, 3}
 
 
 def test_dra_filters_slice_taints_and_matching_device_taint_rules_but_not_health() -> None:
@@ -195,8 +190,8 @@ def test_dra_filters_slice_taints_and_matching_device_taint_rules_but_not_health
         rule("PreferNoSchedule", device="gpu-3"),
         rule("NoSchedule", driver="other.driver"),
     ]
-    assert blocked_devices(node, node_obj(), rules) == {1, 2}
-    assert blocked_devices(node, node_obj(), [rule("NoSchedule", driver="gpu.nvidia.com")]) == {0, 1, 2, 3}
+    assert blocked_devices(node, rules) == {1, 2}
+    assert blocked_devices(node, [rule("NoSchedule", driver="gpu.nvidia.com")]) == {0, 1, 2, 3}
 
 
 def test_freed_slots_go_back_in_allocation_order() -> None:
