@@ -1,19 +1,24 @@
 """`gpuhealth sim`: serve a simulated cluster running a scenario, and print what happens.
 
 Entry point only: argument parsing and progress output; signals are handled by
-`gpuhealth.http.stop_on_signals`. The cluster itself is `simulator.runner.SimulatedCluster`.
-Exit codes: 0 stopped as asked, 1 failed at run time (a taken port, a broken built-in), 2 bad
-flags or scenario file.
+`gpuhealth.http.stop_on_signals`. The cluster itself is `simulator.runner.SimulatedCluster`
+(`--control-plane simulated`, the default), or a real control plane built from upstream,
+`simulator.controlplane.ControlPlane` (`--control-plane real`).
+Exit codes: 0 stopped as asked, 1 failed at run time (a taken port, a broken built-in, a
+component that would not start), 2 bad flags or scenario file.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gpuhealth.cliargs import (
     CommandFailed,
@@ -32,7 +37,10 @@ from simulator.apiserver.versions import KubernetesVersion, parse_feature_gates
 from simulator.fleet import DeviceHealthChanged, FaultApplied, FleetEvent, NodeChanged
 from simulator.fleet.extender_client import SchedulerConfigError
 from simulator.runner import SimulatedCluster
-from simulator.scenario import ScenarioError, list_builtins, resolve
+from simulator.scenario import Scenario, ScenarioError, list_builtins, resolve
+
+if TYPE_CHECKING:  # imported when used: the real control plane needs the dev extra (cryptography)
+    from simulator.controlplane import ControlPlane
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,6 +54,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--scenario", default="xid-and-unknown", help="built-in name or YAML file (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--control-plane",
+        choices=("simulated", "real"),
+        default="simulated",
+        help="simulated: the in-process apiserver and controllers (fast, the default); real: etcd, "
+        "kube-apiserver, kube-controller-manager and kube-scheduler built by tools/upstream/build.py",
     )
     parser.add_argument(
         "--listen",
@@ -64,14 +79,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--kubernetes-version",
         choices=SUPPORTED_VERSIONS,
         default=DEFAULT_VERSION,
-        help="the Kubernetes version the API serves as: /version, DeviceTaintRule versions "
-        "(default: %(default)s)",
+        help="the Kubernetes version the API serves as: /version, DeviceTaintRule versions; with "
+        "--control-plane real, which pinned build runs (default: %(default)s)",
     )
     parser.add_argument(
         "--feature-gates",
         metavar="GATE=BOOL,...",
         default="",
-        help="apiserver feature gates, e.g. DRADeviceTaintRules=true (off by default on 1.36)",
+        help="feature gates, e.g. DRADeviceTaintRules=true (off by default on 1.36; the real control "
+        "plane turns on what gpuhealth needs and passes any gate to every component)",
     )
     parser.add_argument(
         "--token-file", default=None, help="require this bearer token (file content) from clients"
@@ -138,7 +154,10 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError(f"--token-file {args.token_file}: the file is empty")
         scenario = resolve(args.scenario)
         try:
-            version = KubernetesVersion(args.kubernetes_version, parse_feature_gates(args.feature_gates))
+            gates = parse_feature_gates(args.feature_gates)
+            if args.control_plane == "real":
+                return _run_real(args, scenario, gates, out)
+            version = KubernetesVersion(args.kubernetes_version, gates)
         except ValueError as exc:
             raise UsageError(f"--feature-gates: {exc}") from exc
     except ScenarioError as exc:
@@ -199,6 +218,119 @@ async def _serve(
                 flush=True,
             )
     return 0
+
+
+# ----- --control-plane real ---------------------------------------------------------------------
+
+
+class _Interrupted(Exception):
+    """SIGINT or SIGTERM while the real control plane starts or stops."""
+
+
+@contextmanager
+def _signals_raise() -> Iterator[None]:
+    """Within the block SIGINT and SIGTERM raise `_Interrupted` (outside the event loop)."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise _Interrupted(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """While the control plane stops: a second Ctrl-C must not leave half of it running."""
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run_real(args: argparse.Namespace, scenario: Scenario, gates: dict[str, bool], out: TextIO) -> int:
+    """Start the real control plane, serve it until a signal (or --duration), stop it."""
+    from simulator.controlplane import ControlPlane, ControlPlaneError, ControlPlaneSettings
+
+    for flag, value, default in (
+        ("--listen", args.listen, ("127.0.0.1", 0)),
+        ("--token-file", args.token_file, None),
+    ):
+        if value != default:
+            raise UsageError(
+                f"{flag} applies to --control-plane simulated: the real kube-apiserver serves TLS on a "
+                "free loopback port and authenticates with client certificates and service-account tokens"
+            )
+    settings = ControlPlaneSettings(
+        kubernetes=args.kubernetes_version,
+        feature_gates=gates,
+        kubeconfig_out=Path(args.kubeconfig_out) if args.kubeconfig_out else None,
+        scheduler_config=Path(args.scheduler_config) if args.scheduler_config else None,
+    )
+    plane = ControlPlane(settings)
+    print(
+        f"gpuhealth sim: real control plane, Kubernetes {settings.kubernetes} "
+        f"(etcd, kube-apiserver, kube-controller-manager, kube-scheduler); starting...",
+        file=out,
+        flush=True,
+    )
+    try:
+        try:
+            with _signals_raise():
+                plane.start()
+                timings = ", ".join(f"{k} {v:.1f} s" for k, v in plane.timings.items())
+                print(f"started ({timings})", file=out)
+                print(f"API server: {plane.url}", file=out)
+                print(f"kubeconfig: {plane.kubeconfig_path}", file=out)
+                print(f"work directory (logs, audit.log): {plane.workdir}", file=out, flush=True)
+        except _Interrupted:
+            return 0  # stopped as asked, before it was serving
+        except ControlPlaneError as exc:
+            raise CommandFailed(str(exc)) from exc
+        return asyncio.run(_serve_real(plane, scenario, args, out))
+    finally:
+        with _signals_ignored():
+            plane.stop()
+
+
+async def _serve_real(plane: ControlPlane, scenario: Scenario, args: argparse.Namespace, out: TextIO) -> int:
+    from simulator.controlplane import ControlPlaneError
+
+    stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    with stop_on_signals(stop):
+        if not _fleet_as_nodes(plane, scenario):
+            print(
+                f"the scenario's fleet ({scenario.name}: {len(scenario.nodes)} nodes) does not run as nodes "
+                "of a real control plane yet: serving the bare control plane (no nodes, no GPUs). "
+                f"Try: KUBECONFIG={plane.kubeconfig_path} kubectl get --raw /readyz (Ctrl-C stops)",
+                file=out,
+                flush=True,
+            )
+        if args.duration is not None:
+            asyncio.get_running_loop().call_later(args.duration / args.speed, complete, stop)
+        while not stop.done():
+            try:
+                plane.check_running()
+            except ControlPlaneError as exc:
+                raise CommandFailed(str(exc)) from exc
+            await asyncio.wait([stop], timeout=1.0)
+    print("stopping the control plane", file=out, flush=True)
+    return 0
+
+
+def _fleet_as_nodes(plane: ControlPlane, scenario: Scenario) -> bool:
+    """Run the scenario's nodes as agents of `plane` (kubelets, device plugins, DRA drivers over
+    HTTP); whether they run.
+
+    The seam that runs the simulator's node agents against any apiserver is not in this tree
+    yet: until it is, there is no fleet, and the caller says so rather than pretend.
+    """
+    return False
 
 
 def _stamp(time_s: float, wall: float) -> str:

@@ -9,8 +9,12 @@ Markers (declared in pyproject.toml):
   (`make unit`) is the fast loop and must stay under a minute; in-process aiohttp test
   servers, promtool/amtool and short-lived `gpuhealth` commands are fine there.
 - `slow`: the test takes more than a few seconds, whatever it starts.
-The guard below holds the first rule for Prometheus, Alertmanager and the simulated cluster:
-an unmarked test that starts one fails with a hint, instead of slowing the fast loop.
+- `controlplane`: the test starts the real control plane (`simulator.controlplane`: etcd and
+  the Kubernetes servers built from upstream); it is an integration test too, so it carries
+  both. `pytest -m controlplane` runs that tier alone (`tests/controlplane/`).
+The guards below hold these rules for Prometheus, Alertmanager, the simulated cluster and the
+real control plane: an unmarked test that starts one fails with a hint, instead of slowing the
+fast loop.
 """
 
 from __future__ import annotations
@@ -48,20 +52,40 @@ SERVER_STARTERS = (
     "simulator.testing.ClusterHandle.start",
 )
 """Every way a test starts Prometheus, Alertmanager or the simulated cluster."""
+CONTROL_PLANE_STARTERS = ("simulator.controlplane.cluster.ControlPlane.start",)
+"""Every way a test starts the real control plane."""
 
 
-@pytest.fixture(autouse=True)
-def _servers_only_in_integration(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make an unmarked test that starts a real server fail, naming the marker it lacks."""
-    if request.node.get_closest_marker("integration") is not None:
-        return
-    for target in SERVER_STARTERS:
+def _refuse(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, targets: tuple[str, ...], marks: str
+) -> None:
+    for target in targets:
 
         def refuse(*args: Any, _target: str = target, **kwargs: Any) -> NoReturn:
             pytest.fail(
-                f"{request.node.nodeid} starts a real server ({_target}): mark it "
-                "@pytest.mark.integration (see tests/conftest.py)",
+                f"{request.node.nodeid} starts a real server ({_target}): mark it {marks} "
+                "(see tests/conftest.py)",
                 pytrace=False,
             )
 
         monkeypatch.setattr(target, refuse)
+
+
+@pytest.fixture(autouse=True)
+def _servers_only_in_integration(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make an unmarked test that starts a real server fail, naming the marker it lacks.
+
+    Fixtures of a wider scope (a module's cluster) are set up before this one and are not
+    guarded: the real control plane's fixtures (tests/controlplane/conftest.py) check the marks
+    of the module they serve themselves."""
+    integration = request.node.get_closest_marker("integration") is not None
+    controlplane = request.node.get_closest_marker("controlplane") is not None
+    if not integration:
+        _refuse(request, monkeypatch, SERVER_STARTERS, "@pytest.mark.integration")
+    if not (integration and controlplane):
+        _refuse(
+            request,
+            monkeypatch,
+            CONTROL_PLANE_STARTERS,
+            "@pytest.mark.integration and @pytest.mark.controlplane",
+        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -72,6 +73,39 @@ def find(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
 def container(workload: dict[str, Any]) -> dict[str, Any]:
     [only] = workload["spec"]["template"]["spec"]["containers"]
     return only
+
+
+def local_args(
+    spec: dict[str, Any],
+    *,
+    downward: dict[str, str],
+    mounts: dict[str, Path],
+    port: int,
+    swaps: dict[str, str],
+) -> list[str]:
+    """A container's args as the pod would run them, with loopback and local stand-ins."""
+    env: dict[str, str] = {}
+    for var in spec.get("env", []):
+        if "value" in var:
+            env[var["name"]] = var["value"]
+        else:
+            env[var["name"]] = downward[var["valueFrom"]["fieldRef"]["fieldPath"]]
+    mounted = {m["mountPath"]: m for m in spec.get("volumeMounts", [])}
+    assert set(mounts) == set(mounted), f"stand-ins for {sorted(mounts)}, mounts {sorted(mounted)}"
+    out = []
+    for arg in spec["args"]:
+        arg = re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], arg)
+        flag, _, value = arg.partition("=")
+        if flag == "--listen":
+            value = f"127.0.0.1:{port}"
+        elif flag in swaps:
+            value = swaps[flag]
+        elif value.startswith("/"):
+            [mount] = [m for m in mounted if value.startswith(m.rstrip("/") + "/")] or [None]
+            assert mount is not None, f"{arg}: not under any volume mount of the container"
+            value = str(mounts[mount] / value.removeprefix(mount.rstrip("/") + "/"))
+        out.append(f"{flag}={value}" if value else flag)
+    return out
 
 
 # ----- schemas -------------------------------------------------------------------------------

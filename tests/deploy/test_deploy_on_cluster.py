@@ -22,12 +22,9 @@ from __future__ import annotations
 
 import copy
 import json
-import re
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,16 +35,22 @@ import yaml
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.transport import KubeTransport
-from gpuhealth.testing.loopback import child_process, free_port, http_ok, log_tail, wait_until
 from responder.breaker import BreakerState
 from responder.breaker_store import AuditEntry, BreakerStore
 from responder.recorder import QUARANTINES, Recorder
 from responder.records import Phase
 from simulator.apiserver.kubeconfig import write_kubeconfig
 from simulator.testing import running_cluster
-from tests.deploy.manifests import CRD_FILE, NAMESPACE, build, container, crd_schema, find, schema_errors
+from tests.deploy.manifests import (
+    CRD_FILE,
+    NAMESPACE,
+    build,
+    crd_schema,
+    schema_errors,
+)
 from tests.deploy.rbac import Call, grants, unauthorized, unused, user
 from tests.support.flows import NS, SCENARIO, World, prepare
+from tests.support.services import REPLICAS, exporter_run, leaders, responder_runs, running
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -79,39 +82,6 @@ def _kubeconfig(tmp: Path, url: str, account: str) -> Path:
     return path
 
 
-def local_args(
-    spec: dict[str, Any],
-    *,
-    downward: dict[str, str],
-    mounts: dict[str, Path],
-    port: int,
-    swaps: dict[str, str],
-) -> list[str]:
-    """A container's args as the pod would run them, with loopback and local stand-ins."""
-    env: dict[str, str] = {}
-    for var in spec.get("env", []):
-        if "value" in var:
-            env[var["name"]] = var["value"]
-        else:
-            env[var["name"]] = downward[var["valueFrom"]["fieldRef"]["fieldPath"]]
-    mounted = {m["mountPath"]: m for m in spec.get("volumeMounts", [])}
-    assert set(mounts) == set(mounted), f"stand-ins for {sorted(mounts)}, mounts {sorted(mounted)}"
-    out = []
-    for arg in spec["args"]:
-        arg = re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], arg)
-        flag, _, value = arg.partition("=")
-        if flag == "--listen":
-            value = f"127.0.0.1:{port}"
-        elif flag in swaps:
-            value = swaps[flag]
-        elif value.startswith("/"):
-            [mount] = [m for m in mounted if value.startswith(m.rstrip("/") + "/")] or [None]
-            assert mount is not None, f"{arg}: not under any volume mount of the container"
-            value = str(mounts[mount] / value.removeprefix(mount.rstrip("/") + "/"))
-        out.append(f"{flag}={value}" if value else flag)
-    return out
-
-
 def _post(url: str, body: bytes, token: str) -> int:
     request = urllib.request.Request(url, data=body, method="POST")
     request.add_header("Content-Type", "application/json")
@@ -121,12 +91,6 @@ def _post(url: str, body: bytes, token: str) -> int:
             return int(response.status)
     except urllib.error.HTTPError as exc:
         return int(exc.code)
-
-
-def _leading(port: int) -> bool:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return bool(re.search(r"^gpuhealth_responder_leader 1(\.0)?$", text, re.MULTILINE))
 
 
 @pytest.fixture(scope="module")
@@ -142,57 +106,21 @@ def deployed(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Deployed
     (so they do not act on the flows' records)."""
     tmp = tmp_path_factory.mktemp("deployed")
     objects = build("enforcing")
-    exporter = container(find(objects, "DaemonSet", "gpuhealth-exporter"))
-    deployment = find(objects, "Deployment", "gpuhealth-responder")
-    responder = container(deployment)
-    # The token Secret and the config ConfigMap as the kubelet would project them.
-    token_dir, config_dir = tmp / "token", tmp / "config"
-    for directory in (token_dir, config_dir, tmp / "directory"):
-        directory.mkdir()
-    (token_dir / "token").write_text(TOKEN + "\n")
-    config_map = find(objects, "ConfigMap", _volume(deployment, "config")["configMap"]["name"])
-    for name, text in config_map["data"].items():
-        (config_dir / name).write_text(text)
-    exporter_kc = _kubeconfig(tmp, cluster.url, EXPORTER)
-    responder_kc = _kubeconfig(tmp, cluster.url, RESPONDER)
-    python = [sys.executable, "-m", "gpuhealth"]
-    runs: dict[str, tuple[list[str], int]] = {}
-    port = free_port()
-    exporter_args = local_args(
-        exporter,
-        downward={"spec.nodeName": "dra-0"},
-        mounts={"/var/lib/gpuhealth/exporter": tmp / "directory", "/tmp": tmp},
-        port=port,
-        swaps={"--nvml": f"sim:{cluster.url}"},
+    (tmp / "directory").mkdir()
+    runs = responder_runs(objects, tmp, token=TOKEN, kubeconfig=_kubeconfig(tmp, cluster.url, RESPONDER))
+    runs["exporter"] = exporter_run(
+        objects,
+        tmp,
+        directory=tmp / "directory",
+        node="dra-0",
+        nvml=f"sim:{cluster.url}",
+        kubeconfig=_kubeconfig(tmp, cluster.url, EXPORTER),
     )
-    runs["exporter"] = ([*exporter_args, f"--kubeconfig={exporter_kc}"], port)
-    for replica in ("gpuhealth-responder-a", "gpuhealth-responder-b"):
-        port = free_port()
-        responder_args = local_args(
-            responder,
-            downward={"metadata.name": replica, "metadata.namespace": NAMESPACE},
-            mounts={"/etc/gpuhealth/token": token_dir, "/etc/gpuhealth/config": config_dir},
-            port=port,
-            swaps={"--prometheus-url": f"http://127.0.0.1:{free_port()}"},
-        )
-        runs[replica] = ([*responder_args, f"--kubeconfig={responder_kc}"], port)
     result = Deployed()
-    with ExitStack() as stack:
-        procs = {
-            name: stack.enter_context(child_process([*python, *argv], tmp / f"{name}.log"))
-            for name, (argv, _) in runs.items()
-        }
-        for name, (_, port) in runs.items():
-
-            def ready(name: str = name, port: int = port) -> bool:
-                if procs[name].poll() is not None:
-                    raise AssertionError(f"{name} exited:\n{log_tail(tmp / f'{name}.log')}")
-                return http_ok(f"http://127.0.0.1:{port}/readyz")
-
-            result.ready[name] = wait_until(f"{name} ready", ready, timeout=READY_TIMEOUT)
-        replicas = [n for n in runs if n.startswith("gpuhealth-responder")]
-        wait_until("a leader", lambda: [n for n in replicas if _leading(runs[n][1])], timeout=READY_TIMEOUT)
-        result.leaders = [n for n in replicas if _leading(runs[n][1])]
+    with running(runs, tmp, timeout=READY_TIMEOUT) as ready:
+        result.ready = ready
+        result.leaders = leaders(runs, timeout=READY_TIMEOUT)
+        replicas = list(REPLICAS)
         # A resolved alert for a device with no record: recorded as skipped, nothing written.
         alert = {
             "version": "4",
@@ -222,11 +150,6 @@ def deployed(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Deployed
             "token file": _post(url, body, TOKEN),
         }
     return result
-
-
-def _volume(workload: dict[str, Any], name: str) -> dict[str, Any]:
-    [volume] = [v for v in workload["spec"]["template"]["spec"]["volumes"] if v["name"] == name]
-    return volume
 
 
 def test_the_services_run_with_the_manifests_arguments(deployed: Deployed) -> None:

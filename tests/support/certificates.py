@@ -1,5 +1,6 @@
 """Self-signed certificates for TLS tests, made with the `openssl` command (the `cryptography`
-package is not a dependency). Each pair is valid for 127.0.0.1 and localhost for a day."""
+package is only the real control plane's dev dependency). Each pair is valid for 127.0.0.1
+and localhost for a day."""
 
 from __future__ import annotations
 
