@@ -192,14 +192,15 @@ def running_agents(
     Two threads, two event loops: the agents' HTTP calls block theirs, never the API server's.
     """
     resolved = resolve(dict(scenario) if isinstance(scenario, Mapping) else scenario)
-    with _started(ClusterHandle(resolved, speed=speed, token=None, remote_nodes=True)) as cluster:
+    with started(ClusterHandle(resolved, speed=speed, token=None, remote_nodes=True)) as cluster:
         agents = AgentsHandle(resolved, cluster.kubeconfig_path, speed)
-        with _started(agents):
+        with started(agents):
             yield cluster, agents
 
 
 @contextmanager
-def _started(handle: H) -> Iterator[H]:
+def started(handle: H) -> Iterator[H]:
+    """Start a handle for the block, stop it after."""
     handle.start()
     try:
         yield handle

@@ -250,12 +250,16 @@ class Fleet:
         elif self._control is not None:
             self._control.node_lifecycle.monitor(node)
 
-    def _kubelet_back(self, node: SimNode, status: str) -> None:
-        """The node's kubelet writes again: Ready comes back (simulated: its controller writes it)."""
-        if self._control is not None:
-            self._control.node_lifecycle.write_ready(node, status)
-        else:
+    def _kubelet_back(self, node: SimNode) -> None:
+        """The node's kubelet writes again: Ready comes back.
+
+        Simulated control plane: its node lifecycle controller writes Ready=True (when it had
+        written Unknown). Another control plane: the kubelet posts its status, as a real one does.
+        """
+        if self._control is None:
             self.kubelet.post_ready(node)
+        elif node.ready != "True":
+            self._control.node_lifecycle.write_ready(node, "True")
 
     # ------------------------------------------------------------------ pods deleted through the API
 
