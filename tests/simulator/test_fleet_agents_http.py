@@ -12,7 +12,6 @@ on both paths with the same checks; the agents' fleet holds no store at all.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,34 +19,19 @@ from typing import Any
 
 import pytest
 
+from gpuhealth.testing.loopback import wait_until
 from simulator.testing import running_agents, running_cluster
+from tests.support.agents import allocated_statuses, running_by_node, scenario
 
 pytestmark = pytest.mark.integration
 
-SCENARIO: dict[str, Any] = {
-    "name": "agents-http",
-    "fleet": [
-        {"name": "gpu-dra", "count": 1, "gpusPerNode": 4, "path": "dra"},
-        {"name": "gpu-dp", "count": 1, "gpusPerNode": 4, "path": "device-plugin"},
-    ],
-    "workloads": [
-        {
-            "name": "train", "namespace": "research", "kind": "Job", "replicas": 1, "gpusPerPod": 2,
-            "path": "dra", "checkpoint": "annotation",
-        },
-        {
-            "name": "serve", "namespace": "inference", "kind": "Deployment", "replicas": 1,
-            "gpusPerPod": 2, "path": "device-plugin",
-        },
-    ],
-    "timeline": [],
-}  # fmt: skip
+SCENARIO = scenario("gpu")
 SPEED = 5.0
 DEADLINE = 60.0
 
 
 @dataclass
-class Path:
+class Run:
     """One way of running the scenario: what the checks read and how a fault is injected."""
 
     list: Callable[[str], list[dict[str, Any]]]
@@ -64,9 +48,9 @@ def _gpu_index(nodes: dict[str, Any], node: str, resource_id: str) -> int:
 
 
 @contextmanager
-def in_process() -> Iterator[Path]:
+def in_process() -> Iterator[Run]:
     with running_cluster(SCENARIO, speed=SPEED) as cluster:
-        yield Path(
+        yield Run(
             list=lambda resource: cluster.list(resource),
             inject=cluster.inject,
             gpu_of=lambda node, rid: cluster.call(lambda c: _gpu_index(c.fleet.nodes, node, rid)),
@@ -74,12 +58,12 @@ def in_process() -> Iterator[Path]:
 
 
 @contextmanager
-def over_http() -> Iterator[Path]:
+def over_http() -> Iterator[Run]:
     with running_agents(SCENARIO, speed=SPEED) as (cluster, agents):
         # The control plane has no nodes of its own; the agents hold no store: HTTP is all they share.
         assert cluster.call(lambda c: len(c.fleet.nodes)) == 0
         assert agents.call(lambda a: (a.fleet.store, a.fleet.simulated_control_plane)) == (None, False)
-        yield Path(
+        yield Run(
             list=lambda resource: cluster.list(resource),
             inject=agents.inject,
             gpu_of=lambda node, rid: agents.call(lambda a: _gpu_index(a.fleet.nodes, node, rid)),
@@ -87,28 +71,11 @@ def over_http() -> Iterator[Path]:
 
 
 def _wait(what: str, probe: Callable[[], Any]) -> Any:
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        found = probe()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {DEADLINE} s")
-        time.sleep(0.2)
+    return wait_until(what, probe, timeout=DEADLINE)
 
 
-def _statuses(pod: dict[str, Any]) -> list[dict[str, Any]]:
-    return [
-        entry
-        for cs in (pod.get("status") or {}).get("containerStatuses") or ()
-        for entry in cs.get("allocatedResourcesStatus") or ()
-    ]
-
-
-def _running_pods(path: Path) -> list[dict[str, Any]]:
-    pods = [p for p in path.list("pods") if p["metadata"]["namespace"] in ("research", "inference")]
-    ok = len(pods) == 2 and all(p["status"].get("phase") == "Running" and _statuses(p) for p in pods)
-    return pods if ok else []
+def _running_pods(path: Run) -> dict[str, dict[str, Any]]:
+    return running_by_node(path.list("pods"))
 
 
 @pytest.mark.parametrize("run", [in_process, over_http], ids=["in-process", "http"])
@@ -125,12 +92,11 @@ def test_nodes_ready_pods_running_and_a_fault_in_pod_status(run: Callable[[], An
         slices = path.list("resourceslices.resource.k8s.io")
         assert [s["spec"]["nodeName"] for s in slices] == ["gpu-dra-0"]
 
-        pods = _wait("both pods Running with allocatedResourcesStatus", lambda: _running_pods(path))
-        by_node = {p["spec"]["nodeName"]: p for p in pods}
+        by_node = _wait("both pods Running with allocatedResourcesStatus", lambda: _running_pods(path))
         assert sorted(by_node) == ["gpu-dp-0", "gpu-dra-0"]
-        dp_status = _statuses(by_node["gpu-dp-0"])
+        dp_status = allocated_statuses(by_node["gpu-dp-0"])
         assert [s["name"] for s in dp_status] == ["nvidia.com/gpu"]
-        dra_status = _statuses(by_node["gpu-dra-0"])
+        dra_status = allocated_statuses(by_node["gpu-dra-0"])
         assert [s["name"] for s in dra_status] == ["claim:gpus/gpus"]
         for entry in dp_status + dra_status:
             assert [r["health"] for r in entry["resources"]] == ["Healthy", "Healthy"]
@@ -146,7 +112,7 @@ def test_nodes_ready_pods_running_and_a_fault_in_pod_status(run: Callable[[], An
         def unhealthy() -> dict[str, str]:
             seen = {}
             for pod in path.list("pods"):
-                for entry in _statuses(pod):
+                for entry in allocated_statuses(pod):
                     for r in entry["resources"]:
                         if r["health"] == "Unhealthy":
                             seen[pod["spec"]["nodeName"]] = r["resourceID"]
