@@ -9,7 +9,7 @@ with a back-off under restartPolicy Always; DRA pods get their claim's allocated
 CDI ids; a probe pinned to a device succeeds on a Healthy device and fails on one that breaks.
 The device manager hands out any free device its plugin reports Healthy, whatever gpuhealth's
 node annotation says, and never an Unhealthy one; the one exception, a simulator-only
-affordance (docs/simulator.md, "Where the simulated cluster differs"), is a probe pinned to its
+affordance (docs/simulator.md, "The fleet's seam and the two control planes"), is a probe pinned to its
 device by `gpuhealth.io/probe-device`, which gets that device even when it is Unhealthy.
 """
 
