@@ -93,24 +93,14 @@ class StoreNodeApi:
         self._store = store
         self._watch: Watch | None = None
         self._closed = False
+        # The store's own methods, bound: the 10,000-node fleet's ~1,000 writes a second pay no
+        # extra call for the seam (its signatures are the seam's, plus options the agents leave).
+        self.get = store.get
+        self.mutate = store.mutate
 
     def create(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
         namespace = obj["metadata"].get("namespace")
         return self._store.create(resource, obj, namespace=namespace, validate=False)
-
-    def get(self, resource: str, name: str, namespace: str | None = None) -> dict[str, Any]:
-        return self._store.get(resource, name, namespace)
-
-    def mutate(
-        self,
-        resource: str,
-        name: str,
-        namespace: str | None,
-        fn: Mutation,
-        *,
-        subresource: str | None = None,
-    ) -> dict[str, Any]:
-        return self._store.mutate(resource, name, namespace, fn, subresource=subresource)
 
     def delete(
         self, resource: str, name: str, namespace: str | None, *, grace_period_seconds: int | None = None
