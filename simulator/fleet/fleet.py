@@ -77,7 +77,11 @@ class Fleet:
         """`store`: the simulated control plane's store, the fleet's nodes its nodes (agents on
         `StoreNodeApi`). None: the nodes are agents of a control plane the fleet does not own,
         reached through `node_api` (HTTP); the simulator's scheduler and controllers are off."""
-        if (store is None) == (node_api is None):
+        if store is not None and node_api is None:
+            api: NodeApi = StoreNodeApi(store)
+        elif store is None and node_api is not None:
+            api = node_api
+        else:
             raise ValueError(
                 "a fleet takes either the simulated control plane's store or the node_api of another one"
             )
@@ -93,14 +97,13 @@ class Fleet:
         """Replacement pods waiting for a node with usable GPUs, by namespace/name."""
         self.listeners: list[Callable[[FleetEvent], None]] = []
         self._started = False
-        self.node_api: NodeApi = StoreNodeApi(store) if store is not None else node_api  # type: ignore[assignment]
-        """How the node agents reach the API server (`node_api`); one of the two is given (checked above)."""
+        self.node_api = api
+        """How the node agents reach the API server (`node_api`)."""
         # One generator for every generated name, so a seed builds the same objects each run.
         rng = random.Random(scenario.settings.seed)
         settings = scenario.settings
         timers = self.timers
 
-        api = self.node_api
         pod_status = PodStatusWriter(api, timers.wall, self.pod_deleted)
         drivers: dict[str, DeviceDriver] = {}
         self.kubelet = Kubelet(

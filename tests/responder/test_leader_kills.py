@@ -167,6 +167,7 @@ async def drive(w: World, flow: Flow, candidates: list[Candidate], *, kill: bool
             await deliver(candidates, flow, "resolved")
             resolved = True
         if not healthy and record.status.phase == Phase.PROBING:
+            await asyncio.to_thread(flow.device_fault, "recover")
             w.health.set(flow.node, flow.device, Health.HEALTHY, w.clock.now())
             healthy = True
         if kill and last is not None and last.status != record.status:
@@ -184,6 +185,7 @@ async def drive(w: World, flow: Flow, candidates: list[Candidate], *, kill: bool
 
 
 async def fire(w: World, flow: Flow, candidates: list[Candidate]) -> None:
+    await asyncio.to_thread(flow.device_fault, "device-unhealthy")
     w.health.set(flow.node, flow.device, Health.UNHEALTHY)
     flow.starts_at = w.clock.now() - 60
     await deliver(candidates, flow, "firing")
