@@ -164,10 +164,10 @@ async def drive(w: World, flow: Flow, candidates: list[Candidate], *, kill: bool
         migration = record.status.migrations[0] if record.status.migrations else None
         if not resolved and migration is not None and migration.outcome is MigrationOutcome.SUCCEEDED:
             await asyncio.to_thread(flow.await_moved)
+            await asyncio.to_thread(flow.device_fault, "recover")  # the GPU is well again
             await deliver(candidates, flow, "resolved")
             resolved = True
         if not healthy and record.status.phase == Phase.PROBING:
-            await asyncio.to_thread(flow.device_fault, "recover")
             w.health.set(flow.node, flow.device, Health.HEALTHY, w.clock.now())
             healthy = True
         if kill and last is not None and last.status != record.status:

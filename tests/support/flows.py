@@ -220,8 +220,9 @@ class Flow:
 
     def device_fault(self, kind: str) -> None:
         """Device plugin: the GPU fails (and recovers) in the fleet too, so its plugin reports it
-        Unhealthy while it is quarantined, as on a real node. That, not the quarantine annotation
-        (which no kubelet reads), is what keeps the device manager from handing it out again."""
+        Unhealthy until the job has moved and its alert resolves, as on a real node. That, not
+        the quarantine annotation (which no kubelet reads), keeps the device manager from
+        handing it out again."""
         if not self.dra and self.hardware is not None:
             gpu = _index(self.node, self.device)
             self.hardware({"fault": kind, "device": {"node": self.node, "gpu": gpu}})
@@ -285,10 +286,10 @@ class Flow:
                 and migration.outcome is MigrationOutcome.SUCCEEDED
             ):
                 self.await_moved()
+                self.device_fault("recover")  # the GPU is well again: its alert resolves
                 self.resolve()
                 resolved = True
             if not healthy and phase == Phase.PROBING:
-                self.device_fault("recover")
                 self.health.set(self.node, self.device, Health.HEALTHY, self.clock.now())
                 healthy = True
             leader(record).reconciler.reconcile_once()
