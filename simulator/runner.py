@@ -18,25 +18,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import logging
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from aiohttp import web
 
 from gpuhealth.clock import Clock, ManualClock, SteppableClock
 from gpuhealth.http import parse_listen
+from gpuhealth.kube.client import KubeClient
+from gpuhealth.kube.config import api_client
+from gpuhealth.kube.transport import KubeTransport
 from simulator.apiserver.app import FAULTS, create_app
 from simulator.apiserver.faults import FaultConfigError, FaultInjector, configure_from_json
 from simulator.apiserver.kubeconfig import write_kubeconfig
 from simulator.apiserver.store import Store
 from simulator.apiserver.versions import KubernetesVersion
 from simulator.fleet import Fleet
+from simulator.fleet.api_workloads import create_workloads
 from simulator.fleet.extender_client import load_scheduler_config
+from simulator.fleet.node_api_http import HttpNodeApi
 from simulator.nvml import nvml_document
 from simulator.scenario import Scenario, ScenarioError, parse_fault_json, resolve
 
@@ -153,6 +159,56 @@ def add_routes(app: web.Application, fleet: Fleet, *, token: str | None = None) 
     app.router.add_post("/simulator/v1/clock/step", _step_clock)
 
 
+async def _serve(app: web.Application, listen: tuple[str, int]) -> tuple[web.AppRunner, str]:
+    """Serve `app` on `listen` (port 0: any free one); the runner and the URL it answers on."""
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    host, port = listen
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    sockets = getattr(site._server, "sockets", None) or []
+    if sockets:
+        port = sockets[0].getsockname()[1]
+    url_host = f"[{host}]" if ":" in host else host
+    return runner, f"http://{url_host}:{port}"
+
+
+async def _stop(fleet: Fleet, tasks: list[asyncio.Task[None]], runner: web.AppRunner | None) -> None:
+    """Stop the fleet, end its tasks (emptying `tasks`) and the HTTP server."""
+    fleet.stop()
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    tasks.clear()
+    if runner is not None:
+        await runner.cleanup()
+
+
+_S = TypeVar("_S", "SimulatedCluster", "NodeAgents")
+
+
+async def _entered(started: _S) -> _S:
+    """`async with`'s entry: start, and stop whatever started when starting fails."""
+    try:
+        await started.start()
+    except BaseException:
+        await started.stop()
+        raise
+    return started
+
+
+def _check_speed(speed: float) -> None:
+    if not 0 < speed < float("inf"):  # also refuses NaN
+        raise ValueError(f"speed must be a finite number greater than zero, not {speed!r}")
+
+
+def _bound_and_running(pod: dict[str, Any]) -> bool:
+    phase = (pod.get("status") or {}).get("phase")
+    return bool((pod.get("spec") or {}).get("nodeName")) and phase not in ("Succeeded", "Failed")
+
+
 class SimulatedCluster:
     """Store + HTTP API + fleet + timeline, started and stopped together."""
 
@@ -167,9 +223,11 @@ class SimulatedCluster:
         kubeconfig_out: str | Path | None = None,
         kubernetes_version: KubernetesVersion | None = None,
         scheduler_config: str | Path | None = None,
+        remote_nodes: bool = False,
     ) -> None:
-        if not 0 < speed < float("inf"):  # also refuses NaN
-            raise ValueError(f"speed must be a finite number greater than zero, not {speed!r}")
+        """`remote_nodes`: serve the simulated control plane alone; the scenario's nodes are node
+        agents elsewhere (`NodeAgents`, over HTTP), its workloads the API objects they create."""
+        _check_speed(speed)
         self.scenario = resolve(scenario)
         self.speed = speed
         # Steppable, so a chaos run can make the cluster's clock jump (`/simulator/v1/clock/step`).
@@ -187,7 +245,14 @@ class SimulatedCluster:
         )
         # A KubeSchedulerConfiguration's extenders (SchedulerConfigError names a bad file's field).
         extenders = load_scheduler_config(scheduler_config) if scheduler_config else ()
-        self.fleet = Fleet(self.scenario, self.store, self.clock, speed=speed, extenders=extenders)
+        # The control plane alone: no nodes, pods or faults of its own (they are the agents').
+        own = self.scenario
+        if remote_nodes:
+            own = dataclasses.replace(own, fleet=(), workloads=(), timeline=(), nodes={})
+        self.fleet = Fleet(own, self.store, self.clock, speed=speed, extenders=extenders)
+        if remote_nodes:
+            # A real apiserver deletes every pod bound to a node gracefully: its kubelet ends it.
+            self.store.pod_runs = _bound_and_running
         self.api_faults = FaultInjector(seed=self.scenario.settings.seed)
         """The API faults the apiserver injects (none until configured)."""
 
@@ -207,18 +272,7 @@ class SimulatedCluster:
         await self.fleet.start()
         app = create_app(self.store, token=self._token, faults=self.api_faults)
         add_routes(app, self.fleet, token=self._token)
-        runner = web.AppRunner(app, handle_signals=False, access_log=None)
-        await runner.setup()
-        self._runner = runner
-        host, port = self._listen
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        if sockets:
-            port = sockets[0].getsockname()[1]
-        url_host = f"[{host}]" if ":" in host else host
-        self._url = f"http://{url_host}:{port}"
+        self._runner, self._url = await _serve(app, self._listen)
         if self._kubeconfig_out is None:
             self._tmpdir = tempfile.mkdtemp(prefix="gpuhealth-sim-")
             self._kubeconfig = Path(self._tmpdir) / "kubeconfig"
@@ -233,27 +287,80 @@ class SimulatedCluster:
             self._tasks.append(asyncio.create_task(self.fleet.run(), name="gpuhealth-sim-fleet"))
 
     async def stop(self) -> None:
-        self.fleet.stop()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await _stop(self.fleet, self._tasks, self._runner)
+        self._runner = None
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
 
     async def __aenter__(self) -> SimulatedCluster:
-        try:
-            await self.start()
-        except BaseException:
-            await self.stop()
-            raise
-        return self
+        return await _entered(self)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+class NodeAgents:
+    """The scenario's fleet as node agents of the control plane a kubeconfig names, over HTTP only.
+
+    Its kubelets register the Nodes and renew their Leases, its DRA drivers publish
+    ResourceSlices and the DeviceClass, its pod workers run the pods bound to its nodes; the
+    scenario's workloads are created as Jobs and Deployments (`api_workloads`) for that control
+    plane's controllers and scheduler to run; the timeline's faults act on the agents' GPUs.
+    With `listen` it serves the simulator's own routes (status, NVML, faults) for its fleet.
+    """
+
+    def __init__(
+        self,
+        scenario: str | Path | dict[str, Any] | Scenario,
+        kubeconfig: str | Path,
+        *,
+        speed: float = 1.0,
+        clock: Clock | None = None,
+        listen: str | None = None,
+        token: str | None = None,
+        create_workloads: bool = True,
+    ) -> None:
+        _check_speed(speed)
+        self.scenario = resolve(scenario)
+        self.clock: Clock = clock or SteppableClock()
+        self._kubeconfig = str(kubeconfig)
+        self._listen = parse_listen(listen) if listen else None
+        self._token = token
+        self._create_workloads = create_workloads
+        self.api = HttpNodeApi(self.client)
+        self.fleet = Fleet(self.scenario, None, self.clock, speed=speed, node_api=self.api)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._runner: web.AppRunner | None = None
+        self.url: str | None = None
+        """The simulator routes' URL, when `listen` was given."""
+
+    def client(self) -> KubeClient:
+        """A new client of the control plane (one per watch: each holds its connection)."""
+        return KubeClient(KubeTransport(api_client(self._kubeconfig)))
+
+    async def start(self) -> None:
+        await self.fleet.start()
+        if self._create_workloads:
+            client = self.client()
+            try:
+                create_workloads(client, self.scenario)
+            finally:
+                client.close()
+        if self._listen is not None:
+            app = web.Application()
+            add_routes(app, self.fleet, token=self._token)
+            self._runner, self.url = await _serve(app, self._listen)
+        self._tasks.append(asyncio.create_task(self.fleet.follow_deletions(), name="gpuhealth-sim-pods"))
+        if not isinstance(self.clock, ManualClock):
+            self._tasks.append(asyncio.create_task(self.fleet.run(), name="gpuhealth-sim-agents"))
+
+    async def stop(self) -> None:
+        await _stop(self.fleet, self._tasks, self._runner)
+        self._runner = None
+
+    async def __aenter__(self) -> NodeAgents:
+        return await _entered(self)
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()

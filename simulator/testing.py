@@ -15,33 +15,31 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractAsyncContextManager, contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
-from simulator.runner import SimulatedCluster
-from simulator.scenario import Scenario, fault_from_dict
+from simulator.runner import NodeAgents, SimulatedCluster
+from simulator.scenario import Scenario, fault_from_dict, resolve
 
 T = TypeVar("T")
+R = TypeVar("R", bound=AbstractAsyncContextManager[Any])
+H = TypeVar("H", bound="_InThread[Any]")
 
 _START_TIMEOUT = 120.0
 
 
-class ClusterHandle:
-    """A SimulatedCluster running in a background thread."""
+class _InThread(Generic[R]):
+    """An async context manager (`make()`) entered and held on its own loop in a background thread."""
 
-    def __init__(
-        self, scenario: str | Path | Mapping[str, Any] | Scenario, *, speed: float, token: str | None
-    ) -> None:
-        self._scenario = dict(scenario) if isinstance(scenario, Mapping) else scenario
-        self._speed = speed
-        self._token = token
+    def __init__(self, make: Callable[[], R], name: str) -> None:
+        self._make = make
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._cluster: SimulatedCluster | None = None
+        self._running: R | None = None
         self._stop_event: asyncio.Event | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="gpuhealth-sim", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     # -- lifecycle
 
@@ -69,22 +67,46 @@ class ClusterHandle:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
-        async with SimulatedCluster(
-            self._scenario,
-            speed=self._speed,
-            token=self._token,
-        ) as cluster:
-            self._cluster = cluster
+        async with self._make() as running:
+            self._running = running
             self._ready.set()
             await self._stop_event.wait()
+
+    def _call(self, fn: Callable[[R], T], timeout: float) -> T:
+        if self._loop is None or self._running is None:
+            raise RuntimeError("not running")
+        running = self._running
+
+        async def run() -> T:
+            return fn(running)
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
+
+
+class ClusterHandle(_InThread[SimulatedCluster]):
+    """A SimulatedCluster running in a background thread."""
+
+    def __init__(
+        self,
+        scenario: str | Path | Mapping[str, Any] | Scenario,
+        *,
+        speed: float,
+        token: str | None,
+        remote_nodes: bool = False,
+    ) -> None:
+        spec = dict(scenario) if isinstance(scenario, Mapping) else scenario
+        super().__init__(
+            lambda: SimulatedCluster(spec, speed=speed, token=token, remote_nodes=remote_nodes),
+            "gpuhealth-sim",
+        )
 
     # -- access
 
     @property
     def cluster(self) -> SimulatedCluster:
-        if self._cluster is None:
+        if self._running is None:
             raise RuntimeError("the simulated cluster is not running")
-        return self._cluster
+        return self._running
 
     @property
     def url(self) -> str:
@@ -96,14 +118,7 @@ class ClusterHandle:
 
     def call(self, fn: Callable[[SimulatedCluster], T], timeout: float = 30.0) -> T:
         """Run `fn(cluster)` on the cluster's loop thread and return its result."""
-        if self._loop is None:
-            raise RuntimeError("the simulated cluster is not running")
-        cluster = self.cluster
-
-        async def run() -> T:
-            return fn(cluster)
-
-        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
+        return self._call(fn, timeout)
 
     def get(self, resource: str, name: str, namespace: str | None = None) -> dict[str, Any]:
         return self.call(lambda c: c.store.get(resource, name, namespace))
@@ -136,6 +151,61 @@ class ClusterHandle:
             if time.monotonic() > deadline:
                 raise TimeoutError("the simulated cluster did not reach the expected state")
             time.sleep(interval)
+
+
+class AgentsHandle(_InThread[NodeAgents]):
+    """A scenario's `NodeAgents` (HTTP to a kubeconfig's control plane) running in a background thread."""
+
+    def __init__(
+        self, scenario: str | Path | Mapping[str, Any] | Scenario, kubeconfig: Path, speed: float
+    ) -> None:
+        spec = dict(scenario) if isinstance(scenario, Mapping) else scenario
+        super().__init__(lambda: NodeAgents(spec, kubeconfig, speed=speed), "gpuhealth-sim-agents")
+
+    @property
+    def agents(self) -> NodeAgents:
+        if self._running is None:
+            raise RuntimeError("the node agents are not running")
+        return self._running
+
+    def call(self, fn: Callable[[NodeAgents], T], timeout: float = 30.0) -> T:
+        """Run `fn(agents)` on the agents' loop thread (where their fleet lives)."""
+        return self._call(fn, timeout)
+
+    def inject(self, fault: Mapping[str, Any]) -> dict[str, Any]:
+        """Inject one timeline entry into the agents' fleet (`at` optional, default now)."""
+
+        def apply(a: NodeAgents) -> dict[str, Any]:
+            parsed = fault_from_dict(fault, a.scenario, now=a.fleet.now())
+            a.fleet.inject(parsed)
+            return parsed.to_json()
+
+        return self.call(apply)
+
+
+@contextmanager
+def running_agents(
+    scenario: str | Path | Mapping[str, Any] | Scenario, *, speed: float = 1.0
+) -> Iterator[tuple[ClusterHandle, AgentsHandle]]:
+    """The simulated control plane on loopback, and the scenario's nodes as its agents over HTTP.
+
+    Two threads, two event loops: the agents' HTTP calls block theirs, never the API server's.
+    """
+    resolved = resolve(dict(scenario) if isinstance(scenario, Mapping) else scenario)
+    with started(ClusterHandle(resolved, speed=speed, token=None, remote_nodes=True)) as cluster:
+        agents = AgentsHandle(resolved, cluster.kubeconfig_path, speed)
+        with started(agents):
+            yield cluster, agents
+
+
+@contextmanager
+def started(handle: H) -> Iterator[H]:
+    """Start a handle for the block, stop it after."""
+    handle.start()
+    try:
+        yield handle
+    finally:
+        handle.stop()
 
 
 @contextmanager

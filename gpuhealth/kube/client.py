@@ -310,12 +310,15 @@ class KubeClient:
         uid: str | None = None,
         resource_version: str | None = None,
         propagation_policy: PropagationPolicy | None = None,
+        grace_period_seconds: int | None = None,
         dry_run: bool = False,
     ) -> dict[str, Any]:
         """DELETE an object, only if it still is the one meant (`uid`) at the version decided on.
 
         Returns what the apiserver answers: the object (still there with a deletionTimestamp
         while finalizers run) or a Success Status. `Conflict` when a precondition fails.
+        `grace_period_seconds` replaces a pod's own grace period (0: at once, what a kubelet
+        sends once its containers are gone); None leaves the object's default.
         """
         options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
         preconditions = {
@@ -327,6 +330,10 @@ class KubeClient:
             options["preconditions"] = preconditions
         if propagation_policy is not None:
             options["propagationPolicy"] = propagation_policy
+        if grace_period_seconds is not None:
+            if grace_period_seconds < 0:
+                raise ValueError(f"grace period must be 0 or more seconds, not {grace_period_seconds}")
+            options["gracePeriodSeconds"] = grace_period_seconds
         return self._call("DELETE", resource.path(namespace, name), _dry_run(dry_run), options)
 
     # ----- plumbing ---------------------------------------------------------------------

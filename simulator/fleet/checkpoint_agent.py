@@ -17,17 +17,15 @@ did since then (`work_lost_seconds`), and the job's next pod resumes from the co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuhealth.durations import DurationError, parse_duration
 from simulator.apiserver.errors import ApiError
+from simulator.fleet.node_api import NodeApi
 from simulator.fleet.objects import CHECKPOINT_ANNOTATION
 from simulator.fleet.state import SimPod
 from simulator.fleet.timers import Timers
 from simulator.model import CHECKPOINT_AFTER
-
-if TYPE_CHECKING:
-    from simulator.apiserver.store import Store
 
 REQUESTED = "gpuhealth.io/checkpoint-requested"
 COMMITTED = "gpuhealth.io/checkpoint-committed"
@@ -103,8 +101,8 @@ class _Run:
 class CheckpointAgent:
     """The agents of every simulated workload (one object) and the per-job work ledger."""
 
-    def __init__(self, store: Store, timers: Timers) -> None:
-        self._store = store
+    def __init__(self, api: NodeApi, timers: Timers) -> None:
+        self._api = api
         self._timers = timers
         self._runs: dict[str, _Run] = {}
         self.jobs: dict[str, JobWork] = {}
@@ -167,7 +165,7 @@ class CheckpointAgent:
             return obj
 
         try:
-            self._store.mutate("pods", pod.name, pod.namespace, fn)
+            self._api.mutate("pods", pod.name, pod.namespace, fn)
         except ApiError:
             return  # the pod is gone: nothing was committed
         work = self.jobs.setdefault(run.job, JobWork())

@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from simulator.apiserver.store import format_timestamp
 from simulator.fleet import objects
 from simulator.fleet.health import Gpu, dra_health, record_report
+from simulator.fleet.node_api import NodeApi
 from simulator.fleet.state import PARTITIONED, SimNode, SimPod
 from simulator.fleet.writes import create_ignore_exists
 from simulator.model import Settings, Slot
-
-if TYPE_CHECKING:
-    from simulator.apiserver.store import Store
 
 _SLICES = "resourceslices.resource.k8s.io"
 
@@ -36,13 +34,13 @@ class DraDriver:
 
     def __init__(
         self,
-        store: Store,
+        api: NodeApi,
         settings: Settings,
         wall: Callable[[], float],
         rng: random.Random,
         push: Callable[[SimNode], None],
     ) -> None:
-        self._store = store
+        self._api = api
         self._timeout = settings.dra_health_timeout
         self._wall = wall
         self._rng = rng
@@ -50,12 +48,12 @@ class DraDriver:
 
     def install(self) -> None:
         """The driver's DeviceClass (`gpu.nvidia.com`), as its chart installs it."""
-        create_ignore_exists(self._store, "deviceclasses.resource.k8s.io", objects.device_class())
+        create_ignore_exists(self._api, "deviceclasses.resource.k8s.io", objects.device_class())
 
     def publish(self, node: SimNode) -> None:
         """The driver starts on a registered node: its first ResourceSlice."""
         node.slice_name = f"{node.name}-{objects.DRA_DRIVER}-{objects.suffix(self._rng)}"
-        self._store.create(_SLICES, self._slice(node), validate=False)
+        self._api.create(_SLICES, self._slice(node))
 
     def health(self, node: SimNode, gpu: Gpu, now: float) -> tuple[str, str | None]:
         return dra_health(gpu, node.stream_ok, now, self._timeout)
@@ -110,4 +108,4 @@ class DraDriver:
             obj["spec"] = spec
             return obj
 
-        self._store.mutate(_SLICES, node.slice_name, None, fn)
+        self._api.mutate(_SLICES, node.slice_name, None, fn)

@@ -14,8 +14,11 @@
 - `Timeline` (`timeline`): the scenario's faults in simulated time;
 - `controllers`: kube-controller-manager's part (`controller_manager`), on the store's watches.
 
-Components never import each other: what one needs from another is a constructor argument
-(a callable or a `Protocol`), bound here. This is the fleet's public face for the runner,
+The node agents (kubelet, pod runner, device plugin, DRA driver, checkpoint agent) reach the
+API only through `node_api` (`NodeApi`; here the in-process `StoreNodeApi`); the scheduler and
+the controllers are the simulated control plane and use the store itself. Components never
+import each other: what one needs from another is a constructor argument (a callable or a
+`Protocol`), bound here. This is the fleet's public face for the runner,
 the CLI, the NVML view, the demo and the tests.
 """
 
@@ -24,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpuhealth.clock import Clock
@@ -40,6 +43,7 @@ from simulator.fleet.extender_client import ExtenderConfig
 from simulator.fleet.health import Gpu
 from simulator.fleet.job_controller import JobController
 from simulator.fleet.kubelet import Kubelet
+from simulator.fleet.node_api import NodeApi, PodEntry, StoreNodeApi
 from simulator.fleet.node_lifecycle import NodeLifecycleController
 from simulator.fleet.pod_runner import PodRunner
 from simulator.fleet.scheduler import Scheduler
@@ -50,7 +54,7 @@ from simulator.fleet.writes import PodStatusWriter, create_ignore_exists
 from simulator.model import DEVICE_PLUGIN, DRA, Fault, Scenario, node_slots, place_workloads
 
 if TYPE_CHECKING:
-    from simulator.apiserver.store import Store, Watch
+    from simulator.apiserver.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +67,24 @@ class Fleet:
     def __init__(
         self,
         scenario: Scenario,
-        store: Store,
+        store: Store | None,
         clock: Clock,
         *,
         speed: float = 1.0,
         extenders: Sequence[ExtenderConfig] = (),
+        node_api: NodeApi | None = None,
     ) -> None:
+        """`store`: the simulated control plane's store, the fleet's nodes its nodes (agents on
+        `StoreNodeApi`). None: the nodes are agents of a control plane the fleet does not own,
+        reached through `node_api` (HTTP); the simulator's scheduler and controllers are off."""
+        if store is not None and node_api is None:
+            api: NodeApi = StoreNodeApi(store)
+        elif store is None and node_api is not None:
+            api = node_api
+        else:
+            raise ValueError(
+                "a fleet takes either the simulated control plane's store or the node_api of another one"
+            )
         self.scenario = scenario
         self.settings = scenario.settings
         self.store = store
@@ -81,50 +97,41 @@ class Fleet:
         """Replacement pods waiting for a node with usable GPUs, by namespace/name."""
         self.listeners: list[Callable[[FleetEvent], None]] = []
         self._started = False
-        self._pod_watch: Watch | None = None
+        self.node_api = api
+        """How the node agents reach the API server (`node_api`)."""
         # One generator for every generated name, so a seed builds the same objects each run.
         rng = random.Random(scenario.settings.seed)
         settings = scenario.settings
         timers = self.timers
 
-        pod_status = PodStatusWriter(store, timers.wall, self.pod_deleted)
+        pod_status = PodStatusWriter(api, timers.wall, self.pod_deleted)
         drivers: dict[str, DeviceDriver] = {}
         self.kubelet = Kubelet(
-            store, settings, timers, self.nodes, self.pods, drivers, pod_status, self._emit,
-            pod_finished=lambda _pod: self.jobs.update(),
+            api, settings, timers, self.nodes, self.pods, drivers, pod_status, self._emit,
+            pod_finished=self._pod_finished,
             synced=lambda node: self.pod_runner.node_synced(node),
         )  # fmt: skip
-        self.checkpoints = CheckpointAgent(store, timers)
+        self.checkpoints = CheckpointAgent(api, timers)
         self.pod_runner = PodRunner(
-            store, settings, timers, self.nodes, self.pods, self.pending, drivers, pod_status,
+            api, settings, timers, self.nodes, self.pods, self.pending, drivers, pod_status,
             self.checkpoints, self.kubelet.allocated, terminating=self._pod_terminating,
         )  # fmt: skip
-        # Deleting a pod of a simulated node is graceful: its kubelet stops it, then removes it.
-        store.pod_runs = self.pod_runner.runs
         self.device_plugin = DevicePlugin(self.kubelet.push)
-        self.dra_driver = DraDriver(store, settings, timers.wall, rng, self.kubelet.push)
+        self.dra_driver = DraDriver(api, settings, timers.wall, rng, self.kubelet.push)
         drivers[DEVICE_PLUGIN] = self.device_plugin
         drivers[DRA] = self.dra_driver
-        self.node_lifecycle = NodeLifecycleController(store, settings, timers, pod_status, self._emit)
-        self.jobs = JobController(
-            store, timers, self.pods, self.pending, rng,
-            submit=lambda pending: self.scheduler.try_bind(pending),
-            complete=self.kubelet.complete,
-        )  # fmt: skip
-        self.claims = ResourceClaimController(store, rng, fleet_pod=lambda key: key in self.pods)
-        self.scheduler = Scheduler(
-            store, settings, timers, self.nodes, self.pods, self.pending, self.jobs.job_uids, rng,
-            admit=self.kubelet.admit, bound=self.jobs.pod_bound, emit=self._emit,
-            claim_for=self.claims.claim_for, pod_gone=self.claims.pod_gone, extenders=extenders,
-        )  # fmt: skip
-        self.controllers = ControllerManager(store, timers, seed=settings.seed)
+        self._control: SimulatedControlPlane | None = None
+        if store is not None:
+            # Deleting a pod of a simulated node is graceful: its kubelet stops it, then removes it.
+            store.pod_runs = self.pod_runner.runs
+            self._control = SimulatedControlPlane(self, store, rng, extenders)
         self.timeline = Timeline(
             scenario.timeline,
             timers,
             self.nodes,
             drivers,
             self.kubelet,
-            self.node_lifecycle.write_ready,
+            self._kubelet_back,
             self._emit,
         )
 
@@ -159,10 +166,10 @@ class Fleet:
 
     def stop(self) -> None:
         self.timers.stop()
-        self.scheduler.stop()
-        self.controllers.close()
-        if self._pod_watch is not None:
-            self._pod_watch.close()
+        if self._control is not None:
+            self._control.scheduler.stop()
+            self._control.controllers.close()
+        self.node_api.close()
 
     def _emit(self, event: FleetEvent) -> None:
         for listener in list(self.listeners):
@@ -180,8 +187,10 @@ class Fleet:
         self._started = True
         sc = self.scenario
         wall = self.wall()
-        for ns in sorted({"default", "kube-node-lease", *(w.namespace for w in sc.workloads)}):
-            create_ignore_exists(self.store, "namespaces", objects.namespace(ns))
+        control = self._control
+        if control is not None:
+            for ns in sorted({"default", "kube-node-lease", *(w.namespace for w in sc.workloads)}):
+                create_ignore_exists(self.node_api, "namespaces", objects.namespace(ns))
         written = 0
         index = 0
         for group in sc.fleet:
@@ -201,18 +210,22 @@ class Fleet:
                     await asyncio.sleep(0)
         if any(g.path == DRA for g in sc.fleet):
             self.dra_driver.install()
-        self.jobs.create(sc.workloads, sc.fleet)
-        for placement in place_workloads(sc):
-            self.scheduler.start_pod(sc.workloads[placement.workload], placement, wall)
-            written += 1
-            if written % _BATCH == 0:
-                await asyncio.sleep(0)
-        self.jobs.update()
+        if control is not None:
+            # The scenario's own pods, laid out by the simulated control plane. Elsewhere the
+            # workloads are API objects (`api_workloads`) that its controllers run.
+            control.jobs.create(sc.workloads, sc.fleet)
+            for placement in place_workloads(sc):
+                control.scheduler.start_pod(sc.workloads[placement.workload], placement, wall)
+                written += 1
+                if written % _BATCH == 0:
+                    await asyncio.sleep(0)
+            control.jobs.update()
         # Simulated time starts once the fleet stands: building 10,000 nodes takes seconds.
         self.timers.start_time()
         for node in self.nodes.values():
             node.renewed_at = 0.0
-        self.jobs.run_pods()
+        if control is not None:
+            control.jobs.run_pods()
         self._schedule_periodic()
         self.timeline.schedule()
         self.timers.wake()
@@ -237,8 +250,19 @@ class Fleet:
         self.timers.at(self.now() + self.settings.lease_renew_interval, self._lease_tick, node)
         if node.writes:
             self.kubelet.renew(node)
-        else:
-            self.node_lifecycle.monitor(node)
+        elif self._control is not None:
+            self._control.node_lifecycle.monitor(node)
+
+    def _kubelet_back(self, node: SimNode) -> None:
+        """The node's kubelet writes again: Ready comes back.
+
+        Simulated control plane: its node lifecycle controller writes Ready=True (when it had
+        written Unknown). Another control plane: the kubelet posts its status, as a real one does.
+        """
+        if self._control is None:
+            self.kubelet.post_ready(node)
+        elif node.ready != "True":
+            self._control.node_lifecycle.write_ready(node, "True")
 
     # ------------------------------------------------------------------ pods deleted through the API
 
@@ -251,37 +275,31 @@ class Fleet:
         `replacement_delay` simulated seconds, placed on usable devices only. The controllers
         (`self.controllers`) run alongside, on their own watches.
         """
-        controllers = asyncio.ensure_future(self.controllers.run())
+        if self._control is None:
+            await self._follow_pod_deletions()  # the pods bound to the fleet's nodes, nothing else
+            return
+        controllers = asyncio.ensure_future(self._control.controllers.run())
         try:
             await self._follow_pod_deletions()
         finally:
-            self.controllers.close()
+            self._control.controllers.close()
             await controllers
 
     async def _follow_pod_deletions(self) -> None:
-        while not self.timers.stopped:
-            watch = self.store.watch("pods", resource_version=str(self.store.resource_version))
-            self._pod_watch = watch
-            try:
-                while True:
-                    item = await watch.next_entry()
-                    if item is None:
-                        break
-                    etype, entry = item
-                    if etype == "DELETED":
-                        self.pod_deleted(entry.namespace, entry.name)
-                    else:
-                        self.pod_runner.observe(etype, entry)
-            finally:
-                watch.close()
-                self._pod_watch = None
-            if not self.timers.stopped:
-                self._resync_pods()  # the watch fell behind and was ended: compare with a list
+        await self.node_api.follow_pods(
+            self.nodes, self._pod_event, self._resync_pods, lambda: self.timers.stopped
+        )
 
-    def _resync_pods(self) -> None:
-        entries, _ = self.store.list_entries("pods")
+    def _pod_event(self, etype: str, entry: PodEntry) -> None:
+        if etype == "DELETED":
+            self.pod_deleted(entry.namespace, entry.name)
+        else:
+            self.pod_runner.observe(etype, entry)
+
+    def _resync_pods(self, nodes: Collection[str] | None, entries: list[PodEntry]) -> None:
         present = {f"{e.namespace}/{e.name}" for e in entries}
-        for key in [k for k in self.pods if k not in present]:
+        covered = [k for k, p in self.pods.items() if nodes is None or p.node in nodes]
+        for key in [k for k in covered if k not in present]:
             namespace, name = key.split("/", 1)
             self.pod_deleted(namespace, name)
         self.pod_runner.resync(entries)
@@ -296,8 +314,8 @@ class Fleet:
             return
         self.kubelet.forget(pod)
         self.pod_runner.gone(pod)
-        if not pod.api and not pod.replaced:
-            self.jobs.pod_gone(pod)
+        if not pod.api and not pod.replaced and self._control is not None:
+            self._control.jobs.pod_gone(pod)
 
     def _pod_terminating(self, pod: SimPod) -> None:
         """A scenario pod got its deletionTimestamp: its ReplicaSet or Job replaces it now.
@@ -305,10 +323,14 @@ class Fleet:
         Both controllers count a Terminating pod as gone, so a pod whose kubelet cannot stop it
         (stopped, partitioned) is still replaced while it lingers.
         """
-        if pod.api or pod.replaced:
+        if pod.api or pod.replaced or self._control is None:
             return
         pod.replaced = True
-        self.jobs.pod_gone(pod)
+        self._control.jobs.pod_gone(pod)
+
+    def _pod_finished(self, _pod: SimPod) -> None:
+        if self._control is not None:
+            self._control.jobs.update()  # a scenario Job's status counts its pods
 
     # ------------------------------------------------------------------ faults and views
 
@@ -327,6 +349,40 @@ class Fleet:
     @replacement_delay.setter
     def replacement_delay(self, seconds: float) -> None:
         self.jobs.replacement_delay = seconds
+
+    # ------------------------------------------------------------------ the simulated control plane
+
+    @property
+    def simulated_control_plane(self) -> bool:
+        """Whether the fleet runs the simulated control plane (False: its nodes are another's agents)."""
+        return self._control is not None
+
+    def _simulated(self) -> SimulatedControlPlane:
+        if self._control is None:
+            raise RuntimeError(
+                "the simulated control plane is off: this fleet's nodes are agents of another control plane"
+            )
+        return self._control
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self._simulated().scheduler
+
+    @property
+    def jobs(self) -> JobController:
+        return self._simulated().jobs
+
+    @property
+    def claims(self) -> ResourceClaimController:
+        return self._simulated().claims
+
+    @property
+    def controllers(self) -> ControllerManager:
+        return self._simulated().controllers
+
+    @property
+    def node_lifecycle(self) -> NodeLifecycleController:
+        return self._simulated().node_lifecycle
 
     @property
     def applied(self) -> list[FaultApplied]:
@@ -360,3 +416,31 @@ class Fleet:
             "faultsApplied": [{"time": round(a.time, 3), **a.fault.to_json()} for a in self.applied],
             "jobs": self.checkpoints.status(),
         }
+
+
+class SimulatedControlPlane:
+    """The simulator's scheduler and controllers over the store, bound to the fleet's records.
+
+    Used only when the fleet owns the control plane: they share the fleet's node and pod
+    records with its agents (the fast path: the scenario's own pods are laid out and replaced
+    without an API round trip). Against another control plane none of them exists.
+    """
+
+    def __init__(
+        self, fleet: Fleet, store: Store, rng: random.Random, extenders: Sequence[ExtenderConfig]
+    ) -> None:
+        settings, timers = fleet.settings, fleet.timers
+        pod_status = PodStatusWriter(fleet.node_api, timers.wall, fleet.pod_deleted)
+        self.node_lifecycle = NodeLifecycleController(store, settings, timers, pod_status, fleet._emit)
+        self.jobs = JobController(
+            store, timers, fleet.pods, fleet.pending, rng,
+            submit=lambda pending: self.scheduler.try_bind(pending),
+            complete=fleet.kubelet.complete,
+        )  # fmt: skip
+        self.claims = ResourceClaimController(store, rng, fleet_pod=lambda key: key in fleet.pods)
+        self.scheduler = Scheduler(
+            store, settings, timers, fleet.nodes, fleet.pods, fleet.pending, self.jobs.job_uids, rng,
+            admit=fleet.kubelet.admit, bound=self.jobs.pod_bound, emit=fleet._emit,
+            claim_for=self.claims.claim_for, pod_gone=self.claims.pod_gone, extenders=extenders,
+        )  # fmt: skip
+        self.controllers = ControllerManager(store, timers, seed=settings.seed)

@@ -17,6 +17,7 @@ from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
 from simulator.fleet import objects, workloads
 from simulator.fleet.informer import Informer
+from simulator.fleet.node_api import StoreNodeApi
 from simulator.fleet.state import PendingPod, SimPod
 from simulator.fleet.timers import Timers
 from simulator.fleet.workqueue import WorkQueue
@@ -48,6 +49,7 @@ class JobController:
         replacement_delay: float = 5.0,
     ) -> None:
         self._store = store
+        self._api = StoreNodeApi(store)
         self._timers = timers
         self._pods = pods
         self._pending = pending
@@ -64,7 +66,7 @@ class JobController:
         for workload in workloads:
             if any(eligible(workload, g) and g.path == DRA for g in groups):
                 create_ignore_exists(
-                    self._store,
+                    self._api,
                     "resourceclaimtemplates.resource.k8s.io",
                     objects.resource_claim_template(workload),
                 )
@@ -78,16 +80,16 @@ class JobController:
                 job_uid=None,
             )
             if workload.kind == "Job":
-                created = create_ignore_exists(self._store, "jobs.batch", objects.job(workload, template))
+                created = create_ignore_exists(self._api, "jobs.batch", objects.job(workload, template))
             else:
                 # The Deployment and its ReplicaSet exist so the pods' owner references resolve (the
                 # garbage collector deletes what has no owner) and their status is kept; the fleet
                 # lays out and replaces the pods itself (`objects.MANAGED_BY_FLEET`).
                 owner = create_ignore_exists(
-                    self._store, "deployments.apps", objects.deployment(workload, template)
+                    self._api, "deployments.apps", objects.deployment(workload, template)
                 )
                 created = create_ignore_exists(
-                    self._store, "replicasets.apps", objects.replica_set(workload, template, owner)
+                    self._api, "replicasets.apps", objects.replica_set(workload, template, owner)
                 )
             self.job_uids[(workload.namespace, workload.name)] = created["metadata"].get("uid", "")
 

@@ -13,20 +13,18 @@ the API and stopping deleted pods are its pod workers' part (`pod_runner`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
 from simulator.fleet import objects
 from simulator.fleet.events import DeviceHealthChanged, Emit
 from simulator.fleet.health import HEALTHY
+from simulator.fleet.node_api import NodeApi
 from simulator.fleet.state import DeviceDriver, Rows, SimNode, SimPod
 from simulator.fleet.timers import Timers
 from simulator.fleet.writes import PodStatusWriter, create_ignore_exists
 from simulator.model import GPU_RESOURCE, Settings
-
-if TYPE_CHECKING:
-    from simulator.apiserver.store import Store
 
 _LEASES = "leases.coordination.k8s.io"
 
@@ -40,7 +38,7 @@ class Kubelet:
 
     def __init__(
         self,
-        store: Store,
+        api: NodeApi,
         settings: Settings,
         timers: Timers,
         nodes: Mapping[str, SimNode],
@@ -51,7 +49,7 @@ class Kubelet:
         pod_finished: Callable[[SimPod], None],
         synced: Callable[[SimNode], None] | None = None,
     ) -> None:
-        self._store = store
+        self._api = api
         self._settings = settings
         self._timers = timers
         self._nodes = nodes
@@ -67,11 +65,11 @@ class Kubelet:
 
     def register(self, node: SimNode, wall: float) -> None:
         """Create the Node (with its status: one write) and the node's Lease."""
-        create_ignore_exists(self._store, "nodes", objects.node(node.name, node.index, node.group, wall))
+        create_ignore_exists(self._api, "nodes", objects.node(node.name, node.index, node.group, wall))
         if not node.is_dra:
             node.allocatable_written = node.group.gpus_per_node
         create_ignore_exists(
-            self._store, _LEASES, objects.lease(node.name, wall, self._settings.lease_duration_seconds)
+            self._api, _LEASES, objects.lease(node.name, wall, self._settings.lease_duration_seconds)
         )
         node.renewed_at = self._timers.now()
 
@@ -84,14 +82,29 @@ class Kubelet:
             return obj
 
         try:
-            self._store.mutate(_LEASES, node.name, "kube-node-lease", fn)
+            self._api.mutate(_LEASES, node.name, "kube-node-lease", fn)
         except ApiError as exc:
             if exc.code != 404:
                 raise
             # Someone deleted the Lease: the kubelet creates it again, as a real one does.
             lease = objects.lease(node.name, self._timers.wall(), self._settings.lease_duration_seconds)
-            self._store.create(_LEASES, lease, validate=False)
+            self._api.create(_LEASES, lease)
         node.renewed_at = self._timers.now()
+
+    def post_ready(self, node: SimNode) -> None:
+        """The kubelet posts its node status again (it was stopped or cut off): Ready=True, now.
+
+        What brings a node back under a real node lifecycle controller, which only ever sets
+        Ready to Unknown; the simulated one writes Ready=True itself (`node_lifecycle`).
+        """
+        ts = format_timestamp(self._timers.wall())
+
+        def fn(obj: dict[str, Any]) -> dict[str, Any]:
+            kept = [c for c in obj["status"].get("conditions", []) if c.get("type") != "Ready"]
+            obj["status"]["conditions"] = [*kept, objects.ready_condition("True", ts)]
+            return obj
+
+        self._api.mutate("nodes", node.name, None, fn, subresource="status")
 
     # ------------------------------------------------------------------ pod status
 
@@ -229,7 +242,7 @@ class Kubelet:
             obj["status"]["allocatable"][GPU_RESOURCE] = allocatable
             return obj
 
-        self._store.mutate("nodes", node.name, None, fn, subresource="status")
+        self._api.mutate("nodes", node.name, None, fn, subresource="status")
         node.allocatable_written = healthy
 
     # ------------------------------------------------------------------ pods finishing and leaving

@@ -9,7 +9,6 @@ validated against the Kubernetes OpenAPI schemas in the tests.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from datetime import UTC, datetime
 from typing import Any
@@ -519,32 +518,7 @@ def pending_status(wall: float) -> dict[str, Any]:
     }
 
 
-QUARANTINE_ANNOTATION = "gpuhealth.io/quarantined-devices"
 _TOLERATED_NODE_TAINTS = frozenset({"nvidia.com/gpu"})
-
-
-def quarantined_devices(node_obj: dict[str, Any]) -> set[str]:
-    """Device IDs (GPU UUIDs or `gpu-<i>`) in the node annotation read by the scheduler extender.
-
-    Accepts a JSON list (of strings, or of objects with a "device" field) or a comma-separated list.
-    """
-    text = ((node_obj.get("metadata") or {}).get("annotations") or {}).get(QUARANTINE_ANNOTATION, "")
-    text = text.strip()
-    if not text:
-        return set()
-    if text.startswith("["):
-        try:
-            items = json.loads(text)
-        except ValueError:
-            return set()
-        out = set()
-        for item in items if isinstance(items, list) else []:
-            if isinstance(item, str):
-                out.add(item)
-            elif isinstance(item, dict) and isinstance(item.get("device"), str):
-                out.add(item["device"])
-        return out
-    return {part.strip() for part in text.split(",") if part.strip()}
 
 
 def schedulable(node_obj: dict[str, Any]) -> bool:

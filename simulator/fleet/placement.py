@@ -1,7 +1,7 @@
 """Which of a node's devices new pods must not get: the scheduler's device filters, pure.
 
-Plain data in (the node's state, its Node object, the DeviceTaintRules), a set of GPU indexes
-out; no store, no clock. The first-fit layout of a scenario's initial pods is part of the
+Plain data in (the node's state and the DeviceTaintRules), a set of GPU indexes out; no store,
+no clock. The first-fit layout of a scenario's initial pods is part of the
 model (`simulator.model.place_workloads`), since scenario validation needs it too.
 """
 
@@ -16,23 +16,20 @@ from simulator.fleet.state import SimNode
 _KEEPS_AWAY = ("NoSchedule", "NoExecute")
 
 
-def blocked_devices(node: SimNode, node_obj: dict[str, Any], rules: list[dict[str, Any]]) -> set[int]:
+def blocked_devices(node: SimNode, rules: list[dict[str, Any]]) -> set[int]:
     """GPU indexes new pods must not get on `node`.
 
-    Device plugin: devices the plugin reports Unhealthy (not in allocatable) and devices in
-    the node annotation `gpuhealth.io/quarantined-devices` (the scheduler extender's view).
+    Device plugin: the devices the plugin reports Unhealthy (all of them while its stream is
+    broken), which the kubelet's device manager never hands out. Nothing else: a real kubelet
+    hands a pod any free device its plugin reports Healthy, and never reads gpuhealth's node
+    annotation `gpuhealth.io/quarantined-devices`; only a scheduler extender that counts the
+    annotated devices out of the node's capacity keeps pods off such a node.
     DRA: devices with a NoSchedule/NoExecute taint, from the slice or a DeviceTaintRule;
     health alone does not keep the DRA scheduler away, as in a real cluster.
     """
     blocked: set[int] = set()
     if not node.is_dra:
-        quarantined = objects.quarantined_devices(node_obj)
-        for gpu in node.gpus:
-            if device_plugin_health(gpu, node.stream_ok) != HEALTHY:
-                blocked.add(gpu.index)
-            if gpu.uuid in quarantined or gpu.name in quarantined:
-                blocked.add(gpu.index)
-        return blocked
+        return {g.index for g in node.gpus if device_plugin_health(g, node.stream_ok) != HEALTHY}
     for gpu in node.gpus:
         if any(t.get("effect") in _KEEPS_AWAY for t in gpu.taints):
             blocked.add(gpu.index)

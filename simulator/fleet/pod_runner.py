@@ -23,7 +23,7 @@ as a kubelet runs what the API server assigns to its node:
   freed and the pod is deleted with a grace period of 0.
 
 Decisions (what a pod asks for, whether it fits) are pure functions at the top; the class
-applies them to the store.
+applies them through the node agents' `NodeApi`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuhealth.durations import DurationError, parse_duration
 from simulator.apiserver.errors import ApiError
@@ -42,13 +42,11 @@ from simulator.apiserver.store import format_timestamp
 from simulator.fleet import objects
 from simulator.fleet.checkpoint_agent import CheckpointAgent
 from simulator.fleet.health import HEALTHY
+from simulator.fleet.node_api import NodeApi, PodEntry
 from simulator.fleet.state import DeviceDriver, PendingPod, SimNode, SimPod
 from simulator.fleet.timers import Timers
 from simulator.fleet.writes import PodStatusWriter
 from simulator.model import APPLICATION_XIDS, DRA_DRIVER, GPU_RESOURCE, Settings, Slot, Workload, node_slots
-
-if TYPE_CHECKING:
-    from simulator.apiserver.store import Entry, Store
 
 RUN_SECONDS = "sim.gpuhealth.io/run-seconds"
 EXIT_CODE = "sim.gpuhealth.io/exit-code"
@@ -249,7 +247,7 @@ class PodRunner:
 
     def __init__(
         self,
-        store: Store,
+        api: NodeApi,
         settings: Settings,
         timers: Timers,
         nodes: Mapping[str, SimNode],
@@ -261,7 +259,7 @@ class PodRunner:
         allocated: Callable[[SimPod, SimNode], list[dict[str, Any]]],
         terminating: Callable[[SimPod], None],
     ) -> None:
-        self._store = store
+        self._api = api
         self._settings = settings
         self._timers = timers
         self._nodes = nodes
@@ -285,7 +283,7 @@ class PodRunner:
         """Whether a simulated kubelet runs the pod (bound to a simulated node): its DELETE is graceful."""
         return (pod_obj.get("spec") or {}).get("nodeName") in self._nodes
 
-    def observe(self, etype: str, entry: Entry) -> None:
+    def observe(self, etype: str, entry: PodEntry) -> None:
         """A pod was added or changed (the kubelet's pod watch)."""
         key = f"{entry.namespace}/{entry.name}"
         sim = self._pods.get(key)
@@ -325,7 +323,7 @@ class PodRunner:
         for key in sorted(keys or ()):
             namespace, name = key.split("/", 1)
             try:
-                obj = self._store.get("pods", name, namespace)
+                obj = self._api.get("pods", name, namespace)
             except ApiError:
                 continue
             sim = self._pods.get(key)
@@ -341,7 +339,7 @@ class PodRunner:
                 if run is not None and run.sim.waiting and not run.sim.terminated:
                     self._start(run, run.token)
 
-    def resync(self, entries: list[Entry]) -> None:
+    def resync(self, entries: list[PodEntry]) -> None:
         """After the watch fell behind: every pod looked at again."""
         for entry in entries:
             self.observe("MODIFIED", entry)
@@ -460,7 +458,7 @@ class PodRunner:
             if not name:
                 return None
             try:
-                claim = self._store.get("resourceclaims.resource.k8s.io", name, sim.namespace)
+                claim = self._api.get("resourceclaims.resource.k8s.io", name, sim.namespace)
             except ApiError:
                 return None
             allocation = (claim.get("status") or {}).get("allocation")
@@ -496,7 +494,7 @@ class PodRunner:
             return o
 
         with contextlib.suppress(ApiError):
-            self._store.mutate(
+            self._api.mutate(
                 "pods", obj["metadata"]["name"], obj["metadata"]["namespace"], fn, subresource="status"
             )
         self._event(obj, node, rejection.reason, rejection.message, warning=True)
@@ -556,7 +554,7 @@ class PodRunner:
         if not run.restarts:
             return {}
         try:
-            obj = self._store.get("pods", run.sim.name, run.sim.namespace)
+            obj = self._api.get("pods", run.sim.name, run.sim.namespace)
         except ApiError:
             return {}
         return {
@@ -698,7 +696,7 @@ class PodRunner:
     def _remove(self, namespace: str, name: str) -> None:
         """The kubelet's final delete once the containers are gone (finalizers may still hold the pod)."""
         with contextlib.suppress(ApiError):
-            self._store.delete("pods", name, namespace, grace_period_seconds=0)
+            self._api.delete("pods", name, namespace, grace_period_seconds=0)
 
     # ------------------------------------------------------------------ writes
 
@@ -721,7 +719,7 @@ class PodRunner:
         )  # fmt: skip
         # Events are best effort for a real kubelet too (a full or refusing API drops them).
         with contextlib.suppress(ApiError):
-            self._store.create("events", event, namespace=event["metadata"]["namespace"], validate=False)
+            self._api.create("events", event)
 
 
 def _scenario_spec(spec: RunSpec) -> RunSpec:

@@ -50,6 +50,7 @@ from simulator.fleet.dra_allocator import (
 from simulator.fleet.events import Emit, NodeChanged
 from simulator.fleet.events_recorder import NORMAL, WARNING, EventRecorder
 from simulator.fleet.extender_client import Extender, ExtenderConfig, ExtenderError, extend
+from simulator.fleet.node_api import StoreNodeApi
 from simulator.fleet.placement import blocked_devices
 from simulator.fleet.scheduler_cache import SchedulerCache
 from simulator.fleet.scheduler_filters import (
@@ -116,6 +117,7 @@ class Scheduler:
         extenders: Sequence[ExtenderConfig] = (),
     ) -> None:
         self._store = store
+        self._api = StoreNodeApi(store)
         self._settings = settings
         self._timers = timers
         self._nodes = nodes
@@ -191,7 +193,7 @@ class Scheduler:
                 continue
             if node.is_dra and rules is None:
                 rules = self._store.list("devicetaintrules.resource.k8s.io")[0]
-            blocked = blocked_devices(node, obj, rules or [])
+            blocked = blocked_devices(node, rules or [])
             if node.is_dra:
                 # Devices the claims of clients' pods hold are not in the fleet's free slots.
                 held = self.cache.in_use
@@ -264,9 +266,9 @@ class Scheduler:
             claim_statuses = [{"name": "gpus", "resourceClaimName": pod.claim_name}]
         # The scheduler allocates the devices and reserves the claim for the pod.
         allocation = objects.claim_status(node.name, [f"gpu-{s.gpu}" for s in pod.slots], pod.name, pod.uid)
-        write_status(self._store, _CLAIMS, pod.claim_name, pod.namespace, allocation)
+        write_status(self._api, _CLAIMS, pod.claim_name, pod.namespace, allocation)
         status = self._admit(pod, node, pod_obj, claim_statuses, wall)
-        write_status(self._store, "pods", pod.name, pod.namespace, status)
+        write_status(self._api, "pods", pod.name, pod.namespace, status)
 
     def _room_for_replacement(self, node: str, gpus: int) -> bool:
         """Whether pods bound by `follow()` left room on a device-plugin node (it knows every bound

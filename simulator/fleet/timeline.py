@@ -61,14 +61,14 @@ class Timeline:
         nodes: Mapping[str, SimNode],
         drivers: Mapping[str, DeviceDriver],
         kubelet: NodeAgent,
-        mark_ready: Callable[[SimNode, str], None],
+        kubelet_back: Callable[[SimNode], None],
         emit: Emit,
     ) -> None:
         self._timers = timers
         self._nodes = nodes
         self._drivers = drivers
         self._kubelet = kubelet
-        self._mark_ready = mark_ready
+        self._kubelet_back = kubelet_back
         self._emit = emit
         self.applied: list[FaultApplied] = []
         self.xid_seq = 0
@@ -177,8 +177,7 @@ class Timeline:
             return
         node.kubelet = RUNNING
         self._kubelet.renew(node)
-        if node.ready != "True":
-            self._mark_ready(node, "True")
+        self._kubelet_back(node)
         self._drivers[node.group.path].reconnect(node)
         self._emit(
             NodeChanged(

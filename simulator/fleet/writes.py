@@ -1,58 +1,55 @@
-"""Store writes more than one component makes: create-or-get, a status write, a pod status update.
+"""API writes more than one component makes: create-or-get, a status write, a pod status update.
 
-Components write through the in-process `Store` API (no HTTP), as the real ones write through
-the API server. `PodStatusWriter` is shared by the kubelet (its status syncs, a pod finishing)
-and the node lifecycle controller (pods of an unreachable node lose Ready): both find out the
-same way that a pod was deleted through the API before the watch said so.
+Components write through a `NodeApi` (`node_api`: the in-process store, or HTTP), as the real
+ones write through the API server. `PodStatusWriter` is shared by the kubelet (its status
+syncs, a pod finishing) and the simulated node lifecycle controller (pods of an unreachable node
+lose Ready): both find out the same way that a pod was deleted through the API before the watch
+said so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
+from simulator.fleet.node_api import Mutation, NodeApi
 from simulator.fleet.state import SimPod
 
-if TYPE_CHECKING:
-    from simulator.apiserver.store import Store
 
-Mutation = Callable[[dict[str, Any]], dict[str, Any]]
-
-
-def create_ignore_exists(store: Store, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
-    """Create `obj` as given (validate=False stores its status too: one write), or get the existing one."""
+def create_ignore_exists(api: NodeApi, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """Create `obj` as given (its status too: one write), or get the existing one."""
     try:
-        return store.create(resource, obj, namespace=obj["metadata"].get("namespace"), validate=False)
+        return api.create(resource, obj)
     except ApiError as exc:
         if exc.code != 409:
             raise
-        return store.get(resource, obj["metadata"]["name"], obj["metadata"].get("namespace"))
+        return api.get(resource, obj["metadata"]["name"], obj["metadata"].get("namespace"))
 
 
 def write_status(
-    store: Store, resource: str, name: str, namespace: str | None, status: dict[str, Any]
+    api: NodeApi, resource: str, name: str, namespace: str | None, status: dict[str, Any]
 ) -> None:
     def fn(obj: dict[str, Any]) -> dict[str, Any]:
         obj["status"] = status
         return obj
 
-    store.mutate(resource, name, namespace, fn, subresource="status")
+    api.mutate(resource, name, namespace, fn, subresource="status")
 
 
 class PodStatusWriter:
     """Writes to pods' status subresource; a pod found gone is passed to `gone(namespace, name)`."""
 
-    def __init__(self, store: Store, wall: Callable[[], float], gone: Callable[[str, str], None]) -> None:
-        self._store = store
+    def __init__(self, api: NodeApi, wall: Callable[[], float], gone: Callable[[str, str], None]) -> None:
+        self._api = api
         self._wall = wall
         self._gone = gone
 
     def mutate(self, pod: SimPod, fn: Mutation) -> bool:
         """Apply `fn` to the pod's status; False when the pod is gone from the API."""
         try:
-            self._store.mutate("pods", pod.name, pod.namespace, fn, subresource="status")
+            self._api.mutate("pods", pod.name, pod.namespace, fn, subresource="status")
         except ApiError as exc:
             if exc.code == 404:  # deleted through the API before the watch told us
                 self._gone(pod.namespace, pod.name)

@@ -290,6 +290,15 @@ def test_delete_sends_preconditions_and_propagation_policy() -> None:
     assert transport.last.body == {"kind": "DeleteOptions", "apiVersion": "v1"}
 
 
+def test_delete_sends_a_grace_period_and_refuses_a_negative_one() -> None:
+    transport = FakeTransport({"kind": "Status", "status": "Success"})
+    KubeClient(transport).delete(POD, "p", namespace="default", grace_period_seconds=0)
+    assert transport.last.body == {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+    with pytest.raises(ValueError, match="grace period"):
+        KubeClient(transport).delete(POD, "p", namespace="default", grace_period_seconds=-1)
+    assert len(transport.sent) == 1
+
+
 def test_every_write_can_be_a_dry_run() -> None:
     transport = FakeTransport()
     client = KubeClient(transport)

@@ -106,7 +106,7 @@ def test_a_faulted_move_never_doubles_a_checkpoint_or_an_eviction(
         "both train pods run", lambda: len(p := running(client, "ml", "train")) == 2 and p, timeout=DEADLINE
     )
     before = {p["metadata"]["uid"] for p in pods}
-    records = [quarantine(client, p) for p in pods]
+    records = [quarantine(cluster, client, p) for p in pods]
     inner = KubeTransport(api_client(str(cluster.kubeconfig_path)))
     faults = (
         FaultyTransport(inner, seed=seed, rate=0.3, kinds=FAULTS)

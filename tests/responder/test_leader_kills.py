@@ -164,6 +164,7 @@ async def drive(w: World, flow: Flow, candidates: list[Candidate], *, kill: bool
         migration = record.status.migrations[0] if record.status.migrations else None
         if not resolved and migration is not None and migration.outcome is MigrationOutcome.SUCCEEDED:
             await asyncio.to_thread(flow.await_moved)
+            await asyncio.to_thread(flow.device_fault, "recover")  # the GPU is well again
             await deliver(candidates, flow, "resolved")
             resolved = True
         if not healthy and record.status.phase == Phase.PROBING:
@@ -184,6 +185,7 @@ async def drive(w: World, flow: Flow, candidates: list[Candidate], *, kill: bool
 
 
 async def fire(w: World, flow: Flow, candidates: list[Candidate]) -> None:
+    await asyncio.to_thread(flow.device_fault, "device-unhealthy")
     w.health.set(flow.node, flow.device, Health.UNHEALTHY)
     flow.starts_at = w.clock.now() - 60
     await deliver(candidates, flow, "firing")

@@ -1,8 +1,9 @@
 """The migration executor in a whole simulated fleet (responder.migrator with kubelets, scheduler,
 controllers and the workloads' checkpoint agents).
 
-Aspects: a checkpointable Job on a quarantined device (kept off it through the node annotation
-the Enforcer writes) is asked for its checkpoint, commits, is evicted and comes back on another
+Aspects: a checkpointable Job on a quarantined device (the device fails in the fleet too: its
+plugin reports it Unhealthy, so the kubelet keeps the job off it; no kubelet reads the node
+annotation the Enforcer writes) is asked for its checkpoint, commits, is evicted and comes back on another
 device, the move succeeds and its Lease is gone; a workload without a checkpoint is
 unrecoverable (an Event on the pod, evidence in the record, the pod untouched); a disruption
 budget that refuses (429) is waited on with the retry time in the record, never spun; two
@@ -126,10 +127,12 @@ def running(client: KubeClient, namespace: str, name_prefix: str) -> list[dict[s
     ]
 
 
-def quarantine(client: KubeClient, pod: dict[str, Any]) -> Quarantine:
-    """A stored, enforced record for the device `pod` holds."""
+def quarantine(cluster: Any, client: KubeClient, pod: dict[str, Any]) -> Quarantine:
+    """A stored, enforced record for the device `pod` holds, which its plugin reports Unhealthy."""
     node, device = pod["spec"]["nodeName"], device_of(pod)
     assert device is not None
+    gpu = cluster.call(lambda c: next(g.index for g in c.fleet.nodes[node].gpus if g.uuid == device))
+    cluster.inject({"fault": "device-unhealthy", "device": {"node": node, "gpu": gpu}})
     spec = QuarantineSpec(
         node=node,
         device=device,
@@ -169,13 +172,15 @@ def the(record: Quarantine) -> Migration:
     return record.status.migrations[0]
 
 
-def test_a_checkpointed_job_moves_off_the_device_and_one_flow_owns_it(client: KubeClient) -> None:
+def test_a_checkpointed_job_moves_off_the_device_and_one_flow_owns_it(
+    cluster: Any, client: KubeClient
+) -> None:
     pods = wait_until(
         "both train pods run", lambda: len(p := running(client, "ml", "train")) == 2 and p, timeout=DEADLINE
     )
     before = {p["metadata"]["uid"] for p in pods}
     devices = {device_of(p) for p in pods}
-    records = [quarantine(client, p) for p in pods]  # two devices of one job fail together
+    records = [quarantine(cluster, client, p) for p in pods]  # two devices of one job fail together
     migrator = Migrator(client, MigratorSettings(node_in_flight=2), SystemClock())
 
     records = migrate(migrator, records, lambda rs: any(the(r).started_at for r in rs))
@@ -200,9 +205,9 @@ def test_a_checkpointed_job_moves_off_the_device_and_one_flow_owns_it(client: Ku
     assert all(p["metadata"]["annotations"].get(COMMITTED) is None for p in after)
 
 
-def test_work_without_a_checkpoint_is_unrecoverable(client: KubeClient) -> None:
+def test_work_without_a_checkpoint_is_unrecoverable(cluster: Any, client: KubeClient) -> None:
     pods = wait_until("the infer pod runs", lambda: running(client, "serve", "infer"), timeout=DEADLINE)
-    record = quarantine(client, pods[0])
+    record = quarantine(cluster, client, pods[0])
     migrator = Migrator(client, MigratorSettings(), SystemClock())
     [record] = migrate(migrator, [record], lambda rs: the(rs[0]).outcome.finished)
     entry = the(record)
@@ -222,7 +227,7 @@ def test_work_without_a_checkpoint_is_unrecoverable(client: KubeClient) -> None:
     assert the(from_object(to_object(record))) == entry
 
 
-def test_a_budget_that_refuses_is_waited_on_never_spun(client: KubeClient) -> None:
+def test_a_budget_that_refuses_is_waited_on_never_spun(cluster: Any, client: KubeClient) -> None:
     pods = wait_until("the web pod runs", lambda: running(client, "web", "web"), timeout=DEADLINE)
     budget = {
         "apiVersion": "policy/v1",
@@ -231,7 +236,7 @@ def test_a_budget_that_refuses_is_waited_on_never_spun(client: KubeClient) -> No
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
     }
     client.create(PDB, budget)
-    record = quarantine(client, pods[0])
+    record = quarantine(cluster, client, pods[0])
     migrator = Migrator(client, MigratorSettings(), SystemClock())
     [record] = migrate(migrator, [record], lambda rs: bool(the(rs[0]).retry_at))
     entry = the(record)

@@ -4,9 +4,10 @@ Aspects: `simulator.model` imports nothing from the simulator and parsing a scen
 fleet; the component modules never import each other (only `simulator.fleet.fleet` wires
 them); timers due at the same time run in the order set and `advance` runs each at its time;
 a device plugin's report keeps no message while a DRA driver's does; the scheduler's device
-filters (plugin health, the quarantine annotation, slice taints, DeviceTaintRules); freed slots
-go back in allocation order; the first-fit layout never shares a slot and honours path and
-node group.
+filters (plugin health only, never the quarantine annotation; slice taints, DeviceTaintRules);
+freed slots go back in allocation order; the first-fit layout never shares a slot and honours
+path and node group; a fleet takes exactly one way to the API, and without a store it has no
+simulated control plane.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuhealth.clock import ManualClock, SystemClock
+from simulator.apiserver.store import Store
+from simulator.fleet import Fleet
 from simulator.fleet.health import HEALTHY, UNHEALTHY, Gpu, record_report
+from simulator.fleet.node_api import StoreNodeApi
 from simulator.fleet.placement import blocked_devices
 from simulator.fleet.state import SimNode, SimPod
 from simulator.fleet.timers import Timers
@@ -39,6 +43,7 @@ from simulator.model import (
     node_slots,
     place_workloads,
 )
+from simulator.scenario import from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPONENTS = (
@@ -166,19 +171,14 @@ def sim_node(path: str) -> SimNode:
     return node
 
 
-def node_obj(annotation: str | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": "n-0"}
-    if annotation is not None:
-        meta["annotations"] = {"gpuhealth.io/quarantined-devices": annotation}
-    return {"metadata": meta, "spec": {}}
-
-
-def test_device_plugin_filters_unhealthy_and_quarantined_devices_and_a_broken_stream() -> None:
+def test_device_plugin_filters_only_what_the_plugin_reports_unhealthy_and_a_broken_stream() -> None:
     node = sim_node(DEVICE_PLUGIN)
     node.gpus[1].reported = UNHEALTHY
-    assert blocked_devices(node, node_obj("gpu-2, GPU-3"), []) == {1, 2, 3}
+    # Quarantined devices the plugin still reports Healthy are not the kubelet's business: the
+    # annotation lives on the Node, which `blocked_devices` does not even take.
+    assert blocked_devices(node, []) == {1}
     node.stream_ok = False
-    assert blocked_devices(node, node_obj(), []) == {0, 1, 2, 3}
+    assert blocked_devices(node, []) == {0, 1, 2, 3}
 
 
 def test_dra_filters_slice_taints_and_matching_device_taint_rules_but_not_health() -> None:
@@ -195,8 +195,8 @@ def test_dra_filters_slice_taints_and_matching_device_taint_rules_but_not_health
         rule("PreferNoSchedule", device="gpu-3"),
         rule("NoSchedule", driver="other.driver"),
     ]
-    assert blocked_devices(node, node_obj(), rules) == {1, 2}
-    assert blocked_devices(node, node_obj(), [rule("NoSchedule", driver="gpu.nvidia.com")]) == {0, 1, 2, 3}
+    assert blocked_devices(node, rules) == {1, 2}
+    assert blocked_devices(node, [rule("NoSchedule", driver="gpu.nvidia.com")]) == {0, 1, 2, 3}
 
 
 def test_freed_slots_go_back_in_allocation_order() -> None:
@@ -260,3 +260,21 @@ def test_the_layout_never_shares_a_slot_and_honours_path_and_group(
         assert eligible(workloads[p.workload], nodes[p.node])
         assert set(p.slots) <= set(node_slots(nodes[p.node]))
     assert len(layout) == sum(w.replicas for w in workloads)
+
+
+# ---------------------------------------------------------------------------- the seam
+
+
+def test_a_fleet_takes_exactly_one_way_to_the_api_and_has_no_control_plane_without_a_store() -> None:
+    clock = ManualClock()
+    scenario = from_dict({"fleet": [{"name": "n", "count": 1, "gpusPerNode": 2, "path": "dra"}]})
+    store = Store(clock)
+    with pytest.raises(ValueError, match="either the simulated control plane's store or the node_api"):
+        Fleet(scenario, None, clock)
+    with pytest.raises(ValueError, match="either the simulated control plane's store or the node_api"):
+        Fleet(scenario, store, clock, node_api=StoreNodeApi(store))
+    agents = Fleet(scenario, None, clock, node_api=StoreNodeApi(Store(clock)))
+    assert not agents.simulated_control_plane
+    with pytest.raises(RuntimeError, match="the simulated control plane is off"):
+        agents.scheduler  # noqa: B018
+    assert Fleet(scenario, store, clock).simulated_control_plane

@@ -2,9 +2,11 @@
 
 Aspects: a deleted pod frees its devices and its generated claim; its Deployment gets a new
 pod after the replacement delay; the new pod avoids devices the device plugin reports
-Unhealthy, devices listed in the node's `gpuhealth.io/quarantined-devices` annotation,
-cordoned nodes, and DRA devices tainted by a DeviceTaintRule; with nowhere to go it stays
-Pending (PodScheduled=False) and is bound, same uid, once a device is usable again.
+Unhealthy, cordoned nodes, and DRA devices tainted by a DeviceTaintRule; with nowhere to go it
+stays Pending (PodScheduled=False) and is bound, same uid, once a device is usable again. As on
+a real kubelet, a device listed in the node's `gpuhealth.io/quarantined-devices` annotation that
+the plugin still reports Healthy is handed out like any other (only a scheduler extender that
+counts it out keeps pods away: tests/responder/test_service_extender.py).
 """
 
 from __future__ import annotations
@@ -91,11 +93,12 @@ async def test_deleted_pod_is_replaced_away_from_an_unhealthy_device_plugin_gpu(
     assert [r["health"] for r in health(new)] == ["Healthy", "Healthy"]
 
 
-async def test_quarantine_annotation_and_cordon_keep_pods_pending_until_released(
+async def test_the_quarantine_annotation_keeps_nothing_away_but_unhealthy_and_cordon_keep_pods_pending(
     dp: tuple[Fleet, Store],
 ) -> None:
     fleet, store = dp
     (old,) = pods(store)
+    assert old["spec"]["nodeName"] == "n-0"
 
     def annotate(value: str) -> None:
         def fn(obj: dict[str, Any]) -> dict[str, Any]:
@@ -104,20 +107,33 @@ async def test_quarantine_annotation_and_cordon_keep_pods_pending_until_released
 
         store.mutate("nodes", "n-0", None, fn)
 
+    # The annotation names a device its plugin reports Healthy: the replacement gets it anyway.
     annotate(f'["{gpu_uuid("n-0", 1)}"]')
     store.patch("nodes", "n-1", None, {"spec": {"unschedulable": True}}, "application/merge-patch+json")
     store.evict(old["metadata"]["name"], "default")
+    await settle()
+    await fleet.advance(10)
+    (annotated,) = pods(store)
+    assert annotated["spec"]["nodeName"] == "n-0"
+    assert annotated["status"]["phase"] == "Running"
+    assert [r["resourceID"] for r in health(annotated)] == [gpu_uuid("n-0", 0), gpu_uuid("n-0", 1)]
+
+    # The plugin reports that device Unhealthy: the kubelet keeps it away; with n-1 cordoned the
+    # next replacement has nowhere to go.
+    fleet.inject(Fault(at=fleet.now(), kind="device-unhealthy", device=DeviceRef("n-0", 1)))
+    await fleet.advance(1)
+    store.evict(annotated["metadata"]["name"], "default")
     await settle()
     await fleet.advance(30)
     (pending,) = pods(store)
     assert pending["status"]["phase"] == "Pending"
     assert pending["status"]["conditions"][0]["reason"] == "Unschedulable"
     assert "nodeName" not in pending["spec"]
-    annotate("")
+    store.patch("nodes", "n-1", None, {"spec": {"unschedulable": False}}, "application/merge-patch+json")
     await fleet.advance(10)
     (bound,) = pods(store)
     assert bound["metadata"]["uid"] == pending["metadata"]["uid"]
-    assert bound["spec"]["nodeName"] == "n-0"
+    assert bound["spec"]["nodeName"] == "n-1"
     assert bound["status"]["phase"] == "Running"
 
 

@@ -7,6 +7,10 @@ health changes reach it like any pod; admission refuses what does not fit (OutOf
 OutOfnvidia.com/gpu); finite runs (`sleep N`, annotations) end Succeeded or Failed, or restart
 with a back-off under restartPolicy Always; DRA pods get their claim's allocated devices as
 CDI ids; a probe pinned to a device succeeds on a Healthy device and fails on one that breaks.
+The device manager hands out any free device its plugin reports Healthy, whatever gpuhealth's
+node annotation says, and never an Unhealthy one; the one exception, a simulator-only
+affordance (docs/simulator.md, "The fleet's seam and the two control planes"), is a probe pinned to its
+device by `gpuhealth.io/probe-device`, which gets that device even when it is Unhealthy.
 """
 
 from __future__ import annotations
@@ -240,6 +244,41 @@ async def test_dra_pods_get_their_claims_allocated_devices(dra: tuple[Fleet, Sto
     await fleet.advance(0)
     (cs,) = get(store, "dra-client")["status"]["containerStatuses"]
     assert cs["allocatedResourcesStatus"][0]["resources"][0]["health"] == "Unhealthy"
+
+
+async def test_the_device_manager_ignores_the_annotation_and_only_a_pinned_probe_picks_its_device(
+    dp: tuple[Fleet, Store],
+) -> None:
+    fleet, store = dp
+    quarantined, broken = gpu_uuid("n-0", 2), gpu_uuid("n-0", 3)
+
+    def annotate(obj: dict[str, Any]) -> dict[str, Any]:
+        obj["metadata"].setdefault("annotations", {})["gpuhealth.io/quarantined-devices"] = (
+            f'["{quarantined}"]'
+        )
+        return obj
+
+    store.mutate("nodes", "n-0", None, annotate)
+    await create(store, api_pod("plain"))
+    await fleet.advance(2)
+    (cs,) = get(store, "plain")["status"]["containerStatuses"]
+    # The first free device its plugin reports Healthy: the quarantined one, as on a real node.
+    assert [r["resourceID"] for r in cs["allocatedResourcesStatus"][0]["resources"]] == [quarantined]
+
+    fleet.inject(Fault(at=fleet.now(), kind="device-unhealthy", device=DeviceRef("n-0", 3)))
+    await fleet.advance(1)
+    assert store.get("nodes", "n-0")["status"]["allocatable"]["nvidia.com/gpu"] == "3"
+    await create(store, api_pod("plain-2"))
+    await fleet.advance(2)
+    refused = get(store, "plain-2")["status"]
+    assert (refused["phase"], refused["reason"]) == ("Failed", "OutOfnvidia.com/gpu")
+
+    # The affordance: a probe named after the Unhealthy device gets it (a real kubelet cannot be told).
+    await create(store, api_pod("probe", annotations={"gpuhealth.io/probe-device": broken}))
+    await fleet.advance(2)
+    (cs,) = get(store, "probe")["status"]["containerStatuses"]
+    resources = cs["allocatedResourcesStatus"][0]["resources"]
+    assert [(r["resourceID"], r["health"]) for r in resources] == [(broken, "Unhealthy")]
 
 
 async def test_a_probe_pinned_to_a_device_judges_its_health(dp: tuple[Fleet, Store]) -> None:

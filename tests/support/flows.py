@@ -10,6 +10,8 @@ can say that nothing was applied twice.
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -213,11 +215,23 @@ class Flow:
     seen: list[Quarantine] = field(default_factory=list)
     moved_to: str = ""
     """The device the job came back on while the quarantine held."""
+    hardware: Callable[[dict[str, Any]], None] | None = None
+    """Injects a fault into the simulated fleet (a timeline entry): the device itself failing."""
+
+    def device_fault(self, kind: str) -> None:
+        """Device plugin: the GPU fails (and recovers) in the fleet too, so its plugin reports it
+        Unhealthy until the job has moved and its alert resolves, as on a real node. That, not
+        the quarantine annotation (which no kubelet reads), keeps the device manager from
+        handing it out again."""
+        if not self.dra and self.hardware is not None:
+            gpu = _index(self.node, self.device)
+            self.hardware({"fault": kind, "device": {"node": self.node, "gpu": gpu}})
 
     def record(self) -> Quarantine:
         return from_object(self.client.get(QUARANTINES, self.name))
 
     def fire(self) -> None:
+        self.device_fault("device-unhealthy")
         self.health.set(self.node, self.device, Health.UNHEALTHY)
         self.starts_at = self.clock.now() - 60
         outcomes = self.recorder.record_all([self._alert("firing")])
@@ -272,6 +286,7 @@ class Flow:
                 and migration.outcome is MigrationOutcome.SUCCEEDED
             ):
                 self.await_moved()
+                self.device_fault("recover")  # the GPU is well again: its alert resolves
                 self.resolve()
                 resolved = True
             if not healthy and phase == Phase.PROBING:
@@ -372,7 +387,21 @@ class World:
         labels = alert_labels(node, device, dra=dra, uuid=gpu_uuid(node, index))
         recorder = Recorder(self.client, self.clock)
         flow = Flow(self.client, self.health, self.clock, recorder, node, device, labels, namespace, dra)
+        flow.hardware = self.inject
         return flow, pod
+
+    def inject(self, fault: dict[str, Any]) -> None:
+        """One timeline entry through the simulator's own route (`POST /simulator/v1/faults`)."""
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        server = config["clusters"][0]["cluster"]["server"]
+        request = urllib.request.Request(
+            f"{server}/simulator/v1/faults",
+            data=json.dumps(fault).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.status == 201, answer.status
 
     def close(self) -> None:
         for replica in self.replicas:
