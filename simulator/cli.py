@@ -267,6 +267,11 @@ def _run_real(args: argparse.Namespace, scenario: Scenario, gates: dict[str, boo
                 f"{flag} applies to --control-plane simulated: the real kube-apiserver serves TLS on a "
                 "free loopback port and authenticates with client certificates and service-account tokens"
             )
+    if args.speed != 1.0:
+        raise UsageError(
+            "--speed applies to --control-plane simulated: on a real control plane the fleet runs in real "
+            "time, so its Lease and status periods meet the real controllers' grace periods"
+        )
     if args.scheduler_config:
         try:  # a bad file is the user's input: refuse it before anything starts
             text = Path(args.scheduler_config).read_text()
@@ -309,37 +314,32 @@ def _run_real(args: argparse.Namespace, scenario: Scenario, gates: dict[str, boo
 
 async def _serve_real(plane: ControlPlane, scenario: Scenario, args: argparse.Namespace, out: TextIO) -> int:
     from simulator.controlplane import ControlPlaneError
+    from simulator.runner import NodeAgents
 
     stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     with stop_on_signals(stop):
-        if not _fleet_as_nodes(plane, scenario):
+        # The agents run in real time: their Lease and status periods then meet the real
+        # controllers' default grace periods unchanged (docs/simulator.md, "Time").
+        async with NodeAgents(scenario, plane.kubeconfig_path, speed=1.0) as agents:
+            agents.fleet.listeners.append(lambda event: _print_event(event, True, out))
             print(
-                f"the scenario's fleet ({scenario.name}: {len(scenario.nodes)} nodes) does not run as nodes "
-                "of a real control plane yet: serving the bare control plane (no nodes, no GPUs). "
-                f"Try: KUBECONFIG={plane.kubeconfig_path} kubectl get --raw /readyz (Ctrl-C stops)",
+                f"the scenario's fleet ({scenario.name}: {len(scenario.nodes)} nodes) runs as nodes of the "
+                "real control plane, in real time; its workloads are Jobs and Deployments for the real "
+                f"controllers. Try: KUBECONFIG={plane.kubeconfig_path} kubectl get nodes,pods -A"
+                " (Ctrl-C stops)",
                 file=out,
                 flush=True,
             )
-        if args.duration is not None:
-            asyncio.get_running_loop().call_later(args.duration / args.speed, complete, stop)
-        while not stop.done():
-            try:
-                plane.check_running()
-            except ControlPlaneError as exc:
-                raise CommandFailed(str(exc)) from exc
-            await asyncio.wait([stop], timeout=1.0)
-    print("stopping the control plane", file=out, flush=True)
+            if args.duration is not None:
+                asyncio.get_running_loop().call_later(args.duration, complete, stop)
+            while not stop.done():
+                try:
+                    plane.check_running()
+                except ControlPlaneError as exc:
+                    raise CommandFailed(str(exc)) from exc
+                await asyncio.wait([stop], timeout=1.0)
+    print("stopping the fleet and the control plane", file=out, flush=True)
     return 0
-
-
-def _fleet_as_nodes(plane: ControlPlane, scenario: Scenario) -> bool:
-    """Run the scenario's nodes as agents of `plane` (kubelets, device plugins, DRA drivers over
-    HTTP); whether they run.
-
-    The seam that runs the simulator's node agents against any apiserver is not in this tree
-    yet: until it is, there is no fleet, and the caller says so rather than pretend.
-    """
-    return False
 
 
 def _stamp(time_s: float, wall: float) -> str:

@@ -29,6 +29,8 @@ import yaml
 
 from gpuhealth.testing.loopback import wait_until
 from simulator.controlplane import ControlPlane, ControlPlaneSettings, probes
+from simulator.scenario import resolve
+from tests.deploy.manifests import KUBECTL
 from tests.support.controlplane import audit_events, kubectl
 
 pytestmark = [pytest.mark.integration, pytest.mark.controlplane, pytest.mark.slow]
@@ -111,7 +113,7 @@ def test_the_cli_serves_a_real_control_plane_and_sigterm_stops_all_of_it(tmp_pat
         assert proc.poll() is None, text
         assert f"kubeconfig: {tmp_path / 'kubeconfig'}" in lines
         assert any(line.startswith("API server: https://127.0.0.1:") for line in lines), text
-        assert "serving the bare control plane (no nodes, no GPUs)" in text
+        assert "runs as nodes of the real control plane, in real time" in text
         done = subprocess.run(
             [
                 str(Path(sys.executable).parent / "kubectl"),
@@ -126,6 +128,19 @@ def test_the_cli_serves_a_real_control_plane_and_sigterm_stops_all_of_it(tmp_pat
             timeout=60,
         )
         assert "namespace/kube-system" in done.stdout.split(), done.stderr
+        # The scenario's fleet registers its nodes with the real apiserver, as kubelets would.
+        expected = {f"node/{name}" for name in resolve("xid-and-unknown").nodes}
+
+        def nodes() -> bool:
+            listed = subprocess.run(
+                [str(KUBECTL), f"--kubeconfig={tmp_path / 'kubeconfig'}", "get", "nodes", "-o", "name"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            return expected <= set(listed.stdout.split())
+
+        wait_until("the scenario's nodes to register", nodes, timeout=60)
         components = _children(proc.pid)
         assert len(components) == 4, components
         proc.send_signal(signal.SIGTERM)
@@ -169,7 +184,7 @@ def _run_cli(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
 def test_a_duration_stops_the_real_control_plane_by_itself(tmp_path: Path) -> None:
     done = _run_cli(tmp_path, "--duration", "1")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.rstrip().endswith("stopping the control plane"), done.stdout
+    assert done.stdout.rstrip().endswith("stopping the fleet and the control plane"), done.stdout
     assert not _workdir(done.stdout.splitlines()).exists()
 
 
