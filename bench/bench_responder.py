@@ -38,6 +38,7 @@ from gpuhealth.kube.resources import Resource
 from responder.alerts import Alert, parse_alert, parse_delivery
 from responder.breaker import BreakerState, Counts
 from responder.intake import IntakeSettings, Write, decide, rfc3339
+from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
 from responder.limits import Bucket, BucketSettings
 from responder.policy import CheckResult, Context, DeviceView, Health, PolicySettings, step
 from responder.recorder import Recorder
@@ -109,7 +110,7 @@ def delivery(alerts: list[dict[str, Any]], *, receiver: str = "gpuhealth-respond
     )
 
 
-def realistic(alert: Alert, *, phase: Phase = Phase.QUARANTINED) -> Quarantine:
+def realistic(alert: Alert, *, phase: str = Phase.QUARANTINED) -> Quarantine:
     """The record of `alert`'s device with its lists at their bounds: history, keys, sources."""
     opened = decide(None, alert, now=NOW - 7200, settings=IntakeSettings())
     assert isinstance(opened, Write)
@@ -236,10 +237,10 @@ def latency() -> tuple[float, bool]:
     views = {
         Phase.PENDING: DeviceView(Health.UNHEALTHY),
         Phase.QUARANTINED: DeviceView(Health.UNHEALTHY, enforcement_present=True),
-        Phase.PROBING: DeviceView(Health.HEALTHY, NOW - 50, True, probe=CheckResult.RUNNING),
-        Phase.CANARY: DeviceView(Health.HEALTHY, NOW - 50, True, canary=CheckResult.SUCCEEDED),
-        Phase.STABILIZING: DeviceView(Health.HEALTHY, NOW - 600, True),
-        Phase.RAMP: DeviceView(Health.HEALTHY, NOW - 4000, True),
+        PROBING: DeviceView(Health.HEALTHY, NOW - 50, True, check=CheckResult.RUNNING),
+        CANARY: DeviceView(Health.HEALTHY, NOW - 50, True, check=CheckResult.SUCCEEDED),
+        STABILIZING: DeviceView(Health.HEALTHY, NOW - 600, True),
+        RAMP: DeviceView(Health.HEALTHY, NOW - 4000, True),
     }
     phases = list(views)
     samples = 6_000

@@ -205,7 +205,7 @@ class Observer:
             spec.device if spec.device in self.journal.devices else self._device_of({"device": spec.device})
         )
         before = self._records.get(record.name)
-        phase = status.phase.value
+        phase = str(status.phase)
         outcomes = dict(before[3]) if before else {}
         if before is None or before[0] != phase:
             self.journal.record(

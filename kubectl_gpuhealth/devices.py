@@ -307,7 +307,7 @@ def _quarantine_document(record: Quarantine | None) -> dict[str, Any] | None:
         return None
     return {
         "name": record.name,
-        "phase": record.status.phase.value,
+        "phase": str(record.status.phase),
         "phaseReason": record.status.phase_reason,
         "action": record.spec.action,
         "reason": record.spec.reason,
@@ -317,7 +317,7 @@ def _quarantine_document(record: Quarantine | None) -> dict[str, Any] | None:
 
 
 def _phase(record: Quarantine | None) -> str:
-    return record.status.phase.value if record is not None else "-"
+    return str(record.status.phase) if record is not None else "-"
 
 
 def _none_found(namespace: str | None, err: TextIO, what: str = "devices") -> None:

@@ -7,7 +7,8 @@ Layers, as in the exporter: pure data and decisions at the bottom (no I/O), adap
 
 Pure decisions and data: `alerts` (Alertmanager webhook deliveries as validated data),
 `records` (the `DeviceQuarantine` record, manifest in `deploy/crds/`), `intake` (what the
-webhook records for one alert), `policy` (the reconciler's phase machine), `migration`
+webhook records for one alert), `ladder` (the release ladder's rungs, as data), `policy` (the
+reconciler's phase machine, walking the ladder), `migration`
 (moving checkpointed work off a device), `extender` (the scheduler extender's filter for
 device-plugin GPUs), `limits` (token buckets a new leader rebuilds from the records),
 `breaker` (the circuit breaker's two triggers), `metrics` (every family the service

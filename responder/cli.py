@@ -40,9 +40,11 @@ from gpuhealth.tables import human_duration, truncate, write_document, write_tab
 from responder import breaker
 from responder.breaker_store import AuditEntry, BreakerStore
 from responder.intake import rfc3339
+from responder.ladder import LADDER
 from responder.records import (
     ACTIVE_PHASES,
     GROUP,
+    PHASES,
     PLURAL,
     VERSION,
     Phase,
@@ -162,14 +164,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 # `kubectl gpuhealth` plugin names those the kubectl way and shares the rest (and the `run_*`).
 LIST_HELP = "one line per record"
 SHOW_HELP = "one record with its history"
-RELEASE_HELP = "start a device's release checks now (probe, canary, stability, ramp); never skips them"
+RELEASE_HELP = f"start a device's release checks now ({LADDER.describe()}); never skips them"
 BREAKER_STATUS_HELP = "tripped or not, why, and the audit trail"
 BREAKER_RESET_HELP = "close a tripped breaker (audited)"
 
 
 def add_list_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node", help="only this node's devices")
-    parser.add_argument("--phase", choices=[p.value for p in Phase], help="only records in this phase")
+    parser.add_argument("--phase", choices=list(PHASES), help="only records in this phase")
     parser.add_argument(
         "-l", "--selector", help="label selector on the records (e.g. gpuhealth.io/node=gpu-node-1)"
     )
@@ -279,7 +281,7 @@ def run_list(
         r
         for r in records
         if (not args.node or r.spec.node == args.node)
-        and (not args.phase or r.status.phase.value == args.phase)
+        and (not args.phase or str(r.status.phase) == args.phase)
     ]
     records.sort(key=lambda r: (r.spec.node, r.spec.device))
     created = {_name(o): _created(o) for o in objects if isinstance(o, dict)}
@@ -302,7 +304,7 @@ def run_list(
             r.name if wide else truncate(r.name, 40),
             r.spec.node,
             r.spec.device,
-            r.status.phase.value,
+            str(r.status.phase),
             r.spec.reason,
             r.spec.action,
             _age(created.get(r.name), now),
@@ -347,7 +349,7 @@ def run_show(
         ("Action", spec.action),
         ("Reason", spec.reason),
         ("Actor", spec.actor),
-        ("Phase", status.phase.value + (f" ({status.phase_reason})" if status.phase_reason else "")),
+        ("Phase", str(status.phase) + (f" ({status.phase_reason})" if status.phase_reason else "")),
         ("Age", _age(_created(obj), now)),
         ("Expires", f"{spec.expires_at} ({_until(parse_rfc3339(spec.expires_at), now)})"),
         ("Source alerts", ", ".join(f"{a.alertname} since {a.starts_at}" for a in spec.source_alerts) or "-"),
@@ -361,7 +363,7 @@ def run_show(
         return 0
     write_table(
         ["  TIME", "PHASE", "ACTOR", "MESSAGE"],
-        [[f"  {h.time}", h.phase.value, h.actor, h.message] for h in status.history],
+        [[f"  {h.time}", str(h.phase), h.actor, h.message] for h in status.history],
         out,
     )
     return 0
@@ -522,16 +524,14 @@ def run_release(
 
     def decide_release(record: Quarantine) -> Quarantine:
         status = record.status
-        if status.last_check.endswith("-failed"):
-            check = status.last_check.removesuffix("-failed")
+        if status.last_check is not None and status.last_check.failed:
+            check = status.last_check.check
             raise CommandFailed(
                 f"{record.name}: refused, even with --force: its last {check} failed; "
                 "it stays quarantined until a check passes"
             )
         if status.phase != Phase.QUARANTINED:
-            raise CommandFailed(
-                f"{record.name}: is {status.phase.value}, not Quarantined: nothing to release"
-            )
+            raise CommandFailed(f"{record.name}: is {status.phase}, not Quarantined: nothing to release")
         firing = [a for a in record.spec.source_alerts if a.firing]
         if firing and not args.force:
             names = ", ".join(sorted({a.alertname for a in firing}))
@@ -540,10 +540,8 @@ def run_release(
         sources = tuple(replace(a, resolved_at=a.resolved_at or stamp) for a in record.spec.source_alerts)
         return replace(record, spec=replace(record.spec, source_alerts=sources))
 
-    name = _change(
-        args, client, clock, decide_release, "release requested: probe, canary, stability and ramp follow"
-    )
-    out.write(f"{name}: release checks start (probe, canary, stability window, ramp).\n")
+    name = _change(args, client, clock, decide_release, f"release requested: {LADDER.describe()} follow")
+    out.write(f"{name}: release checks start ({LADDER.describe()}).\n")
     return 0
 
 
@@ -559,7 +557,7 @@ def run_extend(
 
     def decide_extend(record: Quarantine) -> Quarantine:
         if record.status.phase not in ACTIVE_PHASES:
-            raise CommandFailed(f"{record.name}: is {record.status.phase.value}: nothing to extend")
+            raise CommandFailed(f"{record.name}: is {record.status.phase}: nothing to extend")
         base = max(parse_rfc3339(record.spec.expires_at) or clock.now(), clock.now())
         return replace(record, spec=replace(record.spec, expires_at=rfc3339(base + args.by)))
 

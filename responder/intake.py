@@ -140,7 +140,7 @@ def _open(
     else:
         # Same object, new quarantine: the history of the old one stays, its keys too.
         base = replace(previous, spec=spec, status=replace(previous.status, phase_reason=""))
-        message = f"{alert.name} fired after {previous.status.phase.value}: a new {alert.action} recorded"
+        message = f"{alert.name} fired after {previous.status.phase}: a new {alert.action} recorded"
     record = base.with_phase(Phase.PENDING, time=stamp, actor=ACTOR, message=message).with_key(
         alert.idempotency_key
     )

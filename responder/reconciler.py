@@ -6,8 +6,8 @@ and writes the records, one pass over all of them at a time:
 1. Observe: list every record (a fresh list each pass, see below); the breaker's state (its
    ConfigMap, so a person's reset is seen at the next pass); every device's health from the
    `HealthSource` (one snapshot per pass); per record, what it needs: whether gpuhealth's
-   enforcement is present, the node's opt-out label (Pending only), the probe or canary Job
-   of the current attempt (Probing, Canary only).
+   enforcement is present, the node's opt-out label (Pending only), the Job of the current
+   attempt's check (on a check rung of the release ladder only).
 2. Rebuild the guardrails from the records, never from memory: the breaker's counts
    (eligible = devices the health source knows; automatic quarantine starts from the records'
    history; devices under enforcement now) and the new-quarantine bucket (`Bucket.replay` of
@@ -74,6 +74,7 @@ from responder.events import EventSink
 from responder.health import HealthSnapshot, HealthSource
 from responder.holders import DeviceHolders
 from responder.intake import rfc3339
+from responder.ladder import Kind
 from responder.limits import Bucket, BucketSettings
 from responder.policy import (
     ACTOR,
@@ -97,10 +98,6 @@ log = logging.getLogger(__name__)
 
 OPT_OUT_LABEL = "gpuhealth.io/remediation"
 OPT_OUT_VALUE = "disabled"
-ENFORCED_PHASES = frozenset({Phase.QUARANTINED, Phase.PROBING, Phase.CANARY, Phase.STABILIZING, Phase.RAMP})
-"""Phases in which gpuhealth's enforcement is in place: what the breaker's capacity counts
-(Pending and Deferred records are recorded only; counting them would let the record being
-admitted count against itself)."""
 DONE_PHASES = frozenset({Phase.RELEASED, Phase.ABANDONED})
 
 Migrate = Callable[[Quarantine, float], Quarantine]
@@ -242,7 +239,7 @@ class ReconcilerMetrics:
             if record.status.phase in DONE_PHASES:
                 continue
             spec = record.spec
-            series.add((spec.node, spec.device, spec.reason, record.status.phase.value))
+            series.add((spec.node, spec.device, spec.reason, str(record.status.phase)))
             if created_at is not None:
                 created[(spec.node, spec.device)] = created_at
             if record.status.phase == Phase.PENDING and record.status.phase_reason == "RateLimited":
@@ -260,11 +257,18 @@ class ReconcilerMetrics:
         self.breaker_tripped.set(1 if tripped else 0)
 
 
+def enforced(record: Quarantine) -> bool:
+    """Whether the record's phase has gpuhealth's enforcement in place (Quarantined, or any rung
+    of the release ladder): what the breaker's capacity counts. Pending and Deferred records are
+    recorded only; counting them would let the record being admitted count against itself."""
+    return record.status.phase not in (Phase.PENDING, Phase.DEFERRED, *DONE_PHASES)
+
+
 def quarantine_starts(record: Quarantine) -> list[float]:
     """When the record's quarantines were enforced: each entry into Quarantined from Pending or
     Deferred (a failed release returning to Quarantined is the same quarantine)."""
     starts: list[float] = []
-    previous: Phase | None = None
+    previous: str | None = None
     for entry in record.status.history:
         if entry.phase == Phase.QUARANTINED and previous in (None, Phase.PENDING, Phase.DEFERRED):
             at = parse_rfc3339(entry.time)
@@ -306,7 +310,7 @@ def guardrails(
         if automatic(r)
         for at in quarantine_starts(r)
     ]
-    active = [f"{r.spec.node}\x00{r.spec.device}" for r in records if r.status.phase in ENFORCED_PHASES]
+    active = [f"{r.spec.node}\x00{r.spec.device}" for r in records if enforced(r)]
     counts = breaker.count(eligible, starts, active, now=now, settings=settings.policy.breaker)
     bucket = Bucket.replay(settings.bucket, (at for _, at in starts), now)
     return counts, bucket
@@ -422,7 +426,7 @@ class Reconciler:
         outcomes: dict[str, str] = {}
         for obj in listed.items:
             try:
-                entries.append((obj, from_object(obj)))
+                entries.append((obj, from_object(obj, self.settings.policy.ladder)))
             except RecordError as exc:
                 name = str((obj.get("metadata") or {}).get("name") or "?")
                 log.error("record %s is unreadable, left alone: %s", name, exc)
@@ -515,7 +519,9 @@ class Reconciler:
                 # and the move is tried again on this record's backoff (not at the recheck cap).
                 moved = exc
         recheck = decided.recheck_seconds
-        if after.status.phase in (Phase.PROBING, Phase.CANARY) or any(
+        rungs = self.settings.policy.rungs
+        on_check = rungs.rung(after.status.phase)
+        if (on_check is not None and on_check.kind == Kind.CHECK) or any(
             not m.outcome.finished for m in after.status.migrations
         ):
             # A check Job or a move waits on objects the reconciler does not watch (the Job's
@@ -526,12 +532,11 @@ class Reconciler:
         # Notices only once the record is stored: a failed write is decided again next pass,
         # its notice with it, and an Event per attempt would tell of one failure twice.
         self._notify(record, decided, state)
-        if written:
+        left = rungs.rung(phase)
+        if written and left is not None and left.kind == Kind.CHECK and after.status.phase != phase:
             # Only once the record says it moved on: a 409 leaves the result to be read again.
-            for kind, checked in (("probe", Phase.PROBING), ("canary", Phase.CANARY)):
-                if phase == checked and after.status.phase != checked:
-                    self._checks.finish(record, kind, record.status.attempt)
-        if record.status.phase in (Phase.PENDING, Phase.DEFERRED) and after.status.phase in ENFORCED_PHASES:
+            self._checks.finish(record, left.name, record.status.attempt)
+        if record.status.phase in (Phase.PENDING, Phase.DEFERRED) and enforced(after):
             state.counts = replace(state.counts, quarantined=state.counts.quarantined + 1)
         if decided.took_token:
             _, state.bucket = state.bucket.take(state.now)
@@ -552,7 +557,7 @@ class Reconciler:
     def _observe(self, record: Quarantine, snapshot: HealthSnapshot, state: _PassState) -> DeviceView:
         phase = record.status.phase
         device = snapshot.of(record.spec.node, record.spec.device)
-        attempt = record.status.attempt
+        rung = self.settings.policy.rungs.rung(phase)
         return DeviceView(
             health=device.health,
             healthy_since=device.healthy_since,
@@ -560,14 +565,9 @@ class Reconciler:
             # by an admission whose record write was lost (policy removes it when deferring).
             enforcement_present=self._enforcer.present(record),
             node_opted_out=phase == Phase.PENDING and self._opted_out(record.spec.node, state),
-            probe=(
-                self._checks.result(record, "probe", attempt)
-                if phase == Phase.PROBING
-                else CheckResult.ABSENT
-            ),
-            canary=(
-                self._checks.result(record, "canary", attempt)
-                if phase == Phase.CANARY
+            check=(
+                self._checks.result(record, rung.name, record.status.attempt)
+                if rung is not None and rung.kind == Kind.CHECK
                 else CheckResult.ABSENT
             ),
             # Only when a release attempt would start: a list of the node's pods (and claims).

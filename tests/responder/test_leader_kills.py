@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 from gpuhealth.kube.elector import LeaderElector
 from gpuhealth.kube.lease import ElectionSettings
 from responder.intake import rfc3339
+from responder.ladder import PROBING
 from responder.policy import Health
 from responder.recorder import QUARANTINES, Recorder
 from responder.records import MigrationOutcome, Phase, Quarantine
@@ -166,7 +167,7 @@ async def drive(w: World, flow: Flow, candidates: list[Candidate], *, kill: bool
             await asyncio.to_thread(flow.await_moved)
             await deliver(candidates, flow, "resolved")
             resolved = True
-        if not healthy and record.status.phase == Phase.PROBING:
+        if not healthy and record.status.phase == PROBING:
             w.health.set(flow.node, flow.device, Health.HEALTHY, w.clock.now())
             healthy = True
         if kill and last is not None and last.status != record.status:

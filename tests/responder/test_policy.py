@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from gpuhealth.kube.meta import parse_rfc3339
 from responder.breaker import BreakerState, Counts
 from responder.intake import IntakeSettings, Write, decide, rfc3339
+from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
 from responder.limits import Bucket, BucketSettings
 from responder.policy import (
     BACKING_OFF,
@@ -44,7 +45,7 @@ from responder.policy import (
     needs_holders,
     step,
 )
-from responder.records import Migration, MigrationOutcome, Phase, Quarantine
+from responder.records import CheckOutcome, Migration, MigrationOutcome, Phase, Quarantine, Verdict
 from tests.responder.test_intake import alert
 
 NOW = 1_800_000_000.0
@@ -55,7 +56,7 @@ SETTINGS = PolicySettings(
     ramp_seconds=60,
     backoff_seconds=300,
 )
-RELEASE_PATH = [Phase.PROBING, Phase.CANARY, Phase.STABILIZING, Phase.RAMP]
+RELEASE_PATH = [PROBING, CANARY, STABILIZING, RAMP]
 
 
 def opened(actor_alert: bool = True, action: str = "quarantine", **labels: str) -> Quarantine:
@@ -171,8 +172,7 @@ def play(
             health=health,
             healthy_since=healthy_since,
             enforcement_present=world.enforcement is not None,
-            probe=world.probe,
-            canary=world.canary,
+            check={PROBING: world.probe, CANARY: world.canary}.get(record.status.phase, CheckResult.ABSENT),
             holders=holders if needs_holders(record, now) else (),
         )
         result = step(record, view, ctx(now, tripped=tripped))
@@ -183,7 +183,7 @@ def play(
             # device (its probe could not get it, and would count as the device's failure).
             assert all(m.outcome.finished for m in record.status.migrations), record.status.migrations
             assert not holders, holders
-            assert result.record.status.phase == Phase.PROBING
+            assert result.record.status.phase == PROBING
         world.apply(result.effects)
         steps.append(result)
         record = result.record
@@ -279,7 +279,7 @@ def test_a_move_in_flight_holds_the_release_in_quarantined_until_it_ends() -> No
     )
     assert needs_holders(moved, NOW + 30)
     probing = step(moved, healthy, ctx(NOW + 30))
-    assert probing.record.status.phase == Phase.PROBING and StartCheck("probe", 1) in probing.effects
+    assert probing.record.status.phase == PROBING and StartCheck("probe", 1) in probing.effects
     # An alert firing again while it waited: it waits for its alerts again, reason cleared.
     refired = decide(waiting.record, alert(starts_at=NOW + 25), now=NOW + 25, settings=IntakeSettings())
     assert isinstance(refired, Write)
@@ -302,7 +302,7 @@ def test_a_held_device_is_not_probed_until_it_is_free() -> None:
     again = step(waiting.record, held, ctx(NOW + 50))
     assert again.record == waiting.record  # level-triggered: nothing rewritten while it waits
     probing = step(waiting.record, replace(held, holders=()), ctx(NOW + 80))
-    assert probing.record.status.phase == Phase.PROBING
+    assert probing.record.status.phase == PROBING
 
 
 def check_release_path(steps: list[Step]) -> bool:
@@ -347,17 +347,19 @@ def test_the_whole_way_out() -> None:
         (start + 130 + 120, CheckResult.SUCCEEDED, CheckResult.SUCCEEDED),  # -> Ramp
         (start + 130 + 120 + 60, CheckResult.SUCCEEDED, CheckResult.SUCCEEDED),  # -> Released
     ]:
-        result = step(record, replace(view, probe=probe, canary=canary), ctx(now))
+        check = {PROBING: probe, CANARY: canary}.get(record.status.phase, CheckResult.ABSENT)
+        result = step(record, replace(view, check=check), ctx(now))
         record = result.record
         phases.append((record.status.phase, [type(e).__name__ for e in result.effects]))
     assert phases == [
-        (Phase.PROBING, ["StartCheck"]),
-        (Phase.CANARY, ["StartCheck"]),
-        (Phase.STABILIZING, []),
-        (Phase.RAMP, ["Enforce"]),
+        (PROBING, ["StartCheck"]),
+        (CANARY, ["StartCheck"]),
+        (STABILIZING, []),
+        (RAMP, ["Enforce"]),
         (Phase.RELEASED, ["Unenforce", "Notify"]),
     ]
-    assert record.status.last_check == "canary-passed" and record.status.enforced == ""
+    assert record.status.last_check == CheckOutcome("canary", 1, Verdict.PASSED)
+    assert record.status.enforced == ""
 
 
 def test_a_failed_probe_quarantines_again_with_a_doubling_backoff() -> None:
@@ -369,11 +371,12 @@ def test_a_failed_probe_quarantines_again_with_a_doubling_backoff() -> None:
         assert probing.record.status.attempt == attempt
         failed = step(
             probing.record,
-            DeviceView(Health.HEALTHY, enforcement_present=True, probe=CheckResult.FAILED),
+            DeviceView(Health.HEALTHY, enforcement_present=True, check=CheckResult.FAILED),
             ctx(now),
         )
         record = failed.record
-        assert record.status.phase == Phase.QUARANTINED and record.status.last_check == "probe-failed"
+        assert record.status.phase == Phase.QUARANTINED
+        assert record.status.last_check == CheckOutcome("probe", attempt, Verdict.FAILED)
         expiries.append(record.spec.expires_at)
         now = parse_rfc3339(record.spec.expires_at) or now
     assert expiries == [rfc3339(NOW + 300), rfc3339(NOW + 300 + 600)]
@@ -383,7 +386,7 @@ def test_after_a_failure_the_next_attempt_waits_for_the_backoff_with_the_reason_
     record = step(opened(), DeviceView(Health.UNHEALTHY), ctx(NOW)).record
     healthy = DeviceView(Health.HEALTHY, enforcement_present=True)
     probing = step(resolved(record, NOW), healthy, ctx(NOW)).record
-    failed = step(probing, replace(healthy, probe=CheckResult.FAILED), ctx(NOW + 30)).record
+    failed = step(probing, replace(healthy, check=CheckResult.FAILED), ctx(NOW + 30)).record
     assert failed.spec.expires_at == rfc3339(NOW + 30 + 300)
     # The alerts are resolved, the device looks healthy: still no second probe before the backoff.
     waiting = step(failed, healthy, ctx(NOW + 31))
@@ -398,7 +401,7 @@ def test_after_a_failure_the_next_attempt_waits_for_the_backoff_with_the_reason_
     firing = step(refired.record, healthy, ctx(NOW + 40)).record
     assert (firing.status.phase, firing.status.phase_reason) == (Phase.QUARANTINED, "")
     retried = step(waiting.record, healthy, ctx(NOW + 330))
-    assert (retried.record.status.phase, retried.record.status.attempt) == (Phase.PROBING, 2)
+    assert (retried.record.status.phase, retried.record.status.attempt) == (PROBING, 2)
     assert retried.record.status.phase_reason == ""
     assert StartCheck("probe", 2) in retried.effects
 

@@ -39,6 +39,7 @@ from responder.enforcement import Enforcer, discover
 from responder.events import EVENT, KubeEvents
 from responder.health import StaticHealth
 from responder.intake import IntakeSettings, Write, decide, rfc3339
+from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
 from responder.limits import BucketSettings
 from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult, Health, PolicySettings
 from responder.reconciler import OPT_OUT_LABEL, Reconciler, ReconcilerSettings
@@ -176,20 +177,20 @@ def test_a_dra_record_walks_from_pending_to_released(world: World) -> None:
     w.resolve(name)
     w.clock.advance(5)
     w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == Phase.PROBING
+    assert w.record(name).status.phase == PROBING
     job = w.client.get(JOB, job_name(w.record(name), "probe", 1), namespace=NS)
     assert job["metadata"]["ownerReferences"][0]["name"] == name
     wait_until("the probe passed", lambda: w.check(name, "probe") == CheckResult.SUCCEEDED, timeout=60)
 
     w.health.set("dra-0", "gpu.nvidia.com/dra-0/gpu-3", Health.HEALTHY, w.clock.now())
     w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == Phase.CANARY
+    assert w.record(name).status.phase == CANARY
     wait_until("the canary passed", lambda: w.check(name, "canary") == CheckResult.SUCCEEDED, timeout=60)
     w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == Phase.STABILIZING
+    assert w.record(name).status.phase == STABILIZING
     w.clock.advance(POLICY.stability_seconds)
     w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == Phase.RAMP
+    assert w.record(name).status.phase == RAMP
     ramp_rule = w.rule(name)
     assert ramp_rule is not None and ramp_rule["spec"]["taint"]["key"] == CANARY_TAINT
     w.clock.advance(POLICY.ramp_seconds)
@@ -233,7 +234,7 @@ def test_a_storm_trips_the_breaker_and_a_release_flows(world: World) -> None:
     w.reconciler.reconcile_once()
     w.resolve(first)
     w.reconciler.reconcile_once()
-    assert w.record(first).status.phase == Phase.PROBING
+    assert w.record(first).status.phase == PROBING
     storm = [w.add(node, i, dra=False) for node in ("dp-0", "dp-1") for i in range(4)]
     wait_until("the probe passed", lambda: w.check(first, "probe") == CheckResult.SUCCEEDED, timeout=60)
     w.health.set("dra-0", "gpu.nvidia.com/dra-0/gpu-0", Health.HEALTHY, w.clock.now())
@@ -245,7 +246,7 @@ def test_a_storm_trips_the_breaker_and_a_release_flows(world: World) -> None:
     stored = w.client.get(CONFIG_MAP, BREAKER_CONFIG_MAP, namespace=NS)
     assert json.loads(stored["data"]["state"])["tripped"] is True
     assert [e["action"] for e in json.loads(stored["data"]["history"])] == ["trip"]
-    assert w.record(first).status.phase == Phase.CANARY  # the release went on
+    assert w.record(first).status.phase == CANARY  # the release went on
 
 
 def test_a_restarted_reconciler_resumes_and_doubles_nothing(world: World) -> None:
@@ -311,11 +312,11 @@ def test_a_device_plugin_probe_runs_pinned_to_its_device(world: World) -> None:
     w.reconciler.reconcile_once()
     w.resolve(name)
     w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == Phase.PROBING
+    assert w.record(name).status.phase == PROBING
     wait_until("the probe passed", lambda: w.check(name, "probe") == CheckResult.SUCCEEDED, timeout=60)
     pods = w.client.list(POD, namespace=NS).items
     assert [p["spec"]["nodeName"] for p in pods] == ["dp-1"]
     assert pods[0]["metadata"]["annotations"]["gpuhealth.io/probe-device"] == gpu_uuid("dp-1", 2)
     w.health.set("dp-1", gpu_uuid("dp-1", 2), Health.HEALTHY, w.clock.now())
     w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == Phase.CANARY
+    assert w.record(name).status.phase == CANARY

@@ -32,13 +32,20 @@ from responder.enforcement import Enforcer, discover
 from responder.events import KubeEvents
 from responder.health import StaticHealth
 from responder.intake import Alert
+from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
 from responder.limits import BucketSettings
 from responder.migration import REQUESTED
 from responder.migrator import Migrator, MigratorSettings
 from responder.policy import Health, PolicySettings
 from responder.reconciler import Reconciler, ReconcilerSettings
 from responder.recorder import QUARANTINES, Recorder
-from responder.records import Migration, MigrationOutcome, Phase, Quarantine, from_object
+from responder.records import (
+    Migration,
+    MigrationOutcome,
+    Phase,
+    Quarantine,
+    from_object,
+)
 from simulator.fleet.objects import gpu_uuid
 
 NS = "gpuhealth-system"
@@ -54,10 +61,10 @@ DEADLINE = 90.0
 WALK = (
     Phase.PENDING,
     Phase.QUARANTINED,
-    Phase.PROBING,
-    Phase.CANARY,
-    Phase.STABILIZING,
-    Phase.RAMP,
+    PROBING,
+    CANARY,
+    STABILIZING,
+    RAMP,
     Phase.RELEASED,
 )
 """Every phase of an uneventful quarantine, in order."""
@@ -274,7 +281,7 @@ class Flow:
                 self.await_moved()
                 self.resolve()
                 resolved = True
-            if not healthy and phase == Phase.PROBING:
+            if not healthy and phase == PROBING:
                 self.health.set(self.node, self.device, Health.HEALTHY, self.clock.now())
                 healthy = True
             leader(record).reconciler.reconcile_once()
