@@ -235,12 +235,18 @@ def latency() -> tuple[float, bool]:
         bucket=bucket,
     )
     views = {
-        Phase.PENDING: DeviceView(Health.UNHEALTHY),
-        Phase.QUARANTINED: DeviceView(Health.UNHEALTHY, enforcement_present=True),
-        PROBING: DeviceView(Health.HEALTHY, NOW - 50, True, check=CheckResult.RUNNING),
-        CANARY: DeviceView(Health.HEALTHY, NOW - 50, True, check=CheckResult.SUCCEEDED),
-        STABILIZING: DeviceView(Health.HEALTHY, NOW - 600, True),
-        RAMP: DeviceView(Health.HEALTHY, NOW - 4000, True),
+        Phase.PENDING: DeviceView(Health.UNHEALTHY, enforced_as="DeviceTaintRule/bench"),
+        Phase.QUARANTINED: DeviceView(
+            Health.UNHEALTHY, enforced_as="DeviceTaintRule/bench", enforcement_present=True
+        ),
+        PROBING: DeviceView(
+            Health.HEALTHY, NOW - 50, True, enforced_as="DeviceTaintRule/bench", check=CheckResult.RUNNING
+        ),
+        CANARY: DeviceView(
+            Health.HEALTHY, NOW - 50, True, enforced_as="DeviceTaintRule/bench", check=CheckResult.SUCCEEDED
+        ),
+        STABILIZING: DeviceView(Health.HEALTHY, NOW - 600, True, enforced_as="DeviceTaintRule/bench"),
+        RAMP: DeviceView(Health.HEALTHY, NOW - 4000, True, enforced_as="DeviceTaintRule/bench"),
     }
     phases = list(views)
     samples = 6_000

@@ -57,7 +57,7 @@ from gpuhealth.kube.transport import KubeTransport
 from responder import breaker
 from responder.breaker_store import BreakerStore
 from responder.checks import CheckSettings, JobChecks
-from responder.enforcement import Enforcer, discover
+from responder.enforcement import Enforcer
 from responder.events import KubeEvents
 from responder.health import StaticHealth
 from responder.limits import BucketSettings
@@ -66,6 +66,7 @@ from responder.policy import Health
 from responder.reconciler import PassReport, Reconciler, ReconcilerSettings
 from responder.recorder import QUARANTINES, Recorder
 from responder.records import Quarantine, record_name
+from responder.taint_rules import discover
 from responder.webhook import PATH, WebhookMetrics, WebhookSettings, add_webhook
 from tests.simulator.conftest import ServedCluster
 

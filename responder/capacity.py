@@ -44,8 +44,8 @@ from gpuhealth import fields
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.reflector import Events, Listed, Message, Reflector
 from gpuhealth.kube.resources import NODE, POD
-from responder.enforcement import NODE_ANNOTATION
 from responder.extender import GPU_RESOURCE, ArgsError, NodeCapacity, gpus_requested
+from responder.node_annotation import NODE_ANNOTATION
 from responder.reconciler import WatchBackoff
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ setting) plus its executor: a check names the Job it runs, which `responder.chec
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -132,9 +132,9 @@ class Ladder:
         index = self._by_phase[after] + 1
         return Ladder((*self.rungs[:index], rung, *self.rungs[index:]))
 
-    def timed(self, setting: Callable[[str], float]) -> Ladder:
-        """Every rung's `seconds` from its setting (`setting(name)`), each checked finite and > 0."""
-        rungs = tuple(replace(r, seconds=setting(r.setting)) if r.setting else r for r in self.rungs)
+    def timed(self, seconds: Sequence[float]) -> Ladder:
+        """This ladder with the rungs' lengths `seconds` (in order), each checked finite and > 0."""
+        rungs = tuple(replace(r, seconds=float(s)) for r, s in zip(self.rungs, seconds, strict=True))
         for r in rungs:
             if not 0 < r.seconds < math.inf:
                 where = r.setting or f"rung {r.phase}'s seconds"

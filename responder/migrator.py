@@ -44,6 +44,8 @@ from gpuhealth.kube.lease import LeaseRecord, Observed, observe
 from gpuhealth.kube.meta import parse_rfc3339
 from gpuhealth.kube.resources import LEASE, POD, Resource
 from responder import metrics
+from responder.backends import Backends
+from responder.enforcement import Enforcer
 from responder.holders import pods_on_device
 from responder.intake import rfc3339
 from responder.migration import REQUESTED as REQUESTED_ANNOTATION
@@ -195,13 +197,14 @@ class _Job:
 class _Observer:
     """One step's reads, each made at most once (pods per namespace, ReplicaSets)."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, backends: Backends) -> None:
         self._client = client
+        self._backends = backends
         self._pods: dict[str, list[dict[str, Any]]] = {}
         self._replica_sets: dict[tuple[str, str], tuple[str, str] | None] = {}
 
     def jobs_on_device(self, record: Quarantine) -> dict[str, _Job]:
-        on_device = pods_on_device(self._client, record)
+        on_device = pods_on_device(self._client, self._backends, record)
         jobs: dict[str, _Job] = {}
         for pod in on_device:
             namespace = _meta(pod).get("namespace") or ""
@@ -273,10 +276,13 @@ class Migrator:
         *,
         metrics: MigratorMetrics | None = None,
         records: Callable[[], Iterable[Quarantine]] | None = None,
+        backends: Backends | None = None,
     ) -> None:
         """`records`: every stored record (the caps are counted from them); by default listed
-        through `client`. A reconciler with a cache passes its own."""
+        through `client`. A reconciler with a cache passes its own. `backends`: who says which
+        pods hold a device (default: the shipped backends)."""
         self._client = client
+        self._backends = backends or Enforcer(client, None)
         self._settings = settings
         self._clock = clock
         self._metrics = metrics
@@ -292,7 +298,7 @@ class Migrator:
         `start=False` (the circuit breaker is open): moves under way go on, none begins."""
         if record.spec.action != "quarantine":
             return record  # restrict (Unknown) never moves anything
-        observer = _Observer(self._client)
+        observer = _Observer(self._client, self._backends)
         # A cluster it cannot read raises: the caller (the reconciler) retries this record on
         # its backoff; swallowed here, a device whose moves had not begun would wait a whole
         # recheck, as nothing in the record would say a move is due.

@@ -29,6 +29,7 @@ construction and property-tested:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -39,7 +40,7 @@ from responder.breaker import BreakerSettings, BreakerState, Counts
 from responder.intake import rfc3339
 from responder.ladder import CANARY_TAINT, LADDER, QUARANTINE_TAINT, Kind, Ladder, Rung
 from responder.limits import Bucket
-from responder.records import DRA, CheckOutcome, Phase, Quarantine, Verdict
+from responder.records import CheckOutcome, Phase, Quarantine, Verdict
 
 __all__ = ["CANARY_TAINT", "QUARANTINE_TAINT"]  # re-exported: the checks tolerate both
 
@@ -84,7 +85,11 @@ class DeviceView:
     healthy_since: float | None = None
     """Since when the device has been Healthy without a break (None: not Healthy now)."""
     enforcement_present: bool = False
-    """The DeviceTaintRule (DRA) or node annotation entry (device plugin) gpuhealth owns exists."""
+    """The enforcement gpuhealth owns for the record exists (its backend's: a DeviceTaintRule,
+    a node annotation entry)."""
+    enforced_as: str = ""
+    """What the record's backend calls its enforcement (`DeviceTaintRule/<name>`, `Node/<node>`):
+    the `status.enforced` of a record it enforces."""
     node_opted_out: bool = False
     """The node carries `gpuhealth.io/remediation=disabled`: record and page, enforce nothing."""
     check: CheckResult = CheckResult.ABSENT
@@ -123,13 +128,15 @@ class PolicySettings:
     """`ladder` with every rung's seconds taken from its setting (what `step` walks)."""
 
     def __post_init__(self) -> None:
-        def setting(name: str) -> float:
-            value = getattr(self, name, None)
+        values = []
+        for rung in self.ladder.rungs:
+            value = getattr(self, rung.setting, None) if rung.setting else rung.seconds
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"rung setting {name!r} is not a duration field of the policy settings")
-            return float(value)
-
-        object.__setattr__(self, "rungs", self.ladder.timed(setting))
+                raise ValueError(
+                    f"rung setting {rung.setting!r} is not a duration field of the policy settings"
+                )
+            values.append(float(value))
+        object.__setattr__(self, "rungs", _timed(self.ladder, tuple(values)))
         for name in (
             "backoff_seconds",
             "max_backoff_seconds",
@@ -140,6 +147,13 @@ class PolicySettings:
                 raise ValueError(f"{name} must be finite and greater than zero, not {value!r}")
         if self.max_backoff_seconds < self.backoff_seconds:
             raise ValueError("max_backoff_seconds must be at least backoff_seconds")
+
+
+@functools.lru_cache(maxsize=256)
+def _timed(ladder: Ladder, seconds: tuple[float, ...]) -> Ladder:
+    """`ladder` with these rung lengths (settings are made per decision in tests and benches:
+    one build per distinct ladder and lengths)."""
+    return ladder.timed(seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,12 +172,12 @@ class Context:
 
 @dataclass(frozen=True, slots=True)
 class Enforce:
-    """Keep new allocations off the device: a DeviceTaintRule (DRA) or the node annotation entry."""
+    """Keep new allocations off the device, through the record's backend (`responder.backends`)."""
 
     taint_key: str
     taint_value: str
     effect: str
-    """`NoSchedule`; `None` in dry-run (DRA rules preview, device plugins get nothing)."""
+    """`NoSchedule`; `None` in dry-run (a backend previews what it can, or writes nothing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,11 +271,11 @@ def _pending(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
             return _wait(
                 record, ctx, "RateLimited", f"over the rate of new quarantines: waits {wait:.0f} s", wait
             )
-    enforced = _move(record, ctx, Phase.QUARANTINED, f"enforced: {_enforcement(record, ctx)}")
-    enforced = replace(enforced, status=replace(enforced.status, enforced=_enforcement(record, ctx)))
+    enforced = _move(record, ctx, Phase.QUARANTINED, f"enforced: {_enforcement(view)}")
+    enforced = replace(enforced, status=replace(enforced.status, enforced=_enforcement(view)))
     effects: tuple[Effect, ...] = (
         _enforce(record, ctx),
-        Notify("Quarantined", f"{record.spec.reason}: {_enforcement(record, ctx)}"),
+        Notify("Quarantined", f"{record.spec.reason}: {_enforcement(view)}"),
     )
     return Step(enforced, effects, recheck_seconds=0.0, took_token=automatic)
 
@@ -290,7 +304,7 @@ def _quarantined(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
     if not record.status.enforced:
         # Quarantined with nothing recorded as ours (an edited record, an older responder):
         # enforce and say so, rather than trust the phase.
-        repaired = replace(record, status=replace(record.status, enforced=_enforcement(record, ctx)))
+        repaired = replace(record, status=replace(record.status, enforced=_enforcement(view)))
         return Step(repaired, (_enforce(record, ctx),), recheck_seconds=0.0)
     expires = _seconds(record.spec.expires_at)
     if not _firing(record):
@@ -472,10 +486,18 @@ def _effect(ctx: Context) -> str:
     return "None" if ctx.settings.dry_run else "NoSchedule"
 
 
-def _enforcement(record: Quarantine, ctx: Context) -> str:
-    if record.spec.path == DRA:
-        return f"DeviceTaintRule/{record.name}"
-    return f"Node/{record.spec.node}"
+def _enforcement(view: DeviceView) -> str:
+    if not view.enforced_as:
+        raise ValueError("the view names no enforcement for the record (DeviceView.enforced_as)")
+    return view.enforced_as
+
+
+def holding(record: Quarantine, settings: PolicySettings) -> Enforce:
+    """The enforcement the record's phase has in place: the taint of the ramp it stands on, else
+    the quarantine's (what a new backend puts in place when the device's identity changed)."""
+    rung = settings.rungs.rung(record.status.phase)
+    taint = rung.taint if rung is not None and rung.kind == Kind.RAMP else QUARANTINE_TAINT
+    return Enforce(taint, record.spec.reason, "None" if settings.dry_run else "NoSchedule")
 
 
 def _firing(record: Quarantine) -> bool:

@@ -70,9 +70,11 @@ from responder import breaker, metrics
 from responder.breaker import BreakerState, Counts
 from responder.breaker_store import AuditEntry, Stored
 from responder.checks import CheckRunner
+from responder.enforcement import Enforcer
 from responder.events import EventSink
 from responder.health import HealthSnapshot, HealthSource
 from responder.holders import DeviceHolders
+from responder.identity import SliceDevice
 from responder.intake import rfc3339
 from responder.ladder import Kind
 from responder.limits import Bucket, BucketSettings
@@ -88,6 +90,7 @@ from responder.policy import (
     StartCheck,
     Step,
     Unenforce,
+    holding,
     needs_holders,
 )
 from responder.policy import step as policy_step
@@ -104,6 +107,18 @@ Migrate = Callable[[Quarantine, float], Quarantine]
 
 
 class Enforcement(Protocol):
+    """The backends (`responder.backends.Backends`), as the reconciler uses them."""
+
+    def slices(self) -> list[SliceDevice]: ...
+
+    def identify(
+        self, record: Quarantine, slices: Sequence[SliceDevice], nodes: dict[str, Any]
+    ) -> Quarantine:
+        """`record` naming its device as the API says it is now (unchanged when nothing says)."""
+        ...
+
+    def enforced_as(self, record: Quarantine) -> str: ...
+
     def present(self, record: Quarantine) -> bool: ...
 
     def enforce(self, record: Quarantine, effect: Enforce) -> None: ...
@@ -205,8 +220,10 @@ class _PassState:
     breaker: BreakerState
     counts: Counts
     bucket: Bucket
-    nodes: dict[str, bool] = field(default_factory=dict)
-    """Node name -> opted out, read once per pass."""
+    slices: list[SliceDevice] = field(default_factory=list)
+    """Every device the ResourceSlices publish, listed once per pass (identities)."""
+    nodes: dict[str, Any] = field(default_factory=dict)
+    """Node name -> the node object (None: not found), read at most once per pass."""
 
 
 class ReconcilerMetrics:
@@ -351,7 +368,9 @@ class Reconciler:
         self._migrate = migrate
         self._finish = finish
         self._watch_client = watch_client
-        self._holders: Holders = holders if holders is not None else DeviceHolders(client)
+        self._holders: Holders = (
+            holders if holders is not None else DeviceHolders(client, Enforcer(client, None))
+        )
         self._retries: dict[str, Backoff] = {}
         """Per record name (and "" for the pass's own reads): the backoff of its consecutive
         failures. In memory only: it times retries, it decides nothing."""
@@ -417,6 +436,7 @@ class Reconciler:
             listed = self._client.list(QUARANTINES, page_size=self.settings.page_size)
             stored = self._store.read()
             snapshot = self._health.snapshot(now)
+            slices = self._enforcer.slices()
         except Exception as exc:  # an outage decides nothing: the pass is tried again soon
             retry = self._retry_after("", exc)
             log.warning("reconcile pass skipped: %s; again in %.1f s", exc, retry)
@@ -435,7 +455,7 @@ class Reconciler:
         entries.sort(key=lambda e: (str(e[0].get("metadata", {}).get("creationTimestamp") or ""), e[1].name))
         records = [record for _, record in entries]
         counts, bucket = guardrails(records, snapshot.eligible, stored.state, now=now, settings=self.settings)
-        state = _PassState(now=now, breaker=stored.state, counts=counts, bucket=bucket)
+        state = _PassState(now=now, breaker=stored.state, counts=counts, bucket=bucket, slices=slices)
         rechecks: list[float] = []
         final: list[tuple[Quarantine, float | None]] = []
         for obj, record in entries:
@@ -489,7 +509,10 @@ class Reconciler:
         if phase in DONE_PHASES:
             return "unchanged", record, None
         moved: Exception | None = None
-        view = self._observe(record, snapshot, state)
+        current = self._enforcer.identify(record, state.slices, state.nodes)
+        if current.spec != record.spec:
+            current = self._hand_over(record, current, state)
+        view = self._observe(current, snapshot, state)
         ctx = Context(
             now=state.now,
             settings=self.settings.policy,
@@ -497,8 +520,8 @@ class Reconciler:
             counts=state.counts,
             bucket=state.bucket,
         )
-        decided = policy_step(record, view, ctx)
-        self._apply(record, decided, state, fence)
+        decided = policy_step(current, view, ctx)
+        self._apply(current, decided, state, fence)
         after = decided.record
         hook = self._finish if state.breaker.tripped else self._migrate
         if (
@@ -564,6 +587,7 @@ class Reconciler:
             # Asked in every phase: a Pending or Deferred record may find an enforcement left
             # by an admission whose record write was lost (policy removes it when deferring).
             enforcement_present=self._enforcer.present(record),
+            enforced_as=self._enforcer.enforced_as(record),
             node_opted_out=phase == Phase.PENDING and self._opted_out(record.spec.node, state),
             check=(
                 self._checks.result(record, rung.name, record.status.attempt)
@@ -573,6 +597,30 @@ class Reconciler:
             # Only when a release attempt would start: a list of the node's pods (and claims).
             holders=self._holders.of(record) if needs_holders(record, state.now) else (),
         )
+
+    def _hand_over(self, before: Quarantine, after: Quarantine, state: _PassState) -> Quarantine:
+        """`after` (the record naming its device's identity as resolved now) with the enforcement
+        moved to its backend: the new one is put in place before the old one is lifted, so the
+        device is never free in between. Idempotent: a failure here is this record's retry,
+        and the next pass resolves and moves again from what is stored."""
+        if not before.status.enforced:
+            return after  # nothing in place yet: the policy enforces through the new backend
+        self._enforcer.enforce(after, holding(after, self.settings.policy))
+        self._enforcer.unenforce(before)
+        now_as = self._enforcer.enforced_as(after)
+        message = (
+            f"the device is a {after.spec.path} device now: enforcement moved from "
+            f"{before.status.enforced} to {now_as}"
+        )
+        log.warning("%s: %s", before.name, message)
+        moved = after.with_phase(
+            after.status.phase,
+            time=rfc3339(state.now),
+            actor=ACTOR,
+            message=message,
+            reason=after.status.phase_reason,
+        )
+        return replace(moved, status=replace(moved.status, enforced=now_as))
 
     def _retry_after(self, key: str, error: Exception) -> float:
         """The pause before `key` (a record, or "" for the pass) is tried again, its backoff grown."""
@@ -585,11 +633,11 @@ class Reconciler:
     def _opted_out(self, node: str, state: _PassState) -> bool:
         if node not in state.nodes:
             try:
-                labels = (self._client.get(NODE, node).get("metadata") or {}).get("labels") or {}
+                state.nodes[node] = self._client.get(NODE, node)
             except NotFound:
-                labels = {}
-            state.nodes[node] = labels.get(OPT_OUT_LABEL) == OPT_OUT_VALUE
-        return state.nodes[node]
+                state.nodes[node] = None
+        labels = ((state.nodes[node] or {}).get("metadata") or {}).get("labels") or {}
+        return bool(labels.get(OPT_OUT_LABEL) == OPT_OUT_VALUE)
 
     def _apply(self, record: Quarantine, decided: Step, state: _PassState, fence: threading.Event) -> None:
         for effect in decided.effects:

@@ -275,6 +275,20 @@ def _bounded_migration(m: Migration) -> Migration:
     )
 
 
+def owner_reference(record: Quarantine) -> dict[str, Any]:
+    """The record as the controlling owner of an object gpuhealth creates for it."""
+    if not record.uid:
+        raise ValueError(f"{record.name}: the record has no uid to own what is made for it")
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": record.name,
+        "uid": record.uid,
+        "controller": True,
+        "blockOwnerDeletion": False,
+    }
+
+
 def record_name(node: str, device: str) -> str:
     """The record's deterministic object name for (node, device)."""
     digest = hashlib.sha256(f"{node}\x00{device}".encode()).hexdigest()[:10]

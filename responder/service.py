@@ -33,7 +33,7 @@ from responder import metrics
 from responder.breaker_store import BreakerStore
 from responder.capacity import CapacityCache, run_cache
 from responder.checks import JobChecks
-from responder.enforcement import Enforcer, discover
+from responder.enforcement import Enforcer
 from responder.events import KubeEvents
 from responder.health import PrometheusHealth
 from responder.migrator import Migrator, MigratorMetrics
@@ -41,6 +41,7 @@ from responder.reconciler import Reconciler
 from responder.recorder import Recorder
 from responder.scheduler import add_filter
 from responder.settings import ResponderSettings
+from responder.taint_rules import discover
 from responder.tls import ReloadingCertificate, watch_certificate
 from responder.webhook import WebhookMetrics, WebhookSettings, add_webhook
 

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from gpuhealth.kube.reflector import Events, Listed
 from responder.capacity import NODES, PODS, CapacityCache, node_gpus, pod_gpus
-from responder.enforcement import NODE_ANNOTATION
 from responder.extender import NodeCapacity
+from responder.node_annotation import NODE_ANNOTATION
 
 
 def node(name: str, *, capacity: int = 8, allocatable: int = 8, listed: int = 0) -> dict[str, Any]:

@@ -18,10 +18,12 @@ from hypothesis import strategies as st
 from gpuhealth.kube.client import ObjectList
 from gpuhealth.kube.errors import AlreadyExists, NotFound
 from gpuhealth.kube.resources import Resource
-from responder.checks import CLAIM_TEMPLATE, JOB, PROBE_DEVICE, JobChecks, job_name, job_result
+from responder.checks import JOB, JobChecks, job_name, job_result
 from responder.intake import IntakeSettings, Write, decide
+from responder.node_annotation import PROBE_DEVICE
 from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult
 from responder.records import Quarantine, record_name
+from responder.taint_rules import CLAIM_TEMPLATE
 from tests.responder.test_intake import NOW, alert
 
 DRA_LABELS = {

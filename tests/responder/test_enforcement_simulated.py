@@ -21,11 +21,13 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.resources import NODE, Resource
 from gpuhealth.kube.transport import KubeTransport
-from responder.enforcement import NODE_ANNOTATION, Enforcer, NotOurs, NotServed, discover
+from responder.enforcement import Enforcer
 from responder.intake import IntakeSettings, Write, decide
+from responder.node_annotation import NODE_ANNOTATION
 from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, Enforce
 from responder.recorder import QUARANTINES
 from responder.records import Quarantine, from_object, to_object
+from responder.taint_rules import NotOurs, NotServed, discover
 from simulator.apiserver.versions import KubernetesVersion
 from tests.responder.test_intake import alert
 from tests.simulator.conftest import ServedCluster

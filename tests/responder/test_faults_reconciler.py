@@ -29,13 +29,15 @@ from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
 from responder.breaker_store import BreakerStore
 from responder.checks import CheckSettings, JobChecks
-from responder.enforcement import NODE_ANNOTATION, Enforcer, discover
+from responder.enforcement import Enforcer
 from responder.events import EVENT, KubeEvents
 from responder.health import StaticHealth
+from responder.node_annotation import NODE_ANNOTATION
 from responder.policy import Health
 from responder.reconciler import Reconciler, WatchBackoff
 from responder.recorder import QUARANTINES
 from responder.records import Phase
+from responder.taint_rules import discover
 from simulator.fleet.objects import gpu_uuid
 from simulator.testing import running_cluster
 from tests.responder.test_reconciler_simulated import CRD_FILE, CRDS, NS, SCENARIO, SETTINGS, World

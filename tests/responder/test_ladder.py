@@ -5,22 +5,44 @@ the demo's progress columns, verdicts, expectations and report colours, and the 
 phase lists are the records' phase sequence; a rung's length comes from its policy setting;
 a malformed ladder or rung is refused with what is wrong; a fake rung added to the ladder
 (one declaration, its check run by the check executor) is walked by the reconciler in order,
-its verdict kept in `status.lastCheck`, and a record standing on it is read back.
+its verdict kept in `status.lastCheck`, and a record standing on it is read back; a fake
+backend (one class, one entry in the backends) claims its devices from what the API says,
+enforces, names its enforcement, holds the check pod's device request and lifts on release,
+while a record walks the fake rung.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from dashboards import definitions
 from demo import expectations, progress, report, safety, summary
-from responder.ladder import CANARY, CANARY_TAINT, LADDER, PROBING, RAMP, STABILIZING, Kind, Ladder, Rung
-from responder.policy import CheckResult, Health, PolicySettings
-from responder.records import PHASES, RELEASE_PHASES, CheckOutcome, Phase, Verdict, from_object
+from responder.backends import Backends, DeviceRequest, Evidence
+from responder.checks import JobChecks
+from responder.holders import DeviceHolders
+from responder.identity import Identity
+from responder.ladder import (
+    CANARY,
+    CANARY_TAINT,
+    LADDER,
+    PROBING,
+    QUARANTINE_TAINT,
+    RAMP,
+    STABILIZING,
+    Kind,
+    Ladder,
+    Rung,
+)
+from responder.node_annotation import NodeAnnotation
+from responder.policy import CheckResult, Enforce, Health, PolicySettings
+from responder.records import PHASES, RELEASE_PHASES, CheckOutcome, Phase, Quarantine, Verdict, from_object
+from responder.taint_rules import TaintRules
 from tests.responder.test_reconciler import NOW, POLICY, SETTINGS, Harness
 
 CRD_FILE = Path(__file__).parents[2] / "deploy" / "crds" / "devicequarantines.gpuhealth.io.yaml"
@@ -116,3 +138,93 @@ def test_a_fake_rung_is_walked_in_order_with_its_verdict_kept() -> None:
     h.client.objects[name]["status"]["phase"] = "BurnIn"
     with pytest.raises(ValueError, match="'BurnIn' is not a phase"):
         from_object(h.client.objects[name])
+
+
+class FakeAccelerator:
+    """A backend the shipped responder does not have: devices on nodes labelled
+    `example.com/accelerator=fake`, enforced by an entry in memory."""
+
+    path = "fake-accelerator"
+
+    def __init__(self) -> None:
+        self.entries: dict[str, str] = {}
+        self.calls: list[str] = []
+
+    def identify(self, record: Quarantine, evidence: Evidence) -> Identity | None:
+        node = evidence.node() or {}
+        if ((node.get("metadata") or {}).get("labels") or {}).get("example.com/accelerator") != "fake":
+            return None
+        return Identity(self.path, uuid=record.spec.uuid)
+
+    def enforced_as(self, record: Quarantine) -> str:
+        return f"FakeEntry/{record.name}"
+
+    def present(self, record: Quarantine) -> bool:
+        return record.name in self.entries
+
+    def enforce(self, record: Quarantine, effect: Enforce) -> None:
+        self.calls.append(f"enforce {effect.taint_key}")
+        self.entries[record.name] = effect.taint_key
+
+    def lift(self, record: Quarantine) -> None:
+        self.calls.append("lift")
+        self.entries.pop(record.name, None)
+
+    def holders(self, record: Quarantine, node_pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            p
+            for p in node_pods
+            if p["metadata"].get("annotations", {}).get("fake/device") == record.spec.uuid
+        ]
+
+    def device_request(self, record: Quarantine, name: str, namespace: str) -> DeviceRequest:
+        return DeviceRequest(
+            container={"resources": {"limits": {"example.com/fake": "1"}}},
+            pod={"nodeName": record.spec.node},
+            annotations={"fake/device": record.spec.uuid},
+        )
+
+
+def test_a_fake_backend_and_a_fake_rung_are_walked_through_by_one_record() -> None:
+    ladder = LADDER.inserted(BURN_IN, after=CANARY)
+    fake = FakeAccelerator()
+    h = Harness(replace(SETTINGS, policy=replace(POLICY, ladder=ladder)))
+    client = h.client
+    client.nodes["gpu-node-1"] = {
+        "metadata": {"name": "gpu-node-1", "labels": {"example.com/accelerator": "fake"}}
+    }
+    backends = Backends(client, (TaintRules(client, None), fake, NodeAnnotation(client)))
+    h.enforcer = backends  # type: ignore[assignment]
+    h.kwargs["holders"] = DeviceHolders(client, backends)
+    h.reconciler = h.new_reconciler()
+    name = h.add()  # its alert carries no driver label: a device-plugin guess
+    h.reconciler.reconcile_once()
+    record = from_object(client.objects[name], ladder)
+    assert record.spec.path == "fake-accelerator"
+    assert record.status.phase == Phase.QUARANTINED and record.status.enforced == f"FakeEntry/{name}"
+    assert fake.entries == {name: QUARANTINE_TAINT}
+    # The check executor gets the device through the backend's request.
+    job = JobChecks(client, backends=backends).job(record, BURN_IN.name, 1)
+    pod = job["spec"]["template"]
+    assert pod["spec"]["containers"][0]["resources"] == {"limits": {"example.com/fake": "1"}}
+    assert pod["spec"]["nodeName"] == "gpu-node-1"
+    assert pod["metadata"]["annotations"]["fake/device"] == record.spec.uuid
+
+    h.resolve(name)
+    walked = []
+    for _ in range(12):
+        h.clock.advance(61)
+        record = from_object(client.objects[name], ladder)
+        h.health.set(record.spec.node, record.spec.device, Health.HEALTHY, NOW - 86400)
+        rung = ladder.rung(record.status.phase)
+        if rung is not None and rung.kind == Kind.CHECK:
+            h.checks.complete(record, rung.name, CheckResult.SUCCEEDED)
+        h.reconciler.reconcile_once()
+        phase = from_object(client.objects[name], ladder).status.phase
+        if not walked or walked[-1] != phase:
+            walked.append(phase)
+        if phase == Phase.RELEASED:
+            break
+    assert walked == [PROBING, CANARY, "BurnIn", STABILIZING, RAMP, "Released"]
+    assert fake.calls == [f"enforce {QUARANTINE_TAINT}", f"enforce {CANARY_TAINT}", "lift"]
+    assert fake.entries == {}

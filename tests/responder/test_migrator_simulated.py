@@ -27,7 +27,7 @@ from gpuhealth.kube.errors import ApiError, NotFound
 from gpuhealth.kube.resources import LEASE, POD, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
-from responder.enforcement import Enforcer, discover
+from responder.enforcement import Enforcer
 from responder.migration import COMMITTED
 from responder.migrator import EVENT, UNRECOVERABLE_REASON, Migrator, MigratorSettings, lease_name
 from responder.policy import QUARANTINE_TAINT, Enforce
@@ -43,6 +43,7 @@ from responder.records import (
     record_name,
     to_object,
 )
+from responder.taint_rules import discover
 from simulator.testing import running_cluster
 
 pytestmark = pytest.mark.integration

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import threading
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -32,11 +33,13 @@ from prometheus_client import CollectorRegistry
 from gpuhealth.clock import ManualClock
 from gpuhealth.kube.client import ObjectList
 from gpuhealth.kube.errors import Conflict, NotFound, TooManyRequests, Unavailable
-from gpuhealth.kube.resources import NODE, POD, STATUS, Resource
+from gpuhealth.kube.resources import NODE, POD, RESOURCE_SLICE, STATUS, Resource
 from responder.breaker import BreakerSettings, BreakerState
 from responder.breaker_store import AuditEntry, Stored
+from responder.enforcement import Enforcer
 from responder.events import RecordedEvents
 from responder.health import StaticHealth
+from responder.identity import SliceDevice
 from responder.intake import IntakeSettings, Write, decide, rfc3339
 from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
 from responder.limits import BucketSettings
@@ -130,6 +133,8 @@ class FakeClient:
             self.pod_lists += 1
             pods = [p for p in self.pods if not field_selector or p["spec"]["nodeName"] == node]
             return ObjectList(copy.deepcopy(pods), str(self._rv))
+        if resource == RESOURCE_SLICE:
+            return ObjectList([], str(self._rv))  # no DRA driver publishes devices here
         assert resource == QUARANTINES
         return ObjectList([copy.deepcopy(o) for o in self.objects.values()], str(self._rv))
 
@@ -163,10 +168,24 @@ class FakeClient:
 
 
 class FakeEnforcer:
+    """Enforcement in memory; the identities and names are the shipped backends' (no slices)."""
+
     def __init__(self) -> None:
         self.taints: dict[str, str] = {}
         self.calls: list[tuple[str, str]] = []
         self.failing: set[str] = set()
+        self._names = Enforcer(None, None)
+
+    def slices(self) -> list[SliceDevice]:
+        return []
+
+    def identify(
+        self, record: Quarantine, slices: Sequence[SliceDevice], nodes: dict[str, Any]
+    ) -> Quarantine:
+        return record
+
+    def enforced_as(self, record: Quarantine) -> str:
+        return self._names.enforced_as(record)
 
     def present(self, record: Quarantine) -> bool:
         return record.name in self.taints

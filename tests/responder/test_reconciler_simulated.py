@@ -32,19 +32,22 @@ from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import CONFIG_MAP, NAMESPACE, NODE, POD, STATUS, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
+from responder.backends import Backends
 from responder.breaker_store import NAME as BREAKER_CONFIG_MAP
 from responder.breaker_store import BreakerStore
 from responder.checks import JOB, CheckSettings, JobChecks, job_name
-from responder.enforcement import Enforcer, discover
+from responder.enforcement import Enforcer
 from responder.events import EVENT, KubeEvents
 from responder.health import StaticHealth
 from responder.intake import IntakeSettings, Write, decide, rfc3339
 from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
 from responder.limits import BucketSettings
+from responder.node_annotation import NODE_ANNOTATION, NodeAnnotation, listed
 from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult, Health, PolicySettings
 from responder.reconciler import OPT_OUT_LABEL, Reconciler, ReconcilerSettings
 from responder.recorder import QUARANTINES
 from responder.records import Phase, Quarantine, from_object, to_object
+from responder.taint_rules import discover
 from simulator.fleet.objects import gpu_uuid
 from simulator.testing import running_cluster
 from tests.responder.test_intake import alert
@@ -320,3 +323,60 @@ def test_a_device_plugin_probe_runs_pinned_to_its_device(world: World) -> None:
     w.health.set("dp-1", gpu_uuid("dp-1", 2), Health.HEALTHY, w.clock.now())
     w.reconciler.reconcile_once()
     assert w.record(name).status.phase == CANARY
+
+
+def test_a_dra_device_whose_alert_carries_no_driver_label_is_enforced_with_a_rule(world: World) -> None:
+    """The alert names the device by its UUID only (its `gpu_device_info` series was missing):
+    the record opens on the device-plugin path, and the slices say it is a DRA device."""
+    w = world
+    name = w.add("dra-0", 2, dra=False)
+    assert w.record(name).spec.path == "device-plugin"
+    w.reconciler.reconcile_once()
+    record = w.record(name)
+    assert record.status.phase == Phase.QUARANTINED
+    assert (record.spec.path, record.spec.driver, record.spec.pool, record.spec.device_name) == (
+        "dra",
+        "gpu.nvidia.com",
+        "dra-0",
+        "gpu-2",
+    )
+    assert record.status.enforced == f"DeviceTaintRule/{name}"
+    rule = w.rule(name)
+    assert rule is not None
+    assert rule["spec"]["deviceSelector"] == {"driver": "gpu.nvidia.com", "pool": "dra-0", "device": "gpu-2"}
+    annotations = w.client.get(NODE, "dra-0")["metadata"].get("annotations") or {}
+    assert NODE_ANNOTATION not in annotations
+
+
+def test_an_enforcement_is_handed_over_when_the_devices_identity_changes(world: World) -> None:
+    """A record enforced through the node annotation (a responder that knew no DRA backend) for
+    what the slices publish as a DRA device: the rule is put in place, then the entry lifted."""
+    w = world
+    name = w.add("dra-0", 1, dra=False)
+    plugin_only = Reconciler(
+        w.client,
+        enforcer=Backends(w.client, (NodeAnnotation(w.client),)),
+        health=w.health,
+        checks=JobChecks(w.client, CheckSettings(namespace=NS)),
+        events=KubeEvents(w.client),
+        breaker_store=BreakerStore(w.client, NS),
+        settings=SETTINGS,
+        clock=w.clock,
+        registry=CollectorRegistry(),
+    )
+    plugin_only.reconcile_once()
+    assert w.record(name).status.enforced == "Node/dra-0"
+    assert gpu_uuid("dra-0", 1) in listed(w.client.get(NODE, "dra-0"))
+
+    w.clock.advance(5)
+    w.reconciler.reconcile_once()
+    record = w.record(name)
+    assert record.status.phase == Phase.QUARANTINED
+    assert record.spec.path == "dra" and record.status.enforced == f"DeviceTaintRule/{name}"
+    rule = w.rule(name)
+    assert rule is not None and rule["spec"]["taint"]["key"] == QUARANTINE_TAINT
+    assert gpu_uuid("dra-0", 1) not in listed(w.client.get(NODE, "dra-0"))
+    assert "enforcement moved from Node/dra-0 to DeviceTaintRule/" in record.status.history[-1].message
+    # Once moved, nothing moves again.
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.history == record.status.history

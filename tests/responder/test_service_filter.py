@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gpuhealth.kube.reflector import Listed
 from responder.capacity import NODES, PODS, CapacityCache
-from responder.enforcement import NODE_ANNOTATION
+from responder.node_annotation import NODE_ANNOTATION
 from responder.scheduler import FILTER_PATH, add_filter
 
 

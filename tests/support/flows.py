@@ -28,7 +28,7 @@ from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
 from responder.breaker_store import BreakerStore
 from responder.checks import CheckSettings, JobChecks
-from responder.enforcement import Enforcer, discover
+from responder.enforcement import Enforcer
 from responder.events import KubeEvents
 from responder.health import StaticHealth
 from responder.intake import Alert
@@ -46,6 +46,7 @@ from responder.records import (
     Quarantine,
     from_object,
 )
+from responder.taint_rules import discover
 from simulator.fleet.objects import gpu_uuid
 
 NS = "gpuhealth-system"
