@@ -1,5 +1,9 @@
 """Moves checkpointed work off a quarantined device: the executor of `responder.migration`'s plans.
 
+Every decision is the plan's (`migration.plan`: what to do next, the lease cap; `judge_eviction`:
+what an eviction's answer means; `node_slot_free`, `evictions_left`: the caps); this observes,
+carries the effects out and keeps what happened in the record's entry.
+
 `Migrator.step(record, now)` is called by the reconciler for a `quarantine` record in phase
 Quarantined whose enforcement is present. It observes the jobs with pods on the device, plans
 each with `migration.plan`, carries the effects out, and returns the record with its
@@ -16,12 +20,11 @@ raises, for the caller to retry the record):
   namespace, held by the record's name, owned by the record) is judged as the elector judges
   its own (`gpuhealth.kube.lease`): expired once its duration has passed on our monotonic clock
   since we first saw its current content; never by comparing its timestamps with our clock.
-- Caps come from the records themselves, never from counters in memory, so a new leader
-  rebuilds them: a node's migrations in flight (Waiting entries whose lease was taken) and
-  started within the hour, a namespace's evictions within the hour.
-- Evictions go through `policy/v1` Eviction, a dry run first: 429 (a disruption budget) waits
-  at least 10 s, kept in the entry's `retryAt`; 403 or the 500 of a pod under several budgets end
-  the job's move as Failed, escalated with an Event and a log line, never retried in a loop.
+- The caps are counted by the plan's functions from the records themselves, never from counters
+  in memory, so a new leader rebuilds them; this hands them every record's moves.
+- Evictions go through `policy/v1` Eviction, a dry run first; the answer is judged by
+  `judge_eviction` (a 429's wait kept in the entry's `retryAt`; a refusal for good ends the
+  job's move as Failed, escalated with an Event and a log line, never retried in a loop).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from prometheus_client import CollectorRegistry
 
 from gpuhealth import instruments
 from gpuhealth.clock import Clock
-from gpuhealth.kube.errors import AlreadyExists, ApiError, Conflict, NotFound, TooManyRequests
+from gpuhealth.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
 from gpuhealth.kube.lease import LeaseRecord, Observed, observe
 from gpuhealth.kube.meta import parse_rfc3339
 from gpuhealth.kube.resources import LEASE, POD, Resource
@@ -48,8 +51,9 @@ from responder.backends import Backends
 from responder.enforcement import Enforcer
 from responder.holders import pods_on_device
 from responder.intake import rfc3339
-from responder.migration import REQUESTED as REQUESTED_ANNOTATION
 from responder.migration import (
+    FAILED_REASON,
+    Answer,
     Context,
     Effect,
     Evict,
@@ -57,15 +61,18 @@ from responder.migration import (
     KeepEvidence,
     MigrationSettings,
     Mode,
-    Outcome,
     PodView,
     ReleaseLease,
     RequestCheckpoint,
     TakeLease,
     TellTenant,
+    evictions_left,
+    judge_eviction,
     migration_key,
+    node_slot_free,
     plan,
 )
+from responder.migration import REQUESTED as REQUESTED_ANNOTATION
 from responder.recorder import QUARANTINES
 from responder.records import (
     API_VERSION,
@@ -81,15 +88,7 @@ from responder.records import (
 log = logging.getLogger(__name__)
 
 LEASE_PREFIX = "gpuhealth-migration-"
-EVICTION_RETRY_FLOOR_SECONDS = 10.0
-"""The least wait after a 429: a disruption budget frees a slot only when a pod becomes ready again."""
-SEVERAL_BUDGETS = "more than one PodDisruptionBudget"
-"""What the apiserver's 500 to an eviction says when the pod is under several budgets, which the
-eviction subresource refuses for good; any other 500 is a server error, retried like a 503."""
-UNRECOVERABLE_REASON = "GPUQuarantineUnrecoverable"
-FAILED_REASON = "GPUQuarantineMigrationFailed"
 COMPONENT = "gpuhealth-responder"
-HOUR = 3600.0
 REPLICA_SET = Resource("apps", "v1", "replicasets", namespaced=True)
 EVENT = Resource("", "v1", "events", namespaced=True)
 _OUTCOME_LABEL = {
@@ -377,51 +376,32 @@ class Migrator:
             namespace_evictions_left=self._evictions_left(job.namespace, others, entries, now),
             settings=self._settings.migration,
             may_start=start,
-            started=bool(entry.started_at),
+            started_at=parse_rfc3339(entry.started_at) if entry.started_at else None,
         )
         decided = plan(view, ctx)
         entry = replace(entry, targets=decided.targets if decided.targets is not None else entry.targets)
-        started = parse_rfc3339(entry.started_at) if entry.started_at else None
-        cap = self._settings.migration.lease_cap_seconds
-        if decided.outcome is Outcome.WAITING and started is not None and now - started >= cap:
-            # The hard cap: a move that outlives it (a budget that never allows, a pod that never
-            # ends) stops holding the node's slot and the job's lock, and a person is told.
-            return self._fail(
-                entry, record, view, holder, lease, f"the move did not end within the lease cap ({cap:.0f} s)"
+        entry = replace(entry, outcome=decided.outcome, detail=decided.detail)
+        if decided.outcome is MigrationOutcome.FAILED:
+            log.warning(
+                "migration of %s/%s off %s failed: %s", job.namespace, job.owner, record.name, decided.detail
             )
-        entry = replace(entry, outcome=MigrationOutcome(decided.outcome.value), detail=decided.detail)
         pods = {p.name: p for p in view.pods}
+        refused = False
         for effect in decided.effects:
             entry = self._apply(effect, entry, record, lease, pods, now)
-            if entry.outcome is MigrationOutcome.FAILED:
-                break
-        if entry.outcome is MigrationOutcome.FAILED and holder == identity:
+            refused = (
+                entry.outcome is MigrationOutcome.FAILED and decided.outcome is not MigrationOutcome.FAILED
+            )
+            if refused:
+                break  # an eviction refused for good (`judge_eviction`): the rest of the plan is moot
+        if refused and holder == identity:
             entry = self._apply(ReleaseLease(job.namespace, job.owner), entry, record, lease, pods, now)
-        if decided.outcome is not Outcome.WAITING or entry.outcome.finished:
+        if decided.outcome is not MigrationOutcome.WAITING or entry.outcome.finished:
             log.info(
                 "migration of %s/%s off %s: %s (%s)",
                 *(job.namespace, job.owner, record.name, entry.outcome.value, entry.detail),
             )
         return entry
-
-    def _fail(
-        self,
-        entry: Migration,
-        record: Quarantine,
-        view: JobView,
-        holder: str | None,
-        lease: dict[str, Any] | None,
-        detail: str,
-    ) -> Migration:
-        log.warning("migration of %s/%s off %s failed: %s", view.namespace, view.owner, record.name, detail)
-        message = f"the GPU this pod uses is quarantined and moving the pod failed: {detail}"
-        for pod in view.pods:
-            if pod.on_device:
-                tell = TellTenant(pod.namespace, pod.name, FAILED_REASON, message)
-                self._event(pod.namespace, pod.name, pod.uid, entry.key, tell, record.name)
-        if holder == record.name:
-            entry = self._release_lease(ReleaseLease(view.namespace, view.owner), entry, record.name, lease)
-        return replace(entry, outcome=MigrationOutcome.FAILED, detail=detail)
 
     def _apply(
         self,
@@ -554,24 +534,21 @@ class Migrator:
                 self._client.create(
                     POD, eviction, namespace=effect.namespace, subresource="eviction", dry_run=dry_run
                 )
-        except TooManyRequests as error:
-            wait = max(EVICTION_RETRY_FLOOR_SECONDS, error.retry_after or 0.0)
-            return replace(
-                entry,
-                retry_at=rfc3339(now + wait),
-                detail=f"eviction of {effect.pod} refused by a budget (429), again in {wait:.0f} s",
-            )
-        except (NotFound, Conflict):
-            return entry  # gone or replaced already: nothing left to evict
         except ApiError as error:
-            several = error.status == 500 and SEVERAL_BUDGETS in str(error)
-            if error.status is None or (error.temporary and not several):
-                # A server error (a 503, or a 500 that is not the budgets' refusal: found by
-                # `gpuhealth chaos`, where an injected 500 failed a move for good) is retried;
-                # the lease cap still ends a move that never gets through.
+            verdict = judge_eviction(
+                error.status, temporary=error.temporary, message=str(error), retry_after=error.retry_after
+            )
+            if verdict.answer is Answer.WAIT:
+                return replace(
+                    entry,
+                    retry_at=rfc3339(now + verdict.seconds),
+                    detail=f"eviction of {effect.pod} refused by a budget (429), "
+                    f"again in {verdict.seconds:.0f} s",
+                )
+            if verdict.answer is Answer.GONE:
+                return entry  # gone or replaced already: nothing left to evict
+            if verdict.answer is Answer.RETRY:
                 return replace(entry, detail=f"eviction of {effect.pod} will be retried: {error}"[:512])
-            # 403 (not allowed), 500 (the pod is covered by several budgets) and the like: retrying
-            # unchanged cannot help, and a loop of evictions is what a person must never find.
             detail = f"eviction of {effect.pod} refused: {error}"[:512]
             log.warning(
                 "migration of %s/%s off %s failed: %s", effect.namespace, entry.owner, record.name, detail
@@ -634,18 +611,16 @@ class Migrator:
     ) -> bool:
         on_node = [m for r in others if r.spec.node == record.spec.node for m in r.status.migrations]
         on_node += [m for m in entries if m.owner_uid != entry.owner_uid]
-        in_flight = sum(1 for m in on_node if m.started_at and not m.outcome.finished)
-        started = [parse_rfc3339(m.started_at) for m in on_node if m.started_at]
-        this_hour = sum(1 for t in started if t is not None and now - t < HOUR)
-        return in_flight < self._settings.node_in_flight and this_hour < self._settings.node_per_hour
+        s = self._settings
+        return node_slot_free(on_node, now, in_flight_limit=s.node_in_flight, per_hour_limit=s.node_per_hour)
 
     def _evictions_left(
         self, namespace: str, others: Sequence[Quarantine], entries: Sequence[Migration], now: float
     ) -> int:
         moves = [m for r in others for m in r.status.migrations] + list(entries)
-        times = [parse_rfc3339(t) for m in moves if m.namespace == namespace for t in m.evictions]
-        recent = sum(1 for t in times if t is not None and now - t < HOUR)
-        return max(0, self._settings.namespace_evictions_per_hour - recent)
+        return evictions_left(
+            namespace, moves, now, per_hour_limit=self._settings.namespace_evictions_per_hour
+        )
 
     def finish(self, record: Quarantine, now: float) -> Quarantine:
         """`step` while the circuit breaker is open: moves under way go on to their end (their

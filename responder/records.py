@@ -110,7 +110,8 @@ class HistoryEntry:
 
 
 class MigrationOutcome(StrEnum):
-    """Where one job's move off the device stands (`responder.migration.Outcome`, plus Failed)."""
+    """Where one job's move off the device stands: what `responder.migration.plan` decides and the
+    record keeps (one enum for both)."""
 
     WAITING = "Waiting"
     SUCCEEDED = "Succeeded"

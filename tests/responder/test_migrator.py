@@ -27,11 +27,16 @@ from gpuhealth.clock import ManualClock
 from gpuhealth.kube.client import ObjectList
 from gpuhealth.kube.errors import AlreadyExists, ApiError, Conflict, NotFound, TooManyRequests, Unavailable
 from gpuhealth.kube.resources import Resource
-from responder.migration import COMMITTED, REQUESTED, MigrationSettings, Mode
+from responder.migration import (
+    COMMITTED,
+    FAILED_REASON,
+    REQUESTED,
+    UNRECOVERABLE_REASON,
+    MigrationSettings,
+    Mode,
+)
 from responder.migrator import (
     EVENT,
-    FAILED_REASON,
-    UNRECOVERABLE_REASON,
     Migrator,
     MigratorMetrics,
     MigratorSettings,

@@ -28,8 +28,8 @@ from gpuhealth.kube.resources import LEASE, POD, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
 from responder.enforcement import Enforcer
-from responder.migration import COMMITTED
-from responder.migrator import EVENT, UNRECOVERABLE_REASON, Migrator, MigratorSettings, lease_name
+from responder.migration import COMMITTED, UNRECOVERABLE_REASON
+from responder.migrator import EVENT, Migrator, MigratorSettings, lease_name
 from responder.policy import QUARANTINE_TAINT, Enforce
 from responder.recorder import QUARANTINES
 from responder.records import (
