@@ -64,8 +64,8 @@ from responder.limits import BucketSettings
 from responder.migrator import Migrator, MigratorMetrics, MigratorSettings
 from responder.policy import Health
 from responder.reconciler import PassReport, Reconciler, ReconcilerSettings
-from responder.recorder import QUARANTINES, Recorder
-from responder.records import Quarantine, record_name
+from responder.recorder import Recorder
+from responder.records import QUARANTINES, Quarantine, record_name
 from responder.taint_rules import discover
 from responder.webhook import PATH, WebhookMetrics, WebhookSettings, add_webhook
 from tests.simulator.conftest import ServedCluster

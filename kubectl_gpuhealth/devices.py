@@ -57,8 +57,8 @@ from kubectl_gpuhealth.join import (
     records_by_device,
     select,
 )
-from responder.cli import CRD_HINT, QUARANTINES, Client, connect
-from responder.records import Quarantine, RecordError, from_object
+from responder.cli import CRD_HINT, Client, connect
+from responder.records import QUARANTINES, Quarantine, RecordError, from_object
 
 EXPORTER_NAMESPACE = "gpuhealth-system"
 EXPORTER_SELECTOR = "app.kubernetes.io/name=gpuhealth-exporter"

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from gpuhealth.kube.api import Api
 from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import NODE, RESOURCE_SLICE, Resource
 from responder.identity import Identity, SliceDevice, slice_devices
@@ -91,16 +92,10 @@ class UnknownBackend(RuntimeError):
     """A record names a path no backend of this responder enforces."""
 
 
-class Client(Protocol):
-    def list(self, resource: Resource, *, namespace: str | None = ...) -> Any: ...
-
-    def get(self, resource: Resource, name: str, *, namespace: str | None = ...) -> dict[str, Any]: ...
-
-
 class Backends:
     """The backends a responder enforces with, looked up by the record's path."""
 
-    def __init__(self, client: Client, backends: Iterable[Backend]) -> None:
+    def __init__(self, client: Api, backends: Iterable[Backend]) -> None:
         self._client = client
         self.ordered = tuple(backends)
         self._by_path = {b.path: b for b in self.ordered}

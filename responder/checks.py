@@ -18,8 +18,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
+from gpuhealth.kube.api import Api
 from gpuhealth.kube.errors import AlreadyExists, NotFound
 from gpuhealth.kube.resources import POD, Resource
 from responder.backends import Backends, DeviceRequest
@@ -88,32 +89,9 @@ def job_result(job: dict[str, Any]) -> CheckResult:
     return CheckResult.RUNNING
 
 
-class Client(Protocol):
-    def get(self, resource: Resource, name: str, *, namespace: str | None = ...) -> dict[str, Any]: ...
-
-    def list(
-        self, resource: Resource, *, namespace: str | None = ..., label_selector: str | None = ...
-    ) -> Any: ...
-
-    def create(
-        self, resource: Resource, obj: dict[str, Any], *, namespace: str | None = ...
-    ) -> dict[str, Any]: ...
-
-    def delete(
-        self,
-        resource: Resource,
-        name: str,
-        *,
-        namespace: str | None = ...,
-        uid: str | None = ...,
-        resource_version: str | None = ...,
-        propagation_policy: Literal["Foreground", "Background", "Orphan"] | None = ...,
-    ) -> dict[str, Any]: ...
-
-
 class JobChecks:
     def __init__(
-        self, client: Client, settings: CheckSettings | None = None, backends: Backends | None = None
+        self, client: Api, settings: CheckSettings | None = None, backends: Backends | None = None
     ) -> None:
         """`backends`: whose device requests the checks' pods carry (default: the shipped ones)."""
         self._client = client

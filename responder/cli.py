@@ -33,20 +33,18 @@ from gpuhealth.cliargs import (
     positive_duration_seconds,
 )
 from gpuhealth.clock import Clock, SystemClock
+from gpuhealth.kube.conflicts import retry_on_conflict
 from gpuhealth.kube.errors import ApiError, Conflict, NotFound
-from gpuhealth.kube.meta import parse_rfc3339
-from gpuhealth.kube.resources import STATUS, Resource
+from gpuhealth.kube.meta import parse_rfc3339, rfc3339
+from gpuhealth.kube.resources import STATUS
 from gpuhealth.tables import human_duration, truncate, write_document, write_table
 from responder import breaker
 from responder.breaker_store import AuditEntry, BreakerStore
-from responder.intake import rfc3339
 from responder.ladder import LADDER
 from responder.records import (
     ACTIVE_PHASES,
-    GROUP,
     PHASES,
-    PLURAL,
-    VERSION,
+    QUARANTINES,
     Phase,
     Quarantine,
     RecordError,
@@ -56,7 +54,6 @@ from responder.records import (
 )
 from responder.settings import DEFAULT_PORT
 
-QUARANTINES = Resource(GROUP, VERSION, PLURAL, namespaced=False)
 RESPONDER_NAMESPACE = "gpuhealth-system"
 """Where the manifests install the responder (and so the breaker's ConfigMap)."""
 
@@ -583,7 +580,7 @@ def _change(
     name = _target_name(args)
 
     def apply(c: Client) -> str:
-        for _ in range(5):
+        def attempt() -> str:
             try:
                 obj = c.get(QUARANTINES, name)
             except NotFound:
@@ -601,13 +598,14 @@ def _change(
             )
             body = to_object(changed)
             status = body.pop("status")
-            try:
-                stored = c.update(QUARANTINES, body)
-                c.update(QUARANTINES, {**stored, "status": status}, subresource=STATUS)
-                return name
-            except Conflict:
-                continue
-        raise CommandFailed(f"{name}: the record kept changing under us; try again")
+            stored = c.update(QUARANTINES, body)
+            c.update(QUARANTINES, {**stored, "status": status}, subresource=STATUS)
+            return name
+
+        try:
+            return retry_on_conflict(attempt, what=name)
+        except Conflict:
+            raise CommandFailed(f"{name}: the record kept changing under us; try again") from None
 
     result: str = _read(apply, args, client)
     return result

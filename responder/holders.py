@@ -9,9 +9,10 @@ holds, and its timeout would count as the device's failure.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
-from gpuhealth.kube.resources import POD, Resource
+from gpuhealth.kube.api import Api
+from gpuhealth.kube.resources import POD
 from responder.backends import Backends
 from responder.records import Quarantine
 
@@ -19,13 +20,7 @@ CHECK_LABEL = "gpuhealth.io/check"
 """Label of the pods of gpuhealth's own probe and canary Jobs (`responder.checks`)."""
 
 
-class Client(Protocol):
-    def list(
-        self, resource: Resource, *, namespace: str | None = ..., field_selector: str | None = ...
-    ) -> Any: ...
-
-
-def pods_on_device(client: Client, backends: Backends, record: Quarantine) -> list[dict[str, Any]]:
+def pods_on_device(client: Api, backends: Backends, record: Quarantine) -> list[dict[str, Any]]:
     """Every pod on the record's node that holds its device (finished or not)."""
     node_pods = client.list(POD, field_selector=f"spec.nodeName={record.spec.node}").items
     return backends.of(record).holders(record, node_pods)
@@ -34,7 +29,7 @@ def pods_on_device(client: Client, backends: Backends, record: Quarantine) -> li
 class DeviceHolders:
     """`of(record)`: the pods (`namespace/name`) that still hold the record's device."""
 
-    def __init__(self, client: Client, backends: Backends) -> None:
+    def __init__(self, client: Api, backends: Backends) -> None:
         self._client = client
         self._backends = backends
 

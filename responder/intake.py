@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 
+from gpuhealth.kube.meta import rfc3339
 from gpuhealth.outcomes import Skipped, Unchanged
 from responder.alerts import FIRING, NONE, QUARANTINE, RESTRICT, Alert
 from responder.records import (
@@ -207,8 +207,3 @@ def _with_source(sources: tuple[SourceAlert, ...], new: SourceAlert) -> tuple[So
     """`new` added (or refreshed, when the same episode re-fires after a resolved), bounded."""
     kept = [s for s in sources if (s.fingerprint, s.starts_at) != (new.fingerprint, new.starts_at)]
     return tuple([*kept, new][-MAX_SOURCE_ALERTS:])
-
-
-def rfc3339(seconds: float) -> str:
-    """RFC 3339 in UTC with microseconds, as Kubernetes MicroTime is written."""
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -34,23 +34,23 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 from prometheus_client import CollectorRegistry
 
 from gpuhealth import instruments
 from gpuhealth.clock import Clock
+from gpuhealth.kube.api import Api
 from gpuhealth.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
+from gpuhealth.kube.events import EVENT, core_event
 from gpuhealth.kube.lease import LeaseRecord, Observed, observe
-from gpuhealth.kube.meta import parse_rfc3339
+from gpuhealth.kube.meta import parse_rfc3339, rfc3339
 from gpuhealth.kube.resources import LEASE, POD, Resource
 from responder import metrics
 from responder.backends import Backends
 from responder.enforcement import Enforcer
 from responder.holders import pods_on_device
-from responder.intake import rfc3339
 from responder.migration import (
     FAILED_REASON,
     Answer,
@@ -73,10 +73,10 @@ from responder.migration import (
     plan,
 )
 from responder.migration import REQUESTED as REQUESTED_ANNOTATION
-from responder.recorder import QUARANTINES
 from responder.records import (
     API_VERSION,
     KIND,
+    QUARANTINES,
     Evidence,
     Migration,
     MigrationOutcome,
@@ -90,7 +90,6 @@ log = logging.getLogger(__name__)
 LEASE_PREFIX = "gpuhealth-migration-"
 COMPONENT = "gpuhealth-responder"
 REPLICA_SET = Resource("apps", "v1", "replicasets", namespaced=True)
-EVENT = Resource("", "v1", "events", namespaced=True)
 _OUTCOME_LABEL = {
     MigrationOutcome.SUCCEEDED: "succeeded",
     MigrationOutcome.FAILED: "failed",
@@ -124,40 +123,6 @@ class MigratorSettings:
 
     def mode(self, namespace: str) -> Mode:
         return self.modes.get(namespace, self.default_mode)
-
-
-class Client(Protocol):
-    def get(self, resource: Resource, name: str, *, namespace: str | None = ...) -> dict[str, Any]: ...
-
-    def list(
-        self, resource: Resource, *, namespace: str | None = ..., field_selector: str | None = ...
-    ) -> Any: ...
-
-    def create(
-        self,
-        resource: Resource,
-        obj: dict[str, Any],
-        *,
-        namespace: str | None = ...,
-        subresource: str | None = ...,
-        dry_run: bool = ...,
-    ) -> dict[str, Any]: ...
-
-    def update(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]: ...
-
-    def patch(
-        self, resource: Resource, name: str, patch: dict[str, Any], *, namespace: str | None = ...
-    ) -> dict[str, Any]: ...
-
-    def delete(
-        self,
-        resource: Resource,
-        name: str,
-        *,
-        namespace: str | None = ...,
-        uid: str | None = ...,
-        resource_version: str | None = ...,
-    ) -> dict[str, Any]: ...
 
 
 _COUNTED_KEYS = 10_000
@@ -196,7 +161,7 @@ class _Job:
 class _Observer:
     """One step's reads, each made at most once (pods per namespace, ReplicaSets)."""
 
-    def __init__(self, client: Client, backends: Backends) -> None:
+    def __init__(self, client: Api, backends: Backends) -> None:
         self._client = client
         self._backends = backends
         self._pods: dict[str, list[dict[str, Any]]] = {}
@@ -269,7 +234,7 @@ def _pod_view(pod: dict[str, Any], on_device: set[str]) -> PodView:
 class Migrator:
     def __init__(
         self,
-        client: Client,
+        client: Api,
         settings: MigratorSettings,
         clock: Clock,
         *,
@@ -572,25 +537,20 @@ class Migrator:
     def _event(self, namespace: str, pod: str, uid: str, key: str, effect: TellTenant, identity: str) -> None:
         # One Event per pod, reason and move: a step decided twice writes it once (409 AlreadyExists).
         digest = hashlib.sha256(f"{key}\x00{effect.reason}".encode()).hexdigest()[:12]
-        stamp = datetime.fromtimestamp(self._clock.now(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         involved = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": pod}
         if uid:
             involved["uid"] = uid
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{pod}.gpuhealth-{digest}", "namespace": namespace},
-            "involvedObject": involved,
-            "reason": effect.reason,
-            "message": effect.message[:1024],
-            "type": "Warning",
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": identity,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
+        event = core_event(
+            involved=involved,
+            namespace=namespace,
+            reason=effect.reason,
+            message=effect.message,
+            warning=True,
+            now=self._clock.now(),
+            component=COMPONENT,
+            name=f"{pod}.gpuhealth-{digest}",
+            instance=identity,
+        )
         try:
             self._client.create(EVENT, event, namespace=namespace)
         except AlreadyExists:

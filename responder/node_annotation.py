@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
-from gpuhealth.kube.errors import Conflict, NotFound
-from gpuhealth.kube.resources import NODE, Resource
+from gpuhealth.kube.api import Api
+from gpuhealth.kube.conflicts import retry_on_conflict
+from gpuhealth.kube.errors import NotFound
+from gpuhealth.kube.resources import NODE
 from responder.backends import DeviceRequest, Evidence
 from responder.identity import Identity, resolve_capacity
 from responder.policy import Enforce
@@ -41,21 +43,12 @@ log = logging.getLogger(__name__)
 NODE_ANNOTATION = "gpuhealth.io/quarantined-devices"
 PROBE_DEVICE = "gpuhealth.io/probe-device"
 """Pod annotation the simulated kubelet honours: allocate this device (uuid) to the pod."""
-MAX_ATTEMPTS = 5
-
-
-class Client(Protocol):
-    def get(self, resource: Resource, name: str, *, namespace: str | None = ...) -> dict[str, Any]: ...
-
-    def update(
-        self, resource: Resource, obj: dict[str, Any], *, subresource: str | None = ...
-    ) -> dict[str, Any]: ...
 
 
 class NodeAnnotation:
     path = DEVICE_PLUGIN
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Api) -> None:
         self._client = client
 
     def identify(self, record: Quarantine, evidence: Evidence) -> Identity | None:
@@ -95,7 +88,8 @@ class NodeAnnotation:
 
     def _edit(self, record: Quarantine, *, add: bool) -> None:
         device = record.spec.device
-        for _ in range(MAX_ATTEMPTS):
+
+        def attempt() -> None:
             try:
                 node = self._client.get(NODE, record.spec.node)
             except NotFound:
@@ -112,12 +106,9 @@ class NodeAnnotation:
                 annotations[NODE_ANNOTATION] = orjson.dumps(wanted).decode()
             else:
                 annotations.pop(NODE_ANNOTATION, None)
-            try:
-                self._client.update(NODE, {**node, "metadata": {**meta, "annotations": annotations}})
-                return
-            except Conflict:
-                continue
-        raise Conflict(f"Node {record.spec.node}: still conflicting after {MAX_ATTEMPTS} attempts")
+            self._client.update(NODE, {**node, "metadata": {**meta, "annotations": annotations}})
+
+        retry_on_conflict(attempt, what=f"Node {record.spec.node}")
 
 
 def listed(node: dict[str, Any]) -> list[str]:

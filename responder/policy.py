@@ -34,10 +34,9 @@ import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from gpuhealth.kube.meta import parse_rfc3339
+from gpuhealth.kube.meta import parse_rfc3339, rfc3339
 from responder import breaker
 from responder.breaker import BreakerSettings, BreakerState, Counts
-from responder.intake import rfc3339
 from responder.ladder import CANARY_TAINT, LADDER, QUARANTINE_TAINT, Kind, Ladder, Rung
 from responder.limits import Bucket
 from responder.records import CheckOutcome, Phase, Quarantine, Verdict

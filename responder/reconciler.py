@@ -59,13 +59,14 @@ from prometheus_client import CollectorRegistry
 
 from gpuhealth import instruments
 from gpuhealth.clock import Clock, SystemClock
+from gpuhealth.kube.api import Api
 from gpuhealth.kube.backoff import Backoff
-from gpuhealth.kube.client import KubeClient, ObjectList
+from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.elector import Term
 from gpuhealth.kube.errors import ApiError, Conflict, NotFound
-from gpuhealth.kube.meta import parse_rfc3339
+from gpuhealth.kube.meta import parse_rfc3339, rfc3339
 from gpuhealth.kube.reflector import Events, Listed, Message, Reflector
-from gpuhealth.kube.resources import NODE, STATUS, Resource
+from gpuhealth.kube.resources import NODE, STATUS
 from responder import breaker, metrics
 from responder.breaker import BreakerState, Counts
 from responder.breaker_store import AuditEntry, Stored
@@ -75,7 +76,6 @@ from responder.events import EventSink
 from responder.health import HealthSnapshot, HealthSource
 from responder.holders import DeviceHolders
 from responder.identity import SliceDevice
-from responder.intake import rfc3339
 from responder.ladder import Kind
 from responder.limits import Bucket, BucketSettings
 from responder.policy import (
@@ -94,8 +94,7 @@ from responder.policy import (
     needs_holders,
 )
 from responder.policy import step as policy_step
-from responder.recorder import QUARANTINES
-from responder.records import Phase, Quarantine, RecordError, from_object, to_object
+from responder.records import QUARANTINES, Phase, Quarantine, RecordError, from_object, to_object
 
 log = logging.getLogger(__name__)
 
@@ -136,23 +135,6 @@ class BreakerStorage(Protocol):
     def read(self) -> Stored: ...
 
     def write(self, state: BreakerState, entry: AuditEntry) -> Stored: ...
-
-
-class Client(Protocol):
-    def list(
-        self,
-        resource: Resource,
-        *,
-        namespace: str | None = ...,
-        field_selector: str | None = ...,
-        page_size: int = ...,
-    ) -> ObjectList: ...
-
-    def get(self, resource: Resource, name: str) -> dict[str, Any]: ...
-
-    def update(
-        self, resource: Resource, obj: dict[str, Any], *, subresource: str | None = ...
-    ) -> dict[str, Any]: ...
 
 
 def _default_bucket() -> BucketSettings:
@@ -336,7 +318,7 @@ def guardrails(
 class Reconciler:
     def __init__(
         self,
-        client: Client,
+        client: Api,
         *,
         enforcer: Enforcement,
         health: HealthSource,

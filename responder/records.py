@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from gpuhealth.kube.resources import Resource
 from responder.ladder import LADDER, Ladder
 
 GROUP = "gpuhealth.io"
@@ -28,6 +29,8 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "DeviceQuarantine"
 PLURAL = "devicequarantines"
+QUARANTINES = Resource(GROUP, VERSION, PLURAL, namespaced=False)
+"""The records' resource, as the API client addresses it."""
 
 MAX_NAME = 253
 """DNS-1123 subdomain limit for object names."""

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
-from gpuhealth.kube.errors import Conflict, NotFound
+from gpuhealth.kube.api import Api
+from gpuhealth.kube.conflicts import retry_on_conflict
+from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import RESOURCE_CLAIM, Resource
 from responder.backends import DeviceRequest, Evidence
 from responder.identity import Identity, resolve_slice
@@ -37,7 +39,6 @@ DEVICE_CLASS = "gpu.nvidia.com"
 CLAIM = "gpu"
 """The check pod's claim (and its request)."""
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuhealth"}
-MAX_ATTEMPTS = 5
 
 
 class NotOurs(RuntimeError):
@@ -48,33 +49,7 @@ class NotServed(RuntimeError):
     """The cluster serves no DeviceTaintRule version: DRA devices cannot be quarantined."""
 
 
-class Client(Protocol):
-    def get(self, resource: Resource, name: str, *, namespace: str | None = ...) -> dict[str, Any]: ...
-
-    def list(self, resource: Resource, *, namespace: str | None = ...) -> Any: ...
-
-    def create(
-        self, resource: Resource, obj: dict[str, Any], *, namespace: str | None = ...
-    ) -> dict[str, Any]: ...
-
-    def update(
-        self, resource: Resource, obj: dict[str, Any], *, subresource: str | None = ...
-    ) -> dict[str, Any]: ...
-
-    def delete(
-        self,
-        resource: Resource,
-        name: str,
-        *,
-        namespace: str | None = ...,
-        uid: str | None = ...,
-        resource_version: str | None = ...,
-    ) -> dict[str, Any]: ...
-
-    def served_versions(self, group: str, plural: str) -> tuple[str, ...]: ...
-
-
-def discover(client: Client) -> Resource | None:
+def discover(client: Api) -> Resource | None:
     """The DeviceTaintRule resource in the newest version the cluster serves; None if none."""
     served = client.served_versions("resource.k8s.io", "devicetaintrules")
     for version in TAINT_RULE_VERSIONS:
@@ -87,7 +62,7 @@ class TaintRules:
     path = DRA
 
     def __init__(
-        self, client: Client, taint_rules: Resource | None, *, device_class: str = DEVICE_CLASS
+        self, client: Api, taint_rules: Resource | None, *, device_class: str = DEVICE_CLASS
     ) -> None:
         self._client = client
         self._rules = taint_rules
@@ -106,31 +81,25 @@ class TaintRules:
     def enforce(self, record: Quarantine, effect: Enforce) -> None:
         rules = self._rules_resource()
         taint = {"key": effect.taint_key, "value": effect.taint_value, "effect": effect.effect}
-        for _ in range(MAX_ATTEMPTS):
+
+        def attempt() -> None:
             current = self._rule(record)
             if current is None:
                 if not record.uid:
                     raise ValueError(f"{record.name}: the record has no uid to own its rule")
-                try:
-                    self._client.create(rules, self._rule_object(record, taint))
-                    return
-                except Conflict:
-                    continue  # created meanwhile (another replica's executor): read it
+                # 409: created meanwhile (another replica's executor): read it again.
+                self._client.create(rules, self._rule_object(record, taint))
+                return
             if not owned(current, record):
                 raise NotOurs(
                     f"DeviceTaintRule {record.name} exists and is not owned by the record: left alone"
                 )
             spec = current.get("spec") or {}
             existing = spec.get("taint") or {}
-            if all(existing.get(k) == v for k, v in taint.items()):
-                return
-            updated = {**current, "spec": {**spec, "taint": taint}}
-            try:
-                self._client.update(rules, updated)
-                return
-            except Conflict:
-                continue
-        raise Conflict(f"DeviceTaintRule {record.name}: still conflicting after {MAX_ATTEMPTS} attempts")
+            if not all(existing.get(k) == v for k, v in taint.items()):
+                self._client.update(rules, {**current, "spec": {**spec, "taint": taint}})
+
+        retry_on_conflict(attempt, what=f"DeviceTaintRule {record.name}")
 
     def lift(self, record: Quarantine) -> None:
         rule = self._rule(record)

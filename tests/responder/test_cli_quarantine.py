@@ -26,11 +26,11 @@ from gpuhealth.kube.resources import Resource
 from gpuhealth.kube.transport import KubeTransport
 from responder.breaker import BreakerState
 from responder.breaker_store import AuditEntry, BreakerStore
-from responder.cli import QUARANTINES
 from responder.ladder import PROBING
 from responder.records import (
     DEVICE_PLUGIN,
     DRA,
+    QUARANTINES,
     Phase,
     Quarantine,
     QuarantineSpec,

@@ -25,8 +25,7 @@ from responder.enforcement import Enforcer
 from responder.intake import IntakeSettings, Write, decide
 from responder.node_annotation import NODE_ANNOTATION
 from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, Enforce
-from responder.recorder import QUARANTINES
-from responder.records import Quarantine, from_object, to_object
+from responder.records import QUARANTINES, Quarantine, from_object, to_object
 from responder.taint_rules import NotOurs, NotServed, discover
 from simulator.apiserver.versions import KubernetesVersion
 from tests.responder.test_intake import alert

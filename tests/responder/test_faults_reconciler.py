@@ -35,8 +35,7 @@ from responder.health import StaticHealth
 from responder.node_annotation import NODE_ANNOTATION
 from responder.policy import Health
 from responder.reconciler import Reconciler, WatchBackoff
-from responder.recorder import QUARANTINES
-from responder.records import Phase
+from responder.records import QUARANTINES, Phase
 from responder.taint_rules import discover
 from simulator.fleet.objects import gpu_uuid
 from simulator.testing import running_cluster

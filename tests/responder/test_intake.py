@@ -17,9 +17,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuhealth.kube.meta import rfc3339
 from gpuhealth.outcomes import Skipped, Unchanged
 from responder.alerts import Alert
-from responder.intake import IntakeSettings, Write, decide, reason_of, rfc3339
+from responder.intake import IntakeSettings, Write, decide, reason_of
 from responder.records import ACTIVE_PHASES, DRA, Phase, Quarantine, QuarantineStatus, record_name
 
 SETTINGS = IntakeSettings()

@@ -26,11 +26,11 @@ from prometheus_client import CollectorRegistry
 
 from gpuhealth.kube.elector import LeaderElector
 from gpuhealth.kube.lease import ElectionSettings
-from responder.intake import rfc3339
+from gpuhealth.kube.meta import rfc3339
 from responder.ladder import PROBING
 from responder.policy import Health
-from responder.recorder import QUARANTINES, Recorder
-from responder.records import MigrationOutcome, Phase, Quarantine
+from responder.recorder import Recorder
+from responder.records import QUARANTINES, MigrationOutcome, Phase, Quarantine
 from responder.webhook import PATH, WebhookMetrics, WebhookSettings, add_webhook
 from simulator.testing import running_cluster
 from tests.support.flows import (

@@ -42,10 +42,10 @@ from responder.migrator import (
     MigratorSettings,
     lease_name,
 )
-from responder.recorder import QUARANTINES
 from responder.records import (
     DEVICE_PLUGIN,
     DRA,
+    QUARANTINES,
     Migration,
     MigrationOutcome,
     Phase,

@@ -31,9 +31,9 @@ from responder.enforcement import Enforcer
 from responder.migration import COMMITTED, UNRECOVERABLE_REASON
 from responder.migrator import EVENT, Migrator, MigratorSettings, lease_name
 from responder.policy import QUARANTINE_TAINT, Enforce
-from responder.recorder import QUARANTINES
 from responder.records import (
     DEVICE_PLUGIN,
+    QUARANTINES,
     Migration,
     MigrationOutcome,
     Phase,

@@ -21,9 +21,9 @@ import pytest
 from hypothesis import given, settings, target
 from hypothesis import strategies as st
 
-from gpuhealth.kube.meta import parse_rfc3339
+from gpuhealth.kube.meta import parse_rfc3339, rfc3339
 from responder.breaker import BreakerState, Counts
-from responder.intake import IntakeSettings, Write, decide, rfc3339
+from responder.intake import IntakeSettings, Write, decide
 from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
 from responder.limits import Bucket, BucketSettings
 from responder.policy import (

@@ -33,6 +33,7 @@ from prometheus_client import CollectorRegistry
 from gpuhealth.clock import ManualClock
 from gpuhealth.kube.client import ObjectList
 from gpuhealth.kube.errors import Conflict, NotFound, TooManyRequests, Unavailable
+from gpuhealth.kube.meta import rfc3339
 from gpuhealth.kube.resources import NODE, POD, RESOURCE_SLICE, STATUS, Resource
 from responder.breaker import BreakerSettings, BreakerState
 from responder.breaker_store import AuditEntry, Stored
@@ -40,7 +41,7 @@ from responder.enforcement import Enforcer
 from responder.events import RecordedEvents
 from responder.health import StaticHealth
 from responder.identity import SliceDevice
-from responder.intake import IntakeSettings, Write, decide, rfc3339
+from responder.intake import IntakeSettings, Write, decide
 from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
 from responder.limits import BucketSettings
 from responder.policy import (
@@ -62,8 +63,8 @@ from responder.reconciler import (
     guardrails,
     quarantine_starts,
 )
-from responder.recorder import QUARANTINES
 from responder.records import (
+    QUARANTINES,
     CheckOutcome,
     Migration,
     MigrationOutcome,

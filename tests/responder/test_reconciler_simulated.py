@@ -29,6 +29,7 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.elector import LeaderElector
 from gpuhealth.kube.errors import NotFound
+from gpuhealth.kube.meta import rfc3339
 from gpuhealth.kube.resources import CONFIG_MAP, NAMESPACE, NODE, POD, STATUS, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
@@ -39,14 +40,13 @@ from responder.checks import JOB, CheckSettings, JobChecks, job_name
 from responder.enforcement import Enforcer
 from responder.events import EVENT, KubeEvents
 from responder.health import StaticHealth
-from responder.intake import IntakeSettings, Write, decide, rfc3339
+from responder.intake import IntakeSettings, Write, decide
 from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
 from responder.limits import BucketSettings
 from responder.node_annotation import NODE_ANNOTATION, NodeAnnotation, listed
 from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult, Health, PolicySettings
 from responder.reconciler import OPT_OUT_LABEL, Reconciler, ReconcilerSettings
-from responder.recorder import QUARANTINES
-from responder.records import Phase, Quarantine, from_object, to_object
+from responder.records import QUARANTINES, Phase, Quarantine, from_object, to_object
 from responder.taint_rules import discover
 from simulator.fleet.objects import gpu_uuid
 from simulator.testing import running_cluster

@@ -29,8 +29,8 @@ from gpuhealth.kube.resources import Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.outcomes import Done, Retry
 from responder.alerts import parse_alert
-from responder.recorder import QUARANTINES, Recorder
-from responder.records import Phase, from_object, record_name
+from responder.recorder import Recorder
+from responder.records import QUARANTINES, Phase, from_object, record_name
 from responder.webhook import WebhookMetrics, WebhookSettings, add_webhook
 from tests.simulator.conftest import ServedCluster
 

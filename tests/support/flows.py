@@ -38,8 +38,9 @@ from responder.migration import REQUESTED
 from responder.migrator import Migrator, MigratorSettings
 from responder.policy import Health, PolicySettings
 from responder.reconciler import Reconciler, ReconcilerSettings
-from responder.recorder import QUARANTINES, Recorder
+from responder.recorder import Recorder
 from responder.records import (
+    QUARANTINES,
     Migration,
     MigrationOutcome,
     Phase,
