@@ -37,14 +37,14 @@ from gpuhealth.kube.api import Api
 from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.meta import rfc3339
 from gpuhealth.kube.resources import Resource
-from responder.alerts import Alert, parse_alert, parse_delivery
-from responder.breaker import BreakerState, Counts
-from responder.intake import IntakeSettings, Write, decide
 from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
-from responder.limits import Bucket, BucketSettings
-from responder.policy import CheckResult, Context, DeviceView, Health, PolicySettings, step
-from responder.recorder import Recorder
+from responder.reconcile.breaker import BreakerState, Counts
+from responder.reconcile.limits import Bucket, BucketSettings
+from responder.reconcile.policy import CheckResult, Context, DeviceView, Health, PolicySettings, step
 from responder.records import MAX_HISTORY, MAX_KEYS, MAX_SOURCE_ALERTS, Phase, Quarantine, to_object
+from responder.webhook.alerts import Alert, parse_alert, parse_delivery
+from responder.webhook.intake import IntakeSettings, Write, decide
+from responder.webhook.recorder import Recorder
 
 NODES = 250
 GPUS = 8

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from demo.journal import Journal, Kind
-from responder.checks import job_result
-from responder.policy import CheckResult
+from responder.checks.jobs import job_result
+from responder.reconcile.policy import CheckResult
 from responder.records import MigrationOutcome, RecordError, from_object
 from simulator.fleet.events import DeviceHealthChanged, FaultApplied, FleetEvent, NodeChanged
 

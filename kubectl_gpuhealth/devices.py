@@ -57,7 +57,7 @@ from kubectl_gpuhealth.join import (
     records_by_device,
     select,
 )
-from responder.cli import CRD_HINT, Client, connect
+from responder.commands import CRD_HINT, Client, connect
 from responder.records import QUARANTINES, Quarantine, RecordError, from_object
 
 EXPORTER_NAMESPACE = "gpuhealth-system"

@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 
 from gpuhealth.durations import DurationError, parse_duration
-from responder.migration import Mode
+from responder.migrate.plan import Mode
 from responder.settings import ResponderSettings
 
 REMOVED_HEADER = ("apiVersion", "kind")

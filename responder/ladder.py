@@ -1,8 +1,8 @@
 """The release ladder as data: the rungs a quarantined device climbs on its way back to service.
 
-Pure: no I/O. `LADDER` is the one declaration of the rungs, in order. `responder.policy.step`
+Pure: no I/O. `LADDER` is the one declaration of the rungs, in order. `responder.reconcile.policy.step`
 walks it (one generic step per kind of rung), the reconciler runs each rung's executor (a
-check's Job through `responder.checks`, a ramp's taint through the enforcement backend), and
+check's Job through `responder.checks.jobs`, a ramp's taint through the enforcement backend), and
 everything that shows or judges phases reads the sequence from here: the record's phases
 (`responder.records.PHASES`), the CRD's enum, the demo's progress, verdicts, summary and
 report, the dashboards (generated from it, or checked against it by a test).
@@ -18,7 +18,7 @@ Healthy where the rung asks for them) returns the device to Quarantined with the
 doubled; passing the last rung releases it.
 
 Adding a rung is one `Rung` in `LADDER` (with its `setting`, when its length is a policy
-setting) plus its executor: a check names the Job it runs, which `responder.checks` creates.
+setting) plus its executor: a check names the Job it runs, which `responder.checks.jobs` creates.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class Rung:
     seconds: float = 0.0
     """A check's timeout, a window's or a ramp's length; taken from `setting` when that is set."""
     setting: str = ""
-    """The `responder.policy.PolicySettings` field that gives `seconds` (its config key)."""
+    """The `responder.reconcile.policy.PolicySettings` field that gives `seconds` (its config key)."""
     target: Target = Target.DEVICE
     """Check only: what its pod gets."""
     taint: str = ""

@@ -113,7 +113,7 @@ class HistoryEntry:
 
 
 class MigrationOutcome(StrEnum):
-    """Where one job's move off the device stands: what `responder.migration.plan` decides and the
+    """Where one job's move off the device stands: what `responder.migrate.plan.plan` decides and the
     record keeps (one enum for both)."""
 
     WAITING = "Waiting"

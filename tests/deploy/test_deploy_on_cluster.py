@@ -39,10 +39,10 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import child_process, free_port, http_ok, log_tail, wait_until
-from responder.breaker import BreakerState
-from responder.breaker_store import AuditEntry, BreakerStore
-from responder.recorder import Recorder
+from responder.reconcile.breaker import BreakerState
+from responder.reconcile.breaker_store import AuditEntry, BreakerStore
 from responder.records import QUARANTINES, Phase
+from responder.webhook.recorder import Recorder
 from simulator.apiserver.kubeconfig import write_kubeconfig
 from simulator.testing import running_cluster
 from tests.deploy.manifests import CRD_FILE, NAMESPACE, build, container, crd_schema, find, schema_errors

@@ -34,8 +34,8 @@ from gpuhealth.kube.config import api_client
 from gpuhealth.kube.resources import NAMESPACE, POD
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import child_process, free_port, http_json, http_ok, log_tail, wait_until
-from responder.breaker import BreakerState
-from responder.breaker_store import AuditEntry, BreakerStore
+from responder.reconcile.breaker import BreakerState
+from responder.reconcile.breaker_store import AuditEntry, BreakerStore
 from responder.records import QUARANTINES, Phase, to_object
 from simulator.testing import ClusterHandle, running_cluster
 from tests.responder.test_cli_quarantine import CRD_FILE, CRDS, record

@@ -24,9 +24,9 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.resources import Resource
 from gpuhealth.kube.transport import KubeTransport
-from responder.breaker import BreakerState
-from responder.breaker_store import AuditEntry, BreakerStore
 from responder.ladder import PROBING
+from responder.reconcile.breaker import BreakerState
+from responder.reconcile.breaker_store import AuditEntry, BreakerStore
 from responder.records import (
     DEVICE_PLUGIN,
     DRA,

@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from responder.config import ConfigError, apply, load
-from responder.migration import Mode
+from responder.migrate.plan import Mode
 from responder.settings import ResponderSettings
 
 EXAMPLE = Path(__file__).parents[2] / "deploy" / "responder-config.yaml"

@@ -23,10 +23,12 @@ import yaml
 
 from dashboards import definitions
 from demo import expectations, progress, report, safety, summary
-from responder.backends import Backends, DeviceRequest, Evidence
-from responder.checks import JobChecks
-from responder.holders import DeviceHolders
-from responder.identity import Identity
+from responder.checks.jobs import JobChecks
+from responder.enforce.backends import Backends, DeviceRequest, Evidence
+from responder.enforce.holders import DeviceHolders
+from responder.enforce.identity import Identity
+from responder.enforce.node_annotation import NodeAnnotation
+from responder.enforce.taint_rules import TaintRules
 from responder.ladder import (
     CANARY,
     CANARY_TAINT,
@@ -39,10 +41,8 @@ from responder.ladder import (
     Ladder,
     Rung,
 )
-from responder.node_annotation import NodeAnnotation
-from responder.policy import CheckResult, Enforce, Health, PolicySettings
+from responder.reconcile.policy import CheckResult, Enforce, Health, PolicySettings
 from responder.records import PHASES, RELEASE_PHASES, CheckOutcome, Phase, Quarantine, Verdict, from_object
-from responder.taint_rules import TaintRules
 from tests.responder.test_reconciler import NOW, POLICY, SETTINGS, Harness
 
 CRD_FILE = Path(__file__).parents[2] / "deploy" / "crds" / "devicequarantines.gpuhealth.io.yaml"

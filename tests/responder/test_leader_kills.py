@@ -1,6 +1,6 @@
 """Two responder replicas, each with its webhook and its leader election, on the same alerts.
 
-Aspects: HA Alertmanager delivers every alert to both replicas' webhooks (`responder.webhook`
+Aspects: HA Alertmanager delivers every alert to both replicas' webhooks (`responder.webhook.server`
 with a `Recorder` each) while both run `LeaderElector.run(reconciler.run)` on the same Lease:
 the job moves once and the device is released, and every action came from one replica only
 (the other's client made none of them). Then the same with the leader killed (its elector's
@@ -28,10 +28,10 @@ from gpuhealth.kube.elector import LeaderElector
 from gpuhealth.kube.lease import ElectionSettings
 from gpuhealth.kube.meta import rfc3339
 from responder.ladder import PROBING
-from responder.policy import Health
-from responder.recorder import Recorder
+from responder.reconcile.policy import Health
 from responder.records import QUARANTINES, MigrationOutcome, Phase, Quarantine
-from responder.webhook import PATH, WebhookMetrics, WebhookSettings, add_webhook
+from responder.webhook.recorder import Recorder
+from responder.webhook.server import PATH, WebhookMetrics, WebhookSettings, add_webhook
 from simulator.testing import running_cluster
 from tests.support.flows import (
     NS,

@@ -1,4 +1,4 @@
-"""Migration plans (responder.migration), as properties over random jobs and contexts.
+"""Migration plans (responder.migrate.plan), as properties over random jobs and contexts.
 
 Aspects: no move begins while the breaker is open, one under way goes on (property); a
 restrict never evicts, requests or locks anything; in checkpoint mode no pod is
@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from responder.migration import (
+from responder.migrate.plan import (
     CHECKPOINT,
     CHECKPOINT_POLL_SECONDS,
     COMMITTED,
@@ -333,7 +333,7 @@ def test_a_move_past_its_lease_cap_fails_once_and_lets_go() -> None:
 def _move(
     namespace: str, *, started: float | None, finished: bool, evictions: tuple[float, ...] = ()
 ) -> Migration:
-    from responder.intake import rfc3339
+    from responder.webhook.intake import rfc3339
 
     return Migration(
         namespace,

@@ -1,4 +1,4 @@
-"""The reconciler's phase machine (responder.policy), as properties over random worlds.
+"""The reconciler's phase machine (responder.reconcile.policy), as properties over random worlds.
 
 Aspects: a release only ever follows Probing, Canary, Stabilizing and Ramp of the same
 attempt (property); the breaker defers only new automatic quarantines and never changes a
@@ -22,11 +22,10 @@ from hypothesis import given, settings, target
 from hypothesis import strategies as st
 
 from gpuhealth.kube.meta import parse_rfc3339, rfc3339
-from responder.breaker import BreakerState, Counts
-from responder.intake import IntakeSettings, Write, decide
 from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
-from responder.limits import Bucket, BucketSettings
-from responder.policy import (
+from responder.reconcile.breaker import BreakerState, Counts
+from responder.reconcile.limits import Bucket, BucketSettings
+from responder.reconcile.policy import (
     BACKING_OFF,
     CANARY_TAINT,
     DEVICE_IN_USE,
@@ -47,6 +46,7 @@ from responder.policy import (
     step,
 )
 from responder.records import CheckOutcome, Migration, MigrationOutcome, Phase, Quarantine, Verdict
+from responder.webhook.intake import IntakeSettings, Write, decide
 from tests.responder.test_intake import alert
 
 NOW = 1_800_000_000.0

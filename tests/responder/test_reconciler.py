@@ -1,4 +1,4 @@
-"""One reconcile pass with fakes (responder.reconciler), no I/O.
+"""One reconcile pass with fakes (responder.reconcile.reconciler), no I/O.
 
 Aspects: a Pending record is enforced, written (status through the status subresource), told
 as an Event and exposed as one series; the whole release walk (probe and canary Jobs of the
@@ -35,16 +35,15 @@ from gpuhealth.kube.client import ObjectList
 from gpuhealth.kube.errors import Conflict, NotFound, TooManyRequests, Unavailable
 from gpuhealth.kube.meta import rfc3339
 from gpuhealth.kube.resources import NODE, POD, RESOURCE_SLICE, STATUS, Resource
-from responder.breaker import BreakerSettings, BreakerState
-from responder.breaker_store import AuditEntry, Stored
-from responder.enforcement import Enforcer
-from responder.events import RecordedEvents
-from responder.health import StaticHealth
-from responder.identity import SliceDevice
-from responder.intake import IntakeSettings, Write, decide
+from responder.enforce.identity import SliceDevice
+from responder.enforce.shipped import Enforcer
 from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
-from responder.limits import BucketSettings
-from responder.policy import (
+from responder.reconcile.breaker import BreakerSettings, BreakerState
+from responder.reconcile.breaker_store import AuditEntry, Stored
+from responder.reconcile.events import RecordedEvents
+from responder.reconcile.health import StaticHealth
+from responder.reconcile.limits import BucketSettings
+from responder.reconcile.policy import (
     CANARY_TAINT,
     DEVICE_IN_USE,
     MIGRATING,
@@ -54,7 +53,7 @@ from responder.policy import (
     Health,
     PolicySettings,
 )
-from responder.reconciler import (
+from responder.reconcile.reconciler import (
     OPT_OUT_LABEL,
     UNWATCHED_RECHECK_SECONDS,
     Reconciler,
@@ -74,6 +73,7 @@ from responder.records import (
     from_object,
     to_object,
 )
+from responder.webhook.intake import IntakeSettings, Write, decide
 from tests.responder.test_intake import alert
 
 NOW = 1_800_000_000.0

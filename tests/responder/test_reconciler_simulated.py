@@ -33,21 +33,21 @@ from gpuhealth.kube.meta import rfc3339
 from gpuhealth.kube.resources import CONFIG_MAP, NAMESPACE, NODE, POD, STATUS, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
-from responder.backends import Backends
-from responder.breaker_store import NAME as BREAKER_CONFIG_MAP
-from responder.breaker_store import BreakerStore
-from responder.checks import JOB, CheckSettings, JobChecks, job_name
-from responder.enforcement import Enforcer
-from responder.events import EVENT, KubeEvents
-from responder.health import StaticHealth
-from responder.intake import IntakeSettings, Write, decide
+from responder.checks.jobs import JOB, CheckSettings, JobChecks, job_name
+from responder.enforce.backends import Backends
+from responder.enforce.node_annotation import NODE_ANNOTATION, NodeAnnotation, listed
+from responder.enforce.shipped import Enforcer
+from responder.enforce.taint_rules import discover
 from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
-from responder.limits import BucketSettings
-from responder.node_annotation import NODE_ANNOTATION, NodeAnnotation, listed
-from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult, Health, PolicySettings
-from responder.reconciler import OPT_OUT_LABEL, Reconciler, ReconcilerSettings
+from responder.reconcile.breaker_store import NAME as BREAKER_CONFIG_MAP
+from responder.reconcile.breaker_store import BreakerStore
+from responder.reconcile.events import EVENT, KubeEvents
+from responder.reconcile.health import StaticHealth
+from responder.reconcile.limits import BucketSettings
+from responder.reconcile.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult, Health, PolicySettings
+from responder.reconcile.reconciler import OPT_OUT_LABEL, Reconciler, ReconcilerSettings
 from responder.records import QUARANTINES, Phase, Quarantine, from_object, to_object
-from responder.taint_rules import discover
+from responder.webhook.intake import IntakeSettings, Write, decide
 from simulator.fleet.objects import gpu_uuid
 from simulator.testing import running_cluster
 from tests.responder.test_intake import alert

@@ -19,7 +19,7 @@ import yaml
 
 from gpuhealth.cli import main
 from gpuhealth.kube.lease import ElectionSettings
-from responder.reconciler import ReconcilerSettings
+from responder.reconcile.reconciler import ReconcilerSettings
 from rules.render import (
     DEFAULT_CONFIG,
     OUTPUTS,

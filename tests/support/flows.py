@@ -26,19 +26,18 @@ from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import NAMESPACE, NODE, POD, RESOURCE_CLAIM, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
-from responder.breaker_store import BreakerStore
-from responder.checks import CheckSettings, JobChecks
-from responder.enforcement import Enforcer
-from responder.events import KubeEvents
-from responder.health import StaticHealth
-from responder.intake import Alert
+from responder.checks.jobs import CheckSettings, JobChecks
+from responder.enforce.shipped import Enforcer
+from responder.enforce.taint_rules import discover
 from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
-from responder.limits import BucketSettings
-from responder.migration import REQUESTED
-from responder.migrator import Migrator, MigratorSettings
-from responder.policy import Health, PolicySettings
-from responder.reconciler import Reconciler, ReconcilerSettings
-from responder.recorder import Recorder
+from responder.migrate.executor import Migrator, MigratorSettings
+from responder.migrate.plan import REQUESTED
+from responder.reconcile.breaker_store import BreakerStore
+from responder.reconcile.events import KubeEvents
+from responder.reconcile.health import StaticHealth
+from responder.reconcile.limits import BucketSettings
+from responder.reconcile.policy import Health, PolicySettings
+from responder.reconcile.reconciler import Reconciler, ReconcilerSettings
 from responder.records import (
     QUARANTINES,
     Migration,
@@ -47,7 +46,8 @@ from responder.records import (
     Quarantine,
     from_object,
 )
-from responder.taint_rules import discover
+from responder.webhook.intake import Alert
+from responder.webhook.recorder import Recorder
 from simulator.fleet.objects import gpu_uuid
 
 NS = "gpuhealth-system"

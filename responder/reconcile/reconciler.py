@@ -1,6 +1,6 @@
 """The reconciler: the level-triggered loop that drives every DeviceQuarantine through its phases.
 
-An executor. Every decision is `responder.policy.step`'s; this observes, applies the effects
+An executor. Every decision is `responder.reconcile.policy.step`'s; this observes, applies the effects
 and writes the records, one pass over all of them at a time:
 
 1. Observe: list every record (a fresh list each pass, see below); the breaker's state (its
@@ -35,7 +35,7 @@ a worker thread; when the term is fenced (the task cancelled), the pass is told 
 before its next record or write, and the task returns only after the thread has finished, so
 nothing acts for a leader that has stopped leading (at most the one request in flight lands).
 
-The migration hook: `migrate(record, now) -> Quarantine` (`responder.migrator`) is called for
+The migration hook: `migrate(record, now) -> Quarantine` (`responder.migrate.executor`) is called for
 `quarantine` records (never `restrict`) that stay Quarantined with their enforcement present,
 also after their alerts resolved (the policy starts no release attempt while a move is
 unfinished, so a move is carried to its end, never dropped); while the breaker is tripped
@@ -67,18 +67,19 @@ from gpuhealth.kube.errors import ApiError, Conflict, NotFound
 from gpuhealth.kube.meta import parse_rfc3339, rfc3339
 from gpuhealth.kube.reflector import Events, Listed, Message, Reflector
 from gpuhealth.kube.resources import NODE, STATUS
-from responder import breaker, metrics
-from responder.breaker import BreakerState, Counts
-from responder.breaker_store import AuditEntry, Stored
-from responder.checks import CheckRunner
-from responder.enforcement import Enforcer
-from responder.events import EventSink
-from responder.health import HealthSnapshot, HealthSource
-from responder.holders import DeviceHolders
-from responder.identity import SliceDevice
+from responder import metrics
+from responder.checks.jobs import CheckRunner
+from responder.enforce.holders import DeviceHolders
+from responder.enforce.identity import SliceDevice
+from responder.enforce.shipped import Enforcer
 from responder.ladder import Kind
-from responder.limits import Bucket, BucketSettings
-from responder.policy import (
+from responder.reconcile import breaker
+from responder.reconcile.breaker import BreakerState, Counts
+from responder.reconcile.breaker_store import AuditEntry, Stored
+from responder.reconcile.events import EventSink
+from responder.reconcile.health import HealthSnapshot, HealthSource
+from responder.reconcile.limits import Bucket, BucketSettings
+from responder.reconcile.policy import (
     ACTOR,
     CheckResult,
     Context,
@@ -93,7 +94,7 @@ from responder.policy import (
     holding,
     needs_holders,
 )
-from responder.policy import step as policy_step
+from responder.reconcile.policy import step as policy_step
 from responder.records import QUARANTINES, Phase, Quarantine, RecordError, from_object, to_object
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ Migrate = Callable[[Quarantine, float], Quarantine]
 
 
 class Enforcement(Protocol):
-    """The backends (`responder.backends.Backends`), as the reconciler uses them."""
+    """The backends (`responder.enforce.backends.Backends`), as the reconciler uses them."""
 
     def slices(self) -> list[SliceDevice]: ...
 
@@ -335,7 +336,7 @@ class Reconciler:
     ) -> None:
         """`watch_client`: a client for the records' watch that wakes the loop (None: passes
         come only every recheck); give it its own client, closed by the caller at shutdown.
-        `holders`: who holds a device (default: `responder.holders` through `client`).
+        `holders`: who holds a device (default: `responder.enforce.holders` through `client`).
         `finish`: the migration hook while the breaker is open (`Migrator.finish`: moves under
         way go on, none begins); None: no move is advanced while it is open."""
         self._client = client

@@ -15,7 +15,7 @@ device to Quarantined with the backoff doubled: the next attempt starts only onc
 (the extended `spec.expiresAt`) has run out. The ladder is data (`PolicySettings.ladder`): one
 step per kind of rung (check, window, ramp) walks whatever rungs it declares. Safety, by
 construction and property-tested:
-- nothing here evicts or deletes a pod (migration is `responder.migration`'s, for
+- nothing here evicts or deletes a pod (migration is `responder.migrate.plan`'s, for
   `quarantine` records only, never `restrict`), and no effect names a whole node;
 - a release only ever follows every rung of the ladder, in order, in this attempt;
 - a release attempt (its first rung) never starts while a move of the device's work is unfinished
@@ -35,10 +35,10 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from gpuhealth.kube.meta import parse_rfc3339, rfc3339
-from responder import breaker
-from responder.breaker import BreakerSettings, BreakerState, Counts
 from responder.ladder import CANARY_TAINT, LADDER, QUARANTINE_TAINT, Kind, Ladder, Rung
-from responder.limits import Bucket
+from responder.reconcile import breaker
+from responder.reconcile.breaker import BreakerSettings, BreakerState, Counts
+from responder.reconcile.limits import Bucket
 from responder.records import CheckOutcome, Phase, Quarantine, Verdict
 
 __all__ = ["CANARY_TAINT", "QUARANTINE_TAINT"]  # re-exported: the checks tolerate both
@@ -171,7 +171,7 @@ class Context:
 
 @dataclass(frozen=True, slots=True)
 class Enforce:
-    """Keep new allocations off the device, through the record's backend (`responder.backends`)."""
+    """Keep new allocations off the device, through the record's backend (`responder.enforce.backends`)."""
 
     taint_key: str
     taint_value: str

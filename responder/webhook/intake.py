@@ -2,7 +2,7 @@
 
 The webhook records intent and never acts: this module decides how one alert changes the
 `DeviceQuarantine` record of its device (or that it changes nothing), and the recorder
-(`responder.recorder`) writes the result, conditional on the resourceVersion it read, and
+(`responder.webhook.recorder`) writes the result, conditional on the resourceVersion it read, and
 decides again on a conflict. Pure: no I/O, time passed in.
 
 The rules, each a safety property the tests check:
@@ -31,7 +31,6 @@ from dataclasses import dataclass, replace
 
 from gpuhealth.kube.meta import rfc3339
 from gpuhealth.outcomes import Skipped, Unchanged
-from responder.alerts import FIRING, NONE, QUARANTINE, RESTRICT, Alert
 from responder.records import (
     ACTIVE_PHASES,
     MAX_SOURCE_ALERTS,
@@ -42,6 +41,7 @@ from responder.records import (
     path_of,
     record_name,
 )
+from responder.webhook.alerts import FIRING, NONE, QUARANTINE, RESTRICT, Alert
 
 ACTOR = "responder"
 """Who writes history entries the webhook adds."""

@@ -1,6 +1,6 @@
 """Records an alert's intent in the device's `DeviceQuarantine` object (an executor over the API).
 
-Thin: `responder.intake.decide` makes the decision; this reads the record, applies it with
+Thin: `responder.webhook.intake.decide` makes the decision; this reads the record, applies it with
 writes conditional on the resourceVersion it read and, when someone else wrote first (409:
 another replica, an HA peer's duplicate delivery), reads again and decides again. Every
 failure becomes an outcome (`gpuhealth.outcomes`): a write that did not happen is a `Retry`,
@@ -26,8 +26,6 @@ from gpuhealth.kube.conflicts import retry_on_conflict
 from gpuhealth.kube.errors import Conflict, NotFound
 from gpuhealth.kube.resources import STATUS
 from gpuhealth.outcomes import Done, Outcome, Retry, outcome_of
-from responder.alerts import Alert
-from responder.intake import IntakeSettings, Write, decide
 from responder.records import (
     QUARANTINES,
     Quarantine,
@@ -36,6 +34,8 @@ from responder.records import (
     record_name,
     to_object,
 )
+from responder.webhook.alerts import Alert
+from responder.webhook.intake import IntakeSettings, Write, decide
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Probe and canary checks of one quarantined device: batch/v1 Jobs (a `CheckRunner`).
 
-An adapter over the API, thin and idempotent: `responder.policy` decides when a check of an
+An adapter over the API, thin and idempotent: `responder.reconcile.policy` decides when a check of an
 attempt starts (`StartCheck`) and reads its result (`CheckResult`); this creates the Job and
 reads its status. One Job per record, kind and attempt, named `<record>-<kind>-<attempt>`
 (shortened with a hash past 63 characters, the limit of the `job-name` label its pods carry),
@@ -8,7 +8,7 @@ so a retry never mistakes an old Job's result for its own, and a second `start` 
 (409 AlreadyExists). Every Job is owned by the record: deleting the record deletes its checks.
 
 How the Job reaches exactly the quarantined device is the record's backend's
-(`responder.backends`, `device_request`): a claim through a ResourceClaimTemplate of the Job's
+(`responder.enforce.backends`, `device_request`): a claim through a ResourceClaimTemplate of the Job's
 name on DRA, a pod pinned to the node and the device on device plugins.
 Synchronous like the client; the reconciler runs it in a thread.
 """
@@ -23,11 +23,11 @@ from typing import Any, Protocol
 from gpuhealth.kube.api import Api
 from gpuhealth.kube.errors import AlreadyExists, NotFound
 from gpuhealth.kube.resources import POD, Resource
-from responder.backends import Backends, DeviceRequest
-from responder.enforcement import Enforcer
-from responder.policy import CheckResult
+from responder.enforce.backends import Backends, DeviceRequest
+from responder.enforce.shipped import Enforcer
+from responder.enforce.taint_rules import DEVICE_CLASS
+from responder.reconcile.policy import CheckResult
 from responder.records import Quarantine, owner_reference
-from responder.taint_rules import DEVICE_CLASS
 
 JOB = Resource("batch", "v1", "jobs", namespaced=True)
 MAX_JOB_NAME = 63

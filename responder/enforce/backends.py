@@ -1,15 +1,15 @@
 """Enforcement backends: how one kind of device is quarantined, behind one protocol.
 
 A backend owns everything that differs between kinds of device: whether a device is one of
-its own (`identify`, from what the API says about it, `responder.identity`), what its
+its own (`identify`, from what the API says about it, `responder.enforce.identity`), what its
 enforcement is called in the record (`enforced_as`), whether gpuhealth's enforcement is
 present, putting it in place and lifting it, which pods hold the device, and what a check's
 pod asks for to get exactly that device (`device_request`). Nothing outside a backend asks
 which path a record is on: `Backends` hands each record the backend its `spec.path` names.
 
-`responder.enforcement.enforcer` is the one declaration of the shipped backends, in the order
-they claim a device: DRA (`responder.taint_rules`: a DeviceTaintRule) before device plugins
-(`responder.node_annotation`: the node annotation the scheduler extender reads). Adding a
+`responder.enforce.shipped.enforcer` is the one declaration of the shipped backends, in the order
+they claim a device: DRA (`responder.enforce.taint_rules`: a DeviceTaintRule) before device plugins
+(`responder.enforce.node_annotation`: the node annotation the scheduler extender reads). Adding a
 backend is one module with its class and one entry there.
 
 `Backends.identify` re-resolves a record's device on every pass from the node's
@@ -28,8 +28,8 @@ from typing import Any, Protocol
 from gpuhealth.kube.api import Api
 from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import NODE, RESOURCE_SLICE, Resource
-from responder.identity import Identity, SliceDevice, slice_devices
-from responder.policy import Enforce
+from responder.enforce.identity import Identity, SliceDevice, slice_devices
+from responder.reconcile.policy import Enforce
 from responder.records import Quarantine
 
 
@@ -111,7 +111,7 @@ class Backends:
                 f"(this responder has {', '.join(self._by_path)})"
             ) from None
 
-    # ----- what the reconciler asks (responder.reconciler.Enforcement) --------------------------
+    # ----- what the reconciler asks (responder.reconcile.reconciler.Enforcement) --------------------------
 
     def slices(self) -> list[SliceDevice]:
         """Every published ResourceSlice device (one list: once per pass)."""

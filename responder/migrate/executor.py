@@ -1,4 +1,4 @@
-"""Moves checkpointed work off a quarantined device: the executor of `responder.migration`'s plans.
+"""Moves checkpointed work off a quarantined device: the executor of `responder.migrate.plan`'s plans.
 
 Every decision is the plan's (`migration.plan`: what to do next, the lease cap; `judge_eviction`:
 what an eviction's answer means; `node_slot_free`, `evictions_left`: the caps); this observes,
@@ -12,7 +12,7 @@ so a step whose record write loses a race is simply decided again from what is s
 
 Thin and idempotent, every exception of one job an outcome (a cluster it cannot read at all
 raises, for the caller to retry the record):
-- Observe: the pods that hold the device (`responder.holders`, shared with the reconciler,
+- Observe: the pods that hold the device (`responder.enforce.holders`, shared with the reconciler,
   which starts no probe on a device a pod holds). Pods are grouped into jobs by their
   controller (a ReplicaSet's Deployment, a Job, a StatefulSet; a bare pod is its own job),
   with all the job's pods.
@@ -48,10 +48,10 @@ from gpuhealth.kube.lease import LeaseRecord, Observed, observe
 from gpuhealth.kube.meta import parse_rfc3339, rfc3339
 from gpuhealth.kube.resources import LEASE, POD, Resource
 from responder import metrics
-from responder.backends import Backends
-from responder.enforcement import Enforcer
-from responder.holders import pods_on_device
-from responder.migration import (
+from responder.enforce.backends import Backends
+from responder.enforce.holders import pods_on_device
+from responder.enforce.shipped import Enforcer
+from responder.migrate.plan import (
     FAILED_REASON,
     Answer,
     Context,
@@ -72,7 +72,7 @@ from responder.migration import (
     node_slot_free,
     plan,
 )
-from responder.migration import REQUESTED as REQUESTED_ANNOTATION
+from responder.migrate.plan import REQUESTED as REQUESTED_ANNOTATION
 from responder.records import (
     API_VERSION,
     KIND,
@@ -158,7 +158,7 @@ class _Job:
     """UIDs of the pods that hold the device."""
 
 
-class _Observer:
+class _DeviceReads:
     """One step's reads, each made at most once (pods per namespace, ReplicaSets)."""
 
     def __init__(self, client: Api, backends: Backends) -> None:
@@ -262,7 +262,7 @@ class Migrator:
         `start=False` (the circuit breaker is open): moves under way go on, none begins."""
         if record.spec.action != "quarantine":
             return record  # restrict (Unknown) never moves anything
-        observer = _Observer(self._client, self._backends)
+        observer = _DeviceReads(self._client, self._backends)
         # A cluster it cannot read raises: the caller (the reconciler) retries this record on
         # its backoff; swallowed here, a device whose moves had not begun would wait a whole
         # recheck, as nothing in the record would say a move is due.

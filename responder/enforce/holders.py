@@ -1,7 +1,7 @@
 """Which pods hold a device: the one reading of it that migration and release share.
 
 An adapter over the API, read-only: the pods on the record's node, of which the record's
-backend (`responder.backends`) says which hold its device. The migrator moves the jobs of
+backend (`responder.enforce.backends`) says which hold its device. The migrator moves the jobs of
 these pods; the reconciler starts no probe while one of them (other than gpuhealth's own
 checks) still holds the device, since a probe or canary cannot get a device a running pod
 holds, and its timeout would count as the device's failure.
@@ -13,11 +13,11 @@ from typing import Any
 
 from gpuhealth.kube.api import Api
 from gpuhealth.kube.resources import POD
-from responder.backends import Backends
+from responder.enforce.backends import Backends
 from responder.records import Quarantine
 
 CHECK_LABEL = "gpuhealth.io/check"
-"""Label of the pods of gpuhealth's own probe and canary Jobs (`responder.checks`)."""
+"""Label of the pods of gpuhealth's own probe and canary Jobs (`responder.checks.jobs`)."""
 
 
 def pods_on_device(client: Api, backends: Backends, record: Quarantine) -> list[dict[str, Any]]:

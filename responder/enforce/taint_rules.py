@@ -1,6 +1,6 @@
 """The DRA backend: a quarantine is a `DeviceTaintRule` (an executor over the API).
 
-Thin and idempotent: `responder.policy` decides `Enforce`/`Unenforce`; this makes the cluster
+Thin and idempotent: `responder.reconcile.policy` decides `Enforce`/`Unenforce`; this makes the cluster
 say so. One rule per record, named like the record and owned by it (owner reference: deleting
 the record deletes the rule), selecting the device by driver, pool and device name. Created,
 its taint updated (quarantine -> canary on the ramp, back on a failure), deleted on release. A
@@ -25,10 +25,10 @@ from gpuhealth.kube.api import Api
 from gpuhealth.kube.conflicts import retry_on_conflict
 from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import RESOURCE_CLAIM, Resource
-from responder.backends import DeviceRequest, Evidence
-from responder.identity import Identity, resolve_slice
+from responder.enforce.backends import DeviceRequest, Evidence
+from responder.enforce.identity import Identity, resolve_slice
 from responder.ladder import CANARY_TAINT, QUARANTINE_TAINT
-from responder.policy import Enforce
+from responder.reconcile.policy import Enforce
 from responder.records import DRA, KIND, Quarantine, owner_reference
 
 TAINT_RULE_VERSIONS = ("v1", "v1beta2", "v1alpha3")

@@ -1,9 +1,9 @@
 """The shipped enforcement: the backends a responder quarantines devices with.
 
 `Enforcer` is the one declaration of them, in the order they claim a device
-(`responder.backends`): DRA devices by a DeviceTaintRule (`responder.taint_rules`), then
+(`responder.enforce.backends`): DRA devices by a DeviceTaintRule (`responder.enforce.taint_rules`), then
 device-plugin devices by the node annotation the scheduler extender reads
-(`responder.node_annotation`). A new backend is its module and one entry here.
+(`responder.enforce.node_annotation`). A new backend is its module and one entry here.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhealth.kube.resources import Resource
-from responder.backends import Backends
-from responder.node_annotation import NodeAnnotation
-from responder.taint_rules import DEVICE_CLASS, TaintRules
+from responder.enforce.backends import Backends
+from responder.enforce.node_annotation import NodeAnnotation
+from responder.enforce.taint_rules import DEVICE_CLASS, TaintRules
 
 
 class Enforcer(Backends):

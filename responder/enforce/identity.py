@@ -10,7 +10,7 @@ differs from the record's, hands the enforcement over to the backend of the new 
   capacity is a device-plugin device (`resolve_capacity`);
 - neither (a slice being republished, a node being read): the record keeps what it has, since
   a moment's absence is no evidence that the device changed.
-Which backend asks which question, and in what order, is `responder.backends`'.
+Which backend asks which question, and in what order, is `responder.enforce.backends`'.
 """
 
 from __future__ import annotations

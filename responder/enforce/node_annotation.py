@@ -2,7 +2,7 @@
 
 Thin and idempotent: the node annotation `gpuhealth.io/quarantined-devices`, a JSON list of
 device IDs, edited by read-modify-write at the node's resourceVersion (409: read again), and
-read by the scheduler extender (`responder.extender`). Nothing else on the node is touched:
+read by the scheduler extender (`responder.extender.filter`). Nothing else on the node is touched:
 no taint, no cordon, no label. In dry-run there is nothing to preview with, so nothing is
 written.
 
@@ -33,9 +33,9 @@ from gpuhealth.kube.api import Api
 from gpuhealth.kube.conflicts import retry_on_conflict
 from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import NODE
-from responder.backends import DeviceRequest, Evidence
-from responder.identity import Identity, resolve_capacity
-from responder.policy import Enforce
+from responder.enforce.backends import DeviceRequest, Evidence
+from responder.enforce.identity import Identity, resolve_capacity
+from responder.reconcile.policy import Enforce
 from responder.records import DEVICE_PLUGIN, Quarantine
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from gpuhealth.kube.api import Api
 from gpuhealth.kube.conflicts import retry_on_conflict
 from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import CONFIG_MAP
-from responder.breaker import BreakerState
+from responder.reconcile.breaker import BreakerState
 
 NAME = "gpuhealth-breaker"
 MAX_HISTORY = 100
