@@ -89,6 +89,7 @@ class Ladder:
 
     rungs: tuple[Rung, ...]
     _by_phase: dict[str, int] = field(init=False, repr=False, compare=False, hash=False)
+    _hash: int = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if not self.rungs:
@@ -100,6 +101,11 @@ class Ladder:
         if len(set(checks)) != len(checks):
             raise ValueError(f"check names repeat: {checks}")
         object.__setattr__(self, "_by_phase", {p: i for i, p in enumerate(phases)})
+        object.__setattr__(self, "_hash", hash(self.rungs))
+
+    def __hash__(self) -> int:
+        # Settings are made per decision (tests, benches) and look their timed ladder up by it.
+        return self._hash
 
     @property
     def phases(self) -> tuple[str, ...]:
