@@ -1,19 +1,20 @@
-# Two entry points for a fresh Debian machine: `make demo` and `make test`.
-# Both install what they need (virtual environment, Python packages, Prometheus and
-# Alertmanager from Debian) and are safe to run again. `make unit` is the fast loop.
+# Two entry points for a fresh Debian machine with Go 1.26: `make demo` and `make test`.
+# Both install what they need (virtual environment, Python packages, the pinned upstream
+# servers built once from their Go modules into ~/.cache/gpuhealth/upstream) and are safe
+# to run again. `make unit` is the fast loop.
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 GPUHEALTH := $(VENV)/bin/gpuhealth
-SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+UPSTREAM := $(PYTHON) tools/upstream/build.py
 PYTEST_ARGS ?=
 # Test processes: the end-to-end runs mostly wait on simulated time, so three share two cores well.
 PYTEST_WORKERS ?= 3
 
-.PHONY: setup tools demo test lint unit bench clean
+.PHONY: setup tools demo-tools demo test lint unit bench clean
 
-setup: $(VENV)/.installed tools
+setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,19 +22,19 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
-# Prometheus 2.42 (with promtool) and Alertmanager 0.25 (with amtool) from Debian.
+# The pinned upstream servers (tools/upstream/): built on the first run (each says how long it
+# takes), then found in the cache. The demo needs only Prometheus and Alertmanager; the tests
+# also run etcd and the Kubernetes control plane (1.37 and 1.36).
+demo-tools:
+	@$(UPSTREAM) demo
+
 tools:
-	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null || ! command -v amtool >/dev/null \
-	    || ! command -v prometheus-alertmanager >/dev/null; then \
-	  echo "installing prometheus and prometheus-alertmanager from Debian"; \
-	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; \
-	fi
+	@$(UPSTREAM) all
 
 # The report is one self-contained HTML file: open it from a file browser.
 DEMO_REPORT ?= demo-report.html
 
-demo: setup
+demo: setup demo-tools
 	$(GPUHEALTH) demo --scenario closed-loop --report $(DEMO_REPORT)
 
 lint: setup
@@ -42,12 +43,12 @@ lint: setup
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-test: setup lint
+test: setup tools lint
 	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # Everything that starts no real server (marker policy: tests/conftest.py), in under a minute.
-# promtool and amtool run here, so it needs the tools too.
-unit: setup
+# promtool and amtool run here, so it needs the demo's tools too.
+unit: setup demo-tools
 	$(VENV)/bin/pytest -q -m "not integration" $(PYTEST_ARGS)
 
 bench: setup

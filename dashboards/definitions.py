@@ -629,10 +629,8 @@ def pipeline(settings: Settings) -> Dashboard:
                 "timeseries",
                 "Alertmanager webhook notifications",
                 "Webhook notifications Alertmanager sent and those that failed after its retries. "
-                "Alertmanager "
-                "0.25 labels these by integration only, so this covers every webhook receiver, the "
-                "responder's "
-                "included.",
+                "Alertmanager 0.35 labels these by integration, not by receiver, so this covers every "
+                "webhook receiver, the responder's included.",
                 "ops",
                 (
                     Query(

@@ -627,7 +627,8 @@ def _alertmanagers(count: int, config: Path, workdir: Path) -> list[Process]:
             argv += [
                 f"--cluster.listen-address=127.0.0.1:{cluster_ports[i]}",
                 f"--cluster.advertise-address=127.0.0.1:{cluster_ports[i]}",
-                "--cluster.peer-timeout=0s",
+                # 0.35 refuses 0; 1 ms is still far below the gossip interval, so both deliver.
+                "--cluster.peer-timeout=1ms",
                 "--cluster.settle-timeout=2s",
                 "--cluster.gossip-interval=100ms",
                 "--cluster.pushpull-interval=5s",

@@ -1,6 +1,7 @@
 """Real Prometheus and Alertmanager servers on loopback, for the end-to-end tests and the demo.
 
-It starts the Debian binaries (`prometheus`, `prometheus-alertmanager`) as child processes on
+It starts the pinned upstream builds (`prometheus` 3.x, `alertmanager` 0.35; `upstream.py` finds
+them, `tools/upstream/build.py` builds them) as child processes on
 127.0.0.1 with temporary storage, waits until they are ready, and talks to their HTTP APIs
 with the standard library; `WebhookRecorder` stands in for Alertmanager's receivers.
 `wait_until` is the one polling helper of the tests: every wait has a deadline and says
@@ -10,7 +11,6 @@ what it was waiting for when it gives up, with the tail of the server's log.
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import socket
 import subprocess
@@ -29,10 +29,12 @@ from typing import Any, TypeVar
 
 import yaml
 
+from gpuhealth.testing import upstream
+
 T = TypeVar("T")
 
 PROMETHEUS_BINARY = "prometheus"
-ALERTMANAGER_BINARY = "prometheus-alertmanager"
+ALERTMANAGER_BINARY = "alertmanager"
 
 
 class LoopbackError(RuntimeError):
@@ -126,13 +128,11 @@ def log_tail(path: Path, size: int = 2000) -> str:
 
 
 def require_binary(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        raise LoopbackError(
-            f"`{name}` is not installed: `make tools` installs Prometheus 2.42 and Alertmanager 0.25 "
-            "(Debian packages prometheus and prometheus-alertmanager)"
-        )
-    return path
+    """The path of a pinned upstream binary (`prometheus`, `promtool`, `alertmanager`, `amtool`)."""
+    try:
+        return upstream.binary(name)
+    except upstream.UpstreamMissing as exc:
+        raise LoopbackError(str(exc)) from None
 
 
 @contextmanager

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from tests.deploy.manifests import (
     operator_schemas,
     schema_errors,
 )
+from tests.rules.support import require_tool
 
 OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"}
 
@@ -256,8 +256,7 @@ def test_exporter_targets_carry_their_node_name() -> None:
 
 
 def test_the_alertmanager_config_passes_amtool(tmp_path: Path) -> None:
-    amtool = shutil.which("amtool")
-    assert amtool, "amtool is missing (make tools installs it)"
+    amtool = require_tool("amtool")
     done = subprocess.run(
         [amtool, "check-config", str(DEPLOY / "components/no-operator/alertmanager.yaml")],
         capture_output=True,
@@ -277,8 +276,7 @@ def test_the_alertmanager_config_passes_amtool(tmp_path: Path) -> None:
 
 
 def test_the_prometheus_rule_passes_promtool(tmp_path: Path) -> None:
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool is missing (make tools installs it)"
+    promtool = require_tool("promtool")
     rule = find(build("enforcing"), "PrometheusRule", "gpuhealth")
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
@@ -347,17 +345,12 @@ def test_the_operator_guides_example_overlay_builds_and_patches_what_it_says(tmp
 
 
 def test_the_plain_scrape_config_passes_promtool(tmp_path: Path) -> None:
-    """Relabelling (regexes, actions, label names) and rule files as Prometheus reads them. Debian's
-    Prometheus is built without Kubernetes discovery, so the jobs' discovery is swapped for a
-    static target here; the discovery block itself is checked by the no-operator test above."""
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool is missing (make tools installs it)"
+    """Discovery, relabelling (regexes, actions, label names) and rule files as Prometheus 3 reads
+    them: the pinned build carries Kubernetes discovery, so the jobs are checked as shipped."""
+    promtool = require_tool("promtool")
     scrape = yaml.safe_load((DEPLOY / "components/no-operator/prometheus-scrape.yaml").read_text())
     for job in scrape["scrape_configs"]:
-        assert job.pop("kubernetes_sd_configs") == [
-            {"role": "endpoints", "namespaces": {"names": [NAMESPACE]}}
-        ]
-        job["static_configs"] = [{"targets": ["127.0.0.1:9842"]}]
+        assert job["kubernetes_sd_configs"] == [{"role": "endpoints", "namespaces": {"names": [NAMESPACE]}}]
     rules = sorted(str(p) for p in (DEPLOY / "components/no-operator/rules").glob("*.yaml"))
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump({**scrape, "rule_files": rules}))

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import shutil
 import subprocess
 from typing import Any
 
@@ -36,6 +35,7 @@ from exporter.exposition import (
 from exporter.metrics import CLUSTER_FAMILIES, NVML_FAMILIES
 from exporter.snapshot import Allocation, DeviceState, DriverTaint, NodeState, NvmlView, Snapshot
 from gpuhealth.nvml import DeviceReading
+from tests.rules.support import require_tool
 
 NOW = 1_800_000_100.0
 UUID_A = "GPU-aaaaaaaa-0000-0000-0000-000000000001"
@@ -545,7 +545,6 @@ def test_format_value(value: float, text: str) -> None:
     assert parsed == value or (math.isnan(parsed) and math.isnan(value))
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_promtool_accepts_the_exposition() -> None:
     nvml = NvmlView(
         readings={UUID_A: full_reading(UUID_A)}, read_at={UUID_A: NOW}, xid_counts={(UUID_A, 79): 1}
@@ -557,6 +556,9 @@ def test_promtool_accepts_the_exposition() -> None:
         node_name="node-a",
     )
     done = subprocess.run(
-        ["promtool", "check", "metrics"], input=render_metrics(snapshot, NOW), capture_output=True, timeout=30
+        [require_tool("promtool"), "check", "metrics"],
+        input=render_metrics(snapshot, NOW),
+        capture_output=True,
+        timeout=30,
     )
     assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()

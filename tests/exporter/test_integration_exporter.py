@@ -1,7 +1,7 @@
 """End to end: the exporter against the simulated cluster, scraped by a real Prometheus.
 
 Aspects covered: `gpuhealth exporter` (the real command, in its own process) lists and
-watches the simulated apiserver; a real Prometheus 2.42 scrapes it every second; after
+watches the simulated apiserver; a real Prometheus 3 scrapes it every second; after
 an Unhealthy fault on a device-plugin GPU and on a DRA GPU, Prometheus answers
 `gpu_device_health{status="Unhealthy"} == 1` for exactly those devices (by GPU UUID);
 after a kubelet stops, the node's Lease age and its devices' status age grow in

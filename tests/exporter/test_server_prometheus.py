@@ -1,4 +1,4 @@
-"""A real Prometheus (2.42, from Debian) scrapes the exporter's `/metrics`.
+"""A real Prometheus (3.16, the pinned upstream build) scrapes the exporter's `/metrics`.
 
 Aspects covered: Prometheus accepts the body (gzip, content type, HELP/TYPE, escaping) and
 stores the contract's series with the exact labels and values: health, status age, escaped

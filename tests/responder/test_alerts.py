@@ -27,7 +27,7 @@ from responder.webhook.alerts import (
     parse_delivery,
 )
 
-# The shape Alertmanager 0.25 posts (fields as its webhook notifier writes them).
+# The shape Alertmanager posts (fields as its webhook notifier writes them; payload version 4).
 PAYLOAD: dict[str, Any] = {
     "receiver": "gpuhealth-responder",
     "status": "firing",

@@ -20,4 +20,4 @@ def amtool() -> str:
 
 @pytest.fixture(scope="session")
 def alertmanager_bin() -> str:
-    return require_tool("prometheus-alertmanager")
+    return require_tool("alertmanager")

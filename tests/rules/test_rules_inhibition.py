@@ -1,6 +1,6 @@
-"""Inhibition rules, checked against a real Alertmanager 0.25 on loopback.
+"""Inhibition rules, checked against a real Alertmanager 0.35 on loopback.
 
-amtool cannot evaluate inhibitions, so these tests start `prometheus-alertmanager` with the
+amtool cannot evaluate inhibitions, so these tests start `alertmanager` with the
 rendered config, post alerts through its v2 API and read back which ones it marks as
 inhibited. Aspects covered: a node outage silences that node's device alerts only; a
 fleet Unknown storm silences restrict actions but not quarantines; critical beats warning

@@ -33,14 +33,14 @@ ALERTMANAGER = Catalog(
         MetricFamily(
             "alertmanager_notifications",
             "counter",
-            "Notifications attempted, by integration (Alertmanager 0.25).",
+            "Notifications attempted, by integration (Alertmanager 0.35).",
             ("integration",),
         ),
         MetricFamily(
             "alertmanager_notifications_failed",
             "counter",
-            "Notifications that failed after retries, by integration (Alertmanager 0.25).",
-            ("integration",),
+            "Notifications that failed after retries, by integration and reason (Alertmanager 0.35).",
+            ("integration", "reason"),
         ),
     )
 )

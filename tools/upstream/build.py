@@ -55,6 +55,10 @@ class Component:
     minutes: int = 1  # a cold build on 2 cores, measured (the progress line says it)
     kubernetes_minor: str = ""  # for the Kubernetes modules: the staging release line
     staging_version: str = ""
+    # Files a package embeds that its module zip lacks (a web UI built by npm upstream), as
+    # path-in-the-module -> text. Such a component builds from a vendored copy in a temporary
+    # folder with these written in; the repository holds neither the copy nor upstream files.
+    missing_embeds: dict[str, str] = field(default_factory=dict)
 
     @property
     def folder(self) -> Path:
@@ -66,11 +70,11 @@ def _kubernetes(minor: str, patch: int, minutes: int) -> Component:
     staging = f"v0.{minor}.{patch}"
     flags = (
         f"-X k8s.io/component-base/version.gitVersion={version}",
-        f"-X k8s.io/component-base/version.gitMajor=1",
+        "-X k8s.io/component-base/version.gitMajor=1",
         f"-X k8s.io/component-base/version.gitMinor={minor}",
         "-X k8s.io/component-base/version.gitTreeState=clean",
         f"-X k8s.io/client-go/pkg/version.gitVersion={version}",
-        f"-X k8s.io/client-go/pkg/version.gitMajor=1",
+        "-X k8s.io/client-go/pkg/version.gitMajor=1",
         f"-X k8s.io/client-go/pkg/version.gitMinor={minor}",
     )
     return Component(
@@ -125,6 +129,13 @@ COMPONENTS: dict[str, Component] = {
             },
             ldflags=_prometheus_flags("v0.35.0", "0.35.0"),
             minutes=3,
+            # ui/web.go embeds app/dist, which upstream's release process builds with npm and
+            # the module zip leaves out: the API is all we use, so the UI is a page saying so.
+            missing_embeds={
+                f"ui/app/dist/{ui}/index.html": "<!doctype html><title>Alertmanager</title>"
+                "<p>The web UI is not part of this build (gpuhealth builds the API only).</p>\n"
+                for ui in ("elm", "mantine")
+            },
         ),
         Component(
             name="etcd",
@@ -170,7 +181,9 @@ def install_dir(component: Component) -> Path:
 
 def _go_version() -> str:
     try:
-        return subprocess.run(["go", "env", "GOVERSION"], capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["go", "env", "GOVERSION"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "go-missing"
 
@@ -182,7 +195,7 @@ def digest(component: Component, go_version: str | None = None) -> str:
         path = component.folder / name
         h.update(path.read_bytes() if path.exists() else b"")
     h.update("\n".join(component.ldflags).encode())
-    h.update(json.dumps(component.binaries, sort_keys=True).encode())
+    h.update(json.dumps([component.binaries, component.missing_embeds], sort_keys=True).encode())
     h.update((go_version or _go_version()).encode())
     return h.hexdigest()[:16]
 
@@ -219,19 +232,42 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _vendored(component: Component, staging: Path, env: dict[str, str]) -> tuple[Path, dict[str, str]]:
+    """A vendored copy of the component's module, in `staging`, with its missing embeds written in."""
+    workdir = staging / ".vendored"
+    workdir.mkdir()
+    for name in ("go.mod", "go.sum"):
+        shutil.copy(component.folder / name, workdir / name)
+    # -e: go mod vendor itself trips over the embed pattern these files are about to satisfy.
+    vendor = subprocess.run(
+        ["go", "mod", "vendor", "-e"], cwd=workdir, env=env, capture_output=True, text=True
+    )
+    if vendor.returncode != 0:
+        sys.stderr.write(vendor.stdout + vendor.stderr)
+        raise subprocess.CalledProcessError(vendor.returncode, vendor.args)
+    for relative, text in component.missing_embeds.items():
+        path = workdir / "vendor" / component.module / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return workdir, dict(env, GOFLAGS="-mod=vendor")
+
+
 def build(component: Component, out=sys.stderr) -> Path:
     """Build one component into the cache unless its stamp says it is there already."""
     target = install_dir(component)
     go_version = _go_version()
     if go_version == "go-missing":
-        raise SystemExit("tools/upstream: the go command is not installed (Go 1.26 builds the pinned servers)")
+        raise SystemExit(
+            "tools/upstream: the go command is not installed (Go 1.26 builds the pinned servers)"
+        )
     with _locked(cache_root() / f".{component.name}.lock"):
         if built(component, go_version):
             print(f"upstream: {component.name} {component.version} already built ({target})", file=out)
             return target
         names = ", ".join(component.binaries)
         print(
-            f"upstream: building {names} {component.version} from {component.module}@{component.module_version}"
+            f"upstream: building {names} {component.version}"
+            f" from {component.module}@{component.module_version}"
             f" (first run on this machine: about {component.minutes} min on 2 cores; cached in {target})",
             file=out,
             flush=True,
@@ -239,8 +275,12 @@ def build(component: Component, out=sys.stderr) -> Path:
         started = time.monotonic()
         cache_root().mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{component.name}-", dir=cache_root()))
+        staging.chmod(0o755)
         try:
             env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod", GOWORK="off")
+            workdir = component.folder
+            if component.missing_embeds:
+                workdir, env = _vendored(component, staging, env)
             command = [
                 "go",
                 "build",
@@ -251,17 +291,21 @@ def build(component: Component, out=sys.stderr) -> Path:
                 str(staging) + "/",
                 *component.binaries.values(),
             ]
-            subprocess.run(command, cwd=component.folder, env=env, check=True)
+            subprocess.run(command, cwd=workdir, env=env, check=True)
             for binary, package in component.binaries.items():
                 produced = staging / _go_binary_name(package)
                 if produced != staging / binary:
                     produced.rename(staging / binary)
+            if workdir != component.folder:
+                shutil.rmtree(workdir)
             (staging / ".stamp").write_text(digest(component, go_version) + "\n")
             if target.exists():
                 shutil.rmtree(target)
             staging.rename(target)
         except subprocess.CalledProcessError as err:
-            raise SystemExit(f"upstream: building {component.name} failed (exit {err.returncode}); see above") from None
+            raise SystemExit(
+                f"upstream: building {component.name} failed (exit {err.returncode}); see above"
+            ) from None
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
@@ -288,7 +332,10 @@ def _upstream_go_mod(component: Component) -> str:
         )
     info = json.loads(result.stdout or "{}")
     if result.returncode != 0 or "GoMod" not in info:
-        raise SystemExit(f"upstream: cannot fetch {component.module}@{component.module_version}: {info.get('Error', result.stderr)}")
+        raise SystemExit(
+            f"upstream: cannot fetch {component.module}@{component.module_version}: "
+            f"{info.get('Error', result.stderr)}"
+        )
     return Path(info["GoMod"]).read_text()
 
 
@@ -315,7 +362,9 @@ def replace_block(component: Component, upstream_go_mod: str) -> str:
     required = required_modules(upstream_go_mod)
     staged = sorted(m.group(1) for line in upstream_go_mod.splitlines() if (m := _STAGING.match(line)))
     lines = [_BEGIN, "replace ("]
-    lines += [f"\t{module} => {module} {component.staging_version}" for module in staged if module in required]
+    lines += [
+        f"\t{module} => {module} {component.staging_version}" for module in staged if module in required
+    ]
     lines += [")", _END]
     return "\n".join(lines)
 
@@ -349,7 +398,11 @@ def sync(check: bool) -> int:
         wanted = render_go_mod(component, _upstream_go_mod(component))
         path = component.folder / "go.mod"
         current = path.read_text() if path.exists() else ""
-        pinned = re.search(rf"^\s*(require\s+)?{re.escape(component.module)} {re.escape(component.module_version)}\b", current, re.M)
+        pinned = re.search(
+            rf"^\s*(require\s+)?{re.escape(component.module)} {re.escape(component.module_version)}\b",
+            current,
+            re.M,
+        )
         if pinned and _generated_part(current) == _generated_part(wanted):
             continue
         if check:
@@ -357,7 +410,9 @@ def sync(check: bool) -> int:
             continue
         component.folder.mkdir(exist_ok=True)
         path.write_text(wanted)
-        subprocess.run(["go", "mod", "tidy"], cwd=component.folder, env=dict(os.environ, GOWORK="off"), check=True)
+        subprocess.run(
+            ["go", "mod", "tidy"], cwd=component.folder, env=dict(os.environ, GOWORK="off"), check=True
+        )
         print(f"upstream: wrote {path}", file=sys.stderr)
     if stale:
         print("upstream: stale (run tools/upstream/build.py sync): " + ", ".join(stale), file=sys.stderr)
@@ -369,7 +424,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tools/upstream/build.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", nargs="+", help="demo | all | a component | path BINARY | sync [--check]")
     parser.add_argument("--check", action="store_true", help="with sync: exit 1 when a go.mod is stale")
-    parser.add_argument("--kubernetes", help="with path: the Kubernetes minor, e.g. 1.36 (default: the newest)")
+    parser.add_argument(
+        "--kubernetes", help="with path: the Kubernetes minor, e.g. 1.36 (default: the newest)"
+    )
     args = parser.parse_args(argv)
     first, rest = args.what[0], args.what[1:]
     if first == "sync":
@@ -394,7 +451,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     for name in dict.fromkeys(wanted):
         build(COMPONENTS[name])
-    print(f"upstream: {len(set(wanted))} component(s) ready in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    print(
+        f"upstream: {len(set(wanted))} component(s) ready in {time.monotonic() - started:.0f} s",
+        file=sys.stderr,
+    )
     return 0
 
 
