@@ -89,8 +89,8 @@ KINDS: tuple[tuple[str, dict[str, Any], bool], ...] = (
 )
 
 RESPONDER_OVERRIDES: dict[str, Any] = {
-    "breaker": {"rateFloor": 1000, "capacityFloor": 1000},
-    "newQuarantines": {"burst": 1000, "perHour": 100000},
+    "breaker": {"rate_floor": 1000, "capacity_floor": 1000},
+    "new_quarantines": {"burst": 1000, "per_hour": 100000},
 }
 
 

@@ -54,19 +54,20 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.resources import NAMESPACE, Resource
 from gpuhealth.kube.transport import KubeTransport
-from responder import breaker
-from responder.breaker_store import BreakerStore
-from responder.checks import CheckSettings, JobChecks
-from responder.enforcement import Enforcer, discover
-from responder.events import KubeEvents
-from responder.health import StaticHealth
-from responder.limits import BucketSettings
-from responder.migrator import Migrator, MigratorMetrics, MigratorSettings
-from responder.policy import Health
-from responder.reconciler import PassReport, Reconciler, ReconcilerSettings
-from responder.recorder import QUARANTINES, Recorder
-from responder.records import Quarantine, record_name
-from responder.webhook import PATH, WebhookMetrics, WebhookSettings, add_webhook
+from responder.checks.jobs import CheckSettings, JobChecks
+from responder.enforce.shipped import Enforcer
+from responder.enforce.taint_rules import discover
+from responder.migrate.executor import Migrator, MigratorMetrics, MigratorSettings
+from responder.reconcile import breaker
+from responder.reconcile.breaker_store import BreakerStore
+from responder.reconcile.events import KubeEvents
+from responder.reconcile.health import StaticHealth
+from responder.reconcile.limits import BucketSettings
+from responder.reconcile.policy import Health
+from responder.reconcile.reconciler import PassReport, Reconciler, ReconcilerSettings
+from responder.records import QUARANTINES, Quarantine, record_name
+from responder.webhook.recorder import Recorder
+from responder.webhook.server import PATH, WebhookMetrics, WebhookSettings, add_webhook
 from tests.simulator.conftest import ServedCluster
 
 ROOT = Path(__file__).resolve().parents[1]

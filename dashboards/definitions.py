@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dashboards.sdk import Dashboard, Panel, Query, QueryVariable, Row, TextVariable
 from dashboards.settings import Settings
+from responder.ladder import LADDER
+from responder.records import PHASES, Phase
 
 CLUSTER = 'cluster="$cluster"'
 DEVICE = 'cluster="$cluster", node="$node", device="$device"'
@@ -31,8 +33,11 @@ UIDS = {
 }
 """File stem -> dashboard UID (dashboards/<stem>.json)."""
 
-RELEASE_PHASES = "Quarantined|Probing|Canary|Stabilizing|Ramp"
-"""Phases of an enforced quarantine on its way back (responder.records.Phase)."""
+RELEASE_PHASES = "|".join((Phase.QUARANTINED, *LADDER.phases))
+"""Phases of an enforced quarantine on its way back (Quarantined and the release ladder's rungs)."""
+REPORTED_PHASES = ", ".join(p for p in PHASES if p not in (Phase.RELEASED, Phase.ABANDONED))
+"""Phases the responder reports a series for (a released or abandoned record has none)."""
+WAY_BACK = f"{Phase.QUARANTINED}, then {', '.join(LADDER.phases[:-1])} and {LADDER.phases[-1]}"
 
 
 def _job(job: str, extra: str = "") -> str:
@@ -322,8 +327,7 @@ def device(settings: Settings) -> Dashboard:
                 "state-timeline",
                 "Quarantine history",
                 "The device's quarantine phase over time, with the reason (one series per phase the "
-                "responder "
-                "reported: Pending, Deferred, Quarantined, Probing, Canary, Stabilizing, Ramp).",
+                f"responder reported: {REPORTED_PHASES}).",
                 "none",
                 (
                     Query(
@@ -474,9 +478,8 @@ def remediation(settings: Settings) -> Dashboard:
             Panel(
                 "timeseries",
                 "Release pipeline phases",
-                "Enforced quarantines by phase on the way back: Quarantined, then Probing, Canary, "
-                "Stabilizing "
-                "and Ramp. A Healthy report alone never moves a device along.",
+                f"Enforced quarantines by phase on the way back: {WAY_BACK}. A Healthy report alone "
+                "never moves a device along.",
                 "short",
                 (
                     Query(

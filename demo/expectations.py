@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from demo.journal import Entry, Journal, Kind
+from responder.records import RELEASE_PHASES
 from simulator.model import DEVICE_PLUGIN, DRA, NodeGroup, Scenario
 
 # One reader for the scenario grammar: the simulator's parser checks its own sections with it.
@@ -43,8 +44,8 @@ __all__ = [
 UNKNOWN_REASON = "Unknown"
 """The reason of every restrict (the responder's `intake.UNKNOWN_REASON`): a record with it is a
 restriction, any other reason a quarantine."""
-RELEASE_WALK = ("Probing", "Canary", "Stabilizing", "Ramp", "Released")
-"""The phases a released device walks, in order (`responder.records.RELEASE_PHASES`)."""
+RELEASE_WALK = RELEASE_PHASES
+"""The phases a released device walks, in order: the release ladder's, then Released."""
 WALK = " -> ".join(RELEASE_WALK)
 PHASES = ("Pending", "Deferred", "Quarantined", *RELEASE_WALK, "Abandoned")
 """Phase names `phases:` accepts: the responder's `Phase` values."""

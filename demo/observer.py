@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from demo.journal import Journal, Kind
-from responder.checks import job_result
-from responder.policy import CheckResult
+from responder.checks.jobs import job_result
+from responder.reconcile.policy import CheckResult
 from responder.records import MigrationOutcome, RecordError, from_object
 from simulator.fleet.events import DeviceHealthChanged, FaultApplied, FleetEvent, NodeChanged
 
@@ -205,7 +205,7 @@ class Observer:
             spec.device if spec.device in self.journal.devices else self._device_of({"device": spec.device})
         )
         before = self._records.get(record.name)
-        phase = status.phase.value
+        phase = str(status.phase)
         outcomes = dict(before[3]) if before else {}
         if before is None or before[0] != phase:
             self.journal.record(

@@ -72,6 +72,7 @@ from gpuhealth.testing.loopback import (
     run_prometheus,
     wait_until,
 )
+from responder.records import QUARANTINES
 from rules.render import Duration, render, write_files
 from rules.render import Settings as RuleSettings
 from simulator.fleet import FleetEvent
@@ -84,7 +85,6 @@ ROOT = Path(__file__).resolve().parents[1]
 RESPONDER_CONFIG = ROOT / "deploy" / "responder-config.yaml"
 CRD_FILE = ROOT / "deploy" / "crds" / "devicequarantines.gpuhealth.io.yaml"
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
-QUARANTINES = Resource("gpuhealth.io", "v1alpha1", "devicequarantines", namespaced=False)
 RESPONDER_NAMESPACE = "gpuhealth-system"
 RESPONDER_PATH = "/webhook"
 TOKEN = "demo-responder-token"

@@ -27,10 +27,12 @@ from rich.text import Text
 
 from demo.journal import Entry, Journal, Kind
 from demo.summary import RESPONDER, describe
+from responder.records import PHASES, Phase
 
 HEALTH_STATES = ("Healthy", "Unhealthy", "Unknown")
-PHASE_ORDER = ("Pending", "Deferred", "Quarantined", "Probing", "Canary", "Stabilizing", "Ramp", "Released")
-"""How quarantines by phase are listed (other phases follow, by name)."""
+PHASE_ORDER = tuple(p for p in PHASES if p != Phase.ABANDONED)
+"""How quarantines by phase are listed: the record's phases in walking order (`responder.records.
+PHASES`); Abandoned, and any phase a responder of another ladder wrote, follow by name."""
 KIND_WIDTH = max(len(k.value) for k in Kind)
 
 

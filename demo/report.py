@@ -22,21 +22,22 @@ from markupsafe import Markup
 
 from demo.journal import Entry, Journal, Kind, sorted_entries
 from demo.summary import RELEASE_PHASES, Detection, Summary, concerns, describe, percentile
+from responder.ladder import LADDER
 
 TEMPLATE = "report.html.j2"
 
 HEALTH_COLOURS = {"Healthy": "#3a9d5d", "Unhealthy": "#d64545", "Unknown": "#e3a32b"}
+RUNG_COLOURS = ("#4a6fd6", "#7b61c9", "#2f9c9c", "#8bbf4a", "#c9a227", "#c96f2f")
+"""The release ladder's rungs take these in order (cycled past the last)."""
 PHASE_COLOURS = {
     "Pending": "#b8b8b8",
     "Deferred": "#8c8c8c",
     "Quarantined": "#8b1e3f",
-    "Probing": "#4a6fd6",
-    "Canary": "#7b61c9",
-    "Stabilizing": "#2f9c9c",
-    "Ramp": "#8bbf4a",
+    **{phase: RUNG_COLOURS[i % len(RUNG_COLOURS)] for i, phase in enumerate(LADDER.phases)},
     "Released": "#d9eed9",
     "Abandoned": "#dddddd",
 }
+"""One colour for every phase of `responder.records.PHASES`."""
 MARKERS: dict[Kind, tuple[str, str]] = {
     # kind -> (shape, colour) of its marker on the actions lane
     Kind.FAULT: ("triangle", "#d64545"),

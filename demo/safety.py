@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from demo.journal import Entry, Journal, Kind, sorted_entries
+from responder.ladder import LADDER
 from simulator.model import Fault, Scenario
 
 QUARANTINE_FAULTS = frozenset({"device-unhealthy", "gpu-lost", "row-remap-failure"})
@@ -160,7 +161,8 @@ def _warranted_action(
 
 NO_ACTION = frozenset({"", "none"})
 """`action` label values that ask the responder for nothing."""
-RELEASING = frozenset({"Probing", "Canary", "Stabilizing", "Ramp"})
+RELEASING = frozenset(LADDER.phases)
+"""Phases of a record on its way out: the release ladder's rungs."""
 
 
 @dataclass(frozen=True, slots=True)

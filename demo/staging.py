@@ -144,36 +144,40 @@ def _kill(raw: Any, path: str, responders: int) -> Kill:
 
 DURATION_KEYS = frozenset(
     {
-        ("policy", "probeTimeout"),
-        ("policy", "canaryTimeout"),
+        ("policy", "probe_timeout"),
+        ("policy", "canary_timeout"),
         ("policy", "stability"),
         ("policy", "ramp"),
         ("policy", "backoff"),
-        ("policy", "maxBackoff"),
-        ("policy", "deferredMaxAge"),
+        ("policy", "max_backoff"),
+        ("policy", "deferred_max_age"),
         ("breaker", "window"),
-        ("migration", "checkpointTimeout"),
-        ("migration", "leaseMargin"),
-        ("migration", "leaseCap"),
+        ("migration", "checkpoint_timeout"),
+        ("migration", "lease_margin"),
+        ("migration", "lease_cap"),
         ("intake", "expiry"),
     }
 )
 """(section, key) of every duration in the responder's config (`responder/config.py`)."""
 
 RATE_KEYS = frozenset(
-    {("newQuarantines", "perHour"), ("migration", "nodePerHour"), ("migration", "namespaceEvictionsPerHour")}
+    {
+        ("new_quarantines", "per_hour"),
+        ("migration", "node_per_hour"),
+        ("migration", "namespace_evictions_per_hour"),
+    }
 )
 """(section, key) of every per-hour rate: an hour of simulated time passes `speed` times faster."""
 
-WHOLE_RATES = frozenset({("migration", "nodePerHour"), ("migration", "namespaceEvictionsPerHour")})
+WHOLE_RATES = frozenset({("migration", "node_per_hour"), ("migration", "namespace_evictions_per_hour")})
 """Rates the config takes as whole numbers (rounded up after scaling: never stricter)."""
 
 
 def merged(defaults: Mapping[str, Any], overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     """`defaults` with the scenario's `responder:` overrides on top, section by section.
 
-    Structure errors (a section that is not a mapping) are left for the config's own checks,
-    which name the key; an override of `apiVersion`/`kind` is refused here.
+    Structure errors (a section that is not a mapping) and unknown or removed keys are left for
+    the config's own checks, which name the key.
     """
     doc: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in defaults.items()}
     if overrides is None:
@@ -181,8 +185,6 @@ def merged(defaults: Mapping[str, Any], overrides: Mapping[str, Any] | None) -> 
     if not isinstance(overrides, Mapping):
         raise StagingError(f"responder: expected a mapping of config sections, got {overrides!r}")
     for section, body in overrides.items():
-        if section in ("apiVersion", "kind"):
-            raise StagingError(f"responder.{section}: set by the demo, leave it out")
         if isinstance(body, Mapping) and isinstance(doc.get(section), dict):
             doc[section] = {**doc[section], **body}
         else:

@@ -31,6 +31,7 @@ from typing import Any, TextIO
 
 from demo.journal import Entry, Journal, Kind, sorted_entries
 from gpuhealth.tables import write_table
+from responder.records import RELEASE_PHASES
 from simulator.model import APPLICATION_XIDS
 
 RESPONDER = "responder"
@@ -41,8 +42,6 @@ NVML_FAULTS = frozenset({"xid", "ecc", "row-remap-failure", "gpu-lost"})
 """Faults NVML reports as an event of its own: the onset is the fault itself."""
 KUBELET_ONSET = {"device-unknown": "Unknown", "health-stream-broken": "Unknown"}
 """Faults the pipeline first sees as a kubelet report of this health (default: Unhealthy)."""
-RELEASE_PHASES = ("Probing", "Canary", "Stabilizing", "Ramp", "Released")
-"""The release walk of a DeviceQuarantine record, in order (`responder.records.Phase`)."""
 QUARANTINE_PHASES = frozenset({"Pending", "Quarantined", "Deferred"})
 
 

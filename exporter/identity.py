@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from exporter.parse import MALFORMED_CLAIM, MALFORMED_SLICE, ResourceEntry
 from exporter.snapshot import DriverTaint
+from gpuhealth.kube.slices import uuid_attribute
 
 DeviceRef = tuple[str, str, str]
 """(driver, pool, device) as a DRA allocation result names a device."""
@@ -146,18 +147,6 @@ def parse_claim(obj: Any) -> ClaimInfo | str:
     return ClaimInfo(namespace=namespace, name=name, uid=_text(meta.get("uid")), results=tuple(results))
 
 
-def _uuid_attribute(attributes: Any) -> str:
-    """The `uuid` attribute (plain or domain-qualified, e.g. `gpu.nvidia.com/uuid`)."""
-    if not isinstance(attributes, dict):
-        return ""
-    for key, value in attributes.items():
-        if (key == "uuid" or key.endswith("/uuid")) and isinstance(value, dict):
-            uuid = value.get("string")
-            if isinstance(uuid, str) and uuid:
-                return uuid
-    return ""
-
-
 def _taints(raw: Any) -> tuple[DriverTaint, ...]:
     if not isinstance(raw, list):
         return ()
@@ -202,7 +191,7 @@ def parse_slice(obj: Any) -> tuple[str, tuple[SliceDevice, ...]] | str:
                 pool=pool,
                 device=item["name"],
                 node=node,
-                uuid=_uuid_attribute(basic.get("attributes")),
+                uuid=uuid_attribute(basic.get("attributes")),
                 taints=_taints(basic.get("taints")),
             )
         )

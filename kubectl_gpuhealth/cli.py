@@ -8,7 +8,7 @@ namespace, else `default`, as for `kubectl get`; `-A` means every namespace.
 
 - `kubectl gpuhealth devices ...` (`kubectl_gpuhealth.devices`);
 - `kubectl gpuhealth quarantine list|show|release ...` and `kubectl gpuhealth breaker
-  status|reset ...`: the `gpuhealth` commands' own arguments and code (`responder.cli`); the
+  status|reset ...`: the `gpuhealth` commands' own arguments and code (`responder.commands`); the
   records are cluster-scoped, so `-n` and `-A` change nothing there (as for `kubectl get
   nodes`); the breaker's ConfigMap lives in the responder's namespace, which `-n` names,
   `gpuhealth-system` (the install's) unless given: never the context's namespace, where
@@ -30,7 +30,7 @@ from gpuhealth import __version__
 from gpuhealth.cli import run_command
 from kubectl_gpuhealth import devices
 from kubectl_gpuhealth.flags import cluster_flags
-from responder import cli as responder_cli
+from responder import commands as operator_commands
 
 PROG = "kubectl gpuhealth"
 
@@ -51,15 +51,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Where every quarantined GPU device stands, from the cluster's DeviceQuarantine records.",
     )
     actions = quarantine.add_subparsers(dest="quarantine_command", metavar="COMMAND", required=True)
-    listing = actions.add_parser("list", help=responder_cli.LIST_HELP)
+    listing = actions.add_parser("list", help=operator_commands.LIST_HELP)
     cluster_flags(listing, all_namespaces=True)
-    responder_cli.add_list_arguments(listing)
-    show = actions.add_parser("show", help=responder_cli.SHOW_HELP)
+    operator_commands.add_list_arguments(listing)
+    show = actions.add_parser("show", help=operator_commands.SHOW_HELP)
     cluster_flags(show)
-    responder_cli.add_show_arguments(show)
-    release = actions.add_parser("release", help=responder_cli.RELEASE_HELP)
+    operator_commands.add_show_arguments(show)
+    release = actions.add_parser("release", help=operator_commands.RELEASE_HELP)
     cluster_flags(release)
-    responder_cli.add_release_arguments(release)
+    operator_commands.add_release_arguments(release)
 
     breaker = commands.add_parser(
         "breaker",
@@ -70,12 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     breaker_actions = breaker.add_subparsers(dest="breaker_command", metavar="COMMAND", required=True)
-    status = breaker_actions.add_parser("status", help=responder_cli.BREAKER_STATUS_HELP)
-    cluster_flags(status, component_namespace=responder_cli.RESPONDER_NAMESPACE)
-    responder_cli.add_breaker_status_arguments(status)
-    reset = breaker_actions.add_parser("reset", help=responder_cli.BREAKER_RESET_HELP)
-    cluster_flags(reset, component_namespace=responder_cli.RESPONDER_NAMESPACE)
-    responder_cli.add_breaker_reset_arguments(reset)
+    status = breaker_actions.add_parser("status", help=operator_commands.BREAKER_STATUS_HELP)
+    cluster_flags(status, component_namespace=operator_commands.RESPONDER_NAMESPACE)
+    operator_commands.add_breaker_status_arguments(status)
+    reset = breaker_actions.add_parser("reset", help=operator_commands.BREAKER_RESET_HELP)
+    cluster_flags(reset, component_namespace=operator_commands.RESPONDER_NAMESPACE)
+    operator_commands.add_breaker_reset_arguments(reset)
     return parser
 
 

@@ -57,8 +57,8 @@ from kubectl_gpuhealth.join import (
     records_by_device,
     select,
 )
-from responder.cli import CRD_HINT, QUARANTINES, Client, connect
-from responder.records import Quarantine, RecordError, from_object
+from responder.commands import CRD_HINT, Client, connect
+from responder.records import QUARANTINES, Quarantine, RecordError, from_object
 
 EXPORTER_NAMESPACE = "gpuhealth-system"
 EXPORTER_SELECTOR = "app.kubernetes.io/name=gpuhealth-exporter"
@@ -307,7 +307,7 @@ def _quarantine_document(record: Quarantine | None) -> dict[str, Any] | None:
         return None
     return {
         "name": record.name,
-        "phase": record.status.phase.value,
+        "phase": str(record.status.phase),
         "phaseReason": record.status.phase_reason,
         "action": record.spec.action,
         "reason": record.spec.reason,
@@ -317,7 +317,7 @@ def _quarantine_document(record: Quarantine | None) -> dict[str, Any] | None:
 
 
 def _phase(record: Quarantine | None) -> str:
-    return record.status.phase.value if record is not None else "-"
+    return str(record.status.phase) if record is not None else "-"
 
 
 def _none_found(namespace: str | None, err: TextIO, what: str = "devices") -> None:

@@ -3,21 +3,25 @@ work off them and releases them again.
 
 Layers, as in the exporter: pure data and decisions at the bottom (no I/O), adapters
 (Kubernetes, HTTP) at the edge, the entry point on top. Only `gpuhealth.kube` imports
-`kubernetes`.
+`kubernetes`. One subpackage per subsystem, each with a docstring saying what it owns:
 
-Pure decisions and data: `alerts` (Alertmanager webhook deliveries as validated data),
-`records` (the `DeviceQuarantine` record, manifest in `deploy/crds/`), `intake` (what the
-webhook records for one alert), `policy` (the reconciler's phase machine), `migration`
-(moving checkpointed work off a device), `extender` (the scheduler extender's filter for
-device-plugin GPUs), `limits` (token buckets a new leader rebuilds from the records),
-`breaker` (the circuit breaker's two triggers), `metrics` (every family the service
-exposes). Adapters: `recorder` (writes the intake's decisions, conditionally), `webhook`
-(`POST /webhook`), `enforcement` (DeviceTaintRules and the node annotation), `reconciler`
-(the leader's loop over the records), `migrator` (migration Leases, checkpoint requests,
-evictions), `health` (device health from Prometheus' recording rules), `checks` (probe and
-canary Jobs), `events` (Kubernetes Events), `breaker_store` (the breaker's ConfigMap),
-`capacity` and `scheduler` (the extender endpoint's node and pod cache), `tls` (certificates
-picked up again when they change). Entry points: `service` (the app: webhook and extender
-on every replica, reconciler on the leader) with `settings` and `config` (`--config FILE`),
-and `cli` (`gpuhealth responder`, `gpuhealth quarantine ...`, `gpuhealth breaker ...`).
+- the record, shared by all: `records` (the `DeviceQuarantine` record, manifest in
+  `deploy/crds/`), `ladder` (the release ladder's rungs, as data), `metrics` (every family the
+  service exposes); all pure;
+- `webhook`: Alertmanager deliveries (`alerts`), what one alert records (`intake`, pure), the
+  records' conditional writes (`recorder`), `POST /webhook` (`server`);
+- `reconcile`: the phase machine walking the ladder (`policy`, pure), the leader's loop
+  (`reconciler`), the circuit breaker (`breaker`, pure) and its ConfigMap (`breaker_store`),
+  the new-quarantine bucket (`limits`, pure), device health (`health`), Events (`events`);
+- `enforce`: the backends' protocol (`backends`), a device's identity from the API
+  (`identity`, pure), the DeviceTaintRule and node-annotation backends (`taint_rules`,
+  `node_annotation`), who holds a device (`holders`), the shipped backends (`shipped`);
+- `checks`: the check rungs' Jobs (`jobs`);
+- `migrate`: the pure plan with its caps and verdicts (`plan`) and its executor (`executor`);
+- `extender`: the scheduler extender's filter (`filter`, pure), endpoint (`server`) and cache
+  (`capacity`).
+Entry points: `service` (the app: webhook and extender on every replica, reconciler on the
+leader) with `settings`, `config` (`--config FILE`) and `tls`; `commands` (the operator
+commands, `gpuhealth quarantine ...`, `gpuhealth breaker ...`); `cli` (`gpuhealth responder`
+and the commands' registration, which `gpuhealth.cli` reaches through importlib).
 """

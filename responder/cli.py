@@ -1,67 +1,37 @@
-"""`gpuhealth quarantine list|show`: where every quarantined device stands, read from the records.
+"""`gpuhealth responder` (the service) and the registration of the operator commands.
 
-Entry point. They read the `DeviceQuarantine` objects in whichever cluster the kubeconfig
-names (or the in-cluster service account), never a local file, so what they print is what
-the responder and any other replica act on. Read-only: nothing here writes to the cluster.
-
-- `gpuhealth quarantine list [--node NODE] [--phase PHASE] [-o table|wide|json|yaml]`
-- `gpuhealth quarantine show NAME | NODE DEVICE [-o table|json|yaml]`
-- `gpuhealth breaker status [-o table|json|yaml]`
-- `gpuhealth breaker reset --actor NAME --reason TEXT [--backlog reevaluate|discard]`: the
-  one write here, audited in the breaker's ConfigMap and in every record it touches.
-
-Exit codes: 0; 1 when the cluster cannot be read (the message says why: no CRD, no access,
-unreachable) or the record asked for does not exist (as kubectl answers); 2 for bad flags.
-The quarantine commands only read; `breaker reset` is the one write.
+Entry point, reached by `gpuhealth.cli` through importlib: `register` adds `gpuhealth responder`
+(serve until SIGINT/SIGTERM: the webhook on every replica, the reconciler on the leader;
+`run_responder`) and the operator commands `gpuhealth quarantine ...` and `gpuhealth breaker
+...`, whose arguments and code are `responder.commands` (some of them write: see there).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
-from typing import Any, TextIO
 
-from gpuhealth.cliargs import (
-    CommandFailed,
-    UsageError,
-    add_output_option,
-    command,
-    listen_address,
-    positive_duration_seconds,
-)
-from gpuhealth.clock import Clock, SystemClock
-from gpuhealth.kube.errors import ApiError, Conflict, NotFound
-from gpuhealth.kube.meta import parse_rfc3339
-from gpuhealth.kube.resources import STATUS, Resource
-from gpuhealth.tables import human_duration, truncate, write_document, write_table
-from responder import breaker
-from responder.breaker_store import AuditEntry, BreakerStore
-from responder.intake import rfc3339
-from responder.records import (
-    ACTIVE_PHASES,
-    GROUP,
-    PLURAL,
-    VERSION,
-    Phase,
-    Quarantine,
-    RecordError,
-    from_object,
-    record_name,
-    to_object,
+from gpuhealth.cliargs import CommandFailed, UsageError, command, listen_address
+from responder.commands import (
+    BREAKER_RESET_HELP,
+    BREAKER_STATUS_HELP,
+    EXTEND_HELP,
+    LIST_HELP,
+    RELEASE_HELP,
+    RESPONDER_NAMESPACE,
+    SHOW_HELP,
+    Client,
+    add_breaker_reset_arguments,
+    add_breaker_status_arguments,
+    add_extend_arguments,
+    add_list_arguments,
+    add_release_arguments,
+    add_show_arguments,
+    cluster_options,
+    connect,
+    namespace_option,
 )
 from responder.settings import DEFAULT_PORT
-
-QUARANTINES = Resource(GROUP, VERSION, PLURAL, namespaced=False)
-RESPONDER_NAMESPACE = "gpuhealth-system"
-"""Where the manifests install the responder (and so the breaker's ConfigMap)."""
-
-CRD_HINT = "kubectl apply -f deploy/crds/"
-
-Client = Any
-"""A `gpuhealth.kube.client.KubeClient` (or a test double with its `get` and `list`)."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -73,26 +43,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     actions = quarantine.add_subparsers(dest="quarantine_command", metavar="COMMAND", required=True)
 
     listing = actions.add_parser("list", help=LIST_HELP)
-    _cluster_options(listing)
+    cluster_options(listing)
     add_list_arguments(listing)
 
     show = actions.add_parser("show", help=SHOW_HELP)
-    _cluster_options(show)
+    cluster_options(show)
     add_show_arguments(show)
 
     release = actions.add_parser("release", help=RELEASE_HELP)
-    _cluster_options(release)
+    cluster_options(release)
     add_release_arguments(release)
 
-    extend = actions.add_parser("extend", help="move a quarantine's re-evaluation later")
-    _cluster_options(extend)
-    _target_argument(extend)
-    extend.add_argument(
-        "--by", required=True, type=positive_duration_seconds, help="how much later (e.g. 12h, 2d)"
-    )
-    extend.add_argument("--actor", required=True, help="who asks (recorded)")
-    extend.add_argument("--reason", required=True, help="why (recorded)")
-    command(extend, run_extend)
+    extend = actions.add_parser("extend", help=EXTEND_HELP)
+    cluster_options(extend)
+    add_extend_arguments(extend)
 
     service = subparsers.add_parser(
         "responder",
@@ -103,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "records (quarantine, migration, release)."
         ),
     )
-    _cluster_options(service)
+    cluster_options(service)
     service.add_argument(
         "--listen",
         metavar="HOST:PORT",
@@ -149,470 +113,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     breaker_actions = breaker_parser.add_subparsers(dest="breaker_command", metavar="COMMAND", required=True)
     status = breaker_actions.add_parser("status", help=BREAKER_STATUS_HELP)
-    _cluster_options(status)
-    _namespace_option(status)
+    cluster_options(status)
+    namespace_option(status)
     add_breaker_status_arguments(status)
     reset = breaker_actions.add_parser("reset", help=BREAKER_RESET_HELP)
-    _cluster_options(reset)
-    _namespace_option(reset)
+    cluster_options(reset)
+    namespace_option(reset)
     add_breaker_reset_arguments(reset)
-
-
-# The arguments of each operator command, less how the cluster and namespace are named: the
-# `kubectl gpuhealth` plugin names those the kubectl way and shares the rest (and the `run_*`).
-LIST_HELP = "one line per record"
-SHOW_HELP = "one record with its history"
-RELEASE_HELP = "start a device's release checks now (probe, canary, stability, ramp); never skips them"
-BREAKER_STATUS_HELP = "tripped or not, why, and the audit trail"
-BREAKER_RESET_HELP = "close a tripped breaker (audited)"
-
-
-def add_list_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--node", help="only this node's devices")
-    parser.add_argument("--phase", choices=[p.value for p in Phase], help="only records in this phase")
-    parser.add_argument(
-        "-l", "--selector", help="label selector on the records (e.g. gpuhealth.io/node=gpu-node-1)"
-    )
-    parser.add_argument("--no-headers", action="store_true", help="leave out the table's header line")
-    add_output_option(parser)
-    command(parser, run_list)
-
-
-def add_show_arguments(parser: argparse.ArgumentParser) -> None:
-    _target_argument(parser)
-    add_output_option(parser)
-    command(parser, run_show)
-
-
-def add_release_arguments(parser: argparse.ArgumentParser) -> None:
-    _target_argument(parser)
-    parser.add_argument("--actor", required=True, help="who asks (recorded)")
-    parser.add_argument("--reason", required=True, help="why (recorded)")
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="start even while its alerts still fire (never past a failed check)",
-    )
-    command(parser, run_release)
-
-
-def add_breaker_status_arguments(parser: argparse.ArgumentParser) -> None:
-    add_output_option(parser)
-    command(parser, run_breaker_status)
-
-
-def add_breaker_reset_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--actor", required=True, help="who resets it (recorded)")
-    parser.add_argument("--reason", required=True, help="why (recorded)")
-    parser.add_argument(
-        "--backlog",
-        choices=["reevaluate", "discard"],
-        default="reevaluate",
-        help="deferred devices: reevaluate each against its current health (default), or discard them",
-    )
-    command(parser, run_breaker_reset)
-
-
-def _cluster_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
-    parser.add_argument("--context", help="kubeconfig context (default: the current one)")
-
-
-def _target_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "target", nargs="+", metavar="NAME | NODE DEVICE", help="the record's name, or its node and device"
-    )
-
-
-def _target_name(args: argparse.Namespace) -> str:
-    if len(args.target) == 1:
-        return str(args.target[0])
-    if len(args.target) == 2:
-        return record_name(*args.target)
-    raise UsageError("give the record's NAME, or its NODE and DEVICE")
-
-
-def _list_command(args: argparse.Namespace) -> str:
-    """`gpuhealth quarantine list`, or `kubectl gpuhealth quarantine list`: the command's own family."""
-    return str(args.prog).rsplit(" ", 1)[0] + " list"
-
-
-def _namespace_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-n",
-        "--namespace",
-        default="gpuhealth-system",
-        help="the responder's namespace (default: %(default)s)",
-    )
-
-
-def connect(args: argparse.Namespace) -> Client:
-    """A KubeClient for the cluster the flags name; the adapters are imported only here."""
-    from gpuhealth.kube.client import KubeClient
-    from gpuhealth.kube.config import api_client
-    from gpuhealth.kube.transport import KubeTransport
-
-    try:
-        return KubeClient(KubeTransport(api_client(args.kubeconfig, args.context)))
-    except Exception as exc:  # the client's config loader raises several kinds
-        raise UsageError(f"cannot load the cluster configuration: {exc}") from exc
-
-
-def run_list(
-    args: argparse.Namespace,
-    *,
-    client: Client | None = None,
-    clock: Clock | None = None,
-    out: TextIO | None = None,
-    err: TextIO | None = None,
-) -> int:
-    out, err, clock = out or sys.stdout, err or sys.stderr, clock or SystemClock()
-    objects = _read(lambda c: c.list(QUARANTINES, label_selector=args.selector).items, args, client)
-    records: list[Quarantine] = []
-    for obj in objects:
-        try:
-            records.append(from_object(obj))
-        except RecordError as exc:
-            name = (obj.get("metadata") or {}).get("name", "?") if isinstance(obj, dict) else "?"
-            err.write(f"{args.prog}: warning: {name}: unreadable record ({exc}); skipped\n")
-    records = [
-        r
-        for r in records
-        if (not args.node or r.spec.node == args.node)
-        and (not args.phase or r.status.phase.value == args.phase)
-    ]
-    records.sort(key=lambda r: (r.spec.node, r.spec.device))
-    created = {_name(o): _created(o) for o in objects if isinstance(o, dict)}
-    if args.output in ("json", "yaml"):
-        wanted = {r.name for r in records}
-        write_document({"quarantines": [o for o in objects if _name(o) in wanted]}, args.output, out)
-        return 0
-    if not records:
-        filtered = " matching the filters" if args.node or args.phase or args.selector else ""
-        out.write(f"No quarantined devices{filtered}.\n")
-        return 0
-    now = clock.now()
-    wide = args.output == "wide"
-    headers = ["NAME", "NODE", "DEVICE", "PHASE", "REASON", "ACTION", "AGE", "EXPIRES"]
-    if wide:
-        headers += ["PATH", "ACTOR", "WAITING FOR"]
-    rows = []
-    for r in records:
-        row = [
-            r.name if wide else truncate(r.name, 40),
-            r.spec.node,
-            r.spec.device,
-            r.status.phase.value,
-            r.spec.reason,
-            r.spec.action,
-            _age(created.get(r.name), now),
-            _until(parse_rfc3339(r.spec.expires_at), now),
-        ]
-        if wide:
-            row += [r.spec.path, r.spec.actor, r.status.phase_reason or "-"]
-        rows.append(row)
-    write_table(headers, rows, out, no_headers=args.no_headers)
-    return 0
-
-
-def run_show(
-    args: argparse.Namespace,
-    *,
-    client: Client | None = None,
-    clock: Clock | None = None,
-    out: TextIO | None = None,
-) -> int:
-    out, clock = out or sys.stdout, clock or SystemClock()
-    name = _target_name(args)
-    try:
-        obj = _read(lambda c: c.get(QUARANTINES, name), args, client)
-    except NotFound:
-        raise CommandFailed(f"no DeviceQuarantine {name!r} (see `{_list_command(args)}`)") from None
-    if args.output in ("json", "yaml"):
-        write_document(obj, args.output, out)
-        return 0
-    try:
-        record = from_object(obj)
-    except RecordError as exc:
-        raise CommandFailed(f"{name}: unreadable record ({exc}); `-o yaml` shows it as stored") from exc
-    now = clock.now()
-    spec, status = record.spec, record.status
-    fields = [
-        ("Name", record.name),
-        ("Node", spec.node),
-        ("Device", spec.device),
-        ("UUID", spec.uuid or "-"),
-        ("Path", spec.path),
-        ("DRA device", "/".join(p for p in (spec.driver, spec.pool, spec.device_name) if p) or "-"),
-        ("Action", spec.action),
-        ("Reason", spec.reason),
-        ("Actor", spec.actor),
-        ("Phase", status.phase.value + (f" ({status.phase_reason})" if status.phase_reason else "")),
-        ("Age", _age(_created(obj), now)),
-        ("Expires", f"{spec.expires_at} ({_until(parse_rfc3339(spec.expires_at), now)})"),
-        ("Source alerts", ", ".join(f"{a.alertname} since {a.starts_at}" for a in spec.source_alerts) or "-"),
-    ]
-    width = max(len(label) for label, _ in fields) + 1
-    for label, value in fields:
-        out.write(f"{label + ':':<{width}} {value}\n")
-    out.write("History:\n")
-    if not status.history:
-        out.write("  (none)\n")
-        return 0
-    write_table(
-        ["  TIME", "PHASE", "ACTOR", "MESSAGE"],
-        [[f"  {h.time}", h.phase.value, h.actor, h.message] for h in status.history],
-        out,
-    )
-    return 0
-
-
-def _read(
-    call: Callable[[Client], Any], args: argparse.Namespace, client: Client | None, *, what: str = ""
-) -> Any:
-    own = client is None
-    active: Client = connect(args) if client is None else client
-    try:
-        return call(active)
-    except NotFound as exc:
-        if getattr(exc, "details", {}).get("name"):
-            raise  # the object is missing, not the resource type
-        raise CommandFailed(
-            f"DeviceQuarantine is not served by this cluster: install the CRD ({CRD_HINT})"
-        ) from exc
-    except ApiError as exc:
-        raise CommandFailed(f"cannot reach {what or 'the DeviceQuarantine records'}: {exc}") from exc
-    finally:
-        if own:
-            active.close()
-
-
-def _name(obj: Any) -> str:
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    return str(meta.get("name", "")) if isinstance(meta, dict) else ""
-
-
-def _created(obj: dict[str, Any]) -> float | None:
-    meta = obj.get("metadata")
-    return parse_rfc3339(meta.get("creationTimestamp")) if isinstance(meta, dict) else None
-
-
-def _age(created: float | None, now: float) -> str:
-    return human_duration(now - created) if created is not None else "?"
-
-
-def _until(when: float | None, now: float) -> str:
-    if when is None:
-        return "?"
-    if when >= now:
-        return f"in {human_duration(when - now)}"
-    return f"{human_duration(now - when)} ago"
-
-
-def run_breaker_status(
-    args: argparse.Namespace, *, client: Client | None = None, out: TextIO | None = None
-) -> int:
-    out = out or sys.stdout
-    stored = _read(lambda c: BreakerStore(c, args.namespace).read(), args, client, what="the breaker")
-    state = stored.state
-    if args.output in ("json", "yaml"):
-        document = {
-            "tripped": state.tripped,
-            "trigger": state.trigger,
-            "trippedAt": None if state.tripped_at is None else rfc3339(state.tripped_at),
-            "detail": state.detail,
-            "history": [
-                {
-                    "time": e.time,
-                    "action": e.action,
-                    "actor": e.actor,
-                    "reason": e.reason,
-                    "backlog": e.backlog,
-                }
-                for e in stored.history
-            ],
-        }
-        write_document(document, args.output, out)
-        return 0
-    if state.tripped:
-        since = "" if state.tripped_at is None else f" since {rfc3339(state.tripped_at)}"
-        out.write(f"TRIPPED ({state.trigger}){since}: {state.detail}\n")
-        out.write("New automatic quarantines and migrations wait (phase Deferred); releases go on.\n")
-    else:
-        out.write("closed: automatic quarantines are admitted.\n")
-    if stored.history:
-        out.write("History:\n")
-        write_table(
-            ["  TIME", "ACTION", "ACTOR", "BACKLOG", "REASON"],
-            [[f"  {e.time}", e.action, e.actor, e.backlog or "-", e.reason] for e in stored.history[-10:]],
-            out,
-        )
-    return 0
-
-
-def run_breaker_reset(
-    args: argparse.Namespace,
-    *,
-    client: Client | None = None,
-    clock: Clock | None = None,
-    out: TextIO | None = None,
-) -> int:
-    out, clock = out or sys.stdout, clock or SystemClock()
-    _audited(args)
-
-    def reset(c: Client) -> tuple[bool, int]:
-        store = BreakerStore(c, args.namespace)
-        if not store.read().state.tripped:
-            return False, 0
-        now = rfc3339(clock.now())
-        discarded = _discard_backlog(c, args.actor, args.reason, now) if args.backlog == "discard" else 0
-        entry = AuditEntry(
-            time=now, action="reset", actor=args.actor, reason=args.reason, backlog=args.backlog
-        )
-        store.write(breaker.reset(store.read().state), entry)
-        return True, discarded
-
-    was_tripped, discarded = _read(reset, args, client, what="the breaker")
-    if not was_tripped:
-        out.write("The breaker is not tripped: nothing to reset.\n")
-        return 0
-    what = (
-        f"{discarded} deferred device(s) discarded"
-        if args.backlog == "discard"
-        else "deferred devices are re-evaluated against their current health"
-    )
-    out.write(f"Breaker reset by {args.actor}: {what}.\n")
-    return 0
-
-
-def _discard_backlog(client: Client, actor: str, reason: str, now: str) -> int:
-    """Deferred records end (nothing was enforced for them), each with the person's reason."""
-    count = 0
-    for obj in client.list(QUARANTINES).items:
-        try:
-            record = from_object(obj)
-        except RecordError:
-            continue
-        if record.status.phase != Phase.DEFERRED:
-            continue
-        message = f"breaker reset, backlog discarded: {reason}"
-        done = record.with_phase(Phase.RELEASED, time=now, actor=f"person/{actor}", message=message)
-        try:
-            client.update(QUARANTINES, {**obj, "status": to_object(done)["status"]}, subresource=STATUS)
-            count += 1
-        except Conflict:
-            continue  # the reconciler moved it meanwhile: it is no longer waiting
-    return count
-
-
-def run_release(
-    args: argparse.Namespace,
-    *,
-    client: Client | None = None,
-    clock: Clock | None = None,
-    out: TextIO | None = None,
-) -> int:
-    """A person's release starts the checks a release needs; it never skips them.
-
-    Refused, even with --force, while the last probe or canary failed: the device showed it
-    is broken, and only a passing check (after a repair) may start its way out.
-    """
-    out, clock = out or sys.stdout, clock or SystemClock()
-    _audited(args)
-
-    def decide_release(record: Quarantine) -> Quarantine:
-        status = record.status
-        if status.last_check.endswith("-failed"):
-            check = status.last_check.removesuffix("-failed")
-            raise CommandFailed(
-                f"{record.name}: refused, even with --force: its last {check} failed; "
-                "it stays quarantined until a check passes"
-            )
-        if status.phase != Phase.QUARANTINED:
-            raise CommandFailed(
-                f"{record.name}: is {status.phase.value}, not Quarantined: nothing to release"
-            )
-        firing = [a for a in record.spec.source_alerts if a.firing]
-        if firing and not args.force:
-            names = ", ".join(sorted({a.alertname for a in firing}))
-            raise CommandFailed(f"{record.name}: {names} still firing; --force starts the checks anyway")
-        stamp = rfc3339(clock.now())
-        sources = tuple(replace(a, resolved_at=a.resolved_at or stamp) for a in record.spec.source_alerts)
-        return replace(record, spec=replace(record.spec, source_alerts=sources))
-
-    name = _change(
-        args, client, clock, decide_release, "release requested: probe, canary, stability and ramp follow"
-    )
-    out.write(f"{name}: release checks start (probe, canary, stability window, ramp).\n")
-    return 0
-
-
-def run_extend(
-    args: argparse.Namespace,
-    *,
-    client: Client | None = None,
-    clock: Clock | None = None,
-    out: TextIO | None = None,
-) -> int:
-    out, clock = out or sys.stdout, clock or SystemClock()
-    _audited(args)
-
-    def decide_extend(record: Quarantine) -> Quarantine:
-        if record.status.phase not in ACTIVE_PHASES:
-            raise CommandFailed(f"{record.name}: is {record.status.phase.value}: nothing to extend")
-        base = max(parse_rfc3339(record.spec.expires_at) or clock.now(), clock.now())
-        return replace(record, spec=replace(record.spec, expires_at=rfc3339(base + args.by)))
-
-    name = _change(args, client, clock, decide_extend, f"extended by {args.by:.0f} s")
-    out.write(f"{name}: re-evaluation moved {human_duration(args.by)} later.\n")
-    return 0
-
-
-def _audited(args: argparse.Namespace) -> None:
-    for flag, value in (("--actor", args.actor), ("--reason", args.reason)):
-        if not value.strip():
-            raise UsageError(f"{flag} must not be empty: who asked and why are kept (audited)")
-
-
-def _change(
-    args: argparse.Namespace,
-    client: Client | None,
-    clock: Clock,
-    change: Callable[[Quarantine], Quarantine],
-    message: str,
-) -> str:
-    """Read the record, apply a person's change to its spec, write spec then status (conditional)."""
-    name = _target_name(args)
-
-    def apply(c: Client) -> str:
-        for _ in range(5):
-            try:
-                obj = c.get(QUARANTINES, name)
-            except NotFound:
-                raise CommandFailed(f"no DeviceQuarantine {name!r} (see `{_list_command(args)}`)") from None
-            try:
-                record = from_object(obj)
-            except RecordError as exc:
-                raise CommandFailed(f"{name}: unreadable record ({exc})") from exc
-            changed = change(record).with_phase(
-                record.status.phase,
-                time=rfc3339(clock.now()),
-                actor=f"person/{args.actor}",
-                message=f"{message}: {args.reason}",
-                reason=record.status.phase_reason,
-            )
-            body = to_object(changed)
-            status = body.pop("status")
-            try:
-                stored = c.update(QUARANTINES, body)
-                c.update(QUARANTINES, {**stored, "status": status}, subresource=STATUS)
-                return name
-            except Conflict:
-                continue
-        raise CommandFailed(f"{name}: the record kept changing under us; try again")
-
-    result: str = _read(apply, args, client)
-    return result
 
 
 def run_responder(args: argparse.Namespace) -> int:
@@ -623,7 +130,7 @@ def run_responder(args: argparse.Namespace) -> int:
 
     from gpuhealth import http
     from responder import config
-    from responder.checks import CheckSettings
+    from responder.checks.jobs import CheckSettings
     from responder.service import create_app
     from responder.settings import ResponderSettings
     from responder.tls import CertificateError, ReloadingCertificate, TlsSettings

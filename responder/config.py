@@ -5,17 +5,17 @@ not in it keeps its default, and the flags keep what is per deployment (where to
 which cluster, the token, TLS). The shipped example with every default and its reason is
 `deploy/responder-config.yaml`.
 
-    apiVersion: gpuhealth.io/v1alpha1
-    kind: ResponderConfiguration
-    policy:         {probeTimeout, canaryTimeout, stability, ramp, backoff, maxBackoff, deferredMaxAge}
-    breaker:        {window, rateFraction, rateFloor, capacityFraction, capacityFloor}
-    newQuarantines: {burst, perHour}
-    migration:      {checkpointTimeout, leaseMargin, leaseCap, defaultMode, namespaceModes,
-                     nodeInFlight, nodePerHour, namespaceEvictionsPerHour}
+    policy:         {probe_timeout, canary_timeout, stability, ramp, backoff, max_backoff, deferred_max_age}
+    breaker:        {window, rate_fraction, rate_floor, capacity_fraction, capacity_floor}
+    new_quarantines: {burst, per_hour}
+    migration:      {checkpoint_timeout, lease_margin, lease_cap, default_mode, namespace_modes,
+                     node_in_flight, node_per_hour, namespace_evictions_per_hour}
     checks:         {namespace, image, command}
     intake:         {expiry}
 
-Durations are written in the one grammar (`gpuhealth.durations`) and need a unit (`90s`, not
+One dialect with `rules/config.yaml`: sections of snake_case keys, no apiVersion/kind header.
+A key of the earlier dialect (camelCase, the ResponderConfiguration header) is refused with its
+new spelling. Durations are written in the one grammar (`gpuhealth.durations`) and need a unit (`90s`, not
 `90`: a bare number in a file is too easily minutes in the writer's head). Unknown keys are
 refused (a misspelt key would otherwise silently keep a default). Every error is a
 `ConfigError` naming the file, the key path and what is wrong; contradictions between keys
@@ -36,11 +36,11 @@ from typing import Any
 import yaml
 
 from gpuhealth.durations import DurationError, parse_duration
-from responder.migration import Mode
+from responder.migrate.plan import Mode
 from responder.settings import ResponderSettings
 
-API_VERSION = "gpuhealth.io/v1alpha1"
-KIND = "ResponderConfiguration"
+REMOVED_HEADER = ("apiVersion", "kind")
+"""The earlier dialect's header (`gpuhealth.io/v1alpha1`, `ResponderConfiguration`): refused."""
 
 
 class ConfigError(ValueError):
@@ -128,34 +128,34 @@ class _Key:
 
 _SECTIONS: dict[str, dict[str, _Key]] = {
     "policy": {
-        "probeTimeout": _Key(("reconciler", "policy", "probe_timeout_seconds"), _duration),
-        "canaryTimeout": _Key(("reconciler", "policy", "canary_timeout_seconds"), _duration),
+        "probe_timeout": _Key(("reconciler", "policy", "probe_timeout_seconds"), _duration),
+        "canary_timeout": _Key(("reconciler", "policy", "canary_timeout_seconds"), _duration),
         "stability": _Key(("reconciler", "policy", "stability_seconds"), _duration),
         "ramp": _Key(("reconciler", "policy", "ramp_seconds"), _duration),
         "backoff": _Key(("reconciler", "policy", "backoff_seconds"), _duration),
-        "maxBackoff": _Key(("reconciler", "policy", "max_backoff_seconds"), _duration),
-        "deferredMaxAge": _Key(("reconciler", "policy", "deferred_max_age_seconds"), _duration),
+        "max_backoff": _Key(("reconciler", "policy", "max_backoff_seconds"), _duration),
+        "deferred_max_age": _Key(("reconciler", "policy", "deferred_max_age_seconds"), _duration),
     },
     "breaker": {
         "window": _Key(("reconciler", "policy", "breaker", "window_seconds"), _duration),
-        "rateFraction": _Key(("reconciler", "policy", "breaker", "rate_fraction"), _fraction),
-        "rateFloor": _Key(("reconciler", "policy", "breaker", "rate_floor"), _whole(0)),
-        "capacityFraction": _Key(("reconciler", "policy", "breaker", "capacity_fraction"), _fraction),
-        "capacityFloor": _Key(("reconciler", "policy", "breaker", "capacity_floor"), _whole(0)),
+        "rate_fraction": _Key(("reconciler", "policy", "breaker", "rate_fraction"), _fraction),
+        "rate_floor": _Key(("reconciler", "policy", "breaker", "rate_floor"), _whole(0)),
+        "capacity_fraction": _Key(("reconciler", "policy", "breaker", "capacity_fraction"), _fraction),
+        "capacity_floor": _Key(("reconciler", "policy", "breaker", "capacity_floor"), _whole(0)),
     },
-    "newQuarantines": {
+    "new_quarantines": {
         "burst": _Key(("reconciler", "bucket", "burst"), _whole(1)),
-        "perHour": _Key(("reconciler", "bucket", "per_hour"), _rate),
+        "per_hour": _Key(("reconciler", "bucket", "per_hour"), _rate),
     },
     "migration": {
-        "checkpointTimeout": _Key(("migrator", "migration", "checkpoint_timeout_seconds"), _duration),
-        "leaseMargin": _Key(("migrator", "migration", "lease_margin_seconds"), _duration),
-        "leaseCap": _Key(("migrator", "migration", "lease_cap_seconds"), _duration),
-        "defaultMode": _Key(("migrator", "default_mode"), _mode),
-        "namespaceModes": _Key(("migrator", "modes"), _modes),
-        "nodeInFlight": _Key(("migrator", "node_in_flight"), _whole(1)),
-        "nodePerHour": _Key(("migrator", "node_per_hour"), _whole(1)),
-        "namespaceEvictionsPerHour": _Key(("migrator", "namespace_evictions_per_hour"), _whole(1)),
+        "checkpoint_timeout": _Key(("migrator", "migration", "checkpoint_timeout_seconds"), _duration),
+        "lease_margin": _Key(("migrator", "migration", "lease_margin_seconds"), _duration),
+        "lease_cap": _Key(("migrator", "migration", "lease_cap_seconds"), _duration),
+        "default_mode": _Key(("migrator", "default_mode"), _mode),
+        "namespace_modes": _Key(("migrator", "modes"), _modes),
+        "node_in_flight": _Key(("migrator", "node_in_flight"), _whole(1)),
+        "node_per_hour": _Key(("migrator", "node_per_hour"), _whole(1)),
+        "namespace_evictions_per_hour": _Key(("migrator", "namespace_evictions_per_hour"), _whole(1)),
     },
     "checks": {
         "namespace": _Key(("checks", "namespace"), _text),
@@ -179,18 +179,20 @@ def apply(doc: Any, settings: ResponderSettings, source: str) -> ResponderSettin
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
-        raise ConfigError(f"{source}: expected a mapping (kind: {KIND}), not {type(doc).__name__}")
-    for header, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
-        if doc.get(header) != expected:
-            raise ConfigError(f"{source}: {header}: expected {expected!r}, not {doc.get(header)!r}")
+        raise ConfigError(f"{source}: expected a mapping of sections, not {type(doc).__name__}")
     changes: dict[str, Any] = {}
     for section, body in doc.items():
-        if section in ("apiVersion", "kind"):
-            continue
+        if section in REMOVED_HEADER:
+            raise ConfigError(
+                f"{source}: {section}: removed (the file is sections of snake_case keys, as "
+                "rules/config.yaml: delete apiVersion and kind)"
+            )
         keys = _SECTIONS.get(section)
         if keys is None:
             known = ", ".join(_SECTIONS)
-            raise ConfigError(f"{source}: {section}: unknown key (known: apiVersion, kind, {known})")
+            if _snake(str(section)) in _SECTIONS:
+                raise ConfigError(f"{source}: {section}: removed; now spelt {_snake(str(section))}")
+            raise ConfigError(f"{source}: {section}: unknown key (known: {known})")
         if body is None:
             continue
         if not isinstance(body, dict):
@@ -198,6 +200,10 @@ def apply(doc: Any, settings: ResponderSettings, source: str) -> ResponderSettin
         for name, value in body.items():
             key = keys.get(name)
             if key is None:
+                if _snake(str(name)) in keys:
+                    raise ConfigError(
+                        f"{source}: {section}.{name}: removed; now spelt {section}.{_snake(str(name))}"
+                    )
                 raise ConfigError(f"{source}: {section}.{name}: unknown key (known: {', '.join(keys)})")
             try:
                 parsed = key.parse(value)
@@ -211,6 +217,11 @@ def apply(doc: Any, settings: ResponderSettings, source: str) -> ResponderSettin
         return _replace(settings, changes)
     except ValueError as exc:
         raise ConfigError(f"{source}: {_in_file_terms(str(exc))}") from None
+
+
+def _snake(key: str) -> str:
+    """`probeTimeout` -> `probe_timeout`: a key of the earlier dialect in the current one."""
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", lambda m: "_" + m.group(1).lower(), key)
 
 
 def _replace(obj: Any, changes: Mapping[str, Any]) -> Any:

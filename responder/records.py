@@ -21,11 +21,16 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from gpuhealth.kube.resources import Resource
+from responder.ladder import LADDER, Ladder
+
 GROUP = "gpuhealth.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "DeviceQuarantine"
 PLURAL = "devicequarantines"
+QUARANTINES = Resource(GROUP, VERSION, PLURAL, namespaced=False)
+"""The records' resource, as the API client addresses it."""
 
 MAX_NAME = 253
 """DNS-1123 subdomain limit for object names."""
@@ -53,7 +58,8 @@ DEVICE_PLUGIN = "device-plugin"
 
 
 class Phase(StrEnum):
-    """Where a device stands. Release walks Probing -> Canary -> Stabilizing -> Ramp -> Released."""
+    """Where a device stands off the release ladder. On the way out it stands on the ladder's
+    rungs (`responder.ladder.LADDER`: Probing, Canary, Stabilizing, Ramp), then Released."""
 
     PENDING = "Pending"
     """Recorded, not enforced yet (rate limit; the reason says which)."""
@@ -61,18 +67,24 @@ class Phase(StrEnum):
     """Recorded while the circuit breaker is open; re-evaluated only when a person resets it."""
     QUARANTINED = "Quarantined"
     """Enforced: the device receives no new allocations."""
-    PROBING = "Probing"
-    CANARY = "Canary"
-    STABILIZING = "Stabilizing"
-    RAMP = "Ramp"
     RELEASED = "Released"
     """Enforcement removed; the record stays with its history."""
     ABANDONED = "Abandoned"
     """A person removed gpuhealth's enforcement; gpuhealth no longer owns this quarantine."""
 
 
-ACTIVE_PHASES = frozenset(set(Phase) - {Phase.RELEASED, Phase.ABANDONED})
-RELEASE_PHASES = (Phase.PROBING, Phase.CANARY, Phase.STABILIZING, Phase.RAMP, Phase.RELEASED)
+def phases_of(ladder: Ladder) -> tuple[str, ...]:
+    """Every phase a record of a responder walking `ladder` can be in, in the order a device
+    walks them."""
+    return (Phase.PENDING, Phase.DEFERRED, Phase.QUARANTINED, *ladder.phases, Phase.RELEASED, Phase.ABANDONED)
+
+
+PHASES = phases_of(LADDER)
+"""The shipped responder's phases: the CRD's enum, the demo's progress columns and the
+dashboards' phase lists are this sequence (generated from it, or checked against it)."""
+RELEASE_PHASES: tuple[str, ...] = (*LADDER.phases, Phase.RELEASED)
+"""The phases a released device walked, in order."""
+ACTIVE_PHASES = frozenset(PHASES) - {Phase.RELEASED, Phase.ABANDONED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,13 +106,15 @@ class SourceAlert:
 class HistoryEntry:
     time: str
     """RFC 3339."""
-    phase: Phase
+    phase: str
+    """A `Phase` or a rung's phase (`responder.ladder`)."""
     actor: str
     message: str
 
 
 class MigrationOutcome(StrEnum):
-    """Where one job's move off the device stands (`responder.migration.Outcome`, plus Failed)."""
+    """Where one job's move off the device stands: what `responder.migrate.plan.plan` decides and the
+    record keeps (one enum for both)."""
 
     WAITING = "Waiting"
     SUCCEEDED = "Succeeded"
@@ -170,9 +184,29 @@ class QuarantineSpec:
     source_alerts: tuple[SourceAlert, ...] = ()
 
 
+class Verdict(StrEnum):
+    PASSED = "Passed"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOutcome:
+    """The verdict of one check rung of one release attempt (a timeout is Failed)."""
+
+    check: str
+    """The rung's name (`probe`, `canary`)."""
+    attempt: int
+    verdict: Verdict
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict is Verdict.FAILED
+
+
 @dataclass(frozen=True, slots=True)
 class QuarantineStatus:
-    phase: Phase = Phase.PENDING
+    phase: str = Phase.PENDING
+    """A `Phase`, or the phase of the release ladder's rung the device stands on."""
     phase_reason: str = ""
     """Why the record waits in its phase (RateLimited, BreakerOpen, NodeOptedOut, ...)."""
     phase_since: str = ""
@@ -186,9 +220,9 @@ class QuarantineStatus:
     failures: int = 0
     """Consecutive failed release attempts: the quarantine is extended by the backoff doubled
     this many times."""
-    last_check: str = ""
-    """Outcome of the last probe or canary (`probe-failed`, `canary-failed`, `passed`): a person
-    may not release a device whose last check failed."""
+    last_check: CheckOutcome | None = None
+    """The verdict of the last check rung (None before the first): a person may not release a
+    device whose last check failed."""
     history: tuple[HistoryEntry, ...] = ()
     processed_keys: tuple[str, ...] = ()
     migrations: tuple[Migration, ...] = ()
@@ -208,9 +242,7 @@ class Quarantine:
     def seen(self, key: str) -> bool:
         return key in self.status.processed_keys
 
-    def with_phase(
-        self, phase: Phase, *, time: str, actor: str, message: str, reason: str = ""
-    ) -> Quarantine:
+    def with_phase(self, phase: str, *, time: str, actor: str, message: str, reason: str = "") -> Quarantine:
         entry = HistoryEntry(time=time, phase=phase, actor=actor, message=message)
         history = _bounded((*self.status.history, entry), MAX_HISTORY)
         since = self.status.phase_since if phase == self.status.phase and self.status.phase_since else time
@@ -245,6 +277,20 @@ def _bounded_migration(m: Migration) -> Migration:
         evictions=_bounded(m.evictions, MAX_TARGETS),
         evidence=evidence,
     )
+
+
+def owner_reference(record: Quarantine) -> dict[str, Any]:
+    """The record as the controlling owner of an object gpuhealth creates for it."""
+    if not record.uid:
+        raise ValueError(f"{record.name}: the record has no uid to own what is made for it")
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": record.name,
+        "uid": record.uid,
+        "controller": True,
+        "blockOwnerDeletion": False,
+    }
 
 
 def record_name(node: str, device: str) -> str:
@@ -288,26 +334,33 @@ def to_object(record: Quarantine) -> dict[str, Any]:
     if spec.device_name:
         body_spec["deviceName"] = spec.device_name
     status = record.status
+    body_status: dict[str, Any] = {
+        "phase": str(status.phase),
+        "phaseReason": status.phase_reason,
+        "phaseSince": status.phase_since,
+        "enforced": status.enforced,
+        "attempt": status.attempt,
+        "failures": status.failures,
+        "history": [
+            {"time": h.time, "phase": str(h.phase), "actor": h.actor, "message": h.message}
+            for h in status.history
+        ],
+        "processedKeys": list(status.processed_keys),
+        "migrations": [_migration(m) for m in status.migrations],
+    }
+    if status.last_check is not None:
+        check = status.last_check
+        body_status["lastCheck"] = {
+            "check": check.check,
+            "attempt": check.attempt,
+            "verdict": check.verdict.value,
+        }
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": metadata,
         "spec": body_spec,
-        "status": {
-            "phase": status.phase.value,
-            "phaseReason": status.phase_reason,
-            "phaseSince": status.phase_since,
-            "enforced": status.enforced,
-            "attempt": status.attempt,
-            "failures": status.failures,
-            "lastCheck": status.last_check,
-            "history": [
-                {"time": h.time, "phase": h.phase.value, "actor": h.actor, "message": h.message}
-                for h in status.history
-            ],
-            "processedKeys": list(status.processed_keys),
-            "migrations": [_migration(m) for m in status.migrations],
-        },
+        "status": body_status,
     }
 
 
@@ -372,18 +425,16 @@ class RecordError(ValueError):
     """A stored object that is not a readable DeviceQuarantine; the message names the field."""
 
 
-def from_object(obj: Any) -> Quarantine:
-    """The record in an API object; RecordError names what is wrong (someone edited it by hand)."""
+def from_object(obj: Any, ladder: Ladder = LADDER) -> Quarantine:
+    """The record in an API object; RecordError names what is wrong (someone edited it by hand).
+
+    `ladder`: the release ladder the reader walks (its rungs are the phases beside `Phase`)."""
     if not isinstance(obj, dict):
         raise RecordError("not an object")
     meta = _mapping(obj.get("metadata"), "metadata")
     spec = _mapping(obj.get("spec"), "spec")
     status = _mapping(obj.get("status") or {}, "status")
-    phase_text = status.get("phase") or Phase.PENDING.value
-    try:
-        phase = Phase(phase_text)
-    except ValueError:
-        raise RecordError(f"status.phase: {phase_text!r} is not a phase") from None
+    phase = _phase(status.get("phase") or Phase.PENDING.value, "status.phase", ladder)
     return Quarantine(
         name=_text(meta, "name", "metadata"),
         resource_version=str(meta.get("resourceVersion") or ""),
@@ -412,9 +463,9 @@ def from_object(obj: Any) -> Quarantine:
             enforced=str(status.get("enforced") or ""),
             attempt=_count(status.get("attempt"), "status.attempt"),
             failures=_count(status.get("failures"), "status.failures"),
-            last_check=str(status.get("lastCheck") or ""),
+            last_check=_last_check(status.get("lastCheck")),
             history=tuple(
-                _history(h, f"status.history[{i}]")
+                _history(h, f"status.history[{i}]", ladder)
                 for i, h in enumerate(_list(status.get("history"), "status.history"))
             ),
             processed_keys=tuple(str(k) for k in _list(status.get("processedKeys"), "status.processedKeys")),
@@ -443,12 +494,36 @@ def _source_alert(alert: SourceAlert) -> dict[str, str]:
     return out
 
 
-def _history(entry: Any, path: str) -> HistoryEntry:
-    data = _mapping(entry, path)
+def _phase(value: Any, path: str, ladder: Ladder) -> str:
+    text = str(value)
     try:
-        phase = Phase(str(data.get("phase")))
+        return Phase(text)
     except ValueError:
-        raise RecordError(f"{path}.phase: {data.get('phase')!r} is not a phase") from None
+        pass
+    if ladder.rung(text) is None:
+        raise RecordError(f"{path}: {value!r} is not a phase (one of {', '.join(phases_of(ladder))})")
+    return text
+
+
+def _last_check(value: Any) -> CheckOutcome | None:
+    if value is None:
+        return None
+    data = _mapping(value, "status.lastCheck")
+    text = data.get("verdict")
+    try:
+        verdict = Verdict(str(text))
+    except ValueError:
+        raise RecordError(f"status.lastCheck.verdict: {text!r} is not Passed or Failed") from None
+    return CheckOutcome(
+        check=_text(data, "check", "status.lastCheck"),
+        attempt=_count(data.get("attempt"), "status.lastCheck.attempt"),
+        verdict=verdict,
+    )
+
+
+def _history(entry: Any, path: str, ladder: Ladder) -> HistoryEntry:
+    data = _mapping(entry, path)
+    phase = _phase(data.get("phase"), f"{path}.phase", ladder)
     return HistoryEntry(
         time=_text(data, "time", path),
         phase=phase,

@@ -1,13 +1,13 @@
 """The responder service: any replica records webhook deliveries; the leader reconciles.
 
 Wiring only (an entry-point layer module): `create_app` builds the aiohttp app from settings
-and clients — `POST /webhook` (`responder.webhook`, recording through `responder.recorder`),
-`POST /scheduler/filter` (the scheduler extender, `responder.scheduler`, answered from the
-`responder.capacity` cache of Nodes and Pods), `/healthz`, `/readyz` and `/metrics`
+and clients — `POST /webhook` (`responder.webhook.server`, recording through `responder.webhook.recorder`),
+`POST /scheduler/filter` (the scheduler extender, `responder.extender.server`, answered from the
+`responder.extender.capacity` cache of Nodes and Pods), `/healthz`, `/readyz` and `/metrics`
 (`gpuhealth.http`) — and runs, as background work of
 the app, the leader election on a `coordination.k8s.io/v1` Lease (`gpuhealth.kube.elector`)
-whose term runs the reconciler (`responder.reconciler`) with the migration executor
-(`responder.migrator`). Every replica answers webhooks and the extender (each keeps its own
+whose term runs the reconciler (`responder.reconcile.reconciler`) with the migration executor
+(`responder.migrate.executor`). Every replica answers webhooks and the extender (each keeps its own
 cache): the records are the only state, so any replica's recording is as good as the leader's,
 and a replica that loses the lease stops acting before it says so (fencing), while its webhook
 and extender go on.
@@ -30,19 +30,20 @@ from gpuhealth.clock import Clock, SystemClock
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.elector import LeaderElector
 from responder import metrics
-from responder.breaker_store import BreakerStore
-from responder.capacity import CapacityCache, run_cache
-from responder.checks import JobChecks
-from responder.enforcement import Enforcer, discover
-from responder.events import KubeEvents
-from responder.health import PrometheusHealth
-from responder.migrator import Migrator, MigratorMetrics
-from responder.reconciler import Reconciler
-from responder.recorder import Recorder
-from responder.scheduler import add_filter
+from responder.checks.jobs import JobChecks
+from responder.enforce.shipped import Enforcer
+from responder.enforce.taint_rules import discover
+from responder.extender.capacity import CapacityCache, run_cache
+from responder.extender.server import add_filter
+from responder.migrate.executor import Migrator, MigratorMetrics
+from responder.reconcile.breaker_store import BreakerStore
+from responder.reconcile.events import KubeEvents
+from responder.reconcile.health import PrometheusHealth
+from responder.reconcile.reconciler import Reconciler
 from responder.settings import ResponderSettings
 from responder.tls import ReloadingCertificate, watch_certificate
-from responder.webhook import WebhookMetrics, WebhookSettings, add_webhook
+from responder.webhook.recorder import Recorder
+from responder.webhook.server import WebhookMetrics, WebhookSettings, add_webhook
 
 log = logging.getLogger(__name__)
 

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from gpuhealth import fields
 from gpuhealth.http import ServerSettings
 from gpuhealth.kube.lease import ElectionSettings
-from responder.capacity import CacheSettings
-from responder.checks import CheckSettings
-from responder.intake import IntakeSettings
-from responder.migrator import MigratorSettings
-from responder.reconciler import ReconcilerSettings
+from responder.checks.jobs import CheckSettings
+from responder.extender.capacity import CacheSettings
+from responder.migrate.executor import MigratorSettings
+from responder.reconcile.reconciler import ReconcilerSettings
 from responder.tls import TlsSettings
+from responder.webhook.intake import IntakeSettings
 
 DEFAULT_PORT = 8080
 """The port the shipped Alertmanager route and the extender snippet name (`docs/quarantine.md`)."""

@@ -17,13 +17,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from enum import StrEnum
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
+from gpuhealth.kube.api import ObjectList, PatchType, PropagationPolicy
 from gpuhealth.kube.errors import NotFound, error_from_status
 from gpuhealth.kube.meta import resource_version as object_resource_version
 from gpuhealth.kube.pages import Page, PageDecoder, decode_page
@@ -34,26 +33,6 @@ from gpuhealth.kube.watch import ERROR, WatchEvent, decode_event, split_lines
 log = logging.getLogger(__name__)
 
 _JSON = "application/json"
-
-PropagationPolicy = Literal["Foreground", "Background", "Orphan"]
-"""What happens to dependents (ownerReferences) of a deleted object."""
-
-
-class PatchType(StrEnum):
-    """The patch formats every resource accepts (strategic merge is left out: built-ins only)."""
-
-    MERGE = "application/merge-patch+json"
-    """RFC 7386: a partial object; null deletes a key, lists are replaced whole."""
-    JSON = "application/json-patch+json"
-    """RFC 6902: a list of operations (`test` ops make it conditional)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ObjectList:
-    """All pages of a list, and the resourceVersion to watch from."""
-
-    items: list[dict[str, Any]]
-    resource_version: str
 
 
 class ClientClosed(RuntimeError):

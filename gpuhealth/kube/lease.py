@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from gpuhealth.kube.meta import parse_rfc3339
+from gpuhealth.kube.meta import parse_rfc3339, rfc3339
 
 JITTER_FACTOR = 1.2
 """A candidate waits `retry_period * (1 + JITTER_FACTOR * random())` between tries (client-go's factor)."""
@@ -141,15 +140,10 @@ class LeaseRecord:
             "leaseTransitions": self.lease_transitions,
         }
         if self.acquire_time is not None:
-            spec["acquireTime"] = format_micro_time(self.acquire_time)
+            spec["acquireTime"] = rfc3339(self.acquire_time)
         if self.renew_time is not None:
-            spec["renewTime"] = format_micro_time(self.renew_time)
+            spec["renewTime"] = rfc3339(self.renew_time)
         return spec
-
-
-def format_micro_time(epoch_seconds: float) -> str:
-    """Kubernetes MicroTime: RFC 3339 in UTC with six fractional digits (`2026-11-30T10:00:00.000000Z`)."""
-    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _count(value: Any) -> int:
@@ -158,7 +152,7 @@ def _count(value: Any) -> int:
 
 def _micro(epoch_seconds: float) -> float:
     # Stamps are rounded to what MicroTime carries, so a record read back equals the one written.
-    parsed = parse_rfc3339(format_micro_time(epoch_seconds))
+    parsed = parse_rfc3339(rfc3339(epoch_seconds))
     return epoch_seconds if parsed is None else parsed
 
 

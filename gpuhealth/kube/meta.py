@@ -5,7 +5,7 @@ Pure functions over plain dicts (as orjson returns them); nothing here raises on
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
 NODE_LEASE_NAMESPACE: Final = "kube-node-lease"
@@ -37,6 +37,17 @@ def resource_version(obj: Any) -> str | None:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
     return rv if isinstance(rv, str) and rv else None
+
+
+def rfc3339(seconds: float) -> str:
+    """Epoch seconds as RFC 3339 in UTC with microseconds (`2026-11-30T10:00:00.000000Z`): what
+    gpuhealth writes in its records, and Kubernetes' MicroTime."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def rfc3339_seconds(seconds: float) -> str:
+    """Epoch seconds as RFC 3339 in UTC, whole seconds (`2026-11-30T10:00:00Z`): Kubernetes' Time."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_rfc3339(value: Any) -> float | None:

@@ -18,8 +18,9 @@ import pytest
 
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.resources import POD, RESOURCE_CLAIM
-from responder.enforcement import Enforcer, discover
-from responder.policy import QUARANTINE_TAINT, Enforce
+from responder.enforce.shipped import Enforcer
+from responder.enforce.taint_rules import discover
+from responder.reconcile.policy import QUARANTINE_TAINT, Enforce
 from simulator.controlplane import ControlPlane
 from tests.deploy.manifests import NAMESPACE
 from tests.support.controlplane import (

@@ -23,10 +23,11 @@ from gpuhealth.clock import ManualClock
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.resources import POD, RESOURCE_CLAIM
 from gpuhealth.testing.loopback import wait_until
-from responder.enforcement import Enforcer, discover
-from responder.migration import CHECKPOINT, COMMITTED, REQUESTED, TOPOLOGY
-from responder.migrator import Migrator, MigratorSettings
-from responder.policy import QUARANTINE_TAINT, Enforce
+from responder.enforce.shipped import Enforcer
+from responder.enforce.taint_rules import discover
+from responder.migrate.executor import Migrator, MigratorSettings
+from responder.migrate.plan import CHECKPOINT, COMMITTED, REQUESTED, TOPOLOGY
+from responder.reconcile.policy import QUARANTINE_TAINT, Enforce
 from responder.records import Migration, Quarantine
 from simulator.controlplane import ControlPlane
 from tests.deploy.manifests import NAMESPACE

@@ -19,8 +19,7 @@ import pytest
 import yaml
 
 from gpuhealth.kube.resources import Resource
-from responder.recorder import QUARANTINES
-from responder.records import Phase, Quarantine, QuarantineStatus, to_object
+from responder.records import QUARANTINES, Phase, Quarantine, QuarantineStatus, to_object
 from simulator.controlplane import ControlPlane
 from tests.deploy.manifests import OVERLAYS, build
 from tests.support.controlplane import admin, apply, dra_quarantine, kubectl

@@ -24,12 +24,12 @@ from gpuhealth.kube.lease import (
     LeaseRecord,
     Observed,
     decide,
-    format_micro_time,
     next_retry_delay,
     observe,
     release_record,
     still_leading,
 )
+from gpuhealth.kube.meta import rfc3339
 
 T0 = 1_795_000_000.0  # 2026-11-18, a wall time for stamps
 DEFAULTS = ElectionSettings()
@@ -93,8 +93,8 @@ def test_a_candidate_s_wait_is_jittered_within_the_factor() -> None:
 
 
 def test_micro_time_has_six_fractional_digits_in_utc() -> None:
-    assert format_micro_time(1_796_032_800.0) == "2026-11-30T10:00:00.000000Z"
-    assert format_micro_time(1_796_032_800.25) == "2026-11-30T10:00:00.250000Z"
+    assert rfc3339(1_796_032_800.0) == "2026-11-30T10:00:00.000000Z"
+    assert rfc3339(1_796_032_800.25) == "2026-11-30T10:00:00.250000Z"
 
 
 def test_the_record_round_trips_through_a_lease_spec() -> None:

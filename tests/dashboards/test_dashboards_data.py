@@ -57,7 +57,7 @@ SPEED = 10.0
 TOKEN = "dashboards-e2e-token"
 CRD_FILE = Path(__file__).parents[2] / "deploy" / "crds" / "devicequarantines.gpuhealth.io.yaml"
 NODE_ANNOTATION = "gpuhealth.io/quarantined-devices"
-"""Where the responder enforces a device-plugin quarantine (responder.enforcement)."""
+"""Where the responder enforces a device-plugin quarantine (responder.enforce.shipped)."""
 SCENARIO: dict[str, Any] = {
     "name": "dashboards-e2e",
     "description": "1 device-plugin node and 1 DRA node, 2 GPUs each, one workload on each path",

@@ -29,6 +29,7 @@ from demo.observer import (
     RULES,
     Observer,
 )
+from responder.ladder import PROBING
 from responder.records import Phase as P
 from responder.records import Quarantine, QuarantineSpec, QuarantineStatus, to_object
 from simulator.fleet.objects import gpu_uuid
@@ -47,7 +48,7 @@ def kinds(o: Observer) -> list[tuple[str, str]]:
     return [(e.kind.value, e.what) for e in o.journal.entries]
 
 
-def record(phase: P, **status: Any) -> dict[str, Any]:
+def record(phase: str, **status: Any) -> dict[str, Any]:
     spec = QuarantineSpec(
         node=NODE,
         device=UUID,
@@ -88,7 +89,7 @@ def test_records_phases_and_migrations_are_journalled_once_each() -> None:
     o.change(4, QUARANTINES, "MODIFIED", record(P.QUARANTINED, migrations=(waiting,)))
     done = Migration("research", "Job/train", "j1", "k", outcome=MigrationOutcome.SUCCEEDED, evictions=("t",))
     o.change(5, QUARANTINES, "MODIFIED", record(P.QUARANTINED, migrations=(done,)))
-    o.change(6, QUARANTINES, "MODIFIED", record(P.PROBING, migrations=(done,)))
+    o.change(6, QUARANTINES, "MODIFIED", record(PROBING, migrations=(done,)))
     assert kinds(o) == [
         ("phase", "Pending"),
         ("phase", "Quarantined"),
@@ -144,7 +145,7 @@ def test_rules_annotations_and_node_wide_actions() -> None:
 
 def test_checks_tenant_events_and_re_placed_pods() -> None:
     o = observer()
-    o.change(1, QUARANTINES, "ADDED", record(P.PROBING))
+    o.change(1, QUARANTINES, "ADDED", record(PROBING))
 
     def job(status: dict[str, Any]) -> dict[str, Any]:
         return {

@@ -35,10 +35,10 @@ import yaml
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.transport import KubeTransport
-from responder.breaker import BreakerState
-from responder.breaker_store import AuditEntry, BreakerStore
-from responder.recorder import QUARANTINES, Recorder
-from responder.records import Phase
+from responder.reconcile.breaker import BreakerState
+from responder.reconcile.breaker_store import AuditEntry, BreakerStore
+from responder.records import QUARANTINES, Phase
+from responder.webhook.recorder import Recorder
 from simulator.apiserver.kubeconfig import write_kubeconfig
 from simulator.testing import running_cluster
 from tests.deploy.manifests import (

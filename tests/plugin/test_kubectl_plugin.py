@@ -34,10 +34,9 @@ from gpuhealth.kube.config import api_client
 from gpuhealth.kube.resources import NAMESPACE, POD
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import child_process, free_port, http_json, http_ok, log_tail, wait_until
-from responder.breaker import BreakerState
-from responder.breaker_store import AuditEntry, BreakerStore
-from responder.cli import QUARANTINES
-from responder.records import Phase, to_object
+from responder.reconcile.breaker import BreakerState
+from responder.reconcile.breaker_store import AuditEntry, BreakerStore
+from responder.records import QUARANTINES, Phase, to_object
 from simulator.testing import ClusterHandle, running_cluster
 from tests.responder.test_cli_quarantine import CRD_FILE, CRDS, record
 from tests.support.kubectl import Kubectl, kubectl_runner

@@ -1,4 +1,4 @@
-"""Alertmanager webhook deliveries (responder.alerts).
+"""Alertmanager webhook deliveries (responder.webhook.alerts).
 
 Aspects: a real payload version 4 parses into alerts with their own labels; firing or
 resolved comes from `status`, never `endsAt`; the zero time is no time; unknown fields are
@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuhealth.outcomes import PermanentError
-from responder.alerts import (
+from responder.webhook.alerts import (
     FIRING,
     QUARANTINE,
     RESOLVED,

@@ -1,4 +1,4 @@
-"""The circuit breaker (responder.breaker).
+"""The circuit breaker (responder.reconcile.breaker).
 
 Aspects: automatic quarantines admitted one by one never exceed either trigger's limit
 (property-tested over fleet sizes and settings); once tripped nothing automatic is admitted
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from responder.breaker import (
+from responder.reconcile.breaker import (
     CAPACITY,
     RATE,
     BreakerSettings,

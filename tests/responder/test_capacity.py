@@ -1,4 +1,4 @@
-"""The extender's capacity cache (responder.capacity), fed reflector messages by hand.
+"""The extender's capacity cache (responder.extender.capacity), fed reflector messages by hand.
 
 Aspects: a node's quarantined devices count out less as many as allocatable already dropped
 below capacity, never more than the annotation lists; bound, unfinished GPU pods count on their
@@ -17,9 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuhealth.kube.reflector import Events, Listed
-from responder.capacity import NODES, PODS, CapacityCache, node_gpus, pod_gpus
-from responder.enforcement import NODE_ANNOTATION
-from responder.extender import NodeCapacity
+from responder.enforce.node_annotation import NODE_ANNOTATION
+from responder.extender.capacity import NODES, PODS, CapacityCache, node_gpus, pod_gpus
+from responder.extender.filter import NodeCapacity
 
 
 def node(name: str, *, capacity: int = 8, allocatable: int = 8, listed: int = 0) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Probe and canary Jobs (responder.checks), with a fake client.
+"""Probe and canary Jobs (responder.checks.jobs), with a fake client.
 
 Aspects: Job names carry the record, kind and attempt and stay within 63 characters, distinct
 per record, kind and attempt (property); a device-plugin check is pinned with `spec.nodeName`
@@ -18,10 +18,12 @@ from hypothesis import strategies as st
 from gpuhealth.kube.client import ObjectList
 from gpuhealth.kube.errors import AlreadyExists, NotFound
 from gpuhealth.kube.resources import Resource
-from responder.checks import CLAIM_TEMPLATE, JOB, PROBE_DEVICE, JobChecks, job_name, job_result
-from responder.intake import IntakeSettings, Write, decide
-from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult
+from responder.checks.jobs import JOB, JobChecks, job_name, job_result
+from responder.enforce.node_annotation import PROBE_DEVICE
+from responder.enforce.taint_rules import CLAIM_TEMPLATE
+from responder.reconcile.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult
 from responder.records import Quarantine, record_name
+from responder.webhook.intake import IntakeSettings, Write, decide
 from tests.responder.test_intake import NOW, alert
 
 DRA_LABELS = {

@@ -24,12 +24,13 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.resources import Resource
 from gpuhealth.kube.transport import KubeTransport
-from responder.breaker import BreakerState
-from responder.breaker_store import AuditEntry, BreakerStore
-from responder.cli import QUARANTINES
+from responder.ladder import PROBING
+from responder.reconcile.breaker import BreakerState
+from responder.reconcile.breaker_store import AuditEntry, BreakerStore
 from responder.records import (
     DEVICE_PLUGIN,
     DRA,
+    QUARANTINES,
     Phase,
     Quarantine,
     QuarantineSpec,
@@ -87,7 +88,7 @@ def with_records(cluster: tuple[ServedCluster, KubeClient]) -> ServedCluster:
     client.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
     for r in (
         record("gpu-node-1", "GPU-aaaa", Phase.QUARANTINED),
-        record("gpu-node-2", "gpu.nvidia.com/gpu-node-2/gpu-3", Phase.PROBING, dra=True),
+        record("gpu-node-2", "gpu.nvidia.com/gpu-node-2/gpu-3", PROBING, dra=True),
         record("gpu-node-2", "GPU-bbbb", Phase.DEFERRED),
     ):
         obj = to_object(r)
@@ -252,7 +253,12 @@ def test_a_persons_release_starts_the_checks_and_never_skips_a_failed_one(
 
     obj = client.get(QUARANTINES, record_name(*target))
     client.update(
-        QUARANTINES, {**obj, "status": {**obj["status"], "lastCheck": "canary-failed"}}, subresource="status"
+        QUARANTINES,
+        {
+            **obj,
+            "status": {**obj["status"], "lastCheck": {"check": "canary", "attempt": 1, "verdict": "Failed"}},
+        },
+        subresource="status",
     )
     refused = gpuhealth("quarantine", "release", "--kubeconfig", kubeconfig, *target, *who, "--force")
     assert refused.returncode == 1 and "refused, even with --force: its last canary failed" in refused.stderr

@@ -21,37 +21,36 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from responder.config import API_VERSION, KIND, ConfigError, apply, load
-from responder.migration import Mode
+from responder.config import ConfigError, apply, load
+from responder.migrate.plan import Mode
 from responder.settings import ResponderSettings
 
 EXAMPLE = Path(__file__).parents[2] / "deploy" / "responder-config.yaml"
 BASE = ResponderSettings(token="t", identity="replica", prometheus_url="http://prometheus:9090")
-HEADER = {"apiVersion": API_VERSION, "kind": KIND}
 
 
 def doc(**sections: Any) -> dict[str, Any]:
-    return {**HEADER, **sections}
+    return dict(sections)
 
 
 def test_the_shipped_example_is_exactly_the_defaults() -> None:
     assert load(EXAMPLE, BASE) == BASE
     text = EXAMPLE.read_text()
-    for section in ("policy", "breaker", "newQuarantines", "migration", "checks", "intake"):
+    for section in ("policy", "breaker", "new_quarantines", "migration", "checks", "intake"):
         assert f"\n{section}:\n" in text  # every section is shown, with its reasons
 
 
 def test_every_section_lands_in_the_settings_tree() -> None:
     settings = apply(
         doc(
-            policy={"probeTimeout": "5m", "stability": "45m", "backoff": "2h", "maxBackoff": "14d"},
-            breaker={"window": "15m", "rateFraction": 0.1, "rateFloor": 3, "capacityFloor": 8},
-            newQuarantines={"burst": 5, "perHour": 30},
+            policy={"probe_timeout": "5m", "stability": "45m", "backoff": "2h", "max_backoff": "14d"},
+            breaker={"window": "15m", "rate_fraction": 0.1, "rate_floor": 3, "capacity_floor": 8},
+            new_quarantines={"burst": 5, "per_hour": 30},
             migration={
-                "checkpointTimeout": "20m",
-                "leaseCap": "2h",
-                "namespaceModes": {"batch": "immediate", "serving": "allow-completion"},
-                "nodePerHour": 2,
+                "checkpoint_timeout": "20m",
+                "lease_cap": "2h",
+                "namespace_modes": {"batch": "immediate", "serving": "allow-completion"},
+                "node_per_hour": 2,
             },
             checks={"image": "dcgm:latest", "command": ["dcgmi", "diag", "-r", "1"]},
             intake={"expiry": "12h"},
@@ -80,35 +79,49 @@ def test_every_section_lands_in_the_settings_tree() -> None:
 
 
 def test_a_backoff_above_the_old_cap_is_fine_when_the_cap_rises_with_it() -> None:
-    settings = apply(doc(policy={"backoff": "10d", "maxBackoff": "30d"}), BASE, "f.yaml")
+    settings = apply(doc(policy={"backoff": "10d", "max_backoff": "30d"}), BASE, "f.yaml")
     assert settings.reconciler.policy.backoff_seconds == 10 * 86400.0
 
 
 @pytest.mark.parametrize(
     ("document", "message"),
     [
-        ([], "f.yaml: expected a mapping (kind: ResponderConfiguration), not list"),
-        ({"kind": KIND}, "f.yaml: apiVersion: expected 'gpuhealth.io/v1alpha1', not None"),
-        ({"apiVersion": API_VERSION, "kind": "Scenario"}, "f.yaml: kind: expected 'ResponderConfiguration'"),
-        (doc(polcy={}), "f.yaml: polcy: unknown key (known: apiVersion, kind, policy, breaker"),
-        (doc(policy={"stabilty": "1h"}), "f.yaml: policy.stabilty: unknown key (known: probeTimeout"),
+        ([], "f.yaml: expected a mapping of sections, not list"),
+        # The earlier dialect: its header and camelCase keys are refused with the new spelling.
+        (
+            {"apiVersion": "gpuhealth.io/v1alpha1", "kind": "ResponderConfiguration"},
+            "f.yaml: apiVersion: removed (the file is sections of snake_case keys, as rules/config.yaml",
+        ),
+        ({"kind": "ResponderConfiguration"}, "f.yaml: kind: removed"),
+        (
+            doc(policy={"probeTimeout": "5m"}),
+            "f.yaml: policy.probeTimeout: removed; now spelt policy.probe_timeout",
+        ),
+        (doc(newQuarantines={"burst": 5}), "f.yaml: newQuarantines: removed; now spelt new_quarantines"),
+        (
+            doc(migration={"namespaceEvictionsPerHour": 3}),
+            "f.yaml: migration.namespaceEvictionsPerHour: removed; "
+            "now spelt migration.namespace_evictions_per_hour",
+        ),
+        (doc(polcy={}), "f.yaml: polcy: unknown key (known: policy, breaker"),
+        (doc(policy={"stabilty": "1h"}), "f.yaml: policy.stabilty: unknown key (known: probe_timeout"),
         (doc(policy="1h"), "f.yaml: policy: expected a mapping, not '1h'"),
         (doc(policy={"ramp": 3600}), "f.yaml: policy.ramp: write a unit, e.g. '3600s'"),
         (doc(policy={"ramp": "1 hour"}), "f.yaml: policy.ramp: '1 hour' is not a duration"),
         (doc(policy={"ramp": "0s"}), "f.yaml: policy.ramp: '0s' must be longer than zero"),
-        (doc(breaker={"rateFraction": 8}), "f.yaml: breaker.rateFraction: 8 must be a fraction"),
+        (doc(breaker={"rate_fraction": 8}), "f.yaml: breaker.rate_fraction: 8 must be a fraction"),
         (
-            doc(breaker={"rateFloor": -1}),
-            "f.yaml: breaker.rateFloor: -1 must be a whole number of at least 0",
+            doc(breaker={"rate_floor": -1}),
+            "f.yaml: breaker.rate_floor: -1 must be a whole number of at least 0",
         ),
-        (doc(newQuarantines={"burst": True}), "f.yaml: newQuarantines.burst: True must be a whole number"),
+        (doc(new_quarantines={"burst": True}), "f.yaml: new_quarantines.burst: True must be a whole number"),
         (
-            doc(migration={"defaultMode": "evict"}),
-            "f.yaml: migration.defaultMode: 'evict' is not a migration",
+            doc(migration={"default_mode": "evict"}),
+            "f.yaml: migration.default_mode: 'evict' is not a migration",
         ),
         (
-            doc(migration={"namespaceModes": {"a": "nope"}}),
-            "f.yaml: migration.namespaceModes: a: 'nope' is not a migration mode",
+            doc(migration={"namespace_modes": {"a": "nope"}}),
+            "f.yaml: migration.namespace_modes: a: 'nope' is not a migration mode",
         ),
         (
             doc(checks={"command": "dcgmi diag"}),
@@ -117,7 +130,7 @@ def test_a_backoff_above_the_old_cap_is_fine_when_the_cap_rises_with_it() -> Non
         (doc(checks={"image": ""}), "f.yaml: checks.image: '' must be a non-empty string"),
         (
             doc(policy={"backoff": "8d"}),
-            "f.yaml: policy.maxBackoff must be at least policy.backoff",
+            "f.yaml: policy.max_backoff must be at least policy.backoff",
         ),
     ],
 )
@@ -141,10 +154,10 @@ values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=8,
 )
-sections = st.sampled_from(["policy", "breaker", "newQuarantines", "migration", "checks", "intake", "x"])
+sections = st.sampled_from(["policy", "breaker", "new_quarantines", "migration", "checks", "intake", "x"])
 keys = st.sampled_from(
-    ["probeTimeout", "backoff", "maxBackoff", "rateFraction", "burst", "defaultMode", "namespaceModes",
-     "command", "image", "expiry", "leaseCap", "nodeInFlight", "y"]
+    ["probe_timeout", "backoff", "max_backoff", "rate_fraction", "burst", "default_mode", "namespace_modes",
+     "command", "image", "expiry", "lease_cap", "node_in_flight", "y"]
 )  # fmt: skip
 
 

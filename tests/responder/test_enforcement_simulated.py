@@ -1,4 +1,4 @@
-"""Enforcement in the simulated cluster (responder.enforcement).
+"""Enforcement in the simulated cluster (responder.enforce.shipped).
 
 Aspects: the served DeviceTaintRule version is discovered; a DRA quarantine is one rule owned
 by its record, selecting driver/pool/device, with the quarantine taint (NoSchedule, or None
@@ -21,11 +21,12 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.resources import NODE, Resource
 from gpuhealth.kube.transport import KubeTransport
-from responder.enforcement import NODE_ANNOTATION, Enforcer, NotOurs, NotServed, discover
-from responder.intake import IntakeSettings, Write, decide
-from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, Enforce
-from responder.recorder import QUARANTINES
-from responder.records import Quarantine, from_object, to_object
+from responder.enforce.node_annotation import NODE_ANNOTATION
+from responder.enforce.shipped import Enforcer
+from responder.enforce.taint_rules import NotOurs, NotServed, discover
+from responder.reconcile.policy import CANARY_TAINT, QUARANTINE_TAINT, Enforce
+from responder.records import QUARANTINES, Quarantine, from_object, to_object
+from responder.webhook.intake import IntakeSettings, Write, decide
 from simulator.apiserver.versions import KubernetesVersion
 from tests.responder.test_intake import alert
 from tests.simulator.conftest import ServedCluster

@@ -1,4 +1,4 @@
-"""The scheduler extender's filter (responder.extender) with kube-scheduler's wire shapes.
+"""The scheduler extender's filter (responder.extender.filter) with kube-scheduler's wire shapes.
 
 Aspects: ExtenderArgs with Nodes (a NodeList) or NodeNames (nodeCacheCapable) parse, and the
 result answers in the same form; a node fails only where the pod's GPUs do not fit once
@@ -16,7 +16,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from responder.extender import ArgsError, NodeCapacity, error_result, filter_nodes, gpus_requested, parse_args
+from responder.extender.filter import (
+    ArgsError,
+    NodeCapacity,
+    error_result,
+    filter_nodes,
+    gpus_requested,
+    parse_args,
+)
 
 
 def pod(gpus: int, *, init: int = 0) -> dict[str, Any]:

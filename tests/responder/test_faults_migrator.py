@@ -20,7 +20,7 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
-from responder.migrator import Migrator, MigratorSettings
+from responder.migrate.executor import Migrator, MigratorSettings
 from responder.records import MigrationOutcome
 from simulator.testing import running_cluster
 from tests.responder.test_migrator_simulated import DEADLINE, migrate, quarantine, running, the

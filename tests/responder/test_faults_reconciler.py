@@ -27,15 +27,16 @@ from gpuhealth.kube.config import api_client
 from gpuhealth.kube.resources import NAMESPACE, NODE
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
-from responder.breaker_store import BreakerStore
-from responder.checks import CheckSettings, JobChecks
-from responder.enforcement import NODE_ANNOTATION, Enforcer, discover
-from responder.events import EVENT, KubeEvents
-from responder.health import StaticHealth
-from responder.policy import Health
-from responder.reconciler import Reconciler, WatchBackoff
-from responder.recorder import QUARANTINES
-from responder.records import Phase
+from responder.checks.jobs import CheckSettings, JobChecks
+from responder.enforce.node_annotation import NODE_ANNOTATION
+from responder.enforce.shipped import Enforcer
+from responder.enforce.taint_rules import discover
+from responder.reconcile.breaker_store import BreakerStore
+from responder.reconcile.events import EVENT, KubeEvents
+from responder.reconcile.health import StaticHealth
+from responder.reconcile.policy import Health
+from responder.reconcile.reconciler import Reconciler, WatchBackoff
+from responder.records import QUARANTINES, Phase
 from simulator.fleet.objects import gpu_uuid
 from simulator.testing import running_cluster
 from tests.responder.test_reconciler_simulated import CRD_FILE, CRDS, NS, SCENARIO, SETTINGS, World

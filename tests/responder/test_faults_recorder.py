@@ -26,9 +26,9 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.resources import Resource
 from gpuhealth.kube.transport import KubeTransport
-from responder.recorder import QUARANTINES, Recorder
-from responder.records import from_object, record_name
-from responder.webhook import WebhookMetrics, WebhookSettings, add_webhook
+from responder.records import QUARANTINES, from_object, record_name
+from responder.webhook.recorder import Recorder
+from responder.webhook.server import WebhookMetrics, WebhookSettings, add_webhook
 from tests.simulator.conftest import ServedCluster
 from tests.support.faulty_transport import WATCH_ONLY, Fault, FaultyTransport
 

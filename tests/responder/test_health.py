@@ -1,4 +1,4 @@
-"""Device health for the reconciler (responder.health).
+"""Device health for the reconciler (responder.reconcile.health).
 
 Aspects: the two recording rules decide Unhealthy > Unknown > Healthy, a device the rules list
 with no unknown series is Unknown, and one the unknown rule lists with no unhealthy series
@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestServer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from responder.health import (
+from responder.reconcile.health import (
     UNHEALTHY_RULE,
     UNKNOWN_RULE,
     HealthSnapshot,
@@ -29,7 +29,7 @@ from responder.health import (
     classify,
     parse_vector,
 )
-from responder.policy import Health
+from responder.reconcile.policy import Health
 
 
 def vector(values: dict[tuple[str, str], Any]) -> dict[str, Any]:

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from gpuhealth.testing.loopback import ScrapeJob, run_prometheus, wait_until
-from responder.health import HealthSnapshot, HealthUnavailable, PrometheusHealth
-from responder.policy import Health
+from responder.reconcile.health import HealthSnapshot, HealthUnavailable, PrometheusHealth
+from responder.reconcile.policy import Health
 
 pytestmark = pytest.mark.integration
 

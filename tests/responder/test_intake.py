@@ -1,4 +1,4 @@
-"""What the webhook records for an alert (responder.intake).
+"""What the webhook records for an alert (responder.webhook.intake).
 
 Aspects: a firing alert opens a Pending quarantine named after its device; duplicates,
 replays and HA peers' copies change nothing (property: any sequence with duplicates inserted
@@ -17,10 +17,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuhealth.kube.meta import rfc3339
 from gpuhealth.outcomes import Skipped, Unchanged
-from responder.alerts import Alert
-from responder.intake import IntakeSettings, Write, decide, reason_of, rfc3339
 from responder.records import ACTIVE_PHASES, DRA, Phase, Quarantine, QuarantineStatus, record_name
+from responder.webhook.alerts import Alert
+from responder.webhook.intake import IntakeSettings, Write, decide, reason_of
 
 SETTINGS = IntakeSettings()
 NOW = 1_800_000_000.0

@@ -1,6 +1,6 @@
 """Two responder replicas, each with its webhook and its leader election, on the same alerts.
 
-Aspects: HA Alertmanager delivers every alert to both replicas' webhooks (`responder.webhook`
+Aspects: HA Alertmanager delivers every alert to both replicas' webhooks (`responder.webhook.server`
 with a `Recorder` each) while both run `LeaderElector.run(reconciler.run)` on the same Lease:
 the job moves once and the device is released, and every action came from one replica only
 (the other's client made none of them). Then the same with the leader killed (its elector's
@@ -26,11 +26,12 @@ from prometheus_client import CollectorRegistry
 
 from gpuhealth.kube.elector import LeaderElector
 from gpuhealth.kube.lease import ElectionSettings
-from responder.intake import rfc3339
-from responder.policy import Health
-from responder.recorder import QUARANTINES, Recorder
-from responder.records import MigrationOutcome, Phase, Quarantine
-from responder.webhook import PATH, WebhookMetrics, WebhookSettings, add_webhook
+from gpuhealth.kube.meta import rfc3339
+from responder.ladder import PROBING
+from responder.reconcile.policy import Health
+from responder.records import QUARANTINES, MigrationOutcome, Phase, Quarantine
+from responder.webhook.recorder import Recorder
+from responder.webhook.server import PATH, WebhookMetrics, WebhookSettings, add_webhook
 from simulator.testing import running_cluster
 from tests.support.flows import (
     NS,
@@ -167,7 +168,7 @@ async def drive(w: World, flow: Flow, candidates: list[Candidate], *, kill: bool
             await asyncio.to_thread(flow.device_fault, "recover")  # the GPU is well again
             await deliver(candidates, flow, "resolved")
             resolved = True
-        if not healthy and record.status.phase == Phase.PROBING:
+        if not healthy and record.status.phase == PROBING:
             w.health.set(flow.node, flow.device, Health.HEALTHY, w.clock.now())
             healthy = True
         if kill and last is not None and last.status != record.status:

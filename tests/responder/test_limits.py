@@ -1,4 +1,4 @@
-"""Token buckets (responder.limits).
+"""Token buckets (responder.reconcile.limits).
 
 Aspects: a bucket never allows more than its burst plus what its rate regained over any
 interval (property-tested over random request times); work over the limit gets a wait, not
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from responder.limits import Bucket, BucketSettings
+from responder.reconcile.limits import Bucket, BucketSettings
 
 settings_st = st.builds(
     BucketSettings, st.integers(min_value=1, max_value=20), st.floats(min_value=0.5, max_value=7200)

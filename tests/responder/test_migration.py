@@ -1,4 +1,4 @@
-"""Migration plans (responder.migration), as properties over random jobs and contexts.
+"""Migration plans (responder.migrate.plan), as properties over random jobs and contexts.
 
 Aspects: no move begins while the breaker is open, one under way goes on (property); a
 restrict never evicts, requests or locks anything; in checkpoint mode no pod is
@@ -6,8 +6,11 @@ evicted before its commit of this key; allow-completion never evicts; nothing is
 or evicted without this flow holding the job's lease; a lease is taken only when free and
 the node has a slot; the namespace cap holds; only target pods are evicted, shardable jobs
 move only the device's shard; undeclared or late checkpoints are unrecoverable (evidence and
-a tenant event, no eviction); a simulated world (commits, evictions, an owner recreating
-pods elsewhere) ends in Succeeded with the recreated pods untouched.
+a tenant event, no eviction); a move past its lease cap fails once (tenant told, lease released,
+nothing evicted); an eviction's answer is judged (a 429 waits at least the floor, a refusal for
+good fails, a server error retries, never the other way round); the node and namespace caps
+count only what the records hold within the hour (properties); a simulated world (commits,
+evictions, an owner recreating pods elsewhere) ends in Succeeded with the recreated pods untouched.
 """
 
 from __future__ import annotations
@@ -18,28 +21,36 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from responder.migration import (
+from responder.migrate.plan import (
     CHECKPOINT,
     CHECKPOINT_POLL_SECONDS,
     COMMITTED,
+    EVICTION_RETRY_FLOOR_SECONDS,
+    FAILED_REASON,
+    HOUR,
     REQUESTED,
+    SEVERAL_BUDGETS,
     TOPOLOGY,
+    Answer,
     Context,
     Evict,
     JobView,
     KeepEvidence,
     MigrationSettings,
     Mode,
-    Outcome,
     PodView,
     ReleaseLease,
     RequestCheckpoint,
     TakeLease,
     TellTenant,
     choose_targets,
+    evictions_left,
+    judge_eviction,
     migration_key,
+    node_slot_free,
     plan,
 )
+from responder.records import Migration, MigrationOutcome
 
 KEY = migration_key("GPU-1", "job-uid", "2026-11-30T10:00:00Z")
 ME = "gpu-node-1-gpu-1-abc"
@@ -89,7 +100,7 @@ contexts = st.builds(
     namespace_evictions_left=st.integers(min_value=0, max_value=3),
     settings=st.just(MigrationSettings()),
     may_start=st.booleans(),
-    started=st.booleans(),
+    started_at=st.sampled_from([None, 1_800_000_000.0 - 60, 1_800_000_000.0 - 3600, 1_800_000_000.0 - 86400]),
 )
 
 
@@ -100,7 +111,7 @@ def test_the_safety_rules_hold_for_any_job(job: JobView, ctx: Context) -> None:
     touched = [e for e in result.effects if isinstance(e, Evict | RequestCheckpoint | TakeLease)]
     by_uid = {p.uid: p for p in job.pods}
     if ctx.action == "restrict":
-        assert touched == [] and result.outcome == Outcome.SUCCEEDED
+        assert touched == [] and result.outcome == MigrationOutcome.SUCCEEDED
     if ctx.mode == Mode.ALLOW_COMPLETION:
         assert evicted == []
     for e in evicted:
@@ -119,8 +130,26 @@ def test_the_safety_rules_hold_for_any_job(job: JobView, ctx: Context) -> None:
             assert job.lease_holder is None and ctx.node_slot_free
             assert e.seconds <= ctx.settings.lease_cap_seconds
             # The breaker holds back the start of a move, never one under way.
-            assert ctx.may_start or ctx.started
-    if result.outcome == Outcome.UNRECOVERABLE:
+            assert ctx.may_start or ctx.started_at is not None
+    cap = ctx.settings.lease_cap_seconds
+    if (
+        ctx.started_at is not None
+        and ctx.now - ctx.started_at >= cap
+        and result.outcome == MigrationOutcome.FAILED
+    ):
+        # Past the lease cap a move stops: nothing touched, the tenant told, the lease released.
+        assert touched == []
+        assert {e.pod for e in result.effects if isinstance(e, TellTenant)} == {
+            p.name for p in job.pods if p.on_device
+        }
+        assert any(isinstance(e, ReleaseLease) for e in result.effects) == (job.lease_holder == ctx.identity)
+    if (
+        result.outcome == MigrationOutcome.WAITING
+        and ctx.started_at is not None
+        and ctx.action == "quarantine"
+    ):
+        assert ctx.now - ctx.started_at < cap  # no move waits past its cap
+    if result.outcome == MigrationOutcome.UNRECOVERABLE:
         assert evicted == [] and any(isinstance(e, KeepEvidence) for e in result.effects) == any(
             by_uid[u].on_device for u in (result.targets or ()) if u in by_uid and not by_uid[u].finished
         )
@@ -168,9 +197,9 @@ def test_a_simulated_move_ends_with_the_recreated_pods_untouched() -> None:
             elif isinstance(e, ReleaseLease):
                 job = replace(job, lease_holder=None)
         job = replace(job, pods=tuple(pods.values()))
-        if result.outcome == Outcome.SUCCEEDED:
+        if result.outcome == MigrationOutcome.SUCCEEDED:
             break
-    assert result.outcome == Outcome.SUCCEEDED
+    assert result.outcome == MigrationOutcome.SUCCEEDED
     assert sorted(evicted) == ["a", "b"]  # fixed topology: the whole job, once each
     assert job.lease_holder is None
 
@@ -182,7 +211,7 @@ def test_a_flow_waiting_for_commits_looks_again_soon_not_only_at_the_timeout() -
     settings = MigrationSettings(checkpoint_timeout_seconds=600.0)
     ctx = Context(100.0, "quarantine", Mode.CHECKPOINT, ME, KEY, 90.0, ("a",), True, 10, settings)
     waiting = plan(job, ctx)
-    assert waiting.outcome == Outcome.WAITING and waiting.recheck_seconds == CHECKPOINT_POLL_SECONDS
+    assert waiting.outcome == MigrationOutcome.WAITING and waiting.recheck_seconds == CHECKPOINT_POLL_SECONDS
     nearly = plan(job, replace(ctx, now=90.0 + 598.0))
     assert nearly.recheck_seconds == pytest.approx(2.0)
 
@@ -192,7 +221,7 @@ def test_work_without_a_checkpoint_is_unrecoverable_and_kept() -> None:
     job = JobView("ns", "Deployment/web", "d-uid", (pod,), None)
     ctx = Context(1.0, "quarantine", Mode.CHECKPOINT, ME, KEY, None, None, True, 10, MigrationSettings())
     result = plan(job, ctx)
-    assert result.outcome == Outcome.UNRECOVERABLE
+    assert result.outcome == MigrationOutcome.UNRECOVERABLE
     assert [type(e) for e in result.effects] == [KeepEvidence, TellTenant]
 
 
@@ -203,7 +232,7 @@ def test_a_late_checkpoint_is_unrecoverable_and_the_lease_released() -> None:
         10_000.0, "quarantine", Mode.CHECKPOINT, ME, KEY, 1.0, ("a",), True, 10, MigrationSettings()
     )
     result = plan(job, ctx)
-    assert result.outcome == Outcome.UNRECOVERABLE and "no checkpoint committed" in result.detail
+    assert result.outcome == MigrationOutcome.UNRECOVERABLE and "no checkpoint committed" in result.detail
     assert isinstance(result.effects[-1], ReleaseLease)
 
 
@@ -235,11 +264,128 @@ def test_an_open_breaker_starts_no_move_but_lets_one_under_way_go_on() -> None:
         may_start=False,
     )
     held_back = plan(job, ctx)
-    assert held_back.outcome == Outcome.WAITING and held_back.effects == ()
+    assert held_back.outcome == MigrationOutcome.WAITING and held_back.effects == ()
     assert "circuit breaker" in held_back.detail
     # The same move once under way (its lease lapsed meanwhile): the lease is taken again.
-    going_on = plan(job, replace(ctx, started=True))
+    going_on = plan(job, replace(ctx, started_at=ctx.now - 60))
     assert [type(e) for e in going_on.effects] == [TakeLease]
     # With the lease held, a move under way asks for its checkpoint whatever the breaker.
     holding = plan(replace(job, lease_holder=ME), ctx)
     assert [type(e) for e in holding.effects] == [RequestCheckpoint]
+
+
+@given(
+    status=st.sampled_from([None, 200, 201, 403, 404, 409, 422, 429, 500, 502, 503, 504]),
+    temporary=st.booleans(),
+    several=st.booleans(),
+    retry_after=st.one_of(st.none(), st.floats(min_value=0, max_value=600)),
+)
+def test_an_evictions_answer_is_judged_once_and_for_good_only_when_retrying_cannot_help(
+    status: int | None, temporary: bool, several: bool, retry_after: float | None
+) -> None:
+    message = f"Cannot evict pod as it would violate {SEVERAL_BUDGETS}" if several else "boom"
+    verdict = judge_eviction(status, temporary=temporary, message=message, retry_after=retry_after)
+    if status == 429:
+        assert verdict.answer is Answer.WAIT
+        assert verdict.seconds >= max(EVICTION_RETRY_FLOOR_SECONDS, retry_after or 0.0)
+    elif status in (200, 201):
+        assert verdict.answer is Answer.EVICTED
+    elif status in (404, 409):
+        assert verdict.answer is Answer.GONE
+    elif status is None:
+        assert verdict.answer is Answer.RETRY  # no answer at all: never a final verdict
+    elif status == 500 and several:
+        assert verdict.answer is Answer.FAILED  # the budgets' refusal, whatever the client thinks
+    else:
+        assert verdict.answer is (Answer.RETRY if temporary else Answer.FAILED)
+
+
+def test_a_move_past_its_lease_cap_fails_once_and_lets_go() -> None:
+    job = JobView("ns", "Job/train", "job-uid", (checkpointing("a", True), checkpointing("b", False)), ME)
+    now = 1_800_000_000.0
+    ctx = Context(
+        now=now,
+        action="quarantine",
+        mode=Mode.CHECKPOINT,
+        identity=ME,
+        key=KEY,
+        requested_at=now - 30,
+        targets=("a", "b"),
+        node_slot_free=True,
+        namespace_evictions_left=3,
+        settings=MigrationSettings(lease_cap_seconds=600),
+        started_at=now - 599,
+    )
+    assert plan(job, ctx).outcome == MigrationOutcome.WAITING
+    stopped = plan(job, replace(ctx, started_at=now - 600))
+    assert stopped.outcome == MigrationOutcome.FAILED and "lease cap (600 s)" in stopped.detail
+    assert stopped.effects == (
+        TellTenant(
+            "ns",
+            "pod-a",
+            FAILED_REASON,
+            f"the GPU this pod uses is quarantined and moving the pod failed: {stopped.detail}",
+        ),
+        ReleaseLease("ns", "Job/train"),
+    )
+
+
+def _move(
+    namespace: str, *, started: float | None, finished: bool, evictions: tuple[float, ...] = ()
+) -> Migration:
+    from responder.webhook.intake import rfc3339
+
+    return Migration(
+        namespace,
+        "Job/x",
+        "uid",
+        "k",
+        started_at=rfc3339(started) if started is not None else "",
+        evictions=tuple(rfc3339(t) for t in evictions),
+        outcome=MigrationOutcome.SUCCEEDED if finished else MigrationOutcome.WAITING,
+    )
+
+
+moves = st.lists(
+    st.builds(
+        _move,
+        st.sampled_from(["ns", "other"]),
+        started=st.one_of(
+            st.none(), st.floats(min_value=-2 * HOUR, max_value=0).map(lambda d: 1_800_000_000.0 + d)
+        ),
+        finished=st.booleans(),
+        evictions=st.lists(
+            st.floats(min_value=-2 * HOUR, max_value=0).map(lambda d: 1_800_000_000.0 + d), max_size=4
+        ).map(tuple),
+    ),
+    max_size=8,
+)
+
+
+@given(moves, st.integers(min_value=1, max_value=4), st.integers(min_value=1, max_value=6))
+def test_the_caps_count_only_what_the_records_hold_within_the_hour(
+    on_node: list[Migration], in_flight_limit: int, per_hour_limit: int
+) -> None:
+    now = 1_800_000_000.0
+    free = node_slot_free(on_node, now, in_flight_limit=in_flight_limit, per_hour_limit=per_hour_limit)
+    in_flight = sum(1 for m in on_node if m.started_at and not m.outcome.finished)
+    recent = sum(1 for m in on_node if m.started_at and now - _at(m.started_at) < HOUR)
+    assert free == (in_flight < in_flight_limit and recent < per_hour_limit)
+    left = evictions_left("ns", on_node, now, per_hour_limit=per_hour_limit)
+    evicted = sum(1 for m in on_node if m.namespace == "ns" for t in m.evictions if now - _at(t) < HOUR)
+    assert left == max(0, per_hour_limit - evicted)
+    # Finished moves and moves of the other namespace never hold a slot or an eviction back.
+    assert node_slot_free(
+        [m for m in on_node if m.outcome.finished and not m.started_at],
+        now,
+        in_flight_limit=1,
+        per_hour_limit=1,
+    )
+
+
+def _at(stamp: str) -> float:
+    from gpuhealth.kube.meta import parse_rfc3339
+
+    at = parse_rfc3339(stamp)
+    assert at is not None
+    return at

@@ -1,4 +1,4 @@
-"""The migration executor against a fake client (responder.migrator).
+"""The migration executor against a fake client (responder.migrate.executor).
 
 Aspects: the checkpoint flow end to end (lease taken and owned by the record, checkpoint
 requested once with the key, eviction with a dry run first only after the commit, success
@@ -27,20 +27,25 @@ from gpuhealth.clock import ManualClock
 from gpuhealth.kube.client import ObjectList
 from gpuhealth.kube.errors import AlreadyExists, ApiError, Conflict, NotFound, TooManyRequests, Unavailable
 from gpuhealth.kube.resources import Resource
-from responder.migration import COMMITTED, REQUESTED, MigrationSettings, Mode
-from responder.migrator import (
+from responder.migrate.executor import (
     EVENT,
-    FAILED_REASON,
-    UNRECOVERABLE_REASON,
     Migrator,
     MigratorMetrics,
     MigratorSettings,
     lease_name,
 )
-from responder.recorder import QUARANTINES
+from responder.migrate.plan import (
+    COMMITTED,
+    FAILED_REASON,
+    REQUESTED,
+    UNRECOVERABLE_REASON,
+    MigrationSettings,
+    Mode,
+)
 from responder.records import (
     DEVICE_PLUGIN,
     DRA,
+    QUARANTINES,
     Migration,
     MigrationOutcome,
     Phase,

@@ -1,4 +1,4 @@
-"""When the migrator reads the other records (responder.migrator, a performance fix).
+"""When the migrator reads the other records (responder.migrate.executor, a performance fix).
 
 Aspects: a quarantined device with nothing to move (no pods on it, every move it remembers
 finished) comes back exactly as before and costs no list of the records (reading them made a
@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from gpuhealth.clock import ManualClock
 from gpuhealth.kube.resources import Resource
-from responder.migrator import Migrator, MigratorMetrics, MigratorSettings
+from responder.migrate.executor import Migrator, MigratorMetrics, MigratorSettings
 from responder.records import Migration, MigrationOutcome, Quarantine
 from tests.responder.test_migrator import NOW, FakeClient, pod, record
 

@@ -1,4 +1,4 @@
-"""The migration executor in a whole simulated fleet (responder.migrator with kubelets, scheduler,
+"""The migration executor in a whole simulated fleet (responder.migrate.executor with kubelets, scheduler,
 controllers and the workloads' checkpoint agents).
 
 Aspects: a checkpointable Job on a quarantined device (the device fails in the fleet too: its
@@ -28,13 +28,14 @@ from gpuhealth.kube.errors import ApiError, NotFound
 from gpuhealth.kube.resources import LEASE, POD, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
-from responder.enforcement import Enforcer, discover
-from responder.migration import COMMITTED
-from responder.migrator import EVENT, UNRECOVERABLE_REASON, Migrator, MigratorSettings, lease_name
-from responder.policy import QUARANTINE_TAINT, Enforce
-from responder.recorder import QUARANTINES
+from responder.enforce.shipped import Enforcer
+from responder.enforce.taint_rules import discover
+from responder.migrate.executor import EVENT, Migrator, MigratorSettings, lease_name
+from responder.migrate.plan import COMMITTED, UNRECOVERABLE_REASON
+from responder.reconcile.policy import QUARANTINE_TAINT, Enforce
 from responder.records import (
     DEVICE_PLUGIN,
+    QUARANTINES,
     Migration,
     MigrationOutcome,
     Phase,

@@ -1,4 +1,4 @@
-"""The reconciler's phase machine (responder.policy), as properties over random worlds.
+"""The reconciler's phase machine (responder.reconcile.policy), as properties over random worlds.
 
 Aspects: a release only ever follows Probing, Canary, Stabilizing and Ramp of the same
 attempt (property); the breaker defers only new automatic quarantines and never changes a
@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pytest
 from hypothesis import given, settings, target
 from hypothesis import strategies as st
 
-from gpuhealth.kube.meta import parse_rfc3339
-from responder.breaker import BreakerState, Counts
-from responder.intake import IntakeSettings, Write, decide, rfc3339
-from responder.limits import Bucket, BucketSettings
-from responder.policy import (
+from gpuhealth.kube.meta import parse_rfc3339, rfc3339
+from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
+from responder.reconcile.breaker import BreakerState, Counts
+from responder.reconcile.limits import Bucket, BucketSettings
+from responder.reconcile.policy import (
     BACKING_OFF,
     CANARY_TAINT,
     DEVICE_IN_USE,
@@ -44,7 +45,8 @@ from responder.policy import (
     needs_holders,
     step,
 )
-from responder.records import Migration, MigrationOutcome, Phase, Quarantine
+from responder.records import CheckOutcome, Migration, MigrationOutcome, Phase, Quarantine, Verdict
+from responder.webhook.intake import IntakeSettings, Write, decide
 from tests.responder.test_intake import alert
 
 NOW = 1_800_000_000.0
@@ -55,7 +57,16 @@ SETTINGS = PolicySettings(
     ramp_seconds=60,
     backoff_seconds=300,
 )
-RELEASE_PATH = [Phase.PROBING, Phase.CANARY, Phase.STABILIZING, Phase.RAMP]
+RELEASE_PATH = [PROBING, CANARY, STABILIZING, RAMP]
+
+
+ENFORCED_AS = "DeviceTaintRule/the-record"
+"""What the record's backend calls its enforcement, as the reconciler's view carries it."""
+
+
+def observed(*args: Any, **kwargs: Any) -> DeviceView:
+    """A DeviceView whose backend names its enforcement ENFORCED_AS."""
+    return DeviceView(*args, **{"enforced_as": ENFORCED_AS, **kwargs})
 
 
 def opened(actor_alert: bool = True, action: str = "quarantine", **labels: str) -> Quarantine:
@@ -167,12 +178,11 @@ def play(
                 world.probe = finished
             elif world.canary == CheckResult.RUNNING:
                 world.canary = finished
-        view = DeviceView(
+        view = observed(
             health=health,
             healthy_since=healthy_since,
             enforcement_present=world.enforcement is not None,
-            probe=world.probe,
-            canary=world.canary,
+            check={PROBING: world.probe, CANARY: world.canary}.get(record.status.phase, CheckResult.ABSENT),
             holders=holders if needs_holders(record, now) else (),
         )
         result = step(record, view, ctx(now, tripped=tripped))
@@ -183,7 +193,7 @@ def play(
             # device (its probe could not get it, and would count as the device's failure).
             assert all(m.outcome.finished for m in record.status.migrations), record.status.migrations
             assert not holders, holders
-            assert result.record.status.phase == Phase.PROBING
+            assert result.record.status.phase == PROBING
         world.apply(result.effects)
         steps.append(result)
         record = result.record
@@ -215,7 +225,7 @@ def test_the_breaker_never_changes_a_step_on_the_release_path(plan: list[tuple])
         record = result.record
     if record.status.phase not in RELEASE_PATH:
         return
-    view = DeviceView(health=Health.HEALTHY, healthy_since=NOW, enforcement_present=True)
+    view = observed(health=Health.HEALTHY, healthy_since=NOW, enforcement_present=True)
     later = NOW + 10_000
     assert step(record, view, ctx(later, tripped=True)) == step(record, view, ctx(later, tripped=False))
 
@@ -266,9 +276,9 @@ def test_long_seeded_runs_never_start_an_attempt_over_a_move_or_a_holder() -> No
 
 
 def test_a_move_in_flight_holds_the_release_in_quarantined_until_it_ends() -> None:
-    record = step(opened(), DeviceView(Health.UNHEALTHY), ctx(NOW)).record
+    record = step(opened(), observed(Health.UNHEALTHY), ctx(NOW)).record
     moving = record.with_migrations([Migration("research", "Job/train", "uid-train", "k")])
-    healthy = DeviceView(Health.HEALTHY, enforcement_present=True)
+    healthy = observed(Health.HEALTHY, enforcement_present=True)
     waiting = step(resolved(moving, NOW + 10), healthy, ctx(NOW + 20))
     assert (waiting.record.status.phase, waiting.record.status.phase_reason) == (Phase.QUARANTINED, MIGRATING)
     assert "Job/train" in waiting.record.status.history[-1].message
@@ -279,7 +289,7 @@ def test_a_move_in_flight_holds_the_release_in_quarantined_until_it_ends() -> No
     )
     assert needs_holders(moved, NOW + 30)
     probing = step(moved, healthy, ctx(NOW + 30))
-    assert probing.record.status.phase == Phase.PROBING and StartCheck("probe", 1) in probing.effects
+    assert probing.record.status.phase == PROBING and StartCheck("probe", 1) in probing.effects
     # An alert firing again while it waited: it waits for its alerts again, reason cleared.
     refired = decide(waiting.record, alert(starts_at=NOW + 25), now=NOW + 25, settings=IntakeSettings())
     assert isinstance(refired, Write)
@@ -288,10 +298,10 @@ def test_a_move_in_flight_holds_the_release_in_quarantined_until_it_ends() -> No
 
 
 def test_a_held_device_is_not_probed_until_it_is_free() -> None:
-    restricted = step(opened(action="restrict"), DeviceView(Health.UNKNOWN), ctx(NOW)).record
+    restricted = step(opened(action="restrict"), observed(Health.UNKNOWN), ctx(NOW)).record
     free = resolved(restricted, NOW + 10)
     assert needs_holders(free, NOW + 20) and not needs_holders(restricted, NOW + 20)
-    held = DeviceView(Health.HEALTHY, enforcement_present=True, holders=("lab/notebook-0",))
+    held = observed(Health.HEALTHY, enforcement_present=True, holders=("lab/notebook-0",))
     waiting = step(free, held, ctx(NOW + 20))
     assert (waiting.record.status.phase, waiting.record.status.phase_reason) == (
         Phase.QUARANTINED,
@@ -302,7 +312,7 @@ def test_a_held_device_is_not_probed_until_it_is_free() -> None:
     again = step(waiting.record, held, ctx(NOW + 50))
     assert again.record == waiting.record  # level-triggered: nothing rewritten while it waits
     probing = step(waiting.record, replace(held, holders=()), ctx(NOW + 80))
-    assert probing.record.status.phase == Phase.PROBING
+    assert probing.record.status.phase == PROBING
 
 
 def check_release_path(steps: list[Step]) -> bool:
@@ -331,14 +341,14 @@ def test_long_seeded_runs_release_only_along_the_path() -> None:
 def test_the_whole_way_out() -> None:
     world, now = World(), NOW
     record = opened(driver="gpu.nvidia.com", pool="p", device_name="gpu-3")
-    first = step(record, DeviceView(Health.UNHEALTHY), ctx(now))
+    first = step(record, observed(Health.UNHEALTHY), ctx(now))
     assert first.record.status.phase == Phase.QUARANTINED and first.took_token
-    assert first.record.status.enforced == f"DeviceTaintRule/{record.name}"
+    assert first.record.status.enforced == ENFORCED_AS
     assert Enforce(QUARANTINE_TAINT, "Unhealthy", "NoSchedule") in first.effects
     world.apply(first.effects)
     record = resolved(first.record, now + 100)
     phases = []
-    view = DeviceView(Health.HEALTHY, healthy_since=now + 100, enforcement_present=True)
+    view = observed(Health.HEALTHY, healthy_since=now + 100, enforcement_present=True)
     start = now
     for now, probe, canary in [
         (start + 110, CheckResult.ABSENT, CheckResult.ABSENT),  # -> Probing, probe started
@@ -347,43 +357,46 @@ def test_the_whole_way_out() -> None:
         (start + 130 + 120, CheckResult.SUCCEEDED, CheckResult.SUCCEEDED),  # -> Ramp
         (start + 130 + 120 + 60, CheckResult.SUCCEEDED, CheckResult.SUCCEEDED),  # -> Released
     ]:
-        result = step(record, replace(view, probe=probe, canary=canary), ctx(now))
+        check = {PROBING: probe, CANARY: canary}.get(record.status.phase, CheckResult.ABSENT)
+        result = step(record, replace(view, check=check), ctx(now))
         record = result.record
         phases.append((record.status.phase, [type(e).__name__ for e in result.effects]))
     assert phases == [
-        (Phase.PROBING, ["StartCheck"]),
-        (Phase.CANARY, ["StartCheck"]),
-        (Phase.STABILIZING, []),
-        (Phase.RAMP, ["Enforce"]),
+        (PROBING, ["StartCheck"]),
+        (CANARY, ["StartCheck"]),
+        (STABILIZING, []),
+        (RAMP, ["Enforce"]),
         (Phase.RELEASED, ["Unenforce", "Notify"]),
     ]
-    assert record.status.last_check == "canary-passed" and record.status.enforced == ""
+    assert record.status.last_check == CheckOutcome("canary", 1, Verdict.PASSED)
+    assert record.status.enforced == ""
 
 
 def test_a_failed_probe_quarantines_again_with_a_doubling_backoff() -> None:
-    record = step(opened(), DeviceView(Health.UNHEALTHY), ctx(NOW)).record
+    record = step(opened(), observed(Health.UNHEALTHY), ctx(NOW)).record
     expiries = []
     now = NOW
     for attempt in (1, 2):
-        probing = step(resolved(record, now), DeviceView(Health.HEALTHY, enforcement_present=True), ctx(now))
+        probing = step(resolved(record, now), observed(Health.HEALTHY, enforcement_present=True), ctx(now))
         assert probing.record.status.attempt == attempt
         failed = step(
             probing.record,
-            DeviceView(Health.HEALTHY, enforcement_present=True, probe=CheckResult.FAILED),
+            observed(Health.HEALTHY, enforcement_present=True, check=CheckResult.FAILED),
             ctx(now),
         )
         record = failed.record
-        assert record.status.phase == Phase.QUARANTINED and record.status.last_check == "probe-failed"
+        assert record.status.phase == Phase.QUARANTINED
+        assert record.status.last_check == CheckOutcome("probe", attempt, Verdict.FAILED)
         expiries.append(record.spec.expires_at)
         now = parse_rfc3339(record.spec.expires_at) or now
     assert expiries == [rfc3339(NOW + 300), rfc3339(NOW + 300 + 600)]
 
 
 def test_after_a_failure_the_next_attempt_waits_for_the_backoff_with_the_reason_visible() -> None:
-    record = step(opened(), DeviceView(Health.UNHEALTHY), ctx(NOW)).record
-    healthy = DeviceView(Health.HEALTHY, enforcement_present=True)
+    record = step(opened(), observed(Health.UNHEALTHY), ctx(NOW)).record
+    healthy = observed(Health.HEALTHY, enforcement_present=True)
     probing = step(resolved(record, NOW), healthy, ctx(NOW)).record
-    failed = step(probing, replace(healthy, probe=CheckResult.FAILED), ctx(NOW + 30)).record
+    failed = step(probing, replace(healthy, check=CheckResult.FAILED), ctx(NOW + 30)).record
     assert failed.spec.expires_at == rfc3339(NOW + 30 + 300)
     # The alerts are resolved, the device looks healthy: still no second probe before the backoff.
     waiting = step(failed, healthy, ctx(NOW + 31))
@@ -398,7 +411,7 @@ def test_after_a_failure_the_next_attempt_waits_for_the_backoff_with_the_reason_
     firing = step(refired.record, healthy, ctx(NOW + 40)).record
     assert (firing.status.phase, firing.status.phase_reason) == (Phase.QUARANTINED, "")
     retried = step(waiting.record, healthy, ctx(NOW + 330))
-    assert (retried.record.status.phase, retried.record.status.attempt) == (Phase.PROBING, 2)
+    assert (retried.record.status.phase, retried.record.status.attempt) == (PROBING, 2)
     assert retried.record.status.phase_reason == ""
     assert StartCheck("probe", 2) in retried.effects
 
@@ -450,55 +463,55 @@ def test_long_seeded_runs_retry_only_after_the_backoff() -> None:
 
 
 def test_the_breaker_defers_automatic_quarantines_but_not_a_persons() -> None:
-    automatic = step(opened(), DeviceView(Health.UNHEALTHY), ctx(NOW, tripped=True))
+    automatic = step(opened(), observed(Health.UNHEALTHY), ctx(NOW, tripped=True))
     assert automatic.record.status.phase == Phase.DEFERRED
     assert automatic.record.status.phase_reason == "BreakerOpen"
     assert not any(isinstance(e, Enforce) for e in automatic.effects)
-    manual = step(opened(actor_alert=False), DeviceView(Health.UNHEALTHY), ctx(NOW, tripped=True))
+    manual = step(opened(actor_alert=False), observed(Health.UNHEALTHY), ctx(NOW, tripped=True))
     assert manual.record.status.phase == Phase.QUARANTINED
 
 
 def test_a_tripping_admission_saves_the_breaker() -> None:
     small = replace(ctx(NOW), counts=Counts(eligible=10, started_in_window=5, quarantined=0))
-    result = step(opened(), DeviceView(Health.UNHEALTHY), small)
+    result = step(opened(), observed(Health.UNHEALTHY), small)
     assert result.record.status.phase == Phase.DEFERRED
     assert isinstance(result.effects[0], SaveBreaker) and result.effects[0].state.tripped
 
 
 def test_deferred_devices_are_reevaluated_not_replayed() -> None:
-    deferred = step(opened(), DeviceView(Health.UNHEALTHY), ctx(NOW, tripped=True)).record
-    still = step(deferred, DeviceView(Health.UNHEALTHY), ctx(NOW + 10))
+    deferred = step(opened(), observed(Health.UNHEALTHY), ctx(NOW, tripped=True)).record
+    still = step(deferred, observed(Health.UNHEALTHY), ctx(NOW + 10))
     assert still.record.status.phase == Phase.PENDING
-    healthy = step(deferred, DeviceView(Health.HEALTHY), ctx(NOW + 10))
+    healthy = step(deferred, observed(Health.HEALTHY), ctx(NOW + 10))
     assert healthy.record.status.phase == Phase.RELEASED and not healthy.effects
-    old_unknown = step(deferred, DeviceView(Health.UNKNOWN), ctx(NOW + 2 * 3600))
+    old_unknown = step(deferred, observed(Health.UNKNOWN), ctx(NOW + 2 * 3600))
     assert old_unknown.record.status.phase == Phase.RELEASED
 
 
 def test_what_a_person_removed_is_abandoned_never_reapplied() -> None:
-    record = step(opened(), DeviceView(Health.UNHEALTHY), ctx(NOW)).record
-    gone = step(record, DeviceView(Health.UNHEALTHY, enforcement_present=False), ctx(NOW + 5))
+    record = step(opened(), observed(Health.UNHEALTHY), ctx(NOW)).record
+    gone = step(record, observed(Health.UNHEALTHY, enforcement_present=False), ctx(NOW + 5))
     assert gone.record.status.phase == Phase.ABANDONED
     assert not any(isinstance(e, Enforce) for e in gone.effects)
-    assert step(gone.record, DeviceView(Health.UNHEALTHY), ctx(NOW + 10)).effects == ()
+    assert step(gone.record, observed(Health.UNHEALTHY), ctx(NOW + 10)).effects == ()
 
 
 def test_waiting_reasons_are_visible() -> None:
-    opted_out = step(opened(), DeviceView(Health.UNHEALTHY, node_opted_out=True), ctx(NOW))
+    opted_out = step(opened(), observed(Health.UNHEALTHY, node_opted_out=True), ctx(NOW))
     assert (opted_out.record.status.phase, opted_out.record.status.phase_reason) == (
         Phase.PENDING,
         "NodeOptedOut",
     )
     assert opted_out.effects == ()
     empty = replace(ctx(NOW), bucket=Bucket(BucketSettings(burst=1, per_hour=60), 0.0, NOW))
-    limited = step(opened(), DeviceView(Health.UNHEALTHY), empty)
+    limited = step(opened(), observed(Health.UNHEALTHY), empty)
     assert limited.record.status.phase_reason == "RateLimited" and limited.recheck_seconds == pytest.approx(
         60
     )
 
 
 def test_dry_run_enforces_with_effect_none() -> None:
-    result = step(opened(), DeviceView(Health.UNHEALTHY), ctx(NOW, dry_run=True))
+    result = step(opened(), observed(Health.UNHEALTHY), ctx(NOW, dry_run=True))
     assert Enforce(QUARANTINE_TAINT, "Unhealthy", "None") in result.effects
 
 
@@ -518,12 +531,12 @@ def test_a_deferred_device_loses_an_enforcement_left_by_a_lost_admission() -> No
     # The admission enforced, then its record write lost a conflict; the breaker tripped before
     # the next pass decided again: the device is deferred, and the stray exclusion removed.
     pending = opened()
-    stray = DeviceView(Health.UNHEALTHY, enforcement_present=True)
+    stray = observed(Health.UNHEALTHY, enforcement_present=True)
     deferred = step(pending, stray, ctx(NOW, tripped=True))
     assert deferred.record.status.phase == Phase.DEFERRED
     assert Unenforce() in deferred.effects
     still = step(deferred.record, stray, ctx(NOW + 30, tripped=True))
     assert still.record.status.phase == Phase.DEFERRED and still.effects == (Unenforce(),)
     # Without a stray enforcement, deferring touches nothing in the cluster.
-    clean = step(pending, DeviceView(Health.UNHEALTHY), ctx(NOW, tripped=True))
+    clean = step(pending, observed(Health.UNHEALTHY), ctx(NOW, tripped=True))
     assert not [e for e in clean.effects if isinstance(e, Unenforce | Enforce)]

@@ -1,4 +1,4 @@
-"""One reconcile pass with fakes (responder.reconciler), no I/O.
+"""One reconcile pass with fakes (responder.reconcile.reconciler), no I/O.
 
 Aspects: a Pending record is enforced, written (status through the status subresource), told
 as an Event and exposed as one series; the whole release walk (probe and canary Jobs of the
@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import threading
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -32,14 +33,17 @@ from prometheus_client import CollectorRegistry
 from gpuhealth.clock import ManualClock
 from gpuhealth.kube.client import ObjectList
 from gpuhealth.kube.errors import Conflict, NotFound, TooManyRequests, Unavailable
-from gpuhealth.kube.resources import NODE, POD, STATUS, Resource
-from responder.breaker import BreakerSettings, BreakerState
-from responder.breaker_store import AuditEntry, Stored
-from responder.events import RecordedEvents
-from responder.health import StaticHealth
-from responder.intake import IntakeSettings, Write, decide, rfc3339
-from responder.limits import BucketSettings
-from responder.policy import (
+from gpuhealth.kube.meta import rfc3339
+from gpuhealth.kube.resources import NODE, POD, RESOURCE_SLICE, STATUS, Resource
+from responder.enforce.identity import SliceDevice
+from responder.enforce.shipped import Enforcer
+from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
+from responder.reconcile.breaker import BreakerSettings, BreakerState
+from responder.reconcile.breaker_store import AuditEntry, Stored
+from responder.reconcile.events import RecordedEvents
+from responder.reconcile.health import StaticHealth
+from responder.reconcile.limits import BucketSettings
+from responder.reconcile.policy import (
     CANARY_TAINT,
     DEVICE_IN_USE,
     MIGRATING,
@@ -49,7 +53,7 @@ from responder.policy import (
     Health,
     PolicySettings,
 )
-from responder.reconciler import (
+from responder.reconcile.reconciler import (
     OPT_OUT_LABEL,
     UNWATCHED_RECHECK_SECONDS,
     Reconciler,
@@ -58,8 +62,18 @@ from responder.reconciler import (
     guardrails,
     quarantine_starts,
 )
-from responder.recorder import QUARANTINES
-from responder.records import Migration, MigrationOutcome, Phase, Quarantine, from_object, to_object
+from responder.records import (
+    QUARANTINES,
+    CheckOutcome,
+    Migration,
+    MigrationOutcome,
+    Phase,
+    Quarantine,
+    Verdict,
+    from_object,
+    to_object,
+)
+from responder.webhook.intake import IntakeSettings, Write, decide
 from tests.responder.test_intake import alert
 
 NOW = 1_800_000_000.0
@@ -120,6 +134,8 @@ class FakeClient:
             self.pod_lists += 1
             pods = [p for p in self.pods if not field_selector or p["spec"]["nodeName"] == node]
             return ObjectList(copy.deepcopy(pods), str(self._rv))
+        if resource == RESOURCE_SLICE:
+            return ObjectList([], str(self._rv))  # no DRA driver publishes devices here
         assert resource == QUARANTINES
         return ObjectList([copy.deepcopy(o) for o in self.objects.values()], str(self._rv))
 
@@ -153,10 +169,24 @@ class FakeClient:
 
 
 class FakeEnforcer:
+    """Enforcement in memory; the identities and names are the shipped backends' (no slices)."""
+
     def __init__(self) -> None:
         self.taints: dict[str, str] = {}
         self.calls: list[tuple[str, str]] = []
         self.failing: set[str] = set()
+        self._names = Enforcer(None, None)
+
+    def slices(self) -> list[SliceDevice]:
+        return []
+
+    def identify(
+        self, record: Quarantine, slices: Sequence[SliceDevice], nodes: dict[str, Any]
+    ) -> Quarantine:
+        return record
+
+    def enforced_as(self, record: Quarantine) -> str:
+        return self._names.enforced_as(record)
 
     def present(self, record: Quarantine) -> bool:
         return record.name in self.taints
@@ -309,20 +339,20 @@ def test_the_release_walk_from_probe_to_released() -> None:
     h.resolve(name)
     h.clock.advance(10)
     h.reconciler.reconcile_once()
-    assert h.phase(name) == Phase.PROBING
+    assert h.phase(name) == PROBING
     assert h.checks.started == [(name, "probe", 1)]
     h.checks.complete(h.client.record(name), "probe", CheckResult.SUCCEEDED)
     h.health.set("gpu-node-1", "GPU-4a1c", Health.HEALTHY, h.clock.now())
     h.reconciler.reconcile_once()
-    assert h.phase(name) == Phase.CANARY
+    assert h.phase(name) == CANARY
     assert h.checks.started[-1] == (name, "canary", 1)
     h.checks.complete(h.client.record(name), "canary", CheckResult.SUCCEEDED)
     h.reconciler.reconcile_once()
-    assert h.phase(name) == Phase.STABILIZING
+    assert h.phase(name) == STABILIZING
     assert h.checks.finished == [(name, "probe", 1), (name, "canary", 1)]
     h.clock.advance(POLICY.stability_seconds)
     h.reconciler.reconcile_once()
-    assert h.phase(name) == Phase.RAMP
+    assert h.phase(name) == RAMP
     assert h.enforcer.taints[name] == CANARY_TAINT
     # Every outcome is exported from zero, so the first release shows in increase().
     assert h.sample("gpuhealth_responder_releases_total", outcome="released") == 0.0
@@ -353,7 +383,9 @@ def test_a_failed_probe_extends_the_quarantine_and_writes_the_spec() -> None:
     h.reconciler.reconcile_once()
     record = h.client.record(name)
     assert record.status.phase == Phase.QUARANTINED
-    assert record.status.failures == 1 and record.status.last_check == "probe-failed"
+    assert record.status.failures == 1 and record.status.last_check == CheckOutcome(
+        "probe", 1, Verdict.FAILED
+    )
     assert record.spec.expires_at != before  # spec written through the resource, status through status
     assert "ReleaseFailed" in h.events.reasons(name)
 
@@ -374,7 +406,7 @@ def test_after_a_failed_probe_the_next_one_starts_only_when_the_backoff_ran_out(
     assert h.checks.started == [(name, "probe", 1)]
     h.clock.advance(1)
     h.reconciler.reconcile_once()
-    assert h.phase(name) == Phase.PROBING
+    assert h.phase(name) == PROBING
     assert h.checks.started == [(name, "probe", 1), (name, "probe", 2)]
 
 
@@ -427,7 +459,7 @@ def test_a_storm_trips_the_breaker_in_one_pass_and_releases_go_on() -> None:
     h.reconciler.reconcile_once()
     h.resolve(first)
     h.reconciler.reconcile_once()
-    assert h.phase(first) == Phase.PROBING
+    assert h.phase(first) == PROBING
     storm = [h.add(f"GPU-storm-{i}") for i in range(8)]
     h.checks.complete(h.client.record(first), "probe", CheckResult.SUCCEEDED)
     h.health.set("gpu-node-1", "GPU-first", Health.HEALTHY, h.clock.now())
@@ -440,7 +472,7 @@ def test_a_storm_trips_the_breaker_in_one_pass_and_releases_go_on() -> None:
     assert h.store.state.tripped and [e.action for e in h.store.history] == ["trip"]
     assert h.sample("gpuhealth_breaker_tripped") == 1.0
     assert "BreakerOpen" in h.events.reasons()
-    assert h.phase(first) == Phase.CANARY  # the release went on while it tripped
+    assert h.phase(first) == CANARY  # the release went on while it tripped
 
 
 def test_one_records_exception_or_conflict_never_stops_the_pass() -> None:
@@ -553,7 +585,7 @@ def test_a_migration_in_flight_or_a_running_check_is_looked_at_again_soon() -> N
     finished.resolve(name)
     finished.clock.advance(10)
     report = finished.reconciler.reconcile_once()
-    assert finished.phase(name) == Phase.PROBING and POLICY.probe_timeout_seconds > UNWATCHED_RECHECK_SECONDS
+    assert finished.phase(name) == PROBING and POLICY.probe_timeout_seconds > UNWATCHED_RECHECK_SECONDS
     assert report.next_seconds == UNWATCHED_RECHECK_SECONDS
 
 
@@ -681,7 +713,7 @@ def test_a_move_goes_on_after_the_alerts_resolved_and_the_release_waits_for_it()
     h.reconciler.reconcile_once()  # and the release attempt starts
     record = h.client.record(name)
     assert record.status.migrations[0].outcome is MigrationOutcome.SUCCEEDED
-    assert record.status.phase == Phase.PROBING and h.checks.started == [(name, "probe", 1)]
+    assert record.status.phase == PROBING and h.checks.started == [(name, "probe", 1)]
 
 
 def test_a_device_a_pod_still_holds_is_not_probed_and_its_pods_are_read_only_then() -> None:
@@ -707,7 +739,7 @@ def test_a_device_a_pod_still_holds_is_not_probed_and_its_pods_are_read_only_the
     assert h.checks.started == [] and record.status.failures == 0
     h.client.pods[0]["status"]["phase"] = "Succeeded"  # the notebook ended
     h.reconciler.reconcile_once()
-    assert h.phase(name) == Phase.PROBING and h.checks.started == [(name, "probe", 1)]
+    assert h.phase(name) == PROBING and h.checks.started == [(name, "probe", 1)]
     lists = h.client.pod_lists
     h.reconciler.reconcile_once()
     assert h.client.pod_lists == lists  # Probing: nobody's pods are read any more

@@ -29,21 +29,25 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.elector import LeaderElector
 from gpuhealth.kube.errors import NotFound
+from gpuhealth.kube.meta import rfc3339
 from gpuhealth.kube.resources import CONFIG_MAP, NAMESPACE, NODE, POD, STATUS, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
-from responder.breaker_store import NAME as BREAKER_CONFIG_MAP
-from responder.breaker_store import BreakerStore
-from responder.checks import JOB, CheckSettings, JobChecks, job_name
-from responder.enforcement import Enforcer, discover
-from responder.events import EVENT, KubeEvents
-from responder.health import StaticHealth
-from responder.intake import IntakeSettings, Write, decide, rfc3339
-from responder.limits import BucketSettings
-from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult, Health, PolicySettings
-from responder.reconciler import OPT_OUT_LABEL, Reconciler, ReconcilerSettings
-from responder.recorder import QUARANTINES
-from responder.records import Phase, Quarantine, from_object, to_object
+from responder.checks.jobs import JOB, CheckSettings, JobChecks, job_name
+from responder.enforce.backends import Backends
+from responder.enforce.node_annotation import NODE_ANNOTATION, NodeAnnotation, listed
+from responder.enforce.shipped import Enforcer
+from responder.enforce.taint_rules import discover
+from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
+from responder.reconcile.breaker_store import NAME as BREAKER_CONFIG_MAP
+from responder.reconcile.breaker_store import BreakerStore
+from responder.reconcile.events import EVENT, KubeEvents
+from responder.reconcile.health import StaticHealth
+from responder.reconcile.limits import BucketSettings
+from responder.reconcile.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult, Health, PolicySettings
+from responder.reconcile.reconciler import OPT_OUT_LABEL, Reconciler, ReconcilerSettings
+from responder.records import QUARANTINES, Phase, Quarantine, from_object, to_object
+from responder.webhook.intake import IntakeSettings, Write, decide
 from simulator.fleet.objects import gpu_uuid
 from simulator.testing import running_cluster
 from tests.responder.test_intake import alert
@@ -176,20 +180,20 @@ def test_a_dra_record_walks_from_pending_to_released(world: World) -> None:
     w.resolve(name)
     w.clock.advance(5)
     w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == Phase.PROBING
+    assert w.record(name).status.phase == PROBING
     job = w.client.get(JOB, job_name(w.record(name), "probe", 1), namespace=NS)
     assert job["metadata"]["ownerReferences"][0]["name"] == name
     wait_until("the probe passed", lambda: w.check(name, "probe") == CheckResult.SUCCEEDED, timeout=60)
 
     w.health.set("dra-0", "gpu.nvidia.com/dra-0/gpu-3", Health.HEALTHY, w.clock.now())
     w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == Phase.CANARY
+    assert w.record(name).status.phase == CANARY
     wait_until("the canary passed", lambda: w.check(name, "canary") == CheckResult.SUCCEEDED, timeout=60)
     w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == Phase.STABILIZING
+    assert w.record(name).status.phase == STABILIZING
     w.clock.advance(POLICY.stability_seconds)
     w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == Phase.RAMP
+    assert w.record(name).status.phase == RAMP
     ramp_rule = w.rule(name)
     assert ramp_rule is not None and ramp_rule["spec"]["taint"]["key"] == CANARY_TAINT
     w.clock.advance(POLICY.ramp_seconds)
@@ -233,7 +237,7 @@ def test_a_storm_trips_the_breaker_and_a_release_flows(world: World) -> None:
     w.reconciler.reconcile_once()
     w.resolve(first)
     w.reconciler.reconcile_once()
-    assert w.record(first).status.phase == Phase.PROBING
+    assert w.record(first).status.phase == PROBING
     storm = [w.add(node, i, dra=False) for node in ("dp-0", "dp-1") for i in range(4)]
     wait_until("the probe passed", lambda: w.check(first, "probe") == CheckResult.SUCCEEDED, timeout=60)
     w.health.set("dra-0", "gpu.nvidia.com/dra-0/gpu-0", Health.HEALTHY, w.clock.now())
@@ -245,7 +249,7 @@ def test_a_storm_trips_the_breaker_and_a_release_flows(world: World) -> None:
     stored = w.client.get(CONFIG_MAP, BREAKER_CONFIG_MAP, namespace=NS)
     assert json.loads(stored["data"]["state"])["tripped"] is True
     assert [e["action"] for e in json.loads(stored["data"]["history"])] == ["trip"]
-    assert w.record(first).status.phase == Phase.CANARY  # the release went on
+    assert w.record(first).status.phase == CANARY  # the release went on
 
 
 def test_a_restarted_reconciler_resumes_and_doubles_nothing(world: World) -> None:
@@ -311,11 +315,68 @@ def test_a_device_plugin_probe_runs_pinned_to_its_device(world: World) -> None:
     w.reconciler.reconcile_once()
     w.resolve(name)
     w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == Phase.PROBING
+    assert w.record(name).status.phase == PROBING
     wait_until("the probe passed", lambda: w.check(name, "probe") == CheckResult.SUCCEEDED, timeout=60)
     pods = w.client.list(POD, namespace=NS).items
     assert [p["spec"]["nodeName"] for p in pods] == ["dp-1"]
     assert pods[0]["metadata"]["annotations"]["gpuhealth.io/probe-device"] == gpu_uuid("dp-1", 2)
     w.health.set("dp-1", gpu_uuid("dp-1", 2), Health.HEALTHY, w.clock.now())
     w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == Phase.CANARY
+    assert w.record(name).status.phase == CANARY
+
+
+def test_a_dra_device_whose_alert_carries_no_driver_label_is_enforced_with_a_rule(world: World) -> None:
+    """The alert names the device by its UUID only (its `gpu_device_info` series was missing):
+    the record opens on the device-plugin path, and the slices say it is a DRA device."""
+    w = world
+    name = w.add("dra-0", 2, dra=False)
+    assert w.record(name).spec.path == "device-plugin"
+    w.reconciler.reconcile_once()
+    record = w.record(name)
+    assert record.status.phase == Phase.QUARANTINED
+    assert (record.spec.path, record.spec.driver, record.spec.pool, record.spec.device_name) == (
+        "dra",
+        "gpu.nvidia.com",
+        "dra-0",
+        "gpu-2",
+    )
+    assert record.status.enforced == f"DeviceTaintRule/{name}"
+    rule = w.rule(name)
+    assert rule is not None
+    assert rule["spec"]["deviceSelector"] == {"driver": "gpu.nvidia.com", "pool": "dra-0", "device": "gpu-2"}
+    annotations = w.client.get(NODE, "dra-0")["metadata"].get("annotations") or {}
+    assert NODE_ANNOTATION not in annotations
+
+
+def test_an_enforcement_is_handed_over_when_the_devices_identity_changes(world: World) -> None:
+    """A record enforced through the node annotation (a responder that knew no DRA backend) for
+    what the slices publish as a DRA device: the rule is put in place, then the entry lifted."""
+    w = world
+    name = w.add("dra-0", 1, dra=False)
+    plugin_only = Reconciler(
+        w.client,
+        enforcer=Backends(w.client, (NodeAnnotation(w.client),)),
+        health=w.health,
+        checks=JobChecks(w.client, CheckSettings(namespace=NS)),
+        events=KubeEvents(w.client),
+        breaker_store=BreakerStore(w.client, NS),
+        settings=SETTINGS,
+        clock=w.clock,
+        registry=CollectorRegistry(),
+    )
+    plugin_only.reconcile_once()
+    assert w.record(name).status.enforced == "Node/dra-0"
+    assert gpu_uuid("dra-0", 1) in listed(w.client.get(NODE, "dra-0"))
+
+    w.clock.advance(5)
+    w.reconciler.reconcile_once()
+    record = w.record(name)
+    assert record.status.phase == Phase.QUARANTINED
+    assert record.spec.path == "dra" and record.status.enforced == f"DeviceTaintRule/{name}"
+    rule = w.rule(name)
+    assert rule is not None and rule["spec"]["taint"]["key"] == QUARANTINE_TAINT
+    assert gpu_uuid("dra-0", 1) not in listed(w.client.get(NODE, "dra-0"))
+    assert "enforcement moved from Node/dra-0 to DeviceTaintRule/" in record.status.history[-1].message
+    # Once moved, nothing moves again.
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.history == record.status.history

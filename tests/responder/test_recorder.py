@@ -1,4 +1,4 @@
-"""The recorder's conflict handling (responder.recorder) against an in-memory API with
+"""The recorder's conflict handling (responder.webhook.recorder) against an in-memory API with
 resourceVersions, driven through the interleavings two replicas can produce.
 
 Aspects: a replica that reads a record between another's two writes (spec, then status)
@@ -17,9 +17,9 @@ from gpuhealth.clock import ManualClock
 from gpuhealth.kube.errors import AlreadyExists, Conflict, NotFound, Unavailable
 from gpuhealth.kube.resources import Resource
 from gpuhealth.outcomes import Done, Retry, Unchanged
-from responder.alerts import parse_alert
-from responder.recorder import Recorder
 from responder.records import from_object
+from responder.webhook.alerts import parse_alert
+from responder.webhook.recorder import Recorder
 from tests.responder.test_recorder_simulated import ALERT, NAME
 
 

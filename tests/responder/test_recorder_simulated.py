@@ -1,4 +1,4 @@
-"""Recording alerts in DeviceQuarantine objects on the simulated cluster (responder.recorder).
+"""Recording alerts in DeviceQuarantine objects on the simulated cluster (responder.webhook.recorder).
 
 Aspects: a delivery becomes a record that validates against the shipped CRD, through the
 real webhook of two replicas receiving the same deliveries at once (exactly one record, one
@@ -28,10 +28,10 @@ from gpuhealth.kube.config import api_client
 from gpuhealth.kube.resources import Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.outcomes import Done, Retry
-from responder.alerts import parse_alert
-from responder.recorder import QUARANTINES, Recorder
-from responder.records import Phase, from_object, record_name
-from responder.webhook import WebhookMetrics, WebhookSettings, add_webhook
+from responder.records import QUARANTINES, Phase, from_object, record_name
+from responder.webhook.alerts import parse_alert
+from responder.webhook.recorder import Recorder
+from responder.webhook.server import WebhookMetrics, WebhookSettings, add_webhook
 from tests.simulator.conftest import ServedCluster
 
 pytestmark = pytest.mark.integration

@@ -27,8 +27,7 @@ from gpuhealth.kube.config import api_client
 from gpuhealth.kube.resources import LEASE, NAMESPACE, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import free_port, wait_until
-from responder.recorder import QUARANTINES
-from responder.records import from_object, record_name
+from responder.records import QUARANTINES, from_object, record_name
 from simulator.testing import running_cluster
 from tests.support.certificates import self_signed
 

@@ -29,7 +29,7 @@ from gpuhealth.kube.config import api_client
 from gpuhealth.kube.resources import NAMESPACE, NODE, POD
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import free_port, http_ok, wait_until
-from responder.enforcement import NODE_ANNOTATION
+from responder.enforce.node_annotation import NODE_ANNOTATION
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""`POST /scheduler/filter` in process (responder.scheduler), over a cache fed by hand.
+"""`POST /scheduler/filter` in process (responder.extender.server), over a cache fed by hand.
 
 Aspects: no token is asked for; names in, names out from the cache; Node objects in, their
 own annotation read; a body that is not JSON or not ExtenderArgs answers 400 with `Error` set
@@ -14,9 +14,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gpuhealth.kube.reflector import Listed
-from responder.capacity import NODES, PODS, CapacityCache
-from responder.enforcement import NODE_ANNOTATION
-from responder.scheduler import FILTER_PATH, add_filter
+from responder.enforce.node_annotation import NODE_ANNOTATION
+from responder.extender.capacity import NODES, PODS, CapacityCache
+from responder.extender.server import FILTER_PATH, add_filter
 
 
 def node(name: str, listed: int) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The webhook contract with Alertmanager (responder.webhook), over HTTP with a fake recorder.
+"""The webhook contract with Alertmanager (responder.webhook.server), over HTTP with a fake recorder.
 
 Aspects: fail closed without the token (401, constant-time compare, no open mode); bounded
 body (413 by Content-Length and by what arrives); malformed JSON and payloads are 400 naming
@@ -20,8 +20,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
 from gpuhealth.outcomes import Done, Outcome, Retry, Unchanged
-from responder.alerts import Alert
-from responder.webhook import WebhookMetrics, WebhookSettings, add_webhook
+from responder.webhook.alerts import Alert
+from responder.webhook.server import WebhookMetrics, WebhookSettings, add_webhook
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

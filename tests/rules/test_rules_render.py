@@ -19,7 +19,7 @@ import yaml
 
 from gpuhealth.kube.lease import ElectionSettings
 from gpuhealth_cli.main import main
-from responder.reconciler import ReconcilerSettings
+from responder.reconcile.reconciler import ReconcilerSettings
 from rules.render import (
     DEFAULT_CONFIG,
     OUTPUTS,

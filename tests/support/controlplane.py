@@ -25,8 +25,15 @@ from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import NAMESPACE, NODE, POD, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
-from responder.recorder import QUARANTINES
-from responder.records import DRA, Quarantine, QuarantineSpec, from_object, record_name, to_object
+from responder.records import (
+    DRA,
+    QUARANTINES,
+    Quarantine,
+    QuarantineSpec,
+    from_object,
+    record_name,
+    to_object,
+)
 from simulator.controlplane import ControlPlane
 from tests.deploy.manifests import CRD_FILE, KUBECTL, build, operator_schemas
 

@@ -28,19 +28,28 @@ from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import NAMESPACE, NODE, POD, RESOURCE_CLAIM, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
-from responder.breaker_store import BreakerStore
-from responder.checks import CheckSettings, JobChecks
-from responder.enforcement import Enforcer, discover
-from responder.events import KubeEvents
-from responder.health import StaticHealth
-from responder.intake import Alert
-from responder.limits import BucketSettings
-from responder.migration import REQUESTED
-from responder.migrator import Migrator, MigratorSettings
-from responder.policy import Health, PolicySettings
-from responder.reconciler import Reconciler, ReconcilerSettings
-from responder.recorder import QUARANTINES, Recorder
-from responder.records import Migration, MigrationOutcome, Phase, Quarantine, from_object
+from responder.checks.jobs import CheckSettings, JobChecks
+from responder.enforce.shipped import Enforcer
+from responder.enforce.taint_rules import discover
+from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
+from responder.migrate.executor import Migrator, MigratorSettings
+from responder.migrate.plan import REQUESTED
+from responder.reconcile.breaker_store import BreakerStore
+from responder.reconcile.events import KubeEvents
+from responder.reconcile.health import StaticHealth
+from responder.reconcile.limits import BucketSettings
+from responder.reconcile.policy import Health, PolicySettings
+from responder.reconcile.reconciler import Reconciler, ReconcilerSettings
+from responder.records import (
+    QUARANTINES,
+    Migration,
+    MigrationOutcome,
+    Phase,
+    Quarantine,
+    from_object,
+)
+from responder.webhook.intake import Alert
+from responder.webhook.recorder import Recorder
 from simulator.fleet.objects import gpu_uuid
 
 NS = "gpuhealth-system"
@@ -56,10 +65,10 @@ DEADLINE = 90.0
 WALK = (
     Phase.PENDING,
     Phase.QUARANTINED,
-    Phase.PROBING,
-    Phase.CANARY,
-    Phase.STABILIZING,
-    Phase.RAMP,
+    PROBING,
+    CANARY,
+    STABILIZING,
+    RAMP,
     Phase.RELEASED,
 )
 """Every phase of an uneventful quarantine, in order."""
@@ -289,7 +298,7 @@ class Flow:
                 self.device_fault("recover")  # the GPU is well again: its alert resolves
                 self.resolve()
                 resolved = True
-            if not healthy and phase == Phase.PROBING:
+            if not healthy and phase == PROBING:
                 self.health.set(self.node, self.device, Health.HEALTHY, self.clock.now())
                 healthy = True
             leader(record).reconciler.reconcile_once()

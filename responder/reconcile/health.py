@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from responder.policy import Health
+from responder.reconcile.policy import Health
 
 UNHEALTHY_RULE = "node_device:gpu_device_reported_unhealthy:bool"
 UNKNOWN_RULE = "node_device:gpu_device_effective_unknown:bool"

@@ -1,13 +1,13 @@
 """The reconciler: the level-triggered loop that drives every DeviceQuarantine through its phases.
 
-An executor. Every decision is `responder.policy.step`'s; this observes, applies the effects
+An executor. Every decision is `responder.reconcile.policy.step`'s; this observes, applies the effects
 and writes the records, one pass over all of them at a time:
 
 1. Observe: list every record (a fresh list each pass, see below); the breaker's state (its
    ConfigMap, so a person's reset is seen at the next pass); every device's health from the
    `HealthSource` (one snapshot per pass); per record, what it needs: whether gpuhealth's
-   enforcement is present, the node's opt-out label (Pending only), the probe or canary Job
-   of the current attempt (Probing, Canary only).
+   enforcement is present, the node's opt-out label (Pending only), the Job of the current
+   attempt's check (on a check rung of the release ladder only).
 2. Rebuild the guardrails from the records, never from memory: the breaker's counts
    (eligible = devices the health source knows; automatic quarantine starts from the records'
    history; devices under enforcement now) and the new-quarantine bucket (`Bucket.replay` of
@@ -35,7 +35,7 @@ a worker thread; when the term is fenced (the task cancelled), the pass is told 
 before its next record or write, and the task returns only after the thread has finished, so
 nothing acts for a leader that has stopped leading (at most the one request in flight lands).
 
-The migration hook: `migrate(record, now) -> Quarantine` (`responder.migrator`) is called for
+The migration hook: `migrate(record, now) -> Quarantine` (`responder.migrate.executor`) is called for
 `quarantine` records (never `restrict`) that stay Quarantined with their enforcement present,
 also after their alerts resolved (the policy starts no release attempt while a move is
 unfinished, so a move is carried to its end, never dropped); while the breaker is tripped
@@ -59,23 +59,27 @@ from prometheus_client import CollectorRegistry
 
 from gpuhealth import instruments
 from gpuhealth.clock import Clock, SystemClock
+from gpuhealth.kube.api import Api
 from gpuhealth.kube.backoff import Backoff
-from gpuhealth.kube.client import KubeClient, ObjectList
+from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.elector import Term
 from gpuhealth.kube.errors import ApiError, Conflict, NotFound
-from gpuhealth.kube.meta import parse_rfc3339
+from gpuhealth.kube.meta import parse_rfc3339, rfc3339
 from gpuhealth.kube.reflector import Events, Listed, Message, Reflector
-from gpuhealth.kube.resources import NODE, STATUS, Resource
-from responder import breaker, metrics
-from responder.breaker import BreakerState, Counts
-from responder.breaker_store import AuditEntry, Stored
-from responder.checks import CheckRunner
-from responder.events import EventSink
-from responder.health import HealthSnapshot, HealthSource
-from responder.holders import DeviceHolders
-from responder.intake import rfc3339
-from responder.limits import Bucket, BucketSettings
-from responder.policy import (
+from gpuhealth.kube.resources import NODE, STATUS
+from responder import metrics
+from responder.checks.jobs import CheckRunner
+from responder.enforce.holders import DeviceHolders
+from responder.enforce.identity import SliceDevice
+from responder.enforce.shipped import Enforcer
+from responder.ladder import Kind
+from responder.reconcile import breaker
+from responder.reconcile.breaker import BreakerState, Counts
+from responder.reconcile.breaker_store import AuditEntry, Stored
+from responder.reconcile.events import EventSink
+from responder.reconcile.health import HealthSnapshot, HealthSource
+from responder.reconcile.limits import Bucket, BucketSettings
+from responder.reconcile.policy import (
     ACTOR,
     CheckResult,
     Context,
@@ -87,26 +91,34 @@ from responder.policy import (
     StartCheck,
     Step,
     Unenforce,
+    holding,
     needs_holders,
 )
-from responder.policy import step as policy_step
-from responder.recorder import QUARANTINES
-from responder.records import Phase, Quarantine, RecordError, from_object, to_object
+from responder.reconcile.policy import step as policy_step
+from responder.records import QUARANTINES, Phase, Quarantine, RecordError, from_object, to_object
 
 log = logging.getLogger(__name__)
 
 OPT_OUT_LABEL = "gpuhealth.io/remediation"
 OPT_OUT_VALUE = "disabled"
-ENFORCED_PHASES = frozenset({Phase.QUARANTINED, Phase.PROBING, Phase.CANARY, Phase.STABILIZING, Phase.RAMP})
-"""Phases in which gpuhealth's enforcement is in place: what the breaker's capacity counts
-(Pending and Deferred records are recorded only; counting them would let the record being
-admitted count against itself)."""
 DONE_PHASES = frozenset({Phase.RELEASED, Phase.ABANDONED})
 
 Migrate = Callable[[Quarantine, float], Quarantine]
 
 
 class Enforcement(Protocol):
+    """The backends (`responder.enforce.backends.Backends`), as the reconciler uses them."""
+
+    def slices(self) -> list[SliceDevice]: ...
+
+    def identify(
+        self, record: Quarantine, slices: Sequence[SliceDevice], nodes: dict[str, Any]
+    ) -> Quarantine:
+        """`record` naming its device as the API says it is now (unchanged when nothing says)."""
+        ...
+
+    def enforced_as(self, record: Quarantine) -> str: ...
+
     def present(self, record: Quarantine) -> bool: ...
 
     def enforce(self, record: Quarantine, effect: Enforce) -> None: ...
@@ -124,23 +136,6 @@ class BreakerStorage(Protocol):
     def read(self) -> Stored: ...
 
     def write(self, state: BreakerState, entry: AuditEntry) -> Stored: ...
-
-
-class Client(Protocol):
-    def list(
-        self,
-        resource: Resource,
-        *,
-        namespace: str | None = ...,
-        field_selector: str | None = ...,
-        page_size: int = ...,
-    ) -> ObjectList: ...
-
-    def get(self, resource: Resource, name: str) -> dict[str, Any]: ...
-
-    def update(
-        self, resource: Resource, obj: dict[str, Any], *, subresource: str | None = ...
-    ) -> dict[str, Any]: ...
 
 
 def _default_bucket() -> BucketSettings:
@@ -208,8 +203,10 @@ class _PassState:
     breaker: BreakerState
     counts: Counts
     bucket: Bucket
-    nodes: dict[str, bool] = field(default_factory=dict)
-    """Node name -> opted out, read once per pass."""
+    slices: list[SliceDevice] = field(default_factory=list)
+    """Every device the ResourceSlices publish, listed once per pass (identities)."""
+    nodes: dict[str, Any] = field(default_factory=dict)
+    """Node name -> the node object (None: not found), read at most once per pass."""
 
 
 class ReconcilerMetrics:
@@ -242,7 +239,7 @@ class ReconcilerMetrics:
             if record.status.phase in DONE_PHASES:
                 continue
             spec = record.spec
-            series.add((spec.node, spec.device, spec.reason, record.status.phase.value))
+            series.add((spec.node, spec.device, spec.reason, str(record.status.phase)))
             if created_at is not None:
                 created[(spec.node, spec.device)] = created_at
             if record.status.phase == Phase.PENDING and record.status.phase_reason == "RateLimited":
@@ -260,11 +257,18 @@ class ReconcilerMetrics:
         self.breaker_tripped.set(1 if tripped else 0)
 
 
+def enforced(record: Quarantine) -> bool:
+    """Whether the record's phase has gpuhealth's enforcement in place (Quarantined, or any rung
+    of the release ladder): what the breaker's capacity counts. Pending and Deferred records are
+    recorded only; counting them would let the record being admitted count against itself."""
+    return record.status.phase not in (Phase.PENDING, Phase.DEFERRED, *DONE_PHASES)
+
+
 def quarantine_starts(record: Quarantine) -> list[float]:
     """When the record's quarantines were enforced: each entry into Quarantined from Pending or
     Deferred (a failed release returning to Quarantined is the same quarantine)."""
     starts: list[float] = []
-    previous: Phase | None = None
+    previous: str | None = None
     for entry in record.status.history:
         if entry.phase == Phase.QUARANTINED and previous in (None, Phase.PENDING, Phase.DEFERRED):
             at = parse_rfc3339(entry.time)
@@ -306,7 +310,7 @@ def guardrails(
         if automatic(r)
         for at in quarantine_starts(r)
     ]
-    active = [f"{r.spec.node}\x00{r.spec.device}" for r in records if r.status.phase in ENFORCED_PHASES]
+    active = [f"{r.spec.node}\x00{r.spec.device}" for r in records if enforced(r)]
     counts = breaker.count(eligible, starts, active, now=now, settings=settings.policy.breaker)
     bucket = Bucket.replay(settings.bucket, (at for _, at in starts), now)
     return counts, bucket
@@ -315,7 +319,7 @@ def guardrails(
 class Reconciler:
     def __init__(
         self,
-        client: Client,
+        client: Api,
         *,
         enforcer: Enforcement,
         health: HealthSource,
@@ -332,7 +336,7 @@ class Reconciler:
     ) -> None:
         """`watch_client`: a client for the records' watch that wakes the loop (None: passes
         come only every recheck); give it its own client, closed by the caller at shutdown.
-        `holders`: who holds a device (default: `responder.holders` through `client`).
+        `holders`: who holds a device (default: `responder.enforce.holders` through `client`).
         `finish`: the migration hook while the breaker is open (`Migrator.finish`: moves under
         way go on, none begins); None: no move is advanced while it is open."""
         self._client = client
@@ -347,7 +351,9 @@ class Reconciler:
         self._migrate = migrate
         self._finish = finish
         self._watch_client = watch_client
-        self._holders: Holders = holders if holders is not None else DeviceHolders(client)
+        self._holders: Holders = (
+            holders if holders is not None else DeviceHolders(client, Enforcer(client, None))
+        )
         self._retries: dict[str, Backoff] = {}
         """Per record name (and "" for the pass's own reads): the backoff of its consecutive
         failures. In memory only: it times retries, it decides nothing."""
@@ -413,6 +419,7 @@ class Reconciler:
             listed = self._client.list(QUARANTINES, page_size=self.settings.page_size)
             stored = self._store.read()
             snapshot = self._health.snapshot(now)
+            slices = self._enforcer.slices()
         except Exception as exc:  # an outage decides nothing: the pass is tried again soon
             retry = self._retry_after("", exc)
             log.warning("reconcile pass skipped: %s; again in %.1f s", exc, retry)
@@ -422,7 +429,7 @@ class Reconciler:
         outcomes: dict[str, str] = {}
         for obj in listed.items:
             try:
-                entries.append((obj, from_object(obj)))
+                entries.append((obj, from_object(obj, self.settings.policy.ladder)))
             except RecordError as exc:
                 name = str((obj.get("metadata") or {}).get("name") or "?")
                 log.error("record %s is unreadable, left alone: %s", name, exc)
@@ -431,7 +438,7 @@ class Reconciler:
         entries.sort(key=lambda e: (str(e[0].get("metadata", {}).get("creationTimestamp") or ""), e[1].name))
         records = [record for _, record in entries]
         counts, bucket = guardrails(records, snapshot.eligible, stored.state, now=now, settings=self.settings)
-        state = _PassState(now=now, breaker=stored.state, counts=counts, bucket=bucket)
+        state = _PassState(now=now, breaker=stored.state, counts=counts, bucket=bucket, slices=slices)
         rechecks: list[float] = []
         final: list[tuple[Quarantine, float | None]] = []
         for obj, record in entries:
@@ -485,7 +492,10 @@ class Reconciler:
         if phase in DONE_PHASES:
             return "unchanged", record, None
         moved: Exception | None = None
-        view = self._observe(record, snapshot, state)
+        current = self._enforcer.identify(record, state.slices, state.nodes)
+        if current.spec != record.spec:
+            current = self._hand_over(record, current, state)
+        view = self._observe(current, snapshot, state)
         ctx = Context(
             now=state.now,
             settings=self.settings.policy,
@@ -493,8 +503,8 @@ class Reconciler:
             counts=state.counts,
             bucket=state.bucket,
         )
-        decided = policy_step(record, view, ctx)
-        self._apply(record, decided, state, fence)
+        decided = policy_step(current, view, ctx)
+        self._apply(current, decided, state, fence)
         after = decided.record
         hook = self._finish if state.breaker.tripped else self._migrate
         if (
@@ -515,7 +525,9 @@ class Reconciler:
                 # and the move is tried again on this record's backoff (not at the recheck cap).
                 moved = exc
         recheck = decided.recheck_seconds
-        if after.status.phase in (Phase.PROBING, Phase.CANARY) or any(
+        rungs = self.settings.policy.rungs
+        on_check = rungs.rung(after.status.phase)
+        if (on_check is not None and on_check.kind == Kind.CHECK) or any(
             not m.outcome.finished for m in after.status.migrations
         ):
             # A check Job or a move waits on objects the reconciler does not watch (the Job's
@@ -526,12 +538,11 @@ class Reconciler:
         # Notices only once the record is stored: a failed write is decided again next pass,
         # its notice with it, and an Event per attempt would tell of one failure twice.
         self._notify(record, decided, state)
-        if written:
+        left = rungs.rung(phase)
+        if written and left is not None and left.kind == Kind.CHECK and after.status.phase != phase:
             # Only once the record says it moved on: a 409 leaves the result to be read again.
-            for kind, checked in (("probe", Phase.PROBING), ("canary", Phase.CANARY)):
-                if phase == checked and after.status.phase != checked:
-                    self._checks.finish(record, kind, record.status.attempt)
-        if record.status.phase in (Phase.PENDING, Phase.DEFERRED) and after.status.phase in ENFORCED_PHASES:
+            self._checks.finish(record, left.name, record.status.attempt)
+        if record.status.phase in (Phase.PENDING, Phase.DEFERRED) and enforced(after):
             state.counts = replace(state.counts, quarantined=state.counts.quarantined + 1)
         if decided.took_token:
             _, state.bucket = state.bucket.take(state.now)
@@ -552,27 +563,47 @@ class Reconciler:
     def _observe(self, record: Quarantine, snapshot: HealthSnapshot, state: _PassState) -> DeviceView:
         phase = record.status.phase
         device = snapshot.of(record.spec.node, record.spec.device)
-        attempt = record.status.attempt
+        rung = self.settings.policy.rungs.rung(phase)
         return DeviceView(
             health=device.health,
             healthy_since=device.healthy_since,
             # Asked in every phase: a Pending or Deferred record may find an enforcement left
             # by an admission whose record write was lost (policy removes it when deferring).
             enforcement_present=self._enforcer.present(record),
+            enforced_as=self._enforcer.enforced_as(record),
             node_opted_out=phase == Phase.PENDING and self._opted_out(record.spec.node, state),
-            probe=(
-                self._checks.result(record, "probe", attempt)
-                if phase == Phase.PROBING
-                else CheckResult.ABSENT
-            ),
-            canary=(
-                self._checks.result(record, "canary", attempt)
-                if phase == Phase.CANARY
+            check=(
+                self._checks.result(record, rung.name, record.status.attempt)
+                if rung is not None and rung.kind == Kind.CHECK
                 else CheckResult.ABSENT
             ),
             # Only when a release attempt would start: a list of the node's pods (and claims).
             holders=self._holders.of(record) if needs_holders(record, state.now) else (),
         )
+
+    def _hand_over(self, before: Quarantine, after: Quarantine, state: _PassState) -> Quarantine:
+        """`after` (the record naming its device's identity as resolved now) with the enforcement
+        moved to its backend: the new one is put in place before the old one is lifted, so the
+        device is never free in between. Idempotent: a failure here is this record's retry,
+        and the next pass resolves and moves again from what is stored."""
+        if not before.status.enforced:
+            return after  # nothing in place yet: the policy enforces through the new backend
+        self._enforcer.enforce(after, holding(after, self.settings.policy))
+        self._enforcer.unenforce(before)
+        now_as = self._enforcer.enforced_as(after)
+        message = (
+            f"the device is a {after.spec.path} device now: enforcement moved from "
+            f"{before.status.enforced} to {now_as}"
+        )
+        log.warning("%s: %s", before.name, message)
+        moved = after.with_phase(
+            after.status.phase,
+            time=rfc3339(state.now),
+            actor=ACTOR,
+            message=message,
+            reason=after.status.phase_reason,
+        )
+        return replace(moved, status=replace(moved.status, enforced=now_as))
 
     def _retry_after(self, key: str, error: Exception) -> float:
         """The pause before `key` (a record, or "" for the pass) is tried again, its backoff grown."""
@@ -585,11 +616,11 @@ class Reconciler:
     def _opted_out(self, node: str, state: _PassState) -> bool:
         if node not in state.nodes:
             try:
-                labels = (self._client.get(NODE, node).get("metadata") or {}).get("labels") or {}
+                state.nodes[node] = self._client.get(NODE, node)
             except NotFound:
-                labels = {}
-            state.nodes[node] = labels.get(OPT_OUT_LABEL) == OPT_OUT_VALUE
-        return state.nodes[node]
+                state.nodes[node] = None
+        labels = ((state.nodes[node] or {}).get("metadata") or {}).get("labels") or {}
+        return bool(labels.get(OPT_OUT_LABEL) == OPT_OUT_VALUE)
 
     def _apply(self, record: Quarantine, decided: Step, state: _PassState, fence: threading.Event) -> None:
         for effect in decided.effects:

@@ -6,16 +6,19 @@ reconciler observed it for that device (`DeviceView`) and the shared guardrails
 should be written and the effects an executor applies first (effects are idempotent, so a
 crash between the two is repaired by the next step). Pure: no I/O, no clock reads.
 
-The phases (`responder.records.Phase`):
-  Pending --admit--> Quarantined --all source alerts resolved--> Probing --probe ok--> Canary
-  --canary ok--> Stabilizing --healthy for the stability window--> Ramp --ramp period--> Released
+The phases (`responder.records.Phase`, and the rungs of the release ladder, `responder.ladder`):
+  Pending --admit--> Quarantined --all source alerts resolved--> [each rung of the ladder:
+  Probing --probe ok--> Canary --canary ok--> Stabilizing --healthy for the window--> Ramp
+  --ramp period-->] Released
 with Deferred (breaker open) beside Pending, and any failure on the way out returning the
 device to Quarantined with the backoff doubled: the next attempt starts only once that backoff
-(the extended `spec.expiresAt`) has run out. Safety, by construction and property-tested:
-- nothing here evicts or deletes a pod (migration is `responder.migration`'s, for
+(the extended `spec.expiresAt`) has run out. The ladder is data (`PolicySettings.ladder`): one
+step per kind of rung (check, window, ramp) walks whatever rungs it declares. Safety, by
+construction and property-tested:
+- nothing here evicts or deletes a pod (migration is `responder.migrate.plan`'s, for
   `quarantine` records only, never `restrict`), and no effect names a whole node;
-- a release only ever follows Probing, Canary, Stabilizing and Ramp in this attempt;
-- a release attempt (Probing) never starts while a move of the device's work is unfinished
+- a release only ever follows every rung of the ladder, in order, in this attempt;
+- a release attempt (its first rung) never starts while a move of the device's work is unfinished
   (MigrationInFlight) or a pod still holds the device (DeviceInUse): the record waits in
   Quarantined with the reason visible, so a move is never dropped half-way and a probe never
   fails only because the device was busy;
@@ -26,23 +29,21 @@ device to Quarantined with the backoff doubled: the next attempt starts only onc
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from gpuhealth.kube.meta import parse_rfc3339
-from responder import breaker
-from responder.breaker import BreakerSettings, BreakerState, Counts
-from responder.intake import rfc3339
-from responder.limits import Bucket
-from responder.records import DRA, Phase, Quarantine
+from gpuhealth.kube.meta import parse_rfc3339, rfc3339
+from responder.ladder import CANARY_TAINT, LADDER, QUARANTINE_TAINT, Kind, Ladder, Rung
+from responder.reconcile import breaker
+from responder.reconcile.breaker import BreakerSettings, BreakerState, Counts
+from responder.reconcile.limits import Bucket
+from responder.records import CheckOutcome, Phase, Quarantine, Verdict
+
+__all__ = ["CANARY_TAINT", "QUARANTINE_TAINT"]  # re-exported: the checks tolerate both
 
 ACTOR = "responder"
-
-QUARANTINE_TAINT = "gpuhealth.io/quarantine"
-"""Taint key of an enforced quarantine (value: the reason)."""
-CANARY_TAINT = "gpuhealth.io/canary"
-"""Taint key while a released device ramps up: only claims that opt in tolerate it."""
 BACKING_OFF = "BackingOff"
 """Phase reason of a Quarantined device whose alerts resolved while the backoff of its last
 failure runs: the next release attempt starts at `spec.expiresAt`."""
@@ -67,7 +68,7 @@ class Health(StrEnum):
 
 
 class CheckResult(StrEnum):
-    """A probe or canary Job of the current attempt, as observed."""
+    """The Job of the current attempt's check rung, as observed."""
 
     ABSENT = "Absent"
     RUNNING = "Running"
@@ -83,11 +84,15 @@ class DeviceView:
     healthy_since: float | None = None
     """Since when the device has been Healthy without a break (None: not Healthy now)."""
     enforcement_present: bool = False
-    """The DeviceTaintRule (DRA) or node annotation entry (device plugin) gpuhealth owns exists."""
+    """The enforcement gpuhealth owns for the record exists (its backend's: a DeviceTaintRule,
+    a node annotation entry)."""
+    enforced_as: str = ""
+    """What the record's backend calls its enforcement (`DeviceTaintRule/<name>`, `Node/<node>`):
+    the `status.enforced` of a record it enforces."""
     node_opted_out: bool = False
     """The node carries `gpuhealth.io/remediation=disabled`: record and page, enforce nothing."""
-    probe: CheckResult = CheckResult.ABSENT
-    canary: CheckResult = CheckResult.ABSENT
+    check: CheckResult = CheckResult.ABSENT
+    """The Job of the check rung the record stands on (Absent on any other phase)."""
     holders: tuple[str, ...] = ()
     """Pods (`namespace/name`) still holding the device, gpuhealth's own checks aside; observed
     only when a release attempt may start (`needs_holders`)."""
@@ -95,6 +100,9 @@ class DeviceView:
 
 @dataclass(frozen=True, slots=True)
 class PolicySettings:
+    ladder: Ladder = LADDER
+    """The release ladder's rungs in order; each rung's `setting` names the field below that
+    gives its length (the `rungs` it is walked as)."""
     probe_timeout_seconds: float = 600.0
     """A probe Job still running after this long counts as failed."""
     canary_timeout_seconds: float = 1200.0
@@ -115,13 +123,20 @@ class PolicySettings:
     """Enforce nothing: DRA rules are written with effect None (the apiserver previews what they
     would evict), device-plugin nodes are not annotated."""
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
+    rungs: Ladder = field(init=False, repr=False, compare=False, hash=False)
+    """`ladder` with every rung's seconds taken from its setting (what `step` walks)."""
 
     def __post_init__(self) -> None:
+        values = []
+        for rung in self.ladder.rungs:
+            value = getattr(self, rung.setting, None) if rung.setting else rung.seconds
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(
+                    f"rung setting {rung.setting!r} is not a duration field of the policy settings"
+                )
+            values.append(float(value))
+        object.__setattr__(self, "rungs", _timed(self.ladder, tuple(values)))
         for name in (
-            "probe_timeout_seconds",
-            "canary_timeout_seconds",
-            "stability_seconds",
-            "ramp_seconds",
             "backoff_seconds",
             "max_backoff_seconds",
             "deferred_max_age_seconds",
@@ -131,6 +146,13 @@ class PolicySettings:
                 raise ValueError(f"{name} must be finite and greater than zero, not {value!r}")
         if self.max_backoff_seconds < self.backoff_seconds:
             raise ValueError("max_backoff_seconds must be at least backoff_seconds")
+
+
+@functools.lru_cache(maxsize=256)
+def _timed(ladder: Ladder, seconds: tuple[float, ...]) -> Ladder:
+    """`ladder` with these rung lengths (settings are made per decision in tests and benches:
+    one build per distinct ladder and lengths)."""
+    return ladder.timed(seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,12 +171,12 @@ class Context:
 
 @dataclass(frozen=True, slots=True)
 class Enforce:
-    """Keep new allocations off the device: a DeviceTaintRule (DRA) or the node annotation entry."""
+    """Keep new allocations off the device, through the record's backend (`responder.enforce.backends`)."""
 
     taint_key: str
     taint_value: str
     effect: str
-    """`NoSchedule`; `None` in dry-run (DRA rules preview, device plugins get nothing)."""
+    """`NoSchedule`; `None` in dry-run (a backend previews what it can, or writes nothing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,22 +232,20 @@ def step(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
         return _abandon(record, ctx)
     if phase == Phase.QUARANTINED:
         return _quarantined(record, view, ctx)
+    rung = ctx.settings.rungs.rung(phase)
+    if rung is None:
+        # A phase this responder's ladder does not have (a rung taken out since the record
+        # was written): the attempt cannot go on, and the device stays enforced.
+        return _fail(record, ctx, f"{phase} is no rung of this responder's release ladder")
     if _firing(record):
-        return _fail(record, ctx, f"an alert fired again while {phase.value}")
-    if phase != Phase.PROBING and view.health != Health.HEALTHY:
-        # The probe judges the device itself; from the canary on, the metrics must agree.
-        return _fail(record, ctx, f"the device reported {view.health.value} while {phase.value}")
-    if phase == Phase.PROBING:
-        return _check(
-            record, view, ctx, "probe", view.probe, ctx.settings.probe_timeout_seconds, Phase.CANARY
-        )
-    if phase == Phase.CANARY:
-        return _check(
-            record, view, ctx, "canary", view.canary, ctx.settings.canary_timeout_seconds, Phase.STABILIZING
-        )
-    if phase == Phase.STABILIZING:
-        return _stabilizing(record, view, ctx)
-    return _ramp(record, ctx)
+        return _fail(record, ctx, f"an alert fired again while {phase}")
+    if rung.metrics_judge and view.health != Health.HEALTHY:
+        return _fail(record, ctx, f"the device reported {view.health.value} while {phase}")
+    if rung.kind == Kind.CHECK:
+        return _check(record, view, ctx, rung)
+    if rung.kind == Kind.WINDOW:
+        return _window(record, view, ctx, rung)
+    return _ramp(record, ctx, rung)
 
 
 def _pending(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
@@ -250,11 +270,11 @@ def _pending(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
             return _wait(
                 record, ctx, "RateLimited", f"over the rate of new quarantines: waits {wait:.0f} s", wait
             )
-    enforced = _move(record, ctx, Phase.QUARANTINED, f"enforced: {_enforcement(record, ctx)}")
-    enforced = replace(enforced, status=replace(enforced.status, enforced=_enforcement(record, ctx)))
+    enforced = _move(record, ctx, Phase.QUARANTINED, f"enforced: {_enforcement(view)}")
+    enforced = replace(enforced, status=replace(enforced.status, enforced=_enforcement(view)))
     effects: tuple[Effect, ...] = (
         _enforce(record, ctx),
-        Notify("Quarantined", f"{record.spec.reason}: {_enforcement(record, ctx)}"),
+        Notify("Quarantined", f"{record.spec.reason}: {_enforcement(view)}"),
     )
     return Step(enforced, effects, recheck_seconds=0.0, took_token=automatic)
 
@@ -283,7 +303,7 @@ def _quarantined(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
     if not record.status.enforced:
         # Quarantined with nothing recorded as ours (an edited record, an older responder):
         # enforce and say so, rather than trust the phase.
-        repaired = replace(record, status=replace(record.status, enforced=_enforcement(record, ctx)))
+        repaired = replace(record, status=replace(record.status, enforced=_enforcement(view)))
         return Step(repaired, (_enforce(record, ctx),), recheck_seconds=0.0)
     expires = _seconds(record.spec.expires_at)
     if not _firing(record):
@@ -305,12 +325,10 @@ def _quarantined(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
                 f"source alerts resolved: release attempt {attempt} waits for the device to be free "
                 f"(held by {pods})",
             )
-        probing = _move(
-            record, ctx, Phase.PROBING, f"source alerts resolved: release attempt {attempt} probes"
-        )
-        probing = replace(probing, status=replace(probing.status, attempt=attempt))
-        return Step(
-            probing, (StartCheck("probe", attempt),), recheck_seconds=ctx.settings.probe_timeout_seconds
+        first = ctx.settings.rungs.first
+        climbing = replace(record, status=replace(record.status, attempt=attempt))
+        return _enter(
+            climbing, ctx, first, f"source alerts resolved: release attempt {attempt} begins: {first.name}"
         )
     if expires is not None and ctx.now >= expires:
         return _extend(record, ctx, "expired while still failing")
@@ -349,69 +367,70 @@ def _release_held(record: Quarantine, now: float) -> tuple[str, str, float | Non
     return None
 
 
-def _check(
-    record: Quarantine,
-    view: DeviceView,
-    ctx: Context,
-    kind: str,
-    result: CheckResult,
-    timeout: float,
-    next_phase: Phase,
-) -> Step:
-    attempt = record.status.attempt
-    if result == CheckResult.SUCCEEDED:
-        moved = _move(record, ctx, next_phase, f"{kind} of attempt {attempt} passed")
-        moved = replace(moved, status=replace(moved.status, last_check=f"{kind}-passed"))
-        if next_phase == Phase.CANARY:
-            return Step(
-                moved, (StartCheck("canary", attempt),), recheck_seconds=ctx.settings.canary_timeout_seconds
-            )
-        return Step(moved, recheck_seconds=ctx.settings.stability_seconds)
-    if result == CheckResult.FAILED:
-        return _fail(record, ctx, f"{kind} of attempt {attempt} failed", check=f"{kind}-failed")
+def _enter(record: Quarantine, ctx: Context, rung: Rung, message: str) -> Step:
+    """The record moved onto `rung`, with what the rung starts (its check's Job, its taint)."""
+    moved = _move(record, ctx, rung.phase, message)
+    effects: tuple[Effect, ...] = ()
+    if rung.kind == Kind.CHECK:
+        effects = (StartCheck(rung.name, record.status.attempt),)
+    elif rung.kind == Kind.RAMP:
+        effects = (Enforce(rung.taint, record.spec.reason, _effect(ctx)),)
+    return Step(moved, effects, recheck_seconds=rung.seconds)
+
+
+def _passed(record: Quarantine, ctx: Context, rung: Rung, why: str) -> Step:
+    """`rung` passed: onto the next rung, or released after the last."""
+    following = ctx.settings.rungs.after(rung)
+    if following is not None:
+        return _enter(record, ctx, following, f"{why}: {following.name} follows")
+    released = _move(record, ctx, Phase.RELEASED, f"{why}: released")
+    released = replace(released, status=replace(released.status, enforced="", failures=0))
+    return Step(released, (Unenforce(), Notify("Released", f"{ctx.settings.rungs.describe()} passed")))
+
+
+def _check(record: Quarantine, view: DeviceView, ctx: Context, rung: Rung) -> Step:
+    attempt, kind, timeout = record.status.attempt, rung.name, rung.seconds
+    if view.check == CheckResult.SUCCEEDED:
+        passed = replace(
+            record, status=replace(record.status, last_check=CheckOutcome(kind, attempt, Verdict.PASSED))
+        )
+        return _passed(passed, ctx, rung, f"{kind} of attempt {attempt} passed")
+    failed = CheckOutcome(kind, attempt, Verdict.FAILED)
+    if view.check == CheckResult.FAILED:
+        return _fail(record, ctx, f"{kind} of attempt {attempt} failed", check=failed)
     elapsed = ctx.now - (_seconds(record.status.phase_since) or ctx.now)
     if elapsed >= timeout:
         return _fail(
-            record,
-            ctx,
-            f"{kind} of attempt {attempt} timed out after {timeout:.0f} s",
-            check=f"{kind}-failed",
+            record, ctx, f"{kind} of attempt {attempt} timed out after {timeout:.0f} s", check=failed
         )
-    effects: tuple[Effect, ...] = (StartCheck(kind, attempt),) if result == CheckResult.ABSENT else ()
+    effects: tuple[Effect, ...] = (StartCheck(kind, attempt),) if view.check == CheckResult.ABSENT else ()
     return Step(record, effects, recheck_seconds=timeout - elapsed)
 
 
-def _stabilizing(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
-    window = ctx.settings.stability_seconds
+def _window(record: Quarantine, view: DeviceView, ctx: Context, rung: Rung) -> Step:
+    window = rung.seconds
     since_phase = _seconds(record.status.phase_since) or ctx.now
     healthy_since = view.healthy_since if view.healthy_since is not None else ctx.now
     stable_from = max(since_phase, healthy_since)
     if ctx.now - stable_from >= window:
-        ramp = _move(record, ctx, Phase.RAMP, f"healthy for {window:.0f} s: ramps back (opted-in work only)")
-        return Step(
-            ramp,
-            (Enforce(CANARY_TAINT, record.spec.reason, _effect(ctx)),),
-            recheck_seconds=ctx.settings.ramp_seconds,
-        )
+        return _passed(record, ctx, rung, f"healthy for {window:.0f} s")
     return Step(record, recheck_seconds=window - (ctx.now - stable_from))
 
 
-def _ramp(record: Quarantine, ctx: Context) -> Step:
+def _ramp(record: Quarantine, ctx: Context, rung: Rung) -> Step:
     elapsed = ctx.now - (_seconds(record.status.phase_since) or ctx.now)
-    if elapsed >= ctx.settings.ramp_seconds:
-        released = _move(record, ctx, Phase.RELEASED, "ramp complete: released")
-        released = replace(released, status=replace(released.status, enforced="", failures=0))
-        return Step(
-            released, (Unenforce(), Notify("Released", "probe, canary, stability window and ramp passed"))
-        )
-    return Step(record, recheck_seconds=ctx.settings.ramp_seconds - elapsed)
+    if elapsed >= rung.seconds:
+        return _passed(record, ctx, rung, f"{rung.name} of {rung.seconds:.0f} s complete")
+    return Step(record, recheck_seconds=rung.seconds - elapsed)
 
 
-def _fail(record: Quarantine, ctx: Context, why: str, *, check: str = "") -> Step:
+def _fail(record: Quarantine, ctx: Context, why: str, *, check: CheckOutcome | None = None) -> Step:
     failures = record.status.failures + 1
     extended = _extended_expiry(record, ctx, failures)
     moved = _move(record, ctx, Phase.QUARANTINED, f"{why}: quarantined again until {extended}")
-    status = replace(moved.status, failures=failures, last_check=check or moved.status.last_check)
+    status = replace(
+        moved.status, failures=failures, last_check=check if check is not None else moved.status.last_check
+    )
     moved = replace(moved, spec=replace(moved.spec, expires_at=extended), status=status)
     effects: tuple[Effect, ...] = (_enforce(record, ctx), Notify("ReleaseFailed", why, warning=True))
     return Step(moved, effects, recheck_seconds=0.0)
@@ -454,7 +473,7 @@ def _wait(record: Quarantine, ctx: Context, reason: str, message: str, recheck: 
     return Step(_move(record, ctx, record.status.phase, message, reason=reason), recheck_seconds=recheck)
 
 
-def _move(record: Quarantine, ctx: Context, phase: Phase, message: str, *, reason: str = "") -> Quarantine:
+def _move(record: Quarantine, ctx: Context, phase: str, message: str, *, reason: str = "") -> Quarantine:
     return record.with_phase(phase, time=rfc3339(ctx.now), actor=ACTOR, message=message, reason=reason)
 
 
@@ -466,10 +485,18 @@ def _effect(ctx: Context) -> str:
     return "None" if ctx.settings.dry_run else "NoSchedule"
 
 
-def _enforcement(record: Quarantine, ctx: Context) -> str:
-    if record.spec.path == DRA:
-        return f"DeviceTaintRule/{record.name}"
-    return f"Node/{record.spec.node}"
+def _enforcement(view: DeviceView) -> str:
+    if not view.enforced_as:
+        raise ValueError("the view names no enforcement for the record (DeviceView.enforced_as)")
+    return view.enforced_as
+
+
+def holding(record: Quarantine, settings: PolicySettings) -> Enforce:
+    """The enforcement the record's phase has in place: the taint of the ramp it stands on, else
+    the quarantine's (what a new backend puts in place when the device's identity changed)."""
+    rung = settings.rungs.rung(record.status.phase)
+    taint = rung.taint if rung is not None and rung.kind == Kind.RAMP else QUARANTINE_TAINT
+    return Enforce(taint, record.spec.reason, "None" if settings.dry_run else "NoSchedule")
 
 
 def _firing(record: Quarantine) -> bool:

@@ -1,8 +1,8 @@
 """`POST /scheduler/filter`: kube-scheduler's extender filter over HTTP (an adapter).
 
 Read-only by design, so it takes no token (kube-scheduler's extender client sends none): it
-changes nothing and reveals only which nodes fit. The decision is `responder.extender`'s; the
-capacity view is the `responder.capacity` cache, never an API call. With the `Nodes` form the
+changes nothing and reveals only which nodes fit. The decision is `responder.extender.filter`'s; the
+capacity view is the `responder.extender.capacity` cache, never an API call. With the `Nodes` form the
 Node objects the scheduler sent are read for allocatable and the annotation (what it saw), and
 the cache for the pods bound there; with `NodeNames` (nodeCacheCapable) the cache answers for
 both, and a node it has not seen passes.
@@ -22,8 +22,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from responder.capacity import CapacityCache
-from responder.extender import Args, ArgsError, NodeCapacity, error_result, filter_nodes, parse_args
+from responder.extender.capacity import CapacityCache
+from responder.extender.filter import Args, ArgsError, NodeCapacity, error_result, filter_nodes, parse_args
 
 FILTER_PATH = "/scheduler/filter"
 """`urlPrefix` `.../scheduler` plus `filterVerb` `filter` (`docs/quarantine.md`)."""

@@ -2,7 +2,7 @@
 
 The webhook records intent and never acts: this module decides how one alert changes the
 `DeviceQuarantine` record of its device (or that it changes nothing), and the recorder
-(`responder.recorder`) writes the result, conditional on the resourceVersion it read, and
+(`responder.webhook.recorder`) writes the result, conditional on the resourceVersion it read, and
 decides again on a conflict. Pure: no I/O, time passed in.
 
 The rules, each a safety property the tests check:
@@ -28,10 +28,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 
+from gpuhealth.kube.meta import rfc3339
 from gpuhealth.outcomes import Skipped, Unchanged
-from responder.alerts import FIRING, NONE, QUARANTINE, RESTRICT, Alert
 from responder.records import (
     ACTIVE_PHASES,
     MAX_SOURCE_ALERTS,
@@ -42,6 +41,7 @@ from responder.records import (
     path_of,
     record_name,
 )
+from responder.webhook.alerts import FIRING, NONE, QUARANTINE, RESTRICT, Alert
 
 ACTOR = "responder"
 """Who writes history entries the webhook adds."""
@@ -140,7 +140,7 @@ def _open(
     else:
         # Same object, new quarantine: the history of the old one stays, its keys too.
         base = replace(previous, spec=spec, status=replace(previous.status, phase_reason=""))
-        message = f"{alert.name} fired after {previous.status.phase.value}: a new {alert.action} recorded"
+        message = f"{alert.name} fired after {previous.status.phase}: a new {alert.action} recorded"
     record = base.with_phase(Phase.PENDING, time=stamp, actor=ACTOR, message=message).with_key(
         alert.idempotency_key
     )
@@ -207,8 +207,3 @@ def _with_source(sources: tuple[SourceAlert, ...], new: SourceAlert) -> tuple[So
     """`new` added (or refreshed, when the same episode re-fires after a resolved), bounded."""
     kept = [s for s in sources if (s.fingerprint, s.starts_at) != (new.fingerprint, new.starts_at)]
     return tuple([*kept, new][-MAX_SOURCE_ALERTS:])
-
-
-def rfc3339(seconds: float) -> str:
-    """RFC 3339 in UTC with microseconds, as Kubernetes MicroTime is written."""
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -20,15 +20,25 @@ I/O, time passed in. By construction, and property-tested:
 - nothing happens without the job's migration lease held by this flow (exactly one flow owns
   a job, also when two of its devices fail together), and the per-node and per-namespace
   limits hold;
-- fixed topology moves the whole job; shardable only the pods on the failed device.
+- fixed topology moves the whole job; shardable only the pods on the failed device;
+- a move that outlives the lease cap stops (Failed: the tenant told, the lease released),
+  and an eviction the apiserver refuses for good (`judge_eviction`: 403, a pod under several
+  disruption budgets) fails the move once, never in a loop; a budget's 429 waits.
+The caps a move counts against (`node_slot_free`, `evictions_left`) are counted here too, from
+the moves the records hold, so a new leader rebuilds them. The outcome of a move is the
+record's `MigrationOutcome`: one enum for the plan and the record.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+
+from gpuhealth.kube.meta import parse_rfc3339
+from responder.records import Migration, MigrationOutcome
 
 CHECKPOINT = "gpuhealth.io/checkpoint"
 TOPOLOGY = "gpuhealth.io/topology"
@@ -116,16 +126,10 @@ class Context:
     settings: MigrationSettings
     may_start: bool = True
     """A new move may begin (take its lease): False while the circuit breaker is open."""
-    started: bool = False
-    """This flow took the job's lease before (the record says when): a move under way, which
-    goes on to its end whatever the breaker, rather than hold the job, the node's slot and the
-    device (and with it the device's release) half-way."""
-
-
-class Outcome(StrEnum):
-    WAITING = "Waiting"
-    SUCCEEDED = "Succeeded"
-    UNRECOVERABLE = "Unrecoverable"
+    started_at: float | None = None
+    """When this flow first took the job's lease (from the record; None before): a move under
+    way, which goes on to its end whatever the breaker, rather than hold the job, the node's
+    slot and the device (and with it the device's release) half-way, until the lease cap."""
 
 
 # ----- effects --------------------------------------------------------------------------------------
@@ -186,7 +190,7 @@ Effect = TakeLease | ReleaseLease | RequestCheckpoint | Evict | KeepEvidence | T
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    outcome: Outcome
+    outcome: MigrationOutcome
     effects: tuple[Effect, ...] = ()
     detail: str = ""
     recheck_seconds: float | None = None
@@ -194,6 +198,14 @@ class Plan:
     """The pods to move, chosen by the first plan of a flow; the caller records them."""
 
 
+UNRECOVERABLE_REASON = "GPUQuarantineUnrecoverable"
+FAILED_REASON = "GPUQuarantineMigrationFailed"
+HOUR = 3600.0
+EVICTION_RETRY_FLOOR_SECONDS = 10.0
+"""The least wait after a 429: a disruption budget frees a slot only when a pod becomes ready again."""
+SEVERAL_BUDGETS = "more than one PodDisruptionBudget"
+"""What the apiserver's 500 to an eviction says when the pod is under several budgets, which the
+eviction subresource refuses for good; any other 500 is a server error, retried like a 503."""
 CHECKPOINT_POLL_SECONDS = 5.0
 """How often a flow waiting for checkpoint commits looks again (as for terminating pods)."""
 
@@ -205,15 +217,33 @@ def migration_key(device: str, owner_uid: str, quarantined_at: str) -> str:
 
 
 def plan(job: JobView, ctx: Context) -> Plan:
+    decided = _next(job, ctx)
+    cap = ctx.settings.lease_cap_seconds
+    if (
+        decided.outcome is MigrationOutcome.WAITING
+        and ctx.started_at is not None
+        and ctx.now - ctx.started_at >= cap
+    ):
+        # The hard cap: a move that outlives it (a budget that never allows, a pod that never
+        # ends, a namespace switched to allow-completion) stops holding the node's slot and the
+        # job's lock, and a person is told.
+        reason = f"the move did not end within the lease cap ({cap:.0f} s)"
+        return failed(job, ctx, reason, decided.targets or ())
+    return decided
+
+
+def _next(job: JobView, ctx: Context) -> Plan:
     if ctx.action != "quarantine":
-        return Plan(Outcome.SUCCEEDED, detail="restrict: running work is left where it is")
+        return Plan(MigrationOutcome.SUCCEEDED, detail="restrict: running work is left where it is")
     targets = ctx.targets if ctx.targets is not None else choose_targets(job)
     movers = [p for p in job.pods if p.uid in targets and not p.finished]
     if not movers:
         return _done(job, ctx, "every pod of the move has gone", targets)
     if ctx.mode == Mode.ALLOW_COMPLETION:
         return Plan(
-            Outcome.WAITING, detail="allow-completion: waiting for the pods to finish", targets=targets
+            MigrationOutcome.WAITING,
+            detail="allow-completion: waiting for the pods to finish",
+            targets=targets,
         )
     if ctx.mode == Mode.CHECKPOINT and any(p.annotations.get(CHECKPOINT) != "annotation" for p in movers):
         return _unrecoverable(
@@ -221,22 +251,29 @@ def plan(job: JobView, ctx: Context) -> Plan:
         )
     if job.lease_holder not in (None, ctx.identity):
         detail = f"another flow ({job.lease_holder}) owns this job"
-        return Plan(Outcome.WAITING, detail=detail, recheck_seconds=10.0, targets=targets)
+        return Plan(MigrationOutcome.WAITING, detail=detail, recheck_seconds=10.0, targets=targets)
     if job.lease_holder is None:
-        if not (ctx.may_start or ctx.started):
+        if not (ctx.may_start or ctx.started_at is not None):
             detail = "the circuit breaker is open: no move starts"
-            return Plan(Outcome.WAITING, detail=detail, recheck_seconds=60.0, targets=targets)
+            return Plan(MigrationOutcome.WAITING, detail=detail, recheck_seconds=60.0, targets=targets)
         if not ctx.node_slot_free:
             detail = "the node has a migration in flight or reached its hourly cap"
-            return Plan(Outcome.WAITING, detail=detail, recheck_seconds=60.0, targets=targets)
+            return Plan(MigrationOutcome.WAITING, detail=detail, recheck_seconds=60.0, targets=targets)
         take = TakeLease(job.namespace, job.owner, job.owner_uid, ctx.identity, ctx.settings.lease_seconds)
         return Plan(
-            Outcome.WAITING, (take,), detail="migration lease requested", recheck_seconds=0.0, targets=targets
+            MigrationOutcome.WAITING,
+            (take,),
+            detail="migration lease requested",
+            recheck_seconds=0.0,
+            targets=targets,
         )
     running = [p for p in movers if not p.terminating]
     if not running:
         return Plan(
-            Outcome.WAITING, detail="evicted pods are terminating", recheck_seconds=5.0, targets=targets
+            MigrationOutcome.WAITING,
+            detail="evicted pods are terminating",
+            recheck_seconds=5.0,
+            targets=targets,
         )
     if ctx.mode == Mode.CHECKPOINT:
         pending = [p for p in running if p.annotations.get(COMMITTED) != ctx.key]
@@ -255,17 +292,19 @@ def plan(job: JobView, ctx: Context) -> Plan:
             # A commit is a pod annotation, which the reconciler does not watch: look again
             # soon, not only at the timeout (a 10-minute wait for a 20-second commit).
             recheck = min(left, CHECKPOINT_POLL_SECONDS)
-            return Plan(Outcome.WAITING, requests, detail=detail, recheck_seconds=recheck, targets=targets)
+            return Plan(
+                MigrationOutcome.WAITING, requests, detail=detail, recheck_seconds=recheck, targets=targets
+            )
     allowed = running[: max(0, ctx.namespace_evictions_left)]
     if not allowed:
         return Plan(
-            Outcome.WAITING,
+            MigrationOutcome.WAITING,
             detail="the namespace's eviction cap is reached",
             recheck_seconds=60.0,
             targets=targets,
         )
     return Plan(
-        Outcome.WAITING,
+        MigrationOutcome.WAITING,
         tuple(Evict(p.namespace, p.name, p.uid) for p in allowed),
         detail=f"evicting {len(allowed)} pod(s)",
         recheck_seconds=5.0,
@@ -284,7 +323,7 @@ def choose_targets(job: JobView) -> tuple[str, ...]:
 
 def _done(job: JobView, ctx: Context, detail: str, targets: tuple[str, ...]) -> Plan:
     effects = (ReleaseLease(job.namespace, job.owner),) if job.lease_holder == ctx.identity else ()
-    return Plan(Outcome.SUCCEEDED, effects, detail=detail, targets=targets)
+    return Plan(MigrationOutcome.SUCCEEDED, effects, detail=detail, targets=targets)
 
 
 def _unrecoverable(
@@ -298,11 +337,89 @@ def _unrecoverable(
                 TellTenant(
                     p.namespace,
                     p.name,
-                    "GPUQuarantineUnrecoverable",
+                    UNRECOVERABLE_REASON,
                     f"the GPU this pod uses is quarantined and the pod could not be migrated: {reason}; "
                     "it keeps running until it ends or its owner moves it",
                 )
             )
     if job.lease_holder == ctx.identity:
         effects.append(ReleaseLease(job.namespace, job.owner))
-    return Plan(Outcome.UNRECOVERABLE, tuple(effects), detail=reason, targets=targets)
+    return Plan(MigrationOutcome.UNRECOVERABLE, tuple(effects), detail=reason, targets=targets)
+
+
+def failed(job: JobView, ctx: Context, reason: str, targets: tuple[str, ...]) -> Plan:
+    """The move stops for good: the tenant of every pod on the device told, the lease released."""
+    message = f"the GPU this pod uses is quarantined and moving the pod failed: {reason}"
+    effects: list[Effect] = [
+        TellTenant(p.namespace, p.name, FAILED_REASON, message) for p in job.pods if p.on_device
+    ]
+    if job.lease_holder == ctx.identity:
+        effects.append(ReleaseLease(job.namespace, job.owner))
+    return Plan(MigrationOutcome.FAILED, tuple(effects), detail=reason, targets=targets)
+
+
+# ----- an eviction's answer --------------------------------------------------------------------------
+
+
+class Answer(StrEnum):
+    """What the Eviction API's answer means for the move."""
+
+    EVICTED = "Evicted"
+    WAIT = "Wait"
+    """A disruption budget allows none now (429): wait `seconds`, then try again."""
+    GONE = "Gone"
+    """The pod is gone or was replaced (404, 409): nothing left to evict."""
+    RETRY = "Retry"
+    """A server error (a 503, a 500 that is not the budgets' refusal, no answer): try again."""
+    FAILED = "Failed"
+    """Refused for good (403, a pod under several budgets): retrying unchanged cannot help."""
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionVerdict:
+    answer: Answer
+    seconds: float = 0.0
+    """WAIT: how long."""
+
+
+def judge_eviction(
+    status: int | None, *, temporary: bool, message: str = "", retry_after: float | None = None
+) -> EvictionVerdict:
+    """The meaning of the Eviction API's answer (`status`: the HTTP status, None: no answer;
+    `temporary`: the client's judgement of the status as a server-side, passing error)."""
+    if status is not None and 200 <= status < 300:
+        return EvictionVerdict(Answer.EVICTED)
+    if status == 429:
+        return EvictionVerdict(Answer.WAIT, max(EVICTION_RETRY_FLOOR_SECONDS, retry_after or 0.0))
+    if status in (404, 409):
+        return EvictionVerdict(Answer.GONE)
+    several = status == 500 and SEVERAL_BUDGETS in message
+    if status is None or (temporary and not several):
+        # Found by `gpuhealth chaos`: an injected 500 used to fail a move for good. The lease
+        # cap still ends a move that never gets through.
+        return EvictionVerdict(Answer.RETRY)
+    # A loop of evictions is what a person must never find.
+    return EvictionVerdict(Answer.FAILED)
+
+
+# ----- the caps, from the records -----------------------------------------------------------------
+
+
+def node_slot_free(
+    on_node: Iterable[Migration], now: float, *, in_flight_limit: int, per_hour_limit: int
+) -> bool:
+    """Whether a move may start on a node whose other moves (every record's on that node, this
+    job's own excepted) are `on_node`: fewer than `in_flight_limit` in flight (their lease
+    taken, no outcome yet) and fewer than `per_hour_limit` started within the hour."""
+    moves = list(on_node)
+    in_flight = sum(1 for m in moves if m.started_at and not m.outcome.finished)
+    started = [parse_rfc3339(m.started_at) for m in moves if m.started_at]
+    this_hour = sum(1 for t in started if t is not None and now - t < HOUR)
+    return in_flight < in_flight_limit and this_hour < per_hour_limit
+
+
+def evictions_left(namespace: str, moves: Iterable[Migration], now: float, *, per_hour_limit: int) -> int:
+    """Evictions the namespace's hourly cap still allows, counted from every record's moves."""
+    times = [parse_rfc3339(t) for m in moves if m.namespace == namespace for t in m.evictions]
+    recent = sum(1 for t in times if t is not None and now - t < HOUR)
+    return max(0, per_hour_limit - recent)

@@ -1,6 +1,6 @@
 """Records an alert's intent in the device's `DeviceQuarantine` object (an executor over the API).
 
-Thin: `responder.intake.decide` makes the decision; this reads the record, applies it with
+Thin: `responder.webhook.intake.decide` makes the decision; this reads the record, applies it with
 writes conditional on the resourceVersion it read and, when someone else wrote first (409:
 another replica, an HA peer's duplicate delivery), reads again and decides again. Every
 failure becomes an outcome (`gpuhealth.outcomes`): a write that did not happen is a `Retry`,
@@ -19,49 +19,32 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol
 
 from gpuhealth.clock import Clock
-from gpuhealth.kube.errors import AlreadyExists, Conflict, NotFound
-from gpuhealth.kube.resources import STATUS, Resource
+from gpuhealth.kube.api import Api
+from gpuhealth.kube.conflicts import retry_on_conflict
+from gpuhealth.kube.errors import Conflict, NotFound
+from gpuhealth.kube.resources import STATUS
 from gpuhealth.outcomes import Done, Outcome, Retry, outcome_of
-from responder.alerts import Alert
-from responder.intake import IntakeSettings, Write, decide
 from responder.records import (
-    GROUP,
-    PLURAL,
-    VERSION,
+    QUARANTINES,
     Quarantine,
     RecordError,
     from_object,
     record_name,
     to_object,
 )
+from responder.webhook.alerts import Alert
+from responder.webhook.intake import IntakeSettings, Write, decide
 
 log = logging.getLogger(__name__)
 
-QUARANTINES = Resource(GROUP, VERSION, PLURAL, namespaced=False)
 
-MAX_ATTEMPTS = 5
 """Read-decide-write rounds before giving up on conflicts (then 503: Alertmanager retries)."""
 
 
-class Client(Protocol):
-    """What the recorder needs of `gpuhealth.kube.client.KubeClient`."""
-
-    def get(self, resource: Resource, name: str, *, namespace: str | None = ...) -> dict[str, Any]: ...
-
-    def create(
-        self, resource: Resource, obj: dict[str, Any], *, namespace: str | None = ...
-    ) -> dict[str, Any]: ...
-
-    def update(
-        self, resource: Resource, obj: dict[str, Any], *, subresource: str | None = ...
-    ) -> dict[str, Any]: ...
-
-
 class Recorder:
-    def __init__(self, client: Client, clock: Clock, settings: IntakeSettings | None = None) -> None:
+    def __init__(self, client: Api, clock: Clock, settings: IntakeSettings | None = None) -> None:
         self._client = client
         self._clock = clock
         self._settings = settings or IntakeSettings()
@@ -74,20 +57,20 @@ class Recorder:
         """Record `alert` in its device's record; the outcome says whether that happened."""
         key = alert.device_key
         name = record_name(key.node, key.device) if key is not None else ""
+
+        def attempt() -> Outcome:
+            record = self._read(name) if name else None
+            decision = decide(record, alert, now=self._clock.now(), settings=self._settings)
+            if not isinstance(decision, Write):
+                return decision
+            self._write(decision, record)  # 409: someone wrote meanwhile: read and decide again
+            log.info("%s: %s", decision.record.name, decision.detail)
+            return Done(decision.detail)
+
         try:
-            for _ in range(MAX_ATTEMPTS):
-                record = self._read(name) if name else None
-                decision = decide(record, alert, now=self._clock.now(), settings=self._settings)
-                if not isinstance(decision, Write):
-                    return decision
-                try:
-                    self._write(decision, record)
-                except (Conflict, AlreadyExists) as exc:
-                    log.debug("%s: %s; reading again", name, exc)
-                    continue
-                log.info("%s: %s", decision.record.name, decision.detail)
-                return Done(decision.detail)
-            return Retry(f"{name}: still conflicting after {MAX_ATTEMPTS} attempts", 1.0)
+            return retry_on_conflict(attempt, what=name)
+        except Conflict as exc:
+            return Retry(str(exc), 1.0)
         except RecordError as exc:
             # Someone edited the record into something unreadable; overwriting it would destroy
             # their state, so the alert waits (503) and the log says what to fix.

@@ -1,23 +1,15 @@
 """Probe and canary checks of one quarantined device: batch/v1 Jobs (a `CheckRunner`).
 
-An adapter over the API, thin and idempotent: `responder.policy` decides when a check of an
+An adapter over the API, thin and idempotent: `responder.reconcile.policy` decides when a check of an
 attempt starts (`StartCheck`) and reads its result (`CheckResult`); this creates the Job and
 reads its status. One Job per record, kind and attempt, named `<record>-<kind>-<attempt>`
 (shortened with a hash past 63 characters, the limit of the `job-name` label its pods carry),
 so a retry never mistakes an old Job's result for its own, and a second `start` is a no-op
 (409 AlreadyExists). Every Job is owned by the record: deleting the record deletes its checks.
 
-How the Job reaches exactly the quarantined device:
-- DRA: a ResourceClaimTemplate of the same name, whose one request selects the device by its
-  `uuid` attribute (CEL) and tolerates the quarantine and canary taints (the DeviceTaintRule
-  keeps every other claim off it). This is what a real cluster runs too.
-- Device plugin: the pod is pinned to the node with `spec.nodeName` and names the device in
-  the annotation `gpuhealth.io/probe-device: <uuid>`. That annotation is a **simulation
-  affordance**: the simulated kubelet allocates that device to the pod; a real kubelet cannot be
-  told which device to allocate. On a real cluster the probe runs as a privileged pod on the
-  node (no `nvidia.com/gpu` request) that runs the diagnostic against the device by UUID
-  (`dcgmi diag -i <uuid>`), or the device plugin offers the quarantined device only to pods
-  that tolerate the quarantine; that is deployment work outside this module.
+How the Job reaches exactly the quarantined device is the record's backend's
+(`responder.enforce.backends`, `device_request`): a claim through a ResourceClaimTemplate of the Job's
+name on DRA, a pod pinned to the node and the device on device plugins.
 Synchronous like the client; the reconciler runs it in a thread.
 """
 
@@ -26,18 +18,18 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
+from gpuhealth.kube.api import Api
 from gpuhealth.kube.errors import AlreadyExists, NotFound
 from gpuhealth.kube.resources import POD, Resource
-from responder.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult
-from responder.records import API_VERSION, DRA, KIND, Quarantine
+from responder.enforce.backends import Backends, DeviceRequest
+from responder.enforce.shipped import Enforcer
+from responder.enforce.taint_rules import DEVICE_CLASS
+from responder.reconcile.policy import CheckResult
+from responder.records import Quarantine, owner_reference
 
 JOB = Resource("batch", "v1", "jobs", namespaced=True)
-CLAIM_TEMPLATE = Resource("resource.k8s.io", "v1", "resourceclaimtemplates", namespaced=True)
-PROBE_DEVICE = "gpuhealth.io/probe-device"
-"""Pod annotation the simulated kubelet honours: allocate this device (uuid) to the pod."""
-CLAIM = "gpu"
 MAX_JOB_NAME = 63
 
 
@@ -63,7 +55,7 @@ class CheckSettings:
     """The diagnostic's image (DCGM ships `dcgmi`)."""
     command: tuple[str, ...] = ("dcgmi", "diag", "-r", "2")
     """Level 2 (about two minutes): memory, PCIe and a short stress, enough to catch what quarantines."""
-    device_class: str = "gpu.nvidia.com"
+    device_class: str = DEVICE_CLASS
     """DeviceClass of the DRA driver's GPUs (NVIDIA's DRA driver names its class so)."""
     run_seconds: str = ""
     """Simulation only: `sim.gpuhealth.io/run-seconds` on the pod (empty: the simulator's default)."""
@@ -97,40 +89,21 @@ def job_result(job: dict[str, Any]) -> CheckResult:
     return CheckResult.RUNNING
 
 
-class Client(Protocol):
-    def get(self, resource: Resource, name: str, *, namespace: str | None = ...) -> dict[str, Any]: ...
-
-    def list(
-        self, resource: Resource, *, namespace: str | None = ..., label_selector: str | None = ...
-    ) -> Any: ...
-
-    def create(
-        self, resource: Resource, obj: dict[str, Any], *, namespace: str | None = ...
-    ) -> dict[str, Any]: ...
-
-    def delete(
-        self,
-        resource: Resource,
-        name: str,
-        *,
-        namespace: str | None = ...,
-        uid: str | None = ...,
-        resource_version: str | None = ...,
-        propagation_policy: Literal["Foreground", "Background", "Orphan"] | None = ...,
-    ) -> dict[str, Any]: ...
-
-
 class JobChecks:
-    def __init__(self, client: Client, settings: CheckSettings | None = None) -> None:
+    def __init__(
+        self, client: Api, settings: CheckSettings | None = None, backends: Backends | None = None
+    ) -> None:
+        """`backends`: whose device requests the checks' pods carry (default: the shipped ones)."""
         self._client = client
         self.settings = settings or CheckSettings()
+        self._backends = backends or Enforcer(client, None, device_class=self.settings.device_class)
 
     def start(self, record: Quarantine, kind: str, attempt: int) -> None:
         name = job_name(record, kind, attempt)
         ns = self.settings.namespace
-        if record.spec.path == DRA:
+        for resource, obj in self._request(record, name).objects:
             with contextlib.suppress(AlreadyExists):  # a previous start got this far
-                self._client.create(CLAIM_TEMPLATE, self.claim_template(record, name), namespace=ns)
+                self._client.create(resource, obj, namespace=ns)
         with contextlib.suppress(AlreadyExists):
             self._client.create(JOB, self.job(record, kind, attempt), namespace=ns)
 
@@ -154,28 +127,27 @@ class JobChecks:
         for pod in self._client.list(POD, namespace=ns, label_selector=f"job-name={name}").items:
             with contextlib.suppress(NotFound):
                 self._client.delete(POD, str((pod.get("metadata") or {}).get("name")), namespace=ns)
-        if record.spec.path == DRA:
+        for resource, _ in self._request(record, name).objects:
             with contextlib.suppress(NotFound):
-                self._client.delete(CLAIM_TEMPLATE, name, namespace=ns)
+                self._client.delete(resource, name, namespace=ns)
 
     # ----- the objects --------------------------------------------------------------------------
+
+    def _request(self, record: Quarantine, name: str) -> DeviceRequest:
+        return self._backends.of(record).device_request(record, name, self.settings.namespace)
 
     def job(self, record: Quarantine, kind: str, attempt: int) -> dict[str, Any]:
         name = job_name(record, kind, attempt)
         s = self.settings
+        request = self._request(record, name)
         annotations = {"gpuhealth.io/device": f"{record.spec.node}/{record.spec.device}"}
         if s.run_seconds:
             annotations["sim.gpuhealth.io/run-seconds"] = s.run_seconds
+        annotations.update(request.annotations)
         container: dict[str, Any] = {"name": kind, "image": s.image, "command": list(s.command)}
+        container.update(request.container)
         pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
-        if record.spec.path == DRA:
-            container["resources"] = {"claims": [{"name": CLAIM}]}
-            pod_spec["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": name}]
-        else:
-            annotations[PROBE_DEVICE] = record.spec.uuid or record.spec.device
-            pod_spec["nodeName"] = record.spec.node
-            container["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
-            pod_spec["tolerations"] = [{"operator": "Exists"}]  # whatever taints the node carries
+        pod_spec.update(request.pod)
         labels = {
             "app.kubernetes.io/managed-by": "gpuhealth",
             "gpuhealth.io/check": kind,
@@ -189,53 +161,10 @@ class JobChecks:
                 "namespace": s.namespace,
                 "labels": labels,
                 "annotations": {"gpuhealth.io/attempt": str(attempt)},
-                "ownerReferences": [_owner(record)],
+                "ownerReferences": [owner_reference(record)],
             },
             "spec": {
                 "backoffLimit": 0,
                 "template": {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec},
             },
         }
-
-    def claim_template(self, record: Quarantine, name: str) -> dict[str, Any]:
-        uuid = record.spec.uuid
-        if not uuid:
-            raise ValueError(
-                f"{record.name}: a DRA record without spec.uuid cannot pin a check to its device"
-            )
-        domain = record.spec.driver or self.settings.device_class
-        tolerations = [
-            {"key": key, "operator": "Exists", "effect": effect}
-            for key in (QUARANTINE_TAINT, CANARY_TAINT)
-            for effect in ("NoSchedule", "NoExecute")
-        ]
-        request = {
-            "deviceClassName": self.settings.device_class,
-            "count": 1,
-            "selectors": [{"cel": {"expression": f'device.attributes["{domain}"].uuid == "{uuid}"'}}],
-            "tolerations": tolerations,
-        }
-        return {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {
-                "name": name,
-                "namespace": self.settings.namespace,
-                "labels": {"app.kubernetes.io/managed-by": "gpuhealth"},
-                "ownerReferences": [_owner(record)],
-            },
-            "spec": {"spec": {"devices": {"requests": [{"name": CLAIM, "exactly": request}]}}},
-        }
-
-
-def _owner(record: Quarantine) -> dict[str, Any]:
-    if not record.uid:
-        raise ValueError(f"{record.name}: the record has no uid to own its checks")
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "name": record.name,
-        "uid": record.uid,
-        "controller": True,
-        "blockOwnerDeletion": False,
-    }

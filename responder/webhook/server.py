@@ -32,7 +32,7 @@ from gpuhealth import instruments
 from gpuhealth.outcomes import Done, Outcome, Rejected, Retry, Skipped, Unchanged, combine, http_status
 from gpuhealth.outcomes import retry_after_header as retry_after
 from responder import metrics
-from responder.alerts import Alert, PayloadError, parse_delivery
+from responder.webhook.alerts import Alert, PayloadError, parse_delivery
 
 log = logging.getLogger(__name__)
 

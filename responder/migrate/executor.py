@@ -1,4 +1,8 @@
-"""Moves checkpointed work off a quarantined device: the executor of `responder.migration`'s plans.
+"""Moves checkpointed work off a quarantined device: the executor of `responder.migrate.plan`'s plans.
+
+Every decision is the plan's (`migration.plan`: what to do next, the lease cap; `judge_eviction`:
+what an eviction's answer means; `node_slot_free`, `evictions_left`: the caps); this observes,
+carries the effects out and keeps what happened in the record's entry.
 
 `Migrator.step(record, now)` is called by the reconciler for a `quarantine` record in phase
 Quarantined whose enforcement is present. It observes the jobs with pods on the device, plans
@@ -8,7 +12,7 @@ so a step whose record write loses a race is simply decided again from what is s
 
 Thin and idempotent, every exception of one job an outcome (a cluster it cannot read at all
 raises, for the caller to retry the record):
-- Observe: the pods that hold the device (`responder.holders`, shared with the reconciler,
+- Observe: the pods that hold the device (`responder.enforce.holders`, shared with the reconciler,
   which starts no probe on a device a pod holds). Pods are grouped into jobs by their
   controller (a ReplicaSet's Deployment, a Job, a StatefulSet; a bare pod is its own job),
   with all the job's pods.
@@ -16,12 +20,11 @@ raises, for the caller to retry the record):
   namespace, held by the record's name, owned by the record) is judged as the elector judges
   its own (`gpuhealth.kube.lease`): expired once its duration has passed on our monotonic clock
   since we first saw its current content; never by comparing its timestamps with our clock.
-- Caps come from the records themselves, never from counters in memory, so a new leader
-  rebuilds them: a node's migrations in flight (Waiting entries whose lease was taken) and
-  started within the hour, a namespace's evictions within the hour.
-- Evictions go through `policy/v1` Eviction, a dry run first: 429 (a disruption budget) waits
-  at least 10 s, kept in the entry's `retryAt`; 403 or the 500 of a pod under several budgets end
-  the job's move as Failed, escalated with an Event and a log line, never retried in a loop.
+- The caps are counted by the plan's functions from the records themselves, never from counters
+  in memory, so a new leader rebuilds them; this hands them every record's moves.
+- Evictions go through `policy/v1` Eviction, a dry run first; the answer is judged by
+  `judge_eviction` (a 429's wait kept in the entry's `retryAt`; a refusal for good ends the
+  job's move as Failed, escalated with an Event and a log line, never retried in a loop).
 """
 
 from __future__ import annotations
@@ -31,23 +34,26 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 from prometheus_client import CollectorRegistry
 
 from gpuhealth import instruments
 from gpuhealth.clock import Clock
-from gpuhealth.kube.errors import AlreadyExists, ApiError, Conflict, NotFound, TooManyRequests
+from gpuhealth.kube.api import Api
+from gpuhealth.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
+from gpuhealth.kube.events import EVENT, core_event
 from gpuhealth.kube.lease import LeaseRecord, Observed, observe
-from gpuhealth.kube.meta import parse_rfc3339
+from gpuhealth.kube.meta import parse_rfc3339, rfc3339
 from gpuhealth.kube.resources import LEASE, POD, Resource
 from responder import metrics
-from responder.holders import pods_on_device
-from responder.intake import rfc3339
-from responder.migration import REQUESTED as REQUESTED_ANNOTATION
-from responder.migration import (
+from responder.enforce.backends import Backends
+from responder.enforce.holders import pods_on_device
+from responder.enforce.shipped import Enforcer
+from responder.migrate.plan import (
+    FAILED_REASON,
+    Answer,
     Context,
     Effect,
     Evict,
@@ -55,19 +61,22 @@ from responder.migration import (
     KeepEvidence,
     MigrationSettings,
     Mode,
-    Outcome,
     PodView,
     ReleaseLease,
     RequestCheckpoint,
     TakeLease,
     TellTenant,
+    evictions_left,
+    judge_eviction,
     migration_key,
+    node_slot_free,
     plan,
 )
-from responder.recorder import QUARANTINES
+from responder.migrate.plan import REQUESTED as REQUESTED_ANNOTATION
 from responder.records import (
     API_VERSION,
     KIND,
+    QUARANTINES,
     Evidence,
     Migration,
     MigrationOutcome,
@@ -79,17 +88,8 @@ from responder.records import (
 log = logging.getLogger(__name__)
 
 LEASE_PREFIX = "gpuhealth-migration-"
-EVICTION_RETRY_FLOOR_SECONDS = 10.0
-"""The least wait after a 429: a disruption budget frees a slot only when a pod becomes ready again."""
-SEVERAL_BUDGETS = "more than one PodDisruptionBudget"
-"""What the apiserver's 500 to an eviction says when the pod is under several budgets, which the
-eviction subresource refuses for good; any other 500 is a server error, retried like a 503."""
-UNRECOVERABLE_REASON = "GPUQuarantineUnrecoverable"
-FAILED_REASON = "GPUQuarantineMigrationFailed"
 COMPONENT = "gpuhealth-responder"
-HOUR = 3600.0
 REPLICA_SET = Resource("apps", "v1", "replicasets", namespaced=True)
-EVENT = Resource("", "v1", "events", namespaced=True)
 _OUTCOME_LABEL = {
     MigrationOutcome.SUCCEEDED: "succeeded",
     MigrationOutcome.FAILED: "failed",
@@ -125,40 +125,6 @@ class MigratorSettings:
         return self.modes.get(namespace, self.default_mode)
 
 
-class Client(Protocol):
-    def get(self, resource: Resource, name: str, *, namespace: str | None = ...) -> dict[str, Any]: ...
-
-    def list(
-        self, resource: Resource, *, namespace: str | None = ..., field_selector: str | None = ...
-    ) -> Any: ...
-
-    def create(
-        self,
-        resource: Resource,
-        obj: dict[str, Any],
-        *,
-        namespace: str | None = ...,
-        subresource: str | None = ...,
-        dry_run: bool = ...,
-    ) -> dict[str, Any]: ...
-
-    def update(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]: ...
-
-    def patch(
-        self, resource: Resource, name: str, patch: dict[str, Any], *, namespace: str | None = ...
-    ) -> dict[str, Any]: ...
-
-    def delete(
-        self,
-        resource: Resource,
-        name: str,
-        *,
-        namespace: str | None = ...,
-        uid: str | None = ...,
-        resource_version: str | None = ...,
-    ) -> dict[str, Any]: ...
-
-
 _COUNTED_KEYS = 10_000
 """Moves remembered as counted: far more than end between two passes."""
 
@@ -192,16 +158,17 @@ class _Job:
     """UIDs of the pods that hold the device."""
 
 
-class _Observer:
+class _DeviceReads:
     """One step's reads, each made at most once (pods per namespace, ReplicaSets)."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Api, backends: Backends) -> None:
         self._client = client
+        self._backends = backends
         self._pods: dict[str, list[dict[str, Any]]] = {}
         self._replica_sets: dict[tuple[str, str], tuple[str, str] | None] = {}
 
     def jobs_on_device(self, record: Quarantine) -> dict[str, _Job]:
-        on_device = pods_on_device(self._client, record)
+        on_device = pods_on_device(self._client, self._backends, record)
         jobs: dict[str, _Job] = {}
         for pod in on_device:
             namespace = _meta(pod).get("namespace") or ""
@@ -267,16 +234,19 @@ def _pod_view(pod: dict[str, Any], on_device: set[str]) -> PodView:
 class Migrator:
     def __init__(
         self,
-        client: Client,
+        client: Api,
         settings: MigratorSettings,
         clock: Clock,
         *,
         metrics: MigratorMetrics | None = None,
         records: Callable[[], Iterable[Quarantine]] | None = None,
+        backends: Backends | None = None,
     ) -> None:
         """`records`: every stored record (the caps are counted from them); by default listed
-        through `client`. A reconciler with a cache passes its own."""
+        through `client`. A reconciler with a cache passes its own. `backends`: who says which
+        pods hold a device (default: the shipped backends)."""
         self._client = client
+        self._backends = backends or Enforcer(client, None)
         self._settings = settings
         self._clock = clock
         self._metrics = metrics
@@ -292,7 +262,7 @@ class Migrator:
         `start=False` (the circuit breaker is open): moves under way go on, none begins."""
         if record.spec.action != "quarantine":
             return record  # restrict (Unknown) never moves anything
-        observer = _Observer(self._client)
+        observer = _DeviceReads(self._client, self._backends)
         # A cluster it cannot read raises: the caller (the reconciler) retries this record on
         # its backoff; swallowed here, a device whose moves had not begun would wait a whole
         # recheck, as nothing in the record would say a move is due.
@@ -371,51 +341,32 @@ class Migrator:
             namespace_evictions_left=self._evictions_left(job.namespace, others, entries, now),
             settings=self._settings.migration,
             may_start=start,
-            started=bool(entry.started_at),
+            started_at=parse_rfc3339(entry.started_at) if entry.started_at else None,
         )
         decided = plan(view, ctx)
         entry = replace(entry, targets=decided.targets if decided.targets is not None else entry.targets)
-        started = parse_rfc3339(entry.started_at) if entry.started_at else None
-        cap = self._settings.migration.lease_cap_seconds
-        if decided.outcome is Outcome.WAITING and started is not None and now - started >= cap:
-            # The hard cap: a move that outlives it (a budget that never allows, a pod that never
-            # ends) stops holding the node's slot and the job's lock, and a person is told.
-            return self._fail(
-                entry, record, view, holder, lease, f"the move did not end within the lease cap ({cap:.0f} s)"
+        entry = replace(entry, outcome=decided.outcome, detail=decided.detail)
+        if decided.outcome is MigrationOutcome.FAILED:
+            log.warning(
+                "migration of %s/%s off %s failed: %s", job.namespace, job.owner, record.name, decided.detail
             )
-        entry = replace(entry, outcome=MigrationOutcome(decided.outcome.value), detail=decided.detail)
         pods = {p.name: p for p in view.pods}
+        refused = False
         for effect in decided.effects:
             entry = self._apply(effect, entry, record, lease, pods, now)
-            if entry.outcome is MigrationOutcome.FAILED:
-                break
-        if entry.outcome is MigrationOutcome.FAILED and holder == identity:
+            refused = (
+                entry.outcome is MigrationOutcome.FAILED and decided.outcome is not MigrationOutcome.FAILED
+            )
+            if refused:
+                break  # an eviction refused for good (`judge_eviction`): the rest of the plan is moot
+        if refused and holder == identity:
             entry = self._apply(ReleaseLease(job.namespace, job.owner), entry, record, lease, pods, now)
-        if decided.outcome is not Outcome.WAITING or entry.outcome.finished:
+        if decided.outcome is not MigrationOutcome.WAITING or entry.outcome.finished:
             log.info(
                 "migration of %s/%s off %s: %s (%s)",
                 *(job.namespace, job.owner, record.name, entry.outcome.value, entry.detail),
             )
         return entry
-
-    def _fail(
-        self,
-        entry: Migration,
-        record: Quarantine,
-        view: JobView,
-        holder: str | None,
-        lease: dict[str, Any] | None,
-        detail: str,
-    ) -> Migration:
-        log.warning("migration of %s/%s off %s failed: %s", view.namespace, view.owner, record.name, detail)
-        message = f"the GPU this pod uses is quarantined and moving the pod failed: {detail}"
-        for pod in view.pods:
-            if pod.on_device:
-                tell = TellTenant(pod.namespace, pod.name, FAILED_REASON, message)
-                self._event(pod.namespace, pod.name, pod.uid, entry.key, tell, record.name)
-        if holder == record.name:
-            entry = self._release_lease(ReleaseLease(view.namespace, view.owner), entry, record.name, lease)
-        return replace(entry, outcome=MigrationOutcome.FAILED, detail=detail)
 
     def _apply(
         self,
@@ -548,24 +499,21 @@ class Migrator:
                 self._client.create(
                     POD, eviction, namespace=effect.namespace, subresource="eviction", dry_run=dry_run
                 )
-        except TooManyRequests as error:
-            wait = max(EVICTION_RETRY_FLOOR_SECONDS, error.retry_after or 0.0)
-            return replace(
-                entry,
-                retry_at=rfc3339(now + wait),
-                detail=f"eviction of {effect.pod} refused by a budget (429), again in {wait:.0f} s",
-            )
-        except (NotFound, Conflict):
-            return entry  # gone or replaced already: nothing left to evict
         except ApiError as error:
-            several = error.status == 500 and SEVERAL_BUDGETS in str(error)
-            if error.status is None or (error.temporary and not several):
-                # A server error (a 503, or a 500 that is not the budgets' refusal: found by
-                # `gpuhealth chaos`, where an injected 500 failed a move for good) is retried;
-                # the lease cap still ends a move that never gets through.
+            verdict = judge_eviction(
+                error.status, temporary=error.temporary, message=str(error), retry_after=error.retry_after
+            )
+            if verdict.answer is Answer.WAIT:
+                return replace(
+                    entry,
+                    retry_at=rfc3339(now + verdict.seconds),
+                    detail=f"eviction of {effect.pod} refused by a budget (429), "
+                    f"again in {verdict.seconds:.0f} s",
+                )
+            if verdict.answer is Answer.GONE:
+                return entry  # gone or replaced already: nothing left to evict
+            if verdict.answer is Answer.RETRY:
                 return replace(entry, detail=f"eviction of {effect.pod} will be retried: {error}"[:512])
-            # 403 (not allowed), 500 (the pod is covered by several budgets) and the like: retrying
-            # unchanged cannot help, and a loop of evictions is what a person must never find.
             detail = f"eviction of {effect.pod} refused: {error}"[:512]
             log.warning(
                 "migration of %s/%s off %s failed: %s", effect.namespace, entry.owner, record.name, detail
@@ -589,25 +537,20 @@ class Migrator:
     def _event(self, namespace: str, pod: str, uid: str, key: str, effect: TellTenant, identity: str) -> None:
         # One Event per pod, reason and move: a step decided twice writes it once (409 AlreadyExists).
         digest = hashlib.sha256(f"{key}\x00{effect.reason}".encode()).hexdigest()[:12]
-        stamp = datetime.fromtimestamp(self._clock.now(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         involved = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": pod}
         if uid:
             involved["uid"] = uid
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{pod}.gpuhealth-{digest}", "namespace": namespace},
-            "involvedObject": involved,
-            "reason": effect.reason,
-            "message": effect.message[:1024],
-            "type": "Warning",
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": identity,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
+        event = core_event(
+            involved=involved,
+            namespace=namespace,
+            reason=effect.reason,
+            message=effect.message,
+            warning=True,
+            now=self._clock.now(),
+            component=COMPONENT,
+            name=f"{pod}.gpuhealth-{digest}",
+            instance=identity,
+        )
         try:
             self._client.create(EVENT, event, namespace=namespace)
         except AlreadyExists:
@@ -628,18 +571,16 @@ class Migrator:
     ) -> bool:
         on_node = [m for r in others if r.spec.node == record.spec.node for m in r.status.migrations]
         on_node += [m for m in entries if m.owner_uid != entry.owner_uid]
-        in_flight = sum(1 for m in on_node if m.started_at and not m.outcome.finished)
-        started = [parse_rfc3339(m.started_at) for m in on_node if m.started_at]
-        this_hour = sum(1 for t in started if t is not None and now - t < HOUR)
-        return in_flight < self._settings.node_in_flight and this_hour < self._settings.node_per_hour
+        s = self._settings
+        return node_slot_free(on_node, now, in_flight_limit=s.node_in_flight, per_hour_limit=s.node_per_hour)
 
     def _evictions_left(
         self, namespace: str, others: Sequence[Quarantine], entries: Sequence[Migration], now: float
     ) -> int:
         moves = [m for r in others for m in r.status.migrations] + list(entries)
-        times = [parse_rfc3339(t) for m in moves if m.namespace == namespace for t in m.evictions]
-        recent = sum(1 for t in times if t is not None and now - t < HOUR)
-        return max(0, self._settings.namespace_evictions_per_hour - recent)
+        return evictions_left(
+            namespace, moves, now, per_hour_limit=self._settings.namespace_evictions_per_hour
+        )
 
     def finish(self, record: Quarantine, now: float) -> Quarantine:
         """`step` while the circuit breaker is open: moves under way go on to their end (their

@@ -44,9 +44,9 @@ from gpuhealth import fields
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.reflector import Events, Listed, Message, Reflector
 from gpuhealth.kube.resources import NODE, POD
-from responder.enforcement import NODE_ANNOTATION
-from responder.extender import GPU_RESOURCE, ArgsError, NodeCapacity, gpus_requested
-from responder.reconciler import WatchBackoff
+from responder.enforce.node_annotation import NODE_ANNOTATION
+from responder.extender.filter import GPU_RESOURCE, ArgsError, NodeCapacity, gpus_requested
+from responder.reconcile.reconciler import WatchBackoff
 
 log = logging.getLogger(__name__)
 

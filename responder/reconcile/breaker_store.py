@@ -11,30 +11,19 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
-from gpuhealth.kube.errors import AlreadyExists, Conflict, NotFound
-from gpuhealth.kube.resources import CONFIG_MAP, Resource
-from responder.breaker import BreakerState
+from gpuhealth.kube.api import Api
+from gpuhealth.kube.conflicts import retry_on_conflict
+from gpuhealth.kube.errors import NotFound
+from gpuhealth.kube.resources import CONFIG_MAP
+from responder.reconcile.breaker import BreakerState
 
 NAME = "gpuhealth-breaker"
 MAX_HISTORY = 100
 """Audit entries kept (oldest dropped first)."""
-MAX_ATTEMPTS = 5
-
-
-class Client(Protocol):
-    def get(self, resource: Resource, name: str, *, namespace: str | None = ...) -> dict[str, Any]: ...
-
-    def create(
-        self, resource: Resource, obj: dict[str, Any], *, namespace: str | None = ...
-    ) -> dict[str, Any]: ...
-
-    def update(
-        self, resource: Resource, obj: dict[str, Any], *, subresource: str | None = ...
-    ) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +44,7 @@ class Stored:
 
 
 class BreakerStore:
-    def __init__(self, client: Client, namespace: str) -> None:
+    def __init__(self, client: Api, namespace: str) -> None:
         self._client = client
         self._namespace = namespace
 
@@ -68,24 +57,21 @@ class BreakerStore:
 
     def write(self, state: BreakerState, entry: AuditEntry) -> Stored:
         """Set `state` and append `entry` to the audit trail (conditional; re-read on conflict)."""
-        for _ in range(MAX_ATTEMPTS):
+
+        def attempt() -> Stored:
             try:
                 current = self._client.get(CONFIG_MAP, NAME, namespace=self._namespace)
             except NotFound:
                 current = None
             history = (*_decode(current).history, entry)[-MAX_HISTORY:] if current else (entry,)
             data = {"state": _encode_state(state), "history": _encode_history(history)}
-            try:
-                if current is None:
-                    self._client.create(
-                        CONFIG_MAP, _config_map(self._namespace, data), namespace=self._namespace
-                    )
-                else:
-                    self._client.update(CONFIG_MAP, {**current, "data": data})
-                return Stored(state, history)
-            except (Conflict, AlreadyExists):
-                continue
-        raise Conflict(f"ConfigMap {self._namespace}/{NAME}: still conflicting after {MAX_ATTEMPTS} attempts")
+            if current is None:
+                self._client.create(CONFIG_MAP, _config_map(self._namespace, data), namespace=self._namespace)
+            else:
+                self._client.update(CONFIG_MAP, {**current, "data": data})
+            return Stored(state, history)
+
+        return retry_on_conflict(attempt, what=f"ConfigMap {self._namespace}/{NAME}")
 
 
 def _config_map(namespace: str, data: dict[str, str]) -> dict[str, Any]:

@@ -12,13 +12,12 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
-from gpuhealth.kube.resources import Resource
-from responder.intake import rfc3339
+from gpuhealth.kube.api import Api
+from gpuhealth.kube.events import EVENT, core_event
 from responder.records import API_VERSION, KIND, Quarantine
 
 log = logging.getLogger(__name__)
 
-EVENT = Resource("", "v1", "events", namespaced=True)
 NAMESPACE = "default"
 COMPONENT = "gpuhealth-responder"
 
@@ -27,39 +26,29 @@ class EventSink(Protocol):
     def emit(self, record: Quarantine, reason: str, message: str, *, warning: bool, now: float) -> None: ...
 
 
-class Client(Protocol):
-    def create(
-        self, resource: Resource, obj: dict[str, Any], *, namespace: str | None = ...
-    ) -> dict[str, Any]: ...
-
-
 def event(record: Quarantine, reason: str, message: str, *, warning: bool, now: float) -> dict[str, Any]:
     """The core/v1 Event for one notice about `record` (pure)."""
-    stamp = rfc3339(now)
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{record.name[:236]}.", "namespace": NAMESPACE},
-        "involvedObject": {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
-            "name": record.name,
-            "uid": record.uid,
-            "resourceVersion": record.resource_version,
-        },
-        "reason": reason,
-        "message": message[:1024],
-        "type": "Warning" if warning else "Normal",
-        "source": {"component": COMPONENT},
-        "reportingComponent": COMPONENT,
-        "firstTimestamp": stamp[:19] + "Z",
-        "lastTimestamp": stamp[:19] + "Z",
-        "count": 1,
+    involved = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": record.name,
+        "uid": record.uid,
+        "resourceVersion": record.resource_version,
     }
+    return core_event(
+        involved=involved,
+        namespace=NAMESPACE,
+        reason=reason,
+        message=message,
+        warning=warning,
+        now=now,
+        component=COMPONENT,
+        generate_name=f"{record.name[:236]}.",
+    )
 
 
 class KubeEvents:
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Api) -> None:
         self._client = client
 
     def emit(self, record: Quarantine, reason: str, message: str, *, warning: bool, now: float) -> None:

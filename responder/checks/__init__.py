@@ -1,0 +1,1 @@
+"""The release ladder's check rungs as batch/v1 Jobs pinned to the device (`jobs`)."""

@@ -1,0 +1,161 @@
+"""Enforcement backends: how one kind of device is quarantined, behind one protocol.
+
+A backend owns everything that differs between kinds of device: whether a device is one of
+its own (`identify`, from what the API says about it, `responder.enforce.identity`), what its
+enforcement is called in the record (`enforced_as`), whether gpuhealth's enforcement is
+present, putting it in place and lifting it, which pods hold the device, and what a check's
+pod asks for to get exactly that device (`device_request`). Nothing outside a backend asks
+which path a record is on: `Backends` hands each record the backend its `spec.path` names.
+
+`responder.enforce.shipped.enforcer` is the one declaration of the shipped backends, in the order
+they claim a device: DRA (`responder.enforce.taint_rules`: a DeviceTaintRule) before device plugins
+(`responder.enforce.node_annotation`: the node annotation the scheduler extender reads). Adding a
+backend is one module with its class and one entry there.
+
+`Backends.identify` re-resolves a record's device on every pass from the node's
+ResourceSlices (listed once per pass) and, when a backend needs it, the node: a DRA device
+whose alert carried no `driver` label is still a DRA device. The reconciler hands the
+enforcement over when the identity changes. Synchronous like the client; the reconciler runs
+it in a thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from gpuhealth.kube.api import Api
+from gpuhealth.kube.errors import NotFound
+from gpuhealth.kube.resources import NODE, RESOURCE_SLICE, Resource
+from responder.enforce.identity import Identity, SliceDevice, slice_devices
+from responder.reconcile.policy import Enforce
+from responder.records import Quarantine
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    """What a check's pod adds to get exactly the record's device."""
+
+    container: Mapping[str, Any] = field(default_factory=dict)
+    """Fields of the check's container (its `resources`)."""
+    pod: Mapping[str, Any] = field(default_factory=dict)
+    """Fields of the pod's spec (`resourceClaims`, `nodeName`, `tolerations`)."""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """Annotations of the pod."""
+    objects: tuple[tuple[Resource, dict[str, Any]], ...] = ()
+    """Objects the check needs, created before its Job and deleted with it (by name)."""
+
+
+@dataclass(slots=True)
+class Evidence:
+    """What the API says about one record's device, read once per pass and only as needed."""
+
+    slices: Sequence[SliceDevice]
+    """Every device the cluster's ResourceSlices publish."""
+    node: Callable[[], Mapping[str, Any] | None]
+    """The node object (None: gone); read on the first call of the pass, then remembered."""
+
+
+class Backend(Protocol):
+    path: str
+    """The `spec.path` of the records this backend enforces (`dra`, `device-plugin`)."""
+
+    def identify(self, record: Quarantine, evidence: Evidence) -> Identity | None:
+        """The device's identity if it is one of this backend's; None if not (or not known)."""
+        ...
+
+    def enforced_as(self, record: Quarantine) -> str:
+        """What the record's `status.enforced` calls this backend's enforcement of it."""
+        ...
+
+    def present(self, record: Quarantine) -> bool:
+        """Whether the enforcement gpuhealth owns for the record exists (any taint key)."""
+        ...
+
+    def enforce(self, record: Quarantine, effect: Enforce) -> None: ...
+
+    def lift(self, record: Quarantine) -> None:
+        """Remove what gpuhealth put in place (never what anyone else did)."""
+        ...
+
+    def holders(self, record: Quarantine, node_pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Those of the node's pods that hold the record's device (finished or not)."""
+        ...
+
+    def device_request(self, record: Quarantine, name: str, namespace: str) -> DeviceRequest:
+        """What the check `name` (its Job's name) in `namespace` asks for to get the device."""
+        ...
+
+
+class UnknownBackend(RuntimeError):
+    """A record names a path no backend of this responder enforces."""
+
+
+class Backends:
+    """The backends a responder enforces with, looked up by the record's path."""
+
+    def __init__(self, client: Api, backends: Iterable[Backend]) -> None:
+        self._client = client
+        self.ordered = tuple(backends)
+        self._by_path = {b.path: b for b in self.ordered}
+        if len(self._by_path) != len(self.ordered):
+            raise ValueError(f"backend paths repeat: {[b.path for b in self.ordered]}")
+
+    def of(self, record: Quarantine) -> Backend:
+        try:
+            return self._by_path[record.spec.path]
+        except KeyError:
+            raise UnknownBackend(
+                f"{record.name}: no backend enforces path {record.spec.path!r} "
+                f"(this responder has {', '.join(self._by_path)})"
+            ) from None
+
+    # ----- what the reconciler asks (responder.reconcile.reconciler.Enforcement) --------------------------
+
+    def slices(self) -> list[SliceDevice]:
+        """Every published ResourceSlice device (one list: once per pass)."""
+        try:
+            listed = self._client.list(RESOURCE_SLICE).items
+        except NotFound:
+            return []  # the cluster serves no DRA: every device is a device plugin's
+        return [d for obj in listed for d in slice_devices(obj)]
+
+    def identify(
+        self, record: Quarantine, slices: Sequence[SliceDevice], nodes: dict[str, Any]
+    ) -> Quarantine:
+        """`record` naming its device as the API says it is now, by the first backend that claims
+        it; unchanged when none does. `nodes`: the pass's node objects by name (filled here)."""
+        node = record.spec.node
+
+        def read_node() -> Mapping[str, Any] | None:
+            if node not in nodes:
+                try:
+                    nodes[node] = self._client.get(NODE, node)
+                except NotFound:
+                    nodes[node] = None
+            found = nodes[node]
+            return found if isinstance(found, dict) else None
+
+        evidence = Evidence(slices, read_node)
+        for backend in self.ordered:
+            identity = backend.identify(record, evidence)
+            if identity is not None:
+                return (
+                    record
+                    if identity.of(record.spec)
+                    else replace(record, spec=identity.applied(record.spec))
+                )
+        return record
+
+    def enforced_as(self, record: Quarantine) -> str:
+        return self.of(record).enforced_as(record)
+
+    def present(self, record: Quarantine) -> bool:
+        return self.of(record).present(record)
+
+    def enforce(self, record: Quarantine, effect: Enforce) -> None:
+        self.of(record).enforce(record, effect)
+
+    def unenforce(self, record: Quarantine) -> None:
+        self.of(record).lift(record)

@@ -1,0 +1,45 @@
+"""Which pods hold a device: the one reading of it that migration and release share.
+
+An adapter over the API, read-only: the pods on the record's node, of which the record's
+backend (`responder.enforce.backends`) says which hold its device. The migrator moves the jobs of
+these pods; the reconciler starts no probe while one of them (other than gpuhealth's own
+checks) still holds the device, since a probe or canary cannot get a device a running pod
+holds, and its timeout would count as the device's failure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuhealth.kube.api import Api
+from gpuhealth.kube.resources import POD
+from responder.enforce.backends import Backends
+from responder.records import Quarantine
+
+CHECK_LABEL = "gpuhealth.io/check"
+"""Label of the pods of gpuhealth's own probe and canary Jobs (`responder.checks.jobs`)."""
+
+
+def pods_on_device(client: Api, backends: Backends, record: Quarantine) -> list[dict[str, Any]]:
+    """Every pod on the record's node that holds its device (finished or not)."""
+    node_pods = client.list(POD, field_selector=f"spec.nodeName={record.spec.node}").items
+    return backends.of(record).holders(record, node_pods)
+
+
+class DeviceHolders:
+    """`of(record)`: the pods (`namespace/name`) that still hold the record's device."""
+
+    def __init__(self, client: Api, backends: Backends) -> None:
+        self._client = client
+        self._backends = backends
+
+    def of(self, record: Quarantine) -> tuple[str, ...]:
+        held = []
+        for pod in pods_on_device(self._client, self._backends, record):
+            meta: dict[str, Any] = pod["metadata"] if isinstance(pod.get("metadata"), dict) else {}
+            if CHECK_LABEL in (meta.get("labels") or {}):
+                continue  # gpuhealth's own probe or canary: it is meant to hold the device
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue  # a finished pod's containers no longer use the device
+            held.append(f"{meta.get('namespace') or ''}/{meta.get('name') or ''}")
+        return tuple(sorted(held))

@@ -1,0 +1,117 @@
+"""Which device a record names, as the API says it is: the identity that picks its backend.
+
+Pure: no I/O. The alert that opened a record says what the exporter knew (a `driver` label
+when the device's `gpu_device_info` series was there, a UUID); that is a first guess, never
+the last word. The reconciler resolves the identity from the API on every pass and, when it
+differs from the record's, hands the enforcement over to the backend of the new one:
+- a device one of the node's ResourceSlices publishes (by its `uuid` attribute, or by
+  driver/pool/device) is a DRA device (`resolve_slice`), whatever the alert carried;
+- a device no slice publishes on a node that advertises the device plugin's resource in its
+  capacity is a device-plugin device (`resolve_capacity`);
+- neither (a slice being republished, a node being read): the record keeps what it has, since
+  a moment's absence is no evidence that the device changed.
+Which backend asks which question, and in what order, is `responder.enforce.backends`'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gpuhealth.kube.slices import uuid_attribute
+from responder.records import DEVICE_PLUGIN, DRA, QuarantineSpec
+
+PLUGIN_RESOURCE = "nvidia.com/gpu"
+"""The extended resource the NVIDIA device plugin advertises in a node's capacity."""
+
+
+@dataclass(frozen=True, slots=True)
+class SliceDevice:
+    """One device of a ResourceSlice, as far as identity goes."""
+
+    node: str
+    driver: str
+    pool: str
+    name: str
+    uuid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    path: str
+    """The backend that enforces on this device (`responder.records.DRA`, `DEVICE_PLUGIN`)."""
+    uuid: str = ""
+    driver: str = ""
+    pool: str = ""
+    device_name: str = ""
+
+    def applied(self, spec: QuarantineSpec) -> QuarantineSpec:
+        """`spec` naming this identity (the UUID is kept where the API gives none)."""
+        return replace(
+            spec,
+            path=self.path,
+            uuid=self.uuid or spec.uuid,
+            driver=self.driver,
+            pool=self.pool,
+            device_name=self.device_name,
+        )
+
+    def of(self, spec: QuarantineSpec) -> bool:
+        """Whether `spec` already names this identity."""
+        return self.applied(spec) == spec
+
+
+def slice_devices(obj: Any) -> list[SliceDevice]:
+    """The devices of one ResourceSlice (v1: attributes on the device; v1beta1: under `basic`);
+    a malformed slice has none."""
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    if not isinstance(spec, dict):
+        return []
+    pool: dict[str, Any] = spec["pool"] if isinstance(spec.get("pool"), dict) else {}
+    driver, pool_name, node = (
+        str(spec.get("driver") or ""),
+        str(pool.get("name") or ""),
+        str(spec.get("nodeName") or ""),
+    )
+    if not (driver and pool_name and node):
+        return []
+    out = []
+    for item in spec.get("devices") or ():
+        if not isinstance(item, dict) or not item.get("name"):
+            continue
+        basic: dict[str, Any] = item["basic"] if isinstance(item.get("basic"), dict) else item
+        out.append(
+            SliceDevice(node, driver, pool_name, str(item["name"]), uuid_attribute(basic.get("attributes")))
+        )
+    return out
+
+
+def device_uuid(spec: QuarantineSpec) -> str:
+    """The GPU UUID the record knows for its device (empty when it knows none)."""
+    return spec.uuid or ("" if "/" in spec.device else spec.device)
+
+
+def resolve_slice(spec: QuarantineSpec, devices: Iterable[SliceDevice]) -> Identity | None:
+    """The DRA identity of the record's device if a slice on its node publishes it, else None."""
+    uuid = device_uuid(spec)
+    for d in devices:
+        if d.node != spec.node:
+            continue
+        named = f"{d.driver}/{d.pool}/{d.name}" == spec.device or (
+            (d.driver, d.pool, d.name) == (spec.driver, spec.pool, spec.device_name)
+        )
+        if (uuid and d.uuid == uuid) or named:
+            return Identity(DRA, uuid=d.uuid, driver=d.driver, pool=d.pool, device_name=d.name)
+    return None
+
+
+def resolve_capacity(spec: QuarantineSpec, node_status: Mapping[str, Any] | None) -> Identity | None:
+    """The device-plugin identity of the record's device if its node advertises the plugin's
+    resource (`node_status`: the node's status; None: the node is gone), else None. A device
+    the record knows no UUID of cannot be named on this path."""
+    uuid = device_uuid(spec)
+    capacity = (node_status or {}).get("capacity") or {}
+    if not uuid or str(capacity.get(PLUGIN_RESOURCE) or "0") in ("", "0"):
+        return None
+    return Identity(DEVICE_PLUGIN, uuid=uuid)

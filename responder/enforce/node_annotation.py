@@ -1,0 +1,136 @@
+"""The device-plugin backend: a quarantine is an entry in a node annotation (an executor).
+
+Thin and idempotent: the node annotation `gpuhealth.io/quarantined-devices`, a JSON list of
+device IDs, edited by read-modify-write at the node's resourceVersion (409: read again), and
+read by the scheduler extender (`responder.extender.filter`). Nothing else on the node is touched:
+no taint, no cordon, no label. In dry-run there is nothing to preview with, so nothing is
+written.
+
+A device is this backend's when no ResourceSlice publishes it (the DRA backend claims first)
+and its node advertises the device plugin's resource (`nvidia.com/gpu`) in its capacity; a
+record already on this path keeps it while nothing says otherwise, so the node is read only
+when a record would change path. The pods that hold the device are those whose
+`allocatedResourcesStatus` names it (`<uuid>`, or a time-sliced replica `<uuid>::<n>`).
+
+A check's pod is pinned to the node with `spec.nodeName` and names the device in the
+annotation `gpuhealth.io/probe-device: <uuid>`. That annotation is a **simulation
+affordance**: the simulated kubelet allocates that device to the pod; a real kubelet cannot be
+told which device to allocate. On a real cluster the probe runs as a privileged pod on the
+node (no `nvidia.com/gpu` request) that runs the diagnostic against the device by UUID
+(`dcgmi diag -i <uuid>`), or the device plugin offers the quarantined device only to pods
+that tolerate the quarantine; that is deployment work outside this module.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from gpuhealth.kube.api import Api
+from gpuhealth.kube.conflicts import retry_on_conflict
+from gpuhealth.kube.errors import NotFound
+from gpuhealth.kube.resources import NODE
+from responder.enforce.backends import DeviceRequest, Evidence
+from responder.enforce.identity import Identity, resolve_capacity
+from responder.reconcile.policy import Enforce
+from responder.records import DEVICE_PLUGIN, Quarantine
+
+log = logging.getLogger(__name__)
+
+NODE_ANNOTATION = "gpuhealth.io/quarantined-devices"
+PROBE_DEVICE = "gpuhealth.io/probe-device"
+"""Pod annotation the simulated kubelet honours: allocate this device (uuid) to the pod."""
+
+
+class NodeAnnotation:
+    path = DEVICE_PLUGIN
+
+    def __init__(self, client: Api) -> None:
+        self._client = client
+
+    def identify(self, record: Quarantine, evidence: Evidence) -> Identity | None:
+        if record.spec.path == self.path:
+            # No slice publishes the device (the DRA backend asked first): nothing says it moved,
+            # and the node need not be read.
+            return Identity(self.path, uuid=record.spec.uuid)
+        node = evidence.node()
+        return resolve_capacity(record.spec, None if node is None else node.get("status"))
+
+    def enforced_as(self, record: Quarantine) -> str:
+        return f"Node/{record.spec.node}"
+
+    def present(self, record: Quarantine) -> bool:
+        return record.spec.device in listed(self._client.get(NODE, record.spec.node))
+
+    def enforce(self, record: Quarantine, effect: Enforce) -> None:
+        if effect.effect != "None":  # dry-run: nothing to preview with on this path
+            self._edit(record, add=True)
+
+    def lift(self, record: Quarantine) -> None:
+        self._edit(record, add=False)
+
+    def holders(self, record: Quarantine, node_pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        device = record.spec.uuid or record.spec.device
+        return [p for p in node_pods if _pod_holds(p, device)]
+
+    def device_request(self, record: Quarantine, name: str, namespace: str) -> DeviceRequest:
+        return DeviceRequest(
+            container={"resources": {"limits": {"nvidia.com/gpu": "1"}}},
+            pod={
+                "nodeName": record.spec.node,
+                "tolerations": [{"operator": "Exists"}],  # whatever taints the node carries
+            },
+            annotations={PROBE_DEVICE: record.spec.uuid or record.spec.device},
+        )
+
+    def _edit(self, record: Quarantine, *, add: bool) -> None:
+        device = record.spec.device
+
+        def attempt() -> None:
+            try:
+                node = self._client.get(NODE, record.spec.node)
+            except NotFound:
+                if add:
+                    raise
+                return  # the node is gone, and the annotation with it
+            current = listed(node)
+            wanted = sorted({*current, device}) if add else [d for d in current if d != device]
+            if wanted == current:
+                return
+            meta = node.get("metadata") or {}
+            annotations = dict(meta.get("annotations") or {})
+            if wanted:
+                annotations[NODE_ANNOTATION] = orjson.dumps(wanted).decode()
+            else:
+                annotations.pop(NODE_ANNOTATION, None)
+            self._client.update(NODE, {**node, "metadata": {**meta, "annotations": annotations}})
+
+        retry_on_conflict(attempt, what=f"Node {record.spec.node}")
+
+
+def listed(node: dict[str, Any]) -> list[str]:
+    """The devices the node annotation lists; an unreadable value lists none (and is logged)."""
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(NODE_ANNOTATION)
+    if not raw:
+        return []
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        log.warning("node annotation %s is not JSON: %r", NODE_ANNOTATION, raw[:200])
+        return []
+    return sorted(v for v in value if isinstance(v, str)) if isinstance(value, list) else []
+
+
+def _pod_holds(pod: dict[str, Any], device: str) -> bool:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    for status in statuses:
+        for entry in (status or {}).get("allocatedResourcesStatus") or []:
+            for resource in (entry or {}).get("resources") or []:
+                rid = str((resource or {}).get("resourceID") or "")
+                # Time-sliced replicas of one GPU are advertised as `<uuid>::<n>`.
+                if rid == device or rid.startswith(device + "::"):
+                    return True
+    return False

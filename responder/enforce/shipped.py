@@ -1,0 +1,27 @@
+"""The shipped enforcement: the backends a responder quarantines devices with.
+
+`Enforcer` is the one declaration of them, in the order they claim a device
+(`responder.enforce.backends`): DRA devices by a DeviceTaintRule (`responder.enforce.taint_rules`), then
+device-plugin devices by the node annotation the scheduler extender reads
+(`responder.enforce.node_annotation`). A new backend is its module and one entry here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuhealth.kube.resources import Resource
+from responder.enforce.backends import Backends
+from responder.enforce.node_annotation import NodeAnnotation
+from responder.enforce.taint_rules import DEVICE_CLASS, TaintRules
+
+
+class Enforcer(Backends):
+    def __init__(
+        self, client: Any, taint_rules: Resource | None, *, device_class: str = DEVICE_CLASS
+    ) -> None:
+        """`taint_rules`: the DeviceTaintRule resource the cluster serves (`taint_rules.discover`;
+        None: none, and a DRA device cannot be quarantined)."""
+        super().__init__(
+            client, (TaintRules(client, taint_rules, device_class=device_class), NodeAnnotation(client))
+        )

@@ -1,0 +1,162 @@
+"""The release ladder as data: the rungs a quarantined device climbs on its way back to service.
+
+Pure: no I/O. `LADDER` is the one declaration of the rungs, in order. `responder.reconcile.policy.step`
+walks it (one generic step per kind of rung), the reconciler runs each rung's executor (a
+check's Job through `responder.checks.jobs`, a ramp's taint through the enforcement backend), and
+everything that shows or judges phases reads the sequence from here: the record's phases
+(`responder.records.PHASES`), the CRD's enum, the demo's progress, verdicts, summary and
+report, the dashboards (generated from it, or checked against it by a test).
+
+A rung is one of three kinds:
+- check: a Job whose pod gets the device itself must succeed within `seconds`; its verdict is
+  kept in the record (`status.lastCheck`), and a person may not release a device whose last
+  check failed;
+- window: the device reports Healthy without a break for `seconds`;
+- ramp: the device carries `taint` (only work that opts in tolerates it) for `seconds`.
+Any failure on a rung (a failed or timed-out check, an alert firing again, the metrics not
+Healthy where the rung asks for them) returns the device to Quarantined with the backoff
+doubled; passing the last rung releases it.
+
+Adding a rung is one `Rung` in `LADDER` (with its `setting`, when its length is a policy
+setting) plus its executor: a check names the Job it runs, which `responder.checks.jobs` creates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+QUARANTINE_TAINT = "gpuhealth.io/quarantine"
+"""Taint key of an enforced quarantine (value: the reason); every check's pod tolerates it."""
+CANARY_TAINT = "gpuhealth.io/canary"
+"""Taint key while a released device ramps up: only claims that opt in tolerate it."""
+
+
+class Kind(StrEnum):
+    """What a rung waits for."""
+
+    CHECK = "check"
+    WINDOW = "window"
+    RAMP = "ramp"
+
+
+class Target(StrEnum):
+    """What a check's pod runs against."""
+
+    DEVICE = "device"
+    """The quarantined device itself, through the enforcement backend's device request (a claim
+    on DRA that tolerates gpuhealth's taints, a pod pinned to the device on device plugins)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rung:
+    phase: str
+    """The record's `status.phase` while the device stands on this rung (CamelCase, unique)."""
+    name: str
+    """What people read (`probe`, `stability window`); a check's name also names its Job
+    (`<record>-<name>-<attempt>`), its pods' `gpuhealth.io/check` label and `lastCheck.check`."""
+    kind: Kind
+    seconds: float = 0.0
+    """A check's timeout, a window's or a ramp's length; taken from `setting` when that is set."""
+    setting: str = ""
+    """The `responder.reconcile.policy.PolicySettings` field that gives `seconds` (its config key)."""
+    target: Target = Target.DEVICE
+    """Check only: what its pod gets."""
+    taint: str = ""
+    """Ramp only: the taint key the device carries while on the rung."""
+    metrics_judge: bool = True
+    """The device must report Healthy while on the rung. False for a check that judges the
+    device itself (the probe: a device still reporting Unknown is what it is there to test)."""
+
+    def __post_init__(self) -> None:
+        if not self.phase or not self.phase[:1].isupper() or not self.phase.isalnum():
+            raise ValueError(f"rung phase {self.phase!r} must be one CamelCase word")
+        if not self.name:
+            raise ValueError(f"rung {self.phase}: a name is required")
+        if self.kind == Kind.CHECK and not self.name.replace("-", "").isalnum():
+            raise ValueError(f"check {self.name!r}: letters, digits and '-' only (it names a Job)")
+        if self.kind == Kind.RAMP and not self.taint:
+            raise ValueError(f"ramp rung {self.phase}: a taint is required")
+        if self.kind != Kind.RAMP and self.taint:
+            raise ValueError(f"rung {self.phase}: only a ramp carries a taint")
+
+
+@dataclass(frozen=True, slots=True)
+class Ladder:
+    """The rungs in the order a device climbs them."""
+
+    rungs: tuple[Rung, ...]
+    _by_phase: dict[str, int] = field(init=False, repr=False, compare=False, hash=False)
+    _hash: int = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if not self.rungs:
+            raise ValueError("a release ladder needs at least one rung")
+        phases = [r.phase for r in self.rungs]
+        if len(set(phases)) != len(phases):
+            raise ValueError(f"rung phases repeat: {phases}")
+        checks = [r.name for r in self.rungs if r.kind == Kind.CHECK]
+        if len(set(checks)) != len(checks):
+            raise ValueError(f"check names repeat: {checks}")
+        object.__setattr__(self, "_by_phase", {p: i for i, p in enumerate(phases)})
+        object.__setattr__(self, "_hash", hash(self.rungs))
+
+    def __hash__(self) -> int:
+        # Settings are made per decision (tests, benches) and look their timed ladder up by it.
+        return self._hash
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        return tuple(r.phase for r in self.rungs)
+
+    @property
+    def first(self) -> Rung:
+        return self.rungs[0]
+
+    def rung(self, phase: str) -> Rung | None:
+        """The rung whose phase this is; None for a phase off the ladder."""
+        index = self._by_phase.get(phase)
+        return None if index is None else self.rungs[index]
+
+    def after(self, rung: Rung) -> Rung | None:
+        """The next rung; None after the last (the device is released)."""
+        index = self._by_phase[rung.phase] + 1
+        return self.rungs[index] if index < len(self.rungs) else None
+
+    def checks(self) -> tuple[Rung, ...]:
+        return tuple(r for r in self.rungs if r.kind == Kind.CHECK)
+
+    def describe(self) -> str:
+        """`probe, canary, stability window and ramp`: the rungs as people read them."""
+        names = [r.name for r in self.rungs]
+        return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+    def inserted(self, rung: Rung, *, after: str) -> Ladder:
+        """This ladder with `rung` placed after the rung of phase `after`."""
+        index = self._by_phase[after] + 1
+        return Ladder((*self.rungs[:index], rung, *self.rungs[index:]))
+
+    def timed(self, seconds: Sequence[float]) -> Ladder:
+        """This ladder with the rungs' lengths `seconds` (in order), each checked finite and > 0."""
+        rungs = tuple(replace(r, seconds=float(s)) for r, s in zip(self.rungs, seconds, strict=True))
+        for r in rungs:
+            if not 0 < r.seconds < math.inf:
+                where = r.setting or f"rung {r.phase}'s seconds"
+                raise ValueError(f"{where} must be finite and greater than zero, not {r.seconds!r}")
+        return Ladder(rungs)
+
+
+LADDER = Ladder(
+    (
+        Rung("Probing", "probe", Kind.CHECK, setting="probe_timeout_seconds", metrics_judge=False),
+        Rung("Canary", "canary", Kind.CHECK, setting="canary_timeout_seconds"),
+        Rung("Stabilizing", "stability window", Kind.WINDOW, setting="stability_seconds"),
+        Rung("Ramp", "ramp", Kind.RAMP, setting="ramp_seconds", taint=CANARY_TAINT),
+    )
+)
+"""The release ladder: probe, canary, stability window, ramp."""
+
+PROBING, CANARY, STABILIZING, RAMP = LADDER.phases
+"""The shipped rungs' phases, for code and tests that name one of them."""

@@ -1,0 +1,230 @@
+"""The release ladder as data (responder.ladder): one declaration, read by everything else.
+
+Aspects: the shipped ladder is probe, canary, stability window, ramp; the CRD's phase enum,
+the demo's progress columns, verdicts, expectations and report colours, and the dashboards'
+phase lists are the records' phase sequence; a rung's length comes from its policy setting;
+a malformed ladder or rung is refused with what is wrong; a fake rung added to the ladder
+(one declaration, its check run by the check executor) is walked by the reconciler in order,
+its verdict kept in `status.lastCheck`, and a record standing on it is read back; a fake
+backend (one class, one entry in the backends) claims its devices from what the API says,
+enforces, names its enforcement, holds the check pod's device request and lifts on release,
+while a record walks the fake rung.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dashboards import definitions
+from demo import expectations, progress, report, safety, summary
+from responder.checks.jobs import JobChecks
+from responder.enforce.backends import Backends, DeviceRequest, Evidence
+from responder.enforce.holders import DeviceHolders
+from responder.enforce.identity import Identity
+from responder.enforce.node_annotation import NodeAnnotation
+from responder.enforce.taint_rules import TaintRules
+from responder.ladder import (
+    CANARY,
+    CANARY_TAINT,
+    LADDER,
+    PROBING,
+    QUARANTINE_TAINT,
+    RAMP,
+    STABILIZING,
+    Kind,
+    Ladder,
+    Rung,
+)
+from responder.reconcile.policy import CheckResult, Enforce, Health, PolicySettings
+from responder.records import PHASES, RELEASE_PHASES, CheckOutcome, Phase, Quarantine, Verdict, from_object
+from tests.responder.test_reconciler import NOW, POLICY, SETTINGS, Harness
+
+CRD_FILE = Path(__file__).parents[2] / "deploy" / "crds" / "devicequarantines.gpuhealth.io.yaml"
+
+
+def test_the_shipped_ladder_is_probe_canary_window_ramp() -> None:
+    assert [(r.phase, r.name, r.kind) for r in LADDER.rungs] == [
+        (PROBING, "probe", Kind.CHECK),
+        (CANARY, "canary", Kind.CHECK),
+        (STABILIZING, "stability window", Kind.WINDOW),
+        (RAMP, "ramp", Kind.RAMP),
+    ]
+    assert LADDER.describe() == "probe, canary, stability window and ramp"
+    assert LADDER.rung(RAMP) == Rung(RAMP, "ramp", Kind.RAMP, setting="ramp_seconds", taint=CANARY_TAINT)
+    # The probe judges the device itself; from the canary on, the metrics must agree.
+    assert [r.metrics_judge for r in LADDER.rungs] == [False, True, True, True]
+
+
+def test_every_phase_list_is_the_records_sequence() -> None:
+    crd = yaml.safe_load(CRD_FILE.read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert tuple(schema["properties"]["status"]["properties"]["phase"]["enum"]) == PHASES
+    assert ("Pending", "Deferred", "Quarantined", *LADDER.phases, "Released", "Abandoned") == PHASES
+    assert PHASES[:-1] == progress.PHASE_ORDER
+    assert frozenset(LADDER.phases) == safety.RELEASING
+    assert (
+        summary.RELEASE_PHASES == expectations.RELEASE_WALK == RELEASE_PHASES == (*LADDER.phases, "Released")
+    )
+    assert set(report.PHASE_COLOURS) == set(PHASES)
+    assert definitions.RELEASE_PHASES.split("|") == ["Quarantined", *LADDER.phases]
+
+
+def test_a_rungs_length_is_its_policy_setting() -> None:
+    rungs = PolicySettings(probe_timeout_seconds=42, ramp_seconds=7).rungs
+    assert [r.seconds for r in rungs.rungs] == [42, 1200, 1800, 7]
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: Ladder(()), "at least one rung"),
+        (lambda: Rung("probing", "probe", Kind.CHECK), "one CamelCase word"),
+        (lambda: Rung("Probing", "pro be", Kind.CHECK), "letters, digits and '-' only"),
+        (lambda: Rung("Ramp", "ramp", Kind.RAMP), "a taint is required"),
+        (lambda: Rung("Soak", "soak", Kind.WINDOW, taint="x"), "only a ramp carries a taint"),
+        (lambda: LADDER.inserted(Rung(CANARY, "again", Kind.WINDOW, seconds=1), after=PROBING), "repeat"),
+        (
+            lambda: PolicySettings(ladder=LADDER.inserted(Rung("Soak", "soak", Kind.WINDOW), after=CANARY)),
+            "rung Soak's seconds must be finite and greater than zero",
+        ),
+        (
+            lambda: PolicySettings(ladder=Ladder((Rung("Soak", "soak", Kind.WINDOW, setting="dry_run"),))),
+            "'dry_run' is not a duration field",
+        ),
+    ],
+)
+def test_a_malformed_ladder_is_refused_with_what_is_wrong(build: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        build()  # type: ignore[operator]
+
+
+BURN_IN = Rung("BurnIn", "burn-in", Kind.CHECK, seconds=300)
+"""A rung the shipped ladder does not have: one declaration, run by the check executor."""
+
+
+def test_a_fake_rung_is_walked_in_order_with_its_verdict_kept() -> None:
+    ladder = LADDER.inserted(BURN_IN, after=CANARY)
+    h = Harness(replace(SETTINGS, policy=replace(POLICY, ladder=ladder)))
+    name = h.add()
+    h.reconciler.reconcile_once()
+    h.resolve(name)
+    walked = []
+    for _ in range(12):
+        h.clock.advance(61)
+        record = from_object(h.client.objects[name], ladder)
+        h.health.set(record.spec.node, record.spec.device, Health.HEALTHY, NOW - 86400)
+        rung = ladder.rung(record.status.phase)
+        if rung is not None and rung.kind == Kind.CHECK:
+            h.checks.complete(record, rung.name, CheckResult.SUCCEEDED)
+        h.reconciler.reconcile_once()
+        phase = from_object(h.client.objects[name], ladder).status.phase
+        if not walked or walked[-1] != phase:
+            walked.append(phase)
+        if phase == Phase.RELEASED:
+            break
+    assert walked == [PROBING, CANARY, "BurnIn", STABILIZING, RAMP, "Released"]
+    assert [kind for _, kind, _ in h.checks.started] == ["probe", "canary", "burn-in"]
+    assert [kind for _, kind, _ in h.checks.finished] == ["probe", "canary", "burn-in"]
+    released = from_object(h.client.objects[name], ladder)
+    assert released.status.last_check == CheckOutcome("burn-in", 1, Verdict.PASSED)
+    assert h.events.reasons(name)[-1] == "Released"
+    # The shipped ladder does not know the rung: a record standing on it is refused by name.
+    h.client.objects[name]["status"]["phase"] = "BurnIn"
+    with pytest.raises(ValueError, match="'BurnIn' is not a phase"):
+        from_object(h.client.objects[name])
+
+
+class FakeAccelerator:
+    """A backend the shipped responder does not have: devices on nodes labelled
+    `example.com/accelerator=fake`, enforced by an entry in memory."""
+
+    path = "fake-accelerator"
+
+    def __init__(self) -> None:
+        self.entries: dict[str, str] = {}
+        self.calls: list[str] = []
+
+    def identify(self, record: Quarantine, evidence: Evidence) -> Identity | None:
+        node = evidence.node() or {}
+        if ((node.get("metadata") or {}).get("labels") or {}).get("example.com/accelerator") != "fake":
+            return None
+        return Identity(self.path, uuid=record.spec.uuid)
+
+    def enforced_as(self, record: Quarantine) -> str:
+        return f"FakeEntry/{record.name}"
+
+    def present(self, record: Quarantine) -> bool:
+        return record.name in self.entries
+
+    def enforce(self, record: Quarantine, effect: Enforce) -> None:
+        self.calls.append(f"enforce {effect.taint_key}")
+        self.entries[record.name] = effect.taint_key
+
+    def lift(self, record: Quarantine) -> None:
+        self.calls.append("lift")
+        self.entries.pop(record.name, None)
+
+    def holders(self, record: Quarantine, node_pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            p
+            for p in node_pods
+            if p["metadata"].get("annotations", {}).get("fake/device") == record.spec.uuid
+        ]
+
+    def device_request(self, record: Quarantine, name: str, namespace: str) -> DeviceRequest:
+        return DeviceRequest(
+            container={"resources": {"limits": {"example.com/fake": "1"}}},
+            pod={"nodeName": record.spec.node},
+            annotations={"fake/device": record.spec.uuid},
+        )
+
+
+def test_a_fake_backend_and_a_fake_rung_are_walked_through_by_one_record() -> None:
+    ladder = LADDER.inserted(BURN_IN, after=CANARY)
+    fake = FakeAccelerator()
+    h = Harness(replace(SETTINGS, policy=replace(POLICY, ladder=ladder)))
+    client = h.client
+    client.nodes["gpu-node-1"] = {
+        "metadata": {"name": "gpu-node-1", "labels": {"example.com/accelerator": "fake"}}
+    }
+    backends = Backends(client, (TaintRules(client, None), fake, NodeAnnotation(client)))
+    h.enforcer = backends  # type: ignore[assignment]
+    h.kwargs["holders"] = DeviceHolders(client, backends)
+    h.reconciler = h.new_reconciler()
+    name = h.add()  # its alert carries no driver label: a device-plugin guess
+    h.reconciler.reconcile_once()
+    record = from_object(client.objects[name], ladder)
+    assert record.spec.path == "fake-accelerator"
+    assert record.status.phase == Phase.QUARANTINED and record.status.enforced == f"FakeEntry/{name}"
+    assert fake.entries == {name: QUARANTINE_TAINT}
+    # The check executor gets the device through the backend's request.
+    job = JobChecks(client, backends=backends).job(record, BURN_IN.name, 1)
+    pod = job["spec"]["template"]
+    assert pod["spec"]["containers"][0]["resources"] == {"limits": {"example.com/fake": "1"}}
+    assert pod["spec"]["nodeName"] == "gpu-node-1"
+    assert pod["metadata"]["annotations"]["fake/device"] == record.spec.uuid
+
+    h.resolve(name)
+    walked = []
+    for _ in range(12):
+        h.clock.advance(61)
+        record = from_object(client.objects[name], ladder)
+        h.health.set(record.spec.node, record.spec.device, Health.HEALTHY, NOW - 86400)
+        rung = ladder.rung(record.status.phase)
+        if rung is not None and rung.kind == Kind.CHECK:
+            h.checks.complete(record, rung.name, CheckResult.SUCCEEDED)
+        h.reconciler.reconcile_once()
+        phase = from_object(client.objects[name], ladder).status.phase
+        if not walked or walked[-1] != phase:
+            walked.append(phase)
+        if phase == Phase.RELEASED:
+            break
+    assert walked == [PROBING, CANARY, "BurnIn", STABILIZING, RAMP, "Released"]
+    assert fake.calls == [f"enforce {QUARANTINE_TAINT}", f"enforce {CANARY_TAINT}", "lift"]
+    assert fake.entries == {}
