@@ -30,7 +30,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, Protocol, TextIO, runtime_checkable
 
 from demo.chaos_plan import (
     GROUPS,
@@ -60,7 +60,10 @@ from simulator.apiserver.faults import FaultRule, describe, rule_from_json
 from simulator.scenario import Scenario
 
 
+@runtime_checkable
 class _Cluster(Protocol):
+    """The simulated cluster's seam (`demo.clusters.SimulatedTarget.call`): API faults, its clock."""
+
     def call(self, fn: Callable[[Any], Any], timeout: float = ...) -> Any: ...
 
 
@@ -68,7 +71,7 @@ class RunningPipeline(Protocol):
     """What the executor uses of `demo.pipeline.Running`."""
 
     @property
-    def cluster(self) -> _Cluster: ...
+    def cluster(self) -> object: ...
     @property
     def journal(self) -> Journal: ...
     def now(self) -> float: ...
@@ -80,6 +83,14 @@ class _Request(Protocol):
 
 
 Reply = tuple[int, bytes]
+
+
+def _simulated(run: RunningPipeline) -> _Cluster:
+    """The run's cluster, which must be the simulated one: API faults and clock steps are its own."""
+    cluster = run.cluster
+    if not isinstance(cluster, _Cluster):
+        raise ChaosError("API fault windows and clock steps need the simulated cluster")
+    return cluster
 
 
 class ChaosExecutor:
@@ -102,7 +113,7 @@ class ChaosExecutor:
     # -- the pipeline's seams
 
     def on_started(self, run: RunningPipeline) -> None:
-        run.cluster.call(lambda c: c.api_faults.configure((), seed=self.plan.seed))
+        _simulated(run).call(lambda c: c.api_faults.configure((), seed=self.plan.seed))
         self._say(
             run,
             f"plan: {len(self.plan.windows)} API windows, {len(self.plan.kills)} kills, "
@@ -114,14 +125,14 @@ class ChaosExecutor:
         while self._schedule and self._schedule[0][0] <= now:
             _, raw = self._schedule.pop(0)
             rules = tuple(rule_from_json(r, f"window rule {r}") for r in raw)
-            run.cluster.call(_configure(rules))
+            _simulated(run).call(_configure(rules))
             self._note(run, now, f"API faults now: {describe(rules)}")
         while self._steps and self._steps[0].at <= now:
             step = self._steps.pop(0)
-            run.cluster.call(_step(step.seconds))
+            _simulated(run).call(_step(step.seconds))
             self.counts["clock-jump"] += 1
             self._note(run, now, f"cluster clock stepped {step.seconds:+.0f}s")
-        self._api_counts = run.cluster.call(lambda c: dict(c.api_faults.injected))
+        self._api_counts = _simulated(run).call(lambda c: dict(c.api_faults.injected))
 
     def front_hook(self, request: _Request, forward: Callable[[Any], Reply]) -> Reply:
         """The webhook front's hook: forward once, twice, or after a later notification."""

@@ -20,6 +20,8 @@ from demo.expectations import parse as parse_expectations
 from demo.floors import alert_floors
 from demo.journal import Entry, Journal
 from demo.pipeline import (
+    CONTROL_PLANES,
+    KUBERNETES_VERSIONS,
     DemoSettings,
     Outcome,
     default_workdir,
@@ -62,6 +64,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=positive_float,
         default=None,
         help=f"simulated seconds per second (default: the scenario's demo.speed, else {DEFAULT_SPEED:g})",
+    )
+    parser.add_argument(
+        "--control-plane",
+        choices=CONTROL_PLANES,
+        default="simulated",
+        help=(
+            "the cluster to run on: the in-process simulated apiserver (fast, the default), or a real "
+            "etcd, kube-apiserver, kube-controller-manager and kube-scheduler built from upstream "
+            "(tools/upstream) with the scenario's nodes as their node agents"
+        ),
+    )
+    parser.add_argument(
+        "--kubernetes-version",
+        choices=KUBERNETES_VERSIONS,
+        default=None,
+        help="with --control-plane real: which pinned build runs (default: 1.37)",
     )
     parser.add_argument("--report", type=Path, help="write a self-contained HTML report here")
     parser.add_argument("--rules-config", type=Path, default=DEFAULT_CONFIG, help="rules config to scale")
@@ -111,14 +129,21 @@ def run(args: argparse.Namespace) -> int:
     scenario, stage, speed, rules, workdir = prepare(args)
     if args.report is not None and not args.report.parent.is_dir():
         raise UsageError(f"--report {args.report}: no such directory {args.report.parent}")
-    settings = DemoSettings(speed=speed)
+    if args.control_plane == "simulated" and args.kubernetes_version is not None:
+        raise UsageError("--kubernetes-version applies to --control-plane real")
+    settings = DemoSettings(
+        speed=speed,
+        control_plane=args.control_plane,
+        kubernetes_version=args.kubernetes_version or DemoSettings.kubernetes_version,
+    )
     out = sys.stdout
     wall = expected_wall_seconds(scenario, settings, stage)
     print(
         f"gpuhealth demo: scenario {scenario.name}: {len(scenario.nodes)} nodes, "
         f"{scenario.gpu_count()} GPUs, "
         f"{len(scenario.timeline)} faults, {stage.responders} responder replicas, "
-        f"{stage.alertmanagers} Alertmanager(s); {speed:g}x; this takes about {wall / 60:.1f} minutes "
+        f"{stage.alertmanagers} Alertmanager(s); {_cluster_words(settings)}; {speed:g}x; "
+        f"this takes about {wall / 60:.1f} minutes "
         f"({wall:.0f} s); files in {workdir}",
         file=out,
         flush=True,
@@ -142,6 +167,12 @@ def run(args: argparse.Namespace) -> int:
     _summarize(outcome, rules, speed, out, args.report)
     failed = bool(outcome.verdict.violations or outcome.expectation_failures)
     return EXIT_FAILED if failed else 0
+
+
+def _cluster_words(settings: DemoSettings) -> str:
+    if settings.control_plane == "real":
+        return f"real control plane, Kubernetes {settings.kubernetes_version}"
+    return "simulated cluster"
 
 
 def _summarize(outcome: Outcome, rules: RuleSettings, speed: float, out: TextIO, report: Path | None) -> None:

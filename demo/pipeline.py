@@ -1,12 +1,14 @@
 """Run the whole closed loop on loopback and journal everything it does.
 
-simulated cluster (in-process thread) -> exporters (one per node, node mode, NVML from the
-simulator; or one cluster-mode exporter for large fleets) -> real Prometheus evaluating the
-shipped rules -> real Alertmanager with the shipped routing (one, or an HA pair gossiping on
-loopback, both delivering) -> the responders' webhook front (`demo.front`, one URL for the
-replicas, like a Service) -> two `gpuhealth responder` replicas, enforcing, as child processes
--> back into the simulated cluster (records, DeviceTaintRules, node annotations, evictions,
-probe and canary Jobs). On-call and tenant receivers are recorded on loopback.
+the cluster (`demo.clusters`: the simulated one in-process, or a real control plane built from
+upstream with the scenario's nodes as its node agents) -> exporters (one per node, node mode,
+NVML from the simulator; or one cluster-mode exporter for large fleets) -> real Prometheus
+evaluating the shipped rules -> real Alertmanager with the shipped routing (one, or an HA pair
+gossiping on loopback, both delivering) -> the responders' webhook front (`demo.front`, one URL
+for the replicas, like a Service; the real kube-scheduler calls their extender through it too)
+-> two `gpuhealth responder` replicas, enforcing, as child processes -> back into the cluster
+(records, DeviceTaintRules, node annotations, evictions, probe and canary Jobs). On-call and
+tenant receivers are recorded on loopback.
 
 Time: the rules are the shipped ones with every duration divided by the speed
 (`rules.render.scaled`), and so is the responders' configuration (`demo.staging`), so a
@@ -17,9 +19,9 @@ scenario seconds (negative during the lead-in).
 Observation (`demo.observer` turns it into journal entries):
 - the simulator's fleet events (faults applied, device health), stamped with their own
   simulated time;
-- watches on the in-process apiserver's store (records, rules, nodes, Jobs, Events, pods, the
-  leader Lease, the breaker's ConfigMap) and its eviction listener, stamped on the cluster's
-  loop the moment the change is served;
+- watches of the cluster's objects (records, rules, nodes, Jobs, Events, pods, the leader
+  Lease, the breaker's ConfigMap) and its evictions, stamped with the fleet's time as they are
+  seen (`demo.clusters` says how, per cluster);
 - Prometheus' alerts, read every `poll_interval_seconds` (the journal's resolution);
 - every webhook request the front receives and every delivery the recorder receives, stamped
   from their arrival time.
@@ -27,7 +29,6 @@ Observation (`demo.observer` turns it into journal entries):
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import queue
@@ -37,18 +38,19 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
 
-from demo import expectations
+from demo import clusters, expectations
 from demo import staging as staging_module
+from demo.clusters import Observations, Target
 from demo.front import Hook, Request, WebhookFront, forward_once
 from demo.journal import Device, Entry, Journal, Kind, sorted_entries
-from demo.observer import PODS, WATCHED, Observer
+from demo.observer import Observer
 from demo.progress import narrate, worth_a_line
 from demo.safety import Verdict, judge
 from demo.staging import Kill, Staging, StagingError
@@ -75,11 +77,8 @@ from gpuhealth.testing.loopback import (
 from responder.records import QUARANTINES
 from rules.render import Duration, render, write_files
 from rules.render import Settings as RuleSettings
-from simulator.fleet import FleetEvent
 from simulator.fleet.objects import gpu_uuid
-from simulator.runner import SimulatedCluster
 from simulator.scenario import Scenario
-from simulator.testing import ClusterHandle, running_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 RESPONDER_CONFIG = ROOT / "deploy" / "responder-config.yaml"
@@ -88,6 +87,8 @@ CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", names
 RESPONDER_NAMESPACE = "gpuhealth-system"
 RESPONDER_PATH = "/webhook"
 TOKEN = "demo-responder-token"
+CONTROL_PLANES = ("simulated", "real")
+KUBERNETES_VERSIONS = ("1.37", "1.36")
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,11 @@ class DemoSettings:
     """Up to this many nodes, one node-mode exporter per node (with NVML); beyond, one cluster-mode."""
     poll_interval_seconds: float = 0.2
     """Wall seconds between two reads of Prometheus' alerts (the alerts' journal resolution)."""
+    control_plane: str = "simulated"
+    """`simulated` (the in-process apiserver, fast) or `real` (etcd and the Kubernetes servers built
+    from upstream, the fleet as their node agents; `demo.clusters`)."""
+    kubernetes_version: str = "1.37"
+    """With the real control plane: which pinned build runs (1.37, 1.36)."""
 
     def __post_init__(self) -> None:
         # Zero speed would never reach the end; NaN would make every deadline meaningless.
@@ -113,6 +119,8 @@ class DemoSettings:
             fields.within(self, "settle_seconds", "simulated seconds", 0.0)
         fields.within(self, "node_exporters_max", "nodes", 0, whole=True)
         fields.positive(self, "poll_interval_seconds", "wall seconds")  # zero would spin the watch loop
+        fields.one_of(self, "control_plane", CONTROL_PLANES)
+        fields.one_of(self, "kubernetes_version", KUBERNETES_VERSIONS)
 
 
 @dataclass
@@ -196,7 +204,7 @@ class Process:
 class Running:
     """The pipeline while it runs: what `Controls` callbacks get."""
 
-    cluster: ClusterHandle
+    cluster: Target
     prometheus: Prometheus
     front: WebhookFront
     processes: dict[str, Process]
@@ -210,7 +218,7 @@ class Running:
 
     def now(self) -> float:
         """Scenario seconds now."""
-        return self.cluster.simulated_seconds() - self.offset
+        return self.cluster.now() - self.offset
 
     def kill(self, process: str, restart: float | None = None) -> str:
         """Kill `process` (a name, or responder-leader|responder-follower|exporter|alertmanager
@@ -352,9 +360,7 @@ def run_demo(
     config_path.write_text(yaml.safe_dump(document, sort_keys=False))
     token_file = workdir / "responder-token"
     token_file.write_text(TOKEN)
-    changes: queue.SimpleQueue[tuple[float, str, str, dict[str, Any], tuple[str, ...]]] = queue.SimpleQueue()
-    fleet_events: queue.SimpleQueue[FleetEvent] = queue.SimpleQueue()
-    evictions: queue.SimpleQueue[tuple[float, str, str, tuple[str, ...], str]] = queue.SimpleQueue()
+    seen = Observations()
     front_requests: queue.SimpleQueue[Request] = queue.SimpleQueue()
 
     with ExitStack() as stack:
@@ -399,42 +405,11 @@ def run_demo(
                 ],
             )
         )
-        out.write("starting the simulated cluster ...\n")
+        target: Target = stack.enter_context(_target(scenario, settings, workdir, front))
+        out.write(f"{target.description} up\n")
         out.flush()
-        # The timeline is injected once every part is up (set-up takes as long as it takes on
-        # a loaded machine): the cluster starts with none.
-        cluster = stack.enter_context(
-            running_cluster(dataclasses.replace(scenario, timeline=()), speed=settings.speed)
-        )
-        _install_responder_api(cluster)
-
-        def on_eviction(c: SimulatedCluster, pod: dict[str, Any]) -> None:
-            meta = pod.get("metadata") or {}
-            key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-            sim = c.fleet.pods.get(key)
-            node = sim.node if sim else str((pod.get("spec") or {}).get("nodeName") or "")
-            uuids = tuple(gpu_uuid(node, s.gpu) for s in sim.slots) if sim else ()
-            labels = meta.get("labels") or {}
-            name = labels.get("job-name") or labels.get("app") or ""
-            evictions.put((c.fleet.now(), key, node, uuids, f"{meta.get('namespace', '')}/{name}"))
-
-        def hook_up(c: SimulatedCluster) -> list[Any]:
-            c.fleet.listeners.append(fleet_events.put)
-            c.store.eviction_listeners.append(lambda pod: on_eviction(c, pod))
-            loop = asyncio.get_running_loop()
-            watches = [c.store.watch(resource) for resource in WATCHED]
-            pumps = [
-                loop.create_task(_pump(c, resource, watch, changes))
-                for resource, watch in zip(WATCHED, watches, strict=True)
-            ]
-            return [*watches, *pumps]
-
-        hooked = cluster.call(hook_up)
-        stack.callback(
-            lambda: cluster.call(
-                lambda _c: [w.close() if hasattr(w, "close") else w.cancel() for w in hooked]
-            )
-        )
+        _install_responder_api(target.kubeconfig_path)
+        target.observe(seen)
         mode = (
             f"{len(exporter_ports)} node-mode exporters (NVML from the simulator)"
             if node_mode
@@ -443,7 +418,7 @@ def run_demo(
         out.write(f"starting {mode} and {stage.responders} responder replicas (enforcing) ...\n")
         out.flush()
         for node, port in exporter_ports.items():
-            process = _exporter(cluster, node, port, workdir, settings.speed)
+            process = _exporter(target, node, port, workdir, settings.speed)
             processes[process.name] = process
             process.start()
         responder_urls = []
@@ -451,7 +426,7 @@ def run_demo(
             name = f"responder-{i}"
             argv = [
                 sys.executable, "-m", "gpuhealth", "--log-level", "INFO", "responder",
-                "--kubeconfig", str(cluster.kubeconfig_path), "--listen", f"127.0.0.1:{port}",
+                "--kubeconfig", str(target.kubeconfig_path), "--listen", f"127.0.0.1:{port}",
                 "--token-file", str(token_file), "--prometheus-url", prometheus.base_url,
                 "--config", str(config_path), "--identity", name,
             ]  # fmt: skip
@@ -461,19 +436,13 @@ def run_demo(
         front.set_backends(responder_urls)
         for process in processes.values():
             process.wait_ready()
-        offset = cluster.simulated_seconds() + lead_in
-        timeline = shifted(scenario, offset).timeline
-
-        def inject(c: SimulatedCluster) -> None:
-            for fault in timeline:
-                c.fleet.inject(fault)
-
-        cluster.call(inject)
-        running = Running(cluster, prometheus, front, processes, journal, observer, offset, workdir)
+        offset = target.now() + lead_in
+        target.inject(shifted(scenario, offset).timeline)
+        running = Running(target, prometheus, front, processes, journal, observer, offset, workdir)
         for name in processes:
             observer.process(running.now(), "started", name)
         out.write(
-            f"pipeline up: API {cluster.url}, Prometheus {prometheus.base_url}, "
+            f"pipeline up: API {target.url}, Prometheus {prometheus.base_url}, "
             f"responders behind {front.url}{RESPONDER_PATH}\n"
         )
         out.flush()
@@ -483,17 +452,19 @@ def run_demo(
         due_kills = list(kills)
         while True:
             mono, now = time.monotonic(), running.now()
-            while not fleet_events.empty():
-                event = fleet_events.get()
+            while not seen.fleet_events.empty():
+                event = seen.fleet_events.get()
                 observer.fleet_event(event, event.time - offset)
-            while not changes.empty():
-                at, resource, etype, obj, devices = changes.get()
+            while not seen.changes.empty():
+                at, resource, etype, obj, devices = seen.changes.get()
                 observer.change(at - offset, resource, etype, obj, devices)
-            while not evictions.empty():
-                at, pod, node, uuids, job = evictions.get()
+            while not seen.evictions.empty():
+                at, pod, node, uuids, job = seen.evictions.get()
                 observer.evicted(at - offset, pod, node, uuids, job)
             while not front_requests.empty():
                 request = front_requests.get()
+                if request.path != RESPONDER_PATH:
+                    continue  # the scheduler's extender calls, not deliveries
                 try:
                     body = json.loads(request.body or b"{}")
                 except ValueError:
@@ -526,7 +497,7 @@ def run_demo(
                 break
             time.sleep(settings.poll_interval_seconds)
         journal.ended_at = running.now()
-        records = cluster.call(lambda c: c.store.list("devicequarantines.gpuhealth.io")[0])
+        records = target.records()
         (workdir / "records.json").write_text(json.dumps(records, indent=1))
         for name, process in processes.items():
             if process.alive:
@@ -557,24 +528,6 @@ def _write_journal(journal: Journal, workdir: Path) -> Path:
 def _stamp(received_at: float, mono: float, now: float, speed: float) -> float:
     """Scenario seconds of a monotonic arrival time, from (mono, now) read together."""
     return now - max(0.0, mono - received_at) * speed
-
-
-async def _pump(
-    c: SimulatedCluster,
-    resource: str,
-    watch: Any,
-    changes: queue.SimpleQueue[tuple[float, str, str, dict[str, Any], tuple[str, ...]]],
-) -> None:
-    """Forward one store watch's events, stamped (the fleet's time) on the cluster's loop as
-    they are served."""
-    async for etype, obj in watch:
-        devices: tuple[str, ...] = ()
-        if resource == PODS:
-            meta = obj.get("metadata") or {}
-            sim = c.fleet.pods.get(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
-            if sim is not None:
-                devices = tuple(gpu_uuid(sim.node, s.gpu) for s in sim.slots)
-        changes.put((c.fleet.now(), resource, etype, obj, devices))
 
 
 def _floor(rules: RuleSettings, speed: float) -> float:
@@ -660,24 +613,40 @@ def nvml_poll_seconds(speed: float) -> float:
     return min(NvmlSettings.poll_seconds, NVML_POLL_SIMULATED_SECONDS / speed)
 
 
-def _exporter(cluster: ClusterHandle, node: str, port: int, workdir: Path, speed: float) -> Process:
+def _exporter(target: Target, node: str, port: int, workdir: Path, speed: float) -> Process:
     name = node or "cluster"
     argv = [
         sys.executable, "-m", "gpuhealth", "--log-level", "WARNING", "exporter",
-        "--kubeconfig", str(cluster.kubeconfig_path), "--listen", f"127.0.0.1:{port}",
+        "--kubeconfig", str(target.kubeconfig_path), "--listen", f"127.0.0.1:{port}",
         "--directory", str(workdir / f"directory-{name}.sqlite"),
     ]  # fmt: skip
     if node:
-        argv += ["--node", node, "--nvml", f"sim:{cluster.url}"]
+        argv += ["--node", node, "--nvml", f"sim:{target.nvml_url}"]
         argv += ["--nvml-poll-seconds", f"{nvml_poll_seconds(speed):g}"]
     return Process(
         f"exporter-{name}", argv, workdir / f"exporter-{name}.log", f"http://127.0.0.1:{port}/readyz"
     )
 
 
-def _install_responder_api(cluster: ClusterHandle) -> None:
+def _target(
+    scenario: Scenario, settings: DemoSettings, workdir: Path, front: WebhookFront
+) -> AbstractContextManager[Target]:
+    """The cluster the run acts on (`DemoSettings.control_plane`)."""
+    if settings.control_plane == "real":
+        return clusters.real(
+            scenario,
+            settings.speed,
+            kubernetes=settings.kubernetes_version,
+            workdir=workdir / "controlplane",
+            # Through the front, like a Service: whichever replica is alive answers the scheduler.
+            extender_url=f"{front.url}/scheduler",
+        )
+    return clusters.simulated(scenario, settings.speed)
+
+
+def _install_responder_api(kubeconfig: Path) -> None:
     """The DeviceQuarantine CRD and the responders' namespace, as `kubectl apply` would."""
-    client = KubeClient(KubeTransport(api_client(str(cluster.kubeconfig_path))))
+    client = KubeClient(KubeTransport(api_client(str(kubeconfig))))
     try:
         client.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
         client.create(

@@ -44,3 +44,10 @@ def within(
         raise SettingsError(
             f"{_where(settings, name)} must be {bounds} {unit}, got {getattr(settings, name)!r}"
         )
+
+
+def one_of(settings: object, name: str, choices: tuple[str, ...]) -> None:
+    """`settings.<name>` is one of `choices`."""
+    value = getattr(settings, name)
+    if value not in choices:
+        raise SettingsError(f"{_where(settings, name)} must be one of {', '.join(choices)}, got {value!r}")

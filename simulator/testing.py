@@ -157,10 +157,18 @@ class AgentsHandle(_InThread[NodeAgents]):
     """A scenario's `NodeAgents` (HTTP to a kubeconfig's control plane) running in a background thread."""
 
     def __init__(
-        self, scenario: str | Path | Mapping[str, Any] | Scenario, kubeconfig: Path, speed: float
+        self,
+        scenario: str | Path | Mapping[str, Any] | Scenario,
+        kubeconfig: Path,
+        speed: float,
+        *,
+        listen: str | None = None,
     ) -> None:
+        """`listen`: also serve the simulator's routes (status, NVML, faults) for the agents' fleet."""
         spec = dict(scenario) if isinstance(scenario, Mapping) else scenario
-        super().__init__(lambda: NodeAgents(spec, kubeconfig, speed=speed), "gpuhealth-sim-agents")
+        super().__init__(
+            lambda: NodeAgents(spec, kubeconfig, speed=speed, listen=listen), "gpuhealth-sim-agents"
+        )
 
     @property
     def agents(self) -> NodeAgents:

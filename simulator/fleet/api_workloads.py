@@ -12,18 +12,26 @@ allocates the claims), and the node agents run whatever lands on their nodes (`p
 What the simulated pods do is said in the annotations the pod workers read: a Job's
 `completeAfter` as `sim.gpuhealth.io/run-seconds`, the checkpoint agent's delay as
 `sim.gpuhealth.io/checkpoint-after`.
+
+Where the pods start: a scenario's faults and expectations name devices (`gpu-dra-0`, GPU 3)
+on the understanding that its workloads start where the model's first-fit layout puts them
+(`simulator.model.place_workloads`), as the simulated scheduler does. A real kube-scheduler
+breaks ties between equally good nodes at random, so each pod template says where its
+workload was laid out the way a user would: a *preferred* node affinity for those nodes. It
+is a preference, never a requirement: a pod that no longer fits there (its device
+quarantined) goes wherever the scheduler finds room, as on any cluster.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from gpuhealth.kube import errors as kube_errors
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.resources import NAMESPACE, Resource
 from simulator.fleet import objects
-from simulator.model import DEVICE_PLUGIN, DRA, NodeGroup, Scenario, Workload, eligible
+from simulator.model import DEVICE_PLUGIN, DRA, NodeGroup, Scenario, Workload, eligible, place_workloads
 
 RUN_SECONDS = "sim.gpuhealth.io/run-seconds"
 CHECKPOINT_AFTER = "sim.gpuhealth.io/checkpoint-after"
@@ -41,7 +49,23 @@ def workload_path(workload: Workload, groups: Iterable[NodeGroup]) -> str:
     return DRA if paths == {DRA} else DEVICE_PLUGIN
 
 
-def _pod_template(workload: Workload, path: str) -> dict[str, Any]:
+HOSTNAME: Final = "kubernetes.io/hostname"
+LAYOUT_WEIGHT: Final = 100
+"""The preference's weight: the most a preferred term can have, so it outweighs the spreading scores."""
+
+
+def _layout_affinity(nodes: Iterable[str]) -> dict[str, Any]:
+    """A preferred node affinity for the nodes the model's layout put a workload's pods on."""
+    wanted = sorted(set(nodes))
+    term = {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": wanted}]}
+    return {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": LAYOUT_WEIGHT, "preference": term}]
+        }
+    }
+
+
+def _pod_template(workload: Workload, path: str, laid_out_on: Sequence[str] = ()) -> dict[str, Any]:
     template = objects.pod(
         name="template", workload=workload, node_name="", gpus=workload.gpus_per_pod,
         dra=path == DRA, claim_name=None, job_uid=None,
@@ -54,6 +78,8 @@ def _pod_template(workload: Workload, path: str) -> dict[str, Any]:
     if workload.node_group is not None:
         selector["gpuhealth.io/node-group"] = workload.node_group
     spec["nodeSelector"] = selector
+    if laid_out_on:
+        spec["affinity"] = _layout_affinity(laid_out_on)
     annotations = meta["annotations"]
     if workload.complete_after is not None:
         annotations[RUN_SECONDS] = f"{workload.complete_after:g}s"
@@ -74,9 +100,12 @@ def workload_objects(scenario: Scenario) -> list[tuple[Resource, dict[str, Any]]
     out: list[tuple[Resource, dict[str, Any]]] = []
     for ns in sorted({w.namespace for w in scenario.workloads} - {"default"}):
         out.append((NAMESPACE, objects.namespace(ns)))
-    for workload in scenario.workloads:
+    layout: dict[int, list[str]] = {}
+    for placement in place_workloads(scenario):
+        layout.setdefault(placement.workload, []).append(placement.node)
+    for index, workload in enumerate(scenario.workloads):
         path = workload_path(workload, scenario.fleet)
-        template = _pod_template(workload, path)
+        template = _pod_template(workload, path, layout.get(index, ()))
         if path == DRA:
             out.append((CLAIM_TEMPLATE, objects.resource_claim_template(workload)))
         meta = {"name": workload.name, "namespace": workload.namespace, "labels": {"app": workload.name}}

@@ -1,0 +1,79 @@
+"""Built-in scenarios end to end on the real control plane: their own `expect:` sections are the test.
+
+Aspects covered: the whole closed loop (`demo.pipeline.run_demo` with `control_plane="real"`)
+with etcd, kube-apiserver, kube-controller-manager and kube-scheduler built from upstream, the
+scenario's nodes as node agents over HTTP, real Prometheus and Alertmanager, and two enforcing
+responder replicas: the real kube-scheduler places the workloads (their Jobs and Deployments run
+by the real controllers), allocates no quarantined DRA device while our DeviceTaintRule stands
+and calls the responders' extender for device-plugin nodes; evictions go through the real
+eviction API; each run breaks no safety invariant and meets every expectation its file states.
+`closed-loop`, `dra-and-device-plugin`, `leader-kill` and `multi-gpu-topology` on 1.37
+(DeviceTaintRule v1); `closed-loop` on 1.36 too (v1beta2 behind its feature gate).
+
+Time: the fleet, the rules and the responders run at the scenario's own speed; the control
+plane's own timers (backoffs, grace periods) run in real time (`docs/simulator.md`, "Time").
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from demo.pipeline import DemoSettings, Outcome, expected_wall_seconds, run_demo
+from demo.staging import staging
+from rules.render import DEFAULT_CONFIG, load_config, scaled
+from simulator.scenario import resolve
+from tests.controlplane.conftest import require_builds
+
+pytestmark = [pytest.mark.integration, pytest.mark.controlplane, pytest.mark.slow]
+
+START_UP_SECONDS = 120.0
+"""Wall seconds a run may spend starting the control plane and its processes beyond its estimate."""
+
+RUNS = [
+    ("closed-loop", "1.37"),
+    ("dra-and-device-plugin", "1.37"),
+    ("leader-kill", "1.37"),
+    ("multi-gpu-topology", "1.37"),
+    ("closed-loop", "1.36"),
+]
+
+
+def settings(name: str, kubernetes: str) -> DemoSettings:
+    stage = staging(resolve(name).demo)
+    return DemoSettings(
+        speed=stage.speed or DemoSettings.speed, control_plane="real", kubernetes_version=kubernetes
+    )
+
+
+def deadline(name: str, kubernetes: str) -> float:
+    scenario = resolve(name)
+    wall = expected_wall_seconds(scenario, settings(name, kubernetes), staging(scenario.demo))
+    return 2 * wall + START_UP_SECONDS
+
+
+def explain(outcome: Outcome, narration: str) -> str:
+    lines = [*outcome.verdict.violations, *outcome.expectation_failures]
+    tail = "\n".join(narration.splitlines()[-40:])
+    return "\n".join([*lines, f"journal: {outcome.journal_path}", "narration (last lines):", tail])
+
+
+@pytest.mark.parametrize(
+    ("name", "kubernetes"),
+    [pytest.param(n, k, id=f"{n}-{k}", marks=pytest.mark.timeout(deadline(n, k))) for n, k in RUNS],
+)
+def test_builtin_scenario_meets_its_expected_outcome_on_the_real_control_plane(
+    name: str, kubernetes: str, tmp_path: Path
+) -> None:
+    require_builds(kubernetes)
+    scenario = resolve(name)
+    run = settings(name, kubernetes)
+    rules = scaled(load_config(DEFAULT_CONFIG), run.speed)
+    out = io.StringIO()
+    outcome = run_demo(scenario, rules, run, tmp_path, out)
+    narration = out.getvalue()
+    assert "real control plane" in narration
+    assert outcome.journal.entries, "the run journaled nothing"
+    assert not outcome.verdict.violations and not outcome.expectation_failures, explain(outcome, narration)
