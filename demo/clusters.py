@@ -39,9 +39,10 @@ from demo.observer import PODS, RULES, WATCHED
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.errors import ApiError, Gone
-from gpuhealth.kube.resources import Resource
+from gpuhealth.kube.resources import POD, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.kube.watch import BOOKMARK, ERROR
+from gpuhealth.testing.loopback import LoopbackError, wait_until
 from responder.records import QUARANTINES
 from simulator.fleet import FleetEvent
 from simulator.fleet.objects import gpu_uuid
@@ -54,6 +55,8 @@ log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEDULER_SNIPPET = ROOT / "deploy" / "scheduler" / "kube-scheduler-config.yaml"
+WORKLOADS_TIMEOUT_SECONDS = 120.0
+"""Wall seconds for the real controllers and scheduler to run the scenario's workloads."""
 EVICTED_REASON = "EvictionByEvictionAPI"
 """The `DisruptionTarget` reason kube-apiserver writes on a pod it evicts (policy/v1 Eviction)."""
 
@@ -96,6 +99,10 @@ class Target(Protocol):
 
     def records(self) -> list[dict[str, Any]]:
         """The DeviceQuarantine objects as they are now."""
+        ...
+
+    def check(self) -> None:
+        """LoopbackError when a part of the cluster has died."""
         ...
 
 
@@ -175,6 +182,9 @@ class SimulatedTarget:
             lambda c: c.store.list("devicequarantines.gpuhealth.io")[0]
         )
         return listed
+
+    def check(self) -> None:
+        return None  # in this process: were it dead, so would be the run
 
     def close(self) -> None:
         hooked, self._hooked = self._hooked, []
@@ -273,9 +283,27 @@ class RealTarget:
         finally:
             client.close()
 
-    def check_running(self) -> None:
-        """ControlPlaneError naming a component of the control plane that has exited."""
-        self.plane.check_running()
+    def wait_running(self, pods: int, timeout: float = WORKLOADS_TIMEOUT_SECONDS) -> None:
+        """Wait until `pods` pods run (the scenario's workloads, made by the real controllers and
+        placed by the real scheduler): a fault injected before its pod runs would hit no one."""
+        client = self.client()
+        try:
+
+            def running() -> bool:
+                listed = client.list(POD).items
+                return sum((p.get("status") or {}).get("phase") == "Running" for p in listed) >= pods
+
+            wait_until(f"the scenario's {pods} workload pods to run", running, timeout=timeout, interval=0.5)
+        finally:
+            client.close()
+
+    def check(self) -> None:
+        from simulator.controlplane import ControlPlaneError
+
+        try:
+            self.plane.check_running()
+        except ControlPlaneError as exc:
+            raise LoopbackError(str(exc)) from exc
 
     def close(self) -> None:
         self._stop.set()
@@ -432,6 +460,7 @@ def real(
         )
         target = RealTarget(plane, agents)
         stack.callback(target.close)
+        target.wait_running(sum(w.replicas for w in scenario.workloads))
         yield target
 
 

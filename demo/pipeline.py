@@ -490,6 +490,7 @@ def run_demo(
                     raise LoopbackError(
                         f"{name} exited with {process.proc.returncode}:\n{log_tail(process.log)}"
                     )
+            target.check()
             if controls.on_tick is not None:
                 controls.on_tick(running)
             show_new()
