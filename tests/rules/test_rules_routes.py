@@ -30,7 +30,7 @@ CASES = [
         id="confirmed failure: responder and page",
     ),
     pytest.param(
-        {"alertname": "GPUDeviceUnhealthyFlapping", "severity": "critical", "action": "quarantine", "node": "n1"},
+        {"alertname": "GPUDeviceUnhealthyFlapping", "severity": "critical", "action": "quarantine"},
         ["gpuhealth-responder", "oncall-page"],
         id="Unhealthy flapping: responder and page, like any quarantine",
     ),
