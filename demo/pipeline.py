@@ -52,7 +52,7 @@ from demo.front import Hook, Request, WebhookFront, forward_once
 from demo.journal import Device, Entry, Journal, Kind, sorted_entries
 from demo.observer import Observer
 from demo.progress import narrate, worth_a_line
-from demo.safety import Verdict, judge
+from demo.safety import UnhealthyFlapping, Verdict, judge
 from demo.staging import Kill, Staging, StagingError
 from exporter.settings import NvmlSettings
 from gpuhealth import fields
@@ -89,6 +89,9 @@ RESPONDER_PATH = "/webhook"
 TOKEN = "demo-responder-token"
 CONTROL_PLANES = ("simulated", "real")
 KUBERNETES_VERSIONS = ("1.37", "1.36")
+EVALUATION_WALL_SECONDS = 1
+"""Every rule group's evaluation interval here, whatever the speed: the scaled minute (3 s at
+20x) would add whole evaluations of delay between the recording rules and the alerts on them."""
 
 
 @dataclass(frozen=True)
@@ -514,6 +517,11 @@ def run_demo(
         tolerance=rules.device.unknown_tolerance.seconds * settings.speed,
         unhealthy_for=rules.device.unhealthy_for.seconds * settings.speed,
         grace=journal.floor_seconds + 20.0 * settings.speed,
+        flapping=UnhealthyFlapping(
+            episodes=rules.device.unhealthy_flapping_episodes,
+            window=rules.device.unhealthy_flapping_window.seconds * settings.speed,
+            seen_from=EVALUATION_WALL_SECONDS * settings.speed,
+        ),
     )
     return Outcome(journal, verdict, expectations.check(scenario, journal), workdir, journal_path)
 
@@ -550,9 +558,8 @@ def _render_rules(
         oncall_ticket_url=f"{recorder.url}/ticket",
         tenant_default_url=f"{recorder.url}/tenant",
     )
-    # Evaluate every second: the scaled minute (3 s at 20x) would add whole evaluations of
-    # delay between the recording rules and the alerts built on them.
-    rendered = render(dataclasses.replace(rules, alertmanager=receivers, evaluation_interval=Duration(1)))
+    evaluation = Duration(EVALUATION_WALL_SECONDS)
+    rendered = render(dataclasses.replace(rules, alertmanager=receivers, evaluation_interval=evaluation))
     written = write_files(rendered, workdir / "rules")
     rule_files = [p for p in written if p.parent.name == "prometheus"]
     (alertmanager_config,) = (p for p in written if p.parent.name == "alertmanager")

@@ -20,7 +20,10 @@ The invariants (each broken one is a line in `Verdict.violations`; the run exits
 - a release without probe and canary: Released without a passed probe and a passed canary
   since the record last became Quarantined;
 - a warranted quarantine that did not happen: no record for a warranted device in time
-  (`grace` after its warrant, within the run), unless the breaker was tripped by then;
+  (`grace` after its warrant, within the run), unless the breaker was tripped by then. Flaps
+  and short Unhealthy spells may rightly go unanswered, except a flap the rules' Unhealthy
+  flapping rule must catch (`UnhealthyFlapping`): enough short episodes within its window,
+  due from the episode that completes the count;
 - a breaker that blocked a release: a record in a release phase sent back (Deferred, or
   Quarantined without a failed check) while the breaker was tripped.
 """
@@ -159,6 +162,64 @@ def _warranted_action(
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class UnhealthyFlapping:
+    """The rules' GPUDeviceUnhealthyFlapping in scenario seconds: `episodes` Unhealthy episodes,
+    each shorter than the Unhealthy alert's `for:`, starting within `window`, quarantine the
+    device. An episode shorter than `seen_from` (the rules' evaluation interval) may fall
+    between two evaluations, so it counts towards nothing that must happen."""
+
+    episodes: int
+    window: float
+    seen_from: float = 0.0
+
+
+def flapping_due(
+    scenario: Scenario, *, unhealthy_for: float, rule: UnhealthyFlapping
+) -> dict[tuple[str, int], float]:
+    """When each device's flapping quarantine is due: the start of the short episode that makes
+    `rule.episodes` of them start within `rule.window` (open at its start, as Prometheus 3
+    counts). Devices whose short episodes never do so are absent."""
+    due: dict[tuple[str, int], float] = {}
+    n = rule.episodes
+    for place, spans in _unhealthy_episodes(scenario).items():
+        starts = [start for start, length in spans if rule.seen_from <= length < unhealthy_for]
+        for k in range(n - 1, len(starts)):
+            if starts[k] - starts[k - n + 1] < rule.window:
+                due[place] = starts[k]
+                break
+    return due
+
+
+def _unhealthy_episodes(scenario: Scenario) -> dict[tuple[str, int], list[tuple[float, float]]]:
+    """Each device's Unhealthy episodes as scheduled, (start, seconds), in time order: a flap is
+    `times` episodes of period/2, a device-unhealthy one of its duration (for ever without one).
+    Overlapping ones are one episode: the device reports Unhealthy throughout."""
+    spans: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for fault in scenario.timeline:
+        if fault.device is None:
+            continue
+        place = (fault.device.node, fault.device.gpu)
+        if fault.kind == "flap":
+            period, times = fault.period or 0.0, fault.times or 0
+            spans.setdefault(place, []).extend(
+                (fault.at + i * period, fault.at + i * period + period / 2) for i in range(times)
+            )
+        elif fault.kind == "device-unhealthy":
+            end = fault.at + fault.duration if fault.duration is not None else math.inf
+            spans.setdefault(place, []).append((fault.at, end))
+    episodes: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for place, intervals in spans.items():
+        merged: list[tuple[float, float]] = []
+        for start, end in sorted(intervals):
+            if merged and start <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+            else:
+                merged.append((start, end))
+        episodes[place] = [(start, end - start) for start, end in merged]
+    return episodes
+
+
 NO_ACTION = frozenset({"", "none"})
 """`action` label values that ask the responder for nothing."""
 RELEASING = frozenset(LADDER.phases)
@@ -173,8 +234,8 @@ class Verdict:
     """(node/gpu-i, action) of every warranted quarantine that a record carried."""
     missed: tuple[tuple[str, str], ...]
     """(node/gpu-i, action) warranted but not recorded, and not a violation: too late in the
-    run (within `grace` of its end), transient (flaps, Unhealthy shorter than the alert's
-    `for:`), or held back by a tripped breaker."""
+    run (within `grace` of its end), transient (flaps too few or too short for the flapping
+    rule, Unhealthy shorter than the alert's `for:`), or held back by a tripped breaker."""
 
     @property
     def ok(self) -> bool:
@@ -202,10 +263,12 @@ def judge(
     tolerance: float,
     unhealthy_for: float = 0.0,
     grace: float = 0.0,
+    flapping: UnhealthyFlapping | None = None,
 ) -> Verdict:
     """The run's verdict (pure). Times in scenario seconds: `tolerance` the rules' Unknown
     tolerance, `unhealthy_for` the Unhealthy alert's `for:` (an Unhealthy that clears sooner
-    warrants nothing that must happen), `grace` how long after its warrant a quarantine may
+    warrants nothing that must happen, unless enough of them make a flap by `flapping`, the
+    rules' Unhealthy flapping thresholds), `grace` how long after its warrant a quarantine may
     take to be recorded (the detection floor plus the responder's reaction)."""
     since = warranted_from(scenario, fatal_xids=fatal_xids, tolerance=tolerance)
     allowed = _by_place(since)
@@ -353,24 +416,30 @@ def judge(
     acted: set[tuple[str, str]] = set()
     missed: set[tuple[str, str]] = set()
     transient = _transient(scenario, unhealthy_for)
+    due = flapping_due(scenario, unhealthy_for=unhealthy_for, rule=flapping) if flapping else {}
     uuid_at = {(d.node, d.index): d.uuid for d in journal.devices.values()}
     for (place, action), at in sorted(since.items()):
         device = uuid_at.get(place, "")
         where = f"{place[0]}/gpu-{place[1]}"
         covered = [r for r in records.values() if r.device == device and r.ended >= at]
+        # A flap the flapping rule catches must be answered, from the episode that completes it.
+        flap = place in transient and action == "quarantine" and place in due
+        must_from = due[place] if flap else at
         if any(r.action == action for r in covered):
             acted.add((where, action))
         elif covered:
             acted.add((where, covered[0].action))
         elif (
-            place in transient
-            or at + grace > journal.ended_at
-            or (tripped_at is not None and tripped_at <= at + grace)
+            (place in transient and not flap)
+            or must_from + grace > journal.ended_at
+            or (tripped_at is not None and tripped_at <= must_from + grace)
         ):
             missed.add((where, action))
         else:
+            why = " (Unhealthy flapping)" if flap else ""
             violations.append(
-                f"{where}: {action} warranted from t+{at:.0f}s, but no record by t+{at + grace:.0f}s"
+                f"{where}: {action} warranted from t+{must_from:.0f}s{why}, but no record by "
+                f"t+{must_from + grace:.0f}s"
             )
     return Verdict(tuple(violations), tuple(sorted(acted)), tuple(sorted(missed)))
 

@@ -97,6 +97,15 @@ class DeviceSettings:
     """GPUDeviceUnknownFlapping: separate Unknown episodes needed within flapping_window."""
     flapping_window: Duration = Duration(1800)
     """GPUDeviceUnknownFlapping: window in which episodes are counted."""
+    unhealthy_flapping_episodes: int = 3
+    """GPUDeviceUnhealthyFlapping: separate Unhealthy episodes, each shorter than unhealthy_for,
+    that quarantine a device within unhealthy_flapping_window (a count, 2 at least). Each one is
+    a failure report no `for:` confirms; as for Unknown, three in the window is a pattern where
+    two may still be one transient cause reported twice."""
+    unhealthy_flapping_window: Duration = Duration(1800)
+    """GPUDeviceUnhealthyFlapping: window in which Unhealthy episodes are counted. As long as
+    GPUDeviceUnknownFlapping's: a card that fails every few minutes for a few seconds is caught,
+    one that fails twice a day is left to GPUDeviceUnhealthy."""
     event_window: Duration = Duration(300)
     """GPUDeviceFatalXid / GPUDeviceEccUncorrectable: how long an event keeps the alert up."""
     fatal_xids: tuple[int, ...] = (48, 62, 64, 74, 79, 95, 119, 120, 140, 154)
@@ -310,6 +319,7 @@ def validate(settings: Settings) -> None:
             f"device.flapping_window ({dev.flapping_window}) must be longer than device.unknown_tolerance "
             f"({dev.unknown_tolerance}), or no flapping could be told apart from an expiry"
         )
+    _validate_unhealthy_flapping(dev, settings.evaluation_interval)
     if not dev.fatal_xids:
         raise ConfigError("device.fatal_xids: empty; list at least one XID (NVIDIA's catalog: 48, 79, ...)")
     seen: set[int] = set()
@@ -406,6 +416,32 @@ def validate(settings: Settings) -> None:
             raise ConfigError(f"alertmanager.tenants[{i}].namespace: {tenant.namespace!r} is listed twice")
         namespaces.add(tenant.namespace)
         _check_url(tenant.url, f"alertmanager.tenants[{i}].url")
+
+
+def _validate_unhealthy_flapping(dev: DeviceSettings, evaluation_interval: Duration) -> None:
+    """GPUDeviceUnhealthyFlapping's thresholds against what the rules can see.
+
+    Episodes are read from the Unhealthy state recorded at each evaluation, so two episodes are
+    two evaluations that saw Unhealthy with at least one between them that did not. Episodes
+    longer than unhealthy_for are GPUDeviceUnhealthy's (the alert leaves such devices to it), so
+    the counted ones need not fit the window end to end: only their starts must.
+    """
+    episodes = dev.unhealthy_flapping_episodes
+    if episodes < 2:
+        raise ConfigError(
+            f"device.unhealthy_flapping_episodes: {episodes} is below 2; one short Unhealthy is a "
+            "transient, and a long one is GPUDeviceUnhealthy's"
+        )
+    # N episodes parted by a Healthy evaluation start at least 2 evaluations apart; the window
+    # is open at its start (Prometheus 3), so it must be longer than the span of their starts.
+    tightest = Duration(2 * (episodes - 1) * evaluation_interval.seconds)
+    if dev.unhealthy_flapping_window <= tightest:
+        raise ConfigError(
+            f"device.unhealthy_flapping_window ({dev.unhealthy_flapping_window}) must be longer than "
+            f"{tightest}: {episodes} Unhealthy episodes, each parted from the next by a Healthy "
+            f"evaluation every {evaluation_interval}, cannot start closer together, so "
+            "GPUDeviceUnhealthyFlapping could never fire"
+        )
 
 
 def parse_config(data: Any) -> Settings:

@@ -33,7 +33,7 @@ RESOLVED = "resolved"
 QUARANTINE = "quarantine"
 """A confirmed failure: quarantine the device and migrate checkpointed work off it."""
 RESTRICT = "restrict"
-"""Unknown past the tolerance, or flapping: keep new work off the device, never evict."""
+"""Unknown past the tolerance, or flapping into Unknown: keep new work off the device, never evict."""
 NONE = "none"
 """Information for people only."""
 ACTIONS = (QUARANTINE, RESTRICT, NONE)

@@ -47,7 +47,8 @@ ACTOR = "responder"
 """Who writes history entries the webhook adds."""
 
 UNKNOWN_REASON = "Unknown"
-"""The reason of every restrict: Unknown past its tolerance, or flapping between states."""
+"""The reason of every restrict: Unknown past its tolerance, or flapping into Unknown (flapping
+into Unhealthy is a quarantine, reason `UnhealthyFlapping`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,10 @@ action, a second rule or record for a device, a pod evicted twice, a migration f
 a release without a passed probe or canary, a warranted quarantine missing, the breaker sending
 a release back); a fixed-topology job's pods on healthy devices may be evicted by a quarantine's
 migration; a warrant too late in the run, or under a tripped breaker, is missed, not violated.
+Unhealthy flapping: a flap is due at the episode that completes the rule's count within its
+window (not one episode fewer, not spread over exactly the window, not episodes too short to be
+seen, not a long episode, overlapping spells one episode); its quarantine is warranted, and
+missing it is a violation, where flaps the rule does not catch are only missed.
 Properties: a release is a violation exactly when a passed probe or canary is missing since the
 record was last quarantined; an eviction is a violation exactly when no quarantine (not a
 restrict) held one of the pod's devices and no quarantine migrated its job.
@@ -25,7 +29,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from demo.journal import Device, Journal, Kind
-from demo.safety import judge, warrants
+from demo.safety import UnhealthyFlapping, flapping_due, judge, warrants
 from simulator.fleet.objects import gpu_uuid
 from simulator.scenario import resolve
 
@@ -250,6 +254,141 @@ def test_warrants_too_late_in_the_run_or_under_a_tripped_breaker_are_missed_not_
     tripped.record(5, Kind.BREAKER, "tripped", trigger="capacity")
     assert verdict(tripped).violations == ()
     assert len(verdict(tripped).missed) == 2
+
+
+FLAPS = resolve(
+    {
+        "name": "flaps",
+        "fleet": [
+            {"name": "gpu-dp", "count": 1, "gpusPerNode": 2, "path": "device-plugin"},
+            {"name": "gpu-dra", "count": 1, "gpusPerNode": 4, "path": "dra"},
+        ],
+        "timeline": [
+            # Three 20 s episodes from 10 s: a flap, complete at 90 s.
+            {
+                "at": "10s",
+                "fault": "flap",
+                "device": {"node": "gpu-dp-0", "gpu": 0},
+                "times": 3,
+                "period": "40s",
+            },
+            # One episode short of it.
+            {
+                "at": "10s",
+                "fault": "flap",
+                "device": {"node": "gpu-dp-0", "gpu": 1},
+                "times": 2,
+                "period": "40s",
+            },
+            # Episodes too short for the rules' evaluations to be sure to see them.
+            {
+                "at": "10s",
+                "fault": "flap",
+                "device": {"node": "gpu-dra-0", "gpu": 1},
+                "times": 6,
+                "period": "10s",
+            },
+            # Three short Unhealthy spells exactly the window apart from first to last.
+            *(
+                {
+                    "at": at,
+                    "fault": "device-unhealthy",
+                    "device": {"node": "gpu-dra-0", "gpu": 0},
+                    "duration": "20s",
+                }
+                for at in ("0s", "900s", "1800s")
+            ),
+        ],
+    }
+)
+FLAPPING = UnhealthyFlapping(episodes=3, window=1800.0, seen_from=20.0)
+UNHEALTHY_FOR = 60.0
+
+
+def flaps_journal() -> Journal:
+    devices = {
+        uuid(node, i): Device(uuid(node, i), node, i, group.path)
+        for node, group in FLAPS.nodes.items()
+        for i in range(group.gpus_per_node)
+    }
+    return Journal("flaps", "", 10.0, devices, ended_at=2400.0)
+
+
+def flaps_verdict(j: Journal, flapping: UnhealthyFlapping | None = FLAPPING):  # type: ignore[no-untyped-def]
+    return judge(
+        j,
+        FLAPS,
+        fatal_xids=FATAL,
+        tolerance=TOLERANCE,
+        unhealthy_for=UNHEALTHY_FOR,
+        grace=GRACE,
+        flapping=flapping,
+    )
+
+
+def test_a_flap_is_due_at_the_episode_that_completes_the_count_within_the_window() -> None:
+    # Not gpu-dp-0/1 (two episodes), nor gpu-dra-0/1 (5 s episodes), nor gpu-dra-0/0 (the third
+    # starts exactly the window after the first).
+    assert flapping_due(FLAPS, unhealthy_for=UNHEALTHY_FOR, rule=FLAPPING) == {("gpu-dp-0", 0): 90.0}
+    wider = UnhealthyFlapping(episodes=3, window=1801.0, seen_from=20.0)
+    assert flapping_due(FLAPS, unhealthy_for=UNHEALTHY_FOR, rule=wider) == {
+        ("gpu-dp-0", 0): 90.0,
+        ("gpu-dra-0", 0): 1800.0,
+    }
+
+
+def test_a_long_episode_counts_for_nothing_and_overlapping_spells_are_one_episode() -> None:
+    long = resolve(
+        {
+            "name": "long",
+            "fleet": [{"name": "gpu-dra", "count": 1, "gpusPerNode": 1, "path": "dra"}],
+            "timeline": [
+                # Short, then 100 s-190 s as one episode of 90 s (two spells overlapping), short.
+                {
+                    "at": at,
+                    "fault": "device-unhealthy",
+                    "device": {"node": "gpu-dra-0", "gpu": 0},
+                    "duration": d,
+                }
+                for at, d in (("0s", "20s"), ("100s", "90s"), ("150s", "20s"), ("300s", "20s"))
+            ],
+        }
+    )
+    assert flapping_due(long, unhealthy_for=UNHEALTHY_FOR, rule=FLAPPING) == {}
+    # Under a 2m `for:` the 90 s episode is a short one too: three of them by 300 s.
+    assert flapping_due(long, unhealthy_for=120.0, rule=FLAPPING) == {("gpu-dra-0", 0): 300.0}
+
+
+def test_a_flapping_quarantine_is_warranted_and_a_missing_one_is_a_violation() -> None:
+    flapper = uuid("gpu-dp-0", 0)
+    answered = flaps_journal()
+    answered.record(
+        95,
+        Kind.DELIVERY,
+        "responder",
+        "gpu-dp-0",
+        flapper,
+        status="firing",
+        action="quarantine",
+        alertname="GPUDeviceUnhealthyFlapping",
+    )
+    answered.record(96, Kind.PHASE, "Pending", "gpu-dp-0", flapper, record="rec-f", action="quarantine")
+    answered.record(96, Kind.ENFORCED, "quarantine", "gpu-dp-0", flapper, annotation="a")
+    answered.record(96, Kind.PHASE, "Quarantined", "gpu-dp-0", flapper, record="rec-f", action="quarantine")
+    result = flaps_verdict(answered)
+    assert result.violations == ()
+    assert ("gpu-dp-0/gpu-0", "quarantine") in result.acted
+
+    silent = flaps_journal()
+    silent.record(0, Kind.NOTE, "nothing happened")
+    assert flaps_verdict(silent).violations == (
+        "gpu-dp-0/gpu-0: quarantine warranted from t+90s (Unhealthy flapping), but no record by t+210s",
+    )
+    # Flaps the rule does not catch, and every flap without the rule, may go unanswered.
+    assert {"gpu-dp-0/gpu-1", "gpu-dra-0/gpu-0", "gpu-dra-0/gpu-1"} <= {
+        w for w, _ in flaps_verdict(silent).missed
+    }
+    assert flaps_verdict(silent, flapping=None).violations == ()
 
 
 def test_a_fixed_topology_jobs_pods_on_healthy_devices_move_with_it() -> None:

@@ -156,6 +156,38 @@ def test_a_released_record_is_reopened_by_a_new_failure_with_its_history() -> No
 def test_reasons() -> None:
     assert reason_of(alert("GPUDeviceEccUncorrectable")) == "EccUncorrectable"
     assert reason_of(alert("GPUDeviceUnknownFlapping", "restrict")) == "Unknown"
+    assert reason_of(alert("GPUDeviceUnhealthyFlapping")) == "UnhealthyFlapping"
+
+
+def test_unhealthy_flapping_quarantines_through_its_action_label_alone() -> None:
+    """No list of alert names to register: `action=quarantine` opens a quarantine (the
+    reconciler then migrates checkpointed work) whose reason comes from the alert's name."""
+    record = apply(None, alert("GPUDeviceUnhealthyFlapping", severity="critical"))
+    assert record is not None and record.status.phase == Phase.PENDING
+    assert (record.spec.action, record.spec.reason, record.spec.actor) == (
+        "quarantine",
+        "UnhealthyFlapping",
+        "alert/GPUDeviceUnhealthyFlapping",
+    )
+
+
+def test_flapping_that_turns_into_a_long_unhealthy_keeps_one_quarantine_with_a_firing_source() -> None:
+    """The rules hand a device over from GPUDeviceUnhealthyFlapping to GPUDeviceUnhealthy at
+    one evaluation; whichever delivery comes first, the record stays one active quarantine
+    with a source still firing, so the flapping alert's resolved starts no release."""
+    flapping = alert("GPUDeviceUnhealthyFlapping", starts_at=NOW - 120)
+    opened = apply(None, flapping)
+    assert opened is not None
+    quarantined = opened.with_phase(Phase.QUARANTINED, time="t", actor="responder", message="enforced")
+    handover = [alert("GPUDeviceUnhealthyFlapping", status="resolved", starts_at=NOW - 120), alert()]
+    for order in (handover, handover[::-1]):
+        record: Quarantine | None = quarantined
+        for delivery in order:
+            record = apply(record, delivery, now=NOW + 1)
+        assert record is not None and record.name == opened.name
+        assert record.status.phase == Phase.QUARANTINED and record.spec.action == "quarantine"
+        firing = [s.alertname for s in record.spec.source_alerts if s.firing]
+        assert firing == ["GPUDeviceUnhealthy"]
 
 
 # ----- properties over sequences of deliveries ------------------------------------------------------

@@ -104,6 +104,19 @@ def test_a_custom_config_changes_the_rules() -> None:
         ({"device": {"unknown_for": "5m"}}, "device.unknown_for (5m) must be shorter than device.unknown_"),
         ({"device": {"flapping_episodes": 1}}, "device.flapping_episodes: 1 is below 2"),
         ({"device": {"flapping_window": "5m"}}, "device.flapping_window (5m) must be longer"),
+        (
+            {"device": {"unhealthy_flapping_episodes": 1}},
+            "device.unhealthy_flapping_episodes: 1 is below 2; one short Unhealthy is a transient",
+        ),
+        # Three episodes parted by Healthy evaluations every 1m start 4m apart at the closest.
+        (
+            {"device": {"unhealthy_flapping_window": "4m"}},
+            "device.unhealthy_flapping_window (4m) must be longer than 4m: 3 Unhealthy episodes",
+        ),
+        (
+            {"evaluation_interval": "10m", "device": {"unhealthy_flapping_window": "30m"}},
+            "device.unhealthy_flapping_window (30m) must be longer than 40m",
+        ),
         ({"device": {"heartbeat_limt": "2m"}}, "device: unknown key(s) heartbeat_limt"),
         ({"devices": {}}, "unknown key(s) devices"),
         ({"node": {"unreachable_for": "2m"}}, "node.unreachable_for (2m40s) must be shorter"),
@@ -130,6 +143,14 @@ def test_bad_config_values_are_refused_with_the_key_named(data: Any, message: st
     with pytest.raises(ConfigError) as excinfo:
         parse_config(data)
     assert message in str(excinfo.value)
+
+
+def test_the_tightest_unhealthy_flapping_window_is_one_second_above_the_episodes_span() -> None:
+    """Three episodes on a 1m evaluation grid start 4m apart at the closest, and a [4m] window
+    (open at its start) cannot hold the first: 4m is refused above, 4m1s renders."""
+    settings = parse_config({"device": {"unhealthy_flapping_window": "4m1s"}})
+    device = render(settings)["prometheus/gpu-device.yaml"]
+    assert "changes(node_device:gpu_device_unhealthy_since:timestamp[4m1s]) + 1 >= 3" in device
 
 
 def test_load_config_names_the_file_on_bad_yaml_and_missing_files(tmp_path: Path) -> None:
@@ -204,7 +225,7 @@ def test_every_alert_has_labels_annotations_and_a_runbook_section() -> None:
     sections = {_github_anchor(m.group(1)) for m in headings}
     settings = load_config(DEFAULT_CONFIG)
     alerts = _alerts()
-    assert len(alerts) == 24  # GPUHealthQuarantinePhaseStuck is four rules, one per phase
+    assert len(alerts) == 25  # GPUHealthQuarantinePhaseStuck is four rules, one per phase
     for alert in alerts:
         name = alert["alert"]
         assert re.fullmatch(r"GPU(Device|Node|Fleet|Health)[A-Z][A-Za-z]+", name), name
@@ -220,6 +241,7 @@ def test_every_alert_has_labels_annotations_and_a_runbook_section() -> None:
 def test_device_alerts_carry_node_and_device_and_the_issue_contract() -> None:
     contract = {
         "GPUDeviceUnhealthy": ("critical", "quarantine"),
+        "GPUDeviceUnhealthyFlapping": ("critical", "quarantine"),
         "GPUDeviceUnknown": ("warning", "none"),
         "GPUDeviceUnknownExpired": ("critical", "restrict"),
         "GPUDeviceStatusStale": ("warning", "none"),

@@ -30,6 +30,11 @@ CASES = [
         id="confirmed failure: responder and page",
     ),
     pytest.param(
+        {"alertname": "GPUDeviceUnhealthyFlapping", "severity": "critical", "action": "quarantine"},
+        ["gpuhealth-responder", "oncall-page"],
+        id="Unhealthy flapping: responder and page, like any quarantine",
+    ),
+    pytest.param(
         {"alertname": "GPUDeviceUnknownExpired", "severity": "critical", "action": "restrict"},
         ["gpuhealth-responder", "oncall-page"],
         id="expired Unknown: responder and page",
