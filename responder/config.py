@@ -10,12 +10,14 @@ which cluster, the token, TLS). The shipped example with every default and its r
     new_quarantines: {burst, per_hour}
     migration:      {checkpoint_timeout, lease_margin, lease_cap, default_mode, namespace_modes,
                      node_in_flight, node_per_hour, namespace_evictions_per_hour}
-    checks:         {namespace, image, command}
+    checks:         {namespace, probe_image, probe_command, canary_image, canary_command,
+                     runtime_class}
     intake:         {expiry}
 
 One dialect with `rules/config.yaml`: sections of snake_case keys, no apiVersion/kind header.
 A key of the earlier dialect (camelCase, the ResponderConfiguration header) is refused with its
-new spelling. Durations are written in the one grammar (`gpuhealth.durations`) and need a unit (`90s`, not
+new spelling, as is a renamed key (`checks.image` is now `checks.probe_image`: the canary has
+its own). Durations are written in the one grammar (`gpuhealth.durations`) and need a unit (`90s`, not
 `90`: a bare number in a file is too easily minutes in the writer's head). Unknown keys are
 refused (a misspelt key would otherwise silently keep a default). Every error is a
 `ConfigError` naming the file, the key path and what is wrong; contradictions between keys
@@ -52,6 +54,8 @@ class _Invalid(ValueError):
 
 
 Parser = Callable[[Any], Any]
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+"""An object name (RFC 1123 subdomain); its 253-character limit is the API server's to enforce."""
 
 
 def _duration(value: Any) -> float:
@@ -88,6 +92,12 @@ def _rate(value: Any) -> float:
 def _text(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise _Invalid(f"{value!r} must be a non-empty string")
+    return value
+
+
+def _runtime_class(value: Any) -> str:
+    if not isinstance(value, str) or (value and not _DNS_SUBDOMAIN.fullmatch(value)):
+        raise _Invalid(f"{value!r} must be a RuntimeClass name, or empty for the node's default runtime")
     return value
 
 
@@ -159,19 +169,26 @@ _SECTIONS: dict[str, dict[str, _Key]] = {
     },
     "checks": {
         "namespace": _Key(("checks", "namespace"), _text),
-        "image": _Key(("checks", "image"), _text),
-        "command": _Key(("checks", "command"), _command),
+        "probe_image": _Key(("checks", "probe", "image"), _text),
+        "probe_command": _Key(("checks", "probe", "command"), _command),
+        "canary_image": _Key(("checks", "canary", "image"), _text),
+        "canary_command": _Key(("checks", "canary", "command"), _command),
+        "runtime_class": _Key(("checks", "runtime_class"), _runtime_class),
     },
     "intake": {
         "expiry": _Key(("intake", "expiry_seconds"), _duration),
     },
 }
 
+_RENAMED = {("checks", "image"): "probe_image", ("checks", "command"): "probe_command"}
+"""Keys an earlier release knew, refused with their current spelling."""
+
 _KEY_OF_FIELD = {
     key.path[-1]: f"{section}.{name}" for section, keys in _SECTIONS.items() for name, key in keys.items()
 }
 """Attribute name -> key path, to word the settings' own contradiction messages in the file's
-terms (the attribute names are unique across the sections)."""
+terms (the snake_case attribute names, the only words reworded, are unique across the sections;
+`image` and `command` are not, and are never reworded)."""
 
 
 def apply(doc: Any, settings: ResponderSettings, source: str) -> ResponderSettings:
@@ -199,6 +216,9 @@ def apply(doc: Any, settings: ResponderSettings, source: str) -> ResponderSettin
             raise ConfigError(f"{source}: {section}: expected a mapping, not {body!r}")
         for name, value in body.items():
             key = keys.get(name)
+            renamed = _RENAMED.get((section, str(name)))
+            if renamed is not None:
+                raise ConfigError(f"{source}: {section}.{name}: removed; now spelt {section}.{renamed}")
             if key is None:
                 if _snake(str(name)) in keys:
                     raise ConfigError(

@@ -18,7 +18,9 @@ Healthy where the rung asks for them) returns the device to Quarantined with the
 doubled; passing the last rung releases it.
 
 Adding a rung is one `Rung` in `LADDER` (with its `setting`, when its length is a policy
-setting) plus its executor: a check names the Job it runs, which `responder.checks.jobs` creates.
+setting) plus its executor: a check's is its `CheckSpec` (the image and command its Job's pod
+runs, by the rung's name, `responder.checks.jobs.CheckSettings`); the probe and the canary are
+two checks with two specs, a diagnostic and then a workload.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ class Target(StrEnum):
 
     DEVICE = "device"
     """The quarantined device itself, through the enforcement backend's device request (a claim
-    on DRA that tolerates gpuhealth's taints, a pod pinned to the device on device plugins)."""
+    on DRA that selects it by uuid and tolerates gpuhealth's taints; on device plugins a pod
+    pinned to the node that the NVIDIA runtime gives that one GPU)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,3 +68,5 @@ class ResponderSettings:
             )
         fields.within(self, "webhook_max_body_bytes", "bytes", 1024, 64 * 1024 * 1024, whole=True)
         fields.within(self, "extender_max_body_bytes", "bytes", 1024, 1024 * 1024 * 1024, whole=True)
+        for rung in self.reconciler.policy.ladder.checks():
+            self.checks.spec(rung.name)  # every check rung has what its pod runs, or no start

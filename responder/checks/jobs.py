@@ -7,9 +7,16 @@ reads its status. One Job per record, kind and attempt, named `<record>-<kind>-<
 so a retry never mistakes an old Job's result for its own, and a second `start` is a no-op
 (409 AlreadyExists). Every Job is owned by the record: deleting the record deletes its checks.
 
+What a check's pod runs is its `CheckSpec`, looked up by the check rung's name
+(`responder.ladder`): the probe is DCGM's diagnostic, the canary a separate small CUDA workload
+run after the probe passed, each with its own image and command. A check rung added to the
+ladder brings its spec (`CheckSettings.extra`).
+
 How the Job reaches exactly the quarantined device is the record's backend's
-(`responder.enforce.backends`, `device_request`): a claim through a ResourceClaimTemplate of the Job's
-name on DRA, a pod pinned to the node and the device on device plugins.
+(`responder.enforce.backends`, `device_request`): on DRA a claim through a ResourceClaimTemplate
+of the Job's name that selects the device by uuid; on device plugins a pod with no GPU request,
+pinned to the node, that the NVIDIA container runtime gives that one GPU
+(`NVIDIA_VISIBLE_DEVICES=<uuid>`), so no other card can answer for it.
 Synchronous like the client; the reconciler runs it in a thread.
 """
 
@@ -20,6 +27,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gpuhealth.fields import SettingsError
 from gpuhealth.kube.api import Api
 from gpuhealth.kube.errors import AlreadyExists, NotFound
 from gpuhealth.kube.resources import POD, Resource
@@ -48,17 +56,72 @@ class CheckRunner(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class CheckSpec:
+    """What the pod of one check rung runs: the rung's executor, found by the rung's name."""
+
+    name: str
+    """The check rung's name (`responder.ladder.Rung.name`)."""
+    image: str
+    command: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.image.strip():
+            raise SettingsError(f"check {self.name}: image must not be empty")
+        if not self.command or not all(self.command):
+            raise SettingsError(f"check {self.name}: command must be a non-empty argv")
+
+
+PROBE = CheckSpec(
+    "probe", "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04", ("dcgmi", "diag", "-r", "2")
+)
+"""DCGM's diagnostic, level 2 (about two minutes): memory, PCIe and a short stress, enough to
+catch what quarantines. It judges the device as NVML and DCGM see it."""
+CANARY = CheckSpec(
+    "canary", "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0", ("/cuda-samples/vectorAdd",)
+)
+"""A workload, not a second diagnostic: the CUDA sample that copies two vectors into device
+memory, adds them in a kernel, copies the sum back and checks it, exiting non-zero on any CUDA
+error or wrong element. It fails as a tenant's job would (context creation, allocation, launch,
+copies) where a diagnostic that passed may not look, needs no DCGM or NVML, and runs in seconds;
+it is the sample NVIDIA's GPU operator runs to show that a workload can use a GPU."""
+
+
+@dataclass(frozen=True, slots=True)
 class CheckSettings:
     namespace: str = "gpuhealth-system"
     """Where check Jobs (and their claim templates) live: the responder's namespace."""
-    image: str = "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04"
-    """The diagnostic's image (DCGM ships `dcgmi`)."""
-    command: tuple[str, ...] = ("dcgmi", "diag", "-r", "2")
-    """Level 2 (about two minutes): memory, PCIe and a short stress, enough to catch what quarantines."""
+    probe: CheckSpec = PROBE
+    """The probe rung's pod: the diagnostic."""
+    canary: CheckSpec = CANARY
+    """The canary rung's pod, run after the probe passed: a short compute and memory workload."""
+    extra: tuple[CheckSpec, ...] = ()
+    """The specs of check rungs beyond the shipped ladder (`Ladder.inserted`), by their names."""
+    runtime_class: str = "nvidia"
+    """Device plugins: the RuntimeClass of a check's pod, the NVIDIA container runtime that reads
+    `NVIDIA_VISIBLE_DEVICES` (the GPU operator creates `nvidia`; the exporter's DaemonSet uses it
+    too). Empty: no runtimeClassName, for nodes whose default runtime is NVIDIA's."""
     device_class: str = DEVICE_CLASS
     """DeviceClass of the DRA driver's GPUs (NVIDIA's DRA driver names its class so)."""
     run_seconds: str = ""
     """Simulation only: `sim.gpuhealth.io/run-seconds` on the pod (empty: the simulator's default)."""
+
+    def __post_init__(self) -> None:
+        for name, spec in (("probe", self.probe), ("canary", self.canary)):
+            if spec.name != name:
+                raise SettingsError(f"CheckSettings.{name} is the spec of check {spec.name!r}")
+        names = [s.name for s in self.specs()]
+        if len(set(names)) != len(names):
+            raise SettingsError(f"check specs repeat a name: {names}")
+
+    def specs(self) -> tuple[CheckSpec, ...]:
+        return (self.probe, self.canary, *self.extra)
+
+    def spec(self, kind: str) -> CheckSpec:
+        """The spec of the check rung named `kind`; SettingsError when none is declared."""
+        for spec in self.specs():
+            if spec.name == kind:
+                return spec
+        raise SettingsError(f"no check spec for the check rung {kind!r} (CheckSettings.extra)")
 
 
 def job_name(record: Quarantine, kind: str, attempt: int) -> str:
@@ -96,7 +159,12 @@ class JobChecks:
         """`backends`: whose device requests the checks' pods carry (default: the shipped ones)."""
         self._client = client
         self.settings = settings or CheckSettings()
-        self._backends = backends or Enforcer(client, None, device_class=self.settings.device_class)
+        self._backends = backends or Enforcer(
+            client,
+            None,
+            device_class=self.settings.device_class,
+            runtime_class=self.settings.runtime_class,
+        )
 
     def start(self, record: Quarantine, kind: str, attempt: int) -> None:
         name = job_name(record, kind, attempt)
@@ -140,11 +208,12 @@ class JobChecks:
         name = job_name(record, kind, attempt)
         s = self.settings
         request = self._request(record, name)
+        check = s.spec(kind)
         annotations = {"gpuhealth.io/device": f"{record.spec.node}/{record.spec.device}"}
         if s.run_seconds:
             annotations["sim.gpuhealth.io/run-seconds"] = s.run_seconds
         annotations.update(request.annotations)
-        container: dict[str, Any] = {"name": kind, "image": s.image, "command": list(s.command)}
+        container: dict[str, Any] = {"name": kind, "image": check.image, "command": list(check.command)}
         container.update(request.container)
         pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
         pod_spec.update(request.pod)

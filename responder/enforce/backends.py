@@ -38,9 +38,9 @@ class DeviceRequest:
     """What a check's pod adds to get exactly the record's device."""
 
     container: Mapping[str, Any] = field(default_factory=dict)
-    """Fields of the check's container (its `resources`)."""
+    """Fields of the check's container (its `resources`, its `env`)."""
     pod: Mapping[str, Any] = field(default_factory=dict)
-    """Fields of the pod's spec (`resourceClaims`, `nodeName`, `tolerations`)."""
+    """Fields of the pod's spec (`resourceClaims`, `nodeName`, `tolerations`, `runtimeClassName`)."""
     annotations: Mapping[str, str] = field(default_factory=dict)
     """Annotations of the pod."""
     objects: tuple[tuple[Resource, dict[str, Any]], ...] = ()

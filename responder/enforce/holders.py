@@ -3,8 +3,10 @@
 An adapter over the API, read-only: the pods on the record's node, of which the record's
 backend (`responder.enforce.backends`) says which hold its device. The migrator moves the jobs of
 these pods; the reconciler starts no probe while one of them (other than gpuhealth's own
-checks) still holds the device, since a probe or canary cannot get a device a running pod
-holds, and its timeout would count as the device's failure.
+checks) still holds the device: on DRA a check cannot get a device a running pod holds (its
+timeout would count as the device's failure), and on device plugins it would share the card
+with that pod (its runtime gives it the device whatever the kubelet allocated), so its verdict
+would not be the device's alone.
 """
 
 from __future__ import annotations

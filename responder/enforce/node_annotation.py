@@ -12,13 +12,14 @@ record already on this path keeps it while nothing says otherwise, so the node i
 when a record would change path. The pods that hold the device are those whose
 `allocatedResourcesStatus` names it (`<uuid>`, or a time-sliced replica `<uuid>::<n>`).
 
-A check's pod is pinned to the node with `spec.nodeName` and names the device in the
-annotation `gpuhealth.io/probe-device: <uuid>`. That annotation is a **simulation
-affordance**: the simulated kubelet allocates that device to the pod; a real kubelet cannot be
-told which device to allocate. On a real cluster the probe runs as a privileged pod on the
-node (no `nvidia.com/gpu` request) that runs the diagnostic against the device by UUID
-(`dcgmi diag -i <uuid>`), or the device plugin offers the quarantined device only to pods
-that tolerate the quarantine; that is deployment work outside this module.
+A check's pod reaches the device as dcgm-exporter reaches NVML, not through the device plugin
+(a kubelet hands a GPU request any free Healthy device, so a pass could come from another
+card): it asks for no GPU, is pinned to the node with `spec.nodeName` (tolerating whatever
+taints the node carries), and runs through the NVIDIA container runtime (`runtimeClassName`,
+when configured) with `NVIDIA_VISIBLE_DEVICES=<uuid>`, so the container sees that one GPU and no
+other card can answer. The kubelet does not know the check uses the device; the reconciler
+starts no check while a pod holds it (`holders`, `responder.enforce.holders`), and the
+quarantine keeps new work off it meanwhile.
 """
 
 from __future__ import annotations
@@ -41,15 +42,21 @@ from responder.records import DEVICE_PLUGIN, Quarantine
 log = logging.getLogger(__name__)
 
 NODE_ANNOTATION = "gpuhealth.io/quarantined-devices"
-PROBE_DEVICE = "gpuhealth.io/probe-device"
-"""Pod annotation the simulated kubelet honours: allocate this device (uuid) to the pod."""
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+"""The NVIDIA container runtime's variable: the GPUs (uuids) a container sees."""
+DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
+"""What of the driver the runtime mounts: `compute` for CUDA, `utility` for NVML and DCGM."""
+RUNTIME_CLASS = "nvidia"
+"""The RuntimeClass of NVIDIA's container runtime, as the GPU operator names it."""
 
 
 class NodeAnnotation:
     path = DEVICE_PLUGIN
 
-    def __init__(self, client: Api) -> None:
+    def __init__(self, client: Api, *, runtime_class: str = RUNTIME_CLASS) -> None:
+        """`runtime_class`: the check pods' `runtimeClassName` (empty: the node's default runtime)."""
         self._client = client
+        self._runtime_class = runtime_class
 
     def identify(self, record: Quarantine, evidence: Evidence) -> Identity | None:
         if record.spec.path == self.path:
@@ -77,14 +84,19 @@ class NodeAnnotation:
         return [p for p in node_pods if _pod_holds(p, device)]
 
     def device_request(self, record: Quarantine, name: str, namespace: str) -> DeviceRequest:
-        return DeviceRequest(
-            container={"resources": {"limits": {"nvidia.com/gpu": "1"}}},
-            pod={
-                "nodeName": record.spec.node,
-                "tolerations": [{"operator": "Exists"}],  # whatever taints the node carries
-            },
-            annotations={PROBE_DEVICE: record.spec.uuid or record.spec.device},
-        )
+        # No `nvidia.com/gpu` request: the device plugin would hand over any free Healthy GPU
+        # (and never the quarantined one while it reports Unhealthy). The runtime gives this one.
+        env = [
+            {"name": VISIBLE_DEVICES, "value": record.spec.uuid or record.spec.device},
+            {"name": DRIVER_CAPABILITIES, "value": "compute,utility"},
+        ]
+        pod: dict[str, Any] = {
+            "nodeName": record.spec.node,  # no scheduler: the extender would refuse the device
+            "tolerations": [{"operator": "Exists"}],  # whatever taints the node carries
+        }
+        if self._runtime_class:
+            pod["runtimeClassName"] = self._runtime_class
+        return DeviceRequest(container={"env": env}, pod=pod)
 
     def _edit(self, record: Quarantine, *, add: bool) -> None:
         device = record.spec.device

@@ -12,16 +12,26 @@ from typing import Any
 
 from gpuhealth.kube.resources import Resource
 from responder.enforce.backends import Backends
-from responder.enforce.node_annotation import NodeAnnotation
+from responder.enforce.node_annotation import RUNTIME_CLASS, NodeAnnotation
 from responder.enforce.taint_rules import DEVICE_CLASS, TaintRules
 
 
 class Enforcer(Backends):
     def __init__(
-        self, client: Any, taint_rules: Resource | None, *, device_class: str = DEVICE_CLASS
+        self,
+        client: Any,
+        taint_rules: Resource | None,
+        *,
+        device_class: str = DEVICE_CLASS,
+        runtime_class: str = RUNTIME_CLASS,
     ) -> None:
         """`taint_rules`: the DeviceTaintRule resource the cluster serves (`taint_rules.discover`;
-        None: none, and a DRA device cannot be quarantined)."""
+        None: none, and a DRA device cannot be quarantined). `device_class` and `runtime_class`:
+        how a check's pod gets the device on each path (`responder.checks.jobs.CheckSettings`)."""
         super().__init__(
-            client, (TaintRules(client, taint_rules, device_class=device_class), NodeAnnotation(client))
+            client,
+            (
+                TaintRules(client, taint_rules, device_class=device_class),
+                NodeAnnotation(client, runtime_class=runtime_class),
+            ),
         )

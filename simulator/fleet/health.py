@@ -51,6 +51,9 @@ class Gpu:
     rows_failure: bool = False
     allocated: int = 0
     """Pods (or replica slots) using this GPU; drives simulated power draw."""
+    unhealthy_reports: int = 0
+    """How often the driver turned the device Unhealthy: a program that ran on the device while
+    this grew saw it fail, even if it reports Healthy again by the time the program ends."""
     unhealthy_token: int = 0
     unknown_token: int = 0
 
@@ -84,6 +87,8 @@ def record_report(gpu: Gpu, health: str, message: str | None, *, keeps_message: 
     news when either its health or its message differs from what is stored.
     """
     changed = gpu.reported != health or gpu.message != message
+    if health == UNHEALTHY and gpu.reported != UNHEALTHY:
+        gpu.unhealthy_reports += 1
     gpu.reported = health
     gpu.message = message if keeps_message else None
     return changed

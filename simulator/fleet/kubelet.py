@@ -212,8 +212,6 @@ class Kubelet:
             if pod.terminated or pod.stopped:
                 continue  # the kubelet stops updating pods that finished
             rows = self._render(pod, node, now)
-            if any(row[1] != HEALTHY for row in rows):
-                pod.degraded = True  # what a probe pinned to the device judges its run by
             if pod.waiting:
                 continue  # no container running: nothing to report yet (the runner writes at start)
             if rows == pod.written and pod.ready:

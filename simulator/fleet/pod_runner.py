@@ -7,7 +7,11 @@ as a kubelet runs what the API server assigns to its node:
 - admission: CPU, memory and `nvidia.com/gpu` must fit what the node has left, else phase
   Failed with reason `OutOf<resource>` (`OutOfcpu`, `OutOfnvidia.com/gpu`); GPUs are allocated
   as the device manager does (any free device the plugin reports Healthy, nothing outside the
-  kubelet consulted); DRA devices come from the claims' `status.allocation`;
+  kubelet consulted, no annotation read); DRA devices come from the claims' `status.allocation`;
+- the NVIDIA container runtime: a pod that gets no device from the device plugin or a claim
+  reaches the GPUs its containers' `NVIDIA_VISIBLE_DEVICES` names (`visible_gpus`), as
+  dcgm-exporter does; the kubelet knows nothing of it (no allocation, no
+  `allocatedResourcesStatus`), so the device plugin may still hand the same GPU to another pod;
 - start: status Pending (ContainerCreating), then Running with conditions, container
   statuses, IPs, QoS class and `allocatedResourcesStatus` (kept by the kubelet's status sync
   like every other pod's), with the events Pulled, Created and Started;
@@ -15,8 +19,10 @@ as a kubelet runs what the API server assigns to its node:
   `sim.gpuhealth.io/run-seconds`) ends with the exit code `sim.gpuhealth.io/exit-code` (default
   0): Succeeded or Failed, or a restart after a back-off (event BackOff) under `restartPolicy`
   Always / OnFailure;
-- a probe pinned to a device (`gpuhealth.io/probe-device: <uuid>`) exits 0 when that device stayed
-  Healthy and reachable through NVML for its whole run, 1 otherwise;
+- a GPU program (`GPU_PROGRAMS`: DCGM's `dcgmi diag`, the CUDA sample `vectorAdd`) runs for
+  its usual length unless told otherwise, and exits 0 when every device it reached (allocated
+  or visible) stayed Healthy and reachable for its whole run, 1 otherwise (also when it reached
+  none): the outcome follows the device the pod really got, whatever the pod was meant to test;
 - graceful deletion (any pod of a simulated node): event Killing, the workload exits when it
   has committed a requested checkpoint, after `sim.gpuhealth.io/stop-after` (default 0: at once;
   `never`: ignores SIGTERM) or is killed at the end of the grace period (exit 137); devices are
@@ -30,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -51,12 +56,14 @@ from simulator.model import APPLICATION_XIDS, DRA_DRIVER, GPU_RESOURCE, Settings
 RUN_SECONDS = "sim.gpuhealth.io/run-seconds"
 EXIT_CODE = "sim.gpuhealth.io/exit-code"
 STOP_AFTER = "sim.gpuhealth.io/stop-after"
-PROBE_DEVICE = "gpuhealth.io/probe-device"
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+"""The NVIDIA container runtime's variable: which of the node's GPUs a container sees."""
 
 START_SECONDS = 1.0
 """Simulated seconds from admission (ContainerCreating) to Running: image present, no pull."""
-PROBE_SECONDS = 10.0
-"""A probe's run when its pod gives none."""
+START_ERROR_EXIT_CODE = 128
+"""A container the runtime could not create (here: `NVIDIA_VISIBLE_DEVICES` names a GPU the
+node lacks, which nvidia-container-cli refuses): Failed at once, as the kubelet's StartError."""
 BACKOFF_SECONDS, BACKOFF_LIMIT = 10.0, 300.0
 """The kubelet's crash-loop back-off: 10 s, doubled per restart, at most 5 minutes."""
 KILLED_EXIT_CODE = 137  # SIGKILL at the end of the grace period
@@ -72,6 +79,26 @@ _SUFFIXES = {
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
 }  # fmt: skip
 _QUANTITY = re.compile(r"^([0-9.]+)(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProgram:
+    """A program that exercises the GPUs it reaches: it fails when one of them fails under it."""
+
+    name: str
+    pattern: re.Pattern[str]
+    """Found in the container's command and args joined by spaces (as `sleep N` is)."""
+    seconds: float
+    """Its run when neither the run-seconds annotation nor a `sleep` says otherwise."""
+
+
+GPU_PROGRAMS = (
+    GpuProgram("dcgmi diag", re.compile(r"\bdcgmi\s+diag\b"), 10.0),
+    GpuProgram("vectorAdd", re.compile(r"(?:^|[\s/])vectorAdd\b"), 10.0),
+)
+"""The GPU programs the simulated containers model: DCGM's diagnostic and the CUDA sample that
+copies two vectors to device memory, adds them and checks the sum. Anything else (`sleep`,
+a scenario's workload) exits with its scripted code whatever its devices do."""
 
 _API_WORKLOAD = Workload(
     name="", namespace="", kind="Deployment", replicas=0, gpus_per_pod=0, checkpoint="none",
@@ -141,16 +168,62 @@ def _seconds(text: str | None) -> float | None:
         return None
 
 
+def _words(container: dict[str, Any]) -> str:
+    return " ".join(str(w) for w in (*(container.get("command") or ()), *(container.get("args") or ())))
+
+
+def gpu_program(container: dict[str, Any]) -> GpuProgram | None:
+    """The GPU program the container runs (`GPU_PROGRAMS`), if any."""
+    words = _words(container)
+    return next((p for p in GPU_PROGRAMS if p.pattern.search(words)), None)
+
+
 def run_seconds(meta: dict[str, Any], container: dict[str, Any]) -> float | None:
-    """How long the containers run: the annotation, else a `sleep N` in command/args; None: forever."""
+    """How long the containers run: the annotation, else a `sleep N` in command/args, else a GPU
+    program's usual length; None: forever."""
     annotated = _seconds((meta.get("annotations") or {}).get(RUN_SECONDS))
     if annotated is not None:
         return annotated
-    words = [str(w) for w in (*(container.get("command") or ()), *(container.get("args") or ()))]
-    match = _SLEEP.search(" ".join(words))
-    if match is None:
-        return None
-    return float(match.group(1)) * _UNITS[match.group(2)]
+    match = _SLEEP.search(_words(container))
+    if match is not None:
+        return float(match.group(1)) * _UNITS[match.group(2)]
+    program = gpu_program(container)
+    return None if program is None else program.seconds
+
+
+def visible_devices(containers: tuple[dict[str, Any], ...]) -> tuple[str, ...]:
+    """The `NVIDIA_VISIBLE_DEVICES` values of the containers' env (literal values only: a
+    `valueFrom` is not resolved), in container order."""
+    values = []
+    for container in containers:
+        for var in container.get("env") or ():
+            if isinstance(var, dict) and var.get("name") == VISIBLE_DEVICES and "value" in var:
+                values.append(str(var.get("value") or ""))
+    return tuple(values)
+
+
+def visible_gpus(values: tuple[str, ...], uuids: tuple[str, ...]) -> tuple[int, ...] | None:
+    """The indexes of the node's GPUs (`uuids`, by index) that the values expose, as the NVIDIA
+    container runtime reads them: `all` is every GPU; `none`, `void` or empty is none (the
+    runtime still runs the container, without a GPU); otherwise a comma list of GPU uuids or
+    indexes. None when an entry names no GPU of the node (the runtime refuses the container).
+    MIG devices (`MIG-...`, `<gpu>:<mig>`) are not modelled: such an entry names no GPU here."""
+    picked: set[int] = set()
+    for value in values:
+        value = value.strip()
+        if value == "all":
+            picked.update(range(len(uuids)))
+            continue
+        if value in ("", "none", "void"):
+            continue
+        for entry in (e.strip() for e in value.split(",")):
+            if entry.isdigit() and int(entry) < len(uuids):
+                picked.add(int(entry))
+            elif entry in uuids:
+                picked.add(uuids.index(entry))
+            else:
+                return None
+    return tuple(sorted(picked))
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +239,10 @@ class RunSpec:
     gpus: int
     cpu_milli: int
     memory: int
-    probe_device: str | None
+    program: GpuProgram | None
+    """The GPU program the first container runs: its exit code is its devices' verdict."""
+    visible: tuple[str, ...]
+    """`NVIDIA_VISIBLE_DEVICES` of the containers, for a pod that gets no device otherwise."""
     qos: str
 
 
@@ -180,18 +256,17 @@ def run_spec(obj: dict[str, Any]) -> RunSpec:
         exit_code = 1
     stop_text = annotations.get(STOP_AFTER, "0")
     requests = pod_requests(spec)
-    probe = annotations.get(PROBE_DEVICE) or None
-    seconds = run_seconds(meta, containers[0]) if containers else None
     return RunSpec(
         containers=containers,
-        run_seconds=PROBE_SECONDS if seconds is None and probe else seconds,
+        run_seconds=run_seconds(meta, containers[0]) if containers else None,
         exit_code=exit_code,
         restart_policy=spec.get("restartPolicy") or "Always",
         stop_after=None if stop_text.strip() == "never" else (_seconds(stop_text) or 0.0),
         gpus=int(requests.get(GPU_RESOURCE, 0)),
         cpu_milli=round(requests.get("cpu", 0.0) * 1000),
         memory=int(requests.get("memory", 0.0)),
-        probe_device=probe,
+        program=gpu_program(containers[0]) if containers else None,
+        visible=visible_devices(containers),
         qos=qos_class(spec),
     )
 
@@ -236,6 +311,11 @@ class _Run:
     terminating: bool = False
     grace: float = 0.0
     """Seconds of the grace period the kubelet is honouring (a later, shorter one replaces it)."""
+    visible: tuple[int, ...] = ()
+    """GPUs (indexes) the runtime exposes through `NVIDIA_VISIBLE_DEVICES`, beside any allocated."""
+    marks: tuple[tuple[int, int, bool], ...] = ()
+    """Per GPU the containers reach, at their last start: (index, its `unhealthy_reports`,
+    whether it was Unhealthy then), what a GPU program's verdict compares against."""
 
 
 class PodRunner:
@@ -371,10 +451,7 @@ class PodRunner:
                     # Claims not allocated yet: the kubelet waits (ContainerCreating) and retries.
                     self._owed.setdefault(node.name, set()).add(sim.key)
                     return
-                slots, pinned = found
-                if pinned is not None and spec.probe_device is None:
-                    # A claim pinned to one device by its uuid: the pod is that device's probe.
-                    spec = replace(spec, probe_device=pinned, run_seconds=spec.run_seconds or PROBE_SECONDS)
+                slots = found
             else:
                 picked = self._pick_devices(node, spec)
                 if isinstance(picked, Rejection):
@@ -384,6 +461,15 @@ class PodRunner:
         if rejection is not None:
             self._reject(node, obj, rejection)
             return
+        visible: tuple[int, ...] = ()
+        if not slots and spec.visible:
+            # No device from the kubelet: the runtime exposes what the env names (the
+            # kubelet's allocation, when there is one, is what the container gets instead).
+            found_visible = visible_gpus(spec.visible, tuple(g.uuid for g in node.gpus))
+            if found_visible is None:
+                spec = replace(spec, run_seconds=0.0, exit_code=START_ERROR_EXIT_CODE, program=None)
+            else:
+                visible = found_visible
         sim.slots = slots
         for slot in slots:
             if slot in node.free:
@@ -393,7 +479,7 @@ class PodRunner:
         sim.ready = False
         wall = self._timers.wall()
         sim.started = wall
-        run = _Run(sim, obj, spec, wall)
+        run = _Run(sim, obj, spec, wall, visible=visible)
         self._runs[sim.key] = run
         self._pods[sim.key] = sim
         node.pods.append(sim)
@@ -410,8 +496,6 @@ class PodRunner:
         ):
             if rejection is not None:
                 return rejection
-        if spec.probe_device is not None and not node.is_dra:
-            return None  # pinned: only that device matters (`_pick_devices`)
         if node.is_dra:
             return fit(spec.gpus, 0, 0, GPU_RESOURCE)  # DRA nodes advertise no nvidia.com/gpu
         per_gpu = max(1, node.group.shared_replicas)
@@ -420,17 +504,12 @@ class PodRunner:
         return fit(spec.gpus, total - len(node.free), healthy, GPU_RESOURCE)
 
     def _pick_devices(self, node: SimNode, spec: RunSpec) -> tuple[Slot, ...] | Rejection:
-        """The device manager's choice: free devices the plugin reports Healthy (or the pinned one)."""
+        """The device manager's choice: free devices the plugin reports Healthy."""
         if spec.gpus <= 0:
             return ()
         driver = self._drivers[node.group.path]
         now = self._timers.now()
-        if spec.probe_device is not None:
-            # A simulation affordance: a real kubelet cannot pin a device; the probe must test this one.
-            index = next((g.index for g in node.gpus if g.uuid == spec.probe_device), None)
-            usable = [s for s in node.free if s.gpu == index]
-        else:
-            usable = [s for s in node.free if driver.health(node, node.gpus[s.gpu], now)[0] == HEALTHY]
+        usable = [s for s in node.free if driver.health(node, node.gpus[s.gpu], now)[0] == HEALTHY]
         if len(usable) < spec.gpus:
             return Rejection(
                 "UnexpectedAdmissionError",
@@ -439,20 +518,14 @@ class PodRunner:
             )
         return tuple(usable[: spec.gpus])
 
-    def _prepare_claims(
-        self, node: SimNode, sim: SimPod, obj: dict[str, Any]
-    ) -> tuple[tuple[Slot, ...], str | None] | None:
-        """DRA: the devices of the pod's claims as allocated (`status.allocation`); None until allocated.
-
-        Also the uuid of an allocated device that a claim's request selectors name: the probe's device.
-        """
+    def _prepare_claims(self, node: SimNode, sim: SimPod, obj: dict[str, Any]) -> tuple[Slot, ...] | None:
+        """DRA: the devices of the pod's claims as allocated (`status.allocation`); None until allocated."""
         spec = obj.get("spec") or {}
         generated = {
             s.get("name"): s.get("resourceClaimName")
             for s in (obj.get("status") or {}).get("resourceClaimStatuses") or ()
         }
         slots: list[Slot] = []
-        requests: list[str] = []
         for pod_claim in spec.get("resourceClaims") or ():
             name = pod_claim.get("resourceClaimName") or generated.get(pod_claim.get("name"))
             if not name:
@@ -474,10 +547,7 @@ class PodRunner:
                 sim.claim_uid = claim["metadata"].get("uid", "")
                 sim.resource_name = _claim_status_name(spec, pod_claim.get("name", ""))
             slots.extend(Slot(int(d.split("-", 1)[1])) for d in devices if d.startswith("gpu-"))
-            requests.append(json.dumps((claim.get("spec") or {}).get("devices") or {}))
-        selectors = "\n".join(requests)
-        pinned = next((node.gpus[s.gpu].uuid for s in slots if node.gpus[s.gpu].uuid in selectors), None)
-        return tuple(slots), pinned
+        return tuple(slots)
 
     def _reject(self, node: SimNode, obj: dict[str, Any], rejection: Rejection) -> None:
         wall = self._timers.wall()
@@ -511,6 +581,10 @@ class PodRunner:
             return
         wall = self._timers.wall()
         run.started_wall = wall
+        run.marks = tuple(
+            (index, node.gpus[index].unhealthy_reports, node.gpus[index].reported != HEALTHY)
+            for index in self._reached(run)
+        )
         claim_statuses = (run.obj.get("status") or {}).get("resourceClaimStatuses")
         status = objects.pod_status(
             pod_obj=run.obj,
@@ -537,7 +611,6 @@ class PodRunner:
             return
         sim.waiting = False
         sim.ready = True
-        sim.degraded = False
         node.last_sig = None
         for c in run.spec.containers:
             image = c.get("image", "")
@@ -562,24 +635,28 @@ class PodRunner:
             for cs in (obj.get("status") or {}).get("containerStatuses") or ()
         }
 
-    def _probe_code(self, run: _Run) -> int:
-        """A pinned probe passes when its device stayed Healthy and reachable through NVML all along."""
-        sim = run.sim
-        node = self._nodes[sim.node]
-        driver = self._drivers[node.group.path]
-        now = self._timers.now()
-        for slot in sim.slots:
-            gpu = node.gpus[slot.gpu]
-            if gpu.uuid != run.spec.probe_device:
-                return 1  # DRA: the claim got another device than the one the probe was meant for
-            if gpu.lost or driver.health(node, gpu, now)[0] != HEALTHY:
+    @staticmethod
+    def _reached(run: _Run) -> tuple[int, ...]:
+        """The GPUs the pod's containers reach: allocated by the kubelet, or exposed by the runtime."""
+        return tuple(sorted({s.gpu for s in run.sim.slots} | set(run.visible)))
+
+    def _program_code(self, run: _Run) -> int:
+        """A GPU program's verdict: 0 when every GPU it reached stayed Healthy and reachable
+        through its run (judged by the device itself, not by what the kubelet last wrote); 1 when
+        one was lost, turned Unhealthy (even for a moment), logged a fatal XID, or it reached none."""
+        node = self._nodes[run.sim.node]
+        if not run.marks:
+            return 1  # no GPU in the container: the program finds nothing to run on
+        for index, reports, unhealthy_at_start in run.marks:
+            gpu = node.gpus[index]
+            if gpu.lost or unhealthy_at_start or gpu.reported != HEALTHY or gpu.unhealthy_reports != reports:
                 return 1
             if any(
                 uuid == gpu.uuid and xid not in APPLICATION_XIDS and at >= run.started_wall
                 for _, uuid, xid, at in node.xids
             ):
                 return 1
-        return 1 if sim.degraded or not sim.slots else 0
+        return 0
 
     def _exited(self, run: _Run, token: int) -> None:
         """The containers' run ended: restart (with back-off) or finish, as restartPolicy says."""
@@ -592,7 +669,7 @@ class PodRunner:
                 self._timers.now() + self._settings.status_sync_interval, self._exited, run, token
             )
             return
-        code = self._probe_code(run) if run.spec.probe_device is not None else run.spec.exit_code
+        code = self._program_code(run) if run.spec.program is not None else run.spec.exit_code
         self._agent.stopped(sim, succeeded=code == 0)
         policy = run.spec.restart_policy
         if policy == "Always" or (policy == "OnFailure" and code != 0):
@@ -724,7 +801,17 @@ class PodRunner:
 
 def _scenario_spec(spec: RunSpec) -> RunSpec:
     """A scenario pod's containers run until stopped and exit promptly on SIGTERM."""
-    return RunSpec(spec.containers, None, 0, spec.restart_policy, 0.0, 0, 0, 0, None, spec.qos)
+    return replace(
+        spec,
+        run_seconds=None,
+        exit_code=0,
+        stop_after=0.0,
+        gpus=0,
+        cpu_milli=0,
+        memory=0,
+        program=None,
+        visible=(),
+    )
 
 
 def _not_ready(ctype: str, ts: str, containers: tuple[dict[str, Any], ...]) -> dict[str, Any]:

@@ -49,8 +49,6 @@ class SimPod:
     """Pod runner: containers killed for a graceful deletion, devices already freed."""
     replaced: bool = False
     """Fleet: its workload's controller already replaced it (it began terminating)."""
-    degraded: bool = False
-    """Kubelet: a device of the pod was seen not Healthy since this flag was last cleared."""
     cpu_milli: int = 4000
     memory_bytes: int = 32 << 30
 

@@ -1,10 +1,14 @@
 """Probe and canary Jobs (responder.checks.jobs), with a fake client.
 
 Aspects: Job names carry the record, kind and attempt and stay within 63 characters, distinct
-per record, kind and attempt (property); a device-plugin check is pinned with `spec.nodeName`
-and the probe-device annotation; a DRA check's claim template selects the device by uuid and
-tolerates the quarantine and canary taints; both are owned by the record; starting twice
-creates nothing twice; Job status maps to a CheckResult (Absent, Running, Succeeded, Failed).
+per record, kind and attempt (property); a device-plugin check asks for no GPU (a kubelet would
+hand it any free one), is pinned with `spec.nodeName`, tolerates every taint and gets the
+device from the NVIDIA runtime (`NVIDIA_VISIBLE_DEVICES=<uuid>`, the configured RuntimeClass),
+with no annotation naming the device for it; a DRA check's claim template selects the device
+by uuid and tolerates the quarantine and canary taints, for the probe and the canary alike;
+both are owned by the record; the canary runs its own image and command, not the probe's, as
+configured; a check rung without a spec is refused; starting twice creates nothing twice; Job
+status maps to a CheckResult (Absent, Running, Succeeded, Failed).
 """
 
 from __future__ import annotations
@@ -12,17 +16,30 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuhealth.fields import SettingsError
 from gpuhealth.kube.client import ObjectList
 from gpuhealth.kube.errors import AlreadyExists, NotFound
 from gpuhealth.kube.resources import Resource
-from responder.checks.jobs import JOB, JobChecks, job_name, job_result
-from responder.enforce.node_annotation import PROBE_DEVICE
+from responder.checks.jobs import (
+    CANARY,
+    JOB,
+    PROBE,
+    CheckSettings,
+    CheckSpec,
+    JobChecks,
+    job_name,
+    job_result,
+)
 from responder.enforce.taint_rules import CLAIM_TEMPLATE
-from responder.reconcile.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult
+from responder.ladder import LADDER, Kind, Rung
+from responder.reconcile.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult, PolicySettings
+from responder.reconcile.reconciler import ReconcilerSettings
 from responder.records import Quarantine, record_name
+from responder.settings import ResponderSettings
 from responder.webhook.intake import IntakeSettings, Write, decide
 from tests.responder.test_intake import NOW, alert
 
@@ -87,37 +104,123 @@ def test_job_names_are_short_and_distinct(device: str, kind: str, attempt: int) 
     assert job_name(one, kind, attempt + 1) != name
 
 
-def test_a_device_plugin_check_is_pinned_to_the_node_and_device() -> None:
+def pod_of(client: Client, name: str) -> dict[str, Any]:
+    template: dict[str, Any] = client.objects[(JOB.plural, name)]["spec"]["template"]
+    return template
+
+
+@pytest.mark.parametrize("kind", ["probe", "canary"])
+def test_a_device_plugin_check_gets_that_device_from_the_nvidia_runtime(kind: str) -> None:
     client = Client()
     checks = JobChecks(client)
     r = record(uuid="GPU-4a1c")
-    checks.start(r, "probe", 1)
-    checks.start(r, "probe", 1)  # again: nothing twice
-    assert list(client.objects) == [(JOB.plural, f"{r.name}-probe-1")]
-    job = client.objects[(JOB.plural, f"{r.name}-probe-1")]
-    pod = job["spec"]["template"]
-    assert pod["spec"]["nodeName"] == "gpu-node-1"
-    assert pod["metadata"]["annotations"][PROBE_DEVICE] == "GPU-4a1c"
-    assert pod["spec"]["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] == 0
+    checks.start(r, kind, 1)
+    checks.start(r, kind, 1)  # again: nothing twice
+    name = f"{r.name}-{kind}-1"
+    assert list(client.objects) == [(JOB.plural, name)]
+    job = client.objects[(JOB.plural, name)]
+    pod = pod_of(client, name)
+    spec = pod["spec"]
+    (container,) = spec["containers"]
+    # No GPU request: the kubelet would hand any free Healthy GPU, and a pass could be another card's.
+    assert "resources" not in container and "resourceClaims" not in spec
+    assert {e["name"]: e["value"] for e in container["env"]} == {
+        "NVIDIA_VISIBLE_DEVICES": "GPU-4a1c",
+        "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+    }
+    assert spec["runtimeClassName"] == "nvidia"
+    assert spec["nodeName"] == "gpu-node-1"  # not scheduled: the extender would refuse the device
+    assert spec["tolerations"] == [{"operator": "Exists"}]  # every taint the node may carry
+    # Only the record's own note of the device for people; nothing a kubelet would read.
+    assert pod["metadata"]["annotations"] == {"gpuhealth.io/device": "gpu-node-1/GPU-4a1c"}
+    assert spec["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] == 0
     assert job["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
 
 
-def test_a_dra_check_claims_the_device_by_uuid_and_tolerates_the_taints() -> None:
+def test_the_runtime_class_is_a_setting() -> None:
+    r = record(uuid="GPU-4a1c")
+    for runtime_class in ("", "nvidia-cdi"):
+        client = Client()
+        JobChecks(client, CheckSettings(runtime_class=runtime_class)).start(r, "probe", 1)
+        spec = pod_of(client, f"{r.name}-probe-1")["spec"]
+        assert spec.get("runtimeClassName") == (runtime_class or None)
+
+
+@pytest.mark.parametrize(("kind", "attempt"), [("probe", 1), ("canary", 2)])
+def test_a_dra_check_claims_the_device_by_uuid_and_tolerates_the_taints(kind: str, attempt: int) -> None:
     client = Client()
     checks = JobChecks(client)
     r = record(**DRA_LABELS)
-    checks.start(r, "canary", 2)
-    name = f"{r.name}-canary-2"
+    checks.start(r, kind, attempt)
+    name = f"{r.name}-{kind}-{attempt}"
     template = client.objects[(CLAIM_TEMPLATE.plural, name)]
-    request = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]
-    assert request["selectors"] == [
+    [request] = template["spec"]["spec"]["devices"]["requests"]
+    exactly = request["exactly"]
+    assert (exactly["deviceClassName"], exactly["count"]) == ("gpu.nvidia.com", 1)
+    assert exactly["selectors"] == [
         {"cel": {"expression": 'device.attributes["gpu.nvidia.com"].uuid == "GPU-dra-3"'}}
     ]
-    assert {t["key"] for t in request["tolerations"]} == {QUARANTINE_TAINT, CANARY_TAINT}
-    pod = client.objects[(JOB.plural, name)]["spec"]["template"]["spec"]
-    assert pod["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": name}]
-    assert "nodeName" not in pod
+    assert sorted((t["key"], t["operator"], t["effect"]) for t in exactly["tolerations"]) == [
+        (CANARY_TAINT, "Exists", "NoExecute"),
+        (CANARY_TAINT, "Exists", "NoSchedule"),
+        (QUARANTINE_TAINT, "Exists", "NoExecute"),
+        (QUARANTINE_TAINT, "Exists", "NoSchedule"),
+    ]
+    pod = pod_of(client, name)["spec"]
+    assert pod["resourceClaims"] == [{"name": request["name"], "resourceClaimTemplateName": name}]
+    (container,) = pod["containers"]
+    assert container["resources"] == {"claims": [{"name": request["name"]}]}
+    # The claim is how it gets the device: no node pinning, no runtime variable.
+    assert "nodeName" not in pod and "runtimeClassName" not in pod and "env" not in container
     assert template["metadata"]["ownerReferences"][0]["name"] == r.name
+
+
+def test_the_canary_is_a_workload_of_its_own_not_the_probe_again() -> None:
+    r = record(uuid="GPU-4a1c")
+    client = Client()
+    checks = JobChecks(client)
+    checks.start(r, "probe", 1)
+    checks.start(r, "canary", 1)
+    probe = pod_of(client, f"{r.name}-probe-1")["spec"]["containers"][0]
+    canary = pod_of(client, f"{r.name}-canary-1")["spec"]["containers"][0]
+    assert (probe["image"], probe["command"]) == (PROBE.image, list(PROBE.command))
+    assert (canary["image"], canary["command"]) == (CANARY.image, list(CANARY.command))
+    assert canary["image"] != probe["image"] and canary["command"] != probe["command"]
+    assert canary["env"] == probe["env"]  # the same device, reached the same way
+
+    configured = CheckSettings(
+        canary=CheckSpec("canary", "registry.local/burn:1", ("burn", "--seconds", "30"))
+    )
+    client = Client()
+    checks = JobChecks(client, configured)
+    checks.start(r, "probe", 1)
+    checks.start(r, "canary", 1)
+    canary = pod_of(client, f"{r.name}-canary-1")["spec"]["containers"][0]
+    assert (canary["name"], canary["image"], canary["command"]) == (
+        "canary",
+        "registry.local/burn:1",
+        ["burn", "--seconds", "30"],
+    )
+    assert pod_of(client, f"{r.name}-probe-1")["spec"]["containers"][0]["image"] == PROBE.image
+
+
+def test_every_check_rung_has_a_spec_or_the_settings_are_refused() -> None:
+    assert {r.name for r in LADDER.checks()} == {s.name for s in CheckSettings().specs()}
+    burn_in = Rung("BurnIn", "burn-in", Kind.CHECK, seconds=600)
+    ladder = LADDER.inserted(burn_in, after=LADDER.checks()[-1].phase)
+    reconciler = ReconcilerSettings(policy=PolicySettings(ladder=ladder))
+    base = {"token": "t", "identity": "i", "prometheus_url": "http://prometheus:9090"}
+    with pytest.raises(SettingsError, match="no check spec for the check rung 'burn-in'"):
+        ResponderSettings(**base, reconciler=reconciler)
+    extra = CheckSpec("burn-in", "registry.local/burn:1", ("burn",))
+    settings = ResponderSettings(**base, reconciler=reconciler, checks=CheckSettings(extra=(extra,)))
+    assert settings.checks.spec("burn-in") == extra
+    with pytest.raises(SettingsError, match=r"CheckSettings\.canary is the spec of check 'probe'"):
+        CheckSettings(canary=PROBE)
+    with pytest.raises(SettingsError, match="repeat a name"):
+        CheckSettings(extra=(CANARY,))
+    with pytest.raises(SettingsError, match="command must be a non-empty argv"):
+        CheckSpec("canary", "image", ())
 
 
 def test_job_status_is_a_check_result() -> None:

@@ -52,7 +52,12 @@ def test_every_section_lands_in_the_settings_tree() -> None:
                 "namespace_modes": {"batch": "immediate", "serving": "allow-completion"},
                 "node_per_hour": 2,
             },
-            checks={"image": "dcgm:latest", "command": ["dcgmi", "diag", "-r", "1"]},
+            checks={
+                "probe_image": "dcgm:latest",
+                "probe_command": ["dcgmi", "diag", "-r", "1"],
+                "canary_command": ["/cuda-samples/matrixMul"],
+                "runtime_class": "",
+            },
             intake={"expiry": "12h"},
         ),
         BASE,
@@ -73,7 +78,10 @@ def test_every_section_lands_in_the_settings_tree() -> None:
     )
     assert migrator.mode("batch") == Mode.IMMEDIATE and migrator.mode("other") == Mode.CHECKPOINT
     assert migrator.node_per_hour == 2 and migrator.node_in_flight == 1
-    assert settings.checks.image == "dcgm:latest" and settings.checks.command == ("dcgmi", "diag", "-r", "1")
+    probe, canary = settings.checks.probe, settings.checks.canary
+    assert (probe.image, probe.command) == ("dcgm:latest", ("dcgmi", "diag", "-r", "1"))
+    assert (canary.image, canary.command) == (BASE.checks.canary.image, ("/cuda-samples/matrixMul",))
+    assert settings.checks.runtime_class == ""  # the node's default runtime is NVIDIA's
     assert settings.intake.expiry_seconds == 43200.0
     assert (settings.token, settings.server, settings.election) == (BASE.token, BASE.server, BASE.election)
 
@@ -124,10 +132,17 @@ def test_a_backoff_above_the_old_cap_is_fine_when_the_cap_rises_with_it() -> Non
             "f.yaml: migration.namespace_modes: a: 'nope' is not a migration mode",
         ),
         (
-            doc(checks={"command": "dcgmi diag"}),
-            "f.yaml: checks.command: 'dcgmi diag' must be a non-empty list",
+            doc(checks={"probe_command": "dcgmi diag"}),
+            "f.yaml: checks.probe_command: 'dcgmi diag' must be a non-empty list",
         ),
-        (doc(checks={"image": ""}), "f.yaml: checks.image: '' must be a non-empty string"),
+        (doc(checks={"canary_image": ""}), "f.yaml: checks.canary_image: '' must be a non-empty string"),
+        # The canary has its own image and command now: the probe's keys say whose they are.
+        (doc(checks={"image": "dcgm"}), "f.yaml: checks.image: removed; now spelt checks.probe_image"),
+        (doc(checks={"command": ["x"]}), "f.yaml: checks.command: removed; now spelt checks.probe_command"),
+        (
+            doc(checks={"runtime_class": "NVIDIA runtime"}),
+            "f.yaml: checks.runtime_class: 'NVIDIA runtime' must be a RuntimeClass name",
+        ),
         (
             doc(policy={"backoff": "8d"}),
             "f.yaml: policy.max_backoff must be at least policy.backoff",
@@ -157,7 +172,8 @@ values = st.recursive(
 sections = st.sampled_from(["policy", "breaker", "new_quarantines", "migration", "checks", "intake", "x"])
 keys = st.sampled_from(
     ["probe_timeout", "backoff", "max_backoff", "rate_fraction", "burst", "default_mode", "namespace_modes",
-     "command", "image", "expiry", "lease_cap", "node_in_flight", "y"]
+     "command", "image", "probe_command", "canary_image", "runtime_class", "expiry", "lease_cap",
+     "node_in_flight", "y"]
 )  # fmt: skip
 
 

@@ -60,7 +60,7 @@ def world() -> Iterator[World]:
             for i in range(4):
                 device = f"gpu.nvidia.com/{node}/gpu-{i}" if node == "dra-0" else gpu_uuid(node, i)
                 health.set(node, device, Health.HEALTHY, 0.0)
-        w = World(client, ManualClock(), health, None, cluster.kubeconfig_path)  # type: ignore[arg-type]
+        w = World(client, ManualClock(), health, None, cluster.kubeconfig_path, cluster)  # type: ignore[arg-type]
         try:
             yield w
         finally:

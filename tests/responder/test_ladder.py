@@ -23,7 +23,7 @@ import yaml
 
 from dashboards import definitions
 from demo import expectations, progress, report, safety, summary
-from responder.checks.jobs import JobChecks
+from responder.checks.jobs import CheckSettings, CheckSpec, JobChecks
 from responder.enforce.backends import Backends, DeviceRequest, Evidence
 from responder.enforce.holders import DeviceHolders
 from responder.enforce.identity import Identity
@@ -106,6 +106,8 @@ def test_a_malformed_ladder_is_refused_with_what_is_wrong(build: object, message
 
 BURN_IN = Rung("BurnIn", "burn-in", Kind.CHECK, seconds=300)
 """A rung the shipped ladder does not have: one declaration, run by the check executor."""
+BURN_IN_SPEC = CheckSpec(BURN_IN.name, "example.com/burn-in:1", ("burn-in", "--minutes", "5"))
+"""Its executor: what its check's pod runs."""
 
 
 def test_a_fake_rung_is_walked_in_order_with_its_verdict_kept() -> None:
@@ -204,8 +206,10 @@ def test_a_fake_backend_and_a_fake_rung_are_walked_through_by_one_record() -> No
     assert record.status.phase == Phase.QUARANTINED and record.status.enforced == f"FakeEntry/{name}"
     assert fake.entries == {name: QUARANTINE_TAINT}
     # The check executor gets the device through the backend's request.
-    job = JobChecks(client, backends=backends).job(record, BURN_IN.name, 1)
+    checks = CheckSettings(extra=(BURN_IN_SPEC,))
+    job = JobChecks(client, checks, backends=backends).job(record, BURN_IN.name, 1)
     pod = job["spec"]["template"]
+    assert pod["spec"]["containers"][0]["image"] == BURN_IN_SPEC.image
     assert pod["spec"]["containers"][0]["resources"] == {"limits": {"example.com/fake": "1"}}
     assert pod["spec"]["nodeName"] == "gpu-node-1"
     assert pod["metadata"]["annotations"]["fake/device"] == record.spec.uuid

@@ -3,10 +3,13 @@
 Aspects: a DRA record walks Pending -> Quarantined (a DeviceTaintRule owned by the record) ->
 Probing (a probe Job the simulated kubelet runs on that very device, through a claim that
 selects it by uuid) -> Canary -> Stabilizing -> Ramp (canary taint) -> Released (the rule
-deleted), with Events on the record; a person deleting the rule makes it Abandoned with a
-warning Event; a record on an opted-out node waits (NodeOptedOut); a storm of records trips
-the breaker (ConfigMap with the trip audited) while a release still flows; a restarted
-reconciler (a new object, same cluster) resumes from the records and doubles nothing.
+deleted), with Events on the record; on device plugins the probe asks for no GPU and reaches
+its device through `NVIDIA_VISIBLE_DEVICES`, so a device that still fails fails its probe while
+the node's other cards are Healthy, and a canary (its own workload) fails when its device
+breaks; a person deleting the rule makes it Abandoned with a warning Event; a record on an
+opted-out node waits (NodeOptedOut); a storm of records trips the breaker (ConfigMap with the
+trip audited) while a release still flows; a restarted reconciler (a new object, same cluster)
+resumes from the records and doubles nothing.
 The health source is a static fake, the reconciler's clock a ManualClock (fast policy).
 """
 
@@ -33,7 +36,8 @@ from gpuhealth.kube.meta import rfc3339
 from gpuhealth.kube.resources import CONFIG_MAP, NAMESPACE, NODE, POD, STATUS, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
-from responder.checks.jobs import JOB, CheckSettings, JobChecks, job_name
+from responder.checks.jobs import CANARY as CANARY_CHECK
+from responder.checks.jobs import JOB, PROBE, CheckSettings, JobChecks, job_name
 from responder.enforce.backends import Backends
 from responder.enforce.node_annotation import NODE_ANNOTATION, NodeAnnotation, listed
 from responder.enforce.shipped import Enforcer
@@ -49,7 +53,7 @@ from responder.reconcile.reconciler import OPT_OUT_LABEL, Reconciler, Reconciler
 from responder.records import QUARANTINES, Phase, Quarantine, from_object, to_object
 from responder.webhook.intake import IntakeSettings, Write, decide
 from simulator.fleet.objects import gpu_uuid
-from simulator.testing import running_cluster
+from simulator.testing import ClusterHandle, running_cluster
 from tests.responder.test_intake import alert
 
 pytestmark = pytest.mark.integration
@@ -82,6 +86,7 @@ class World:
     health: StaticHealth
     reconciler: Reconciler
     kubeconfig: Path
+    cluster: ClusterHandle
 
     def new_reconciler(self) -> Reconciler:
         rules = discover(self.client)
@@ -159,7 +164,7 @@ def world() -> Iterator[World]:
             for i in range(4):
                 device = f"gpu.nvidia.com/{node}/gpu-{i}" if node == "dra-0" else gpu_uuid(node, i)
                 health.set(node, device, Health.HEALTHY, 0.0)
-        w = World(client, ManualClock(), health, None, cluster.kubeconfig_path)  # type: ignore[arg-type]
+        w = World(client, ManualClock(), health, None, cluster.kubeconfig_path, cluster)  # type: ignore[arg-type]
         w.reconciler = w.new_reconciler()
         try:
             yield w
@@ -309,20 +314,65 @@ async def test_the_leader_runs_the_loop_woken_by_the_watch_and_stops_when_it_sto
     assert record.status.phase == Phase.PENDING  # nobody leads: nothing acts
 
 
-def test_a_device_plugin_probe_runs_pinned_to_its_device(world: World) -> None:
+def check_pod(w: World, name: str, kind: str) -> dict[str, Any]:
+    job = job_name(w.record(name), kind, 1)
+    (pod,) = w.client.list(POD, namespace=NS, label_selector=f"job-name={job}").items
+    return pod
+
+
+def test_a_device_plugin_check_runs_on_its_device_and_follows_its_health(world: World) -> None:
     w = world
+    uuid = gpu_uuid("dp-1", 2)
     name = w.add("dp-1", 2, dra=False)
     w.reconciler.reconcile_once()
     w.resolve(name)
     w.reconciler.reconcile_once()
     assert w.record(name).status.phase == PROBING
     wait_until("the probe passed", lambda: w.check(name, "probe") == CheckResult.SUCCEEDED, timeout=60)
-    pods = w.client.list(POD, namespace=NS).items
-    assert [p["spec"]["nodeName"] for p in pods] == ["dp-1"]
-    assert pods[0]["metadata"]["annotations"]["gpuhealth.io/probe-device"] == gpu_uuid("dp-1", 2)
-    w.health.set("dp-1", gpu_uuid("dp-1", 2), Health.HEALTHY, w.clock.now())
+    probe = check_pod(w, name, "probe")
+    (container,) = probe["spec"]["containers"]
+    assert probe["spec"]["nodeName"] == "dp-1" and "nvidia.com/gpu" not in json.dumps(container)
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": uuid} in container["env"]
+    assert container["command"] == list(PROBE.command)
+    # The card breaks again before the canary (the node's other cards stay Healthy), unseen by
+    # the metrics the reconciler reads: the canary, a workload on that card, fails.
+    w.cluster.inject({"fault": "device-unhealthy", "device": {"node": "dp-1", "gpu": 2}})
+    w.health.set("dp-1", uuid, Health.HEALTHY, w.clock.now())
     w.reconciler.reconcile_once()
     assert w.record(name).status.phase == CANARY
+    wait_until("the canary failed", lambda: w.check(name, "canary") == CheckResult.FAILED, timeout=60)
+    (canary,) = check_pod(w, name, "canary")["spec"]["containers"]
+    assert (canary["image"], canary["command"]) == (CANARY_CHECK.image, list(CANARY_CHECK.command))
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": uuid} in canary["env"]
+    w.reconciler.reconcile_once()
+    record = w.record(name)
+    assert record.status.phase == Phase.QUARANTINED
+    assert (
+        record.status.last_check is not None
+        and record.status.last_check.check == "canary"
+        and record.status.last_check.failed
+    )
+
+
+def test_a_device_plugin_probe_of_a_card_that_still_fails_fails(world: World) -> None:
+    """The alert resolved, but the card is still Unhealthy: the device plugin would hand a GPU
+    request one of the node's three Healthy cards and pass; the probe tests this one and fails."""
+    w = world
+    name = w.add("dp-0", 1, dra=False)
+    w.cluster.inject({"fault": "device-unhealthy", "device": {"node": "dp-0", "gpu": 1}})
+    w.reconciler.reconcile_once()
+    w.resolve(name)
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == PROBING
+    wait_until("the probe failed", lambda: w.check(name, "probe") == CheckResult.FAILED, timeout=60)
+    w.reconciler.reconcile_once()
+    record = w.record(name)
+    assert record.status.phase == Phase.QUARANTINED
+    assert (
+        record.status.last_check is not None
+        and record.status.last_check.check == "probe"
+        and record.status.last_check.failed
+    )
 
 
 def test_a_dra_device_whose_alert_carries_no_driver_label_is_enforced_with_a_rule(world: World) -> None:

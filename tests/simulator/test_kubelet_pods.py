@@ -6,11 +6,14 @@ allocatedResourcesStatus of a Healthy free GPU) and the events Pulled/Created/St
 health changes reach it like any pod; admission refuses what does not fit (OutOfcpu,
 OutOfnvidia.com/gpu); finite runs (`sleep N`, annotations) end Succeeded or Failed, or restart
 with a back-off under restartPolicy Always; DRA pods get their claim's allocated devices as
-CDI ids; a probe pinned to a device succeeds on a Healthy device and fails on one that breaks.
-The device manager hands out any free device its plugin reports Healthy, whatever gpuhealth's
-node annotation says, and never an Unhealthy one; the one exception, a simulator-only
-affordance (docs/simulator.md, "The fleet's seam and the two control planes"), is a probe pinned to its
-device by `gpuhealth.io/probe-device`, which gets that device even when it is Unhealthy.
+CDI ids. The device manager hands out any free device its plugin reports Healthy, whatever
+gpuhealth's node annotation or a pod's annotations say, and never an Unhealthy one. As the
+NVIDIA container runtime does, a pod with no GPU request reaches the GPUs its
+`NVIDIA_VISIBLE_DEVICES` names (uuids, indexes, `all`, `none`; an unknown one fails the
+container at start), unknown to the kubelet. A GPU program (`dcgmi diag`, `vectorAdd`)
+succeeds when every GPU it reached stayed Healthy and fails when one broke during its run,
+even briefly, or when it reached none: on a DRA pod that is the device its claim's allocation
+names, whatever its selectors asked for.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from gpuhealth.clock import ManualClock
 from simulator.apiserver.store import Store
 from simulator.fleet import Fleet
 from simulator.fleet.objects import gpu_uuid
+from simulator.fleet.pod_runner import visible_gpus
 from simulator.scenario import DeviceRef, Fault, from_dict
 
 
@@ -246,52 +250,115 @@ async def test_dra_pods_get_their_claims_allocated_devices(dra: tuple[Fleet, Sto
     assert cs["allocatedResourcesStatus"][0]["resources"][0]["health"] == "Unhealthy"
 
 
-async def test_the_device_manager_ignores_the_annotation_and_only_a_pinned_probe_picks_its_device(
-    dp: tuple[Fleet, Store],
-) -> None:
-    fleet, store = dp
-    quarantined, broken = gpu_uuid("n-0", 2), gpu_uuid("n-0", 3)
-
-    def annotate(obj: dict[str, Any]) -> dict[str, Any]:
-        obj["metadata"].setdefault("annotations", {})["gpuhealth.io/quarantined-devices"] = (
-            f'["{quarantined}"]'
-        )
-        return obj
-
-    store.mutate("nodes", "n-0", None, annotate)
-    await create(store, api_pod("plain"))
-    await fleet.advance(2)
-    (cs,) = get(store, "plain")["status"]["containerStatuses"]
-    # The first free device its plugin reports Healthy: the quarantined one, as on a real node.
-    assert [r["resourceID"] for r in cs["allocatedResourcesStatus"][0]["resources"]] == [quarantined]
-
-    fleet.inject(Fault(at=fleet.now(), kind="device-unhealthy", device=DeviceRef("n-0", 3)))
-    await fleet.advance(1)
-    assert store.get("nodes", "n-0")["status"]["allocatable"]["nvidia.com/gpu"] == "3"
-    await create(store, api_pod("plain-2"))
-    await fleet.advance(2)
-    refused = get(store, "plain-2")["status"]
-    assert (refused["phase"], refused["reason"]) == ("Failed", "OutOfnvidia.com/gpu")
-
-    # The affordance: a probe named after the Unhealthy device gets it (a real kubelet cannot be told).
-    await create(store, api_pod("probe", annotations={"gpuhealth.io/probe-device": broken}))
-    await fleet.advance(2)
-    (cs,) = get(store, "probe")["status"]["containerStatuses"]
-    resources = cs["allocatedResourcesStatus"][0]["resources"]
-    assert [(r["resourceID"], r["health"]) for r in resources] == [(broken, "Unhealthy")]
+def check_pod(
+    name: str, visible: str | None, *, command: list[str] | None = None, **kw: Any
+) -> dict[str, Any]:
+    """A pod with no GPU request running a diagnostic, the runtime told which GPU to expose."""
+    body = api_pod(name, gpus=0, command=command or ["dcgmi", "diag", "-r", "2"], **kw)
+    if visible is not None:
+        body["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": visible}]
+    return body
 
 
-async def test_a_probe_pinned_to_a_device_judges_its_health(dp: tuple[Fleet, Store]) -> None:
+def exit_code(store: Store, name: str) -> tuple[str, int]:
+    status = get(store, name)["status"]
+    return status["phase"], status["containerStatuses"][0]["state"]["terminated"]["exitCode"]
+
+
+def test_nvidia_visible_devices_is_read_as_the_nvidia_runtime_reads_it() -> None:
+    uuids = ("GPU-a", "GPU-b", "GPU-c")
+    assert visible_gpus(("all",), uuids) == (0, 1, 2)
+    for nothing in ("none", "void", "", " "):
+        assert visible_gpus((nothing,), uuids) == ()
+    assert visible_gpus(("GPU-c,GPU-a",), uuids) == (0, 2)
+    assert visible_gpus(("1, GPU-c",), uuids) == (1, 2)
+    assert visible_gpus(("GPU-b", "0"), uuids) == (0, 1)  # two containers: what either sees
+    assert visible_gpus(("GPU-x",), uuids) is None
+    assert visible_gpus(("3",), uuids) is None
+    assert visible_gpus(("GPU-a,MIG-1",), uuids) is None
+
+
+async def test_a_pod_without_a_gpu_request_reaches_the_gpu_its_env_names(dp: tuple[Fleet, Store]) -> None:
     fleet, store = dp
     good, bad = gpu_uuid("n-0", 2), gpu_uuid("n-0", 3)
-    await create(store, api_pod("probe-good", annotations={"gpuhealth.io/probe-device": good}))
-    await create(store, api_pod("probe-bad", annotations={"gpuhealth.io/probe-device": bad}))
+    await create(store, check_pod("diag-good", good))
+    await create(store, check_pod("diag-bad", bad))
     await fleet.advance(4)
-    (cs,) = get(store, "probe-bad")["status"]["containerStatuses"]
-    assert cs["allocatedResourcesStatus"][0]["resources"][0]["resourceID"] == bad
+    (cs,) = get(store, "diag-bad")["status"]["containerStatuses"]
+    assert "running" in cs["state"]
+    assert "allocatedResourcesStatus" not in cs  # the kubelet allocated nothing: it knows nothing
+    # So the device plugin still hands out the very GPUs the runtime exposed to them.
+    await create(store, api_pod("tenant", gpus=2))
+    await fleet.advance(2)
+    (tenant,) = get(store, "tenant")["status"]["containerStatuses"]
+    assert {r["resourceID"] for r in tenant["allocatedResourcesStatus"][0]["resources"]} == {good, bad}
     fleet.inject(Fault(at=fleet.now(), kind="device-unhealthy", device=DeviceRef("n-0", 3), duration=2.0))
-    await fleet.advance(10)  # the device came back before the probe ended: the probe still fails
-    good_status, bad_status = get(store, "probe-good")["status"], get(store, "probe-bad")["status"]
-    assert good_status["phase"] == "Succeeded"
-    assert bad_status["phase"] == "Failed"
-    assert bad_status["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 1
+    await fleet.advance(10)  # the device came back before the diagnostic ended: it still fails
+    assert exit_code(store, "diag-good") == ("Succeeded", 0)
+    assert exit_code(store, "diag-bad") == ("Failed", 1)
+
+
+async def test_a_diagnostic_follows_the_exposed_gpu_not_an_annotation(dp: tuple[Fleet, Store]) -> None:
+    fleet, store = dp
+    broken, healthy = gpu_uuid("n-0", 3), gpu_uuid("n-0", 2)
+    fleet.inject(Fault(at=fleet.now(), kind="device-unhealthy", device=DeviceRef("n-0", 3)))
+    await fleet.advance(1)
+    old = {"gpuhealth.io/probe-device": healthy}
+    # The annotation pins nothing: the runtime exposes the broken GPU, so the diagnostic fails.
+    await create(store, check_pod("exposed", broken, annotations=old))
+    # Without the env it sees no GPU at all, annotated or not, and fails too.
+    await create(store, check_pod("annotated", None, annotations=old))
+    # A pod asking for a GPU gets a free Healthy one, never the one its annotation names.
+    await create(store, api_pod("asks", annotations={"gpuhealth.io/probe-device": broken}))
+    await fleet.advance(12)
+    assert exit_code(store, "exposed") == ("Failed", 1)
+    assert exit_code(store, "annotated") == ("Failed", 1)
+    (cs,) = get(store, "asks")["status"]["containerStatuses"]
+    [row] = cs["allocatedResourcesStatus"][0]["resources"]
+    assert row["resourceID"] != broken and row["health"] == "Healthy"
+
+
+async def test_the_canary_workload_and_all_and_unknown_gpus(dp: tuple[Fleet, Store]) -> None:
+    fleet, store = dp
+    vector_add = ["/cuda-samples/vectorAdd"]
+    await create(store, check_pod("every", "all", command=vector_add))
+    await create(store, check_pod("one", gpu_uuid("n-0", 1), command=vector_add))
+    await create(store, check_pod("elsewhere", gpu_uuid("n-1", 0)))  # not this node's GPU
+    await fleet.advance(1)
+    # The runtime refuses a GPU the node lacks: the container never runs.
+    assert exit_code(store, "elsewhere") == ("Failed", 128)
+    fleet.inject(Fault(at=fleet.now(), kind="xid", device=DeviceRef("n-0", 0), xid=79, unhealthy=False))
+    await fleet.advance(12)
+    assert exit_code(store, "one") == ("Succeeded", 0)
+    assert exit_code(store, "every") == ("Failed", 1)  # it saw GPU 0's fatal XID
+
+
+async def test_a_dra_pod_runs_on_the_device_its_allocation_names(dra: tuple[Fleet, Store]) -> None:
+    fleet, store = dra
+    # Its selector asks for GPU 2, but the allocation (the scheduler's word) gave it GPU 3:
+    # what the pod runs on, and what its outcome follows, is GPU 3.
+    wanted = f'device.attributes["gpu.nvidia.com"].uuid == "{gpu_uuid("n-0", 2)}"'
+    request = {"deviceClassName": "gpu.nvidia.com", "selectors": [{"cel": {"expression": wanted}}]}
+    for name, device in (("on-3", "gpu-3"), ("on-2", "gpu-2")):
+        claim = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}},
+        }
+        store.create("resourceclaims.resource.k8s.io", claim, namespace="default")
+        result = {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n-0", "device": device}
+        allocation = {"allocation": {"devices": {"results": [result]}}}
+        store.mutate(
+            "resourceclaims.resource.k8s.io", name, "default",
+            lambda o, a=allocation: {**o, "status": a}, subresource="status",
+        )  # fmt: skip
+        body = check_pod(name, None)
+        body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": name}]
+        body["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+        await create(store, body)
+    await fleet.advance(2)
+    fleet.inject(Fault(at=fleet.now(), kind="device-unhealthy", device=DeviceRef("n-0", 3), message="xid 79"))
+    await fleet.advance(10)
+    assert exit_code(store, "on-3") == ("Failed", 1)
+    assert exit_code(store, "on-2") == ("Succeeded", 0)

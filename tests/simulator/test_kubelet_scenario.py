@@ -3,7 +3,7 @@
 Aspects: `checkpoint` as a string or a mapping (`mode`, `commitAfter`: duration, never, fail),
 refused with the file, line and field; the grace period a pod DELETE gets (requested, the
 pod's own, the default, unbound and finished pods, negative values); a second DELETE only
-shortens; a DRA probe judges the device its claim pins.
+shortens; a diagnostic on a DRA claim's device passes while that device stays Healthy.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ async def dra() -> AsyncIterator[tuple[Fleet, Store]]:
         yield pair
 
 
-async def test_a_dra_probe_judges_the_device_its_claim_pins(dra: tuple[Fleet, Store]) -> None:
+async def test_a_diagnostic_on_a_dra_claim_passes_on_its_healthy_device(dra: tuple[Fleet, Store]) -> None:
     fleet, store = dra
     uuid = gpu_uuid("n-0", 2)
     selector = {"cel": {"expression": f'device.attributes["gpu.nvidia.com"].uuid == "{uuid}"'}}
@@ -111,10 +111,11 @@ async def test_a_dra_probe_judges_the_device_its_claim_pins(dra: tuple[Fleet, St
         "resourceclaims.resource.k8s.io", "probe", "default",
         lambda o: {**o, "status": {"allocation": {"devices": {"results": [result]}}}}, subresource="status",
     )  # fmt: skip
-    body = api_pod("dra-probe", gpus=0)  # the claim's selector alone makes it the device's probe
+    # What makes it a check is what it runs (a diagnostic), not anything gpuhealth-specific.
+    body = api_pod("dra-probe", gpus=0, command=["dcgmi", "diag", "-r", "2"])
     body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "probe"}]
     body["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
     await create(store, body)
     await fleet.advance(12)
     status = get(store, "dra-probe")["status"]
-    assert status["phase"] == "Succeeded"  # a probe runs 10 s unless told otherwise, and passed
+    assert status["phase"] == "Succeeded"  # a diagnostic runs 10 s unless told otherwise, and passed
