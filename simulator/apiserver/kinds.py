@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from simulator.apiserver import propagation, service_ips
+from simulator.apiserver.errors import ApiError
 
 if TYPE_CHECKING:
     from simulator.apiserver.resources import ResourceInfo
@@ -61,6 +62,28 @@ def prepare_create(store: Store, info: ResourceInfo, obj: dict[str, Any]) -> Non
         entries, _ = store.list_entries("services")
         used = {(e.fields or {}).get("spec.clusterIP", "") for e in entries}
         service_ips.allocate(obj, used, store.rng)
+    elif info.key == "pods":
+        _admit_runtime_class(store, obj)
+
+
+RUNTIME_CLASSES = "runtimeclasses.node.k8s.io"
+
+
+def _admit_runtime_class(store: Store, pod: dict[str, Any]) -> None:
+    """The RuntimeClass admission plugin: a pod naming a RuntimeClass that does not exist is
+    refused (403), worded as kube-apiserver words it."""
+    spec = pod.get("spec")
+    name = spec.get("runtimeClassName") if isinstance(spec, dict) else None
+    if not isinstance(name, str) or not name:
+        return
+    try:
+        store.get(RUNTIME_CLASSES, name)
+    except ApiError as exc:
+        if exc.code != 404:
+            raise
+        pod_name = pod["metadata"].get("name", "")
+        message = f'pods "{pod_name}" is forbidden: pod rejected: RuntimeClass "{name}" not found'
+        raise ApiError(403, "Forbidden", message, details={"name": pod_name, "kind": "pods"}) from None
 
 
 def after_create(store: Store, info: ResourceInfo, obj: dict[str, Any]) -> None:

@@ -365,6 +365,16 @@ def _served_kinds() -> list[ResourceInfo]:
             short_names=("pc",),
             generation=False,
         ),
+        # What the NVIDIA container toolkit installs (`nvidia`); a pod naming a missing one is refused.
+        ResourceInfo(
+            "node.k8s.io",
+            "v1",
+            "runtimeclasses",
+            "runtimeclass",
+            "RuntimeClass",
+            False,
+            generation=False,
+        ),
     ]
 
 

@@ -210,6 +210,10 @@ class Fleet:
                     await asyncio.sleep(0)
         if any(g.path == DRA for g in sc.fleet):
             self.dra_driver.install()
+        if any(g.path != DRA for g in sc.fleet):
+            # The GPU Operator's container toolkit, installed with the device plugin: the
+            # RuntimeClass that pods reaching a GPU by NVIDIA_VISIBLE_DEVICES name.
+            create_ignore_exists(self.node_api, "runtimeclasses.node.k8s.io", objects.runtime_class())
         if control is not None:
             # The scenario's own pods, laid out by the simulated control plane. Elsewhere the
             # workloads are API objects (`api_workloads`) that its controllers run.

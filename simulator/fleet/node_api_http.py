@@ -52,6 +52,7 @@ RESOURCES: Final[dict[str, r.Resource]] = {
     "resourceslices.resource.k8s.io": r.RESOURCE_SLICE,
     "resourceclaims.resource.k8s.io": r.RESOURCE_CLAIM,
     "deviceclasses.resource.k8s.io": r.Resource("resource.k8s.io", "v1", "deviceclasses", namespaced=False),
+    "runtimeclasses.node.k8s.io": r.Resource("node.k8s.io", "v1", "runtimeclasses", namespaced=False),
 }
 """The resources the node agents touch, by the store's names."""
 

@@ -532,6 +532,20 @@ def schedulable(node_obj: dict[str, Any]) -> bool:
     )
 
 
+RUNTIME_CLASS = "nvidia"
+"""The RuntimeClass the NVIDIA container toolkit installs (the GPU Operator's default name)."""
+
+
+def runtime_class() -> dict[str, Any]:
+    """`nvidia`: pods that name it run through the NVIDIA container runtime (handler `nvidia`)."""
+    return {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": RUNTIME_CLASS},
+        "handler": RUNTIME_CLASS,
+    }
+
+
 def device_class() -> dict[str, Any]:
     """The DeviceClass the NVIDIA DRA driver installs for whole GPUs."""
     return {

@@ -124,6 +124,33 @@ STEPS: tuple[Step, ...] = (
     Step("pod-dry-run-left-nothing", "GET", f"{NS}/pods/dry", message=True),
     Step("pod-create", "POST", f"{NS}/pods", _pod("worker"), fields=POD_FIELDS),
     Step("pod-get", "GET", f"{NS}/pods/worker", fields=("metadata.name", "spec.containers.#")),
+    # --- RuntimeClass admission: the device-plugin checks name the NVIDIA runtime's class
+    Step(
+        "pod-missing-runtime-class",
+        "POST",
+        f"{NS}/pods",
+        _pod("no-runtime", runtimeClassName="no-such-class"),
+        message=True,
+    ),
+    Step(
+        "runtime-class-create",
+        "POST",
+        "/apis/node.k8s.io/v1/runtimeclasses",
+        {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": "{ns}-rc"},
+            "handler": "runc",
+        },
+        fields=("metadata.name", "handler"),
+    ),
+    Step(
+        "pod-with-runtime-class",
+        "POST",
+        f"{NS}/pods",
+        _pod("with-runtime", runtimeClassName="{ns}-rc"),
+        fields=("metadata.name", "spec.runtimeClassName"),
+    ),
     Step("pod-missing", "GET", f"{NS}/pods/nope", message=True),
     Step("pod-no-containers", "POST", f"{NS}/pods", _pod("empty", containers=[])),
     Step(

@@ -6,7 +6,8 @@ out-of-range one is 422 worded as the real allocator; the `kubernetes` Service a
 PriorityClasses exist from the start; every namespace (bootstrap and new) has the
 `kubernetes.io/metadata.name` label and a `default` ServiceAccount; Secrets,
 ReplicationControllers, Endpoints, EndpointSlices, events.k8s.io Events, RBAC objects and
-APIServices are created, read and validated; discovery gives scope, short names, categories and
+APIServices are created, read and validated; a pod naming a missing RuntimeClass is refused (403)
+as the RuntimeClass admission plugin refuses it; discovery gives scope, short names, categories and
 verbs as kubectl reads them (`kubectl api-resources`, `kubectl get all`, short names).
 """
 
@@ -24,8 +25,10 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from gpuhealth.clock import ManualClock
 from simulator.apiserver import service_ips
 from simulator.apiserver.errors import ApiError
+from simulator.apiserver.store import Store
 
 if TYPE_CHECKING:
     from tests.simulator.conftest import ServedCluster
@@ -217,3 +220,19 @@ def test_kubectl_sees_scopes_short_names_and_categories(make_cluster: Callable[.
     assert _kubectl(served, "get", "sa", "-n", "kube-system", "-o", "name").split() == [
         "serviceaccount/default"
     ]
+
+
+def test_a_pod_naming_a_missing_runtime_class_is_refused_as_the_runtime_class_admission_does() -> None:
+    store = Store(ManualClock())
+    store.create("namespaces", {"metadata": {"name": "ns"}})
+    pod = {
+        "metadata": {"name": "check", "namespace": "ns"},
+        "spec": {"runtimeClassName": "nvidia", "containers": [{"name": "c", "image": "i"}]},
+    }
+    with pytest.raises(ApiError) as refused:
+        store.create("pods", pod)
+    assert (refused.value.code, refused.value.reason) == (403, "Forbidden")
+    assert refused.value.message == 'pods "check" is forbidden: pod rejected: RuntimeClass "nvidia" not found'
+    store.create("runtimeclasses.node.k8s.io", {"metadata": {"name": "nvidia"}, "handler": "nvidia"})
+    created = store.create("pods", pod)
+    assert created["spec"]["runtimeClassName"] == "nvidia"

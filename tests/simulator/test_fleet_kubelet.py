@@ -287,6 +287,7 @@ KINDS = [
     "jobs.batch",
     "deviceclasses.resource.k8s.io",
     "resourceclaimtemplates.resource.k8s.io",
+    "runtimeclasses.node.k8s.io",
 ]
 
 
