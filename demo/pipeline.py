@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ import yaml
 from demo import clusters, expectations
 from demo import staging as staging_module
 from demo.clusters import Observations, Target
-from demo.front import Hook, Request, WebhookFront, forward_once
+from demo.front import Forward, Hook, Reply, Request, WebhookFront, forward_once
 from demo.journal import Device, Entry, Journal, Kind, sorted_entries
 from demo.observer import Observer
 from demo.progress import narrate, worth_a_line
@@ -152,6 +153,9 @@ class Outcome:
     expectation_failures: list[str]
     workdir: Path
     journal_path: Path
+    extender_replies: dict[int, int] = field(default_factory=dict)
+    """HTTP status -> how many of the scheduler extender's calls the responders answered so (only the
+    real kube-scheduler calls it in a run, through the front; 503 before any replica is up)."""
 
 
 class Process:
@@ -370,7 +374,18 @@ def run_demo(
         # A run that fails half-way still leaves what it saw, for whoever debugs it.
         stack.callback(lambda: None if journal.ended_at else _write_journal(journal, workdir))
         recorder = stack.enter_context(WebhookRecorder())
-        front = stack.enter_context(WebhookFront(hook=controls.front_hook, observe=front_requests.put))
+        extender_replies: Counter[int] = Counter()
+
+        def hook(request: Request, forward: Forward) -> Reply:
+            # The scheduler's extender calls go to a replica as they are: the fault-injection
+            # hook is for Alertmanager's deliveries.
+            if request.path == RESPONDER_PATH:
+                return controls.front_hook(request, forward)
+            reply = forward(request)
+            extender_replies[reply[0]] += 1
+            return reply
+
+        front = stack.enter_context(WebhookFront(hook=hook, observe=front_requests.put))
         rule_files, alertmanager_config = _render_rules(rules, recorder, front, token_file, workdir)
         processes: dict[str, Process] = {}
 
@@ -523,7 +538,9 @@ def run_demo(
             seen_from=EVALUATION_WALL_SECONDS * settings.speed,
         ),
     )
-    return Outcome(journal, verdict, expectations.check(scenario, journal), workdir, journal_path)
+    return Outcome(
+        journal, verdict, expectations.check(scenario, journal), workdir, journal_path, dict(extender_replies)
+    )
 
 
 def _write_journal(journal: Journal, workdir: Path) -> Path:
