@@ -11,7 +11,17 @@ polling for it finds a ready cluster. A component that exits or is not ready in 
 scheduler, controller-manager, apiserver, etcd, each SIGTERM then SIGKILL; a work directory
 this made itself is removed, one given is kept (logs, audit log).
 
-Start it from a thread that lives as long as it (see `process`): the children die with it.
+Faults of a real control plane (`gpuhealth chaos --control-plane real`): `restart(name)` stops
+one component and starts it again with the same argv (ports, certificates, data directory), the
+others running on; kube-apiserver keeps its port, so every kubeconfig stays valid, and clients
+reconnect as they would to a restarted apiserver. `compact_etcd()` compacts etcd at its current
+revision: watches the apiserver serves from its watch cache go on (the cache holds its own
+window of events), but once kube-apiserver restarts its new cache starts past every
+resourceVersion a client holds, and etcd cannot serve those either: each resuming client gets
+410 Gone and lists again.
+
+Start it, and restart its components, from a thread that lives as long as it (see `process`):
+the children die with it.
 """
 
 from __future__ import annotations
@@ -68,6 +78,8 @@ class ControlPlane:
         self.timings: dict[str, float] = {}
         """Seconds each component took to become ready, and "total"."""
         self.url = ""
+        self.etcd_url = ""
+        """etcd's client URL (plain HTTP on loopback)."""
         self.kubeconfig_path = self.settings.kubeconfig_out or self.workdir / "kubeconfig"
         self.ca_path = self.workdir / "pki" / "ca.crt"
         self.audit_log_path = self.workdir / "audit.log"
@@ -104,6 +116,7 @@ class ControlPlane:
         )
 
         component, endpoints, self.timings["etcd"] = etcd.start(paths["etcd"], self.workdir, timeout=timeout)
+        self.etcd_url = endpoints.client_url
         self.components.append(component)
         component, self.url, self.timings["kube-apiserver"] = apiserver.start(
             paths["kube-apiserver"],
@@ -151,6 +164,23 @@ class ControlPlane:
             self.components.pop().stop()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def restart(self, name: str) -> float:
+        """Stop the component `name` (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)
+        and start it again as it was, the others left running; the seconds until it was ready
+        again. ControlPlaneError, with its log tail, when it is not ready in time."""
+        for component in self.components:
+            if component.name == name:
+                return component.restart(timeout=self.settings.start_timeout_seconds)
+        running = ", ".join(c.name for c in self.components) or "none"
+        raise ControlPlaneError(f"no component {name!r} to restart (running: {running})")
+
+    def compact_etcd(self) -> int:
+        """Compact etcd at its current revision (physically); that revision. Every resourceVersion
+        up to it is gone from etcd; restart kube-apiserver after it for its clients to see 410."""
+        if not self.etcd_url:
+            raise ControlPlaneError("etcd is not running: start the control plane first")
+        return etcd.compact(self.etcd_url)
 
     def __enter__(self) -> ControlPlane:
         self.start()
