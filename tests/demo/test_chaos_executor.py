@@ -9,7 +9,8 @@ plane: each component restart and compaction is done once at its time, in plan o
 compaction compacts etcd, then restarts kube-apiserver), counted by kind and noted with how long
 the restart took; after a compaction the exporters' expired-watch restarts rising in Prometheus
 is noted once as the evidence of 410s, and not before they rise; a plan for one control plane
-on the other's cluster fails at the start.
+on the other's cluster fails at the start. The command refuses, before it starts anything (exit
+2), a fault kind of the other control plane and `--kubernetes-version` without the real one.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +28,7 @@ from demo.chaos_plan import REAL, ApiWindow, ChaosError, ChaosPlan, ClockStep, D
 from demo.journal import Journal, Kind
 from gpuhealth.clock import SteppableClock
 from gpuhealth.testing.loopback import wait_until
+from gpuhealth_cli.main import main
 from simulator.apiserver.faults import FaultInjector
 
 
@@ -260,3 +263,29 @@ def test_a_plan_for_one_control_plane_fails_at_the_start_on_the_other() -> None:
     simulated = ChaosPlan(seed=1, kinds=("api-503",))
     with pytest.raises(ChaosError, match="need the simulated cluster"):
         ChaosExecutor(simulated).on_started(FakeRun(FakeRealCluster(), Journal("s", "", 20.0, {})))
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--control-plane", "real", "--faults", "kills,api-503"],
+            "--faults: api-503 cannot be injected on the real control plane (only on the simulated one)",
+        ),
+        (
+            ["--faults", "control-plane"],
+            "--faults: restart-apiserver, restart-etcd, etcd-compaction, restart-scheduler, "
+            "restart-controller-manager cannot be injected on the simulated control plane "
+            "(only on the real one)",
+        ),
+        (["--kubernetes-version", "1.36"], "--kubernetes-version applies to --control-plane real"),
+    ],
+)
+def test_the_command_refuses_faults_its_control_plane_cannot_inject(
+    tmp_path: Path, flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workdir = tmp_path / "run"
+    assert main(["chaos", *flags, "--workdir", str(workdir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpuhealth chaos: error: {message}"), err
+    assert not workdir.exists()  # refused before anything started
