@@ -55,8 +55,10 @@ RESTARTED = {
 """The real control plane's component each restart kind stops and starts again
 (`simulator.controlplane.ControlPlane.restart`)."""
 COMPACTION = "etcd-compaction"
-"""etcd compacted at its current revision, then kube-apiserver restarted: its new watch cache
-starts past every resourceVersion a client holds, so each resuming watch gets 410 Gone."""
+"""etcd compacted at its current revision, then kube-apiserver restarted: a compaction alone is
+invisible behind the running apiserver's watch cache; after the restart neither the new cache nor
+etcd holds any resourceVersion a client had, so each resuming watch gets 410 Gone and lists
+again (`simulator.controlplane.cluster`)."""
 
 SIMULATED = "simulated"
 REAL = "real"
