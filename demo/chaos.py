@@ -85,6 +85,8 @@ class _Cluster(Protocol):
 class _Plane(Protocol):
     """What the executor does to a real control plane (`simulator.controlplane.ControlPlane`)."""
 
+    @property
+    def revived(self) -> list[str]: ...
     def restart(self, name: str) -> float: ...
     def compact_etcd(self) -> int: ...
 
@@ -195,13 +197,15 @@ class ChaosExecutor:
             if self._expired_before is None:  # still waiting after an earlier one: keep its baseline
                 self._expired_before = _expired(run) or 0.0
             compacted = f"etcd compacted at revision {plane.compact_etcd()}, then "
+        revived = len(plane.revived)
         took = plane.restart(fault.component)
         self.counts[fault.kind] += 1
+        also = "".join(f"; {name} had exited and was started again" for name in plane.revived[revived:])
         self._note(
             run,
             at,
-            f"{compacted}{fault.component} restarted, ready again after {took:.1f} s wall "
-            f"(the pipeline's observation waited until t+{run.now():.0f}s)",
+            f"{compacted}{fault.component} restarted, the control plane ready again after {took:.1f} s "
+            f"wall{also} (the pipeline's observation waited until t+{run.now():.0f}s)",
         )
 
     def _look_for_expired(self, run: RunningPipeline) -> None:
