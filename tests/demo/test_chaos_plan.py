@@ -10,7 +10,8 @@ the timeline and over before its quiet end (anywhere in a timeline too short for
 API rules the apiserver accepts, restarts within bounds, webhook decisions
 depending on the delivery's index only and at the asked rate; the API schedule opens and
 closes overlapping windows; kills staged into the `demo:` section with the HA pair and
-replicas they need; bad settings refused. Judging: each line of the safety verdict goes to
+replicas they need; a killed exporter, or an outage of the apiserver (its restart, etcd's), lifts
+only the promise that nodes stay reachable; bad settings refused. Judging: each line of the safety verdict goes to
 its column (duplicate, lost, unwarranted); any line or a failed expectation fails the run;
 the time to converge is measured from the last fault to the last change of state in the
 journal, and reads "not by the end" when it changed within the rest window of the end.
@@ -354,7 +355,7 @@ def test_an_assessment_sorts_the_verdict_and_fails_on_any_must_be_zero() -> None
     assert expected.failed and expected.expectation_failures == ("migrations: 0 of 1",)
 
 
-def test_a_killed_exporter_lifts_only_the_promise_that_its_node_stays_reachable() -> None:
+def test_a_killed_exporter_or_a_down_apiserver_lifts_only_the_promise_that_nodes_stay_reachable() -> None:
     expect = {
         "alerts": {
             "notFired": [
@@ -372,3 +373,13 @@ def test_a_killed_exporter_lifts_only_the_promise_that_its_node_stays_reachable(
     assert killed["alerts"]["fired"] == ["GPUDeviceUnhealthy"] and killed["breaker"] == "closed"
     # Any other fault keeps every promise.
     assert staged(scenario, plan(scenario, 2, ("kill-responder-leader", "api-500"))).expect == expect
+    # With the apiserver down no node agent renews its Lease; the scheduler's or the
+    # controller-manager's restart leaves the apiserver up.
+    for outage in ("restart-apiserver", "restart-etcd", "etcd-compaction"):
+        down = staged(scenario, plan(scenario, 2, (outage,), control_plane=REAL)).expect
+        assert down["alerts"]["notFired"] == [
+            {"name": "GPUHealthExporterDown"},
+            {"name": "GPUDeviceFatalXid", "node": "gpu-dp-0", "gpu": 0},
+        ], outage
+    up = ("restart-scheduler", "restart-controller-manager", "kill-responder-leader")
+    assert staged(scenario, plan(scenario, 2, up, control_plane=REAL)).expect == expect
