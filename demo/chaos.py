@@ -15,9 +15,10 @@ the last fault. `ChaosExecutor`:
   (`SimulatedCluster.clock.step`), noting each in the journal;
 - on the real control plane instead (`demo.clusters.RealTarget.plane`), restarts its components
   and compacts its etcd when due (`simulator.controlplane.ControlPlane.restart`, `compact_etcd`).
-  A restart blocks the tick until the component is ready again (seconds of wall time: the
-  pipeline observes nothing meanwhile, the rest of the loop runs on), and the journal notes how
-  long. After a compaction (then a restart of kube-apiserver) it waits for the evidence that our
+  A restart blocks the tick until the whole control plane is ready again (seconds of wall time:
+  the pipeline's loop reads no alerts meanwhile, the processes it started run on; it must run
+  on the thread that started the components, `simulator.controlplane.process`), and the journal
+  notes how long. After a compaction (then a restart of kube-apiserver) it waits for the evidence that our
   watches met 410 Gone: the exporters' `watch_restarts{reason="expired"}` rising in Prometheus;
 - decides, as the webhook front's hook, what happens to each notification: forwarded twice
   (a duplicate delivery) or held back until a later one has gone through (out of order);

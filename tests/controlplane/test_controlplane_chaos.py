@@ -1,6 +1,6 @@
 """End to end: a seeded chaos run on the real control plane, with every must-be-0 at 0.
 
-Aspects: the `closed-loop` scenario at its demo speed runs through the whole pipeline of
+Aspects: the `closed-loop` scenario at 5x (half its demo speed: see SPEED) runs through the whole pipeline of
 `gpuhealth demo --control-plane real` (etcd, kube-apiserver, kube-controller-manager and
 kube-scheduler 1.37 built from upstream, the fleet as node agents, real Prometheus and
 Alertmanager, two enforcing responder replicas) while a fixed seed restarts each component
@@ -9,7 +9,7 @@ the exporters' watches meet 410 Gone after the compaction and list again (the jo
 so), and the run ends with no action done twice, no warranted quarantine lost, no unwarranted
 action, every expectation of the scenario met (but that `GPUNodeUnreachable` stays silent:
 no node agent renews its Lease while the apiserver is down, `demo.chaos_plan.staged`) and the
-system at rest. About 2 minutes of wall
+system at rest. About 4 minutes of wall
 time here; `docs/reliability.md` has the figures.
 """
 
@@ -23,7 +23,6 @@ import pytest
 
 from demo.chaos import run_once, write_results
 from demo.chaos_plan import CONTROL_PLANE_KINDS, REAL, ChaosSettings, parse_kinds
-from demo.staging import staging
 from rules.render import DEFAULT_CONFIG, load_config, scaled
 from simulator.scenario import resolve
 from tests.controlplane.conftest import require_builds
@@ -32,19 +31,23 @@ pytestmark = [pytest.mark.integration, pytest.mark.controlplane, pytest.mark.slo
 
 SCENARIO = "closed-loop"
 SEED = 1
+SPEED = 5.0
+"""Not the scenario's 10x: an outage of kube-apiserver runs in real time while the rules run at
+the speed, and a restart took up to 23 s of wall time on a machine loaded to 20. At 10x that is
+230 simulated seconds without device reports, past the 2-minute heartbeat limit: the Unknown
+device's tolerance starts again and its restriction falls after the end of the run. At 5x a
+24 s outage stays inside that limit."""
 
 
-@pytest.mark.timeout(480)
+@pytest.mark.timeout(600)
 def test_a_seeded_chaos_run_on_the_real_control_plane_keeps_every_invariant(tmp_path: Path) -> None:
     require_builds("1.37")
     scenario = resolve(SCENARIO)
-    speed = staging(scenario.demo).speed
-    assert speed is not None
     out = io.StringIO()
     assessment = run_once(
         scenario,
-        scaled(load_config(DEFAULT_CONFIG), speed),
-        speed,
+        scaled(load_config(DEFAULT_CONFIG), SPEED),
+        SPEED,
         SEED,
         parse_kinds("control-plane", REAL),
         ChaosSettings(),
