@@ -9,7 +9,7 @@ the exporters' watches meet 410 Gone after the compaction and list again (the jo
 so), and the run ends with no action done twice, no warranted quarantine lost, no unwarranted
 action, every expectation of the scenario met (but that `GPUNodeUnreachable` stays silent:
 no node agent renews its Lease while the apiserver is down, `demo.chaos_plan.staged`) and the
-system at rest. About 4 minutes of wall
+system at rest. About 3.5 minutes of wall
 time here; `docs/reliability.md` has the figures.
 """
 

@@ -11,10 +11,10 @@ API rules the apiserver accepts, restarts within bounds, webhook decisions
 depending on the delivery's index only and at the asked rate; the API schedule opens and
 closes overlapping windows; kills staged into the `demo:` section with the HA pair and
 replicas they need; a killed exporter, or an outage of the apiserver (its restart, etcd's), lifts
-only the promise that nodes stay reachable; bad settings refused. Judging: each line of the safety verdict goes to
-its column (duplicate, lost, unwarranted); any line or a failed expectation fails the run;
-the time to converge is measured from the last fault to the last change of state in the
-journal, and reads "not by the end" when it changed within the rest window of the end.
+only the promise that nodes stay reachable; bad settings refused. Judging: each line of the
+safety verdict goes to its column (duplicate, lost, unwarranted); any line or a failed
+expectation fails the run; the time to converge is measured from the last fault to the last
+change of state in the journal, and reads "not by the end" when it changed within the rest window of the end.
 """
 
 from __future__ import annotations
