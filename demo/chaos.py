@@ -2,6 +2,7 @@
 
     gpuhealth chaos [--scenario NAME|FILE] [--seed N] [--faults LIST] [--speed X] [--runs N]
                     [--per-kind N] [--workdir DIR] [--rules-config FILE]
+                    [--control-plane simulated|real] [--kubernetes-version 1.37|1.36]
 
 The plan is pure (`demo.chaos_plan`); this module executes it through the pipeline's seams
 (`demo.pipeline.Controls`) and prints one table: faults injected by kind, duplicate actions,
@@ -12,6 +13,13 @@ the last fault. `ChaosExecutor`:
   windows that are due on the simulated apiserver (`SimulatedCluster.api_faults`, reached
   through the cluster handle's `call`) and steps the cluster's wall clock
   (`SimulatedCluster.clock.step`), noting each in the journal;
+- on the real control plane instead (`demo.clusters.RealTarget.plane`), restarts its components
+  and compacts its etcd when due (`simulator.controlplane.ControlPlane.restart`, `compact_etcd`).
+  A restart blocks the tick until the whole control plane is ready again (seconds of wall time:
+  the pipeline's loop reads no alerts meanwhile, the processes it started run on; it must run
+  on the thread that started the components, `simulator.controlplane.process`), and the journal
+  notes how long. After a compaction (then a restart of kube-apiserver) it waits for the evidence that our
+  watches met 410 Gone: the exporters' `watch_restarts{reason="expired"}` rising in Prometheus;
 - decides, as the webhook front's hook, what happens to each notification: forwarded twice
   (a duplicate delivery) or held back until a later one has gone through (out of order);
 - leaves process kills to the pipeline, which runs them from the scenario's `demo:` section
@@ -33,12 +41,16 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO, runtime_checkable
 
 from demo.chaos_plan import (
+    COMPACTION,
     GROUPS,
     KINDS,
+    PLANE_KINDS,
+    SIMULATED,
     Assessment,
     ChaosError,
     ChaosPlan,
     ChaosSettings,
+    PlaneFault,
     assess,
     convergence,
     injected_text,
@@ -49,7 +61,7 @@ from demo.chaos_plan import (
 )
 from demo.cli import prepare
 from demo.journal import Entry, Journal, Kind
-from demo.pipeline import Controls, DemoSettings, run_demo, timeline_end
+from demo.pipeline import CONTROL_PLANES, KUBERNETES_VERSIONS, Controls, DemoSettings, run_demo, timeline_end
 from demo.staging import StagingError, staging
 from gpuhealth.cliargs import EXIT_FAILED, UsageError, command, positive_float
 from gpuhealth.tables import write_table
@@ -57,7 +69,11 @@ from gpuhealth.testing.loopback import LoopbackError
 from rules.render import DEFAULT_CONFIG
 from rules.render import Settings as RuleSettings
 from simulator.apiserver.faults import FaultRule, describe, rule_from_json
+from simulator.controlplane.process import ControlPlaneError
 from simulator.scenario import Scenario
+
+EXPIRED_WATCHES = 'sum(gpuhealth_exporter_watch_restarts_total{reason="expired"}) or vector(0)'
+"""The exporters' watches restarted after 410 Gone, all resources together."""
 
 
 @runtime_checkable
@@ -67,6 +83,29 @@ class _Cluster(Protocol):
     def call(self, fn: Callable[[Any], Any], timeout: float = ...) -> Any: ...
 
 
+class _Plane(Protocol):
+    """What the executor does to a real control plane (`simulator.controlplane.ControlPlane`)."""
+
+    @property
+    def revived(self) -> list[str]: ...
+    def restart(self, name: str) -> float: ...
+    def compact_etcd(self) -> int: ...
+
+
+@runtime_checkable
+class _RealCluster(Protocol):
+    """The real control plane's seam (`demo.clusters.RealTarget.plane`)."""
+
+    @property
+    def plane(self) -> _Plane: ...
+
+
+class _Metrics(Protocol):
+    """What the executor reads of Prometheus (`gpuhealth.testing.loopback.Prometheus`)."""
+
+    def value(self, expr: str) -> float | None: ...
+
+
 class RunningPipeline(Protocol):
     """What the executor uses of `demo.pipeline.Running`."""
 
@@ -74,6 +113,8 @@ class RunningPipeline(Protocol):
     def cluster(self) -> object: ...
     @property
     def journal(self) -> Journal: ...
+    @property
+    def prometheus(self) -> _Metrics: ...
     def now(self) -> float: ...
 
 
@@ -93,6 +134,16 @@ def _simulated(run: RunningPipeline) -> _Cluster:
     return cluster
 
 
+def _plane(run: RunningPipeline) -> _Plane:
+    """The run's real control plane: its components' restarts and etcd's compactions are its own."""
+    cluster = run.cluster
+    if not isinstance(cluster, _RealCluster):
+        raise ChaosError(
+            "restarts of control-plane components and etcd compactions need the real control plane"
+        )
+    return cluster.plane
+
+
 class ChaosExecutor:
     """Applies one `ChaosPlan` to a running pipeline and counts what it injected."""
 
@@ -102,6 +153,12 @@ class ChaosExecutor:
         self.label = label
         self._schedule = plan.api_schedule()
         self._steps = list(plan.steps)
+        self._plane_faults = list(plan.plane_faults)
+        self._simulated = plan.control_plane == SIMULATED
+        self._expired_before: float | None = None
+        """The exporters' expired-watch restarts before a compaction, until more are seen."""
+        self.expired_watches = 0
+        """Watch restarts after 410 Gone the exporters counted following compactions."""
         self._api_counts: dict[str, int] = {}
         self.counts: Counter[str] = Counter()
         """Faults this executor injected itself (clock steps, duplicates, reorders)."""
@@ -113,14 +170,59 @@ class ChaosExecutor:
     # -- the pipeline's seams
 
     def on_started(self, run: RunningPipeline) -> None:
-        _simulated(run).call(lambda c: c.api_faults.configure((), seed=self.plan.seed))
-        self._say(
-            run,
-            f"plan: {len(self.plan.windows)} API windows, {len(self.plan.kills)} kills, "
-            f"{len(self.plan.steps)} clock steps",
-        )
+        if self._simulated:
+            _simulated(run).call(lambda c: c.api_faults.configure((), seed=self.plan.seed))
+            faults = f"{len(self.plan.windows)} API windows, {len(self.plan.steps)} clock steps"
+        else:
+            _plane(run)  # a plan for the real control plane on another cluster fails now, not mid-run
+            faults = f"{len(self.plan.plane_faults)} control-plane faults"
+        self._say(run, f"plan: {len(self.plan.kills)} kills, {faults}")
 
     def on_tick(self, run: RunningPipeline) -> None:
+        if self._simulated:
+            self._simulated_tick(run)
+        else:
+            self._plane_tick(run)
+
+    def _plane_tick(self, run: RunningPipeline) -> None:
+        while self._plane_faults and self._plane_faults[0].at <= run.now():
+            self._apply(run, self._plane_faults.pop(0))
+        if self._expired_before is not None:
+            self._look_for_expired(run)
+
+    def _apply(self, run: RunningPipeline, fault: PlaneFault) -> None:
+        """One control-plane fault, done before this returns (the tick waits: noted)."""
+        plane, at = _plane(run), run.now()
+        compacted = ""
+        if fault.kind == COMPACTION:
+            if self._expired_before is None:  # still waiting after an earlier one: keep its baseline
+                self._expired_before = _expired(run) or 0.0
+            compacted = f"etcd compacted at revision {plane.compact_etcd()}, then "
+        revived = len(plane.revived)
+        took = plane.restart(fault.component)
+        self.counts[fault.kind] += 1
+        also = "".join(f"; {name} had exited and was started again" for name in plane.revived[revived:])
+        self._note(
+            run,
+            at,
+            f"{compacted}{fault.component} restarted, the control plane ready again after {took:.1f} s "
+            f"wall{also} (the pipeline's observation waited until t+{run.now():.0f}s)",
+        )
+
+    def _look_for_expired(self, run: RunningPipeline) -> None:
+        """Note once the exporters' watches restarted after 410 Gone since the compaction."""
+        before, now = self._expired_before or 0.0, _expired(run)
+        if now is not None and now > before:
+            self.expired_watches += int(now - before)
+            self._expired_before = None
+            self._note(
+                run,
+                run.now(),
+                f"our watches met 410 Gone: {now - before:.0f} exporter watch restarts (expired) "
+                "since the compaction, each followed by a list",
+            )
+
+    def _simulated_tick(self, run: RunningPipeline) -> None:
         now = run.now()
         while self._schedule and self._schedule[0][0] <= now:
             _, raw = self._schedule.pop(0)
@@ -183,6 +285,14 @@ class ChaosExecutor:
             print(f"[{self.label} {stamp}] {text}", file=self.out, flush=True)
 
 
+def _expired(run: RunningPipeline) -> float | None:
+    """The exporters' expired-watch restarts now (None: Prometheus did not answer; asked again)."""
+    try:
+        return run.prometheus.value(EXPIRED_WATCHES)
+    except LoopbackError:
+        return None
+
+
 def _configure(rules: tuple[FaultRule, ...]) -> Callable[[Any], None]:
     return lambda cluster: cluster.api_faults.configure(rules)
 
@@ -238,7 +348,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Alertmanager, two responder replicas) while injecting seeded faults: API faults at the "
             "simulated apiserver (500, 503, 409, 429, slow answers, dropped watches, 410 on resume), "
             "process kills (exporter, responder leader and follower, one Alertmanager of a pair), "
-            "duplicate and out-of-order webhook deliveries, and steps of the cluster's clock. Print "
+            "duplicate and out-of-order webhook deliveries, and steps of the cluster's clock. With "
+            "--control-plane real, on etcd and the Kubernetes servers built from upstream: restarts "
+            "of kube-apiserver, etcd, kube-scheduler and kube-controller-manager, and an etcd "
+            "compaction (410 Gone for every watch), besides the kills and webhook faults. Print "
             "one table; exit 1 when any run did an action twice, lost a warranted quarantine, did an "
             "unwarranted action or failed the scenario's expectations; 2 for bad flags or input."
         ),
@@ -252,8 +365,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--faults",
         default="all",
-        help=f"fault kinds or groups, comma-separated: {', '.join(GROUPS)}, or kinds ({', '.join(KINDS)}) "
+        help=f"fault kinds or groups, comma-separated: {', '.join(GROUPS)}, or kinds ({', '.join(KINDS)}); "
+        "`all` is every kind the control plane supports (simulated: "
+        f"{', '.join(PLANE_KINDS['simulated'])}; real: {', '.join(PLANE_KINDS['real'])}) "
         "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--control-plane",
+        choices=CONTROL_PLANES,
+        default=SIMULATED,
+        help=(
+            "the cluster to run on: the in-process simulated apiserver (the default; API faults and "
+            "clock steps), or a real etcd, kube-apiserver, kube-controller-manager and kube-scheduler "
+            "built from upstream (tools/upstream; their restarts and an etcd compaction)"
+        ),
+    )
+    parser.add_argument(
+        "--kubernetes-version",
+        choices=KUBERNETES_VERSIONS,
+        default=None,
+        help="with --control-plane real: which pinned build runs "
+        f"(default: {DemoSettings.kubernetes_version})",
     )
     parser.add_argument(
         "--speed",
@@ -286,16 +418,26 @@ def _whole_positive(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.control_plane == SIMULATED and args.kubernetes_version is not None:
+        raise UsageError("--kubernetes-version applies to --control-plane real")
     try:
-        kinds = parse_kinds(args.faults)
+        kinds = parse_kinds(args.faults, args.control_plane)
     except ChaosError as exc:
         raise UsageError(f"--faults: {exc}") from exc
     scenario, _, speed, rules, workdir = prepare(args)
     settings = ChaosSettings(per_kind=args.per_kind)
+    cluster = DemoSettings(
+        speed=speed,
+        control_plane=args.control_plane,
+        kubernetes_version=args.kubernetes_version or DemoSettings.kubernetes_version,
+    )
     out = sys.stdout
+    where = "simulated cluster"
+    if cluster.control_plane != SIMULATED:
+        where = f"real control plane, Kubernetes {cluster.kubernetes_version}"
     print(
-        f"gpuhealth chaos: scenario {scenario.name}, {args.runs} run(s) from seed {args.seed}, {speed:g}x; "
-        f"faults: {', '.join(kinds)}; files in {workdir}",
+        f"gpuhealth chaos: scenario {scenario.name} on the {where}, {args.runs} run(s) from seed "
+        f"{args.seed}, {speed:g}x; faults: {', '.join(kinds)}; files in {workdir}",
         file=out,
         flush=True,
     )
@@ -304,13 +446,23 @@ def run(args: argparse.Namespace) -> int:
         seed = args.seed + index
         label = f"run {index + 1}/{args.runs} seed {seed}"
         assessment = run_once(
-            scenario, rules, speed, seed, kinds, settings, workdir / f"run-{index + 1}", out, label
+            scenario,
+            rules,
+            speed,
+            seed,
+            kinds,
+            settings,
+            workdir / f"run-{index + 1}",
+            out,
+            label,
+            control_plane=cluster.control_plane,
+            kubernetes_version=cluster.kubernetes_version,
         )
         results.append((seed, assessment))
     print(file=out)
     write_results(results, out)
     (workdir / "chaos.json").write_text(
-        json.dumps(results_document(results, scenario.name, speed, kinds), indent=1)
+        json.dumps(results_document(results, scenario.name, speed, kinds, cluster), indent=1)
     )
     print(f"\nfiles: {workdir} (each run's journal.json and logs; chaos.json)", file=out, flush=True)
     return EXIT_FAILED if any(a.failed for _, a in results) else 0
@@ -326,9 +478,13 @@ def run_once(
     workdir: Path,
     out: TextIO,
     label: str,
+    *,
+    control_plane: str = SIMULATED,
+    kubernetes_version: str = DemoSettings.kubernetes_version,
 ) -> Assessment:
-    """One run of `scenario` with the faults of `seed`, through the whole pipeline; its figures."""
-    chaos = plan(scenario, seed, kinds, settings)
+    """One run of `scenario` with the faults of `seed`, through the whole pipeline on
+    `control_plane` (`DemoSettings.control_plane`); its figures."""
+    chaos = plan(scenario, seed, kinds, settings, control_plane=control_plane)
     run_scenario = staged(scenario, chaos)
     stage = staging(run_scenario.demo)
     # The pipeline runs `settle` past the timeline and the kills' restarts; the time to converge
@@ -365,7 +521,12 @@ def run_once(
             outcome = run_demo(
                 run_scenario,
                 rules,
-                DemoSettings(speed=speed, settle_seconds=settle),
+                DemoSettings(
+                    speed=speed,
+                    settle_seconds=settle,
+                    control_plane=control_plane,
+                    kubernetes_version=kubernetes_version,
+                ),
                 workdir,
                 log,
                 controls=controls,
@@ -373,7 +534,7 @@ def run_once(
             )
         except StagingError as exc:
             raise UsageError(f"{scenario.name}: {exc}") from exc
-        except LoopbackError as exc:
+        except (LoopbackError, ControlPlaneError) as exc:
             print(f"[{label}] the pipeline failed: {exc}", file=out, flush=True)
             return Assessment(injected={}, duplicates=(), lost=(), unwarranted=(), errors=(str(exc),))
     return assess(
@@ -441,10 +602,17 @@ def _worst_converge(assessments: list[Assessment]) -> str:
 
 
 def results_document(
-    results: list[tuple[int, Assessment]], scenario: str, speed: float, kinds: tuple[str, ...]
+    results: list[tuple[int, Assessment]],
+    scenario: str,
+    speed: float,
+    kinds: tuple[str, ...],
+    cluster: DemoSettings | None = None,
 ) -> dict[str, Any]:
+    cluster = cluster or DemoSettings(speed=speed)
     return {
         "scenario": scenario,
+        "controlPlane": cluster.control_plane,
+        "kubernetesVersion": cluster.kubernetes_version if cluster.control_plane != SIMULATED else None,
         "speed": speed,
         "faults": list(kinds),
         "runs": [

@@ -2,9 +2,12 @@
 
 `plan(scenario, seed, kinds)` turns a seed, a scenario and the fault kinds asked for into a
 `ChaosPlan`: timed steps in scenario seconds (API fault windows at the simulated apiserver,
-process kills with their restarts, steps of the cluster's clock) and the per-delivery
-decisions for the webhook front (`DeliveryChaos`: duplicate a notification, hold one back so
-that it arrives after the next). The same seed gives the same plan. `staged(scenario, plan)`
+process kills with their restarts, steps of the cluster's clock, restarts of the real control
+plane's components and compactions of its etcd) and the per-delivery decisions for the webhook
+front (`DeliveryChaos`: duplicate a notification, hold one back so that it arrives after the
+next). The same seed gives the same plan. Which kinds a run may ask for depends on its control
+plane (`PLANE_KINDS`): the simulated apiserver's fault rules and clock exist only there, the
+components of a real control plane only on it. `staged(scenario, plan)`
 puts the kills into the scenario's `demo:` section, where the pipeline runs them (`kills:`,
 see `demo.staging`), and asks for the HA pair and the replicas they need; the executor
 (`demo.chaos`) drives the rest while the pipeline runs.
@@ -33,31 +36,67 @@ API_KINDS = ("api-500", "api-503", "api-409", "api-429", "api-slow", "api-watch-
 KILL_KINDS = ("kill-exporter", "kill-responder-leader", "kill-responder-follower", "kill-alertmanager")
 WEBHOOK_KINDS = ("webhook-duplicate", "webhook-reorder")
 CLOCK_KINDS = ("clock-jump",)
-KINDS = API_KINDS + KILL_KINDS + WEBHOOK_KINDS + CLOCK_KINDS
-"""Every fault kind a chaos run can inject."""
+CONTROL_PLANE_KINDS = (
+    "restart-apiserver",
+    "restart-etcd",
+    "etcd-compaction",
+    "restart-scheduler",
+    "restart-controller-manager",
+)
+KINDS = API_KINDS + KILL_KINDS + WEBHOOK_KINDS + CLOCK_KINDS + CONTROL_PLANE_KINDS
+"""Every fault kind a chaos run can inject, on one control plane or the other."""
+
+RESTARTED = {
+    "restart-apiserver": "kube-apiserver",
+    "restart-etcd": "etcd",
+    "restart-scheduler": "kube-scheduler",
+    "restart-controller-manager": "kube-controller-manager",
+}
+"""The real control plane's component each restart kind stops and starts again
+(`simulator.controlplane.ControlPlane.restart`)."""
+COMPACTION = "etcd-compaction"
+"""etcd compacted at its current revision, then kube-apiserver restarted: a compaction alone is
+invisible behind the running apiserver's watch cache; after the restart neither the new cache nor
+etcd holds any resourceVersion a client had, so each resuming watch gets 410 Gone and lists
+again (`simulator.controlplane.cluster`)."""
+
+SIMULATED = "simulated"
+REAL = "real"
+PLANE_KINDS: dict[str, tuple[str, ...]] = {
+    # API faults and clock steps are rules and a clock of the simulated apiserver itself.
+    SIMULATED: API_KINDS + KILL_KINDS + WEBHOOK_KINDS + CLOCK_KINDS,
+    # A real apiserver takes no injected faults; its components restart and its etcd compacts.
+    REAL: KILL_KINDS + WEBHOOK_KINDS + CONTROL_PLANE_KINDS,
+}
+"""The kinds each control plane (`demo.pipeline.CONTROL_PLANES`) can have injected."""
 
 GROUPS: dict[str, tuple[str, ...]] = {
     "api": API_KINDS,
     "kills": KILL_KINDS,
     "webhook": WEBHOOK_KINDS,
     "clock": CLOCK_KINDS,
+    "control-plane": CONTROL_PLANE_KINDS,
     "all": KINDS,
 }
-"""Names that stand for several kinds in `--faults`."""
+"""Names that stand for several kinds in `--faults` (`all`: those of the run's control plane)."""
 
 
 class ChaosError(ValueError):
     """A chaos request that cannot be planned; the message names what is wrong."""
 
 
-def parse_kinds(text: str) -> tuple[str, ...]:
-    """`api,kill-exporter,clock` -> the kinds, in KINDS order, each once."""
+def parse_kinds(text: str, control_plane: str = SIMULATED) -> tuple[str, ...]:
+    """`api,kill-exporter,clock` -> the kinds, in KINDS order, each once; `all` stands for every
+    kind `control_plane` supports, and a kind or group it does not support is refused."""
+    supported = kinds_of(control_plane)
     wanted: set[str] = set()
     for raw in text.split(","):
         name = raw.strip()
         if not name:
             continue
-        if name in GROUPS:
+        if name == "all":
+            wanted.update(supported)
+        elif name in GROUPS:
             wanted.update(GROUPS[name])
         elif name in KINDS:
             wanted.add(name)
@@ -66,7 +105,31 @@ def parse_kinds(text: str) -> tuple[str, ...]:
             raise ChaosError(f"unknown fault kind {name!r} (expected {expected})")
     if not wanted:
         raise ChaosError("no fault kinds given")
-    return tuple(k for k in KINDS if k in wanted)
+    kinds = tuple(k for k in KINDS if k in wanted)
+    check_plane(kinds, control_plane)
+    return kinds
+
+
+def kinds_of(control_plane: str) -> tuple[str, ...]:
+    """The kinds `control_plane` supports; ChaosError naming the planes for an unknown one."""
+    try:
+        return PLANE_KINDS[control_plane]
+    except KeyError:
+        raise ChaosError(
+            f"unknown control plane {control_plane!r} (expected one of {', '.join(PLANE_KINDS)})"
+        ) from None
+
+
+def check_plane(kinds: Sequence[str], control_plane: str) -> None:
+    """ChaosError naming the kinds `control_plane` cannot inject, and the plane that can."""
+    supported = kinds_of(control_plane)
+    refused = [k for k in kinds if k in KINDS and k not in supported]
+    if refused:
+        other = REAL if control_plane == SIMULATED else SIMULATED
+        raise ChaosError(
+            f"{', '.join(refused)} cannot be injected on the {control_plane} control plane "
+            f"(only on the {other} one); it supports: {', '.join(supported)}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +210,25 @@ class ClockStep:
 
 
 @dataclass(frozen=True, slots=True)
+class PlaneFault:
+    """At `at` (scenario seconds), a component of the real control plane restarted, or its etcd
+    compacted (`kind`: one of CONTROL_PLANE_KINDS)."""
+
+    at: float
+    kind: str
+
+    @property
+    def component(self) -> str:
+        """The component that restarts: the restart kind's own, kube-apiserver for a compaction."""
+        return RESTARTED.get(self.kind, "kube-apiserver")
+
+    def describe(self) -> str:
+        if self.kind == COMPACTION:
+            return f"t+{self.at:.0f}s compact etcd, then restart kube-apiserver (410 for every watch)"
+        return f"t+{self.at:.0f}s restart {self.component}"
+
+
+@dataclass(frozen=True, slots=True)
 class Delivery:
     """What the webhook front does with one notification."""
 
@@ -179,14 +261,20 @@ class ChaosPlan:
     kills: tuple[Kill, ...] = ()
     steps: tuple[ClockStep, ...] = ()
     deliveries: DeliveryChaos | None = None
+    plane_faults: tuple[PlaneFault, ...] = ()
+    control_plane: str = SIMULATED
+    """The control plane the plan was made for (PLANE_KINDS)."""
 
     @property
     def last_at(self) -> float:
-        """Scenario seconds when the last planned fault is over (a restart, a window's close)."""
+        """Scenario seconds when the last planned fault is over (a restart, a window's close).
+        A control-plane fault is over at its time: it is done (the component ready again) before
+        the pipeline's clock is read again."""
         ends = (
             [w.until for w in self.windows]
             + [k.at + k.restart for k in self.kills]
             + [s.at for s in self.steps]
+            + [f.at for f in self.plane_faults]
         )
         return max(ends, default=0.0)
 
@@ -204,6 +292,8 @@ class ChaosPlan:
             lines.append((k.at, f"t+{k.at:.0f}s kill {k.process}, restart after {k.restart:.0f}s"))
         for s in self.steps:
             lines.append((s.at, f"t+{s.at:.0f}s cluster clock +{s.seconds:.0f}s"))
+        for f in self.plane_faults:
+            lines.append((f.at, f.describe()))
         if self.deliveries is not None:
             d = self.deliveries
             lines.append((-1.0, f"webhook deliveries: duplicate p={d.duplicate:g}, reorder p={d.reorder:g}"))
@@ -239,20 +329,28 @@ def _start(draw: random.Random, span: float, settings: ChaosSettings, lasting: f
 
 
 def plan(
-    scenario: Scenario, seed: int, kinds: Sequence[str], settings: ChaosSettings | None = None
+    scenario: Scenario,
+    seed: int,
+    kinds: Sequence[str],
+    settings: ChaosSettings | None = None,
+    *,
+    control_plane: str = SIMULATED,
 ) -> ChaosPlan:
-    """The faults of one run: each kind `per_kind` times at seeded points of the timeline, each
-    over (a window closed, a process restarted) `quiet_seconds` before the timeline's end
-    where the timeline is long enough."""
+    """The faults of one run on `control_plane`: each kind `per_kind` times at seeded points of
+    the timeline, each over (a window closed, a process restarted) `quiet_seconds` before the
+    timeline's end where the timeline is long enough. A kind the control plane cannot inject
+    is refused (ChaosError)."""
     settings = settings or ChaosSettings()
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
         raise ChaosError(f"unknown fault kind {unknown[0]!r}")
+    check_plane(kinds, control_plane)
     draw = random.Random(f"gpuhealth-chaos:{seed}:{scenario.name}")
     span = timeline_span(scenario)
     windows: list[ApiWindow] = []
     kills: list[Kill] = []
     steps: list[ClockStep] = []
+    plane_faults: list[PlaneFault] = []
     for kind in kinds:
         for _ in range(settings.per_kind if kind not in WEBHOOK_KINDS else 0):
             if kind in API_KINDS:
@@ -264,6 +362,8 @@ def plan(
                 kills.append(
                     Kill(_start(draw, span, settings, restart), kind, kind.removeprefix("kill-"), restart)
                 )
+            elif kind in CONTROL_PLANE_KINDS:
+                plane_faults.append(PlaneFault(_start(draw, span, settings, 0.0), kind))
             else:
                 seconds = round(
                     draw.uniform(settings.clock_step_min_seconds, settings.clock_step_max_seconds)
@@ -284,6 +384,8 @@ def plan(
         tuple(sorted(kills, key=lambda k: k.at)),
         tuple(sorted(steps, key=lambda s: s.at)),
         deliveries,
+        tuple(sorted(plane_faults, key=lambda f: f.at)),
+        control_plane,
     )
 
 
@@ -293,7 +395,10 @@ def _duration_text(seconds: float) -> str:
 
 def staged(scenario: Scenario, chaos: ChaosPlan) -> Scenario:
     """`scenario` with the plan's kills in its `demo:` section (after its own), and the HA pair
-    and replicas they need: killing one Alertmanager of a pair needs a pair, a follower needs two."""
+    and replicas they need: killing one Alertmanager of a pair needs a pair, a follower needs two.
+    Its expectations lose the promises of silence that the plan's faults break on purpose (a
+    killed exporter's node unreachable, every node's Lease unrenewed while the apiserver is down);
+    every other expectation is judged."""
     demo: dict[str, Any] = dict(scenario.demo)
     kills = list(demo.get("kills") or [])
     for kill in chaos.kills:
@@ -307,26 +412,38 @@ def staged(scenario: Scenario, chaos: ChaosPlan) -> Scenario:
         demo["alertmanagers"] = 2
     if "responder-follower" in processes or "responder-leader" in processes:
         demo["responders"] = max(2, int(demo.get("responders", 2)))
-    expect = _expect_under_kills(scenario.expect, processes)
-    return dataclasses.replace(scenario, demo=demo, expect=expect)
+    lifted: set[str] = set()
+    if "exporter" in processes:
+        lifted |= DEAD_EXPORTER_ALERTS
+    if any(f.kind in API_OUTAGE_KINDS for f in chaos.plane_faults):
+        lifted |= CONTROL_PLANE_OUTAGE_ALERTS
+    return dataclasses.replace(scenario, demo=demo, expect=_expect_without(scenario.expect, lifted))
 
 
 DEAD_EXPORTER_ALERTS = frozenset({"GPUNodeUnreachable", "GPUHealthExporterDown"})
 """Alerts a killed exporter raises by design: its node's target is down while it is."""
+API_OUTAGE_KINDS = frozenset({"restart-apiserver", "restart-etcd", "etcd-compaction"})
+"""Control-plane faults during which the apiserver serves no one (the others leave it up)."""
+CONTROL_PLANE_OUTAGE_ALERTS = frozenset({"GPUNodeUnreachable"})
+"""Alerts a restart of etcd or kube-apiserver may raise by design: no node agent renews its Lease
+while the apiserver is down, and that outage runs in real time while the rules run at the
+run's speed: 10 s of wall time at 10x is 100 simulated seconds, the shipped Lease-age limit
+(40 s) plus `unreachable_for` (60 s). On a loaded 2-core machine a restart of kube-apiserver
+took 4.6 s to 14.5 s (`docs/reliability.md`)."""
 
 
-def _expect_under_kills(expect: Mapping[str, Any], processes: set[str]) -> Mapping[str, Any]:
-    """`expect` without the promises an injected kill breaks on purpose: with an exporter killed,
-    its node's target is down, and the alerts that say so are the pipeline working, not failing."""
-    alerts = expect.get("alerts")
-    if "exporter" not in processes or not isinstance(alerts, Mapping):
+def _expect_without(expect: Mapping[str, Any], alerts: set[str]) -> Mapping[str, Any]:
+    """`expect` without the promises that `alerts` stay silent, which an injected fault breaks on
+    purpose: the alerts saying what the fault did are the pipeline working, not failing."""
+    promised = expect.get("alerts")
+    if not alerts or not isinstance(promised, Mapping):
         return expect
     kept = [
         entry
-        for entry in alerts.get("notFired") or []
-        if (entry.get("name") if isinstance(entry, Mapping) else entry) not in DEAD_EXPORTER_ALERTS
+        for entry in promised.get("notFired") or []
+        if (entry.get("name") if isinstance(entry, Mapping) else entry) not in alerts
     ]
-    return {**expect, "alerts": {**alerts, "notFired": kept}}
+    return {**expect, "alerts": {**promised, "notFired": kept}}
 
 
 # ---- judging a run --------------------------------------------------------------------------------

@@ -11,7 +11,19 @@ polling for it finds a ready cluster. A component that exits or is not ready in 
 scheduler, controller-manager, apiserver, etcd, each SIGTERM then SIGKILL; a work directory
 this made itself is removed, one given is kept (logs, audit log).
 
-Start it from a thread that lives as long as it (see `process`): the children die with it.
+Faults of a real control plane (`gpuhealth chaos --control-plane real`): `restart(name)` stops
+one component and starts it again with the same argv (ports, certificates, data directory), the
+others running on (one that exits meanwhile is started again, as a kubelet would);
+kube-apiserver keeps its port, so every kubeconfig stays valid, and clients reconnect as they
+would to a restarted apiserver. `compact_etcd()` compacts etcd at its current revision. Alone
+it changes nothing a client sees: the running apiserver serves resumed watches and exact lists
+from its watch cache's own window. A restart of kube-apiserver alone gives a watch resumed from
+before it 410 Gone (the new cache starts at its first list), yet etcd still serves an exact
+list at that version. After both, nothing serves a version before the compaction: every
+resuming client gets 410 Gone and lists again (1.37.2; tests/controlplane/test_controlplane_faults.py).
+
+Start it, and restart its components, from a thread that lives as long as it (see `process`):
+the children die with it.
 """
 
 from __future__ import annotations
@@ -52,6 +64,10 @@ class ControlPlaneSettings:
     """A KubeSchedulerConfiguration file for kube-scheduler (`--config`), e.g. with extenders."""
     start_timeout_seconds: float = 60.0
     """Per component: a cold apiserver on a busy 2-core machine takes ~10 s, a warm one ~3 s."""
+    restart_grace_seconds: float = 2.0
+    """Seconds a component restarted by `restart` has to exit after SIGTERM before SIGKILL. Not the
+    10 s of a stop: kube-apiserver with clients' watches open stops listening at once, then does
+    not exit in 10 s (1.37.2), and whoever restarts it waits all that time."""
 
 
 class ControlPlane:
@@ -68,6 +84,10 @@ class ControlPlane:
         self.timings: dict[str, float] = {}
         """Seconds each component took to become ready, and "total"."""
         self.url = ""
+        self.etcd_url = ""
+        """etcd's client URL (plain HTTP on loopback)."""
+        self.revived: list[str] = []
+        """Components `restart` found exited and started again, in order (each time one was)."""
         self.kubeconfig_path = self.settings.kubeconfig_out or self.workdir / "kubeconfig"
         self.ca_path = self.workdir / "pki" / "ca.crt"
         self.audit_log_path = self.workdir / "audit.log"
@@ -104,6 +124,7 @@ class ControlPlane:
         )
 
         component, endpoints, self.timings["etcd"] = etcd.start(paths["etcd"], self.workdir, timeout=timeout)
+        self.etcd_url = endpoints.client_url
         self.components.append(component)
         component, self.url, self.timings["kube-apiserver"] = apiserver.start(
             paths["kube-apiserver"],
@@ -151,6 +172,50 @@ class ControlPlane:
             self.components.pop().stop()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def restart(self, name: str) -> float:
+        """Stop the component `name` (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)
+        and start it again as it was, the others left running; return once the whole control
+        plane is ready again: the seconds that took. A component that exited meanwhile is started
+        again (named in `revived`), as the kubelet restarts an exited static pod:
+        kube-controller-manager exits when its apiserver goes away while it is still building its
+        controllers, seconds after its /healthz first answers (1.37.2). ControlPlaneError, with
+        the log tail, when a component is not ready in time."""
+        started = time.monotonic()
+        self._component(name).restart(
+            timeout=self.settings.start_timeout_seconds, grace=self.settings.restart_grace_seconds
+        )
+        self._settle()
+        return time.monotonic() - started
+
+    def _component(self, name: str) -> Component:
+        for component in self.components:
+            if component.name == name:
+                return component
+        running = ", ".join(c.name for c in self.components) or "none"
+        raise ControlPlaneError(f"no component {name!r} to restart (running: {running})")
+
+    def _settle(self) -> None:
+        """Every component ready, in start order (each needs the ones before it); one that has
+        exited is started again."""
+        timeout, grace = self.settings.start_timeout_seconds, self.settings.restart_grace_seconds
+        for component in self.components:
+            if component.running() and component.probe is not None:
+                try:
+                    component.wait_ready(component.probe, timeout=timeout)
+                    continue
+                except ControlPlaneError:
+                    if component.running():
+                        raise  # running but not ready in time: a failure, not an exit
+            component.restart(timeout=timeout, grace=grace)
+            self.revived.append(component.name)
+
+    def compact_etcd(self) -> int:
+        """Compact etcd at its current revision (physically); that revision. Every resourceVersion
+        up to it is gone from etcd; restart kube-apiserver after it for its clients to see 410."""
+        if not self.etcd_url:
+            raise ControlPlaneError("etcd is not running: start the control plane first")
+        return etcd.compact(self.etcd_url)
 
     def __enter__(self) -> ControlPlane:
         self.start()

@@ -3,7 +3,9 @@
 Each runs with its output in `<workdir>/<name>.log`. `wait_ready` polls a probe under a
 deadline and, when the process exits or the deadline passes, raises `ControlPlaneError`
 carrying the tail of the log (what a person needs to see why). `stop` sends SIGTERM, then
-SIGKILL after a grace period, and reaps the process.
+SIGKILL after a grace period, and reaps the process. `restart` stops it and starts the same
+argv again (same ports, same files, the same log appended to), then awaits the probe it was
+last made ready with: the component is the same object before and after, its `pid` the new one.
 
 Each child runs in its own process group (a Ctrl-C at the terminal reaches only us, and we
 stop the components in order) with SIGINT and SIGTERM at their defaults, whatever we ignore.
@@ -59,9 +61,21 @@ class Component:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
+        self.probe: Callable[[], bool] | None = None
+        """The readiness probe of the last `wait_ready`, which `restart` awaits again."""
+        self.starts = 0
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
+        self.proc = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        with self.log_path.open("ab") as log:
+            if self.starts:
+                # A line between two runs' output, so a log tail shows which run said what.
+                log.write(
+                    f"--- gpuhealth: {self.name} started again (start {self.starts + 1}) ---\n".encode()
+                )
+                log.flush()
+            proc = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -69,6 +83,8 @@ class Component:
                 process_group=0,
                 preexec_fn=_child_setup,  # only prctl runs between fork and exec
             )
+        self.starts += 1
+        return proc
 
     @property
     def pid(self) -> int:
@@ -84,6 +100,7 @@ class Component:
 
     def wait_ready(self, probe: Callable[[], bool], *, timeout: float, interval: float = 0.05) -> float:
         """Poll `probe` until true; the seconds it took. ControlPlaneError on exit or timeout."""
+        self.probe = probe
         started = time.monotonic()
         last_error = ""
         while True:
@@ -108,3 +125,15 @@ class Component:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+    def restart(self, *, timeout: float, grace: float = STOP_GRACE_SECONDS) -> float:
+        """Stop, start the same argv again, await the last probe; the seconds until it was ready
+        (the stop included). ControlPlaneError when it was never made ready, or is not again."""
+        probe = self.probe
+        if probe is None:
+            raise ControlPlaneError(f"{self.name}: never made ready, so there is no probe to restart on")
+        started = time.monotonic()
+        self.stop(grace)
+        self.proc = self._spawn()
+        self.wait_ready(probe, timeout=timeout)
+        return time.monotonic() - started

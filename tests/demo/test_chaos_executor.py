@@ -4,7 +4,13 @@ Aspects: API fault windows are configured on the cluster's injector when their t
 cleared when they close, each noted in the journal; clock steps move the cluster's steppable
 clock once; what the injector counted, the executor's own faults and the kills the journal
 recorded add up by kind; the webhook hook forwards once without webhook faults, twice for a
-duplicate, and a held notification goes after a later one (out of order).
+duplicate, and a held notification goes after a later one (out of order). On the real control
+plane: each component restart and compaction is done once at its time, in plan order (a
+compaction compacts etcd, then restarts kube-apiserver), counted by kind and noted with how long
+the restart took; after a compaction the exporters' expired-watch restarts rising in Prometheus
+is noted once as the evidence of 410s, and not before they rise; a plan for one control plane
+on the other's cluster fails at the start. The command refuses, before it starts anything (exit
+2), a fault kind of the other control plane and `--kubernetes-version` without the real one.
 """
 
 from __future__ import annotations
@@ -12,13 +18,17 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from demo.chaos import ChaosExecutor, kills_by_kind
-from demo.chaos_plan import ApiWindow, ChaosPlan, ClockStep, DeliveryChaos
+import pytest
+
+from demo.chaos import EXPIRED_WATCHES, ChaosExecutor, kills_by_kind
+from demo.chaos_plan import REAL, ApiWindow, ChaosError, ChaosPlan, ClockStep, DeliveryChaos, PlaneFault
 from demo.journal import Journal, Kind
 from gpuhealth.clock import SteppableClock
 from gpuhealth.testing.loopback import wait_until
+from gpuhealth_cli.main import main
 from simulator.apiserver.faults import FaultInjector
 
 
@@ -34,10 +44,46 @@ class FakeCluster:
 
 
 @dataclasses.dataclass
+class FakePlane:
+    """What `ControlPlane` does for the executor, recorded: ("restart", name) and ("compact",)."""
+
+    done: list[tuple[str, ...]] = dataclasses.field(default_factory=list)
+    revision: int = 41
+    revived: list[str] = dataclasses.field(default_factory=list)
+
+    def restart(self, name: str) -> float:
+        self.done.append(("restart", name))
+        if name == "kube-apiserver":
+            self.revived.append("kube-controller-manager")  # as the real one may exit meanwhile
+        return 2.5
+
+    def compact_etcd(self) -> int:
+        self.done.append(("compact",))
+        self.revision += 1
+        return self.revision
+
+
+@dataclasses.dataclass
+class FakeRealCluster:
+    plane: FakePlane = dataclasses.field(default_factory=FakePlane)
+
+
+@dataclasses.dataclass
+class FakePrometheus:
+    expired: float | None = 3.0
+    asked: list[str] = dataclasses.field(default_factory=list)
+
+    def value(self, expr: str) -> float | None:
+        self.asked.append(expr)
+        return self.expired
+
+
+@dataclasses.dataclass
 class FakeRun:
-    cluster: FakeCluster
+    cluster: Any
     journal: Journal
     at: float = 0.0
+    prometheus: FakePrometheus = dataclasses.field(default_factory=FakePrometheus)
 
     def now(self) -> float:
         return self.at
@@ -147,3 +193,104 @@ def test_a_held_notification_goes_after_a_later_one() -> None:
     assert sent == [b"second", b"first"]
     assert replies == [(200, b"first")]  # the held one gets its own answer
     assert executor.counts == {"webhook-reorder": 1}
+
+
+def _real_plan() -> ChaosPlan:
+    return ChaosPlan(
+        seed=2,
+        kinds=("restart-etcd", "etcd-compaction", "restart-scheduler"),
+        plane_faults=(
+            PlaneFault(10, "restart-etcd"),
+            PlaneFault(10, "restart-scheduler"),
+            PlaneFault(30, "etcd-compaction"),
+        ),
+        control_plane=REAL,
+    )
+
+
+def test_control_plane_faults_are_done_once_at_their_time_and_a_compaction_restarts_the_apiserver() -> None:
+    executor = ChaosExecutor(_real_plan())
+    run = FakeRun(FakeRealCluster(), Journal("s", "", 20.0, {}))
+    plane = run.cluster.plane
+    executor.on_started(run)
+    executor.on_tick(run)
+    assert plane.done == []
+    run.at = 12
+    executor.on_tick(run)
+    executor.on_tick(run)
+    assert plane.done == [("restart", "etcd"), ("restart", "kube-scheduler")]
+    run.at = 31
+    executor.on_tick(run)
+    assert plane.done[2:] == [("compact",), ("restart", "kube-apiserver")]
+    assert executor.injected(run.journal) == {"etcd-compaction": 1, "restart-etcd": 1, "restart-scheduler": 1}
+    notes = [e.what for e in run.journal.of(Kind.NOTE)]
+    assert notes[:3] == [
+        "chaos: etcd restarted, the control plane ready again after 2.5 s wall "
+        "(the pipeline's observation waited until t+12s)",
+        "chaos: kube-scheduler restarted, the control plane ready again after 2.5 s wall "
+        "(the pipeline's observation waited until t+12s)",
+        "chaos: etcd compacted at revision 42, then kube-apiserver restarted, the control plane ready "
+        "again after 2.5 s wall; kube-controller-manager had exited and was started again "
+        "(the pipeline's observation waited until t+31s)",
+    ]
+
+
+def test_the_410s_after_a_compaction_are_noted_once_the_exporters_count_them() -> None:
+    executor = ChaosExecutor(_real_plan())
+    run = FakeRun(FakeRealCluster(), Journal("s", "", 20.0, {}))
+    executor.on_started(run)
+    run.at = 31
+    executor.on_tick(run)  # baseline read before the compaction: 3
+    assert run.prometheus.asked and set(run.prometheus.asked) == {EXPIRED_WATCHES}
+    executor.on_tick(run)
+    run.prometheus.expired = None  # Prometheus did not answer: asked again later
+    executor.on_tick(run)
+    assert executor.expired_watches == 0
+    assert not [e for e in run.journal.of(Kind.NOTE) if "410" in e.what]
+    run.prometheus.expired = 8.0
+    run.at = 33
+    executor.on_tick(run)
+    asked = len(run.prometheus.asked)
+    executor.on_tick(run)
+    assert len(run.prometheus.asked) == asked  # once seen, no more reads
+    assert executor.expired_watches == 5
+    [note] = [e for e in run.journal.of(Kind.NOTE) if "410" in e.what]
+    assert note.at == 33
+    assert note.what == (
+        "chaos: our watches met 410 Gone: 5 exporter watch restarts (expired) since the compaction, "
+        "each followed by a list"
+    )
+
+
+def test_a_plan_for_one_control_plane_fails_at_the_start_on_the_other() -> None:
+    with pytest.raises(ChaosError, match="need the real control plane"):
+        ChaosExecutor(_real_plan()).on_started(_run())
+    simulated = ChaosPlan(seed=1, kinds=("api-503",))
+    with pytest.raises(ChaosError, match="need the simulated cluster"):
+        ChaosExecutor(simulated).on_started(FakeRun(FakeRealCluster(), Journal("s", "", 20.0, {})))
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--control-plane", "real", "--faults", "kills,api-503"],
+            "--faults: api-503 cannot be injected on the real control plane (only on the simulated one)",
+        ),
+        (
+            ["--faults", "control-plane"],
+            "--faults: restart-apiserver, restart-etcd, etcd-compaction, restart-scheduler, "
+            "restart-controller-manager cannot be injected on the simulated control plane "
+            "(only on the real one)",
+        ),
+        (["--kubernetes-version", "1.36"], "--kubernetes-version applies to --control-plane real"),
+    ],
+)
+def test_the_command_refuses_faults_its_control_plane_cannot_inject(
+    tmp_path: Path, flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workdir = tmp_path / "run"
+    assert main(["chaos", *flags, "--workdir", str(workdir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpuhealth chaos: error: {message}"), err
+    assert not workdir.exists()  # refused before anything started

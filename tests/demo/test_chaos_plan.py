@@ -1,15 +1,20 @@
 """The chaos plan and the judging of a chaos run (`demo/chaos_plan.py`, pure).
 
-Aspects: `--faults` names and groups (unknown names refused); a seed gives the same plan
-and another seed a different one; every kind asked for is planned `per_kind` times inside
+Aspects: `--faults` names and groups (unknown names refused); `all` is the kinds of the run's
+control plane, and a kind the other control plane owns (API faults and clock steps: the
+simulated one; component restarts and etcd compactions: the real one) is refused when parsed and
+when planned, naming the plane that has it; a seed gives the same plan and another seed a
+different one, control-plane faults included (each at a seeded time, the compaction restarting
+kube-apiserver after it); every kind asked for is planned `per_kind` times inside
 the timeline and over before its quiet end (anywhere in a timeline too short for one),
 API rules the apiserver accepts, restarts within bounds, webhook decisions
 depending on the delivery's index only and at the asked rate; the API schedule opens and
 closes overlapping windows; kills staged into the `demo:` section with the HA pair and
-replicas they need; bad settings refused. Judging: each line of the safety verdict goes to
-its column (duplicate, lost, unwarranted); any line or a failed expectation fails the run;
-the time to converge is measured from the last fault to the last change of state in the
-journal, and reads "not by the end" when it changed within the rest window of the end.
+replicas they need; a killed exporter, or an outage of the apiserver (its restart, etcd's), lifts
+only the promise that nodes stay reachable; bad settings refused. Judging: each line of the
+safety verdict goes to its column (duplicate, lost, unwarranted); any line or a failed
+expectation fails the run; the time to converge is measured from the last fault to the last
+change of state in the journal, and reads "not by the end" when it changed within the rest window of the end.
 """
 
 from __future__ import annotations
@@ -20,9 +25,14 @@ from pathlib import Path
 import pytest
 
 from demo.chaos_plan import (
+    CONTROL_PLANE_KINDS,
     DUPLICATE,
+    KILL_KINDS,
     KINDS,
     LOST,
+    PLANE_KINDS,
+    REAL,
+    SIMULATED,
     UNWARRANTED,
     ApiWindow,
     Assessment,
@@ -30,6 +40,7 @@ from demo.chaos_plan import (
     ChaosPlan,
     ChaosSettings,
     DeliveryChaos,
+    PlaneFault,
     assess,
     classify,
     converged_after,
@@ -41,12 +52,14 @@ from demo.chaos_plan import (
     timeline_span,
 )
 from demo.journal import Device, Journal, Kind
+from demo.pipeline import CONTROL_PLANES
 from gpuhealth.fields import SettingsError
 from simulator.apiserver.faults import rule_from_json
 from simulator.fleet.objects import gpu_uuid
 from simulator.scenario import resolve
 
 SCENARIO = resolve(Path(__file__).with_name("safety-scenario.yaml"))
+SIMULATED_KINDS = PLANE_KINDS[SIMULATED]
 DP0 = gpu_uuid("gpu-dp-0", 0)
 
 
@@ -79,7 +92,7 @@ def test_fault_names_and_groups() -> None:
         "kill-alertmanager",
         "clock-jump",
     )
-    assert parse_kinds("all") == KINDS
+    assert parse_kinds("all") == SIMULATED_KINDS
     with pytest.raises(ChaosError, match="unknown fault kind 'api-404'"):
         parse_kinds("api,api-404")
     with pytest.raises(ChaosError, match="no fault kinds"):
@@ -88,9 +101,9 @@ def test_fault_names_and_groups() -> None:
 
 def test_the_same_seed_gives_the_same_plan_and_every_kind_is_planned_inside_the_timeline() -> None:
     settings = ChaosSettings(per_kind=2)
-    first = plan(SCENARIO, 7, KINDS, settings)
-    assert first == plan(SCENARIO, 7, KINDS, settings)
-    assert first != plan(SCENARIO, 8, KINDS, settings)
+    first = plan(SCENARIO, 7, SIMULATED_KINDS, settings)
+    assert first == plan(SCENARIO, 7, SIMULATED_KINDS, settings)
+    assert first != plan(SCENARIO, 8, SIMULATED_KINDS, settings)
     span = timeline_span(SCENARIO)
     assert span == 500.0  # the 8-minute Unknown from 20 s
     assert sorted(w.kind for w in first.windows) == sorted(
@@ -118,6 +131,83 @@ def test_the_same_seed_gives_the_same_plan_and_every_kind_is_planned_inside_the_
     )
     assert first.deliveries is not None and first.deliveries.duplicate == first.deliveries.reorder == 0.3
     assert len(first.describe()) == len(first.windows) + len(first.kills) + len(first.steps) + 1
+
+
+def test_all_is_the_kinds_of_the_run_s_control_plane() -> None:
+    assert set(PLANE_KINDS) == set(CONTROL_PLANES)  # one entry per plane `--control-plane` offers
+    assert set(KINDS) == {k for kinds in PLANE_KINDS.values() for k in kinds}  # none unreachable
+    assert parse_kinds("all", REAL) == (
+        *KILL_KINDS,
+        "webhook-duplicate",
+        "webhook-reorder",
+        *CONTROL_PLANE_KINDS,
+    )
+    assert parse_kinds("control-plane", REAL) == (
+        "restart-apiserver",
+        "restart-etcd",
+        "etcd-compaction",
+        "restart-scheduler",
+        "restart-controller-manager",
+    )
+    # Kills and webhook faults are the pipeline's own: both planes take them.
+    assert parse_kinds("kills,webhook", REAL) == parse_kinds("kills,webhook", SIMULATED)
+
+
+@pytest.mark.parametrize(
+    ("text", "control_plane", "refused", "other"),
+    [
+        ("api-503", REAL, "api-503", SIMULATED),
+        ("kills,clock", REAL, "clock-jump", SIMULATED),
+        ("restart-etcd", SIMULATED, "restart-etcd", REAL),
+        ("webhook,control-plane", SIMULATED, "restart-apiserver, restart-etcd, etcd-compaction", REAL),
+    ],
+)
+def test_a_kind_of_the_other_control_plane_is_refused_when_parsed_and_when_planned(
+    text: str, control_plane: str, refused: str, other: str
+) -> None:
+    message = (
+        f"{refused}.* cannot be injected on the {control_plane} control plane \\(only on the {other} one\\)"
+    )
+    with pytest.raises(ChaosError, match=message):
+        parse_kinds(text, control_plane)
+    kinds = [k for k in KINDS if k in refused.split(", ")]
+    with pytest.raises(ChaosError, match=message):
+        plan(SCENARIO, 1, kinds, control_plane=control_plane)
+    with pytest.raises(ChaosError, match="unknown control plane 'kind'"):
+        parse_kinds(text, "kind")
+
+
+def test_control_plane_faults_are_planned_from_the_seed_inside_the_timeline() -> None:
+    settings = ChaosSettings(per_kind=2)
+    kinds = PLANE_KINDS[REAL]
+    first = plan(SCENARIO, 7, kinds, settings, control_plane=REAL)
+    assert first == plan(SCENARIO, 7, kinds, settings, control_plane=REAL)
+    assert first.plane_faults != plan(SCENARIO, 8, kinds, settings, control_plane=REAL).plane_faults
+    assert first.control_plane == REAL and not first.windows and not first.steps
+    assert sorted(f.kind for f in first.plane_faults) == sorted([*CONTROL_PLANE_KINDS] * 2)
+    quiet_from = timeline_span(SCENARIO) - settings.quiet_seconds
+    assert all(0 <= f.at <= quiet_from for f in first.plane_faults)
+    assert [f.at for f in first.plane_faults] == sorted(f.at for f in first.plane_faults)
+    assert first.last_at == max([f.at for f in first.plane_faults] + [k.at + k.restart for k in first.kills])
+    lines = first.describe()
+    assert len(lines) == len(first.plane_faults) + len(first.kills) + 1
+    assert sum("compact etcd, then restart kube-apiserver" in line for line in lines) == 2
+    assert sum(line.endswith("restart etcd") for line in lines) == 2
+    assert plan(SCENARIO, 7, SIMULATED_KINDS, settings).plane_faults == ()
+
+
+@pytest.mark.parametrize(
+    ("kind", "component"),
+    [
+        ("restart-apiserver", "kube-apiserver"),
+        ("restart-etcd", "etcd"),
+        ("restart-scheduler", "kube-scheduler"),
+        ("restart-controller-manager", "kube-controller-manager"),
+        ("etcd-compaction", "kube-apiserver"),  # restarted after the compaction: its cache starts anew
+    ],
+)
+def test_each_control_plane_fault_restarts_its_component(kind: str, component: str) -> None:
+    assert PlaneFault(10.0, kind).component == component
 
 
 def test_a_timeline_too_short_for_a_quiet_end_takes_faults_anywhere_in_it() -> None:
@@ -265,7 +355,7 @@ def test_an_assessment_sorts_the_verdict_and_fails_on_any_must_be_zero() -> None
     assert expected.failed and expected.expectation_failures == ("migrations: 0 of 1",)
 
 
-def test_a_killed_exporter_lifts_only_the_promise_that_its_node_stays_reachable() -> None:
+def test_a_killed_exporter_or_a_down_apiserver_lifts_only_the_promise_that_nodes_stay_reachable() -> None:
     expect = {
         "alerts": {
             "notFired": [
@@ -283,3 +373,13 @@ def test_a_killed_exporter_lifts_only_the_promise_that_its_node_stays_reachable(
     assert killed["alerts"]["fired"] == ["GPUDeviceUnhealthy"] and killed["breaker"] == "closed"
     # Any other fault keeps every promise.
     assert staged(scenario, plan(scenario, 2, ("kill-responder-leader", "api-500"))).expect == expect
+    # With the apiserver down no node agent renews its Lease; the scheduler's or the
+    # controller-manager's restart leaves the apiserver up.
+    for outage in ("restart-apiserver", "restart-etcd", "etcd-compaction"):
+        down = staged(scenario, plan(scenario, 2, (outage,), control_plane=REAL)).expect
+        assert down["alerts"]["notFired"] == [
+            {"name": "GPUHealthExporterDown"},
+            {"name": "GPUDeviceFatalXid", "node": "gpu-dp-0", "gpu": 0},
+        ], outage
+    up = ("restart-scheduler", "restart-controller-manager", "kill-responder-leader")
+    assert staged(scenario, plan(scenario, 2, up, control_plane=REAL)).expect == expect

@@ -6,7 +6,9 @@ with a client certificate the server verifies, whose subject carries the user (C
 and runtime-config (1.36: DRADeviceTaintRules and v1beta2; 1.37: nothing), the user's gates
 on top; a scheduler config file gets our kubeconfig and no leader election, a wrong document is
 refused by name; a component that exits before it is ready, or never gets ready, raises with
-its log tail; a missing build names the command that builds it; TLS kubeconfigs load into the
+its log tail; a restart starts the same argv again as a new process, appends to the same log
+with a line between the runs and awaits the same probe, and one never made ready is refused; a
+missing build names the command that builds it; TLS kubeconfigs load into the
 official client.
 """
 
@@ -175,6 +177,35 @@ def test_a_component_never_ready_raises_at_its_deadline_and_stops(tmp_path: Path
     finally:
         component.stop()
     assert component.proc.returncode is not None and not component.running()
+
+
+def test_a_restart_runs_the_same_argv_again_and_awaits_the_same_probe(tmp_path: Path) -> None:
+    script = "import sys, time; print('serving', sys.argv[1], flush=True); time.sleep(60)"
+    argv = [sys.executable, "-c", script, "port-6443"]
+    component = Component("kube-apiserver", argv, tmp_path / "apiserver.log")
+    probed: list[int] = []
+
+    def ready() -> bool:
+        probed.append(component.pid)
+        return "serving" in (tmp_path / "apiserver.log").read_text().split("---")[-1]
+
+    try:
+        never_ready = Component("etcd", argv, tmp_path / "etcd.log")
+        with pytest.raises(ControlPlaneError, match="etcd: never made ready"):
+            never_ready.restart(timeout=5)
+        never_ready.stop()
+        component.wait_ready(ready, timeout=30)
+        first = component.pid
+        took = component.restart(timeout=30, grace=5)
+        assert component.pid != first and component.running() and took >= 0
+        assert component.proc.args == argv
+        assert probed[-1] == component.pid  # the same probe, against the new process
+        log = (tmp_path / "apiserver.log").read_text()
+        assert log.count("serving port-6443") == 2
+        assert "--- gpuhealth: kube-apiserver started again (start 2) ---" in log
+    finally:
+        component.stop()
+    assert not component.running()
 
 
 def test_a_missing_build_names_the_command_that_builds_it(
