@@ -4,14 +4,18 @@ status|reset`, read from and written to the records in the cluster.
 They read the `DeviceQuarantine` objects in whichever cluster the kubeconfig names (or the
 in-cluster service account), never a local file, so what they print is what the responder and
 any other replica act on. `list`, `show` and `breaker status` only read. `release` and `extend`
-write a person's change to one record (spec, then status, each conditional; audited in its
-history); `breaker reset` writes the breaker's ConfigMap (audited there) and, with
-`--backlog discard`, the deferred records it dismisses. The `kubectl gpuhealth` plugin shares
-these arguments and `run_*` functions.
+write a person's change to one record's spec, conditionally, and never its status (the operator
+role may not, and an admission policy refuses status writes by anyone but the responder):
+`release` writes a request (`spec.releaseRequest`: who, why, when) that the responder carries out
+through the release ladder or refuses with the reason (the `ReleaseRequest` condition), `extend`
+moves `spec.expiresAt` with who and why in the record's `gpuhealth.io/last-change` annotation.
+`breaker reset` writes the breaker's ConfigMap (audited there); with `--backlog discard` the
+responder dismisses the deferred records. The `kubectl gpuhealth` plugin shares these arguments
+and `run_*` functions.
 
 - `gpuhealth quarantine list [--node NODE] [--phase PHASE] [-o table|wide|json|yaml]`
 - `gpuhealth quarantine show NAME | NODE DEVICE [-o table|json|yaml]`
-- `gpuhealth quarantine release NAME | NODE DEVICE --actor NAME --reason TEXT [--force]`
+- `gpuhealth quarantine release NAME | NODE DEVICE --actor NAME --reason TEXT`
 - `gpuhealth quarantine extend NAME | NODE DEVICE --by DURATION --actor NAME --reason TEXT`
 - `gpuhealth breaker status [-o table|json|yaml]`
 - `gpuhealth breaker reset --actor NAME --reason TEXT [--backlog reevaluate|discard]`
@@ -39,11 +43,11 @@ from gpuhealth.clock import Clock, SystemClock
 from gpuhealth.kube.conflicts import retry_on_conflict
 from gpuhealth.kube.errors import ApiError, Conflict, NotFound
 from gpuhealth.kube.meta import parse_rfc3339, rfc3339
-from gpuhealth.kube.resources import STATUS
 from gpuhealth.tables import human_duration, truncate, write_document, write_table
 from responder.ladder import LADDER
-from responder.reconcile import breaker
+from responder.reconcile import breaker, requests
 from responder.reconcile.breaker_store import AuditEntry, BreakerStore
+from responder.reconcile.policy import PolicySettings
 from responder.records import (
     ACTIVE_PHASES,
     PHASES,
@@ -51,6 +55,7 @@ from responder.records import (
     Phase,
     Quarantine,
     RecordError,
+    ReleaseRequest,
     from_object,
     record_name,
     to_object,
@@ -69,7 +74,10 @@ Client = Any
 # `kubectl gpuhealth` plugin names those the kubectl way and shares the rest (and the `run_*`).
 LIST_HELP = "one line per record"
 SHOW_HELP = "one record with its history"
-RELEASE_HELP = f"start a device's release checks now ({LADDER.describe()}); never skips them"
+RELEASE_HELP = (
+    f"ask the responder to release a device through {LADDER.describe()}: waits may be shortened, "
+    "checks never skipped"
+)
 BREAKER_STATUS_HELP = "tripped or not, why, and the audit trail"
 BREAKER_RESET_HELP = "close a tripped breaker (audited)"
 EXTEND_HELP = "move a quarantine's re-evaluation later"
@@ -96,11 +104,6 @@ def add_release_arguments(parser: argparse.ArgumentParser) -> None:
     target_argument(parser)
     parser.add_argument("--actor", required=True, help="who asks (recorded)")
     parser.add_argument("--reason", required=True, help="why (recorded)")
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="start even while its alerts still fire (never past a failed check)",
-    )
     command(parser, run_release)
 
 
@@ -142,7 +145,11 @@ def _target_name(args: argparse.Namespace) -> str:
 
 def _list_command(args: argparse.Namespace) -> str:
     """`gpuhealth quarantine list`, or `kubectl gpuhealth quarantine list`: the command's own family."""
-    return str(args.prog).rsplit(" ", 1)[0] + " list"
+    return _sibling(args, "list")
+
+
+def _sibling(args: argparse.Namespace, verb: str) -> str:
+    return str(args.prog).rsplit(" ", 1)[0] + f" {verb}"
 
 
 def namespace_option(parser: argparse.ArgumentParser) -> None:
@@ -260,6 +267,13 @@ def run_show(
         ("Expires", f"{spec.expires_at} ({_until(parse_rfc3339(spec.expires_at), now)})"),
         ("Source alerts", ", ".join(f"{a.alertname} since {a.starts_at}" for a in spec.source_alerts) or "-"),
     ]
+    request = spec.release_request
+    if request is not None:
+        answer = status.condition(requests.CONDITION)
+        fields += [
+            ("Release request", f"{request.actor} at {request.requested_at}: {request.reason}"),
+            ("Answer", f"{answer.reason}: {answer.message}" if answer is not None else "not answered yet"),
+        ]
     width = max(len(label) for label, _ in fields) + 1
     for label, value in fields:
         out.write(f"{label + ':':<{width}} {value}\n")
@@ -372,20 +386,23 @@ def run_breaker_reset(
         store = BreakerStore(c, args.namespace)
         if not store.read().state.tripped:
             return False, 0
-        now = rfc3339(clock.now())
-        discarded = _discard_backlog(c, args.actor, args.reason, now) if args.backlog == "discard" else 0
+        now = clock.now()
+        discard = args.backlog == "discard"
+        # Only the count: the responder dismisses the deferred records itself (this role may not
+        # write their status), those deferred before the reset's time.
+        backlog = _deferred_count(c) if discard else 0
         entry = AuditEntry(
-            time=now, action="reset", actor=args.actor, reason=args.reason, backlog=args.backlog
+            time=rfc3339(now), action="reset", actor=args.actor, reason=args.reason, backlog=args.backlog
         )
-        store.write(breaker.reset(store.read().state), entry)
-        return True, discarded
+        store.write(breaker.reset(store.read().state, discard_at=now if discard else None), entry)
+        return True, backlog
 
     was_tripped, discarded = _read(reset, args, client, what="the breaker")
     if not was_tripped:
         out.write("The breaker is not tripped: nothing to reset.\n")
         return 0
     what = (
-        f"{discarded} deferred device(s) discarded"
+        f"the responder dismisses {discarded} deferred device(s)"
         if args.backlog == "discard"
         else "deferred devices are re-evaluated against their current health"
     )
@@ -393,23 +410,13 @@ def run_breaker_reset(
     return 0
 
 
-def _discard_backlog(client: Client, actor: str, reason: str, now: str) -> int:
-    """Deferred records end (nothing was enforced for them), each with the person's reason."""
+def _deferred_count(client: Client) -> int:
     count = 0
     for obj in client.list(QUARANTINES).items:
         try:
-            record = from_object(obj)
+            count += from_object(obj).status.phase == Phase.DEFERRED
         except RecordError:
             continue
-        if record.status.phase != Phase.DEFERRED:
-            continue
-        message = f"breaker reset, backlog discarded: {reason}"
-        done = record.with_phase(Phase.RELEASED, time=now, actor=f"person/{actor}", message=message)
-        try:
-            client.update(QUARANTINES, {**obj, "status": to_object(done)["status"]}, subresource=STATUS)
-            count += 1
-        except Conflict:
-            continue  # the reconciler moved it meanwhile: it is no longer waiting
     return count
 
 
@@ -420,34 +427,36 @@ def run_release(
     clock: Clock | None = None,
     out: TextIO | None = None,
 ) -> int:
-    """A person's release starts the checks a release needs; it never skips them.
+    """A person's release is a request the responder carries out through the ladder.
 
-    Refused, even with --force, while the last probe or canary failed: the device showed it
-    is broken, and only a passing check (after a repair) may start its way out.
+    The command writes `spec.releaseRequest` and nothing else; the responder may shorten the
+    ladder's waits for it, never skip a check, and refuses it while a failure or Unhealthy
+    evidence stands. What the record itself shows (a failure since its last release, an alert
+    still firing) refuses it here too, with the same words, before anything is written; the
+    responder's answer (it also reads the device's health) is the `ReleaseRequest` condition.
     """
     out, clock = out or sys.stdout, clock or SystemClock()
     _audited(args)
+    settings = PolicySettings()
 
     def decide_release(record: Quarantine) -> Quarantine:
-        status = record.status
-        if status.last_check is not None and status.last_check.failed:
-            check = status.last_check.check
-            raise CommandFailed(
-                f"{record.name}: refused, even with --force: its last {check} failed; "
-                "it stays quarantined until a check passes"
-            )
-        if status.phase != Phase.QUARANTINED:
-            raise CommandFailed(f"{record.name}: is {status.phase}, not Quarantined: nothing to release")
-        firing = [a for a in record.spec.source_alerts if a.firing]
-        if firing and not args.force:
-            names = ", ".join(sorted({a.alertname for a in firing}))
-            raise CommandFailed(f"{record.name}: {names} still firing; --force starts the checks anyway")
-        stamp = rfc3339(clock.now())
-        sources = tuple(replace(a, resolved_at=a.resolved_at or stamp) for a in record.spec.source_alerts)
-        return replace(record, spec=replace(record.spec, source_alerts=sources))
+        if record.status.phase not in ACTIVE_PHASES:
+            raise CommandFailed(f"{record.name}: is {record.status.phase}: nothing to release")
+        request = ReleaseRequest(f"person/{args.actor}", args.reason, rfc3339(clock.now()))
+        asked = replace(record, spec=replace(record.spec, release_request=request))
+        given = requests.answer(
+            asked, unhealthy=False, wait_seconds=settings.requested_wait_seconds, ladder=settings.rungs
+        )
+        if given is not None and not given.honoured:
+            raise CommandFailed(f"{record.name}: {given.message}")
+        return asked
 
-    name = _change(args, client, clock, decide_release, f"release requested: {LADDER.describe()} follow")
-    out.write(f"{name}: release checks start ({LADDER.describe()}).\n")
+    name = _change(args, client, clock, decide_release, "release requested")
+    show = _sibling(args, "show")
+    out.write(
+        f"{name}: release requested: the responder carries it out through {LADDER.describe()} "
+        f"(its answer: `{show} {name}`, condition {requests.CONDITION}).\n"
+    )
     return 0
 
 
@@ -478,6 +487,11 @@ def _audited(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag} must not be empty: who asked and why are kept (audited)")
 
 
+LAST_CHANGE = "gpuhealth.io/last-change"
+"""Annotation on a record: the last change a person made to its spec (when, who, what, why);
+the API server's audit log keeps every one."""
+
+
 def _change(
     args: argparse.Namespace,
     client: Client | None,
@@ -485,7 +499,9 @@ def _change(
     change: Callable[[Quarantine], Quarantine],
     message: str,
 ) -> str:
-    """Read the record, apply a person's change to its spec, write spec then status (conditional)."""
+    """Read the record, apply a person's change to its spec and write the spec (conditional).
+
+    Never the status: that is the responder's alone (RBAC, and the admission policy)."""
     name = _target_name(args)
 
     def apply(c: Client) -> str:
@@ -498,17 +514,11 @@ def _change(
                 record = from_object(obj)
             except RecordError as exc:
                 raise CommandFailed(f"{name}: unreadable record ({exc})") from exc
-            changed = change(record).with_phase(
-                record.status.phase,
-                time=rfc3339(clock.now()),
-                actor=f"person/{args.actor}",
-                message=f"{message}: {args.reason}",
-                reason=record.status.phase_reason,
-            )
-            body = to_object(changed)
-            status = body.pop("status")
-            stored = c.update(QUARANTINES, body)
-            c.update(QUARANTINES, {**stored, "status": status}, subresource=STATUS)
+            changed = change(record)
+            metadata = dict(obj.get("metadata") or {})
+            audit = f"{rfc3339(clock.now())} person/{args.actor}: {message}: {args.reason}"
+            metadata["annotations"] = {**(metadata.get("annotations") or {}), LAST_CHANGE: audit}
+            c.update(QUARANTINES, {**obj, "metadata": metadata, "spec": to_object(changed)["spec"]})
             return name
 
         try:

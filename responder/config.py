@@ -5,7 +5,8 @@ not in it keeps its default, and the flags keep what is per deployment (where to
 which cluster, the token, TLS). The shipped example with every default and its reason is
 `deploy/responder-config.yaml`.
 
-    policy:         {probe_timeout, canary_timeout, stability, ramp, backoff, max_backoff, deferred_max_age}
+    policy:         {probe_timeout, canary_timeout, stability, ramp, requested_wait, backoff, max_backoff,
+                     deferred_max_age}
     breaker:        {window, rate_fraction, rate_floor, capacity_fraction, capacity_floor}
     new_quarantines: {burst, per_hour}
     migration:      {checkpoint_timeout, lease_margin, lease_cap, default_mode, namespace_modes,
@@ -142,6 +143,7 @@ _SECTIONS: dict[str, dict[str, _Key]] = {
         "canary_timeout": _Key(("reconciler", "policy", "canary_timeout_seconds"), _duration),
         "stability": _Key(("reconciler", "policy", "stability_seconds"), _duration),
         "ramp": _Key(("reconciler", "policy", "ramp_seconds"), _duration),
+        "requested_wait": _Key(("reconciler", "policy", "requested_wait_seconds"), _duration),
         "backoff": _Key(("reconciler", "policy", "backoff_seconds"), _duration),
         "max_backoff": _Key(("reconciler", "policy", "max_backoff_seconds"), _duration),
         "deferred_max_age": _Key(("reconciler", "policy", "deferred_max_age_seconds"), _duration),

@@ -182,6 +182,37 @@ class QuarantineSpec:
     pool: str = ""
     device_name: str = ""
     source_alerts: tuple[SourceAlert, ...] = ()
+    release_request: ReleaseRequest | None = None
+    """A person's pending request to release the device (the only way a person asks for one:
+    the operator role writes the spec, never the status)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseRequest:
+    """A person's request to release the device (`gpuhealth quarantine release`): the responder
+    carries it out through the release ladder. It may shorten the ladder's waits (a window, a
+    ramp), never skip a check, and is refused while a failure or Unhealthy evidence stands; the
+    answer is the record's `ReleaseRequest` condition (and an Event)."""
+
+    actor: str
+    """Who asked: `person/<name>`."""
+    reason: str
+    requested_at: str
+    """RFC 3339 of the request: a newer request replaces an older one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """One `status.conditions` entry, shaped as Kubernetes' metav1.Condition."""
+
+    type: str
+    status: str
+    """`True`, `False` or `Unknown`."""
+    reason: str
+    """CamelCase, what a program matches on."""
+    message: str
+    last_transition_time: str
+    """RFC 3339 of the last change of `status` or `reason`."""
 
 
 class Verdict(StrEnum):
@@ -220,6 +251,9 @@ class QuarantineStatus:
     failures: int = 0
     """Consecutive failed release attempts: the quarantine is extended by the backoff doubled
     this many times."""
+    retry_at: str = ""
+    """RFC 3339 before which no release attempt starts: the doubled backoff of the last failure
+    (set with `failures`; the expiry is moved to it only when it was earlier)."""
     last_check: CheckOutcome | None = None
     """The verdict of the last check rung (None before the first): a person may not release a
     device whose last check failed."""
@@ -227,6 +261,11 @@ class QuarantineStatus:
     processed_keys: tuple[str, ...] = ()
     migrations: tuple[Migration, ...] = ()
     """Jobs moved (or being moved) off the device, one entry per job."""
+    conditions: tuple[Condition, ...] = ()
+    """The responder's answers (`ReleaseRequest`: honoured or refused, and why)."""
+
+    def condition(self, kind: str) -> Condition | None:
+        return next((c for c in self.conditions if c.type == kind), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,6 +372,13 @@ def to_object(record: Quarantine) -> dict[str, Any]:
             body_spec[key] = value
     if spec.device_name:
         body_spec["deviceName"] = spec.device_name
+    if spec.release_request is not None:
+        request = spec.release_request
+        body_spec["releaseRequest"] = {
+            "actor": request.actor,
+            "reason": request.reason,
+            "requestedAt": request.requested_at,
+        }
     status = record.status
     body_status: dict[str, Any] = {
         "phase": str(status.phase),
@@ -355,6 +401,19 @@ def to_object(record: Quarantine) -> dict[str, Any]:
             "attempt": check.attempt,
             "verdict": check.verdict.value,
         }
+    if status.retry_at:
+        body_status["retryAt"] = status.retry_at
+    if status.conditions:
+        body_status["conditions"] = [
+            {
+                "type": c.type,
+                "status": c.status,
+                "reason": c.reason,
+                "message": c.message,
+                "lastTransitionTime": c.last_transition_time,
+            }
+            for c in status.conditions
+        ]
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -455,6 +514,7 @@ def from_object(obj: Any, ladder: Ladder = LADDER) -> Quarantine:
                 _read_source_alert(a, f"spec.sourceAlerts[{i}]")
                 for i, a in enumerate(_list(spec.get("sourceAlerts"), "spec.sourceAlerts"))
             ),
+            release_request=_release_request(spec.get("releaseRequest")),
         ),
         status=QuarantineStatus(
             phase=phase,
@@ -463,6 +523,7 @@ def from_object(obj: Any, ladder: Ladder = LADDER) -> Quarantine:
             enforced=str(status.get("enforced") or ""),
             attempt=_count(status.get("attempt"), "status.attempt"),
             failures=_count(status.get("failures"), "status.failures"),
+            retry_at=str(status.get("retryAt") or ""),
             last_check=_last_check(status.get("lastCheck")),
             history=tuple(
                 _history(h, f"status.history[{i}]", ladder)
@@ -472,6 +533,10 @@ def from_object(obj: Any, ladder: Ladder = LADDER) -> Quarantine:
             migrations=tuple(
                 _read_migration(m, f"status.migrations[{i}]")
                 for i, m in enumerate(_list(status.get("migrations"), "status.migrations"))
+            ),
+            conditions=tuple(
+                _condition(c, f"status.conditions[{i}]")
+                for i, c in enumerate(_list(status.get("conditions"), "status.conditions"))
             ),
         ),
     )
@@ -484,6 +549,29 @@ def _read_source_alert(entry: Any, path: str) -> SourceAlert:
         fingerprint=_text(data, "fingerprint", path),
         starts_at=_text(data, "startsAt", path),
         resolved_at=str(data.get("resolvedAt") or ""),
+    )
+
+
+def _release_request(value: Any) -> ReleaseRequest | None:
+    if value is None:
+        return None
+    data = _mapping(value, "spec.releaseRequest")
+    path = "spec.releaseRequest"
+    return ReleaseRequest(
+        actor=_text(data, "actor", path),
+        reason=_text(data, "reason", path),
+        requested_at=_text(data, "requestedAt", path),
+    )
+
+
+def _condition(entry: Any, path: str) -> Condition:
+    data = _mapping(entry, path)
+    return Condition(
+        type=_text(data, "type", path),
+        status=_text(data, "status", path),
+        reason=str(data.get("reason") or ""),
+        message=str(data.get("message") or ""),
+        last_transition_time=str(data.get("lastTransitionTime") or ""),
     )
 
 

@@ -66,6 +66,9 @@ class BreakerState:
     tripped_at: float | None = None
     detail: str = ""
     """What the counts were when it tripped, for the record and the operator."""
+    discarded_before: float | None = None
+    """The last reset that discarded the backlog: the reconciler dismisses records deferred
+    before it (the person's command writes this state, never the records' status)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,9 +140,11 @@ def admit(
     return True, state
 
 
-def reset(state: BreakerState) -> BreakerState:
-    """A person's reset: the breaker closes (the caller records who, why and the backlog choice)."""
-    return replace(state, tripped=False, trigger="", tripped_at=None, detail="")
+def reset(state: BreakerState, *, discard_at: float | None = None) -> BreakerState:
+    """A person's reset: the breaker closes (the caller records who, why and the backlog choice).
+    `discard_at`: the backlog deferred before then is dismissed, not re-evaluated."""
+    discarded = discard_at if discard_at is not None else state.discarded_before
+    return replace(state, tripped=False, trigger="", tripped_at=None, detail="", discarded_before=discarded)
 
 
 def _trip(state: BreakerState, trigger: str, now: float, detail: str) -> BreakerState:

@@ -94,6 +94,7 @@ def _encode_state(state: BreakerState) -> str:
             "trigger": state.trigger,
             "trippedAt": state.tripped_at,
             "detail": state.detail,
+            "discardedBefore": state.discarded_before,
         }
     ).decode()
 
@@ -117,6 +118,9 @@ def _decode(obj: dict[str, Any] | None) -> Stored:
             trigger=str(raw.get("trigger") or ""),
             tripped_at=float(raw["trippedAt"]) if raw.get("trippedAt") is not None else None,
             detail=str(raw.get("detail") or ""),
+            discarded_before=(
+                float(raw["discardedBefore"]) if raw.get("discardedBefore") is not None else None
+            ),
         )
     except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
         state = BreakerState(

@@ -24,7 +24,11 @@ construction and property-tested:
   fails only because the device was busy;
 - the breaker holds back only new automatic quarantines: releases, probes and quarantines a
   person asked for go on while it is open;
-- a quarantine whose enforcement a person removed is left to them (Abandoned), never re-applied.
+- enforcement is level-triggered: while a record is active (Quarantined through the last rung),
+  an exclusion found missing (a DeviceTaintRule or node annotation entry someone deleted) is put
+  back, with a warning Event that says so; a record is never Abandoned for it (Abandoned stays
+  readable, for records an older responder wrote);
+- the expiry only ever grows on a failure: `max(current, now + backoff)`.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from enum import StrEnum
 
 from gpuhealth.kube.meta import parse_rfc3339, rfc3339
 from responder.ladder import CANARY_TAINT, LADDER, QUARANTINE_TAINT, Kind, Ladder, Rung
-from responder.reconcile import breaker
+from responder.reconcile import breaker, requests
 from responder.reconcile.breaker import BreakerSettings, BreakerState, Counts
 from responder.reconcile.limits import Bucket
 from responder.records import CheckOutcome, Phase, Quarantine, Verdict
@@ -116,6 +120,10 @@ class PolicySettings:
     doubled on every consecutive failure."""
     max_backoff_seconds: float = 7 * 86400.0
     """Cap on one extension."""
+    requested_wait_seconds: float = 300.0
+    """A release request a person made, when honoured, cuts each waiting rung (the stability
+    window, the ramp) to at most this long; never a check, and never to nothing: the device is
+    still watched Healthy, and still ramps, for this long."""
     deferred_max_age_seconds: float = 3600.0
     """After the breaker closes, a deferred device that is Unknown (not Unhealthy) is admitted
     only if it was deferred within this long: an old Unknown is no evidence of a failure now."""
@@ -137,6 +145,7 @@ class PolicySettings:
             values.append(float(value))
         object.__setattr__(self, "rungs", _timed(self.ladder, tuple(values)))
         for name in (
+            "requested_wait_seconds",
             "backoff_seconds",
             "max_backoff_seconds",
             "deferred_max_age_seconds",
@@ -221,15 +230,41 @@ class Step:
 
 
 def step(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
-    phase = record.status.phase
-    if phase in (Phase.RELEASED, Phase.ABANDONED):
+    if record.status.phase in (Phase.RELEASED, Phase.ABANDONED):
         return Step(record)
+    # A person's release request (responder.reconcile.requests): answered before the step, to
+    # decide whether its waits are shortened, and after it, for the condition the record keeps
+    # (a failure in this very step refuses it from now on).
+    wait, ladder = ctx.settings.requested_wait_seconds, ctx.settings.rungs
+    unhealthy = view.health == Health.UNHEALTHY
+    before = requests.answer(record, unhealthy=unhealthy, wait_seconds=wait, ladder=ladder)
+    decided = _decide(record, view, ctx, shorten=before is not None and before.honoured)
+    after = requests.answer(decided.record, unhealthy=unhealthy, wait_seconds=wait, ladder=ladder)
+    answered, turned = requests.answered(decided.record, after, rfc3339(ctx.now))
+    if after is not None and after.honoured and decided.recheck_seconds is not None:
+        # A shortened wait ends sooner than the rung's own length the step planned to look at.
+        decided = replace(decided, recheck_seconds=min(decided.recheck_seconds, wait))
+    if not turned or after is None:
+        return replace(decided, record=answered)
+    notice = Notify(f"ReleaseRequest{after.reason}", after.message, warning=not after.honoured)
+    answered = answered.with_phase(
+        answered.status.phase,
+        time=rfc3339(ctx.now),
+        actor=ACTOR,
+        message=after.message,
+        reason=answered.status.phase_reason,
+    )
+    return replace(decided, record=answered, effects=(*decided.effects, notice))
+
+
+def _decide(record: Quarantine, view: DeviceView, ctx: Context, *, shorten: bool) -> Step:
+    phase = record.status.phase
     if phase == Phase.PENDING:
         return _pending(record, view, ctx)
     if phase == Phase.DEFERRED:
         return _deferred(record, view, ctx)
     if record.status.enforced and not view.enforcement_present and not ctx.settings.dry_run:
-        return _abandon(record, ctx)
+        return _restore(record, ctx)
     if phase == Phase.QUARANTINED:
         return _quarantined(record, view, ctx)
     rung = ctx.settings.rungs.rung(phase)
@@ -237,6 +272,8 @@ def step(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
         # A phase this responder's ladder does not have (a rung taken out since the record
         # was written): the attempt cannot go on, and the device stays enforced.
         return _fail(record, ctx, f"{phase} is no rung of this responder's release ladder")
+    if shorten:
+        rung = requests.shortened(rung, ctx.settings.requested_wait_seconds)
     if _firing(record):
         return _fail(record, ctx, f"an alert fired again while {phase}")
     if rung.metrics_judge and view.health != Health.HEALTHY:
@@ -283,6 +320,12 @@ def _deferred(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
     if ctx.breaker.tripped:
         # A person's reset (with --backlog) decides what happens to the backlog.
         return Step(record, _stray(view))
+    deferred_at = _seconds(record.status.phase_since)
+    discarded = ctx.breaker.discarded_before
+    if discarded is not None and deferred_at is not None and deferred_at <= discarded:
+        # A person reset the breaker with `--backlog discard` (audited in its ConfigMap).
+        message = "breaker reset, backlog discarded: nothing was enforced"
+        return Step(_move(record, ctx, Phase.RELEASED, message), _stray(view))
     # Re-evaluated against the device's current health, never replayed blindly: only a device
     # that still fails now (Unhealthy, or Unknown not older than the age limit) is admitted.
     age = ctx.now - (_seconds(record.status.phase_since) or ctx.now)
@@ -358,12 +401,14 @@ def _release_held(record: Quarantine, now: float) -> tuple[str, str, float | Non
         # drop it half-way (pods evicted with no outcome written, a checkpoint asked for and
         # never acted on) and probe a device the job may still hold.
         return MIGRATING, f"waits for the move of {', '.join(sorted(moving))} to end", None
-    expires = _seconds(record.spec.expires_at)
-    if record.status.failures and expires is not None and now < expires:
+    # Records a responder wrote before `retryAt` existed: their expiry was the backoff's end.
+    until_text = record.status.retry_at or record.spec.expires_at
+    until = _seconds(until_text)
+    if record.status.failures and until is not None and now < until:
         # A failure (a check, a fresh alert, Unhealthy on the way out) extended the
         # quarantine by the doubled backoff: the next attempt waits for it, or a device that
         # fails its probe would be probed again at once, over and over.
-        return BACKING_OFF, f"waits for the backoff until {record.spec.expires_at}", expires - now
+        return BACKING_OFF, f"waits for the backoff until {until_text}", until - now
     return None
 
 
@@ -425,35 +470,50 @@ def _ramp(record: Quarantine, ctx: Context, rung: Rung) -> Step:
 
 
 def _fail(record: Quarantine, ctx: Context, why: str, *, check: CheckOutcome | None = None) -> Step:
-    failures = record.status.failures + 1
-    extended = _extended_expiry(record, ctx, failures)
-    moved = _move(record, ctx, Phase.QUARANTINED, f"{why}: quarantined again until {extended}")
-    status = replace(
-        moved.status, failures=failures, last_check=check if check is not None else moved.status.last_check
-    )
-    moved = replace(moved, spec=replace(moved.spec, expires_at=extended), status=status)
+    moved = _failed(record, ctx, f"{why}: quarantined again")
+    if check is not None:
+        moved = replace(moved, status=replace(moved.status, last_check=check))
     effects: tuple[Effect, ...] = (_enforce(record, ctx), Notify("ReleaseFailed", why, warning=True))
     return Step(moved, effects, recheck_seconds=0.0)
 
 
 def _extend(record: Quarantine, ctx: Context, why: str) -> Step:
+    moved = _failed(record, ctx, f"{why}: extended")
+    message = f"{why}; re-evaluated at {moved.spec.expires_at}"
+    return Step(moved, (Notify("QuarantineExtended", message, warning=True),))
+
+
+def _failed(record: Quarantine, ctx: Context, why: str) -> Quarantine:
+    """`record` Quarantined with one more failure counted: no attempt before the doubled backoff
+    has run (`status.retryAt`), and the expiry moved to that backoff's end if it was earlier
+    (never earlier than it was: a failure must not cut a person's 24 h extension to an hour)."""
     failures = record.status.failures + 1
-    extended = _extended_expiry(record, ctx, failures)
-    moved = _move(record, ctx, Phase.QUARANTINED, f"{why}: extended until {extended}")
-    moved = replace(
-        moved, spec=replace(moved.spec, expires_at=extended), status=replace(moved.status, failures=failures)
-    )
-    return Step(moved, (Notify("QuarantineExtended", f"{why}; re-evaluated at {extended}", warning=True),))
+    s = ctx.settings
+    backoff = min(s.max_backoff_seconds, s.backoff_seconds * 2 ** min(failures - 1, 32))
+    retry_at = rfc3339(ctx.now + backoff)
+    current = _seconds(record.spec.expires_at)
+    expires = record.spec.expires_at if current is not None and current >= ctx.now + backoff else retry_at
+    moved = _move(record, ctx, Phase.QUARANTINED, f"{why} until {retry_at}")
+    status = replace(moved.status, failures=failures, retry_at=retry_at)
+    return replace(moved, spec=replace(moved.spec, expires_at=expires), status=status)
 
 
-def _abandon(record: Quarantine, ctx: Context) -> Step:
+def _restore(record: Quarantine, ctx: Context) -> Step:
+    """The record's enforcement put back: someone deleted it while the record is active.
+
+    Level-triggered: what the record's phase holds (the quarantine taint, or the ramp's) is
+    wanted while it stands, whoever removed it; a person who means to end a quarantine asks for
+    a release, which goes through the ladder. The record keeps its phase and its clocks."""
+    wanted = holding(record, ctx.settings)
     message = (
-        f"{record.status.enforced} was removed by someone else: gpuhealth no longer owns this quarantine"
+        f"{record.status.enforced} was found missing while {record.status.phase}: "
+        f"restored ({wanted.taint_key}); a release goes through the ladder, never by deleting it"
     )
-    moved = _move(record, ctx, Phase.ABANDONED, message)
+    restored = _move(record, ctx, record.status.phase, message, reason=record.status.phase_reason)
     return Step(
-        replace(moved, status=replace(moved.status, enforced="")),
-        (Notify("QuarantineAbandoned", message, warning=True),),
+        restored,
+        (wanted, Notify("EnforcementRestored", message, warning=True)),
+        recheck_seconds=0.0,
     )
 
 
@@ -501,12 +561,6 @@ def holding(record: Quarantine, settings: PolicySettings) -> Enforce:
 
 def _firing(record: Quarantine) -> bool:
     return any(source.firing for source in record.spec.source_alerts)
-
-
-def _extended_expiry(record: Quarantine, ctx: Context, failures: int) -> str:
-    s = ctx.settings
-    backoff = min(s.max_backoff_seconds, s.backoff_seconds * 2 ** min(failures - 1, 32))
-    return rfc3339(ctx.now + backoff)
 
 
 def _seconds(stamp: str) -> float | None:

@@ -3,7 +3,8 @@
 Aspects: the DeviceQuarantine CRD is accepted and established; a record as the responder
 writes it (`responder.records.to_object`) applies with strict field validation (an unknown
 field would be an error, not silently pruned) and its status subresource takes the status the
-reconciler writes; every overlay applies with `kubectl apply --server-side --validate=strict`
+reconciler writes (as the responder's ServiceAccount: the admission policy refuses anyone else);
+every overlay applies with `kubectl apply --server-side --validate=strict`
 (the Prometheus Operator kinds against CRDs made from the deploy tests' schemas) with no
 warning but the PodSecurity one the namespace is labelled for (the exporter is not
 `restricted`), and applying it again changes nothing.
@@ -21,8 +22,8 @@ import yaml
 from gpuhealth.kube.resources import Resource
 from responder.records import QUARANTINES, Phase, Quarantine, QuarantineStatus, to_object
 from simulator.controlplane import ControlPlane
-from tests.deploy.manifests import OVERLAYS, build
-from tests.support.controlplane import admin, apply, dra_quarantine, kubectl
+from tests.deploy.manifests import NAMESPACE, OVERLAYS, build
+from tests.support.controlplane import admin, apply, as_service_account, dra_quarantine, kubectl
 
 pytestmark = [pytest.mark.integration, pytest.mark.controlplane, pytest.mark.slow]
 
@@ -52,7 +53,11 @@ def test_the_crd_is_established_and_takes_the_records_the_responder_writes(
         assert "unknown field" not in done.stderr
         stored = client.get(QUARANTINES, record["metadata"]["name"])
         assert stored["spec"] == record["spec"]  # nothing pruned
-        updated = client.update(QUARANTINES, {**stored, "status": status}, subresource="status")
+        responder = as_service_account(plane, client, NAMESPACE, "gpuhealth-responder")
+        try:
+            updated = responder.update(QUARANTINES, {**stored, "status": status}, subresource="status")
+        finally:
+            responder.close()
         assert updated["status"] == status
     finally:
         client.close()

@@ -58,7 +58,8 @@ def user(namespace: str, service_account: str) -> str:
 
 
 def grants(objects: Iterable[dict[str, Any]], service_account_user: str) -> list[Grant]:
-    """Every grant the bindings in `objects` give `service_account_user`."""
+    """Every grant the bindings in `objects` give `service_account_user` (a ServiceAccount's user,
+    `user(namespace, name)`, or a person's user name bound as a `User` subject)."""
     objects = list(objects)
     roles = {
         (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o
@@ -71,8 +72,11 @@ def grants(objects: Iterable[dict[str, Any]], service_account_user: str) -> list
             continue
         subjects = binding.get("subjects") or []
         if not any(
-            s.get("kind") == "ServiceAccount"
-            and user(s.get("namespace", ""), s["name"]) == service_account_user
+            (
+                s.get("kind") == "ServiceAccount"
+                and user(s.get("namespace", ""), s["name"]) == service_account_user
+            )
+            or (s.get("kind") == "User" and s["name"] == service_account_user)
             for s in subjects
         ):
             continue

@@ -59,6 +59,8 @@ def test_every_overlay_builds_with_the_core_objects(overlay: str) -> None:
         ("Service", "gpuhealth-responder"),
         ("Service", "gpuhealth-exporter"),
         ("Secret", "gpuhealth-responder-token"),
+        ("ValidatingAdmissionPolicy", "gpuhealth-devicequarantine-status"),
+        ("ValidatingAdmissionPolicyBinding", "gpuhealth-devicequarantine-status"),
     ]:
         assert wanted in kinds, f"{overlay}: {wanted} missing"
     namespaced = [o for o in objects if o["kind"] not in _CLUSTER_SCOPED]
@@ -71,7 +73,14 @@ def test_every_overlay_builds_with_the_core_objects(overlay: str) -> None:
     ]
 
 
-_CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+_CLUSTER_SCOPED = {
+    "Namespace",
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
 
 
 def test_the_cluster_exporter_component_replaces_the_daemonset(tmp_path: Path) -> None:

@@ -4,7 +4,9 @@ Aspects: the simulated apiserver's audit derives (verb, group, resource, subreso
 namespace, name) from a request as the apiserver does (watch vs list vs get, deletecollection,
 subresources, a Namespace object itself, discovery left out); a RoleBinding grants only in its
 namespace, a ClusterRoleBinding everywhere, to the bound account only; a grant no call uses is
-reported, a call no grant allows is reported; a missing role and a wildcard are refused.
+reported, a call no grant allows is reported; a missing role and a wildcard are refused; the
+shipped `gpuhealth-operator` role, bound to a person, grants the calls of `quarantine release`
+and `extend` (get, update of the spec) and never a write of a record's status.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 
 from simulator.apiserver.audit import request_attributes
+from tests.deploy.manifests import build, find
 from tests.deploy.rbac import ALL_NAMESPACES, Call, grants, unauthorized, unused, user
 
 
@@ -107,3 +110,36 @@ def test_a_missing_role_and_a_wildcard_are_refused() -> None:
         grants(objects[1:], SA)
     with pytest.raises(AssertionError, match="wildcard"):
         grants(_objects([{"apiGroups": ["*"], "resources": ["pods"], "verbs": ["get"]}], cluster=True), SA)
+
+
+def _operator_grants(person: str) -> list[Any]:
+    """The shipped gpuhealth-operator role bound to `person`, as an admin binds it. Its ConfigMap
+    rules name the breaker's ConfigMap (resourceNames, not modelled here) and are left out: what
+    this model judges is the records."""
+    role = find(build("enforcing"), "ClusterRole", "gpuhealth-operator")
+    role = {**role, "rules": [r for r in role["rules"] if not r.get("resourceNames")]}
+    binding = {
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "gpuhealth-operators"},
+        "roleRef": {
+            "kind": "ClusterRole",
+            "name": "gpuhealth-operator",
+            "apiGroup": "rbac.authorization.k8s.io",
+        },
+        "subjects": [{"kind": "User", "name": person, "apiGroup": "rbac.authorization.k8s.io"}],
+    }
+    return grants([role, binding], person)
+
+
+def test_the_operator_role_writes_the_spec_and_never_the_status() -> None:
+    held = _operator_grants("alice")
+    spec = [Call(verb, "gpuhealth.io", "devicequarantines", "") for verb in ("get", "list", "update")]
+    assert unauthorized(spec, held) == []
+    status = [
+        Call(verb, "gpuhealth.io", "devicequarantines/status", "") for verb in ("update", "patch", "get")
+    ]
+    assert unauthorized(status, held) == sorted(status)
+    assert unauthorized([Call("patch", "gpuhealth.io", "devicequarantines", "")], held) != []
+    # Unbound, the role grants nobody anything.
+    role = find(build("enforcing"), "ClusterRole", "gpuhealth-operator")
+    assert grants([role], "alice") == []

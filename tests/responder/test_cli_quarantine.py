@@ -218,50 +218,73 @@ def test_breaker_status_and_an_audited_reset(
         "discard",
     )
     assert reset.returncode == 0, reset.stderr
-    assert reset.stdout == "Breaker reset by alice: 1 deferred device(s) discarded.\n"
+    assert reset.stdout == "Breaker reset by alice: the responder dismisses 1 deferred device(s).\n"
     after = store.read()
-    assert not after.state.tripped
+    assert not after.state.tripped and after.state.discarded_before is not None
     assert [(e.action, e.actor, e.backlog) for e in after.history] == [
         ("trip", "responder", ""),
         ("reset", "alice", "discard"),
     ]
-    discarded = from_object(client.get(QUARANTINES, record_name("gpu-node-2", "GPU-bbbb")))
-    assert discarded.status.phase == Phase.RELEASED
-    assert discarded.status.history[-1].actor == "person/alice"
+    # The command writes no record's status (the operator role may not): the responder
+    # dismisses what was deferred before the reset (tests/responder/test_release_guard.py).
+    deferred = from_object(client.get(QUARANTINES, record_name("gpu-node-2", "GPU-bbbb")))
+    assert deferred.status.phase == Phase.DEFERRED
     docs = yaml.safe_load(gpuhealth("breaker", "status", "--kubeconfig", kubeconfig, "-o", "yaml").stdout)
     assert docs["tripped"] is False and len(docs["history"]) == 2
 
 
-def test_a_persons_release_starts_the_checks_and_never_skips_a_failed_one(
+def test_a_persons_release_is_a_request_refused_with_the_reason_while_a_failure_stands(
     with_records: ServedCluster, cluster: tuple[ServedCluster, KubeClient]
 ) -> None:
     _, client = cluster
     kubeconfig = str(with_records.kubeconfig)
     target = ["gpu-node-1", "GPU-aaaa"]
     who = ["--actor", "alice", "--reason", "card reseated"]
+    before = client.get(QUARANTINES, record_name(*target))
     firing = gpuhealth("quarantine", "release", "--kubeconfig", kubeconfig, *target, *who)
-    assert firing.returncode == 1 and "GPUDeviceUnhealthy still firing; --force" in firing.stderr
-    forced = gpuhealth("quarantine", "release", "--kubeconfig", kubeconfig, *target, *who, "--force")
-    assert forced.returncode == 0, forced.stderr
-    record = from_object(client.get(QUARANTINES, record_name(*target)))
-    assert not any(a.firing for a in record.spec.source_alerts)
-    assert record.status.phase == Phase.QUARANTINED  # the reconciler starts probing: nothing skipped here
-    assert (
-        record.status.history[-1].actor == "person/alice"
-        and "card reseated" in record.status.history[-1].message
-    )
+    assert firing.returncode == 1 and "refused: GPUDeviceUnhealthy still firing" in firing.stderr
+    gone = gpuhealth("quarantine", "release", "--kubeconfig", kubeconfig, *target, *who, "--force")
+    assert gone.returncode == 2 and "--force" in gone.stderr  # no way around the checks
+    assert client.get(QUARANTINES, record_name(*target)) == before  # nothing written
 
+    # The alert resolved (as the responder records it): the request is written, spec only.
     obj = client.get(QUARANTINES, record_name(*target))
+    sources = [{**a, "resolvedAt": "2026-11-30T11:00:00Z"} for a in obj["spec"]["sourceAlerts"]]
+    obj = client.update(QUARANTINES, {**obj, "spec": {**obj["spec"], "sourceAlerts": sources}})
+    asked = gpuhealth("quarantine", "release", "--kubeconfig", kubeconfig, *target, *who)
+    assert asked.returncode == 0, asked.stderr
+    assert "release requested" in asked.stdout and "condition ReleaseRequest" in asked.stdout
+    stored = client.get(QUARANTINES, record_name(*target))
+    record = from_object(stored)
+    assert record.spec.release_request is not None
+    assert (record.spec.release_request.actor, record.spec.release_request.reason) == (
+        "person/alice",
+        "card reseated",
+    )
+    assert record.status == from_object(obj).status  # the status is the responder's alone
+    assert (
+        "person/alice: release requested: card reseated"
+        in stored["metadata"]["annotations"]["gpuhealth.io/last-change"]
+    )
+    shown = gpuhealth("quarantine", "show", "--kubeconfig", kubeconfig, *target)
+    assert "Release request:" in shown.stdout and "not answered yet" in shown.stdout
+
+    # A failed check (as the responder records it): refused, with the reason, nothing written.
     client.update(
         QUARANTINES,
         {
-            **obj,
-            "status": {**obj["status"], "lastCheck": {"check": "canary", "attempt": 1, "verdict": "Failed"}},
+            **stored,
+            "status": {
+                **stored["status"],
+                "failures": 1,
+                "lastCheck": {"check": "canary", "attempt": 1, "verdict": "Failed"},
+            },
         },
         subresource="status",
     )
-    refused = gpuhealth("quarantine", "release", "--kubeconfig", kubeconfig, *target, *who, "--force")
-    assert refused.returncode == 1 and "refused, even with --force: its last canary failed" in refused.stderr
+    refused = gpuhealth("quarantine", "release", "--kubeconfig", kubeconfig, *target, *who)
+    assert refused.returncode == 1 and "refused: 1 failure(s) since its last release" in refused.stderr
+    assert "its last canary failed" in refused.stderr
 
     extended = gpuhealth("quarantine", "extend", "--kubeconfig", kubeconfig, *target, "--by", "2d", *who)
     assert extended.returncode == 0 and "2d later" in extended.stdout

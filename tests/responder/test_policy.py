@@ -3,7 +3,7 @@
 Aspects: a release only ever follows Probing, Canary, Stabilizing and Ramp of the same
 attempt (property); the breaker defers only new automatic quarantines and never changes a
 step on the release path (property); nothing but Enforce/Unenforce touches the device and
-Unenforce only comes with Released; what a person removed is abandoned, never re-applied;
+Unenforce only comes with Released; what a person removed comes back, never abandoned;
 opted-out nodes and the rate limit keep records waiting with the reason visible; dry-run
 enforces with effect None; failures extend the quarantine with a doubling backoff, and no
 attempt starts before that backoff ran out (property); no attempt starts while a move of the
@@ -321,7 +321,12 @@ def check_release_path(steps: list[Step]) -> bool:
     for result in steps:
         if any(isinstance(e, Unenforce) for e in result.effects):
             assert result.record.status.phase == Phase.RELEASED
-            history = [h.phase for h in result.record.status.history]
+            # Consecutive entries of one phase are notes within it (an enforcement restored).
+            history = [
+                h.phase
+                for i, h in enumerate(result.record.status.history)
+                if i == 0 or result.record.status.history[i - 1].phase != h.phase
+            ]
             last_quarantine = max(i for i, p in enumerate(history) if p == Phase.QUARANTINED)
             assert history[last_quarantine + 1 :] == [*RELEASE_PATH, Phase.RELEASED]
             released = True
@@ -387,8 +392,10 @@ def test_a_failed_probe_quarantines_again_with_a_doubling_backoff() -> None:
         record = failed.record
         assert record.status.phase == Phase.QUARANTINED
         assert record.status.last_check == CheckOutcome("probe", attempt, Verdict.FAILED)
-        expiries.append(record.spec.expires_at)
-        now = parse_rfc3339(record.spec.expires_at) or now
+        expiries.append(record.status.retry_at)
+        # The expiry (a day, from the intake) is longer than either backoff: it stays.
+        assert record.spec.expires_at == opened().spec.expires_at
+        now = parse_rfc3339(record.status.retry_at) or now
     assert expiries == [rfc3339(NOW + 300), rfc3339(NOW + 300 + 600)]
 
 
@@ -397,7 +404,8 @@ def test_after_a_failure_the_next_attempt_waits_for_the_backoff_with_the_reason_
     healthy = observed(Health.HEALTHY, enforcement_present=True)
     probing = step(resolved(record, NOW), healthy, ctx(NOW)).record
     failed = step(probing, replace(healthy, check=CheckResult.FAILED), ctx(NOW + 30)).record
-    assert failed.spec.expires_at == rfc3339(NOW + 30 + 300)
+    assert failed.status.retry_at == rfc3339(NOW + 30 + 300)
+    assert failed.spec.expires_at == record.spec.expires_at  # a day: longer than the backoff
     # The alerts are resolved, the device looks healthy: still no second probe before the backoff.
     waiting = step(failed, healthy, ctx(NOW + 31))
     assert waiting.record.status.phase == Phase.QUARANTINED
@@ -428,10 +436,17 @@ def check_backoff(record: Quarantine, steps: list[Step]) -> int:
         now = parse_rfc3339(stamp) if after.history is not record.status.history else None
         if after.failures > record.status.failures:
             assert now is not None
-            expires = parse_rfc3339(result.record.spec.expires_at)
+            retry_at = parse_rfc3339(after.retry_at)
             backoff = min(SETTINGS.max_backoff_seconds, SETTINGS.backoff_seconds * 2 ** (after.failures - 1))
-            assert expires == pytest.approx(now + backoff, abs=1e-3)
-            not_before = expires
+            assert retry_at == pytest.approx(now + backoff, abs=1e-3)
+            # The expiry only ever grows on a failure: max(what it was, the backoff's end).
+            before, expires = (
+                parse_rfc3339(record.spec.expires_at),
+                parse_rfc3339(result.record.spec.expires_at),
+            )
+            assert before is not None and expires is not None
+            assert expires == pytest.approx(max(before, now + backoff), abs=1e-3)
+            not_before = retry_at
         if after.attempt > record.status.attempt:
             assert now is not None
             assert not any(isinstance(e, StartCheck) and e.attempt != after.attempt for e in result.effects)
@@ -488,12 +503,14 @@ def test_deferred_devices_are_reevaluated_not_replayed() -> None:
     assert old_unknown.record.status.phase == Phase.RELEASED
 
 
-def test_what_a_person_removed_is_abandoned_never_reapplied() -> None:
+def test_what_a_person_removed_comes_back_never_abandoned() -> None:
     record = step(opened(), observed(Health.UNHEALTHY), ctx(NOW)).record
     gone = step(record, observed(Health.UNHEALTHY, enforcement_present=False), ctx(NOW + 5))
-    assert gone.record.status.phase == Phase.ABANDONED
-    assert not any(isinstance(e, Enforce) for e in gone.effects)
-    assert step(gone.record, observed(Health.UNHEALTHY), ctx(NOW + 10)).effects == ()
+    assert gone.record.status.phase == Phase.QUARANTINED
+    assert Enforce(QUARANTINE_TAINT, record.spec.reason, "NoSchedule") in gone.effects
+    # A record an older responder left Abandoned stays as it was.
+    old = record.with_phase(Phase.ABANDONED, time=rfc3339(NOW), actor="responder", message="old")
+    assert step(old, observed(Health.UNHEALTHY), ctx(NOW + 10)).effects == ()
 
 
 def test_waiting_reasons_are_visible() -> None:

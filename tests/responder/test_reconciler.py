@@ -3,7 +3,7 @@
 Aspects: a Pending record is enforced, written (status through the status subresource), told
 as an Event and exposed as one series; the whole release walk (probe and canary Jobs of the
 attempt, stability, ramp with the canary taint, release removing the enforcement and the
-series); enforcement removed by a person is abandoned with a warning Event; an opted-out node
+series); enforcement removed by a person comes back with a warning Event; an opted-out node
 waits with reason NodeOptedOut; the rate limit keeps records Pending (RateLimited) and is
 rebuilt from the records by a new reconciler (no second burst, nothing enforced twice); a storm
 trips the breaker within one pass (audit entry, gauge) while a release goes on; one record's
@@ -386,7 +386,9 @@ def test_a_failed_probe_extends_the_quarantine_and_writes_the_spec() -> None:
     assert record.status.failures == 1 and record.status.last_check == CheckOutcome(
         "probe", 1, Verdict.FAILED
     )
-    assert record.spec.expires_at != before  # spec written through the resource, status through status
+    # The day the intake gave it outlasts the first backoff: a failure never shortens it.
+    assert record.spec.expires_at == before
+    assert record.status.retry_at == rfc3339(h.clock.now() + POLICY.backoff_seconds)
     assert "ReleaseFailed" in h.events.reasons(name)
 
 
@@ -410,16 +412,17 @@ def test_after_a_failed_probe_the_next_one_starts_only_when_the_backoff_ran_out(
     assert h.checks.started == [(name, "probe", 1), (name, "probe", 2)]
 
 
-def test_enforcement_removed_by_a_person_is_abandoned_with_a_warning() -> None:
+def test_enforcement_removed_by_a_person_comes_back_with_a_warning() -> None:
     h = Harness()
     name = h.add()
     h.reconciler.reconcile_once()
     h.enforcer.taints.clear()  # a person deleted the rule
     h.reconciler.reconcile_once()
-    assert h.phase(name) == Phase.ABANDONED
-    assert h.enforcer.calls == [("enforce", name)]  # never re-applied
-    assert any(r == "QuarantineAbandoned" and warning for _, r, _, warning in h.events.notices)
-    assert h.sample("gpuhealth_responder_releases_total", outcome="abandoned") == 1.0
+    assert h.phase(name) == Phase.QUARANTINED  # never Abandoned
+    assert h.enforcer.calls == [("enforce", name), ("enforce", name)]  # put back
+    assert name in h.enforcer.taints
+    assert any(r == "EnforcementRestored" and warning for _, r, _, warning in h.events.notices)
+    assert h.sample("gpuhealth_responder_releases_total", outcome="abandoned") == 0.0
 
 
 def test_an_opted_out_node_waits_with_its_reason() -> None:

@@ -6,7 +6,10 @@ selects it by uuid) -> Canary -> Stabilizing -> Ramp (canary taint) -> Released 
 deleted), with Events on the record; on device plugins the probe asks for no GPU and reaches
 its device through `NVIDIA_VISIBLE_DEVICES`, so a device that still fails fails its probe while
 the node's other cards are Healthy, and a canary (its own workload) fails when its device
-breaks; a person deleting the rule makes it Abandoned with a warning Event; a record on an
+breaks; a person deleting the rule or the node annotation's entry sees it come back, with a
+warning Event, the record never Abandoned; a person's release request (spec.releaseRequest) after
+a Stabilizing failure is refused with the reason (condition and Event), and one during
+Stabilizing with no failure shortens the window and the ramp but still ramps; a record on an
 opted-out node waits (NodeOptedOut); a storm of records trips the breaker (ConfigMap with the
 trip audited) while a release still flows; a restarted reconciler (a new object, same cluster)
 resumes from the records and doubles nothing.
@@ -43,6 +46,7 @@ from responder.enforce.node_annotation import NODE_ANNOTATION, NodeAnnotation, l
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
 from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
+from responder.reconcile import requests
 from responder.reconcile.breaker_store import NAME as BREAKER_CONFIG_MAP
 from responder.reconcile.breaker_store import BreakerStore
 from responder.reconcile.events import EVENT, KubeEvents
@@ -88,7 +92,7 @@ class World:
     kubeconfig: Path
     cluster: ClusterHandle
 
-    def new_reconciler(self) -> Reconciler:
+    def new_reconciler(self, settings: ReconcilerSettings = SETTINGS) -> Reconciler:
         rules = discover(self.client)
         return Reconciler(
             self.client,
@@ -97,7 +101,7 @@ class World:
             checks=JobChecks(self.client, CheckSettings(namespace=NS)),
             events=KubeEvents(self.client),
             breaker_store=BreakerStore(self.client, NS),
-            settings=SETTINGS,
+            settings=settings,
             clock=self.clock,
             registry=CollectorRegistry(),
         )
@@ -209,18 +213,111 @@ def test_a_dra_record_walks_from_pending_to_released(world: World) -> None:
     assert "Quarantined" in reasons
 
 
-def test_a_rule_deleted_by_a_person_is_abandoned_with_an_event(world: World) -> None:
+def test_a_rule_deleted_by_a_person_comes_back_with_an_event(world: World) -> None:
     w = world
     name = w.add("dra-0", 1, dra=True)
     w.reconciler.reconcile_once()
     rules = discover(w.client)
     assert rules is not None and w.rule(name) is not None
     w.client.delete(rules, name)
+    assert w.rule(name) is None
     w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == Phase.ABANDONED
-    assert ("QuarantineAbandoned", "Warning") in w.events(name)
+    assert w.record(name).status.phase == Phase.QUARANTINED  # never Abandoned
+    rule = w.rule(name)
+    assert rule is not None and rule["spec"]["taint"]["key"] == QUARANTINE_TAINT
+    assert ("EnforcementRestored", "Warning") in w.events(name)
+
+
+def test_an_annotation_entry_deleted_by_a_person_comes_back_with_an_event(world: World) -> None:
+    w = world
+    uuid = gpu_uuid("dp-0", 1)
+    name = w.add("dp-0", 1, dra=False)
     w.reconciler.reconcile_once()
-    assert w.rule(name) is None  # never re-applied
+    node = w.client.get(NODE, "dp-0")
+    assert uuid in listed(node)
+    node["metadata"]["annotations"].pop(NODE_ANNOTATION)
+    w.client.update(NODE, node)
+    assert uuid not in listed(w.client.get(NODE, "dp-0"))
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == Phase.QUARANTINED  # never Abandoned
+    assert uuid in listed(w.client.get(NODE, "dp-0"))
+    assert ("EnforcementRestored", "Warning") in w.events(name)
+
+
+def climb_to_stabilizing(w: World, name: str, device: str) -> None:
+    """A DRA record (quarantined) through a passing probe and canary onto the stability window."""
+    w.resolve(name)
+    w.health.set("dra-0", device, Health.HEALTHY, w.clock.now())
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == PROBING
+    wait_until("the probe passed", lambda: w.check(name, "probe") == CheckResult.SUCCEEDED, timeout=60)
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == CANARY
+    wait_until("the canary passed", lambda: w.check(name, "canary") == CheckResult.SUCCEEDED, timeout=60)
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == STABILIZING
+
+
+def request_release(w: World, name: str) -> None:
+    """What `gpuhealth quarantine release` writes (or a person with the operator role by hand):
+    the request in the spec, nothing in the status."""
+    obj = w.client.get(QUARANTINES, name)
+    request = {"actor": "person/alice", "reason": "card reseated", "requestedAt": rfc3339(w.clock.now())}
+    w.client.update(QUARANTINES, {**obj, "spec": {**obj["spec"], "releaseRequest": request}})
+
+
+def test_a_release_request_after_a_stabilizing_failure_is_refused_with_the_reason(world: World) -> None:
+    w = world
+    device = "gpu.nvidia.com/dra-0/gpu-2"
+    name = w.add("dra-0", 2, dra=True)
+    w.reconciler.reconcile_once()
+    climb_to_stabilizing(w, name, device)
+    w.health.set("dra-0", device, Health.UNHEALTHY)  # relapses while idle
+    w.clock.advance(5)
+    w.reconciler.reconcile_once()
+    assert (w.record(name).status.phase, w.record(name).status.failures) == (Phase.QUARANTINED, 1)
+    w.health.set("dra-0", device, Health.HEALTHY, w.clock.now())
+    request_release(w, name)
+    w.clock.advance(5)
+    w.reconciler.reconcile_once()
+    record = w.record(name)
+    condition = record.status.condition(requests.CONDITION)
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", requests.FAILURE_STANDS)
+    assert "refused: 1 failure(s) since its last release" in condition.message
+    assert ("ReleaseRequestFailureStands", "Warning") in w.events(name)
+    assert (record.status.phase, record.status.phase_reason) == (Phase.QUARANTINED, "BackingOff")
+    rule = w.rule(name)
+    assert rule is not None and rule["spec"]["taint"]["key"] == QUARANTINE_TAINT
+
+
+def test_a_release_request_while_stabilizing_shortens_the_waits_and_still_ramps(world: World) -> None:
+    w = world
+    policy = replace(POLICY, stability_seconds=3600, ramp_seconds=3600, requested_wait_seconds=60)
+    w.reconciler = w.new_reconciler(replace(SETTINGS, policy=policy))
+    device = "gpu.nvidia.com/dra-0/gpu-0"
+    name = w.add("dra-0", 0, dra=True)
+    w.reconciler.reconcile_once()
+    climb_to_stabilizing(w, name, device)
+    w.clock.advance(10)
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == STABILIZING  # an hour's window, 10 s in
+    request_release(w, name)
+    w.reconciler.reconcile_once()
+    condition = w.record(name).status.condition(requests.CONDITION)
+    assert condition is not None and (condition.status, condition.reason) == ("True", requests.HONOURED)
+    assert ("ReleaseRequestHonoured", "Normal") in w.events(name)
+    w.clock.advance(60)
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == RAMP  # the window cut to a minute; the ramp still comes
+    ramp_rule = w.rule(name)
+    assert ramp_rule is not None and ramp_rule["spec"]["taint"]["key"] == CANARY_TAINT
+    w.clock.advance(60)
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == Phase.RELEASED
+    assert w.rule(name) is None
+    phases = [h.phase for h in w.record(name).status.history]
+    assert phases.index(RAMP) > phases.index(STABILIZING) > phases.index(CANARY) > phases.index(PROBING)
 
 
 def test_an_opted_out_node_waits(world: World) -> None:
