@@ -34,7 +34,7 @@ from tests.support.controlplane import (
 pytestmark = [pytest.mark.integration, pytest.mark.controlplane, pytest.mark.slow]
 
 BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", namespaced=False)
-ONCALL_NAMESPACE = "oncall"
+ONCALL_NAMESPACE = "commands-oncall"
 ONCALL = "pager"
 VENV_BIN = Path(sys.executable).parent
 
@@ -56,7 +56,7 @@ def viewer(installed: ControlPlane, tmp_path_factory: pytest.TempPathFactory) ->
             {
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "ClusterRoleBinding",
-                "metadata": {"name": "gpuhealth-viewers-test"},
+                "metadata": {"name": "gpuhealth-viewers-commands"},
                 "roleRef": {
                     "apiGroup": "rbac.authorization.k8s.io",
                     "kind": "ClusterRole",
