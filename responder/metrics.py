@@ -125,6 +125,14 @@ RECONCILE_RECORDS = MetricFamily(
     ("outcome",),
 )
 
+HEALTH_SOURCE_UP = MetricFamily(
+    "gpuhealth_responder_health_source_up",
+    "gauge",
+    "1 when the leader's last reconcile pass read device health from its source (Prometheus), "
+    "0 when that read failed (firing alerts are still enforced and moved, releases wait); "
+    "0 on replicas that do not lead.",
+)
+
 CATALOG = Catalog(
     (
         WEBHOOK_REQUESTS,
@@ -143,6 +151,7 @@ CATALOG = Catalog(
         DECISION_SECONDS,
         RECONCILE_PASSES,
         RECONCILE_RECORDS,
+        HEALTH_SOURCE_UP,
     )
 )
 """Every family the responder exposes."""

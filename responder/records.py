@@ -43,8 +43,9 @@ MAX_KEYS = 64
 """Idempotency keys kept per record: Alertmanager re-sends within repeat_interval and HA
 peers within seconds, so recent keys are what duplicates carry."""
 MAX_MIGRATIONS = 32
-"""Jobs whose migration a record keeps (finished ones dropped first): a GPU serves a handful of
-pods, so more than this means jobs came and went while the device stayed quarantined."""
+"""Moves a record keeps, over all its episodes (finished ones of earlier episodes dropped first,
+then finished ones of the current episode, oldest first): a GPU serves a handful of pods per
+episode, so more than this means jobs came and went while the device stayed quarantined."""
 MAX_TARGETS = 64
 """Pods one migration moves (and evictions it remembers): a fixed-topology job of 8 nodes x 8 GPUs."""
 MAX_EVIDENCE = 8
@@ -147,7 +148,11 @@ class Migration:
     """`<kind>/<name>` of the pods' controller."""
     owner_uid: str
     key: str
-    """The move's idempotency key (the value of checkpoint-requested)."""
+    """The move's idempotency key (the value of checkpoint-requested): of (device, job, episode)."""
+    episode: int = 0
+    """The record's episode (`QuarantineStatus.episode`) this move belongs to: a job is moved
+    once per episode, and again in the next one should it hold the device then. 0: written
+    before episodes were counted."""
     targets: tuple[str, ...] = ()
     """UIDs of the pods to move, fixed when the move started."""
     started_at: str = ""
@@ -260,9 +265,14 @@ class QuarantineStatus:
     history: tuple[HistoryEntry, ...] = ()
     processed_keys: tuple[str, ...] = ()
     migrations: tuple[Migration, ...] = ()
-    """Jobs moved (or being moved) off the device, one entry per job."""
+    """Jobs moved (or being moved) off the device, one entry per job and episode."""
     conditions: tuple[Condition, ...] = ()
     """The responder's answers (`ReleaseRequest`: honoured or refused, and why)."""
+    episode: int = 0
+    """Quarantine episodes of the device: counted up at every entry into Quarantined from
+    another phase (enforced from Pending, which a re-opened record passes through again, or
+    sent back from a rung of the release ladder), never while it stays Quarantined. The work on
+    the device is moved once per episode (`Migration.episode`)."""
 
     def condition(self, kind: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == kind), None)
@@ -285,7 +295,16 @@ class Quarantine:
         entry = HistoryEntry(time=time, phase=phase, actor=actor, message=message)
         history = _bounded((*self.status.history, entry), MAX_HISTORY)
         since = self.status.phase_since if phase == self.status.phase and self.status.phase_since else time
-        status = replace(self.status, phase=phase, phase_reason=reason, phase_since=since, history=history)
+        entering = phase == Phase.QUARANTINED and self.status.phase != Phase.QUARANTINED
+        episode = self.status.episode + entering
+        status = replace(
+            self.status,
+            phase=phase,
+            phase_reason=reason,
+            phase_since=since,
+            history=history,
+            episode=episode,
+        )
         return replace(self, status=status)
 
     def with_key(self, key: str) -> Quarantine:
@@ -300,11 +319,16 @@ class Quarantine:
 
 
 def bound_migrations(migrations: Sequence[Migration]) -> tuple[Migration, ...]:
-    """At most MAX_MIGRATIONS entries, each within its own bounds; a move in flight outlives finished ones."""
+    """At most MAX_MIGRATIONS entries, each within its own bounds. A move in flight outlives
+    finished ones, and a finished move of the latest episode outlives those of earlier ones:
+    dropping it while its job still holds the device (an unrecoverable job) would start the
+    job's move of this episode again."""
     entries = [_bounded_migration(m) for m in migrations]
+    latest = max((m.episode for m in entries), default=0)
     while len(entries) > MAX_MIGRATIONS:
-        oldest_finished = next((i for i, m in enumerate(entries) if m.outcome.finished), 0)
-        del entries[oldest_finished]
+        earlier = (i for i, m in enumerate(entries) if m.outcome.finished and m.episode < latest)
+        finished = (i for i, m in enumerate(entries) if m.outcome.finished)
+        del entries[next(earlier, next(finished, 0))]
     return tuple(entries)
 
 
@@ -387,6 +411,7 @@ def to_object(record: Quarantine) -> dict[str, Any]:
         "enforced": status.enforced,
         "attempt": status.attempt,
         "failures": status.failures,
+        "episode": status.episode,
         "history": [
             {"time": h.time, "phase": str(h.phase), "actor": h.actor, "message": h.message}
             for h in status.history
@@ -429,6 +454,7 @@ def _migration(m: Migration) -> dict[str, Any]:
         "owner": m.owner,
         "ownerUID": m.owner_uid,
         "key": m.key,
+        "episode": m.episode,
         "targets": list(m.targets),
         "outcome": m.outcome.value,
         "detail": m.detail,
@@ -469,6 +495,7 @@ def _read_migration(entry: Any, path: str) -> Migration:
         owner=_text(data, "owner", path),
         owner_uid=_text(data, "ownerUID", path),
         key=_text(data, "key", path),
+        episode=_count(data.get("episode"), f"{path}.episode"),
         targets=tuple(str(t) for t in _list(data.get("targets"), f"{path}.targets")),
         started_at=str(data.get("startedAt") or ""),
         requested_at=str(data.get("requestedAt") or ""),
@@ -524,6 +551,7 @@ def from_object(obj: Any, ladder: Ladder = LADDER) -> Quarantine:
             attempt=_count(status.get("attempt"), "status.attempt"),
             failures=_count(status.get("failures"), "status.failures"),
             retry_at=str(status.get("retryAt") or ""),
+            episode=_count(status.get("episode"), "status.episode"),
             last_check=_last_check(status.get("lastCheck")),
             history=tuple(
                 _history(h, f"status.history[{i}]", ladder)

@@ -158,6 +158,8 @@ class SelfSettings:
     """GPUHealthResponderReconcileStalled: no completed pass on the leader within this window, this long."""
     no_leader_for: Duration = Duration(120)
     """GPUHealthResponderNoLeader: replicas up and none leading for this long (above a Lease takeover)."""
+    health_source_down_for: Duration = Duration(300)
+    """GPUHealthResponderHealthSourceDown: the leader unable to read device health this long."""
     webhook_retry_ratio: float = 0.05
     """GPUHealthResponderWebhookRetrying: share of deliveries answered 503 (exclusive bound)."""
     webhook_retrying_for: Duration = Duration(300)
@@ -380,6 +382,7 @@ def validate(settings: Settings) -> None:
         "pending_stuck_for",
         "deferred_stuck_for",
         "no_leader_for",
+        "health_source_down_for",
     ):
         if getattr(own, name).seconds <= 0:
             raise ConfigError(f"self.{name}: must be longer than 0s")

@@ -10,6 +10,9 @@ each with `migration.plan`, carries the effects out, and returns the record with
 `status.migrations` updated; it never writes the record (the reconciler does, conditionally,
 so a step whose record write loses a race is simply decided again from what is stored).
 
+Which jobs get a move is the plan's too (`moves_for`): one per job holding the device and
+quarantine episode of the record, so a device quarantined again moves its work again.
+
 Thin and idempotent, every exception of one job an outcome (a cluster it cannot read at all
 raises, for the caller to retry the record):
 - Observe: the pods that hold the device (`responder.enforce.holders`, shared with the reconciler,
@@ -57,6 +60,7 @@ from responder.migrate.plan import (
     Context,
     Effect,
     Evict,
+    Holder,
     JobView,
     KeepEvidence,
     MigrationSettings,
@@ -68,7 +72,7 @@ from responder.migrate.plan import (
     TellTenant,
     evictions_left,
     judge_eviction,
-    migration_key,
+    moves_for,
     node_slot_free,
     plan,
 )
@@ -272,17 +276,16 @@ class Migrator:
         # have nothing to move: listing anyway made a pass quadratic in the records.
         moving = bool(jobs) or any(not m.outcome.finished for m in record.status.migrations)
         others = [r for r in self._records() if r.name != record.name] if moving else []
-        entries = list(record.status.migrations)
-        known = {m.owner_uid for m in entries}
-        quarantined_at = record.status.phase_since or record.name
-        for uid, job in jobs.items():
-            if uid not in known:
-                key = migration_key(record.spec.device, uid, quarantined_at)
-                entries.append(Migration(job.namespace, job.owner, uid, key))
+        holders = [Holder(job.namespace, job.owner, uid) for uid, job in jobs.items()]
+        moves, episode = record.status.migrations, record.status.episode
+        before = len(moves)
+        entries = list(moves_for(moves, holders, device=record.spec.device, episode=episode))
         for i, entry in enumerate(entries):
             if entry.outcome.finished:
                 continue
-            fresh = entry.owner_uid not in known
+            # Begun by this step, or by one whose plan never got to choose the pods (it raised):
+            # this plan chooses them. Read as "none" instead, the move would count as done.
+            fresh = i >= before or not entry.targets
             try:
                 job = jobs.get(entry.owner_uid) or observer.job(entry.namespace, entry.owner, entry.owner_uid)
                 entries[i] = self._advance(record, entry, job, fresh, others, entries, now, start)

@@ -24,6 +24,10 @@ I/O, time passed in. By construction, and property-tested:
 - a move that outlives the lease cap stops (Failed: the tenant told, the lease released),
   and an eviction the apiserver refuses for good (`judge_eviction`: 403, a pod under several
   disruption budgets) fails the move once, never in a loop; a budget's 429 waits.
+Which jobs a step moves is decided here too (`moves_for`): every job holding the device gets one
+move per quarantine episode of its record (`QuarantineStatus.episode`), keyed by (device, job,
+episode), so the device's second or nth quarantine moves whatever runs on it again, and a job
+already moving (whatever the episode) is never given a second flow.
 The caps a move counts against (`node_slot_free`, `evictions_left`) are counted here too, from
 the moves the records hold, so a new leader rebuilds them. The outcome of a move is the
 record's `MigrationOutcome`: one enum for the plan and the record.
@@ -210,10 +214,38 @@ CHECKPOINT_POLL_SECONDS = 5.0
 """How often a flow waiting for checkpoint commits looks again (as for terminating pods)."""
 
 
-def migration_key(device: str, owner_uid: str, quarantined_at: str) -> str:
-    """The idempotency key of one job's migration off one device in one quarantine."""
-    digest = hashlib.sha256(f"{device}\x00{owner_uid}\x00{quarantined_at}".encode()).hexdigest()
+def migration_key(device: str, owner_uid: str, episode: int) -> str:
+    """The idempotency key of one job's migration off one device in one quarantine episode (the
+    design's device, job and status version: the episode is the record's version of the device's
+    failure)."""
+    digest = hashlib.sha256(f"{device}\x00{owner_uid}\x00{episode}".encode()).hexdigest()
     return digest[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A job with pods on the quarantined device, as the executor found it."""
+
+    namespace: str
+    owner: str
+    owner_uid: str
+
+
+def moves_for(
+    migrations: Iterable[Migration], holders: Iterable[Holder], *, device: str, episode: int
+) -> tuple[Migration, ...]:
+    """The record's moves with one begun for each job holding the device that has no move in
+    this `episode` and none unfinished (a move under way from an earlier episode goes on to its
+    end: one flow per job). Appended in the order `holders` are given; the rest kept as they are."""
+    entries = list(migrations)
+    covered = {m.owner_uid for m in entries if m.episode == episode or not m.outcome.finished}
+    for job in holders:
+        if job.owner_uid in covered:
+            continue
+        covered.add(job.owner_uid)
+        key = migration_key(device, job.owner_uid, episode)
+        entries.append(Migration(job.namespace, job.owner, job.owner_uid, key, episode=episode))
+    return tuple(entries)
 
 
 def plan(job: JobView, ctx: Context) -> Plan:

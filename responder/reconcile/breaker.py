@@ -7,7 +7,8 @@ ones (the GPUs the exporter reports):
 - capacity: devices under quarantine would exceed max(`capacity_fraction` x eligible,
   `capacity_floor`), in the spirit of Medik8s' `maxUnhealthy`.
 Zero eligible devices disables the breaker (nothing to compare with); it never trips on
-its own arithmetic.
+its own arithmetic. An unknown number (None: the health source has not answered since the
+responder started leading) leaves the floors as the limits, the safe side of not knowing.
 
 Tripped, it blocks new *automatic* quarantines and migrations only: the alerts are still
 recorded (phase Deferred, reason BreakerOpen) and paged, and releases, probes and what a
@@ -75,8 +76,8 @@ class BreakerState:
 class Counts:
     """What the breaker reads: unique devices, never events."""
 
-    eligible: int
-    """GPUs the exporter reports."""
+    eligible: int | None
+    """GPUs the exporter reports (None: not known; the floors are the limits)."""
     started_in_window: int
     """Devices whose automatic quarantine started within the window."""
     quarantined: int
@@ -84,7 +85,7 @@ class Counts:
 
 
 def count(
-    eligible: int,
+    eligible: int | None,
     quarantine_starts: Iterable[tuple[str, float]],
     active: Iterable[str],
     *,
@@ -94,7 +95,8 @@ def count(
     """Counts from (device, start time) pairs and the devices under quarantine now."""
     since = now - settings.window_seconds
     recent = {device for device, started in quarantine_starts if since <= started <= now}
-    return Counts(eligible=max(0, eligible), started_in_window=len(recent), quarantined=len(set(active)))
+    known = None if eligible is None else max(0, eligible)
+    return Counts(eligible=known, started_in_window=len(recent), quarantined=len(set(active)))
 
 
 def rate_limit(settings: BreakerSettings, eligible: int) -> int:
@@ -115,26 +117,28 @@ def admit(
     """
     if state.tripped:
         return False, state
-    if counts.eligible <= 0:
+    if counts.eligible is not None and counts.eligible <= 0:
         return True, state
-    rate = rate_limit(settings, counts.eligible)
+    eligible = counts.eligible or 0
+    of = f"{eligible} devices" if counts.eligible is not None else "an unknown number of devices"
+    rate = rate_limit(settings, eligible)
     if counts.started_in_window + 1 > rate:
         return False, _trip(
             state,
             RATE,
             now,
             f"{counts.started_in_window + 1} quarantines within {settings.window_seconds:g} s would exceed "
-            f"{rate} ({settings.rate_fraction:.0%} of {counts.eligible} devices, "
+            f"{rate} ({settings.rate_fraction:.0%} of {of}, "
             f"at least {settings.rate_floor})",
         )
-    capacity = capacity_limit(settings, counts.eligible)
+    capacity = capacity_limit(settings, eligible)
     if counts.quarantined + 1 > capacity:
         return False, _trip(
             state,
             CAPACITY,
             now,
             f"{counts.quarantined + 1} devices under quarantine would exceed {capacity} "
-            f"({settings.capacity_fraction:.0%} of {counts.eligible} devices, "
+            f"({settings.capacity_fraction:.0%} of {of}, "
             f"at least {settings.capacity_floor})",
         )
     return True, state

@@ -14,9 +14,14 @@ through `/api/v1/query`, one instant query per metric per pass, never one per de
 Healthy without a break, in memory. A restart therefore starts every stability window again,
 which errs on the safe side (a release waits longer, never less).
 
-A failing query, or an answer without a single device, raises `HealthUnavailable`; the
-reconciler then skips the whole pass (nothing decided, nothing written) rather than read every
-device as Unknown and fail releases, or admit quarantines past a breaker with nothing to count.
+A failing query, or an answer without a single device, raises `HealthUnavailable`. The
+reconciler then decides the pass over `HealthSnapshot.unavailable()`: every device reads
+`Health.UNAVAILABLE` (no evidence either way, never Unknown, which would fail releases), so
+firing alerts are still enforced and their work moved while every step towards a release
+waits (`responder.reconcile.policy`), and the breaker counts against the last fleet size seen
+(`eligible` None before any: its floors only), never against zero, which would switch it off.
+An outage also breaks every healthy run: nothing vouched for the devices meanwhile, so a
+stability window starts again once the source answers.
 """
 
 from __future__ import annotations
@@ -50,6 +55,12 @@ class DeviceHealth:
 @dataclass(frozen=True, slots=True)
 class HealthSnapshot:
     devices: Mapping[DeviceKey, DeviceHealth] = field(default_factory=dict)
+    available: bool = True
+    """False: the source gave no answer this pass; every device reads Unavailable."""
+
+    @classmethod
+    def unavailable(cls) -> HealthSnapshot:
+        return cls(available=False)
 
     @property
     def eligible(self) -> int:
@@ -57,7 +68,10 @@ class HealthSnapshot:
         return len(self.devices)
 
     def of(self, node: str, device: str) -> DeviceHealth:
-        """The device's health; Unknown when the source has no series for it."""
+        """The device's health; Unknown when the source has no series for it, Unavailable when
+        the source gave no answer at all."""
+        if not self.available:
+            return DeviceHealth(Health.UNAVAILABLE)
         return self.devices.get((node, device), DeviceHealth(Health.UNKNOWN))
 
 
@@ -131,6 +145,15 @@ class PrometheusHealth:
         self._healthy_since: dict[DeviceKey, float] = {}
 
     def snapshot(self, now: float) -> HealthSnapshot:
+        try:
+            return self._snapshot(now)
+        except HealthUnavailable:
+            # Nothing vouched for any device while the source was away: every healthy run
+            # starts again when it answers (a stability window never spans an outage).
+            self._healthy_since = {}
+            raise
+
+    def _snapshot(self, now: float) -> HealthSnapshot:
         states = classify(self._query(UNHEALTHY_RULE), self._query(UNKNOWN_RULE))
         if not states:
             # No device at all is a Prometheus without the rules (or without the exporter's

@@ -29,6 +29,11 @@ construction and property-tested:
   back, with a warning Event that says so; a record is never Abandoned for it (Abandoned stays
   readable, for records an older responder wrote);
 - the expiry only ever grows on a failure: `max(current, now + backoff)`.
+- with the health source unavailable (`Health.UNAVAILABLE`: Prometheus unreachable) a firing
+  alert is still enforced and its work still moved (the alert is the quarantine's warrant),
+  while no step towards a release is taken: no attempt starts, no rung is passed, a window
+  counts nothing; failures (an alert firing again, a failed or timed-out check) still send
+  the device back to Quarantined;
 """
 
 from __future__ import annotations
@@ -60,7 +65,13 @@ DEVICE_IN_USE = "DeviceInUse"
 """Phase reason of a Quarantined device whose alerts resolved while a pod still holds it (a
 restricted device's workload, an unrecoverable job): no probe can get the device, and a
 probe timing out would count as the device's failure; the attempt starts once it is free."""
-RELEASE_WAITS = frozenset({BACKING_OFF, MIGRATING, DEVICE_IN_USE})
+HEALTH_UNAVAILABLE = "HealthUnavailable"
+"""Phase reason of a record whose next step towards a release needs Healthy evidence while the
+health source gives none (Prometheus unreachable): it holds where it stands until it answers."""
+UNAVAILABLE_RECHECK = 5.0
+"""How soon a record held for the health source is looked at again: the source is asked every
+pass, and the pass after it answers should carry the step out."""
+RELEASE_WAITS = frozenset({BACKING_OFF, MIGRATING, DEVICE_IN_USE, HEALTH_UNAVAILABLE})
 
 
 class Health(StrEnum):
@@ -69,6 +80,15 @@ class Health(StrEnum):
     HEALTHY = "Healthy"
     UNHEALTHY = "Unhealthy"
     UNKNOWN = "Unknown"
+    UNAVAILABLE = "Unavailable"
+    """The health source said nothing this pass (Prometheus unreachable, an unreadable answer):
+    no evidence either way. Not Unknown, which is the device's own state: an outage of our
+    source must neither fail a release (as Unknown on a judged rung would) nor pass one."""
+
+    @property
+    def known(self) -> bool:
+        """The source answered for the device (Healthy, Unhealthy or Unknown)."""
+        return self is not Health.UNAVAILABLE
 
 
 class CheckResult(StrEnum):
@@ -276,13 +296,15 @@ def _decide(record: Quarantine, view: DeviceView, ctx: Context, *, shorten: bool
         rung = requests.shortened(rung, ctx.settings.requested_wait_seconds)
     if _firing(record):
         return _fail(record, ctx, f"an alert fired again while {phase}")
-    if rung.metrics_judge and view.health != Health.HEALTHY:
+    if rung.metrics_judge and view.health.known and view.health != Health.HEALTHY:
         return _fail(record, ctx, f"the device reported {view.health.value} while {phase}")
+    if view.health.known and record.status.phase_reason == HEALTH_UNAVAILABLE:
+        record = _move(record, ctx, phase, "the health source answers again", reason="")
     if rung.kind == Kind.CHECK:
         return _check(record, view, ctx, rung)
     if rung.kind == Kind.WINDOW:
         return _window(record, view, ctx, rung)
-    return _ramp(record, ctx, rung)
+    return _ramp(record, view, ctx, rung)
 
 
 def _pending(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
@@ -329,8 +351,16 @@ def _deferred(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
     # Re-evaluated against the device's current health, never replayed blindly: only a device
     # that still fails now (Unhealthy, or Unknown not older than the age limit) is admitted.
     age = ctx.now - (_seconds(record.status.phase_since) or ctx.now)
-    failing = view.health == Health.UNHEALTHY or (
-        view.health == Health.UNKNOWN and age <= ctx.settings.deferred_max_age_seconds
+    recent = age <= ctx.settings.deferred_max_age_seconds
+    if not view.health.known and _firing(record) and not (record.spec.action == "quarantine" or recent):
+        # An old Unknown is judged by the device's health now; dismissing it needs that answer.
+        return _wait(record, ctx, HEALTH_UNAVAILABLE, "breaker closed: re-evaluation waits for device health")
+    failing = (
+        view.health == Health.UNHEALTHY
+        or (view.health == Health.UNKNOWN and recent)
+        # No answer from the health source: the firing alert is the warrant of a confirmed
+        # failure, and of a young Unknown, as it was when the device was deferred.
+        or not view.health.known
     )
     if not (failing and _firing(record)):
         message = (
@@ -356,6 +386,13 @@ def _quarantined(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
             reason, why, recheck = held
             return _wait(
                 record, ctx, reason, f"source alerts resolved: release attempt {attempt} {why}", recheck
+            )
+        if not view.health.known:
+            return _wait(
+                record,
+                ctx,
+                HEALTH_UNAVAILABLE,
+                f"source alerts resolved: release attempt {attempt} waits for the health source",
             )
         if view.holders:
             pods = ", ".join(view.holders[:3]) + (
@@ -423,9 +460,15 @@ def _enter(record: Quarantine, ctx: Context, rung: Rung, message: str) -> Step:
     return Step(moved, effects, recheck_seconds=rung.seconds)
 
 
-def _passed(record: Quarantine, ctx: Context, rung: Rung, why: str) -> Step:
-    """`rung` passed: onto the next rung, or released after the last."""
+def _passed(record: Quarantine, view: DeviceView, ctx: Context, rung: Rung, why: str) -> Step:
+    """`rung` passed: onto the next rung, or released after the last; held where it stands while
+    the health source gives no answer (every step towards a release needs it)."""
     following = ctx.settings.rungs.after(rung)
+    if not view.health.known:
+        onto = following.name if following is not None else "the release"
+        return _wait(
+            record, ctx, HEALTH_UNAVAILABLE, f"{why}: {onto} waits for the health source", UNAVAILABLE_RECHECK
+        )
     if following is not None:
         return _enter(record, ctx, following, f"{why}: {following.name} follows")
     released = _move(record, ctx, Phase.RELEASED, f"{why}: released")
@@ -439,7 +482,7 @@ def _check(record: Quarantine, view: DeviceView, ctx: Context, rung: Rung) -> St
         passed = replace(
             record, status=replace(record.status, last_check=CheckOutcome(kind, attempt, Verdict.PASSED))
         )
-        return _passed(passed, ctx, rung, f"{kind} of attempt {attempt} passed")
+        return _passed(passed, view, ctx, rung, f"{kind} of attempt {attempt} passed")
     failed = CheckOutcome(kind, attempt, Verdict.FAILED)
     if view.check == CheckResult.FAILED:
         return _fail(record, ctx, f"{kind} of attempt {attempt} failed", check=failed)
@@ -458,14 +501,14 @@ def _window(record: Quarantine, view: DeviceView, ctx: Context, rung: Rung) -> S
     healthy_since = view.healthy_since if view.healthy_since is not None else ctx.now
     stable_from = max(since_phase, healthy_since)
     if ctx.now - stable_from >= window:
-        return _passed(record, ctx, rung, f"healthy for {window:.0f} s")
+        return _passed(record, view, ctx, rung, f"healthy for {window:.0f} s")
     return Step(record, recheck_seconds=window - (ctx.now - stable_from))
 
 
-def _ramp(record: Quarantine, ctx: Context, rung: Rung) -> Step:
+def _ramp(record: Quarantine, view: DeviceView, ctx: Context, rung: Rung) -> Step:
     elapsed = ctx.now - (_seconds(record.status.phase_since) or ctx.now)
     if elapsed >= rung.seconds:
-        return _passed(record, ctx, rung, f"{rung.name} of {rung.seconds:.0f} s complete")
+        return _passed(record, view, ctx, rung, f"{rung.name} of {rung.seconds:.0f} s complete")
     return Step(record, recheck_seconds=rung.seconds - elapsed)
 
 

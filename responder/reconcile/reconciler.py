@@ -5,9 +5,10 @@ and writes the records, one pass over all of them at a time:
 
 1. Observe: list every record (a fresh list each pass, see below); the breaker's state (its
    ConfigMap, so a person's reset is seen at the next pass); every device's health from the
-   `HealthSource` (one snapshot per pass); per record, what it needs: whether gpuhealth's
-   enforcement is present, the node's opt-out label (Pending only), the Job of the current
-   attempt's check (on a check rung of the release ladder only).
+   `HealthSource` (one snapshot per pass; when it fails, a snapshot in which every device is
+   Unavailable, so the pass still enforces and moves, and only releases wait); per record,
+   what it needs: whether gpuhealth's enforcement is present, the node's opt-out label
+   (Pending only), the Job of the current attempt's check (on a check rung of the release ladder only).
 2. Rebuild the guardrails from the records, never from memory: the breaker's counts
    (eligible = devices the health source knows; automatic quarantine starts from the records'
    history; devices under enforcement now) and the new-quarantine bucket (`Bucket.replay` of
@@ -77,7 +78,7 @@ from responder.reconcile import breaker
 from responder.reconcile.breaker import BreakerState, Counts
 from responder.reconcile.breaker_store import AuditEntry, Stored
 from responder.reconcile.events import EventSink
-from responder.reconcile.health import HealthSnapshot, HealthSource
+from responder.reconcile.health import HealthSnapshot, HealthSource, HealthUnavailable
 from responder.reconcile.limits import Bucket, BucketSettings
 from responder.reconcile.policy import (
     ACTOR,
@@ -190,7 +191,8 @@ class PassReport:
     outcomes: dict[str, str]
     next_seconds: float
     skipped: str = ""
-    """Why the pass decided nothing (health unavailable, fenced); empty when it ran."""
+    """Why the pass decided nothing (the API or the breaker's ConfigMap unreadable, fenced);
+    empty when it ran."""
 
 
 class Fenced(Exception):
@@ -219,6 +221,7 @@ class ReconcilerMetrics:
         self.decision = instruments.histogram(metrics.DECISION_SECONDS, registry)
         self.passes = instruments.counter(metrics.RECONCILE_PASSES, registry)
         self.records = instruments.counter(metrics.RECONCILE_RECORDS, registry)
+        self.health_source_up = instruments.gauge(metrics.HEALTH_SOURCE_UP, registry)
         # Every outcome from zero, so increase() counts the first release or record of each.
         for outcome in metrics.RELEASE_OUTCOMES:
             self.releases.labels(outcome)
@@ -229,6 +232,7 @@ class ReconcilerMetrics:
 
     def clear(self) -> None:
         self.publish((), tripped=False)
+        self.health_source_up.set(0)
 
     def publish(self, records: Iterable[tuple[Quarantine, float | None]], tripped: bool) -> None:
         """One series per active record (removed once released or abandoned)."""
@@ -297,7 +301,7 @@ def automatic(record: Quarantine) -> bool:
 
 def guardrails(
     records: Sequence[Quarantine],
-    eligible: int,
+    eligible: int | None,
     state: BreakerState,
     *,
     now: float,
@@ -354,6 +358,9 @@ class Reconciler:
         self._holders: Holders = (
             holders if holders is not None else DeviceHolders(client, Enforcer(client, None))
         )
+        self._eligible: int | None = None
+        """Devices the health source knew at its last answer: what the breaker counts against
+        while it gives none (None before the first: the breaker's floors are its limits)."""
         self._retries: dict[str, Backoff] = {}
         """Per record name (and "" for the pass's own reads): the backoff of its consecutive
         failures. In memory only: it times retries, it decides nothing."""
@@ -418,13 +425,14 @@ class Reconciler:
         try:
             listed = self._client.list(QUARANTINES, page_size=self.settings.page_size)
             stored = self._store.read()
-            snapshot = self._health.snapshot(now)
             slices = self._enforcer.slices()
-        except Exception as exc:  # an outage decides nothing: the pass is tried again soon
+        except Exception as exc:  # an API outage decides nothing: the pass is tried again soon
             retry = self._retry_after("", exc)
             log.warning("reconcile pass skipped: %s; again in %.1f s", exc, retry)
             return PassReport({}, min(cap, retry), skipped=str(exc))
         self._retries.pop("", None)
+        snapshot = self._read_health(now)
+        eligible = snapshot.eligible if snapshot.available else self._eligible
         entries: list[tuple[dict[str, Any], Quarantine]] = []
         outcomes: dict[str, str] = {}
         for obj in listed.items:
@@ -437,7 +445,7 @@ class Reconciler:
                 self.metrics.records.labels("error").inc()
         entries.sort(key=lambda e: (str(e[0].get("metadata", {}).get("creationTimestamp") or ""), e[1].name))
         records = [record for _, record in entries]
-        counts, bucket = guardrails(records, snapshot.eligible, stored.state, now=now, settings=self.settings)
+        counts, bucket = guardrails(records, eligible, stored.state, now=now, settings=self.settings)
         state = _PassState(now=now, breaker=stored.state, counts=counts, bucket=bucket, slices=slices)
         rechecks: list[float] = []
         final: list[tuple[Quarantine, float | None]] = []
@@ -478,6 +486,22 @@ class Reconciler:
         self.metrics.passes.inc()
         wait = min([cap, *rechecks])
         return PassReport(outcomes, max(0.0, wait) if math.isfinite(wait) else cap)
+
+    def _read_health(self, now: float) -> HealthSnapshot:
+        """This pass's device health; `HealthSnapshot.unavailable()` when the source fails, so
+        that an outage of Prometheus holds back only what needs Healthy evidence (releases),
+        never the enforcement a firing alert warrants nor a move."""
+        try:
+            snapshot = self._health.snapshot(now)
+        except Exception as exc:
+            if not isinstance(exc, HealthUnavailable):
+                log.exception("health source failed: %s", exc)
+            log.warning("device health unavailable (%s): quarantines and moves go on, releases wait", exc)
+            self.metrics.health_source_up.set(0)
+            return HealthSnapshot.unavailable()
+        self.metrics.health_source_up.set(1)
+        self._eligible = snapshot.eligible
+        return snapshot
 
     def _one(
         self,

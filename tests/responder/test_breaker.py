@@ -2,12 +2,15 @@
 
 Aspects: automatic quarantines admitted one by one never exceed either trigger's limit
 (property-tested over fleet sizes and settings); once tripped nothing automatic is admitted
-until a reset; zero eligible devices disables it without error; the documented defaults:
+until a reset; zero eligible devices disables it without error, an unknown number (the health
+source away) leaves its floors as the limits; the documented defaults:
 600 of 12,000 devices failing together pass, a tenth of the fleet trips it; the counts are
 of unique devices within the window.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -103,3 +106,15 @@ def test_counts_are_unique_devices_within_the_window() -> None:
 def test_settings_refuse_nonsense(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         BreakerSettings(**bad)  # type: ignore[arg-type]
+
+
+def test_an_unknown_fleet_size_leaves_the_floors_as_the_limits() -> None:
+    settings = BreakerSettings(rate_floor=5, capacity_floor=4)
+    unknown = count(None, [], ["a", "b", "c"], now=0.0, settings=settings)
+    assert unknown.eligible is None
+    assert admit(BreakerState(), unknown, now=0.0, settings=settings)[0]
+    full = replace(unknown, quarantined=4)
+    admitted, state = admit(BreakerState(), full, now=0.0, settings=settings)
+    assert not admitted and state.trigger == "capacity" and "unknown number of devices" in state.detail
+    # Zero devices known is a fleet without GPUs reported: the breaker stays out of the way.
+    assert admit(BreakerState(), replace(full, eligible=0), now=0.0, settings=settings)[0]

@@ -5,7 +5,8 @@ with no unknown series is Unknown, and one the unknown rule lists with no unheal
 too (Healthy only with both series present and 0), a device with no series at all is Unknown
 (property over random answers); an unreadable sample drops that device only; an error answer or an
 unreachable Prometheus is `HealthUnavailable`; `PrometheusHealth` asks once per rule per pass
-(never per device) and remembers since when a device is Healthy, forgetting it on a break.
+(never per device) and remembers since when a device is Healthy, forgetting it on a break and
+on an outage of its own; the snapshot of an outage reads every device Unavailable, never Unknown.
 """
 
 from __future__ import annotations
@@ -88,6 +89,13 @@ def test_an_error_answer_is_unavailable(body: Any) -> None:
         parse_vector(body, "q")
 
 
+def test_an_outage_snapshot_reads_every_device_unavailable() -> None:
+    blind = HealthSnapshot.unavailable()
+    assert blind.of("n1", "GPU-a").health == Health.UNAVAILABLE and not Health.UNAVAILABLE.known
+    assert all(h.known for h in Health if h is not Health.UNAVAILABLE)
+    assert HealthSnapshot().of("n1", "GPU-a").health == Health.UNKNOWN  # answered, no series
+
+
 def test_the_static_source_can_fail() -> None:
     source = StaticHealth()
     source.set("n1", "GPU-a", Health.HEALTHY, 5.0)
@@ -126,9 +134,14 @@ async def test_prometheus_is_asked_once_per_rule_and_remembers_healthy_since() -
         answers[UNKNOWN_RULE][("n1", "GPU-a")] = 0
         fourth = await asyncio.to_thread(source.snapshot, 260.0)
         assert fourth.of("n1", "GPU-a").healthy_since == 260.0  # a break starts a new run
+        saved = dict(answers[UNHEALTHY_RULE]), dict(answers[UNKNOWN_RULE])
         answers[UNHEALTHY_RULE], answers[UNKNOWN_RULE] = {}, {}
         with pytest.raises(HealthUnavailable, match="no series"):  # rules not loaded: no breaker input
             await asyncio.to_thread(source.snapshot, 300.0)
+        answers[UNHEALTHY_RULE], answers[UNKNOWN_RULE] = saved
+        after = await asyncio.to_thread(source.snapshot, 360.0)
+        # Nothing vouched for the device during the outage: its healthy run starts again.
+        assert after.of("n1", "GPU-a").healthy_since == 360.0
         port = server.port
     with pytest.raises(HealthUnavailable):
         await asyncio.to_thread(PrometheusHealth(f"http://127.0.0.1:{port}", timeout_seconds=2).snapshot, 0.0)

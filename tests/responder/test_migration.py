@@ -10,7 +10,9 @@ a tenant event, no eviction); a move past its lease cap fails once (tenant told,
 nothing evicted); an eviction's answer is judged (a 429 waits at least the floor, a refusal for
 good fails, a server error retries, never the other way round); the node and namespace caps
 count only what the records hold within the hour (properties); a simulated world (commits,
-evictions, an owner recreating pods elsewhere) ends in Succeeded with the recreated pods untouched.
+evictions, an owner recreating pods elsewhere) ends in Succeeded with the recreated pods untouched;
+every job holding the device gets one move per episode of its record, keyed by (device, job,
+episode), and never a second flow while one is unfinished (property).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from responder.migrate.plan import (
     Answer,
     Context,
     Evict,
+    Holder,
     JobView,
     KeepEvidence,
     MigrationSettings,
@@ -47,12 +50,13 @@ from responder.migrate.plan import (
     evictions_left,
     judge_eviction,
     migration_key,
+    moves_for,
     node_slot_free,
     plan,
 )
 from responder.records import Migration, MigrationOutcome
 
-KEY = migration_key("GPU-1", "job-uid", "2026-11-30T10:00:00Z")
+KEY = migration_key("GPU-1", "job-uid", 1)
 ME = "gpu-node-1-gpu-1-abc"
 
 
@@ -389,3 +393,61 @@ def _at(stamp: str) -> float:
     at = parse_rfc3339(stamp)
     assert at is not None
     return at
+
+
+TRAIN = Holder("ml", "Job/train", "uid-train")
+
+
+def test_each_episode_moves_the_job_on_the_device_again_under_its_own_key() -> None:
+    first = moves_for((), [TRAIN], device="GPU-1", episode=1)
+    assert [(m.owner_uid, m.episode, m.key) for m in first] == [
+        ("uid-train", 1, migration_key("GPU-1", "uid-train", 1))
+    ]
+    # Seen again within the episode: no second move, whatever the first one's outcome.
+    ended = (replace(first[0], outcome=MigrationOutcome.SUCCEEDED),)
+    assert moves_for(ended, [TRAIN], device="GPU-1", episode=1) == ended
+    # The device quarantined again with the job (or its replacement) on it: moved again.
+    second = moves_for(ended, [TRAIN], device="GPU-1", episode=2)
+    assert second[:1] == ended and [(m.episode, m.outcome) for m in second[1:]] == [
+        (2, MigrationOutcome.WAITING)
+    ]
+    assert second[1].key == migration_key("GPU-1", "uid-train", 2) != ended[0].key
+    assert len({migration_key(d, "u", e) for d in ("GPU-1", "GPU-2") for e in (1, 2)}) == 4
+
+
+def test_a_move_under_way_from_an_earlier_episode_goes_on_alone() -> None:
+    under_way = moves_for((), [TRAIN], device="GPU-1", episode=1)
+    assert moves_for(under_way, [TRAIN], device="GPU-1", episode=2) == under_way
+
+
+holders = st.lists(st.sampled_from([Holder("ml", f"Job/j{i}", f"uid-{i}") for i in range(4)]), max_size=4)
+
+
+@given(
+    st.lists(
+        st.tuples(holders, st.booleans(), st.sampled_from([*MigrationOutcome, None])),
+        max_size=20,
+    )
+)
+def test_one_move_per_job_and_episode_and_never_two_flows_for_a_job(
+    passes: list[tuple[list[Holder], bool, MigrationOutcome | None]],
+) -> None:
+    """Passes of a record: the jobs on the device, whether a new episode began before the pass,
+    and an outcome the pass's unfinished moves came to (None: unchanged)."""
+    moves: tuple[Migration, ...] = ()
+    episode = 1
+    for on_device, new_episode, outcome in passes:
+        episode += new_episode
+        moves = moves_for(moves, on_device, device="GPU-1", episode=episode)
+        for job in on_device:
+            assert any(
+                m.owner_uid == job.owner_uid and (m.episode == episode or not m.outcome.finished)
+                for m in moves
+            )
+        pairs = [(m.owner_uid, m.episode) for m in moves]
+        assert len(pairs) == len(set(pairs))
+        unfinished = [m.owner_uid for m in moves if not m.outcome.finished]
+        assert len(unfinished) == len(set(unfinished))
+        assert len({m.key for m in moves}) == len(moves)
+        if outcome is not None:  # the moves under way come to it; an ended move stays ended
+            moves = tuple(m if m.outcome.finished else replace(m, outcome=outcome) for m in moves)

@@ -10,7 +10,8 @@ devices of one job: one flow owns it; a lease another holds is taken only
 after its duration has passed on our monotonic clock; the node cap is rebuilt from records;
 restrict moves nothing; device-plugin replicas (`<uuid>::<n>`) and a ReplicaSet's Deployment;
 DRA pods found through their claims; with the breaker open (`finish`) no move begins and one under
-way ends.
+way ends; the device quarantined again (a new episode) with the job back on it: moved again,
+under a new key, counted again.
 """
 
 from __future__ import annotations
@@ -590,3 +591,66 @@ def test_with_the_breaker_open_no_move_begins_and_one_under_way_ends(
     r = m.finish(r, clock.now())
     assert only(r).outcome is MigrationOutcome.SUCCEEDED
     assert ("leases", "ml", lease_name("Job/train")) not in client.objects
+
+
+def test_a_device_quarantined_again_moves_the_job_on_it_again(client: FakeClient, clock: ManualClock) -> None:
+    pods = Resource("", "v1", "pods", True)
+    client.add(pods, pod("train-0"))
+    registry = CollectorRegistry()
+    m = migrator(client, clock, registry, default_mode=Mode.IMMEDIATE)
+    stamp = "2027-01-15T08:00:00.000000Z"
+    first = record().with_phase(Phase.PENDING, time=stamp, actor="t", message="m")
+    first = first.with_phase(Phase.QUARANTINED, time=stamp, actor="t", message="m")
+    r = m.step(m.step(first, clock.now()), clock.now())
+    assert client.evictions == [("train-0", True), ("train-0", False)]
+    del client.objects[("pods", "ml", "train-0")]
+    r = m.step(r, clock.now())
+    assert [(e.episode, e.outcome) for e in r.status.migrations] == [(1, MigrationOutcome.SUCCEEDED)]
+
+    # Released, the job's replacement lands on the device, and the device fails again.
+    client.add(pods, pod("train-1"))
+    assert m.step(r, clock.now()) == r  # the move of this episode ended: nothing begins again
+    for phase in (
+        "Probing",
+        "Canary",
+        "Stabilizing",
+        "Ramp",
+        Phase.RELEASED,
+        Phase.PENDING,
+        Phase.QUARANTINED,
+    ):
+        r = r.with_phase(phase, time=stamp, actor="t", message="m")
+    assert r.status.episode == 2
+    r = m.step(m.step(r, clock.now()), clock.now())
+    assert client.evictions[2:] == [("train-1", True), ("train-1", False)]
+    del client.objects[("pods", "ml", "train-1")]
+    r = m.step(r, clock.now())
+    moves = r.status.migrations
+    assert [(e.owner_uid, e.episode, e.outcome) for e in moves] == [
+        ("uid-train", 1, MigrationOutcome.SUCCEEDED),
+        ("uid-train", 2, MigrationOutcome.SUCCEEDED),
+    ]
+    assert moves[1].targets == ("uid-train-1",) and moves[0].key != moves[1].key
+    assert counted(registry, "succeeded") == 2.0
+    assert from_object(to_object(r)).status.migrations == moves
+
+
+def test_each_episode_requests_a_checkpoint_under_its_own_key(client: FakeClient, clock: ManualClock) -> None:
+    client.add(Resource("", "v1", "pods", True), pod("train-0"))
+    m = migrator(client, clock)
+    stamp = "2027-01-15T08:00:00.000000Z"
+    r = record().with_phase(Phase.PENDING, time=stamp, actor="t", message="m")
+    r = m.step(m.step(r.with_phase(Phase.QUARANTINED, time=stamp, actor="t", message="m"), NOW), NOW)
+    first_key = client.pod("train-0")["metadata"]["annotations"][REQUESTED]
+    # The pod is unrecoverable in this episode (no commit in time) and stays on the device.
+    clock.advance(601.0)
+    r = m.step(r, clock.now())
+    assert only(r).outcome is MigrationOutcome.UNRECOVERABLE and not client.evictions
+    r = r.with_phase("Probing", time=stamp, actor="t", message="m")
+    r = r.with_phase(Phase.QUARANTINED, time=stamp, actor="t", message="m")
+    r = m.step(m.step(r, clock.now()), clock.now())
+    second_key = client.pod("train-0")["metadata"]["annotations"][REQUESTED]
+    assert second_key == r.status.migrations[-1].key != first_key
+    client.commit("train-0")
+    r = m.step(r, clock.now())
+    assert client.evictions == [("train-0", True), ("train-0", False)]

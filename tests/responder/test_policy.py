@@ -8,12 +8,15 @@ opted-out nodes and the rate limit keep records waiting with the reason visible;
 enforces with effect None; failures extend the quarantine with a doubling backoff, and no
 attempt starts before that backoff ran out (property); no attempt starts while a move of the
 device's work is unfinished or a pod holds the device, the record waiting in Quarantined with
-the reason visible (property).
+the reason visible (property); with the health source unavailable no step towards a release
+is ever taken, no failure is counted for want of health, and a firing alert is still enforced
+(property), the held step carried out once the source answers again.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,6 +32,7 @@ from responder.reconcile.policy import (
     BACKING_OFF,
     CANARY_TAINT,
     DEVICE_IN_USE,
+    HEALTH_UNAVAILABLE,
     MIGRATING,
     QUARANTINE_TAINT,
     CheckResult,
@@ -141,9 +145,11 @@ def play(
     record: Quarantine,
     plan: list[tuple[float, Health, CheckResult | None, str | None, bool, bool]],
     work: list[Work] | None = None,
+    judge: Callable[[Quarantine, DeviceView, Step], None] | None = None,
 ) -> list[Step]:
     """The steps of `record` through `plan`; `work` (one per tick) changes its moves and holders
-    as the migrator and the pods would (nothing moves or holds the device without it)."""
+    as the migrator and the pods would (nothing moves or holds the device without it); `judge`
+    sees every step with the record and the view it was decided from."""
     world, now, steps = World(), NOW, []
     holders: tuple[str, ...] = ()
     healthy_since: float | None = None
@@ -186,6 +192,8 @@ def play(
             holders=holders if needs_holders(record, now) else (),
         )
         result = step(record, view, ctx(now, tripped=tripped))
+        if judge is not None:
+            judge(record, view, result)
         if result.record.status.attempt > record.status.attempt:
             # The safety property of a release attempt: it never starts while a move of the
             # device's work is unfinished (the move would be dropped half-way, its pods evicted
@@ -328,7 +336,11 @@ def check_release_path(steps: list[Step]) -> bool:
                 if i == 0 or result.record.status.history[i - 1].phase != h.phase
             ]
             last_quarantine = max(i for i, p in enumerate(history) if p == Phase.QUARANTINED)
-            assert history[last_quarantine + 1 :] == [*RELEASE_PATH, Phase.RELEASED]
+            walked = history[last_quarantine + 1 :]
+            # A wait on a rung (the health source away, and back) is an entry of the same phase,
+            # never a step: the phases walked, each once, in order.
+            steps = [p for i, p in enumerate(walked) if i == 0 or walked[i - 1] != p]
+            assert steps == [*RELEASE_PATH, Phase.RELEASED]
             released = True
     return released
 
@@ -557,3 +569,121 @@ def test_a_deferred_device_loses_an_enforcement_left_by_a_lost_admission() -> No
     # Without a stray enforcement, deferring touches nothing in the cluster.
     clean = step(pending, observed(Health.UNHEALTHY), ctx(NOW, tripped=True))
     assert not [e for e in clean.effects if isinstance(e, Unenforce | Enforce)]
+
+
+# As `ticks`, with the health source away on about a third of them.
+outage_ticks = st.lists(
+    st.tuples(
+        st.floats(min_value=0, max_value=200),
+        st.sampled_from(
+            [Health.HEALTHY] * 12 + [Health.UNAVAILABLE] * 7 + [Health.UNHEALTHY, Health.UNKNOWN]
+        ),
+        st.sampled_from([CheckResult.SUCCEEDED] * 4 + [CheckResult.FAILED, None, None]),
+        st.sampled_from(["resolve"] * 4 + ["fire"] + [None] * 15),
+        st.sampled_from([False] * 4 + [True]),
+        st.sampled_from([False] * 19 + [True]),
+    ),
+    max_size=60,
+)
+RELEASE_ORDER = [Phase.QUARANTINED, *RELEASE_PATH, Phase.RELEASED]
+
+
+def judge_outage(before: Quarantine, view: DeviceView, result: Step) -> None:
+    """With no answer from the health source: no step towards a release (no attempt begun, no
+    rung passed, nothing lifted), no failure for want of health, and a warranted quarantine
+    enforced all the same."""
+    if view.health.known:
+        return
+    after = result.record
+    assert after.status.attempt == before.status.attempt
+    assert not any(isinstance(e, Unenforce) for e in result.effects)
+    if before.status.phase in RELEASE_ORDER and after.status.phase in RELEASE_ORDER:
+        assert RELEASE_ORDER.index(after.status.phase) <= max(RELEASE_ORDER.index(before.status.phase), 1)
+    assert after.status.phase != Phase.RELEASED or before.status.phase in (Phase.RELEASED, Phase.DEFERRED)
+    if after.status.failures > before.status.failures:
+        assert not after.status.history[-1].message.startswith("the device reported")
+    if (
+        before.status.phase == Phase.PENDING
+        and after.status.phase != Phase.DEFERRED
+        and after.status.phase_reason != "RateLimited"
+    ):
+        # Admitted by the breaker and the bucket, the alert alone is the warrant.
+        assert after.status.phase == Phase.QUARANTINED
+        assert any(isinstance(e, Enforce) and e.taint_key == QUARANTINE_TAINT for e in result.effects)
+
+
+@settings(max_examples=300)
+@given(outage_ticks)
+def test_with_health_unavailable_no_release_step_is_taken_and_enforcement_still_is(plan: list[tuple]) -> None:  # type: ignore[type-arg]
+    steps = play(opened(), plan, judge=judge_outage)
+    target(float(max((_progress(r.record.status.phase) for r in steps), default=0)))
+    check_release_path(steps)
+
+
+def test_long_seeded_outages_hold_releases_and_enforce() -> None:
+    held = enforced_blind = 0
+    for seed in range(150):
+        rng = random.Random(seed)
+        plan = [(t[0], Health.UNAVAILABLE if rng.random() < 0.35 else t[1], *t[2:]) for t in long_plan(rng)]
+        seen: list[tuple[Quarantine, DeviceView, Step]] = []
+
+        def judge(
+            before: Quarantine,
+            view: DeviceView,
+            result: Step,
+            seen: list[tuple[Quarantine, DeviceView, Step]] = seen,
+        ) -> None:
+            judge_outage(before, view, result)
+            seen.append((before, view, result))
+
+        play(opened(), plan, judge=judge)
+        held += sum(r.record.status.phase_reason == HEALTH_UNAVAILABLE for _, _, r in seen)
+        enforced_blind += sum(
+            b.status.phase == Phase.PENDING
+            and r.record.status.phase == Phase.QUARANTINED
+            and not v.health.known
+            for b, v, r in seen
+        )
+    # Both sides were exercised, not passed vacuously: holds, and quarantines enforced blind.
+    assert held >= 30 and enforced_blind >= 20
+
+
+def test_an_outage_holds_each_step_towards_the_release_and_the_answer_carries_it_out() -> None:
+    blind = observed(Health.UNAVAILABLE, enforcement_present=True)
+    quarantined = step(opened(), replace(blind, enforcement_present=False), ctx(NOW))
+    assert quarantined.record.status.phase == Phase.QUARANTINED  # the alert is the warrant
+    assert Enforce(QUARANTINE_TAINT, quarantined.record.spec.reason, "NoSchedule") in quarantined.effects
+    record = resolved(quarantined.record, NOW + 10)
+    waiting = step(record, blind, ctx(NOW + 20))
+    assert (waiting.record.status.phase, waiting.record.status.phase_reason) == (
+        Phase.QUARANTINED,
+        HEALTH_UNAVAILABLE,
+    )
+    assert waiting.effects == () and waiting.record.status.attempt == 0
+    healthy = observed(Health.HEALTHY, healthy_since=NOW + 30, enforcement_present=True)
+    probing = step(waiting.record, healthy, ctx(NOW + 30)).record
+    assert probing.status.phase == PROBING
+    # The probe passed while the source was away: Canary (judged by the metrics) waits for it,
+    # and a long outage neither fails the probe by its timeout nor the device for want of health.
+    passed = step(probing, replace(blind, check=CheckResult.SUCCEEDED), ctx(NOW + 40))
+    assert (passed.record.status.phase, passed.record.status.phase_reason) == (PROBING, HEALTH_UNAVAILABLE)
+    later = step(passed.record, replace(blind, check=CheckResult.SUCCEEDED), ctx(NOW + 4000))
+    assert later.record == passed.record and later.record.status.failures == 0
+    canary = step(later.record, replace(healthy, check=CheckResult.SUCCEEDED), ctx(NOW + 4010)).record
+    assert (canary.status.phase, canary.status.phase_reason) == (CANARY, "")
+    # On a judged rung an outage is no failure; evidence of failure still is.
+    assert step(canary, blind, ctx(NOW + 4020)).record.status.failures == 0
+    failed = step(canary, replace(blind, check=CheckResult.FAILED), ctx(NOW + 4020)).record
+    assert (failed.status.phase, failed.status.failures) == (Phase.QUARANTINED, 1)
+
+
+def test_a_deferred_device_is_admitted_on_its_alert_and_an_old_unknown_waits_for_health() -> None:
+    blind = observed(Health.UNAVAILABLE)
+    deferred = step(opened(), blind, ctx(NOW, tripped=True)).record
+    assert deferred.status.phase == Phase.DEFERRED
+    assert step(deferred, blind, ctx(NOW + 7200)).record.status.phase == Phase.PENDING
+    unknown = step(opened(action="restrict"), blind, ctx(NOW, tripped=True)).record
+    assert step(unknown, blind, ctx(NOW + 60)).record.status.phase == Phase.PENDING
+    old = step(unknown, blind, ctx(NOW + 7200)).record
+    assert (old.status.phase, old.status.phase_reason) == (Phase.DEFERRED, HEALTH_UNAVAILABLE)
+    assert step(old, observed(Health.UNKNOWN), ctx(NOW + 7300)).record.status.phase == Phase.RELEASED

@@ -8,7 +8,10 @@ waits with reason NodeOptedOut; the rate limit keeps records Pending (RateLimite
 rebuilt from the records by a new reconciler (no second burst, nothing enforced twice); a storm
 trips the breaker within one pass (audit entry, gauge) while a release goes on; one record's
 exception or 409 never stops the pass and is retried on its own backoff (Retry-After the
-least), a failed pass too; a health outage decides nothing; the migrate hook sees only enforced
+least), a failed pass too; a health outage (the source unreachable) still enforces a firing
+alert and still calls the migrate hook while the release waits (HealthUnavailable) and the
+gauge says the source is down, the breaker counting against the last fleet size seen; the
+migrate hook sees only enforced
 `quarantine` records, goes on after the alerts resolved while the release waits
 (MigrationInFlight), and gives way to the finish hook while the breaker is open; a device a
 pod holds is not probed (DeviceInUse) and pods are read only when an attempt could start;
@@ -46,6 +49,7 @@ from responder.reconcile.limits import BucketSettings
 from responder.reconcile.policy import (
     CANARY_TAINT,
     DEVICE_IN_USE,
+    HEALTH_UNAVAILABLE,
     MIGRATING,
     QUARANTINE_TAINT,
     CheckResult,
@@ -104,6 +108,8 @@ class FakeClient:
         self.pod_lists = 0
         self.node_errors: list[Exception] = []
         """Errors the next reads of a node answer, one each."""
+        self.list_errors: list[Exception] = []
+        """Errors the next lists of the records answer, one each."""
 
     def _next(self) -> str:
         self._rv += 1
@@ -137,6 +143,8 @@ class FakeClient:
         if resource == RESOURCE_SLICE:
             return ObjectList([], str(self._rv))  # no DRA driver publishes devices here
         assert resource == QUARANTINES
+        if self.list_errors:
+            raise self.list_errors.pop(0)
         return ObjectList([copy.deepcopy(o) for o in self.objects.values()], str(self._rv))
 
     def get(self, resource: Resource, name: str) -> dict[str, Any]:
@@ -507,10 +515,10 @@ STEADY = replace(SETTINGS, retry_backoff=WatchBackoff(initial_seconds=1.0, max_s
 """Retries without jitter, so each pause is exact."""
 
 
-def test_a_health_outage_decides_nothing_and_is_tried_again_with_a_growing_backoff() -> None:
+def test_an_api_outage_decides_nothing_and_is_tried_again_with_a_growing_backoff() -> None:
     h = Harness(STEADY)
     name = h.add()
-    h.health.failing = True
+    h.client.list_errors = [Unavailable("503 injected", status=503)] * 5
     pauses = []
     for _ in range(5):
         report = h.reconciler.reconcile_once()
@@ -519,10 +527,57 @@ def test_a_health_outage_decides_nothing_and_is_tried_again_with_a_growing_backo
     # Not the whole recheck cap (30 s) per failure: 1, 2, 4, 8 s, capped.
     assert pauses == [1.0, 2.0, 4.0, 8.0, 8.0]
     assert h.phase(name) == Phase.PENDING and h.enforcer.calls == []
-    h.health.failing = False
     assert h.reconciler.reconcile_once().outcomes == {name: "written"}
-    h.health.failing = True
+    h.client.list_errors = [Unavailable("503 injected", status=503)]
     assert h.reconciler.reconcile_once().next_seconds == 1.0  # a success started the backoff over
+
+
+def test_a_health_outage_enforces_and_moves_and_holds_only_the_release() -> None:
+    moved: list[str] = []
+
+    def migrate(record: Quarantine, now: float) -> Quarantine:
+        moved.append(record.name)
+        return record
+
+    h = Harness(migrate=migrate)
+    name = h.add()
+    h.health.failing = True
+    report = h.reconciler.reconcile_once()
+    assert not report.skipped and report.outcomes == {name: "written"}
+    assert h.phase(name) == Phase.QUARANTINED and h.enforcer.taints == {name: QUARANTINE_TAINT}
+    assert h.sample("gpuhealth_responder_health_source_up") == 0.0
+    h.reconciler.reconcile_once()
+    assert moved == [name]  # the move of its work goes on too
+    # The alerts resolve while the source is still away: the release attempt waits for it.
+    h.resolve(name)
+    h.clock.advance(10)
+    h.reconciler.reconcile_once()
+    record = h.client.record(name)
+    assert (record.status.phase, record.status.phase_reason) == (Phase.QUARANTINED, HEALTH_UNAVAILABLE)
+    assert record.status.attempt == 0 and h.checks.started == [] and record.status.failures == 0
+    h.health.failing = False
+    h.health.set("gpu-node-1", "GPU-4a1c", Health.HEALTHY, h.clock.now())
+    h.reconciler.reconcile_once()
+    assert h.phase(name) == PROBING and h.sample("gpuhealth_responder_health_source_up") == 1.0
+
+
+def test_a_health_outage_counts_the_breaker_against_the_last_fleet_size_seen() -> None:
+    """100 devices known: 6 quarantines at once, over the floors (5 in the window, 4 under
+    quarantine) but under 8 % and 15 % of 100, are admitted; a reconciler that never heard from
+    the source counts against its floors only (the capacity floor of 4 trips it)."""
+    h = Harness(replace(SETTINGS, bucket=BucketSettings(burst=50, per_hour=600)))
+    h.reconciler.reconcile_once()  # the source answers once: 100 devices
+    h.health.failing = True
+    names = [h.add(f"GPU-s{i}", node=f"gpu-node-{i}") for i in range(6)]
+    h.reconciler.reconcile_once()
+    assert [h.phase(n) for n in names] == [Phase.QUARANTINED] * 6
+    assert not h.store.state.tripped
+    fresh = Harness(replace(SETTINGS, bucket=BucketSettings(burst=50, per_hour=600)))
+    fresh.health.failing = True
+    names = [fresh.add(f"GPU-s{i}", node=f"gpu-node-{i}") for i in range(6)]
+    fresh.reconciler.reconcile_once()
+    assert sorted(fresh.phase(n) for n in names) == [Phase.DEFERRED] * 2 + [Phase.QUARANTINED] * 4
+    assert fresh.store.state.tripped and "unknown number of devices" in fresh.store.state.detail
 
 
 def test_a_failed_record_is_retried_on_its_own_backoff_not_the_passs() -> None:

@@ -2,8 +2,10 @@
 
 Aspects: deterministic names that are valid DNS-1123 subdomains and never shared by two
 devices; a record survives the trip to an API object and back unchanged; history and
-idempotency keys stay bounded; a hand-edited object that cannot be read is a RecordError
-naming the field, never another exception.
+idempotency keys stay bounded; the episode counts every entry into Quarantined from another
+phase and nothing else (property); the moves kept within their bound keep the latest
+episode's finished moves over earlier ones'; a hand-edited object that cannot be read is a
+RecordError naming the field, never another exception.
 """
 
 from __future__ import annotations
@@ -101,6 +103,41 @@ def test_records_round_trip_and_stay_bounded(phases: list[Phase], keys: list[str
     assert from_object(to_object(record)) == record
 
 
+@given(st.lists(st.sampled_from([*Phase, "Probing", "Ramp"]), max_size=40))
+def test_the_episode_counts_every_entry_into_quarantined_from_another_phase(phases: list[str]) -> None:
+    record = Quarantine(name="q", spec=spec())
+    entries, before = 0, str(record.status.phase)
+    for i, phase in enumerate(phases):
+        record = record.with_phase(phase, time=f"2026-11-30T10:{i:02d}:00Z", actor="responder", message="m")
+        entries += phase == Phase.QUARANTINED and before != Phase.QUARANTINED
+        before = phase
+    assert record.status.episode == entries
+    assert from_object(to_object(record)).status.episode == entries
+
+
+def test_the_episode_of_a_device_that_fails_released_and_fails_again() -> None:
+    record = Quarantine(name="q", spec=spec())
+    walk = [Phase.QUARANTINED, Phase.QUARANTINED, "Probing", Phase.QUARANTINED, "Probing", "Canary"]
+    walk += ["Stabilizing", "Ramp", Phase.RELEASED, Phase.PENDING, Phase.QUARANTINED]
+    episodes = []
+    for i, phase in enumerate(walk):
+        record = record.with_phase(phase, time=f"2026-11-30T10:{i:02d}:00Z", actor="responder", message="m")
+        episodes.append(record.status.episode)
+    # Enforced (1); a failed probe sends it back (2); released, re-opened and enforced (3).
+    assert episodes == [1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 3]
+
+
+def test_the_bound_keeps_the_latest_episodes_finished_moves_over_earlier_ones() -> None:
+    done = MigrationOutcome.SUCCEEDED
+    earlier = [Migration("ml", f"Job/j{i}", f"u{i}", f"k{i}", episode=1, outcome=done) for i in range(20)]
+    latest = [Migration("ml", f"Job/l{i}", f"v{i}", f"m{i}", episode=2, outcome=done) for i in range(20)]
+    # The latest episode's moves written first: the bound goes by episode, not by position.
+    kept = Quarantine(name="q", spec=spec()).with_migrations([*latest, *earlier]).status.migrations
+    assert len(kept) == MAX_MIGRATIONS
+    assert [m for m in kept if m.episode == 2] == latest
+    assert [m for m in kept if m.episode == 1] == earlier[len(earlier) - (MAX_MIGRATIONS - len(latest)) :]
+
+
 texts = st.text(min_size=1, max_size=12)
 migrations = st.builds(
     Migration,
@@ -108,6 +145,7 @@ migrations = st.builds(
     owner=texts,
     owner_uid=texts,
     key=texts,
+    episode=st.integers(min_value=0, max_value=3),
     targets=st.lists(texts, max_size=80).map(tuple),
     started_at=st.text(max_size=12),
     requested_at=st.text(max_size=12),

@@ -225,7 +225,7 @@ def test_every_alert_has_labels_annotations_and_a_runbook_section() -> None:
     sections = {_github_anchor(m.group(1)) for m in headings}
     settings = load_config(DEFAULT_CONFIG)
     alerts = _alerts()
-    assert len(alerts) == 25  # GPUHealthQuarantinePhaseStuck is four rules, one per phase
+    assert len(alerts) == 26  # GPUHealthQuarantinePhaseStuck is four rules, one per phase
     for alert in alerts:
         name = alert["alert"]
         assert re.fullmatch(r"GPU(Device|Node|Fleet|Health)[A-Z][A-Za-z]+", name), name
@@ -264,6 +264,8 @@ def test_device_alerts_carry_node_and_device_and_the_issue_contract() -> None:
         "GPUHealthBreakerTripped": ("critical", "none"),
         "GPUHealthResponderNoLeader": ("critical", "none"),
         "GPUHealthResponderReconcileStalled": ("critical", "none"),
+        # Paged to on-call, never to the responder: it is the responder's own source that is away.
+        "GPUHealthResponderHealthSourceDown": ("warning", "none"),
         "GPUHealthResponderWebhookRetrying": ("warning", "none"),
         "GPUDeviceMigrationUnrecoverable": ("warning", "none"),
         "GPUHealthQuarantinePhaseStuck": ("warning", "none"),

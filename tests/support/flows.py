@@ -36,7 +36,7 @@ from responder.migrate.executor import Migrator, MigratorSettings
 from responder.migrate.plan import REQUESTED
 from responder.reconcile.breaker_store import BreakerStore
 from responder.reconcile.events import KubeEvents
-from responder.reconcile.health import StaticHealth
+from responder.reconcile.health import HealthSource, StaticHealth
 from responder.reconcile.limits import BucketSettings
 from responder.reconcile.policy import Health, PolicySettings
 from responder.reconcile.reconciler import Reconciler, ReconcilerSettings
@@ -124,7 +124,7 @@ class Replica:
 def new_replica(
     kubeconfig: Path,
     effects: Counter[Effect],
-    health: StaticHealth,
+    health: HealthSource,
     clock: ManualClock,
     settings: ReconcilerSettings = SETTINGS,
 ) -> Replica:
