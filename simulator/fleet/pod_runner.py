@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -52,6 +53,8 @@ from simulator.fleet.state import DeviceDriver, PendingPod, SimNode, SimPod
 from simulator.fleet.timers import Timers
 from simulator.fleet.writes import PodStatusWriter
 from simulator.model import APPLICATION_XIDS, DRA_DRIVER, GPU_RESOURCE, Settings, Slot, Workload, node_slots
+
+log = logging.getLogger(__name__)
 
 RUN_SECONDS = "sim.gpuhealth.io/run-seconds"
 EXIT_CODE = "sim.gpuhealth.io/exit-code"
@@ -485,7 +488,7 @@ class PodRunner:
         node.pods.append(sim)
         node.last_sig = None
         self._write(sim, lambda o: _creating(o, run.spec, run.admitted, objects.node_ip(node.index)))
-        self._timers.at(self._timers.now() + START_SECONDS, self._start, run, run.token)
+        self._step_at(self._timers.now() + START_SECONDS, self._start, run, run.token)
         self._timers.wake()
 
     def _fits(self, node: SimNode, spec: RunSpec) -> Rejection | None:
@@ -621,7 +624,7 @@ class PodRunner:
         resumed = self._agent.started(sim, run.obj["metadata"])
         if run.spec.run_seconds is not None:
             remaining = max(0.0, run.spec.run_seconds - resumed)
-            self._timers.at(self._timers.now() + remaining, self._exited, run, run.token)
+            self._step_at(self._timers.now() + remaining, self._exited, run, run.token)
 
     def _last_states(self, run: _Run) -> dict[str, dict[str, Any]]:
         if not run.restarts:
@@ -665,9 +668,7 @@ class PodRunner:
             return
         node = self._nodes[sim.node]
         if not node.writes:
-            self._timers.at(
-                self._timers.now() + self._settings.status_sync_interval, self._exited, run, token
-            )
+            self._step_at(self._timers.now() + self._settings.status_sync_interval, self._exited, run, token)
             return
         code = self._program_code(run) if run.spec.program is not None else run.spec.exit_code
         self._agent.stopped(sim, succeeded=code == 0)
@@ -689,7 +690,7 @@ class PodRunner:
         for c in run.spec.containers:
             message = f"Back-off restarting failed container {c['name']} in pod {pod_ref}"
             self._event(run.obj, node, "BackOff", message, warning=True, container=c["name"])
-        self._timers.at(self._timers.now() + delay, self._start, run, run.token)
+        self._step_at(self._timers.now() + delay, self._start, run, run.token)
 
     def _finish(self, run: _Run, node: SimNode, code: int) -> None:
         """The containers exited and stay down: Succeeded or Failed, devices freed."""
@@ -725,7 +726,7 @@ class PodRunner:
             # Any later change of the pod comes here too; only a shorter grace period matters.
             if grace < run.grace:
                 run.grace = grace
-                self._timers.at(now + grace, self._kill, run, run.token, KILLED_EXIT_CODE)
+                self._step_at(now + grace, self._kill, run, run.token, KILLED_EXIT_CODE)
                 self._timers.wake()
             return
         run.terminating = True
@@ -749,7 +750,7 @@ class PodRunner:
         if exit_at <= now:
             self._kill(run, run.token, code)
         else:
-            self._timers.at(exit_at, self._kill, run, run.token, code)
+            self._step_at(exit_at, self._kill, run, run.token, code)
             self._timers.wake()
 
     def _kill(self, run: _Run, token: int, code: int) -> None:
@@ -776,6 +777,24 @@ class PodRunner:
             self._api.delete("pods", name, namespace, grace_period_seconds=0)
 
     # ------------------------------------------------------------------ writes
+
+    def _step_at(self, when: float, step: Callable[..., None], *args: Any) -> None:
+        """Run a pod worker's `step(*args)` at simulated `when`. A step whose write the API server
+        could not take (5xx, 429, unreachable: an apiserver restarting) runs again a status sync
+        later, as a real kubelet's pod worker syncs the pod again after an error; dropping it
+        would leave the pod in ContainerCreating (or Running) for ever."""
+
+        def attempt() -> None:
+            try:
+                step(*args)
+            except ApiError as exc:
+                if exc.code < 500 and exc.code != 429:
+                    raise
+                log.info("pod worker %s: %s; again in a status sync", getattr(step, "__name__", step), exc)
+                self._timers.at(self._timers.now() + self._settings.status_sync_interval, attempt)
+
+        attempt.__name__ = getattr(step, "__name__", "step")
+        self._timers.at(when, attempt)
 
     def _write(self, sim: SimPod, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> bool:
         return self._pod_status.mutate(sim, fn)

@@ -13,7 +13,8 @@ NVIDIA container runtime does, a pod with no GPU request reaches the GPUs its
 container at start), unknown to the kubelet. A GPU program (`dcgmi diag`, `vectorAdd`)
 succeeds when every GPU it reached stayed Healthy and fails when one broke during its run,
 even briefly, or when it reached none: on a DRA pod that is the device its claim's allocation
-names, whatever its selectors asked for.
+names, whatever its selectors asked for. A pod worker's step whose write the API server refused
+(503: an apiserver restarting) runs again a status sync later.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import pytest
 
 from gpuhealth.clock import ManualClock
+from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import Store
 from simulator.fleet import Fleet
 from simulator.fleet.objects import gpu_uuid
@@ -362,3 +364,30 @@ async def test_a_dra_pod_runs_on_the_device_its_allocation_names(dra: tuple[Flee
     await fleet.advance(10)
     assert exit_code(store, "on-3") == ("Failed", 1)
     assert exit_code(store, "on-2") == ("Succeeded", 0)
+
+
+async def test_a_start_the_api_server_refused_runs_again_a_status_sync_later(dp: tuple[Fleet, Store]) -> None:
+    """An apiserver restarting refuses the pod worker's write (503): the pod is started on a later
+    sync, as a real kubelet's pod worker syncs again, never left in ContainerCreating."""
+    fleet, store = dp
+    mutate = fleet.node_api.mutate
+    writes: list[str] = []
+    refused: list[str] = []
+
+    def unavailable_once(resource: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "client":
+            writes.append(name)
+            if len(writes) == 2:  # the first is the admission's Pending, the second the start
+                refused.append(name)
+                raise ApiError(503, "ServiceUnavailable", "the apiserver is restarting")
+        return mutate(resource, name, *args, **kwargs)
+
+    fleet.node_api.mutate = unavailable_once  # type: ignore[method-assign]
+    await create(store, api_pod("client", gpus=1))
+    await fleet.advance(1)
+    assert refused == ["client"]
+    assert get(store, "client")["status"]["containerStatuses"][0]["state"] == {
+        "waiting": {"reason": "ContainerCreating"}
+    }
+    await fleet.advance(10)  # the scenario's statusSyncInterval
+    assert get(store, "client")["status"]["phase"] == "Running"
