@@ -125,6 +125,23 @@ RECONCILE_RECORDS = MetricFamily(
     ("outcome",),
 )
 
+QUARANTINED_SECONDS = MetricFamily(
+    "gpuhealth_quarantined_device_seconds",
+    "counter",
+    "Device-seconds of capacity the leader saw excluded by enforced quarantines, by node, reason and "
+    "phase (Quarantined, DeviceInUse, each rung of the release ladder); counted by the leader from its "
+    "passes (responder.reconcile.measures).",
+    ("node", "reason", "phase"),
+    unit="seconds",
+)
+QUARANTINES_ENDED = MetricFamily(
+    "gpuhealth_quarantines_ended",
+    "counter",
+    "Enforced quarantines that ended (released or abandoned), by the verdict of their evidence "
+    "(confirmed|unconfirmed|restricted-unknown: responder.verdicts) and reason.",
+    ("verdict", "reason"),
+)
+
 CATALOG = Catalog(
     (
         WEBHOOK_REQUESTS,
@@ -143,6 +160,8 @@ CATALOG = Catalog(
         DECISION_SECONDS,
         RECONCILE_PASSES,
         RECONCILE_RECORDS,
+        QUARANTINED_SECONDS,
+        QUARANTINES_ENDED,
     )
 )
 """Every family the responder exposes."""
