@@ -18,7 +18,9 @@ from __future__ import annotations
 from dashboards.sdk import Dashboard, Panel, Query, QueryVariable, Row, TextVariable
 from dashboards.settings import Settings
 from responder.ladder import LADDER
+from responder.reconcile.measures import measured_phases
 from responder.records import PHASES, Phase
+from responder.verdicts import QuarantineVerdict
 
 CLUSTER = 'cluster="$cluster"'
 DEVICE = 'cluster="$cluster", node="$node", device="$device"'
@@ -117,6 +119,24 @@ def fleet(settings: Settings) -> Dashboard:
                 (
                     Query(f"fleet:gpuhealth_devices_quarantined:count{{{CLUSTER}}}", "fleet"),
                     Query(f"node:gpuhealth_devices_quarantined:count{{{CLUSTER}}}", "{{node}}"),
+                ),
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "GPU-hours lost to quarantine (last day)",
+                "GPU-hours of capacity that enforced quarantines kept out of service over the last day, for "
+                f"the fleet and by phase ({', '.join(measured_phases())}): Ramp takes opted-in work and "
+                "DeviceInUse its holder's, so they are shown apart (recording rules "
+                "*:gpuhealth_quarantined_device_hours:increase1d).",
+                "h",
+                (
+                    Query(f"fleet:gpuhealth_quarantined_device_hours:increase1d{{{CLUSTER}}}", "fleet"),
+                    Query(
+                        "sum by (phase) "
+                        f"(reason_phase:gpuhealth_quarantined_device_hours:increase1d{{{CLUSTER}}})",
+                        "{{phase}}",
+                    ),
                 ),
                 min=0,
             ),
@@ -382,7 +402,7 @@ def device(settings: Settings) -> Dashboard:
 
 def remediation(settings: Settings) -> Dashboard:
     r = settings.responder_job
-    not_kept = _job(r, 'outcome=~"abandoned|dismissed"')
+    unconfirmed = _job(r, f'verdict="{QuarantineVerdict.UNCONFIRMED}"')
     on_the_way_back = _job(r, f'phase=~"{RELEASE_PHASES}"')
     quarantines = Row(
         "Quarantines",
@@ -404,20 +424,50 @@ def remediation(settings: Settings) -> Dashboard:
             Panel(
                 "timeseries",
                 "False-quarantine rate",
-                "Share of ended quarantines that were not kept: abandoned (a person removed the enforcement) "
-                "or dismissed (no longer failing when re-evaluated after the breaker closed), against all "
-                "that "
-                "ended, released ones included.",
+                "Share of ended quarantines whose evidence never confirmed a fault (verdict unconfirmed: "
+                "the triggering alert was all there was, and the device passed its checks at the first "
+                "attempt), against every enforced quarantine that ended (docs/quarantine.md, Verdicts).",
                 "percentunit",
                 (
                     Query(
-                        f"sum(increase(gpuhealth_responder_releases_total{{{not_kept}}}{RATE}))"
-                        f" / sum(increase(gpuhealth_responder_releases_total{{{_job(r)}}}{RATE}))",
-                        "not kept",
+                        f"sum(increase(gpuhealth_quarantines_ended_total{{{unconfirmed}}}{RATE}))"
+                        f" / sum(increase(gpuhealth_quarantines_ended_total{{{_job(r)}}}{RATE}))",
+                        "unconfirmed",
                     ),
                 ),
                 min=0,
                 max=1,
+            ),
+            Panel(
+                "timeseries",
+                "Ended quarantines by verdict",
+                "Enforced quarantines that ended per interval, by what their evidence says: confirmed (a "
+                "check failed, a relapse, the device's own error record, a corroborating Unhealthy report), "
+                "unconfirmed, restricted-unknown (a restriction for Unknown that recovered).",
+                "short",
+                (
+                    Query(
+                        f"sum by (verdict) (increase(gpuhealth_quarantines_ended_total{{{_job(r)}}}{RATE}))",
+                        "{{verdict}}",
+                    ),
+                ),
+                min=0,
+            ),
+            Panel(
+                "timeseries",
+                "GPU-hours lost by reason and phase (last day)",
+                "GPU-hours of capacity enforced quarantines kept out of service over the last day, by the "
+                "reason that opened them and the phase they stood in "
+                "(reason_phase:gpuhealth_quarantined_device_hours:increase1d).",
+                "h",
+                (
+                    Query(
+                        f"reason_phase:gpuhealth_quarantined_device_hours:increase1d{{{CLUSTER}}}",
+                        "{{phase}}: {{reason}}",
+                    ),
+                ),
+                stacked=True,
+                min=0,
             ),
             Panel(
                 "timeseries",

@@ -43,7 +43,8 @@ class Kind(StrEnum):
     PHASE = "phase"
     """A DeviceQuarantine record entered a phase (a new record: its first phase). what: the phase
     (`Pending`, `Quarantined`, `Probing`, `Canary`, `Stabilizing`, `Ramp`, `Released`,
-    `Deferred`, ...); detail: `reason`, `record` (its name), `actor`."""
+    `Deferred`, ...); detail: `reason`, `record` (its name), `actor`, and on an ended enforced
+    quarantine `verdict` (`responder.verdicts`: confirmed|unconfirmed|restricted-unknown)."""
     ENFORCED = "enforced"
     """The device became excluded: a DeviceTaintRule (detail: `rule`, `taint`, `effect`) or the
     node annotation listing it (detail: `annotation`). what: `quarantine` or `canary` (the taint

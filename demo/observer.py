@@ -19,6 +19,7 @@ from demo.journal import Journal, Kind
 from responder.checks.jobs import job_result
 from responder.reconcile.policy import CheckResult
 from responder.records import MigrationOutcome, RecordError, from_object
+from responder.verdicts import verdict_of
 from simulator.fleet.events import DeviceHealthChanged, FaultApplied, FleetEvent, NodeChanged
 
 QUARANTINES = "devicequarantines.gpuhealth.io"
@@ -208,6 +209,9 @@ class Observer:
         phase = str(status.phase)
         outcomes = dict(before[3]) if before else {}
         if before is None or before[0] != phase:
+            # An ended quarantine carries the verdict the responder counts for it (the same pure
+            # function of the same record), for the summary to set beside the ground truth.
+            verdict = verdict_of(record)
             self.journal.record(
                 at,
                 Kind.PHASE,
@@ -219,6 +223,7 @@ class Observer:
                 actor=spec.actor,
                 action=spec.action,
                 why=status.phase_reason,
+                **({"verdict": verdict.value} if verdict is not None else {}),
             )
         for migration in status.migrations:
             job = f"{migration.namespace}/{migration.owner.rsplit('/', 1)[-1]}"

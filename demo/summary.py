@@ -31,7 +31,9 @@ from typing import Any, TextIO
 
 from demo.journal import Entry, Journal, Kind, sorted_entries
 from gpuhealth.tables import write_table
+from responder.reconcile.measures import measured_phases
 from responder.records import RELEASE_PHASES
+from responder.verdicts import QuarantineVerdict
 from simulator.model import APPLICATION_XIDS
 
 RESPONDER = "responder"
@@ -43,6 +45,13 @@ NVML_FAULTS = frozenset({"xid", "ecc", "row-remap-failure", "gpu-lost"})
 KUBELET_ONSET = {"device-unknown": "Unknown", "health-stream-broken": "Unknown"}
 """Faults the pipeline first sees as a kubelet report of this health (default: Unhealthy)."""
 QUARANTINE_PHASES = frozenset({"Pending", "Quarantined", "Deferred"})
+EXCLUDING_PHASES = frozenset(measured_phases())
+"""Phases whose time counts as GPU time lost (`responder.reconcile.measures`). The journal keeps
+a phase, not its reason, so a device waiting in Quarantined while a pod holds it (DeviceInUse)
+counts under Quarantined here."""
+JUDGED = {QuarantineVerdict.CONFIRMED.value: True, QuarantineVerdict.UNCONFIRMED.value: False}
+"""The verdicts that claim something the ground truth can check: confirmed says a fault warranted
+the quarantine, unconfirmed that none is known to have. restricted-unknown claims no failure."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +135,18 @@ class Quarantine:
     """An injected fault on the device (or its node) preceded it; application XIDs do not count."""
     checks: tuple[tuple[str, str, float], ...] = ()
     """(probe|canary, passed|failed, at)."""
+    verdict: str = ""
+    """The responder's verdict on its evidence once it ended enforced (`responder.verdicts`); ''
+    while open or when nothing was enforced."""
+    lost_seconds: float = 0.0
+    """Scenario seconds it kept its device out of service (Quarantined and the release ladder's
+    rungs; an open one up to the end of the run)."""
+
+    @property
+    def agrees(self) -> bool | None:
+        """Whether the verdict matches the ground truth; None for a verdict that claims neither."""
+        claim = JUDGED.get(self.verdict)
+        return None if claim is None else claim == self.warranted
 
     @property
     def released(self) -> bool:
@@ -194,6 +215,30 @@ class Summary:
     @property
     def false_quarantines(self) -> tuple[Quarantine, ...]:
         return tuple(q for q in self.quarantines if q.false)
+
+    @property
+    def gpu_hours_lost(self) -> float:
+        """GPU-hours of simulated time the quarantines kept devices out of service."""
+        return sum(q.lost_seconds for q in self.quarantines) / 3600.0
+
+    @property
+    def judged(self) -> tuple[Quarantine, ...]:
+        """Quarantines whose verdict the ground truth can check (confirmed or unconfirmed)."""
+        return tuple(q for q in self.quarantines if q.agrees is not None)
+
+    @property
+    def agreement(self) -> str:
+        """How often the verdicts agree with the ground truth, in words."""
+        judged = self.judged
+        restricted = sum(1 for q in self.quarantines if q.verdict == QuarantineVerdict.RESTRICTED_UNKNOWN)
+        open_ = sum(1 for q in self.quarantines if not q.verdict)
+        head = (
+            f"verdicts agree with the ground truth on {sum(1 for q in judged if q.agrees)} of {len(judged)} "
+            "confirmed or unconfirmed quarantines"
+            if judged
+            else "no confirmed or unconfirmed quarantine to compare with the ground truth"
+        )
+        return f"{head}; {restricted} restricted-unknown (no failure claimed); {open_} without a verdict"
 
 
 def summarize(journal: Journal, *, floors: Mapping[str, float] | None = None) -> Summary:
@@ -470,6 +515,10 @@ def _quarantines(
             if e.kind is Kind.CHECK and e.device == device and first.at <= e.at <= end
         )
         reason = next((p.detail["reason"] for p in phases if p.detail.get("reason")), "")
+        stops = [*(p.at for p in phases[1:]), max(journal.ended_at, last.at)]
+        lost = sum(
+            max(0.0, stop - p.at) for p, stop in zip(phases, stops, strict=True) if p.what in EXCLUDING_PHASES
+        )
         result.append(
             Quarantine(
                 record=first.detail.get("record", ""),
@@ -480,6 +529,8 @@ def _quarantines(
                 phases=tuple((p.what, p.at) for p in phases),
                 warranted=warranted,
                 checks=checks,
+                verdict=last.detail.get("verdict", "") if last.what in ("Released", "Abandoned") else "",
+                lost_seconds=lost,
             )
         )
     return tuple(result)
@@ -597,7 +648,10 @@ def write_text(summary: Summary, verdict: object, out: TextIO) -> None:
     for q in summary.quarantines:
         walk = " -> ".join(f"{p} t+{at:.0f}s" for p, at in q.phases)
         tag = "FALSE" if q.false else "true"
-        w(f"  [{tag}] {q.label} ({q.reason or 'no reason'}): {walk}\n")
+        w(f"  [{tag}, verdict {q.verdict or '-'}] {q.label} ({q.reason or 'no reason'}): {walk}\n")
+    if summary.quarantines:
+        w(f"  {summary.agreement}\n")
+        w(f"GPU-hours lost to quarantine: {summary.gpu_hours_lost:.2f} (simulated time)\n")
     if summary.migrations:
         w("\nmigrations\n")
         for m in summary.migrations:

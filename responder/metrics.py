@@ -132,6 +132,22 @@ HEALTH_SOURCE_UP = MetricFamily(
     "0 when that read failed (firing alerts are still enforced and moved, releases wait); "
     "0 on replicas that do not lead.",
 )
+QUARANTINED_SECONDS = MetricFamily(
+    "gpuhealth_quarantined_device_seconds",
+    "counter",
+    "Device-seconds of capacity the leader saw excluded by enforced quarantines, by node, reason and "
+    "phase (Quarantined, DeviceInUse, each rung of the release ladder); counted by the leader from its "
+    "passes (responder.reconcile.measures).",
+    ("node", "reason", "phase"),
+    unit="seconds",
+)
+QUARANTINES_ENDED = MetricFamily(
+    "gpuhealth_quarantines_ended",
+    "counter",
+    "Enforced quarantines that ended (released or abandoned), by the verdict of their evidence "
+    "(confirmed|unconfirmed|restricted-unknown: responder.verdicts) and reason.",
+    ("verdict", "reason"),
+)
 
 CATALOG = Catalog(
     (
@@ -152,6 +168,8 @@ CATALOG = Catalog(
         RECONCILE_PASSES,
         RECONCILE_RECORDS,
         HEALTH_SOURCE_UP,
+        QUARANTINED_SECONDS,
+        QUARANTINES_ENDED,
     )
 )
 """Every family the responder exposes."""

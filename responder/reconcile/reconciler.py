@@ -75,6 +75,7 @@ from responder.enforce.identity import SliceDevice
 from responder.enforce.shipped import Enforcer
 from responder.ladder import Kind
 from responder.reconcile import breaker
+from responder.reconcile.accounting import QuarantineAccounting
 from responder.reconcile.breaker import BreakerState, Counts
 from responder.reconcile.breaker_store import AuditEntry, Stored
 from responder.reconcile.events import EventSink
@@ -351,7 +352,11 @@ class Reconciler:
         self._store = breaker_store
         self.settings = settings or ReconcilerSettings()
         self._clock = clock or SystemClock()
-        self.metrics = ReconcilerMetrics(registry if registry is not None else CollectorRegistry())
+        registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = ReconcilerMetrics(registry)
+        self.accounting = QuarantineAccounting(
+            registry, ladder=self.settings.policy.ladder, dry_run=self.settings.policy.dry_run
+        )
         self._migrate = migrate
         self._finish = finish
         self._watch_client = watch_client
@@ -403,6 +408,7 @@ class Reconciler:
             # A replica that no longer leads exposes nothing about the records: the rules take
             # max() over replicas, and a stale series would keep a released device counted.
             self.metrics.clear()
+            self.accounting.term_ended()
 
     async def _pass_fenced(self) -> PassReport:
         fence = threading.Event()
@@ -483,6 +489,7 @@ class Reconciler:
         for gone in self._retries.keys() - outcomes.keys() - {""}:
             del self._retries[gone]  # deleted records keep no backoff
         self.metrics.publish(final, state.breaker.tripped)
+        self.accounting.passed(now, records, (record for record, _ in final))
         self.metrics.passes.inc()
         wait = min([cap, *rechecks])
         return PassReport(outcomes, max(0.0, wait) if math.isfinite(wait) else cap)
@@ -576,6 +583,7 @@ class Reconciler:
             if phase == Phase.DEFERRED:
                 outcome = "dismissed"
             self.metrics.releases.labels(outcome).inc()
+            self.accounting.quarantine_ended(after)
         if moved is not None:
             retry = self._retry_after(record.name, moved)
             log.warning(

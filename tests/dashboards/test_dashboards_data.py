@@ -14,8 +14,12 @@ The scenario gives each panel something true to show, never a faked series:
 - a DRA GPU goes silent: effectively Unknown, with an Unknown duration, then a restriction;
 - the API server ends the exporters' watches (as a restart of it would): watch restarts;
 - people remove both enforcements by hand, one after the other: the responder abandons the
-  quarantines, release outcomes the false-quarantine panel counts (two, since the releases
-  counter is born at its first increment, which increase() cannot see).
+  quarantines, release outcomes the releases panel counts (two, since the releases counter is
+  born at its first increment, which increase() cannot see), and ends whose verdicts the
+  false-quarantine and verdict panels count (confirmed: the fatal XID; restricted-unknown: the
+  silent GPU; those series are born at 0 while the quarantines run);
+- the responder's leader counts the device-seconds both enforcements kept out of service, which
+  the GPU-hours panels read through the recording rules.
 The Fleet dashboard's business selector is pointed at Alertmanager's notification counters,
 a workload's own error counters in this run (each site sets its own).
 

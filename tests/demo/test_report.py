@@ -109,6 +109,20 @@ def test_the_report_is_self_contained_html_with_verdict_latency_and_one_chart_pe
     assert "Probing" in text and "Released" in text
 
 
+def test_the_report_sets_each_verdict_beside_the_ground_truth_and_counts_gpu_hours_lost() -> None:
+    journal = journals.closed_loop()
+    healthy = uuid(("gpu-dra-1", 5))
+    journal.record(200.0, Kind.PHASE, "Quarantined", "gpu-dra-1", healthy, reason="Unhealthy", record="dq-x")
+    journal.record(290.0, Kind.PHASE, "Released", "gpu-dra-1", healthy, record="dq-x", verdict="confirmed")
+    page = parse(render_html(journal, summarize(journal), FakeVerdict()))
+    text = " ".join(page.text)
+    assert "verdicts agree with the ground truth on 1 of 2 confirmed or unconfirmed quarantines" in text
+    assert "confirmed (disagrees)" in text  # the healthy GPU's quarantine: no fault warranted it
+    # 378 s + 73.5 s (the open restriction, to the end at 500) + 90 s, in hours.
+    assert "GPU-hours lost to quarantine: 0.15" in text
+    assert "0.10" in text  # the XID quarantine's own 378 s
+
+
 def test_a_failed_verdict_lists_each_violation() -> None:
     journal = journals.closed_loop()
     verdict = FakeVerdict(

@@ -108,6 +108,51 @@ def test_quarantines_true_and_false() -> None:
     assert len(summary.false_quarantines) == 2
 
 
+def test_gpu_hours_lost_are_the_time_in_quarantined_and_on_the_ladder_in_simulated_time() -> None:
+    journal = journals.closed_loop()
+    # A record that waited in Pending for 30 s first: only its enforced minute counts.
+    blip = uuid(BLIP_GPU)
+    for at, phase in ((10.0, "Pending"), (40.0, "Quarantined"), (100.0, "Released")):
+        journal.record(at, Kind.PHASE, phase, "gpu-dra-1", blip, reason="Unhealthy", record="dq-blip")
+    summary = summarize(journal)
+    lost = {q.label: q.lost_seconds for q in summary.quarantines}
+    # Released at 451 after entering Quarantined at 73; the Unknown restriction is still on the
+    # ladder when the run ends at 500.
+    assert lost == {
+        "gpu-dra-0/gpu-3": 451.0 - 73.0,
+        "gpu-dra-1/gpu-1": 60.0,
+        "gpu-dra-2/gpu-6": 500.0 - 426.5,
+    }
+    assert summary.gpu_hours_lost == pytest.approx((378.0 + 60.0 + 73.5) / 3600)
+
+
+def test_each_verdict_is_set_beside_the_ground_truth_and_the_agreement_is_counted() -> None:
+    journal = journals.closed_loop()
+    # A quarantine no fault warranted, which its evidence left unconfirmed: they agree.
+    healthy = uuid(("gpu-dra-1", 5))
+    for at, phase, verdict in ((200.0, "Quarantined", ""), (260.0, "Released", "unconfirmed")):
+        journal.record(
+            at, Kind.PHASE, phase, "gpu-dra-1", healthy, reason="Unhealthy", record="dq-x", verdict=verdict
+        )
+    # Another the evidence confirmed although only an application XID preceded it: they disagree.
+    app = uuid(APP_XID_GPU)
+    for at, phase, verdict in ((210.0, "Quarantined", ""), (300.0, "Abandoned", "confirmed")):
+        journal.record(
+            at, Kind.PHASE, phase, "gpu-dp-0", app, reason="FatalXid", record="dq-y", verdict=verdict
+        )
+    summary = summarize(journal)
+    assert [(q.label, q.warranted, q.verdict, q.agrees) for q in summary.quarantines] == [
+        ("gpu-dra-0/gpu-3", True, "confirmed", True),
+        ("gpu-dra-1/gpu-5", False, "unconfirmed", True),
+        ("gpu-dp-0/gpu-0", False, "confirmed", False),
+        ("gpu-dra-2/gpu-6", True, "", None),  # still open: no verdict yet
+    ]
+    assert summary.agreement == (
+        "verdicts agree with the ground truth on 2 of 3 confirmed or unconfirmed quarantines; "
+        "0 restricted-unknown (no failure claimed); 1 without a verdict"
+    )
+
+
 def test_releases_walk_every_phase_with_checks() -> None:
     summary = summarize(journals.closed_loop())
     full, partial = summary.releases
@@ -167,6 +212,9 @@ def test_text_holds_the_story_and_the_verdict() -> None:
         "Stabilizing not reached",
         "process kills: t+150s killed (name=responder-0 role=leader)",
         "safety: every invariant held",
+        "[true, verdict confirmed] gpu-dra-0/gpu-3",
+        "verdicts agree with the ground truth on 1 of 1 confirmed or unconfirmed quarantines",
+        "GPU-hours lost to quarantine: 0.13 (simulated time)",
     ):
         assert expected in text, expected
     out = io.StringIO()

@@ -134,7 +134,7 @@ def closed_loop() -> Journal:
     j.record(361.0, Kind.PHASE, "Stabilizing", "gpu-dra-0", xid, record=record_xid)
     j.record(421.0, Kind.PHASE, "Ramp", "gpu-dra-0", xid, record=record_xid)
     j.record(421.3, Kind.ENFORCED, "canary", "gpu-dra-0", xid, rule=record_xid, taint="gpuhealth.io/canary")
-    j.record(451.0, Kind.PHASE, "Released", "gpu-dra-0", xid, record=record_xid)
+    j.record(451.0, Kind.PHASE, "Released", "gpu-dra-0", xid, record=record_xid, verdict="confirmed")
     j.record(451.2, Kind.LIFTED, "canary", "gpu-dra-0", xid, rule=record_xid)
     # The long Unknown: restrict after the 5-minute tolerance, nothing evicted.
     j.record(
