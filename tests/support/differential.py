@@ -120,9 +120,15 @@ def send(plane: Plane, step: Step) -> tuple[int, dict[str, Any]]:
     return raw.status, decoded
 
 
+_PART = re.compile(r"\[([^\]]+)\]|([^.\[]+)")
+
+
 def _path(body: Any, dotted: str) -> Any:
+    """The value at `dotted`: dot-separated keys, list indexes, `#` for a length, and `[key]` for a
+    key with dots of its own (`metadata.annotations[gpuhealth.io/quarantined-devices]`)."""
     value = body
-    for part in dotted.split("."):
+    for bracketed, plain in _PART.findall(dotted):
+        part = bracketed or plain
         if part == "#":
             return len(value) if isinstance(value, list | dict) else None
         if isinstance(value, list):
