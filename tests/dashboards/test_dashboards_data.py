@@ -13,11 +13,10 @@ The scenario gives each panel something true to show, never a faked series:
   takes on the pod's migration;
 - a DRA GPU goes silent: effectively Unknown, with an Unknown duration, then a restriction;
 - the API server ends the exporters' watches (as a restart of it would): watch restarts;
-- people remove both enforcements by hand, one after the other: the responder abandons the
-  quarantines, release outcomes the releases panel counts (two, since the releases counter is
-  born at its first increment, which increase() cannot see), and ends whose verdicts the
-  false-quarantine and verdict panels count (confirmed: the fatal XID; restricted-unknown: the
-  silent GPU; those series are born at 0 while the quarantines run);
+- the XID's device recovers and walks the release ladder (its waits shrunk to seconds) to
+  Released: a release outcome, and an ended quarantine with its verdict (confirmed) for the
+  false-quarantine and verdict panels; the counters are born at 0 for every outcome and verdict;
+- a person deletes the DRA restriction's DeviceTaintRule by hand: the responder puts it back;
 - the responder's leader counts the device-seconds both enforcements kept out of service, which
   the GPU-hours panels read through the recording rules.
 The Fleet dashboard's business selector is pointed at Alertmanager's notification counters,
@@ -60,13 +59,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SPEED = 10.0
 TOKEN = "dashboards-e2e-token"
 CRD_FILE = Path(__file__).parents[2] / "deploy" / "crds" / "devicequarantines.gpuhealth.io.yaml"
-NODE_ANNOTATION = "gpuhealth.io/quarantined-devices"
-"""Where the responder enforces a device-plugin quarantine (responder.enforce.shipped)."""
 SCENARIO: dict[str, Any] = {
     "name": "dashboards-e2e",
-    "description": "1 device-plugin node and 1 DRA node, 2 GPUs each, one workload on each path",
+    "description": "1 device-plugin node (3 GPUs) and 1 DRA node (2), one workload on each path",
     "fleet": [
-        {"name": "gpu-dp", "count": 1, "gpusPerNode": 2, "path": "device-plugin"},
+        # A third device-plugin GPU: the moved pod's replacement takes it, not the recovered one.
+        {"name": "gpu-dp", "count": 1, "gpusPerNode": 3, "path": "device-plugin"},
         {"name": "gpu-dra", "count": 1, "gpusPerNode": 2, "path": "dra"},
     ],
     "workloads": [
@@ -92,15 +90,24 @@ def service(argv: list[str], log: Path, ready_url: str) -> Iterator[None]:
         yield
 
 
+def responder_config(tmp_path: Path) -> Path:
+    """The shipped policy with its waits shrunk to seconds, so a recovered device is released
+    within the run (the release ladder walked in full: probe, canary, stability, ramp)."""
+    path = tmp_path / "responder-config.yaml"
+    policy = {"stability": "5s", "ramp": "5s", "probe_timeout": "1m", "canary_timeout": "1m"}
+    path.write_text(yaml.safe_dump({"policy": policy}))
+    return path
+
+
 def series(prometheus: Prometheus, expr: str) -> list[dict[str, Any]] | None:
     return prometheus.query(expr) or None
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(360)
 def test_every_panel_query_returns_data(tmp_path: Path) -> None:
     from gpuhealth.kube.client import KubeClient
     from gpuhealth.kube.config import api_client
-    from gpuhealth.kube.resources import NAMESPACE, NODE, Resource
+    from gpuhealth.kube.resources import NAMESPACE, Resource
     from gpuhealth.kube.transport import KubeTransport
     from simulator.testing import running_cluster
 
@@ -147,6 +154,7 @@ def test_every_panel_query_returns_data(tmp_path: Path) -> None:
             "responder", "--kubeconfig", str(cluster.kubeconfig_path),
             "--listen", f"127.0.0.1:{responder_port}", "--token-file", str(token_file),
             "--prometheus-url", prometheus.base_url, "--identity", "replica-a",
+            "--config", str(responder_config(tmp_path)),
         ]  # fmt: skip
         stack.enter_context(
             service(argv, tmp_path / "responder.log", f"http://127.0.0.1:{responder_port}/readyz")
@@ -160,7 +168,7 @@ def test_every_panel_query_returns_data(tmp_path: Path) -> None:
         )[0]["metric"]["device"]
         index = next(
             i
-            for i in range(2)
+            for i in range(3)
             if cluster.call(lambda c, i=i: c.fleet.gpu("gpu-dp-0", i).uuid) == held  # type: ignore[misc]
         )
         wait_until(
@@ -194,8 +202,6 @@ def test_every_panel_query_returns_data(tmp_path: Path) -> None:
         cluster.call(lambda c: [w.close() for ws in list(c.store._watchers.values()) for w in list(ws)])
         wait_until("watch restarts", lambda: series(prometheus, "gpuhealth_exporter_watch_restarts_total"))
 
-        # People take both devices out of quarantine by hand, past gpuhealth, one after the
-        # other: the responder gives each quarantine up, in two passes.
         wait_until(
             "the silent DRA GPU's restriction enforced",
             lambda: series(
@@ -203,17 +209,25 @@ def test_every_panel_query_returns_data(tmp_path: Path) -> None:
             ),
             timeout=60,
         )
+        # The fatal XID's device recovers and walks the ladder to Released: a quarantine ended,
+        # with its verdict (confirmed: the device's own error record) and a release outcome.
+        cluster.inject({"fault": "recover", "device": {"node": "gpu-dp-0", "gpu": index}})
+        wait_until(
+            "the recovered device released",
+            lambda: series(prometheus, 'gpuhealth_responder_releases_total{outcome="released"} == 1'),
+            timeout=120,
+        )
+        # People deleting the enforcement by hand no longer ends a quarantine: the responder puts
+        # it back (level-triggered), and says so.
         (version, *_) = kube.served_versions("resource.k8s.io", "devicetaintrules")
         rules = Resource("resource.k8s.io", version, "devicetaintrules", namespaced=False)
-        for rule in kube.list(rules).items:
-            kube.delete(rules, rule["metadata"]["name"])
-        abandoned = 'gpuhealth_responder_releases_total{outcome="abandoned"}'
+        deleted = {rule["metadata"]["name"] for rule in kube.list(rules).items}
+        for name in deleted:
+            kube.delete(rules, name)
         wait_until(
-            "the DRA quarantine abandoned", lambda: series(prometheus, f"{abandoned} == 1"), timeout=60
-        )
-        kube.patch(NODE, "gpu-dp-0", {"metadata": {"annotations": {NODE_ANNOTATION: None}}})
-        wait_until(
-            "the XID quarantine abandoned", lambda: series(prometheus, f"{abandoned} == 2"), timeout=60
+            "the deleted DeviceTaintRule put back",
+            lambda: deleted and deleted <= {rule["metadata"]["name"] for rule in kube.list(rules).items},
+            timeout=60,
         )
 
         values = {
@@ -222,12 +236,13 @@ def test_every_panel_query_returns_data(tmp_path: Path) -> None:
             "business_errors": 'alertmanager_notifications_failed_total{job="alertmanager"}',
             "business_requests": 'alertmanager_notifications_total{job="alertmanager"}',
             "__rate_interval": "15s",
-            "__range": f"{int(time.time() - started) + 1}s",
         }
         documents = list(committed().values())
         missing: list[str] = []
 
         def every_panel_has_data() -> bool:
+            # The whole run, as Grafana's time picker would have it at each look.
+            values["__range"] = f"{int(time.time() - started) + 1}s"
             missing[:] = panels_without_data(prometheus.base_url, documents, values, start=started)
             return not missing
 

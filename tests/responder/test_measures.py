@@ -105,9 +105,22 @@ def test_a_failed_probe_makes_the_ended_quarantine_confirmed() -> None:
     h.reconciler.reconcile_once()
     h.checks.complete(h.client.record(name), "probe", CheckResult.FAILED)
     h.reconciler.reconcile_once()
-    h.enforcer.taints.clear()  # then a person gives it up
+    assert h.phase(name) == Phase.QUARANTINED
+    # The device passes the ladder at its next attempt, after the failure's backoff.
+    h.health.set("gpu-node-1", "GPU-4a1c", Health.HEALTHY, h.clock.now())
+    h.clock.advance(POLICY.backoff_seconds + 1)
     h.reconciler.reconcile_once()
-    assert h.phase(name) == Phase.ABANDONED
+    assert h.phase(name) == PROBING
+    for check in ("probe", "canary"):
+        h.checks.complete(h.client.record(name), check, CheckResult.SUCCEEDED)
+        h.clock.advance(1)
+        h.reconciler.reconcile_once()
+    h.clock.advance(POLICY.stability_seconds)
+    h.reconciler.reconcile_once()
+    h.clock.advance(POLICY.ramp_seconds)
+    h.reconciler.reconcile_once()
+    assert h.phase(name) == Phase.RELEASED
+    # Its failed probe is evidence: the device was at fault, the quarantine was no false one.
     assert h.sample(ENDED, verdict="confirmed", reason="Unhealthy") == 1.0
     assert h.sample(ENDED, verdict="unconfirmed", reason="Unhealthy") == 0.0
 
