@@ -21,9 +21,9 @@ def blocked_devices(node: SimNode, rules: list[dict[str, Any]]) -> set[int]:
 
     Device plugin: the devices the plugin reports Unhealthy (all of them while its stream is
     broken), which the kubelet's device manager never hands out. Nothing else: a real kubelet
-    hands a pod any free device its plugin reports Healthy, and never reads gpuhealth's node
-    annotation `gpuhealth.io/quarantined-devices`; only a scheduler extender that counts the
-    annotated devices out of the node's capacity keeps pods off such a node.
+    hands a pod any free device its plugin reports Healthy, and never reads the responder's
+    quarantine annotation on the node; only a scheduler extender that counts the annotated
+    devices out of the node's capacity keeps pods off such a node.
     DRA: devices with a NoSchedule/NoExecute taint, from the slice or a DeviceTaintRule;
     health alone does not keep the DRA scheduler away, as in a real cluster.
     """
