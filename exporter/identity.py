@@ -88,8 +88,9 @@ class Resolved(NamedTuple):
         return (self.driver, self.pool, self.device_name)
 
 
-UNHEALTHY_TAINTS = frozenset({"gpu.nvidia.com/gpu-lost", "gpu.nvidia.com/xid"})
-"""Driver taints that say the device is broken (the NVIDIA DRA driver's health keys)."""
+UNHEALTHY_TAINTS = frozenset({"gpu.nvidia.com/gpu-lost", "gpu.nvidia.com/xid", "gpu.nvidia.com/unhealthy"})
+"""Driver taints that say the device is broken (the NVIDIA DRA driver's health keys: a lost GPU, a
+fatal XID, and any other Unhealthy verdict of its health monitor)."""
 UNKNOWN_TAINTS = frozenset({"gpu.nvidia.com/unmonitored"})
 """Driver taints that say the driver cannot tell (its health monitor is off for the device)."""
 SLICE_HEALTHY_MESSAGE = "ResourceSlice: no driver health taint"

@@ -1,8 +1,10 @@
 """The NVIDIA DRA driver on the DRA nodes: ResourceSlices, device taints and the health stream.
 
 It publishes one ResourceSlice per node (driver `gpu.nvidia.com`, devices `gpu-<i>`), taints a
-device in that slice after a fatal XID or a lost GPU, and streams health with a message to
-the kubelet. The kubelet's health cache keeps the last report, turns it Unknown once it is
+device in that slice after a fatal XID or a lost GPU and for as long as it reports the device
+Unhealthy for any other reason (`gpu.nvidia.com/unhealthy=true:NoSchedule`, lifted with the next
+Healthy report: the health monitor's device taints, which replaced the driver's older removal
+of unhealthy devices from the slice), and streams health with a message to the kubelet. The kubelet's health cache keeps the last report, turns it Unknown once it is
 older than `dra_health_timeout` (evaluated lazily, at a status sync) and Unknown for every
 device while the stream is broken. Devices appear in pods as CDI ids of their claim.
 """
@@ -15,13 +17,16 @@ from typing import Any
 
 from simulator.apiserver.store import format_timestamp
 from simulator.fleet import objects
-from simulator.fleet.health import Gpu, dra_health, record_report
+from simulator.fleet.health import UNHEALTHY, Gpu, dra_health, record_report
 from simulator.fleet.node_api import NodeApi
 from simulator.fleet.state import PARTITIONED, SimNode, SimPod
 from simulator.fleet.writes import create_ignore_exists
 from simulator.model import Settings, Slot
 
 _SLICES = "resourceslices.resource.k8s.io"
+UNHEALTHY_TAINT = "gpu.nvidia.com/unhealthy"
+"""The taint of a device the driver reports Unhealthy (no XID, no lost GPU: its health monitor's
+verdict alone); a device no pod holds keeps its failure visible through it."""
 
 
 class DraDriver:
@@ -65,6 +70,15 @@ class DraDriver:
     def report(self, node: SimNode, gpu: Gpu, health: str, message: str | None) -> None:
         if record_report(gpu, health, message, keeps_message=True):
             self._push(node)
+        tainted = any(t["key"] == UNHEALTHY_TAINT for t in gpu.taints)
+        if health == UNHEALTHY and not gpu.taints:
+            # A device already tainted for its XID or as lost says so more precisely.
+            self.taint(node, gpu, UNHEALTHY_TAINT, "true")
+        elif health != UNHEALTHY and tainted:
+            # Healthy again (the end of a timed failure, a flap's healthy half): the monitor lifts
+            # its own verdict; an XID's or a lost GPU's taint waits for the reset (`reset`).
+            gpu.taints = [t for t in gpu.taints if t["key"] != UNHEALTHY_TAINT]
+            self._republish(node)
 
     def taint(self, node: SimNode, gpu: Gpu, key: str, value: str) -> None:
         gpu.taints = [t for t in gpu.taints if t["key"] != key]

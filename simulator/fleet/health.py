@@ -42,7 +42,8 @@ class Gpu:
     lost: bool = False
     """NVML answers GPU_IS_LOST."""
     taints: list[dict[str, Any]] = field(default_factory=list)
-    """ResourceSlice device taints the DRA driver sets (gpu.nvidia.com/xid, gpu.nvidia.com/gpu-lost)."""
+    """ResourceSlice device taints the DRA driver sets (gpu.nvidia.com/xid, gpu.nvidia.com/gpu-lost,
+gpu.nvidia.com/unhealthy)."""
     ecc_corrected: int = 0
     ecc_uncorrected: int = 0
     rows_correctable: int = 0

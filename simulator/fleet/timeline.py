@@ -200,8 +200,9 @@ class Timeline:
         node.xids.append((self.xid_seq, gpu.uuid, xid, self._timers.wall()))
         if unhealthy:
             text = message or f"XID {xid}: {XID_DESCRIPTIONS.get(xid, 'critical error')} on {gpu.uuid}"
-            self._report(node, gpu, UNHEALTHY, text)
+            # Tainted first: the driver's report then finds the XID's taint and adds no other.
             self._drivers[node.group.path].taint(node, gpu, "gpu.nvidia.com/xid", str(xid))
+            self._report(node, gpu, UNHEALTHY, text)
 
     def _recover_gpu(self, node: SimNode, gpu: Gpu) -> None:
         gpu.lost = False

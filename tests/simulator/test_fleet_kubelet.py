@@ -277,6 +277,38 @@ async def test_dra_driver_taints_slice_devices_on_fatal_xid_and_gpu_lost_and_rec
     assert row["health"] == "Healthy"
 
 
+async def test_dra_driver_taints_a_device_it_reports_unhealthy_while_the_report_stands() -> None:
+    """An idle device's failure stays visible on its slice: tainted with the Unhealthy report,
+    lifted with the Healthy one (the end of a timed failure), and by a reset."""
+    fleet, store, _ = await make_fleet(one_node("dra"))
+
+    def taints() -> dict[str, list[tuple[str, str, str]]]:
+        (slice_,) = store.list("resourceslices.resource.k8s.io")[0]
+        return {
+            d["name"]: sorted((t["key"], t.get("value", ""), t["effect"]) for t in d.get("taints", []))
+            for d in slice_["spec"]["devices"]
+        }
+
+    inject(fleet, kind="device-unhealthy", device=dev("n-0", 1), message="bad", duration=60.0)
+    inject(fleet, kind="device-unhealthy", device=dev("n-0", 2), message="bad")
+    await fleet.advance(0)
+    assert taints()["gpu-1"] == [("gpu.nvidia.com/unhealthy", "true", "NoSchedule")]
+    assert taints()["gpu-0"] == []
+    await fleet.advance(61)
+    assert taints()["gpu-1"] == []
+    assert taints()["gpu-2"] == [("gpu.nvidia.com/unhealthy", "true", "NoSchedule")]
+    inject(fleet, kind="recover", device=dev("n-0", 2))
+    await fleet.advance(0)
+    assert taints()["gpu-2"] == []
+
+
+async def test_device_plugin_failures_publish_no_slice_taint() -> None:
+    fleet, store, _ = await make_fleet(one_node("device-plugin"))
+    inject(fleet, kind="device-unhealthy", device=dev("n-0", 1), message="bad")
+    await fleet.advance(0)
+    assert store.list("resourceslices.resource.k8s.io")[0] == []
+
+
 KINDS = [
     "pods",
     "nodes",
