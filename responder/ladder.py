@@ -70,8 +70,9 @@ class Rung:
     taint: str = ""
     """Ramp only: the taint key the device carries while on the rung."""
     metrics_judge: bool = True
-    """The device must report Healthy while on the rung. False for a check that judges the
-    device itself (the probe: a device still reporting Unknown is what it is there to test)."""
+    """The device must not report Unknown while on the rung. False for a check that judges the
+    device itself (the probe: a device still reporting Unknown is what it is there to test).
+    Unhealthy fails every rung whatever this says (`responder.reconcile.policy`)."""
 
     def __post_init__(self) -> None:
         if not self.phase or not self.phase[:1].isupper() or not self.phase.isalnum():

@@ -18,6 +18,9 @@ construction and property-tested:
 - nothing here evicts or deletes a pod (migration is `responder.migrate.plan`'s, for
   `quarantine` records only, never `restrict`), and no effect names a whole node;
 - a release only ever follows every rung of the ladder, in order, in this attempt;
+- a device that reads Unhealthy is never released: Unhealthy fails every rung (checks included),
+  and a Quarantined device whose alerts resolved while it still reads Unhealthy waits
+  (StillUnhealthy): the alert resolving is not evidence of recovery on its own;
 - a release attempt (its first rung) never starts while a move of the device's work is unfinished
   (MigrationInFlight) or a pod still holds the device (DeviceInUse): the record waits in
   Quarantined with the reason visible, so a move is never dropped half-way and a probe never
@@ -65,13 +68,18 @@ DEVICE_IN_USE = "DeviceInUse"
 """Phase reason of a Quarantined device whose alerts resolved while a pod still holds it (a
 restricted device's workload, an unrecoverable job): no probe can get the device, and a
 probe timing out would count as the device's failure; the attempt starts once it is free."""
+STILL_UNHEALTHY = "StillUnhealthy"
+"""Phase reason of a Quarantined device whose alerts resolved while the device still reads
+Unhealthy (an idle device's evidence: its ResourceSlice taints, the kubelet's allocatable
+devices, NVML): the alert resolving is not evidence of recovery on its own, so no attempt starts
+until the device itself reads otherwise."""
 HEALTH_UNAVAILABLE = "HealthUnavailable"
 """Phase reason of a record whose next step towards a release needs Healthy evidence while the
 health source gives none (Prometheus unreachable): it holds where it stands until it answers."""
 UNAVAILABLE_RECHECK = 5.0
 """How soon a record held for the health source is looked at again: the source is asked every
 pass, and the pass after it answers should carry the step out."""
-RELEASE_WAITS = frozenset({BACKING_OFF, MIGRATING, DEVICE_IN_USE, HEALTH_UNAVAILABLE})
+RELEASE_WAITS = frozenset({BACKING_OFF, MIGRATING, DEVICE_IN_USE, STILL_UNHEALTHY, HEALTH_UNAVAILABLE})
 
 
 class Health(StrEnum):
@@ -296,7 +304,9 @@ def _decide(record: Quarantine, view: DeviceView, ctx: Context, *, shorten: bool
         rung = requests.shortened(rung, ctx.settings.requested_wait_seconds)
     if _firing(record):
         return _fail(record, ctx, f"an alert fired again while {phase}")
-    if rung.metrics_judge and view.health.known and view.health != Health.HEALTHY:
+    if view.health == Health.UNHEALTHY or (rung.metrics_judge and view.health == Health.UNKNOWN):
+        # Unhealthy fails every rung, the probe's too: a device that reports a failure is not
+        # cleared by a check that passed. Only Unknown is left to a rung that judges for itself.
         return _fail(record, ctx, f"the device reported {view.health.value} while {phase}")
     if view.health.known and record.status.phase_reason == HEALTH_UNAVAILABLE:
         record = _move(record, ctx, phase, "the health source answers again", reason="")
@@ -393,6 +403,14 @@ def _quarantined(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
                 ctx,
                 HEALTH_UNAVAILABLE,
                 f"source alerts resolved: release attempt {attempt} waits for the health source",
+            )
+        if view.health == Health.UNHEALTHY:
+            return _wait(
+                record,
+                ctx,
+                STILL_UNHEALTHY,
+                f"source alerts resolved: release attempt {attempt} waits, the device still reads "
+                "Unhealthy (the alert resolving is not evidence of recovery on its own)",
             )
         if view.holders:
             pods = ", ".join(view.holders[:3]) + (

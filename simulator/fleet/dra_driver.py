@@ -4,9 +4,10 @@ It publishes one ResourceSlice per node (driver `gpu.nvidia.com`, devices `gpu-<
 device in that slice after a fatal XID or a lost GPU and for as long as it reports the device
 Unhealthy for any other reason (`gpu.nvidia.com/unhealthy=true:NoSchedule`, lifted with the next
 Healthy report: the health monitor's device taints, which replaced the driver's older removal
-of unhealthy devices from the slice), and streams health with a message to the kubelet. The kubelet's health cache keeps the last report, turns it Unknown once it is
-older than `dra_health_timeout` (evaluated lazily, at a status sync) and Unknown for every
-device while the stream is broken. Devices appear in pods as CDI ids of their claim.
+of unhealthy devices from the slice), and streams health with a message to the kubelet. The
+kubelet's health cache keeps the last report, turns it Unknown once it is older than
+`dra_health_timeout` (evaluated lazily, at a status sync) and Unknown for every device while the
+stream is broken. Devices appear in pods as CDI ids of their claim.
 """
 
 from __future__ import annotations

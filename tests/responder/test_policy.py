@@ -10,7 +10,11 @@ attempt starts before that backoff ran out (property); no attempt starts while a
 device's work is unfinished or a pod holds the device, the record waiting in Quarantined with
 the reason visible (property); with the health source unavailable no step towards a release
 is ever taken, no failure is counted for want of health, and a firing alert is still enforced
-(property), the held step carried out once the source answers again.
+(property), the held step carried out once the source answers again; a device that reads
+Unhealthy is never released: Unhealthy on any rung (the probe's too) sends it back to Quarantined
+with the failure counted and the expiry never shortened, and resolved alerts over an Unhealthy
+device start no attempt, the record waiting as StillUnhealthy (property, and an idle relapse
+during Canary and Stabilizing by example).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from responder.reconcile.policy import (
     HEALTH_UNAVAILABLE,
     MIGRATING,
     QUARANTINE_TAINT,
+    STILL_UNHEALTHY,
     CheckResult,
     Context,
     DeviceView,
@@ -687,3 +692,92 @@ def test_a_deferred_device_is_admitted_on_its_alert_and_an_old_unknown_waits_for
     old = step(unknown, blind, ctx(NOW + 7200)).record
     assert (old.status.phase, old.status.phase_reason) == (Phase.DEFERRED, HEALTH_UNAVAILABLE)
     assert step(old, observed(Health.UNKNOWN), ctx(NOW + 7300)).record.status.phase == Phase.RELEASED
+
+
+def _judge_unhealthy(record: Quarantine, view: DeviceView, result: Step) -> None:
+    """Every step over an Unhealthy view: never a release, never an attempt begun, a rung left
+    for Quarantined with the failure counted and the expiry kept or grown."""
+    if view.health != Health.UNHEALTHY:
+        return
+    before, after = record.status, result.record.status
+    if before.phase in (Phase.PENDING, Phase.DEFERRED, Phase.RELEASED, Phase.ABANDONED):
+        return  # over already, or never enforced (a deferred device dismissed on re-evaluation)
+    assert after.phase != Phase.RELEASED, (before.phase, after.history[-1].message)
+    assert after.attempt == before.attempt, "an attempt began over an Unhealthy device"
+    restored = any(isinstance(e, Notify) and e.reason == "EnforcementRestored" for e in result.effects)
+    if before.phase in RELEASE_PATH and not restored:  # a restore first, the failure the pass after
+        assert after.phase == Phase.QUARANTINED, (before.phase, after.phase)
+        assert after.failures == before.failures + 1
+        old, new = parse_rfc3339(record.spec.expires_at), parse_rfc3339(result.record.spec.expires_at)
+        assert old is not None and new is not None and new >= old
+    if restored:
+        return
+    resolved_now = not any(s.firing for s in result.record.spec.source_alerts)
+    waiting = before.enforced and after.phase == Phase.QUARANTINED and bool(result.record.status.enforced)
+    held = after.phase_reason in (BACKING_OFF, MIGRATING)  # reasons the record itself gives first
+    if before.phase == Phase.QUARANTINED and resolved_now and waiting and not held:
+        assert after.phase_reason == STILL_UNHEALTHY, after.phase_reason
+
+
+@settings(max_examples=300)
+@given(ticks)
+def test_a_device_that_reads_unhealthy_is_never_released_and_no_attempt_begins_over_it(
+    plan: list[tuple],
+) -> None:  # type: ignore[type-arg]
+    steps = play(opened(), plan, judge=_judge_unhealthy)
+    target(float(max((_progress(r.record.status.phase) for r in steps), default=0)))
+
+
+def test_long_seeded_runs_never_release_or_probe_an_unhealthy_device() -> None:
+    failed_on_rungs = 0
+    for seed in range(150):
+        rng = random.Random(seed)
+        plan = long_plan(rng)
+        for result in play(opened(), plan, judge=_judge_unhealthy):
+            failed_on_rungs += "reported Unhealthy" in result.record.status.history[-1].message
+    assert failed_on_rungs >= 5  # Unhealthy on a rung was met, not passed vacuously
+
+
+@pytest.mark.parametrize("rung", [PROBING, CANARY, STABILIZING, RAMP])
+def test_an_idle_relapse_on_any_rung_quarantines_again_with_the_failure_counted(rung: Phase) -> None:
+    """The device passed what came before and fails again with no pod on it: its own Unhealthy
+    report (no alert) is enough, on the probe's rung as on every other."""
+    record = step(opened(), observed(Health.UNHEALTHY), ctx(NOW)).record
+    record = resolved(record, NOW + 10)
+    healthy = observed(Health.HEALTHY, healthy_since=NOW + 10, enforcement_present=True)
+    now = NOW + 20
+    record = step(record, healthy, ctx(now)).record
+    while record.status.phase != rung:
+        now += 200
+        check = {PROBING: CheckResult.SUCCEEDED, CANARY: CheckResult.SUCCEEDED}.get(
+            record.status.phase, CheckResult.ABSENT
+        )
+        record = step(record, replace(healthy, check=check), ctx(now)).record
+    running = {PROBING: CheckResult.RUNNING, CANARY: CheckResult.RUNNING}.get(rung, CheckResult.ABSENT)
+    relapse = step(
+        record, replace(healthy, health=Health.UNHEALTHY, healthy_since=None, check=running), ctx(now + 1)
+    )
+    after = relapse.record
+    assert (after.status.phase, after.status.failures) == (Phase.QUARANTINED, record.status.failures + 1)
+    assert f"the device reported Unhealthy while {rung}" in after.status.history[-1].message
+    assert Enforce(QUARANTINE_TAINT, "Unhealthy", "NoSchedule") in relapse.effects
+    assert parse_rfc3339(after.spec.expires_at) == parse_rfc3339(record.spec.expires_at)  # a day: kept
+    assert after.status.retry_at == rfc3339(now + 1 + 300)
+
+
+def test_resolved_alerts_over_a_device_that_still_reads_unhealthy_start_no_attempt() -> None:
+    record = step(opened(), observed(Health.UNHEALTHY), ctx(NOW)).record
+    record = resolved(record, NOW + 10)
+    still = step(record, observed(Health.UNHEALTHY, enforcement_present=True), ctx(NOW + 20))
+    assert (still.record.status.phase, still.record.status.phase_reason) == (
+        Phase.QUARANTINED,
+        STILL_UNHEALTHY,
+    )
+    assert "not evidence of recovery on its own" in still.record.status.history[-1].message
+    assert still.record.status.attempt == 0 and still.effects == ()
+    # Waiting again changes nothing; the device reading Healthy starts the attempt.
+    again = step(still.record, observed(Health.UNHEALTHY, enforcement_present=True), ctx(NOW + 30))
+    assert again.record == still.record
+    healthy = observed(Health.HEALTHY, healthy_since=NOW + 40, enforcement_present=True)
+    started = step(still.record, healthy, ctx(NOW + 40))
+    assert (started.record.status.phase, started.record.status.attempt) == (PROBING, 1)

@@ -300,11 +300,16 @@ class Harness:
         self.health.set(record.spec.node, record.spec.device, Health.UNHEALTHY)
         return record.name
 
-    def resolve(self, name: str) -> None:
+    def resolve(self, name: str, *, healthy: bool = True) -> None:
+        """The record's alerts resolve; with `healthy`, because its device reads Healthy again (an
+        Unhealthy alert resolves when the report it fired on is gone)."""
         obj = self.client.objects[name]
         for source in obj["spec"]["sourceAlerts"]:
             source["resolvedAt"] = rfc3339(self.clock.now())
         obj["metadata"]["resourceVersion"] = self.client._next()
+        if healthy:
+            spec = obj["spec"]
+            self.health.set(spec["node"], spec["device"], Health.HEALTHY, self.clock.now())
 
     def phase(self, name: str) -> Phase:
         return self.client.record(name).status.phase
