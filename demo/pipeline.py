@@ -79,6 +79,7 @@ from responder.records import QUARANTINES
 from rules.render import Duration, render, write_files
 from rules.render import Settings as RuleSettings
 from simulator.fleet.objects import gpu_uuid
+from simulator.model import DEVICE_PLUGIN
 from simulator.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -436,7 +437,8 @@ def run_demo(
         out.write(f"starting {mode} and {stage.responders} responder replicas (enforcing) ...\n")
         out.flush()
         for node, port in exporter_ports.items():
-            process = _exporter(target, node, port, workdir, settings.speed)
+            device_plugin = bool(node) and scenario.nodes[node].path == DEVICE_PLUGIN
+            process = _exporter(target, node, port, workdir, settings.speed, device_plugin=device_plugin)
             processes[process.name] = process
             process.start()
         responder_urls = []
@@ -638,7 +640,11 @@ def nvml_poll_seconds(speed: float) -> float:
     return min(NvmlSettings.poll_seconds, NVML_POLL_SIMULATED_SECONDS / speed)
 
 
-def _exporter(target: Target, node: str, port: int, workdir: Path, speed: float) -> Process:
+def _exporter(
+    target: Target, node: str, port: int, workdir: Path, speed: float, *, device_plugin: bool = False
+) -> Process:
+    """One exporter: node mode with the simulated node's NVML (and, on a device-plugin node, its
+    kubelet's allocatable devices, the idle GPUs' evidence there), or cluster mode."""
     name = node or "cluster"
     argv = [
         sys.executable, "-m", "gpuhealth", "--log-level", "WARNING", "exporter",
@@ -648,6 +654,8 @@ def _exporter(target: Target, node: str, port: int, workdir: Path, speed: float)
     if node:
         argv += ["--node", node, "--nvml", f"sim:{target.nvml_url}"]
         argv += ["--nvml-poll-seconds", f"{nvml_poll_seconds(speed):g}"]
+        if device_plugin:
+            argv += ["--pod-resources", f"sim:{target.nvml_url}"]
     return Process(
         f"exporter-{name}", argv, workdir / f"exporter-{name}.log", f"http://127.0.0.1:{port}/readyz"
     )

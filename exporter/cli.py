@@ -36,6 +36,7 @@ import orjson
 
 from exporter.devices_view import device_document, device_rows, iso, render_table
 from exporter.directory import Directory, DirectoryError, DirectoryReader, open_store
+from exporter.podresources import PodResourcesSource
 from exporter.settings import (
     DEFAULT_DIRECTORY,
     DEFAULT_LISTEN,
@@ -97,6 +98,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="auto|none|pynvml|sim:URL (node mode only; default auto)",
     )
     exporter.add_argument(
+        "--pod-resources",
+        default="none",
+        help="none|sim:URL: the kubelet's allocatable devices as idle device-plugin GPUs' evidence "
+        "(node mode with NVML; default none)",
+    )
+    exporter.add_argument(
         "--nvml-poll-seconds",
         type=positive_duration_seconds,
         default=NvmlSettings.poll_seconds,
@@ -155,6 +162,7 @@ def settings_from_args(args: argparse.Namespace) -> ExporterSettings:
                 path=args.directory if args.directory else (None if offline else DEFAULT_DIRECTORY)
             ),
             nvml=NvmlSettings(source=args.nvml, poll_seconds=args.nvml_poll_seconds),
+            pod_resources=args.pod_resources,
             server=replace(base.server, host=host, port=port),
             kubeconfig=args.kubeconfig,
         )
@@ -275,6 +283,19 @@ async def _serve_static(dump: dict[str, list[Any]], settings: ExporterSettings) 
             directory.close()
 
 
+def pod_resources_source(settings: ExporterSettings) -> PodResourcesSource | None:
+    """The kubelet pod-resources reader the settings ask for; None when off or in cluster mode."""
+    choice, node = settings.pod_resources, settings.observer.node_name
+    if choice == "none" or node is None:
+        return None
+    from exporter.podresources_remote import RemotePodResources
+
+    try:
+        return RemotePodResources(choice.removeprefix("sim:"), node)
+    except ValueError as exc:
+        raise UsageError(f"--pod-resources {choice}: {exc}") from exc
+
+
 def nvml_source(settings: ExporterSettings) -> NvmlSource | None:
     """The NVML reader the settings ask for, started; None in cluster mode or without a driver."""
     choice = settings.nvml.source
@@ -339,6 +360,7 @@ async def serve(
             metrics=metrics,
             nvml=nvml,
             nvml_poll_seconds=settings.nvml.poll_seconds,
+            pod_resources=pod_resources_source(settings) if nvml is not None else None,
         )
         app = create_app(
             settings.server, snapshot=store.snapshot, clock=clock, registry=registry, ready=observer.ready

@@ -151,6 +151,11 @@ EVENTS_IGNORED = MetricFamily(
 STATUS_CHANGES = MetricFamily(
     "gpuhealth_exporter_status_changes", "counter", "Device status changes recorded."
 )
+POD_RESOURCES_FAILURES = MetricFamily(
+    "gpuhealth_exporter_pod_resources_failures",
+    "counter",
+    "Reads of the kubelet's pod-resources API (node mode) that gave no answer; idle GPUs kept evidence.",
+)
 DEVICES_TRACKED = MetricFamily(
     "gpuhealth_exporter_devices_tracked", "gauge", "Devices in the directory's current state."
 )
@@ -176,6 +181,7 @@ SELF_FAMILIES = (
     PARSE_ERRORS,
     EVENTS_IGNORED,
     STATUS_CHANGES,
+    POD_RESOURCES_FAILURES,
     DEVICES_TRACKED,
 )
 """The exporter's own metrics (`ExporterMetrics`)."""

@@ -30,6 +30,7 @@ from typing import Any
 
 from exporter.decode import DecodeError, Pod, decode_pod_event, decode_pod_page
 from exporter.directory import Directory
+from exporter.podresources import Allocatable, PodResourcesSource
 from exporter.self_metrics import ExporterMetrics
 from exporter.settings import ObserverSettings
 from exporter.state import CLAIMS, LEASES, PODS, SLICES, DeviceStateStore
@@ -94,6 +95,13 @@ class NvmlRead:
     xids: list[XidEvent]
 
 
+@dataclass(frozen=True, slots=True)
+class PodResourcesRead:
+    """One read of the kubelet's allocatable devices (None: it gave no answer)."""
+
+    allocatable: Allocatable | None
+
+
 def decode_pod_line(line: bytes) -> watch.Event | str:
     """A pod watch line as (type, object), or the parse error reason when it is not one.
 
@@ -131,8 +139,9 @@ def persist(store: DeviceStateStore, directory: Directory, *, force: bool = Fals
     return directory.flush(force=force)
 
 
-ObserverMessage = Message | NvmlRead
-"""What the reader threads hand the processor (the reflectors' messages and NVML polls)."""
+ObserverMessage = Message | NvmlRead | PodResourcesRead
+"""What the reader threads hand the processor (the reflectors' messages, NVML polls and the
+kubelet's allocatable devices, read with them)."""
 
 
 class Observer:
@@ -149,6 +158,7 @@ class Observer:
         metrics: ExporterMetrics | None = None,
         nvml: NvmlSource | None = None,
         nvml_poll_seconds: float = 5.0,
+        pod_resources: PodResourcesSource | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self._transport = transport
@@ -159,6 +169,7 @@ class Observer:
         self._metrics = metrics
         self._nvml = nvml
         self._nvml_poll_seconds = nvml_poll_seconds
+        self._pod_resources = pod_resources
         self._rng = rng or random.Random()
         self._targets = targets(self._settings.node_name)
         self._listed: set[str] = set()
@@ -275,6 +286,8 @@ class Observer:
                     self._metrics.watch_restarts.labels(resource, reason).inc()
             case ParseFailed(_, reason):
                 store.stats.parse_errors[reason] += 1
+            case PodResourcesRead(allocatable):
+                store.apply_pod_resources(allocatable)
             case NvmlRead(readings, xids):
                 store.apply_nvml(readings, xids)
 
@@ -294,6 +307,9 @@ class Observer:
         while not self._stop.is_set():
             started = time.monotonic()
             try:
+                if self._pod_resources is not None:
+                    # Read with NVML, before it: the poll's readings are judged with the answer.
+                    emit(PodResourcesRead(self._pod_resources.allocatable()))
                 emit(NvmlRead(source.read(), source.drain_xid_events()))
             except Exception:
                 # The source promises not to raise; if it does, skip this poll, keep the last view.

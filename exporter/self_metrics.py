@@ -19,6 +19,7 @@ from exporter.metrics import (
     EVENTS_IGNORED,
     LAST_EVENT,
     PARSE_ERRORS,
+    POD_RESOURCES_FAILURES,
     STATUS_CHANGES,
     WATCH_EVENTS,
     WATCH_RESTARTS,
@@ -59,4 +60,7 @@ class _StateCollector(Collector):
                 by_reason.add_metric([reason], count)
             yield by_reason
         yield CounterMetricFamily(STATUS_CHANGES.name, STATUS_CHANGES.help, value=stats.status_changes)
+        yield CounterMetricFamily(
+            POD_RESOURCES_FAILURES.name, POD_RESOURCES_FAILURES.help, value=stats.pod_resources_failures
+        )
         yield GaugeMetricFamily(DEVICES_TRACKED.name, DEVICES_TRACKED.help, value=self._store.devices_tracked)

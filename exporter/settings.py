@@ -9,6 +9,7 @@ the field and its unit named.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from gpuhealth import fields
@@ -24,6 +25,8 @@ DEFAULT_PORT = 9842
 DEFAULT_LISTEN = f"0.0.0.0:{DEFAULT_PORT}"
 
 NVML_SOURCES = "auto, none, pynvml or sim:URL"
+POD_RESOURCES_SIM = re.compile(r"sim:https?://\S+")
+"""`--pod-resources sim:URL`: the simulated cluster's base URL."""
 
 
 def check_nvml_source(value: str) -> str:
@@ -152,6 +155,11 @@ class ExporterSettings:
     """The device directory (SQLite)."""
     nvml: NvmlSettings = field(default_factory=NvmlSettings)
     """NVML readings in node mode."""
+    pod_resources: str = "none"
+    """Node mode, with NVML: the kubelet's allocatable devices as an idle device-plugin GPU's
+    evidence; none, or sim:URL (the simulated node's kubelet view). A GPU NVML reaches that the
+    kubelet does not offer reads Unhealthy. Only for device-plugin nodes (DRA devices are never
+    in the kubelet's allocatable list: their slice speaks for them)."""
     server: ExporterServerSettings = field(default_factory=ExporterServerSettings)
     """`/metrics`, `/healthz`, `/readyz`."""
     kubeconfig: str | None = None
@@ -166,6 +174,15 @@ class ExporterSettings:
 
     def __post_init__(self) -> None:
         fields.positive(self, "collector_young_threshold", "allocations", whole=True)
+        if not (self.pod_resources == "none" or POD_RESOURCES_SIM.fullmatch(self.pod_resources)):
+            raise fields.SettingsError(
+                f"ExporterSettings.pod_resources must be none or sim:URL, got {self.pod_resources!r}"
+            )
+        if self.pod_resources != "none" and (self.observer.node_name is None or self.nvml.source == "none"):
+            raise fields.SettingsError(
+                "ExporterSettings.pod_resources reads one node's kubelet beside its NVML: "
+                "give ObserverSettings.node_name (--node) and an NVML source"
+            )
         if self.nvml.source.startswith("sim:") and self.observer.node_name is None:
             raise fields.SettingsError(
                 "NvmlSettings.source sim:URL reads one node's simulated NVML: "

@@ -64,6 +64,7 @@ from exporter.parse import (
     pod_signature,
     pod_struct_signature,
 )
+from exporter.podresources import Allocatable
 from exporter.snapshot import (
     DEVICE_FIELDS,
     SOURCE_NVML,
@@ -189,6 +190,8 @@ class StateStats:
     parse_errors: collections.Counter[str] = field(default_factory=collections.Counter)
     events_ignored: collections.Counter[str] = field(default_factory=collections.Counter)
     status_changes: int = 0
+    pod_resources_failures: int = 0
+    """Pod-resources reads that gave no answer (node mode): the evidence stayed as it was."""
 
 
 def _device_uuid(device_id: str) -> str:
@@ -233,6 +236,8 @@ class DeviceStateStore:
         self._ref_keys: dict[DeviceRef, set[DeviceKey]] = {}
         self._nodes: dict[str, NodeState] = {}
         self._nvml: NvmlView | None = NvmlView() if nvml else None
+        self._allocatable: Allocatable | None = None
+        """Node mode: the kubelet's allocatable device-plugin devices, as last read (None: never)."""
         self._snapshot: Snapshot | None = None
 
     # ----- reading -----------------------------------------------------------------
@@ -553,6 +558,24 @@ class DeviceStateStore:
             # Every GPU NVML lists is tracked, held or not: an idle one keeps evidence.
             for uuid, reading in by_uuid.items():
                 self._from_nvml((self._node_name, uuid), reading, now)
+
+    def apply_pod_resources(self, allocatable: Allocatable | None) -> None:
+        """Node mode: the kubelet's allocatable devices as just read (None: the read failed).
+
+        It speaks for a device-plugin GPU no pod holds, with NVML: a GPU NVML reaches that the
+        kubelet does not list is one its device plugin reports Unhealthy. A failed read changes
+        no evidence (the last answer stands) and is counted."""
+        if self._nvml is None or self._node_name is None:
+            return
+        if allocatable is None:
+            self.stats.pod_resources_failures += 1
+            return
+        if allocatable == self._allocatable:
+            return
+        self._allocatable = allocatable
+        now = self._clock.now()
+        for uuid, reading in self._nvml.readings.items():
+            self._from_nvml((self._node_name, uuid), reading, now)
 
     # ----- restart -----------------------------------------------------------------
 
@@ -1093,6 +1116,14 @@ class DeviceStateStore:
             # the last pod left the device.
             return
         health, message = nvml_health(reading)
+        if (
+            health == "Healthy"
+            and self._allocatable is not None
+            and not self._allocatable.lists(reading.uuid)
+        ):
+            # NVML reaches the GPU, but the kubelet does not offer it: its device plugin reports
+            # it Unhealthy (reachability is no verdict on a card that fails its health checks).
+            health, message = "Unhealthy", POD_RESOURCES_UNLISTED
         self._idle_status(key, health, message, SOURCE_NVML, now, None, reading.uuid)
 
     def _idle_status(
@@ -1176,6 +1207,12 @@ class DeviceStateStore:
 
 NVML_REACHABLE_MESSAGE = "NVML: reachable"
 """The message of an NVML-reported Healthy (never one a kubelet writes)."""
+
+
+POD_RESOURCES_UNLISTED = (
+    "kubelet pod-resources: not allocatable (its device plugin reports the GPU Unhealthy); NVML: reachable"
+)
+"""The message of an idle device-plugin GPU the kubelet leaves out of its allocatable devices."""
 
 
 def nvml_health(reading: DeviceReading) -> tuple[str, str]:

@@ -6,6 +6,8 @@ kubeconfig, builds the fleet and runs its timeline:
 
 - `GET /simulator/v1/status`: simulated time, speed, timeline progress, faults applied;
 - `GET /simulator/v1/nodes/{node}/nvml?since=<seq>`: a node's fake NVML readings and XIDs;
+- `GET /simulator/v1/nodes/{node}/pod-resources`: its kubelet's allocatable devices, as the
+  protobuf the pod-resources API answers (`simulator.pod_resources`);
 - `POST /simulator/v1/faults`: inject one timeline entry (JSON), validated like a file;
 - `GET|PUT|DELETE /simulator/v1/api-faults`: the API faults the apiserver injects
   (`simulator.apiserver.faults`: read them and their counts, replace them, turn them off);
@@ -44,6 +46,8 @@ from simulator.fleet.api_workloads import create_workloads
 from simulator.fleet.extender_client import load_scheduler_config
 from simulator.fleet.node_api_http import HttpNodeApi
 from simulator.nvml import nvml_document
+from simulator.pod_resources import CONTENT_TYPE as POD_RESOURCES_TYPE
+from simulator.pod_resources import allocatable_message
 from simulator.scenario import Scenario, ScenarioError, parse_fault_json, resolve
 
 log = logging.getLogger(__name__)
@@ -86,6 +90,14 @@ async def _nvml(request: web.Request) -> web.Response:
     if node not in fleet.nodes:
         return _status_error(404, "NotFound", f'nodes "{node}" not found in the simulated fleet')
     return _json(nvml_document(fleet, node, since))
+
+
+async def _pod_resources(request: web.Request) -> web.Response:
+    fleet = request.app[FLEET_KEY]
+    node = request.match_info["node"]
+    if node not in fleet.nodes:
+        return _status_error(404, "NotFound", f'nodes "{node}" not found in the simulated fleet')
+    return web.Response(body=allocatable_message(fleet, node), content_type=POD_RESOURCES_TYPE)
 
 
 def _authorized(request: web.Request) -> bool:
@@ -145,14 +157,15 @@ async def _step_clock(request: web.Request) -> web.Response:
 def add_routes(app: web.Application, fleet: Fleet, *, token: str | None = None) -> None:
     """The simulator's own routes, on the API server's app (before it starts).
 
-    With a token, injecting faults needs it (as API writes do); the read-only status and NVML
-    routes stay open, like a node-local NVML library.
+    With a token, injecting faults needs it (as API writes do); the read-only status, NVML and
+    pod-resources routes stay open, like a node-local NVML library and kubelet socket.
     """
     app[FLEET_KEY] = fleet
     if token:
         app[TOKEN_KEY] = token
     app.router.add_get("/simulator/v1/status", _status)
     app.router.add_get("/simulator/v1/nodes/{node}/nvml", _nvml)
+    app.router.add_get("/simulator/v1/nodes/{node}/pod-resources", _pod_resources)
     app.router.add_post("/simulator/v1/faults", _inject)
     for method in ("GET", "PUT", "DELETE"):
         app.router.add_route(method, "/simulator/v1/api-faults", _api_faults)
