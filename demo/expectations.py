@@ -15,6 +15,7 @@ table maps them to the uuids its entries carry. Times are scenario (simulated) s
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -127,6 +128,20 @@ class NodeOrDevice:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldExpectation:
+    """A device that ends the run Quarantined and excluded, never Released on the way."""
+
+    node: str
+    gpu: int
+    failed_attempts: Count | None = None
+    """Release attempts that went back to Quarantined (a rung left for a failure); None: any."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.node}/gpu-{self.gpu}"
+
+
+@dataclass(frozen=True, slots=True)
 class AlertExpectation:
     """An alert by name, optionally on one node or one device."""
 
@@ -174,6 +189,7 @@ class Expectations:
     restricted: tuple[DeviceExpectation, ...] = ()
     untouched: tuple[NodeOrDevice, ...] = ()
     released: tuple[NodeOrDevice, ...] = ()
+    quarantined_at_end: tuple[HeldExpectation, ...] = ()
     alerts_fired: tuple[AlertExpectation, ...] = ()
     alerts_not_fired: tuple[AlertExpectation, ...] = ()
     migrations: Mapping[str, Count] | None = None
@@ -196,6 +212,7 @@ _TOP = {
     "restricted",
     "untouched",
     "released",
+    "quarantinedAtEnd",
     "alerts",
     "migrations",
     "evictions",
@@ -295,6 +312,7 @@ def parse(raw: Any, source: str, *, nodes: Mapping[str, NodeGroup] | None = None
         restricted=_devices(r, data.get("restricted", []), ("restricted",), reasons=False),
         untouched=_places(r, data.get("untouched", []), ("untouched",), whole_node=True),
         released=_places(r, data.get("released", []), ("released",), whole_node=False),
+        quarantined_at_end=_held(r, data.get("quarantinedAtEnd", []), ("quarantinedAtEnd",)),
         alerts_fired=fired,
         alerts_not_fired=not_fired,
         migrations=_counts(r, data, "migrations", MIGRATION_OUTCOMES),
@@ -332,6 +350,20 @@ def _devices(r: _Reader, raw: Any, path: _Path, *, reasons: bool) -> tuple[Devic
             r.fail((*here, "path"), f"node {node} is on the {group.path} path, not {device_path}")
         within = r.within(data["within"], (*here, "within")) if "within" in data else None
         out.append(DeviceExpectation(node, gpu, reason, device_path, within))
+    return tuple(out)
+
+
+def _held(r: _Reader, raw: Any, path: _Path) -> tuple[HeldExpectation, ...]:
+    out: list[HeldExpectation] = []
+    for i, item in enumerate(r.items(raw, path)):
+        here = (*path, i)
+        data = r.mapping(item, here, ("node", "gpu", "failedAttempts"))
+        node = _required_node(r, data, here)
+        gpu = r.gpu(r.required(data, "gpu", here), (*here, "gpu"), node)
+        failed = (
+            r.count(data["failedAttempts"], (*here, "failedAttempts")) if "failedAttempts" in data else None
+        )
+        out.append(HeldExpectation(node, gpu, failed))
     return tuple(out)
 
 
@@ -427,6 +459,13 @@ def _check_consistent(r: _Reader, e: Expectations) -> None:
         for j, released in enumerate(e.released):
             if released.node == spot.node and spot.gpu in (None, released.gpu):
                 r.fail(("untouched", i), f"{spot.label} contradicts released[{j}] ({released.label})")
+    for i, held in enumerate(e.quarantined_at_end):
+        for j, released in enumerate(e.released):
+            if (released.node, released.gpu) == (held.node, held.gpu):
+                r.fail(("quarantinedAtEnd", i), f"{held.label} is also expected in released[{j}]")
+        for spot in e.untouched:
+            if spot.node == held.node and spot.gpu in (None, held.gpu):
+                r.fail(("quarantinedAtEnd", i), f"{held.label} contradicts untouched ({spot.label})")
     if e.breaker == "closed" and e.phases is not None and e.phases.get("Deferred", Count()).min > 0:
         r.fail(("phases", "Deferred"), "only an open breaker defers devices (breaker: closed)")
 
@@ -454,6 +493,8 @@ def evaluate(expectations: Expectations, journal: Journal) -> list[str]:
         failures += _untouched(view, spot)
     for spot in expectations.released:
         failures += _released(view, spot)
+    for held in expectations.quarantined_at_end:
+        failures += _held_at_end(view, held)
     for alert in expectations.alerts_fired:
         if not view.alerts(alert):
             failures.append(f"alert {alert.label}: expected to fire, never did{view.fired_hint(alert.name)}")
@@ -649,6 +690,31 @@ def _released(view: _View, spot: NodeOrDevice) -> list[str]:
     if marks and marks[-1].kind == Kind.ENFORCED:
         problems.append(f"still excluded at the end ({marks[-1].what} since t+{marks[-1].at:.0f}s)")
     return [f"released {spot.label}: {p}" for p in problems]
+
+
+def _held_at_end(view: _View, held: HeldExpectation) -> list[str]:
+    uuid = view.uuid(held.node, held.gpu)
+    if uuid is None:
+        return [f"quarantinedAtEnd {held.label}: not a device of the run's fleet"]
+    phases = view.phases(uuid)
+    problems: list[str] = []
+    if "Released" in phases:
+        at = view.of(Kind.PHASE, uuid, "Released")[0].at
+        problems.append(f"released at t+{at:.0f}s ({_sequence(phases)})")
+    if not phases or phases[-1] != "Quarantined":
+        problems.append(f"ends in {phases[-1] if phases else 'no record'}, not Quarantined")
+    marks = [e for e in view.entries if e.device == uuid and e.kind in (Kind.ENFORCED, Kind.LIFTED)]
+    if not marks or marks[-1].kind != Kind.ENFORCED:
+        problems.append("not excluded at the end")
+    if held.failed_attempts is not None:
+        # A rung of the ladder followed by Quarantined: an attempt that failed and was counted.
+        failed = sum(1 for a, b in itertools.pairwise(phases) if a in RELEASE_WALK and b == "Quarantined")
+        if not held.failed_attempts.holds(failed):
+            problems.append(
+                f"failed release attempts: expected {held.failed_attempts.describe()}, got {failed} "
+                f"({_sequence(phases)})"
+            )
+    return [f"quarantinedAtEnd {held.label}: {p}" for p in problems]
 
 
 def _sequence(phases: list[str], keep: int = 4) -> str:
