@@ -188,6 +188,25 @@ def test_an_absent_or_empty_section_expects_nothing() -> None:
             "expect.untouched[0]:",
             "contradicts quarantined[0]",
         ),
+        ({"quarantinedAtEnd": [{"node": "gpu-dra-0"}]}, "expect.quarantinedAtEnd[0].gpu:", "is required"),
+        (
+            {"quarantinedAtEnd": [{"node": "gpu-dra-0", "gpu": 1, "failed": 1}]},
+            "expect.quarantinedAtEnd[0].failed:",
+            "unknown field",
+        ),
+        (
+            {
+                "quarantinedAtEnd": [{"node": "gpu-dra-0", "gpu": 1}],
+                "released": [{"node": "gpu-dra-0", "gpu": 1}],
+            },
+            "expect.quarantinedAtEnd[0]:",
+            "also expected in released[0]",
+        ),
+        (
+            {"quarantinedAtEnd": [{"node": "gpu-dra-0", "gpu": 1}], "untouched": [{"node": "gpu-dra-0"}]},
+            "expect.quarantinedAtEnd[0]:",
+            "contradicts untouched",
+        ),
         (
             {"breaker": "closed", "phases": {"Deferred": {"min": 1}}},
             "expect.phases.Deferred:",
@@ -542,6 +561,40 @@ def test_a_release_interrupted_by_a_failed_check_must_walk_again() -> None:
     out = failures("released: [{node: gpu-dra-0, gpu: 3}]", j)
     assert "stopped before Ramp" in out[0]
     assert "released gpu-dra-0/gpu-3: still excluded at the end (quarantine since t+90s)" in out
+
+
+def test_a_device_held_at_the_end_after_a_failed_attempt() -> None:
+    """The idle relapse: checks passed, the device failed again in its window, and it ends
+    Quarantined and excluded, its failed attempt counted."""
+    section = "quarantinedAtEnd: [{node: gpu-dra-0, gpu: 3, failedAttempts: {min: 1}}]"
+    j = journal()
+    quarantine(j, "gpu-dra-0", 3, at=30)
+    release(j, "gpu-dra-0", 3, at=200, phases=("Probing", "Canary", "Stabilizing"))
+    j.record(260, Kind.PHASE, "Quarantined", "gpu-dra-0", uuid("gpu-dra-0", 3), reason="FatalXid")
+    assert failures(section, j) == []
+
+    never_tried = journal()
+    quarantine(never_tried, "gpu-dra-0", 3, at=30)
+    assert failures(section, never_tried) == [
+        "quarantinedAtEnd gpu-dra-0/gpu-3: failed release attempts: expected at least 1, got 0 "
+        "(Pending -> Quarantined)"
+    ]
+    assert failures("quarantinedAtEnd: [{node: gpu-dra-0, gpu: 3}]", never_tried) == []
+
+
+def test_a_device_released_while_it_fails_is_not_held_at_the_end() -> None:
+    j = journal()
+    quarantine(j, "gpu-dra-0", 3, at=30)
+    release(j, "gpu-dra-0", 3, at=200)
+    out = failures("quarantinedAtEnd: [{node: gpu-dra-0, gpu: 3}]", j)
+    assert out[0].startswith("quarantinedAtEnd gpu-dra-0/gpu-3: released at t+240s (")
+    assert "quarantinedAtEnd gpu-dra-0/gpu-3: ends in Released, not Quarantined" in out
+    assert "quarantinedAtEnd gpu-dra-0/gpu-3: not excluded at the end" in out
+    unknown = failures("quarantinedAtEnd: [{node: gpu-dra-0, gpu: 2}]", journal())
+    assert unknown == [
+        "quarantinedAtEnd gpu-dra-0/gpu-2: ends in no record, not Quarantined",
+        "quarantinedAtEnd gpu-dra-0/gpu-2: not excluded at the end",
+    ]
 
 
 def test_alerts_fired_and_not_fired_by_name_node_and_device() -> None:
