@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from exporter.podresources import Allocatable
+from exporter.podresources_remote import RemotePodResources
 from gpuhealth.kube.config import api_client
 from gpuhealth.testing.loopback import wait_until
 from simulator.testing import running_cluster
@@ -137,6 +139,16 @@ def test_scenario_served_to_the_official_client_changes_as_faults_land() -> None
         code, missing = _get_json(f"{cluster.url}/simulator/v1/nodes/nope/nvml")
         assert code == 404
         assert missing["kind"] == "Status"
+
+        # The kubelets' pod-resources view, as a node-mode exporter reads it: the device-plugin
+        # GPUs the plugin reports Healthy; none on a DRA node; an unknown node is no answer.
+        uuids = cluster.call(lambda c: [g.uuid for g in c.fleet.nodes["dp-0"].gpus])
+        allocatable = RemotePodResources(cluster.url, "dp-0").allocatable()
+        assert allocatable is not None
+        assert [allocatable.lists(u) for u in uuids] == [True, False, True, True]
+        assert RemotePodResources(cluster.url, "dra-0").allocatable() == Allocatable({})
+        nowhere = RemotePodResources(cluster.url, "nope")
+        assert nowhere.allocatable() is None and nowhere.failures == 1
 
 
 def test_faults_injected_over_http_are_validated_and_applied() -> None:
