@@ -2,9 +2,10 @@
 
 floor = scrape interval + evaluation interval + the alert's own `for:` + the responder route's
 group_wait (GPUDeviceUnknownExpired has no `for:`: its wait is a first Unknown episode's whole
-tolerance window, `device.unknown_tolerance`). The `for:` values are read from the rendered rules, so the floors follow whatever
-the shipped templates say. Pure (rendering is string work), but kept out of `demo.summary`,
-whose purity contract forbids what `rules.render` imports.
+tolerance window, `device.unknown_tolerance`). The `for:` values are read from the rendered
+rules, so the floors follow whatever the shipped templates say. Pure (rendering is string
+work), but kept out of `demo.summary`, whose purity contract forbids what `rules.render`
+imports.
 """
 
 from __future__ import annotations

@@ -440,7 +440,8 @@ def _validate_unknown_window(dev: DeviceSettings) -> None:
     if dev.unknown_tolerance_floor > dev.unknown_tolerance:
         raise ConfigError(
             f"device.unknown_tolerance_floor ({dev.unknown_tolerance_floor}) must not be longer than "
-            f"device.unknown_tolerance ({dev.unknown_tolerance}): repeats shorten the window, never lengthen it"
+            f"device.unknown_tolerance ({dev.unknown_tolerance}): repeats shorten the window, never "
+            "lengthen it"
         )
     if dev.unknown_for >= dev.unknown_tolerance_floor:
         raise ConfigError(

@@ -131,7 +131,8 @@ def test_an_unknown_cut_short_by_a_recover_warrants_nothing_and_overlaps_add_up(
 
 def test_a_repeated_unknown_is_warranted_a_restriction_after_its_halved_window_only() -> None:
     def unknown(at: str, gpu: int, duration: str) -> dict[str, object]:
-        return {"at": at, "fault": "device-unknown", "device": {"node": "gpu-dra-0", "gpu": gpu}, "duration": duration}
+        device = {"node": "gpu-dra-0", "gpu": gpu}
+        return {"at": at, "fault": "device-unknown", "device": device, "duration": duration}
 
     scenario = resolve(
         {

@@ -30,9 +30,9 @@ from rules.render import (
     load_config,
     parse_config,
     render,
-    unknown_window,
     runbook_anchor,
     scaled,
+    unknown_window,
     write_files,
 )
 from tests.rules.support import PROMETHEUS_DIR, RULES_DIR, RUNBOOKS
@@ -119,7 +119,10 @@ def test_a_custom_config_changes_the_rules() -> None:
             {"device": {"unknown_repeat_window": "5m"}},
             "device.unknown_repeat_window (5m) must be longer than device.unknown_tolerance (5m)",
         ),
-        ({"device": {"unknown_tolerance_floor": "0s"}}, "device.unknown_tolerance_floor: must be longer than 0s"),
+        (
+            {"device": {"unknown_tolerance_floor": "0s"}},
+            "device.unknown_tolerance_floor: must be longer than 0s",
+        ),
         ({"device": {"flapping_episodes": 1}}, "device.flapping_episodes: 1 is below 2"),
         ({"device": {"flapping_window": "5m"}}, "device.flapping_window (5m) must be longer"),
         (
@@ -351,7 +354,10 @@ def test_stuck_phase_thresholds_leave_the_responders_own_timeouts_room() -> None
 
 def test_the_unknown_window_halves_per_earlier_episode_down_to_the_floor() -> None:
     dev = parse_config(
-        {"device": {"unknown_tolerance": "8m", "unknown_tolerance_floor": "1m30s"}, "fleet": {"unknown_storm_for": "1m"}}
+        {
+            "device": {"unknown_tolerance": "8m", "unknown_tolerance_floor": "1m30s"},
+            "fleet": {"unknown_storm_for": "1m"},
+        }
     ).device
     assert [unknown_window(dev, n) for n in range(5)] == [480.0, 240.0, 120.0, 90.0, 90.0]
     assert unknown_window(dev, 10_000) == 90.0
