@@ -1,9 +1,11 @@
 """The detection pipeline's floor per alert: the fastest each alert can reach the responder.
 
 floor = scrape interval + evaluation interval + the alert's own `for:` + the responder route's
-group_wait. The `for:` values are read from the rendered rules, so the floors follow whatever
-the shipped templates say. Pure (rendering is string work), but kept out of `demo.summary`,
-whose purity contract forbids what `rules.render` imports.
+group_wait (GPUDeviceUnknownExpired has no `for:`: its wait is a first Unknown episode's whole
+tolerance window, `device.unknown_tolerance`). The `for:` values are read from the rendered
+rules, so the floors follow whatever the shipped templates say. Pure (rendering is string
+work), but kept out of `demo.summary`, whose purity contract forbids what `rules.render`
+imports.
 """
 
 from __future__ import annotations
@@ -33,5 +35,9 @@ def alert_floors(
             for rule in group.get("rules", []):
                 if "alert" in rule:
                     wait = parse_duration(rule["for"]) if rule.get("for") else 0.0
+                    # Its wait is in the expression (a recorded duration against the episode's
+                    # window, which backs off for repeats): a first episode's is the longest.
+                    if rule["alert"] == "GPUDeviceUnknownExpired":
+                        wait = float(rules.device.unknown_tolerance.seconds)
                     floors[str(rule["alert"])] = (base + wait) * speed
     return floors

@@ -53,7 +53,7 @@ from demo.front import Forward, Hook, Reply, Request, WebhookFront, forward_once
 from demo.journal import Device, Entry, Journal, Kind, sorted_entries
 from demo.observer import Observer
 from demo.progress import narrate, worth_a_line
-from demo.safety import UnhealthyFlapping, Verdict, judge
+from demo.safety import UnhealthyFlapping, UnknownBackoff, Verdict, judge
 from demo.staging import Kill, Staging, StagingError
 from exporter.settings import NvmlSettings
 from gpuhealth import fields
@@ -534,6 +534,10 @@ def run_demo(
         tolerance=rules.device.unknown_tolerance.seconds * settings.speed,
         unhealthy_for=rules.device.unhealthy_for.seconds * settings.speed,
         grace=journal.floor_seconds + 20.0 * settings.speed,
+        backoff=UnknownBackoff(
+            floor=rules.device.unknown_tolerance_floor.seconds * settings.speed,
+            repeat_window=rules.device.unknown_repeat_window.seconds * settings.speed,
+        ),
         flapping=UnhealthyFlapping(
             episodes=rules.device.unhealthy_flapping_episodes,
             window=rules.device.unhealthy_flapping_window.seconds * settings.speed,

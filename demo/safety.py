@@ -42,10 +42,14 @@ QUARANTINE_FAULTS = frozenset({"device-unhealthy", "gpu-lost", "row-remap-failur
 
 
 def warrants(
-    scenario: Scenario, *, fatal_xids: Iterable[int], tolerance: float
+    scenario: Scenario,
+    *,
+    fatal_xids: Iterable[int],
+    tolerance: float,
+    backoff: UnknownBackoff | None = None,
 ) -> dict[tuple[str, int], set[str]]:
     """Actions each (node, gpu index) may receive, from the scenario's faults."""
-    return _by_place(warranted_from(scenario, fatal_xids=fatal_xids, tolerance=tolerance))
+    return _by_place(warranted_from(scenario, fatal_xids=fatal_xids, tolerance=tolerance, backoff=backoff))
 
 
 def _by_place(since: Mapping[tuple[tuple[str, int], str], float]) -> dict[tuple[str, int], set[str]]:
@@ -55,24 +59,56 @@ def _by_place(since: Mapping[tuple[tuple[str, int], str], float]) -> dict[tuple[
     return allowed
 
 
+@dataclass(frozen=True, slots=True)
+class UnknownBackoff:
+    """The rules' backoff of the Unknown tolerance window in scenario seconds: each earlier Unknown
+    spell of the device that was still on within `repeat_window` before a spell's start halves
+    that spell's window, never below `floor` (node_device:gpu_device_unknown_tolerance:seconds)."""
+
+    floor: float
+    repeat_window: float
+
+
+def _windowed(
+    spells: dict[SpellKey, list[tuple[float, float]]], tolerance: float, backoff: UnknownBackoff | None
+) -> dict[SpellKey, list[tuple[float, float, float]]]:
+    """Each spell as (start, seconds, its tolerance window)."""
+    out: dict[SpellKey, list[tuple[float, float, float]]] = {}
+    for key, spans in spells.items():
+        ordered = sorted(spans)
+        windows = []
+        for i, (start, length) in enumerate(ordered):
+            window = tolerance
+            if backoff is not None:
+                earlier = sum(1 for s, n in ordered[:i] if s + n > start - backoff.repeat_window)
+                window = max(backoff.floor, tolerance / 2 ** min(earlier, 64))
+            windows.append((start, length, window))
+        out[key] = windows
+    return out
+
+
 def warranted_from(
-    scenario: Scenario, *, fatal_xids: Iterable[int], tolerance: float
+    scenario: Scenario,
+    *,
+    fatal_xids: Iterable[int],
+    tolerance: float,
+    backoff: UnknownBackoff | None = None,
 ) -> dict[tuple[tuple[str, int], str], float]:
     """The scenario time from which each ((node, gpu), action) is warranted.
 
     A confirmed failure warrants quarantine from its fault on; a long Unknown warrants
-    restrict once the tolerance window has run from the start of its spell.
+    restrict once its tolerance window (`tolerance`, shortened by `backoff` for repeats) has
+    run from the start of its spell.
     """
     fatal = frozenset(fatal_xids)
     since: dict[tuple[tuple[str, int], str], float] = {}
-    spells = _unknown_spells(scenario)
+    spells = _windowed(_unknown_spells(scenario), tolerance, backoff)
     for fault in scenario.timeline:
         for node, gpu in _devices_of(scenario, fault):
-            action = _warranted_action(scenario, fault, fatal, tolerance, spells)
+            action = _warranted_action(scenario, fault, fatal, spells)
             if action == "restrict":
                 key: SpellKey = (node, gpu) if fault.device is not None else (node, None)
-                starts = [start for start, length in spells.get(key, ()) if length >= tolerance]
-                at = min(starts) + tolerance
+                at = min(start + window for start, length, window in spells.get(key, ()) if length >= window)
             elif action:
                 at = fault.at
             else:
@@ -134,8 +170,7 @@ def _warranted_action(
     scenario: Scenario,
     fault: Fault,
     fatal: frozenset[int],
-    tolerance: float,
-    spells: dict[SpellKey, list[tuple[float, float]]],
+    spells: dict[SpellKey, list[tuple[float, float, float]]],
 ) -> str | None:
     kind = fault.kind
     if kind in QUARANTINE_FAULTS:
@@ -149,7 +184,7 @@ def _warranted_action(
         return "quarantine"
 
     def long_enough(key: SpellKey) -> bool:
-        return any(length >= tolerance for _, length in spells.get(key, ()))
+        return any(length >= window for _, length, window in spells.get(key, ()))
 
     if kind == "device-unknown" and fault.device is not None:
         return "restrict" if long_enough((fault.device.node, fault.device.gpu)) else None
@@ -264,13 +299,16 @@ def judge(
     unhealthy_for: float = 0.0,
     grace: float = 0.0,
     flapping: UnhealthyFlapping | None = None,
+    backoff: UnknownBackoff | None = None,
 ) -> Verdict:
     """The run's verdict (pure). Times in scenario seconds: `tolerance` the rules' Unknown
     tolerance, `unhealthy_for` the Unhealthy alert's `for:` (an Unhealthy that clears sooner
     warrants nothing that must happen, unless enough of them make a flap by `flapping`, the
     rules' Unhealthy flapping thresholds), `grace` how long after its warrant a quarantine may
-    take to be recorded (the detection floor plus the responder's reaction)."""
-    since = warranted_from(scenario, fatal_xids=fatal_xids, tolerance=tolerance)
+    take to be recorded (the detection floor plus the responder's reaction), `backoff` the
+    rules' shortening of the Unknown window for repeated spells (None: every spell gets
+    `tolerance`)."""
+    since = warranted_from(scenario, fatal_xids=fatal_xids, tolerance=tolerance, backoff=backoff)
     allowed = _by_place(since)
     entries = sorted_entries(journal.entries)
     violations: list[str] = []

@@ -92,7 +92,15 @@ class DeviceSettings:
     unknown_for: Duration = Duration(60)
     """GPUDeviceUnknown: effectively Unknown for this long (warning during the window)."""
     unknown_tolerance: Duration = Duration(300)
-    """GPUDeviceUnknownExpired: effectively Unknown for the whole tolerance window."""
+    """GPUDeviceUnknownExpired: the tolerance window of a first Unknown episode; allocation is
+    restricted when an episode outlasts its window."""
+    unknown_tolerance_floor: Duration = Duration(150)
+    """The shortest tolerance window: each earlier Unknown episode within unknown_repeat_window
+    halves the window of the next one, down to this (a card that keeps going Unknown has earned
+    less patience; a restriction moves no work, so the cost of less patience is small)."""
+    unknown_repeat_window: Duration = Duration(3600)
+    """How far back earlier Unknown episodes shorten the tolerance window of a new one; a device
+    without an Unknown episode for this long is back to the full unknown_tolerance."""
     flapping_episodes: int = 3
     """GPUDeviceUnknownFlapping: separate Unknown episodes needed within flapping_window."""
     flapping_window: Duration = Duration(1800)
@@ -304,14 +312,18 @@ def validate(settings: Settings) -> None:
         raise ConfigError("evaluation_interval: must be longer than 0s")
 
     dev = settings.device
-    for name in ("heartbeat_limit", "unhealthy_for", "unknown_for", "unknown_tolerance", "event_window"):
+    for name in (
+        "heartbeat_limit",
+        "unhealthy_for",
+        "unknown_for",
+        "unknown_tolerance",
+        "unknown_tolerance_floor",
+        "unknown_repeat_window",
+        "event_window",
+    ):
         if getattr(dev, name).seconds <= 0:
             raise ConfigError(f"device.{name}: must be longer than 0s")
-    if dev.unknown_for >= dev.unknown_tolerance:
-        raise ConfigError(
-            f"device.unknown_for ({dev.unknown_for}) must be shorter than device.unknown_tolerance "
-            f"({dev.unknown_tolerance}): the warning belongs inside the tolerance window"
-        )
+    _validate_unknown_window(dev)
     if dev.flapping_episodes < 2:
         raise ConfigError(
             f"device.flapping_episodes: {dev.flapping_episodes} is below 2; one episode is no flap"
@@ -362,11 +374,12 @@ def validate(settings: Settings) -> None:
         )
     if fleet.unknown_storm_min_devices < 1:
         raise ConfigError("fleet.unknown_storm_min_devices: must be at least 1")
-    if fleet.unknown_storm_for >= dev.unknown_tolerance:
+    if fleet.unknown_storm_for >= dev.unknown_tolerance_floor:
         raise ConfigError(
             f"fleet.unknown_storm_for ({fleet.unknown_storm_for}) must be shorter than "
-            f"device.unknown_tolerance ({dev.unknown_tolerance}): the storm has to inhibit restrict "
-            "actions before the first device's tolerance window ends"
+            f"device.unknown_tolerance_floor ({dev.unknown_tolerance_floor}): the storm has to inhibit "
+            "restrict actions before the first device's tolerance window ends, and a repeated Unknown's "
+            "window may be as short as the floor"
         )
 
     own = settings.self
@@ -419,6 +432,39 @@ def validate(settings: Settings) -> None:
             raise ConfigError(f"alertmanager.tenants[{i}].namespace: {tenant.namespace!r} is listed twice")
         namespaces.add(tenant.namespace)
         _check_url(tenant.url, f"alertmanager.tenants[{i}].url")
+
+
+def _validate_unknown_window(dev: DeviceSettings) -> None:
+    """The Unknown tolerance window's bounds: the warning inside the shortest window, the floor no
+    longer than the first window, and a repeat window that can hold an earlier episode."""
+    if dev.unknown_tolerance_floor > dev.unknown_tolerance:
+        raise ConfigError(
+            f"device.unknown_tolerance_floor ({dev.unknown_tolerance_floor}) must not be longer than "
+            f"device.unknown_tolerance ({dev.unknown_tolerance}): repeats shorten the window, never "
+            "lengthen it"
+        )
+    if dev.unknown_for >= dev.unknown_tolerance_floor:
+        raise ConfigError(
+            f"device.unknown_for ({dev.unknown_for}) must be shorter than device.unknown_tolerance_floor "
+            f"({dev.unknown_tolerance_floor}): the warning belongs inside every tolerance window, the "
+            "shortest included"
+        )
+    if dev.unknown_repeat_window <= dev.unknown_tolerance:
+        raise ConfigError(
+            f"device.unknown_repeat_window ({dev.unknown_repeat_window}) must be longer than "
+            f"device.unknown_tolerance ({dev.unknown_tolerance}), or an earlier episode could never "
+            "shorten a later one's window"
+        )
+
+
+def unknown_window(dev: DeviceSettings, earlier_episodes: int) -> float:
+    """Seconds of the tolerance window of an Unknown episode with `earlier_episodes` other episodes
+    within unknown_repeat_window before it: what node_device:gpu_device_unknown_tolerance:seconds
+    records (halved per earlier episode, never below the floor)."""
+    if earlier_episodes < 0:
+        raise ValueError(f"earlier_episodes: {earlier_episodes} is negative")
+    halved = dev.unknown_tolerance.seconds / 2 ** min(earlier_episodes, 64)
+    return float(max(dev.unknown_tolerance_floor.seconds, halved))
 
 
 def _validate_unhealthy_flapping(dev: DeviceSettings, evaluation_interval: Duration) -> None:

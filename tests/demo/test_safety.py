@@ -29,7 +29,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from demo.journal import Device, Journal, Kind
-from demo.safety import UnhealthyFlapping, flapping_due, judge, warrants
+from demo.safety import UnhealthyFlapping, UnknownBackoff, flapping_due, judge, warranted_from, warrants
 from simulator.fleet.objects import gpu_uuid
 from simulator.scenario import resolve
 
@@ -127,6 +127,35 @@ def test_an_unknown_cut_short_by_a_recover_warrants_nothing_and_overlaps_add_up(
     )
     # gpu-1 stayed Unknown from 0 s to 350 s: two faults, one spell past the tolerance.
     assert warrants(scenario, fatal_xids=FATAL, tolerance=TOLERANCE) == {("gpu-dra-0", 1): {"restrict"}}
+
+
+def test_a_repeated_unknown_is_warranted_a_restriction_after_its_halved_window_only() -> None:
+    def unknown(at: str, gpu: int, duration: str) -> dict[str, object]:
+        device = {"node": "gpu-dra-0", "gpu": gpu}
+        return {"at": at, "fault": "device-unknown", "device": device, "duration": duration}
+
+    scenario = resolve(
+        {
+            "name": "repeats",
+            "fleet": [{"name": "gpu-dra", "count": 1, "gpusPerNode": 3, "path": "dra"}],
+            "timeline": [
+                # gpu-0: 3m, then 3m again 2m later: the second window is 150 s, so from 300+150 s.
+                unknown("0s", 0, "3m"),
+                unknown("5m", 0, "3m"),
+                # gpu-1: the same, but the repeat comes after the 1h repeat window: never warranted.
+                unknown("0s", 1, "3m"),
+                unknown("64m", 1, "3m"),
+                # gpu-2: one 3m spell: no restriction, whatever the backoff.
+                unknown("0s", 2, "3m"),
+            ],
+        }
+    )
+    backoff = UnknownBackoff(floor=150.0, repeat_window=3600.0)
+    assert warranted_from(scenario, fatal_xids=FATAL, tolerance=TOLERANCE, backoff=backoff) == {
+        (("gpu-dra-0", 0), "restrict"): 450.0
+    }
+    # Without the backoff every spell gets the whole window: nothing is warranted.
+    assert warrants(scenario, fatal_xids=FATAL, tolerance=TOLERANCE) == {}
 
 
 def test_a_clean_story_passes_and_says_what_was_acted_on() -> None:

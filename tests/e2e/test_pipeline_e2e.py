@@ -80,6 +80,8 @@ FAST_RULES: dict[str, Any] = {
         "unhealthy_for": "2s",
         "unknown_for": "2s",
         "unknown_tolerance": f"{UNKNOWN_TOLERANCE:.0f}s",
+        # No backoff here: every Unknown of this test gets the whole window.
+        "unknown_tolerance_floor": f"{UNKNOWN_TOLERANCE:.0f}s",
         "flapping_window": "60s",
         "event_window": "30s",
     },

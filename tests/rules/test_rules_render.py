@@ -32,6 +32,7 @@ from rules.render import (
     render,
     runbook_anchor,
     scaled,
+    unknown_window,
     write_files,
 )
 from tests.rules.support import PROMETHEUS_DIR, RULES_DIR, RUNBOOKS
@@ -57,12 +58,12 @@ def test_render_check_passes_on_fresh_output_and_reports_drift(tmp_path: Path, c
     assert main(["rules", "render", "--out", str(tmp_path), "--check"]) == 0
 
     device_rules = tmp_path / "prometheus" / "gpu-device.yaml"
-    device_rules.write_text(device_rules.read_text().replace("for: 5m", "for: 10m"))
+    device_rules.write_text(device_rules.read_text().replace("for: 1m", "for: 2m"))
     capsys.readouterr()
     assert main(["rules", "render", "--out", str(tmp_path), "--check"]) == 1
     err = capsys.readouterr().err
-    assert "prometheus/gpu-device.yaml: 2 line(s) differ" in err
-    assert "-        for: 10m" in err and "+        for: 5m" in err
+    assert "prometheus/gpu-device.yaml: 4 line(s) differ" in err
+    assert "-        for: 2m" in err and "+        for: 1m" in err
 
 
 def test_render_reports_an_invalid_config_with_exit_code_2(tmp_path: Path, capsys: Any) -> None:
@@ -85,8 +86,12 @@ def test_a_custom_config_changes_the_rules() -> None:
     device = render(settings)["prometheus/gpu-device.yaml"]
     assert 'xid=~"79|109"' in device
     assert 'job="gpu-exp"' in device and 'job="gpuhealth-exporter"' not in device
-    rules = {r.get("alert"): r for g in yaml.safe_load(device)["groups"] for r in g["rules"]}
-    assert rules["GPUDeviceUnknownExpired"]["for"] == "10m"
+    rules = {r.get("alert") or r["record"]: r for g in yaml.safe_load(device)["groups"] for r in g["rules"]}
+    # The first episode's window is the configured tolerance; the floor keeps its default.
+    tolerance = rules["node_device:gpu_device_unknown_tolerance:seconds"]["expr"]
+    assert "600 / 2 ^ changes(node_device:gpu_device_unknown_since:timestamp[1h])" in tolerance
+    assert "150\n" in tolerance
+    assert "for" not in rules["GPUDeviceUnknownExpired"]
     assert rules["GPUDeviceUnknownExpired"]["annotations"]["runbook_url"] == (
         "https://runbooks.example/gpu#gpudeviceunknownexpired"
     )
@@ -102,6 +107,22 @@ def test_a_custom_config_changes_the_rules() -> None:
         ({"device": {"heartbeat_limit": "2 minutes"}}, "heartbeat_limit: '2 minutes' is not a duration"),
         ({"device": {"heartbeat_limit": 120}}, "device.heartbeat_limit: write a unit"),
         ({"device": {"unknown_for": "5m"}}, "device.unknown_for (5m) must be shorter than device.unknown_"),
+        (
+            {"device": {"unknown_for": "2m30s"}},
+            "device.unknown_for (2m30s) must be shorter than device.unknown_tolerance_floor (2m30s)",
+        ),
+        (
+            {"device": {"unknown_tolerance_floor": "6m"}},
+            "device.unknown_tolerance_floor (6m) must not be longer than device.unknown_tolerance (5m)",
+        ),
+        (
+            {"device": {"unknown_repeat_window": "5m"}},
+            "device.unknown_repeat_window (5m) must be longer than device.unknown_tolerance (5m)",
+        ),
+        (
+            {"device": {"unknown_tolerance_floor": "0s"}},
+            "device.unknown_tolerance_floor: must be longer than 0s",
+        ),
         ({"device": {"flapping_episodes": 1}}, "device.flapping_episodes: 1 is below 2"),
         ({"device": {"flapping_window": "5m"}}, "device.flapping_window (5m) must be longer"),
         (
@@ -122,6 +143,11 @@ def test_a_custom_config_changes_the_rules() -> None:
         ({"node": {"unreachable_for": "2m"}}, "node.unreachable_for (2m40s) must be shorter"),
         ({"fleet": {"unknown_storm_fraction": 1.5}}, "unknown_storm_fraction: 1.5 is not between 0 and 1"),
         ({"fleet": {"unknown_storm_for": "5m"}}, "fleet.unknown_storm_for (5m) must be shorter"),
+        # A repeated Unknown's window may be the floor: the storm must come before that too.
+        (
+            {"fleet": {"unknown_storm_for": "2m30s"}},
+            "fleet.unknown_storm_for (2m30s) must be shorter than device.unknown_tolerance_floor (2m30s)",
+        ),
         ({"selectors": {"exporter_job": 'x"} or vector(1) #'}}, "selectors.exporter_job"),
         ({"alertmanager": {"responder_url": "127.0.0.1:8080/webhook"}}, "alertmanager.responder_url"),
         ({"alertmanager": {"responder_credentials_file": "token"}}, "must be an absolute path"),
@@ -324,3 +350,16 @@ def test_stuck_phase_thresholds_leave_the_responders_own_timeouts_room() -> None
     assert own.no_leader_for.seconds >= 4 * ElectionSettings().lease_duration_seconds
     # 30m of rate-limited waiting is a queue far beyond the bucket's burst.
     assert own.pending_stuck_for.seconds * responder.bucket.per_hour / 3600 > responder.bucket.burst
+
+
+def test_the_unknown_window_halves_per_earlier_episode_down_to_the_floor() -> None:
+    dev = parse_config(
+        {
+            "device": {"unknown_tolerance": "8m", "unknown_tolerance_floor": "1m30s"},
+            "fleet": {"unknown_storm_for": "1m"},
+        }
+    ).device
+    assert [unknown_window(dev, n) for n in range(5)] == [480.0, 240.0, 120.0, 90.0, 90.0]
+    assert unknown_window(dev, 10_000) == 90.0
+    with pytest.raises(ValueError, match="earlier_episodes: -1 is negative"):
+        unknown_window(dev, -1)
