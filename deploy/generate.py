@@ -11,6 +11,9 @@ From `rules/config.yaml` (rendered by `rules.render`, with the in-cluster respon
   scrape config, for Prometheus without the operator.
 `base/responder-config.yaml`: a copy of `deploy/responder-config.yaml` for the ConfigMap
 generator (kustomize reads only files at or below a kustomization).
+`base/exporter-daemonset-device-plugin.yaml`: the exporter DaemonSet of `base/exporter-daemonset.yaml`
+for device-plugin nodes (`nvidia.com/gpu.deploy.device-plugin=true`), reading the kubelet's
+pod-resources socket from the host (`device_plugin_daemonset`).
 From `dashboards/*.json` (whatever exist): `components/dashboards/`, one ConfigMap each through
 kustomize's configMapGenerator, labelled for Grafana's dashboard sidecar. Kustomize reads only
 files at or below a kustomization, so the JSON is copied next to it.
@@ -82,6 +85,63 @@ def deploy_settings(settings: Settings) -> Settings:
 
 def _dump(doc: Any) -> str:
     return yaml.safe_dump(doc, sort_keys=False, width=110, allow_unicode=True)
+
+
+# ----- the exporter on device-plugin nodes ----------------------------------------------------
+
+EXPORTER_DAEMONSET = "base/exporter-daemonset.yaml"
+DEVICE_PLUGIN_DAEMONSET = "base/exporter-daemonset-device-plugin.yaml"
+DEVICE_PLUGIN_NODE_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+"""The GPU Operator sets it to "true" on the nodes where it runs the NVIDIA device plugin."""
+GPU_PATH_LABEL = "gpuhealth.io/gpu-path"
+"""Keeps the two exporter DaemonSets' selectors apart."""
+POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
+"""The kubelet's pod-resources directory; its socket is `kubelet.sock` there."""
+
+
+def device_plugin_daemonset(text: str) -> str:
+    """The exporter DaemonSet for device-plugin nodes, from the one for every other GPU node.
+
+    The same pod on the nodes the other's affinity leaves out, plus the kubelet's pod-resources
+    directory from the host (read-only: connecting to a socket writes nothing) and
+    `--pod-resources` on its socket. The socket is root-owned (mode 0755 or tighter): the
+    container's UID 0 can connect with every capability dropped, since connecting needs write
+    permission on the socket file, which its owner has."""
+    doc = yaml.safe_load(text)
+    try:
+        pod = doc["spec"]["template"]["spec"]
+        [exporter] = pod["containers"]
+        labels = [doc["spec"]["selector"]["matchLabels"], doc["spec"]["template"]["metadata"]["labels"]]
+        terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise GenerateError(
+            f"{EXPORTER_DAEMONSET}: not the one-container exporter DaemonSet ({exc!r})"
+        ) from exc
+    excluded = {"key": DEVICE_PLUGIN_NODE_LABEL, "operator": "NotIn", "values": ["true"]}
+    if terms.get("nodeSelectorTerms") != [{"matchExpressions": [excluded]}]:
+        raise GenerateError(
+            f"{EXPORTER_DAEMONSET}: its node affinity must exclude {DEVICE_PLUGIN_NODE_LABEL}=true"
+        )
+    doc["metadata"]["name"] = "gpuhealth-exporter-device-plugin"
+    for selector in labels:
+        selector[GPU_PATH_LABEL] = "device-plugin"
+    del pod["affinity"]
+    pod["nodeSelector"] = {**pod.get("nodeSelector", {}), DEVICE_PLUGIN_NODE_LABEL: "true"}
+    exporter["args"] = [*exporter["args"], f"--pod-resources=unix://{POD_RESOURCES_DIR}/kubelet.sock"]
+    exporter["volumeMounts"] = [
+        *exporter.get("volumeMounts", []),
+        {"name": "pod-resources", "mountPath": POD_RESOURCES_DIR, "readOnly": True},
+    ]
+    pod["volumes"] = [
+        *pod.get("volumes", []),
+        {"name": "pod-resources", "hostPath": {"path": POD_RESOURCES_DIR, "type": "Directory"}},
+    ]
+    note = (
+        "# The node-mode exporter on device-plugin nodes: an idle GPU's evidence there is the kubelet's\n"
+        "# allocatable devices (its pod-resources API), which leave out the GPUs the plugin reports\n"
+        "# Unhealthy (docs/quarantine.md). Runs as UID 0 (as the other one does): the socket is root-owned.\n"
+    )
+    return _header(EXPORTER_DAEMONSET) + note + _dump(doc)
 
 
 # ----- Prometheus Operator ----------------------------------------------------------------
@@ -387,6 +447,11 @@ def generate(config_path: Path = DEFAULT_CONFIG, dashboards: Path = DASHBOARDS) 
         ).read_text(encoding="utf-8")
     except OSError as exc:
         raise GenerateError(f"deploy/responder-config.yaml: cannot read ({exc.strerror or exc})") from exc
+    try:
+        daemonset = (DEPLOY / EXPORTER_DAEMONSET).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise GenerateError(f"deploy/{EXPORTER_DAEMONSET}: cannot read ({exc.strerror or exc})") from exc
+    files[DEVICE_PLUGIN_DAEMONSET] = device_plugin_daemonset(daemonset)
     boards = dashboard_files(dashboards)
     for name, text in boards.items():
         files[f"{DASHBOARD_COMPONENT}/files/{name}"] = text

@@ -1,8 +1,8 @@
 """Entry points: `gpuhealth exporter` and `gpuhealth devices`.
 
 - `gpuhealth exporter --kubeconfig PATH [--node NAME] [--listen HOST:PORT] [--directory PATH]
-  [--nvml auto|none|pynvml|sim:URL]` observes the cluster (or one node) and serves
-  `/metrics`, `/healthz`, `/readyz`.
+  [--nvml auto|none|pynvml|sim:URL] [--pod-resources none|unix:///PATH|sim:URL]` observes
+  the cluster (or one node) and serves `/metrics`, `/healthz`, `/readyz`.
 - `gpuhealth exporter --from-file DUMP.json --once` reads a `kubectl get
   pods,resourceclaims,resourceslices,leases -A -o json` dump and prints the exposition
   (without `--once` it serves that fixed state instead). Observation times are the time
@@ -100,8 +100,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     exporter.add_argument(
         "--pod-resources",
         default="none",
-        help="none|sim:URL: the kubelet's allocatable devices as idle device-plugin GPUs' evidence "
-        "(node mode with NVML; default none)",
+        help="none|unix:///PATH|sim:URL: the kubelet's allocatable devices as idle device-plugin "
+        "GPUs' evidence, from its pod-resources socket (unix:///var/lib/kubelet/pod-resources/"
+        "kubelet.sock) or a simulated node (node mode with NVML, device-plugin nodes; default none)",
     )
     exporter.add_argument(
         "--nvml-poll-seconds",
@@ -288,9 +289,13 @@ def pod_resources_source(settings: ExporterSettings) -> PodResourcesSource | Non
     choice, node = settings.pod_resources, settings.observer.node_name
     if choice == "none" or node is None:
         return None
-    from exporter.podresources_remote import RemotePodResources
-
     try:
+        if choice.startswith("unix://"):
+            from exporter.podresources_kubelet import KubeletPodResources
+
+            return KubeletPodResources(choice.removeprefix("unix://"), node)
+        from exporter.podresources_remote import RemotePodResources
+
         return RemotePodResources(choice.removeprefix("sim:"), node)
     except ValueError as exc:
         raise UsageError(f"--pod-resources {choice}: {exc}") from exc

@@ -2,11 +2,8 @@
 
 `GET {base_url}/simulator/v1/nodes/{node}/pod-resources` answers the node's kubelet's
 `AllocatableResourcesResponse` as protobuf bytes, the message a real kubelet sends over its
-pod-resources socket; `exporter.podresources` decodes both.
-
-Failure policy, as for the simulated NVML (`exporter.nvml_remote`): an endpoint that cannot be
-read is no verdict on any GPU. `allocatable()` returns None (logged when it starts failing and
-when it recovers, and counted in `failures`), and the exporter keeps the evidence it had.
+pod-resources socket (`exporter.podresources_kubelet`); `exporter.podresources` decodes both.
+Failures are counted and logged as for every reader (`exporter.podresources_reads`).
 
 Synchronous (stdlib urllib with a timeout): call it from a worker thread.
 """
@@ -14,18 +11,14 @@ Synchronous (stdlib urllib with a timeout): call it from a worker thread.
 from __future__ import annotations
 
 import http.client
-import logging
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 
-from exporter.podresources import Allocatable, PodResourcesError, decode_allocatable
-
-log = logging.getLogger(__name__)
+from exporter.podresources_reads import CountingReader
 
 
-class RemotePodResources:
+class RemotePodResources(CountingReader):
     """Reads one simulated node's kubelet pod-resources view over HTTP."""
 
     def __init__(self, base_url: str, node: str, *, timeout: float = 2.0) -> None:
@@ -37,31 +30,8 @@ class RemotePodResources:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         quoted = urllib.parse.quote(node, safe="")
         self._url = f"{base_url.rstrip('/')}/simulator/v1/nodes/{quoted}/pod-resources"
-        self._node = node
         self._timeout = timeout
-        self._lock = threading.Lock()
-        self._failing = False
-        self.failures = 0
-        """Reads that gave no answer (the exporter's evidence stayed as it was)."""
-
-    def allocatable(self) -> Allocatable | None:
-        with self._lock:
-            try:
-                answer = decode_allocatable(self._fetch())
-            except (OSError, http.client.HTTPException, PodResourcesError) as exc:
-                self.failures += 1
-                if not self._failing:
-                    self._failing = True
-                    log.warning(
-                        "pod-resources of node %s unreadable: %s; idle GPUs keep their evidence",
-                        self._node,
-                        exc,
-                    )
-                return None
-            if self._failing:
-                self._failing = False
-                log.info("pod-resources of node %s answer again", self._node)
-            return answer
+        super().__init__(node, self._url)
 
     def close(self) -> None:
         """Nothing held between reads."""
@@ -76,3 +46,5 @@ class RemotePodResources:
             raise OSError(f"GET {self._url}: HTTP {exc.code} {exc.reason}") from exc
         except urllib.error.URLError as exc:
             raise OSError(f"GET {self._url}: {exc.reason}") from exc
+        except http.client.HTTPException as exc:
+            raise OSError(f"GET {self._url}: {type(exc).__name__}: {exc}") from exc

@@ -27,6 +27,10 @@ DEFAULT_LISTEN = f"0.0.0.0:{DEFAULT_PORT}"
 NVML_SOURCES = "auto, none, pynvml or sim:URL"
 POD_RESOURCES_SIM = re.compile(r"sim:https?://\S+")
 """`--pod-resources sim:URL`: the simulated cluster's base URL."""
+POD_RESOURCES_UNIX = re.compile(r"unix://(/\S+)")
+"""`--pod-resources unix:///PATH`: the kubelet's pod-resources socket, an absolute path
+(on a node: unix:///var/lib/kubelet/pod-resources/kubelet.sock)."""
+POD_RESOURCES_SOURCES = "none, unix:///PATH (the kubelet's socket) or sim:URL"
 
 
 def check_nvml_source(value: str) -> str:
@@ -157,9 +161,11 @@ class ExporterSettings:
     """NVML readings in node mode."""
     pod_resources: str = "none"
     """Node mode, with NVML: the kubelet's allocatable devices as an idle device-plugin GPU's
-    evidence; none, or sim:URL (the simulated node's kubelet view). A GPU NVML reaches that the
-    kubelet does not offer reads Unhealthy. Only for device-plugin nodes (DRA devices are never
-    in the kubelet's allocatable list: their slice speaks for them)."""
+    evidence; none, unix:///PATH (the kubelet's pod-resources socket), or sim:URL (the simulated
+    node's kubelet view). A GPU NVML reaches that the kubelet does not offer reads Unhealthy.
+    Only for device-plugin nodes (DRA devices are never in the kubelet's allocatable list: their
+    slice speaks for them, and on a DRA node every idle GPU would read Unhealthy until it does),
+    so `none` unless asked: the DaemonSet on device-plugin nodes asks."""
     server: ExporterServerSettings = field(default_factory=ExporterServerSettings)
     """`/metrics`, `/healthz`, `/readyz`."""
     kubeconfig: str | None = None
@@ -174,9 +180,13 @@ class ExporterSettings:
 
     def __post_init__(self) -> None:
         fields.positive(self, "collector_young_threshold", "allocations", whole=True)
-        if not (self.pod_resources == "none" or POD_RESOURCES_SIM.fullmatch(self.pod_resources)):
+        if not (
+            self.pod_resources == "none"
+            or POD_RESOURCES_SIM.fullmatch(self.pod_resources)
+            or POD_RESOURCES_UNIX.fullmatch(self.pod_resources)
+        ):
             raise fields.SettingsError(
-                f"ExporterSettings.pod_resources must be none or sim:URL, got {self.pod_resources!r}"
+                f"ExporterSettings.pod_resources must be {POD_RESOURCES_SOURCES}, got {self.pod_resources!r}"
             )
         if self.pod_resources != "none" and (self.observer.node_name is None or self.nvml.source == "none"):
             raise fields.SettingsError(

@@ -7,7 +7,10 @@ unknown field; ServiceMonitors, the PrometheusRule and the AlertmanagerConfig va
 the Prometheus Operator schemas of the fields we use, with unknown fields forbidden; the
 exporter DaemonSet is the node-mode exporter the issue describes (no GPU requested, NVIDIA
 runtime and environment, GPU nodes and taints, no capabilities, node-critical, NODE_NAME from the
-downward API); the responder runs two replicas with a disruption budget, its token and config;
+downward API); on device-plugin nodes its twin instead, the same pod reading the kubelet's
+pod-resources socket (a read-only host mount, UID 0 for the root-owned socket, the flag as the
+exporter parses it), the two never on one node and never selecting each other's pods, both
+behind the one Service; the responder runs two replicas with a disruption budget, its token and config;
 dry-run overlays pass --dry-run and enforcing does not; no-operator ships no operator kinds; the
 exporter targets get the `node` relabelling the rules rely on; the generated Alertmanager config
 passes `amtool check-config` and the rules `promtool check rules`; dashboards are labelled for
@@ -27,6 +30,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from exporter.cli import settings_from_args
+from gpuhealth_cli.main import build_parser
 from simulator.fleet.extender_client import load_scheduler_config
 from tests.deploy.manifests import (
     DEPLOY,
@@ -54,6 +59,7 @@ def test_every_overlay_builds_with_the_core_objects(overlay: str) -> None:
         ("ServiceAccount", "gpuhealth-exporter"),
         ("ServiceAccount", "gpuhealth-responder"),
         ("DaemonSet", "gpuhealth-exporter"),
+        ("DaemonSet", "gpuhealth-exporter-device-plugin"),
         ("Deployment", "gpuhealth-responder"),
         ("PodDisruptionBudget", "gpuhealth-responder"),
         ("Service", "gpuhealth-responder"),
@@ -202,13 +208,73 @@ def test_the_exporter_daemonset_is_the_node_mode_exporter() -> None:
     assert pod["serviceAccountName"] == "gpuhealth-exporter"
 
 
+def test_device_plugin_nodes_run_the_exporter_that_reads_the_kubelets_pod_resources() -> None:
+    objects = build("enforcing")
+    other = find(objects, "DaemonSet", "gpuhealth-exporter")
+    device_plugin = find(objects, "DaemonSet", "gpuhealth-exporter-device-plugin")
+    pod, other_pod = device_plugin["spec"]["template"]["spec"], other["spec"]["template"]["spec"]
+    exporter = container(device_plugin)
+
+    # Never both on one node (they would share the device directory): one selects the device
+    # plugin's label, the other excludes it.
+    assert pod["nodeSelector"] == {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.deploy.device-plugin": "true",
+    }
+    assert "affinity" not in pod
+    [term] = other_pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert term == {
+        "matchExpressions": [
+            {"key": "nvidia.com/gpu.deploy.device-plugin", "operator": "NotIn", "values": ["true"]}
+        ]
+    }
+    # Neither selects the other's pods; the one Service selects both.
+    for mine, theirs in [(device_plugin, other), (other, device_plugin)]:
+        labels = theirs["spec"]["template"]["metadata"]["labels"]
+        assert not mine["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    service = find(objects, "Service", "gpuhealth-exporter")
+    for daemonset in (device_plugin, other):
+        assert (
+            service["spec"]["selector"].items() <= daemonset["spec"]["template"]["metadata"]["labels"].items()
+        )
+
+    # The kubelet's socket, as the exporter's own command line parses the flag.
+    [flag] = [a for a in exporter["args"] if a.startswith("--pod-resources")]
+    parsed = settings_from_args(
+        build_parser().parse_args(["exporter", flag, "--node", "n", "--nvml", "pynvml"])
+    )
+    socket = parsed.pod_resources.removeprefix("unix://")
+    assert socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    [mount] = [m for m in exporter["volumeMounts"] if socket.startswith(m["mountPath"] + "/")]
+    assert mount["readOnly"] is True
+    [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["hostPath"]["path"] == mount["mountPath"]
+    # The socket is root-owned: UID 0, with every capability still dropped.
+    assert exporter["securityContext"]["runAsUser"] == 0
+    assert exporter["securityContext"]["capabilities"]["drop"] == ["ALL"]
+
+    # Otherwise the same pod as on every other GPU node.
+    def rest(daemonset: dict[str, Any]) -> dict[str, Any]:
+        spec = copy.deepcopy(daemonset["spec"]["template"]["spec"])
+        for key in ("nodeSelector", "affinity"):
+            spec.pop(key, None)
+        spec["volumes"] = [v for v in spec["volumes"] if v["name"] != mount["name"]]
+        [c] = spec["containers"]
+        c["args"] = [a for a in c["args"] if a != flag]
+        c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] != mount["name"]]
+        return spec
+
+    assert rest(device_plugin) == rest(other)
+
+
 def test_the_privileged_overlay_only_makes_the_exporter_privileged() -> None:
     plain, privileged = build("dry-run"), build("privileged")
-    daemonset = find(privileged, "DaemonSet", "gpuhealth-exporter")
-    assert container(daemonset)["securityContext"]["privileged"] is True
-    assert (
-        container(find(plain, "DaemonSet", "gpuhealth-exporter"))["securityContext"].get("privileged") is None
-    )
+    for name in ("gpuhealth-exporter", "gpuhealth-exporter-device-plugin"):
+        daemonset = find(privileged, "DaemonSet", name)
+        assert container(daemonset)["securityContext"]["privileged"] is True
+        assert container(find(plain, "DaemonSet", name))["securityContext"].get("privileged") is None
     assert [o for o in plain if o["kind"] != "DaemonSet"] == [
         o for o in privileged if o["kind"] != "DaemonSet"
     ]

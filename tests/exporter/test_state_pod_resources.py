@@ -70,7 +70,7 @@ def test_fields_of_other_parts_of_the_schema_are_skipped() -> None:
     [
         (b"\x0a\x05ab", "5 bytes announced"),
         (b"\x0a\x02\x12\x00", "without resource_name"),
-        (b"\x08\x01", ""),  # field 1 as a varint
+        (b"\x08\x01", r"devices \(field 1\) is not a message"),  # field 1 as a varint
         (b"\x0b", "groups"),
         (b"\x00", "field number 0"),
         (b"\x0a\x03\x0a\x01\xff", "not UTF-8"),
