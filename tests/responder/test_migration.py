@@ -44,6 +44,7 @@ from responder.migrate.plan import (
     PodView,
     ReleaseLease,
     RequestCheckpoint,
+    StopRequests,
     TakeLease,
     TellTenant,
     choose_targets,
@@ -179,15 +180,21 @@ def test_a_simulated_move_ends_with_the_recreated_pods_untouched() -> None:
         1_800_000_000.0, "quarantine", Mode.CHECKPOINT, ME, KEY, None, None, True, 10, MigrationSettings()
     )
     evicted: list[str] = []
-    for _ in range(20):
+    order: list[tuple[str, str]] = []
+    for _ in range(30):
         result = plan(job, ctx)
-        ctx = replace(ctx, targets=result.targets)
+        ctx = replace(ctx, targets=result.targets, kept=result.kept, now=ctx.now + 5)
         pods = {p.uid: p for p in job.pods}
         for e in result.effects:
             if isinstance(e, TakeLease):
                 job = replace(job, lease_holder=e.holder)
-            elif isinstance(e, RequestCheckpoint):
+            elif isinstance(e, StopRequests):
+                order.append(("stop", e.pod))
                 ctx = replace(ctx, requested_at=ctx.requested_at or ctx.now)
+                pod = next(p for p in pods.values() if p.name == e.pod)
+                pods[pod.uid] = replace(pod, serving_stopped=True)
+            elif isinstance(e, RequestCheckpoint):
+                order.append(("checkpoint", e.pod))
                 pod = next(p for p in pods.values() if p.name == e.pod)
                 # The workload commits at once (its own idempotent commit).
                 pods[pod.uid] = replace(
@@ -195,16 +202,24 @@ def test_a_simulated_move_ends_with_the_recreated_pods_untouched() -> None:
                 )
             elif isinstance(e, Evict):
                 evicted.append(e.uid)
-                # Evicted: gone; the owner recreates it off the quarantined device.
+                ctx = replace(ctx, evicted_at=ctx.evicted_at or ctx.now)
+                # Evicted: gone; the owner recreates it off the quarantined device, Pending first.
                 del pods[e.uid]
                 pods["new-" + e.uid] = checkpointing("new-" + e.uid, False)
             elif isinstance(e, ReleaseLease):
                 job = replace(job, lease_holder=None)
+        if not result.effects and result.detail.startswith("awaiting replacement"):
+            # The replacements start, one a pass, on healthy devices.
+            waiting = [p for p in pods.values() if p.uid.startswith("new-") and not p.running_healthy]
+            pods[waiting[0].uid] = replace(waiting[0], running_healthy=True)
         job = replace(job, pods=tuple(pods.values()))
         if result.outcome == MigrationOutcome.SUCCEEDED:
             break
-    assert result.outcome == MigrationOutcome.SUCCEEDED
+    assert result.outcome == MigrationOutcome.SUCCEEDED and result.recovered
     assert sorted(evicted) == ["a", "b"]  # fixed topology: the whole job, once each
+    # New requests stop before each pod's checkpoint is requested.
+    for pod in ("pod-a", "pod-b"):
+        assert order.index(("stop", pod)) < order.index(("checkpoint", pod))
     assert job.lease_holder is None
 
 
@@ -273,9 +288,10 @@ def test_an_open_breaker_starts_no_move_but_lets_one_under_way_go_on() -> None:
     # The same move once under way (its lease lapsed meanwhile): the lease is taken again.
     going_on = plan(job, replace(ctx, started_at=ctx.now - 60))
     assert [type(e) for e in going_on.effects] == [TakeLease]
-    # With the lease held, a move under way asks for its checkpoint whatever the breaker.
+    # With the lease held, a move under way stops new requests and asks for its checkpoint
+    # whatever the breaker.
     holding = plan(replace(job, lease_holder=ME), ctx)
-    assert [type(e) for e in holding.effects] == [RequestCheckpoint]
+    assert [type(e) for e in holding.effects] == [StopRequests, RequestCheckpoint]
 
 
 @given(

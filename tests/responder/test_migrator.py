@@ -139,12 +139,24 @@ class FakeClient:
         return self._stamp(self.objects[key])
 
     def patch(
-        self, resource: Resource, name: str, patch: dict[str, Any], *, namespace: str | None = None
+        self,
+        resource: Resource,
+        name: str,
+        patch: dict[str, Any],
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
     ) -> dict[str, Any]:
         obj = self.objects.get(self._key(resource, name, namespace))
         if obj is None:
             raise NotFound(name)
-        obj["metadata"].setdefault("annotations", {}).update(patch["metadata"]["annotations"])
+        version = patch["metadata"].get("resourceVersion")
+        if version is not None and version != obj["metadata"]["resourceVersion"]:
+            raise Conflict(name)  # a merge patch with a resourceVersion is conditional
+        if subresource == "status":
+            obj.setdefault("status", {}).update(patch["status"])  # lists are replaced whole
+        else:
+            obj["metadata"].setdefault("annotations", {}).update(patch["metadata"]["annotations"])
         return self._stamp(obj)
 
     def delete(self, resource: Resource, name: str, **kwargs: Any) -> dict[str, Any]:
@@ -180,7 +192,8 @@ def pod(
     namespace: str = "ml",
 ) -> dict[str, Any]:
     annotations = {} if checkpoint is None else {"gpuhealth.io/checkpoint": checkpoint}
-    resources = [] if device is None else [{"resourceID": device, "health": "Unhealthy"}]
+    health = "Unhealthy" if device == UUID else "Healthy"
+    resources = [] if device is None else [{"resourceID": device, "health": health}]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -588,6 +601,7 @@ def test_with_the_breaker_open_no_move_begins_and_one_under_way_ends(
     r = m.finish(r, clock.now())
     assert client.evictions == [("train-0", True), ("train-0", False)]
     del client.objects[("pods", "ml", "train-0")]
+    client.add(Resource("", "v1", "pods", True), pod("train-1", device="GPU-other"))
     r = m.finish(r, clock.now())
     assert only(r).outcome is MigrationOutcome.SUCCEEDED
     assert ("leases", "ml", lease_name("Job/train")) not in client.objects
@@ -604,6 +618,7 @@ def test_a_device_quarantined_again_moves_the_job_on_it_again(client: FakeClient
     r = m.step(m.step(first, clock.now()), clock.now())
     assert client.evictions == [("train-0", True), ("train-0", False)]
     del client.objects[("pods", "ml", "train-0")]
+    client.add(pods, pod("train-1", device="GPU-other"))  # the replacement runs elsewhere
     r = m.step(r, clock.now())
     assert [(e.episode, e.outcome) for e in r.status.migrations] == [(1, MigrationOutcome.SUCCEEDED)]
 
@@ -624,6 +639,7 @@ def test_a_device_quarantined_again_moves_the_job_on_it_again(client: FakeClient
     r = m.step(m.step(r, clock.now()), clock.now())
     assert client.evictions[2:] == [("train-1", True), ("train-1", False)]
     del client.objects[("pods", "ml", "train-1")]
+    client.add(pods, pod("train-2", device="GPU-other"))
     r = m.step(r, clock.now())
     moves = r.status.migrations
     assert [(e.owner_uid, e.episode, e.outcome) for e in moves] == [
