@@ -15,6 +15,7 @@ from typing import Any
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
 from simulator.fleet.node_api import Mutation, NodeApi
+from simulator.fleet.objects import gates_not_ready
 from simulator.fleet.state import SimPod
 
 
@@ -36,6 +37,34 @@ def write_status(
         return obj
 
     api.mutate(resource, name, namespace, fn, subresource="status")
+
+
+def set_ready(obj: dict[str, Any], containers_ready: bool, ts: str) -> bool:
+    """The pod's ContainersReady and Ready conditions as the kubelet computes them: Ready also
+    needs every readiness gate's condition True (reason ReadinessGatesNotReady). True when
+    either changed."""
+    gated = gates_not_ready(obj) if containers_ready else None
+    wanted = {
+        "ContainersReady": "True" if containers_ready else "False",
+        "Ready": "True" if containers_ready and gated is None else "False",
+    }
+    changed = False
+    for cond in (obj.get("status") or {}).get("conditions", []):
+        ctype = cond.get("type")
+        if ctype not in wanted:
+            continue
+        if cond.get("status") != wanted[ctype]:
+            cond["status"] = wanted[ctype]
+            cond["lastTransitionTime"] = ts
+            changed = True
+        if ctype == "Ready" and gated is not None:
+            changed = changed or cond.get("message") != gated
+            cond.update(reason="ReadinessGatesNotReady", message=gated)
+        elif ctype == "Ready" and cond.get("reason") == "ReadinessGatesNotReady":
+            cond.pop("reason", None)
+            cond.pop("message", None)
+            changed = True
+    return changed
 
 
 class PodStatusWriter:
@@ -64,11 +93,7 @@ class PodStatusWriter:
         def fn(obj: dict[str, Any]) -> dict[str, Any]:
             status = obj["status"]
             if ready is not None:
-                value = "True" if ready else "False"
-                for cond in status.get("conditions", []):
-                    if cond.get("type") in ("Ready", "ContainersReady") and cond.get("status") != value:
-                        cond["status"] = value
-                        cond["lastTransitionTime"] = ts
+                set_ready(obj, ready, ts)
             for cs in status.get("containerStatuses", []):
                 if ready is not None:
                     cs["ready"] = ready
