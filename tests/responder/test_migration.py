@@ -1,7 +1,12 @@
 """Migration plans (responder.migrate.plan), as properties over random jobs and contexts.
 
-Aspects: no move begins while the breaker is open, one under way goes on (property); a
-restrict never evicts, requests or locks anything; in checkpoint mode no pod is
+Aspects: new requests stop before a checkpoint is requested (a pod behind the readiness gate
+only once the kubelet has taken it out of its endpoints); a checkpoint the workload reports
+failed (of this key) ends the move unrecoverable at once; a move that evicted succeeds only once
+as many new pods of the job as were moved run on healthy devices (never the shards it left
+alone), and fails past the replacement timeout; no move begins while the breaker is open,
+one under way goes on (property); a restrict never evicts, requests or locks anything; in
+checkpoint mode no pod is
 evicted before its commit of this key; allow-completion never evicts; nothing is requested
 or evicted without this flow holding the job's lease; a lease is taken only when free and
 the node has a slot; the namespace cap holds; only target pods are evicted, shardable jobs
@@ -25,6 +30,7 @@ from hypothesis import strategies as st
 
 from responder.migrate.plan import (
     CHECKPOINT,
+    CHECKPOINT_FAILED,
     CHECKPOINT_POLL_SECONDS,
     COMMITTED,
     EVICTION_RETRY_FLOOR_SECONDS,
@@ -81,6 +87,10 @@ def pods(draw: st.DrawFn) -> PodView:
         on_device=draw(st.booleans()),
         finished=draw(st.sampled_from([False, False, True])),
         terminating=draw(st.sampled_from([False, False, True])),
+        serving_stopped=draw(st.booleans()),
+        gated=draw(st.booleans()),
+        ready=draw(st.booleans()),
+        running_healthy=draw(st.booleans()),
     )
 
 
@@ -128,9 +138,17 @@ def test_the_safety_rules_hold_for_any_job(job: JobView, ctx: Context) -> None:
             assert pod.annotations.get(COMMITTED) == KEY
             assert pod.annotations.get(CHECKPOINT) == "annotation"
     assert len(evicted) <= ctx.namespace_evictions_left
+    stopped_now = {e.pod for e in result.effects if isinstance(e, StopRequests)}
+    by_name = {p.name: p for p in job.pods}
     for e in result.effects:
         if isinstance(e, RequestCheckpoint):
             assert job.lease_holder == ctx.identity
+            # New requests stopped first; behind the gate, the pod is out of its endpoints.
+            asked = by_name[e.pod]
+            assert asked.serving_stopped or (e.pod in stopped_now and not asked.gated)
+            assert not (asked.gated and asked.ready)
+        if isinstance(e, StopRequests):
+            assert job.lease_holder == ctx.identity and ctx.mode == Mode.CHECKPOINT
         if isinstance(e, TakeLease):
             assert job.lease_holder is None and ctx.node_slot_free
             assert e.seconds <= ctx.settings.lease_cap_seconds
@@ -467,3 +485,87 @@ def test_one_move_per_job_and_episode_and_never_two_flows_for_a_job(
         assert len({m.key for m in moves}) == len(moves)
         if outcome is not None:  # the moves under way come to it; an ended move stays ended
             moves = tuple(m if m.outcome.finished else replace(m, outcome=outcome) for m in moves)
+
+
+def holding_ctx(**changes: object) -> Context:
+    base = Context(
+        1_800_000_000.0, "quarantine", Mode.CHECKPOINT, ME, KEY, None, None, True, 10, MigrationSettings()
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_a_gated_pod_is_asked_for_its_checkpoint_only_once_out_of_its_endpoints() -> None:
+    gated = replace(checkpointing("a", True), gated=True, ready=True)
+    job = JobView("ns", "Job/train", "job-uid", (gated,), ME)
+    first = plan(job, holding_ctx())
+    assert [type(e) for e in first.effects] == [StopRequests]
+    assert "leaving their Services' endpoints" in first.detail and first.recheck_seconds == 1.0
+    # The condition is False, the kubelet has not yet turned Ready False: still no request.
+    stopped = replace(gated, serving_stopped=True)
+    assert plan(replace(job, pods=(stopped,)), holding_ctx(requested_at=1_800_000_000.0)).effects == ()
+    # Out of the endpoints: the checkpoint is requested, nothing stopped twice.
+    out = replace(stopped, ready=False)
+    then = plan(replace(job, pods=(out,)), holding_ctx(requested_at=1_800_000_000.0))
+    assert then.effects == (RequestCheckpoint("ns", "pod-a", KEY),)
+
+
+def test_a_pod_that_never_leaves_its_endpoints_is_unrecoverable_at_the_checkpoint_timeout() -> None:
+    stuck = replace(checkpointing("a", True), gated=True, ready=True, serving_stopped=True)
+    job = JobView("ns", "Job/train", "job-uid", (stuck,), ME)
+    result = plan(job, holding_ctx(requested_at=1_800_000_000.0 - 600))
+    assert result.outcome == MigrationOutcome.UNRECOVERABLE
+    assert not any(isinstance(e, Evict | RequestCheckpoint) for e in result.effects)
+
+
+@pytest.mark.parametrize(("answer", "why"), [(KEY, ""), (f"{KEY}: disk full", "disk full")])
+def test_a_failed_checkpoint_ends_the_move_unrecoverable_at_once(answer: str, why: str) -> None:
+    pod = replace(
+        checkpointing("a", True),
+        serving_stopped=True,
+        annotations={CHECKPOINT: "annotation", REQUESTED: KEY, CHECKPOINT_FAILED: answer},
+    )
+    job = JobView("ns", "Job/train", "job-uid", (pod,), ME)
+    result = plan(job, holding_ctx(requested_at=1_800_000_000.0 - 1))  # one second, not ten minutes
+    assert result.outcome == MigrationOutcome.UNRECOVERABLE
+    assert result.detail == "the checkpoint of pod-a failed" + (f": {why}" if why else "")
+    kinds = [type(e) for e in result.effects]
+    assert kinds == [KeepEvidence, TellTenant, ReleaseLease] and Evict not in kinds
+    tell = next(e for e in result.effects if isinstance(e, TellTenant))
+    assert tell.reason == "GPUQuarantineUnrecoverable" and "failed" in tell.message
+
+
+def test_a_failure_answered_to_an_earlier_episode_does_not_end_this_move() -> None:
+    old = migration_key("GPU-1", "job-uid", 0)
+    pod = replace(
+        checkpointing("a", True),
+        serving_stopped=True,
+        annotations={CHECKPOINT: "annotation", CHECKPOINT_FAILED: old},
+    )
+    result = plan(JobView("ns", "Job/train", "job-uid", (pod,), ME), holding_ctx())
+    assert result.outcome == MigrationOutcome.WAITING
+    assert result.effects == (RequestCheckpoint("ns", "pod-a", KEY),)
+
+
+def test_a_move_succeeds_only_when_the_replacements_run_on_healthy_devices() -> None:
+    now = 1_800_000_000.0
+    ctx = holding_ctx(targets=("a",), kept=("b",), evicted_at=now - 30)
+    other_shard = replace(checkpointing("b", False), running_healthy=True)
+    pending = checkpointing("new", False)  # Pending: not yet running
+    job = JobView("ns", "Job/train", "job-uid", (other_shard, pending), ME)
+    waiting = plan(job, ctx)
+    # The shard that was never moved is no replacement.
+    assert waiting.outcome == MigrationOutcome.WAITING and waiting.effects == ()
+    assert waiting.detail == "awaiting replacement: 0 of 1 pod(s) run on healthy devices"
+    ran = plan(replace(job, pods=(other_shard, replace(pending, running_healthy=True))), ctx)
+    assert ran.outcome == MigrationOutcome.SUCCEEDED and ran.recovered
+    assert ran.effects == (ReleaseLease("ns", "Job/train"),)
+    # Never in time: failed, once the replacement timeout has passed since the first eviction.
+    late = plan(job, replace(ctx, evicted_at=now - MigrationSettings().replacement_timeout_seconds))
+    assert late.outcome == MigrationOutcome.FAILED and "within 900 s (0 of 1)" in late.detail
+    assert not late.recovered
+
+
+def test_pods_that_end_without_an_eviction_need_no_replacement() -> None:
+    done = replace(checkpointing("a", True), finished=True)
+    result = plan(JobView("ns", "Job/train", "job-uid", (done,), None), holding_ctx(targets=("a",)))
+    assert result.outcome == MigrationOutcome.SUCCEEDED and not result.recovered
