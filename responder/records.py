@@ -174,6 +174,9 @@ class Migration:
     kept: tuple[str, ...] = ()
     """UIDs of the job's other live pods when the move started (a shardable job's other shards),
     which are never counted as its replacements."""
+    replacing_since: str = ""
+    """RFC 3339 of when every pod of the move had gone and the job's replacements were awaited:
+    from then the move holds no node's in-flight slot."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,6 +475,7 @@ def _migration(m: Migration) -> dict[str, Any]:
         ("startedAt", m.started_at),
         ("requestedAt", m.requested_at),
         ("retryAt", m.retry_at),
+        ("replacingSince", m.replacing_since),
     ):
         if value:
             out[name] = value
@@ -520,6 +524,7 @@ def _read_migration(entry: Any, path: str) -> Migration:
         started_at=str(data.get("startedAt") or ""),
         requested_at=str(data.get("requestedAt") or ""),
         retry_at=str(data.get("retryAt") or ""),
+        replacing_since=str(data.get("replacingSince") or ""),
         evictions=tuple(str(t) for t in _list(data.get("evictions"), f"{path}.evictions")),
         outcome=outcome,
         detail=str(data.get("detail") or ""),

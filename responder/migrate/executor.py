@@ -414,6 +414,8 @@ class Migrator:
             kept=decided.kept if decided.kept is not None else entry.kept,
         )
         entry = replace(entry, outcome=decided.outcome, detail=decided.detail)
+        if decided.replacing and not entry.replacing_since:
+            entry = replace(entry, replacing_since=rfc3339(now))
         if decided.outcome is MigrationOutcome.FAILED:
             log.warning(
                 "migration of %s/%s off %s failed: %s", job.namespace, job.owner, record.name, decided.detail

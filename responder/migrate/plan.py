@@ -242,6 +242,9 @@ class Plan:
     """The job's other live pods, fixed with the targets; the caller records them."""
     recovered: bool = False
     """Succeeded because the job's replacements run on healthy devices (after an eviction)."""
+    replacing: bool = False
+    """Every pod of the move has gone; the job's replacements are awaited (the caller records
+    since when: such a move holds no node's in-flight slot, its disruption is over)."""
 
 
 UNRECOVERABLE_REASON = "GPUQuarantineUnrecoverable"
@@ -468,6 +471,7 @@ def _replaced(job: JobView, ctx: Context, targets: tuple[str, ...]) -> Plan:
         detail=detail,
         recheck_seconds=min(limit - waited, CHECKPOINT_POLL_SECONDS),
         targets=targets,
+        replacing=True,
     )
 
 
@@ -569,9 +573,10 @@ def node_slot_free(
 ) -> bool:
     """Whether a move may start on a node whose other moves (every record's on that node, this
     job's own excepted) are `on_node`: fewer than `in_flight_limit` in flight (their lease
-    taken, no outcome yet) and fewer than `per_hour_limit` started within the hour."""
+    taken, no outcome yet, not merely awaiting their job's replacements elsewhere: their pods
+    have left the node) and fewer than `per_hour_limit` started within the hour."""
     moves = list(on_node)
-    in_flight = sum(1 for m in moves if m.started_at and not m.outcome.finished)
+    in_flight = sum(1 for m in moves if m.started_at and not m.outcome.finished and not m.replacing_since)
     started = [parse_rfc3339(m.started_at) for m in moves if m.started_at]
     this_hour = sum(1 for t in started if t is not None and now - t < HOUR)
     return in_flight < in_flight_limit and this_hour < per_hour_limit

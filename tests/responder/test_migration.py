@@ -569,3 +569,14 @@ def test_pods_that_end_without_an_eviction_need_no_replacement() -> None:
     done = replace(checkpointing("a", True), finished=True)
     result = plan(JobView("ns", "Job/train", "job-uid", (done,), None), holding_ctx(targets=("a",)))
     assert result.outcome == MigrationOutcome.SUCCEEDED and not result.recovered
+
+
+def test_a_move_awaiting_its_replacements_holds_no_nodes_slot() -> None:
+    # Its pods have left the node: a second device's move there need not wait for the job to be
+    # placed elsewhere (a full node may never place it: the first move fails at its timeout).
+    started = "2027-01-15T08:00:00.000000Z"
+    evicting = Migration("ns", "Job/a", "a", "k1", started_at=started)
+    replacing = replace(evicting, replacing_since="2027-01-15T08:01:00.000000Z")
+    now = 1_800_000_000.0
+    assert not node_slot_free([evicting], now, in_flight_limit=1, per_hour_limit=4)
+    assert node_slot_free([replacing], now, in_flight_limit=1, per_hour_limit=4)

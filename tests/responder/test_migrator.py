@@ -812,6 +812,7 @@ def test_a_move_waits_for_its_replacement_to_run_on_a_healthy_device(
     clock.advance(20)
     r = m.step(r, clock.now())
     assert only(r).outcome is MigrationOutcome.WAITING and only(r).detail.startswith("awaiting replacement")
+    assert only(r).replacing_since == "2027-01-15T08:00:20.000000Z"  # no longer in flight on the node
     # Running, but on the quarantined device again: still not.
     client.add(pods, pod("train-1"))
     r = m.step(r, clock.now())
