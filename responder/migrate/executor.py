@@ -416,6 +416,8 @@ class Migrator:
         entry = replace(entry, outcome=decided.outcome, detail=decided.detail)
         if decided.replacing and not entry.replacing_since:
             entry = replace(entry, replacing_since=rfc3339(now))
+        elif not decided.replacing and entry.replacing_since and not decided.outcome.finished:
+            entry = replace(entry, replacing_since="")  # a replacement on the device: moving again
         if decided.outcome is MigrationOutcome.FAILED:
             log.warning(
                 "migration of %s/%s off %s failed: %s", job.namespace, job.owner, record.name, decided.detail

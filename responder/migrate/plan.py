@@ -298,7 +298,7 @@ def moves_for(
 
 def plan(job: JobView, ctx: Context) -> Plan:
     decided = _next(job, ctx)
-    if decided.targets is not None:
+    if decided.targets is not None and decided.kept is None:
         kept = ctx.kept if ctx.kept is not None else kept_pods(job, decided.targets)
         decided = replace(decided, kept=kept)
     cap = ctx.settings.lease_cap_seconds
@@ -450,6 +450,14 @@ def _replaced(job: JobView, ctx: Context, targets: tuple[str, ...]) -> Plan:
     healthy devices as were moved; until then it awaits them, up to the replacement timeout."""
     kept = set(ctx.kept or ())
     fresh = [p for p in job.pods if p.uid not in targets and p.uid not in kept and not p.terminating]
+    landed = tuple(sorted(p.uid for p in fresh if p.on_device and not p.finished))
+    if landed:
+        # A replacement was handed the quarantined device itself (a device-plugin node's kubelet
+        # may hand out any device its plugin reports Healthy): it is moved too, by this move.
+        # Those running elsewhere already are kept, so the moved pods' own replacements count.
+        others = tuple(sorted(kept | {p.uid for p in fresh if p.uid not in landed}))
+        again = _next(job, replace(ctx, targets=landed, kept=others))
+        return replace(again, kept=others)
     running = sum(1 for p in fresh if p.running_healthy)
     needed = len(targets)
     if running >= needed:
@@ -466,8 +474,12 @@ def _replaced(job: JobView, ctx: Context, targets: tuple[str, ...]) -> Plan:
         )
         return failed(job, ctx, reason, targets)
     detail = f"awaiting replacement: {running} of {needed} pod(s) run on healthy devices"
+    # The job's lease is let go: nothing of it is being moved now, and another device's move of
+    # the same job (a shardable job's other shard) may begin.
+    effects = (ReleaseLease(job.namespace, job.owner),) if job.lease_holder == ctx.identity else ()
     return Plan(
         MigrationOutcome.WAITING,
+        effects,
         detail=detail,
         recheck_seconds=min(limit - waited, CHECKPOINT_POLL_SECONDS),
         targets=targets,

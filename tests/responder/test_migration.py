@@ -553,8 +553,9 @@ def test_a_move_succeeds_only_when_the_replacements_run_on_healthy_devices() -> 
     pending = checkpointing("new", False)  # Pending: not yet running
     job = JobView("ns", "Job/train", "job-uid", (other_shard, pending), ME)
     waiting = plan(job, ctx)
-    # The shard that was never moved is no replacement.
-    assert waiting.outcome == MigrationOutcome.WAITING and waiting.effects == ()
+    # The shard that was never moved is no replacement; the job's lease is let go meanwhile.
+    assert waiting.outcome == MigrationOutcome.WAITING and waiting.replacing
+    assert waiting.effects == (ReleaseLease("ns", "Job/train"),)
     assert waiting.detail == "awaiting replacement: 0 of 1 pod(s) run on healthy devices"
     ran = plan(replace(job, pods=(other_shard, replace(pending, running_healthy=True))), ctx)
     assert ran.outcome == MigrationOutcome.SUCCEEDED and ran.recovered
@@ -563,6 +564,17 @@ def test_a_move_succeeds_only_when_the_replacements_run_on_healthy_devices() -> 
     late = plan(job, replace(ctx, evicted_at=now - MigrationSettings().replacement_timeout_seconds))
     assert late.outcome == MigrationOutcome.FAILED and "within 900 s (0 of 1)" in late.detail
     assert not late.recovered
+
+
+def test_a_replacement_handed_the_quarantined_device_is_moved_by_the_same_move() -> None:
+    now = 1_800_000_000.0
+    ctx = holding_ctx(targets=("a",), kept=(), evicted_at=now - 30)
+    elsewhere = replace(checkpointing("new-1", False), running_healthy=True)
+    on_device = checkpointing("new-2", True)
+    result = plan(JobView("ns", "Job/train", "job-uid", (elsewhere, on_device), ME), ctx)
+    assert result.outcome == MigrationOutcome.WAITING and not result.replacing
+    assert result.targets == ("new-2",) and result.kept == ("new-1",)
+    assert [type(e) for e in result.effects] == [StopRequests, RequestCheckpoint]
 
 
 def test_pods_that_end_without_an_eviction_need_no_replacement() -> None:

@@ -813,10 +813,6 @@ def test_a_move_waits_for_its_replacement_to_run_on_a_healthy_device(
     r = m.step(r, clock.now())
     assert only(r).outcome is MigrationOutcome.WAITING and only(r).detail.startswith("awaiting replacement")
     assert only(r).replacing_since == "2027-01-15T08:00:20.000000Z"  # no longer in flight on the node
-    # Running, but on the quarantined device again: still not.
-    client.add(pods, pod("train-1"))
-    r = m.step(r, clock.now())
-    assert only(r).outcome is MigrationOutcome.WAITING
     client.add(pods, pod("train-1", device="GPU-other"))
     clock.advance(10)
     r = m.step(r, clock.now())
@@ -825,6 +821,28 @@ def test_a_move_waits_for_its_replacement_to_run_on_a_healthy_device(
     assert registry.get_sample_value("gpuhealth_migration_recovery_seconds_count", labels) == 1.0
     assert registry.get_sample_value("gpuhealth_migration_recovery_seconds_sum", labels) == 30.0
     assert registry.get_sample_value("gpuhealth_migration_recovery_seconds_count", {"path": "dra"}) == 0
+
+
+def test_a_replacement_on_the_quarantined_device_is_moved_again_by_the_same_move(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    pods = Resource("", "v1", "pods", True)
+    m, r = evicting(client, clock)
+    r = m.step(r, clock.now())
+    del client.objects[("pods", "ml", "train-0")]
+    r = m.step(r, clock.now())
+    assert only(r).replacing_since
+    assert ("leases", "ml", lease_name("Job/train")) not in client.objects  # let go while awaiting
+    # The kubelet hands the replacement the quarantined device (it reports Healthy now).
+    client.add(pods, pod("train-1"))
+    r = m.step(r, clock.now())  # the lease again
+    r = m.step(r, clock.now())
+    entry = only(r)
+    assert entry.targets == ("uid-train-1",) and not entry.replacing_since
+    assert client.pod("train-1")["metadata"]["annotations"][REQUESTED] == entry.key
+    client.commit("train-1")
+    r = m.step(r, clock.now())
+    assert client.evictions[-1] == ("train-1", False)
 
 
 def test_a_replacement_that_never_runs_fails_the_move_at_the_replacement_timeout(
