@@ -35,7 +35,6 @@ applies them through the node agents' `NodeApi`.
 from __future__ import annotations
 
 import contextlib
-import copy
 import itertools
 import logging
 import re
@@ -52,7 +51,7 @@ from simulator.fleet.health import HEALTHY
 from simulator.fleet.node_api import NodeApi, PodEntry
 from simulator.fleet.state import DeviceDriver, PendingPod, SimNode, SimPod
 from simulator.fleet.timers import Timers
-from simulator.fleet.writes import PodStatusWriter, set_ready
+from simulator.fleet.writes import PodStatusWriter, keep_others_conditions
 from simulator.model import APPLICATION_XIDS, DRA_DRIVER, GPU_RESOURCE, Settings, Slot, Workload, node_slots
 
 log = logging.getLogger(__name__)
@@ -400,24 +399,8 @@ class PodRunner:
         if obj["metadata"].get("deletionTimestamp"):
             self._terminate(sim, obj)
         elif sim.ready and (obj.get("spec") or {}).get("readinessGates"):
-            self._gates_changed(sim, obj)
+            self._pod_status.gates_changed(sim, obj)
         self._agent.observe(sim, obj)
-
-    def _gates_changed(self, sim: SimPod, obj: dict[str, Any]) -> None:
-        """A readiness gate's condition changed (written by someone else): the kubelet reads it
-        into the pod's Ready condition at its next sync, as the real one's status manager does."""
-        ts = format_timestamp(self._timers.wall())
-        if not set_ready(copy.deepcopy(obj), True, ts):
-            return
-
-        def fn(current: dict[str, Any]) -> dict[str, Any]:
-            set_ready(current, True, ts)
-            return current
-
-        try:
-            self._write(sim, fn)
-        except ApiError as exc:
-            log.info("pod %s: Ready not updated from its readiness gates: %s", sim.key, exc)
 
     def node_synced(self, node: SimNode) -> None:
         """The node's kubelet syncs (so it writes): do what it owed while it could not."""
@@ -626,13 +609,7 @@ class PodRunner:
             cs["containerID"] = objects.container_id(run.obj, cs["name"], restarts)
 
         def fn(obj: dict[str, Any]) -> dict[str, Any]:
-            # The conditions of others (a readiness gate's) are kept, and Ready reads them.
-            kept = objects.others_conditions(obj)
-            status["conditions"] = [
-                c for c in status["conditions"] if c.get("type") in objects.KUBELET_CONDITIONS
-            ] + kept
-            obj["status"] = status
-            set_ready(obj, True, format_timestamp(wall))
+            obj["status"] = keep_others_conditions(obj, status, format_timestamp(wall))
             return obj
 
         if not self._write(sim, fn):

@@ -9,13 +9,15 @@ said so.
 
 from __future__ import annotations
 
+import copy
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
 from simulator.fleet.node_api import Mutation, NodeApi
-from simulator.fleet.objects import gates_not_ready
+from simulator.fleet.objects import KUBELET_CONDITIONS, gates_not_ready, others_conditions
 from simulator.fleet.state import SimPod
 
 
@@ -67,6 +69,18 @@ def set_ready(obj: dict[str, Any], containers_ready: bool, ts: str) -> bool:
     return changed
 
 
+def keep_others_conditions(obj: dict[str, Any], status: dict[str, Any], ts: str) -> dict[str, Any]:
+    """`status` (the kubelet's whole write) with the conditions of others the pod holds (a
+    readiness gate's) kept, and its Ready condition reading them."""
+    own = [c for c in status["conditions"] if c.get("type") in KUBELET_CONDITIONS]
+    status["conditions"] = own + others_conditions(obj)
+    set_ready({**obj, "status": status}, True, ts)
+    return status
+
+
+log = logging.getLogger(__name__)
+
+
 class PodStatusWriter:
     """Writes to pods' status subresource; a pod found gone is passed to `gone(namespace, name)`."""
 
@@ -85,6 +99,22 @@ class PodStatusWriter:
                 return False
             raise
         return True
+
+    def gates_changed(self, pod: SimPod, obj: dict[str, Any]) -> None:
+        """A readiness gate's condition changed (written by someone else): the kubelet reads it
+        into the pod's Ready condition, as the real one's status manager does at its next sync."""
+        ts = format_timestamp(self._wall())
+        if not set_ready(copy.deepcopy(obj), True, ts):
+            return
+
+        def fn(current: dict[str, Any]) -> dict[str, Any]:
+            set_ready(current, True, ts)
+            return current
+
+        try:
+            self.mutate(pod, fn)
+        except ApiError as exc:
+            log.info("pod %s: Ready not updated from its readiness gates: %s", pod.key, exc)
 
     def update(self, ready: bool | None, allocated: list[dict[str, Any]] | None) -> Mutation:
         """One pod status write: readiness (when given) and allocatedResourcesStatus (when given)."""
