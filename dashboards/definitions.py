@@ -527,6 +527,23 @@ def remediation(settings: Settings) -> Dashboard:
             ),
             Panel(
                 "timeseries",
+                "Migration recovery",
+                "Time from the first eviction of a job's move to its replacement pods running on "
+                "healthy devices (the job serving again), 50th and 99th percentile by path. Moves "
+                "whose replacements never ran count as failed migrations instead.",
+                "s",
+                tuple(
+                    Query(
+                        f"histogram_quantile({q}, sum by (le, path) "
+                        f"(rate(gpuhealth_migration_recovery_seconds_bucket{{{_job(r)}}}{RATE})))",
+                        f"{{{{path}}}} p{round(q * 100)}",
+                    )
+                    for q in (0.5, 0.99)
+                ),
+                min=0,
+            ),
+            Panel(
+                "timeseries",
                 "Release pipeline phases",
                 f"Enforced quarantines by phase on the way back: {WAY_BACK}. A Healthy report alone "
                 "never moves a device along.",

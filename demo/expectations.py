@@ -202,6 +202,10 @@ class Expectations:
     tenant_events_total: Count | None = None
     node_actions: Count | None = None
     max_detection_latency: Latency | None = None
+    stopped_before_checkpoint: Count | None = None
+    """Pods behind the `gpuhealth.io/serving` readiness gate that were out of their Services'
+    endpoints (not Ready) when their checkpoint was first requested. A gated pod asked while
+    still Ready is a failure line of its own whenever this is stated."""
 
     def empty(self) -> bool:
         return self == Expectations()
@@ -222,6 +226,7 @@ _TOP = {
     "tenantEvents",
     "nodeActions",
     "maxDetectionLatency",
+    "stoppedBeforeCheckpoint",
 }
 
 
@@ -326,6 +331,11 @@ def parse(raw: Any, source: str, *, nodes: Mapping[str, NodeGroup] | None = None
         tenant_events_total=tenant_total,
         node_actions=r.count(data["nodeActions"], ("nodeActions",)) if "nodeActions" in data else None,
         max_detection_latency=_latency(r, data),
+        stopped_before_checkpoint=(
+            r.count(data["stoppedBeforeCheckpoint"], ("stoppedBeforeCheckpoint",))
+            if "stoppedBeforeCheckpoint" in data
+            else None
+        ),
     )
     _check_consistent(r, expectations)
     return expectations
@@ -757,6 +767,23 @@ def _tallies(view: _View, e: Expectations) -> list[str]:
     for phase, count in (e.phases or {}).items():
         devices = {x.device for x in view.entries if x.kind == Kind.PHASE and x.what == phase}
         compare(f"devices entering {phase}", count, len(devices))
+    if e.stopped_before_checkpoint is not None:
+        asked = [
+            x
+            for x in view.entries
+            if x.kind == Kind.NOTE and x.what == "checkpoint-requested" and x.detail.get("gated") == "true"
+        ]
+        stopped = sorted({x.detail.get("pod", "") for x in asked if x.detail.get("ready") == "False"})
+        compare(
+            "pods out of their endpoints before their checkpoint request",
+            e.stopped_before_checkpoint,
+            len(stopped),
+        )
+        serving = sorted({x.detail.get("pod", "") for x in asked if x.detail.get("ready") != "False"})
+        if serving:
+            out.append(
+                f"checkpoint requested while still in their Services' endpoints: {', '.join(serving[:5])}"
+            )
     trips = [x for x in view.entries if x.kind == Kind.BREAKER and x.what == "tripped"]
     if e.breaker == "tripped" and not trips:
         out.append("breaker: expected to trip, never did")

@@ -34,6 +34,8 @@ WATCHED = (QUARANTINES, RULES, NODES, JOBS, EVENTS, PODS, LEASES, CONFIG_MAPS)
 """Resources the pipeline watches for the observer."""
 
 NODE_ANNOTATION = "gpuhealth.io/quarantined-devices"
+CHECKPOINT_REQUESTED = "gpuhealth.io/checkpoint-requested"
+SERVING_CONDITION = "gpuhealth.io/serving"
 QUARANTINE_TAINT = "gpuhealth.io/quarantine"
 CHECK_LABEL = "gpuhealth.io/check"
 RECORD_LABEL = "gpuhealth.io/record"
@@ -68,6 +70,8 @@ class Observer:
         self._pods: dict[str, tuple[str, tuple[str, ...], str, bool]] = {}
         """namespace/name -> (node, device uuids, job, running)."""
         self._evicted_jobs: set[str] = set()
+        self._requests_seen: set[tuple[str, str]] = set()
+        """(pod, key) of checkpoint requests journaled."""
         self.leader = ""
         """holderIdentity of the responders' leader Lease as last seen."""
         self._breaker_tripped = False
@@ -380,6 +384,35 @@ class Observer:
                 + ", ".join(self.journal.label(d) for d in devices),
             )
         self._pods[key] = (node, devices, job, running)
+        self._checkpoint_requested(at, key, obj, node, devices)
+
+    def _checkpoint_requested(
+        self, at: float, key: str, obj: Mapping[str, Any], node: str, devices: tuple[str, ...]
+    ) -> None:
+        """A pod's first sight with a checkpoint request of a key: whether new requests had
+        stopped (its `gpuhealth.io/serving` condition, its Ready condition, the readiness gate)."""
+        request = (_meta(obj).get("annotations") or {}).get(CHECKPOINT_REQUESTED)
+        if not request or (key, request) in self._requests_seen:
+            return
+        self._requests_seen.add((key, request))
+        conditions = {
+            str(c.get("type")): str(c.get("status"))
+            for c in (obj.get("status") or {}).get("conditions") or ()
+            if isinstance(c, Mapping)
+        }
+        gates = (obj.get("spec") or {}).get("readinessGates") or ()
+        gated = any(isinstance(g, Mapping) and g.get("conditionType") == SERVING_CONDITION for g in gates)
+        self.journal.record(
+            at,
+            Kind.NOTE,
+            "checkpoint-requested",
+            node,
+            devices[0] if devices else "",
+            pod=key,
+            serving=conditions.get(SERVING_CONDITION, ""),
+            ready=conditions.get("Ready", ""),
+            gated="true" if gated else "false",
+        )
 
     def _lease(self, at: float, etype: str, obj: Mapping[str, Any]) -> None:
         if _meta(obj).get("name") != LEADER_LEASE:

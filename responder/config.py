@@ -9,8 +9,8 @@ which cluster, the token, TLS). The shipped example with every default and its r
                      deferred_max_age}
     breaker:        {window, rate_fraction, rate_floor, capacity_fraction, capacity_floor}
     new_quarantines: {burst, per_hour}
-    migration:      {checkpoint_timeout, lease_margin, lease_cap, default_mode, namespace_modes,
-                     node_in_flight, node_per_hour, namespace_evictions_per_hour}
+    migration:      {checkpoint_timeout, lease_margin, lease_cap, replacement_timeout, default_mode,
+                     namespace_modes, node_in_flight, node_per_hour, namespace_evictions_per_hour}
     checks:         {namespace, probe_image, probe_command, canary_image, canary_command,
                      runtime_class}
     intake:         {expiry}
@@ -163,6 +163,7 @@ _SECTIONS: dict[str, dict[str, _Key]] = {
         "checkpoint_timeout": _Key(("migrator", "migration", "checkpoint_timeout_seconds"), _duration),
         "lease_margin": _Key(("migrator", "migration", "lease_margin_seconds"), _duration),
         "lease_cap": _Key(("migrator", "migration", "lease_cap_seconds"), _duration),
+        "replacement_timeout": _Key(("migrator", "migration", "replacement_timeout_seconds"), _duration),
         "default_mode": _Key(("migrator", "default_mode"), _mode),
         "namespace_modes": _Key(("migrator", "modes"), _modes),
         "node_in_flight": _Key(("migrator", "node_in_flight"), _whole(1)),

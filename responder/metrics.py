@@ -60,6 +60,19 @@ MIGRATION_SECONDS = MetricFamily(
 )
 MIGRATION_BUCKETS = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0)
 """Checkpoint waits run to 10 minutes by default; eviction retries after 429 add minutes more."""
+PATHS = ("device-plugin", "dra")
+"""Values of `path` on `MIGRATION_RECOVERY_SECONDS`: the record's enforcement path."""
+MIGRATION_RECOVERY_SECONDS = MetricFamily(
+    "gpuhealth_migration_recovery_seconds",
+    "histogram",
+    "Time from the first eviction of a job's move to its replacement pods running on healthy devices, "
+    "by the quarantined device's path (device-plugin|dra); moves that never recover are not observed.",
+    ("path",),
+    unit="seconds",
+)
+MIGRATION_RECOVERY_BUCKETS = (5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0)
+"""A replacement is scheduled, pulls its image and restores its checkpoint: seconds to minutes;
+the replacement timeout (15 minutes by default) bounds it."""
 LEADER = MetricFamily(
     "gpuhealth_responder_leader",
     "gauge",
@@ -160,6 +173,7 @@ CATALOG = Catalog(
         QUARANTINE_CREATED,
         MIGRATIONS,
         MIGRATION_SECONDS,
+        MIGRATION_RECOVERY_SECONDS,
         LEADER,
         LEADER_TRANSITIONS,
         RELEASES,

@@ -131,12 +131,16 @@ class MigrationOutcome(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Evidence:
-    """What an unrecoverable pod looked like: its status excerpt, kept for people."""
+    """What an unrecoverable pod looked like: its status excerpt, kept for people; the whole of
+    the evidence (the pod's status, the device's directory entry and NVML readings) is in
+    `object`."""
 
     pod: str
     reason: str
     excerpt: str
     """JSON of the pod's phase, conditions and allocatedResourcesStatus, cut to MAX_EXCERPT characters."""
+    object: str = ""
+    """`<namespace>/<name>` of the evidence ConfigMap (owned by the record); empty: not written."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +162,8 @@ class Migration:
     started_at: str = ""
     """RFC 3339 of the first plan: the node's hourly cap counts these."""
     requested_at: str = ""
-    """RFC 3339 of the first checkpoint request; the checkpoint timeout counts from it."""
+    """RFC 3339 of the first step towards the checkpoint (new requests stopped, or the checkpoint
+    requested); the checkpoint timeout counts from it."""
     retry_at: str = ""
     """RFC 3339 before which no eviction is tried (a disruption budget answered 429)."""
     evictions: tuple[str, ...] = ()
@@ -166,6 +171,12 @@ class Migration:
     outcome: MigrationOutcome = MigrationOutcome.WAITING
     detail: str = ""
     evidence: tuple[Evidence, ...] = ()
+    kept: tuple[str, ...] = ()
+    """UIDs of the job's other live pods when the move started (a shardable job's other shards),
+    which are never counted as its replacements."""
+    replacing_since: str = ""
+    """RFC 3339 of when every pod of the move had gone and the job's replacements were awaited:
+    from then the move holds no node's in-flight slot."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +348,7 @@ def _bounded_migration(m: Migration) -> Migration:
     return replace(
         m,
         targets=m.targets[:MAX_TARGETS],
+        kept=m.kept[:MAX_TARGETS],
         evictions=_bounded(m.evictions, MAX_TARGETS),
         evidence=evidence,
     )
@@ -463,13 +475,24 @@ def _migration(m: Migration) -> dict[str, Any]:
         ("startedAt", m.started_at),
         ("requestedAt", m.requested_at),
         ("retryAt", m.retry_at),
+        ("replacingSince", m.replacing_since),
     ):
         if value:
             out[name] = value
     if m.evictions:
         out["evictions"] = list(m.evictions)
+    if m.kept:
+        out["kept"] = list(m.kept)
     if m.evidence:
-        out["evidence"] = [{"pod": e.pod, "reason": e.reason, "excerpt": e.excerpt} for e in m.evidence]
+        out["evidence"] = [
+            {
+                "pod": e.pod,
+                "reason": e.reason,
+                "excerpt": e.excerpt,
+                **({"object": e.object} if e.object else {}),
+            }
+            for e in m.evidence
+        ]
     return out
 
 
@@ -488,6 +511,7 @@ def _read_migration(entry: Any, path: str) -> Migration:
                 pod=_text(e, "pod", f"{path}.evidence[{i}]"),
                 reason=str(e.get("reason") or ""),
                 excerpt=str(e.get("excerpt") or ""),
+                object=str(e.get("object") or ""),
             )
         )
     return Migration(
@@ -500,10 +524,12 @@ def _read_migration(entry: Any, path: str) -> Migration:
         started_at=str(data.get("startedAt") or ""),
         requested_at=str(data.get("requestedAt") or ""),
         retry_at=str(data.get("retryAt") or ""),
+        replacing_since=str(data.get("replacingSince") or ""),
         evictions=tuple(str(t) for t in _list(data.get("evictions"), f"{path}.evictions")),
         outcome=outcome,
         detail=str(data.get("detail") or ""),
         evidence=tuple(evidence),
+        kept=tuple(str(t) for t in _list(data.get("kept"), f"{path}.kept")),
     )
 
 

@@ -36,6 +36,7 @@ from responder.enforce.taint_rules import discover
 from responder.extender.capacity import CapacityCache, run_cache
 from responder.extender.server import add_filter
 from responder.migrate.executor import Migrator, MigratorMetrics
+from responder.migrate.readings import PrometheusReadings
 from responder.reconcile.breaker_store import BreakerStore
 from responder.reconcile.events import KubeEvents
 from responder.reconcile.health import PrometheusHealth
@@ -110,7 +111,14 @@ def create_app(
             if settings.dry_run:
                 policy = dataclasses.replace(reconciler_settings.policy, dry_run=True)
                 reconciler_settings = dataclasses.replace(reconciler_settings, policy=policy)
-            migrator = Migrator(api, settings.migrator, clock, metrics=MigratorMetrics(registry))
+            migrator = Migrator(
+                api,
+                settings.migrator,
+                clock,
+                metrics=MigratorMetrics(registry),
+                namespace=settings.namespace,
+                readings=PrometheusReadings(settings.prometheus_url),
+            )
             reconciler = Reconciler(
                 api,
                 enforcer=Enforcer(api, rules),

@@ -96,6 +96,9 @@ class Workload:
     """checkpoint: annotation: simulated seconds from a checkpoint request to its commit; None: never."""
     checkpoint_fails: bool = False
     """checkpoint: annotation: the agent answers every request with a failure instead of a commit."""
+    serving_gate: bool = False
+    """The pods declare the readiness gate `gpuhealth.io/serving` and the workload sets the
+    condition True once it serves (`docs/workloads.md`, stopping new requests)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,14 +48,16 @@ from gpuhealth.kube.api import Api
 from gpuhealth.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
 from gpuhealth.kube.events import EVENT, core_event
 from gpuhealth.kube.lease import LeaseRecord, Observed, observe
-from gpuhealth.kube.meta import parse_rfc3339, rfc3339
-from gpuhealth.kube.resources import LEASE, POD, Resource
+from gpuhealth.kube.meta import parse_rfc3339, rfc3339, rfc3339_seconds
+from gpuhealth.kube.resources import CONFIG_MAP, LEASE, POD, Resource
 from responder import metrics
 from responder.enforce.backends import Backends
 from responder.enforce.holders import pods_on_device
 from responder.enforce.shipped import Enforcer
+from responder.migrate.evidence import DeviceReadings, evidence_data
 from responder.migrate.plan import (
     FAILED_REASON,
+    SERVING,
     Answer,
     Context,
     Effect,
@@ -68,6 +70,7 @@ from responder.migrate.plan import (
     PodView,
     ReleaseLease,
     RequestCheckpoint,
+    StopRequests,
     TakeLease,
     TellTenant,
     evictions_left,
@@ -87,6 +90,7 @@ from responder.records import (
     Quarantine,
     RecordError,
     from_object,
+    owner_reference,
 )
 
 log = logging.getLogger(__name__)
@@ -134,14 +138,28 @@ _COUNTED_KEYS = 10_000
 
 
 class MigratorMetrics:
-    """`gpuhealth_migrations_total{outcome}`: one count per job whose move ended."""
+    """`gpuhealth_migrations_total{outcome}`: one count per job whose move ended;
+    `gpuhealth_migration_recovery_seconds{path}`: from a move's first eviction to its job's
+    replacements running on healthy devices."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.migrations = instruments.counter(metrics.MIGRATIONS, registry)
         self.durations = instruments.histogram(metrics.MIGRATION_SECONDS, registry, metrics.MIGRATION_BUCKETS)
+        self.recovery = instruments.histogram(
+            metrics.MIGRATION_RECOVERY_SECONDS, registry, metrics.MIGRATION_RECOVERY_BUCKETS
+        )
         for outcome in metrics.MIGRATION_OUTCOMES:
             self.migrations.labels(outcome)
             self.durations.labels(outcome)
+        for path in metrics.PATHS:
+            self.recovery.labels(path)
+
+
+def evidence_name(record: str, key: str, pod: str) -> str:
+    """The evidence ConfigMap of one pod of one move: `<record>-evidence-<hash>`, within a name's
+    253 characters."""
+    digest = hashlib.sha256(f"{key}\x00{pod}".encode()).hexdigest()[:10]
+    return f"{record[: 253 - len(digest) - 10]}-evidence-{digest}"
 
 
 def lease_name(owner: str) -> str:
@@ -220,7 +238,15 @@ class _DeviceReads:
 def _pod_view(pod: dict[str, Any], on_device: set[str]) -> PodView:
     meta = _meta(pod)
     uid = str(meta.get("uid") or "")
-    phase = (pod.get("status") or {}).get("phase")
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    conditions = {
+        str(c.get("type")): str(c.get("status"))
+        for c in status.get("conditions") or ()
+        if isinstance(c, dict)
+    }
+    gates = (pod.get("spec") or {}).get("readinessGates") or ()
+    terminating = bool(meta.get("deletionTimestamp"))
     return PodView(
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
@@ -228,8 +254,30 @@ def _pod_view(pod: dict[str, Any], on_device: set[str]) -> PodView:
         annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
         on_device=uid in on_device,
         finished=phase in ("Succeeded", "Failed"),
-        terminating=bool(meta.get("deletionTimestamp")),
+        terminating=terminating,
+        serving_stopped=conditions.get(SERVING) == "False",
+        gated=any(isinstance(g, dict) and g.get("conditionType") == SERVING for g in gates),
+        ready=conditions.get("Ready") == "True",
+        running_healthy=(
+            phase in ("Running", "Succeeded")
+            and not terminating
+            and uid not in on_device
+            and all(health == "Healthy" for health in _device_health(status))
+        ),
     )
+
+
+def _device_health(status: Mapping[str, Any]) -> list[str]:
+    """The health the kubelet reports for every device the pod holds (`allocatedResourcesStatus`)."""
+    return [
+        str(resource.get("health"))
+        for c in status.get("containerStatuses") or ()
+        if isinstance(c, dict)
+        for entry in c.get("allocatedResourcesStatus") or ()
+        if isinstance(entry, dict)
+        for resource in entry.get("resources") or ()
+        if isinstance(resource, dict)
+    ]
 
 
 # ----- the executor ---------------------------------------------------------------------------------
@@ -245,10 +293,16 @@ class Migrator:
         metrics: MigratorMetrics | None = None,
         records: Callable[[], Iterable[Quarantine]] | None = None,
         backends: Backends | None = None,
+        namespace: str = "gpuhealth-system",
+        readings: DeviceReadings | None = None,
     ) -> None:
         """`records`: every stored record (the caps are counted from them); by default listed
         through `client`. A reconciler with a cache passes its own. `backends`: who says which
-        pods hold a device (default: the shipped backends)."""
+        pods hold a device (default: the shipped backends). `namespace`: the responder's, where
+        evidence ConfigMaps are kept. `readings`: the device's series (its directory entry and
+        NVML readings, from Prometheus) for the evidence; None: the evidence says none were read."""
+        self._namespace = namespace
+        self._readings = readings
         self._client = client
         self._backends = backends or Enforcer(client, None)
         self._settings = settings
@@ -308,6 +362,11 @@ class Migrator:
                 started = parse_rfc3339(entries[i].started_at) if entries[i].started_at else None
                 if started is not None:
                     self._metrics.durations.labels(outcome).observe(max(0.0, now - started))
+                evicted = parse_rfc3339(entries[i].evictions[0]) if entries[i].evictions else None
+                if entries[i].outcome is MigrationOutcome.SUCCEEDED and evicted is not None:
+                    # Only a move that evicted and saw its replacements run again recovers.
+                    path = record.spec.path if record.spec.path in metrics.PATHS else metrics.PATHS[0]
+                    self._metrics.recovery.labels(path).observe(max(0.0, now - evicted))
         return record.with_migrations(entries)
 
     # ----- one job ---------------------------------------------------------------------------------
@@ -340,6 +399,8 @@ class Migrator:
             key=entry.key,
             requested_at=parse_rfc3339(entry.requested_at) if entry.requested_at else None,
             targets=None if fresh else entry.targets,
+            kept=None if fresh else entry.kept,
+            evicted_at=parse_rfc3339(entry.evictions[0]) if entry.evictions else None,
             node_slot_free=self._node_slot_free(record, entry, others, entries, now),
             namespace_evictions_left=self._evictions_left(job.namespace, others, entries, now),
             settings=self._settings.migration,
@@ -347,23 +408,41 @@ class Migrator:
             started_at=parse_rfc3339(entry.started_at) if entry.started_at else None,
         )
         decided = plan(view, ctx)
-        entry = replace(entry, targets=decided.targets if decided.targets is not None else entry.targets)
+        entry = replace(
+            entry,
+            targets=decided.targets if decided.targets is not None else entry.targets,
+            kept=decided.kept if decided.kept is not None else entry.kept,
+        )
         entry = replace(entry, outcome=decided.outcome, detail=decided.detail)
+        if decided.replacing and not entry.replacing_since:
+            entry = replace(entry, replacing_since=rfc3339(now))
+        elif not decided.replacing and entry.replacing_since and not decided.outcome.finished:
+            entry = replace(entry, replacing_since="")  # a replacement on the device: moving again
         if decided.outcome is MigrationOutcome.FAILED:
             log.warning(
                 "migration of %s/%s off %s failed: %s", job.namespace, job.owner, record.name, decided.detail
             )
         pods = {p.name: p for p in view.pods}
+        objects = {str(_meta(p).get("name") or ""): p for p in job.pods}
         refused = False
+        unstopped: set[str] = set()
         for effect in decided.effects:
-            entry = self._apply(effect, entry, record, lease, pods, now)
+            if isinstance(effect, StopRequests):
+                entry, stopped = self._stop_requests(effect, entry, objects.get(effect.pod), now)
+                if not stopped:
+                    unstopped.add(effect.pod)
+                continue
+            if isinstance(effect, RequestCheckpoint) and effect.pod in unstopped:
+                continue  # never asked for a checkpoint before its requests stopped: next pass
+            entry = self._apply(effect, entry, record, lease, pods, objects, now)
             refused = (
                 entry.outcome is MigrationOutcome.FAILED and decided.outcome is not MigrationOutcome.FAILED
             )
             if refused:
                 break  # an eviction refused for good (`judge_eviction`): the rest of the plan is moot
         if refused and holder == identity:
-            entry = self._apply(ReleaseLease(job.namespace, job.owner), entry, record, lease, pods, now)
+            release = ReleaseLease(job.namespace, job.owner)
+            entry = self._apply(release, entry, record, lease, pods, objects, now)
         if decided.outcome is not MigrationOutcome.WAITING or entry.outcome.finished:
             log.info(
                 "migration of %s/%s off %s: %s (%s)",
@@ -378,18 +457,21 @@ class Migrator:
         record: Quarantine,
         lease: dict[str, Any] | None,
         pods: Mapping[str, PodView],
+        objects: Mapping[str, dict[str, Any]],
         now: float,
     ) -> Migration:
         if isinstance(effect, TakeLease):
             return self._take_lease(effect, entry, record, lease, now)
         if isinstance(effect, ReleaseLease):
             return self._release_lease(effect, entry, record.name, lease)
+        if isinstance(effect, StopRequests):
+            return self._stop_requests(effect, entry, objects.get(effect.pod), now)[0]
         if isinstance(effect, RequestCheckpoint):
             return self._request_checkpoint(effect, entry, now)
         if isinstance(effect, Evict):
             return self._evict(effect, entry, record, now)
         if isinstance(effect, KeepEvidence):
-            return self._keep_evidence(effect, entry)
+            return self._keep_evidence(effect, entry, record, objects.get(effect.pod), now)
         pod = pods.get(effect.pod)
         self._event(effect.namespace, effect.pod, pod.uid if pod else "", entry.key, effect, record.name)
         return entry
@@ -527,15 +609,107 @@ class Migrator:
             return replace(entry, outcome=MigrationOutcome.FAILED, detail=detail)
         return replace(entry, evictions=(*entry.evictions, rfc3339(now)), retry_at="")
 
-    def _keep_evidence(self, effect: KeepEvidence, entry: Migration) -> Migration:
+    def _keep_evidence(
+        self,
+        effect: KeepEvidence,
+        entry: Migration,
+        record: Quarantine,
+        pod: dict[str, Any] | None,
+        now: float,
+    ) -> Migration:
         if any(e.pod == effect.pod for e in entry.evidence):
             return entry
+        # The pod as this pass listed it (the responder may list pods, not get them one by one).
+        excerpt = _excerpt(pod) if pod is not None else '{"gone":true}'
+        name = evidence_name(record.name, entry.key, effect.pod)
+        kept = self._write_evidence(name, effect, entry, record, pod, now)
+        ref = f"{self._namespace}/{name}" if kept else ""
+        return replace(entry, evidence=(*entry.evidence, Evidence(effect.pod, effect.reason, excerpt, ref)))
+
+    def _write_evidence(
+        self,
+        name: str,
+        effect: KeepEvidence,
+        entry: Migration,
+        record: Quarantine,
+        pod: dict[str, Any] | None,
+        now: float,
+    ) -> bool:
+        """The evidence ConfigMap, owned by the record (it goes when the record goes). A failed
+        read of the device's series is written down in it, and holds nothing back."""
+        readings: dict[str, Any]
+        if self._readings is None:
+            readings = {"error": "no source of device readings is configured"}
+        else:
+            try:
+                readings = {"series": self._readings.series(record.spec.node, record.spec.device)}
+            except Exception as error:  # the move goes on; the evidence says what is missing
+                readings = {"error": f"{type(error).__name__}: {error}"[:512]}
+        data = evidence_data(
+            record=record,
+            pod_name=effect.pod,
+            pod=pod,
+            key=entry.key,
+            episode=entry.episode,
+            reason=effect.reason,
+            readings=readings,
+            now=now,
+        )
+        meta: dict[str, Any] = {
+            "name": name,
+            "namespace": self._namespace,
+            "labels": {"app.kubernetes.io/managed-by": "gpuhealth", "gpuhealth.io/evidence": "migration"},
+            "annotations": {
+                "gpuhealth.io/record": record.name,
+                "gpuhealth.io/pod": f"{effect.namespace}/{effect.pod}",
+            },
+        }
+        if record.uid:
+            meta["ownerReferences"] = [owner_reference(record)]
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
         try:
-            pod = self._client.get(POD, effect.pod, namespace=effect.namespace)
-            excerpt = _excerpt(pod)
-        except NotFound:
-            excerpt = '{"gone":true}'
-        return replace(entry, evidence=(*entry.evidence, Evidence(effect.pod, effect.reason, excerpt)))
+            self._client.create(CONFIG_MAP, body, namespace=self._namespace)
+        except AlreadyExists:
+            return True  # a pass decided twice: the first write stands
+        except ApiError as error:
+            # The record keeps the excerpt; the full evidence is a courtesy that must not stop the move.
+            log.warning("evidence %s/%s not written: %s", self._namespace, name, error)
+            return False
+        return True
+
+    def _stop_requests(
+        self, effect: StopRequests, entry: Migration, pod: dict[str, Any] | None, now: float
+    ) -> tuple[Migration, bool]:
+        """The pod's `gpuhealth.io/serving` condition set False through pods/status: a merge
+        patch of its conditions, conditional on the resourceVersion listed (the kubelet writes
+        the same list; a 409 is decided again next pass)."""
+        if pod is None:
+            return entry, False
+        meta = _meta(pod)
+        conditions = [
+            c
+            for c in (pod.get("status") or {}).get("conditions") or ()
+            if isinstance(c, dict) and c.get("type") != SERVING
+        ]
+        conditions.append(
+            {
+                "type": SERVING,
+                "status": "False",
+                "reason": "GPUQuarantined",
+                "message": f"the GPU this pod uses is quarantined: new requests stop before its "
+                f"checkpoint ({effect.key})",
+                "lastTransitionTime": rfc3339_seconds(self._clock.now()),
+            }
+        )
+        patch = {
+            "metadata": {"resourceVersion": meta.get("resourceVersion")},
+            "status": {"conditions": conditions},
+        }
+        try:
+            self._client.patch(POD, effect.pod, patch, namespace=effect.namespace, subresource="status")
+        except (NotFound, Conflict):
+            return entry, False  # gone, or changed since listed: the next plan sees it
+        return replace(entry, requested_at=entry.requested_at or rfc3339(now)), True
 
     def _event(self, namespace: str, pod: str, uid: str, key: str, effect: TellTenant, identity: str) -> None:
         # One Event per pod, reason and move: a step decided twice writes it once (409 AlreadyExists).

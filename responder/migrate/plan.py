@@ -38,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from gpuhealth.kube.meta import parse_rfc3339
@@ -48,6 +48,10 @@ CHECKPOINT = "gpuhealth.io/checkpoint"
 TOPOLOGY = "gpuhealth.io/topology"
 REQUESTED = "gpuhealth.io/checkpoint-requested"
 COMMITTED = "gpuhealth.io/checkpoint-committed"
+CHECKPOINT_FAILED = "gpuhealth.io/checkpoint-failed"
+"""The workload's answer when its checkpoint cannot be taken: `<key>` or `<key>: <reason>`."""
+SERVING = "gpuhealth.io/serving"
+"""The pod condition (and readiness gate) the responder sets False to stop new requests."""
 
 
 class Mode(StrEnum):
@@ -73,6 +77,16 @@ class PodView:
     """Succeeded or Failed: nothing to move."""
     terminating: bool = False
     """Being deleted already (an eviction that landed, or someone else)."""
+    serving_stopped: bool = False
+    """Its `gpuhealth.io/serving` condition is False: new requests were stopped."""
+    gated: bool = False
+    """It declares the readiness gate `gpuhealth.io/serving`: the condition takes it out of its
+    Services' endpoints, once the kubelet has turned its Ready condition False."""
+    ready: bool = False
+    """Its Ready condition is True."""
+    running_healthy: bool = False
+    """Running, off the quarantined device, and no device it holds reported other than Healthy
+    (`allocatedResourcesStatus`): a replacement that runs again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +110,17 @@ class MigrationSettings:
     """Added to the step timeout for the migration Lease's duration."""
     lease_cap_seconds: float = 3600.0
     """No migration Lease is held longer than this, whatever happens (no ghost locks)."""
+    replacement_timeout_seconds: float = 900.0
+    """From the first eviction: how long the job's replacement pods may take to run on healthy
+    devices before the move counts as failed (scheduling, image pulls, a restore)."""
 
     def __post_init__(self) -> None:
-        for name in ("checkpoint_timeout_seconds", "lease_margin_seconds", "lease_cap_seconds"):
+        for name in (
+            "checkpoint_timeout_seconds",
+            "lease_margin_seconds",
+            "lease_cap_seconds",
+            "replacement_timeout_seconds",
+        ):
             value = getattr(self, name)
             if not 0 < value < math.inf:
                 raise ValueError(f"{name} must be finite and greater than zero, not {value!r}")
@@ -134,6 +156,12 @@ class Context:
     """When this flow first took the job's lease (from the record; None before): a move under
     way, which goes on to its end whatever the breaker, rather than hold the job, the node's
     slot and the device (and with it the device's release) half-way, until the lease cap."""
+    evicted_at: float | None = None
+    """When this flow's first eviction landed (from the record; None before): from then the move
+    waits for the job's replacement pods, and the replacement timeout counts."""
+    kept: tuple[str, ...] | None = None
+    """UIDs of the job's live pods that are not targets, fixed when the move starts (a shardable
+    job's other shards): never counted as replacements. None before the first plan."""
 
 
 # ----- effects --------------------------------------------------------------------------------------
@@ -152,6 +180,16 @@ class TakeLease:
 class ReleaseLease:
     namespace: str
     owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class StopRequests:
+    """Set the pod's `gpuhealth.io/serving` condition False (pods/status), before its checkpoint
+    is requested: a pod that declares the readiness gate leaves its Services' endpoints."""
+
+    namespace: str
+    pod: str
+    key: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +227,7 @@ class TellTenant:
     message: str
 
 
-Effect = TakeLease | ReleaseLease | RequestCheckpoint | Evict | KeepEvidence | TellTenant
+Effect = TakeLease | ReleaseLease | StopRequests | RequestCheckpoint | Evict | KeepEvidence | TellTenant
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +238,13 @@ class Plan:
     recheck_seconds: float | None = None
     targets: tuple[str, ...] | None = None
     """The pods to move, chosen by the first plan of a flow; the caller records them."""
+    kept: tuple[str, ...] | None = None
+    """The job's other live pods, fixed with the targets; the caller records them."""
+    recovered: bool = False
+    """Succeeded because the job's replacements run on healthy devices (after an eviction)."""
+    replacing: bool = False
+    """Every pod of the move has gone; the job's replacements are awaited (the caller records
+    since when: such a move holds no node's in-flight slot, its disruption is over)."""
 
 
 UNRECOVERABLE_REASON = "GPUQuarantineUnrecoverable"
@@ -211,7 +256,10 @@ SEVERAL_BUDGETS = "more than one PodDisruptionBudget"
 """What the apiserver's 500 to an eviction says when the pod is under several budgets, which the
 eviction subresource refuses for good; any other 500 is a server error, retried like a 503."""
 CHECKPOINT_POLL_SECONDS = 5.0
-"""How often a flow waiting for checkpoint commits looks again (as for terminating pods)."""
+"""How often a flow waiting for checkpoint commits (or replacements) looks again (as for terminating pods)."""
+STOP_POLL_SECONDS = 1.0
+"""How soon a flow looks again after stopping a pod's requests: the kubelet turns the pod not
+Ready within a sync, and the checkpoint request waits for it."""
 
 
 def migration_key(device: str, owner_uid: str, episode: int) -> str:
@@ -250,6 +298,9 @@ def moves_for(
 
 def plan(job: JobView, ctx: Context) -> Plan:
     decided = _next(job, ctx)
+    if decided.targets is not None and decided.kept is None:
+        kept = ctx.kept if ctx.kept is not None else kept_pods(job, decided.targets)
+        decided = replace(decided, kept=kept)
     cap = ctx.settings.lease_cap_seconds
     if (
         decided.outcome is MigrationOutcome.WAITING
@@ -260,7 +311,7 @@ def plan(job: JobView, ctx: Context) -> Plan:
         # ends, a namespace switched to allow-completion) stops holding the node's slot and the
         # job's lock, and a person is told.
         reason = f"the move did not end within the lease cap ({cap:.0f} s)"
-        return failed(job, ctx, reason, decided.targets or ())
+        return replace(failed(job, ctx, reason, decided.targets or ()), kept=decided.kept)
     return decided
 
 
@@ -270,7 +321,10 @@ def _next(job: JobView, ctx: Context) -> Plan:
     targets = ctx.targets if ctx.targets is not None else choose_targets(job)
     movers = [p for p in job.pods if p.uid in targets and not p.finished]
     if not movers:
-        return _done(job, ctx, "every pod of the move has gone", targets)
+        if ctx.evicted_at is None:
+            # Nothing of ours was evicted: the pods finished or were deleted by someone else.
+            return _done(job, ctx, "every pod of the move has gone", targets)
+        return _replaced(job, ctx, targets)
     if ctx.mode == Mode.ALLOW_COMPLETION:
         return Plan(
             MigrationOutcome.WAITING,
@@ -308,24 +362,46 @@ def _next(job: JobView, ctx: Context) -> Plan:
             targets=targets,
         )
     if ctx.mode == Mode.CHECKPOINT:
+        refused = [(p, why) for p in running if (why := checkpoint_failure(p, ctx.key)) is not None]
+        if refused:
+            # The workload said its checkpoint cannot be taken: waiting out the timeout would
+            # only keep the job on the failed device longer.
+            pod, why = refused[0]
+            reason = f"the checkpoint of {pod.name} failed" + (f": {why}" if why else "")
+            return _unrecoverable(job, ctx, movers, reason, targets)
         pending = [p for p in running if p.annotations.get(COMMITTED) != ctx.key]
         if pending:
             waited = 0.0 if ctx.requested_at is None else ctx.now - ctx.requested_at
             if waited >= ctx.settings.checkpoint_timeout_seconds:
                 reason = f"no checkpoint committed within {waited:.0f} s"
                 return _unrecoverable(job, ctx, movers, reason, targets)
+            # Stop new requests first: a pod is asked for its checkpoint only once it is out of
+            # its Services' endpoints. Behind the readiness gate that is when the kubelet has
+            # turned its Ready condition False (what the EndpointSlice controller reads), a
+            # later pass; without the gate the condition changes no endpoints, so its request
+            # follows in the same pass, after the stop.
+            stops = tuple(
+                StopRequests(p.namespace, p.name, ctx.key) for p in pending if not p.serving_stopped
+            )
             requests = tuple(
                 RequestCheckpoint(p.namespace, p.name, ctx.key)
                 for p in pending
-                if p.annotations.get(REQUESTED) != ctx.key
+                if not _leaving(p) and p.annotations.get(REQUESTED) != ctx.key
             )
             left = ctx.settings.checkpoint_timeout_seconds - waited
+            leaving = sum(1 for p in pending if _leaving(p))
             detail = f"waiting for {len(pending)} checkpoint(s)"
+            if leaving:
+                detail += f"; {leaving} pod(s) leaving their Services' endpoints first"
             # A commit is a pod annotation, which the reconciler does not watch: look again
             # soon, not only at the timeout (a 10-minute wait for a 20-second commit).
-            recheck = min(left, CHECKPOINT_POLL_SECONDS)
+            recheck = min(left, STOP_POLL_SECONDS if leaving else CHECKPOINT_POLL_SECONDS)
             return Plan(
-                MigrationOutcome.WAITING, requests, detail=detail, recheck_seconds=recheck, targets=targets
+                MigrationOutcome.WAITING,
+                (*stops, *requests),
+                detail=detail,
+                recheck_seconds=recheck,
+                targets=targets,
             )
     allowed = running[: max(0, ctx.namespace_evictions_left)]
     if not allowed:
@@ -341,6 +417,73 @@ def _next(job: JobView, ctx: Context) -> Plan:
         detail=f"evicting {len(allowed)} pod(s)",
         recheck_seconds=5.0,
         targets=targets,
+    )
+
+
+def _leaving(pod: PodView) -> bool:
+    """The pod declares the readiness gate and is still in its Services' endpoints."""
+    return pod.gated and (pod.ready or not pod.serving_stopped)
+
+
+def checkpoint_failure(pod: PodView, key: str) -> str | None:
+    """The reason the pod's workload gave for failing this move's checkpoint (`""`: none given),
+    or None when it reported no failure of this key (an earlier episode's failure is not this one's)."""
+    value = pod.annotations.get(CHECKPOINT_FAILED)
+    if value is None:
+        return None
+    if value.strip() == key:
+        return ""
+    if value.startswith(key + ":"):
+        return value[len(key) + 1 :].strip()
+    return None
+
+
+def kept_pods(job: JobView, targets: tuple[str, ...]) -> tuple[str, ...]:
+    """The job's live pods that the move leaves where they are: never replacements."""
+    return tuple(
+        sorted(p.uid for p in job.pods if p.uid not in targets and not p.finished and not p.terminating)
+    )
+
+
+def _replaced(job: JobView, ctx: Context, targets: tuple[str, ...]) -> Plan:
+    """After the evictions: the move has succeeded once as many new pods of the job run on
+    healthy devices as were moved; until then it awaits them, up to the replacement timeout."""
+    kept = set(ctx.kept or ())
+    fresh = [p for p in job.pods if p.uid not in targets and p.uid not in kept and not p.terminating]
+    landed = tuple(sorted(p.uid for p in fresh if p.on_device and not p.finished))
+    if landed:
+        # A replacement was handed the quarantined device itself (a device-plugin node's kubelet
+        # may hand out any device its plugin reports Healthy): it is moved too, by this move.
+        # Those running elsewhere already are kept, so the moved pods' own replacements count.
+        others = tuple(sorted(kept | {p.uid for p in fresh if p.uid not in landed}))
+        again = _next(job, replace(ctx, targets=landed, kept=others))
+        return replace(again, kept=others)
+    running = sum(1 for p in fresh if p.running_healthy)
+    needed = len(targets)
+    if running >= needed:
+        effects = (ReleaseLease(job.namespace, job.owner),) if job.lease_holder == ctx.identity else ()
+        detail = f"{running} replacement pod(s) run on healthy devices"
+        return Plan(MigrationOutcome.SUCCEEDED, effects, detail=detail, targets=targets, recovered=True)
+    evicted_at = ctx.evicted_at if ctx.evicted_at is not None else ctx.now
+    waited = ctx.now - evicted_at
+    limit = ctx.settings.replacement_timeout_seconds
+    if waited >= limit:
+        reason = (
+            f"the job's replacement pods did not run on healthy devices within {limit:.0f} s "
+            f"({running} of {needed})"
+        )
+        return failed(job, ctx, reason, targets)
+    detail = f"awaiting replacement: {running} of {needed} pod(s) run on healthy devices"
+    # The job's lease is let go: nothing of it is being moved now, and another device's move of
+    # the same job (a shardable job's other shard) may begin.
+    effects = (ReleaseLease(job.namespace, job.owner),) if job.lease_holder == ctx.identity else ()
+    return Plan(
+        MigrationOutcome.WAITING,
+        effects,
+        detail=detail,
+        recheck_seconds=min(limit - waited, CHECKPOINT_POLL_SECONDS),
+        targets=targets,
+        replacing=True,
     )
 
 
@@ -442,9 +585,10 @@ def node_slot_free(
 ) -> bool:
     """Whether a move may start on a node whose other moves (every record's on that node, this
     job's own excepted) are `on_node`: fewer than `in_flight_limit` in flight (their lease
-    taken, no outcome yet) and fewer than `per_hour_limit` started within the hour."""
+    taken, no outcome yet, not merely awaiting their job's replacements elsewhere: their pods
+    have left the node) and fewer than `per_hour_limit` started within the hour."""
     moves = list(on_node)
-    in_flight = sum(1 for m in moves if m.started_at and not m.outcome.finished)
+    in_flight = sum(1 for m in moves if m.started_at and not m.outcome.finished and not m.replacing_since)
     started = [parse_rfc3339(m.started_at) for m in moves if m.started_at]
     this_hour = sum(1 for t in started if t is not None and now - t < HOUR)
     return in_flight < in_flight_limit and this_hour < per_hour_limit

@@ -8,6 +8,11 @@ in-pod agent would through the API. Scenario workloads take the delay from their
 `checkpoint.commitAfter`; API-created pods from the annotation `sim.gpuhealth.io/checkpoint-after`
 (`20s`, `never` or `fail`; default 10 s).
 
+A pod that declares the readiness gate `gpuhealth.io/serving` runs a workload that sets that
+condition True once it serves (through pods/status, as the workload writes its commit), and
+never again after: once the responder set it False to stop new requests before a checkpoint,
+the pod stays out of its Services' endpoints until it ends.
+
 Work is counted per job (scenario Jobs; API pods owned by a Job or labelled with its name): a
 pod's work is the job's last committed work when it started plus the simulated seconds it has
 run. A commit raises the job's committed work; a pod stopped before it succeeded loses what it
@@ -21,8 +26,9 @@ from typing import Any
 
 from gpuhealth.durations import DurationError, parse_duration
 from simulator.apiserver.errors import ApiError
+from simulator.apiserver.store import format_timestamp
 from simulator.fleet.node_api import NodeApi
-from simulator.fleet.objects import CHECKPOINT_ANNOTATION
+from simulator.fleet.objects import CHECKPOINT_ANNOTATION, SERVING_CONDITION
 from simulator.fleet.state import SimPod
 from simulator.fleet.timers import Timers
 from simulator.model import CHECKPOINT_AFTER
@@ -117,6 +123,31 @@ class CheckpointAgent:
         start = self._timers.now() if since is None else since
         self._runs[pod.key] = _Run(job, work.committed, start, spec)
         return work.committed
+
+    def serving(self, pod: SimPod, obj: dict[str, Any]) -> None:
+        """The pod's containers started: a workload behind the readiness gate says it serves."""
+        gates = (obj.get("spec") or {}).get("readinessGates") or ()
+        if not any(g.get("conditionType") == SERVING_CONDITION for g in gates):
+            return
+        now = format_timestamp(self._timers.wall())
+
+        def fn(current: dict[str, Any]) -> dict[str, Any]:
+            conditions = current.setdefault("status", {}).setdefault("conditions", [])
+            if not any(c.get("type") == SERVING_CONDITION for c in conditions):
+                conditions.append(
+                    {
+                        "type": SERVING_CONDITION,
+                        "status": "True",
+                        "reason": "Serving",
+                        "lastTransitionTime": now,
+                    }
+                )
+            return current
+
+        try:
+            self._api.mutate("pods", pod.name, pod.namespace, fn, subresource="status")
+        except ApiError:
+            return  # the pod is gone
 
     def _run(self, pod: SimPod, meta: dict[str, Any]) -> _Run | None:
         run = self._runs.get(pod.key)

@@ -22,6 +22,14 @@ KUBELET_VERSION = "v1.36.0"
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 CHECKPOINT_ANNOTATION = "gpuhealth.io/checkpoint"
+SERVING_CONDITION = "gpuhealth.io/serving"
+"""The readiness gate a workload may declare (`docs/workloads.md`): a condition the kubelet
+knows nothing of, which it reads into the pod's Ready condition."""
+KUBELET_CONDITIONS = frozenset(
+    ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")
+)
+"""Pod condition types the kubelet writes; every other (a readiness gate's, DisruptionTarget)
+is someone else's and kept as it is when the kubelet writes the pod's status."""
 TOPOLOGY_ANNOTATION = "gpuhealth.io/topology"
 WORKLOAD_LABEL = "gpuhealth.io/workload"
 MANAGED_BY_FLEET = "simulator.gpuhealth.io/managed-by-fleet"
@@ -325,6 +333,8 @@ def pod(
             },
         ],
     }
+    if workload.serving_gate:
+        spec["readinessGates"] = [{"conditionType": SERVING_CONDITION}]
     if dra:
         if workload.dra_claim == "template" or claim_name is None:
             spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": f"{workload.name}-gpus"}]
@@ -410,6 +420,30 @@ def event(
     }
 
 
+def gates_not_ready(pod_obj: dict[str, Any]) -> str | None:
+    """Why the pod's readiness gates hold its Ready condition False (the kubelet's message), or
+    None when every gate's condition is True."""
+    conditions = {
+        c.get("type"): c.get("status") for c in (pod_obj.get("status") or {}).get("conditions") or ()
+    }
+    for gate in (pod_obj.get("spec") or {}).get("readinessGates") or ():
+        ctype = gate.get("conditionType")
+        if ctype not in conditions:
+            return f'corresponding condition of pod readiness gate "{ctype}" does not exist.'
+        if conditions[ctype] != "True":
+            return f'the status of pod readiness gate "{ctype}" is not "True", but {conditions[ctype]}'
+    return None
+
+
+def others_conditions(pod_obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod's conditions the kubelet does not own, which its status writes keep."""
+    return [
+        c
+        for c in (pod_obj.get("status") or {}).get("conditions") or ()
+        if isinstance(c, dict) and c.get("type") not in KUBELET_CONDITIONS
+    ]
+
+
 def pod_status(
     *,
     pod_obj: dict[str, Any],
@@ -428,6 +462,14 @@ def pod_status(
     t_start = format_timestamp(started)
     t_ready = format_timestamp(started + ready_after)
     ready_s = "True" if ready and finished is None else "False"
+    gated = gates_not_ready(pod_obj) if ready_s == "True" else None
+    pod_ready: dict[str, Any] = {
+        "type": "Ready",
+        "status": "False" if gated else ready_s,
+        "lastTransitionTime": t_ready,
+    }
+    if gated:
+        pod_ready.update(reason="ReadinessGatesNotReady", message=gated)
     host_ip = node_ip(node_index)
     pod_ip = f"10.{128 + ((pod_index >> 16) & 127)}.{(pod_index >> 8) & 255}.{pod_index & 255}"
     status: dict[str, Any] = {
@@ -435,9 +477,10 @@ def pod_status(
         "conditions": [
             {"type": "PodReadyToStartContainers", "status": "True", "lastTransitionTime": t_start},
             {"type": "Initialized", "status": "True", "lastTransitionTime": t_ready},
-            {"type": "Ready", "status": ready_s, "lastTransitionTime": t_ready},
+            pod_ready,
             {"type": "ContainersReady", "status": ready_s, "lastTransitionTime": t_ready},
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": t_start},
+            *others_conditions(pod_obj),
         ],
         "hostIP": host_ip,
         "hostIPs": [{"ip": host_ip}],

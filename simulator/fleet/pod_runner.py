@@ -51,7 +51,7 @@ from simulator.fleet.health import HEALTHY
 from simulator.fleet.node_api import NodeApi, PodEntry
 from simulator.fleet.state import DeviceDriver, PendingPod, SimNode, SimPod
 from simulator.fleet.timers import Timers
-from simulator.fleet.writes import PodStatusWriter
+from simulator.fleet.writes import PodStatusWriter, keep_others_conditions
 from simulator.model import APPLICATION_XIDS, DRA_DRIVER, GPU_RESOURCE, Settings, Slot, Workload, node_slots
 
 log = logging.getLogger(__name__)
@@ -380,7 +380,7 @@ class PodRunner:
             self._pod_seen(node, entry.load())
             return
         data = entry.data
-        if b"deletionTimestamp" in data or b"checkpoint-requested" in data:
+        if b"deletionTimestamp" in data or b"checkpoint-requested" in data or b"readinessGates" in data:
             self._pod_changed(sim, entry.load())
 
     def _pod_seen(self, node: SimNode, obj: dict[str, Any]) -> None:
@@ -398,6 +398,8 @@ class PodRunner:
             return  # a different pod of the same name; its predecessor's DELETED is still to come
         if obj["metadata"].get("deletionTimestamp"):
             self._terminate(sim, obj)
+        elif sim.ready and (obj.get("spec") or {}).get("readinessGates"):
+            self._pod_status.gates_changed(sim, obj)
         self._agent.observe(sim, obj)
 
     def node_synced(self, node: SimNode) -> None:
@@ -607,7 +609,7 @@ class PodRunner:
             cs["containerID"] = objects.container_id(run.obj, cs["name"], restarts)
 
         def fn(obj: dict[str, Any]) -> dict[str, Any]:
-            obj["status"] = status
+            obj["status"] = keep_others_conditions(obj, status, format_timestamp(wall))
             return obj
 
         if not self._write(sim, fn):
@@ -621,6 +623,7 @@ class PodRunner:
             self._event(run.obj, node, "Pulled", pulled, container=c["name"])
             self._event(run.obj, node, "Created", "Container created", container=c["name"])
             self._event(run.obj, node, "Started", "Container started", container=c["name"])
+        self._agent.serving(sim, run.obj)
         resumed = self._agent.started(sim, run.obj["metadata"])
         if run.spec.run_seconds is not None:
             remaining = max(0.0, run.spec.run_seconds - resumed)

@@ -9,12 +9,15 @@ said so.
 
 from __future__ import annotations
 
+import copy
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
 from simulator.fleet.node_api import Mutation, NodeApi
+from simulator.fleet.objects import KUBELET_CONDITIONS, gates_not_ready, others_conditions
 from simulator.fleet.state import SimPod
 
 
@@ -38,6 +41,46 @@ def write_status(
     api.mutate(resource, name, namespace, fn, subresource="status")
 
 
+def set_ready(obj: dict[str, Any], containers_ready: bool, ts: str) -> bool:
+    """The pod's ContainersReady and Ready conditions as the kubelet computes them: Ready also
+    needs every readiness gate's condition True (reason ReadinessGatesNotReady). True when
+    either changed."""
+    gated = gates_not_ready(obj) if containers_ready else None
+    wanted = {
+        "ContainersReady": "True" if containers_ready else "False",
+        "Ready": "True" if containers_ready and gated is None else "False",
+    }
+    changed = False
+    for cond in (obj.get("status") or {}).get("conditions", []):
+        ctype = cond.get("type")
+        if ctype not in wanted:
+            continue
+        if cond.get("status") != wanted[ctype]:
+            cond["status"] = wanted[ctype]
+            cond["lastTransitionTime"] = ts
+            changed = True
+        if ctype == "Ready" and gated is not None:
+            changed = changed or cond.get("message") != gated
+            cond.update(reason="ReadinessGatesNotReady", message=gated)
+        elif ctype == "Ready" and cond.get("reason") == "ReadinessGatesNotReady":
+            cond.pop("reason", None)
+            cond.pop("message", None)
+            changed = True
+    return changed
+
+
+def keep_others_conditions(obj: dict[str, Any], status: dict[str, Any], ts: str) -> dict[str, Any]:
+    """`status` (the kubelet's whole write) with the conditions of others the pod holds (a
+    readiness gate's) kept, and its Ready condition reading them."""
+    own = [c for c in status["conditions"] if c.get("type") in KUBELET_CONDITIONS]
+    status["conditions"] = own + others_conditions(obj)
+    set_ready({**obj, "status": status}, True, ts)
+    return status
+
+
+log = logging.getLogger(__name__)
+
+
 class PodStatusWriter:
     """Writes to pods' status subresource; a pod found gone is passed to `gone(namespace, name)`."""
 
@@ -57,6 +100,22 @@ class PodStatusWriter:
             raise
         return True
 
+    def gates_changed(self, pod: SimPod, obj: dict[str, Any]) -> None:
+        """A readiness gate's condition changed (written by someone else): the kubelet reads it
+        into the pod's Ready condition, as the real one's status manager does at its next sync."""
+        ts = format_timestamp(self._wall())
+        if not set_ready(copy.deepcopy(obj), True, ts):
+            return
+
+        def fn(current: dict[str, Any]) -> dict[str, Any]:
+            set_ready(current, True, ts)
+            return current
+
+        try:
+            self.mutate(pod, fn)
+        except ApiError as exc:
+            log.info("pod %s: Ready not updated from its readiness gates: %s", pod.key, exc)
+
     def update(self, ready: bool | None, allocated: list[dict[str, Any]] | None) -> Mutation:
         """One pod status write: readiness (when given) and allocatedResourcesStatus (when given)."""
         ts = format_timestamp(self._wall())
@@ -64,11 +123,7 @@ class PodStatusWriter:
         def fn(obj: dict[str, Any]) -> dict[str, Any]:
             status = obj["status"]
             if ready is not None:
-                value = "True" if ready else "False"
-                for cond in status.get("conditions", []):
-                    if cond.get("type") in ("Ready", "ContainersReady") and cond.get("status") != value:
-                        cond["status"] = value
-                        cond["lastTransitionTime"] = ts
+                set_ready(obj, ready, ts)
             for cs in status.get("containerStatuses", []):
                 if ready is not None:
                     cs["ready"] = ready

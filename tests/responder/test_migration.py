@@ -1,7 +1,12 @@
 """Migration plans (responder.migrate.plan), as properties over random jobs and contexts.
 
-Aspects: no move begins while the breaker is open, one under way goes on (property); a
-restrict never evicts, requests or locks anything; in checkpoint mode no pod is
+Aspects: new requests stop before a checkpoint is requested (a pod behind the readiness gate
+only once the kubelet has taken it out of its endpoints); a checkpoint the workload reports
+failed (of this key) ends the move unrecoverable at once; a move that evicted succeeds only once
+as many new pods of the job as were moved run on healthy devices (never the shards it left
+alone), and fails past the replacement timeout; no move begins while the breaker is open,
+one under way goes on (property); a restrict never evicts, requests or locks anything; in
+checkpoint mode no pod is
 evicted before its commit of this key; allow-completion never evicts; nothing is requested
 or evicted without this flow holding the job's lease; a lease is taken only when free and
 the node has a slot; the namespace cap holds; only target pods are evicted, shardable jobs
@@ -25,6 +30,7 @@ from hypothesis import strategies as st
 
 from responder.migrate.plan import (
     CHECKPOINT,
+    CHECKPOINT_FAILED,
     CHECKPOINT_POLL_SECONDS,
     COMMITTED,
     EVICTION_RETRY_FLOOR_SECONDS,
@@ -44,6 +50,7 @@ from responder.migrate.plan import (
     PodView,
     ReleaseLease,
     RequestCheckpoint,
+    StopRequests,
     TakeLease,
     TellTenant,
     choose_targets,
@@ -80,6 +87,10 @@ def pods(draw: st.DrawFn) -> PodView:
         on_device=draw(st.booleans()),
         finished=draw(st.sampled_from([False, False, True])),
         terminating=draw(st.sampled_from([False, False, True])),
+        serving_stopped=draw(st.booleans()),
+        gated=draw(st.booleans()),
+        ready=draw(st.booleans()),
+        running_healthy=draw(st.booleans()),
     )
 
 
@@ -127,9 +138,17 @@ def test_the_safety_rules_hold_for_any_job(job: JobView, ctx: Context) -> None:
             assert pod.annotations.get(COMMITTED) == KEY
             assert pod.annotations.get(CHECKPOINT) == "annotation"
     assert len(evicted) <= ctx.namespace_evictions_left
+    stopped_now = {e.pod for e in result.effects if isinstance(e, StopRequests)}
+    by_name = {p.name: p for p in job.pods}
     for e in result.effects:
         if isinstance(e, RequestCheckpoint):
             assert job.lease_holder == ctx.identity
+            # New requests stopped first; behind the gate, the pod is out of its endpoints.
+            asked = by_name[e.pod]
+            assert asked.serving_stopped or (e.pod in stopped_now and not asked.gated)
+            assert not (asked.gated and asked.ready)
+        if isinstance(e, StopRequests):
+            assert job.lease_holder == ctx.identity and ctx.mode == Mode.CHECKPOINT
         if isinstance(e, TakeLease):
             assert job.lease_holder is None and ctx.node_slot_free
             assert e.seconds <= ctx.settings.lease_cap_seconds
@@ -179,15 +198,21 @@ def test_a_simulated_move_ends_with_the_recreated_pods_untouched() -> None:
         1_800_000_000.0, "quarantine", Mode.CHECKPOINT, ME, KEY, None, None, True, 10, MigrationSettings()
     )
     evicted: list[str] = []
-    for _ in range(20):
+    order: list[tuple[str, str]] = []
+    for _ in range(30):
         result = plan(job, ctx)
-        ctx = replace(ctx, targets=result.targets)
+        ctx = replace(ctx, targets=result.targets, kept=result.kept, now=ctx.now + 5)
         pods = {p.uid: p for p in job.pods}
         for e in result.effects:
             if isinstance(e, TakeLease):
                 job = replace(job, lease_holder=e.holder)
-            elif isinstance(e, RequestCheckpoint):
+            elif isinstance(e, StopRequests):
+                order.append(("stop", e.pod))
                 ctx = replace(ctx, requested_at=ctx.requested_at or ctx.now)
+                pod = next(p for p in pods.values() if p.name == e.pod)
+                pods[pod.uid] = replace(pod, serving_stopped=True)
+            elif isinstance(e, RequestCheckpoint):
+                order.append(("checkpoint", e.pod))
                 pod = next(p for p in pods.values() if p.name == e.pod)
                 # The workload commits at once (its own idempotent commit).
                 pods[pod.uid] = replace(
@@ -195,16 +220,24 @@ def test_a_simulated_move_ends_with_the_recreated_pods_untouched() -> None:
                 )
             elif isinstance(e, Evict):
                 evicted.append(e.uid)
-                # Evicted: gone; the owner recreates it off the quarantined device.
+                ctx = replace(ctx, evicted_at=ctx.evicted_at or ctx.now)
+                # Evicted: gone; the owner recreates it off the quarantined device, Pending first.
                 del pods[e.uid]
                 pods["new-" + e.uid] = checkpointing("new-" + e.uid, False)
             elif isinstance(e, ReleaseLease):
                 job = replace(job, lease_holder=None)
+        if not result.effects and result.detail.startswith("awaiting replacement"):
+            # The replacements start, one a pass, on healthy devices.
+            waiting = [p for p in pods.values() if p.uid.startswith("new-") and not p.running_healthy]
+            pods[waiting[0].uid] = replace(waiting[0], running_healthy=True)
         job = replace(job, pods=tuple(pods.values()))
         if result.outcome == MigrationOutcome.SUCCEEDED:
             break
-    assert result.outcome == MigrationOutcome.SUCCEEDED
+    assert result.outcome == MigrationOutcome.SUCCEEDED and result.recovered
     assert sorted(evicted) == ["a", "b"]  # fixed topology: the whole job, once each
+    # New requests stop before each pod's checkpoint is requested.
+    for pod in ("pod-a", "pod-b"):
+        assert order.index(("stop", pod)) < order.index(("checkpoint", pod))
     assert job.lease_holder is None
 
 
@@ -273,9 +306,10 @@ def test_an_open_breaker_starts_no_move_but_lets_one_under_way_go_on() -> None:
     # The same move once under way (its lease lapsed meanwhile): the lease is taken again.
     going_on = plan(job, replace(ctx, started_at=ctx.now - 60))
     assert [type(e) for e in going_on.effects] == [TakeLease]
-    # With the lease held, a move under way asks for its checkpoint whatever the breaker.
+    # With the lease held, a move under way stops new requests and asks for its checkpoint
+    # whatever the breaker.
     holding = plan(replace(job, lease_holder=ME), ctx)
-    assert [type(e) for e in holding.effects] == [RequestCheckpoint]
+    assert [type(e) for e in holding.effects] == [StopRequests, RequestCheckpoint]
 
 
 @given(
@@ -451,3 +485,110 @@ def test_one_move_per_job_and_episode_and_never_two_flows_for_a_job(
         assert len({m.key for m in moves}) == len(moves)
         if outcome is not None:  # the moves under way come to it; an ended move stays ended
             moves = tuple(m if m.outcome.finished else replace(m, outcome=outcome) for m in moves)
+
+
+def holding_ctx(**changes: object) -> Context:
+    base = Context(
+        1_800_000_000.0, "quarantine", Mode.CHECKPOINT, ME, KEY, None, None, True, 10, MigrationSettings()
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_a_gated_pod_is_asked_for_its_checkpoint_only_once_out_of_its_endpoints() -> None:
+    gated = replace(checkpointing("a", True), gated=True, ready=True)
+    job = JobView("ns", "Job/train", "job-uid", (gated,), ME)
+    first = plan(job, holding_ctx())
+    assert [type(e) for e in first.effects] == [StopRequests]
+    assert "leaving their Services' endpoints" in first.detail and first.recheck_seconds == 1.0
+    # The condition is False, the kubelet has not yet turned Ready False: still no request.
+    stopped = replace(gated, serving_stopped=True)
+    assert plan(replace(job, pods=(stopped,)), holding_ctx(requested_at=1_800_000_000.0)).effects == ()
+    # Out of the endpoints: the checkpoint is requested, nothing stopped twice.
+    out = replace(stopped, ready=False)
+    then = plan(replace(job, pods=(out,)), holding_ctx(requested_at=1_800_000_000.0))
+    assert then.effects == (RequestCheckpoint("ns", "pod-a", KEY),)
+
+
+def test_a_pod_that_never_leaves_its_endpoints_is_unrecoverable_at_the_checkpoint_timeout() -> None:
+    stuck = replace(checkpointing("a", True), gated=True, ready=True, serving_stopped=True)
+    job = JobView("ns", "Job/train", "job-uid", (stuck,), ME)
+    result = plan(job, holding_ctx(requested_at=1_800_000_000.0 - 600))
+    assert result.outcome == MigrationOutcome.UNRECOVERABLE
+    assert not any(isinstance(e, Evict | RequestCheckpoint) for e in result.effects)
+
+
+@pytest.mark.parametrize(("answer", "why"), [(KEY, ""), (f"{KEY}: disk full", "disk full")])
+def test_a_failed_checkpoint_ends_the_move_unrecoverable_at_once(answer: str, why: str) -> None:
+    pod = replace(
+        checkpointing("a", True),
+        serving_stopped=True,
+        annotations={CHECKPOINT: "annotation", REQUESTED: KEY, CHECKPOINT_FAILED: answer},
+    )
+    job = JobView("ns", "Job/train", "job-uid", (pod,), ME)
+    result = plan(job, holding_ctx(requested_at=1_800_000_000.0 - 1))  # one second, not ten minutes
+    assert result.outcome == MigrationOutcome.UNRECOVERABLE
+    assert result.detail == "the checkpoint of pod-a failed" + (f": {why}" if why else "")
+    kinds = [type(e) for e in result.effects]
+    assert kinds == [KeepEvidence, TellTenant, ReleaseLease] and Evict not in kinds
+    tell = next(e for e in result.effects if isinstance(e, TellTenant))
+    assert tell.reason == "GPUQuarantineUnrecoverable" and "failed" in tell.message
+
+
+def test_a_failure_answered_to_an_earlier_episode_does_not_end_this_move() -> None:
+    old = migration_key("GPU-1", "job-uid", 0)
+    pod = replace(
+        checkpointing("a", True),
+        serving_stopped=True,
+        annotations={CHECKPOINT: "annotation", CHECKPOINT_FAILED: old},
+    )
+    result = plan(JobView("ns", "Job/train", "job-uid", (pod,), ME), holding_ctx())
+    assert result.outcome == MigrationOutcome.WAITING
+    assert result.effects == (RequestCheckpoint("ns", "pod-a", KEY),)
+
+
+def test_a_move_succeeds_only_when_the_replacements_run_on_healthy_devices() -> None:
+    now = 1_800_000_000.0
+    ctx = holding_ctx(targets=("a",), kept=("b",), evicted_at=now - 30)
+    other_shard = replace(checkpointing("b", False), running_healthy=True)
+    pending = checkpointing("new", False)  # Pending: not yet running
+    job = JobView("ns", "Job/train", "job-uid", (other_shard, pending), ME)
+    waiting = plan(job, ctx)
+    # The shard that was never moved is no replacement; the job's lease is let go meanwhile.
+    assert waiting.outcome == MigrationOutcome.WAITING and waiting.replacing
+    assert waiting.effects == (ReleaseLease("ns", "Job/train"),)
+    assert waiting.detail == "awaiting replacement: 0 of 1 pod(s) run on healthy devices"
+    ran = plan(replace(job, pods=(other_shard, replace(pending, running_healthy=True))), ctx)
+    assert ran.outcome == MigrationOutcome.SUCCEEDED and ran.recovered
+    assert ran.effects == (ReleaseLease("ns", "Job/train"),)
+    # Never in time: failed, once the replacement timeout has passed since the first eviction.
+    late = plan(job, replace(ctx, evicted_at=now - MigrationSettings().replacement_timeout_seconds))
+    assert late.outcome == MigrationOutcome.FAILED and "within 900 s (0 of 1)" in late.detail
+    assert not late.recovered
+
+
+def test_a_replacement_handed_the_quarantined_device_is_moved_by_the_same_move() -> None:
+    now = 1_800_000_000.0
+    ctx = holding_ctx(targets=("a",), kept=(), evicted_at=now - 30)
+    elsewhere = replace(checkpointing("new-1", False), running_healthy=True)
+    on_device = checkpointing("new-2", True)
+    result = plan(JobView("ns", "Job/train", "job-uid", (elsewhere, on_device), ME), ctx)
+    assert result.outcome == MigrationOutcome.WAITING and not result.replacing
+    assert result.targets == ("new-2",) and result.kept == ("new-1",)
+    assert [type(e) for e in result.effects] == [StopRequests, RequestCheckpoint]
+
+
+def test_pods_that_end_without_an_eviction_need_no_replacement() -> None:
+    done = replace(checkpointing("a", True), finished=True)
+    result = plan(JobView("ns", "Job/train", "job-uid", (done,), None), holding_ctx(targets=("a",)))
+    assert result.outcome == MigrationOutcome.SUCCEEDED and not result.recovered
+
+
+def test_a_move_awaiting_its_replacements_holds_no_nodes_slot() -> None:
+    # Its pods have left the node: a second device's move there need not wait for the job to be
+    # placed elsewhere (a full node may never place it: the first move fails at its timeout).
+    started = "2027-01-15T08:00:00.000000Z"
+    evicting = Migration("ns", "Job/a", "a", "k1", started_at=started)
+    replacing = replace(evicting, replacing_since="2027-01-15T08:01:00.000000Z")
+    now = 1_800_000_000.0
+    assert not node_slot_free([evicting], now, in_flight_limit=1, per_hour_limit=4)
+    assert node_slot_free([replacing], now, in_flight_limit=1, per_hour_limit=4)

@@ -1,6 +1,11 @@
 """The migration executor against a fake client (responder.migrate.executor).
 
-Aspects: the checkpoint flow end to end (lease taken and owned by the record, checkpoint
+Aspects: new requests stop through pods/status before the checkpoint request (behind the
+readiness gate, once Ready is False; a stop that loses a race asks for nothing that pass); a
+failed checkpoint is unrecoverable at once, its evidence in a ConfigMap owned by the record (the
+pod's status, the device, its series, or why they could not be read); a move succeeds only once
+its replacement runs on a healthy device (recovery time observed by path) and fails at the
+replacement timeout; the checkpoint flow end to end (lease taken and owned by the record, checkpoint
 requested once with the key, eviction with a dry run first only after the commit, success
 once the targets are gone, lease released, counted once); work without a checkpoint is
 unrecoverable (evidence in the record, an Event on the pod, nothing evicted); a 429 waits at
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import builtins
 import copy
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -139,12 +145,24 @@ class FakeClient:
         return self._stamp(self.objects[key])
 
     def patch(
-        self, resource: Resource, name: str, patch: dict[str, Any], *, namespace: str | None = None
+        self,
+        resource: Resource,
+        name: str,
+        patch: dict[str, Any],
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
     ) -> dict[str, Any]:
         obj = self.objects.get(self._key(resource, name, namespace))
         if obj is None:
             raise NotFound(name)
-        obj["metadata"].setdefault("annotations", {}).update(patch["metadata"]["annotations"])
+        version = patch["metadata"].get("resourceVersion")
+        if version is not None and version != obj["metadata"]["resourceVersion"]:
+            raise Conflict(name)  # a merge patch with a resourceVersion is conditional
+        if subresource == "status":
+            obj.setdefault("status", {}).update(patch["status"])  # lists are replaced whole
+        else:
+            obj["metadata"].setdefault("annotations", {}).update(patch["metadata"]["annotations"])
         return self._stamp(obj)
 
     def delete(self, resource: Resource, name: str, **kwargs: Any) -> dict[str, Any]:
@@ -180,7 +198,8 @@ def pod(
     namespace: str = "ml",
 ) -> dict[str, Any]:
     annotations = {} if checkpoint is None else {"gpuhealth.io/checkpoint": checkpoint}
-    resources = [] if device is None else [{"resourceID": device, "health": "Unhealthy"}]
+    health = "Unhealthy" if device == UUID else "Healthy"
+    resources = [] if device is None else [{"resourceID": device, "health": health}]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -336,9 +355,11 @@ def test_a_commit_that_never_comes_is_unrecoverable_after_the_timeout(
     assert ("leases", "ml", lease_name("Job/train")) not in client.objects
 
 
-def evicting(client: FakeClient, clock: ManualClock, **settings: Any) -> tuple[Migrator, Quarantine]:
+def evicting(
+    client: FakeClient, clock: ManualClock, registry: CollectorRegistry | None = None, **settings: Any
+) -> tuple[Migrator, Quarantine]:
     client.add(Resource("", "v1", "pods", True), pod("train-0"))
-    m = migrator(client, clock, **settings)
+    m = migrator(client, clock, registry, **settings)
     r = m.step(record(), clock.now())
     r = m.step(r, clock.now())
     client.commit("train-0")
@@ -588,6 +609,7 @@ def test_with_the_breaker_open_no_move_begins_and_one_under_way_ends(
     r = m.finish(r, clock.now())
     assert client.evictions == [("train-0", True), ("train-0", False)]
     del client.objects[("pods", "ml", "train-0")]
+    client.add(Resource("", "v1", "pods", True), pod("train-1", device="GPU-other"))
     r = m.finish(r, clock.now())
     assert only(r).outcome is MigrationOutcome.SUCCEEDED
     assert ("leases", "ml", lease_name("Job/train")) not in client.objects
@@ -604,6 +626,7 @@ def test_a_device_quarantined_again_moves_the_job_on_it_again(client: FakeClient
     r = m.step(m.step(first, clock.now()), clock.now())
     assert client.evictions == [("train-0", True), ("train-0", False)]
     del client.objects[("pods", "ml", "train-0")]
+    client.add(pods, pod("train-1", device="GPU-other"))  # the replacement runs elsewhere
     r = m.step(r, clock.now())
     assert [(e.episode, e.outcome) for e in r.status.migrations] == [(1, MigrationOutcome.SUCCEEDED)]
 
@@ -624,6 +647,7 @@ def test_a_device_quarantined_again_moves_the_job_on_it_again(client: FakeClient
     r = m.step(m.step(r, clock.now()), clock.now())
     assert client.evictions[2:] == [("train-1", True), ("train-1", False)]
     del client.objects[("pods", "ml", "train-1")]
+    client.add(pods, pod("train-2", device="GPU-other"))
     r = m.step(r, clock.now())
     moves = r.status.migrations
     assert [(e.owner_uid, e.episode, e.outcome) for e in moves] == [
@@ -654,3 +678,187 @@ def test_each_episode_requests_a_checkpoint_under_its_own_key(client: FakeClient
     client.commit("train-0")
     r = m.step(r, clock.now())
     assert client.evictions == [("train-0", True), ("train-0", False)]
+
+
+class Readings:
+    """The device's series as a Prometheus would answer, or its failure."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+        self.asked: list[tuple[str, str]] = []
+
+    def series(self, node: str, device: str) -> list[dict[str, Any]]:
+        self.asked.append((node, device))
+        if self.error is not None:
+            raise self.error
+        labels = {"__name__": "gpu_nvml_xid_errors_total", "node": node, "device": device, "xid": "79"}
+        return [{"metric": labels, "value": 1.0}]
+
+
+def test_new_requests_stop_through_pods_status_before_the_checkpoint_is_requested(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    gated = pod("train-0")
+    gated["spec"]["readinessGates"] = [{"conditionType": "gpuhealth.io/serving"}]
+    client.add(Resource("", "v1", "pods", True), gated)
+    m = migrator(client, clock)
+    r = m.step(m.step(record(), clock.now()), clock.now())
+    conditions = {c["type"]: c for c in client.pod("train-0")["status"]["conditions"]}
+    assert conditions["gpuhealth.io/serving"]["status"] == "False"
+    assert conditions["gpuhealth.io/serving"]["reason"] == "GPUQuarantined"
+    assert conditions["Ready"]["status"] == "True"  # the kubelet's, untouched
+    assert REQUESTED not in client.pod("train-0")["metadata"]["annotations"]
+    assert only(r).requested_at  # the checkpoint timeout counts from the stop
+    # The kubelet reads the gate: Ready False, the pod leaves its endpoints; then the request.
+    conditions["Ready"]["status"] = "False"
+    r = m.step(r, clock.now())
+    assert client.pod("train-0")["metadata"]["annotations"][REQUESTED] == only(r).key
+
+
+def test_a_stop_that_loses_a_race_with_the_kubelet_asks_for_no_checkpoint_in_that_pass(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    client.add(Resource("", "v1", "pods", True), pod("train-0"))
+    m = migrator(client, clock)
+    r = m.step(record(), clock.now())
+    real_patch = client.patch
+
+    def racing(resource: Resource, name: str, patch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        if kwargs.get("subresource") == "status":
+            raise Conflict(name)  # the kubelet wrote the pod's status since it was listed
+        return real_patch(resource, name, patch, **kwargs)
+
+    client.patch = racing  # type: ignore[method-assign]
+    r = m.step(r, clock.now())
+    assert REQUESTED not in client.pod("train-0")["metadata"]["annotations"]
+    client.patch = real_patch  # type: ignore[method-assign]
+    r = m.step(r, clock.now())
+    assert client.pod("train-0")["metadata"]["annotations"][REQUESTED] == only(r).key
+
+
+def test_a_failed_checkpoint_is_unrecoverable_at_once_with_evidence_owned_by_the_record(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    client.add(Resource("", "v1", "pods", True), pod("train-0"))
+    registry = CollectorRegistry()
+    readings = Readings()
+    m = Migrator(
+        client,
+        MigratorSettings(),
+        clock,
+        metrics=MigratorMetrics(registry),
+        records=lambda: [],
+        namespace="gpuhealth-system",
+        readings=readings,
+    )
+    r = m.step(m.step(record(), clock.now()), clock.now())
+    meta = client.pod("train-0")["metadata"]
+    meta["annotations"]["gpuhealth.io/checkpoint-failed"] = f"{meta['annotations'][REQUESTED]}: disk full"
+    clock.advance(2)
+    r = m.step(r, clock.now())
+    entry = only(r)
+    assert entry.outcome is MigrationOutcome.UNRECOVERABLE
+    assert entry.detail == "the checkpoint of train-0 failed: disk full"
+    assert not client.evictions
+    assert counted(registry, "unrecoverable") == 1.0
+    (event,) = client.events()
+    assert event["reason"] == UNRECOVERABLE_REASON and event["involvedObject"]["name"] == "train-0"
+    assert "disk full" in event["message"]
+    (evidence,) = entry.evidence
+    namespace, name = evidence.object.split("/")
+    kept = client.get(Resource("", "v1", "configmaps", True), name, namespace=namespace)
+    assert namespace == "gpuhealth-system" and name.startswith(r.name + "-evidence-")
+    assert kept["metadata"]["ownerReferences"][0]["uid"] == r.uid
+    data = kept["data"]
+    assert data["reason"] == entry.detail
+    assert json.loads(data["device.json"])["device"] == UUID
+    pod_doc = json.loads(data["pod.json"])
+    assert pod_doc["status"]["containerStatuses"][0]["allocatedResourcesStatus"]
+    assert json.loads(data["readings.json"])["series"][0]["metric"]["xid"] == "79"
+    assert readings.asked == [("gpu-node-1", UUID)]
+
+
+def test_evidence_whose_readings_cannot_be_read_says_so_and_holds_nothing_back(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    client.add(Resource("", "v1", "pods", True), pod("train-0", checkpoint=None))
+    m = Migrator(
+        client,
+        MigratorSettings(),
+        clock,
+        records=lambda: [],
+        readings=Readings(OSError("connection refused")),
+    )
+    entry = only(m.step(record(), clock.now()))
+    assert entry.outcome is MigrationOutcome.UNRECOVERABLE and "no checkpoint declared" in entry.detail
+    namespace, name = entry.evidence[0].object.split("/")
+    kept = client.get(Resource("", "v1", "configmaps", True), name, namespace=namespace)
+    assert json.loads(kept["data"]["readings.json"]) == {"error": "OSError: connection refused"}
+
+
+def test_a_move_waits_for_its_replacement_to_run_on_a_healthy_device(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    pods = Resource("", "v1", "pods", True)
+    registry = CollectorRegistry()
+    m, r = evicting(client, clock, registry=registry)
+    r = m.step(r, clock.now())
+    assert client.evictions == [("train-0", True), ("train-0", False)]
+    del client.objects[("pods", "ml", "train-0")]
+    # Recreated, Pending: the move is not done.
+    replacement = pod("train-1", device="GPU-other")
+    replacement["status"]["phase"] = "Pending"
+    client.add(pods, replacement)
+    clock.advance(20)
+    r = m.step(r, clock.now())
+    assert only(r).outcome is MigrationOutcome.WAITING and only(r).detail.startswith("awaiting replacement")
+    assert only(r).replacing_since == "2027-01-15T08:00:20.000000Z"  # no longer in flight on the node
+    client.add(pods, pod("train-1", device="GPU-other"))
+    clock.advance(10)
+    r = m.step(r, clock.now())
+    assert only(r).outcome is MigrationOutcome.SUCCEEDED
+    labels = {"path": "device-plugin"}
+    assert registry.get_sample_value("gpuhealth_migration_recovery_seconds_count", labels) == 1.0
+    assert registry.get_sample_value("gpuhealth_migration_recovery_seconds_sum", labels) == 30.0
+    assert registry.get_sample_value("gpuhealth_migration_recovery_seconds_count", {"path": "dra"}) == 0
+
+
+def test_a_replacement_on_the_quarantined_device_is_moved_again_by_the_same_move(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    pods = Resource("", "v1", "pods", True)
+    m, r = evicting(client, clock)
+    r = m.step(r, clock.now())
+    del client.objects[("pods", "ml", "train-0")]
+    r = m.step(r, clock.now())
+    assert only(r).replacing_since
+    assert ("leases", "ml", lease_name("Job/train")) not in client.objects  # let go while awaiting
+    # The kubelet hands the replacement the quarantined device (it reports Healthy now).
+    client.add(pods, pod("train-1"))
+    r = m.step(r, clock.now())  # the lease again
+    r = m.step(r, clock.now())
+    entry = only(r)
+    assert entry.targets == ("uid-train-1",) and not entry.replacing_since
+    assert client.pod("train-1")["metadata"]["annotations"][REQUESTED] == entry.key
+    client.commit("train-1")
+    r = m.step(r, clock.now())
+    assert client.evictions[-1] == ("train-1", False)
+
+
+def test_a_replacement_that_never_runs_fails_the_move_at_the_replacement_timeout(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    registry = CollectorRegistry()
+    m, r = evicting(
+        client, clock, registry=registry, migration=MigrationSettings(replacement_timeout_seconds=120.0)
+    )
+    r = m.step(r, clock.now())
+    del client.objects[("pods", "ml", "train-0")]
+    clock.advance(120)
+    r = m.step(r, clock.now())
+    assert only(r).outcome is MigrationOutcome.FAILED and "within 120 s" in only(r).detail
+    assert counted(registry, "failed") == 1.0
+    assert (
+        registry.get_sample_value("gpuhealth_migration_recovery_seconds_count", {"path": "device-plugin"})
+        == 0
+    )

@@ -391,3 +391,50 @@ async def test_a_start_the_api_server_refused_runs_again_a_status_sync_later(dp:
     }
     await fleet.advance(10)  # the scenario's statusSyncInterval
     assert get(store, "client")["status"]["phase"] == "Running"
+
+
+async def test_a_readiness_gate_holds_ready_until_its_condition_is_true_and_takes_it_back_when_false(
+    dp: tuple[Fleet, Store],
+) -> None:
+    # As a real kubelet: Ready needs every readiness gate's condition True (reason
+    # ReadinessGatesNotReady otherwise), a condition written by someone else through pods/status
+    # is read into Ready at the kubelet's next sync, and the kubelet's own status writes keep it.
+    fleet, store = dp
+    gate = {"conditionType": "example.com/serving"}
+    await create(store, api_pod("gated", gpus=0, readinessGates=[gate]))
+    await fleet.advance(1)
+    status = get(store, "gated")["status"]
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert status["phase"] == "Running" and conditions["ContainersReady"]["status"] == "True"
+    assert conditions["Ready"]["status"] == "False"
+    assert conditions["Ready"]["reason"] == "ReadinessGatesNotReady"
+    assert conditions["Ready"]["message"] == (
+        'corresponding condition of pod readiness gate "example.com/serving" does not exist.'
+    )
+
+    def serving(value: str) -> dict[str, Any]:
+        pod = get(store, "gated")
+        kept = [c for c in pod["status"]["conditions"] if c["type"] != "example.com/serving"]
+        condition = {"type": "example.com/serving", "status": value, "reason": "Test"}
+        return {
+            "metadata": {"resourceVersion": pod["metadata"]["resourceVersion"]},
+            "status": {"conditions": [*kept, condition]},
+        }
+
+    store.patch(
+        "pods", "gated", "default", serving("True"), "application/merge-patch+json", subresource="status"
+    )
+    await fleet.advance(1)
+    conditions = {c["type"]: c for c in get(store, "gated")["status"]["conditions"]}
+    assert conditions["Ready"]["status"] == "True" and "reason" not in conditions["Ready"]
+
+    store.patch(
+        "pods", "gated", "default", serving("False"), "application/merge-patch+json", subresource="status"
+    )
+    await fleet.advance(30)  # status syncs pass: the gate's condition stays, Ready follows it
+    conditions = {c["type"]: c for c in get(store, "gated")["status"]["conditions"]}
+    assert conditions["example.com/serving"]["status"] == "False"
+    assert conditions["Ready"]["status"] == "False" and conditions["ContainersReady"]["status"] == "True"
+    assert conditions["Ready"]["message"] == (
+        'the status of pod readiness gate "example.com/serving" is not "True", but False'
+    )
