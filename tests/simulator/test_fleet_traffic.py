@@ -133,3 +133,13 @@ async def test_the_route_serves_the_declared_families_as_prometheus_text(dp: tup
     assert {float(s[1]) for s in requests} == {2 * REQUESTS_PER_SECOND}
     for family in CATALOG:
         assert f"# TYPE {family.exposed_name} counter" in text
+
+
+def test_the_rules_default_to_the_series_the_simulated_workloads_export() -> None:
+    from rules.render import DEFAULT_CONFIG, load_config
+
+    workloads = load_config(DEFAULT_CONFIG).workloads
+    assert (workloads.requests_metric, workloads.errors_metric) == tuple(
+        family.sample_names[0] for family in CATALOG
+    )
+    assert (workloads.namespace_label, workloads.pod_label) == CATALOG["workload_requests"].labels
