@@ -79,7 +79,9 @@ from responder.records import QUARANTINES
 from rules.render import Duration, render, write_files
 from rules.render import Settings as RuleSettings
 from simulator.fleet.objects import gpu_uuid
+from simulator.runner import WORKLOAD_METRICS_PATH
 from simulator.scenario import Scenario
+from simulator.traffic import JOB as WORKLOADS_JOB
 
 ROOT = Path(__file__).resolve().parents[1]
 RESPONDER_CONFIG = ROOT / "deploy" / "responder-config.yaml"
@@ -403,12 +405,21 @@ def run_demo(
         node_mode = len(scenario.nodes) <= settings.node_exporters_max
         exporter_ports = {node: free_port() for node in scenario.nodes} if node_mode else {"": free_port()}
         responder_ports = [free_port() for _ in range(stage.responders)]
+        # The cluster first: its node agents serve the workloads' own counters, a scrape job.
+        target: Target = stack.enter_context(_target(scenario, settings, workdir, front))
+        out.write(f"{target.description} up\n")
+        out.flush()
         jobs = [
             *(
                 ScrapeJob("gpuhealth-exporter", [f"127.0.0.1:{port}"], {"node": node} if node else {})
                 for node, port in exporter_ports.items()
             ),
             ScrapeJob("gpuhealth-responder", [f"127.0.0.1:{port}" for port in responder_ports]),
+            ScrapeJob(
+                WORKLOADS_JOB,
+                [target.nvml_url.removeprefix("http://")],
+                metrics_path=WORKLOAD_METRICS_PATH,
+            ),
         ]
         out.write("starting Prometheus with the shipped rules (durations divided by the speed) ...\n")
         prometheus = stack.enter_context(
@@ -423,9 +434,6 @@ def run_demo(
                 ],
             )
         )
-        target: Target = stack.enter_context(_target(scenario, settings, workdir, front))
-        out.write(f"{target.description} up\n")
-        out.flush()
         _install_responder_api(target.kubeconfig_path)
         target.observe(seen)
         mode = (

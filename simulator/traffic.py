@@ -42,6 +42,9 @@ ERRORS = MetricFamily(
 CATALOG = Catalog((REQUESTS, ERRORS))
 """What the simulated workloads expose; rules/config.yaml's `workloads` defaults name these."""
 
+JOB = "workloads"
+"""The scrape job the demo and the tests give these series (rules/config.yaml's default
+`workloads.matchers` select it)."""
 REQUESTS_PER_SECOND = 10.0
 """Requests each running workload pod serves per simulated second."""
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

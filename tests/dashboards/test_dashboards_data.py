@@ -55,6 +55,7 @@ from gpuhealth.testing.loopback import (
     wait_until,
 )
 from simulator.runner import WORKLOAD_METRICS_PATH
+from simulator.traffic import JOB as WORKLOADS_JOB
 from tests.dashboards.support import committed
 from tests.e2e.test_pipeline_e2e import render_rules  # the shipped rules, thresholds shrunk to seconds
 
@@ -139,7 +140,9 @@ def test_every_panel_query_returns_data(tmp_path: Path) -> None:
             ),
             ScrapeJob("gpuhealth-responder", [f"127.0.0.1:{responder_port}"]),
             ScrapeJob("alertmanager", [alertmanager.base_url.removeprefix("http://")]),
-            ScrapeJob("workloads", [cluster.url.removeprefix("http://")], metrics_path=WORKLOAD_METRICS_PATH),
+            ScrapeJob(
+                WORKLOADS_JOB, [cluster.url.removeprefix("http://")], metrics_path=WORKLOAD_METRICS_PATH
+            ),
         ]
         prometheus = stack.enter_context(
             run_prometheus(

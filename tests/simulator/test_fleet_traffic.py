@@ -22,7 +22,7 @@ from simulator.apiserver.store import Store
 from simulator.fleet import Fleet
 from simulator.runner import WORKLOAD_METRICS_PATH, add_routes
 from simulator.scenario import DeviceRef, Fault, from_dict
-from simulator.traffic import CATALOG, REQUESTS_PER_SECOND, Traffic
+from simulator.traffic import CATALOG, JOB, REQUESTS_PER_SECOND, Traffic
 
 
 def scenario(path: str, replicas: int = 2) -> dict[str, Any]:
@@ -143,3 +143,4 @@ def test_the_rules_default_to_the_series_the_simulated_workloads_export() -> Non
         family.sample_names[0] for family in CATALOG
     )
     assert (workloads.namespace_label, workloads.pod_label) == CATALOG["workload_requests"].labels
+    assert workloads.matchers == f'job="{JOB}"'
