@@ -50,9 +50,10 @@ from demo import clusters, expectations
 from demo import staging as staging_module
 from demo.clusters import Observations, Target
 from demo.front import Forward, Hook, Reply, Request, WebhookFront, forward_once
-from demo.journal import Device, Entry, Journal, Kind, sorted_entries
+from demo.journal import Device, Entry, Journal, Kind, Recovery, sorted_entries
 from demo.observer import Observer
 from demo.progress import narrate, worth_a_line
+from demo.report import recoveries, recovery_queries
 from demo.safety import UnhealthyFlapping, Verdict, judge
 from demo.staging import Kill, Staging, StagingError
 from exporter.settings import NvmlSettings
@@ -422,6 +423,7 @@ def run_demo(
             ),
         ]
         out.write("starting Prometheus with the shipped rules (durations divided by the speed) ...\n")
+        prometheus_started = time.time()
         prometheus = stack.enter_context(
             run_prometheus(
                 workdir / "prometheus",
@@ -524,6 +526,8 @@ def run_demo(
                 break
             time.sleep(settings.poll_interval_seconds)
         journal.ended_at = running.now()
+        ran = time.time() - prometheus_started
+        journal.recoveries = _recoveries(prometheus, ran, settings.speed, journal)
         records = target.records()
         (workdir / "records.json").write_text(json.dumps(records, indent=1))
         for name, process in processes.items():
@@ -557,6 +561,20 @@ def _write_journal(journal: Journal, workdir: Path) -> Path:
     path = workdir / "journal.json"
     path.write_text(json.dumps(journal.to_dict(), indent=1))
     return path
+
+
+def _recoveries(prometheus: Prometheus, window: float, speed: float, journal: Journal) -> list[Recovery]:
+    """Migration recovery times by path over the run, from its Prometheus (none when it cannot say)."""
+    answers: dict[str, dict[str, float]] = {}
+    try:
+        for name, expr in recovery_queries(window).items():
+            answers[name] = {
+                str(r["metric"].get("path", "")): float(r["value"][1]) for r in prometheus.query(expr)
+            }
+    except LoopbackError as exc:
+        journal.record(journal.ended_at, Kind.NOTE, "Prometheus did not answer", message=str(exc)[:200])
+        return []
+    return recoveries(answers, speed)
 
 
 def _stamp(received_at: float, mono: float, now: float, speed: float) -> float:
