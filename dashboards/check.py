@@ -33,7 +33,7 @@ def panels_without_data(
     """One line per panel query that returns no finite sample between `start` and `end` (Unix
     seconds; `end` defaults to now), or whose per-device series' legend omits `{{node}}`.
 
-    `values` sets the variables (`node`, `device`, business selectors, `__rate_interval`...);
+    `values` sets the variables (`node`, `device`, `__rate_interval`...);
     the others keep the value the dashboard opens with. [] when every panel shows data.
     """
     end = time.time() if end is None else end

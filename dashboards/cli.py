@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 from gpuhealth.cliargs import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, command, error_line
@@ -30,17 +29,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=DEFAULT_CONFIG,
         help="rules config whose `selectors` name the scrape jobs (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--business-errors",
-        metavar="SELECTOR",
-        help="default of the Fleet dashboard's business_errors variable: your workloads' failed-request "
-        'counter with its job (default: a placeholder, http_requests_total{job="inference", code=~"5.."})',
-    )
-    parser.add_argument(
-        "--business-requests",
-        metavar="SELECTOR",
-        help="default of business_requests: the counter of all your workloads' requests, with its job",
     )
     parser.add_argument(
         "--check",
@@ -75,13 +63,8 @@ def run(args: argparse.Namespace) -> int:
         jobs = settings.load(args.rules_config)
     except (ConfigError, OSError, ValueError) as exc:
         raise UsageError(f"cannot read the job names from {args.rules_config}: {exc}") from exc
-    business = {
-        name: value
-        for name in ("business_errors", "business_requests")
-        if (value := getattr(args, name, None)) is not None
-    }
     try:
-        files = render.render(replace(jobs, **business))
+        files = render.render(jobs)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     out: Path = args.out

@@ -15,7 +15,7 @@ The UIDs are stable: links, bookmarks and alert annotations point at them.
 
 from __future__ import annotations
 
-from dashboards.sdk import Dashboard, Panel, Query, QueryVariable, Row, TextVariable
+from dashboards.sdk import Dashboard, Panel, Query, QueryVariable, Row
 from dashboards.settings import Settings
 from responder.ladder import LADDER
 from responder.reconcile.measures import measured_phases
@@ -172,19 +172,35 @@ def fleet(settings: Settings) -> Dashboard:
         (
             Panel(
                 "timeseries",
-                "Workload error ratio (business selector)",
-                "Failed over all requests of the workloads, from the counters the `business_errors` and "
-                "`business_requests` variables select (set them to your serving stack's metrics). Read apart "
-                "from device health: a healthy fleet can serve errors, and a quarantine need not cost any.",
+                "Workload error ratio",
+                "Failed over all requests of the workloads, fleet-wide and by namespace, from their own "
+                "counters (rules/config.yaml `workloads`; recording rules *:workload_error_ratio:rate5m). "
+                "Read apart from device health: a healthy fleet can serve errors, and a quarantine need not "
+                "cost any.",
+                "percentunit",
+                (
+                    Query(f"fleet:workload_error_ratio:rate5m{{{CLUSTER}}}", "fleet"),
+                    Query(f"namespace:workload_error_ratio:rate5m{{{CLUSTER}}}", "{{namespace}}"),
+                ),
+                min=0,
+                max=1,
+            ),
+            Panel(
+                "timeseries",
+                "Workload error ratio by device held",
+                "The error ratio of the pods each GPU holds (node_device:workload_error_ratio:rate5m, "
+                "joined through gpu_device_allocation_info; a multi-GPU pod counts on each of its devices), "
+                "the ten highest. A device whose holders fail while it reports Healthy is worth a look; "
+                "nothing acts on this panel.",
                 "percentunit",
                 (
                     Query(
-                        f"sum(rate(${{business_errors}}{RATE})) / sum(rate(${{business_requests}}{RATE}))",
-                        "error ratio",
+                        f"topk(10, node_device:workload_error_ratio:rate5m{{{CLUSTER}}})",
+                        PER_DEVICE,
                     ),
                 ),
-                width=24,
                 min=0,
+                max=1,
             ),
         ),
     )
@@ -195,22 +211,7 @@ def fleet(settings: Settings) -> Dashboard:
             "GPU device health across the fleet, quarantined capacity, and apart from it the business SLO."
         ),
         tags=("gpuhealth",),
-        variables=(
-            _cluster_variable(settings),
-            TextVariable(
-                "business_errors",
-                "Business errors",
-                settings.business_errors,
-                "Counter selector of the workloads' failed requests (with its job), e.g. "
-                'http_requests_total{job="inference", code=~"5.."}.',
-            ),
-            TextVariable(
-                "business_requests",
-                "Business requests",
-                settings.business_requests,
-                "Counter selector of all the workloads' requests (with its job).",
-            ),
-        ),
+        variables=(_cluster_variable(settings),),
         rows=(health, business),
     )
 
@@ -342,6 +343,27 @@ def device(settings: Settings) -> Dashboard:
                     ),
                 ),
                 width=24,
+            ),
+            Panel(
+                "timeseries",
+                "Error ratio of the workloads on it",
+                "The business SLO beside the device, never mixed into its health: failed over all requests "
+                "of the pods that hold it (node_device:workload_error_ratio:rate5m) and of each of them "
+                "(namespace_pod:workload_error_ratio:rate5m), from the workloads' own counters "
+                "(rules/config.yaml `workloads`). Errors that stop when a pod moves off the device point "
+                "at the device; errors that follow the pod point at the workload.",
+                "percentunit",
+                (
+                    Query(f"node_device:workload_error_ratio:rate5m{{{DEVICE}}}", PER_DEVICE + " holders"),
+                    Query(
+                        f"namespace_pod:workload_error_ratio:rate5m{{{CLUSTER}}} "
+                        f"and on (namespace, pod) gpu_device_allocation_info{{{dev}}}",
+                        "{{namespace}}/{{pod}}",
+                    ),
+                ),
+                width=24,
+                min=0,
+                max=1,
             ),
             Panel(
                 "state-timeline",

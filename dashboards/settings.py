@@ -1,4 +1,4 @@
-"""What the dashboards are generated for: scrape job names and the business selectors.
+"""What the dashboards are generated for: scrape job names.
 
 The job names of the exporter and the responder come from `rules/config.yaml` (`selectors`),
 the file the rules and the deployment read too, so one edit renames a job everywhere.
@@ -24,11 +24,6 @@ class Settings:
     """Scrape job of the responder replicas (rules/config.yaml `selectors.responder_job`)."""
     alertmanager_job: str = ALERTMANAGER_JOB
     """Scrape job of Alertmanager's own /metrics (notification counters)."""
-    business_errors: str = 'http_requests_total{job="inference", code=~"5.."}'
-    """Default of the Fleet dashboard's `business_errors` variable: a counter selector of the
-    workloads' failed requests. A placeholder: each site sets its own (the variable is editable)."""
-    business_requests: str = 'http_requests_total{job="inference"}'
-    """Default of `business_requests`: the counter selector of all the workloads' requests."""
 
     def __post_init__(self) -> None:
         for name in ("exporter_job", "responder_job", "alertmanager_job"):
@@ -38,9 +33,6 @@ class Settings:
                 raise ValueError(
                     f"dashboard settings: {name} must be a job name without quotes, got {value!r}"
                 )
-        for name in ("business_errors", "business_requests"):
-            if not getattr(self, name).strip():
-                raise ValueError(f"dashboard settings: {name} must be a counter selector, got nothing")
 
 
 def load(rules_config: Path = DEFAULT_CONFIG) -> Settings:

@@ -125,6 +125,42 @@ class Device:
         return f"{self.node}/gpu-{self.index}"
 
 
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """Migration recovery times of one `path` (gpuhealth_migration_recovery_seconds{path}: a move's
+    first eviction to its job running again on healthy devices), as the run's Prometheus held
+    them at its end; in scenario seconds (the responders' wall seconds times the speed)."""
+
+    path: str
+    moves: int
+    mean_seconds: float
+    p50_seconds: float | None = None
+    p99_seconds: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "moves": self.moves,
+            "meanSeconds": self.mean_seconds,
+            "p50Seconds": self.p50_seconds,
+            "p99Seconds": self.p99_seconds,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Recovery:
+        def optional(key: str) -> float | None:
+            value = data.get(key)
+            return None if value is None else float(value)
+
+        return cls(
+            path=str(data["path"]),
+            moves=int(data["moves"]),
+            mean_seconds=float(data["meanSeconds"]),
+            p50_seconds=optional("p50Seconds"),
+            p99_seconds=optional("p99Seconds"),
+        )
+
+
 @dataclass
 class Journal:
     scenario: str
@@ -141,6 +177,8 @@ class Journal:
     entries: list[Entry] = field(default_factory=list)
     ended_at: float = 0.0
     """Scenario seconds when the run stopped observing."""
+    recoveries: list[Recovery] = field(default_factory=list)
+    """Migration recovery times by path, read from the run's Prometheus at the end (none: no moves)."""
 
     def add(self, entry: Entry) -> None:
         self.entries.append(entry)
@@ -199,6 +237,7 @@ class Journal:
                 for d in self.devices.values()
             ],
             "entries": [e.to_dict() for e in self.entries],
+            "migrationRecovery": [r.to_dict() for r in self.recoveries],
         }
 
     @classmethod
@@ -215,6 +254,7 @@ class Journal:
             resolution_seconds=float(data.get("resolutionSeconds", 0.0)),
             entries=[Entry.from_dict(e) for e in data.get("entries", [])],
             ended_at=float(data.get("endedAt", 0.0)),
+            recoveries=[Recovery.from_dict(r) for r in data.get("migrationRecovery", [])],
         )
 
 

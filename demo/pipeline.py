@@ -50,9 +50,10 @@ from demo import clusters, expectations
 from demo import staging as staging_module
 from demo.clusters import Observations, Target
 from demo.front import Forward, Hook, Reply, Request, WebhookFront, forward_once
-from demo.journal import Device, Entry, Journal, Kind, sorted_entries
+from demo.journal import Device, Entry, Journal, Kind, Recovery, sorted_entries
 from demo.observer import Observer
 from demo.progress import narrate, worth_a_line
+from demo.report import recoveries, recovery_queries
 from demo.safety import UnhealthyFlapping, UnknownBackoff, Verdict, judge
 from demo.staging import Kill, Staging, StagingError
 from exporter.settings import NvmlSettings
@@ -80,7 +81,9 @@ from rules.render import Duration, render, write_files
 from rules.render import Settings as RuleSettings
 from simulator.fleet.objects import gpu_uuid
 from simulator.model import DEVICE_PLUGIN
+from simulator.runner import WORKLOAD_METRICS_PATH
 from simulator.scenario import Scenario
+from simulator.traffic import JOB as WORKLOADS_JOB
 
 ROOT = Path(__file__).resolve().parents[1]
 RESPONDER_CONFIG = ROOT / "deploy" / "responder-config.yaml"
@@ -404,14 +407,24 @@ def run_demo(
         node_mode = len(scenario.nodes) <= settings.node_exporters_max
         exporter_ports = {node: free_port() for node in scenario.nodes} if node_mode else {"": free_port()}
         responder_ports = [free_port() for _ in range(stage.responders)]
+        # The cluster first: its node agents serve the workloads' own counters, a scrape job.
+        target: Target = stack.enter_context(_target(scenario, settings, workdir, front))
+        out.write(f"{target.description} up\n")
+        out.flush()
         jobs = [
             *(
                 ScrapeJob("gpuhealth-exporter", [f"127.0.0.1:{port}"], {"node": node} if node else {})
                 for node, port in exporter_ports.items()
             ),
             ScrapeJob("gpuhealth-responder", [f"127.0.0.1:{port}" for port in responder_ports]),
+            ScrapeJob(
+                WORKLOADS_JOB,
+                [target.nvml_url.removeprefix("http://")],
+                metrics_path=WORKLOAD_METRICS_PATH,
+            ),
         ]
         out.write("starting Prometheus with the shipped rules (durations divided by the speed) ...\n")
+        prometheus_started = time.time()
         prometheus = stack.enter_context(
             run_prometheus(
                 workdir / "prometheus",
@@ -424,9 +437,6 @@ def run_demo(
                 ],
             )
         )
-        target: Target = stack.enter_context(_target(scenario, settings, workdir, front))
-        out.write(f"{target.description} up\n")
-        out.flush()
         _install_responder_api(target.kubeconfig_path)
         target.observe(seen)
         mode = (
@@ -518,6 +528,8 @@ def run_demo(
                 break
             time.sleep(settings.poll_interval_seconds)
         journal.ended_at = running.now()
+        ran = time.time() - prometheus_started
+        journal.recoveries = _recoveries(prometheus, ran, settings.speed, journal)
         records = target.records()
         (workdir / "records.json").write_text(json.dumps(records, indent=1))
         for name, process in processes.items():
@@ -555,6 +567,20 @@ def _write_journal(journal: Journal, workdir: Path) -> Path:
     path = workdir / "journal.json"
     path.write_text(json.dumps(journal.to_dict(), indent=1))
     return path
+
+
+def _recoveries(prometheus: Prometheus, window: float, speed: float, journal: Journal) -> list[Recovery]:
+    """Migration recovery times by path over the run, from its Prometheus (none when it cannot say)."""
+    answers: dict[str, dict[str, float]] = {}
+    try:
+        for name, expr in recovery_queries(window).items():
+            answers[name] = {
+                str(r["metric"].get("path", "")): float(r["value"][1]) for r in prometheus.query(expr)
+            }
+    except LoopbackError as exc:
+        journal.record(journal.ended_at, Kind.NOTE, "Prometheus did not answer", message=str(exc)[:200])
+        return []
+    return recoveries(answers, speed)
 
 
 def _stamp(received_at: float, mono: float, now: float, speed: float) -> float:

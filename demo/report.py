@@ -20,7 +20,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from demo.journal import Entry, Journal, Kind, sorted_entries
+from demo.journal import Entry, Journal, Kind, Recovery, sorted_entries
 from demo.summary import RELEASE_PHASES, Detection, Summary, concerns, describe, percentile
 from responder.ladder import LADDER
 
@@ -283,6 +283,53 @@ def latency_figures(detections: Sequence[Detection]) -> list[dict[str, Any]]:
                 "over_median": percentile(over, 0.5),
                 "over_p99": percentile(over, 0.99),
             }
+        )
+    return rows
+
+
+RECOVERY = "gpuhealth_migration_recovery_seconds"
+"""The responder's histogram of a move's first eviction to its job running again on healthy devices."""
+
+
+def recovery_queries(window_seconds: float) -> dict[str, str]:
+    """The PromQL that reads recovery times over the run's last `window_seconds` (wall), by path.
+
+    increase() over the run, summed over the replicas: each counts what it saw while leading,
+    from 0 after a restart."""
+    window = f"[{max(1, math.ceil(window_seconds))}s]"
+    return {
+        "moves": f"sum by (path) (increase({RECOVERY}_count{window}))",
+        "sum": f"sum by (path) (increase({RECOVERY}_sum{window}))",
+        **{
+            name: f"histogram_quantile({q}, sum by (path, le) (increase({RECOVERY}_bucket{window})))"
+            for name, q in (("p50", 0.5), ("p99", 0.99))
+        },
+    }
+
+
+def recoveries(answers: dict[str, dict[str, float]], speed: float) -> list[Recovery]:
+    """Recovery times by path from the answers to `recovery_queries` ({name: {path: value}}).
+
+    A path with no move in the run (fewer than half a move after increase()'s extrapolation) is
+    left out; no series at all is no rows. Times become scenario seconds (wall times `speed`)."""
+    rows = []
+    for path, moves in sorted(answers.get("moves", {}).items()):
+        count = round(moves)
+        if count < 1:
+            continue
+        total = answers.get("sum", {}).get(path, math.nan)
+
+        def scaled(value: float | None) -> float | None:
+            return None if value is None or not math.isfinite(value) else value * speed
+
+        rows.append(
+            Recovery(
+                path=path,
+                moves=count,
+                mean_seconds=(total / moves) * speed if math.isfinite(total) else math.nan,
+                p50_seconds=scaled(answers.get("p50", {}).get(path)),
+                p99_seconds=scaled(answers.get("p99", {}).get(path)),
+            )
         )
     return rows
 

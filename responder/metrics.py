@@ -161,6 +161,16 @@ QUARANTINES_ENDED = MetricFamily(
     "(confirmed|unconfirmed|restricted-unknown: responder.verdicts) and reason.",
     ("verdict", "reason"),
 )
+MIGRATION_WORK_LOST = MetricFamily(
+    "gpuhealth_migration_work_lost_seconds",
+    "histogram",
+    "Work each evicted pod of a move had done since its last checkpoint (since=checkpoint, from the "
+    "gpuhealth.io/last-checkpoint-time annotation) or, without one, since it started (since=start).",
+    ("since",),
+    unit="seconds",
+)
+WORK_LOST_BUCKETS = (1.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0)
+"""A checkpoint taken for the move loses seconds; a pod that never checkpoints loses its whole run."""
 
 CATALOG = Catalog(
     (
@@ -184,6 +194,7 @@ CATALOG = Catalog(
         HEALTH_SOURCE_UP,
         QUARANTINED_SECONDS,
         QUARANTINES_ENDED,
+        MIGRATION_WORK_LOST,
     )
 )
 """Every family the responder exposes."""

@@ -46,6 +46,10 @@ class ConfigError(ValueError):
 
 
 _JOB_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
+_METRIC_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_MATCHER = r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*'
+_MATCHERS_RE = re.compile(rf"^(?:{_MATCHER}(?:,{_MATCHER})*)?$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -175,6 +179,22 @@ class SelfSettings:
 
 
 @dataclass(frozen=True)
+class WorkloadSettings:
+    """The business SLO: the workloads' own request counters, read beside device health."""
+
+    requests_metric: str = "workload_requests_total"
+    """Counter of every request the workloads served (failed ones included)."""
+    errors_metric: str = "workload_request_errors_total"
+    """Counter of the requests they failed."""
+    matchers: str = 'job="workloads"'
+    """Label matchers that select the workloads' series of both counters (their scrape job)."""
+    namespace_label: str = "namespace"
+    """Label that names the pod's namespace on those series."""
+    pod_label: str = "pod"
+    """Label that names the pod on those series."""
+
+
+@dataclass(frozen=True)
 class Tenant:
     namespace: str
     """Kubernetes namespace of the tenant; alerts with this `namespace` label reach `url`."""
@@ -223,6 +243,7 @@ class Settings:
     node: NodeSettings = field(default_factory=NodeSettings)
     fleet: FleetSettings = field(default_factory=FleetSettings)
     self: SelfSettings = field(default_factory=SelfSettings)
+    workloads: WorkloadSettings = field(default_factory=WorkloadSettings)
     runbook_base_url: str = "https://github.com/gpuhealth/gpuhealth/blob/main/docs/runbooks.md"
     """Prefix of runbook_url; the anchor is the alert name in lower case."""
     alertmanager: AlertmanagerSettings = field(default_factory=AlertmanagerSettings)
@@ -310,6 +331,7 @@ def validate(settings: Settings) -> None:
 
     if settings.evaluation_interval.seconds <= 0:
         raise ConfigError("evaluation_interval: must be longer than 0s")
+    _validate_workloads(settings.workloads)
 
     dev = settings.device
     for name in (
@@ -465,6 +487,31 @@ def unknown_window(dev: DeviceSettings, earlier_episodes: int) -> float:
         raise ValueError(f"earlier_episodes: {earlier_episodes} is negative")
     halved = dev.unknown_tolerance.seconds / 2 ** min(earlier_episodes, 64)
     return float(max(dev.unknown_tolerance_floor.seconds, halved))
+
+
+def _validate_workloads(w: WorkloadSettings) -> None:
+    for name in ("requests_metric", "errors_metric"):
+        value = getattr(w, name)
+        if not _METRIC_RE.match(value):
+            raise ConfigError(f"workloads.{name}: {value!r} is not a Prometheus metric name")
+    if w.requests_metric == w.errors_metric:
+        raise ConfigError(
+            f"workloads.errors_metric: the same series as workloads.requests_metric ({w.requests_metric!r}); "
+            "the error ratio would always be 1"
+        )
+    for name in ("namespace_label", "pod_label"):
+        value = getattr(w, name)
+        if not _LABEL_RE.match(value) or value.startswith("__"):
+            raise ConfigError(f"workloads.{name}: {value!r} is not a Prometheus label name")
+    if w.namespace_label == w.pod_label:
+        raise ConfigError(
+            f"workloads.pod_label: the same label as workloads.namespace_label ({w.pod_label!r})"
+        )
+    if not _MATCHERS_RE.match(w.matchers):
+        raise ConfigError(
+            f"workloads.matchers: {w.matchers!r} is not a comma-separated list of label matchers "
+            'such as job="inference", namespace=~"prod-.*"'
+        )
 
 
 def _validate_unhealthy_flapping(dev: DeviceSettings, evaluation_interval: Duration) -> None:

@@ -8,6 +8,8 @@ kubeconfig, builds the fleet and runs its timeline:
 - `GET /simulator/v1/nodes/{node}/nvml?since=<seq>`: a node's fake NVML readings and XIDs;
 - `GET /simulator/v1/nodes/{node}/pod-resources`: its kubelet's allocatable devices, as the
   protobuf the pod-resources API answers (`simulator.pod_resources`);
+- `GET /simulator/v1/workloads/metrics`: the workloads' own request and error counters per pod
+  (`simulator.traffic`), for Prometheus to scrape as a site scrapes its serving stack;
 - `POST /simulator/v1/faults`: inject one timeline entry (JSON), validated like a file;
 - `GET|PUT|DELETE /simulator/v1/api-faults`: the API faults the apiserver injects
   (`simulator.apiserver.faults`: read them and their counts, replace them, turn them off);
@@ -49,11 +51,15 @@ from simulator.nvml import nvml_document
 from simulator.pod_resources import CONTENT_TYPE as POD_RESOURCES_TYPE
 from simulator.pod_resources import allocatable_message
 from simulator.scenario import Scenario, ScenarioError, parse_fault_json, resolve
+from simulator.traffic import CONTENT_TYPE, Traffic
 
 log = logging.getLogger(__name__)
 
 FLEET_KEY = web.AppKey("gpuhealth_sim_fleet", Fleet)
 TOKEN_KEY = web.AppKey("gpuhealth_sim_fault_token", str)
+TRAFFIC_KEY = web.AppKey("gpuhealth_sim_traffic", Traffic)
+WORKLOAD_METRICS_PATH = "/simulator/v1/workloads/metrics"
+"""Where the simulated workloads' request and error counters are scraped (`simulator.traffic`)."""
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -98,6 +104,10 @@ async def _pod_resources(request: web.Request) -> web.Response:
     if node not in fleet.nodes:
         return _status_error(404, "NotFound", f'nodes "{node}" not found in the simulated fleet')
     return web.Response(body=allocatable_message(fleet, node), content_type=POD_RESOURCES_TYPE)
+
+
+async def _workload_metrics(request: web.Request) -> web.Response:
+    return web.Response(text=request.app[TRAFFIC_KEY].exposition(), headers={"Content-Type": CONTENT_TYPE})
 
 
 def _authorized(request: web.Request) -> bool:
@@ -161,11 +171,13 @@ def add_routes(app: web.Application, fleet: Fleet, *, token: str | None = None) 
     pod-resources routes stay open, like a node-local NVML library and kubelet socket.
     """
     app[FLEET_KEY] = fleet
+    app[TRAFFIC_KEY] = Traffic(fleet)
     if token:
         app[TOKEN_KEY] = token
     app.router.add_get("/simulator/v1/status", _status)
     app.router.add_get("/simulator/v1/nodes/{node}/nvml", _nvml)
     app.router.add_get("/simulator/v1/nodes/{node}/pod-resources", _pod_resources)
+    app.router.add_get(WORKLOAD_METRICS_PATH, _workload_metrics)
     app.router.add_post("/simulator/v1/faults", _inject)
     for method in ("GET", "PUT", "DELETE"):
         app.router.add_route(method, "/simulator/v1/api-faults", _api_faults)

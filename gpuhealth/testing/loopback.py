@@ -160,6 +160,8 @@ class ScrapeJob:
     name: str
     targets: list[str]
     labels: dict[str, str] = field(default_factory=dict)
+    metrics_path: str = "/metrics"
+    """The path scraped on every target (one per job name: the job's first ScrapeJob sets it)."""
 
 
 def _static_configs(jobs: Sequence[ScrapeJob]) -> dict[str, list[dict[str, Any]]]:
@@ -168,6 +170,13 @@ def _static_configs(jobs: Sequence[ScrapeJob]) -> dict[str, list[dict[str, Any]]
     for job in jobs:
         by_name.setdefault(job.name, []).append({"targets": job.targets, "labels": job.labels})
     return by_name
+
+
+def _metrics_path(jobs: Sequence[ScrapeJob], name: str) -> str:
+    paths = {job.metrics_path for job in jobs if job.name == name}
+    if len(paths) > 1:
+        raise ValueError(f"scrape job {name!r}: one metrics_path per job, got {sorted(paths)}")
+    return paths.pop()
 
 
 class Prometheus:
@@ -237,7 +246,8 @@ def run_prometheus(
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
         "rule_files": [str(path) for path in rule_files],
         "scrape_configs": [
-            {"job_name": name, "static_configs": groups} for name, groups in _static_configs(jobs).items()
+            {"job_name": name, "metrics_path": _metrics_path(jobs, name), "static_configs": groups}
+            for name, groups in _static_configs(jobs).items()
         ],
     }
     urls = [alertmanager_url] if isinstance(alertmanager_url, str) else list(alertmanager_url or ())

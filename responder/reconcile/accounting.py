@@ -1,5 +1,9 @@
 """The leader's measures of what quarantines cost and what they turned out to be.
 
+`WorkLostMeter` is the third: `gpuhealth_migration_work_lost_seconds{since}`, the work each pod
+evicted by a move had done since its last checkpoint (`responder.reconcile.work_lost`), observed
+by the migration executor when an eviction lands.
+
 The instruments of `gpuhealth_quarantined_device_seconds_total` (the rule in
 `responder.reconcile.measures`) and `gpuhealth_quarantines_ended_total` (the verdict in
 `responder.verdicts`), fed by the reconciler at the end of each pass and at each quarantine's
@@ -11,7 +15,9 @@ grow.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -19,8 +25,11 @@ from gpuhealth import instruments
 from responder import metrics
 from responder.ladder import LADDER, Ladder
 from responder.reconcile.measures import ExclusionMeter, series_of
+from responder.reconcile.work_lost import Since, WorkLost, WorkLostError, fallback, work_lost
 from responder.records import ACTIVE_PHASES, Quarantine
 from responder.verdicts import QuarantineVerdict, verdict_of
+
+log = logging.getLogger(__name__)
 
 
 class QuarantineAccounting:
@@ -54,3 +63,25 @@ class QuarantineAccounting:
     def term_ended(self) -> None:
         """This replica stopped leading: its series stay (counters only grow), its account restarts."""
         self._meter.forget()
+
+
+class WorkLostMeter:
+    """`gpuhealth_migration_work_lost_seconds{since}`, both series born at 0 (empty histograms)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.histogram = instruments.histogram(
+            metrics.MIGRATION_WORK_LOST, registry, metrics.WORK_LOST_BUCKETS
+        )
+        for since in Since:
+            self.histogram.labels(since.value)
+
+    def evicted(self, pod: Mapping[str, Any], now: float) -> WorkLost | None:
+        """An eviction of a move landed on `pod` (the object as read before it) at `now`."""
+        try:
+            lost = work_lost(pod, now)
+        except WorkLostError as error:
+            log.warning("%s; counting the work lost since the pod started", error)
+            lost = fallback(pod, now)
+        if lost is not None:
+            self.histogram.labels(lost.since.value).observe(lost.seconds)
+        return lost

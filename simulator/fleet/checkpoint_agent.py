@@ -3,10 +3,12 @@
 A pod annotated `gpuhealth.io/checkpoint: annotation` runs an agent that answers
 `gpuhealth.io/checkpoint-requested: <key>` (written by the responder) by writing
 `gpuhealth.io/checkpoint-committed: <key>` after the workload's commit delay, never, or by
-writing `gpuhealth.io/checkpoint-failed: <key>`. The agent writes the pod's metadata as an
-in-pod agent would through the API. Scenario workloads take the delay from their
-`checkpoint.commitAfter`; API-created pods from the annotation `sim.gpuhealth.io/checkpoint-after`
-(`20s`, `never` or `fail`; default 10 s).
+writing `gpuhealth.io/checkpoint-failed: <key>`. With each commit it also writes when it
+committed, `gpuhealth.io/last-checkpoint-time: <RFC 3339>` (docs/workloads.md, "Reporting the
+last checkpoint"), from which the responder counts the work an eviction loses. The agent
+writes the pod's metadata as an in-pod agent would through the API. Scenario workloads take
+the delay from their `checkpoint.commitAfter`; API-created pods from the annotation
+`sim.gpuhealth.io/checkpoint-after` (`20s`, `never` or `fail`; default 10 s).
 
 A pod that declares the readiness gate `gpuhealth.io/serving` runs a workload that sets that
 condition True once it serves (through pods/status, as the workload writes its commit), and
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuhealth.durations import DurationError, parse_duration
+from gpuhealth.kube.meta import rfc3339
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
 from simulator.fleet.node_api import NodeApi
@@ -37,6 +40,7 @@ REQUESTED = "gpuhealth.io/checkpoint-requested"
 COMMITTED = "gpuhealth.io/checkpoint-committed"
 FAILED = "gpuhealth.io/checkpoint-failed"
 AFTER = "sim.gpuhealth.io/checkpoint-after"
+LAST_CHECKPOINT = "gpuhealth.io/last-checkpoint-time"
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,9 +194,13 @@ class CheckpointAgent:
         key = run.answering
         run.commit_at = None
         annotation = FAILED if run.spec.fails else COMMITTED
+        committed_at = rfc3339(self._timers.wall())
 
         def fn(obj: dict[str, Any]) -> dict[str, Any]:
-            obj["metadata"].setdefault("annotations", {})[annotation] = key
+            annotations = obj["metadata"].setdefault("annotations", {})
+            annotations[annotation] = key
+            if annotation == COMMITTED:
+                annotations[LAST_CHECKPOINT] = committed_at
             return obj
 
         try:

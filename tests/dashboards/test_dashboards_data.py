@@ -5,7 +5,8 @@ real except the cluster (simulated): node-mode exporters (NVML from the simulato
 the responder as a child process (`gpuhealth responder`, leading, reconciling), Prometheus
 with the shipped rules (time thresholds shrunk to seconds), Alertmanager with the shipped
 routing delivering to the responder's webhook, and Prometheus scraping all three jobs
-(`gpuhealth-exporter` with the `node` label, `gpuhealth-responder`, `alertmanager`).
+(`gpuhealth-exporter` with the `node` label, `gpuhealth-responder`, `alertmanager`, and the
+simulated workloads' own counters as `workloads`).
 
 The scenario gives each panel something true to show, never a faked series:
 - a fatal XID on a device-plugin GPU that holds a pod: GPUDeviceFatalXid and GPUDeviceUnhealthy
@@ -19,8 +20,10 @@ The scenario gives each panel something true to show, never a faked series:
 - a person deletes the DRA restriction's DeviceTaintRule by hand: the responder puts it back;
 - the responder's leader counts the device-seconds both enforcements kept out of service, which
   the GPU-hours panels read through the recording rules.
-The Fleet dashboard's business selector is pointed at Alertmanager's notification counters,
-a workload's own error counters in this run (each site sets its own).
+- the simulator's workloads export their own request and error counters (Prometheus scrapes
+  them as job `workloads`, the default of rules/config.yaml's `workloads`): the pod on the XID's
+  device fails its requests until it moves, which the business SLO panels read through the
+  recording rules, joined to devices through the pods that hold them.
 
 Then `dashboards.check.panels_without_data` runs every panel query as Grafana would, over
 the run's time range, with `node` and `device` set to the quarantined GPU.
@@ -51,6 +54,8 @@ from gpuhealth.testing.loopback import (
     run_prometheus,
     wait_until,
 )
+from simulator.runner import WORKLOAD_METRICS_PATH
+from simulator.traffic import JOB as WORKLOADS_JOB
 from tests.dashboards.support import committed
 from tests.e2e.test_pipeline_e2e import render_rules  # the shipped rules, thresholds shrunk to seconds
 
@@ -59,6 +64,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SPEED = 10.0
 TOKEN = "dashboards-e2e-token"
 CRD_FILE = Path(__file__).parents[2] / "deploy" / "crds" / "devicequarantines.gpuhealth.io.yaml"
+FAILING_PODS = 'namespace_pod:workload_error_ratio:rate5m{namespace="inference"}'
 SCENARIO: dict[str, Any] = {
     "name": "dashboards-e2e",
     "description": "1 device-plugin node (3 GPUs) and 1 DRA node (2), one workload on each path",
@@ -134,6 +140,9 @@ def test_every_panel_query_returns_data(tmp_path: Path) -> None:
             ),
             ScrapeJob("gpuhealth-responder", [f"127.0.0.1:{responder_port}"]),
             ScrapeJob("alertmanager", [alertmanager.base_url.removeprefix("http://")]),
+            ScrapeJob(
+                WORKLOADS_JOB, [cluster.url.removeprefix("http://")], metrics_path=WORKLOAD_METRICS_PATH
+            ),
         ]
         prometheus = stack.enter_context(
             run_prometheus(
@@ -177,7 +186,18 @@ def test_every_panel_query_returns_data(tmp_path: Path) -> None:
             timeout=60,
         )
 
+        wait_until(
+            "the held GPU's workload error ratio, 0 while it is healthy",
+            lambda: prometheus.value(f'node_device:workload_error_ratio:rate5m{{device="{held}"}}') == 0,
+            timeout=60,
+        )
         cluster.inject({"fault": "xid", "device": {"node": "gpu-dp-0", "gpu": index}, "xid": 79})
+        wait_until(
+            # The pod's ratio stays in the 5m window after it moves.
+            "the pod on the failed GPU failing its requests",
+            lambda: (prometheus.value(f"max({FAILING_PODS})") or 0) > 0,
+            timeout=60,
+        )
         cluster.inject(
             {"fault": "device-unknown", "device": {"node": "gpu-dra-0", "gpu": 1}, "duration": "10m"}
         )
@@ -233,8 +253,6 @@ def test_every_panel_query_returns_data(tmp_path: Path) -> None:
         values = {
             "node": "gpu-dp-0",
             "device": held,
-            "business_errors": 'alertmanager_notifications_failed_total{job="alertmanager"}',
-            "business_requests": 'alertmanager_notifications_total{job="alertmanager"}',
             "__rate_interval": "15s",
         }
         documents = list(committed().values())

@@ -24,13 +24,7 @@ from tests.support.promql_names import ANY, check, output_labels, usage
 RULES = load_rules(sorted(PROMETHEUS_DIR.glob("*.yaml")))
 SERIES = {name: labels | {"cluster"} for name, labels in declared_series(RULES).items()}
 """Declared series; `cluster` is the label a multi-cluster Prometheus adds to every series."""
-VALUES = {
-    "node": "gpu-node-0",
-    "device": "GPU-0",
-    # Site-specific selectors of the workloads' own counters: a declared counter stands in.
-    "business_errors": 'alertmanager_notifications_failed_total{job="alertmanager"}',
-    "business_requests": 'alertmanager_notifications_total{job="alertmanager"}',
-}
+VALUES = {"node": "gpu-node-0", "device": "GPU-0"}
 QUERIES: list[PanelQuery] = [q for doc in committed().values() for q in panel_queries(doc, VALUES)]
 
 

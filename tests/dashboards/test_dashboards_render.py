@@ -117,22 +117,19 @@ def test_a_panel_with_an_unknown_unit_is_refused() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("exporter_job", ""), ("responder_job", 'a"b'), ("alertmanager_job", "a\\b"), ("business_errors", " ")],
+    [("exporter_job", ""), ("responder_job", 'a"b'), ("alertmanager_job", "a\\b")],
 )
 def test_settings_refuse_what_would_break_the_queries(field: str, value: str) -> None:
     with pytest.raises(ValueError, match=f"dashboard settings: {field} must be"):
         settings.Settings(**{field: value})
 
 
-def test_a_site_renders_its_own_business_selectors(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    errors = 'vllm_request_failures_total{job="vllm"}'
-    assert main(["--out", str(tmp_path), "--business-errors", errors]) == 0
-    fleet = json.loads((tmp_path / "fleet.json").read_text())
-    variables = {v["name"]: v for v in fleet["templating"]["list"]}
-    assert variables["business_errors"]["query"] == errors
-    assert variables["business_errors"]["current"]["value"] == errors
-    assert variables["business_requests"]["query"] == settings.Settings().business_requests
-    assert main(["--out", str(tmp_path), "--business-requests", " "]) == 2
-    assert "business_requests must be a counter selector" in capsys.readouterr().err
+def test_the_business_slo_reads_the_rules_records_and_no_free_text_selector() -> None:
+    # The workloads' counters are configured once, in rules/config.yaml (`workloads`); the
+    # dashboards read the recording rules built on them, so no text box can point them elsewhere.
+    docs = render.render(settings.Settings())
+    for stem in ("fleet", "device"):
+        doc = json.loads(docs[f"{stem}.json"])
+        assert all(v["type"] != "textbox" for v in doc["templating"]["list"])
+        exprs = [t["expr"] for p in doc["panels"] for t in p.get("targets", ())]
+        assert any("workload_error_ratio:rate5m" in e for e in exprs), stem

@@ -19,12 +19,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from demo.journal import Entry, Kind
+from demo.journal import Entry, Journal, Kind
 from demo.report import (
     LEFT,
     RIGHT,
     WIDTH,
     affected_devices,
+    recoveries,
+    recovery_queries,
     render_html,
     time_frame,
     timeline_svg,
@@ -220,3 +222,37 @@ def test_charts_stay_on_their_axis(entries: list[Entry], ended_at: float) -> Non
         for value in _numbers.findall(svg):
             assert LEFT - 6 <= float(value) <= WIDTH - RIGHT + 0.05
     parse(render_html(journal, summarize(journal), FakeVerdict()))
+
+
+def test_migration_recovery_times_come_from_the_runs_prometheus_in_scenario_seconds() -> None:
+    # What recovery_queries would answer: two device-plugin moves (increase() extrapolates a
+    # little) of 3 s and 5 s on the responders' wall clock, none on the DRA path, at speed 10.
+    queries = recovery_queries(61.2)
+    assert queries["moves"] == ("sum by (path) (increase(gpuhealth_migration_recovery_seconds_count[62s]))")
+    assert "histogram_quantile(0.99, sum by (path, le)" in queries["p99"]
+    answers = {
+        "moves": {"device-plugin": 2.04, "dra": 0.0},
+        "sum": {"device-plugin": 8.16, "dra": 0.0},
+        "p50": {"device-plugin": 3.5, "dra": float("nan")},
+        "p99": {"device-plugin": 4.95},
+    }
+    (row,) = recoveries(answers, speed=10.0)
+    assert (row.path, row.moves) == ("device-plugin", 2)
+    assert row.mean_seconds == pytest.approx(40.0)
+    assert (row.p50_seconds, row.p99_seconds) == (pytest.approx(35.0), pytest.approx(49.5))
+    assert recoveries({}, speed=10.0) == []
+
+    journal = journals.closed_loop()
+    journal.recoveries = [row]
+    assert Journal.from_dict(journal.to_dict()).recoveries == [row]
+    page = parse(render_html(journal, summarize(journal), FakeVerdict()))
+    text = " ".join(page.text)
+    assert "Migration recovery" in text and "device-plugin" in text
+    assert "40.0 s" in text and "35.0 s" in text and "49.5 s" in text
+
+
+def test_a_run_without_moves_says_so_instead_of_an_empty_table() -> None:
+    journal = journals.closed_loop()
+    assert journal.recoveries == []
+    text = " ".join(parse(render_html(journal, summarize(journal), FakeVerdict())).text)
+    assert "No moves: no job was moved off a device in this run." in text

@@ -97,6 +97,31 @@ def test_a_custom_config_changes_the_rules() -> None:
     )
 
 
+def test_the_workload_slo_reads_the_configured_counters_and_labels() -> None:
+    settings = parse_config(
+        {
+            "workloads": {
+                "requests_metric": "http_requests_total",
+                "errors_metric": "http_request_failures_total",
+                "matchers": 'job="inference", code!="499"',
+                "namespace_label": "kubernetes_namespace",
+                "pod_label": "kubernetes_pod_name",
+            }
+        }
+    )
+    fleet = yaml.safe_load(render(settings)["prometheus/gpu-fleet.yaml"])
+    (group,) = [g for g in fleet["groups"] if g["name"] == "gpuhealth-workload.records"]
+    exprs = {r["record"]: r["expr"] for r in group["rules"]}
+    requests = exprs["namespace_pod:workload_requests:rate5m"]
+    assert 'rate(http_requests_total{job="inference", code!="499"}[5m])' in requests
+    assert '"namespace", "$1", "kubernetes_namespace", "(.*)"' in requests
+    assert '"pod", "$1", "kubernetes_pod_name", "(.*)"' in requests
+    assert "http_request_failures_total" in exprs["namespace_pod:workload_errors:rate5m"]
+    # Device health never reads the workloads' series: no device rule or alert mentions them.
+    device = render(settings)["prometheus/gpu-device.yaml"]
+    assert "http_request" not in device and "workload_" not in device
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -163,6 +188,13 @@ def test_a_custom_config_changes_the_rules() -> None:
         ({"self": {"reconcile_stalled_for": "1m"}}, "self.reconcile_stalled_for (1m) must be longer than"),
         ({"self": {"probing_stuck_for": "2d"}}, "self.probing_stuck_for (48h) must be shorter"),
         (["not", "a", "mapping"], "config: expected a mapping"),
+        ({"workloads": {"requests_metric": "http-requests"}}, "requests_metric: 'http-requests' is not"),
+        ({"workloads": {"errors_metric": "workload_requests_total"}}, "errors_metric: the same series"),
+        ({"workloads": {"pod_label": "__name__"}}, "pod_label: '__name__' is not a Prometheus"),
+        ({"workloads": {"pod_label": "namespace"}}, "workloads.pod_label: the same label as"),
+        ({"workloads": {"matchers": "job=inference"}}, "matchers: 'job=inference' is not a comma-sep"),
+        ({"workloads": {"matchers": 'job="a"} or vector(1) #'}}, "workloads.matchers:"),
+        ({"workloads": {"matchers": ""}}, "workloads.matchers: expected a non-empty string"),
     ],
 )
 def test_bad_config_values_are_refused_with_the_key_named(data: Any, message: str) -> None:

@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from gpuhealth.kube.meta import parse_rfc3339
+from responder.reconcile.work_lost import work_lost
 from simulator.apiserver.store import Store
 from simulator.fleet import Fleet
 from simulator.scenario import Fault
@@ -190,11 +192,18 @@ async def test_scenario_checkpoint_fields_drive_the_agent() -> None:
         await fleet.advance(5)
         got = get(store, pod["metadata"]["name"])["metadata"]["annotations"]
         assert got["gpuhealth.io/checkpoint-committed"] == "r1"
+        # With the commit, when it was committed: what the responder counts the work lost from.
+        assert parse_rfc3339(got["gpuhealth.io/last-checkpoint-time"]) == pytest.approx(fleet.wall())
         assert fleet.status()["jobs"]["default/train"]["checkpoints"] == 1
         await fleet.advance(5)
+        evicted = get(store, pod["metadata"]["name"])
         store.delete("pods", pod["metadata"]["name"], "default")
         await settle()
         assert fleet.status()["jobs"]["default/train"]["workLostSeconds"] == pytest.approx(5.0)
+        # The responder's reading of the annotation agrees with the job's own ledger.
+        lost = work_lost(evicted, fleet.wall())
+        assert lost is not None and lost.since == "checkpoint"
+        assert lost.seconds == pytest.approx(5.0)
 
 
 async def test_a_pod_on_a_stopped_kubelet_stays_terminating_but_is_replaced() -> None:

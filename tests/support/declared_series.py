@@ -2,7 +2,8 @@
 
 Built from what is declared, never from what queries happen to use: the services' catalogs
 (`exporter.metrics`, `responder.metrics`) plus the labels every scrape adds, Prometheus'
-own series, the Alertmanager counters the self-monitoring rules read, and the recording
+own series, the Alertmanager counters the self-monitoring rules read, the workloads' counters
+that rules/config.yaml names (the business SLO), and the recording
 rules of rules/prometheus (their labels inferred from their expressions). Shared by the
 rules test and, next, the dashboards test.
 """
@@ -18,6 +19,7 @@ import yaml
 from exporter.metrics import CATALOG as EXPORTER
 from gpuhealth.metrics import Catalog, MetricFamily
 from responder.metrics import CATALOG as RESPONDER
+from rules.render import DEFAULT_CONFIG, load_config
 from tests.support.promql_names import ANY, Labels, SeriesLabels, output_labels
 
 SERVICES = Catalog.union(EXPORTER, RESPONDER)
@@ -45,6 +47,14 @@ ALERTMANAGER = Catalog(
     )
 )
 """Alertmanager's own counters that GPUHealthWebhookFailing reads (not a gpuhealth service's)."""
+
+_WORKLOADS = load_config(DEFAULT_CONFIG).workloads
+WORKLOAD_SERIES: Mapping[str, Labels] = {
+    name: frozenset({_WORKLOADS.namespace_label, _WORKLOADS.pod_label}) | TARGET_LABELS
+    for name in (_WORKLOADS.requests_metric, _WORKLOADS.errors_metric)
+}
+"""The workloads' own counters that rules/config.yaml (`workloads`) names: the site's serving
+stack's, not a gpuhealth service's (the simulator's workloads export these by default)."""
 
 PROMETHEUS_SERIES: Mapping[str, Labels] = {
     **{
@@ -124,5 +134,5 @@ def recorded_series(rules: Iterable[Rule], base: SeriesLabels) -> dict[str, Labe
 
 def declared_series(rules: Iterable[Rule] = ()) -> dict[str, Labels]:
     """Every series a query may select: services, Alertmanager, Prometheus, recording `rules`."""
-    base = {**catalog_series(SERVICES, ALERTMANAGER), **PROMETHEUS_SERIES}
+    base = {**catalog_series(SERVICES, ALERTMANAGER), **WORKLOAD_SERIES, **PROMETHEUS_SERIES}
     return {**base, **recorded_series(rules, base)}
