@@ -80,6 +80,7 @@ from responder.migrate.plan import (
     plan,
 )
 from responder.migrate.plan import REQUESTED as REQUESTED_ANNOTATION
+from responder.reconcile.accounting import WorkLostMeter
 from responder.records import (
     API_VERSION,
     KIND,
@@ -140,7 +141,8 @@ _COUNTED_KEYS = 10_000
 class MigratorMetrics:
     """`gpuhealth_migrations_total{outcome}`: one count per job whose move ended;
     `gpuhealth_migration_recovery_seconds{path}`: from a move's first eviction to its job's
-    replacements running on healthy devices."""
+    replacements running on healthy devices; `gpuhealth_migration_work_lost_seconds{since}`: per
+    evicted pod, the work since its last reported checkpoint (or its start)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.migrations = instruments.counter(metrics.MIGRATIONS, registry)
@@ -153,6 +155,7 @@ class MigratorMetrics:
             self.durations.labels(outcome)
         for path in metrics.PATHS:
             self.recovery.labels(path)
+        self.work_lost = WorkLostMeter(registry)
 
 
 def evidence_name(record: str, key: str, pod: str) -> str:
@@ -469,7 +472,16 @@ class Migrator:
         if isinstance(effect, RequestCheckpoint):
             return self._request_checkpoint(effect, entry, now)
         if isinstance(effect, Evict):
-            return self._evict(effect, entry, record, now)
+            evicted = self._evict(effect, entry, record, now)
+            pod_object = objects.get(effect.pod)
+            if (
+                self._metrics is not None
+                and pod_object is not None
+                and len(evicted.evictions) > len(entry.evictions)
+            ):
+                # The pod as read before its eviction: its last checkpoint (or start) to now.
+                self._metrics.work_lost.evicted(pod_object, now)
+            return evicted
         if isinstance(effect, KeepEvidence):
             return self._keep_evidence(effect, entry, record, objects.get(effect.pod), now)
         pod = pods.get(effect.pod)

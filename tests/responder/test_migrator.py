@@ -33,6 +33,7 @@ from prometheus_client import CollectorRegistry
 from gpuhealth.clock import ManualClock
 from gpuhealth.kube.client import ObjectList
 from gpuhealth.kube.errors import AlreadyExists, ApiError, Conflict, NotFound, TooManyRequests, Unavailable
+from gpuhealth.kube.meta import rfc3339
 from gpuhealth.kube.resources import Resource
 from responder.migrate.executor import (
     EVENT,
@@ -49,6 +50,7 @@ from responder.migrate.plan import (
     MigrationSettings,
     Mode,
 )
+from responder.reconcile.work_lost import LAST_CHECKPOINT
 from responder.records import (
     DEVICE_PLUGIN,
     DRA,
@@ -862,3 +864,18 @@ def test_a_replacement_that_never_runs_fails_the_move_at_the_replacement_timeout
         registry.get_sample_value("gpuhealth_migration_recovery_seconds_count", {"path": "device-plugin"})
         == 0
     )
+
+
+def test_an_eviction_counts_the_work_lost_since_the_pods_last_checkpoint(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    registry = CollectorRegistry()
+    m, r = evicting(client, clock, registry=registry)
+    # The workload's checkpoint agent stamped its commit 45 s ago; the eviction lands now.
+    client.pod("train-0")["metadata"]["annotations"][LAST_CHECKPOINT] = rfc3339(clock.now() - 45)
+    r = m.step(r, clock.now())
+    assert client.evictions == [("train-0", True), ("train-0", False)]
+    since = {"since": "checkpoint"}
+    assert registry.get_sample_value("gpuhealth_migration_work_lost_seconds_count", since) == 1.0
+    assert registry.get_sample_value("gpuhealth_migration_work_lost_seconds_sum", since) == 45.0
+    assert registry.get_sample_value("gpuhealth_migration_work_lost_seconds_count", {"since": "start"}) == 0
