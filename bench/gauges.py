@@ -34,6 +34,7 @@ class DeviceGauges:
         )
         self.taint = Gauge("gpu_device_driver_taint", "t", [*dev, "key", "effect"], registry=registry)
         self.lease = Gauge("gpu_node_kubelet_lease_age_seconds", "l", ["node"], registry=registry)
+        self.producer = Gauge("gpu_node_health_producer_up", "p", ["node", "driver"], registry=registry)
 
     def add(self, d: DeviceState, age: float) -> None:
         """Every series of one device, with the values the renderer gives it."""

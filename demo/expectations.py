@@ -617,7 +617,12 @@ def _describe(item: DeviceExpectation) -> str:
 
 
 def _latency_problem(view: _View, uuid: str, enforced: Entry, bound: float, said: str) -> str | None:
-    faults = view.of(Kind.FAULT, uuid)
+    device = view.journal.devices.get(uuid)
+    # A node fault (a dead or stale health stream) is a fault of each of the node's devices.
+    node_faults = [
+        e for e in view.entries if e.kind == Kind.FAULT and not e.device and device and e.node == device.node
+    ]
+    faults = sorted([*view.of(Kind.FAULT, uuid), *node_faults], key=lambda e: e.at)
     if not faults:
         return "enforced with no fault recorded on the device"
     latency = enforced.at - faults[0].at

@@ -125,6 +125,9 @@ def _devices_of(scenario: Scenario, fault: Fault) -> list[tuple[str, int]]:
     return []
 
 
+STREAM_FAULTS = ("health-stream-broken", "health-stream-stale")
+"""A node's DRA health stream broken (Unknown at once) or dead unnoticed (stale, then Unknown)."""
+
 SpellKey = tuple[str, int | None]
 """(node, gpu) of a device's Unknown, or (node, None) of a node's broken health stream."""
 
@@ -148,7 +151,9 @@ def _unknown_spells(scenario: Scenario) -> dict[SpellKey, list[tuple[float, floa
         key: SpellKey
         if fault.device is not None and fault.kind in ("device-unknown", "recover"):
             key = (fault.device.node, fault.device.gpu)
-        elif fault.node is not None and fault.kind in ("health-stream-broken", "recover"):
+        elif fault.node is not None and fault.kind in (*STREAM_FAULTS, "recover"):
+            # A stale stream's Healthy counts as Unknown once its age passes the heartbeat limit:
+            # later than the fault, so a spell from the fault starts no later than the Unknown.
             key = (fault.node, None)
         else:
             continue
@@ -188,6 +193,8 @@ def _warranted_action(
 
     if kind == "device-unknown" and fault.device is not None:
         return "restrict" if long_enough((fault.device.node, fault.device.gpu)) else None
+    if kind == "health-stream-stale" and fault.node is not None:
+        return "restrict" if long_enough((fault.node, None)) else None  # DRA nodes only
     if kind == "health-stream-broken" and fault.node is not None:
         # The device-plugin path reports a broken stream as Unhealthy, DRA as Unknown.
         if scenario.nodes[fault.node].path == "device-plugin":

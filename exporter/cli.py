@@ -39,12 +39,16 @@ from exporter.directory import Directory, DirectoryError, DirectoryReader, open_
 from exporter.podresources import PodResourcesSource
 from exporter.settings import (
     DEFAULT_DIRECTORY,
+    DEFAULT_HEALTH_PRODUCERS,
     DEFAULT_LISTEN,
+    HEALTH_PRODUCER_FORM,
     DirectorySettings,
     ExporterSettings,
+    HealthProducer,
     NvmlSettings,
     ObserverSettings,
     check_nvml_source,
+    parse_health_producer,
 )
 from exporter.snapshot import HEALTH_VALUES
 from exporter.state import CLAIMS, LEASES, PODS, SLICES, DeviceStateStore, ObservationRecord
@@ -105,6 +109,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "kubelet.sock) or a simulated node (node mode with NVML, device-plugin nodes; default none)",
     )
     exporter.add_argument(
+        "--health-producer",
+        action="append",
+        type=_health_producer,
+        metavar=HEALTH_PRODUCER_FORM,
+        help="a DRA driver's health producer pods (its kubelet plugin), whose readiness vouches for "
+        "that driver's device health; repeatable, `none` for no producer (default: "
+        + ", ".join(f"{p.driver}={p.namespace}/{p.selector}" for p in DEFAULT_HEALTH_PRODUCERS)
+        + ")",
+    )
+    exporter.add_argument(
         "--nvml-poll-seconds",
         type=positive_duration_seconds,
         default=NvmlSettings.poll_seconds,
@@ -140,6 +154,24 @@ def _directory_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _health_producer(value: str) -> HealthProducer | None:
+    if value == "none":
+        return None
+    try:
+        return parse_health_producer(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def health_producers(given: list[HealthProducer | None] | None) -> tuple[HealthProducer, ...]:
+    """The producers `--health-producer` names: the shipped ones when absent, none for `none`."""
+    if given is None:
+        return DEFAULT_HEALTH_PRODUCERS
+    if None in given and len(given) > 1:
+        raise UsageError("--health-producer none cannot be combined with other producers")
+    return tuple(p for p in given if p is not None)
+
+
 def _nvml_source(value: str) -> str:
     try:
         return check_nvml_source(value)
@@ -158,7 +190,9 @@ def settings_from_args(args: argparse.Namespace) -> ExporterSettings:
     try:
         base = ExporterSettings()
         return ExporterSettings(
-            observer=ObserverSettings(node_name=args.node),
+            observer=ObserverSettings(
+                node_name=args.node, health_producers=health_producers(args.health_producer)
+            ),
             directory=DirectorySettings(
                 path=args.directory if args.directory else (None if offline else DEFAULT_DIRECTORY)
             ),

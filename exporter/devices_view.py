@@ -29,6 +29,7 @@ from exporter.snapshot import (
     DriverTaint,
     NodeState,
     Snapshot,
+    producer_down_since,
     status_age,
 )
 from gpuhealth.kube.meta import parse_rfc3339
@@ -92,7 +93,7 @@ def device_document(device: DeviceState, age: float) -> dict[str, Any]:
 def snapshot_rows(snapshot: Snapshot, now: float) -> list[Row]:
     """Every device of the snapshot with its status age, as `/metrics` computes it."""
     return [
-        (d, status_age(d, snapshot.nodes.get(d.node), snapshot.nvml, now))
+        (d, status_age(d, snapshot.nodes.get(d.node), snapshot.nvml, now, producer_down_since(snapshot, d)))
         for _, d in sorted(snapshot.devices.items())
     ]
 
@@ -244,7 +245,8 @@ MESSAGE = Column("MESSAGE", lambda d, _: d.message or "-")
 
 
 def device_rows(devices: Iterable[DeviceState], leases: dict[str, float | None], now: float) -> list[Row]:
-    """Devices with their status age from the node Leases alone (the directory file has no NVML)."""
+    """Devices with their status age from the node Leases alone (the directory file has no NVML
+    and no health producers: a live exporter's `/api/v1/devices` ages them by those too)."""
     rows = []
     for device in devices:
         renewed = leases.get(device.node)

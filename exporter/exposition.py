@@ -41,6 +41,7 @@ from exporter.metrics import (
     DEVICE_OBSERVED,
     DEVICE_STATUS_AGE,
     DEVICE_STATUS_VERSION,
+    NODE_HEALTH_PRODUCER_UP,
     NODE_LEASE_AGE,
     NVML_ECC,
     NVML_FAMILIES,
@@ -57,6 +58,7 @@ from exporter.snapshot import (
     DriverTaint,
     NodeState,
     NvmlView,
+    ProducerState,
     Snapshot,
     status_age,
 )
@@ -78,6 +80,7 @@ _INFO = DEVICE_INFO.exposed_name
 _ALLOCATION = DEVICE_ALLOCATION.exposed_name
 _DRIVER_TAINT = DEVICE_DRIVER_TAINT.exposed_name
 _LEASE_AGE = NODE_LEASE_AGE.exposed_name
+_PRODUCER_UP = NODE_HEALTH_PRODUCER_UP.exposed_name
 _NVML_UP = NVML_UP.exposed_name
 _NVML_XID = NVML_XID.exposed_name
 _NVML_ECC = NVML_ECC.exposed_name
@@ -109,6 +112,7 @@ _DEVICE_HEADERS = tuple(
 )
 """HELP and TYPE of the per-device families, in the order `_render_devices` writes them."""
 _LEASE_AGE_HEADER = _header(NODE_LEASE_AGE)
+_PRODUCER_UP_HEADER = _header(NODE_HEALTH_PRODUCER_UP)
 _NVML_HEADERS = tuple((f.exposed_name, _header(f)) for f in NVML_FAMILIES)
 """(name, HELP and TYPE) of the NVML families, in rendering order."""
 
@@ -329,6 +333,7 @@ class MetricsRenderer:
                 piece = lines(start, start + PIECE_LINES)
                 yield b"".join([header, *piece] if start == 0 else piece)
         yield _render_nodes(snapshot.nodes, now)
+        yield _render_producers(snapshot.producers)
         if snapshot.nvml is not None:
             yield _render_nvml(snapshot.nvml, snapshot.node_name or "")
 
@@ -342,6 +347,7 @@ class MetricsRenderer:
         cache_get = cache.get
         nodes_get = snapshot.nodes.get
         nvml = snapshot.nvml
+        producers_get = snapshot.producers.get if snapshot.producers else None
         entries: list[_DeviceLines] = []
         ages: list[bytes] = []
         failed = 0
@@ -351,7 +357,9 @@ class MetricsRenderer:
                 e = cache_get(key)
                 if e is None or e.state is not d:
                     e = cache[key] = _build_lines(d, e)
-                age = format_value(status_age(d, nodes_get(d.node), nvml, now)).encode()
+                producer = producers_get((d.node, d.driver)) if producers_get and d.driver else None
+                down_since = producer.down_since if producer is not None else None
+                age = format_value(status_age(d, nodes_get(d.node), nvml, now, down_since)).encode()
             except Exception as exc:  # one malformed device drops its own lines, never the scrape
                 failed += 1
                 first_error = first_error or exc
@@ -380,6 +388,14 @@ def _render_nodes(nodes: Mapping[str, NodeState], now: float) -> bytes:
             log.warning("dropped node %r from the scrape: %r", node.node, exc)
             continue
         out.append(f'{_LEASE_AGE}{{node="{escape_label_value(node.node)}"}} {age}\n')
+    return "".join(out).encode()
+
+
+def _render_producers(producers: Mapping[tuple[str, str], ProducerState]) -> bytes:
+    out = [_PRODUCER_UP_HEADER]
+    for (node, driver), producer in sorted(producers.items()):
+        labels = f'node="{escape_label_value(node)}",driver="{escape_label_value(driver)}"'
+        out.append(f"{_PRODUCER_UP}{{{labels}}} {1 if producer.ready else 0}\n")
     return "".join(out).encode()
 
 

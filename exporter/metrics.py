@@ -31,7 +31,8 @@ DEVICE_STATUS_AGE = MetricFamily(
     "gpu_device_status_age_seconds",
     "gauge",
     "Seconds since the reported status was last confirmed fresh (pod status observation, kept fresh "
-    "by the node's kubelet Lease and, in node mode, NVML answering).",
+    "by the node's kubelet Lease, in node mode NVML answering and, for a DRA device, its driver's "
+    "health producer on the node being Ready).",
     _DEVICE,
     unit="seconds",
 )
@@ -76,6 +77,14 @@ NODE_LEASE_AGE = MetricFamily(
     "Seconds since the node's kubelet Lease in kube-node-lease was last renewed.",
     ("node",),
     unit="seconds",
+)
+NODE_HEALTH_PRODUCER_UP = MetricFamily(
+    "gpu_node_health_producer_up",
+    "gauge",
+    "1 while a pod of the DRA driver's health producer (its kubelet plugin) on the node is Ready, 0 when "
+    "none is (not Ready or gone); absent for nodes where none was ever seen. While 0, the driver's "
+    "devices on the node are confirmed no later than when it stopped (their status age grows).",
+    ("node", "driver"),
 )
 NVML_UP = MetricFamily(
     "gpu_nvml_up",
@@ -169,6 +178,7 @@ CLUSTER_FAMILIES = (
     DEVICE_ALLOCATION,
     DEVICE_DRIVER_TAINT,
     NODE_LEASE_AGE,
+    NODE_HEALTH_PRODUCER_UP,
 )
 """Rendered in every mode (HELP and TYPE even when there is no sample), in this order."""
 NVML_FAMILIES = (NVML_UP, NVML_XID, NVML_ECC, NVML_REMAPPED, NVML_TEMPERATURE, NVML_POWER)

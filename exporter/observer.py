@@ -1,17 +1,17 @@
 """The exporter's observer: what it watches, the single writer that applies it, the NVML poller.
 
-It lists, then watches, Pods, ResourceClaims, ResourceSlices (resource.k8s.io/v1) and the
-kubelet Leases in `kube-node-lease` (`targets()`), each through a `gpuhealth.kube.reflector`
-in a thread of its own, and feeds every event to the `DeviceStateStore` and its directory in
-one asyncio task, so the state and the SQLite directory have exactly one writer. The watch
-protocol (resume, bookmarks, relist on 410, backoff) is the reflector's; what is exporter's
-is the decoding: pod events and list pages go straight into `exporter.decode`'s partial
-Structs, everything else (and pods whose types those reject) into plain dicts with orjson;
-never the client's models (22x the cost). Readers hand over one message per chunk read, not
-per event, and lists page by page (`paged`): each page is folded into the state as it comes,
-so the initial lists of a large fleet are never held whole (see `gpuhealth.kube.reflector`).
-Stopping closes the client, which shuts the open responses' sockets down and ends the
-blocked reads at once.
+It lists, then watches, Pods, ResourceClaims, ResourceSlices (resource.k8s.io/v1), the kubelet
+Leases in `kube-node-lease` and each DRA driver's health producer pods (`targets()`), each
+through a `gpuhealth.kube.reflector` in a thread of its own, and feeds every event to the
+`DeviceStateStore` and its directory in one asyncio task, so the state and the SQLite directory
+have exactly one writer. The watch protocol (resume, bookmarks, relist on 410, backoff) is the
+reflector's; what is exporter's is the decoding: pod events and list pages go straight into
+`exporter.decode`'s partial Structs, everything else (and pods whose types those reject) into
+plain dicts with orjson; never the client's models (22x the cost). Readers hand over one
+message per chunk read, not per event, and lists page by page (`paged`): each page is folded
+into the state as it comes, so the initial lists of a large fleet are never held whole (see
+`gpuhealth.kube.reflector`). Stopping closes the client, which shuts the open responses'
+sockets down and ends the blocked reads at once.
 
 Self metrics (`gpuhealth_exporter_*`) live in a registry passed in.
 """
@@ -32,8 +32,8 @@ from exporter.decode import DecodeError, Pod, decode_pod_event, decode_pod_page
 from exporter.directory import Directory
 from exporter.podresources import Allocatable, PodResourcesSource
 from exporter.self_metrics import ExporterMetrics
-from exporter.settings import ObserverSettings
-from exporter.state import CLAIMS, LEASES, PODS, SLICES, DeviceStateStore
+from exporter.settings import HealthProducer, ObserverSettings
+from exporter.state import CLAIMS, LEASES, PODS, SLICES, DeviceStateStore, producer_resource
 from gpuhealth.clock import Clock
 from gpuhealth.kube import meta, resources, watch
 from gpuhealth.kube.client import KubeClient
@@ -62,19 +62,32 @@ class Target:
     api: Resource
     namespace: str | None = None
     field_selector: str | None = None
+    label_selector: str | None = None
 
     @property
     def path(self) -> str:
         return self.api.path(self.namespace)
 
 
-def targets(node_name: str | None) -> tuple[Target, ...]:
+def targets(node_name: str | None, producers: tuple[HealthProducer, ...] = ()) -> tuple[Target, ...]:
     """What to watch: everything, or in node mode that node's pods, slices and Lease.
 
     Claims cannot be filtered by node (they have no node field); they are few next to pods.
+    Each DRA health producer's pods are a watch of their own (namespace and label selector),
+    so the pod hot path decodes no labels or conditions for them.
     """
     node_field = f"spec.nodeName={node_name}" if node_name else None
     return (
+        *(
+            Target(
+                producer_resource(p.driver),
+                resources.POD,
+                namespace=p.namespace,
+                field_selector=node_field,
+                label_selector=p.selector,
+            )
+            for p in producers
+        ),
         Target(CLAIMS, resources.RESOURCE_CLAIM),
         Target(SLICES, resources.RESOURCE_SLICE, field_selector=node_field),
         Target(
@@ -171,7 +184,7 @@ class Observer:
         self._nvml_poll_seconds = nvml_poll_seconds
         self._pod_resources = pod_resources
         self._rng = rng or random.Random()
-        self._targets = targets(self._settings.node_name)
+        self._targets = targets(self._settings.node_name, self._settings.health_producers)
         self._listed: set[str] = set()
         self._seen: dict[str, set[Any]] = {}
         """Per resource, the keys the pages of its list in progress named so far."""
@@ -222,6 +235,7 @@ class Observer:
             target.api,
             namespace=target.namespace,
             field_selector=target.field_selector,
+            label_selector=target.label_selector,
             emit=emit,
             stop=self._stop,
             page_size=settings.list_page_size,

@@ -53,6 +53,7 @@ CLAIM_UNRESOLVED: Final = "claim_unresolved"
 MALFORMED_CLAIM: Final = "malformed_claim"
 MALFORMED_SLICE: Final = "malformed_slice"
 MALFORMED_LEASE: Final = "malformed_lease"
+MALFORMED_PRODUCER: Final = "malformed_producer"
 
 _HEALTH: Final = frozenset(HEALTH_VALUES)
 _EMPTY: Final[dict[str, Any]] = {}

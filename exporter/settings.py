@@ -40,6 +40,66 @@ def check_nvml_source(value: str) -> str:
     raise ValueError(f"{value!r}: expected {NVML_SOURCES}")
 
 
+HEALTH_PRODUCER_FORM = "DRIVER=NAMESPACE/LABEL-SELECTOR"
+_LABEL_REQUIREMENT = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_./]*(?:(?:==?|!=)[-A-Za-z0-9_.]*)?")
+"""One equality-based requirement of a label selector (`key`, `key=value`, `key!=value`)."""
+
+
+@dataclass(frozen=True)
+class HealthProducer:
+    """The pods that produce one DRA driver's per-device health: its kubelet plugin, one per node.
+
+    The kubelet reads a DRA driver's health stream from the plugin on its node; a plugin that is
+    not Ready (its probe fails, it is restarting) or gone cannot be confirming the Healthy the
+    kubelet keeps in pod status (the kubelet expires reports lazily, so that Healthy can linger).
+    The pod's Ready condition is the liveness signal the API offers for it.
+    """
+
+    driver: str
+    """The DRA driver name (a device's `driver` label), e.g. gpu.nvidia.com."""
+    namespace: str
+    """Where the plugin's DaemonSet runs."""
+    selector: str
+    """Label selector of the plugin's pods (equality-based requirements, comma-separated)."""
+
+    def __post_init__(self) -> None:
+        for name in ("driver", "namespace", "selector"):
+            if not getattr(self, name):
+                raise fields.SettingsError(f"HealthProducer.{name} must not be empty")
+        for requirement in self.selector.split(","):
+            if not _LABEL_REQUIREMENT.fullmatch(requirement.strip()):
+                raise fields.SettingsError(
+                    f"HealthProducer.selector {self.selector!r}: {requirement!r} is not a label requirement "
+                    "(key, key=value or key!=value)"
+                )
+
+
+DEFAULT_HEALTH_PRODUCERS = (
+    HealthProducer(
+        driver="gpu.nvidia.com",
+        namespace="dra-driver-nvidia-gpu",
+        selector="dra-driver-nvidia-gpu-component=kubelet-plugin",
+    ),
+)
+"""The NVIDIA DRA driver's kubelet plugin as its Helm chart (dra-driver-nvidia-gpu) installs it:
+DaemonSet `dra-driver-nvidia-gpu-kubelet-plugin` in the namespace its install guide uses, its pods
+labelled `<chart>-component: kubelet-plugin` (the chart's per-component selector label). Its
+containers carry gRPC startup and liveness probes, so a plugin that stops serving is restarted and
+not Ready meanwhile."""
+
+
+def parse_health_producer(text: str) -> HealthProducer:
+    """`DRIVER=NAMESPACE/SELECTOR` as a HealthProducer; ValueError saying what is expected."""
+    driver, eq, rest = text.partition("=")
+    namespace, slash, selector = rest.partition("/")
+    if not (eq and slash and driver and namespace and selector):
+        raise ValueError(f"{text!r}: expected {HEALTH_PRODUCER_FORM}")
+    try:
+        return HealthProducer(driver.strip(), namespace.strip(), selector.strip())
+    except fields.SettingsError as exc:
+        raise ValueError(f"{text!r}: {exc}") from None
+
+
 @dataclass(frozen=True)
 class BackoffSettings:
     """The one throttling helper's parameters (watch and list retries)."""
@@ -80,10 +140,19 @@ class ObserverSettings:
     """How often the processor wakes when idle, to write due heartbeats to the directory."""
     backoff: BackoffSettings = field(default_factory=BackoffSettings)
     """Delays between retries of failed lists and watches."""
+    health_producers: tuple[HealthProducer, ...] = DEFAULT_HEALTH_PRODUCERS
+    """The pods whose readiness vouches for each DRA driver's device health (one watch each,
+    that node's only in node mode). While a node's producer is not Ready or gone, its driver's
+    devices on that node are confirmed no later than when it stopped: their status age grows."""
 
     def __post_init__(self) -> None:
         if self.node_name is not None and not self.node_name:
             raise fields.SettingsError("ObserverSettings.node_name must be a node name or None, got ''")
+        drivers = [p.driver for p in self.health_producers]
+        if len(set(drivers)) != len(drivers):
+            raise fields.SettingsError(
+                f"ObserverSettings.health_producers names a driver twice: {', '.join(sorted(drivers))}"
+            )
         fields.positive(self, "watch_timeout_seconds", "seconds", whole=True)
         fields.positive(self, "connect_timeout_seconds", "seconds")
         fields.positive(self, "read_slack_seconds", "seconds")

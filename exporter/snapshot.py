@@ -150,24 +150,64 @@ class NvmlView:
     """By (uuid, xid): events counted since the exporter started."""
 
 
-def status_confirmed_at(device: DeviceState, node: NodeState | None, nvml: NvmlView | None) -> float:
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    """One node's health producer of one DRA driver (its kubelet plugin pods, `HealthProducer`)."""
+
+    node: str
+    driver: str
+    ready: bool
+    """Some producer pod on the node is Ready."""
+    down_since: float | None = None
+    """Wall seconds since when none has been Ready (the Ready condition's lastTransitionTime,
+    else when the exporter saw it go); None while ready."""
+
+
+def status_confirmed_at(
+    device: DeviceState,
+    node: NodeState | None,
+    nvml: NvmlView | None,
+    producer_down_since: float | None = None,
+) -> float:
     """When the reported status was last confirmed fresh.
 
     A pod status observation confirms it. After that it stays fresh only while every source
     that maintains it is alive: the node's kubelet Lease keeps being renewed and, in node
     mode, NVML keeps answering for the device. The oldest source bounds freshness; a source
     that stops makes the age grow even though the reported value stays the same.
+
+    `producer_down_since`: when the device's DRA health producer on its node stopped being
+    Ready. Nothing confirms a report after that, not even a new pod status write: the kubelet
+    expires a DRA report lazily and keeps writing the Healthy it last heard.
     """
     lease = node.lease_renewed_at if node is not None else None
     sources = [lease if lease is not None else device.observed_at]
     if nvml is not None and device.uuid:
         sources.append(nvml.read_at.get(device.uuid, device.observed_at))
-    return max(device.observed_at, min(sources))
+    confirmed = max(device.observed_at, min(sources))
+    if producer_down_since is not None:
+        return min(confirmed, producer_down_since)
+    return confirmed
 
 
-def status_age(device: DeviceState, node: NodeState | None, nvml: NvmlView | None, now: float) -> float:
+def status_age(
+    device: DeviceState,
+    node: NodeState | None,
+    nvml: NvmlView | None,
+    now: float,
+    producer_down_since: float | None = None,
+) -> float:
     """Seconds since the reported status was last confirmed fresh (never negative)."""
-    return max(0.0, now - status_confirmed_at(device, node, nvml))
+    return max(0.0, now - status_confirmed_at(device, node, nvml, producer_down_since))
+
+
+def producer_down_since(snapshot: Snapshot, device: DeviceState) -> float | None:
+    """When the health producer of `device`'s driver on its node stopped being Ready; None if it is
+    (or the device has no DRA driver, or no producer of its driver was ever seen on the node)."""
+    if not snapshot.producers or not device.driver:
+        return None
+    producer = snapshot.producers.get((device.node, device.driver))
+    return producer.down_since if producer is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,3 +222,6 @@ class Snapshot:
     """Node mode only; None in cluster mode (no NVML series are rendered then)."""
     node_name: str | None = None
     """The node this exporter serves in node mode; None in cluster mode."""
+    producers: Mapping[tuple[str, str], ProducerState] = field(default_factory=dict)
+    """By (node, driver): the DRA health producers seen (a node whose producer was never seen
+    has none, so nodes without a DRA driver are never flagged)."""

@@ -75,6 +75,7 @@ from exporter.snapshot import (
     DriverTaint,
     NodeState,
     NvmlView,
+    ProducerState,
     Snapshot,
     compiled_function,
 )
@@ -87,6 +88,14 @@ DeviceKey = tuple[str, str]
 
 PODS, CLAIMS, SLICES, LEASES = "pods", "resourceclaims", "resourceslices", "leases"
 RESOURCES = (PODS, CLAIMS, SLICES, LEASES)
+PRODUCER_PREFIX = "health-producer/"
+"""`health-producer/<driver>`: the pods of one DRA driver's health producer (`producer_resource`)."""
+
+
+def producer_resource(driver: str) -> str:
+    """The state's name for the pods of `driver`'s health producer (one watch per driver)."""
+    return PRODUCER_PREFIX + driver
+
 
 UNRESOLVED_PREFIX = "unresolved/"
 _SEVERITY = {"Healthy": 0, "Unknown": 1, "Unhealthy": 2}
@@ -238,6 +247,10 @@ class DeviceStateStore:
         self._nvml: NvmlView | None = NvmlView() if nvml else None
         self._allocatable: Allocatable | None = None
         """Node mode: the kubelet's allocatable device-plugin devices, as last read (None: never)."""
+        self._producer_pods: dict[tuple[str, str], _ProducerPod] = {}
+        """By (driver, namespace/name): the health producer pods seen on a node."""
+        self._producers: dict[tuple[str, str], ProducerState] = {}
+        """By (node, driver): each node's health producer, kept after its last pod is gone."""
         self._snapshot: Snapshot | None = None
 
     # ----- reading -----------------------------------------------------------------
@@ -253,6 +266,7 @@ class DeviceStateStore:
                 nodes=MappingProxyType(dict(self._nodes)),
                 nvml=self._nvml,
                 node_name=self._node_name,
+                producers=MappingProxyType(dict(self._producers)),
             )
         return self._snapshot
 
@@ -379,6 +393,8 @@ class DeviceStateStore:
             self.apply_slice(event_type, obj)
         elif resource == LEASES:
             self.apply_lease(event_type, obj)
+        elif resource.startswith(PRODUCER_PREFIX):
+            self.apply_producer(resource[len(PRODUCER_PREFIX) :], event_type, obj)
         else:
             raise ValueError(f"unknown resource {resource!r}")
 
@@ -411,6 +427,10 @@ class DeviceStateStore:
         elif resource == LEASES:
             for node in [n for n in self._nodes if n not in seen]:
                 self._node_gone(node)
+        elif resource.startswith(PRODUCER_PREFIX):
+            driver = resource[len(PRODUCER_PREFIX) :]
+            for key in [k for k in self._producer_pods if k[0] == driver and k[1] not in seen]:
+                self._producer_pod_gone(key)
 
     def apply_pod(self, event_type: str, obj: Any, *, listed: bool = False) -> None:
         """Apply one pod event; `listed`: it comes from a relist, where the same version is no duplicate.
@@ -538,6 +558,60 @@ class DeviceStateStore:
         self._snapshot = None
         if self._sink is not None:
             self._sink.record_lease(name, renewed)
+
+    def apply_producer(self, driver: str, event_type: str, obj: Any) -> None:
+        """One event of a pod of `driver`'s health producer (`HealthProducer`): its node and readiness.
+
+        Ready is the pod's Ready condition; its lastTransitionTime, when it turned False, is when
+        the producer stopped confirming. A pod not yet on a node says nothing about one.
+        """
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        namespace = meta.get("namespace") if isinstance(meta, dict) else None
+        if not (isinstance(name, str) and name and isinstance(namespace, str)):
+            self.stats.parse_errors[parse.MALFORMED_PRODUCER] += 1
+            return
+        key = (driver, f"{namespace}/{name}")
+        if event_type == "DELETED":
+            self._producer_pod_gone(key)
+            return
+        spec = obj.get("spec")
+        node = spec.get("nodeName") if isinstance(spec, dict) else None
+        if not isinstance(node, str) or not node:
+            return
+        ready, since = _pod_ready(obj.get("status"))
+        previous = self._producer_pods.get(key)
+        self._producer_pods[key] = _ProducerPod(node, ready, since)
+        if previous is not None and previous.node != node:
+            self._producer_changed(previous.node, driver)
+        self._producer_changed(node, driver)
+
+    def _producer_pod_gone(self, key: tuple[str, str]) -> None:
+        pod = self._producer_pods.pop(key, None)
+        if pod is not None:
+            self._producer_changed(pod.node, key[0], gone_at=self._now())
+
+    def _producer_changed(self, node: str, driver: str, *, gone_at: float | None = None) -> None:
+        """Fold the node's producer pods of `driver` into its ProducerState.
+
+        Ready while any pod is. Down since: kept while it stays down (a replacement pod that is
+        not Ready yet does not restart the count); on going down, the latest moment a pod left
+        Ready (its condition's transition, or the deletion the exporter saw).
+        """
+        pods = [p for (d, _), p in self._producer_pods.items() if d == driver and p.node == node]
+        previous = self._producers.get((node, driver))
+        if any(p.ready for p in pods):
+            state = ProducerState(node, driver, True)
+        elif previous is not None and previous.down_since is not None:
+            state = previous
+        else:
+            moments = [p.since if p.since is not None else self._now() for p in pods]
+            if gone_at is not None:
+                moments.append(gone_at)
+            state = ProducerState(node, driver, False, max(moments) if moments else self._now())
+        if state != previous:
+            self._producers[(node, driver)] = state
+            self._snapshot = None
 
     def apply_nvml(self, readings: Iterable[DeviceReading], xids: Iterable[XidEvent]) -> None:
         """Node mode: take the latest NVML poll (readings by UUID) and count new XID events."""
@@ -1197,6 +1271,9 @@ class DeviceStateStore:
             )
 
     def _node_gone(self, node: str) -> None:
+        for key in [k for k in self._producers if k[0] == node]:
+            del self._producers[key]
+            self._snapshot = None
         if self._nodes.pop(node, None) is not None:
             self._snapshot = None
             if self._sink is not None:
@@ -1243,6 +1320,24 @@ def _merge(contributions: Mapping[str, tuple[Allocation, ...]]) -> tuple[Allocat
     return tuple(sorted((a for group in contributions.values() for a in group), key=_allocation_order))
 
 
+class _ProducerPod(NamedTuple):
+    node: str
+    ready: bool
+    since: float | None
+    """When it left Ready (its Ready condition's lastTransitionTime); None while Ready or unknown."""
+
+
+def _pod_ready(status: Any) -> tuple[bool, float | None]:
+    """(Ready, when it turned not Ready) from a pod's status; no Ready condition: not Ready."""
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    for condition in conditions if isinstance(conditions, list) else ():
+        if isinstance(condition, dict) and condition.get("type") == "Ready":
+            if condition.get("status") == "True":
+                return True, None
+            return False, parse_rfc3339(condition.get("lastTransitionTime"))
+    return False, None
+
+
 def _list_key(resource: str, obj: Any) -> Any:
     """The identity a relist compares by (matching what the apply methods store)."""
     if obj.__class__ is Pod:  # a pod decoded from its list page (`exporter.decode.decode_pod_page`)
@@ -1257,6 +1352,9 @@ def _list_key(resource: str, obj: Any) -> Any:
     # A name that is not a string was rejected (and counted) by the apply method: it keys
     # nothing, and must not reach the set of seen keys (a dict or list there is unhashable).
     name = meta.get("name")
+    if resource.startswith(PRODUCER_PREFIX):
+        namespace = meta.get("namespace")
+        return f"{namespace}/{name}" if isinstance(namespace, str) and isinstance(name, str) else None
     if resource == CLAIMS:
         namespace = meta.get("namespace")
         return (namespace, name) if isinstance(namespace, str) and isinstance(name, str) else None

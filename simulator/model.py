@@ -21,7 +21,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 DEVICE_FAULTS = frozenset(
     {"device-unhealthy", "device-unknown", "flap", "xid", "ecc", "row-remap-failure", "gpu-lost"}
 )
-NODE_FAULTS = frozenset({"kubelet-stop", "node-partition", "health-stream-broken"})
+NODE_FAULTS = frozenset({"kubelet-stop", "node-partition", "health-stream-broken", "health-stream-stale"})
 FAULT_KINDS = DEVICE_FAULTS | NODE_FAULTS | {"recover"}
 
 CHECKPOINT_AFTER = 10.0
@@ -197,6 +197,7 @@ _FAULT_NOTES = {
     "ecc": "NVML counters only",
     "row-remap-failure": "NVML counters only",
     "health-stream-broken": "DRA: all devices Unknown; device plugin: all Unhealthy",
+    "health-stream-stale": "DRA: the plugin crash-loops, pod status keeps its last health (lazy expiry)",
 }
 
 

@@ -320,6 +320,7 @@ _FAULT_KEYS: dict[str, tuple[str, ...]] = {
     "kubelet-stop": ("node", "duration"),
     "node-partition": ("node", "duration"),
     "health-stream-broken": ("node", "duration"),
+    "health-stream-stale": ("node", "duration"),
     "xid": ("device", "xid", "message", "unhealthy"),
     "ecc": ("device", "corrected", "uncorrected"),
     "row-remap-failure": ("device",),
@@ -506,6 +507,14 @@ def parse_fault(
         node = r.string(r.required(data, "node", path), (*path, "node"))
         if node not in nodes:
             r.fail((*path, "node"), f"no node named {node!r} in the fleet")
+        if kind == "health-stream-stale" and nodes[node].path != DRA:
+            # A device plugin's dead ListAndWatch stream makes the kubelet report every device
+            # Unhealthy at once (health-stream-broken): nothing lingers there.
+            r.fail(
+                (*path, "node"),
+                f"health-stream-stale needs a DRA node (its kubelet plugin's stream); {node!r} is "
+                f"{nodes[node].path}: a device plugin's dead stream is health-stream-broken",
+            )
     fault: dict[str, Any] = {"at": at, "kind": kind, "device": device, "node": node, "line": r.line(path)}
     if kind == "device-unknown":
         fault["duration"] = r.duration(r.required(data, "duration", path), (*path, "duration"), positive=True)

@@ -7,7 +7,11 @@ Healthy report: the health monitor's device taints, which replaced the driver's 
 of unhealthy devices from the slice), and streams health with a message to the kubelet. The
 kubelet's health cache keeps the last report, turns it Unknown once it is older than
 `dra_health_timeout` (evaluated lazily, at a status sync) and Unknown for every device while the
-stream is broken. Devices appear in pods as CDI ids of their claim.
+stream is broken. A stream that dies unnoticed (`health-stream-stale`: its kubelet plugin fails
+its probes and crash-loops) leaves the cache as it was: pod status keeps the last Healthy, which is
+the lazy expiry the design names. The plugin runs as a pod per node (`start_plugin`), whose Ready
+condition is what the API says of the stream's producer. Devices appear in pods as CDI ids of
+their claim.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
 from simulator.fleet import objects
 from simulator.fleet.health import UNHEALTHY, Gpu, dra_health, record_report
@@ -53,8 +58,28 @@ class DraDriver:
         self._push = push
 
     def install(self) -> None:
-        """The driver's DeviceClass (`gpu.nvidia.com`), as its chart installs it."""
+        """The driver's DeviceClass (`gpu.nvidia.com`) and namespace, as its chart installs them."""
         create_ignore_exists(self._api, "deviceclasses.resource.k8s.io", objects.device_class())
+        create_ignore_exists(self._api, "namespaces", objects.namespace(objects.DRA_PLUGIN_NAMESPACE))
+
+    def start_plugin(self, node: SimNode) -> dict[str, Any] | None:
+        """The DaemonSet's kubelet plugin pod on `node`, bound to it (its kubelet runs it); the pod
+        as created, None if it existed already.
+
+        It is what serves the node's health stream: while it is not Ready the kubelet hears
+        nothing from the driver, whatever pod status still says."""
+        try:
+            return self._api.create("pods", objects.dra_plugin_pod(node.name))
+        except ApiError as exc:
+            if exc.code != 409:
+                raise
+            return None
+
+    @staticmethod
+    def plugin_key(node: SimNode) -> str:
+        """namespace/name of the node's kubelet plugin pod."""
+        meta = objects.dra_plugin_pod(node.name)["metadata"]
+        return f"{meta['namespace']}/{meta['name']}"
 
     def publish(self, node: SimNode) -> None:
         """The driver starts on a registered node: its first ResourceSlice."""
@@ -62,6 +87,10 @@ class DraDriver:
         self._api.create(_SLICES, self._slice(node))
 
     def health(self, node: SimNode, gpu: Gpu, now: float) -> tuple[str, str | None]:
+        if node.health_frozen is not None:
+            # The stream died without the kubelet noticing (lazy expiry): its cache keeps what it
+            # last heard, and no later report of the driver reaches it.
+            return node.health_frozen[gpu.index]
         return dra_health(gpu, node.stream_ok, now, self._timeout)
 
     def resource_id(self, pod: SimPod, gpu: Gpu, slot: Slot) -> str:

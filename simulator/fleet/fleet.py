@@ -133,6 +133,9 @@ class Fleet:
             self.kubelet,
             self._kubelet_back,
             self._emit,
+            plugin_failing=lambda node, failing: self.pod_runner.fail(
+                self.dra_driver.plugin_key(node), failing
+            ),
         )
 
     # ------------------------------------------------------------------ time
@@ -210,6 +213,13 @@ class Fleet:
                     await asyncio.sleep(0)
         if any(g.path == DRA for g in sc.fleet):
             self.dra_driver.install()
+            for node in self.nodes.values():
+                created = self.dra_driver.start_plugin(node) if node.is_dra else None
+                if created is not None:
+                    self.pod_runner.created(node, created)
+                    written += 1
+                    if written % _BATCH == 0:
+                        await asyncio.sleep(0)
         if any(g.path != DRA for g in sc.fleet):
             # The GPU Operator's container toolkit, installed with the device plugin: the
             # RuntimeClass that pods reaching a GPU by NVIDIA_VISIBLE_DEVICES name.

@@ -589,6 +589,48 @@ def runtime_class() -> dict[str, Any]:
     }
 
 
+DRA_PLUGIN_NAMESPACE = "dra-driver-nvidia-gpu"
+DRA_PLUGIN_LABELS = {
+    "app.kubernetes.io/name": "dra-driver-nvidia-gpu",
+    "app.kubernetes.io/instance": "dra-driver-nvidia-gpu",
+    "dra-driver-nvidia-gpu-component": "kubelet-plugin",
+}
+"""Where the NVIDIA DRA driver's Helm chart runs its kubelet plugin, and its pods' labels."""
+
+
+def dra_plugin_pod(node_name: str) -> dict[str, Any]:
+    """The DRA driver's kubelet plugin on `node_name`, as its DaemonSet creates it (bound to the node).
+
+    Its gRPC probes are the chart's: a plugin that stops serving fails them, is restarted and is
+    not Ready meanwhile. The simulator plays the DaemonSet controller, so no ownerReference.
+    """
+    probe = {"grpc": {"port": 51515, "service": "liveness"}, "timeoutSeconds": 10}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"dra-driver-nvidia-gpu-kubelet-plugin-{hash_suffix(node_name, 5)}",
+            "namespace": DRA_PLUGIN_NAMESPACE,
+            "labels": dict(DRA_PLUGIN_LABELS),
+        },
+        "spec": {
+            "nodeName": node_name,
+            "restartPolicy": "Always",
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "gpus",
+                    "image": "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1",
+                    "command": ["gpu-kubelet-plugin"],
+                    "startupProbe": {**probe, "failureThreshold": 600, "periodSeconds": 1},
+                    "livenessProbe": {**probe, "failureThreshold": 3, "periodSeconds": 30},
+                }
+            ],
+        },
+        "status": {"phase": "Pending"},  # what the API server gives a new pod; its kubelet runs it
+    }
+
+
 def device_class() -> dict[str, Any]:
     """The DeviceClass the NVIDIA DRA driver installs for whole GPUs."""
     return {

@@ -355,6 +355,7 @@ class PodRunner:
         self._terminating = terminating
         """Told when a pod gets its deletionTimestamp (controllers replace Terminating pods at once)."""
         self._runs: dict[str, _Run] = {}
+        self._failing: set[str] = set()  # `fail`: each start fails its startup probe, backs off
         self._owed: dict[str, set[str]] = {}
         """Pods whose kubelet could not act (stopped, partitioned), by node: looked at again at its sync."""
         self._event_seq = itertools.count()
@@ -382,6 +383,10 @@ class PodRunner:
         data = entry.data
         if b"deletionTimestamp" in data or b"checkpoint-requested" in data or b"readinessGates" in data:
             self._pod_changed(sim, entry.load())
+
+    def created(self, node: SimNode, obj: dict[str, Any]) -> None:
+        """A pod the node's own agents created bound to it (a DaemonSet's): run it, as one watched."""
+        self._pod_seen(node, obj)
 
     def _pod_seen(self, node: SimNode, obj: dict[str, Any]) -> None:
         key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
@@ -423,6 +428,15 @@ class PodRunner:
                 run = self._runs.get(key)
                 if run is not None and run.sim.waiting and not run.sim.terminated:
                     self._start(run, run.token)
+
+    def fail(self, key: str, failing: bool) -> None:
+        """The pod's containers fail their probes (restarted with back-off, never Ready) or work again."""
+        (self._failing.add if failing else self._failing.discard)(key)
+        run = self._runs.get(key)
+        up = run is not None and not (run.sim.waiting or run.sim.terminated or run.terminating)
+        if failing and run is not None and up and self._nodes[run.sim.node].writes:
+            run.token += 1
+            self._back_off(run, self._nodes[run.sim.node], 1)
 
     def resync(self, entries: list[PodEntry]) -> None:
         """After the watch fell behind: every pod looked at again."""
@@ -584,11 +598,14 @@ class PodRunner:
         if not node.writes:
             self._owed.setdefault(node.name, set()).add(sim.key)
             return
+        if sim.key in self._failing:  # it starts, and fails its startup probe
+            run.started_wall = self._timers.wall()
+            return self._back_off(run, node, 1)
         wall = self._timers.wall()
         run.started_wall = wall
         run.marks = tuple(
             (index, node.gpus[index].unhealthy_reports, node.gpus[index].reported != HEALTHY)
-            for index in self._reached(run)
+            for index in _reached(run)
         )
         claim_statuses = (run.obj.get("status") or {}).get("resourceClaimStatuses")
         status = objects.pod_status(
@@ -641,29 +658,6 @@ class PodRunner:
             for cs in (obj.get("status") or {}).get("containerStatuses") or ()
         }
 
-    @staticmethod
-    def _reached(run: _Run) -> tuple[int, ...]:
-        """The GPUs the pod's containers reach: allocated by the kubelet, or exposed by the runtime."""
-        return tuple(sorted({s.gpu for s in run.sim.slots} | set(run.visible)))
-
-    def _program_code(self, run: _Run) -> int:
-        """A GPU program's verdict: 0 when every GPU it reached stayed Healthy and reachable
-        through its run (judged by the device itself, not by what the kubelet last wrote); 1 when
-        one was lost, turned Unhealthy (even for a moment), logged a fatal XID, or it reached none."""
-        node = self._nodes[run.sim.node]
-        if not run.marks:
-            return 1  # no GPU in the container: the program finds nothing to run on
-        for index, reports, unhealthy_at_start in run.marks:
-            gpu = node.gpus[index]
-            if gpu.lost or unhealthy_at_start or gpu.reported != HEALTHY or gpu.unhealthy_reports != reports:
-                return 1
-            if any(
-                uuid == gpu.uuid and xid not in APPLICATION_XIDS and at >= run.started_wall
-                for _, uuid, xid, at in node.xids
-            ):
-                return 1
-        return 0
-
     def _exited(self, run: _Run, token: int) -> None:
         """The containers' run ended: restart (with back-off) or finish, as restartPolicy says."""
         sim = run.sim
@@ -673,7 +667,7 @@ class PodRunner:
         if not node.writes:
             self._step_at(self._timers.now() + self._settings.status_sync_interval, self._exited, run, token)
             return
-        code = self._program_code(run) if run.spec.program is not None else run.spec.exit_code
+        code = _program_code(run, node) if run.spec.program is not None else run.spec.exit_code
         self._agent.stopped(sim, succeeded=code == 0)
         policy = run.spec.restart_policy
         if policy == "Always" or (policy == "OnFailure" and code != 0):
@@ -819,6 +813,29 @@ class PodRunner:
         # Events are best effort for a real kubelet too (a full or refusing API drops them).
         with contextlib.suppress(ApiError):
             self._api.create("events", event)
+
+
+def _reached(run: _Run) -> tuple[int, ...]:
+    """The GPUs the pod's containers reach: allocated by the kubelet, or exposed by the runtime."""
+    return tuple(sorted({s.gpu for s in run.sim.slots} | set(run.visible)))
+
+
+def _program_code(run: _Run, node: SimNode) -> int:
+    """A GPU program's verdict: 0 when every GPU it reached stayed Healthy and reachable
+    through its run (judged by the device itself, not by what the kubelet last wrote); 1 when
+    one was lost, turned Unhealthy (even for a moment), logged a fatal XID, or it reached none."""
+    if not run.marks:
+        return 1  # no GPU in the container: the program finds nothing to run on
+    for index, reports, unhealthy_at_start in run.marks:
+        gpu = node.gpus[index]
+        if gpu.lost or unhealthy_at_start or gpu.reported != HEALTHY or gpu.unhealthy_reports != reports:
+            return 1
+        if any(
+            uuid == gpu.uuid and xid not in APPLICATION_XIDS and at >= run.started_wall
+            for _, uuid, xid, at in node.xids
+        ):
+            return 1
+    return 0
 
 
 def _scenario_spec(spec: RunSpec) -> RunSpec:

@@ -69,6 +69,10 @@ class SimNode:
     stream_ok: bool = True
     """Device plugin / DRA driver: whether its health stream to the kubelet works."""
     stream_token: int = 0
+    health_frozen: tuple[tuple[str, str | None], ...] | None = None
+    """Timeline (health-stream-stale): the kubelet's DRA health cache, per GPU, as the dead stream
+    left it; the kubelet keeps rendering it (lazy expiry). None while the stream is alive."""
+    stale_token: int = 0
     pods: list[SimPod] = field(default_factory=list)
     renewed_at: float = 0.0
     """Kubelet: simulated time of the last Lease renewal."""

@@ -1,10 +1,11 @@
 """The fault timeline: a scenario's faults (and injected ones) applied in simulated time.
 
-The timeline plays the hardware and the outside world: a GPU's driver reporting it unhealthy
-or going silent, XIDs and ECC counters in NVML, a lost GPU, a kubelet that stops or a node
-cut off, a broken health stream, and the recovery of each. It changes the device and node
-state, then tells the components that would notice: the node's device plugin or DRA driver
-reports, the kubelet syncs, the node lifecycle controller sees the kubelet back.
+The timeline plays the hardware and the outside world: a GPU's driver reporting it unhealthy or
+going silent, XIDs and ECC counters in NVML, a lost GPU, a kubelet that stops or a node cut
+off, a broken health stream or one that dies unnoticed (stale), and the recovery of each. It
+changes the device and node state, then tells the components that would notice: the node's
+device plugin or DRA driver reports, the kubelet syncs, the node lifecycle controller sees the
+kubelet back.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ class Timeline:
     """Applies faults to the nodes and GPUs at their simulated time; keeps what was applied.
 
     Owns the fault-driven state of `Gpu` (NVML counters, lost, silence, the tokens that let a
-    later fault cancel an earlier one's end), `SimNode.kubelet`/`stream_ok` and the XID log.
+    later fault cancel an earlier one's end), `SimNode.kubelet`/`stream_ok`/`health_frozen` and the
+    XID log.
     """
 
     def __init__(
@@ -63,13 +65,17 @@ class Timeline:
         kubelet: NodeAgent,
         kubelet_back: Callable[[SimNode], None],
         emit: Emit,
+        plugin_failing: Callable[[SimNode, bool], None] = lambda node, failing: None,
     ) -> None:
+        """`plugin_failing(node, failing)`: the node's DRA kubelet plugin stops serving (its
+        probes fail: the kubelet restarts it, not Ready) or works again."""
         self._timers = timers
         self._nodes = nodes
         self._drivers = drivers
         self._kubelet = kubelet
         self._kubelet_back = kubelet_back
         self._emit = emit
+        self._plugin_failing = plugin_failing
         self.applied: list[FaultApplied] = []
         self.xid_seq = 0
         """Sequence number of the last XID event in the fleet (NVML event readers resume after it)."""
@@ -154,9 +160,19 @@ class Timeline:
             self._kubelet.push(node)
             if fault.duration is not None:
                 at(now + fault.duration, self._end_stream, node, node.stream_token)
+        elif kind == "health-stream-stale":
+            driver = self._drivers[node.group.path]
+            if node.health_frozen is None:
+                # What the kubelet's cache holds the moment the stream dies: it keeps it.
+                node.health_frozen = tuple(driver.health(node, g, now) for g in node.gpus)
+            node.stale_token += 1
+            self._plugin_failing(node, True)
+            if fault.duration is not None:
+                at(now + fault.duration, self._end_stale, node, node.stale_token)
         elif kind == "recover":
             self._end_node_fault(node, node.kubelet_token)
             self._end_stream(node, node.stream_token)
+            self._end_stale(node, node.stale_token)
 
     def _report(self, node: SimNode, gpu: Gpu, health: str, message: str | None) -> None:
         self._drivers[node.group.path].report(node, gpu, health, message)
@@ -194,6 +210,14 @@ class Timeline:
             return
         node.stream_ok = True
         self._kubelet.push(node)
+
+    def _end_stale(self, node: SimNode, token: int) -> None:
+        if node.stale_token != token or node.health_frozen is None:
+            return
+        node.health_frozen = None
+        self._plugin_failing(node, False)
+        # The plugin's next start registers a new stream; its reports reach the kubelet again.
+        self._kubelet.push(node, resync=True)
 
     def _xid(self, node: SimNode, gpu: Gpu, xid: int, unhealthy: bool | None, message: str | None) -> None:
         self.xid_seq += 1

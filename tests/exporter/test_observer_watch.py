@@ -27,15 +27,15 @@ from exporter import parse
 from exporter.directory import Directory, open_store
 from exporter.observer import Observer, targets
 from exporter.self_metrics import ExporterMetrics
-from exporter.settings import BackoffSettings, ObserverSettings
-from exporter.state import CLAIMS, LEASES, PODS, SLICES, DeviceStateStore
+from exporter.settings import DEFAULT_HEALTH_PRODUCERS, BackoffSettings, ObserverSettings
+from exporter.state import CLAIMS, LEASES, PODS, SLICES, DeviceStateStore, producer_resource
 from gpuhealth.clock import ManualClock
 from gpuhealth.kube.backoff import Backoff
 from gpuhealth.kube.errors import Gone, error_from_response
 from tests.exporter.fixtures.builders import container, gpu_uuid, pod, resource
 
 U0, U1 = gpu_uuid("node-1", 0), gpu_uuid("node-1", 1)
-PATHS = {t.resource: t.path for t in targets(None)}
+PATHS = {t.resource: t.path for t in targets(None, DEFAULT_HEALTH_PRODUCERS)}
 CLOSED_PODS = {"resource": "pods", "reason": "closed"}
 EXPIRED_PODS = {"resource": "pods", "reason": "expired"}
 EXPIRED_CLAIMS = {"resource": "resourceclaims", "reason": "expired"}
@@ -296,12 +296,17 @@ async def test_node_mode_selects_the_nodes_objects(store: DeviceStateStore) -> N
     async with Running(api, store, settings=settings) as running:
         await until(running.observer.ready)
         selectors = {r: api.list_calls(r)[0].get("fieldSelector") for r in (PODS, SLICES, LEASES, CLAIMS)}
+        producer = api.list_calls(producer_resource("gpu.nvidia.com"))[0]
     assert selectors == {
         PODS: "spec.nodeName=node-7",
         SLICES: "spec.nodeName=node-7",
         LEASES: "metadata.name=node-7",
         CLAIMS: None,
     }
+    # The DRA driver's kubelet plugin on this node: its namespace, its pods' label, this node.
+    assert PATHS[producer_resource("gpu.nvidia.com")] == "/api/v1/namespaces/dra-driver-nvidia-gpu/pods"
+    assert producer.get("labelSelector") == "dra-driver-nvidia-gpu-component=kubelet-plugin"
+    assert producer.get("fieldSelector") == "spec.nodeName=node-7"
 
 
 async def test_stopping_ends_reader_threads_and_flushes_the_directory(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import pytest
 from gpuhealth.clock import ManualClock
 from simulator.apiserver.store import Store
 from simulator.fleet import DeviceHealthChanged, Fleet, FleetEvent
-from simulator.fleet.objects import gpu_uuid
+from simulator.fleet.objects import DRA_PLUGIN_NAMESPACE, gpu_uuid
 from simulator.scenario import Fault, from_dict
 
 
@@ -50,7 +50,9 @@ def health_rows(pod: dict[str, Any]) -> list[dict[str, Any]]:
 
 def all_rows(store: Store) -> dict[str, dict[str, Any]]:
     pods, _ = store.list("pods")
-    return {r["resourceID"]: r for p in pods for r in health_rows(p)}
+    # The DRA driver's kubelet plugin pods hold no device (and nobody runs them here).
+    workloads = [p for p in pods if p["metadata"]["namespace"] != DRA_PLUGIN_NAMESPACE]
+    return {r["resourceID"]: r for p in workloads for r in health_rows(p)}
 
 
 def inject(fleet: Fleet, **fault: Any) -> None:
