@@ -114,6 +114,11 @@ def workload_objects(scenario: Scenario) -> list[tuple[Resource, dict[str, Any]]
                 "completions": workload.replicas,
                 "parallelism": workload.replicas,
                 "backoffLimit": 6,
+                # A move evicts a pod (DisruptionTarget): replaced, never counted as the job's
+                # failure (docs/workloads.md, "Jobs").
+                "podFailurePolicy": {
+                    "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+                },
                 "template": template,
             }
             out.append((JOB, {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}))

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from simulator.apiserver.store import Store
 
 
+TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
+"""The finalizer the Job controller puts on its pods until it has counted them."""
+
+
 class JobController:
     """The job controller and the ReplicaSet controller for the scenario's workloads.
 
@@ -201,8 +205,12 @@ class JobApiController:
     than `backoffLimit` failures fail the Job (active pods deleted). Status: active, ready,
     succeeded, failed, startTime, completionTime, conditions SuccessCriteriaMet+Complete or
     FailureTarget+Failed (BackoffLimitExceeded). Events: SuccessfulCreate, SuccessfulDelete,
-    Completed, BackoffLimitExceeded. Not done: Indexed completion mode, suspend, pod failure and
-    success policies, activeDeadlineSeconds, ttlSecondsAfterFinished, tracking finalizers.
+    Completed, BackoffLimitExceeded. Pods are tracked with the `batch.kubernetes.io/job-tracking`
+    finalizer: a terminal (or deleted) pod is counted into status once, then its finalizer is
+    removed, so a pod that succeeded and was deleted still counts as a completion. Of pod failure
+    policies only the rule `Ignore` on `DisruptionTarget` is honoured (an evicted pod is replaced
+    without counting towards `backoffLimit`). Not done: Indexed completion mode, suspend, other
+    pod failure and success policies, activeDeadlineSeconds, ttlSecondsAfterFinished.
     """
 
     BACKOFF_SECONDS = 10.0
@@ -251,9 +259,27 @@ class JobApiController:
             for c in status.get("conditions") or ()
         )
         active = [p for p in pods if workloads.is_active(p)]
-        succeeded = sum(1 for p in pods if workloads.phase(p) == "Succeeded")
-        failed = sum(1 for p in pods if workloads.phase(p) == "Failed")
         spec = job.get("spec") or {}
+        # Tracking with finalizers, as the real controller does: a terminal pod that still
+        # carries the finalizer is counted into status.succeeded/failed once, then let go (the
+        # kubelet deletes a terminated pod at once; a count from the pods that exist would
+        # forget it and create its replacement even after it succeeded).
+        succeeded = int((job.get("status") or {}).get("succeeded") or 0)
+        failed = int((job.get("status") or {}).get("failed") or 0)
+        ignore_disruptions = _ignores_disruptions(spec)
+        for pod in pods:
+            if TRACKING_FINALIZER not in (pod["metadata"].get("finalizers") or ()):
+                continue
+            if workloads.phase(pod) == "Succeeded":
+                succeeded += 1
+            elif workloads.phase(pod) == "Failed" or workloads.terminating(pod):
+                # A pod deleted before it ran to the end counts as failed, as upstream counts it,
+                # unless the Job's pod failure policy ignores a disruption it carries.
+                if not (ignore_disruptions and _disrupted(pod)):
+                    failed += 1
+            else:
+                continue
+            self._untrack(pod)
         parallelism = int(spec.get("parallelism", 1))
         completions = spec.get("completions")
         backoff_limit = int(spec.get("backoffLimit", 6))
@@ -328,6 +354,7 @@ class JobApiController:
         pod = workloads.pod_from_template(
             (job.get("spec") or {}).get("template") or {}, job, name=name, extra_labels=labels
         )
+        pod["metadata"]["finalizers"] = [TRACKING_FINALIZER]
         try:
             created = self._store.create("pods", pod, namespace=meta["namespace"], validate=False)
         except ApiError as exc:
@@ -336,10 +363,40 @@ class JobApiController:
         self._events.emit(job, "Normal", "SuccessfulCreate", f"Created pod: {name}")
         return created
 
+    def _untrack(self, pod: dict[str, Any]) -> None:
+        def drop(obj: dict[str, Any]) -> None:
+            kept = [f for f in obj["metadata"].get("finalizers") or () if f != TRACKING_FINALIZER]
+            if kept:
+                obj["metadata"]["finalizers"] = kept
+            else:
+                obj["metadata"].pop("finalizers", None)
+
+        with contextlib.suppress(ApiError):
+            self._store.mutate("pods", pod["metadata"]["name"], pod["metadata"]["namespace"], drop)
+
     def _delete(self, job: dict[str, Any], pod: dict[str, Any]) -> None:
         with contextlib.suppress(ApiError):
             self._store.delete("pods", pod["metadata"]["name"], pod["metadata"]["namespace"])
             self._events.emit(job, "Normal", "SuccessfulDelete", f"Deleted pod: {pod['metadata']['name']}")
+
+
+def _ignores_disruptions(spec: dict[str, Any]) -> bool:
+    """Whether the Job's podFailurePolicy ignores a pod with the DisruptionTarget condition (the
+    rule a Job whose pods may be evicted should carry, docs/workloads.md)."""
+    for rule in ((spec.get("podFailurePolicy") or {}).get("rules")) or ():
+        if rule.get("action") != "Ignore":
+            continue
+        for cond in rule.get("onPodConditions") or ():
+            if cond.get("type") == "DisruptionTarget" and cond.get("status", "True") == "True":
+                return True
+    return False
+
+
+def _disrupted(pod: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or ()
+    )
 
 
 def _job_condition(ctype: str, reason: str, message: str, ts: str) -> dict[str, Any]:

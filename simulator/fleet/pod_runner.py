@@ -23,10 +23,11 @@ as a kubelet runs what the API server assigns to its node:
   its usual length unless told otherwise, and exits 0 when every device it reached (allocated
   or visible) stayed Healthy and reachable for its whole run, 1 otherwise (also when it reached
   none): the outcome follows the device the pod really got, whatever the pod was meant to test;
-- graceful deletion (any pod of a simulated node): event Killing, the workload exits when it
-  has committed a requested checkpoint, after `sim.gpuhealth.io/stop-after` (default 0: at once;
-  `never`: ignores SIGTERM) or is killed at the end of the grace period (exit 137); devices are
-  freed and the pod is deleted with a grace period of 0.
+- graceful deletion (any pod of a simulated node): event Killing, the workload exits (143, as
+  SIGTERM leaves a process: the pod Failed, never Succeeded) when it has committed a requested
+  checkpoint, after `sim.gpuhealth.io/stop-after` (default 0: at once; `never`: ignores
+  SIGTERM) or is killed at the end of the grace period (exit 137); devices are freed and the
+  pod is deleted with a grace period of 0.
 
 Decisions (what a pod asks for, whether it fits) are pure functions at the top; the class
 applies them through the node agents' `NodeApi`.
@@ -70,6 +71,10 @@ node lacks, which nvidia-container-cli refuses): Failed at once, as the kubelet'
 BACKOFF_SECONDS, BACKOFF_LIMIT = 10.0, 300.0
 """The kubelet's crash-loop back-off: 10 s, doubled per restart, at most 5 minutes."""
 KILLED_EXIT_CODE = 137  # SIGKILL at the end of the grace period
+TERMINATED_EXIT_CODE = 143
+"""A workload that stops on SIGTERM exits as the signal's default action leaves it (128 + 15): a
+Job's pod asked to stop did not complete its work, so the Job controller replaces it rather than
+count a completion (docs/workloads.md)."""
 
 CPU_ALLOCATABLE_MILLI = 191_500
 MEMORY_ALLOCATABLE = 2_100_000 * 2**20
@@ -742,7 +747,7 @@ class PodRunner:
             exit_at = now + run.spec.stop_after
         else:
             exit_at = deadline
-        code = 0 if exit_at < deadline else KILLED_EXIT_CODE
+        code = TERMINATED_EXIT_CODE if exit_at < deadline else KILLED_EXIT_CODE
         exit_at = min(exit_at, deadline)
         if exit_at <= now:
             self._kill(run, run.token, code)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from simulator.fleet.job_controller import JobApiController
+from simulator.fleet.job_controller import TRACKING_FINALIZER, JobApiController
 from simulator.fleet.objects import MANAGED_BY_FLEET
 from tests.support.controllers import Controllers
 
@@ -115,3 +115,42 @@ async def test_fleet_managed_jobs_are_left_alone(world: Controllers) -> None:
     await world.settle(lambda: len(_active(world, "api")) == 1)
     assert world.pods(selector="job-name=scenario") == []
     assert _status(world, "scenario") == {}
+
+
+async def test_a_pod_that_succeeded_counts_even_once_it_is_deleted(world: Controllers) -> None:
+    # As the kubelet does: the pod terminates, then is deleted with a grace period of 0. The
+    # tracking finalizer holds it until the controller has counted it, so the Job completes
+    # instead of replacing a pod that did its work (what kube-controller-manager does).
+    world.store.create("jobs.batch", _job("once", completions=1))
+    await world.settle(lambda: len(_active(world, "once")) == 1)
+    name = _active(world, "once")[0]
+    assert world.store.get("pods", name, "default")["metadata"]["finalizers"] == [TRACKING_FINALIZER]
+    world.finish(name, "Succeeded")
+    world.store.delete("pods", name, "default", grace_period_seconds=0)
+    await world.settle(lambda: bool(_status(world, "once").get("completionTime")))
+    assert _status(world, "once")["succeeded"] == 1
+    await world.settle(lambda: world.pods(selector="job-name=once") == [])  # finalizer let go
+    await world.advance(60)
+    assert world.pods(selector="job-name=once") == []  # never replaced
+
+
+async def test_an_evicted_pod_under_an_ignore_policy_is_replaced_without_counting(
+    world: Controllers,
+) -> None:
+    policy = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+    world.store.create("jobs.batch", _job("moved", backoffLimit=0, podFailurePolicy=policy))
+    await world.settle(lambda: len(_active(world, "moved")) == 1)
+    first = _active(world, "moved")[0]
+
+    def evicted(obj: dict[str, Any]) -> None:
+        obj["status"] = {
+            "phase": "Failed",
+            "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}],
+        }
+
+    world.store.mutate("pods", first, "default", evicted)
+    world.store.delete("pods", first, "default", grace_period_seconds=0)
+    # Replaced at once (no failure back-off), and the Job has not failed at backoffLimit 0.
+    await world.settle(lambda: len(_active(world, "moved")) == 1 and _active(world, "moved")[0] != first)
+    status = _status(world, "moved")
+    assert "failed" not in status and not any(c["type"] == "Failed" for c in status.get("conditions", []))
