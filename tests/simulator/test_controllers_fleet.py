@@ -17,7 +17,7 @@ import pytest
 from gpuhealth.clock import ManualClock
 from simulator.apiserver.store import Store
 from simulator.fleet import Fleet
-from simulator.fleet.objects import MANAGED_BY_FLEET
+from simulator.fleet.objects import DRA_PLUGIN_NAMESPACE, MANAGED_BY_FLEET
 from simulator.scenario import from_dict
 from tests.support.controllers import template
 
@@ -130,7 +130,12 @@ async def test_a_no_execute_device_taint_rule_moves_a_scenario_pod(running: tupl
 async def test_deleting_a_scenario_deployment_takes_its_pods_for_good(running: tuple[Fleet, Store]) -> None:
     fleet, store = running
     store.delete("deployments.apps", "w", "default")  # background: the garbage collector cascades
-    await _until(lambda: not store.list("pods", "default")[0] and not fleet.pods)
+    await _until(
+        lambda: (
+            not store.list("pods", "default")[0]
+            and all(p.namespace == DRA_PLUGIN_NAMESPACE for p in fleet.pods.values())
+        )
+    )
     await fleet.advance(fleet.replacement_delay * 3)
     await _until(lambda: not store.list("replicasets.apps", "default")[0])
     assert store.list("pods", "default")[0] == []

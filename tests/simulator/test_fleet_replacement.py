@@ -20,7 +20,7 @@ import pytest
 from gpuhealth.clock import ManualClock
 from simulator.apiserver.store import Store
 from simulator.fleet import Fleet
-from simulator.fleet.objects import gpu_uuid
+from simulator.fleet.objects import DRA_PLUGIN_NAMESPACE, gpu_uuid
 from simulator.scenario import DeviceRef, Fault, from_dict
 
 
@@ -56,7 +56,8 @@ async def _running(data: dict[str, Any]) -> AsyncIterator[tuple[Fleet, Store]]:
 
 
 def pods(store: Store) -> list[dict[str, Any]]:
-    return store.list("pods")[0]
+    """The scenario's pods (not the DRA driver's kubelet plugin pods)."""
+    return [p for p in store.list("pods")[0] if p["metadata"]["namespace"] != DRA_PLUGIN_NAMESPACE]
 
 
 def health(pod: dict[str, Any]) -> list[dict[str, Any]]:

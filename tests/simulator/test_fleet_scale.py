@@ -16,6 +16,7 @@ from gpuhealth.clock import ManualClock
 from gpuhealth.kube.config import api_client
 from simulator.apiserver.store import Store
 from simulator.fleet import Fleet
+from simulator.fleet.objects import DRA_PLUGIN_NAMESPACE
 from simulator.scenario import resolve
 from simulator.testing import running_cluster
 
@@ -43,7 +44,9 @@ async def test_fleet_10k_builds_and_runs_with_a_full_watch_log_under_2_gib() -> 
     rss_built = rss_bytes()
     assert len(fleet.nodes) == 10_000
     assert sum(len(n.gpus) for n in fleet.nodes.values()) == 80_000
-    assert len(fleet.pods) == 15_000
+    plugins = [p for p in fleet.pods.values() if p.namespace == DRA_PLUGIN_NAMESPACE]
+    assert len(fleet.pods) - len(plugins) == 15_000  # the scenario's workloads
+    assert len(plugins) == 5_000  # the DRA driver's kubelet plugin, one per DRA node
     started = time.perf_counter()
     await fleet.advance(210)  # 1,000 Lease renewals a second fill the 200,000-event watch log
     ran = time.perf_counter() - started
@@ -76,7 +79,8 @@ def test_official_client_lists_every_pod_and_node_of_fleet_10k() -> None:
             f"{len(nodes.items)} nodes in {listed_nodes:.1f} s; "
             f"RSS (server and client) {rss_bytes() / 2**20:.0f} MiB"
         )
-        assert len(pods.items) == 15_000
+        workload = [p for p in pods.items if p.metadata.namespace != DRA_PLUGIN_NAMESPACE]
+        assert len(workload) == 15_000 and len(pods.items) == 20_000  # and 5,000 DRA plugin pods
         assert len(nodes.items) == 10_000
-        statuses = pods.items[0].status.container_statuses[0].allocated_resources_status
+        statuses = workload[0].status.container_statuses[0].allocated_resources_status
         assert statuses and statuses[0].resources

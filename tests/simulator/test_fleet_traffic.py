@@ -20,6 +20,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from gpuhealth.clock import ManualClock
 from simulator.apiserver.store import Store
 from simulator.fleet import Fleet
+from simulator.fleet.objects import DRA_PLUGIN_NAMESPACE
 from simulator.runner import WORKLOAD_METRICS_PATH, add_routes
 from simulator.scenario import DeviceRef, Fault, from_dict
 from simulator.traffic import CATALOG, JOB, REQUESTS_PER_SECOND, Traffic
@@ -81,7 +82,7 @@ async def test_an_unknown_device_fails_nothing() -> None:
     async for fleet, _store in running(scenario("dra", replicas=1)):
         traffic = Traffic(fleet)
         traffic.advance()
-        (pod,) = fleet.pods.values()
+        (pod,) = (p for p in fleet.pods.values() if p.namespace != DRA_PLUGIN_NAMESPACE)
         fleet.inject(Fault(at=fleet.now(), kind="device-unknown", device=DeviceRef(pod.node, 0), duration=60))
         await fleet.advance(30)
         traffic.advance()
