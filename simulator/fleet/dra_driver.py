@@ -58,9 +58,11 @@ class DraDriver:
         self._push = push
 
     def install(self) -> None:
-        """The driver's DeviceClass (`gpu.nvidia.com`) and namespace, as its chart installs them."""
+        """The driver's DeviceClass (`gpu.nvidia.com`), namespace and the kubelet plugin's
+        ServiceAccount, as its chart installs them."""
         create_ignore_exists(self._api, "deviceclasses.resource.k8s.io", objects.device_class())
         create_ignore_exists(self._api, "namespaces", objects.namespace(objects.DRA_PLUGIN_NAMESPACE))
+        create_ignore_exists(self._api, "serviceaccounts", objects.dra_plugin_service_account())
 
     def start_plugin(self, node: SimNode) -> dict[str, Any] | None:
         """The DaemonSet's kubelet plugin pod on `node`, bound to it (its kubelet runs it); the pod

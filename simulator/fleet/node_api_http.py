@@ -47,6 +47,7 @@ RESOURCES: Final[dict[str, r.Resource]] = {
     PODS: r.POD,
     "nodes": r.NODE,
     "namespaces": r.NAMESPACE,
+    "serviceaccounts": r.Resource("", "v1", "serviceaccounts", namespaced=True),
     "events": r.Resource("", "v1", "events", namespaced=True),
     "leases.coordination.k8s.io": r.LEASE,
     "resourceslices.resource.k8s.io": r.RESOURCE_SLICE,

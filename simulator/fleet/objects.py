@@ -598,6 +598,20 @@ DRA_PLUGIN_LABELS = {
 """Where the NVIDIA DRA driver's Helm chart runs its kubelet plugin, and its pods' labels."""
 
 
+DRA_PLUGIN_SERVICE_ACCOUNT = "dra-driver-nvidia-gpu-kubelet-plugin"
+"""The ServiceAccount the driver's chart installs for its kubelet plugin: a pod names its own
+(kube-apiserver's ServiceAccount admission refuses a pod whose account does not exist yet, and a
+new namespace's `default` account comes from kube-controller-manager a moment later)."""
+
+
+def dra_plugin_service_account() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": DRA_PLUGIN_SERVICE_ACCOUNT, "namespace": DRA_PLUGIN_NAMESPACE},
+    }
+
+
 def dra_plugin_pod(node_name: str) -> dict[str, Any]:
     """The DRA driver's kubelet plugin on `node_name`, as its DaemonSet creates it (bound to the node).
 
@@ -615,6 +629,7 @@ def dra_plugin_pod(node_name: str) -> dict[str, Any]:
         },
         "spec": {
             "nodeName": node_name,
+            "serviceAccountName": DRA_PLUGIN_SERVICE_ACCOUNT,
             "restartPolicy": "Always",
             "tolerations": [{"operator": "Exists"}],
             "containers": [
