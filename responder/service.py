@@ -113,7 +113,7 @@ def create_app(
             migrator = Migrator(api, settings.migrator, clock, metrics=MigratorMetrics(registry))
             reconciler = Reconciler(
                 api,
-                enforcer=Enforcer(api, rules),
+                enforcer=Enforcer(api, rules, ramp_pods=settings.ramp_pods),
                 health=PrometheusHealth(settings.prometheus_url),
                 checks=JobChecks(api, settings.checks),
                 events=KubeEvents(api),
