@@ -34,6 +34,7 @@ WATCHED = (QUARANTINES, RULES, NODES, JOBS, EVENTS, PODS, LEASES, CONFIG_MAPS)
 """Resources the pipeline watches for the observer."""
 
 NODE_ANNOTATION = "gpuhealth.io/quarantined-devices"
+RAMP_ANNOTATION = "gpuhealth.io/ramping-devices"
 QUARANTINE_TAINT = "gpuhealth.io/quarantine"
 CHECK_LABEL = "gpuhealth.io/check"
 RECORD_LABEL = "gpuhealth.io/record"
@@ -61,6 +62,8 @@ class Observer:
         self._rules: dict[str, tuple[str, str, str]] = {}
         """rule name -> (taint key meaning, node, uuid)."""
         self._annotated: dict[str, set[str]] = {}
+        self._ramping: dict[str, set[str]] = {}
+        """node -> devices its ramp annotation lists (device-plugin devices on the ramp)."""
         self._node_state: dict[str, tuple[bool, frozenset[str]]] = {}
         """node -> (cordoned, gpuhealth taint keys)."""
         self._checks_done: set[str] = set()
@@ -282,12 +285,30 @@ class Observer:
                 listed = {str(d) for d in parsed} if isinstance(parsed, list) else set()
             except ValueError:
                 self.journal.record(at, Kind.NOTE, "unreadable annotation", node, annotation=str(raw)[:200])
+        ramp_raw = (meta.get("annotations") or {}).get(RAMP_ANNOTATION) if etype != DELETED else None
+        ramping: set[str] = set()
+        if ramp_raw:
+            try:
+                parsed = json.loads(ramp_raw)
+                ramping = {str(d) for d in parsed} if isinstance(parsed, dict) else set()
+            except ValueError:
+                self.journal.record(
+                    at, Kind.NOTE, "unreadable annotation", node, annotation=str(ramp_raw)[:200]
+                )
         before = self._annotated.get(node, set())
-        for device in sorted(listed - before):
-            self.journal.record(at, Kind.ENFORCED, "quarantine", node, device, annotation=NODE_ANNOTATION)
+        ramped = self._ramping.get(node, set())
+        # What leaves a list is lifted before what enters the other is enforced, as a DeviceTaintRule's
+        # taint switched between quarantine and canary is journaled.
         for device in sorted(before - listed):
             self.journal.record(at, Kind.LIFTED, "quarantine", node, device, annotation=NODE_ANNOTATION)
+        for device in sorted(ramped - ramping):
+            self.journal.record(at, Kind.LIFTED, "canary", node, device, annotation=RAMP_ANNOTATION)
+        for device in sorted(listed - before):
+            self.journal.record(at, Kind.ENFORCED, "quarantine", node, device, annotation=NODE_ANNOTATION)
+        for device in sorted(ramping - ramped):
+            self.journal.record(at, Kind.ENFORCED, "canary", node, device, annotation=RAMP_ANNOTATION)
         self._annotated[node] = listed
+        self._ramping[node] = ramping
         spec = obj.get("spec") or {}
         cordoned = bool(spec.get("unschedulable"))
         taints = frozenset(

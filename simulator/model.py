@@ -96,6 +96,10 @@ class Workload:
     """checkpoint: annotation: simulated seconds from a checkpoint request to its commit; None: never."""
     checkpoint_fails: bool = False
     """checkpoint: annotation: the agent answers every request with a failure instead of a commit."""
+    canary: bool = False
+    """The workload opts in to devices on gpuhealth's ramp: its pods carry the label
+    `gpuhealth.io/canary-ok: "true"` (device plugins: the scheduler extender admits them), its DRA
+    claim request tolerates the `gpuhealth.io/canary` taint."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -311,6 +311,7 @@ _WORKLOAD_KEYS = (
     "draClaim",
     "draStatusName",
     "completeAfter",
+    "canary",
 )
 _FAULT_KEYS: dict[str, tuple[str, ...]] = {
     "device-unhealthy": ("device", "message", "duration"),
@@ -434,6 +435,7 @@ def _workload(r: FieldReader, raw: Any, index: int, groups: Mapping[str, NodeGro
             data.get("draStatusName", "request"), (*path, "draStatusName"), ("request", "claim")
         ),
         complete_after=complete_after,
+        canary=r.boolean(data.get("canary", False), (*path, "canary")),
         line=r.line(path),
     )
 
