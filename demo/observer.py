@@ -35,6 +35,8 @@ WATCHED = (QUARANTINES, RULES, NODES, JOBS, EVENTS, PODS, LEASES, CONFIG_MAPS)
 
 NODE_ANNOTATION = "gpuhealth.io/quarantined-devices"
 RAMP_ANNOTATION = "gpuhealth.io/ramping-devices"
+CANARY_OPT_IN = "gpuhealth.io/canary-ok"
+"""The pod label by which a workload opts in to devices on the ramp (`docs/workloads.md`)."""
 QUARANTINE_TAINT = "gpuhealth.io/quarantine"
 CHECK_LABEL = "gpuhealth.io/check"
 RECORD_LABEL = "gpuhealth.io/record"
@@ -397,6 +399,7 @@ class Observer:
                 pod=key,
                 job=job,
                 devices=",".join(devices),
+                optedIn=str(labels.get(CANARY_OPT_IN) == "true").lower(),
                 detail=f"{key} of {job} running again on "
                 + ", ".join(self.journal.label(d) for d in devices),
             )
