@@ -89,9 +89,15 @@ class NodeAnnotation:
     def enforced_as(self, record: Quarantine) -> str:
         return f"Node/{record.spec.node}"
 
-    def present(self, record: Quarantine) -> bool:
+    def present(self, record: Quarantine, wanted: Enforce | None = None) -> bool:
         node = self._client.get(NODE, record.spec.node)
-        return record.spec.device in listed(node) or record.spec.device in ramping(node)
+        device = record.spec.device
+        quarantined, ramp = device in listed(node), ramping(node).get(device)
+        if wanted is None or wanted.effect == "None":  # dry-run: nothing is written on this path
+            return quarantined or ramp is not None
+        if wanted.taint_key == CANARY_TAINT:
+            return ramp == self._ramp_pods and not quarantined
+        return quarantined and ramp is None
 
     def enforce(self, record: Quarantine, effect: Enforce) -> None:
         if effect.effect != "None":  # dry-run: nothing to preview with on this path

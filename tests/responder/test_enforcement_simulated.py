@@ -98,6 +98,9 @@ def test_a_dra_quarantine_is_one_rule_owned_by_its_record(client: KubeClient) ->
     enforcer.enforce(record, Enforce(CANARY_TAINT, "Unhealthy", "NoSchedule"))
     ramp = client.get(rules, record.name)
     assert ramp["spec"]["taint"]["key"] == CANARY_TAINT and ramp["metadata"]["resourceVersion"] != version
+    # Present as the phase wants it only with that taint: the ramp's, not the quarantine's.
+    assert enforcer.present(record, Enforce(CANARY_TAINT, "Unhealthy", "NoSchedule"))
+    assert not enforcer.present(record, Enforce(QUARANTINE_TAINT, "Unhealthy", "NoSchedule"))
     enforcer.unenforce(record)
     enforcer.unenforce(record)  # idempotent
     assert not enforcer.present(record)
@@ -165,6 +168,11 @@ def test_a_device_plugin_ramp_moves_the_entry_to_the_ramp_annotation_with_its_bo
     annotations = client.get(NODE, "gpu-node-1")["metadata"]["annotations"]
     assert annotations == {"team": "ml", NODE_ANNOTATION: '["GPU-bbbb"]', RAMP_ANNOTATION: '{"GPU-aaaa":2}'}
     assert enforcer.present(first) and enforcer.present(second)
+    # As the phase wants it: the ramp with its bound, the other still quarantined.
+    ramp, quarantine = (Enforce(key, "Unhealthy", "NoSchedule") for key in (CANARY_TAINT, QUARANTINE_TAINT))
+    assert enforcer.present(first, ramp) and not enforcer.present(first, quarantine)
+    assert enforcer.present(second, quarantine) and not enforcer.present(second, ramp)
+    assert not Enforcer(client, discover(client), ramp_pods=1).present(first, ramp)  # another bound
     # A failure on the ramp: back to the quarantine list, the ramp annotation gone with its last entry.
     enforcer.enforce(first, Enforce(QUARANTINE_TAINT, "Unhealthy", "NoSchedule"))
     annotations = client.get(NODE, "gpu-node-1")["metadata"]["annotations"]
