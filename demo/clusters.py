@@ -205,10 +205,17 @@ async def _pump(c: SimulatedCluster, resource: str, watch: Any, changes: queue.S
 
 
 @contextmanager
-def simulated(scenario: Scenario, speed: float) -> Iterator[SimulatedTarget]:
+def simulated(
+    scenario: Scenario, speed: float, *, extender_url: str | None = None, workdir: Path | None = None
+) -> Iterator[SimulatedTarget]:
     """The simulated cluster for `scenario`, without its timeline (the pipeline injects it once
-    every part is up)."""
-    with running_cluster(dataclasses.replace(scenario, timeline=()), speed=speed) as handle:
+    every part is up). With `extender_url` (and `workdir` for its file) its scheduler calls the
+    responders' extender through the shipped KubeSchedulerConfiguration, as a real one does."""
+    config = None
+    if extender_url is not None and workdir is not None:
+        config = scheduler_config(extender_url, workdir / "kube-scheduler-config.yaml")
+    stripped = dataclasses.replace(scenario, timeline=())
+    with running_cluster(stripped, speed=speed, scheduler_config=config) as handle:
         target = SimulatedTarget(handle)
         try:
             yield target

@@ -36,6 +36,7 @@ __all__ = [
     "Expectations",
     "Latency",
     "NodeOrDevice",
+    "RampExpectation",
     "TenantEventExpectation",
     "check",
     "evaluate",
@@ -156,6 +157,21 @@ class AlertExpectation:
 
 
 @dataclass(frozen=True, slots=True)
+class RampExpectation:
+    """A device whose ramp took a job that opted in to it (`ramp:`)."""
+
+    node: str
+    gpu: int
+    job: str
+    """`namespace/name` of the opted-in workload a pod of which must land on the device during its
+    ramp."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.node}/gpu-{self.gpu}"
+
+
+@dataclass(frozen=True, slots=True)
 class TenantEventExpectation:
     """Kubernetes Events for tenants with this reason (and namespace), counted."""
 
@@ -206,6 +222,7 @@ class Expectations:
     """Pods behind the `gpuhealth.io/serving` readiness gate that were out of their Services'
     endpoints (not Ready) when their checkpoint was first requested. A gated pod asked while
     still Ready is a failure line of its own whenever this is stated."""
+    ramp: tuple[RampExpectation, ...] = ()
 
     def empty(self) -> bool:
         return self == Expectations()
@@ -227,6 +244,7 @@ _TOP = {
     "nodeActions",
     "maxDetectionLatency",
     "stoppedBeforeCheckpoint",
+    "ramp",
 }
 
 
@@ -336,6 +354,7 @@ def parse(raw: Any, source: str, *, nodes: Mapping[str, NodeGroup] | None = None
             if "stoppedBeforeCheckpoint" in data
             else None
         ),
+        ramp=_ramps(r, data.get("ramp", [])),
     )
     _check_consistent(r, expectations)
     return expectations
@@ -387,6 +406,21 @@ def _places(r: _Reader, raw: Any, path: _Path, *, whole_node: bool) -> tuple[Nod
             r.fail((*here, "gpu"), "is required")
         gpu = r.gpu(data["gpu"], (*here, "gpu"), node) if "gpu" in data else None
         out.append(NodeOrDevice(node, gpu))
+    return tuple(out)
+
+
+def _ramps(r: _Reader, raw: Any) -> tuple[RampExpectation, ...]:
+    out: list[RampExpectation] = []
+    path: _Path = ("ramp",)
+    for i, item in enumerate(r.items(raw, path)):
+        here = (*path, i)
+        data = r.mapping(item, here, ("node", "gpu", "job"))
+        node = _required_node(r, data, here)
+        gpu = r.gpu(r.required(data, "gpu", here), (*here, "gpu"), node)
+        job = r.text(r.required(data, "job", here), (*here, "job"))
+        if job.count("/") != 1 or not all(job.split("/")):
+            r.fail((*here, "job"), f"{job!r} must be namespace/name")
+        out.append(RampExpectation(node, gpu, job))
     return tuple(out)
 
 
@@ -505,6 +539,8 @@ def evaluate(expectations: Expectations, journal: Journal) -> list[str]:
         failures += _released(view, spot)
     for held in expectations.quarantined_at_end:
         failures += _held_at_end(view, held)
+    for ramp in expectations.ramp:
+        failures += _ramp(view, ramp)
     for alert in expectations.alerts_fired:
         if not view.alerts(alert):
             failures.append(f"alert {alert.label}: expected to fire, never did{view.fired_hint(alert.name)}")
@@ -730,6 +766,46 @@ def _held_at_end(view: _View, held: HeldExpectation) -> list[str]:
                 f"({_sequence(phases)})"
             )
     return [f"quarantinedAtEnd {held.label}: {p}" for p in problems]
+
+
+def _ramp(view: _View, item: RampExpectation) -> list[str]:
+    """The device ramped with a pod of `item.job` on it, and while its record was active
+    (Quarantined until Released) no pod landed on it but opted-in ones during a Ramp."""
+    uuid = view.uuid(item.node, item.gpu)
+    if uuid is None:
+        return [f"ramp {item.label}: not a device of the run's fleet"]
+    phases = view.of(Kind.PHASE, uuid)
+    late = view.journal.resolution_seconds  # a pod is seen running up to one observation late
+    ramps = [
+        (e.at, phases[i + 1].at + late if i + 1 < len(phases) else math.inf)
+        for i, e in enumerate(phases)
+        if e.what == "Ramp"
+    ]
+    if not ramps:
+        shown = _sequence([e.what for e in phases]) or "no record"
+        return [f"ramp {item.label}: never reached Ramp ({shown})"]
+    placed = [
+        e
+        for e in view.entries
+        if e.kind == Kind.NOTE and e.what == "placed" and uuid in e.detail.get("devices", "").split(",")
+    ]
+    problems: list[str] = []
+    if not any(e.detail.get("job") == item.job and any(a <= e.at < b for a, b in ramps) for e in placed):
+        others = sorted({e.detail.get("job", "?") for e in placed})
+        seen = f" (placed there: {', '.join(others)})" if others else " (no pod was placed there)"
+        problems.append(f"no pod of {item.job} was placed on it during its ramp{seen}")
+    quarantined = [e.at for e in phases if e.what == "Quarantined"]
+    released = [e.at for e in phases if e.what == "Released"]
+    for e in placed:
+        active = any(q <= e.at and not any(q <= r < e.at for r in released) for q in quarantined)
+        ramping = any(a <= e.at < b for a, b in ramps)
+        opted = e.detail.get("optedIn") == "true"
+        if active and not (ramping and opted):
+            why = "it did not opt in" if not opted else "the device was not on its ramp"
+            problems.append(
+                f"{e.detail.get('pod', '?')} was placed on it at t+{e.at:.0f}s before its release ({why})"
+            )
+    return [f"ramp {item.label}: {p}" for p in problems]
 
 
 def _sequence(phases: list[str], keep: int = 4) -> str:

@@ -36,6 +36,9 @@ WATCHED = (QUARANTINES, RULES, NODES, JOBS, EVENTS, PODS, LEASES, CONFIG_MAPS)
 NODE_ANNOTATION = "gpuhealth.io/quarantined-devices"
 CHECKPOINT_REQUESTED = "gpuhealth.io/checkpoint-requested"
 SERVING_CONDITION = "gpuhealth.io/serving"
+RAMP_ANNOTATION = "gpuhealth.io/ramping-devices"
+CANARY_OPT_IN = "gpuhealth.io/canary-ok"
+"""The pod label by which a workload opts in to devices on the ramp (`docs/workloads.md`)."""
 QUARANTINE_TAINT = "gpuhealth.io/quarantine"
 CHECK_LABEL = "gpuhealth.io/check"
 RECORD_LABEL = "gpuhealth.io/record"
@@ -63,6 +66,8 @@ class Observer:
         self._rules: dict[str, tuple[str, str, str]] = {}
         """rule name -> (taint key meaning, node, uuid)."""
         self._annotated: dict[str, set[str]] = {}
+        self._ramping: dict[str, set[str]] = {}
+        """node -> devices its ramp annotation lists (device-plugin devices on the ramp)."""
         self._node_state: dict[str, tuple[bool, frozenset[str]]] = {}
         """node -> (cordoned, gpuhealth taint keys)."""
         self._checks_done: set[str] = set()
@@ -286,12 +291,30 @@ class Observer:
                 listed = {str(d) for d in parsed} if isinstance(parsed, list) else set()
             except ValueError:
                 self.journal.record(at, Kind.NOTE, "unreadable annotation", node, annotation=str(raw)[:200])
+        ramp_raw = (meta.get("annotations") or {}).get(RAMP_ANNOTATION) if etype != DELETED else None
+        ramping: set[str] = set()
+        if ramp_raw:
+            try:
+                parsed = json.loads(ramp_raw)
+                ramping = {str(d) for d in parsed} if isinstance(parsed, dict) else set()
+            except ValueError:
+                self.journal.record(
+                    at, Kind.NOTE, "unreadable annotation", node, annotation=str(ramp_raw)[:200]
+                )
         before = self._annotated.get(node, set())
-        for device in sorted(listed - before):
-            self.journal.record(at, Kind.ENFORCED, "quarantine", node, device, annotation=NODE_ANNOTATION)
+        ramped = self._ramping.get(node, set())
+        # What leaves a list is lifted before what enters the other is enforced, as a DeviceTaintRule's
+        # taint switched between quarantine and canary is journaled.
         for device in sorted(before - listed):
             self.journal.record(at, Kind.LIFTED, "quarantine", node, device, annotation=NODE_ANNOTATION)
+        for device in sorted(ramped - ramping):
+            self.journal.record(at, Kind.LIFTED, "canary", node, device, annotation=RAMP_ANNOTATION)
+        for device in sorted(listed - before):
+            self.journal.record(at, Kind.ENFORCED, "quarantine", node, device, annotation=NODE_ANNOTATION)
+        for device in sorted(ramping - ramped):
+            self.journal.record(at, Kind.ENFORCED, "canary", node, device, annotation=RAMP_ANNOTATION)
         self._annotated[node] = listed
+        self._ramping[node] = ramping
         spec = obj.get("spec") or {}
         cordoned = bool(spec.get("unschedulable"))
         taints = frozenset(
@@ -380,6 +403,7 @@ class Observer:
                 pod=key,
                 job=job,
                 devices=",".join(devices),
+                optedIn=str(labels.get(CANARY_OPT_IN) == "true").lower(),
                 detail=f"{key} of {job} running again on "
                 + ", ".join(self.journal.label(d) for d in devices),
             )

@@ -704,7 +704,9 @@ def _target(
             # Through the front, like a Service: whichever replica is alive answers the scheduler.
             extender_url=f"{front.url}/scheduler",
         )
-    return clusters.simulated(scenario, settings.speed)
+    return clusters.simulated(
+        scenario, settings.speed, extender_url=f"{front.url}/scheduler", workdir=workdir
+    )
 
 
 def _install_responder_api(kubeconfig: Path) -> None:

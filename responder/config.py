@@ -6,7 +6,7 @@ which cluster, the token, TLS). The shipped example with every default and its r
 `deploy/responder-config.yaml`.
 
     policy:         {probe_timeout, canary_timeout, stability, ramp, requested_wait, backoff, max_backoff,
-                     deferred_max_age}
+                     deferred_max_age, ramp_pods}
     breaker:        {window, rate_fraction, rate_floor, capacity_fraction, capacity_floor}
     new_quarantines: {burst, per_hour}
     migration:      {checkpoint_timeout, lease_margin, lease_cap, replacement_timeout, default_mode,
@@ -147,6 +147,7 @@ _SECTIONS: dict[str, dict[str, _Key]] = {
         "backoff": _Key(("reconciler", "policy", "backoff_seconds"), _duration),
         "max_backoff": _Key(("reconciler", "policy", "max_backoff_seconds"), _duration),
         "deferred_max_age": _Key(("reconciler", "policy", "deferred_max_age_seconds"), _duration),
+        "ramp_pods": _Key(("ramp_pods",), _whole(1)),
     },
     "breaker": {
         "window": _Key(("reconciler", "policy", "breaker", "window_seconds"), _duration),

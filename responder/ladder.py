@@ -34,6 +34,10 @@ QUARANTINE_TAINT = "gpuhealth.io/quarantine"
 """Taint key of an enforced quarantine (value: the reason); every check's pod tolerates it."""
 CANARY_TAINT = "gpuhealth.io/canary"
 """Taint key while a released device ramps up: only claims that opt in tolerate it."""
+CANARY_OPT_IN = "gpuhealth.io/canary-ok"
+"""The pod label (value `"true"`) by which a device-plugin workload opts in to devices on the
+ramp: the scheduler extender admits a bounded number of such pods (`docs/quarantine.md`,
+"Gradual return"), the counterpart of a DRA claim request that tolerates `CANARY_TAINT`."""
 
 
 class Kind(StrEnum):

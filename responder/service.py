@@ -121,7 +121,7 @@ def create_app(
             )
             reconciler = Reconciler(
                 api,
-                enforcer=Enforcer(api, rules),
+                enforcer=Enforcer(api, rules, ramp_pods=settings.ramp_pods),
                 health=PrometheusHealth(settings.prometheus_url),
                 checks=JobChecks(api, settings.checks),
                 events=KubeEvents(api),

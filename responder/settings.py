@@ -56,6 +56,11 @@ class ResponderSettings:
     reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings)
     migrator: MigratorSettings = field(default_factory=MigratorSettings)
     checks: CheckSettings = field(default_factory=CheckSettings)
+    ramp_pods: int = 1
+    """Device plugins: pods labelled `gpuhealth.io/canary-ok: "true"` the scheduler extender admits
+    to a node for each of its devices on the ramp, at a time (every other pod still counts the
+    device out); on DRA the device's one allocation is the bound. 1: one workload's bounded load
+    before the release opens the device to all."""
 
     def __post_init__(self) -> None:
         for name in ("token", "identity", "prometheus_url", "namespace"):
@@ -68,5 +73,6 @@ class ResponderSettings:
             )
         fields.within(self, "webhook_max_body_bytes", "bytes", 1024, 64 * 1024 * 1024, whole=True)
         fields.within(self, "extender_max_body_bytes", "bytes", 1024, 1024 * 1024 * 1024, whole=True)
+        fields.within(self, "ramp_pods", "pods", 1, 64, whole=True)
         for rung in self.reconciler.policy.ladder.checks():
             self.checks.spec(rung.name)  # every check rung has what its pod runs, or no start

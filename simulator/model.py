@@ -99,6 +99,10 @@ class Workload:
     serving_gate: bool = False
     """The pods declare the readiness gate `gpuhealth.io/serving` and the workload sets the
     condition True once it serves (`docs/workloads.md`, stopping new requests)."""
+    canary: bool = False
+    """The workload opts in to devices on gpuhealth's ramp: its pods carry the label
+    `gpuhealth.io/canary-ok: "true"` (device plugins: the scheduler extender admits them), its DRA
+    claim request tolerates the `gpuhealth.io/canary` taint."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -312,6 +312,7 @@ _WORKLOAD_KEYS = (
     "draStatusName",
     "completeAfter",
     "servingGate",
+    "canary",
 )
 _FAULT_KEYS: dict[str, tuple[str, ...]] = {
     "device-unhealthy": ("device", "message", "duration"),
@@ -437,6 +438,7 @@ def _workload(r: FieldReader, raw: Any, index: int, groups: Mapping[str, NodeGro
         ),
         complete_after=complete_after,
         serving_gate=r.boolean(data.get("servingGate", False), (*path, "servingGate")),
+        canary=r.boolean(data.get("canary", False), (*path, "canary")),
         line=r.line(path),
     )
 

@@ -93,10 +93,13 @@ class ClusterHandle(_InThread[SimulatedCluster]):
         speed: float,
         token: str | None,
         remote_nodes: bool = False,
+        scheduler_config: Path | None = None,
     ) -> None:
         spec = dict(scenario) if isinstance(scenario, Mapping) else scenario
         super().__init__(
-            lambda: SimulatedCluster(spec, speed=speed, token=token, remote_nodes=remote_nodes),
+            lambda: SimulatedCluster(
+                spec, speed=speed, token=token, remote_nodes=remote_nodes, scheduler_config=scheduler_config
+            ),
             "gpuhealth-sim",
         )
 
@@ -218,10 +221,15 @@ def started(handle: H) -> Iterator[H]:
 
 @contextmanager
 def running_cluster(
-    scenario: str | Path | Mapping[str, Any] | Scenario, *, speed: float = 1.0, token: str | None = None
+    scenario: str | Path | Mapping[str, Any] | Scenario,
+    *,
+    speed: float = 1.0,
+    token: str | None = None,
+    scheduler_config: Path | None = None,
 ) -> Iterator[ClusterHandle]:
-    """Serve `scenario` (built-in name, path, dict) on loopback for the duration of the block."""
-    handle = ClusterHandle(scenario, speed=speed, token=token)
+    """Serve `scenario` (built-in name, path, dict) on loopback for the duration of the block;
+    `scheduler_config`: a KubeSchedulerConfiguration whose extenders the scheduler calls."""
+    handle = ClusterHandle(scenario, speed=speed, token=token, scheduler_config=scheduler_config)
     handle.start()
     try:
         yield handle

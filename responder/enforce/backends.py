@@ -69,8 +69,10 @@ class Backend(Protocol):
         """What the record's `status.enforced` calls this backend's enforcement of it."""
         ...
 
-    def present(self, record: Quarantine) -> bool:
-        """Whether the enforcement gpuhealth owns for the record exists (any taint key)."""
+    def present(self, record: Quarantine, wanted: Enforce | None = None) -> bool:
+        """Whether the enforcement gpuhealth owns for the record exists: as `wanted` (the taint
+        the record's phase holds: a rule's taint, which of a node's annotations lists the device
+        and with what bound), or in any form when None."""
         ...
 
     def enforce(self, record: Quarantine, effect: Enforce) -> None: ...
@@ -151,8 +153,8 @@ class Backends:
     def enforced_as(self, record: Quarantine) -> str:
         return self.of(record).enforced_as(record)
 
-    def present(self, record: Quarantine) -> bool:
-        return self.of(record).present(record)
+    def present(self, record: Quarantine, wanted: Enforce | None = None) -> bool:
+        return self.of(record).present(record, wanted)
 
     def enforce(self, record: Quarantine, effect: Enforce) -> None:
         self.of(record).enforce(record, effect)

@@ -6,6 +6,14 @@ read by the scheduler extender (`responder.extender.filter`). Nothing else on th
 no taint, no cordon, no label. In dry-run there is nothing to preview with, so nothing is
 written.
 
+The ramp (the release ladder's canary taint, `responder.ladder.CANARY_TAINT`) moves the device
+from that list to a second annotation, `gpuhealth.io/ramping-devices`, a JSON object of device
+ID to the number of opted-in pods the extender admits to the node for it (`ramp_pods`): pods
+labelled `gpuhealth.io/canary-ok: "true"` may use the device, at most that many at a time,
+while every other pod still counts it out. A failure on the ramp moves it back; the release
+lifts both. The bound travels in the annotation, so the extender needs no setting of its own
+and `kubectl get node -o yaml` shows what it admits.
+
 A device is this backend's when no ResourceSlice publishes it (the DRA backend claims first)
 and its node advertises the device plugin's resource (`nvidia.com/gpu`) in its capacity; a
 record already on this path keeps it while nothing says otherwise, so the node is read only
@@ -25,7 +33,7 @@ quarantine keeps new work off it meanwhile.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -36,12 +44,18 @@ from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import NODE
 from responder.enforce.backends import DeviceRequest, Evidence
 from responder.enforce.identity import Identity, resolve_capacity
+from responder.ladder import CANARY_TAINT
 from responder.reconcile.policy import Enforce
 from responder.records import DEVICE_PLUGIN, Quarantine
 
 log = logging.getLogger(__name__)
 
 NODE_ANNOTATION = "gpuhealth.io/quarantined-devices"
+RAMP_ANNOTATION = "gpuhealth.io/ramping-devices"
+"""Devices on the ramp: a JSON object of device ID to how many opted-in pods the scheduler
+extender admits to the node for that device while it ramps."""
+RAMP_PODS = 1
+"""Opted-in pods admitted per ramping device by default: one workload's worth of bounded load."""
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 """The NVIDIA container runtime's variable: the GPUs (uuids) a container sees."""
 DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
@@ -53,10 +67,16 @@ RUNTIME_CLASS = "nvidia"
 class NodeAnnotation:
     path = DEVICE_PLUGIN
 
-    def __init__(self, client: Api, *, runtime_class: str = RUNTIME_CLASS) -> None:
-        """`runtime_class`: the check pods' `runtimeClassName` (empty: the node's default runtime)."""
+    def __init__(
+        self, client: Api, *, runtime_class: str = RUNTIME_CLASS, ramp_pods: int = RAMP_PODS
+    ) -> None:
+        """`runtime_class`: the check pods' `runtimeClassName` (empty: the node's default runtime).
+        `ramp_pods`: opted-in pods the extender admits per device while it ramps."""
+        if isinstance(ramp_pods, bool) or not isinstance(ramp_pods, int) or not 1 <= ramp_pods <= 64:
+            raise ValueError(f"ramp_pods must be a whole number from 1 to 64, not {ramp_pods!r}")
         self._client = client
         self._runtime_class = runtime_class
+        self._ramp_pods = ramp_pods
 
     def identify(self, record: Quarantine, evidence: Evidence) -> Identity | None:
         if record.spec.path == self.path:
@@ -69,15 +89,22 @@ class NodeAnnotation:
     def enforced_as(self, record: Quarantine) -> str:
         return f"Node/{record.spec.node}"
 
-    def present(self, record: Quarantine) -> bool:
-        return record.spec.device in listed(self._client.get(NODE, record.spec.node))
+    def present(self, record: Quarantine, wanted: Enforce | None = None) -> bool:
+        node = self._client.get(NODE, record.spec.node)
+        device = record.spec.device
+        quarantined, ramp = device in listed(node), ramping(node).get(device)
+        if wanted is None or wanted.effect == "None":  # dry-run: nothing is written on this path
+            return quarantined or ramp is not None
+        if wanted.taint_key == CANARY_TAINT:
+            return ramp == self._ramp_pods and not quarantined
+        return quarantined and ramp is None
 
     def enforce(self, record: Quarantine, effect: Enforce) -> None:
         if effect.effect != "None":  # dry-run: nothing to preview with on this path
-            self._edit(record, add=True)
+            self._edit(record, RAMPING if effect.taint_key == CANARY_TAINT else QUARANTINED)
 
     def lift(self, record: Quarantine) -> None:
-        self._edit(record, add=False)
+        self._edit(record, None)
 
     def holders(self, record: Quarantine, node_pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         device = record.spec.uuid or record.spec.device
@@ -98,29 +125,43 @@ class NodeAnnotation:
             pod["runtimeClassName"] = self._runtime_class
         return DeviceRequest(container={"env": env}, pod=pod)
 
-    def _edit(self, record: Quarantine, *, add: bool) -> None:
+    def _edit(self, record: Quarantine, state: str | None) -> None:
+        """Make the device listed as `state` (QUARANTINED, RAMPING) and nowhere else; None: nowhere."""
         device = record.spec.device
 
         def attempt() -> None:
             try:
                 node = self._client.get(NODE, record.spec.node)
             except NotFound:
-                if add:
+                if state is not None:
                     raise
-                return  # the node is gone, and the annotation with it
-            current = listed(node)
-            wanted = sorted({*current, device}) if add else [d for d in current if d != device]
-            if wanted == current:
+                return  # the node is gone, and the annotations with it
+            current, ramp = listed(node), ramping(node)
+            wanted = [d for d in current if d != device]
+            if state == QUARANTINED:
+                wanted = sorted({*wanted, device})
+            wanted_ramp = {d: n for d, n in ramp.items() if d != device}
+            if state == RAMPING:
+                wanted_ramp[device] = self._ramp_pods
+            if wanted == current and wanted_ramp == ramp:
                 return
             meta = node.get("metadata") or {}
             annotations = dict(meta.get("annotations") or {})
-            if wanted:
-                annotations[NODE_ANNOTATION] = orjson.dumps(wanted).decode()
-            else:
-                annotations.pop(NODE_ANNOTATION, None)
+            ordered = dict(sorted(wanted_ramp.items()))
+            for key, value in ((NODE_ANNOTATION, wanted), (RAMP_ANNOTATION, ordered)):
+                if value:
+                    annotations[key] = orjson.dumps(value).decode()
+                else:
+                    annotations.pop(key, None)
             self._client.update(NODE, {**node, "metadata": {**meta, "annotations": annotations}})
 
         retry_on_conflict(attempt, what=f"Node {record.spec.node}")
+
+
+QUARANTINED = "quarantined"
+"""Listed in `gpuhealth.io/quarantined-devices`: no pod may use the device."""
+RAMPING = "ramping"
+"""Listed in `gpuhealth.io/ramping-devices`: opted-in pods only, up to the bound."""
 
 
 def listed(node: dict[str, Any]) -> list[str]:
@@ -134,6 +175,27 @@ def listed(node: dict[str, Any]) -> list[str]:
         log.warning("node annotation %s is not JSON: %r", NODE_ANNOTATION, raw[:200])
         return []
     return sorted(v for v in value if isinstance(v, str)) if isinstance(value, list) else []
+
+
+def ramping(node: Mapping[str, Any]) -> dict[str, int]:
+    """The devices the ramp annotation lists, with the opted-in pods admitted for each; an
+    unreadable value lists none (logged), an entry whose bound is not a whole number >= 1 counts 1."""
+    meta = node.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    raw = annotations.get(RAMP_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if not raw or not isinstance(raw, str):
+        return {}
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        log.warning("node annotation %s is not JSON: %r", RAMP_ANNOTATION, raw[:200])
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {
+        str(d): n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
+        for d, n in sorted(value.items())
+    }
 
 
 def _pod_holds(pod: dict[str, Any], device: str) -> bool:

@@ -74,9 +74,18 @@ class TaintRules:
     def enforced_as(self, record: Quarantine) -> str:
         return f"DeviceTaintRule/{record.name}"
 
-    def present(self, record: Quarantine) -> bool:
+    def present(self, record: Quarantine, wanted: Enforce | None = None) -> bool:
         rule = self._rule(record)
-        return rule is not None and owned(rule, record)
+        if rule is None or not owned(rule, record):
+            return False
+        if wanted is None:
+            return True
+        taint = (rule.get("spec") or {}).get("taint") or {}
+        return (taint.get("key"), taint.get("value"), taint.get("effect")) == (
+            wanted.taint_key,
+            wanted.taint_value,
+            wanted.effect,
+        )
 
     def enforce(self, record: Quarantine, effect: Enforce) -> None:
         rules = self._rules_resource()

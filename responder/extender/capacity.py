@@ -22,6 +22,14 @@ the filter may pass a node where the pod fits only with the quarantined device: 
 the simplification, bounded by the node's Unhealthy devices that are not quarantined. It
 never counts out more than the annotation lists.
 
+Devices on the ramp (the second annotation, `gpuhealth.io/ramping-devices`, with the bound of
+opted-in pods for each) count among those excluded, and of the excluded devices the kubelet
+still counts allocatable they are the last assumed dropped (they passed their checks):
+`ramping_allocatable = min(ramping, quarantined_allocatable)`. The cache counts per node the
+bound, unfinished GPU pods labelled `gpuhealth.io/canary-ok: "true"`, wherever on the node their
+devices are (the kubelet does not say which device a pod got until it runs): the slots left
+for opted-in pods are the bound less those, so the count errs on the side of less load.
+
 `run_cache` runs the reflectors in threads for as long as the task runs (the exporter's
 observer does the same).
 """
@@ -44,8 +52,8 @@ from gpuhealth import fields
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.reflector import Events, Listed, Message, Reflector
 from gpuhealth.kube.resources import NODE, POD
-from responder.enforce.node_annotation import NODE_ANNOTATION
-from responder.extender.filter import GPU_RESOURCE, ArgsError, NodeCapacity, gpus_requested
+from responder.enforce.node_annotation import NODE_ANNOTATION, ramping
+from responder.extender.filter import GPU_RESOURCE, ArgsError, NodeCapacity, gpus_requested, opted_in
 from responder.reconcile.reconciler import WatchBackoff
 
 log = logging.getLogger(__name__)
@@ -63,11 +71,19 @@ class NodeGpus:
     capacity: int
     allocatable: int
     quarantined: int
-    """Devices the node annotation lists."""
+    """Devices the node annotations list (quarantined, or on the ramp)."""
+    ramping: int = 0
+    """Of those, the devices on the ramp."""
+    ramp_pods: int = 0
+    """Opted-in pods the node may run while its devices ramp (the ramp annotation's bounds, summed)."""
 
     @property
     def quarantined_allocatable(self) -> int:
         return max(0, self.quarantined - max(0, self.capacity - self.allocatable))
+
+    @property
+    def ramping_allocatable(self) -> int:
+        return min(self.ramping, self.quarantined_allocatable)
 
 
 def node_gpus(node: Mapping[str, Any]) -> NodeGpus:
@@ -76,8 +92,10 @@ def node_gpus(node: Mapping[str, Any]) -> NodeGpus:
     status = status if isinstance(status, dict) else {}
     allocatable = _quantity(status.get("allocatable"))
     capacity = _quantity(status.get("capacity"))
+    ramp = ramping(node)
+    excluded = listed_devices(node) | ramp.keys()
     # A node that reports allocatable but no capacity (a hand-written object) drops nothing.
-    return NodeGpus(max(capacity, allocatable), allocatable, len(listed_devices(node)))
+    return NodeGpus(max(capacity, allocatable), allocatable, len(excluded), len(ramp), sum(ramp.values()))
 
 
 def listed_devices(node: Mapping[str, Any]) -> frozenset[str]:
@@ -104,7 +122,8 @@ def _quantity(values: Any) -> int:
 
 
 def pod_gpus(pod: Mapping[str, Any]) -> tuple[str, int] | None:
-    """(node, GPUs) of a pod that holds GPUs on a node; None for one that holds none."""
+    """(node, GPUs) of a pod that holds GPUs on a node; None for one that holds none (opted in to
+    ramping devices or not: `filter.opted_in`)."""
     spec = pod.get("spec")
     node = spec.get("nodeName") if isinstance(spec, dict) else None
     status = pod.get("status")
@@ -130,8 +149,10 @@ class CapacityCache:
     """Nodes' GPU accounting and the GPUs bound pods hold, fed by reflector messages."""
 
     _nodes: dict[str, NodeGpus] = field(default_factory=dict)
-    _pods: dict[str, tuple[str, int]] = field(default_factory=dict)
+    _pods: dict[str, tuple[str, int, bool]] = field(default_factory=dict)
     _requested: dict[str, int] = field(default_factory=dict)
+    _opted_in: dict[str, int] = field(default_factory=dict)
+    """Per node: bound, unfinished GPU pods that opt in to ramping devices."""
     _listed: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -147,7 +168,14 @@ class CapacityCache:
             if gpus is None:
                 return None
             requested = self._requested.get(name, 0)
-        return NodeCapacity(gpus.allocatable, requested, gpus.quarantined_allocatable)
+            opted = self._opted_in.get(name, 0)
+        return NodeCapacity(
+            gpus.allocatable,
+            requested,
+            gpus.quarantined_allocatable,
+            gpus.ramping_allocatable,
+            max(0, gpus.ramp_pods - opted),
+        )
 
     def apply(self, message: Message) -> None:
         match message:
@@ -158,7 +186,7 @@ class CapacityCache:
                         for obj in items:
                             self._apply_node("ADDED", obj)
                     else:
-                        self._pods, self._requested = {}, {}
+                        self._pods, self._requested, self._opted_in = {}, {}, {}
                         for obj in items:
                             self._apply_pod("ADDED", obj)
                     self._listed.add(resource)
@@ -188,16 +216,26 @@ class CapacityCache:
         held = None if event_type == "DELETED" else pod_gpus(obj)
         before = self._pods.pop(key, None)
         if before is not None:
-            node, gpus = before
-            left = self._requested.get(node, 0) - gpus
-            if left > 0:
-                self._requested[node] = left
-            else:
-                self._requested.pop(node, None)
+            node, gpus, opted = before
+            _add(self._requested, node, -gpus)
+            if opted:
+                _add(self._opted_in, node, -1)
         if held is not None:
-            self._pods[key] = held
             node, gpus = held
-            self._requested[node] = self._requested.get(node, 0) + gpus
+            opted = opted_in(obj)
+            self._pods[key] = (node, gpus, opted)
+            _add(self._requested, node, gpus)
+            if opted:
+                _add(self._opted_in, node, 1)
+
+
+def _add(counts: dict[str, int], node: str, delta: int) -> None:
+    """`counts[node] += delta`, dropping the node at zero (the maps stay as small as the load)."""
+    left = counts.get(node, 0) + delta
+    if left > 0:
+        counts[node] = left
+    else:
+        counts.pop(node, None)
 
 
 @dataclass(frozen=True, slots=True)

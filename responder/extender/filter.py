@@ -9,6 +9,12 @@ that request GPUs: a node passes only if the pod fits into what is left. What it
 (`docs/quarantine.md`): stop the kubelet from picking the quarantined device among free ones
 on a node that passes. DRA's DeviceTaintRule is the exact route.
 
+The ramp (`docs/quarantine.md`, "Gradual return"): a device on the ramp is still counted out for
+every pod but those that opt in (label `gpuhealth.io/canary-ok: "true"`), which may count it in
+while the node has ramp slots left: the bound the responder wrote in the node's ramp
+annotation, less the opted-in pods already bound there. So during the ramp at most that many
+opted-in pods share the node's ramping devices, and after the release every pod may use them.
+
 Wire shapes are `k8s.io/kube-scheduler/extender/v1` with Go field names: `ExtenderArgs{Pod,
 Nodes (a v1.NodeList) | NodeNames}` in, `ExtenderFilterResult{Nodes | NodeNames, FailedNodes,
 FailedAndUnresolvableNodes, Error}` out. With `nodeCacheCapable: true` the scheduler sends
@@ -21,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from responder.ladder import CANARY_OPT_IN
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -38,11 +46,23 @@ class NodeCapacity:
     requested: int
     """GPUs requested by the pods bound to the node and not finished."""
     quarantined_allocatable: int
-    """Quarantined devices the kubelet still counts allocatable (reported Healthy)."""
+    """Quarantined devices the kubelet still counts allocatable (reported Healthy), those on the
+    ramp included."""
+    ramping_allocatable: int = 0
+    """Of those, the devices on the ramp."""
+    ramp_slots: int = 0
+    """Opted-in pods the node may still take while its devices ramp: the annotation's bound less
+    the opted-in pods bound there."""
 
     @property
     def free(self) -> int:
         return max(0, self.allocatable - self.requested - self.quarantined_allocatable)
+
+    def free_for(self, opted_in: bool) -> int:
+        """GPUs free for a pod: an opted-in one may count the ramping devices in while a slot is left."""
+        if opted_in and self.ramp_slots > 0:
+            return self.free + self.ramping_allocatable
+        return self.free
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +72,8 @@ class Args:
     node_names: tuple[str, ...]
     nodes: tuple[dict[str, Any], ...] | None
     """The Node objects when the scheduler sent them (not nodeCacheCapable), else None."""
+    opted_in: bool = False
+    """The pod opts in to devices on the ramp (`CANARY_OPT_IN`)."""
 
 
 def parse_args(body: Any) -> Args:
@@ -68,10 +90,16 @@ def parse_args(body: Any) -> Args:
             raise ArgsError("Nodes.items: expected a list of Node objects")
         nodes = tuple(items)
         node_names = tuple(_node_name(n, i) for i, n in enumerate(nodes))
-        return Args(gpus_requested(pod), node_names, nodes)
+        return Args(gpus_requested(pod), node_names, nodes, opted_in(pod))
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise ArgsError("NodeNames: expected a list of node names (or Nodes)")
-    return Args(gpus_requested(pod), tuple(names), None)
+    return Args(gpus_requested(pod), tuple(names), None, opted_in(pod))
+
+
+def opted_in(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod opts in to devices on the ramp: its label `gpuhealth.io/canary-ok` is `"true"`."""
+    labels = _mapping(_mapping(pod.get("metadata")).get("labels"))
+    return labels.get(CANARY_OPT_IN) == "true"
 
 
 def gpus_requested(pod: Mapping[str, Any]) -> int:
@@ -102,13 +130,20 @@ def filter_nodes(args: Args, capacity: Callable[[str], NodeCapacity | None]) -> 
     failed: dict[str, str] = {}
     for index, name in enumerate(args.node_names):
         view = capacity(name) if args.gpus else None
-        if view is None or view.free >= args.gpus:
+        if view is None or view.free_for(args.opted_in) >= args.gpus:
             passed.append(index)
             continue
+        free = view.free_for(args.opted_in)
         failed[name] = (
             f"gpuhealth: {view.quarantined_allocatable} quarantined {GPU_RESOURCE} counted out; "
-            f"{view.free} free for a request of {args.gpus}"
+            f"{free} free for a request of {args.gpus}"
         )
+        if view.ramping_allocatable:
+            failed[name] += (
+                f" ({view.ramping_allocatable} on the ramp, {view.ramp_slots} opted-in pod slots left)"
+                if args.opted_in
+                else f" ({view.ramping_allocatable} on the ramp: only pods labelled {CANARY_OPT_IN}=true)"
+            )
     result: dict[str, Any] = {"FailedNodes": failed, "FailedAndUnresolvableNodes": {}, "Error": ""}
     if args.nodes is not None:
         result["Nodes"] = {"apiVersion": "v1", "kind": "NodeList", "items": [args.nodes[i] for i in passed]}

@@ -121,7 +121,7 @@ class Enforcement(Protocol):
 
     def enforced_as(self, record: Quarantine) -> str: ...
 
-    def present(self, record: Quarantine) -> bool: ...
+    def present(self, record: Quarantine, wanted: Enforce | None = None) -> bool: ...
 
     def enforce(self, record: Quarantine, effect: Enforce) -> None: ...
 
@@ -601,7 +601,12 @@ class Reconciler:
             healthy_since=device.healthy_since,
             # Asked in every phase: a Pending or Deferred record may find an enforcement left
             # by an admission whose record write was lost (policy removes it when deferring).
-            enforcement_present=self._enforcer.present(record),
+            # An active record's must be what its phase holds: a quarantine taint turned canary
+            # by hand, or an edited ramp bound, is put back like a deleted one.
+            enforcement_present=self._enforcer.present(
+                record,
+                None if phase in (Phase.PENDING, Phase.DEFERRED) else holding(record, self.settings.policy),
+            ),
             enforced_as=self._enforcer.enforced_as(record),
             node_opted_out=phase == Phase.PENDING and self._opted_out(record.spec.node, state),
             check=(

@@ -32,6 +32,11 @@ KUBELET_CONDITIONS = frozenset(
 is someone else's and kept as it is when the kubelet writes the pod's status."""
 TOPOLOGY_ANNOTATION = "gpuhealth.io/topology"
 WORKLOAD_LABEL = "gpuhealth.io/workload"
+CANARY_OPT_IN = "gpuhealth.io/canary-ok"
+"""The label a workload opting in to ramping devices puts on its pods (what a user writes, from
+`docs/workloads.md`; the simulator imports nothing of the responder)."""
+CANARY_TAINT = "gpuhealth.io/canary"
+"""The taint of a DRA device on the ramp, which an opted-in claim request tolerates."""
 MANAGED_BY_FLEET = "simulator.gpuhealth.io/managed-by-fleet"
 """Annotation ("true") on a scenario workload's Deployment, ReplicaSet and Job: the fleet places and
 replaces their pods; the API controllers keep only their status (`workloads.py`)."""
@@ -309,6 +314,8 @@ def pod(
         labels["job-name"] = workload.name
     else:
         labels["pod-template-hash"] = hash_suffix(workload.namespace + "/" + workload.name)
+    if workload.canary:
+        labels[CANARY_OPT_IN] = "true"
     spec: dict[str, Any] = {
         **_containers(workload, gpus, dra),
         "nodeName": node_name,
@@ -656,6 +663,21 @@ def device_class() -> dict[str, Any]:
     }
 
 
+def claim_tolerations(workload: Workload) -> list[dict[str, Any]]:
+    """The tolerations of the workload's claim request: gpuhealth's canary taint when it opts in
+    to devices on the ramp (`docs/workloads.md`), else none."""
+    if not workload.canary:
+        return []
+    return [{"key": CANARY_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def _gpu_request(gpus: int, tolerations: list[dict[str, Any]]) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": DRA_DRIVER, "count": gpus}
+    if tolerations:
+        exactly["tolerations"] = tolerations
+    return {"name": "gpus", "exactly": exactly}
+
+
 def resource_claim_template(workload: Workload) -> dict[str, Any]:
     """`<workload>-gpus`: what the workload's pods reference with resourceClaimTemplateName."""
     return {
@@ -664,21 +686,20 @@ def resource_claim_template(workload: Workload) -> dict[str, Any]:
         "metadata": {"name": f"{workload.name}-gpus", "namespace": workload.namespace},
         "spec": {
             "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpus",
-                            "exactly": {"deviceClassName": DRA_DRIVER, "count": workload.gpus_per_pod},
-                        }
-                    ]
-                }
+                "devices": {"requests": [_gpu_request(workload.gpus_per_pod, claim_tolerations(workload))]}
             }
         },
     }
 
 
 def resource_claim(
-    *, name: str, namespace: str, gpus: int, owner: dict[str, Any] | None, template: str | None
+    *,
+    name: str,
+    namespace: str,
+    gpus: int,
+    owner: dict[str, Any] | None,
+    template: str | None,
+    tolerations: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": namespace}
     if owner is not None:
@@ -689,11 +710,7 @@ def resource_claim(
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": meta,
-        "spec": {
-            "devices": {
-                "requests": [{"name": "gpus", "exactly": {"deviceClassName": DRA_DRIVER, "count": gpus}}]
-            }
-        },
+        "spec": {"devices": {"requests": [_gpu_request(gpus, tolerations or [])]}},
     }
 
 

@@ -7,16 +7,20 @@ model (`simulator.model.place_workloads`), since scenario validation needs it to
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from simulator.fleet import objects
 from simulator.fleet.health import HEALTHY, device_plugin_health
 from simulator.fleet.state import SimNode
+from simulator.fleet.tolerations import tolerates
 
 _KEEPS_AWAY = ("NoSchedule", "NoExecute")
 
 
-def blocked_devices(node: SimNode, rules: list[dict[str, Any]]) -> set[int]:
+def blocked_devices(
+    node: SimNode, rules: list[dict[str, Any]], tolerations: Sequence[dict[str, Any]] = ()
+) -> set[int]:
     """GPU indexes new pods must not get on `node`.
 
     Device plugin: the devices the plugin reports Unhealthy (all of them while its stream is
@@ -24,19 +28,24 @@ def blocked_devices(node: SimNode, rules: list[dict[str, Any]]) -> set[int]:
     hands a pod any free device its plugin reports Healthy, and never reads the responder's
     quarantine annotation on the node; only a scheduler extender that counts the annotated
     devices out of the node's capacity keeps pods off such a node.
-    DRA: devices with a NoSchedule/NoExecute taint, from the slice or a DeviceTaintRule;
-    health alone does not keep the DRA scheduler away, as in a real cluster.
+    DRA: devices with a NoSchedule/NoExecute taint, from the slice or a DeviceTaintRule, that
+    `tolerations` (the claim request's) do not tolerate; health alone does not keep the DRA
+    scheduler away, as in a real cluster.
     """
     blocked: set[int] = set()
     if not node.is_dra:
         return {g.index for g in node.gpus if device_plugin_health(g, node.stream_ok) != HEALTHY}
+
+    def keeps_away(taint: dict[str, Any]) -> bool:
+        return taint.get("effect") in _KEEPS_AWAY and not any(tolerates(t, taint) for t in tolerations)
+
     for gpu in node.gpus:
-        if any(t.get("effect") in _KEEPS_AWAY for t in gpu.taints):
+        if any(keeps_away(t) for t in gpu.taints):
             blocked.add(gpu.index)
     for rule in rules:
         selector = (rule.get("spec") or {}).get("deviceSelector") or {}
         taint = (rule.get("spec") or {}).get("taint") or {}
-        if taint.get("effect") not in _KEEPS_AWAY:
+        if not keeps_away(taint):
             continue
         if selector.get("driver") not in (None, objects.DRA_DRIVER):
             continue

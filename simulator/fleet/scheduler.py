@@ -7,7 +7,13 @@ Two kinds of pods reach it:
   (Ready, kubelet writing, schedulable, enough usable free slots: `placement.blocked_devices`,
   and room left by the pods clients bound there) and is retried every status sync interval.
   Binding writes the pod with its node, on DRA the ResourceClaim and its allocation, then the
-  kubelet's first status: one step, as a real cluster reaches it within a second.
+  kubelet's first status: one step, as a real cluster reaches it within a second. With
+  extenders configured, a replacement that would land on a device-plugin node is first put to
+  them (`extender_client.extend`, the pod object as stored, the candidate nodes in order), as
+  kube-scheduler puts every pod that requests a managed resource: the first candidate they pass
+  is taken, and none passing leaves the pod Pending for the next try. DRA devices are chosen
+  as kube-scheduler's DynamicResources would: a device whose taint the workload's claim
+  request tolerates (`objects.claim_tolerations`) is usable.
 - every other pending pod whose `spec.schedulerName` is ours (`default-scheduler` or empty) and
   that has no node: `follow()` watches the store in-process and runs kube-scheduler's cycle on
   each (`scheduler_filters`: NodeUnschedulable, TaintToleration, NodeAffinity,
@@ -142,6 +148,10 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._watches: list[Watch] = []
         self._stopped = False
+        # The replacement path's extender calls: `follow()`'s session, the pods judged, their tasks.
+        self._session: aiohttp.ClientSession | None = None
+        self._asking: set[str] = set()
+        self._asks: set[asyncio.Task[None]] = set()
 
     def start_pod(self, workload: Workload, placement: PodPlacement, wall: float) -> SimPod:
         """Create an initial pod where the scenario's layout puts it."""
@@ -162,11 +172,22 @@ class Scheduler:
         """Bind a Pending pod to usable devices, or try again after a status sync interval."""
         if self._pending.get(pending.key) is not pending:
             return  # deleted meanwhile
-        found = self._find_devices(pending.workload)
-        if found is None:
+        candidates = self._candidates(pending.workload, first=not self._extenders)
+        if candidates and self._extenders and not candidates[0][0].is_dra:
+            if pending.key not in self._asking:
+                self._asking.add(pending.key)
+                names = [n.name for n, _ in candidates]
+                task = asyncio.get_running_loop().create_task(self._ask_extenders(pending, names))
+                self._asks.add(task)
+                task.add_done_callback(self._asks.discard)
+            return
+        self._bind_first(pending, candidates)
+
+    def _bind_first(self, pending: PendingPod, candidates: list[tuple[SimNode, tuple[Slot, ...]]]) -> None:
+        if not candidates:
             self._timers.at(self._timers.now() + self._settings.status_sync_interval, self.try_bind, pending)
             return
-        node, slots = found
+        node, slots = candidates[0]
         del self._pending[pending.key]
         wall = self._timers.wall()
         pod = SimPod(pending.name, pending.namespace, node.name, pending.workload, slots)
@@ -180,30 +201,20 @@ class Scheduler:
         self._bound(pod)
         self._emit(NodeChanged(self._timers.now(), wall, node.name, f"pod {pod.key} scheduled (replacement)"))
 
-    def _find_devices(self, workload: Workload) -> tuple[SimNode, tuple[Slot, ...]] | None:
-        """First node with enough usable free slots: what the scheduler (and its filters) would pick."""
-        rules: list[dict[str, Any]] | None = None
-        for node in self._nodes.values():
-            if len(node.free) < workload.gpus_per_pod or not eligible(workload, node.group):
-                continue
-            if node.ready != "True" or not node.writes:
-                continue
-            obj = self._store.get("nodes", node.name)
-            if not objects.schedulable(obj):
-                continue
-            if node.is_dra and rules is None:
-                rules = self._store.list("devicetaintrules.resource.k8s.io")[0]
-            blocked = blocked_devices(node, rules or [])
-            if node.is_dra:
-                # Devices the claims of clients' pods hold are not in the fleet's free slots.
-                held = self.cache.in_use
-                blocked |= {s.gpu for s in node.free if (DRA_DRIVER, node.name, f"gpu-{s.gpu}") in held}
-            elif not self._room_for_replacement(node.name, workload.gpus_per_pod):
-                continue
-            usable = [s for s in node.free if s.gpu not in blocked]
-            if len(usable) >= workload.gpus_per_pod:
-                return node, tuple(usable[: workload.gpus_per_pod])
-        return None
+    async def _ask_extenders(self, pending: PendingPod, names: list[str]) -> None:
+        """The device-plugin candidates put to the extenders; bind to the first they pass."""
+        try:
+            # `follow()` owns the session; until it runs, none passes and the pod waits.
+            allowed = await extenders_pass(self._extenders, self._session, self._store, pending, names)
+        finally:
+            self._asking.discard(pending.key)
+        if allowed is not None and self._pending.get(pending.key) is pending:  # not gone meanwhile
+            # The fleet moved on while the extenders answered: take what is still free.
+            fresh = self._candidates(pending.workload, first=False)
+            self._bind_first(pending, [c for c in fresh if c[0].name in allowed])
+
+    def _candidates(self, workload: Workload, *, first: bool) -> list[tuple[SimNode, tuple[Slot, ...]]]:
+        return replacement_candidates(self._store, self._nodes, self.cache, workload, first=first)
 
     def _put_pod(self, pod_obj: dict[str, Any], bind_existing: bool) -> dict[str, Any]:
         """Create the pod, or bind an existing Pending one (same uid) as the scheduler's binding does."""
@@ -239,8 +250,9 @@ class Scheduler:
             # A claim created up front (by the workload's owner), referenced by name.
             pod.claim_name = f"{pod.name}-gpus"
             claim = objects.resource_claim(
-                name=pod.claim_name, namespace=pod.namespace, gpus=len(pod.slots), owner=None, template=None
-            )
+                name=pod.claim_name, namespace=pod.namespace, gpus=len(pod.slots), owner=None,
+                template=None, tolerations=objects.claim_tolerations(workload),
+            )  # fmt: skip
             pod.claim_uid = self._store.create(_CLAIMS, claim, validate=False)["metadata"]["uid"]
         pod_obj = objects.pod(
             name=pod.name, workload=workload, node_name=node.name, gpus=len(pod.slots),
@@ -261,6 +273,7 @@ class Scheduler:
                 gpus=len(pod.slots),
                 owner=owner,
                 template=f"{workload.name}-gpus",
+                tolerations=objects.claim_tolerations(workload),
             )
             pod.claim_uid = self._store.create(_CLAIMS, claim, validate=False)["metadata"]["uid"]
             claim_statuses = [{"name": "gpus", "resourceClaimName": pod.claim_name}]
@@ -270,12 +283,6 @@ class Scheduler:
         status = self._admit(pod, node, pod_obj, claim_statuses, wall)
         write_status(self._api, "pods", pod.name, pod.namespace, status)
 
-    def _room_for_replacement(self, node: str, gpus: int) -> bool:
-        """Whether pods bound by `follow()` left room on a device-plugin node (it knows every bound
-        pod's requests)."""
-        info = self.cache.nodes.get(node)
-        return info is None or info.free(GPU_RESOURCE) >= gpus * 1000
-
     # ------------------------------------------------------------------ every other pending pod
 
     def stop(self) -> None:
@@ -283,6 +290,8 @@ class Scheduler:
         for watch in self._watches:
             watch.close()
         self._wake.set()
+        for task in self._asks:
+            task.cancel()
 
     async def follow(self) -> None:
         """Watch the store and bind every pending pod of ours until `stop()`.
@@ -290,7 +299,7 @@ class Scheduler:
         The cache is listed first (an informer's list, then watch from its resourceVersion), so
         the first pods are judged against the whole cluster.
         """
-        session = aiohttp.ClientSession() if self._extenders else None
+        session = self._session = aiohttp.ClientSession() if self._extenders else None
         try:
             while not self._stopped:
                 feeds = [
@@ -586,6 +595,69 @@ class Scheduler:
         if self._unschedulable.get(key) == attempts:
             self._queue[key] = None
             self._wake.set()
+
+
+def replacement_candidates(
+    store: Store, nodes: Mapping[str, SimNode], cache: SchedulerCache, workload: Workload, *, first: bool
+) -> list[tuple[SimNode, tuple[Slot, ...]]]:
+    """Every node with enough usable free slots for a replacement of `workload`, in the fleet's
+    order, with the slots it would give (`first`: only the first): what the scheduler and its
+    filters would pick before any extender."""
+    out: list[tuple[SimNode, tuple[Slot, ...]]] = []
+    rules: list[dict[str, Any]] | None = None
+    tolerations = objects.claim_tolerations(workload)
+    for node in nodes.values():
+        if len(node.free) < workload.gpus_per_pod or not eligible(workload, node.group):
+            continue
+        if node.ready != "True" or not node.writes:
+            continue
+        if not objects.schedulable(store.get("nodes", node.name)):
+            continue
+        if node.is_dra and rules is None:
+            rules = store.list(_RULES)[0]
+        blocked = blocked_devices(node, rules or [], tolerations)
+        if node.is_dra:
+            # Devices the claims of clients' pods hold are not in the fleet's free slots.
+            held = cache.in_use
+            blocked |= {s.gpu for s in node.free if (DRA_DRIVER, node.name, f"gpu-{s.gpu}") in held}
+        else:
+            # Pods bound by `follow()` must have left room (the cache knows every bound pod's requests).
+            info = cache.nodes.get(node.name)
+            if info is not None and info.free(GPU_RESOURCE) < workload.gpus_per_pod * 1000:
+                continue
+        usable = [s for s in node.free if s.gpu not in blocked]
+        if len(usable) >= workload.gpus_per_pod:
+            out.append((node, tuple(usable[: workload.gpus_per_pod])))
+            if first:
+                break
+    return out
+
+
+async def extenders_pass(
+    extenders: Sequence[Extender],
+    session: aiohttp.ClientSession | None,
+    store: Store,
+    pending: PendingPod,
+    names: list[str],
+) -> set[str] | None:
+    """The candidate nodes the extenders pass for a replacement pod (the pod as stored); None when
+    the pod is gone. A non-ignorable extender's failure, or no session, passes none (the pod
+    waits, as kube-scheduler's attempt would fail)."""
+    if session is None:
+        return set()
+    try:
+        pod_obj = store.get("pods", pending.name, pending.namespace)
+    except ApiError:
+        return None
+    requests = {GPU_RESOURCE: pending.workload.gpus_per_pod}
+    try:
+        passed, _, _ = await extend(
+            extenders, session, pod_obj, requests, names, lambda n: store.get("nodes", n)
+        )
+    except ExtenderError as exc:
+        log.info("scheduler: extender refused %s: %s", pending.key, exc)
+        return set()
+    return set(passed)
 
 
 class _DraCycle:

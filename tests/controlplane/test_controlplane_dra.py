@@ -6,7 +6,9 @@ them; the responder's own enforcement code, acting as the responder's ServiceAcc
 TokenRequest token, the shipped RBAC), writes the DeviceTaintRule for a quarantine record of
 one device, in the version the cluster serves. The scheduler allocates the three other devices
 to three claims and leaves a fourth claim unallocated (its pod unschedulable) rather than use
-the tainted device; once the enforcement is lifted, a new claim gets that device. The
+the tainted device; on the ramp (the rule's taint turned canary) a claim with the shipped opt-in
+template's tolerations gets the device while the plain one still does not; once the enforcement
+is lifted, a new claim gets that device. The
 controller-manager runs the device-taint-eviction controller on both versions.
 """
 
@@ -15,14 +17,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import yaml
 
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.resources import POD, RESOURCE_CLAIM
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
-from responder.reconcile.policy import QUARANTINE_TAINT, Enforce
+from responder.reconcile.policy import CANARY_TAINT, QUARANTINE_TAINT, Enforce
 from simulator.controlplane import ControlPlane
-from tests.deploy.manifests import NAMESPACE
+from tests.deploy.manifests import DEPLOY, NAMESPACE
 from tests.support.controlplane import (
     admin,
     allocated_device,
@@ -40,6 +43,7 @@ from tests.support.controlplane import (
 pytestmark = [pytest.mark.integration, pytest.mark.controlplane, pytest.mark.slow]
 
 TIMEOUT = 60.0
+OPT_IN = DEPLOY / "opt-in" / "canary-ok.yaml"
 
 
 def _claim_and_pod(client: KubeClient, namespace: str, name: str, node: str, device_class: str) -> None:
@@ -48,6 +52,24 @@ def _claim_and_pod(client: KubeClient, namespace: str, name: str, node: str, dev
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": namespace},
         "spec": claim_spec(device_class),
+    }
+    client.create(RESOURCE_CLAIM, claim)
+    client.create(POD, pod_with_claim(namespace, name, node, {"resourceClaimName": name}))
+
+
+def _opted_in_claim_and_pod(
+    client: KubeClient, namespace: str, name: str, node: str, device_class: str
+) -> None:
+    """A claim whose request carries the tolerations of the shipped opt-in template."""
+    shipped = next(d for d in yaml.safe_load_all(OPT_IN.read_text()) if d["kind"] == "ResourceClaimTemplate")
+    tolerations = shipped["spec"]["spec"]["devices"]["requests"][0]["exactly"]["tolerations"]
+    spec = claim_spec(device_class)
+    spec["devices"]["requests"][0]["exactly"]["tolerations"] = tolerations
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
     }
     client.create(RESOURCE_CLAIM, claim)
     client.create(POD, pod_with_claim(namespace, name, node, {"resourceClaimName": name}))
@@ -119,6 +141,18 @@ def test_the_scheduler_never_allocates_a_device_behind_our_device_taint_rule(
     )
     assert not pod["spec"].get("nodeName")
     assert allocated_device(client.get(RESOURCE_CLAIM, "work-3", namespace=namespace)) is None
+
+    # The ramp: the rule's taint turns canary. The plain claim work-3, retried on the rule's change,
+    # still may not have the device; a claim as the shipped opt-in template makes it (its request
+    # tolerates gpuhealth.io/canary) gets it.
+    ramp = Enforce(CANARY_TAINT, "xid-79", "NoSchedule")
+    enforcer.enforce(record, ramp)
+    assert enforcer.present(record, ramp)
+    _opted_in_claim_and_pod(client, namespace, "opted-in", node, device_class)
+    assert _allocated(client, namespace, "opted-in") == "gpu-1"
+    assert allocated_device(client.get(RESOURCE_CLAIM, "work-3", namespace=namespace)) is None
+    client.delete(POD, "opted-in", namespace=namespace, grace_period_seconds=0)
+    client.delete(RESOURCE_CLAIM, "opted-in", namespace=namespace)
 
     # Released: the rule goes, and the device can be allocated again.
     client.delete(POD, "work-3", namespace=namespace)

@@ -10,7 +10,8 @@ Aspects covered:
   enforcement, detection latency, no eviction under a restriction), untouched devices and
   nodes, releases that walk every phase with passed checks, alerts fired and not fired,
   migrations, evictions, enforced devices, phases, the breaker, tenant events and node-wide
-  actions; each unmet expectation is one line naming what was expected and what was seen.
+  actions, a ramp that took the opted-in job and nothing else before the release; each unmet
+  expectation is one line naming what was expected and what was seen.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from demo.expectations import (
     ExpectationError,
     Latency,
     NodeOrDevice,
+    RampExpectation,
     check,
     evaluate,
     parse,
@@ -69,6 +71,7 @@ breaker: closed
 tenantEvents: [{reason: GPUQuarantineUnrecoverable, namespace: research, count: {max: 0}}]
 nodeActions: 0
 maxDetectionLatency: {overFloor: 30s}
+ramp: [{node: gpu-dra-0, gpu: 3, job: inference/canary}]
 """
 
 
@@ -110,6 +113,7 @@ def test_a_full_section_states_every_part() -> None:
     assert e.tenant_events[0].count == Count(0, 0)
     assert e.node_actions == Count(0, 0)
     assert e.max_detection_latency == Latency(30.0, over_floor=True)
+    assert e.ramp == (RampExpectation("gpu-dra-0", 3, "inference/canary"),)
 
 
 def test_an_absent_or_empty_section_expects_nothing() -> None:
@@ -154,6 +158,18 @@ def test_an_absent_or_empty_section_expects_nothing() -> None:
             "not a duration",
         ),
         ({"released": [{"node": "gpu-dra-0"}]}, "expect.released[0].gpu:", "is required"),
+        ({"ramp": [{"node": "gpu-dra-0", "gpu": 1}]}, "expect.ramp[0].job:", "is required"),
+        (
+            {"ramp": [{"node": "gpu-dra-0", "gpu": 1, "job": "canary"}]},
+            "expect.ramp[0].job:",
+            "namespace/name",
+        ),
+        ({"ramp": [{"node": "gpu-dra-0", "job": "a/b"}]}, "expect.ramp[0].gpu:", "is required"),
+        (
+            {"ramp": [{"node": "gpu-dra-0", "gpu": 1, "job": "a/b", "x": 1}]},
+            "expect.ramp[0].x:",
+            "unknown field",
+        ),
         ({"alerts": {"fired": [{"node": "gpu-dra-0"}]}}, "expect.alerts.fired[0].name:", "is required"),
         (
             {"alerts": {"fired": [{"name": "A", "gpu": 1}]}},
@@ -594,6 +610,51 @@ def test_a_device_released_while_it_fails_is_not_held_at_the_end() -> None:
     assert unknown == [
         "quarantinedAtEnd gpu-dra-0/gpu-2: ends in no record, not Quarantined",
         "quarantinedAtEnd gpu-dra-0/gpu-2: not excluded at the end",
+    ]
+
+
+def placed(j: Journal, node: str, gpu: int, *, at: float, job: str, opted_in: bool) -> None:
+    """A moved job's replacement seen running on the device, as the observer journals it."""
+    pod = f"{job}-x"
+    j.record(
+        at, Kind.NOTE, "placed", node, uuid(node, gpu), pod=pod, job=job,
+        devices=uuid(node, gpu), optedIn=str(opted_in).lower(),
+    )  # fmt: skip
+
+
+RAMP = "ramp: [{node: gpu-dp-0, gpu: 1, job: inference/canary}]"
+
+
+def test_a_ramp_takes_the_opted_in_job_and_nothing_else_before_the_release() -> None:
+    j = journal()
+    quarantine(j, "gpu-dp-0", 1, at=30, reason="Unhealthy")
+    release(j, "gpu-dp-0", 1, at=200)  # Ramp at t+230, Released at t+240
+    placed(j, "gpu-dp-0", 1, at=235, job="inference/canary", opted_in=True)
+    placed(j, "gpu-dp-0", 1, at=300, job="batch/train", opted_in=False)  # after the release: fine
+    assert failures(RAMP, j) == []
+
+    early = journal()
+    quarantine(early, "gpu-dp-0", 1, at=30, reason="Unhealthy")
+    release(early, "gpu-dp-0", 1, at=200)
+    placed(early, "gpu-dp-0", 1, at=215, job="inference/canary", opted_in=True)  # Canary
+    placed(early, "gpu-dp-0", 1, at=232, job="batch/train", opted_in=False)  # Ramp
+    assert failures(RAMP, early) == [
+        "ramp gpu-dp-0/gpu-1: no pod of inference/canary was placed on it during its ramp "
+        "(placed there: batch/train, inference/canary)",
+        "ramp gpu-dp-0/gpu-1: inference/canary-x was placed on it at t+215s before its release "
+        "(the device was not on its ramp)",
+        "ramp gpu-dp-0/gpu-1: batch/train-x was placed on it at t+232s before its release "
+        "(it did not opt in)",
+    ]
+
+    never = journal()
+    quarantine(never, "gpu-dp-0", 1, at=30, reason="Unhealthy")
+    release(never, "gpu-dp-0", 1, at=200, phases=("Probing", "Canary"))
+    assert failures(RAMP, never) == [
+        "ramp gpu-dp-0/gpu-1: never reached Ramp (Pending -> Quarantined -> Probing -> Canary)"
+    ]
+    assert failures("ramp: [{node: gpu-dp-0, gpu: 2, job: a/b}]", never) == [
+        "ramp gpu-dp-0/gpu-2: never reached Ramp (no record)"
     ]
 
 

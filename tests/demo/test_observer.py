@@ -1,15 +1,16 @@
 """What the demo's observer journals from each observation (demo.observer), with plain objects.
 
 Aspects: a record journals its first phase and each phase change once (repeated updates in one
-phase add nothing), and each migration outcome once; a gpuhealth DeviceTaintRule is ENFORCED
-(by its taint's meaning), its taint turning canary is LIFTED quarantine + ENFORCED canary, its
+phase add nothing), and each migration outcome once; a gpuhealth DeviceTaintRule is ENFORCED (by
+its taint's meaning), its taint turning canary is LIFTED quarantine + ENFORCED canary, its
 deletion LIFTED; a rule gpuhealth does not own is ignored; the node annotation's devices are
-diffed into ENFORCED/LIFTED; a cordon or a gpuhealth node taint is a NODE_ACTION (other taints
-are not); a check Job is journalled once when it finishes, with its record's device; only the
-responder's Events on pods are tenant events; a re-placed pod of an evicted job is noted with
-its devices; the leader Lease and the breaker's state changes are journalled once each;
-Prometheus' alerts are diffed into firing and resolved; a delivery journals each alert with
-its device resolved from the DRA labels.
+diffed into ENFORCED/LIFTED, a device moving to the ramp annotation is LIFTED quarantine +
+ENFORCED canary (and back on a failure), its release LIFTED canary; a cordon or a gpuhealth node
+taint is a NODE_ACTION (other taints are not); a check Job is journalled once when it finishes,
+with its record's device; only the responder's Events on pods are tenant events; a re-placed pod
+of an evicted job is noted with its devices and whether it opted in to the ramp; the leader Lease
+and the breaker's state changes are journalled once each; Prometheus' alerts are diffed into
+firing and resolved; a delivery journals each alert with its device resolved from the DRA labels.
 """
 
 from __future__ import annotations
@@ -143,6 +144,33 @@ def test_rules_annotations_and_node_wide_actions() -> None:
     assert [e.device for e in n.journal.entries[:3]] == [UUID, OTHER, UUID]
 
 
+def test_a_device_plugin_ramp_is_journalled_like_a_rule_turning_canary() -> None:
+    o = observer()
+
+    def node(quarantined: list[str], ramping: list[str]) -> dict[str, Any]:
+        annotations = {"gpuhealth.io/quarantined-devices": json.dumps(quarantined)}
+        if ramping:
+            annotations["gpuhealth.io/ramping-devices"] = json.dumps(dict.fromkeys(ramping, 1))
+        return {"metadata": {"name": NODE, "annotations": annotations}, "spec": {}}
+
+    o.change(1, NODES, "ADDED", node([UUID], []))
+    o.change(2, NODES, "MODIFIED", node([], [UUID]))  # the ramp
+    o.change(3, NODES, "MODIFIED", node([UUID], []))  # failed on the ramp
+    o.change(4, NODES, "MODIFIED", node([], [UUID]))
+    o.change(5, NODES, "MODIFIED", node([], []))  # released
+    assert [(e.at, *k) for e, k in zip(o.journal.entries, kinds(o), strict=True)] == [
+        (1, "enforced", "quarantine"),
+        (2, "lifted", "quarantine"),
+        (2, "enforced", "canary"),
+        (3, "lifted", "canary"),
+        (3, "enforced", "quarantine"),
+        (4, "lifted", "quarantine"),
+        (4, "enforced", "canary"),
+        (5, "lifted", "canary"),
+    ]
+    assert {e.device for e in o.journal.entries} == {UUID}
+
+
 def test_checks_tenant_events_and_re_placed_pods() -> None:
     o = observer()
     o.change(1, QUARANTINES, "ADDED", record(PROBING))
@@ -183,6 +211,11 @@ def test_checks_tenant_events_and_re_placed_pods() -> None:
     o.change(9, PODS, "MODIFIED", pod("train-1", "Running"), [OTHER])
     placed = [e for e in o.journal.entries if e.what == "placed"]
     assert len(placed) == 1 and placed[0].detail["devices"] == OTHER and placed[0].at == 8
+    assert placed[0].detail["optedIn"] == "false"
+    opted = pod("train-2", "Running")
+    opted["metadata"]["labels"]["gpuhealth.io/canary-ok"] = "true"
+    o.change(10, PODS, "ADDED", opted, [UUID])
+    assert [e.detail["optedIn"] for e in o.journal.entries if e.what == "placed"] == ["false", "true"]
 
     def event(component: str, kind: str = "Pod") -> dict[str, Any]:
         return {

@@ -4,8 +4,10 @@ Aspects: a node's quarantined devices count out less as many as allocatable alre
 below capacity, never more than the annotation lists; bound, unfinished GPU pods count on their
 node, finished, unbound and deleted ones do not, a pod moving phase or node moves its count; a
 relist replaces what was known; the Node object the scheduler sent overrides the cached one;
-unknown nodes answer None; property: after any event sequence the per-node sums equal a
-recount from the pods' last states.
+unknown nodes answer None; devices on the ramp count among those excluded, with the ramp
+annotation's bound less the opted-in pods bound to the node as the slots left (a finished or
+deleted opted-in pod gives its slot back); property: after any event sequence the per-node sums
+equal a recount from the pods' last states.
 """
 
 from __future__ import annotations
@@ -17,13 +19,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuhealth.kube.reflector import Events, Listed
-from responder.enforce.node_annotation import NODE_ANNOTATION
+from responder.enforce.node_annotation import NODE_ANNOTATION, RAMP_ANNOTATION
 from responder.extender.capacity import NODES, PODS, CapacityCache, node_gpus, pod_gpus
 from responder.extender.filter import NodeCapacity
 
 
-def node(name: str, *, capacity: int = 8, allocatable: int = 8, listed: int = 0) -> dict[str, Any]:
+def node(
+    name: str,
+    *,
+    capacity: int = 8,
+    allocatable: int = 8,
+    listed: int = 0,
+    ramping: dict[str, int] | None = None,
+) -> dict[str, Any]:
     annotations = {NODE_ANNOTATION: json.dumps([f"GPU-{i}" for i in range(listed)])} if listed else {}
+    if ramping:
+        annotations[RAMP_ANNOTATION] = json.dumps(ramping)
     return {
         "metadata": {"name": name, "annotations": annotations},
         "status": {
@@ -33,13 +44,17 @@ def node(name: str, *, capacity: int = 8, allocatable: int = 8, listed: int = 0)
     }
 
 
-def pod(name: str, node_name: str | None, gpus: int, phase: str = "Running") -> dict[str, Any]:
+def pod(
+    name: str, node_name: str | None, gpus: int, phase: str = "Running", *, opted_in: bool = False
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]
     }
     if node_name:
         spec["nodeName"] = node_name
-    return {"metadata": {"name": name, "namespace": "ns"}, "spec": spec, "status": {"phase": phase}}
+    labels = {"gpuhealth.io/canary-ok": "true"} if opted_in else {}
+    meta = {"name": name, "namespace": "ns", "labels": labels}
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
 
 
 def test_quarantined_devices_count_out_less_what_the_kubelet_already_dropped() -> None:
@@ -50,6 +65,36 @@ def test_quarantined_devices_count_out_less_what_the_kubelet_already_dropped() -
     unreadable = node("n")
     unreadable["metadata"]["annotations"] = {NODE_ANNOTATION: "not json"}
     assert node_gpus(unreadable).quarantined == 0
+
+
+def test_ramping_devices_are_excluded_and_carry_their_bound() -> None:
+    gpus = node_gpus(node("n", listed=1, ramping={"GPU-7": 2, "GPU-8": 1}))
+    assert (gpus.quarantined, gpus.ramping, gpus.ramp_pods) == (3, 2, 3)
+    assert (gpus.quarantined_allocatable, gpus.ramping_allocatable) == (3, 2)
+    # The kubelet dropped two devices: assumed the quarantined one and one of the ramp's.
+    dropped = node_gpus(node("n", allocatable=6, listed=1, ramping={"GPU-7": 2, "GPU-8": 1}))
+    assert (dropped.quarantined_allocatable, dropped.ramping_allocatable) == (1, 1)
+    # A device listed in both counts once; an unreadable bound counts one pod; junk lists none.
+    both = node("n", listed=1, ramping={"GPU-0": 0})
+    assert (node_gpus(both).quarantined, node_gpus(both).ramp_pods) == (1, 1)
+    junk = node("n")
+    junk["metadata"]["annotations"] = {RAMP_ANNOTATION: "[1, 2]"}
+    assert node_gpus(junk).ramping == 0
+
+
+def test_opted_in_pods_use_up_the_ramp_slots_and_give_them_back() -> None:
+    cache = CapacityCache()
+    cache.apply(Listed(NODES, [node("n", capacity=4, allocatable=4, ramping={"GPU-3": 1})]))
+    cache.apply(Listed(PODS, [pod("a", "n", 1), pod("b", "n", 1), pod("c", "n", 1)]))
+    assert cache.capacity("n") == NodeCapacity(4, 3, 1, ramping_allocatable=1, ramp_slots=1)
+    cache.apply(Events(PODS, [("ADDED", pod("canary", "n", 1, opted_in=True))]))
+    assert cache.capacity("n") == NodeCapacity(4, 4, 1, ramping_allocatable=1, ramp_slots=0)
+    cache.apply(Events(PODS, [("MODIFIED", pod("canary", "n", 1, "Succeeded", opted_in=True))]))
+    assert cache.capacity("n") == NodeCapacity(4, 3, 1, ramping_allocatable=1, ramp_slots=1)
+    cache.apply(Events(PODS, [("ADDED", pod("other", "m", 1, opted_in=True))]))  # another node's
+    assert cache.capacity("n") == NodeCapacity(4, 3, 1, ramping_allocatable=1, ramp_slots=1)
+    cache.apply(Events(NODES, [("MODIFIED", node("n", capacity=4, allocatable=4))]))  # released
+    assert cache.capacity("n") == NodeCapacity(4, 3, 0)
 
 
 def test_only_bound_unfinished_gpu_pods_hold_devices() -> None:
@@ -88,26 +133,30 @@ pod_states = st.tuples(
     st.integers(0, 4),
     st.sampled_from(["Pending", "Running", "Succeeded", "Failed"]),
     st.sampled_from(["ADDED", "MODIFIED", "DELETED"]),
+    st.booleans(),
 )
 
 
 @given(st.lists(st.lists(pod_states, max_size=6), max_size=8))
 def test_the_sums_always_equal_a_recount(batches: list[list[tuple[Any, ...]]]) -> None:
     cache = CapacityCache()
-    cache.apply(Listed(NODES, [node("n1"), node("n2")]))
+    bound = 4
+    cache.apply(Listed(NODES, [node("n1", ramping={"GPU-1": bound}), node("n2", ramping={"GPU-1": bound})]))
     last: dict[str, dict[str, Any] | None] = {}
     for batch in batches:
         events = []
-        for name, node_name, gpus, phase, event_type in batch:
-            obj = pod(name, node_name, gpus, phase)
+        for name, node_name, gpus, phase, event_type, opted_in in batch:
+            obj = pod(name, node_name, gpus, phase, opted_in=opted_in)
             events.append((event_type, obj))
             last[name] = None if event_type == "DELETED" else obj
         cache.apply(Events(PODS, events))
     for name in ("n1", "n2"):
-        expected = 0
+        expected, opted = 0, 0
         for obj in last.values():
             held = pod_gpus(obj) if obj is not None else None
             if held is not None and held[0] == name:
                 expected += held[1]
+                opted += obj is not None and obj["metadata"]["labels"] != {}
         view = cache.capacity(name)
         assert view is not None and view.requested == expected
+        assert view.ramp_slots == max(0, bound - opted)

@@ -43,7 +43,13 @@ def test_the_shipped_example_is_exactly_the_defaults() -> None:
 def test_every_section_lands_in_the_settings_tree() -> None:
     settings = apply(
         doc(
-            policy={"probe_timeout": "5m", "stability": "45m", "backoff": "2h", "max_backoff": "14d"},
+            policy={
+                "probe_timeout": "5m",
+                "stability": "45m",
+                "backoff": "2h",
+                "max_backoff": "14d",
+                "ramp_pods": 3,
+            },
             breaker={"window": "15m", "rate_fraction": 0.1, "rate_floor": 3, "capacity_floor": 8},
             new_quarantines={"burst": 5, "per_hour": 30},
             migration={
@@ -67,6 +73,7 @@ def test_every_section_lands_in_the_settings_tree() -> None:
     assert (policy.probe_timeout_seconds, policy.stability_seconds) == (300.0, 2700.0)
     assert (policy.backoff_seconds, policy.max_backoff_seconds) == (7200.0, 14 * 86400.0)
     assert policy.canary_timeout_seconds == BASE.reconciler.policy.canary_timeout_seconds  # kept
+    assert settings.ramp_pods == 3
     breaker = policy.breaker
     assert (breaker.window_seconds, breaker.rate_fraction, breaker.rate_floor) == (900.0, 0.1, 3)
     assert (breaker.capacity_fraction, breaker.capacity_floor) == (0.15, 8)
@@ -142,6 +149,11 @@ def test_a_backoff_above_the_old_cap_is_fine_when_the_cap_rises_with_it() -> Non
         (
             doc(checks={"runtime_class": "NVIDIA runtime"}),
             "f.yaml: checks.runtime_class: 'NVIDIA runtime' must be a RuntimeClass name",
+        ),
+        (doc(policy={"ramp_pods": 0}), "f.yaml: policy.ramp_pods: 0 must be a whole number of at least 1"),
+        (
+            doc(policy={"ramp_pods": 65}),
+            "f.yaml: ResponderSettings.policy.ramp_pods must be 1-64 pods, got 65",
         ),
         (
             doc(policy={"backoff": "8d"}),

@@ -5,7 +5,9 @@ by its record, selecting driver/pool/device, with the quarantine taint (NoSchedu
 in dry-run), switched to the canary taint and back, deleted on release, and repeated calls
 change nothing; a rule of that name the record does not own is never touched; a device-plugin
 quarantine is an entry in the node annotation, other annotations and devices untouched, no
-taint and no cordon; `present` tells what is there.
+taint and no cordon; its ramp moves the entry to the ramp annotation with the bound of opted-in
+pods, a failure on the ramp moves it back and the release lifts both; `present` tells what is
+there.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.resources import NODE, Resource
 from gpuhealth.kube.transport import KubeTransport
-from responder.enforce.node_annotation import NODE_ANNOTATION
+from responder.enforce.node_annotation import NODE_ANNOTATION, RAMP_ANNOTATION
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import NotOurs, NotServed, discover
 from responder.reconcile.policy import CANARY_TAINT, QUARANTINE_TAINT, Enforce
@@ -96,6 +98,9 @@ def test_a_dra_quarantine_is_one_rule_owned_by_its_record(client: KubeClient) ->
     enforcer.enforce(record, Enforce(CANARY_TAINT, "Unhealthy", "NoSchedule"))
     ramp = client.get(rules, record.name)
     assert ramp["spec"]["taint"]["key"] == CANARY_TAINT and ramp["metadata"]["resourceVersion"] != version
+    # Present as the phase wants it only with that taint: the ramp's, not the quarantine's.
+    assert enforcer.present(record, Enforce(CANARY_TAINT, "Unhealthy", "NoSchedule"))
+    assert not enforcer.present(record, Enforce(QUARANTINE_TAINT, "Unhealthy", "NoSchedule"))
     enforcer.unenforce(record)
     enforcer.unenforce(record)  # idempotent
     assert not enforcer.present(record)
@@ -147,6 +152,39 @@ def test_a_device_plugin_quarantine_is_a_node_annotation_entry_only(client: Kube
     enforcer.unenforce(first)
     assert not enforcer.present(first) and enforcer.present(second)
     enforcer.unenforce(second)
+    assert client.get(NODE, "gpu-node-1")["metadata"]["annotations"] == {"team": "ml"}
+
+
+def test_a_device_plugin_ramp_moves_the_entry_to_the_ramp_annotation_with_its_bound(
+    client: KubeClient,
+) -> None:
+    enforcer = Enforcer(client, discover(client), ramp_pods=2)
+    first = stored(client, device="GPU-aaaa")
+    second = stored(client, device="GPU-bbbb")
+    for record in (first, second):
+        enforcer.enforce(record, Enforce(QUARANTINE_TAINT, "Unhealthy", "NoSchedule"))
+    enforcer.enforce(first, Enforce(CANARY_TAINT, "Unhealthy", "NoSchedule"))
+    enforcer.enforce(first, Enforce(CANARY_TAINT, "Unhealthy", "NoSchedule"))  # no change
+    annotations = client.get(NODE, "gpu-node-1")["metadata"]["annotations"]
+    assert annotations == {"team": "ml", NODE_ANNOTATION: '["GPU-bbbb"]', RAMP_ANNOTATION: '{"GPU-aaaa":2}'}
+    assert enforcer.present(first) and enforcer.present(second)
+    # As the phase wants it: the ramp with its bound, the other still quarantined.
+    ramp, quarantine = (Enforce(key, "Unhealthy", "NoSchedule") for key in (CANARY_TAINT, QUARANTINE_TAINT))
+    assert enforcer.present(first, ramp) and not enforcer.present(first, quarantine)
+    assert enforcer.present(second, quarantine) and not enforcer.present(second, ramp)
+    assert not Enforcer(client, discover(client), ramp_pods=1).present(first, ramp)  # another bound
+    # A failure on the ramp: back to the quarantine list, the ramp annotation gone with its last entry.
+    enforcer.enforce(first, Enforce(QUARANTINE_TAINT, "Unhealthy", "NoSchedule"))
+    annotations = client.get(NODE, "gpu-node-1")["metadata"]["annotations"]
+    assert annotations == {"team": "ml", NODE_ANNOTATION: '["GPU-aaaa","GPU-bbbb"]'}
+    # Ramp again, then the release lifts the device from wherever it is listed.
+    enforcer.enforce(first, Enforce(CANARY_TAINT, "Unhealthy", "NoSchedule"))
+    enforcer.unenforce(first)
+    enforcer.unenforce(second)
+    assert client.get(NODE, "gpu-node-1")["metadata"]["annotations"] == {"team": "ml"}
+    assert not enforcer.present(first)
+    # Dry-run writes nothing on this path, the ramp included.
+    enforcer.enforce(first, Enforce(CANARY_TAINT, "Unhealthy", "None"))
     assert client.get(NODE, "gpu-node-1")["metadata"]["annotations"] == {"team": "ml"}
 
 

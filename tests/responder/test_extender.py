@@ -2,7 +2,9 @@
 
 Aspects: ExtenderArgs with Nodes (a NodeList) or NodeNames (nodeCacheCapable) parse, and the
 result answers in the same form; a node fails only where the pod's GPUs do not fit once
-quarantined devices are counted out, with the reason; pods without GPUs and nodes the
+quarantined devices are counted out, with the reason; devices on the ramp count in only for pods
+labelled `gpuhealth.io/canary-ok: "true"` while the node has ramp slots left, and for every pod
+once released (the load on a device grows in steps); pods without GPUs and nodes the
 responder does not know pass; init containers count as kube-scheduler counts them; bad args
 are ArgsError naming the field (property: junk never raises anything else).
 """
@@ -26,13 +28,16 @@ from responder.extender.filter import (
 )
 
 
-def pod(gpus: int, *, init: int = 0) -> dict[str, Any]:
+def pod(gpus: int, *, init: int = 0, labels: dict[str, str] | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]
     }
     if init:
         spec["initContainers"] = [{"name": "i", "resources": {"requests": {"nvidia.com/gpu": init}}}]
-    return {"metadata": {"name": "p", "namespace": "ns"}, "spec": spec}
+    return {"metadata": {"name": "p", "namespace": "ns", "labels": labels or {}}, "spec": spec}
+
+
+OPTED_IN = {"gpuhealth.io/canary-ok": "true"}
 
 
 def node(name: str) -> dict[str, Any]:
@@ -60,6 +65,55 @@ def test_node_objects_in_node_objects_out() -> None:
     result = filter_nodes(args, CAPACITY.get)
     assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == ["full", "two-quarantined"]
     assert result["NodeNames"] is None
+
+
+# A node of 4 GPUs, 3 running pods, its fourth device in three stages of its return.
+STAGES = {
+    "quarantined": NodeCapacity(allocatable=4, requested=3, quarantined_allocatable=1),
+    "ramping": NodeCapacity(4, 3, 1, ramping_allocatable=1, ramp_slots=1),
+    "ramp-full": NodeCapacity(4, 3, 1, ramping_allocatable=1, ramp_slots=0),
+    "released": NodeCapacity(4, 3, 0),
+}
+
+
+@pytest.mark.parametrize(
+    ("labels", "passes"),
+    [
+        ({}, ["released"]),
+        (OPTED_IN, ["ramping", "released"]),
+        ({"gpuhealth.io/canary-ok": "yes"}, ["released"]),  # only "true" opts in
+    ],
+)
+def test_a_ramping_device_takes_opted_in_pods_up_to_the_bound_then_everyone(
+    labels: dict[str, str], passes: list[str]
+) -> None:
+    args = parse_args({"Pod": pod(1, labels=labels), "NodeNames": list(STAGES)})
+    assert args.opted_in == (labels == OPTED_IN)
+    result = filter_nodes(args, STAGES.get)
+    assert result["NodeNames"] == passes
+    failed = result["FailedNodes"]
+    assert (
+        failed["quarantined"]
+        == "gpuhealth: 1 quarantined nvidia.com/gpu counted out; 0 free for a request of 1"
+    )
+    if labels == OPTED_IN:
+        assert failed["ramp-full"].endswith(
+            "0 free for a request of 1 (1 on the ramp, 0 opted-in pod slots left)"
+        )
+    else:
+        assert failed["ramping"].endswith("(1 on the ramp: only pods labelled gpuhealth.io/canary-ok=true)")
+
+
+def test_an_opted_in_pod_still_needs_room_beyond_the_ramping_devices() -> None:
+    view = {
+        "n": NodeCapacity(
+            allocatable=4, requested=2, quarantined_allocatable=1, ramping_allocatable=1, ramp_slots=1
+        )
+    }
+    fits = parse_args({"Pod": pod(2, labels=OPTED_IN), "NodeNames": ["n"]})
+    too_big = parse_args({"Pod": pod(3, labels=OPTED_IN), "NodeNames": ["n"]})
+    assert filter_nodes(fits, view.get)["NodeNames"] == ["n"]
+    assert filter_nodes(too_big, view.get)["NodeNames"] == []
 
 
 def test_pods_without_gpus_pass_everywhere() -> None:

@@ -161,8 +161,10 @@ class FakeAccelerator:
     def enforced_as(self, record: Quarantine) -> str:
         return f"FakeEntry/{record.name}"
 
-    def present(self, record: Quarantine) -> bool:
-        return record.name in self.entries
+    def present(self, record: Quarantine, wanted: Enforce | None = None) -> bool:
+        return record.name in self.entries and (
+            wanted is None or self.entries[record.name] == wanted.taint_key
+        )
 
     def enforce(self, record: Quarantine, effect: Enforce) -> None:
         self.calls.append(f"enforce {effect.taint_key}")

@@ -196,8 +196,8 @@ class FakeEnforcer:
     def enforced_as(self, record: Quarantine) -> str:
         return self._names.enforced_as(record)
 
-    def present(self, record: Quarantine) -> bool:
-        return record.name in self.taints
+    def present(self, record: Quarantine, wanted: Enforce | None = None) -> bool:
+        return record.name in self.taints and (wanted is None or self.taints[record.name] == wanted.taint_key)
 
     def enforce(self, record: Quarantine, effect: Enforce) -> None:
         if record.name in self.failing:

@@ -7,7 +7,10 @@ deleted), with Events on the record; on device plugins the probe asks for no GPU
 its device through `NVIDIA_VISIBLE_DEVICES`, so a device that still fails fails its probe while
 the node's other cards are Healthy, and a canary (its own workload) fails when its device
 breaks; a person deleting the rule or the node annotation's entry sees it come back, with a
-warning Event, the record never Abandoned; a person's release request (spec.releaseRequest) after
+warning Event, the record never Abandoned; a device-plugin record's ramp moves its entry to the
+ramp annotation with the configured bound, and an entry moved back to the quarantine list by
+hand, or a DRA rule's canary taint turned back, is put back as the phase holds it, with the
+Event; the release lifts both; a person's release request (spec.releaseRequest) after
 a Stabilizing failure is refused with the reason (condition and Event), and one during
 Stabilizing with no failure shortens the window and the ramp but still ramps; a record on an
 opted-out node waits (NodeOptedOut); a storm of records trips the breaker (ConfigMap with the
@@ -42,7 +45,13 @@ from gpuhealth.testing.loopback import wait_until
 from responder.checks.jobs import CANARY as CANARY_CHECK
 from responder.checks.jobs import JOB, PROBE, CheckSettings, JobChecks, job_name
 from responder.enforce.backends import Backends
-from responder.enforce.node_annotation import NODE_ANNOTATION, NodeAnnotation, listed
+from responder.enforce.node_annotation import (
+    NODE_ANNOTATION,
+    RAMP_ANNOTATION,
+    NodeAnnotation,
+    listed,
+    ramping,
+)
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
 from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
@@ -241,6 +250,61 @@ def test_an_annotation_entry_deleted_by_a_person_comes_back_with_an_event(world:
     w.reconciler.reconcile_once()
     assert w.record(name).status.phase == Phase.QUARANTINED  # never Abandoned
     assert uuid in listed(w.client.get(NODE, "dp-0"))
+    assert ("EnforcementRestored", "Warning") in w.events(name)
+
+
+def test_a_device_plugin_ramp_is_the_ramp_annotation_and_an_altered_one_comes_back(world: World) -> None:
+    w = world
+    uuid = gpu_uuid("dp-1", 2)
+    name = w.add("dp-1", 2, dra=False)
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == Phase.QUARANTINED
+    w.resolve(name)
+    w.health.set("dp-1", uuid, Health.HEALTHY, w.clock.now())
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == PROBING
+    wait_until("the probe passed", lambda: w.check(name, "probe") == CheckResult.SUCCEEDED, timeout=60)
+    w.reconciler.reconcile_once()
+    wait_until("the canary passed", lambda: w.check(name, "canary") == CheckResult.SUCCEEDED, timeout=60)
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == STABILIZING
+    w.clock.advance(POLICY.stability_seconds)
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == RAMP
+    node = w.client.get(NODE, "dp-1")
+    assert uuid not in listed(node) and ramping(node) == {uuid: 1}
+
+    # A person puts the device back on the quarantine list (or widens the bound): the ramp comes back.
+    annotations = node["metadata"]["annotations"]
+    annotations[NODE_ANNOTATION] = json.dumps([uuid])
+    annotations[RAMP_ANNOTATION] = json.dumps({uuid: 5})
+    w.client.update(NODE, node)
+    w.reconciler.reconcile_once()
+    node = w.client.get(NODE, "dp-1")
+    assert uuid not in listed(node) and ramping(node) == {uuid: 1}
+    assert w.record(name).status.phase == RAMP
+    assert ("EnforcementRestored", "Warning") in w.events(name)
+
+    w.clock.advance(POLICY.ramp_seconds)
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == Phase.RELEASED
+    annotations = w.client.get(NODE, "dp-1")["metadata"].get("annotations") or {}
+    assert NODE_ANNOTATION not in annotations and RAMP_ANNOTATION not in annotations
+
+
+def test_a_quarantine_taint_turned_canary_by_hand_is_put_back(world: World) -> None:
+    w = world
+    name = w.add("dra-0", 2, dra=True)
+    w.reconciler.reconcile_once()
+    rules = discover(w.client)
+    rule = w.rule(name)
+    assert rules is not None and rule is not None
+    rule["spec"]["taint"]["key"] = CANARY_TAINT  # would let opted-in claims onto a quarantined device
+    w.client.update(rules, rule)
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == Phase.QUARANTINED
+    restored = w.rule(name)
+    assert restored is not None and restored["spec"]["taint"]["key"] == QUARANTINE_TAINT
     assert ("EnforcementRestored", "Warning") in w.events(name)
 
 

@@ -6,7 +6,11 @@ objects (the annotation read from the objects sent) and with NodeNames (answered
 Node/Pod cache, once the watch has seen the annotation); a body that is not ExtenderArgs
 answers 400 with `Error` set; and through the simulated scheduler's own extender client, a GPU
 pod goes to the node where it fits without the quarantined device, and a second one that would
-fit only with it stays Pending, the extender's reason in its FailedScheduling message.
+fit only with it stays Pending, the extender's reason in its FailedScheduling message; the load
+on a device grows in steps through the responder's own enforcement (`NodeAnnotation`): while
+quarantined no pod gets it, on the ramp a pod labelled `gpuhealth.io/canary-ok: "true"` is
+placed on it while an ordinary one stays Pending (also once the opted-in pod is gone and the
+device is free), and at the release the ordinary pod lands there.
 """
 
 from __future__ import annotations
@@ -26,10 +30,17 @@ import yaml
 
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
-from gpuhealth.kube.resources import NAMESPACE, NODE, POD
+from gpuhealth.kube.errors import NotFound
+from gpuhealth.kube.resources import NAMESPACE, NODE, POD, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import free_port, http_ok, wait_until
-from responder.enforce.node_annotation import NODE_ANNOTATION
+from responder.enforce.node_annotation import NODE_ANNOTATION, NodeAnnotation
+from responder.ladder import CANARY_OPT_IN, CANARY_TAINT, QUARANTINE_TAINT
+from responder.reconcile.policy import Enforce
+from responder.records import Quarantine
+from responder.webhook.intake import IntakeSettings, Write, decide
+from simulator.fleet.objects import gpu_uuid
+from tests.responder.test_intake import alert
 
 pytestmark = pytest.mark.integration
 
@@ -50,11 +61,14 @@ def post(url: str, body: Any) -> tuple[int, dict[str, Any]]:
         return exc.code, json.loads(exc.read())
 
 
-def gpu_pod(name: str, gpus: int) -> dict[str, Any]:
+EVENT = Resource("", "v1", "events", namespaced=True)
+
+
+def gpu_pod(name: str, gpus: int, labels: dict[str, str] | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": "tenants"},
+        "metadata": {"name": name, "namespace": "tenants", "labels": labels or {}},
         "spec": {
             "containers": [
                 {"name": "main", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
@@ -190,3 +204,75 @@ def test_the_extender_counts_quarantined_devices_out(cluster_and_responder: tupl
 
     message = wait_until("the second pod unschedulable", unschedulable, timeout=60)
     assert "gpuhealth: 1 quarantined nvidia.com/gpu counted out" in message, message
+
+
+def bound_to(kube: KubeClient, name: str) -> str:
+    return wait_until(
+        f"pod {name} bound",
+        lambda: kube.get(POD, name, namespace="tenants")["spec"].get("nodeName"),
+        timeout=60,
+    )
+
+
+def failed_scheduling(kube: KubeClient, name: str) -> tuple[int, str]:
+    """(attempts counted, last message) of the pod's FailedScheduling Events."""
+    count, message = 0, ""
+    for event in kube.list(EVENT, namespace="tenants").items:
+        involved = event.get("involvedObject") or {}
+        if involved.get("name") == name and event.get("reason") == "FailedScheduling":
+            count += int(event.get("count") or 1)
+            message = str(event.get("message") or "")
+    return count, message
+
+
+def test_the_load_on_a_device_grows_in_steps_quarantined_ramp_released(
+    cluster_and_responder: tuple[KubeClient, str],
+) -> None:
+    kube, _ = cluster_and_responder
+    decision = decide(
+        None, alert(node="dp-0", device=gpu_uuid("dp-0", 1)), now=1_800_000_000.0, settings=IntakeSettings()
+    )
+    assert isinstance(decision, Write)
+    record = Quarantine(name=decision.record.name, uid="u", spec=decision.record.spec)
+    enforcement = NodeAnnotation(kube)
+
+    # Quarantined: dp-0's GPU 1 is counted out; dp-1 and dp-0's GPU 0 fill up, an ordinary pod waits.
+    enforcement.enforce(record, Enforce(QUARANTINE_TAINT, "Unhealthy", "NoSchedule"))
+    kube.create(POD, gpu_pod("elsewhere", 2), namespace="tenants")
+    assert bound_to(kube, "elsewhere") == "dp-1"
+    kube.create(POD, gpu_pod("neighbour", 1), namespace="tenants")
+    assert bound_to(kube, "neighbour") == "dp-0"
+    kube.create(POD, gpu_pod("ordinary", 1), namespace="tenants")
+    wait_until("the ordinary pod refused", lambda: failed_scheduling(kube, "ordinary")[0] > 0, timeout=60)
+
+    # The ramp: the opted-in pod gets the device; the ordinary one is still refused, and why.
+    enforcement.enforce(record, Enforce(CANARY_TAINT, "Unhealthy", "NoSchedule"))
+    kube.create(POD, gpu_pod("opted-in", 1, {CANARY_OPT_IN: "true"}), namespace="tenants")
+    assert bound_to(kube, "opted-in") == "dp-0"
+    assert not kube.get(POD, "ordinary", namespace="tenants")["spec"].get("nodeName")
+
+    # The opted-in pod done, the device is free and still ramping: the ordinary pod is refused again.
+    kube.delete(POD, "opted-in", namespace="tenants", grace_period_seconds=0)
+
+    def gone() -> bool:
+        try:
+            kube.get(POD, "opted-in", namespace="tenants")
+        except NotFound:
+            return True
+        return False
+
+    wait_until("the opted-in pod gone", gone, timeout=60)
+    before, _ = failed_scheduling(kube, "ordinary")
+    retried = wait_until(
+        "the ordinary pod tried again",
+        lambda: (
+            failed_scheduling(kube, "ordinary") if failed_scheduling(kube, "ordinary")[0] > before else None
+        ),
+        timeout=60,
+    )
+    assert "on the ramp: only pods labelled gpuhealth.io/canary-ok=true" in retried[1], retried
+    assert not kube.get(POD, "ordinary", namespace="tenants")["spec"].get("nodeName")
+
+    # Released: full load, the ordinary pod lands on dp-0.
+    enforcement.lift(record)
+    assert bound_to(kube, "ordinary") == "dp-0"

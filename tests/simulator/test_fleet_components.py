@@ -4,7 +4,8 @@ Aspects: `simulator.model` imports nothing from the simulator and parsing a scen
 fleet; the component modules never import each other (only `simulator.fleet.fleet` wires
 them); timers due at the same time run in the order set and `advance` runs each at its time;
 a device plugin's report keeps no message while a DRA driver's does; the scheduler's device
-filters (plugin health only, never the quarantine annotation; slice taints, DeviceTaintRules);
+filters (plugin health only, never the quarantine annotation; slice taints, DeviceTaintRules,
+less those the claim request tolerates);
 freed slots go back in allocation order; the first-fit layout never shares a slot and honours
 path and node group; a fleet takes exactly one way to the API, and without a store it has no
 simulated control plane.
@@ -197,6 +198,20 @@ def test_dra_filters_slice_taints_and_matching_device_taint_rules_but_not_health
     ]
     assert blocked_devices(node, rules) == {1, 2}
     assert blocked_devices(node, [rule("NoSchedule", driver="gpu.nvidia.com")]) == {0, 1, 2, 3}
+
+
+def test_dra_devices_whose_taints_the_claim_request_tolerates_are_usable() -> None:
+    node = sim_node(DRA)
+
+    def rule(key: str, device: str) -> dict[str, Any]:
+        return {"spec": {"deviceSelector": {"device": device}, "taint": {"key": key, "effect": "NoSchedule"}}}
+
+    rules = [rule("gpuhealth.io/canary", "gpu-1"), rule("gpuhealth.io/quarantine", "gpu-2")]
+    canary_ok = [{"key": "gpuhealth.io/canary", "operator": "Exists", "effect": "NoSchedule"}]
+    assert blocked_devices(node, rules) == {1, 2}
+    assert blocked_devices(node, rules, canary_ok) == {2}  # the ramp opens, the quarantine does not
+    node.gpus[3].taints = [{"key": "gpuhealth.io/canary", "effect": "NoSchedule"}]  # a slice taint too
+    assert blocked_devices(node, rules, canary_ok) == {2}
 
 
 def test_freed_slots_go_back_in_allocation_order() -> None:

@@ -6,7 +6,9 @@ Unhealthy, cordoned nodes, and DRA devices tainted by a DeviceTaintRule; with no
 stays Pending (PodScheduled=False) and is bound, same uid, once a device is usable again. As on
 a real kubelet, a device listed in the node's `gpuhealth.io/quarantined-devices` annotation that
 the plugin still reports Healthy is handed out like any other (only a scheduler extender that
-counts it out keeps pods away: tests/responder/test_service_extender.py).
+counts it out keeps pods away: tests/responder/test_service_extender.py). With extenders
+configured, a replacement bound for a device-plugin node goes where they pass (the pod as
+stored, with its labels, is what they are asked about), and waits while they pass none.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from gpuhealth.clock import ManualClock
+from gpuhealth.testing.loopback import free_port
 from simulator.apiserver.store import Store
 from simulator.fleet import Fleet
+from simulator.fleet.extender_client import ExtenderConfig
 from simulator.fleet.objects import DRA_PLUGIN_NAMESPACE, gpu_uuid
 from simulator.scenario import DeviceRef, Fault, from_dict
 
@@ -170,3 +175,104 @@ async def test_dra_replacement_avoids_devices_tainted_by_a_device_taint_rule(
     )
     assert [r["pool"] for r in claim["status"]["allocation"]["devices"]["results"]] == ["n-1", "n-1"]
     assert claim["status"]["reservedFor"][0]["uid"] == new["metadata"]["uid"]
+
+
+class FakeExtender:
+    """A scheduler extender on loopback that passes only the nodes in `allowed`, and keeps the
+    pods it was asked about."""
+
+    def __init__(self) -> None:
+        self.allowed: set[str] = set()
+        self.asked: list[dict[str, Any]] = []
+
+    async def filter(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.asked.append(body["Pod"])
+        names = body["NodeNames"]
+        return web.json_response(
+            {
+                "NodeNames": [n for n in names if n in self.allowed],
+                "FailedNodes": {n: "fake: not allowed" for n in names if n not in self.allowed},
+                "Error": "",
+            }
+        )
+
+
+def names(*objs: dict[str, Any]) -> set[str]:
+    return {o["metadata"]["name"] for o in objs}
+
+
+def bound_other_than(store: Store, *gone: dict[str, Any]) -> list[dict[str, Any]]:
+    """The bound pods but `gone` (evicted, maybe still terminating)."""
+    return [p for p in pods(store) if p["metadata"]["name"] not in names(*gone) and p["spec"].get("nodeName")]
+
+
+async def until(what: str, condition: Any) -> Any:
+    """Let the loop run (the extender's answers arrive over HTTP) until `condition()` is truthy."""
+    for _ in range(500):
+        found = condition()
+        if found:
+            return found
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_a_device_plugin_replacement_goes_where_the_extenders_pass() -> None:
+    extender = FakeExtender()
+    app = web.Application()
+    app.router.add_post("/scheduler/filter", extender.filter)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    config = ExtenderConfig(
+        url_prefix=f"http://127.0.0.1:{port}/scheduler",
+        filter_verb="filter",
+        node_cache_capable=True,
+        managed_resources=(("nvidia.com/gpu", False),),
+    )
+    data = scenario("device-plugin")
+    data["workloads"][0]["canary"] = True
+    clock = ManualClock()
+    store = Store(clock, seed=3)
+    fleet = Fleet(from_dict(data), store, clock, extenders=[config])
+    await fleet.start()
+    tasks = [asyncio.create_task(fleet.follow_deletions()), asyncio.create_task(fleet.scheduler.follow())]
+    try:
+        await fleet.advance(1)  # one tick first, as above: the deletes below are then carried out at once
+        (old,) = pods(store)
+        assert old["spec"]["nodeName"] == "n-0"
+        # First fit would take n-0 again; the extender passes only n-1.
+        extender.allowed = {"n-1"}
+        store.delete("pods", old["metadata"]["name"], "default")
+        await settle()
+        await fleet.advance(10)
+        (moved,) = await until("the replacement bound", lambda: bound_other_than(store, old))
+        assert moved["spec"]["nodeName"] == "n-1"
+        asked = extender.asked[-1]
+        assert asked["metadata"]["name"] == moved["metadata"]["name"]
+        assert asked["metadata"]["labels"]["gpuhealth.io/canary-ok"] == "true"  # the pod as stored
+
+        # The extender passes nothing: the next replacement is asked about, and waits.
+        extender.allowed = set()
+        store.delete("pods", moved["metadata"]["name"], "default")
+        await settle()
+        await fleet.advance(6)
+        await until(
+            "the extender asked", lambda: extender.asked[-1]["metadata"]["name"] not in names(old, moved)
+        )
+        pending = store.get("pods", extender.asked[-1]["metadata"]["name"], "default")
+        assert "nodeName" not in pending["spec"]
+
+        # Once it passes n-0, the pod waiting (same uid) is bound there at its next try.
+        extender.allowed = {"n-0"}
+        await fleet.advance(10)
+        (placed,) = await until("the waiting pod bound", lambda: bound_other_than(store, old, moved))
+        assert placed["metadata"]["uid"] == pending["metadata"]["uid"]
+        assert placed["spec"]["nodeName"] == "n-0"
+    finally:
+        fleet.stop()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await runner.cleanup()
