@@ -54,6 +54,7 @@ from responder import metrics
 from responder.enforce.backends import Backends
 from responder.enforce.holders import pods_on_device
 from responder.enforce.shipped import Enforcer
+from responder.ladder import LADDER, Kind
 from responder.migrate.evidence import DeviceReadings, evidence_data
 from responder.migrate.plan import (
     FAILED_REASON,
@@ -88,6 +89,7 @@ from responder.records import (
     Evidence,
     Migration,
     MigrationOutcome,
+    Phase,
     Quarantine,
     RecordError,
     from_object,
@@ -238,6 +240,11 @@ class _DeviceReads:
         return self._replica_sets[key]
 
 
+def _ramping(record: Quarantine) -> bool:
+    rung = LADDER.rung(record.status.phase)
+    return rung is not None and rung.kind == Kind.RAMP
+
+
 def _pod_view(pod: dict[str, Any], on_device: set[str]) -> PodView:
     meta = _meta(pod)
     uid = str(meta.get("uid") or "")
@@ -327,7 +334,10 @@ class Migrator:
         # A cluster it cannot read raises: the caller (the reconciler) retries this record on
         # its backoff; swallowed here, a device whose moves had not begun would wait a whole
         # recheck, as nothing in the record would say a move is due.
-        jobs = observer.jobs_on_device(record)
+        climbing = record.status.phase != Phase.QUARANTINED
+        # On a rung of the release ladder only the moves awaiting replacements go on: nothing new
+        # begins (on the ramp, the pods on the device are the opted-in work it was opened to).
+        jobs = {} if climbing else observer.jobs_on_device(record)
         # The other records (for the per-node and per-namespace caps) cost a list of every
         # record; a device with nothing to move needs none, and most quarantined devices
         # have nothing to move: listing anyway made a pass quadratic in the records.
@@ -336,7 +346,9 @@ class Migrator:
         holders = [Holder(job.namespace, job.owner, uid) for uid, job in jobs.items()]
         moves, episode = record.status.migrations, record.status.episode
         before = len(moves)
-        entries = list(moves_for(moves, holders, device=record.spec.device, episode=episode))
+        entries = list(
+            moves if climbing else moves_for(moves, holders, device=record.spec.device, episode=episode)
+        )
         for i, entry in enumerate(entries):
             if entry.outcome.finished:
                 continue
@@ -391,7 +403,9 @@ class Migrator:
             namespace=job.namespace,
             owner=job.owner,
             owner_uid=job.owner_uid,
-            pods=tuple(_pod_view(p, job.on_device) for p in job.pods),
+            # On the ramp the device is open to opted-in work: a replacement running there runs
+            # on a device that passed its checks, not on a quarantined one.
+            pods=tuple(_pod_view(p, set() if _ramping(record) else job.on_device) for p in job.pods),
             lease_holder=holder,
         )
         ctx = Context(

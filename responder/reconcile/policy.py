@@ -450,7 +450,9 @@ def needs_holders(record: Quarantine, now: float) -> bool:
 
 def _release_held(record: Quarantine, now: float) -> tuple[str, str, float | None] | None:
     """(reason, why, recheck) when the record itself holds its release attempt back, else None."""
-    moving = [m.owner for m in record.status.migrations if not m.outcome.finished]
+    # A move whose evictions landed and that only awaits its replacements (`replacingSince`)
+    # holds nothing back: the device is free, and its ramp may be where a replacement runs.
+    moving = [m.owner for m in record.status.migrations if not m.outcome.finished and not m.replacing_since]
     if moving:
         # The migrator advances a move only while its record is Quarantined: leaving now would
         # drop it half-way (pods evicted with no outcome written, a checkpoint asked for and

@@ -38,10 +38,11 @@ nothing acts for a leader that has stopped leading (at most the one request in f
 
 The migration hook: `migrate(record, now) -> Quarantine` (`responder.migrate.executor`) is called for
 `quarantine` records (never `restrict`) that stay Quarantined with their enforcement present,
-also after their alerts resolved (the policy starts no release attempt while a move is
-unfinished, so a move is carried to its end, never dropped); while the breaker is tripped
-`finish` is called instead (moves under way go on, none begins); its record is written like
-the policy's.
+also after their alerts resolved (the policy starts no release attempt while a move has not
+evicted what it moves, so a move is carried to its end, never dropped), and on a rung of the
+release ladder while a move awaits its job's replacements (it only advances those moves there);
+while the breaker is tripped `finish` is called instead (moves under way go on, none begins);
+its record is written like the policy's.
 """
 
 from __future__ import annotations
@@ -538,11 +539,15 @@ class Reconciler:
         self._apply(current, decided, state, fence)
         after = decided.record
         hook = self._finish if state.breaker.tripped else self._migrate
+        awaiting = any(m.replacing_since and not m.outcome.finished for m in after.status.migrations)
         if (
             hook is not None
             and after.spec.action == "quarantine"
-            and phase == Phase.QUARANTINED
-            and after.status.phase == Phase.QUARANTINED
+            and phase == after.status.phase
+            and (
+                phase == Phase.QUARANTINED
+                or (awaiting and self.settings.policy.rungs.rung(phase) is not None)
+            )
             and view.enforcement_present
         ):
             # Also once the alerts resolved: the policy holds the release attempt back until

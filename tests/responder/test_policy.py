@@ -288,6 +288,24 @@ def test_long_seeded_runs_never_start_an_attempt_over_a_move_or_a_holder() -> No
     assert attempts >= 30 and waits >= 30  # both the attempts and the waits were exercised
 
 
+def test_a_move_that_only_awaits_its_replacements_holds_no_release_back() -> None:
+    # Its pods were evicted and the device is free: the job's replacements may be waiting for
+    # room that only the device's own ramp opens (an opted-in workload), so the attempt starts.
+    record = step(opened(), observed(Health.UNHEALTHY), ctx(NOW)).record
+    awaiting = record.with_migrations(
+        [
+            replace(
+                Migration("research", "Job/train", "uid-train", "k"),
+                evictions=("2027-01-15T08:00:05.000000Z",),
+                replacing_since="2027-01-15T08:00:06.000000Z",
+            )
+        ]
+    )
+    healthy = observed(Health.HEALTHY, enforcement_present=True)
+    probing = step(resolved(awaiting, NOW + 10), healthy, ctx(NOW + 20))
+    assert probing.record.status.phase == PROBING and StartCheck("probe", 1) in probing.effects
+
+
 def test_a_move_in_flight_holds_the_release_in_quarantined_until_it_ends() -> None:
     record = step(opened(), observed(Health.UNHEALTHY), ctx(NOW)).record
     moving = record.with_migrations([Migration("research", "Job/train", "uid-train", "k")])
