@@ -26,10 +26,12 @@ The invariants (each broken one is a line in `Verdict.violations`; the run exits
   due from the episode that completes the count;
 - a breaker that blocked a release: a record in a release phase sent back (Deferred, or
   Quarantined without a failed check) while the breaker was tripped;
-- a release while a source reports the device Unhealthy: at the Released transition the device's
-  reported health (HEALTH entries) or the scenario's own Unhealthy fault (a device-unhealthy
-  spell, a flap's Unhealthy half-cycle) said Unhealthy, throughout the journal's resolution
-  before it (so a fault starting at the very moment of a release is not blamed on it);
+- a release while the device is reported Unhealthy: at the Released transition the device's
+  driver or device plugin reported it Unhealthy as the scenario plays (`reported_unhealthy`),
+  throughout the journal's resolution before it (so a fault starting at the very moment of a
+  release is not blamed on it). The cluster's own reports (HEALTH entries) are no witness: an
+  idle device's Unhealthy reaches no pod's status, and its last report stays whatever it was;
+  the exporter's metrics are built from those same reports (and NVML, which the faults drive);
 - a pod left on a quarantined device: a pod (not a check's) still running on the device
   `move_deadline` after its move started (or, with no move started, after the episode began or
   the pod landed, whichever is later; while the node had no other move in flight), unless its
@@ -58,7 +60,7 @@ from dataclasses import dataclass
 
 from demo.journal import Entry, Journal, Kind, sorted_entries
 from responder.ladder import LADDER, Ladder
-from simulator.model import Fault, Scenario
+from simulator.model import APPLICATION_XIDS, Fault, Scenario
 
 QUARANTINE_FAULTS = frozenset({"device-unhealthy", "gpu-lost", "row-remap-failure"})
 
@@ -563,29 +565,93 @@ def _overlaps(spans: Iterable[tuple[float, float]], start: float, end: float) ->
     return any(a <= end and start < b for a, b in spans)
 
 
+def reported_unhealthy(scenario: Scenario) -> dict[tuple[str, int], list[tuple[float, float]]]:
+    """When each device's driver (or device plugin) reports it Unhealthy, as the simulator plays
+    the timeline: a device-unhealthy until its duration ends (unless a later one or a lost GPU
+    outlasts it), each flap's Unhealthy half-cycles, an XID that marks the device Unhealthy and
+    a lost GPU until `recover`; on device-plugin nodes a broken health stream makes every device
+    Unhealthy until it is mended. Spans are [start, end), end inf while it lasts to the end.
+
+    This is the ground truth whether or not anyone sees it: an idle device's Unhealthy reaches
+    no pod's status, so the cluster's reports (HEALTH entries) go silent on it."""
+    changes: list[tuple[float, int, tuple[str, int], str, object]] = []
+    """(at, order, device, what, token) in the order the simulator applies them."""
+    order = 0
+    for fault in sorted(scenario.timeline, key=lambda f: f.at):
+        places = _devices_of(scenario, fault)
+        kind = fault.kind
+        if fault.device is None and not (
+            kind in ("health-stream-broken", "recover")
+            and places
+            and scenario.nodes[places[0][0]].path == "device-plugin"
+        ):
+            continue
+        for place in places:
+            order += 1
+            if kind == "device-unhealthy":
+                changes.append((fault.at, order, place, "unhealthy", order))
+                if fault.duration is not None:
+                    changes.append((fault.at + fault.duration, order, place, "end", order))
+            elif kind == "flap":
+                period = fault.period or 1.0
+                for i in range(fault.times or 1):
+                    changes.append((fault.at + i * period, order, place, "unhealthy", None))
+                    changes.append((fault.at + i * period + period / 2, order, place, "healthy", None))
+            elif kind == "xid" and (
+                fault.unhealthy if fault.unhealthy is not None else fault.xid not in APPLICATION_XIDS
+            ):
+                changes.append((fault.at, order, place, "unhealthy", None))
+            elif kind == "gpu-lost":
+                changes.append((fault.at, order, place, "lost", None))
+            elif kind == "recover" and fault.device is not None:
+                changes.append((fault.at, order, place, "recover", None))
+            elif kind == "health-stream-broken":
+                changes.append((fault.at, order, place, "stream-broken", order))
+                if fault.duration is not None:
+                    changes.append((fault.at + fault.duration, order, place, "stream-end", order))
+            elif kind == "recover":
+                changes.append((fault.at, order, place, "stream-end", None))
+    state: dict[tuple[str, int], dict[str, object]] = {}
+    spans: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    since: dict[tuple[str, int], float] = {}
+    for at, _, place, what, token in sorted(changes, key=lambda c: (c[0], c[1])):
+        s = state.setdefault(place, {"unhealthy": False, "lost": False, "token": None, "stream": None})
+        if what == "unhealthy":
+            s["unhealthy"], s["token"] = True, token if token is not None else s["token"]
+        elif (what == "end" and s["token"] == token and not s["lost"]) or what == "healthy":
+            s["unhealthy"] = False  # a timed spell's end, or a flap's Healthy half
+        elif what == "lost":
+            s["unhealthy"], s["lost"] = True, True
+        elif what == "recover":
+            s.update(unhealthy=False, lost=False, token=None)
+        elif what == "stream-broken":
+            s["stream"] = token
+        elif what == "stream-end" and (token is None or s["stream"] == token):
+            s["stream"] = None
+        bad = bool(s["unhealthy"]) or s["stream"] is not None
+        if bad and place not in since:
+            since[place] = at
+        elif not bad and place in since:
+            spans.setdefault(place, []).append((since.pop(place), at))
+    for place, at in since.items():
+        spans.setdefault(place, []).append((at, math.inf))
+    return spans
+
+
 def _released_while_unhealthy(
     entries: list[Entry], scenario: Scenario, journal: Journal, label: Label
 ) -> list[str]:
-    reported = _spans(entries, lambda e: e.what == "Unhealthy" if e.kind is Kind.HEALTH else None)
-    scheduled: dict[str, list[tuple[float, float]]] = {}
     uuid_at = {(d.node, d.index): d.uuid for d in journal.devices.values()}
-    for place, spans in _unhealthy_episodes(scenario).items():
-        scheduled[uuid_at.get(place, "")] = [(start, start + length) for start, length in spans]
+    truth = {uuid_at.get(place, ""): spans for place, spans in reported_unhealthy(scenario).items()}
     out: list[str] = []
     for e in entries:
         if e.kind is not Kind.PHASE or e.what != "Released":
             continue
-        # The release happened at most one observation before it was seen.
-        start = e.at - journal.resolution_seconds
-        sources = [
-            name
-            for name, spans in (("its reported health", reported), ("the scenario's fault", scheduled))
-            if _within(spans.get(e.device, ()), start, e.at)
-        ]
-        if sources:
+        # The release happened at most one observation before it was seen: blamed only when the
+        # device was reported Unhealthy throughout that observation.
+        if _within(truth.get(e.device, ()), e.at - journal.resolution_seconds, e.at):
             out.append(
-                f"t+{e.at:.0f}s {label(e.device, e.node)} released while {' and '.join(sources)} "
-                "said Unhealthy"
+                f"t+{e.at:.0f}s {label(e.device, e.node)} released while its driver reported it Unhealthy"
             )
     return out
 

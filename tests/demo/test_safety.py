@@ -16,8 +16,10 @@ seen, not a long episode, overlapping spells one episode); its quarantine is war
 missing it is a violation, where flaps the rule does not catch are only missed.
 The invariants of issue 17, over a full story (pods on the device, the move's start, checks with
 the devices they ran on and their attempt, a person's release request, alerts, a health-source
-outage) that breaks none of them, each then broken alone: a release while the reported health
-or the scenario's fault says Unhealthy (not one that begins at the very moment of the release);
+outage) that breaks none of them, each then broken alone: a release while the driver reports the device
+Unhealthy as the simulator plays the timeline, seen by no one or not (not a fault that begins
+within the observation before the release; the spans follow timed spells, later spells, fatal
+XIDs and lost GPUs until recover, flaps and a device-plugin node's broken stream);
 a pod left on a quarantined device past its move's deadline (not when its move ended
 Unrecoverable, nor under a tripped breaker, nor while the node's one move in flight holds it
 back, nor once the device ramps); a check that ran on another device, or passed on none; a
@@ -33,6 +35,8 @@ restrict) held one of the pod's devices and no quarantine migrated its job.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,7 +45,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from demo.journal import Device, Entry, Journal, Kind
-from demo.safety import UnhealthyFlapping, flapping_due, judge, warrants
+from demo.safety import UnhealthyFlapping, flapping_due, judge, reported_unhealthy, warrants
 from simulator.fleet.objects import gpu_uuid
 from simulator.scenario import resolve
 
@@ -557,11 +561,6 @@ def _late_pod(j: Journal, *, job: str = "ns/late") -> Entry:
 
 NEW_BROKEN: list[tuple[str, Mutation, str]] = [
     (
-        "a release while the device reports Unhealthy",
-        lambda j: j.record(340, Kind.HEALTH, "Unhealthy", "gpu-dp-0", QUARANTINED),
-        "t+360s gpu-dp-0/gpu-0 released while its reported health said Unhealthy",
-    ),
-    (
         "a pod left on the device with no move",
         _late_pod,
         "t+180s pod ns/late-0 still on quarantined gpu-dp-0/gpu-0 (60s after t+120s; no move started)",
@@ -700,14 +699,7 @@ def test_a_pod_left_behind_is_excused_by_an_unrecoverable_move_a_tripped_breaker
     assert late(gone) == ()
 
 
-def test_a_release_at_the_moment_a_fault_begins_is_not_blamed_on_it() -> None:
-    j = full_story(journal())
-    j.resolution_seconds = 2.0
-    j.record(359, Kind.HEALTH, "Unhealthy", "gpu-dp-0", QUARANTINED)  # within one observation
-    assert full_verdict(j).violations == ()
-
-
-def test_a_release_during_the_scenarios_own_unhealthy_spell_is_a_violation() -> None:
+def test_a_release_while_the_driver_reports_unhealthy_is_a_violation_even_unseen() -> None:
     scenario = resolve(
         {
             "name": "relapse",
@@ -717,6 +709,7 @@ def test_a_release_during_the_scenarios_own_unhealthy_spell_is_a_violation() -> 
             ],
             "timeline": [
                 {"at": "10s", "fault": "xid", "device": {"node": "gpu-dp-0", "gpu": 0}, "xid": 79},
+                {"at": "150s", "fault": "recover", "device": {"node": "gpu-dp-0", "gpu": 0}},
                 # Idle and failing again from 300 s: no pod, so no one reports it (no HEALTH entry).
                 {"at": "300s", "fault": "device-unhealthy", "device": {"node": "gpu-dp-0", "gpu": 0}},
                 {
@@ -729,7 +722,71 @@ def test_a_release_during_the_scenarios_own_unhealthy_spell_is_a_violation() -> 
         }
     )
     violations = full_verdict(full_story(journal()), scenario).violations
-    assert "t+360s gpu-dp-0/gpu-0 released while the scenario's fault said Unhealthy" in violations
+    assert violations == ("t+360s gpu-dp-0/gpu-0 released while its driver reported it Unhealthy",)
+    # A fault that begins within the observation before the release is not blamed on it.
+    j = full_story(journal())
+    j.resolution_seconds = 2.0
+    late = dataclasses.replace(
+        scenario,
+        timeline=tuple(dataclasses.replace(f, at=359.0) if f.at == 300 else f for f in scenario.timeline),
+    )
+    assert full_verdict(j, late).violations == ()
+
+
+def test_the_reported_unhealthy_spans_follow_the_timeline_as_the_simulator_plays_it() -> None:
+    scenario = resolve(
+        {
+            "name": "truth",
+            "fleet": [
+                {"name": "gpu-dp", "count": 1, "gpusPerNode": 2, "path": "device-plugin"},
+                {"name": "gpu-dra", "count": 1, "gpusPerNode": 4, "path": "dra"},
+            ],
+            "timeline": [
+                # A timed spell, outlasted by a later one (its own end no longer counts).
+                {
+                    "at": "0s",
+                    "fault": "device-unhealthy",
+                    "device": {"node": "gpu-dra-0", "gpu": 0},
+                    "duration": "60s",
+                },
+                {
+                    "at": "30s",
+                    "fault": "device-unhealthy",
+                    "device": {"node": "gpu-dra-0", "gpu": 0},
+                    "duration": "60s",
+                },
+                # A fatal XID lasts until recover; an application XID is nothing.
+                {"at": "10s", "fault": "xid", "device": {"node": "gpu-dra-0", "gpu": 1}, "xid": 79},
+                {"at": "20s", "fault": "xid", "device": {"node": "gpu-dra-0", "gpu": 2}, "xid": 13},
+                # A lost GPU outlasts a timed spell's end.
+                {"at": "0s", "fault": "gpu-lost", "device": {"node": "gpu-dra-0", "gpu": 3}},
+                {
+                    "at": "5s",
+                    "fault": "device-unhealthy",
+                    "device": {"node": "gpu-dra-0", "gpu": 3},
+                    "duration": "10s",
+                },
+                {"at": "100s", "fault": "xid", "device": {"node": "gpu-dra-0", "gpu": 1}, "xid": 48},
+                {"at": "200s", "fault": "recover", "device": {"node": "gpu-dra-0", "gpu": 1}},
+                # A flap; and a device-plugin node's broken stream makes every device Unhealthy.
+                {
+                    "at": "0s",
+                    "fault": "flap",
+                    "device": {"node": "gpu-dp-0", "gpu": 0},
+                    "times": 2,
+                    "period": "20s",
+                },
+                {"at": "100s", "fault": "health-stream-broken", "node": "gpu-dp-0", "duration": "30s"},
+            ],
+        }
+    )
+    assert reported_unhealthy(scenario) == {
+        ("gpu-dra-0", 0): [(0.0, 90.0)],
+        ("gpu-dra-0", 1): [(10.0, 200.0)],
+        ("gpu-dra-0", 3): [(0.0, math.inf)],
+        ("gpu-dp-0", 0): [(0.0, 10.0), (20.0, 30.0), (100.0, 130.0)],
+        ("gpu-dp-0", 1): [(100.0, 130.0)],
+    }
 
 
 def test_an_unenforced_delivery_is_excused_by_a_resolved_alert_a_tripped_breaker_or_the_rate_limit() -> None:
