@@ -702,27 +702,22 @@ def _pods_left(entries: list[Entry], deadline: float, ended_at: float, label: La
         on_device.setdefault(key, []).append((start, math.inf, job))
     started: dict[tuple[str, str, str], float] = {}
     """(record, job, episode) -> when its move was first seen in the record."""
-    in_flight: dict[str, list[tuple[float, float]]] = {}
-    """node -> spans of moves in flight on it."""
-    ended: dict[tuple[str, str], float] = {}
+    in_flight: dict[tuple[str, str, str], tuple[str, float, float]] = {}
+    """(record, job, episode) -> (node, start, end) of each move, end inf while under way."""
     unrecoverable: set[tuple[str, str]] = set()
     tripped: list[tuple[float, float]] = []
     trip_since: float | None = None
     for e in entries:
+        move_key = (e.detail.get("record", ""), e.detail.get("job", ""), e.detail.get("episode", ""))
         if e.kind is Kind.NOTE and e.what == "move-started":
-            key3 = (e.detail.get("record", ""), e.detail.get("job", ""), e.detail.get("episode", ""))
-            started.setdefault(key3, e.at)
-            ended.setdefault((e.detail.get("record", ""), e.detail.get("job", "")), math.inf)
-            in_flight.setdefault(e.node, []).append((e.at, math.inf))
+            started.setdefault(move_key, e.at)
+            in_flight.setdefault(move_key, (e.node, e.at, math.inf))
         elif e.kind is Kind.MIGRATION:
-            record, job = e.detail.get("record", ""), e.detail.get("job", "")
             if e.what == "unrecoverable":
-                unrecoverable.add((record, job))
-            spans = in_flight.get(e.node, [])
-            for i, (a, b) in enumerate(spans):
-                if math.isinf(b):
-                    spans[i] = (a, e.at)
-                    break
+                unrecoverable.add((move_key[0], move_key[1]))
+            if move_key in in_flight:
+                node, start, _ = in_flight[move_key]
+                in_flight[move_key] = (node, start, e.at)
         elif e.kind is Kind.BREAKER:
             if e.what == "tripped" and trip_since is None:
                 trip_since = e.at
@@ -745,8 +740,7 @@ def _pods_left(entries: list[Entry], deadline: float, ended_at: float, label: La
                     due = max(since, move) + deadline
                 else:
                     due = since + deadline
-                    others = [(a, b) for a, b in in_flight.get(node, []) if _overlaps([(a, b)], since, due)]
-                    if others:
+                    if any(n == node and _overlaps([(a, b)], since, due) for n, a, b in in_flight.values()):
                         continue  # the node's one move in flight holds this one back
                 if due >= min(p_end, w_end, ended_at):
                     continue
