@@ -506,13 +506,15 @@ def classify(violation: str) -> str:
 
     The verdict names each broken invariant in words: an action done twice says "a second"
     record or rule, evicted "a second time", finished "twice"; a warranted quarantine that did
-    not happen says "no record by". Everything else the verdict refuses (an action without a
-    warrant, an eviction for Unknown, a node-wide action, a release without probe and canary,
-    a release the breaker blocked) is an action the faults did not warrant.
+    not happen says "no record by", one delivered and never enforced "was not enforced by", a pod
+    never moved off its quarantined device "still on quarantined". Everything else the verdict
+    refuses (an action without a warrant, an eviction for Unknown, a node-wide action, a release
+    without probe and canary or while the device fails, a check on another device, a release
+    the breaker blocked) is an action the faults did not warrant.
     """
     if "a second " in violation or " twice" in violation:
         return DUPLICATE
-    if "no record by" in violation:
+    if any(words in violation for words in ("no record by", "was not enforced by", "still on quarantined")):
         return LOST
     return UNWARRANTED
 

@@ -30,13 +30,16 @@ from simulator.scenario import FieldReader, ScenarioError, format_path
 
 __all__ = [
     "AlertExpectation",
+    "ChecksExpectation",
     "Count",
     "DeviceExpectation",
     "ExpectationError",
     "Expectations",
     "Latency",
     "NodeOrDevice",
+    "OutageExpectation",
     "RampExpectation",
+    "RequestExpectation",
     "TenantEventExpectation",
     "check",
     "evaluate",
@@ -181,6 +184,41 @@ class TenantEventExpectation:
 
 
 @dataclass(frozen=True, slots=True)
+class ChecksExpectation:
+    """The probes and canaries of the run: each ran on its record's device (`onDevice`), and how
+    many passed."""
+
+    on_device: bool = False
+    passed: Count | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestExpectation:
+    """A person's release request of a device, answered so (and for this reason)."""
+
+    node: str
+    gpu: int
+    answer: str
+    """`honoured` or `refused`."""
+    reason: str | None = None
+    """The answer's reason (`FailureStands`, `Honoured`, `RefusedByCommand`, ...); None: any."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.node}/gpu-{self.gpu}"
+
+
+@dataclass(frozen=True, slots=True)
+class OutageExpectation:
+    """What happened while the responders' health source was down (`demo.healthSourceDown`):
+    devices enforced, moves that succeeded, releases."""
+
+    enforced: Count | None = None
+    succeeded: Count | None = None
+    released: Count | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Latency:
     """A bound on detection latency: `seconds`, plus the journal's floor when `over_floor`."""
 
@@ -223,6 +261,9 @@ class Expectations:
     endpoints (not Ready) when their checkpoint was first requested. A gated pod asked while
     still Ready is a failure line of its own whenever this is stated."""
     ramp: tuple[RampExpectation, ...] = ()
+    checks: ChecksExpectation | None = None
+    release_requests: tuple[RequestExpectation, ...] = ()
+    health_source_down: OutageExpectation | None = None
 
     def empty(self) -> bool:
         return self == Expectations()
@@ -245,7 +286,11 @@ _TOP = {
     "maxDetectionLatency",
     "stoppedBeforeCheckpoint",
     "ramp",
+    "checks",
+    "releaseRequests",
+    "healthSourceDown",
 }
+ANSWERS = ("honoured", "refused")
 
 
 class _Reader(FieldReader):
@@ -355,6 +400,9 @@ def parse(raw: Any, source: str, *, nodes: Mapping[str, NodeGroup] | None = None
             else None
         ),
         ramp=_ramps(r, data.get("ramp", [])),
+        checks=_checks(r, data["checks"]) if "checks" in data else None,
+        release_requests=_requests(r, data.get("releaseRequests", [])),
+        health_source_down=_outage(r, data["healthSourceDown"]) if "healthSourceDown" in data else None,
     )
     _check_consistent(r, expectations)
     return expectations
@@ -482,6 +530,43 @@ def _latency(r: _Reader, data: Mapping[str, Any]) -> Latency | None:
     return Latency(r.within(raw, path))
 
 
+def _checks(r: _Reader, raw: Any) -> ChecksExpectation:
+    path: _Path = ("checks",)
+    data = r.mapping(raw, path, ("onDevice", "passed"))
+    if not data:
+        r.fail(path, "give onDevice, passed or both")
+    on_device = False
+    if "onDevice" in data:
+        if not isinstance(data["onDevice"], bool):
+            r.fail((*path, "onDevice"), f"expected true or false, got {data['onDevice']!r}")
+        on_device = data["onDevice"]
+    passed = r.count(data["passed"], (*path, "passed")) if "passed" in data else None
+    return ChecksExpectation(on_device, passed)
+
+
+def _requests(r: _Reader, raw: Any) -> tuple[RequestExpectation, ...]:
+    path: _Path = ("releaseRequests",)
+    out: list[RequestExpectation] = []
+    for i, item in enumerate(r.items(raw, path)):
+        here = (*path, i)
+        data = r.mapping(item, here, ("node", "gpu", "answer", "reason"))
+        node = _required_node(r, data, here)
+        gpu = r.gpu(r.required(data, "gpu", here), (*here, "gpu"), node)
+        answer = r.choice(r.required(data, "answer", here), (*here, "answer"), ANSWERS)
+        reason = r.text(data["reason"], (*here, "reason")) if "reason" in data else None
+        out.append(RequestExpectation(node, gpu, str(answer), reason))
+    return tuple(out)
+
+
+def _outage(r: _Reader, raw: Any) -> OutageExpectation:
+    path: _Path = ("healthSourceDown",)
+    data = r.mapping(raw, path, ("enforced", "succeeded", "released"))
+    if not data:
+        r.fail(path, "give at least one of: enforced, succeeded, released")
+    counts = {key: r.count(value, (*path, key)) for key, value in data.items()}
+    return OutageExpectation(counts.get("enforced"), counts.get("succeeded"), counts.get("released"))
+
+
 def _required_node(r: _Reader, data: Mapping[str, Any], path: _Path) -> str:
     return r.node(r.required(data, "node", path), (*path, "node"))
 
@@ -549,7 +634,76 @@ def evaluate(expectations: Expectations, journal: Journal) -> list[str]:
         if seen:
             failures.append(f"alert {alert.label}: expected not to fire, fired {_where(view, seen)}")
     failures += _tallies(view, expectations)
+    if expectations.checks is not None:
+        failures += _checks_held(view, expectations.checks)
+    for request in expectations.release_requests:
+        failures += _request_held(view, request)
+    if expectations.health_source_down is not None:
+        failures += _outage_held(view, expectations.health_source_down)
     return failures
+
+
+def _checks_held(view: _View, want: ChecksExpectation) -> list[str]:
+    checks = view.of_kind(Kind.CHECK)
+    out: list[str] = []
+    if want.on_device:
+        if not checks:
+            out.append("checks: expected probes and canaries on their devices, none ran")
+        for e in checks:
+            ran_on = [d for d in e.detail.get("ranOn", "").split(",") if d]
+            if ran_on != [e.device]:
+                where = ", ".join(view.journal.label(d) for d in ran_on) or "no device seen"
+                out.append(
+                    f"checks: the {e.what} at t+{e.at:.0f}s for {view.journal.label(e.device)} ran on {where}"
+                )
+    passed = sum(1 for e in checks if e.detail.get("result") == "passed")
+    if want.passed is not None and not want.passed.holds(passed):
+        out.append(f"checks passed: expected {want.passed.describe()}, got {passed}")
+    return out
+
+
+def _request_held(view: _View, want: RequestExpectation) -> list[str]:
+    uuid = view.uuid(want.node, want.gpu)
+    answers = [e for e in view.of(Kind.REQUEST, uuid or "") if e.what in ANSWERS]
+    if any(e.what == want.answer and want.reason in (None, e.detail.get("reason")) for e in answers):
+        return []
+    why = f" ({want.reason})" if want.reason else ""
+    seen = ", ".join(f"{e.what} ({e.detail.get('reason', '?')}) at t+{e.at:.0f}s" for e in answers)
+    return [
+        f"release request of {want.label}: expected {want.answer}{why}; "
+        + (f"got {seen}" if seen else "no answer")
+    ]
+
+
+def _outage_held(view: _View, want: OutageExpectation) -> list[str]:
+    spans: list[tuple[float, float]] = []
+    since: float | None = None
+    for e in view.of_kind(Kind.HEALTH_SOURCE):
+        if e.what == "down" and since is None:
+            since = e.at
+        elif e.what == "up" and since is not None:
+            spans.append((since, e.at))
+            since = None
+    if since is not None:
+        spans.append((since, math.inf))
+    if not spans:
+        return ["healthSourceDown: the health source never went down in this run"]
+
+    def during(e: Entry) -> bool:
+        return any(a <= e.at < b for a, b in spans)
+
+    enforced = {e.device for e in view.of_kind(Kind.ENFORCED) if e.what == _QUARANTINE and during(e)}
+    succeeded = [e for e in view.of_kind(Kind.MIGRATION) if e.what == "succeeded" and during(e)]
+    released = {e.device for e in view.of_kind(Kind.PHASE) if e.what == "Released" and during(e)}
+    out: list[str] = []
+    for label, count, n in (
+        ("devices enforced", want.enforced, len(enforced)),
+        ("moves succeeded", want.succeeded, len(succeeded)),
+        ("devices released", want.released, len(released)),
+    ):
+        if count is not None and not count.holds(n):
+            out.append(f"healthSourceDown: {label} while it was down: expected {count.describe()}, got {n}")
+    return out
 
 
 class _View:
@@ -836,11 +990,14 @@ def _tallies(view: _View, e: Expectations) -> list[str]:
         if count is not None and not count.holds(n):
             out.append(f"{label}: expected {count.describe()}, got {n}{detail}")
 
+    # A job is moved once per episode of a record: the same outcome seen twice is one move.
     migrations = {
-        (m.what, m.device, m.detail.get("job", "")) for m in view.entries if m.kind == Kind.MIGRATION
+        (m.what, m.device, m.detail.get("job", ""), m.detail.get("record", ""), m.detail.get("episode", ""))
+        for m in view.entries
+        if m.kind == Kind.MIGRATION
     }
     for outcome, count in (e.migrations or {}).items():
-        compare(f"migrations {outcome}", count, sum(1 for what, _, _ in migrations if what == outcome))
+        compare(f"migrations {outcome}", count, sum(1 for m in migrations if m[0] == outcome))
     evicted = sorted({x.what for x in view.entries if x.kind == Kind.EVICTION})
     compare("evictions", e.evictions, len(evicted), f" ({', '.join(evicted[:5])})" if evicted else "")
     enforced = {x.device for x in view.entries if x.kind == Kind.ENFORCED and x.what == _QUARANTINE}

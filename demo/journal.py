@@ -43,8 +43,10 @@ class Kind(StrEnum):
     PHASE = "phase"
     """A DeviceQuarantine record entered a phase (a new record: its first phase). what: the phase
     (`Pending`, `Quarantined`, `Probing`, `Canary`, `Stabilizing`, `Ramp`, `Released`,
-    `Deferred`, ...); detail: `reason`, `record` (its name), `actor`, and on an ended enforced
-    quarantine `verdict` (`responder.verdicts`: confirmed|unconfirmed|restricted-unknown)."""
+    `Deferred`, ...); detail: `reason`, `record` (its name), `actor`, `attempt` (release
+    attempts started), `episode` (entries into Quarantined), `requested` (the actor of a
+    pending release request, if any), and on an ended enforced quarantine `verdict`
+    (`responder.verdicts`: confirmed|unconfirmed|restricted-unknown)."""
     ENFORCED = "enforced"
     """The device became excluded: a DeviceTaintRule (detail: `rule`, `taint`, `effect`) or the
     node annotation listing it (detail: `annotation`). what: `quarantine` or `canary` (the taint
@@ -56,9 +58,27 @@ class Kind(StrEnum):
     devices, detail `devices` lists all, comma-separated); what: `namespace/pod`; detail: `job`."""
     MIGRATION = "migration"
     """A migration of a job's work reached an outcome. what: `succeeded|failed|unrecoverable`;
-    detail: `job`, `reason`."""
+    detail: `job`, `reason`, `record`, `episode` (the record's episode the move belongs to: a job
+    is moved once per episode)."""
     CHECK = "check"
-    """A probe or canary finished. what: `probe|canary`; detail: `result` (passed|failed)."""
+    """A probe or canary finished. what: `probe|canary`; detail: `result` (passed|failed), `record`,
+    `job`, `attempt` (the release attempt the Job belongs to), `ranOn` (uuids of the devices its
+    pod really reached, comma-separated: allocated through its claim, or exposed by
+    `NVIDIA_VISIBLE_DEVICES` on its node; empty when no pod of it was seen on a device)."""
+    POD = "pod"
+    """A pod holding a device gpuhealth has a record for started or stopped running on it (pods
+    on devices never recorded are left out: a large fleet's pods would swamp the journal).
+    what: `running|stopped`; node; device: its first device; detail: `pod` (namespace/name),
+    `job`, `devices` (comma-separated uuids), `check` (`probe|canary` for a check Job's pod)."""
+    REQUEST = "request"
+    """A person's release request and its answer. what: `requested` (the request as written),
+    `honoured` or `refused` (the answer: by the responder, the record's `ReleaseRequest`
+    condition, or by the command before it wrote anything); detail: `record`, `actor`,
+    `reason` (the answer's reason, e.g. `FailureStands`), `message`, `by`
+    (`responder|command`)."""
+    HEALTH_SOURCE = "health-source"
+    """The responders' health source (their Prometheus) became unreachable or reachable again
+    (the demo cuts it: `demo.healthSourceDown`). what: `down|up`."""
     BREAKER = "breaker"
     """The circuit breaker changed. what: `tripped|reset`; detail: `trigger`, `actor`."""
     NODE_ACTION = "node-action"

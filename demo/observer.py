@@ -18,6 +18,7 @@ from typing import Any
 from demo.journal import Journal, Kind
 from responder.checks.jobs import job_result
 from responder.reconcile.policy import CheckResult
+from responder.reconcile.requests import CONDITION as REQUEST_CONDITION
 from responder.records import MigrationOutcome, RecordError, from_object
 from responder.verdicts import verdict_of
 from simulator.fleet.events import DeviceHealthChanged, FaultApplied, FleetEvent, NodeChanged
@@ -45,6 +46,8 @@ RECORD_LABEL = "gpuhealth.io/record"
 LEADER_LEASE = "gpuhealth-responder"
 BREAKER_CONFIG_MAP = "gpuhealth-breaker"
 RESPONDER_COMPONENT = "gpuhealth-responder"
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+"""The NVIDIA container runtime's variable: the GPUs a container without an allocation reaches."""
 DELETED = "DELETED"
 
 
@@ -59,8 +62,12 @@ class Observer:
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
         self._uuid_at = {(d.node, f"gpu-{d.index}"): d.uuid for d in journal.devices.values()}
-        self._records: dict[str, tuple[str, str, str, dict[str, str]]] = {}
-        """record name -> (phase, node, uuid, finished migration outcomes by job)."""
+        self._records: dict[str, tuple[str, str, str, dict[tuple[str, int], str]]] = {}
+        """record name -> (phase, node, uuid, finished migration outcomes by (job, episode))."""
+        self._requests: dict[str, tuple[str, str, str]] = {}
+        """record name -> (requestedAt of its release request, answer status, answer reason)."""
+        self._recorded: set[str] = set()
+        """uuids of devices any record was seen for: pods on them are journaled (POD)."""
         self._record_labels: dict[str, str] = {}
         """The record label of check Jobs (name cut to 63) -> record name."""
         self._rules: dict[str, tuple[str, str, str]] = {}
@@ -72,8 +79,10 @@ class Observer:
         """node -> (cordoned, gpuhealth taint keys)."""
         self._checks_done: set[str] = set()
         self._events_seen: set[str] = set()
-        self._pods: dict[str, tuple[str, tuple[str, ...], str, bool]] = {}
-        """namespace/name -> (node, device uuids, job, running)."""
+        self._pods: dict[str, tuple[str, tuple[str, ...], str, bool, str]] = {}
+        """namespace/name -> (node, device uuids, job, running, check kind or '')."""
+        self._check_devices: dict[str, set[str]] = {}
+        """namespace/name of a check Job -> uuids its pods really reached."""
         self._evicted_jobs: set[str] = set()
         self._requests_seen: set[tuple[str, str]] = set()
         """(pod, key) of checkpoint requests journaled."""
@@ -232,13 +241,37 @@ class Observer:
                 actor=spec.actor,
                 action=spec.action,
                 why=status.phase_reason,
+                attempt=str(status.attempt),
+                episode=str(status.episode),
+                **({"requested": spec.release_request.actor} if spec.release_request is not None else {}),
                 **({"verdict": verdict.value} if verdict is not None else {}),
             )
+        if uuid and uuid not in self._recorded:
+            self._recorded.add(uuid)
+            for pod, (node, devices, job, running, check) in sorted(self._pods.items()):
+                if running and uuid in devices:
+                    self._placement(at, "running", pod, node, devices, job, check)
+        self._request(at, record.name, spec.node, uuid, record)
         for migration in status.migrations:
             job = f"{migration.namespace}/{migration.owner.rsplit('/', 1)[-1]}"
-            if migration.outcome is MigrationOutcome.WAITING or outcomes.get(job) == migration.outcome.value:
+            move = (job, migration.episode)
+            if move not in outcomes:
+                # The move's deadline counts from here (the safety verdict's pods left behind).
+                outcomes[move] = ""
+                self.journal.record(
+                    at,
+                    Kind.NOTE,
+                    "move-started",
+                    spec.node,
+                    uuid,
+                    record=record.name,
+                    job=job,
+                    episode=str(migration.episode),
+                    detail=f"move of {job} off {self.journal.label(uuid)} started",
+                )
+            if migration.outcome is MigrationOutcome.WAITING or outcomes.get(move) == migration.outcome.value:
                 continue
-            outcomes[job] = migration.outcome.value
+            outcomes[move] = migration.outcome.value
             self.journal.record(
                 at,
                 Kind.MIGRATION,
@@ -249,10 +282,67 @@ class Observer:
                 owner=migration.owner,
                 reason=migration.detail,
                 record=record.name,
+                episode=str(migration.episode),
                 evictions=str(len(migration.evictions)),
             )
         self._records[record.name] = (phase, spec.node, uuid, outcomes)
         self._record_labels[record.name[:63].rstrip("-.")] = record.name
+
+    def _request(self, at: float, name: str, node: str, uuid: str, record: Any) -> None:
+        """REQUEST entries for a new release request and each new answer the responder gives."""
+        request = record.spec.release_request
+        answer = record.status.condition(REQUEST_CONDITION)
+        before = self._requests.get(name, ("", "", ""))
+        requested_at = request.requested_at if request is not None else ""
+        state = (answer.status, answer.reason) if answer is not None and request is not None else ("", "")
+        if request is not None and requested_at != before[0]:
+            self.journal.record(
+                at,
+                Kind.REQUEST,
+                "requested",
+                node,
+                uuid,
+                record=name,
+                actor=request.actor,
+                message=request.reason[:300],
+                by="responder",
+            )
+        if answer is not None and request is not None and (requested_at, *state) != before:
+            self.journal.record(
+                at,
+                Kind.REQUEST,
+                "honoured" if answer.status == "True" else "refused",
+                node,
+                uuid,
+                record=name,
+                actor=request.actor,
+                reason=answer.reason,
+                message=answer.message[:300],
+                by="responder",
+            )
+        self._requests[name] = (requested_at, *state)
+
+    def refused_by_command(self, at: float, record: str, device: str, actor: str, message: str) -> None:
+        """The release command refused a request before writing it (what the record showed)."""
+        known = self.journal.devices.get(device)
+        self.journal.record(
+            at,
+            Kind.REQUEST,
+            "refused",
+            known.node if known else "",
+            device,
+            record=record,
+            actor=actor,
+            reason="RefusedByCommand",
+            message=message[:300],
+            by="command",
+        )
+
+    def record_of(self, device: str) -> str:
+        """The name of the latest active record seen for `device` ('' when none)."""
+        names = [n for n, (phase, _, uuid, _) in self._records.items() if uuid == device]
+        active = [n for n in names if self._records[n][0] not in ("Released", "Abandoned")]
+        return (active or names or [""])[-1]
 
     def _rule(self, at: float, etype: str, obj: Mapping[str, Any]) -> None:
         meta = _meta(obj)
@@ -343,6 +433,7 @@ class Observer:
         self._checks_done.add(name)
         record = self._record_labels.get(str(labels.get(RECORD_LABEL, "")), "")
         _, node, uuid, _ = self._records.get(record, ("", "", "", {}))
+        ran_on = self._check_devices.get(f"{meta.get('namespace', '')}/{name}", set())
         self.journal.record(
             at,
             Kind.CHECK,
@@ -353,6 +444,7 @@ class Observer:
             job=name,
             record=record,
             attempt=str((meta.get("annotations") or {}).get("gpuhealth.io/attempt", "")),
+            ranOn=",".join(sorted(ran_on)),
         )
 
     def _event(self, at: float, etype: str, obj: Mapping[str, Any]) -> None:
@@ -368,7 +460,7 @@ class Observer:
             return
         self._events_seen.add(key)
         pod = f"{involved.get('namespace', '')}/{involved.get('name', '')}"
-        node, devices, _, _ = self._pods.get(pod, ("", (), "", False))
+        node, devices, _, _, _ = self._pods.get(pod, ("", (), "", False, ""))
         self.journal.record(
             at,
             Kind.TENANT_EVENT,
@@ -383,16 +475,24 @@ class Observer:
     def _pod(self, at: float, etype: str, obj: Mapping[str, Any], devices: tuple[str, ...]) -> None:
         meta = _meta(obj)
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        before = self._pods.get(key)
         if etype == DELETED:
             self._pods.pop(key, None)
+            if before is not None and before[3]:
+                self._placement(at, "stopped", key, *before[:3], before[4])
             return
         labels = meta.get("labels") or {}
         job = labels.get("job-name") or labels.get("app") or ""
         job = f"{meta.get('namespace', '')}/{job}" if job else ""
         node = str((obj.get("spec") or {}).get("nodeName") or "")
         running = (obj.get("status") or {}).get("phase") == "Running" and not meta.get("deletionTimestamp")
-        before = self._pods.get(key)
+        check = str(labels.get(CHECK_LABEL) or "")
         devices = devices or (before[1] if before else ())
+        if check and node:
+            # A check pod without an allocation reaches its GPU through the NVIDIA runtime.
+            devices = tuple(dict.fromkeys((*devices, *self._visible(obj, node))))
+        if check and job and devices:
+            self._check_devices.setdefault(job, set()).update(devices)
         if running and devices and not (before and before[3]) and job in self._evicted_jobs:
             self.journal.record(
                 at,
@@ -407,8 +507,36 @@ class Observer:
                 detail=f"{key} of {job} running again on "
                 + ", ".join(self.journal.label(d) for d in devices),
             )
-        self._pods[key] = (node, devices, job, running)
+        was_running = bool(before and before[3])
+        if running != was_running and devices:
+            self._placement(at, "running" if running else "stopped", key, node, devices, job, check)
+        self._pods[key] = (node, devices, job, running, check)
         self._checkpoint_requested(at, key, obj, node, devices)
+
+    def _visible(self, obj: Mapping[str, Any], node: str) -> tuple[str, ...]:
+        """uuids of the node's GPUs the pod's `NVIDIA_VISIBLE_DEVICES` names (uuids or indexes)."""
+        found: list[str] = []
+        for container in (obj.get("spec") or {}).get("containers") or ():
+            for var in (container.get("env") or ()) if isinstance(container, Mapping) else ():
+                if not isinstance(var, Mapping) or var.get("name") != VISIBLE_DEVICES:
+                    continue
+                for entry in str(var.get("value") or "").split(","):
+                    entry = entry.strip()
+                    uuid = self._uuid_at.get((node, f"gpu-{entry}"), "") if entry.isdigit() else entry
+                    known = self.journal.devices.get(uuid)
+                    if known is not None and known.node == node:
+                        found.append(uuid)
+        return tuple(found)
+
+    def _placement(
+        self, at: float, what: str, pod: str, node: str, devices: tuple[str, ...], job: str, check: str
+    ) -> None:
+        if not any(d in self._recorded for d in devices):
+            return
+        detail = {"pod": pod, "job": job, "devices": ",".join(devices)}
+        if check:
+            detail["check"] = check
+        self.journal.record(at, Kind.POD, what, node, devices[0], **detail)
 
     def _checkpoint_requested(
         self, at: float, key: str, obj: Mapping[str, Any], node: str, devices: tuple[str, ...]

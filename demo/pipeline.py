@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,17 +50,19 @@ from demo import clusters, expectations
 from demo import staging as staging_module
 from demo.clusters import Observations, Target
 from demo.front import Forward, Hook, Reply, Request, WebhookFront, forward_once
+from demo.gate import HealthSourceGate
 from demo.journal import Device, Entry, Journal, Kind, Recovery, sorted_entries
 from demo.observer import Observer
 from demo.progress import narrate, worth_a_line
 from demo.report import recoveries, recovery_queries
 from demo.safety import UnhealthyFlapping, UnknownBackoff, Verdict, judge
-from demo.staging import Kill, Staging, StagingError
+from demo.staging import Kill, ReleaseAsk, Staging, StagingError
 from exporter.settings import NvmlSettings
 from gpuhealth import fields
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.errors import NotFound
+from gpuhealth.kube.meta import rfc3339
 from gpuhealth.kube.resources import NAMESPACE, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import (
@@ -285,7 +287,8 @@ def expected_wall_seconds(scenario: Scenario, settings: DemoSettings, stage: Sta
     """About how long a run takes in wall seconds: set-up, lead-in, the timeline and the settle."""
     settle = settings.settle_seconds if settings.settle_seconds is not None else stage.settle
     set_up = 15.0 + 2.0 * stage.responders
-    return set_up + settings.lead_in_seconds + (timeline_end(scenario) + settle) / settings.speed
+    last = max(timeline_end(scenario), stage.last_action)
+    return set_up + settings.lead_in_seconds + (last + settle) / settings.speed
 
 
 def responder_document(
@@ -348,7 +351,8 @@ def run_demo(
     lead_in = settings.lead_in_seconds * settings.speed
     kills = sorted([*stage.kills, *controls.kills], key=lambda k: k.at)
     last_kill = max((k.at + (k.restart or 0.0) for k in kills), default=0.0)
-    end = max(timeline_end(scenario), last_kill) + settle
+    end = max(timeline_end(scenario), last_kill, stage.last_action) + settle
+    asks = [(ask, _device_asked(scenario, ask)) for ask in stage.release_requests]
     journal = Journal(
         scenario=scenario.name,
         description=scenario.description,
@@ -437,6 +441,11 @@ def run_demo(
                 ],
             )
         )
+        # The responders read health through a gate only when the scenario cuts it.
+        gate = (
+            stack.enter_context(HealthSourceGate(prometheus.base_url)) if stage.health_source_down else None
+        )
+        health_url = gate.url if gate is not None else prometheus.base_url
         _install_responder_api(target.kubeconfig_path)
         target.observe(seen)
         mode = (
@@ -457,7 +466,7 @@ def run_demo(
             argv = [
                 sys.executable, "-m", "gpuhealth", "--log-level", "INFO", "responder",
                 "--kubeconfig", str(target.kubeconfig_path), "--listen", f"127.0.0.1:{port}",
-                "--token-file", str(token_file), "--prometheus-url", prometheus.base_url,
+                "--token-file", str(token_file), "--prometheus-url", health_url,
                 "--config", str(config_path), "--identity", name,
             ]  # fmt: skip
             processes[name] = Process(name, argv, workdir / f"{name}.log", f"http://127.0.0.1:{port}/readyz")
@@ -480,6 +489,9 @@ def run_demo(
             controls.on_started(running)
         seen_deliveries = 0
         due_kills = list(kills)
+        due_asks = list(asks)
+        outages = list(stage.health_source_down)
+        asking: list[tuple[subprocess.Popen[bytes], ReleaseAsk, str, str]] = []
         while True:
             mono, now = time.monotonic(), running.now()
             while not seen.fleet_events.empty():
@@ -515,6 +527,27 @@ def run_demo(
             for due in [r for r in running.restarts if r[0] <= now]:
                 running.restarts.remove(due)
                 running.start_again(due[1])
+            if gate is not None:
+                down = any(o.at <= now < o.end for o in outages)
+                if down == gate.is_open:
+                    (gate.close if down else gate.open)()
+                    journal.record(now, Kind.HEALTH_SOURCE, "down" if down else "up")
+            while due_asks and due_asks[0][0].at <= now:
+                ask, device = due_asks.pop(0)
+                started = _ask_release(ask, device, observer, target.kubeconfig_path, now)
+                if started is not None:
+                    asking.append(started)
+            for proc, ask, name, device in [a for a in asking if a[0].poll() is not None]:
+                asking.remove((proc, ask, name, device))
+                said = (proc.stderr.read() if proc.stderr else b"").decode(errors="replace").strip()
+                if proc.returncode != 0:
+                    observer.refused_by_command(
+                        now,
+                        name,
+                        device,
+                        f"person/{ask.actor}",
+                        said.splitlines()[-1:][0] if said else f"exit {proc.returncode}",
+                    )
             for name, process in processes.items():
                 if process.proc is not None and process.proc.poll() not in (None, -signal.SIGKILL):
                     raise LoopbackError(
@@ -555,10 +588,78 @@ def run_demo(
             window=rules.device.unhealthy_flapping_window.seconds * settings.speed,
             seen_from=EVALUATION_WALL_SECONDS * settings.speed,
         ),
+        move_deadline=move_deadline_seconds(document, settings.speed) + journal.resolution_seconds,
+        reaction=REACTION_WALL_SECONDS * settings.speed + journal.resolution_seconds,
+        pass_seconds=PASS_WALL_SECONDS * settings.speed + journal.resolution_seconds,
     )
     return Outcome(
         journal, verdict, expectations.check(scenario, journal), workdir, journal_path, dict(extender_replies)
     )
+
+
+REACTION_WALL_SECONDS = 60.0
+"""How long the responders may take to enforce a quarantine delivered to them, wall seconds (the
+verdict's `reaction`): two of the reconciler's longest rechecks (`max_recheck_seconds`, 30 s,
+which the demo does not scale), so an apiserver restart under chaos (about 20 s of real time)
+or a retried write does not count as a lost quarantine."""
+PASS_WALL_SECONDS = 5.0
+"""How long a reconcile pass begun before the health source went down may still step, wall
+seconds (the reconciler's recheck while checks or moves are in flight)."""
+TERMINATION_SECONDS = 30.0
+"""A moved pod's grace period once evicted (Kubernetes' default terminationGracePeriodSeconds)."""
+
+
+def move_deadline_seconds(document: Mapping[str, Any], speed: float) -> float:
+    """How long, in scenario seconds, a pod may stay on a quarantined device once its move
+    started: the responders' checkpoint timeout (the `document` is scaled to `speed`), the
+    evicted pod's grace period and a reconcile pass to see it go."""
+    from responder.config import apply
+    from responder.settings import ResponderSettings
+
+    probe = ResponderSettings(token="-", identity="-", prometheus_url="http://127.0.0.1")
+    timeout = apply(dict(document), probe, "responder").migrator.migration.checkpoint_timeout_seconds
+    return timeout * speed + TERMINATION_SECONDS + PASS_WALL_SECONDS * speed
+
+
+def _device_asked(scenario: Scenario, ask: ReleaseAsk) -> str:
+    """The uuid of the device a release request names; StagingError when the fleet lacks it."""
+    group = scenario.nodes.get(ask.node)
+    if group is None:
+        raise StagingError(f"demo.releaseRequests: no node {ask.node!r} in the scenario's fleet")
+    if ask.gpu >= group.gpus_per_node:
+        raise StagingError(
+            f"demo.releaseRequests: gpu {ask.gpu} is out of range "
+            f"(node {ask.node} has {group.gpus_per_node} GPUs)"
+        )
+    return gpu_uuid(ask.node, ask.gpu)
+
+
+def _ask_release(
+    ask: ReleaseAsk, device: str, observer: Observer, kubeconfig: Path, now: float
+) -> tuple[subprocess.Popen[bytes], ReleaseAsk, str, str] | None:
+    """A person's release request, due now: through `gpuhealth quarantine release` (started, its
+    answer read when it exits) or written straight into the record's spec (`via: patch`)."""
+    name = observer.record_of(device)
+    if not name:
+        observer.journal.record(now, Kind.NOTE, "release request skipped", device=device, detail="no record")
+        return None
+    if ask.via == "patch":
+        client = KubeClient(KubeTransport(api_client(str(kubeconfig))))
+        try:
+            request = {
+                "actor": f"person/{ask.actor}",
+                "reason": ask.reason,
+                "requestedAt": rfc3339(time.time()),
+            }
+            client.patch(QUARANTINES, name, {"spec": {"releaseRequest": request}})
+        finally:
+            client.close()
+        return None
+    argv = [
+        sys.executable, "-m", "gpuhealth", "quarantine", "release", name, "--kubeconfig", str(kubeconfig),
+        "--actor", ask.actor, "--reason", ask.reason,
+    ]  # fmt: skip
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE), ask, name, device
 
 
 def _write_journal(journal: Journal, workdir: Path) -> Path:

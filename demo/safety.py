@@ -25,18 +25,42 @@ The invariants (each broken one is a line in `Verdict.violations`; the run exits
   flapping rule must catch (`UnhealthyFlapping`): enough short episodes within its window,
   due from the episode that completes the count;
 - a breaker that blocked a release: a record in a release phase sent back (Deferred, or
-  Quarantined without a failed check) while the breaker was tripped.
+  Quarantined without a failed check) while the breaker was tripped;
+- a release while the device is reported Unhealthy: at the Released transition the device's
+  driver or device plugin reported it Unhealthy as the scenario plays (`reported_unhealthy`),
+  throughout the journal's resolution before it (so a fault starting at the very moment of a
+  release is not blamed on it). The cluster's own reports (HEALTH entries) are no witness: an
+  idle device's Unhealthy reaches no pod's status, and its last report stays whatever it was;
+  the exporter's metrics are built from those same reports (and NVML, which the faults drive);
+- a pod left on a quarantined device: a pod (not a check's) still running on the device
+  `move_deadline` after its move started (or, with no move started, after the episode began or
+  the pod landed, whichever is later; while the node had no other move in flight), unless its
+  job's move in that record ended Unrecoverable, the breaker was tripped meanwhile (it holds
+  moves back), or the device left quarantine first (a ramp admits opted-in work);
+- a check result taken from another device: a probe or canary whose pod reached any device but
+  the record's (its claim's allocation, or `NVIDIA_VISIBLE_DEVICES` on its node), or a passed
+  one whose pod was never seen on a device;
+- a manual release that skipped a check: a record released while a person's release request
+  stood, without a passed result of every check rung of the ladder in the attempt it was
+  released in;
+- a warranted quarantine left unenforced: a firing quarantine delivered to the responder whose
+  device was not enforced within `reaction`, while the alert kept firing and the breaker stayed
+  closed (unless the record waits on a guardrail a person configured: the rate of new
+  quarantines, a node opted out);
+- a release step without health evidence: a record stepping up the release ladder (or
+  Released) while the responders' health source was down (HEALTH_SOURCE entries), more than
+  `pass_seconds` after it went down.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from demo.journal import Entry, Journal, Kind, sorted_entries
-from responder.ladder import LADDER
-from simulator.model import Fault, Scenario
+from responder.ladder import LADDER, Ladder
+from simulator.model import APPLICATION_XIDS, Fault, Scenario
 
 QUARANTINE_FAULTS = frozenset({"device-unhealthy", "gpu-lost", "row-remap-failure"})
 
@@ -266,6 +290,9 @@ NO_ACTION = frozenset({"", "none"})
 """`action` label values that ask the responder for nothing."""
 RELEASING = frozenset(LADDER.phases)
 """Phases of a record on its way out: the release ladder's rungs."""
+GUARDRAIL_HOLDS = frozenset({"RateLimited", "NodeOptedOut"})
+"""Phase reasons of a record that a person's configuration holds back from enforcement: the rate
+of new quarantines (a burst waits for a person or the breaker), a node opted out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +334,10 @@ def judge(
     grace: float = 0.0,
     flapping: UnhealthyFlapping | None = None,
     backoff: UnknownBackoff | None = None,
+    move_deadline: float = math.inf,
+    reaction: float = math.inf,
+    pass_seconds: float = 0.0,
+    ladder: Ladder = LADDER,
 ) -> Verdict:
     """The run's verdict (pure). Times in scenario seconds: `tolerance` the rules' Unknown
     tolerance, `unhealthy_for` the Unhealthy alert's `for:` (an Unhealthy that clears sooner
@@ -314,7 +345,11 @@ def judge(
     rules' Unhealthy flapping thresholds), `grace` how long after its warrant a quarantine may
     take to be recorded (the detection floor plus the responder's reaction), `backoff` the
     rules' shortening of the Unknown window for repeated spells (None: every spell gets
-    `tolerance`)."""
+    `tolerance`), `move_deadline` how long a pod may stay on a quarantined device once its move
+    started (the checkpoint timeout plus the pod's termination; inf: not judged), `reaction` how
+    long a delivered quarantine may wait for its enforcement (inf: not judged), `pass_seconds`
+    how long a reconcile pass that began before the health source went down may still step.
+    `ladder`: the release ladder whose check rungs a requested release must have passed."""
     since = warranted_from(scenario, fatal_xids=fatal_xids, tolerance=tolerance, backoff=backoff)
     allowed = _by_place(since)
     entries = sorted_entries(journal.entries)
@@ -341,7 +376,7 @@ def judge(
     records: dict[str, _Record] = {}
     rules: dict[str, set[str]] = {}
     evicted: set[str] = set()
-    migrated: set[tuple[str, str]] = set()
+    migrated: set[tuple[str, str, str]] = set()
     checks: dict[str, set[str]] = {}
     failed_check: dict[str, bool] = {}
     tripped = False
@@ -439,7 +474,7 @@ def judge(
         elif e.kind is Kind.MIGRATION:
             name = e.detail.get("record", "")
             record = records.get(name)
-            key = (name, e.detail.get("job", ""))
+            key = (name, e.detail.get("job", ""), e.detail.get("episode", ""))
             if key in migrated:
                 violations.append(f"t+{e.at:.0f}s the migration of {key[1]} off {where} finished twice")
             migrated.add(key)
@@ -461,21 +496,29 @@ def judge(
     acted: set[tuple[str, str]] = set()
     missed: set[tuple[str, str]] = set()
     transient = _transient(scenario, unhealthy_for)
+    firm = _firm_from(scenario, fatal_xids=fatal_xids, unhealthy_for=unhealthy_for)
     due = flapping_due(scenario, unhealthy_for=unhealthy_for, rule=flapping) if flapping else {}
     uuid_at = {(d.node, d.index): d.uuid for d in journal.devices.values()}
     for (place, action), at in sorted(since.items()):
         device = uuid_at.get(place, "")
         where = f"{place[0]}/gpu-{place[1]}"
         covered = [r for r in records.values() if r.device == device and r.ended >= at]
-        # A flap the flapping rule catches must be answered, from the episode that completes it.
+        # A flap the flapping rule catches must be answered, from the episode that completes it;
+        # a device with a firm failure besides its transient ones, from that failure on.
         flap = place in transient and action == "quarantine" and place in due
         must_from = due[place] if flap else at
+        if action == "quarantine" and place in transient and place in firm:
+            must_from = min(must_from, firm[place]) if flap else firm[place]
+            flap = flap and due[place] <= firm[place]
+            transient_only = False
+        else:
+            transient_only = place in transient and action == "quarantine"
         if any(r.action == action for r in covered):
             acted.add((where, action))
         elif covered:
             acted.add((where, covered[0].action))
         elif (
-            (place in transient and not flap)
+            (transient_only and not flap)
             or must_from + grace > journal.ended_at
             or (tripped_at is not None and tripped_at <= must_from + grace)
         ):
@@ -486,6 +529,12 @@ def judge(
                 f"{where}: {action} warranted from t+{must_from:.0f}s{why}, but no record by "
                 f"t+{must_from + grace:.0f}s"
             )
+    violations += _released_while_unhealthy(entries, scenario, journal, label)
+    violations += _pods_left(entries, move_deadline, journal.ended_at, label)
+    violations += _checks_elsewhere(entries, records, label)
+    violations += _requested_releases(entries, ladder, label)
+    violations += _unenforced(entries, reaction, journal.ended_at, label)
+    violations += _steps_without_health(entries, pass_seconds, label)
     return Verdict(tuple(violations), tuple(sorted(acted)), tuple(sorted(missed)))
 
 
@@ -495,7 +544,8 @@ def _records_of(records: Mapping[str, _Record], devices: Iterable[str], at: floa
 
 
 def _transient(scenario: Scenario, unhealthy_for: float) -> set[tuple[str, int]]:
-    """Devices whose only confirmed failure may rightly raise no alert (flaps, short Unhealthy)."""
+    """Devices with a confirmed failure that may rightly raise no alert (flaps, short Unhealthy).
+    Whether that is their only one is `_firm_from`'s to say."""
     return {
         (f.device.node, f.device.gpu)
         for f in scenario.timeline
@@ -505,3 +555,378 @@ def _transient(scenario: Scenario, unhealthy_for: float) -> set[tuple[str, int]]
             or (f.kind == "device-unhealthy" and f.duration is not None and f.duration < unhealthy_for)
         )
     }
+
+
+def _firm_from(
+    scenario: Scenario, *, fatal_xids: Iterable[int], unhealthy_for: float
+) -> dict[tuple[str, int], float]:
+    """When each device's first quarantine-warranting fault that is not transient (no flap, no
+    Unhealthy shorter than the alert's `for:`) starts: a quarantine is due from it whatever
+    transient faults came before (they must not excuse a missing record)."""
+    fatal = frozenset(fatal_xids)
+    firm: dict[tuple[str, int], float] = {}
+    for fault in scenario.timeline:
+        if fault.kind == "flap" or (
+            fault.kind == "device-unhealthy" and fault.duration is not None and fault.duration < unhealthy_for
+        ):
+            continue
+        if _warranted_action(scenario, fault, fatal, {}) != "quarantine":
+            continue
+        for place in _devices_of(scenario, fault):
+            firm[place] = min(fault.at, firm.get(place, fault.at))
+    return firm
+
+
+Label = Callable[[str, str], str]
+
+
+def _spans(
+    entries: list[Entry], test: Callable[[Entry], bool | None]
+) -> dict[str, list[tuple[float, float]]]:
+    """Per device, the spans during which `test` held, from entries that each set it (True),
+    clear it (False) or say nothing (None); a span still open ends at infinity."""
+    since: dict[str, float] = {}
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for e in entries:
+        state = test(e)
+        if state is None or not e.device:
+            continue
+        if state and e.device not in since:
+            since[e.device] = e.at
+        elif not state and e.device in since:
+            spans.setdefault(e.device, []).append((since.pop(e.device), e.at))
+    for device, start in since.items():
+        spans.setdefault(device, []).append((start, math.inf))
+    return spans
+
+
+def _within(spans: Iterable[tuple[float, float]], start: float, end: float) -> bool:
+    """Whether one span covers the whole of [start, end]."""
+    return any(a <= start and end <= b for a, b in spans)
+
+
+def _overlaps(spans: Iterable[tuple[float, float]], start: float, end: float) -> bool:
+    return any(a <= end and start < b for a, b in spans)
+
+
+def reported_unhealthy(scenario: Scenario) -> dict[tuple[str, int], list[tuple[float, float]]]:
+    """When each device's driver (or device plugin) reports it Unhealthy, as the simulator plays
+    the timeline: a device-unhealthy until its duration ends (unless a later one or a lost GPU
+    outlasts it), each flap's Unhealthy half-cycles, an XID that marks the device Unhealthy and
+    a lost GPU until `recover`; on device-plugin nodes a broken health stream makes every device
+    Unhealthy until it is mended. Spans are [start, end), end inf while it lasts to the end.
+
+    This is the ground truth whether or not anyone sees it: an idle device's Unhealthy reaches
+    no pod's status, so the cluster's reports (HEALTH entries) go silent on it."""
+    changes: list[tuple[float, int, tuple[str, int], str, object]] = []
+    """(at, order, device, what, token) in the order the simulator applies them."""
+    order = 0
+    for fault in sorted(scenario.timeline, key=lambda f: f.at):
+        places = _devices_of(scenario, fault)
+        kind = fault.kind
+        if fault.device is None and not (
+            kind in ("health-stream-broken", "recover")
+            and places
+            and scenario.nodes[places[0][0]].path == "device-plugin"
+        ):
+            continue
+        for place in places:
+            order += 1
+            if kind == "device-unhealthy":
+                changes.append((fault.at, order, place, "unhealthy", order))
+                if fault.duration is not None:
+                    changes.append((fault.at + fault.duration, order, place, "end", order))
+            elif kind == "flap":
+                period = fault.period or 1.0
+                for i in range(fault.times or 1):
+                    changes.append((fault.at + i * period, order, place, "unhealthy", None))
+                    changes.append((fault.at + i * period + period / 2, order, place, "healthy", None))
+            elif kind == "xid" and (
+                fault.unhealthy if fault.unhealthy is not None else fault.xid not in APPLICATION_XIDS
+            ):
+                changes.append((fault.at, order, place, "unhealthy", None))
+            elif kind == "gpu-lost":
+                changes.append((fault.at, order, place, "lost", None))
+            elif kind == "recover" and fault.device is not None:
+                changes.append((fault.at, order, place, "recover", None))
+            elif kind == "health-stream-broken":
+                changes.append((fault.at, order, place, "stream-broken", order))
+                if fault.duration is not None:
+                    changes.append((fault.at + fault.duration, order, place, "stream-end", order))
+            elif kind == "recover":
+                changes.append((fault.at, order, place, "stream-end", None))
+    state: dict[tuple[str, int], dict[str, object]] = {}
+    spans: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    since: dict[tuple[str, int], float] = {}
+    for at, _, place, what, token in sorted(changes, key=lambda c: (c[0], c[1])):
+        s = state.setdefault(place, {"unhealthy": False, "lost": False, "token": None, "stream": None})
+        if what == "unhealthy":
+            s["unhealthy"], s["token"] = True, token if token is not None else s["token"]
+        elif (what == "end" and s["token"] == token and not s["lost"]) or what == "healthy":
+            s["unhealthy"] = False  # a timed spell's end, or a flap's Healthy half
+        elif what == "lost":
+            s["unhealthy"], s["lost"] = True, True
+        elif what == "recover":
+            s.update(unhealthy=False, lost=False, token=None)
+        elif what == "stream-broken":
+            s["stream"] = token
+        elif what == "stream-end" and (token is None or s["stream"] == token):
+            s["stream"] = None
+        bad = bool(s["unhealthy"]) or s["stream"] is not None
+        if bad and place not in since:
+            since[place] = at
+        elif not bad and place in since:
+            spans.setdefault(place, []).append((since.pop(place), at))
+    for place, at in since.items():
+        spans.setdefault(place, []).append((at, math.inf))
+    return spans
+
+
+def _released_while_unhealthy(
+    entries: list[Entry], scenario: Scenario, journal: Journal, label: Label
+) -> list[str]:
+    uuid_at = {(d.node, d.index): d.uuid for d in journal.devices.values()}
+    truth = {uuid_at.get(place, ""): spans for place, spans in reported_unhealthy(scenario).items()}
+    out: list[str] = []
+    for e in entries:
+        if e.kind is not Kind.PHASE or e.what != "Released":
+            continue
+        # The release happened at most one observation before it was seen: blamed only when the
+        # device was reported Unhealthy throughout that observation.
+        if _within(truth.get(e.device, ()), e.at - journal.resolution_seconds, e.at):
+            out.append(
+                f"t+{e.at:.0f}s {label(e.device, e.node)} released while its driver reported it Unhealthy"
+            )
+    return out
+
+
+def _quarantine_windows(entries: list[Entry]) -> list[tuple[str, str, str, str, float, float]]:
+    """(record, device, node, episode, start, end) of each quarantine episode of an enforced
+    quarantine (not a restrict: Unknown never moves work): from an entry into Quarantined until
+    the record ramps (opted-in work may come), leaves the ladder (Released, Abandoned, Pending,
+    Deferred) or enters Quarantined again (the next episode)."""
+    windows: list[tuple[str, str, str, str, float, float]] = []
+    open_: dict[str, tuple[str, str, str, float]] = {}
+    action: dict[str, str] = {}
+    for e in entries:
+        if e.kind is not Kind.PHASE:
+            continue
+        name = e.detail.get("record", "")
+        if action.setdefault(name, e.detail.get("action", "quarantine")) != "quarantine":
+            continue
+        episode = e.detail.get("episode", "")
+        ends = e.what == "Ramp" or e.what not in RELEASING
+        if name in open_ and ends and not (e.what == "Quarantined" and episode == open_[name][2]):
+            device, node, was, start = open_.pop(name)
+            windows.append((name, device, node, was, start, e.at))
+        if e.what == "Quarantined" and name not in open_:
+            open_[name] = (e.device, e.node, episode, e.at)
+    windows += [(name, d, n, ep, start, math.inf) for name, (d, n, ep, start) in open_.items()]
+    return windows
+
+
+def _pods_left(entries: list[Entry], deadline: float, ended_at: float, label: Label) -> list[str]:
+    if math.isinf(deadline):
+        return []
+    on_device: dict[tuple[str, str], list[tuple[float, float, str]]] = {}
+    """(device, pod) -> (from, to, job) of each spell running there."""
+    running: dict[tuple[str, str], tuple[float, str]] = {}
+    for e in entries:
+        if e.kind is not Kind.POD or e.detail.get("check"):
+            continue
+        pod, job = e.detail.get("pod", ""), e.detail.get("job", "")
+        for device in [d for d in e.detail.get("devices", e.device).split(",") if d]:
+            key = (device, pod)
+            if e.what == "running" and key not in running:
+                running[key] = (e.at, job)
+            elif e.what == "stopped" and key in running:
+                start, job = running.pop(key)
+                on_device.setdefault(key, []).append((start, e.at, job))
+    for key, (start, job) in running.items():
+        on_device.setdefault(key, []).append((start, math.inf, job))
+    started: dict[tuple[str, str, str], float] = {}
+    """(record, job, episode) -> when its move was first seen in the record."""
+    in_flight: dict[tuple[str, str, str], tuple[str, float, float]] = {}
+    """(record, job, episode) -> (node, start, end) of each move, end inf while under way."""
+    unrecoverable: set[tuple[str, str]] = set()
+    tripped: list[tuple[float, float]] = []
+    trip_since: float | None = None
+    for e in entries:
+        move_key = (e.detail.get("record", ""), e.detail.get("job", ""), e.detail.get("episode", ""))
+        if e.kind is Kind.NOTE and e.what == "move-started":
+            started.setdefault(move_key, e.at)
+            in_flight.setdefault(move_key, (e.node, e.at, math.inf))
+        elif e.kind is Kind.MIGRATION:
+            if e.what == "unrecoverable":
+                unrecoverable.add((move_key[0], move_key[1]))
+            if move_key in in_flight:
+                node, start, _ = in_flight[move_key]
+                in_flight[move_key] = (node, start, e.at)
+        elif e.kind is Kind.BREAKER:
+            if e.what == "tripped" and trip_since is None:
+                trip_since = e.at
+            elif e.what != "tripped" and trip_since is not None:
+                tripped.append((trip_since, e.at))
+                trip_since = None
+    if trip_since is not None:
+        tripped.append((trip_since, math.inf))
+    out: list[str] = []
+    for record, device, node, episode, w_start, w_end in _quarantine_windows(entries):
+        for (pod_device, pod), spells in on_device.items():
+            if pod_device != device:
+                continue
+            for p_start, p_end, job in spells:
+                since = max(w_start, p_start)
+                if since >= min(w_end, p_end):
+                    continue  # not on the device while it was quarantined
+                move = started.get((record, job, episode))
+                if move is not None:
+                    due = max(since, move) + deadline
+                else:
+                    due = since + deadline
+                    if any(n == node and _overlaps([(a, b)], since, due) for n, a, b in in_flight.values()):
+                        continue  # the node's one move in flight holds this one back
+                if due >= min(p_end, w_end, ended_at):
+                    continue
+                if (record, job) in unrecoverable or _overlaps(tripped, since, due):
+                    continue
+                what = f"its move started t+{move:.0f}s" if move is not None else "no move started"
+                out.append(
+                    f"t+{due:.0f}s pod {pod} still on quarantined {label(device, node)} "
+                    f"({_seconds(deadline)} after t+{since:.0f}s; {what}) and its move not unrecoverable"
+                )
+    return out
+
+
+def _checks_elsewhere(entries: list[Entry], records: Mapping[str, _Record], label: Label) -> list[str]:
+    out: list[str] = []
+    for e in entries:
+        if e.kind is not Kind.CHECK:
+            continue
+        record = records.get(e.detail.get("record", ""))
+        device = record.device if record is not None else e.device
+        if "ranOn" not in e.detail or not device:
+            continue  # a journal that does not say where checks ran
+        ran_on = {d for d in e.detail["ranOn"].split(",") if d}
+        where = label(device, e.node)
+        if ran_on and ran_on != {device}:
+            others = ", ".join(label(d, "") for d in sorted(ran_on - {device})) or "no device"
+            out.append(
+                f"t+{e.at:.0f}s the {e.what} of {where} ({e.detail.get('result', '?')}) ran on {others}"
+            )
+        elif not ran_on and e.detail.get("result") == "passed":
+            out.append(f"t+{e.at:.0f}s the {e.what} of {where} passed with no pod seen on the device")
+    return out
+
+
+def _requested_releases(entries: list[Entry], ladder: Ladder, label: Label) -> list[str]:
+    wanted = [r.name for r in ladder.checks()]
+    passed: dict[tuple[str, str], set[str]] = {}
+    out: list[str] = []
+    for e in entries:
+        name = e.detail.get("record", "")
+        if e.kind is Kind.CHECK and e.detail.get("result") == "passed":
+            passed.setdefault((name, e.detail.get("attempt", "")), set()).add(e.what)
+        elif e.kind is Kind.PHASE and e.what == "Released" and e.detail.get("requested"):
+            attempt = e.detail.get("attempt", "")
+            missing = [k for k in wanted if k not in passed.get((name, attempt), set())]
+            if missing:
+                out.append(
+                    f"t+{e.at:.0f}s {label(e.device, e.node)} released at {e.detail['requested']}'s request "
+                    f"without a passed {' and '.join(missing)} in attempt {attempt or '?'}"
+                )
+    return out
+
+
+def _unenforced(entries: list[Entry], reaction: float, ended_at: float, label: Label) -> list[str]:
+    if math.isinf(reaction):
+        return []
+    enforced = _spans(
+        entries,
+        lambda e: (
+            (e.kind is Kind.ENFORCED)
+            if e.what == "quarantine" and e.kind in (Kind.ENFORCED, Kind.LIFTED)
+            else None
+        ),
+    )
+    firing: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    since: dict[tuple[str, str], float] = {}
+    tripped: list[float] = []
+    holds: dict[str, list[tuple[float, str]]] = {}
+    for e in entries:
+        if e.kind is Kind.ALERT_FIRING:
+            since.setdefault((e.what, e.device), e.at)
+        elif e.kind is Kind.ALERT_RESOLVED and (e.what, e.device) in since:
+            firing.setdefault((e.what, e.device), []).append((since.pop((e.what, e.device)), e.at))
+        elif e.kind is Kind.BREAKER and e.what == "tripped":
+            tripped.append(e.at)
+        elif e.kind is Kind.PHASE:
+            holds.setdefault(e.device, []).append((e.at, e.detail.get("why", "")))
+    for alert, at in since.items():
+        firing.setdefault(alert, []).append((at, math.inf))
+    out: list[str] = []
+    judged: set[tuple[str, str]] = set()
+    for e in entries:
+        if not (
+            e.kind is Kind.DELIVERY
+            and e.what == "responder"
+            and e.detail.get("status") == "firing"
+            and e.detail.get("action") == "quarantine"
+            and e.device
+        ):
+            continue
+        due = e.at + reaction
+        alert = (e.detail.get("alertname", ""), e.device)
+        if due > ended_at or alert in judged:  # one line per alert, however often delivered
+            continue
+        if not _within(firing.get(alert, ()), e.at, due):
+            continue  # Prometheus did not fire it throughout: no longer warranted meanwhile
+        if any(at <= due for at in tripped):
+            continue  # the breaker was (or went) open: it holds new quarantines back
+        last_hold = [why for at, why in holds.get(e.device, []) if at <= due]
+        if last_hold and last_hold[-1] in GUARDRAIL_HOLDS:
+            continue
+        if _overlaps(enforced.get(e.device, ()), e.at, due):
+            continue
+        judged.add(alert)
+        out.append(
+            f"t+{e.at:.0f}s {alert[0]} fired for {label(e.device, e.node)} and reached the responder, "
+            f"but the device was not enforced by t+{due:.0f}s with the breaker closed"
+        )
+    return out
+
+
+def _steps_without_health(entries: list[Entry], pass_seconds: float, label: Label) -> list[str]:
+    down: list[tuple[float, float]] = []
+    since: float | None = None
+    for e in entries:
+        if e.kind is Kind.HEALTH_SOURCE:
+            if e.what == "down" and since is None:
+                since = e.at
+            elif e.what == "up" and since is not None:
+                down.append((since, e.at))
+                since = None
+    if since is not None:
+        down.append((since, math.inf))
+    if not down:
+        return []
+    order = {phase: i for i, phase in enumerate((*LADDER.phases, "Released"))}
+    previous: dict[str, str] = {}
+    out: list[str] = []
+    for e in entries:
+        if e.kind is not Kind.PHASE:
+            continue
+        name = e.detail.get("record", "")
+        before, previous[name] = previous.get(name, ""), e.what
+        if e.what not in order or order.get(before, -1) >= order[e.what]:
+            continue  # not a step up the ladder
+        if any(a + pass_seconds < e.at < b for a, b in down):
+            out.append(
+                f"t+{e.at:.0f}s {label(e.device, e.node)} stepped {before or '?'} -> {e.what} "
+                "while the responders' health source was down"
+            )
+    return out
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.0f}s"

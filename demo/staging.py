@@ -13,10 +13,21 @@ The `demo:` section (times are scenario seconds, like the timeline; durations ta
       settle: 3m             # simulated time to keep running after the last fault (default 3m)
       kills:                 # processes killed with SIGKILL at a scenario time
         - {at: 2m30s, process: responder-leader, restart: 30s}   # restart absent: never
+      releaseRequests:       # a person asks for a device's release at a scenario time
+        - {at: 6m, node: gpu-dp-0, gpu: 1, reason: "riser replaced", via: command}
+      healthSourceDown:      # the responders' Prometheus unreachable to them (alerts still flow)
+        - {at: 2m, for: 3m}
 
 `process` is one of `responder-leader`, `responder-follower` (who holds the leader Lease when
 the kill is due), `exporter` (the first node exporter by name, or the cluster-mode one) and
-`alertmanager` (the last of the pair). Every error is a `StagingError` naming the field path.
+`alertmanager` (the last of the pair). A release request names the device as the scenario does;
+`via` is `command` (default: `gpuhealth quarantine release` against the run's cluster, which
+refuses what the record itself shows before writing) or `patch` (the request written straight
+into the record's spec, as a person with the operator role could with kubectl: the responder's
+own answer is then what refuses or honours it); `actor` defaults to `on-call`. During a health
+source outage the responders' queries to Prometheus are answered 503 (Prometheus itself keeps
+evaluating rules and Alertmanager keeps delivering). Every error is a `StagingError` naming the
+field path.
 
 The responders' configuration: the shipped `deploy/responder-config.yaml` with the scenario's
 `responder:` overrides on top (same schema, durations in SIMULATED time), then every duration
@@ -26,6 +37,7 @@ responders, which run on the wall clock, keep pace with the simulated cluster.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -58,6 +70,31 @@ class Kill:
 
 
 @dataclass(frozen=True, slots=True)
+class ReleaseAsk:
+    """A person's release request at a scenario time."""
+
+    at: float
+    node: str
+    gpu: int
+    reason: str
+    actor: str = "on-call"
+    via: str = "command"
+    """`command` (gpuhealth quarantine release) or `patch` (the spec written directly)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outage:
+    """The responders' health source unreachable from `at` for `seconds` (scenario seconds)."""
+
+    at: float
+    seconds: float
+
+    @property
+    def end(self) -> float:
+        return self.at + self.seconds
+
+
+@dataclass(frozen=True, slots=True)
 class Staging:
     responders: int = DEFAULT_RESPONDERS
     alertmanagers: int = DEFAULT_ALERTMANAGERS
@@ -66,10 +103,26 @@ class Staging:
     settle: float = DEFAULT_SETTLE_SECONDS
     """Simulated seconds to run after the last fault."""
     kills: tuple[Kill, ...] = ()
+    release_requests: tuple[ReleaseAsk, ...] = ()
+    health_source_down: tuple[Outage, ...] = ()
+
+    @property
+    def last_action(self) -> float:
+        """Scenario seconds when the last staged action (a kill's restart, a request, an outage's
+        end) is done: the run settles after it."""
+        return max(
+            [k.at + (k.restart or 0.0) for k in self.kills]
+            + [r.at for r in self.release_requests]
+            + [o.end for o in self.health_source_down],
+            default=0.0,
+        )
 
 
-_KEYS = ("responders", "alertmanagers", "speed", "settle", "kills")
+_KEYS = ("responders", "alertmanagers", "speed", "settle", "kills", "releaseRequests", "healthSourceDown")
 _KILL_KEYS = ("at", "process", "restart")
+_ASK_KEYS = ("at", "node", "gpu", "reason", "actor", "via")
+_OUTAGE_KEYS = ("at", "for")
+VIAS = ("command", "patch")
 
 
 def _seconds(value: Any, path: str, *, zero: bool) -> float:
@@ -116,7 +169,77 @@ def staging(section: Mapping[str, Any] | None, *, source: str = "demo") -> Stagi
     if not isinstance(kills_raw, list):
         raise StagingError(f"{source}.kills: expected a list, got {kills_raw!r}")
     kills = tuple(_kill(raw, f"{source}.kills[{i}]", responders) for i, raw in enumerate(kills_raw))
-    return Staging(responders, alertmanagers, speed, settle, tuple(sorted(kills, key=lambda k: k.at)))
+    asks = tuple(
+        _ask(raw, f"{source}.releaseRequests[{i}]")
+        for i, raw in enumerate(_list(section, "releaseRequests", source))
+    )
+    outages = tuple(
+        _outage(raw, f"{source}.healthSourceDown[{i}]")
+        for i, raw in enumerate(_list(section, "healthSourceDown", source))
+    )
+    ordered = sorted(outages, key=lambda o: o.at)
+    for a, b in itertools.pairwise(ordered):
+        if b.at < a.end:
+            raise StagingError(
+                f"{source}.healthSourceDown: the outage at {b.at:g}s starts before the one at {a.at:g}s ends"
+            )
+    return Staging(
+        responders,
+        alertmanagers,
+        speed,
+        settle,
+        tuple(sorted(kills, key=lambda k: k.at)),
+        tuple(sorted(asks, key=lambda a: a.at)),
+        tuple(ordered),
+    )
+
+
+def _list(section: Mapping[str, Any], key: str, source: str) -> list[Any]:
+    raw = section.get(key, [])
+    if not isinstance(raw, list):
+        raise StagingError(f"{source}.{key}: expected a list, got {raw!r}")
+    return raw
+
+
+def _fields(raw: Any, path: str, keys: tuple[str, ...], required: tuple[str, ...]) -> Mapping[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise StagingError(f"{path}: expected a mapping with {', '.join(required)}, got {raw!r}")
+    unknown = sorted(set(raw) - set(keys))
+    if unknown:
+        raise StagingError(f"{path}.{unknown[0]}: unknown field (expected one of: {', '.join(keys)})")
+    for key in required:
+        if key not in raw:
+            raise StagingError(f"{path}.{key}: required")
+    return raw
+
+
+def _text(raw: Mapping[str, Any], key: str, path: str, default: str | None = None) -> str:
+    value = raw.get(key, default)
+    if not isinstance(value, str) or not value.strip():
+        raise StagingError(f"{path}.{key}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _ask(raw: Any, path: str) -> ReleaseAsk:
+    data = _fields(raw, path, _ASK_KEYS, ("at", "node", "gpu", "reason"))
+    via = data.get("via", "command")
+    if via not in VIAS:
+        raise StagingError(f"{path}.via: expected one of {', '.join(VIAS)}, got {via!r}")
+    return ReleaseAsk(
+        at=_seconds(data["at"], f"{path}.at", zero=True),
+        node=_text(data, "node", path),
+        gpu=_whole(data["gpu"], f"{path}.gpu", 0, 1023),
+        reason=_text(data, "reason", path),
+        actor=_text(data, "actor", path, "on-call"),
+        via=str(via),
+    )
+
+
+def _outage(raw: Any, path: str) -> Outage:
+    data = _fields(raw, path, _OUTAGE_KEYS, ("at", "for"))
+    return Outage(
+        _seconds(data["at"], f"{path}.at", zero=True), _seconds(data["for"], f"{path}.for", zero=False)
+    )
 
 
 def _kill(raw: Any, path: str, responders: int) -> Kill:
@@ -148,6 +271,7 @@ DURATION_KEYS = frozenset(
         ("policy", "canary_timeout"),
         ("policy", "stability"),
         ("policy", "ramp"),
+        ("policy", "requested_wait"),
         ("policy", "backoff"),
         ("policy", "max_backoff"),
         ("policy", "deferred_max_age"),
@@ -155,6 +279,7 @@ DURATION_KEYS = frozenset(
         ("migration", "checkpoint_timeout"),
         ("migration", "lease_margin"),
         ("migration", "lease_cap"),
+        ("migration", "replacement_timeout"),
         ("intake", "expiry"),
     }
 )

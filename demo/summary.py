@@ -459,6 +459,20 @@ def describe(journal: Journal, entry: Entry, *, where: bool = True) -> str:
             text = f"tenant Event {entry.what}" + (f" on {d['pod']}" if d.get("pod") else "")
         case Kind.PROCESS:
             text = f"{d.get('name', 'process')} {entry.what}" + (f" ({d['role']})" if d.get("role") else "")
+        case Kind.POD:
+            what = f"{d['check']} pod" if d.get("check") else "pod"
+            text = f"{what} {d.get('pod', '?')} {entry.what}" + (f" on{at}" if at else "")
+        case Kind.REQUEST:
+            who = d.get("actor", "a person")
+            if entry.what == "requested":
+                text = f"release of{at} requested by {who}"
+            else:
+                by = " by the command" if d.get("by") == "command" else ""
+                text = f"release request{at} {entry.what}{by}" + (
+                    f": {d['message']}" if d.get("message") else ""
+                )
+        case Kind.HEALTH_SOURCE:
+            text = f"responders' health source {entry.what}"
         case _:
             text = d.get("detail") or f"{entry.what}{at}"
     return text

@@ -290,6 +290,18 @@ VERDICT_LINES = {
     "t+101s a node-wide cordon (node.kubernetes.io/x) on gpu-dra-1": UNWARRANTED,
     "t+200s gpu-dp-0/gpu-0 released without a passed probe and canary": UNWARRANTED,
     "t+90s pod inference/serve-2 on gpu-dra-0/gpu-1 evicted for an Unknown": UNWARRANTED,
+    "t+370s GPUDeviceXid fired for gpu-dp-0/gpu-0 and reached the responder, but the device was not "
+    "enforced by t+430s with the breaker closed": LOST,
+    "t+180s pod ns/late-0 still on quarantined gpu-dp-0/gpu-0 (60s after t+120s; no move started) and "
+    "its move not unrecoverable": LOST,
+    "t+360s gpu-dp-0/gpu-0 released while its driver reported it Unhealthy": UNWARRANTED,
+    "t+212s the probe of gpu-dp-0/gpu-0 (passed) ran on gpu-dp-0/gpu-1": UNWARRANTED,
+    "t+360s gpu-dp-0/gpu-0 released at person/ana's request without a passed canary in attempt 1": (
+        UNWARRANTED
+    ),
+    "t+220s gpu-dp-0/gpu-0 stepped Probing -> Canary while the responders' health source was down": (
+        UNWARRANTED
+    ),
 }
 
 
@@ -348,7 +360,7 @@ def test_an_assessment_sorts_the_verdict_and_fails_on_any_must_be_zero() -> None
         j, SCENARIO, chaos, {}, verdict_violations=list(VERDICT_LINES), expectation_failures=[], **at
     )
     assert judged.failed
-    assert (len(judged.duplicates), len(judged.lost), len(judged.unwarranted)) == (4, 1, 5)
+    assert (len(judged.duplicates), len(judged.lost), len(judged.unwarranted)) == (4, 3, 9)
     expected = assess(
         j, SCENARIO, chaos, {}, verdict_violations=[], expectation_failures=["migrations: 0 of 1"], **at
     )

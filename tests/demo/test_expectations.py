@@ -9,9 +9,11 @@ Aspects covered:
 - checking, over synthetic journals: quarantines and restrictions (phase, reason, path,
   enforcement, detection latency, no eviction under a restriction), untouched devices and
   nodes, releases that walk every phase with passed checks, alerts fired and not fired,
-  migrations, evictions, enforced devices, phases, the breaker, tenant events and node-wide
-  actions, a ramp that took the opted-in job and nothing else before the release; each unmet
-  expectation is one line naming what was expected and what was seen.
+  migrations (a job moved again in a later episode counts again), evictions, enforced devices,
+  phases, the breaker, tenant events and node-wide actions; checks on their records' devices
+  (not another, not none) and how many passed; release requests answered as expected (and for
+  the reason); what happened while the health source was down (enforced, moved, released);
+  each unmet expectation is one line naming what was expected and what was seen.
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from demo.expectations import (
+    ChecksExpectation,
     Count,
     DeviceExpectation,
     ExpectationError,
     Latency,
     NodeOrDevice,
+    OutageExpectation,
     RampExpectation,
+    RequestExpectation,
     check,
     evaluate,
     parse,
@@ -72,6 +77,11 @@ tenantEvents: [{reason: GPUQuarantineUnrecoverable, namespace: research, count: 
 nodeActions: 0
 maxDetectionLatency: {overFloor: 30s}
 ramp: [{node: gpu-dra-0, gpu: 3, job: inference/canary}]
+checks: {onDevice: true, passed: {min: 2}}
+releaseRequests:
+  - {node: gpu-dp-0, gpu: 1, answer: refused, reason: FailureStands}
+  - {node: gpu-dra-0, gpu: 3, answer: honoured}
+healthSourceDown: {enforced: 1, succeeded: {min: 1}, released: 0}
 """
 
 
@@ -114,6 +124,12 @@ def test_a_full_section_states_every_part() -> None:
     assert e.node_actions == Count(0, 0)
     assert e.max_detection_latency == Latency(30.0, over_floor=True)
     assert e.ramp == (RampExpectation("gpu-dra-0", 3, "inference/canary"),)
+    assert e.checks == ChecksExpectation(on_device=True, passed=Count(2, None))
+    assert e.release_requests == (
+        RequestExpectation("gpu-dp-0", 1, "refused", "FailureStands"),
+        RequestExpectation("gpu-dra-0", 3, "honoured"),
+    )
+    assert e.health_source_down == OutageExpectation(Count(1, 1), Count(1, None), Count(0, 0))
 
 
 def test_an_absent_or_empty_section_expects_nothing() -> None:
@@ -191,6 +207,20 @@ def test_an_absent_or_empty_section_expects_nothing() -> None:
         ({"tenantEvents": "many"}, "expect.tenantEvents:", "integer"),
         ({"maxDetectionLatency": {"floor": "1s"}}, "expect.maxDetectionLatency.floor:", "unknown field"),
         ({"maxDetectionLatency": "90d"}, "expect.maxDetectionLatency:", "longer than"),
+        ({"checks": {}}, "expect.checks:", "give onDevice, passed or both"),
+        ({"checks": {"onDevice": "yes"}}, "expect.checks.onDevice:", "expected true or false"),
+        (
+            {"releaseRequests": [{"node": "gpu-dp-0", "gpu": 1, "answer": "maybe"}]},
+            "expect.releaseRequests[0].answer:",
+            "is not one of: honoured, refused",
+        ),
+        (
+            {"releaseRequests": [{"node": "gpu-dp-0", "gpu": 1}]},
+            "expect.releaseRequests[0].answer:",
+            "is required",
+        ),
+        ({"healthSourceDown": {"released": -1}}, "expect.healthSourceDown.released:", "out of range"),
+        ({"healthSourceDown": {}}, "expect.healthSourceDown:", "give at least one of"),
         (
             {
                 "quarantined": [{"node": "gpu-dra-0", "gpu": 1}],
@@ -769,3 +799,72 @@ def test_a_long_walk_is_shown_shortened() -> None:
         "stopped before Canary (Pending -> Quarantined -> Probing -> Quarantined -> (394 more) -> "
         "Probing -> Quarantined -> Probing -> Quarantined)"
     )
+
+
+def test_a_job_moved_again_in_a_later_episode_counts_again() -> None:
+    j = journal()
+    d = uuid("gpu-dp-0", 1)
+    j.record(100, Kind.MIGRATION, "succeeded", "gpu-dp-0", d, job="ns/serve", record="q", episode="1")
+    j.record(101, Kind.MIGRATION, "succeeded", "gpu-dp-0", d, job="ns/serve", record="q", episode="1")
+    j.record(300, Kind.MIGRATION, "succeeded", "gpu-dp-0", d, job="ns/serve", record="q", episode="2")
+    assert failures("migrations: {succeeded: 2}", j) == []
+
+
+def test_checks_on_their_devices_and_how_many_passed() -> None:
+    j = journal()
+    d, other = uuid("gpu-dp-0", 1), uuid("gpu-dp-0", 2)
+    assert failures("checks: {onDevice: true}", j) == [
+        "checks: expected probes and canaries on their devices, none ran"
+    ]
+    j.record(100, Kind.CHECK, "probe", "gpu-dp-0", d, result="passed", ranOn=d)
+    j.record(110, Kind.CHECK, "canary", "gpu-dp-0", d, result="passed", ranOn=d)
+    assert failures("checks: {onDevice: true, passed: 2}", j) == []
+    j.record(120, Kind.CHECK, "probe", "gpu-dp-0", d, result="passed", ranOn=other)
+    j.record(130, Kind.CHECK, "canary", "gpu-dp-0", d, result="failed", ranOn="")
+    assert failures("checks: {onDevice: true, passed: {max: 2}}", j) == [
+        "checks: the probe at t+120s for gpu-dp-0/gpu-1 ran on gpu-dp-0/gpu-2",
+        "checks: the canary at t+130s for gpu-dp-0/gpu-1 ran on no device seen",
+        "checks passed: expected at most 2, got 3",
+    ]
+
+
+def test_release_requests_answered_as_expected() -> None:
+    j = journal()
+    d = uuid("gpu-dp-0", 1)
+    j.record(100, Kind.REQUEST, "requested", "gpu-dp-0", d, actor="person/ana")
+    j.record(101, Kind.REQUEST, "refused", "gpu-dp-0", d, reason="FailureStands", actor="person/ana")
+    j.record(400, Kind.REQUEST, "honoured", "gpu-dp-0", d, reason="Honoured", actor="person/ana")
+    good = """
+    releaseRequests:
+      - {node: gpu-dp-0, gpu: 1, answer: refused, reason: FailureStands}
+      - {node: gpu-dp-0, gpu: 1, answer: honoured}
+    """
+    assert failures(good, j) == []
+    bad = """
+    releaseRequests:
+      - {node: gpu-dp-0, gpu: 1, answer: refused, reason: AlertFiring}
+      - {node: gpu-dp-0, gpu: 2, answer: honoured}
+    """
+    assert failures(bad, j) == [
+        "release request of gpu-dp-0/gpu-1: expected refused (AlertFiring); got refused (FailureStands) "
+        "at t+101s, honoured (Honoured) at t+400s",
+        "release request of gpu-dp-0/gpu-2: expected honoured; no answer",
+    ]
+
+
+def test_what_happened_while_the_health_source_was_down() -> None:
+    j = journal()
+    d = uuid("gpu-dra-0", 1)
+    section = "healthSourceDown: {enforced: 1, succeeded: 1, released: 0}"
+    assert failures(section, j) == ["healthSourceDown: the health source never went down in this run"]
+    j.record(100, Kind.HEALTH_SOURCE, "down")
+    j.record(120, Kind.ENFORCED, "quarantine", "gpu-dra-0", d, rule="r")
+    j.record(150, Kind.MIGRATION, "succeeded", "gpu-dra-0", d, job="ns/serve")
+    j.record(300, Kind.HEALTH_SOURCE, "up")
+    j.record(400, Kind.PHASE, "Released", "gpu-dra-0", d)  # after it came back
+    assert failures(section, j) == []
+    j.record(500, Kind.HEALTH_SOURCE, "down")  # a second outage, never over
+    j.record(510, Kind.PHASE, "Released", "gpu-dra-0", uuid("gpu-dra-0", 2))
+    assert failures(section, j) == [
+        "healthSourceDown: devices released while it was down: expected exactly 0, got 1"
+    ]

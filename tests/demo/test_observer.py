@@ -2,16 +2,20 @@
 
 Aspects: a record journals its first phase and each phase change once (repeated updates in one
 phase add nothing), and each migration outcome once; a gpuhealth DeviceTaintRule is ENFORCED (by
-its taint's meaning), its taint turning canary is LIFTED quarantine + ENFORCED canary, its
-deletion LIFTED; a rule gpuhealth does not own is ignored; the node annotation's devices are
-diffed into ENFORCED/LIFTED, a device moving to the ramp annotation is LIFTED quarantine +
-ENFORCED canary (and back on a failure), its release LIFTED canary; a cordon or a gpuhealth node
-taint is a NODE_ACTION (other taints are not); a check Job is journalled once when it finishes,
-with its record's device; only the responder's Events on pods are tenant events; a re-placed pod
-of an evicted job is noted with its devices and whether it opted in to the ramp; the leader Lease
-and the breaker's state changes are journalled once each; Prometheus' alerts are diffed into
-firing and resolved; a delivery journals each alert with its device resolved from the DRA labels.
-"""
+its taint's meaning), its taint turning canary is LIFTED quarantine + ENFORCED canary, its deletion
+LIFTED; a rule gpuhealth does not own is ignored; the node annotation's devices are diffed into
+ENFORCED/LIFTED, a device moving to the ramp annotation is LIFTED quarantine + ENFORCED canary (and
+back on a failure), its release LIFTED canary; a cordon or a gpuhealth node taint is a NODE_ACTION
+(other taints are not); a check Job is journalled once when it finishes, with its record's device;
+only the responder's Events on pods are tenant events; a re-placed pod of an evicted job is noted
+with its devices and whether it opted in to the ramp; the leader Lease and the breaker's state
+changes are journalled once each; a second episode's move of the same job is journalled again,
+keyed by its episode; pods on recorded devices are journalled as they start and stop running there
+(the ones already running when the record appears, too), others not; a check's devices are the ones
+its pod really reached (its allocation, or `NVIDIA_VISIBLE_DEVICES` on its node, by uuid or index);
+a release request and each new answer of the responder are journalled once; Prometheus' alerts are
+diffed into firing and resolved; a delivery journals each alert with its device resolved from the
+DRA labels."""
 
 from __future__ import annotations
 
@@ -94,10 +98,12 @@ def test_records_phases_and_migrations_are_journalled_once_each() -> None:
     assert kinds(o) == [
         ("phase", "Pending"),
         ("phase", "Quarantined"),
+        ("note", "move-started"),
         ("migration", "succeeded"),
         ("phase", "Probing"),
     ]
-    migration = o.journal.entries[2]
+    assert o.journal.entries[2].at == 4 and o.journal.entries[2].detail["job"] == "research/train"
+    migration = o.journal.entries[3]
     assert migration.device == UUID and migration.detail["job"] == "research/train"
     assert (
         o.journal.entries[0].detail["record"] == "rec"
@@ -284,3 +290,123 @@ def test_leader_breaker_alerts_and_deliveries() -> None:
     ]
     assert o.journal.entries[4].device == UUID and o.journal.entries[-1].device == UUID
     assert o.journal.entries[-1].detail["fingerprint"] == "f"
+
+
+def test_a_second_episode_moves_the_same_job_again() -> None:
+    from responder.records import Migration, MigrationOutcome
+
+    o = observer()
+    first = Migration("research", "Job/train", "j1", "k1", episode=1, outcome=MigrationOutcome.SUCCEEDED)
+    o.change(1, QUARANTINES, "ADDED", record(P.QUARANTINED, episode=1, migrations=(first,)))
+    o.change(2, QUARANTINES, "MODIFIED", record(PROBING, episode=1, attempt=1, migrations=(first,)))
+    second = Migration("research", "Job/train", "j1", "k2", episode=2)
+    o.change(
+        3, QUARANTINES, "MODIFIED", record(P.QUARANTINED, episode=2, attempt=1, migrations=(first, second))
+    )
+    done = Migration("research", "Job/train", "j1", "k2", episode=2, outcome=MigrationOutcome.SUCCEEDED)
+    o.change(
+        4, QUARANTINES, "MODIFIED", record(P.QUARANTINED, episode=2, attempt=1, migrations=(first, done))
+    )
+    moves = [(e.at, e.what, e.detail["episode"]) for e in o.journal.entries if e.kind is Kind.MIGRATION]
+    assert moves == [(1, "succeeded", "1"), (4, "succeeded", "2")]
+    started = [(e.at, e.detail["episode"]) for e in o.journal.entries if e.what == "move-started"]
+    assert started == [(1, "1"), (3, "2")]
+    phases = [(e.what, e.detail["episode"], e.detail["attempt"]) for e in o.journal.of(Kind.PHASE)]
+    assert phases == [("Quarantined", "1", "0"), ("Probing", "1", "1"), ("Quarantined", "2", "1")]
+
+
+def _pod(
+    name: str, phase: str, *, check: str = "", job: str = "train", env: str | None = None
+) -> dict[str, Any]:
+    labels = {"job-name": job, **({"gpuhealth.io/check": check} if check else {})}
+    container: dict[str, Any] = {"name": "c"}
+    if env is not None:
+        container["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": env}]
+    return {
+        "metadata": {"name": name, "namespace": "research", "labels": labels},
+        "spec": {"nodeName": NODE, "containers": [container]},
+        "status": {"phase": phase},
+    }
+
+
+def test_pods_on_recorded_devices_are_journalled_as_they_start_and_stop() -> None:
+    o = observer()
+    o.change(1, PODS, "ADDED", _pod("train-0", "Running"), [UUID])
+    o.change(2, PODS, "ADDED", _pod("other-0", "Running", job="other"), [OTHER])
+    assert not list(o.journal.of(Kind.POD))  # no record on either device yet
+    o.change(3, QUARANTINES, "ADDED", record(P.QUARANTINED))
+    o.change(4, PODS, "MODIFIED", _pod("train-0", "Running"), [UUID])
+    o.change(5, PODS, "MODIFIED", _pod("train-0", "Succeeded"), [UUID])
+    o.change(6, PODS, "ADDED", _pod("train-1", "Running"), [UUID])
+    o.change(7, PODS, "DELETED", _pod("train-1", "Running"), [UUID])
+    o.change(8, PODS, "MODIFIED", _pod("other-0", "Succeeded", job="other"), [OTHER])
+    pods = [(e.at, e.what, e.detail["pod"], e.detail["job"]) for e in o.journal.of(Kind.POD)]
+    assert pods == [
+        (3, "running", "research/train-0", "research/train"),
+        (5, "stopped", "research/train-0", "research/train"),
+        (6, "running", "research/train-1", "research/train"),
+        (7, "stopped", "research/train-1", "research/train"),
+    ]
+
+
+def _check_job(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "research",
+            "labels": {"gpuhealth.io/check": "probe", "gpuhealth.io/record": "rec"},
+            "annotations": {"gpuhealth.io/attempt": "1"},
+        },
+        "status": {"succeeded": 1},
+    }
+
+
+def test_a_check_ran_on_the_devices_its_pod_really_reached() -> None:
+    o = observer()
+    o.change(1, QUARANTINES, "ADDED", record(PROBING))
+    # A DRA check: the device its claim's allocation gave the pod.
+    o.change(2, PODS, "ADDED", _pod("claimed-x", "Pending", check="probe", job="claimed"))
+    o.change(3, PODS, "MODIFIED", _pod("claimed-x", "Running", check="probe", job="claimed"), [UUID])
+    o.change(4, JOBS, "MODIFIED", _check_job("claimed"))
+    # A device-plugin check: no allocation, the runtime exposes the GPU the env names.
+    o.change(5, PODS, "ADDED", _pod("env-x", "Running", check="probe", job="env", env=UUID))
+    o.change(6, JOBS, "MODIFIED", _check_job("env"))
+    # The env names a GPU by index, and another one: the check ran on another card.
+    o.change(7, PODS, "ADDED", _pod("index-x", "Running", check="probe", job="index", env="1"))
+    o.change(8, JOBS, "MODIFIED", _check_job("index"))
+    # No pod was ever seen on a device.
+    o.change(9, JOBS, "MODIFIED", _check_job("nowhere"))
+    ran = {e.detail["job"]: e.detail["ranOn"] for e in o.journal.of(Kind.CHECK)}
+    assert ran == {"claimed": UUID, "env": UUID, "index": OTHER, "nowhere": ""}
+    running = [e.detail.get("check") for e in o.journal.of(Kind.POD) if e.what == "running"]
+    assert running == ["probe", "probe"]  # only those on the recorded device
+
+
+def test_a_release_request_and_each_new_answer_are_journalled_once() -> None:
+    from responder.records import Condition, ReleaseRequest
+
+    o = observer()
+    request = ReleaseRequest("person/ana", "replaced the riser", "2026-12-01T00:00:00Z")
+
+    def asked(answer: Condition | None, at: str = "2026-12-01T00:00:00Z") -> dict[str, Any]:
+        obj = record(P.QUARANTINED, conditions=(answer,) if answer else ())
+        obj["spec"]["releaseRequest"] = {"actor": request.actor, "reason": request.reason, "requestedAt": at}
+        return obj
+
+    refused = Condition("ReleaseRequest", "False", "FailureStands", "refused: 1 failure(s)", "t")
+    honoured = Condition("ReleaseRequest", "True", "Honoured", "honoured", "t")
+    o.change(1, QUARANTINES, "ADDED", record(P.QUARANTINED))
+    o.change(2, QUARANTINES, "MODIFIED", asked(None))
+    o.change(3, QUARANTINES, "MODIFIED", asked(refused))
+    o.change(4, QUARANTINES, "MODIFIED", asked(refused))
+    o.change(5, QUARANTINES, "MODIFIED", asked(honoured, "2026-12-01T01:00:00Z"))
+    seen = [(e.at, e.what, e.detail.get("reason", "")) for e in o.journal.of(Kind.REQUEST)]
+    assert seen == [
+        (2, "requested", ""),
+        (3, "refused", "FailureStands"),
+        (5, "requested", ""),
+        (5, "honoured", "Honoured"),
+    ]
+    assert all(
+        e.detail["actor"] == "person/ana" and e.detail["record"] == "rec" for e in o.journal.of(Kind.REQUEST)
+    )

@@ -14,6 +14,20 @@ Unhealthy flapping: a flap is due at the episode that completes the rule's count
 window (not one episode fewer, not spread over exactly the window, not episodes too short to be
 seen, not a long episode, overlapping spells one episode); its quarantine is warranted, and
 missing it is a violation, where flaps the rule does not catch are only missed.
+The invariants of issue 17, over a full story (pods on the device, the move's start, checks with
+the devices they ran on and their attempt, a person's release request, alerts, a health-source
+outage) that breaks none of them, each then broken alone: a release while the driver reports the device
+Unhealthy as the simulator plays the timeline, seen by no one or not (not a fault that begins
+within the observation before the release; the spans follow timed spells, later spells, fatal
+XIDs and lost GPUs until recover, flaps and a device-plugin node's broken stream);
+a pod left on a quarantined device past its move's deadline (not when its move ended
+Unrecoverable, nor under a tripped breaker, nor while the node's one move in flight holds it
+back, nor once the device ramps); a check that ran on another device, or passed on none; a
+requested release without every check passed in its own attempt; a delivered quarantine left
+unenforced past the reaction while its alert fires and the breaker is closed (not when the alert
+resolved, the breaker tripped or the rate limit holds it); a step up the ladder while the
+health source is down (not one within a pass of the outage's start). A device with a firm
+failure besides its transient ones must be quarantined from that failure on.
 Properties: a release is a violation exactly when a passed probe or canary is missing since the
 record was last quarantined; an eviction is a violation exactly when no quarantine (not a
 restrict) held one of the pod's devices and no quarantine migrated its job.
@@ -21,6 +35,8 @@ restrict) held one of the pod's devices and no quarantine migrated its job.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,8 +44,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from demo.journal import Device, Journal, Kind
-from demo.safety import UnhealthyFlapping, UnknownBackoff, flapping_due, judge, warranted_from, warrants
+from demo.journal import Device, Entry, Journal, Kind
+from demo.safety import (
+    UnhealthyFlapping,
+    UnknownBackoff,
+    flapping_due,
+    judge,
+    reported_unhealthy,
+    warranted_from,
+    warrants,
+)
 from simulator.fleet.objects import gpu_uuid
 from simulator.scenario import resolve
 
@@ -470,3 +494,414 @@ def test_an_eviction_is_a_violation_exactly_when_no_quarantine_covers_it(
         moved = job == "ns/serve"  # the quarantine's migration moved this job
         expected += not (held or moved)
     assert sum("evicted for" in v for v in verdict(j).violations) == expected
+
+
+# ----- the invariants of issue 17 ------------------------------------------------------------
+
+OTHER = uuid("gpu-dp-0", 1)
+DEADLINE = 60.0
+REACTION = 60.0
+PASS = 5.0
+
+
+def full_story(j: Journal, *, canary_attempt: str = "1") -> Journal:
+    """Every new invariant held: the work moved, checks on the device in the released attempt,
+    a person's request honoured through them, no step while the health source was down."""
+    q = "rec-q"
+    j.record(12, Kind.HEALTH, "Unhealthy", "gpu-dp-0", QUARANTINED)
+    j.record(60, Kind.ALERT_FIRING, "GPUDeviceXid", "gpu-dp-0", QUARANTINED, action="quarantine")
+    j.record(
+        80,
+        Kind.DELIVERY,
+        "responder",
+        "gpu-dp-0",
+        QUARANTINED,
+        status="firing",
+        action="quarantine",
+        alertname="GPUDeviceXid",
+    )
+    pod = {"pod": "ns/serve-1", "job": "ns/serve", "devices": QUARANTINED}
+    j.record(70, Kind.POD, "running", "gpu-dp-0", QUARANTINED, **pod)
+    phase = {"record": q, "action": "quarantine", "episode": "1"}
+    j.record(81, Kind.PHASE, "Pending", "gpu-dp-0", QUARANTINED, **{**phase, "episode": "0"})
+    j.record(81, Kind.ENFORCED, "quarantine", "gpu-dp-0", QUARANTINED, annotation="a")
+    j.record(81, Kind.PHASE, "Quarantined", "gpu-dp-0", QUARANTINED, **phase, attempt="0")
+    j.record(85, Kind.NOTE, "move-started", "gpu-dp-0", QUARANTINED, record=q, job="ns/serve", episode="1")
+    j.record(100, Kind.EVICTION, "ns/serve-1", "gpu-dp-0", QUARANTINED, job="ns/serve", devices=QUARANTINED)
+    j.record(100, Kind.POD, "stopped", "gpu-dp-0", QUARANTINED, **pod)
+    j.record(101, Kind.MIGRATION, "succeeded", "gpu-dp-0", QUARANTINED, record=q, job="ns/serve", episode="1")
+    j.record(150, Kind.HEALTH, "Healthy", "gpu-dp-0", QUARANTINED)
+    j.record(150, Kind.ALERT_RESOLVED, "GPUDeviceXid", "gpu-dp-0", QUARANTINED)
+    j.record(160, Kind.HEALTH_SOURCE, "down")
+    j.record(162, Kind.PHASE, "Probing", "gpu-dp-0", QUARANTINED, **phase, attempt="1")  # within a pass
+    j.record(190, Kind.HEALTH_SOURCE, "up")
+    check = {"record": q, "attempt": "1", "ranOn": QUARANTINED, "result": "passed"}
+    probe = {"pod": "gpuhealth/probe-x", "job": "gpuhealth/probe", "devices": QUARANTINED, "check": "probe"}
+    j.record(205, Kind.POD, "running", "gpu-dp-0", QUARANTINED, **probe)
+    j.record(210, Kind.POD, "stopped", "gpu-dp-0", QUARANTINED, **probe)
+    j.record(210, Kind.CHECK, "probe", "gpu-dp-0", QUARANTINED, **check)
+    j.record(220, Kind.PHASE, "Canary", "gpu-dp-0", QUARANTINED, **phase, attempt="1")
+    j.record(230, Kind.CHECK, "canary", "gpu-dp-0", QUARANTINED, **{**check, "attempt": canary_attempt})
+    j.record(240, Kind.PHASE, "Stabilizing", "gpu-dp-0", QUARANTINED, **phase, attempt="1")
+    j.record(250, Kind.REQUEST, "requested", "gpu-dp-0", QUARANTINED, record=q, actor="person/ana")
+    j.record(250, Kind.REQUEST, "honoured", "gpu-dp-0", QUARANTINED, record=q, reason="Honoured")
+    asked = {**phase, "attempt": "1", "requested": "person/ana"}
+    j.record(300, Kind.PHASE, "Ramp", "gpu-dp-0", QUARANTINED, **asked)
+    j.record(
+        310,
+        Kind.POD,
+        "running",
+        "gpu-dp-0",
+        QUARANTINED,
+        pod="ns/opted-0",
+        job="ns/opted",
+        devices=QUARANTINED,
+    )
+    j.record(360, Kind.PHASE, "Released", "gpu-dp-0", QUARANTINED, **asked)
+    j.record(360, Kind.LIFTED, "quarantine", "gpu-dp-0", QUARANTINED, annotation="a")
+    r = "rec-r"
+    j.record(330, Kind.DELIVERY, "responder", "gpu-dra-0", RESTRICTED, status="firing", action="restrict")
+    j.record(331, Kind.PHASE, "Pending", "gpu-dra-0", RESTRICTED, record=r, action="restrict")
+    j.record(331, Kind.ENFORCED, "quarantine", "gpu-dra-0", RESTRICTED, rule="rule-r")
+    j.record(331, Kind.PHASE, "Quarantined", "gpu-dra-0", RESTRICTED, record=r, action="restrict")
+    # A restrict never moves work: a pod staying on it is no violation.
+    j.record(
+        335, Kind.POD, "running", "gpu-dra-0", RESTRICTED, pod="lab/nb-0", job="lab/nb", devices=RESTRICTED
+    )
+    return j
+
+
+def full_verdict(j: Journal, scenario=SCENARIO):  # type: ignore[no-untyped-def]
+    return judge(
+        j,
+        scenario,
+        fatal_xids=FATAL,
+        tolerance=TOLERANCE,
+        grace=GRACE,
+        move_deadline=DEADLINE,
+        reaction=REACTION,
+        pass_seconds=PASS,
+    )
+
+
+def test_the_full_story_breaks_none_of_the_new_invariants() -> None:
+    result = full_verdict(full_story(journal()))
+    assert result.violations == ()
+    assert result.acted == (("gpu-dp-0/gpu-0", "quarantine"), ("gpu-dra-0/gpu-1", "restrict"))
+
+
+def _late_pod(j: Journal, *, job: str = "ns/late") -> Entry:
+    return j.record(
+        120, Kind.POD, "running", "gpu-dp-0", QUARANTINED, pod="ns/late-0", job=job, devices=QUARANTINED
+    )
+
+
+NEW_BROKEN: list[tuple[str, Mutation, str]] = [
+    (
+        "a pod left on the device with no move",
+        _late_pod,
+        "t+180s pod ns/late-0 still on quarantined gpu-dp-0/gpu-0 (60s after t+120s; no move started)",
+    ),
+    (
+        "a pod left on the device past its move's deadline",
+        lambda j: (
+            _late_pod(j),
+            j.record(
+                130,
+                Kind.NOTE,
+                "move-started",
+                "gpu-dp-0",
+                QUARANTINED,
+                record="rec-q",
+                job="ns/late",
+                episode="1",
+            ),
+            j.record(
+                150,
+                Kind.MIGRATION,
+                "succeeded",
+                "gpu-dp-0",
+                QUARANTINED,
+                record="rec-q",
+                job="ns/late",
+                episode="1",
+            ),
+        ),
+        "t+190s pod ns/late-0 still on quarantined gpu-dp-0/gpu-0 (60s after t+120s; its move started "
+        "t+130s)",
+    ),
+    (
+        "a check that ran on another device",
+        lambda j: j.record(
+            212,
+            Kind.CHECK,
+            "probe",
+            "gpu-dp-0",
+            QUARANTINED,
+            record="rec-q",
+            attempt="1",
+            ranOn=OTHER,
+            result="passed",
+        ),
+        "t+212s the probe of gpu-dp-0/gpu-0 (passed) ran on gpu-dp-0/gpu-1",
+    ),
+    (
+        "a check that passed on no device",
+        lambda j: j.record(
+            212,
+            Kind.CHECK,
+            "probe",
+            "gpu-dp-0",
+            QUARANTINED,
+            record="rec-q",
+            attempt="1",
+            ranOn="",
+            result="passed",
+        ),
+        "t+212s the probe of gpu-dp-0/gpu-0 passed with no pod seen on the device",
+    ),
+    (
+        "a delivered quarantine left unenforced",
+        lambda j: (
+            j.record(365, Kind.ALERT_FIRING, "GPUDeviceXid", "gpu-dp-0", QUARANTINED),
+            j.record(
+                370,
+                Kind.DELIVERY,
+                "responder",
+                "gpu-dp-0",
+                QUARANTINED,
+                status="firing",
+                action="quarantine",
+                alertname="GPUDeviceXid",
+            ),
+        ),
+        "t+370s GPUDeviceXid fired for gpu-dp-0/gpu-0 and reached the responder, but the device was "
+        "not enforced by t+430s with the breaker closed",
+    ),
+    (
+        "a step up the ladder while the health source is down",
+        lambda j: (j.record(212, Kind.HEALTH_SOURCE, "down"), j.record(235, Kind.HEALTH_SOURCE, "up")),
+        "t+220s gpu-dp-0/gpu-0 stepped Probing -> Canary while the responders' health source was down",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "mutate", "message"), NEW_BROKEN, ids=[b[0] for b in NEW_BROKEN])
+def test_each_new_invariant_broken_alone_is_a_violation_naming_it(
+    case: str, mutate: Mutation, message: str
+) -> None:
+    j = full_story(journal())
+    mutate(j)
+    violations = full_verdict(j).violations
+    assert len(violations) == 1 and message in violations[0], (case, violations)
+
+
+def test_a_requested_release_needs_every_check_passed_in_its_own_attempt() -> None:
+    result = full_verdict(full_story(journal(), canary_attempt="0"))
+    assert result.violations == (
+        "t+360s gpu-dp-0/gpu-0 released at person/ana's request without a passed canary in attempt 1",
+    )
+
+
+def test_a_pod_left_behind_is_excused_by_an_unrecoverable_move_a_tripped_breaker_or_a_busy_node() -> None:
+    def late(*also: Callable[[Journal], object]) -> tuple[str, ...]:
+        j = full_story(journal())
+        _late_pod(j)
+        for change in also:
+            change(j)
+        return full_verdict(j).violations
+
+    assert late() != ()
+    unrecoverable = lambda j: j.record(  # noqa: E731
+        170,
+        Kind.MIGRATION,
+        "unrecoverable",
+        "gpu-dp-0",
+        QUARANTINED,
+        record="rec-q",
+        job="ns/late",
+        episode="1",
+    )
+    assert late(unrecoverable) == ()
+    assert late(lambda j: j.record(150, Kind.BREAKER, "tripped", trigger="rate")) == ()
+    # Another device's move on the node was in flight: the node's one slot holds this one back.
+    busy = lambda j: j.record(  # noqa: E731
+        110, Kind.NOTE, "move-started", "gpu-dp-0", OTHER, record="rec-o", job="ns/other", episode="1"
+    )
+    assert late(busy) == ()
+    # Gone before the deadline: no violation.
+    gone = lambda j: j.record(  # noqa: E731
+        175, Kind.POD, "stopped", "gpu-dp-0", QUARANTINED, pod="ns/late-0", job="ns/late", devices=QUARANTINED
+    )
+    assert late(gone) == ()
+
+
+def test_a_release_while_the_driver_reports_unhealthy_is_a_violation_even_unseen() -> None:
+    scenario = resolve(
+        {
+            "name": "relapse",
+            "fleet": [
+                {"name": "gpu-dp", "count": 1, "gpusPerNode": 2, "path": "device-plugin"},
+                {"name": "gpu-dra", "count": 2, "gpusPerNode": 2, "path": "dra"},
+            ],
+            "timeline": [
+                {"at": "10s", "fault": "xid", "device": {"node": "gpu-dp-0", "gpu": 0}, "xid": 79},
+                {"at": "150s", "fault": "recover", "device": {"node": "gpu-dp-0", "gpu": 0}},
+                # Idle and failing again from 300 s: no pod, so no one reports it (no HEALTH entry).
+                {"at": "300s", "fault": "device-unhealthy", "device": {"node": "gpu-dp-0", "gpu": 0}},
+                {
+                    "at": "20s",
+                    "fault": "device-unknown",
+                    "device": {"node": "gpu-dra-0", "gpu": 1},
+                    "duration": "8m",
+                },
+            ],
+        }
+    )
+    violations = full_verdict(full_story(journal()), scenario).violations
+    assert violations == ("t+360s gpu-dp-0/gpu-0 released while its driver reported it Unhealthy",)
+    # A fault that begins within the observation before the release is not blamed on it.
+    j = full_story(journal())
+    j.resolution_seconds = 2.0
+    late = dataclasses.replace(
+        scenario,
+        timeline=tuple(dataclasses.replace(f, at=359.0) if f.at == 300 else f for f in scenario.timeline),
+    )
+    assert full_verdict(j, late).violations == ()
+
+
+def test_the_reported_unhealthy_spans_follow_the_timeline_as_the_simulator_plays_it() -> None:
+    scenario = resolve(
+        {
+            "name": "truth",
+            "fleet": [
+                {"name": "gpu-dp", "count": 1, "gpusPerNode": 2, "path": "device-plugin"},
+                {"name": "gpu-dra", "count": 1, "gpusPerNode": 4, "path": "dra"},
+            ],
+            "timeline": [
+                # A timed spell, outlasted by a later one (its own end no longer counts).
+                {
+                    "at": "0s",
+                    "fault": "device-unhealthy",
+                    "device": {"node": "gpu-dra-0", "gpu": 0},
+                    "duration": "60s",
+                },
+                {
+                    "at": "30s",
+                    "fault": "device-unhealthy",
+                    "device": {"node": "gpu-dra-0", "gpu": 0},
+                    "duration": "60s",
+                },
+                # A fatal XID lasts until recover; an application XID is nothing.
+                {"at": "10s", "fault": "xid", "device": {"node": "gpu-dra-0", "gpu": 1}, "xid": 79},
+                {"at": "20s", "fault": "xid", "device": {"node": "gpu-dra-0", "gpu": 2}, "xid": 13},
+                # A lost GPU outlasts a timed spell's end.
+                {"at": "0s", "fault": "gpu-lost", "device": {"node": "gpu-dra-0", "gpu": 3}},
+                {
+                    "at": "5s",
+                    "fault": "device-unhealthy",
+                    "device": {"node": "gpu-dra-0", "gpu": 3},
+                    "duration": "10s",
+                },
+                {"at": "100s", "fault": "xid", "device": {"node": "gpu-dra-0", "gpu": 1}, "xid": 48},
+                {"at": "200s", "fault": "recover", "device": {"node": "gpu-dra-0", "gpu": 1}},
+                # A flap; and a device-plugin node's broken stream makes every device Unhealthy.
+                {
+                    "at": "0s",
+                    "fault": "flap",
+                    "device": {"node": "gpu-dp-0", "gpu": 0},
+                    "times": 2,
+                    "period": "20s",
+                },
+                {"at": "100s", "fault": "health-stream-broken", "node": "gpu-dp-0", "duration": "30s"},
+            ],
+        }
+    )
+    assert reported_unhealthy(scenario) == {
+        ("gpu-dra-0", 0): [(0.0, 90.0)],
+        ("gpu-dra-0", 1): [(10.0, 200.0)],
+        ("gpu-dra-0", 3): [(0.0, math.inf)],
+        ("gpu-dp-0", 0): [(0.0, 10.0), (20.0, 30.0), (100.0, 130.0)],
+        ("gpu-dp-0", 1): [(100.0, 130.0)],
+    }
+
+
+def test_an_unenforced_delivery_is_excused_by_a_resolved_alert_a_tripped_breaker_or_the_rate_limit() -> None:
+    def unenforced(*also: Callable[[Journal], object]) -> tuple[str, ...]:
+        j = full_story(journal())
+        j.record(365, Kind.ALERT_FIRING, "GPUDeviceXid", "gpu-dp-0", QUARANTINED)
+        j.record(
+            370, Kind.DELIVERY, "responder", "gpu-dp-0", QUARANTINED,
+            status="firing", action="quarantine", alertname="GPUDeviceXid",
+        )  # fmt: skip
+        for change in also:
+            change(j)
+        return tuple(v for v in full_verdict(j).violations if "reached the responder" in v)
+
+    assert unenforced() != ()
+    assert (
+        unenforced(lambda j: j.record(400, Kind.ALERT_RESOLVED, "GPUDeviceXid", "gpu-dp-0", QUARANTINED))
+        == ()
+    )
+    assert unenforced(lambda j: j.record(420, Kind.BREAKER, "tripped", trigger="rate")) == ()
+    assert (
+        unenforced(
+            lambda j: j.record(
+                371,
+                Kind.PHASE,
+                "Pending",
+                "gpu-dp-0",
+                QUARANTINED,
+                record="rec-q2",
+                action="quarantine",
+                why="RateLimited",
+            )
+        )
+        == ()
+    )
+    enforced = lambda j: j.record(400, Kind.ENFORCED, "quarantine", "gpu-dp-0", QUARANTINED, annotation="a")  # noqa: E731
+    assert unenforced(enforced) == ()
+
+
+def test_a_firm_failure_beside_a_transient_one_must_be_answered() -> None:
+    scenario = resolve(
+        {
+            "name": "mixed",
+            "fleet": [{"name": "gpu-dp", "count": 1, "gpusPerNode": 2, "path": "device-plugin"}],
+            "timeline": [
+                # Shorter than the alert's for: may rightly go unanswered ...
+                {
+                    "at": "0s",
+                    "fault": "device-unhealthy",
+                    "device": {"node": "gpu-dp-0", "gpu": 0},
+                    "duration": "30s",
+                },
+                # ... but this one may not, and is due from its own start.
+                {"at": "200s", "fault": "device-unhealthy", "device": {"node": "gpu-dp-0", "gpu": 0}},
+                {
+                    "at": "0s",
+                    "fault": "device-unhealthy",
+                    "device": {"node": "gpu-dp-0", "gpu": 1},
+                    "duration": "30s",
+                },
+            ],
+        }
+    )
+    devices = {
+        uuid("gpu-dp-0", i): Device(uuid("gpu-dp-0", i), "gpu-dp-0", i, "device-plugin") for i in range(2)
+    }
+    silent = Journal("mixed", "", 10.0, devices, ended_at=600.0)
+    silent.record(0, Kind.NOTE, "nothing happened")
+    result = judge(
+        silent, scenario, fatal_xids=FATAL, tolerance=TOLERANCE, unhealthy_for=UNHEALTHY_FOR, grace=GRACE
+    )
+    assert result.violations == ("gpu-dp-0/gpu-0: quarantine warranted from t+200s, but no record by t+320s",)
+    assert result.missed == (("gpu-dp-0/gpu-1", "quarantine"),)
+    # Too late in the run for the firm one: missed, not violated.
+    silent.ended_at = 300.0
+    assert (
+        judge(
+            silent, scenario, fatal_xids=FATAL, tolerance=TOLERANCE, unhealthy_for=UNHEALTHY_FOR, grace=GRACE
+        ).violations
+        == ()
+    )

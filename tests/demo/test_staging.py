@@ -6,8 +6,12 @@ kills come sorted by time. The responders' config: defaults with the scenario's 
 top, durations divided by the speed and per-hour rates multiplied by it (property: scaling
 back gives the original within a millisecond, whole-number rates never get stricter), values
 that are neither pass through, and the result is what the responder's own loader accepts; a
-bad override is a StagingError naming `responder.<section>.<key>`; the shipped closed-loop
-scenario stages without error.
+bad override is a StagingError naming `responder.<section>.<key>`; every duration of the
+shipped config is scaled (none is missed); the shipped closed-loop scenario stages without
+error. Release requests (device, reason, actor, via) and health-source outages are read,
+sorted, refused with their field when bad (overlapping outages too), and the run settles after
+the last of them; a move's deadline is the checkpoint timeout at the run's speed plus a
+grace period and a pass.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from demo.pipeline import RESPONDER_CONFIG, responder_document
+from demo.pipeline import RESPONDER_CONFIG, move_deadline_seconds, responder_document
 from demo.staging import (
     DEFAULT_SETTLE_SECONDS,
     DURATION_KEYS,
     Kill,
+    Outage,
+    ReleaseAsk,
     Staging,
     StagingError,
     merged,
@@ -198,3 +204,74 @@ def test_a_kill_names_the_process_it_means() -> None:
     assert run.resolve("responder-0") == "responder-0"  # a name is itself
     observer.leader = "someone-else"
     assert run.resolve("responder-leader") == ""
+
+
+def test_every_duration_of_the_shipped_config_is_scaled() -> None:
+    for section, body in DEFAULTS.items():
+        for key, value in (body or {}).items() if isinstance(body, dict) else ():
+            if isinstance(value, str) and value[:1].isdigit():
+                assert (section, key) in DURATION_KEYS, (section, key)
+
+
+def test_release_requests_and_outages_are_read_sorted_and_counted_in_the_run() -> None:
+    stage = staging(
+        {
+            "kills": [{"at": "1m", "process": "exporter", "restart": "30s"}],
+            "releaseRequests": [
+                {"at": "5m", "node": "gpu-dp-0", "gpu": 1, "reason": "riser", "via": "patch", "actor": "ana"},
+                {"at": "4m", "node": "gpu-dra-0", "gpu": 0, "reason": "fixed"},
+            ],
+            "healthSourceDown": [{"at": "8m", "for": "1m"}, {"at": "2m", "for": "3m"}],
+        }
+    )
+    assert stage.release_requests == (
+        ReleaseAsk(240.0, "gpu-dra-0", 0, "fixed"),
+        ReleaseAsk(300.0, "gpu-dp-0", 1, "riser", actor="ana", via="patch"),
+    )
+    assert stage.health_source_down == (Outage(120.0, 180.0), Outage(480.0, 60.0))
+    assert stage.last_action == 540.0
+    assert Staging().last_action == 0.0
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"releaseRequests": {"at": "1m"}}, "demo.releaseRequests: expected a list"),
+        (
+            {"releaseRequests": [{"at": "1m", "node": "n", "gpu": 0}]},
+            "demo.releaseRequests[0].reason: required",
+        ),
+        (
+            {"releaseRequests": [{"at": "1m", "node": "n", "gpu": 0, "reason": "r", "via": "kubectl"}]},
+            "demo.releaseRequests[0].via: expected one of command, patch",
+        ),
+        (
+            {"releaseRequests": [{"at": "1m", "node": "n", "gpu": -1, "reason": "r"}]},
+            "demo.releaseRequests[0].gpu: expected a whole number",
+        ),
+        (
+            {"releaseRequests": [{"at": "1m", "node": "", "gpu": 0, "reason": "r"}]},
+            "demo.releaseRequests[0].node:",
+        ),
+        ({"healthSourceDown": [{"at": "1m"}]}, "demo.healthSourceDown[0].for: required"),
+        ({"healthSourceDown": [{"at": "1m", "for": "0s"}]}, "demo.healthSourceDown[0].for:"),
+        (
+            {"healthSourceDown": [{"at": "1m", "for": "1m", "why": 1}]},
+            "demo.healthSourceDown[0].why: unknown field",
+        ),
+        (
+            {"healthSourceDown": [{"at": "1m", "for": "2m"}, {"at": "2m", "for": "1m"}]},
+            "demo.healthSourceDown: the outage at 120s starts before the one at 60s ends",
+        ),
+    ],
+)
+def test_a_bad_release_request_or_outage_names_the_field(section: Any, message: str) -> None:
+    with pytest.raises(StagingError) as error:
+        staging(section)
+    assert message in str(error.value)
+
+
+def test_a_moves_deadline_is_the_checkpoint_timeout_at_speed_plus_grace_and_a_pass() -> None:
+    document = scaled_document(merged(DEFAULTS, {"migration": {"checkpoint_timeout": "2m"}}), 20.0)
+    # 2 minutes of simulated time, the pod's 30 s grace period, one 5 s pass at 20x.
+    assert move_deadline_seconds(document, 20.0) == pytest.approx(120.0 + 30.0 + 100.0)
