@@ -89,7 +89,6 @@ from responder.records import (
     Evidence,
     Migration,
     MigrationOutcome,
-    Phase,
     Quarantine,
     RecordError,
     from_object,
@@ -334,7 +333,7 @@ class Migrator:
         # A cluster it cannot read raises: the caller (the reconciler) retries this record on
         # its backoff; swallowed here, a device whose moves had not begun would wait a whole
         # recheck, as nothing in the record would say a move is due.
-        climbing = record.status.phase != Phase.QUARANTINED
+        climbing = LADDER.rung(record.status.phase) is not None
         # On a rung of the release ladder only the moves awaiting replacements go on: nothing new
         # begins (on the ramp, the pods on the device are the opted-in work it was opened to).
         jobs = {} if climbing else observer.jobs_on_device(record)

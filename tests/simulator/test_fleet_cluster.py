@@ -19,6 +19,7 @@ from exporter.podresources import Allocatable
 from exporter.podresources_remote import RemotePodResources
 from gpuhealth.kube.config import api_client
 from gpuhealth.testing.loopback import wait_until
+from simulator.fleet.objects import DRA_PLUGIN_NAMESPACE
 from simulator.testing import running_cluster
 
 pytestmark = pytest.mark.integration
@@ -86,7 +87,10 @@ def test_scenario_served_to_the_official_client_changes_as_faults_land() -> None
         assert {lease.spec.holder_identity for lease in leases} == {"dp-0", "dra-0"}
         first = {lease.metadata.name: lease.spec.renew_time for lease in leases}
 
-        pods = core.list_pod_for_all_namespaces().items
+        listed = core.list_pod_for_all_namespaces().items
+        plugins = [p for p in listed if p.metadata.namespace == DRA_PLUGIN_NAMESPACE]
+        assert [p.spec.node_name for p in plugins] == ["dra-0"]  # the DRA driver's kubelet plugin
+        pods = [p for p in listed if p.metadata.namespace != DRA_PLUGIN_NAMESPACE]
         assert len(pods) == 4
         assert all(set(_health(p).values()) == {"Healthy"} for p in pods)
         dra_pods = [p for p in pods if p.spec.node_name == "dra-0"]
