@@ -7,10 +7,12 @@ responder replicas: the real kube-scheduler places the workloads (their Jobs and
 by the real controllers), allocates no quarantined DRA device while our DeviceTaintRule stands
 and calls the responders' extender for device-plugin nodes; evictions go through the real
 eviction API; each run breaks no safety invariant and meets every expectation its file states.
-`closed-loop`, `dra-and-device-plugin`, `gradual-return` (the real kube-scheduler takes the
-opted-in replacement onto the ramping device: the extender on device plugins, the canary
-taint's toleration on DRA), `leader-kill`, `multi-gpu-topology` and `idle-relapse` on 1.37
-(DeviceTaintRule v1); `closed-loop` on 1.36 too (v1beta2 behind its feature gate).
+`closed-loop`, `dra-and-device-plugin`, `leader-kill`, `multi-gpu-topology` and `idle-relapse` on
+1.37 (DeviceTaintRule v1); `closed-loop` on 1.36 too (v1beta2 behind its feature gate). Not
+`gradual-return`: its story needs the opted-in workload on the GPU that fails, and on a real
+control plane which of a node's GPUs a pod gets is the kubelet's and driver's choice (the
+scheduler picks only the node), so the failing GPU may hold another workload; the opt-in
+itself is held to the real API server by `test_controlplane_dra.py`.
 `idle-relapse` holds a device quarantined through an idle relapse on both paths: its
 device-plugin node agent serves the kubelet's pod-resources view, which the demo's node
 exporter reads.
@@ -37,13 +39,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.controlplane, pytest.mark.slo
 START_UP_SECONDS = 120.0
 """Wall seconds a run may spend starting the control plane and its processes beyond its estimate."""
 
-EXTENDER_PLACES = {"dra-and-device-plugin", "gradual-return", "idle-relapse"}
+EXTENDER_PLACES = {"dra-and-device-plugin", "idle-relapse"}
 """Scenarios that move a device-plugin pod while the responders run (its replacement is filtered)."""
 
 RUNS = [
     ("closed-loop", "1.37"),
     ("dra-and-device-plugin", "1.37"),
-    ("gradual-return", "1.37"),
     ("leader-kill", "1.37"),
     ("multi-gpu-topology", "1.37"),
     ("idle-relapse", "1.37"),
