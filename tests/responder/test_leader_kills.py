@@ -27,7 +27,6 @@ from prometheus_client import CollectorRegistry
 from gpuhealth.kube.elector import LeaderElector
 from gpuhealth.kube.lease import ElectionSettings
 from gpuhealth.kube.meta import rfc3339
-from responder.ladder import PROBING
 from responder.reconcile.policy import Health
 from responder.records import QUARANTINES, MigrationOutcome, Phase, Quarantine
 from responder.webhook.recorder import Recorder
@@ -150,11 +149,12 @@ async def replicas(w: World, counters: list[Counter[Effect]]) -> AsyncIterator[l
 
 
 async def drive(w: World, flow: Flow, candidates: list[Candidate], *, kill: bool) -> tuple[Quarantine, int]:
-    """The world answers (alert resolved once the job moved, device Healthy once probed) until
-    the record is Released; with `kill`, the leader is killed whenever the record moved on."""
+    """The world answers (once the job moved, the device recovers, reading Healthy, and its alert
+    resolves) until the record is Released; with `kill`, the leader is killed whenever the
+    record moved on."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + DEADLINE
-    resolved = healthy = False
+    resolved = False
     last: Quarantine | None = None
     kills = 0
     while True:
@@ -166,11 +166,9 @@ async def drive(w: World, flow: Flow, candidates: list[Candidate], *, kill: bool
         if not resolved and migration is not None and migration.outcome is MigrationOutcome.SUCCEEDED:
             await asyncio.to_thread(flow.await_moved)
             await asyncio.to_thread(flow.device_fault, "recover")  # the GPU is well again
+            w.health.set(flow.node, flow.device, Health.HEALTHY, w.clock.now())
             await deliver(candidates, flow, "resolved")
             resolved = True
-        if not healthy and record.status.phase == PROBING:
-            w.health.set(flow.node, flow.device, Health.HEALTHY, w.clock.now())
-            healthy = True
         if kill and last is not None and last.status != record.status:
             leaders = [c for c in candidates if c.elector.is_leader]
             if leaders:

@@ -61,7 +61,14 @@ from responder.reconcile.breaker_store import BreakerStore
 from responder.reconcile.events import EVENT, KubeEvents
 from responder.reconcile.health import StaticHealth
 from responder.reconcile.limits import BucketSettings
-from responder.reconcile.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult, Health, PolicySettings
+from responder.reconcile.policy import (
+    CANARY_TAINT,
+    QUARANTINE_TAINT,
+    STILL_UNHEALTHY,
+    CheckResult,
+    Health,
+    PolicySettings,
+)
 from responder.reconcile.reconciler import OPT_OUT_LABEL, Reconciler, ReconcilerSettings
 from responder.records import QUARANTINES, Phase, Quarantine, from_object, to_object
 from responder.webhook.intake import IntakeSettings, Write, decide
@@ -195,6 +202,8 @@ def test_a_dra_record_walks_from_pending_to_released(world: World) -> None:
     assert rule["spec"]["taint"]["key"] == QUARANTINE_TAINT
     assert rule["metadata"]["ownerReferences"][0]["uid"] == w.record(name).uid
 
+    # The device recovers (its health reads Healthy again), then its alert resolves.
+    w.health.set("dra-0", "gpu.nvidia.com/dra-0/gpu-3", Health.HEALTHY, w.clock.now())
     w.resolve(name)
     w.clock.advance(5)
     w.reconciler.reconcile_once()
@@ -203,7 +212,6 @@ def test_a_dra_record_walks_from_pending_to_released(world: World) -> None:
     assert job["metadata"]["ownerReferences"][0]["name"] == name
     wait_until("the probe passed", lambda: w.check(name, "probe") == CheckResult.SUCCEEDED, timeout=60)
 
-    w.health.set("dra-0", "gpu.nvidia.com/dra-0/gpu-3", Health.HEALTHY, w.clock.now())
     w.reconciler.reconcile_once()
     assert w.record(name).status.phase == CANARY
     wait_until("the canary passed", lambda: w.check(name, "canary") == CheckResult.SUCCEEDED, timeout=60)
@@ -401,12 +409,12 @@ def test_a_storm_trips_the_breaker_and_a_release_flows(world: World) -> None:
     w = world
     first = w.add("dra-0", 0, dra=True)
     w.reconciler.reconcile_once()
+    w.health.set("dra-0", "gpu.nvidia.com/dra-0/gpu-0", Health.HEALTHY, w.clock.now())  # recovered
     w.resolve(first)
     w.reconciler.reconcile_once()
     assert w.record(first).status.phase == PROBING
     storm = [w.add(node, i, dra=False) for node in ("dp-0", "dp-1") for i in range(4)]
     wait_until("the probe passed", lambda: w.check(first, "probe") == CheckResult.SUCCEEDED, timeout=60)
-    w.health.set("dra-0", "gpu.nvidia.com/dra-0/gpu-0", Health.HEALTHY, w.clock.now())
     w.reconciler.reconcile_once()
     # 12 devices: capacity max(15 % of 12, 4) = 4 under quarantine, rate max(8 %, 5) = 5 starts.
     phases = [w.record(n).status.phase for n in storm]
@@ -486,6 +494,7 @@ def test_a_device_plugin_check_runs_on_its_device_and_follows_its_health(world: 
     uuid = gpu_uuid("dp-1", 2)
     name = w.add("dp-1", 2, dra=False)
     w.reconciler.reconcile_once()
+    w.health.set("dp-1", uuid, Health.HEALTHY, w.clock.now())  # the card recovers, its alert resolves
     w.resolve(name)
     w.reconciler.reconcile_once()
     assert w.record(name).status.phase == PROBING
@@ -516,13 +525,19 @@ def test_a_device_plugin_check_runs_on_its_device_and_follows_its_health(world: 
 
 
 def test_a_device_plugin_probe_of_a_card_that_still_fails_fails(world: World) -> None:
-    """The alert resolved, but the card is still Unhealthy: the device plugin would hand a GPU
-    request one of the node's three Healthy cards and pass; the probe tests this one and fails."""
+    """The alert resolved and the metrics the reconciler reads say Healthy, but the card still
+    fails when used: the device plugin would hand a GPU request one of the node's three Healthy
+    cards and pass; the probe tests this one and fails. While the metrics still read it
+    Unhealthy, no attempt starts at all (StillUnhealthy)."""
     w = world
     name = w.add("dp-0", 1, dra=False)
     w.cluster.inject({"fault": "device-unhealthy", "device": {"node": "dp-0", "gpu": 1}})
     w.reconciler.reconcile_once()
     w.resolve(name)
+    w.reconciler.reconcile_once()
+    record = w.record(name)
+    assert (record.status.phase, record.status.phase_reason) == (Phase.QUARANTINED, STILL_UNHEALTHY)
+    w.health.set("dp-0", gpu_uuid("dp-0", 1), Health.HEALTHY, w.clock.now())  # unseen by the metrics
     w.reconciler.reconcile_once()
     assert w.record(name).status.phase == PROBING
     wait_until("the probe failed", lambda: w.check(name, "probe") == CheckResult.FAILED, timeout=60)

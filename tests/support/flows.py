@@ -272,15 +272,16 @@ class Flow:
         return migrations[0] if migrations else None
 
     def drive(self, leader: Callable[[Quarantine], Replica]) -> Quarantine:
-        """Passes until Released, the world answering as it would: the alert resolves once the
-        job has moved, the device reads Healthy once it is being probed.
+        """Passes until Released, the world answering as it would: once the job has moved the
+        device recovers (it reads Healthy again) and then its alert resolves, as on a real node
+        (an alert resolving over a device that still reads Unhealthy starts no release).
 
         `leader(record)` names the replica that runs the next pass: it sees the record as
         stored, so a test can hand leadership over whenever the record moved on."""
-        resolved = healthy = False
+        resolved = False
 
         def released() -> bool:
-            nonlocal resolved, healthy
+            nonlocal resolved
             record = self.record()
             if not self.seen or self.seen[-1].status != record.status:
                 self.seen.append(record)
@@ -295,12 +296,11 @@ class Flow:
                 and migration.outcome is MigrationOutcome.SUCCEEDED
             ):
                 self.await_moved()
-                self.device_fault("recover")  # the GPU is well again: its alert resolves
+                # The GPU is well again (the fleet and the metrics say so): its alert resolves.
+                self.device_fault("recover")
+                self.health.set(self.node, self.device, Health.HEALTHY, self.clock.now())
                 self.resolve()
                 resolved = True
-            if not healthy and phase == PROBING:
-                self.health.set(self.node, self.device, Health.HEALTHY, self.clock.now())
-                healthy = True
             leader(record).reconciler.reconcile_once()
             self.clock.advance(0.5)
             return False
