@@ -6,8 +6,8 @@ field would be an error, not silently pruned) and its status subresource takes t
 reconciler writes (as the responder's ServiceAccount: the admission policy refuses anyone else);
 every overlay applies with `kubectl apply --server-side --validate=strict`
 (the Prometheus Operator kinds against CRDs made from the deploy tests' schemas) with no
-warning but the PodSecurity one the namespace is labelled for (the exporter is not
-`restricted`), and applying it again changes nothing.
+warning but the PodSecurity ones the namespace is labelled for (one per exporter DaemonSet:
+the exporter is not `restricted`), and applying it again changes nothing.
 """
 
 from __future__ import annotations
@@ -84,13 +84,16 @@ def test_every_overlay_applies_server_side_with_strict_validation(
     objects = build(overlay)
     done = apply(installed, objects)
     assert done.returncode == 0, done.stderr
-    # The one warning by design: the namespace enforces `privileged` (the exporter needs its
-    # host path and root) and warns at `restricted`, which the exporter's pods are not.
+    # The warnings by design, one per exporter DaemonSet (device-plugin nodes and the others):
+    # the namespace enforces `privileged` (the exporter needs its host paths and root) and warns
+    # at `restricted`, which the exporter's pods are not. No other object warns.
     warnings = [line for line in done.stderr.splitlines() if line.startswith("Warning:")]
-    exporters = [o for o in objects if o["kind"] == "DaemonSet"]
-    assert len(warnings) == len(exporters) == 1, done.stderr
-    assert warnings[0].startswith('Warning: would violate PodSecurity "restricted:latest"')
-    assert 'container "exporter"' in warnings[0]
+    daemonsets = {o["metadata"]["name"] for o in objects if o["kind"] == "DaemonSet"}
+    assert daemonsets == {"gpuhealth-exporter", "gpuhealth-exporter-device-plugin"}
+    assert len(warnings) == len(daemonsets), done.stderr
+    for warning in warnings:
+        assert warning.startswith('Warning: would violate PodSecurity "restricted:latest"'), warning
+        assert 'container "exporter"' in warning, warning
     stored = _versions(installed, objects)
     assert len(stored) == len(objects)  # every object is there
     again = apply(installed, objects)

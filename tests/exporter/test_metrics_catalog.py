@@ -1,11 +1,12 @@
 """The exporter's `/metrics` against its catalog (`exporter.metrics`).
 
 Aspects covered: a scrape of a small node-mode store (device-plugin and DRA devices,
-allocations, a driver taint, a Lease, NVML readings and an XID, every self metric moved)
-exposes exactly the declared families, each with its declared type, HELP and labels, and
-every declared family appears, so the catalog cannot drift from the code either way; no
-`_created` series is exposed (client_python's are turned off where the exporter builds its
-metrics); the exposition's families are the catalog's device and NVML families.
+allocations, a driver taint, the DRA driver's kubelet plugin pod (its health producer), a
+Lease, NVML readings and an XID, every self metric moved) exposes exactly the declared
+families, each with its declared type, HELP and labels, and every declared family appears, so
+the catalog cannot drift from the code either way; no `_created` series is exposed
+(client_python's are turned off where the exporter builds its metrics); the exposition's
+families are the catalog's device and NVML families.
 """
 
 from __future__ import annotations
@@ -21,10 +22,20 @@ from exporter import exposition
 from exporter.metrics import CATALOG, CLUSTER_FAMILIES, NVML_FAMILIES, SELF_FAMILIES
 from exporter.self_metrics import ExporterMetrics
 from exporter.server import create_app
-from exporter.state import DeviceStateStore
+from exporter.state import DeviceStateStore, producer_resource
 from gpuhealth.clock import ManualClock
 from gpuhealth.nvml import DeviceReading, XidEvent
-from tests.exporter.fixtures.builders import DRIVER, claim, container, gpu_uuid, lease, pod, resource, slice_
+from tests.exporter.fixtures.builders import (
+    DRIVER,
+    claim,
+    container,
+    gpu_uuid,
+    lease,
+    plugin_pod,
+    pod,
+    resource,
+    slice_,
+)
 
 U0, U1 = gpu_uuid("node-1", 0), gpu_uuid("node-1", 1)
 
@@ -47,6 +58,7 @@ def small_store(clock: ManualClock) -> DeviceStateStore:
         ),
     )
     store.apply_claim("ADDED", claim("p-gpus", [("big", DRIVER, "node-1", "gpu-1")]))
+    store.apply_event(producer_resource(DRIVER), "ADDED", plugin_pod(True, clock.now()))  # its kubelet plugin
     store.apply_pod(
         "ADDED",
         pod(

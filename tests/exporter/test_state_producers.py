@@ -33,39 +33,21 @@ from gpuhealth.cli import UsageError
 from gpuhealth.clock import ManualClock
 from gpuhealth.fields import SettingsError
 from gpuhealth.kube.meta import rfc3339
-from tests.exporter.fixtures.builders import DRIVER, claim, container, gpu_uuid, lease, pod, resource, slice_
+from tests.exporter.fixtures.builders import (
+    DRIVER,
+    claim,
+    container,
+    gpu_uuid,
+    lease,
+    plugin_pod,
+    pod,
+    resource,
+    slice_,
+)
 
 U0, U1 = gpu_uuid("node-1", 0), gpu_uuid("node-1", 1)
 DP = gpu_uuid("node-2", 0)
 PRODUCER = producer_resource(DRIVER)
-NS = "dra-driver-nvidia-gpu"
-
-
-def plugin_pod(
-    ready: bool | None, since: float, *, name: str = "plugin-a", node: str | None = "node-1", rv: int = 1
-) -> dict[str, Any]:
-    """The kubelet plugin's pod as the kubelet writes it: Ready condition with its transition time."""
-    status: dict[str, Any] = {"phase": "Running"}
-    if ready is not None:
-        status["conditions"] = [
-            {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": rfc3339(since)}
-        ]
-    spec: dict[str, Any] = {"containers": [{"name": "gpus"}]}
-    if node is not None:
-        spec["nodeName"] = node
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": NS,
-            "uid": f"uid-{name}",
-            "resourceVersion": str(rv),
-            "labels": {"dra-driver-nvidia-gpu-component": "kubelet-plugin"},
-        },
-        "spec": spec,
-        "status": status,
-    }
 
 
 def dra_workload(rv: int, health: str = "Healthy") -> dict[str, Any]:
