@@ -13,7 +13,10 @@ The invariants (each broken one is a line in `Verdict.violations`; the run exits
 - a quarantine the fault did not warrant: a record whose action its device's faults do not
   warrant (or not yet), or a device enforced without any warrant;
 - an eviction or migration caused by Unknown: an eviction or migration of a device whose
-  record is a `restrict` (Unknown), or of a device with no record at all;
+  record is a `restrict` (Unknown), or of a device with no record at all; a fixed-topology job
+  is moved whole, so an eviction of its pod on other devices is justified by that job's move for
+  a quarantined device, under way at the eviction and within the quarantine episode it started
+  in (its outcome may never come: a move awaiting its replacements), and by nothing else;
 - a node-wide action (cordon, node taint) for a device fault: any NODE_ACTION entry;
 - an action done twice: two DeviceTaintRules for one device at once, two records for one
   device at once, the same pod evicted twice, one job's migration finished twice by a record;
@@ -383,7 +386,6 @@ def judge(
     tripped_at: float | None = None
     pending: list[tuple[Entry, str]] = []
     """Evictions of pods on no quarantined device, with the cause they would have."""
-    moved_by_quarantine: set[str] = set()
 
     def active(device: str, at: float) -> list[_Record]:
         return [r for r in records.values() if r.device == device and r.created <= at < r.ended]
@@ -468,8 +470,8 @@ def judge(
             evicted.add(e.what)
             holding = _records_of(records, devices, e.at)
             if not any(r.action == "quarantine" for r in holding):
-                # A fixed-topology job's other pods hold healthy devices: the job's migration
-                # by a quarantine record (judged at the end) is then the cause.
+                # A fixed-topology job's other pods hold healthy devices: the job's move for a
+                # quarantined device, under way then (judged at the end), is then the cause.
                 pending.append((e, "an Unknown (restrict)" if holding else "no quarantine"))
         elif e.kind is Kind.MIGRATION:
             name = e.detail.get("record", "")
@@ -478,8 +480,6 @@ def judge(
             if key in migrated:
                 violations.append(f"t+{e.at:.0f}s the migration of {key[1]} off {where} finished twice")
             migrated.add(key)
-            if record is not None and record.action == "quarantine":
-                moved_by_quarantine.add(key[1])
             if record is None or record.action != "quarantine":
                 cause = "an Unknown (restrict)" if record is not None else "no quarantine"
                 violations.append(f"t+{e.at:.0f}s a migration of {key[1]} off {where} for {cause}")
@@ -490,8 +490,10 @@ def judge(
             if tripped and tripped_at is None:
                 tripped_at = e.at
 
+    moves = _moves(entries)
+    windows = _quarantine_windows(entries)
     for e, cause in pending:
-        if e.detail.get("job") not in moved_by_quarantine:
+        if not _moved_with_its_job(e, moves, windows, journal.resolution_seconds):
             violations.append(f"t+{e.at:.0f}s pod {e.what} on {label(e.device, e.node)} evicted for {cause}")
     acted: set[tuple[str, str]] = set()
     missed: set[tuple[str, str]] = set()
@@ -536,6 +538,46 @@ def judge(
     violations += _unenforced(entries, reaction, journal.ended_at, label)
     violations += _steps_without_health(entries, pass_seconds, label)
     return Verdict(tuple(violations), tuple(sorted(acted)), tuple(sorted(missed)))
+
+
+def _moves(entries: list[Entry]) -> dict[tuple[str, str, str], tuple[float, float]]:
+    """(record, job, episode) -> (start, end) of each move: from its first entry (its move-started
+    note, or its outcome in a journal that notes no start) until its outcome (a MIGRATION entry:
+    succeeded, failed, unrecoverable), inf while under way, awaiting its replacements included."""
+    moves: dict[tuple[str, str, str], tuple[float, float]] = {}
+    for e in entries:
+        if not ((e.kind is Kind.NOTE and e.what == "move-started") or e.kind is Kind.MIGRATION):
+            continue
+        key = (e.detail.get("record", ""), e.detail.get("job", ""), e.detail.get("episode", ""))
+        start, end = moves.get(key, (e.at, math.inf))
+        if e.kind is Kind.MIGRATION:
+            end = min(end, e.at)
+        moves[key] = (start, end)
+    return moves
+
+
+def _moved_with_its_job(
+    eviction: Entry,
+    moves: Mapping[tuple[str, str, str], tuple[float, float]],
+    windows: Iterable[tuple[str, str, str, str, float, float]],
+    slack: float,
+) -> bool:
+    """Whether the eviction belongs to a move of the pod's job for a quarantined device: the move
+    was under way when the pod was evicted, and the quarantine episode it started in (of a
+    `quarantine` record: a restrict moves nothing) still held. `slack` (the journal's resolution)
+    allows for the move and the eviction being seen in either order within one observation."""
+    job = eviction.detail.get("job", "")
+    at = eviction.at
+    windows = list(windows)
+    for (record, moved, _), (start, end) in moves.items():
+        if moved != job or not (start - slack <= at <= end + slack):
+            continue
+        if any(
+            name == record and w_start - slack <= start < w_end and at < w_end + slack
+            for name, _, _, _, w_start, w_end in windows
+        ):
+            return True
+    return False
 
 
 def _records_of(records: Mapping[str, _Record], devices: Iterable[str], at: float) -> list[_Record]:

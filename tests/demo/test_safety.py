@@ -30,7 +30,7 @@ health source is down (not one within a pass of the outage's start). A device wi
 failure besides its transient ones must be quarantined from that failure on.
 Properties: a release is a violation exactly when a passed probe or canary is missing since the
 record was last quarantined; an eviction is a violation exactly when no quarantine (not a
-restrict) held one of the pod's devices and no quarantine migrated its job.
+restrict) held one of the pod's devices and no quarantine's move of its job was under way.
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ def story(j: Journal, *, checks: tuple[str, ...] = ("probe", "canary")) -> Journ
     j.record(81, Kind.PHASE, "Pending", "gpu-dp-0", QUARANTINED, record=q, action="quarantine")
     j.record(81, Kind.ENFORCED, "quarantine", "gpu-dp-0", QUARANTINED, annotation="a")
     j.record(81, Kind.PHASE, "Quarantined", "gpu-dp-0", QUARANTINED, record=q, action="quarantine")
+    j.record(85, Kind.NOTE, "move-started", "gpu-dp-0", QUARANTINED, record=q, job="ns/serve")
     j.record(100, Kind.EVICTION, "ns/serve-1", "gpu-dp-0", QUARANTINED, job="ns/serve", devices=QUARANTINED)
     j.record(101, Kind.MIGRATION, "succeeded", "gpu-dp-0", QUARANTINED, record=q, job="ns/serve")
     j.record(200, Kind.PHASE, "Probing", "gpu-dp-0", QUARANTINED, record=q, action="quarantine")
@@ -451,6 +452,72 @@ def test_a_fixed_topology_jobs_pods_on_healthy_devices_move_with_it() -> None:
     assert verdict(j).violations == ()
 
 
+def test_a_job_level_move_awaiting_its_replacements_justifies_its_evictions_and_nothing_else() -> None:
+    """A move that awaits its job's replacements has no outcome yet (maybe never): its evictions
+    of the job's pods on healthy devices are still its own. An eviction of that job outside its
+    move, of another job, or by a move for a restrict, is for no quarantine."""
+    q, r = "rec-q2", "rec-r2"
+    healthy = [APP_XID, uuid("gpu-dra-1", 0)]
+
+    def run(*evictions: tuple[float, str, str], resolution: float = 0.0) -> tuple[str, ...]:
+        j = dataclasses.replace(journal(ended_at=700.0), resolution_seconds=resolution)
+        for phase, episode in (("Pending", "0"), ("Quarantined", "1")):
+            j.record(
+                60, Kind.PHASE, phase, "gpu-dp-0", QUARANTINED, record=q, action="quarantine", episode=episode
+            )
+        j.record(
+            63,
+            Kind.NOTE,
+            "move-started",
+            "gpu-dp-0",
+            QUARANTINED,
+            record=q,
+            job="research/train",
+            episode="1",
+        )
+        # The restrict of the long Unknown moves its own job's pods: never a justification.
+        j.record(331, Kind.PHASE, "Pending", "gpu-dra-0", RESTRICTED, record=r, action="restrict")
+        j.record(331, Kind.PHASE, "Quarantined", "gpu-dra-0", RESTRICTED, record=r, action="restrict")
+        j.record(332, Kind.NOTE, "move-started", "gpu-dra-0", RESTRICTED, record=r, job="lab/nb", episode="1")
+        for i, (at, job, device) in enumerate(evictions):
+            j.record(at, Kind.EVICTION, f"{job}-{i}", "gpu-dra-0", device, job=job, devices=device)
+        return tuple(
+            v
+            for v in judge(j, SCENARIO, fatal_xids=FATAL, tolerance=TOLERANCE, grace=GRACE).violations
+            if "evicted for" in v
+        )
+
+    # No MIGRATION entry ever: the move still awaits its replacements at the end.
+    assert run((82, "research/train", healthy[0]), (83, "research/train", healthy[1])) == ()
+    # Seen in either order within one observation: the eviction may be journaled first.
+    assert run((58, "research/train", healthy[0]), resolution=5.0) == ()
+    assert run((58, "research/train", healthy[0])) == (
+        "t+58s pod research/train-0 on gpu-dp-0/gpu-1 evicted for no quarantine",
+    )
+    assert run((40, "research/train", healthy[0])) == (
+        "t+40s pod research/train-0 on gpu-dp-0/gpu-1 evicted for no quarantine",
+    )
+    assert run((90, "ns/other", healthy[1])) == (
+        "t+90s pod ns/other-0 on gpu-dra-1/gpu-0 evicted for no quarantine",
+    )
+    assert run((340, "lab/nb", SHORT)) == (
+        "t+340s pod lab/nb-0 on gpu-dra-0/gpu-0 evicted for no quarantine",
+    )
+
+
+def test_a_move_justifies_no_eviction_after_its_outcome_or_its_episode() -> None:
+    healthy = uuid("gpu-dp-0", 1)
+    j = story(journal())  # rec-q's move of ns/serve: started t+85, succeeded t+101
+    j.record(150, Kind.EVICTION, "ns/serve-2", "gpu-dp-0", healthy, job="ns/serve", devices=healthy)
+    assert verdict(j).violations == ("t+150s pod ns/serve-2 on gpu-dp-0/gpu-1 evicted for no quarantine",)
+    # A move under way that outlives its quarantine episode (the record ramps) holds nothing then.
+    j = story(journal())
+    j.record(200, Kind.NOTE, "move-started", "gpu-dp-0", QUARANTINED, record="rec-q", job="ns/b", episode="1")
+    j.record(299, Kind.EVICTION, "ns/b-0", "gpu-dp-0", healthy, job="ns/b", devices=healthy)
+    j.record(305, Kind.EVICTION, "ns/b-1", "gpu-dp-0", healthy, job="ns/b", devices=healthy)
+    assert verdict(j).violations == ("t+305s pod ns/b-1 on gpu-dp-0/gpu-1 evicted for no quarantine",)
+
+
 @given(
     probe=st.sampled_from(["passed", "failed", None]),
     canary=st.sampled_from(["passed", "failed", None]),
@@ -491,7 +558,8 @@ def test_an_eviction_is_a_violation_exactly_when_no_quarantine_covers_it(
     for i, (device, at, job) in enumerate(evictions):
         j.record(at, Kind.EVICTION, f"pod-{i}", "n", device, job=job, devices=device)
         held = device == QUARANTINED and 81 <= at < 360
-        moved = job == "ns/serve"  # the quarantine's migration moved this job
+        # The quarantine's move of this job, under way from t+85 to t+101.
+        moved = job == "ns/serve" and 85 <= at <= 101
         expected += not (held or moved)
     assert sum("evicted for" in v for v in verdict(j).violations) == expected
 
