@@ -52,10 +52,20 @@ RUNS = [
 ]
 
 
+CONTROLLER_BACKOFF_WALL_SECONDS = 45.0
+"""Wall seconds added to each run's settle: the real Job controller re-creates an evicted Job's
+pods after its pod failure back-off (10 s doubling per failed pod, in real time, not the
+scenario's), and a move succeeds only once those replacements run on healthy devices."""
+
+
 def settings(name: str, kubernetes: str) -> DemoSettings:
     stage = staging(resolve(name).demo)
+    speed = stage.speed or DemoSettings.speed
     return DemoSettings(
-        speed=stage.speed or DemoSettings.speed, control_plane="real", kubernetes_version=kubernetes
+        speed=speed,
+        control_plane="real",
+        kubernetes_version=kubernetes,
+        settle_seconds=stage.settle + CONTROLLER_BACKOFF_WALL_SECONDS * speed,
     )
 
 
