@@ -214,6 +214,11 @@ def test_every_panel_query_returns_data(tmp_path: Path) -> None:
             timeout=60,
         )
         wait_until(
+            "the moved pod's replacement running on a healthy GPU (a migration recovery observed)",
+            lambda: series(prometheus, "gpuhealth_migration_recovery_seconds_count > 0"),
+            timeout=90,
+        )
+        wait_until(
             "an Unknown duration",
             lambda: series(prometheus, "node_device:gpu_device_unknown_duration:seconds"),
         )
