@@ -18,8 +18,10 @@ and writes the records, one pass over all of them at a time:
    apply its effects (enforcement, checks, the breaker's state with an audit entry, Events),
    then write the record: spec through the resource if it changed, status through the status
    subresource, both conditional on the resourceVersion read (409: the next pass decides
-   again from what is stored; effects are idempotent). When a step took a token, the bucket
-   and the counts change within the pass, so a storm in one pass trips the breaker.
+   again from what is stored; effects are idempotent). An admission (Pending or Deferred to
+   Quarantined) is the exception: its record is written first and enforced after, so that
+   no exclusion exists that the counts do not see. The bucket and the counts change within
+   the pass at each admission, so a storm in one pass trips the breaker.
    Any exception of one record is that record's outcome (logged, counted) and never stops
    the pass: the record is decided again after its own backoff (`retry_backoff`, at least a
    server's Retry-After), not after the recheck cap; a pass whose own reads failed likewise.
@@ -536,8 +538,17 @@ class Reconciler:
             bucket=state.bucket,
         )
         decided = policy_step(current, view, ctx)
-        self._apply(current, decided, state, fence)
         after = decided.record
+        admitted = phase in (Phase.PENDING, Phase.DEFERRED) and enforced(after)
+        if admitted:
+            # An admission writes its record first, then enforces: a write that loses a
+            # conflict leaves nothing enforced (decided again next pass, against counts that
+            # never saw it), and an enforcement that fails after the write is put back by the
+            # Quarantined record's restore. Enforcing first let a lost write hide an exclusion
+            # from the counts, so the same pass admitted one more device over the breaker's limit.
+            self._write(obj, record, after, fence)
+            self._count_admission(decided, state)
+        self._apply(current, decided, state, fence)
         hook = self._finish if state.breaker.tripped else self._migrate
         awaiting = any(m.replacing_since and not m.outcome.finished for m in after.status.migrations)
         if (
@@ -570,7 +581,7 @@ class Reconciler:
             # status; checkpoint commits, terminations): look again soon rather than at the
             # policy's deadline (a 2-minute probe read only at its 10-minute timeout).
             recheck = min(recheck if recheck is not None else math.inf, UNWATCHED_RECHECK_SECONDS)
-        written = self._write(obj, record, after, fence)
+        written = admitted or self._write(obj, record, after, fence)
         # Notices only once the record is stored: a failed write is decided again next pass,
         # its notice with it, and an Event per attempt would tell of one failure twice.
         self._notify(record, decided, state)
@@ -578,11 +589,6 @@ class Reconciler:
         if written and left is not None and left.kind == Kind.CHECK and after.status.phase != phase:
             # Only once the record says it moved on: a 409 leaves the result to be read again.
             self._checks.finish(record, left.name, record.status.attempt)
-        if record.status.phase in (Phase.PENDING, Phase.DEFERRED) and enforced(after):
-            state.counts = replace(state.counts, quarantined=state.counts.quarantined + 1)
-        if decided.took_token:
-            _, state.bucket = state.bucket.take(state.now)
-            state.counts = replace(state.counts, started_in_window=state.counts.started_in_window + 1)
         if phase != after.status.phase and after.status.phase in DONE_PHASES:
             outcome = "abandoned" if after.status.phase == Phase.ABANDONED else "released"
             if phase == Phase.DEFERRED:
@@ -597,6 +603,15 @@ class Reconciler:
             return "error", after, retry
         return ("written" if written else "unchanged"), after, recheck
 
+    @staticmethod
+    def _count_admission(decided: Step, state: _PassState) -> None:
+        """The pass's counts and bucket after an admission, so that a storm in one pass trips."""
+        if enforced(decided.record):
+            state.counts = replace(state.counts, quarantined=state.counts.quarantined + 1)
+        if decided.took_token:
+            _, state.bucket = state.bucket.take(state.now)
+            state.counts = replace(state.counts, started_in_window=state.counts.started_in_window + 1)
+
     def _observe(self, record: Quarantine, snapshot: HealthSnapshot, state: _PassState) -> DeviceView:
         phase = record.status.phase
         device = snapshot.of(record.spec.node, record.spec.device)
@@ -605,7 +620,7 @@ class Reconciler:
             health=device.health,
             healthy_since=device.healthy_since,
             # Asked in every phase: a Pending or Deferred record may find an enforcement left
-            # by an admission whose record write was lost (policy removes it when deferring).
+            # by an older responder that enforced before writing (policy removes it when deferring).
             # An active record's must be what its phase holds: a quarantine taint turned canary
             # by hand, or an edited ramp bound, is put back like a deleted one.
             enforcement_present=self._enforcer.present(

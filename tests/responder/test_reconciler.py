@@ -491,6 +491,27 @@ def test_a_storm_trips_the_breaker_in_one_pass_and_releases_go_on() -> None:
     assert h.phase(first) == CANARY  # the release went on while it tripped
 
 
+def test_an_admission_whose_write_is_lost_excludes_nothing_and_admits_no_one_over_the_limit() -> None:
+    # Seen in the fleet-storm scenario: the webhook wrote a storm record while the pass admitted
+    # it. Had the pass enforced first, the lost write would hide the exclusion from the counts and
+    # let one more device in over the breaker's limit (then lift the stray exclusion again).
+    h = Harness(replace(SETTINGS, bucket=BucketSettings(burst=100, per_hour=100)))
+    storm = [h.add(f"GPU-storm-{i}") for i in range(12)]
+    lost = storm[:2]
+    h.client.conflict_once.update(lost)
+    report = h.reconciler.reconcile_once()
+    assert [report.outcomes[n] for n in lost] == ["conflict", "conflict"]
+    limit = max(int(0.08 * h.health.snapshot(NOW).eligible), BreakerSettings().rate_floor)
+    assert not set(lost) & set(h.enforcer.taints)  # nothing excluded that no record says
+    assert len(h.enforcer.taints) == limit and h.store.state.tripped
+    h.reconciler.reconcile_once()
+    phases = [h.phase(n) for n in storm]
+    assert phases.count(Phase.QUARANTINED) == limit
+    assert phases.count(Phase.DEFERRED) == len(storm) - limit
+    assert all(call == "enforce" for call, _ in h.enforcer.calls)  # nothing enforced was lifted
+    assert {name for _, name in h.enforcer.calls} == set(h.enforcer.taints)
+
+
 def test_one_records_exception_or_conflict_never_stops_the_pass() -> None:
     h = Harness()
     broken, conflicted, fine = h.add("GPU-a"), h.add("GPU-b"), h.add("GPU-c")
