@@ -243,6 +243,9 @@ class Scheduler:
             pod_obj["status"] = self._admit(pod, node, pod_obj, None, wall)
             pod.uid = self._put_pod(pod_obj, bind_existing)["metadata"]["uid"]
             return
+        if workload.extended_resource:
+            self._write_bound_extended(pod, node, wall, job_uid, bind_existing)
+            return
         template = workload.dra_claim == "template"
         if template:
             pod.claim_name = f"{pod.name}-gpus-{objects.suffix(self._rng)}"
@@ -281,6 +284,40 @@ class Scheduler:
         allocation = objects.claim_status(node.name, [f"gpu-{s.gpu}" for s in pod.slots], pod.name, pod.uid)
         write_status(self._api, _CLAIMS, pod.claim_name, pod.namespace, allocation)
         status = self._admit(pod, node, pod_obj, claim_statuses, wall)
+        write_status(self._api, "pods", pod.name, pod.namespace, status)
+
+    def _write_bound_extended(
+        self, pod: SimPod, node: SimNode, wall: float, job_uid: str | None, bind_existing: bool
+    ) -> None:
+        """A pod that requests `nvidia.com/gpu` on a DRA node (KEP-5004), as kube-scheduler binds it:
+        the node has none of the resource, the DeviceClass that maps it serves it, so the scheduler
+        writes the special claim (owned by the pod), allocates it and records it in the pod's
+        `status.extendedResourceClaimStatus`; the kubelet prepares it like any claim."""
+        workload = pod.workload
+        pod.extended = True
+        pod_obj = objects.pod(
+            name=pod.name, workload=workload, node_name=node.name, gpus=len(pod.slots),
+            dra=False, claim_name=None, job_uid=job_uid,
+        )  # fmt: skip
+        pod_obj["status"] = {"phase": "Pending"}
+        pod.uid = self._put_pod(pod_obj, bind_existing)["metadata"]["uid"]
+        main = pod_obj["spec"]["containers"][0]["name"]
+        request = objects.extended_request_name(pod_obj["spec"], main, GPU_RESOURCE)
+        # generateName `<pod>-extended-resources-`: the API server's random suffix, seeded here.
+        pod.claim_name = f"{pod.name}-extended-resources-{objects.suffix(self._rng)}"
+        claim = objects.extended_resource_claim(
+            name=pod.claim_name, namespace=pod.namespace, pod_name_=pod.name, pod_uid=pod.uid,
+            request=request, gpus=len(pod.slots),
+        )  # fmt: skip
+        pod.claim_uid = self._store.create(_CLAIMS, claim, validate=False)["metadata"]["uid"]
+        allocation = objects.claim_status(
+            node.name, [f"gpu-{s.gpu}" for s in pod.slots], pod.name, pod.uid, request=request
+        )
+        write_status(self._api, _CLAIMS, pod.claim_name, pod.namespace, allocation)
+        status = self._admit(pod, node, pod_obj, None, wall)
+        status["extendedResourceClaimStatus"] = objects.extended_claim_status(
+            pod.claim_name, [(main, request)]
+        )
         write_status(self._api, "pods", pod.name, pod.namespace, status)
 
     # ------------------------------------------------------------------ every other pending pod
