@@ -259,8 +259,8 @@ def _extended_dict(raw: Any, errors: list[str]) -> tuple[ExtendedAllocation, ...
         return ()
     out = []
     for item in mappings:
-        fields = [item.get(k) if isinstance(item, dict) else None for k in _MAPPING_KEYS]
-        if not all(isinstance(f, str) and f for f in fields):
+        fields = [_text(item.get(k)) if isinstance(item, dict) else "" for k in _MAPPING_KEYS]
+        if not all(fields):
             errors.append(MALFORMED_POD)
             continue
         container, resource, request = fields
