@@ -727,6 +727,27 @@ def extended_resource_claim(
     }
 
 
+def extended_binding(
+    pod_obj: dict[str, Any], claim_name: str, pod_uid: str, node_name: str, devices: list[str]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """What kube-scheduler writes binding a pod whose main container's `nvidia.com/gpu` a
+    DeviceClass serves (KEP-5004): the special claim, its status (allocated `devices`, reserved
+    for the pod) and the pod's `status.extendedResourceClaimStatus`."""
+    main = pod_obj["spec"]["containers"][0]["name"]
+    request = extended_request_name(pod_obj["spec"], main, GPU_RESOURCE)
+    name, namespace = pod_obj["metadata"]["name"], pod_obj["metadata"]["namespace"]
+    claim = extended_resource_claim(
+        name=claim_name,
+        namespace=namespace,
+        pod_name_=name,
+        pod_uid=pod_uid,
+        request=request,
+        gpus=len(devices),
+    )
+    allocation = claim_status(node_name, devices, name, pod_uid, request=request)
+    return claim, allocation, extended_claim_status(claim_name, [(main, request)])
+
+
 def extended_claim_status(claim_name: str, mappings: list[tuple[str, str]]) -> dict[str, Any]:
     """`pod.status.extendedResourceClaimStatus`: the special claim and (container, request) per
     mapped `nvidia.com/gpu` request."""

@@ -548,19 +548,8 @@ class PodRunner:
     def _prepare_claims(self, node: SimNode, sim: SimPod, obj: dict[str, Any]) -> tuple[Slot, ...] | None:
         """DRA: the devices of the pod's claims as allocated (`status.allocation`); None until allocated."""
         spec = obj.get("spec") or {}
-        generated = {
-            s.get("name"): s.get("resourceClaimName")
-            for s in (obj.get("status") or {}).get("resourceClaimStatuses") or ()
-        }
         slots: list[Slot] = []
-        refs: list[tuple[dict[str, Any], str | None]] = [
-            (c, c.get("resourceClaimName") or generated.get(c.get("name")))
-            for c in spec.get("resourceClaims") or ()
-        ]
-        special = extended_claim(obj)
-        if special is not None:
-            refs.append(({}, special))
-        for pod_claim, name in refs:
+        for pod_claim, name in claim_names(obj):
             if not name:
                 return None
             try:
@@ -878,6 +867,23 @@ def _not_ready(ctype: str, ts: str, containers: tuple[dict[str, Any], ...]) -> d
         "message": f"containers with unready status: [{names}]",
         "lastTransitionTime": ts,
     }
+
+
+def claim_names(obj: dict[str, Any]) -> list[tuple[dict[str, Any], str | None]]:
+    """The pod's claims: each `spec.resourceClaims` entry with its ResourceClaim's name (None while
+    not generated), then the special claim of its DRA-backed extended resources (entry `{}`)."""
+    generated = {
+        s.get("name"): s.get("resourceClaimName")
+        for s in (obj.get("status") or {}).get("resourceClaimStatuses") or ()
+    }
+    refs: list[tuple[dict[str, Any], str | None]] = [
+        (c, c.get("resourceClaimName") or generated.get(c.get("name")))
+        for c in (obj.get("spec") or {}).get("resourceClaims") or ()
+    ]
+    special = extended_claim(obj)
+    if special is not None:
+        refs.append(({}, special))
+    return refs
 
 
 def extended_claim(obj: dict[str, Any]) -> str | None:
