@@ -296,6 +296,7 @@ _GROUP_KEYS = (
     "product",
     "memory",
     "labels",
+    "extendedResource",
 )
 _WORKLOAD_KEYS = (
     "name",
@@ -313,6 +314,7 @@ _WORKLOAD_KEYS = (
     "completeAfter",
     "servingGate",
     "canary",
+    "extendedResource",
 )
 _FAULT_KEYS: dict[str, tuple[str, ...]] = {
     "device-unhealthy": ("device", "message", "duration"),
@@ -382,6 +384,13 @@ def _node_group(r: FieldReader, raw: Any, index: int) -> NodeGroup:
     if not isinstance(labels_raw, dict):
         r.fail((*path, "labels"), f"expected a mapping, got {_show(labels_raw)}")
     labels = {k: r.string(v, (*path, "labels", k), max_len=63) for k, v in labels_raw.items()}
+    extended = r.boolean(data.get("extendedResource", False), (*path, "extendedResource"))
+    if extended and node_path != DRA:
+        r.fail(
+            (*path, "extendedResource"),
+            "a DeviceClass's extendedResourceName applies to DRA nodes only (a device-plugin node "
+            "serves nvidia.com/gpu itself)",
+        )
     return NodeGroup(
         name=name,
         count=count,
@@ -393,6 +402,7 @@ def _node_group(r: FieldReader, raw: Any, index: int) -> NodeGroup:
         memory=memory,
         labels=labels,
         line=r.line(path),
+        extended_resource=extended,
     )
 
 
@@ -440,7 +450,24 @@ def _workload(r: FieldReader, raw: Any, index: int, groups: Mapping[str, NodeGro
         serving_gate=r.boolean(data.get("servingGate", False), (*path, "servingGate")),
         canary=r.boolean(data.get("canary", False), (*path, "canary")),
         line=r.line(path),
+        extended_resource=_extended_request(r, data, path, wl_path),
     )
+
+
+def _extended_request(r: FieldReader, data: Mapping[str, Any], path: _Path, wl_path: str | None) -> bool:
+    extended = r.boolean(data.get("extendedResource", False), (*path, "extendedResource"))
+    if not extended:
+        return False
+    if wl_path == DEVICE_PLUGIN:
+        r.fail(
+            (*path, "extendedResource"),
+            "path: device-plugin pods request nvidia.com/gpu already; "
+            "extendedResource asks DRA nodes to serve it",
+        )
+    for key in ("draClaim", "draStatusName"):
+        if key in data:
+            r.fail((*path, key), "the pods of extendedResource: true reference no claim of their own")
+    return True
 
 
 _CHECKPOINT_KEYS = ("mode", "commitAfter")
@@ -567,6 +594,13 @@ def _build_scenario(data_raw: Any, lines: Mapping[_Path, int], source: str, defa
             if node in nodes:
                 r.fail(("fleet", i, "namePrefix"), f"node {node} is also in group {nodes[node].name!r}")
             nodes[node] = group
+    dra_groups = [(i, g) for i, g in enumerate(groups.values()) if g.path == DRA]
+    for i, g in dra_groups:
+        if g.extended_resource != dra_groups[0][1].extended_resource:
+            r.fail(
+                ("fleet", i, "extendedResource"),
+                "the DRA driver's DeviceClass is cluster-wide: every dra group sets extendedResource alike",
+            )
     workloads_raw = r.sequence(data.get("workloads") or [], ("workloads",))
     workloads: list[Workload] = []
     seen: set[tuple[str, str]] = set()
