@@ -65,7 +65,7 @@ from demo.journal import Entry, Journal, Kind, sorted_entries
 from responder.ladder import LADDER, Ladder
 from simulator.model import APPLICATION_XIDS, Fault, Scenario
 
-QUARANTINE_FAULTS = frozenset({"device-unhealthy", "gpu-lost", "row-remap-failure"})
+QUARANTINE_FAULTS = frozenset({"device-unhealthy", "gpu-lost", "row-remap-failure", "health-watch"})
 
 
 def warrants(
@@ -655,8 +655,9 @@ def reported_unhealthy(scenario: Scenario) -> dict[tuple[str, int], list[tuple[f
     """When each device's driver (or device plugin) reports it Unhealthy, as the simulator plays
     the timeline: a device-unhealthy until its duration ends (unless a later one or a lost GPU
     outlasts it), each flap's Unhealthy half-cycles, an XID that marks the device Unhealthy and
-    a lost GPU until `recover`; on device-plugin nodes a broken health stream makes every device
-    Unhealthy until it is mended. Spans are [start, end), end inf while it lasts to the end.
+    a lost GPU until `recover`, a failing DCGM health watch until `recover` (DCGM's verdict, not the
+    driver's, but the card is as broken); on device-plugin nodes a broken health stream makes every
+    device Unhealthy until it is mended. Spans are [start, end), end inf while it lasts to the end.
 
     This is the ground truth whether or not anyone sees it: an idle device's Unhealthy reaches
     no pod's status, so the cluster's reports (HEALTH entries) go silent on it."""
@@ -689,6 +690,9 @@ def reported_unhealthy(scenario: Scenario) -> dict[tuple[str, int], list[tuple[f
                 changes.append((fault.at, order, place, "unhealthy", None))
             elif kind == "gpu-lost":
                 changes.append((fault.at, order, place, "lost", None))
+            elif kind == "health-watch":
+                # DCGM fails the card until it recovers: no release while it does.
+                changes.append((fault.at, order, place, "unhealthy", None))
             elif kind == "recover" and fault.device is not None:
                 changes.append((fault.at, order, place, "recover", None))
             elif kind == "health-stream-broken":
