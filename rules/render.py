@@ -209,7 +209,9 @@ class DcgmSettings:
 
     matchers: str = 'job="dcgm-exporter"'
     """Label matchers that select dcgm-exporter's series (its scrape job, at least)."""
-    health_watches: tuple[str, ...] = ("PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "DRIVER", "ALL")
+    health_watches: tuple[str, ...] = (
+        "PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "DRIVER", "ALL",
+    )  # fmt: skip
     """GPUDeviceHealthWatchFailed: the health watches whose FAIL quarantines the card. THERMAL and
     POWER are left out by default: they fail on the room's cooling or the node's supply, which a
     per-card quarantine does not mend."""

@@ -83,7 +83,10 @@ XID_COUNT = Field(
     "DCGM_EXP_XID_ERRORS_COUNT", "counter", "reported XIDs during last window", ("window_size_in_ms", "xid")
 )
 HEALTH = Field(
-    "DCGM_EXP_GPU_HEALTH_STATUS", "counter", "DCGM reported health status", ("health_watch", "health_error_code")
+    "DCGM_EXP_GPU_HEALTH_STATUS",
+    "counter",
+    "DCGM reported health status",
+    ("health_watch", "health_error_code"),
 )
 ECC_SBE = Field("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Total number of single-bit volatile ECC errors.")
 ECC_DBE = Field("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors.")
@@ -94,7 +97,9 @@ ROWS_CORRECTABLE = Field(
     "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for correctable errors"
 )
 ROW_REMAP_FAILURE = Field("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed")
-FIELDS = (XID_LAST, XID_COUNT, HEALTH, ECC_SBE, ECC_DBE, ROWS_UNCORRECTABLE, ROWS_CORRECTABLE, ROW_REMAP_FAILURE)
+FIELDS = (
+    XID_LAST, XID_COUNT, HEALTH, ECC_SBE, ECC_DBE, ROWS_UNCORRECTABLE, ROWS_CORRECTABLE, ROW_REMAP_FAILURE,
+)  # fmt: skip
 """Every series this module writes, in exposition order."""
 
 

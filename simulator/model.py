@@ -19,7 +19,8 @@ DRA_DRIVER = "gpu.nvidia.com"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 DEVICE_FAULTS = frozenset(
-    {"device-unhealthy", "device-unknown", "flap", "xid", "ecc", "row-remap-failure", "gpu-lost", "health-watch"}
+    {"device-unhealthy", "device-unknown", "flap", "xid", "ecc", "row-remap-failure", "gpu-lost"}
+    | {"health-watch"}
 )
 NODE_FAULTS = frozenset({"kubelet-stop", "node-partition", "health-stream-broken", "health-stream-stale"})
 FAULT_KINDS = DEVICE_FAULTS | NODE_FAULTS | {"recover"}
@@ -29,7 +30,9 @@ CHECKPOINT_AFTER = 10.0
 
 DCGM_HOST_LABELS = ("hostname", "Hostname")
 """The label dcgm-exporter names the node with: `hostname` since its 2026 rename, `Hostname` before."""
-DCGM_HEALTH_WATCHES = ("PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "THERMAL", "POWER", "DRIVER", "ALL")
+DCGM_HEALTH_WATCHES = (
+    "PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "THERMAL", "POWER", "DRIVER", "ALL",
+)  # fmt: skip
 """The health watches dcgm-exporter reports per GPU (`health_watch` of DCGM_EXP_GPU_HEALTH_STATUS)."""
 
 # XIDs the NVIDIA device plugin and DRA driver ignore by default: application errors, not hardware.

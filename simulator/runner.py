@@ -45,12 +45,12 @@ from simulator.apiserver.faults import FaultConfigError, FaultInjector, configur
 from simulator.apiserver.kubeconfig import write_kubeconfig
 from simulator.apiserver.store import Store
 from simulator.apiserver.versions import KubernetesVersion
+from simulator.dcgm_exporter import CONTENT_TYPE as DCGM_CONTENT_TYPE
+from simulator.dcgm_exporter import node_exposition
 from simulator.fleet import Fleet
 from simulator.fleet.api_workloads import create_workloads
 from simulator.fleet.extender_client import load_scheduler_config
 from simulator.fleet.node_api_http import HttpNodeApi
-from simulator.dcgm_exporter import CONTENT_TYPE as DCGM_CONTENT_TYPE
-from simulator.dcgm_exporter import node_exposition
 from simulator.nvml import nvml_document
 from simulator.pod_resources import CONTENT_TYPE as POD_RESOURCES_TYPE
 from simulator.pod_resources import allocatable_message
@@ -122,7 +122,9 @@ async def _dcgm_metrics(request: web.Request) -> web.Response:
         return _status_error(404, "NotFound", f'nodes "{node}" not found in the simulated fleet')
     text = node_exposition(fleet, node)
     if text is None:
-        return _status_error(404, "NotFound", f"node {node} runs no dcgm-exporter (its group sets no dcgmExporter)")
+        return _status_error(
+            404, "NotFound", f"node {node} runs no dcgm-exporter (its group sets no dcgmExporter)"
+        )
     return web.Response(text=text, headers={"Content-Type": DCGM_CONTENT_TYPE})
 
 
