@@ -81,9 +81,9 @@ from gpuhealth.testing.loopback import (
 from responder.records import QUARANTINES
 from rules.render import Duration, render, write_files
 from rules.render import Settings as RuleSettings
+from simulator.dcgm_exporter import JOB as DCGM_JOB
 from simulator.fleet.objects import gpu_uuid
 from simulator.model import DEVICE_PLUGIN
-from simulator.dcgm_exporter import JOB as DCGM_JOB
 from simulator.runner import WORKLOAD_METRICS_PATH, dcgm_metrics_path
 from simulator.scenario import Scenario
 from simulator.traffic import JOB as WORKLOADS_JOB

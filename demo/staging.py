@@ -124,8 +124,15 @@ class Staging:
 
 
 _KEYS = (
-    "responders", "alertmanagers", "speed", "settle", "kills", "releaseRequests", "healthSourceDown", "exporter",
-)  # fmt: skip
+    "responders",
+    "alertmanagers",
+    "speed",
+    "settle",
+    "kills",
+    "releaseRequests",
+    "healthSourceDown",
+    "exporter",
+)
 EXPORTER_MODES = ("node", "cluster")
 _KILL_KEYS = ("at", "process", "restart")
 _ASK_KEYS = ("at", "node", "gpu", "reason", "actor", "via")
