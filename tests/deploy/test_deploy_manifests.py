@@ -1,7 +1,7 @@
 """The manifests under deploy/: what each overlay installs, and that every object is valid.
 
-Aspects: `kubectl kustomize` (kubectl 1.37, kustomize 5.8) builds every overlay and the cluster-
-exporter and dcgm-exporter components on top of one (the latter: no DaemonSet, a ServiceMonitor
+Aspects: `kubectl kustomize` (kubectl 1.37, kustomize 5.8) builds every overlay and the
+cluster-exporter and dcgm-exporter components on top of one (the latter: no DaemonSet, a ServiceMonitor
 scraping dcgm-exporter as the job the rules select); every built-in kind validates strictly
 against the Kubernetes 1.36 and 1.37 schemas (kubernetes-validate), and the strict check does
 refuse an unknown field; ServiceMonitors, the PrometheusRule and the AlertmanagerConfig validate
