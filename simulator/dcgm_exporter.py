@@ -171,9 +171,13 @@ def exposition(
     return "\n".join(lines) + "\n"
 
 
+Sample = tuple[tuple[tuple[str, str], ...], int]
+"""A sample's labels beyond the per-GPU ones, and its value."""
+
+
 def _samples(
     f: Field, gpu: Gpu, last: Mapping[str, int], recent: Mapping[str, Counter[int]], window_ms: int
-) -> list[tuple[tuple[tuple[str, str], ...], int]]:
+) -> list[Sample]:
     """(extra labels, value) of each sample of field `f` for `gpu`."""
     if f is XID_LAST:
         return [((), last.get(gpu.uuid, 0))]
@@ -184,7 +188,7 @@ def _samples(
             return [((window,), 0)]
         return [((window, ("xid", str(xid))), n) for xid, n in sorted(counts.items())]
     if f is HEALTH:
-        out = []
+        out: list[Sample] = []
         for watch in DCGM_HEALTH_WATCHES:
             failed = watch in gpu.failed_watches
             code = ERROR_CODES[watch] if failed else "DCGM_FR_OK"
