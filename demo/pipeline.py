@@ -592,6 +592,7 @@ def run_demo(
         journal,
         scenario,
         fatal_xids=rules.device.fatal_xids,
+        health_watches=rules.dcgm.health_watches,
         tolerance=rules.device.unknown_tolerance.seconds * settings.speed,
         unhealthy_for=rules.device.unhealthy_for.seconds * settings.speed,
         grace=journal.floor_seconds + 20.0 * settings.speed,

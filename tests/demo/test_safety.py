@@ -912,6 +912,11 @@ def test_a_failing_dcgm_health_watch_warrants_quarantine_and_holds_the_card_unti
         }
     )
     assert warrants(scenario, fatal_xids=FATAL, tolerance=TOLERANCE) == {("gpu-dra-0", 1): {"quarantine"}}
+    # Only a watch the rules act on: a failing THERMAL watch (left out by default) warrants nothing.
+    assert warrants(scenario, fatal_xids=FATAL, tolerance=TOLERANCE, health_watches=("MEM",)) == {
+        ("gpu-dra-0", 1): {"quarantine"}
+    }
+    assert warrants(scenario, fatal_xids=FATAL, tolerance=TOLERANCE, health_watches=("PCIE", "ALL")) == {}
     # DCGM's verdict, not the driver's, but no release may happen while it stands.
     assert reported_unhealthy(scenario) == {("gpu-dra-0", 1): [(10.0, 90.0)]}
 
