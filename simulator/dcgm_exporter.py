@@ -11,7 +11,7 @@ and its exposition template):
 - every series carries `gpu` (index), `UUID`, `pci_bus_id`, `device` (`nvidia<index>`),
   `modelName` and the node's name under `hostname` (dcgm-exporter since its 2026 rename) or
   `Hostname` (before), per node group (`dcgmExporter` in the scenario); its value is the NODE_NAME
-  the GPU Operator and the chart set;
+  dcgm-exporter's Helm chart sets from the pod's node;
 - `DCGM_FI_DEV_XID_ERRORS` (gauge): the last XID the GPU reported, 0 before the first;
 - `DCGM_EXP_XID_ERRORS_COUNT` (declared a counter, but a count over a sliding window): per XID
   value, the events of the last `window_size_in_ms` (dcgm-exporter's `--xid-count-window-size`,
