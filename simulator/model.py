@@ -20,12 +20,20 @@ GPU_RESOURCE = "nvidia.com/gpu"
 
 DEVICE_FAULTS = frozenset(
     {"device-unhealthy", "device-unknown", "flap", "xid", "ecc", "row-remap-failure", "gpu-lost"}
+    | {"health-watch"}
 )
 NODE_FAULTS = frozenset({"kubelet-stop", "node-partition", "health-stream-broken", "health-stream-stale"})
 FAULT_KINDS = DEVICE_FAULTS | NODE_FAULTS | {"recover"}
 
 CHECKPOINT_AFTER = 10.0
 """Default simulated seconds a workload's checkpoint agent takes to commit a requested checkpoint."""
+
+DCGM_HOST_LABELS = ("hostname", "Hostname")
+"""The label dcgm-exporter names the node with: `hostname` since its 2026 rename, `Hostname` before."""
+DCGM_HEALTH_WATCHES = (
+    "PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "THERMAL", "POWER", "DRIVER", "ALL",
+)  # fmt: skip
+"""The health watches dcgm-exporter reports per GPU (`health_watch` of DCGM_EXP_GPU_HEALTH_STATUS)."""
 
 # XIDs the NVIDIA device plugin and DRA driver ignore by default: application errors, not hardware.
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
@@ -70,6 +78,9 @@ class NodeGroup:
     """DRA only: the driver's DeviceClass carries `extendedResourceName: nvidia.com/gpu` (KEP-5004),
     so pods that request `nvidia.com/gpu` are served by DRA on these nodes (their allocatable has
     none of it). A DeviceClass is cluster-wide: every DRA group of a scenario says the same."""
+    dcgm_host_label: str | None = None
+    """dcgm-exporter runs on these nodes and names the node with this label (`hostname` or
+    `Hostname`, `DCGM_HOST_LABELS`); None: no dcgm-exporter."""
 
     def node_names(self) -> list[str]:
         return [f"{self.name_prefix}{i}" for i in range(self.count)]
@@ -136,6 +147,8 @@ class Fault:
     corrected: int = 0
     uncorrected: int = 0
     line: int | None = None
+    watch: str | None = None
+    """health-watch: the DCGM health watch that fails (`DCGM_HEALTH_WATCHES`) until the device recovers."""
 
     def target(self) -> str:
         if self.device is not None:
@@ -149,6 +162,8 @@ class Fault:
             parts.append(f"xid={self.xid}")
         if self.kind == "ecc":
             parts.append(f"corrected+={self.corrected} uncorrected+={self.uncorrected}")
+        if self.watch is not None:
+            parts.append(f"watch={self.watch}")
         if self.times is not None:
             parts.append(f"times={self.times} period={_fmt_seconds(self.period or 0)}")
         if self.duration is not None:
@@ -173,6 +188,7 @@ class Fault:
             ("xid", self.xid),
             ("message", self.message),
             ("unhealthy", self.unhealthy),
+            ("watch", self.watch),
         ):
             if value is not None:
                 out[key] = value
@@ -208,6 +224,7 @@ _FAULT_NOTES = {
     "device-unknown": "the driver stops reporting; DRA: Unknown after the timeout, at a sync",
     "ecc": "NVML counters only",
     "row-remap-failure": "NVML counters only",
+    "health-watch": "DCGM's health watch only: the driver and the kubelet see nothing",
     "health-stream-broken": "DRA: all devices Unknown; device plugin: all Unhealthy",
     "health-stream-stale": "DRA: the plugin crash-loops, pod status keeps its last health (lazy expiry)",
 }

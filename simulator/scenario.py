@@ -21,6 +21,8 @@ from gpuhealth.durations import DurationError, parse_duration
 from simulator.model import (
     APPLICATION_XIDS,
     CHECKPOINT_AFTER,
+    DCGM_HEALTH_WATCHES,
+    DCGM_HOST_LABELS,
     DEVICE_FAULTS,
     DEVICE_PLUGIN,
     DRA,
@@ -297,6 +299,7 @@ _GROUP_KEYS = (
     "memory",
     "labels",
     "extendedResource",
+    "dcgmExporter",
 )
 _WORKLOAD_KEYS = (
     "name",
@@ -328,6 +331,7 @@ _FAULT_KEYS: dict[str, tuple[str, ...]] = {
     "ecc": ("device", "corrected", "uncorrected"),
     "row-remap-failure": ("device",),
     "gpu-lost": ("device", "message"),
+    "health-watch": ("device", "watch"),
     "recover": ("device", "node"),
 }
 
@@ -391,6 +395,8 @@ def _node_group(r: FieldReader, raw: Any, index: int) -> NodeGroup:
             "a DeviceClass's extendedResourceName applies to DRA nodes only (a device-plugin node "
             "serves nvidia.com/gpu itself)",
         )
+    dcgm = data.get("dcgmExporter")
+    dcgm_host_label = None if dcgm is None else r.choice(dcgm, (*path, "dcgmExporter"), DCGM_HOST_LABELS)
     return NodeGroup(
         name=name,
         count=count,
@@ -403,6 +409,7 @@ def _node_group(r: FieldReader, raw: Any, index: int) -> NodeGroup:
         labels=labels,
         line=r.line(path),
         extended_resource=extended,
+        dcgm_host_label=dcgm_host_label,
     )
 
 
@@ -560,6 +567,15 @@ def parse_fault(
             fault["unhealthy"] = fault["xid"] not in APPLICATION_XIDS
     if data.get("message") is not None:
         fault["message"] = r.string(data["message"], (*path, "message"), max_len=100_000)
+    if kind == "health-watch":
+        fault["watch"] = r.choice(r.required(data, "watch", path), (*path, "watch"), DCGM_HEALTH_WATCHES)
+        assert device is not None
+        if nodes[device.node].dcgm_host_label is None:
+            r.fail(
+                (*path, "device"),
+                f"health-watch needs dcgm-exporter on the node (its group's dcgmExporter); "
+                f"{device.node!r} runs none, so nothing would see the failure",
+            )
     if kind == "ecc":
         fault["corrected"] = r.integer(data.get("corrected", 0), (*path, "corrected"), 0, 2**40)
         fault["uncorrected"] = r.integer(data.get("uncorrected", 0), (*path, "uncorrected"), 0, 2**40)

@@ -57,6 +57,9 @@ gpu.nvidia.com/unhealthy)."""
     this grew saw it fail, even if it reports Healthy again by the time the program ends."""
     unhealthy_token: int = 0
     unknown_token: int = 0
+    failed_watches: set[str] = field(default_factory=set)
+    """DCGM health watches that fail on this GPU (PCIE, MEM, ...) until it recovers: what DCGM's
+    health checks see and neither the driver nor the kubelet reports."""
 
     @property
     def name(self) -> str:

@@ -828,13 +828,16 @@ def _reached(run: _Run) -> tuple[int, ...]:
 def _program_code(run: _Run, node: SimNode) -> int:
     """A GPU program's verdict: 0 when every GPU it reached stayed Healthy and reachable
     through its run (judged by the device itself, not by what the kubelet last wrote); 1 when
-    one was lost, turned Unhealthy (even for a moment), logged a fatal XID, or it reached none."""
+    one was lost, turned Unhealthy (even for a moment), logged a fatal XID, has a failing DCGM
+    health watch, or it reached none."""
     if not run.marks:
         return 1  # no GPU in the container: the program finds nothing to run on
     for index, reports, unhealthy_at_start in run.marks:
         gpu = node.gpus[index]
         if gpu.lost or unhealthy_at_start or gpu.reported != HEALTHY or gpu.unhealthy_reports != reports:
             return 1
+        if gpu.failed_watches:
+            return 1  # DCGM's diagnostic (the probe) and a CUDA program fail on a card DCGM fails
         if any(
             uuid == gpu.uuid and xid not in APPLICATION_XIDS and at >= run.started_wall
             for _, uuid, xid, at in node.xids

@@ -157,6 +157,14 @@ def test_gpu_out_of_range_names_the_line_and_the_field(tmp_path: Path) -> None:
             "    gpusPerPod: 4\n    path: device-plugin\n",
             "    gpusPerPod: 4\n    extendedResource: true\n    draClaim: direct\n",
             "17: workloads[0].draClaim: the pods of extendedResource: true reference no claim of their own",
+            "    path: dra\n",
+            "    path: dra\n    dcgmExporter: HostName\n",
+            "12: fleet[1].dcgmExporter: 'HostName' is not one of: hostname, Hostname",
+        ),
+        (
+            "    xid: 79\n",
+            "    xid: 79\n  - {at: 1m, fault: health-watch, device: {node: dra-0, gpu: 1}, watch: PCIE}\n",
+            "31: timeline[3].device: health-watch needs dcgm-exporter on the node",
         ),
     ],
 )
@@ -164,6 +172,23 @@ def test_each_mistake_gets_one_clear_error(tmp_path: Path, old: str, new: str, e
     assert old in GOOD
     message = error_of(tmp_path, GOOD.replace(old, new, 1))
     assert message.startswith(expected), message
+
+
+DCGM = GOOD.replace("    path: dra\n", "    path: dra\n    dcgmExporter: Hostname\n", 1)
+
+
+def test_a_health_watch_fault_on_a_dcgm_exporter_node_names_its_watch(tmp_path: Path) -> None:
+    text = DCGM + "  - {at: 1m, fault: health-watch, device: {node: dra-0, gpu: 1}, watch: NVLINK}\n"
+    scenario = load_file(write(tmp_path, text))
+    assert scenario.nodes["dra-0"].dcgm_host_label == "Hostname"
+    assert scenario.nodes["gpu-node-0"].dcgm_host_label is None
+    [fault] = [f for f in scenario.timeline if f.kind == "health-watch"]
+    assert (fault.watch, fault.device, fault.to_json()["watch"]) == ("NVLINK", fault.device, "NVLINK")
+    assert fault.describe().startswith("health-watch dra-0/gpu-1 watch=NVLINK (DCGM's health watch only")
+    bad = DCGM + "  - {at: 1m, fault: health-watch, device: {node: dra-0, gpu: 1}, watch: FAN}\n"
+    assert "'FAN' is not one of: PCIE, NVLINK" in error_of(tmp_path, bad)
+    missing = DCGM + "  - {at: 1m, fault: health-watch, device: {node: dra-0, gpu: 1}}\n"
+    assert "watch: is required" in error_of(tmp_path, missing)
 
 
 def test_syntax_errors_empty_and_binary_files_are_scenario_errors(tmp_path: Path) -> None:
