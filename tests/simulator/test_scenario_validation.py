@@ -157,6 +157,8 @@ def test_gpu_out_of_range_names_the_line_and_the_field(tmp_path: Path) -> None:
             "    gpusPerPod: 4\n    path: device-plugin\n",
             "    gpusPerPod: 4\n    extendedResource: true\n    draClaim: direct\n",
             "17: workloads[0].draClaim: the pods of extendedResource: true reference no claim of their own",
+        ),
+        (
             "    path: dra\n",
             "    path: dra\n    dcgmExporter: HostName\n",
             "12: fleet[1].dcgmExporter: 'HostName' is not one of: hostname, Hostname",
