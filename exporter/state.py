@@ -1072,7 +1072,8 @@ class DeviceStateStore:
         return SOURCE_SLICE if driver in self._slice_drivers else SOURCE_POD
 
     def _slice_entry(self, entry: ResourceEntry, ref: DeviceRef) -> ResourceEntry:
-        """A pod's entry on a device of a slice-health driver, with the slice's health in it.
+        """A pod's entry on a device of a slice-health driver, with the slice's health in it,
+        whatever the kubelet wrote.
 
         The kubelet's Unknown there says only that the driver streams nothing (the kubelet's
         health cache answers Unknown for a device it never heard of); the driver's verdict is its
