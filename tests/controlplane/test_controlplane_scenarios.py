@@ -8,9 +8,9 @@ by the real controllers), allocates no quarantined DRA device while our DeviceTa
 and calls the responders' extender for device-plugin nodes; evictions go through the real
 eviction API; each run breaks no safety invariant and meets every expectation its file states.
 `closed-loop`, `dra-and-device-plugin`, `leader-kill`, `multi-gpu-topology`, `idle-relapse` and
-`nvidia-dra-driver` on 1.37 (DeviceTaintRule v1); `closed-loop` on 1.36 too (v1beta2 behind its feature gate). Not
-`gradual-return`: its story needs the opted-in workload on the GPU that fails, and on a real
-control plane which of a node's GPUs a pod gets is the kubelet's and driver's choice (the
+`nvidia-dra-driver` on 1.37 (DeviceTaintRule v1); `closed-loop` on 1.36 too (v1beta2 behind its
+feature gate). Not `gradual-return`: its story needs the opted-in workload on the GPU that
+fails, and on a real control plane which of a node's GPUs a pod gets is the kubelet's and driver's choice (the
 scheduler picks only the node), so the failing GPU may hold another workload; the opt-in
 itself is held to the real API server by `test_controlplane_dra.py`.
 `idle-relapse` holds a device quarantined through an idle relapse on both paths: its

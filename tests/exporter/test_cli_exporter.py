@@ -1,8 +1,9 @@
 """The `gpuhealth exporter` offline mode and the `gpuhealth devices` command.
 
 Aspects covered: a kubectl dump (List of mixed kinds, or a PodList) printed as metrics
-with both allocation paths resolved, a slice-health driver's held devices read from its taints; bad dumps and bad flags give a clear error prefixed
-`gpuhealth <cmd>: error:` and exit code 2, never a traceback; a taken port is a run-time
+with both allocation paths resolved, a slice-health driver's held devices read from its
+taints; bad dumps and bad flags give a clear error prefixed `gpuhealth <cmd>: error:` and exit
+code 2, never a traceback; a taken port is a run-time
 failure (exit 1), and so is an observer that dies; the devices table (status age, truncated
 message, pods), its filters, wide, JSON and YAML forms; `devices replay` with relative and
 RFC3339 `--since` in the same `-o table|wide|json|yaml` vocabulary (and `-o text`, its
