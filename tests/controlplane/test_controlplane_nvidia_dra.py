@@ -3,7 +3,7 @@
 Aspects: the real kube-apiserver accepts the slice the simulator's `nvidia` driver profile
 publishes (its attributes with their value kinds, the driver's taints: `gpu.nvidia.com/xid=<n>`
 NoSchedule and None, `gpu.nvidia.com/gpu-lost` and `gpu.nvidia.com/unmonitored` without a value);
-the real kube-scheduler allocates the devices whose driver taints have effect None and none whose
+the API server stamps each taint's `timeAdded`; the real kube-scheduler allocates the devices whose driver taints have effect None and none whose
 taint is NoSchedule; the responder's own enforcement code, as its ServiceAccount, writes and lifts
 its rule for a device the driver taints without writing to the driver's slice, and with our rule
 gone the device is still kept out by the driver's taint: lifting ours releases nothing the driver
@@ -157,6 +157,8 @@ def test_our_rule_and_the_nvidia_drivers_taints_on_the_real_control_plane(
     assert [(t["key"], t.get("value"), t["effect"]) for t in stored["gpu-2"]["taints"]] == [
         ("gpu.nvidia.com/gpu-lost", None, "NoSchedule")
     ]
+    # The driver leaves `timeAdded` to the API server, which stamps every taint.
+    assert all(t.get("timeAdded") for d in stored.values() for t in d["taints"])
     namespace_ready(client, namespace)
 
     rules = discover(account)

@@ -7,17 +7,29 @@ Unhealthy, a non-fatal XID `...:None` only a warning: Healthy with the taint as 
 in `slice_health_drivers` a device a pod holds takes its health from the slice's taints, not
 from the kubelet's Unknown (which says only that it heard nothing), with source `resourceslice`,
 a new status version when the taints change and none when the pod leaves; the pod's repeated
-status still confirms the device (status age); without the setting the kubelet's Unknown stands;
+status still confirms the device, and its age grows once the driver's kubelet plugin is not
+Ready, however often the Lease is renewed; without the setting the kubelet's Unknown stands;
 a pod seen before its slice keeps the kubelet's word until the slice arrives.
 """
 
 from __future__ import annotations
 
 from exporter.identity import SLICE_HEALTHY_MESSAGE, slice_health
-from exporter.snapshot import SOURCE_POD, SOURCE_SLICE, DriverTaint
-from exporter.state import DeviceStateStore
+from exporter.snapshot import SOURCE_POD, SOURCE_SLICE, DriverTaint, producer_down_since, status_age
+from exporter.state import DeviceStateStore, producer_resource
 from gpuhealth.clock import ManualClock
-from tests.exporter.fixtures.builders import DRIVER, claim, container, gpu_uuid, pod, resource, slice_
+from gpuhealth.kube.meta import rfc3339
+from tests.exporter.fixtures.builders import (
+    DRIVER,
+    claim,
+    container,
+    gpu_uuid,
+    lease,
+    plugin_pod,
+    pod,
+    resource,
+    slice_,
+)
 
 U0 = gpu_uuid("node-1", 0)
 FATAL = {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}
@@ -153,3 +165,29 @@ def test_a_pod_seen_before_its_slice_keeps_the_kubelets_word_until_the_slice_arr
         SOURCE_SLICE,
         ["p"],
     )
+
+
+def test_the_slices_word_ages_with_the_nodes_lease_and_the_drivers_kubelet_plugin(clock: ManualClock) -> None:
+    """The slice carries no heartbeat: a held device's health is fresh while the node's kubelet
+    renews its Lease and the driver's kubelet plugin (which would re-taint) is Ready."""
+    store = DeviceStateStore(clock, slice_health_drivers=[DRIVER])
+    store.apply_event(producer_resource(DRIVER), "ADDED", plugin_pod(True, clock.now()))
+    store.apply_lease("ADDED", lease("node-1", rfc3339(clock.now())))
+    _held(store)
+
+    def age() -> float:
+        snap = store.snapshot()
+        device = snap.devices[("node-1", U0)]
+        return status_age(
+            device, snap.nodes.get("node-1"), snap.nvml, clock.now(), producer_down_since(snap, device)
+        )
+
+    clock.advance(300)
+    store.apply_lease("MODIFIED", lease("node-1", rfc3339(clock.now())))
+    assert age() == 0.0
+    down = clock.now()
+    store.apply_event(producer_resource(DRIVER), "MODIFIED", plugin_pod(False, down, rv=2))
+    clock.advance(120)
+    store.apply_lease("MODIFIED", lease("node-1", rfc3339(clock.now())))
+    store.apply_pod("MODIFIED", _pod(rv=2))  # the kubelet rewrites its Unknown: no confirmation
+    assert age() == 120.0
