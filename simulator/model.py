@@ -80,6 +80,10 @@ class NodeGroup:
     line: int | None = None
     dra_driver: str = KEP4680_DRIVER
     """DRA groups: which DRA driver profile serves the nodes (`DRA_DRIVER_PROFILES`); one per fleet."""
+    extended_resource: bool = False
+    """DRA only: the driver's DeviceClass carries `extendedResourceName: nvidia.com/gpu` (KEP-5004),
+    so pods that request `nvidia.com/gpu` are served by DRA on these nodes (their allocatable has
+    none of it). A DeviceClass is cluster-wide: every DRA group of a scenario says the same."""
 
     def node_names(self) -> list[str]:
         return [f"{self.name_prefix}{i}" for i in range(self.count)]
@@ -117,6 +121,10 @@ class Workload:
     """The workload opts in to devices on gpuhealth's ramp: its pods carry the label
     `gpuhealth.io/canary-ok: "true"` (device plugins: the scheduler extender admits them), its DRA
     claim request tolerates the `gpuhealth.io/canary` taint."""
+    extended_resource: bool = False
+    """The pods are written for device plugins (`nvidia.com/gpu: N` in the container's requests,
+    no claim); on a DRA node the scheduler serves them through the DeviceClass that maps the
+    resource (KEP-5004): a special ResourceClaim and `status.extendedResourceClaimStatus`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +280,8 @@ def node_slots(group: NodeGroup) -> list[Slot]:
 def eligible(workload: Workload, group: NodeGroup) -> bool:
     if workload.node_group is not None and workload.node_group != group.name:
         return False
+    if workload.extended_resource and group.path == DRA and not group.extended_resource:
+        return False  # no DeviceClass maps `nvidia.com/gpu` there: nothing can serve the request
     return workload.path is None or workload.path == group.path
 
 

@@ -299,6 +299,7 @@ _GROUP_KEYS = (
     "memory",
     "labels",
     "draDriver",
+    "extendedResource",
 )
 _WORKLOAD_KEYS = (
     "name",
@@ -316,6 +317,7 @@ _WORKLOAD_KEYS = (
     "completeAfter",
     "servingGate",
     "canary",
+    "extendedResource",
 )
 _FAULT_KEYS: dict[str, tuple[str, ...]] = {
     "device-unhealthy": ("device", "message", "duration"),
@@ -325,7 +327,7 @@ _FAULT_KEYS: dict[str, tuple[str, ...]] = {
     "node-partition": ("node", "duration"),
     "health-stream-broken": ("node", "duration"),
     "health-stream-stale": ("node", "duration"),
-    "dra-plugin-restart": ("node", "duration"),
+    "dra-plugin-restart": ("node",),
     "xid": ("device", "xid", "message", "unhealthy"),
     "ecc": ("device", "corrected", "uncorrected"),
     "row-remap-failure": ("device",),
@@ -391,6 +393,13 @@ def _node_group(r: FieldReader, raw: Any, index: int) -> NodeGroup:
         if node_path != DRA:
             r.fail((*path, "draDriver"), "a DRA driver profile applies to the dra path only")
         dra_driver = r.choice(data["draDriver"], (*path, "draDriver"), DRA_DRIVER_PROFILES)
+    extended = r.boolean(data.get("extendedResource", False), (*path, "extendedResource"))
+    if extended and node_path != DRA:
+        r.fail(
+            (*path, "extendedResource"),
+            "a DeviceClass's extendedResourceName applies to DRA nodes only (a device-plugin node "
+            "serves nvidia.com/gpu itself)",
+        )
     return NodeGroup(
         name=name,
         count=count,
@@ -403,6 +412,7 @@ def _node_group(r: FieldReader, raw: Any, index: int) -> NodeGroup:
         labels=labels,
         line=r.line(path),
         dra_driver=dra_driver,
+        extended_resource=extended,
     )
 
 
@@ -450,7 +460,24 @@ def _workload(r: FieldReader, raw: Any, index: int, groups: Mapping[str, NodeGro
         serving_gate=r.boolean(data.get("servingGate", False), (*path, "servingGate")),
         canary=r.boolean(data.get("canary", False), (*path, "canary")),
         line=r.line(path),
+        extended_resource=_extended_request(r, data, path, wl_path),
     )
+
+
+def _extended_request(r: FieldReader, data: Mapping[str, Any], path: _Path, wl_path: str | None) -> bool:
+    extended = r.boolean(data.get("extendedResource", False), (*path, "extendedResource"))
+    if not extended:
+        return False
+    if wl_path == DEVICE_PLUGIN:
+        r.fail(
+            (*path, "extendedResource"),
+            "path: device-plugin pods request nvidia.com/gpu already; "
+            "extendedResource asks DRA nodes to serve it",
+        )
+    for key in ("draClaim", "draStatusName"):
+        if key in data:
+            r.fail((*path, key), "the pods of extendedResource: true reference no claim of their own")
+    return True
 
 
 _CHECKPOINT_KEYS = ("mode", "commitAfter")
@@ -592,6 +619,13 @@ def _build_scenario(data_raw: Any, lines: Mapping[_Path, int], source: str, defa
             if node in nodes:
                 r.fail(("fleet", i, "namePrefix"), f"node {node} is also in group {nodes[node].name!r}")
             nodes[node] = group
+    dra_groups = [(i, g) for i, g in enumerate(groups.values()) if g.path == DRA]
+    for i, g in dra_groups:
+        if g.extended_resource != dra_groups[0][1].extended_resource:
+            r.fail(
+                ("fleet", i, "extendedResource"),
+                "the DRA driver's DeviceClass is cluster-wide: every dra group sets extendedResource alike",
+            )
     workloads_raw = r.sequence(data.get("workloads") or [], ("workloads",))
     workloads: list[Workload] = []
     seen: set[tuple[str, str]] = set()

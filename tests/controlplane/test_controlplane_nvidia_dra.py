@@ -2,12 +2,12 @@
 
 Aspects: the real kube-apiserver accepts the slice the simulator's `nvidia` driver profile
 publishes (its attributes with their value kinds, the driver's taints: `gpu.nvidia.com/xid=<n>`
-NoSchedule and None, `gpu.nvidia.com/gpu-lost` and `gpu.nvidia.com/unmonitored` without a value);
-the API server stamps each taint's `timeAdded`; the real kube-scheduler allocates the devices whose driver taints have effect None and none whose
-taint is NoSchedule; the responder's own enforcement code, as its ServiceAccount, writes and lifts
-its rule for a device the driver taints without writing to the driver's slice, and with our rule
-gone the device is still kept out by the driver's taint: lifting ours releases nothing the driver
-holds.
+NoSchedule and None, `gpu.nvidia.com/gpu-lost` and `gpu.nvidia.com/unmonitored` without a value)
+and stamps each taint's `timeAdded`; the real kube-scheduler allocates the devices whose driver
+taints have effect None and none whose taint is NoSchedule; the responder's own enforcement code,
+as its ServiceAccount, writes and lifts its rule for a device the driver taints without writing to
+the driver's slice, and with our rule gone the device is still kept out by the driver's taint:
+lifting ours releases nothing the driver holds.
 """
 
 from __future__ import annotations

@@ -138,6 +138,26 @@ def test_gpu_out_of_range_names_the_line_and_the_field(tmp_path: Path) -> None:
             "8: fleet[1].name: node group 'gpu-node' is defined twice",
         ),
         ("    xid: 79\n", "    xid: 1000\n", "30: timeline[2].xid: 1000 is out of range (1..999)"),
+        (
+            "    path: device-plugin\n",
+            "    path: device-plugin\n    extendedResource: true\n",
+            "8: fleet[0].extendedResource: a DeviceClass's extendedResourceName applies to DRA nodes only",
+        ),
+        (
+            "    gpusPerPod: 4\n    path: device-plugin\n",
+            "    gpusPerPod: 4\n    path: device-plugin\n    extendedResource: true\n",
+            "17: workloads[0].extendedResource: path: device-plugin pods request nvidia.com/gpu already",
+        ),
+        (
+            "    gpusPerPod: 4\n    path: device-plugin\n",
+            "    gpusPerPod: 4\n    path: dra\n    extendedResource: true\n",
+            "14: workloads[0].replicas: no node in the fleet matches",
+        ),
+        (
+            "    gpusPerPod: 4\n    path: device-plugin\n",
+            "    gpusPerPod: 4\n    extendedResource: true\n    draClaim: direct\n",
+            "17: workloads[0].draClaim: the pods of extendedResource: true reference no claim of their own",
+        ),
     ],
 )
 def test_each_mistake_gets_one_clear_error(tmp_path: Path, old: str, new: str, expected: str) -> None:
@@ -279,3 +299,15 @@ def test_random_injected_faults_are_faults_or_scenario_errors(value: Any) -> Non
         parse_fault_json(body, SMALL, now=0.0)
     with pytest.raises(ScenarioError, match="not UTF-8"):
         parse_fault_json(b"\xff\xfe", SMALL, now=0.0)
+
+
+def test_dra_groups_that_disagree_on_the_device_class_are_refused() -> None:
+    data = {
+        "fleet": [
+            {"name": "a", "count": 1, "gpusPerNode": 2, "path": "dra", "extendedResource": True},
+            {"name": "b", "count": 1, "gpusPerNode": 2, "path": "dra"},
+        ]
+    }
+    with pytest.raises(ScenarioError) as caught:
+        from_dict(data, "two.yaml")
+    assert "fleet[1].extendedResource: the DRA driver's DeviceClass is cluster-wide" in str(caught.value)
