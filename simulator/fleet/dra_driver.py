@@ -237,7 +237,8 @@ class NvidiaDraDriver(DraDriver):
 
     def restart_plugin(self, node: SimNode) -> None:
         """Its kubelet plugin started again: the health monitor begins with no events, so the slice
-        is published without taints, except the lost GPUs it finds lost again."""
+        is published without taints, except the lost GPUs it finds lost again. The plugin pod's
+        own restart (seconds not Ready) is not played: its pod stays as it was."""
         for gpu in node.gpus:
             gpu.taints = []
         if any(g.lost for g in node.gpus):
