@@ -125,6 +125,9 @@ class NodeOrDevice:
 
     node: str
     gpu: int | None = None
+    not_before: float | None = None
+    """`released` only: no rung of the release walk began before this many scenario seconds (a
+    device whose failure evidence stands until then, e.g. a driver's taint, is held)."""
 
     @property
     def label(self) -> str:
@@ -379,7 +382,7 @@ def parse(raw: Any, source: str, *, nodes: Mapping[str, NodeGroup] | None = None
         quarantined=_devices(r, data.get("quarantined", []), ("quarantined",), reasons=True),
         restricted=_devices(r, data.get("restricted", []), ("restricted",), reasons=False),
         untouched=_places(r, data.get("untouched", []), ("untouched",), whole_node=True),
-        released=_places(r, data.get("released", []), ("released",), whole_node=False),
+        released=_places(r, data.get("released", []), ("released",), whole_node=False, not_before=True),
         quarantined_at_end=_held(r, data.get("quarantinedAtEnd", []), ("quarantinedAtEnd",)),
         alerts_fired=fired,
         alerts_not_fired=not_fired,
@@ -444,16 +447,19 @@ def _held(r: _Reader, raw: Any, path: _Path) -> tuple[HeldExpectation, ...]:
     return tuple(out)
 
 
-def _places(r: _Reader, raw: Any, path: _Path, *, whole_node: bool) -> tuple[NodeOrDevice, ...]:
+def _places(
+    r: _Reader, raw: Any, path: _Path, *, whole_node: bool, not_before: bool = False
+) -> tuple[NodeOrDevice, ...]:
     out: list[NodeOrDevice] = []
     for i, item in enumerate(r.items(raw, path)):
         here = (*path, i)
-        data = r.mapping(item, here, ("node", "gpu"))
+        data = r.mapping(item, here, ("node", "gpu", "notBefore") if not_before else ("node", "gpu"))
         node = _required_node(r, data, here)
         if "gpu" not in data and not whole_node:
             r.fail((*here, "gpu"), "is required")
         gpu = r.gpu(data["gpu"], (*here, "gpu"), node) if "gpu" in data else None
-        out.append(NodeOrDevice(node, gpu))
+        after = r.within(data["notBefore"], (*here, "notBefore")) if "notBefore" in data else None
+        out.append(NodeOrDevice(node, gpu, after))
     return tuple(out)
 
 
@@ -894,6 +900,12 @@ def _released(view: _View, spot: NodeOrDevice) -> list[str]:
     marks = [e for e in view.entries if e.device == uuid and e.kind in (Kind.ENFORCED, Kind.LIFTED)]
     if marks and marks[-1].kind == Kind.ENFORCED:
         problems.append(f"still excluded at the end ({marks[-1].what} since t+{marks[-1].at:.0f}s)")
+    if spot.not_before is not None:
+        early = [e for e in view.of(Kind.PHASE, uuid, RELEASE_WALK[0]) if e.at < spot.not_before]
+        if early:
+            problems.append(
+                f"began its release walk at t+{early[0].at:.0f}s, before t+{spot.not_before:.0f}s (notBefore)"
+            )
     return [f"released {spot.label}: {p}" for p in problems]
 
 

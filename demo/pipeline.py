@@ -83,7 +83,7 @@ from rules.render import Duration, render, write_files
 from rules.render import Settings as RuleSettings
 from simulator.dcgm_exporter import JOB as DCGM_JOB
 from simulator.fleet.objects import gpu_uuid
-from simulator.model import DEVICE_PLUGIN
+from simulator.model import DEVICE_PLUGIN, DRA_DRIVER, NVIDIA_DRIVER
 from simulator.runner import WORKLOAD_METRICS_PATH, dcgm_metrics_path
 from simulator.scenario import Scenario
 from simulator.traffic import JOB as WORKLOADS_JOB
@@ -473,7 +473,15 @@ def run_demo(
         out.flush()
         for node, port in exporter_ports.items():
             device_plugin = bool(node) and scenario.nodes[node].path == DEVICE_PLUGIN
-            process = _exporter(target, node, port, workdir, settings.speed, device_plugin=device_plugin)
+            process = _exporter(
+                target,
+                node,
+                port,
+                workdir,
+                settings.speed,
+                device_plugin=device_plugin,
+                slice_health=scenario.dra_driver() == NVIDIA_DRIVER,
+            )
             processes[process.name] = process
             process.start()
         responder_urls = []
@@ -789,10 +797,18 @@ def nvml_poll_seconds(speed: float) -> float:
 
 
 def _exporter(
-    target: Target, node: str, port: int, workdir: Path, speed: float, *, device_plugin: bool = False
+    target: Target,
+    node: str,
+    port: int,
+    workdir: Path,
+    speed: float,
+    *,
+    device_plugin: bool = False,
+    slice_health: bool = False,
 ) -> Process:
     """One exporter: node mode with the simulated node's NVML (and, on a device-plugin node, its
-    kubelet's allocatable devices, the idle GPUs' evidence there), or cluster mode."""
+    kubelet's allocatable devices, the idle GPUs' evidence there), or cluster mode. `slice_health`:
+    the fleet runs the NVIDIA DRA driver as it is, whose health is its slices' taints alone."""
     name = node or "cluster"
     argv = [
         sys.executable, "-m", "gpuhealth", "--log-level", "WARNING", "exporter",
@@ -804,6 +820,8 @@ def _exporter(
         argv += ["--nvml-poll-seconds", f"{nvml_poll_seconds(speed):g}"]
         if device_plugin:
             argv += ["--pod-resources", f"sim:{target.nvml_url}"]
+    if slice_health:
+        argv += ["--slice-health-driver", DRA_DRIVER]
     return Process(
         f"exporter-{name}", argv, workdir / f"exporter-{name}.log", f"http://127.0.0.1:{port}/readyz"
     )

@@ -119,6 +119,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         + ")",
     )
     exporter.add_argument(
+        "--slice-health-driver",
+        action="append",
+        default=[],
+        metavar="DRIVER",
+        help="a DRA driver whose device health is its ResourceSlice taints alone, with no health "
+        "stream to the kubelet (the NVIDIA DRA driver: gpu.nvidia.com); repeatable (default: none)",
+    )
+    exporter.add_argument(
         "--nvml-poll-seconds",
         type=positive_duration_seconds,
         default=NvmlSettings.poll_seconds,
@@ -191,7 +199,9 @@ def settings_from_args(args: argparse.Namespace) -> ExporterSettings:
         base = ExporterSettings()
         return ExporterSettings(
             observer=ObserverSettings(
-                node_name=args.node, health_producers=health_producers(args.health_producer)
+                node_name=args.node,
+                health_producers=health_producers(args.health_producer),
+                slice_health_drivers=tuple(args.slice_health_driver),
             ),
             directory=DirectorySettings(
                 path=args.directory if args.directory else (None if offline else DEFAULT_DIRECTORY)
@@ -265,7 +275,12 @@ def _offline_store(
     dump: dict[str, list[Any]], settings: ExporterSettings, clock: Clock
 ) -> tuple[DeviceStateStore, Directory | None]:
     directory = _open_directory(settings, clock)
-    store = open_store(directory, clock, node_name=settings.observer.node_name)
+    store = open_store(
+        directory,
+        clock,
+        node_name=settings.observer.node_name,
+        slice_health_drivers=settings.observer.slice_health_drivers,
+    )
     # Identities first, so DRA entries resolve on the first pass.
     for resource in (CLAIMS, SLICES, LEASES, PODS):
         items = dump.get(resource, [])
@@ -384,7 +399,13 @@ async def serve(
     directory = _open_directory(settings, clock, on_write=metrics.directory_write.observe)
     nvml = nvml_source(settings)
     try:
-        store = open_store(directory, clock, node_name=settings.observer.node_name, nvml=nvml is not None)
+        store = open_store(
+            directory,
+            clock,
+            node_name=settings.observer.node_name,
+            nvml=nvml is not None,
+            slice_health_drivers=settings.observer.slice_health_drivers,
+        )
         metrics.track(store)
         try:
             transport = KubeTransport(api_client(settings.kubeconfig))

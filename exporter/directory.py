@@ -814,10 +814,17 @@ def _take_lock(path: str) -> IO[bytes]:
 
 
 def open_store(
-    directory: Directory | None, clock: Clock, *, node_name: str | None = None, nvml: bool = False
+    directory: Directory | None,
+    clock: Clock,
+    *,
+    node_name: str | None = None,
+    nvml: bool = False,
+    slice_health_drivers: Iterable[str] = (),
 ) -> DeviceStateStore:
     """A state that persists into `directory`, starting from what it already holds."""
-    store = DeviceStateStore(clock, sink=directory, node_name=node_name, nvml=nvml)
+    store = DeviceStateStore(
+        clock, sink=directory, node_name=node_name, nvml=nvml, slice_health_drivers=slice_health_drivers
+    )
     if directory is not None:
         restored = directory.load()
         store.restore(

@@ -90,7 +90,12 @@ class Resolved(NamedTuple):
 
 UNHEALTHY_TAINTS = frozenset({"gpu.nvidia.com/gpu-lost", "gpu.nvidia.com/xid", "gpu.nvidia.com/unhealthy"})
 """Driver taints that say the device is broken (the NVIDIA DRA driver's health keys: a lost GPU, a
-fatal XID, and any other Unhealthy verdict of its health monitor)."""
+fatal XID, and any other Unhealthy verdict of its health monitor) unless their effect is None."""
+WARNING_EFFECT = "None"
+"""The effect of a health taint the driver sets only to record an event: the NVIDIA DRA driver
+taints an XID it classifies non-fatal (an application's error: 13, 31, 43, 45, 68, 109 and any it
+is told to ignore) `gpu.nvidia.com/xid=<xid>:None`. The card is not broken by it: the device stays
+Healthy, the taint's message and `gpu_device_driver_taint` carry the warning."""
 UNKNOWN_TAINTS = frozenset({"gpu.nvidia.com/unmonitored"})
 """Driver taints that say the driver cannot tell (its health monitor is off for the device)."""
 SLICE_HEALTHY_MESSAGE = "ResourceSlice: no driver health taint"
@@ -102,16 +107,25 @@ def slice_health(taints: tuple[DriverTaint, ...]) -> tuple[str, str]:
     """(health, message) a ResourceSlice's driver taints give a device no pod holds.
 
     The most severe taint wins; taints of other keys say nothing about health (Healthy as
-    the driver publishes the device)."""
-    unknown = ""
+    the driver publishes the device). A health taint with effect None that says the device is
+    broken (`WARNING_EFFECT`) is a warning: Healthy, with the taint as its message."""
+    unknown = warning = ""
     for taint in taints:
         if taint.key in UNHEALTHY_TAINTS:
-            return "Unhealthy", f"ResourceSlice taint {taint.key}={taint.value}:{taint.effect}"
-        if taint.key in UNKNOWN_TAINTS and not unknown:
-            unknown = f"ResourceSlice taint {taint.key}={taint.value}:{taint.effect}"
+            if taint.effect != WARNING_EFFECT:
+                return "Unhealthy", f"ResourceSlice taint {_taint_text(taint)}"
+            if not warning:
+                warning = f"ResourceSlice taint {_taint_text(taint)} (non-fatal: a warning)"
+        elif taint.key in UNKNOWN_TAINTS and not unknown:
+            unknown = f"ResourceSlice taint {_taint_text(taint)}"
     if unknown:
         return "Unknown", unknown
-    return "Healthy", SLICE_HEALTHY_MESSAGE
+    return "Healthy", warning or SLICE_HEALTHY_MESSAGE
+
+
+def _taint_text(taint: DriverTaint) -> str:
+    """`key=value:effect`, or `key:effect` for a taint without a value (kubectl's spelling)."""
+    return f"{taint.key}={taint.value}:{taint.effect}" if taint.value else f"{taint.key}:{taint.effect}"
 
 
 def _text(value: Any) -> str:

@@ -144,8 +144,19 @@ class ObserverSettings:
     """The pods whose readiness vouches for each DRA driver's device health (one watch each,
     that node's only in node mode). While a node's producer is not Ready or gone, its driver's
     devices on that node are confirmed no later than when it stopped: their status age grows."""
+    slice_health_drivers: tuple[str, ...] = ()
+    """DRA drivers that report device health only as their ResourceSlice's device taints, with
+    no KEP-4680 stream to the kubelet (the NVIDIA DRA driver, `gpu.nvidia.com`: the kubelet then
+    reports each of its allocated devices Unknown, meaning only that it heard nothing). For their
+    devices, held by a pod or idle, the slice's taints are the health (`identity.slice_health`);
+    the pods' entries give the allocation only. Empty: every driver streams its health."""
 
     def __post_init__(self) -> None:
+        if any(not driver or driver != driver.strip() for driver in self.slice_health_drivers):
+            raise fields.SettingsError(
+                f"ObserverSettings.slice_health_drivers: {list(self.slice_health_drivers)!r} holds an "
+                "empty or space-padded driver name"
+            )
         if self.node_name is not None and not self.node_name:
             raise fields.SettingsError("ObserverSettings.node_name must be a node name or None, got ''")
         drivers = [p.driver for p in self.health_producers]

@@ -220,7 +220,10 @@ class DeviceStateStore:
         sink: DirectorySink | None = None,
         node_name: str | None = None,
         nvml: bool = False,
+        slice_health_drivers: Iterable[str] = (),
     ) -> None:
+        """`slice_health_drivers`: DRA drivers whose device health is their ResourceSlice taints
+        alone (`ObserverSettings.slice_health_drivers`)."""
         self._clock = clock
         self._now = clock.now
         self._sink = sink
@@ -258,6 +261,8 @@ class DeviceStateStore:
         self._producers: dict[tuple[str, str], ProducerState] = {}
         """By (node, driver): each node's health producer, kept after its last pod is gone."""
         self._snapshot: Snapshot | None = None
+        self._slice_drivers = frozenset(slice_health_drivers)
+        """Drivers that stream no health to the kubelet: their slice speaks for held devices too."""
 
     # ----- reading -----------------------------------------------------------------
 
@@ -362,10 +367,11 @@ class DeviceStateStore:
             silent = self._silent.get(key)
             if silent:
                 merged = _merge({**(contributions or {}), **silent})
-            # Who vouches follows who holds: a pod while any reporting one does, else the idle
-            # source that took the device back (`_idle_status`), else what it was.
+            # Who vouches follows who holds: a pod while any reporting one does (its driver's
+            # slice for a slice-health driver), else the idle source that took the device back
+            # (`_idle_status`), else what it was.
             if reporting:
-                source = SOURCE_POD
+                source = self._held_source(current.driver)
                 if idle_sources:
                     idle_sources.pop(key, None)
             elif idle_sources:
@@ -793,6 +799,8 @@ class DeviceStateStore:
                 uses.add(("ref", driver, pool, device_name))
                 key = (node, uuid or f"{driver}/{pool}/{device_name}")
                 meta = _Meta(uuid, driver, pool, device_name, entry.resource)
+                if driver in self._slice_drivers:
+                    entry = self._slice_entry(entry, (driver, pool, device_name))
             grouped.setdefault(key, []).append(entry)
             metas.setdefault(key, meta)
             entry_keys.append(key)
@@ -822,7 +830,12 @@ class DeviceStateStore:
             [(e.container, e.resource, e.resource_id, e.claim) for e in entries],
             observation.extended,
         )
-        if confirm and pod.layout == layout and pod.entry_keys is not None:
+        if (
+            confirm
+            and pod.layout == layout
+            and pod.entry_keys is not None
+            and not (self._slice_drivers and self._holds_slice_health(pod))
+        ):
             # Same devices, same allocations as last time: only reported values can have moved.
             grouped: dict[DeviceKey, list[ResourceEntry]] = {}
             for key, entry in zip(pod.entry_keys, entries, strict=True):
@@ -1036,7 +1049,7 @@ class DeviceStateStore:
             unknown_since = device.unknown_since if device.health == "Unknown" else now
         else:
             unknown_since = None
-        changed = _changed(device, health, message, now, unknown_since, SOURCE_POD)
+        changed = _changed(device, health, message, now, unknown_since, self._held_source(device.driver))
         self._put(key, changed)
         self.stats.status_changes += 1
         if self._sink is not None:
@@ -1112,6 +1125,7 @@ class DeviceStateStore:
             allocations=allocations,
             driver_taints=taints,
             unknown_since=now if health == "Unknown" else None,
+            source=self._held_source(meta.driver),
         )
         pod.values[key] = (health, message)
         self._put(key, device)
@@ -1134,6 +1148,29 @@ class DeviceStateStore:
             entry.claim,
             pod.resource_version,
         )
+
+    def _held_source(self, driver: str) -> str:
+        """Who vouches for a device a pod holds: the kubelet, unless its driver streams nothing."""
+        return SOURCE_SLICE if driver in self._slice_drivers else SOURCE_POD
+
+    def _slice_entry(self, entry: ResourceEntry, ref: DeviceRef) -> ResourceEntry:
+        """A pod's entry on a device of a slice-health driver, with the slice's health in it,
+        whatever the kubelet wrote.
+
+        The kubelet's Unknown there says only that the driver streams nothing (the kubelet's
+        health cache answers Unknown for a device it never heard of); the driver's verdict is its
+        taints. Until the slice is seen the entry stays as the kubelet wrote it."""
+        sliced = self.identity.devices.get(ref)
+        if sliced is None:
+            return entry
+        health, message = sliced.health
+        return entry._replace(health=health, message=message)
+
+    def _holds_slice_health(self, pod: _Pod) -> bool:
+        """Whether any device of the pod belongs to a slice-health driver (its entries are
+        rewritten by `_resolve`, so a repeat cannot take the fast path of raw entries)."""
+        drivers = self._slice_drivers
+        return any(used[0] == "ref" and used[1] in drivers for used in pod.uses)
 
     def _release(self, pod: _Pod, key: DeviceKey) -> None:
         """The pod no longer holds the device; drop a provisional device nobody holds."""

@@ -18,11 +18,23 @@ DRA = "dra"
 DRA_DRIVER = "gpu.nvidia.com"
 GPU_RESOURCE = "nvidia.com/gpu"
 
+KEP4680_DRIVER = "kep4680"
+"""The default DRA driver profile: an idealised NVIDIA driver that streams device health to the
+kubelet (KEP-4680) and lifts its own Unhealthy taint at the next Healthy report."""
+NVIDIA_DRIVER = "nvidia"
+"""The NVIDIA DRA driver as it is (`kubernetes-sigs/dra-driver-nvidia-gpu` with its
+NVMLDeviceHealthCheck gate): no KEP-4680 stream (the kubelet reports its devices Unknown), the
+device taints `gpu.nvidia.com/xid`, `gpu.nvidia.com/gpu-lost` and `gpu.nvidia.com/unmonitored`,
+kept until its kubelet plugin restarts."""
+DRA_DRIVER_PROFILES = (KEP4680_DRIVER, NVIDIA_DRIVER)
+
 DEVICE_FAULTS = frozenset(
     {"device-unhealthy", "device-unknown", "flap", "xid", "ecc", "row-remap-failure", "gpu-lost"}
     | {"health-watch"}
 )
-NODE_FAULTS = frozenset({"kubelet-stop", "node-partition", "health-stream-broken", "health-stream-stale"})
+NODE_FAULTS = frozenset(
+    {"kubelet-stop", "node-partition", "health-stream-broken", "health-stream-stale", "dra-plugin-restart"}
+)
 FAULT_KINDS = DEVICE_FAULTS | NODE_FAULTS | {"recover"}
 
 CHECKPOINT_AFTER = 10.0
@@ -74,6 +86,8 @@ class NodeGroup:
     memory: str
     labels: Mapping[str, str]
     line: int | None = None
+    dra_driver: str = KEP4680_DRIVER
+    """DRA groups: which DRA driver profile serves the nodes (`DRA_DRIVER_PROFILES`); one per fleet."""
     extended_resource: bool = False
     """DRA only: the driver's DeviceClass carries `extendedResourceName: nvidia.com/gpu` (KEP-5004),
     so pods that request `nvidia.com/gpu` are served by DRA on these nodes (their allocatable has
@@ -219,6 +233,10 @@ class Scenario:
     def gpu_count(self) -> int:
         return sum(g.count * g.gpus_per_node for g in self.fleet)
 
+    def dra_driver(self) -> str | None:
+        """The DRA driver profile of the fleet's DRA nodes (one per fleet); None without DRA nodes."""
+        return next((g.dra_driver for g in self.fleet if g.path == DRA), None)
+
 
 _FAULT_NOTES = {
     "device-unknown": "the driver stops reporting; DRA: Unknown after the timeout, at a sync",
@@ -227,6 +245,7 @@ _FAULT_NOTES = {
     "health-watch": "DCGM's health watch only: the driver and the kubelet see nothing",
     "health-stream-broken": "DRA: all devices Unknown; device plugin: all Unhealthy",
     "health-stream-stale": "DRA: the plugin crash-loops, pod status keeps its last health (lazy expiry)",
+    "dra-plugin-restart": "the NVIDIA DRA driver's kubelet plugin restarts: its device taints are gone",
 }
 
 

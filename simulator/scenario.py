@@ -26,7 +26,9 @@ from simulator.model import (
     DEVICE_FAULTS,
     DEVICE_PLUGIN,
     DRA,
+    DRA_DRIVER_PROFILES,
     FAULT_KINDS,
+    KEP4680_DRIVER,
     DeviceRef,
     Fault,
     NodeGroup,
@@ -298,6 +300,7 @@ _GROUP_KEYS = (
     "product",
     "memory",
     "labels",
+    "draDriver",
     "extendedResource",
     "dcgmExporter",
 )
@@ -327,6 +330,7 @@ _FAULT_KEYS: dict[str, tuple[str, ...]] = {
     "node-partition": ("node", "duration"),
     "health-stream-broken": ("node", "duration"),
     "health-stream-stale": ("node", "duration"),
+    "dra-plugin-restart": ("node",),
     "xid": ("device", "xid", "message", "unhealthy"),
     "ecc": ("device", "corrected", "uncorrected"),
     "row-remap-failure": ("device",),
@@ -388,6 +392,11 @@ def _node_group(r: FieldReader, raw: Any, index: int) -> NodeGroup:
     if not isinstance(labels_raw, dict):
         r.fail((*path, "labels"), f"expected a mapping, got {_show(labels_raw)}")
     labels = {k: r.string(v, (*path, "labels", k), max_len=63) for k, v in labels_raw.items()}
+    dra_driver = KEP4680_DRIVER
+    if data.get("draDriver") is not None:
+        if node_path != DRA:
+            r.fail((*path, "draDriver"), "a DRA driver profile applies to the dra path only")
+        dra_driver = r.choice(data["draDriver"], (*path, "draDriver"), DRA_DRIVER_PROFILES)
     extended = r.boolean(data.get("extendedResource", False), (*path, "extendedResource"))
     if extended and node_path != DRA:
         r.fail(
@@ -408,6 +417,7 @@ def _node_group(r: FieldReader, raw: Any, index: int) -> NodeGroup:
         memory=memory,
         labels=labels,
         line=r.line(path),
+        dra_driver=dra_driver,
         extended_resource=extended,
         dcgm_host_label=dcgm_host_label,
     )
@@ -551,6 +561,12 @@ def parse_fault(
                 f"health-stream-stale needs a DRA node (its kubelet plugin's stream); {node!r} is "
                 f"{nodes[node].path}: a device plugin's dead stream is health-stream-broken",
             )
+        if kind == "dra-plugin-restart" and nodes[node].path != DRA:
+            r.fail(
+                (*path, "node"),
+                f"dra-plugin-restart needs a DRA node (its driver's kubelet plugin); "
+                f"{node!r} is {nodes[node].path}",
+            )
     fault: dict[str, Any] = {"at": at, "kind": kind, "device": device, "node": node, "line": r.line(path)}
     if kind == "device-unknown":
         fault["duration"] = r.duration(r.required(data, "duration", path), (*path, "duration"), positive=True)
@@ -603,6 +619,15 @@ def _build_scenario(data_raw: Any, lines: Mapping[_Path, int], source: str, defa
         total_nodes += group.count
         if total_nodes > _MAX_NODES:
             r.fail(("fleet", i, "count"), f"the fleet may have at most {_MAX_NODES} nodes")
+        first_dra = next((g for g in groups.values() if g.path == DRA), None)
+        if group.path == DRA and first_dra is not None and first_dra.dra_driver != group.dra_driver:
+            # Both profiles are driver gpu.nvidia.com: a cluster runs one install of a DRA driver,
+            # and the exporter tells its health source by the driver's name.
+            r.fail(
+                ("fleet", i, "draDriver"),
+                f"{group.dra_driver!r}, but group {first_dra.name!r} runs {first_dra.dra_driver!r}: "
+                "a fleet runs one DRA driver profile",
+            )
         groups[group.name] = group
         for node in group.node_names():
             if len(node) > 253:

@@ -271,7 +271,10 @@ def _pod_view(pod: dict[str, Any], on_device: set[str]) -> PodView:
             phase in ("Running", "Succeeded")
             and not terminating
             and uid not in on_device
-            and all(health == "Healthy" for health in _device_health(status))
+            # Unknown is no verdict on the replacement's device: the kubelet writes it for every
+            # device of a DRA driver that streams no health (the NVIDIA DRA driver), and a device
+            # whose Unknown lasts is restricted on its own. Unhealthy is a failure: not yet moved.
+            and all(health != "Unhealthy" for health in _device_health(status))
         ),
     )
 

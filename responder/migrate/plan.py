@@ -85,8 +85,8 @@ class PodView:
     ready: bool = False
     """Its Ready condition is True."""
     running_healthy: bool = False
-    """Running, off the quarantined device, and no device it holds reported other than Healthy
-    (`allocatedResourcesStatus`): a replacement that runs again."""
+    """Running, off the quarantined device, and no device it holds reported Unhealthy
+    (`allocatedResourcesStatus`; Unknown is no verdict): a replacement that runs again."""
 
 
 @dataclass(frozen=True, slots=True)

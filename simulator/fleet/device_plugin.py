@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from simulator.fleet import objects
-from simulator.fleet.health import Gpu, device_plugin_health, record_report
+from simulator.fleet.health import UNHEALTHY, Gpu, device_plugin_health, record_report
 from simulator.fleet.state import SimNode, SimPod
 from simulator.model import Slot
 
@@ -38,6 +38,11 @@ class DevicePlugin:
 
     def taint(self, node: SimNode, gpu: Gpu, key: str, value: str) -> None:
         """Nothing: the device plugin API has no taints, only Unhealthy."""
+
+    def xid(self, node: SimNode, gpu: Gpu, xid: int, fatal: bool, message: str) -> None:
+        """A fatal XID makes the plugin report the device Unhealthy; it ignores the others."""
+        if fatal:
+            self.report(node, gpu, UNHEALTHY, message)
 
     def reset(self, node: SimNode, gpu: Gpu) -> None:
         """Nothing published to clear: the next report says Healthy."""

@@ -12,6 +12,15 @@ its probes and crash-loops) leaves the cache as it was: pod status keeps the las
 the lazy expiry the design names. The plugin runs as a pod per node (`start_plugin`), whose Ready
 condition is what the API says of the stream's producer. Devices appear in pods as CDI ids of
 their claim.
+
+`NvidiaDraDriver` is the driver as it is (`kubernetes-sigs/dra-driver-nvidia-gpu` with its
+`NVMLDeviceHealthCheck` gate, a fleet's `draDriver: nvidia`): its slices publish the attributes
+its kubelet plugin publishes, it streams nothing to the kubelet (KEP-4680 is not implemented, so
+the kubelet reports every allocated device Unknown), and its NVML health monitor taints devices
+itself: `gpu.nvidia.com/xid=<xid>` (NoSchedule for a fatal XID, None for one it ignores),
+`gpu.nvidia.com/gpu-lost` (NoSchedule, every device of the node: NVML says so of the event set,
+not of one GPU), never NoExecute, and it never lifts one: only a restart of its kubelet plugin
+(`restart_plugin`) publishes the slice afresh, re-tainting what is still lost.
 """
 
 from __future__ import annotations
@@ -23,16 +32,19 @@ from typing import Any
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
 from simulator.fleet import objects
-from simulator.fleet.health import UNHEALTHY, Gpu, dra_health, record_report
+from simulator.fleet.health import UNHEALTHY, UNKNOWN, Gpu, dra_health, record_report
 from simulator.fleet.node_api import NodeApi
 from simulator.fleet.state import PARTITIONED, SimNode, SimPod
 from simulator.fleet.writes import create_ignore_exists
-from simulator.model import Settings, Slot
+from simulator.model import APPLICATION_XIDS, Settings, Slot
 
 _SLICES = "resourceslices.resource.k8s.io"
 UNHEALTHY_TAINT = "gpu.nvidia.com/unhealthy"
 """The taint of a device the driver reports Unhealthy (no XID, no lost GPU: its health monitor's
 verdict alone); a device no pod holds keeps its failure visible through it."""
+XID_TAINT = "gpu.nvidia.com/xid"
+GPU_LOST_TAINT = "gpu.nvidia.com/gpu-lost"
+NO_SCHEDULE, NO_EFFECT = "NoSchedule", "None"
 
 
 class DraDriver:
@@ -116,11 +128,22 @@ class DraDriver:
             self._republish(node)
 
     def taint(self, node: SimNode, gpu: Gpu, key: str, value: str) -> None:
-        gpu.taints = [t for t in gpu.taints if t["key"] != key]
-        gpu.taints.append(
-            {"key": key, "value": value, "effect": "NoSchedule", "timeAdded": format_timestamp(self._wall())}
-        )
+        self._set_taint(gpu, key, value, NO_SCHEDULE)
         self._republish(node)
+
+    def xid(self, node: SimNode, gpu: Gpu, xid: int, fatal: bool, message: str) -> None:
+        """An XID event reached the driver's health monitor; `fatal`: the card is broken by it."""
+        if fatal:
+            # Tainted first: the report then finds the XID's taint and adds no other.
+            self.taint(node, gpu, XID_TAINT, str(xid))
+            self.report(node, gpu, UNHEALTHY, message)
+
+    def _set_taint(self, gpu: Gpu, key: str, value: str, effect: str) -> None:
+        taint = {"key": key, "effect": effect, "timeAdded": format_timestamp(self._wall())}
+        if value:
+            taint["value"] = value
+        gpu.taints = [t for t in gpu.taints if t["key"] != key]
+        gpu.taints.append(taint)
 
     def reset(self, node: SimNode, gpu: Gpu) -> None:
         had_taints = bool(gpu.taints)
@@ -132,7 +155,17 @@ class DraDriver:
         if node.slice_dirty:
             self._republish(node)
 
+    def restart_plugin(self, node: SimNode) -> None:
+        """Its kubelet plugin on `node` started again: it publishes the slice as its state says
+        (this driver keeps nothing in memory that a restart would lose)."""
+        self._republish(node)
+
     def _slice(self, node: SimNode) -> dict[str, Any]:
+        assert node.slice_name is not None
+        return self._resource_slice(node)
+
+    @staticmethod
+    def _resource_slice(node: SimNode) -> dict[str, Any]:
         assert node.slice_name is not None
         return objects.resource_slice(
             node.slice_name,
@@ -158,3 +191,97 @@ class DraDriver:
             return obj
 
         self._api.mutate(_SLICES, node.slice_name, None, fn)
+
+
+class NvidiaDraDriver(DraDriver):
+    """The NVIDIA DRA driver as its kubelet plugin behaves (`draDriver: nvidia`): one instance
+    serves every DRA node of a fleet that runs it.
+
+    Owns the same slices and taints as `DraDriver`, with the plugin's attributes and its taints'
+    keys, values and effects; the kubelet hears nothing from it (`health` is the kubelet's
+    default for a driver that never reported: Unknown, no message). What the hardware reports
+    (`Gpu.reported`) is still recorded: programs running on a failing card fail by it.
+    """
+
+    def health(self, node: SimNode, gpu: Gpu, now: float) -> tuple[str, str | None]:
+        return UNKNOWN, None
+
+    def report(self, node: SimNode, gpu: Gpu, health: str, message: str | None) -> None:
+        # The card's own state only: no stream carries it to the kubelet, and the health monitor
+        # watches NVML events (XIDs, a lost GPU), not this verdict, so no taint follows from it.
+        record_report(gpu, health, message, keeps_message=True)
+
+    def xid(self, node: SimNode, gpu: Gpu, xid: int, fatal: bool, message: str) -> None:
+        # The monitor's own classification: the XIDs it ignores by default taint with effect None.
+        effect = NO_SCHEDULE if xid not in APPLICATION_XIDS else NO_EFFECT
+        current = next((t for t in gpu.taints if t["key"] == XID_TAINT), None)
+        if not (effect == NO_EFFECT and current is not None and current["effect"] == NO_SCHEDULE):
+            # One taint per key, the latest XID's, except that a later event never weakens it.
+            self._set_taint(gpu, XID_TAINT, str(xid), effect)
+            self._republish(node)
+        if fatal:
+            self.report(node, gpu, UNHEALTHY, message)
+
+    def taint(self, node: SimNode, gpu: Gpu, key: str, value: str) -> None:
+        if key != GPU_LOST_TAINT:
+            super().taint(node, gpu, key, value)
+            return
+        # NVML answers GPU_IS_LOST to the monitor's event wait, which names no GPU: the monitor
+        # taints every device it watches on the node. The taint carries no value.
+        for each in node.gpus:
+            self._set_taint(each, GPU_LOST_TAINT, "", NO_SCHEDULE)
+        self._republish(node)
+
+    def reset(self, node: SimNode, gpu: Gpu) -> None:
+        """Nothing: the driver never lifts a taint it set, whatever the card does now."""
+
+    def restart_plugin(self, node: SimNode) -> None:
+        """Its kubelet plugin started again: the health monitor begins with no events, so the slice
+        is published without taints, except the lost GPUs it finds lost again. The plugin pod's
+        own restart (seconds not Ready) is not played: its pod stays as it was."""
+        for gpu in node.gpus:
+            gpu.taints = []
+        if any(g.lost for g in node.gpus):
+            self.taint(node, node.gpus[0], GPU_LOST_TAINT, "")
+            return
+        self._republish(node)
+
+    @staticmethod
+    def _resource_slice(node: SimNode) -> dict[str, Any]:
+        obj = DraDriver._resource_slice(node)
+        for device, gpu in zip(obj["spec"]["devices"], node.gpus, strict=True):
+            device["attributes"] = nvidia_attributes(node, gpu)
+        return obj
+
+
+_ARCHITECTURES = (
+    ("B300", "Blackwell", "10.3.0"),
+    ("B200", "Blackwell", "10.0.0"),
+    ("H200", "Hopper", "9.0.0"),
+    ("H100", "Hopper", "9.0.0"),
+    ("A100", "Ampere", "8.0.0"),
+)
+"""(product marker, NVML architecture, CUDA compute capability); others read as Hopper."""
+
+
+def nvidia_attributes(node: SimNode, gpu: Gpu) -> dict[str, Any]:
+    """A whole GPU's attributes as the NVIDIA DRA driver's kubelet plugin publishes them: strings,
+    NVML's versions as semantic versions, the PCI address under the standard attribute domain.
+    No `index` or `minor`: the device name (`gpu-<minor>`) carries the minor."""
+    product = node.group.product
+    architecture, compute = next(
+        ((arch, cc) for marker, arch, cc in _ARCHITECTURES if marker in product), ("Hopper", "9.0.0")
+    )
+    bus = f"{(0x18 + 0x10 * gpu.index) & 0xFF:02x}"
+    return {
+        "type": {"string": "gpu"},
+        "uuid": {"string": gpu.uuid},
+        "productName": {"string": product},
+        "brand": {"string": "Nvidia"},
+        "architecture": {"string": architecture},
+        "cudaComputeCapability": {"version": compute},
+        "driverVersion": {"version": "580.95.5"},
+        "cudaDriverVersion": {"version": "13.0.0"},
+        "resource.kubernetes.io/pciBusID": {"string": f"0000:{bus}:00.0"},
+        "resource.kubernetes.io/pcieRoot": {"string": f"pci0000:{int(bus, 16) - 1:02x}"},
+    }

@@ -37,7 +37,7 @@ from simulator.fleet.checkpoint_agent import CheckpointAgent
 from simulator.fleet.claim_controller import ResourceClaimController
 from simulator.fleet.controller_manager import ControllerManager
 from simulator.fleet.device_plugin import DevicePlugin
-from simulator.fleet.dra_driver import DraDriver
+from simulator.fleet.dra_driver import DraDriver, NvidiaDraDriver
 from simulator.fleet.events import FaultApplied, FleetEvent
 from simulator.fleet.extender_client import ExtenderConfig
 from simulator.fleet.health import Gpu
@@ -51,7 +51,7 @@ from simulator.fleet.state import DeviceDriver, PendingPod, SimNode, SimPod
 from simulator.fleet.timeline import Timeline
 from simulator.fleet.timers import Timers
 from simulator.fleet.writes import PodStatusWriter, create_ignore_exists
-from simulator.model import DEVICE_PLUGIN, DRA, Fault, Scenario, node_slots, place_workloads
+from simulator.model import DEVICE_PLUGIN, DRA, NVIDIA_DRIVER, Fault, Scenario, node_slots, place_workloads
 
 if TYPE_CHECKING:
     from simulator.apiserver.store import Store
@@ -117,7 +117,9 @@ class Fleet:
             self.checkpoints, self.kubelet.allocated, terminating=self._pod_terminating,
         )  # fmt: skip
         self.device_plugin = DevicePlugin(self.kubelet.push)
-        self.dra_driver = DraDriver(api, settings, timers.wall, rng, self.kubelet.push)
+        # One DRA driver install per cluster: the fleet's profile (`NodeGroup.dra_driver`) picks it.
+        dra_driver = NvidiaDraDriver if scenario.dra_driver() == NVIDIA_DRIVER else DraDriver
+        self.dra_driver = dra_driver(api, settings, timers.wall, rng, self.kubelet.push)
         drivers[DEVICE_PLUGIN] = self.device_plugin
         drivers[DRA] = self.dra_driver
         self._control: SimulatedControlPlane | None = None
@@ -136,6 +138,7 @@ class Fleet:
             plugin_failing=lambda node, failing: self.pod_runner.fail(
                 self.dra_driver.plugin_key(node), failing
             ),
+            plugin_restart=self.dra_driver.restart_plugin,
         )
 
     # ------------------------------------------------------------------ time

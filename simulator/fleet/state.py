@@ -151,6 +151,10 @@ class DeviceDriver(Protocol):
         """Mark the device as not to be scheduled (DRA device taint; nothing on the device plugin)."""
         ...
 
+    def xid(self, node: SimNode, gpu: Gpu, xid: int, fatal: bool, message: str) -> None:
+        """An XID reached the driver's health checks; `fatal`: the card is broken by it."""
+        ...
+
     def reset(self, node: SimNode, gpu: Gpu) -> None:
         """The GPU was reset: drop what the driver published about its faults."""
         ...

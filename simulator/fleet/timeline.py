@@ -66,9 +66,11 @@ class Timeline:
         kubelet_back: Callable[[SimNode], None],
         emit: Emit,
         plugin_failing: Callable[[SimNode, bool], None] = lambda node, failing: None,
+        plugin_restart: Callable[[SimNode], None] = lambda node: None,
     ) -> None:
         """`plugin_failing(node, failing)`: the node's DRA kubelet plugin stops serving (its
-        probes fail: the kubelet restarts it, not Ready) or works again."""
+        probes fail: the kubelet restarts it, not Ready) or works again; `plugin_restart(node)`:
+        it is restarted (an operator rolled its DaemonSet)."""
         self._timers = timers
         self._nodes = nodes
         self._drivers = drivers
@@ -76,6 +78,7 @@ class Timeline:
         self._kubelet_back = kubelet_back
         self._emit = emit
         self._plugin_failing = plugin_failing
+        self._plugin_restart = plugin_restart
         self.applied: list[FaultApplied] = []
         self.xid_seq = 0
         """Sequence number of the last XID event in the fleet (NVML event readers resume after it)."""
@@ -171,6 +174,8 @@ class Timeline:
             self._plugin_failing(node, True)
             if fault.duration is not None:
                 at(now + fault.duration, self._end_stale, node, node.stale_token)
+        elif kind == "dra-plugin-restart":
+            self._plugin_restart(node)
         elif kind == "recover":
             self._end_node_fault(node, node.kubelet_token)
             self._end_stream(node, node.stream_token)
@@ -224,11 +229,8 @@ class Timeline:
     def _xid(self, node: SimNode, gpu: Gpu, xid: int, unhealthy: bool | None, message: str | None) -> None:
         self.xid_seq += 1
         node.xids.append((self.xid_seq, gpu.uuid, xid, self._timers.wall()))
-        if unhealthy:
-            text = message or f"XID {xid}: {XID_DESCRIPTIONS.get(xid, 'critical error')} on {gpu.uuid}"
-            # Tainted first: the driver's report then finds the XID's taint and adds no other.
-            self._drivers[node.group.path].taint(node, gpu, "gpu.nvidia.com/xid", str(xid))
-            self._report(node, gpu, UNHEALTHY, text)
+        text = message or f"XID {xid}: {XID_DESCRIPTIONS.get(xid, 'critical error')} on {gpu.uuid}"
+        self._drivers[node.group.path].xid(node, gpu, xid, bool(unhealthy), text)
 
     def _recover_gpu(self, node: SimNode, gpu: Gpu) -> None:
         gpu.lost = False

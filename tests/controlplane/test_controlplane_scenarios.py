@@ -7,18 +7,19 @@ responder replicas: the real kube-scheduler places the workloads (their Jobs and
 by the real controllers), allocates no quarantined DRA device while our DeviceTaintRule stands
 and calls the responders' extender for device-plugin nodes; evictions go through the real
 eviction API; each run breaks no safety invariant and meets every expectation its file states.
-`closed-loop`, `dra-and-device-plugin`, `leader-kill`, `multi-gpu-topology`, `idle-relapse` and
-`dra-extended-resource` on 1.37 (DeviceTaintRule v1; in the last the real kube-scheduler serves
-pods' `nvidia.com/gpu` through the DeviceClass's extendedResourceName, KEP-5004, GA and on in
-1.37: it writes the special claim and `status.extendedResourceClaimStatus`); `closed-loop` on
-1.36 too (v1beta2 behind its feature gate). Not
-`gradual-return`: its story needs the opted-in workload on the GPU that fails, and on a real
-control plane which of a node's GPUs a pod gets is the kubelet's and driver's choice (the
+`closed-loop`, `dra-and-device-plugin`, `leader-kill`, `multi-gpu-topology`, `idle-relapse`,
+`dra-extended-resource` and `nvidia-dra-driver` on 1.37 (DeviceTaintRule v1; in
+`dra-extended-resource` the real kube-scheduler serves pods' `nvidia.com/gpu` through the
+DeviceClass's extendedResourceName, KEP-5004, GA and on in 1.37: it writes the special claim and
+`status.extendedResourceClaimStatus`); `closed-loop` on 1.36 too (v1beta2 behind its feature
+gate). Not `gradual-return`: its story needs the opted-in workload on the GPU that fails, and on
+a real control plane which of a node's GPUs a pod gets is the kubelet's and driver's choice (the
 scheduler picks only the node), so the failing GPU may hold another workload; the opt-in
 itself is held to the real API server by `test_controlplane_dra.py`.
 `idle-relapse` holds a device quarantined through an idle relapse on both paths: its
 device-plugin node agent serves the kubelet's pod-resources view, which the demo's node
-exporter reads.
+exporter reads. `nvidia-dra-driver` runs the NVIDIA DRA driver's profile as node agents: its
+slices and taints written to the real API server, no health in pod status.
 
 Time: the fleet, the rules and the responders run at the scenario's own speed; the control
 plane's own timers (backoffs, grace periods) run in real time (`docs/simulator.md`, "Time").
@@ -52,6 +53,7 @@ RUNS = [
     ("multi-gpu-topology", "1.37"),
     ("idle-relapse", "1.37"),
     ("dra-extended-resource", "1.37"),
+    ("nvidia-dra-driver", "1.37"),
     ("closed-loop", "1.36"),
 ]
 

@@ -597,6 +597,20 @@ def test_a_release_must_walk_every_phase_with_passed_checks() -> None:
     assert "released gpu-dra-0/gpu-3: no passed canary before release" in out
 
 
+def test_a_release_that_must_wait_for_a_time_fails_when_its_walk_began_before_it() -> None:
+    """`notBefore`: the device is held until then (the NVIDIA DRA driver's taint stands)."""
+    j = journal()
+    quarantine(j, "gpu-dra-0", 3, at=30)
+    release(j, "gpu-dra-0", 3, at=200)
+    assert failures("released: [{node: gpu-dra-0, gpu: 3, notBefore: 3m}]", j) == []
+    assert failures("released: [{node: gpu-dra-0, gpu: 3, notBefore: 4m}]", j) == [
+        "released gpu-dra-0/gpu-3: began its release walk at t+200s, before t+240s (notBefore)"
+    ]
+    assert "expect.untouched[0]" in refusal(
+        {"untouched": [{"node": "gpu-dra-0", "gpu": 1, "notBefore": "1m"}]}
+    )
+
+
 def test_a_release_interrupted_by_a_failed_check_must_walk_again() -> None:
     j = journal()
     quarantine(j, "gpu-dra-0", 3, at=30)

@@ -1,8 +1,9 @@
 """The `gpuhealth exporter` offline mode and the `gpuhealth devices` command.
 
 Aspects covered: a kubectl dump (List of mixed kinds, or a PodList) printed as metrics
-with both allocation paths resolved; bad dumps and bad flags give a clear error prefixed
-`gpuhealth <cmd>: error:` and exit code 2, never a traceback; a taken port is a run-time
+with both allocation paths resolved, a slice-health driver's held devices read from its
+taints; bad dumps and bad flags give a clear error prefixed `gpuhealth <cmd>: error:` and exit
+code 2, never a traceback; a taken port is a run-time
 failure (exit 1), and so is an observer that dies; the devices table (status age, truncated
 message, pods), its filters, wide, JSON and YAML forms; `devices replay` with relative and
 RFC3339 `--since` in the same `-o table|wide|json|yaml` vocabulary (and `-o text`, its
@@ -82,6 +83,27 @@ def test_offline_dump_prints_metrics_for_both_paths(
     assert f'gpu_device_health{{node="node-1",device="{U1}",status="Healthy"}} 1' in text
     assert f'gpu_device_health{{node="node-2",device="{D0}",status="Unknown"}} 1' in text
     assert 'gpu_node_kubelet_lease_age_seconds{node="node-1"}' in text
+
+
+def test_a_slice_health_driver_s_taints_are_the_health_of_its_held_devices(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """node-2's DRA pod reads Unknown (the kubelet heard nothing); its slice device is tainted."""
+    items = dump_items()
+    items[3] = slice_(
+        "node-2-gpus",
+        "node-2",
+        {"gpu-0": D0},
+        taints={"gpu-0": [{"key": "gpu.nvidia.com/xid", "value": "48", "effect": "NoSchedule"}]},
+    )
+    path = write(tmp_path, {"apiVersion": "v1", "kind": "List", "items": items})
+    assert main(["exporter", "--from-file", path, "--once"]) == 0
+    assert f'device="{D0}",status="Unknown"}} 1' in capsysbinary.readouterr().out.decode()
+    assert main(["exporter", "--from-file", path, "--once", "--slice-health-driver", DRIVER]) == 0
+    text = capsysbinary.readouterr().out.decode()
+    assert f'gpu_device_health{{node="node-2",device="{D0}",status="Unhealthy"}} 1' in text
+    # The device-plugin node is no slice's: the kubelet still speaks for it.
+    assert f'gpu_device_health{{node="node-1",device="{U0}",status="Unhealthy"}} 1' in text
 
 
 def test_offline_pod_list_dump_with_a_directory(

@@ -45,6 +45,8 @@ def test_defaults_build_and_the_server_is_the_core_s_on_the_exporter_port() -> N
         (ObserverSettings, {"list_page_size": 0}, "list_page_size"),
         (ObserverSettings, {"connect_timeout_seconds": math.inf}, "connect_timeout_seconds"),
         (ObserverSettings, {"node_name": ""}, "node_name"),
+        (ObserverSettings, {"slice_health_drivers": ("",)}, "slice_health_drivers"),
+        (ObserverSettings, {"slice_health_drivers": (" gpu.nvidia.com",)}, "slice_health_drivers"),
         (BackoffSettings, {"initial_seconds": 0}, "initial_seconds"),
         (BackoffSettings, {"max_seconds": 0.1}, "max_seconds"),  # below the initial delay
         (BackoffSettings, {"factor": 0.5}, "factor"),

@@ -7,7 +7,8 @@ change nothing; a rule of that name the record does not own is never touched; a 
 quarantine is an entry in the node annotation, other annotations and devices untouched, no
 taint and no cordon; its ramp moves the entry to the ramp annotation with the bound of opted-in
 pods, a failure on the ramp moves it back and the release lifts both; `present` tells what is
-there.
+there; beside the NVIDIA DRA driver's own slice taints our rule is a rule of its own, and lifting
+it writes nothing to the driver's slice.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import yaml
 
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
-from gpuhealth.kube.resources import NODE, Resource
+from gpuhealth.kube.resources import NODE, RESOURCE_SLICE, Resource
 from gpuhealth.kube.transport import KubeTransport
 from responder.enforce.node_annotation import NODE_ANNOTATION, RAMP_ANNOTATION
 from responder.enforce.shipped import Enforcer
@@ -213,3 +214,53 @@ def opened_spec() -> Any:
     decision = decide(None, alert(**DRA_LABELS), now=1_800_000_000.0, settings=IntakeSettings())
     assert isinstance(decision, Write)
     return decision.record.spec
+
+
+def nvidia_slice(taints: list[dict[str, str]]) -> dict[str, Any]:
+    """gpu-node-1's slice as the NVIDIA DRA driver publishes it, its gpu-3 tainted by the driver."""
+    devices = []
+    for i in range(4):
+        device: dict[str, Any] = {"name": f"gpu-{i}", "attributes": {"uuid": {"string": f"GPU-{i:04d}"}}}
+        if i == 3:
+            device["taints"] = taints
+        devices.append(device)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "gpu-node-1-gpu.nvidia.com-x7k2p"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": "gpu-node-1",
+            "pool": {"name": "gpu-node-1", "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def test_our_rule_coexists_with_the_drivers_taints_and_lifting_it_leaves_theirs(client: KubeClient) -> None:
+    """The NVIDIA DRA driver taints the slice device itself and never lifts its taint: our
+    quarantine is a rule of its own beside it, and the release deletes only that rule."""
+    driver_taints = [
+        {
+            "key": "gpu.nvidia.com/xid",
+            "value": "48",
+            "effect": "NoSchedule",
+            "timeAdded": "2027-01-15T08:00:00Z",
+        },
+        {"key": "gpu.nvidia.com/unmonitored", "effect": "None", "timeAdded": "2027-01-15T08:00:00Z"},
+    ]
+    published = client.create(RESOURCE_SLICE, nvidia_slice(driver_taints))
+    rules = discover(client)
+    assert rules is not None
+    enforcer = Enforcer(client, rules)
+    record = stored(client, **DRA_LABELS)
+    enforcer.enforce(record, Enforce(QUARANTINE_TAINT, "FatalXid", "NoSchedule"))
+    enforcer.enforce(record, Enforce(CANARY_TAINT, "FatalXid", "NoSchedule"))
+    assert enforcer.present(record, Enforce(CANARY_TAINT, "FatalXid", "NoSchedule"))
+    enforcer.unenforce(record)
+    assert not enforcer.present(record)
+    assert client.list(rules).items == []
+    # The driver's slice is as it published it: not one write of ours reached it.
+    after = client.get(RESOURCE_SLICE, published["metadata"]["name"])
+    assert after["metadata"]["resourceVersion"] == published["metadata"]["resourceVersion"]
+    assert after["spec"]["devices"][3]["taints"] == driver_taints

@@ -825,6 +825,31 @@ def test_a_move_waits_for_its_replacement_to_run_on_a_healthy_device(
     assert registry.get_sample_value("gpuhealth_migration_recovery_seconds_count", {"path": "dra"}) == 0
 
 
+def test_a_replacement_whose_device_reads_unknown_has_moved_and_one_on_an_unhealthy_device_has_not(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    """The NVIDIA DRA driver streams no health: the kubelet reports each of its devices Unknown, so
+    a replacement there has moved; one whose device the kubelet reports Unhealthy has not."""
+    pods = Resource("", "v1", "pods", True)
+    m, r = evicting(client, clock)
+    r = m.step(r, clock.now())
+    del client.objects[("pods", "ml", "train-0")]
+    failing = pod("train-1", device="GPU-other")
+    failing["status"]["containerStatuses"][0]["allocatedResourcesStatus"][0]["resources"][0]["health"] = (
+        "Unhealthy"
+    )
+    client.add(pods, failing)
+    r = m.step(r, clock.now())
+    assert only(r).outcome is MigrationOutcome.WAITING and only(r).detail.startswith("awaiting replacement")
+    unknown = pod("train-1", device="GPU-other")
+    unknown["status"]["containerStatuses"][0]["allocatedResourcesStatus"][0]["resources"][0]["health"] = (
+        "Unknown"
+    )
+    client.add(pods, unknown)
+    r = m.step(r, clock.now())
+    assert only(r).outcome is MigrationOutcome.SUCCEEDED
+
+
 def test_a_replacement_on_the_quarantined_device_is_moved_again_by_the_same_move(
     client: FakeClient, clock: ManualClock
 ) -> None:
