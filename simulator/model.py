@@ -53,6 +53,30 @@ class Settings:
     """Seeds generated names (pod suffixes, claim names), so a scenario builds the same objects each run."""
 
 
+MIG_SINGLE = "single"
+MIG_MIXED = "mixed"
+
+
+@dataclass(frozen=True, slots=True)
+class MigLayout:
+    """MIG on every GPU of a node group: each card split alike into `partitions` instances of
+    `profile` (`1g.10gb`: one compute slice, 10 GB), as the MIG manager lays them out.
+
+    How the NVIDIA device plugin advertises them (`strategy`, `docs/scenarios.md`): `single`
+    as `nvidia.com/gpu`, one device per partition; `mixed` as `nvidia.com/mig-<profile>`. Either
+    way a partition's device ID is its MIG UUID, and a fault of the card is a fault of every
+    partition on it."""
+
+    strategy: Literal["single", "mixed"]
+    profile: str
+    partitions: int
+
+    @property
+    def resource(self) -> str:
+        """The extended resource the device plugin advertises the partitions as."""
+        return GPU_RESOURCE if self.strategy == MIG_SINGLE else f"nvidia.com/mig-{self.profile}"
+
+
 @dataclass(frozen=True, slots=True)
 class NodeGroup:
     name: str
@@ -66,9 +90,23 @@ class NodeGroup:
     memory: str
     labels: Mapping[str, str]
     line: int | None = None
+    mig: MigLayout | None = None
+    """MIG partitions on every GPU of the group (device-plugin path); None: whole GPUs."""
 
     def node_names(self) -> list[str]:
         return [f"{self.name_prefix}{i}" for i in range(self.count)]
+
+    @property
+    def slots_per_gpu(self) -> int:
+        """Allocatable units per GPU: its MIG partitions, its time-slicing replicas, or 1."""
+        if self.mig is not None:
+            return self.mig.partitions
+        return max(1, self.shared_replicas)
+
+    @property
+    def resource(self) -> str:
+        """The extended resource a device-plugin node advertises its GPUs as."""
+        return self.mig.resource if self.mig is not None else GPU_RESOURCE
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +258,7 @@ class Slot:
 
     gpu: int
     replica: int | None = None
+    """The time-slicing replica, or on a MIG card the partition; None: the whole GPU."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +284,10 @@ def node_slots(group: NodeGroup) -> list[Slot]:
     Shared replicas are ordered replica-major, so consecutive pods land on different GPUs
     before a GPU is shared (what time-slicing users expect from a balanced plugin).
     """
+    if group.mig is not None:
+        # Partitions card by card: a MIG card is filled before the next one is used, as the
+        # plugin lists a node's MIG devices parent by parent.
+        return [Slot(g, p) for g in range(group.gpus_per_node) for p in range(group.mig.partitions)]
     if group.shared_replicas:
         return [Slot(g, r) for r in range(group.shared_replicas) for g in range(group.gpus_per_node)]
     return [Slot(g) for g in range(group.gpus_per_node)]

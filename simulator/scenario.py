@@ -25,8 +25,11 @@ from simulator.model import (
     DEVICE_PLUGIN,
     DRA,
     FAULT_KINDS,
+    MIG_MIXED,
+    MIG_SINGLE,
     DeviceRef,
     Fault,
+    MigLayout,
     NodeGroup,
     PlacementError,
     Scenario,
@@ -296,7 +299,11 @@ _GROUP_KEYS = (
     "product",
     "memory",
     "labels",
+    "mig",
 )
+_MIG_KEYS = ("strategy", "profile", "partitions")
+MIG_SLICES = 7
+"""Compute slices of an A100, H100 or H200: a card's partitions share at most these."""
 _WORKLOAD_KEYS = (
     "name",
     "namespace",
@@ -382,6 +389,7 @@ def _node_group(r: FieldReader, raw: Any, index: int) -> NodeGroup:
     if not isinstance(labels_raw, dict):
         r.fail((*path, "labels"), f"expected a mapping, got {_show(labels_raw)}")
     labels = {k: r.string(v, (*path, "labels", k), max_len=63) for k, v in labels_raw.items()}
+    layout = _mig(r, data.get("mig"), (*path, "mig"), node_path, replicas)
     return NodeGroup(
         name=name,
         count=count,
@@ -393,7 +401,39 @@ def _node_group(r: FieldReader, raw: Any, index: int) -> NodeGroup:
         memory=memory,
         labels=labels,
         line=r.line(path),
+        mig=layout,
     )
+
+
+def _mig(r: FieldReader, raw: Any, path: _Path, node_path: str, replicas: int) -> MigLayout | None:
+    """A node group's `mig:` section: every card of the group partitioned alike."""
+    if raw is None:
+        return None
+    data = r.mapping(raw, path, _MIG_KEYS)
+    if node_path != DEVICE_PLUGIN:
+        r.fail(path, "MIG partitions are simulated on the device-plugin path only")
+    if replicas:
+        r.fail(path, "a group is either MIG-partitioned or time-sliced (sharedReplicas), not both")
+    strategy = r.choice(r.required(data, "strategy", path), (*path, "strategy"), (MIG_SINGLE, MIG_MIXED))
+    if strategy == MIG_MIXED:
+        # The model names the resource (`MigLayout.resource`), but the simulated scheduler and
+        # workloads request `nvidia.com/gpu` only: a mixed group's pods could not be placed.
+        r.fail(
+            (*path, "strategy"),
+            "mixed is not simulated yet (workloads request nvidia.com/gpu only); use single",
+        )
+    profile = r.string(r.required(data, "profile", path), (*path, "profile"), max_len=16)
+    match = re.match(r"^([1-7])g\.(\d{1,3})gb$", profile)
+    if match is None:
+        r.fail((*path, "profile"), f"{profile!r} is not a MIG profile like 1g.10gb or 3g.40gb")
+    partitions = r.integer(r.required(data, "partitions", path), (*path, "partitions"), 1, MIG_SLICES)
+    if partitions * int(match.group(1)) > MIG_SLICES:
+        r.fail(
+            (*path, "partitions"),
+            f"{partitions} partitions of {profile} need {partitions * int(match.group(1))} compute slices; "
+            f"a card has {MIG_SLICES}",
+        )
+    return MigLayout(strategy=strategy, profile=profile, partitions=partitions)
 
 
 def _workload(r: FieldReader, raw: Any, index: int, groups: Mapping[str, NodeGroup]) -> Workload:

@@ -45,9 +45,12 @@ class Identity:
     driver: str = ""
     pool: str = ""
     device_name: str = ""
+    partitions: tuple[str, ...] = ()
+    """A MIG card's partitions (MIG UUIDs) where the evidence names them; empty: none seen now."""
 
     def applied(self, spec: QuarantineSpec) -> QuarantineSpec:
-        """`spec` naming this identity (the UUID is kept where the API gives none)."""
+        """`spec` naming this identity (the UUID and the partitions are kept where the evidence
+        gives none: a lost card lists no partitions, and a moment's absence changes nothing)."""
         return replace(
             spec,
             path=self.path,
@@ -55,6 +58,7 @@ class Identity:
             driver=self.driver,
             pool=self.pool,
             device_name=self.device_name,
+            partitions=self.partitions or spec.partitions,
         )
 
     def of(self, spec: QuarantineSpec) -> bool:

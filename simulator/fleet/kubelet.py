@@ -237,7 +237,7 @@ class Kubelet:
         _, allocatable = objects.gpu_capacity(node.group, healthy)
 
         def fn(obj: dict[str, Any]) -> dict[str, Any]:
-            obj["status"]["allocatable"][GPU_RESOURCE] = allocatable
+            obj["status"]["allocatable"][node.group.resource] = allocatable
             return obj
 
         self._api.mutate("nodes", node.name, None, fn, subresource="status")

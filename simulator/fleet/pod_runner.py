@@ -210,12 +210,16 @@ def visible_devices(containers: tuple[dict[str, Any], ...]) -> tuple[str, ...]:
     return tuple(values)
 
 
-def visible_gpus(values: tuple[str, ...], uuids: tuple[str, ...]) -> tuple[int, ...] | None:
+def visible_gpus(
+    values: tuple[str, ...], uuids: tuple[str, ...], partitions: tuple[tuple[str, ...], ...] = ()
+) -> tuple[int, ...] | None:
     """The indexes of the node's GPUs (`uuids`, by index) that the values expose, as the NVIDIA
     container runtime reads them: `all` is every GPU; `none`, `void` or empty is none (the
     runtime still runs the container, without a GPU); otherwise a comma list of GPU uuids or
-    indexes. None when an entry names no GPU of the node (the runtime refuses the container).
-    MIG devices (`MIG-...`, `<gpu>:<mig>`) are not modelled: such an entry names no GPU here."""
+    indexes, or MIG device UUIDs (`partitions`: each GPU's, by index), which reach their card.
+    None when an entry names no GPU of the node (the runtime refuses the container). The
+    `<gpu>:<mig>` index form is not modelled: such an entry names no GPU here."""
+    parent = {mig: index for index, migs in enumerate(partitions) for mig in migs}
     picked: set[int] = set()
     for value in values:
         value = value.strip()
@@ -229,6 +233,8 @@ def visible_gpus(values: tuple[str, ...], uuids: tuple[str, ...]) -> tuple[int, 
                 picked.add(int(entry))
             elif entry in uuids:
                 picked.add(uuids.index(entry))
+            elif entry in parent:
+                picked.add(parent[entry])
             else:
                 return None
     return tuple(sorted(picked))
@@ -489,7 +495,9 @@ class PodRunner:
         if not slots and spec.visible:
             # No device from the kubelet: the runtime exposes what the env names (the
             # kubelet's allocation, when there is one, is what the container gets instead).
-            found_visible = visible_gpus(spec.visible, tuple(g.uuid for g in node.gpus))
+            found_visible = visible_gpus(
+                spec.visible, tuple(g.uuid for g in node.gpus), tuple(g.partitions for g in node.gpus)
+            )
             if found_visible is None:
                 spec = replace(spec, run_seconds=0.0, exit_code=START_ERROR_EXIT_CODE, program=None)
             else:
@@ -522,7 +530,7 @@ class PodRunner:
                 return rejection
         if node.is_dra:
             return fit(spec.gpus, 0, 0, GPU_RESOURCE)  # DRA nodes advertise no nvidia.com/gpu
-        per_gpu = max(1, node.group.shared_replicas)
+        per_gpu = node.group.slots_per_gpu
         total = len(node_slots(node.group))
         healthy = max(0, node.allocatable_written) * per_gpu
         return fit(spec.gpus, total - len(node.free), healthy, GPU_RESOURCE)
