@@ -93,7 +93,7 @@ def _mig_devices(card: str, raw: Any) -> tuple[MigDevice, ...]:
     """The card's MIG devices from the document (absent or null: none); ValueError names what is wrong."""
     if raw is None:
         return ()
-    if not isinstance(raw, list):
+    if not isinstance(raw, list | tuple):
         raise ValueError(f"device {card}: mig_devices must be a list or null, got {raw!r}")
     out = []
     for i, item in enumerate(raw):
