@@ -59,7 +59,7 @@ class Allocatable:
     def lists_every(self, ids: Iterable[str]) -> bool:
         """Whether the kubelet lists every one of these device IDs, under any resource: a MIG
         card's partitions, which the plugin advertises as `nvidia.com/gpu` or as
-        `nvidia.com/mig-<profile>` by its strategy (`docs/quarantine.md`, "MIG")."""
+        `nvidia.com/mig-<profile>` by its strategy (`docs/quarantine.md`, "MIG: the card is the device")."""
         listed = frozenset().union(*self.devices.values())
         return all(i in listed for i in ids)
 

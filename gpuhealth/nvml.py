@@ -55,7 +55,8 @@ class DeviceReading:
     power_watts: float | None = None
     mig_devices: tuple[MigDevice, ...] = ()
     """The card's MIG devices while MIG mode is on (empty: none, or MIG off). A partition has no
-    health of its own here: the card's readings are its readings (`docs/quarantine.md`, "MIG")."""
+    health of its own here: the card's readings are its readings (`docs/quarantine.md`, "MIG: the
+    card is the device")."""
 
 
 class NvmlSource(Protocol):

@@ -200,7 +200,7 @@ class QuarantineSpec:
     partitions: tuple[str, ...] = ()
     """A MIG card's partitions (their MIG UUIDs, the device plugin's device IDs); empty: the device
     is a whole GPU (or its partitions are not known). The record is of the card; these are how
-    the device-plugin path reaches it (`docs/quarantine.md`, "MIG")."""
+    the device-plugin path reaches it (`docs/quarantine.md`, "MIG: the card is the device")."""
     source_alerts: tuple[SourceAlert, ...] = ()
     release_request: ReleaseRequest | None = None
     """A person's pending request to release the device (the only way a person asks for one:

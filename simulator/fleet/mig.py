@@ -4,7 +4,7 @@ Pure functions, no state: a partition is (its card, its number on the card), eve
 is derived from the card's UUID and the node group's `MigLayout`, so the device plugin, the
 pod-resources view, NVML and the pod runner name the same partition the same way.
 
-The shapes follow the real stack (`docs/quarantine.md`, "MIG"):
+The shapes follow the real stack (`docs/quarantine.md`, "MIG: the card is the device"):
 - NVML lists a MIG-enabled card once, with its MIG devices under it; each MIG device has its
   own UUID (`MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` since driver R470, no parent in it), a GPU
   instance id and a compute instance id; the parent is found only through NVML
