@@ -137,6 +137,9 @@ class Workload:
     serving_gate: bool = False
     """The pods declare the readiness gate `gpuhealth.io/serving` and the workload sets the
     condition True once it serves (`docs/workloads.md`, stopping new requests)."""
+    resource: str = GPU_RESOURCE
+    """The extended resource its pods request on the device-plugin path: `nvidia.com/gpu`, or on a
+    group of MIG strategy mixed (which it must name as its `node_group`) `nvidia.com/mig-<profile>`."""
     canary: bool = False
     """The workload opts in to devices on gpuhealth's ramp: its pods carry the label
     `gpuhealth.io/canary-ok: "true"` (device plugins: the scheduler extender admits them), its DRA
@@ -296,6 +299,8 @@ def node_slots(group: NodeGroup) -> list[Slot]:
 def eligible(workload: Workload, group: NodeGroup) -> bool:
     if workload.node_group is not None and workload.node_group != group.name:
         return False
+    if group.resource != workload.resource:
+        return False  # a MIG mixed group offers only its `nvidia.com/mig-<profile>`
     return workload.path is None or workload.path == group.path
 
 
@@ -308,7 +313,12 @@ def place_workloads(scenario: Scenario) -> list[PodPlacement]:
     for wi, workload in enumerate(scenario.workloads):
         candidates = [(name, g) for name, g in nodes if eligible(workload, g)]
         if workload.replicas and not candidates:
-            raise PlacementError(wi, "no node in the fleet matches the workload's path or nodeGroup")
+            raise PlacementError(
+                wi,
+                f"no node in the fleet matches the workload's path or nodeGroup and offers "
+                f"{workload.resource} (a MIG group of strategy mixed offers only its "
+                "nvidia.com/mig-<profile>, to workloads naming it)",
+            )
         cursor = 0  # free slots only shrink, so the first node that fits moves forward
         for ordinal in range(workload.replicas):
             while cursor < len(candidates):

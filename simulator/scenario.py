@@ -25,6 +25,7 @@ from simulator.model import (
     DEVICE_PLUGIN,
     DRA,
     FAULT_KINDS,
+    GPU_RESOURCE,
     MIG_MIXED,
     MIG_SINGLE,
     DeviceRef,
@@ -415,13 +416,6 @@ def _mig(r: FieldReader, raw: Any, path: _Path, node_path: str, replicas: int) -
     if replicas:
         r.fail(path, "a group is either MIG-partitioned or time-sliced (sharedReplicas), not both")
     strategy = r.choice(r.required(data, "strategy", path), (*path, "strategy"), (MIG_SINGLE, MIG_MIXED))
-    if strategy == MIG_MIXED:
-        # The model names the resource (`MigLayout.resource`), but the simulated scheduler and
-        # workloads request `nvidia.com/gpu` only: a mixed group's pods could not be placed.
-        r.fail(
-            (*path, "strategy"),
-            "mixed is not simulated yet (workloads request nvidia.com/gpu only); use single",
-        )
     profile = r.string(r.required(data, "profile", path), (*path, "profile"), max_len=16)
     match = re.match(r"^([1-7])g\.(\d{1,3})gb$", profile)
     if match is None:
@@ -479,6 +473,8 @@ def _workload(r: FieldReader, raw: Any, index: int, groups: Mapping[str, NodeGro
         complete_after=complete_after,
         serving_gate=r.boolean(data.get("servingGate", False), (*path, "servingGate")),
         canary=r.boolean(data.get("canary", False), (*path, "canary")),
+        # A group of MIG strategy mixed offers `nvidia.com/mig-<profile>`: its workloads name it.
+        resource=groups[node_group].resource if node_group is not None else GPU_RESOURCE,
         line=r.line(path),
     )
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from simulator.apiserver.store import format_timestamp
-from simulator.model import DRA_DRIVER, GPU_RESOURCE, NodeGroup, Slot, Workload
+from simulator.model import DRA_DRIVER, NodeGroup, Slot, Workload
 
 KUBELET_VERSION = "v1.36.0"
 
@@ -272,8 +272,8 @@ def _containers(workload: Workload, gpus: int, dra: bool) -> dict[str, Any]:
     if dra:
         resources["claims"] = [claim_reference(workload)]
     else:
-        resources["requests"][GPU_RESOURCE] = str(gpus)
-        resources["limits"][GPU_RESOURCE] = str(gpus)
+        resources["requests"][workload.resource] = str(gpus)
+        resources["limits"][workload.resource] = str(gpus)
     main = {
         "name": "worker" if workload.kind == "Job" else "server",
         "image": f"registry.example/{workload.name}:1.0",

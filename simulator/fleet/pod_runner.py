@@ -258,6 +258,12 @@ class RunSpec:
     visible: tuple[str, ...]
     """`NVIDIA_VISIBLE_DEVICES` of the containers, for a pod that gets no device otherwise."""
     qos: str
+    resource: str = GPU_RESOURCE
+    """The GPU resource the pod requests `gpus` of: `nvidia.com/gpu`, or a MIG profile's
+    `nvidia.com/mig-<profile>` (strategy mixed)."""
+
+
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 
 def run_spec(obj: dict[str, Any]) -> RunSpec:
@@ -270,13 +276,18 @@ def run_spec(obj: dict[str, Any]) -> RunSpec:
         exit_code = 1
     stop_text = annotations.get(STOP_AFTER, "0")
     requests = pod_requests(spec)
+    resource = next(
+        (name for name in sorted(requests) if name.startswith(MIG_RESOURCE_PREFIX) and requests[name] > 0),
+        GPU_RESOURCE,
+    )
     return RunSpec(
         containers=containers,
         run_seconds=run_seconds(meta, containers[0]) if containers else None,
         exit_code=exit_code,
         restart_policy=spec.get("restartPolicy") or "Always",
         stop_after=None if stop_text.strip() == "never" else (_seconds(stop_text) or 0.0),
-        gpus=int(requests.get(GPU_RESOURCE, 0)),
+        gpus=int(requests.get(resource, 0)),
+        resource=resource,
         cpu_milli=round(requests.get("cpu", 0.0) * 1000),
         memory=int(requests.get("memory", 0.0)),
         program=gpu_program(containers[0]) if containers else None,
@@ -469,6 +480,8 @@ class PodRunner:
         spec = run_spec(obj)
         sim = SimPod(meta["name"], meta["namespace"], node.name, _API_WORKLOAD, (), uid=meta.get("uid", ""))
         sim.api = True
+        if spec.resource != GPU_RESOURCE:
+            sim.resource_name = spec.resource  # allocatedResourcesStatus[].name: what it asked for
         sim.cpu_milli = spec.cpu_milli
         sim.memory_bytes = spec.memory
         sim.index = next(self._pod_index)
@@ -529,11 +542,13 @@ class PodRunner:
             if rejection is not None:
                 return rejection
         if node.is_dra:
-            return fit(spec.gpus, 0, 0, GPU_RESOURCE)  # DRA nodes advertise no nvidia.com/gpu
+            return fit(spec.gpus, 0, 0, spec.resource)  # DRA nodes advertise no nvidia.com/gpu
+        if spec.resource != node.group.resource:
+            return fit(spec.gpus, 0, 0, spec.resource)  # a resource the node does not advertise
         per_gpu = node.group.slots_per_gpu
         total = len(node_slots(node.group))
         healthy = max(0, node.allocatable_written) * per_gpu
-        return fit(spec.gpus, total - len(node.free), healthy, GPU_RESOURCE)
+        return fit(spec.gpus, total - len(node.free), healthy, spec.resource)
 
     def _pick_devices(self, node: SimNode, spec: RunSpec) -> tuple[Slot, ...] | Rejection:
         """The device manager's choice: free devices the plugin reports Healthy."""
@@ -545,7 +560,7 @@ class PodRunner:
         if len(usable) < spec.gpus:
             return Rejection(
                 "UnexpectedAdmissionError",
-                f"Allocate failed due to requested number of devices unavailable for {GPU_RESOURCE}. "
+                f"Allocate failed due to requested number of devices unavailable for {spec.resource}. "
                 f"Requested: {spec.gpus}, Available: {len(usable)}, which is unexpected",
             )
         return tuple(usable[: spec.gpus])

@@ -5,7 +5,9 @@ Aspects: a node group partitioned with strategy single advertises every partitio
 MIG UUID, lists those UUIDs in the kubelet's pod-resources answer and in NVML under their card;
 a fault of the card is a fault of every partition (each pod on it reads Unhealthy, the node's
 allocatable and pod-resources lose the whole card) and its recovery brings them all back; the
-container runtime reaches a card through any of its MIG UUIDs.
+container runtime reaches a card through any of its MIG UUIDs; with strategy mixed the same
+partitions are `nvidia.com/mig-<profile>`, which the node advertises, its workloads' pods
+request and the kubelet names in their `allocatedResourcesStatus` and pod-resources answer.
 """
 
 from __future__ import annotations
@@ -50,12 +52,12 @@ async def fleet() -> AsyncIterator[Fleet]:
     running.stop()
 
 
-def gpu_entries(fleet: Fleet) -> dict[str, tuple[str, str]]:
+def gpu_entries(fleet: Fleet, resource: str = "nvidia.com/gpu") -> dict[str, tuple[str, str]]:
     """pod name -> (resourceID, health) of its one device, as the kubelet wrote them."""
     out = {}
     for pod in fleet.store.list("pods")[0]:
         (group,) = pod["status"]["containerStatuses"][0]["allocatedResourcesStatus"]
-        assert group["name"] == "nvidia.com/gpu"
+        assert group["name"] == resource
         (entry,) = group["resources"]
         out[pod["metadata"]["name"]] = (entry["resourceID"], entry["health"])
     return out
@@ -98,3 +100,37 @@ def test_the_runtime_reaches_a_card_through_its_mig_uuids() -> None:
     assert visible_gpus(("MIG-a0,MIG-a1",), uuids, parts) == (0,)
     assert visible_gpus(("MIG-b0", "GPU-a"), uuids, parts) == (0, 1)
     assert visible_gpus(("MIG-zz",), uuids, parts) is None
+
+
+async def test_strategy_mixed_offers_the_partitions_as_their_profiles_resource() -> None:
+    data = {
+        "fleet": [
+            {
+                "name": "x",
+                "count": 1,
+                "gpusPerNode": 2,
+                "path": "device-plugin",
+                "mig": {"strategy": "mixed", "profile": "3g.40gb", "partitions": 2},
+            }
+        ],
+        "workloads": [{"name": "w", "replicas": 2, "gpusPerPod": 1, "nodeGroup": "x"}],
+    }
+    clock = ManualClock()
+    fleet = Fleet(from_dict(data), Store(clock, seed=5), clock)
+    await fleet.start()
+    try:
+        resource = "nvidia.com/mig-3g.40gb"
+        node = fleet.store.get("nodes", "x-0")
+        assert (
+            node["status"]["capacity"][resource] == "4" and "nvidia.com/gpu" not in node["status"]["capacity"]
+        )
+        pod = fleet.store.list("pods")[0][0]
+        assert pod["spec"]["containers"][0]["resources"]["requests"][resource] == "1"
+        card = gpu_uuid("x-0", 0)
+        layout = MigLayout(strategy="mixed", profile="3g.40gb", partitions=2)
+        assert sorted(rid for rid, _ in gpu_entries(fleet, resource).values()) == sorted(
+            partition_uuids(card, layout)
+        )
+        assert set(allocatable_ids(fleet, "x-0")) == {resource}
+    finally:
+        fleet.stop()

@@ -165,7 +165,10 @@ def test_gpu_out_of_range_names_the_line_and_the_field(tmp_path: Path) -> None:
             "    gpusPerNode: 8\n    path: device-plugin\n",
             "    gpusPerNode: 8\n    path: device-plugin\n"
             "    mig: {strategy: mixed, profile: 3g.40gb, partitions: 2}\n",
-            "8: fleet[0].mig.strategy: mixed is not simulated yet",
+            # The group offers only nvidia.com/mig-3g.40gb: a workload that does not name it
+            # requests nvidia.com/gpu, which no device-plugin node offers any more.
+            "15: workloads[0].replicas: no node in the fleet matches the workload's path or nodeGroup and "
+            "offers nvidia.com/gpu",
         ),
         (
             "    gpusPerNode: 8\n    path: device-plugin\n",
