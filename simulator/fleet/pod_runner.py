@@ -62,6 +62,8 @@ EXIT_CODE = "sim.gpuhealth.io/exit-code"
 STOP_AFTER = "sim.gpuhealth.io/stop-after"
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 """The NVIDIA container runtime's variable: which of the node's GPUs a container sees."""
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+"""The NVIDIA device plugin's resources for MIG partitions under strategy mixed (`<prefix><profile>`)."""
 
 START_SECONDS = 1.0
 """Simulated seconds from admission (ContainerCreating) to Running: image present, no pull."""
@@ -261,9 +263,6 @@ class RunSpec:
     resource: str = GPU_RESOURCE
     """The GPU resource the pod requests `gpus` of: `nvidia.com/gpu`, or a MIG profile's
     `nvidia.com/mig-<profile>` (strategy mixed)."""
-
-
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 
 def run_spec(obj: dict[str, Any]) -> RunSpec:

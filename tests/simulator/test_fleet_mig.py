@@ -12,6 +12,7 @@ request and the kubelet names in their `allocatedResourcesStatus` and pod-resour
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -134,3 +135,55 @@ async def test_strategy_mixed_offers_the_partitions_as_their_profiles_resource()
         assert set(allocatable_ids(fleet, "x-0")) == {resource}
     finally:
         fleet.stop()
+
+
+async def test_a_pod_bound_through_the_api_gets_a_partition_of_the_resource_it_asks_for() -> None:
+    data = {
+        "fleet": [
+            {
+                "name": "x",
+                "count": 1,
+                "gpusPerNode": 1,
+                "path": "device-plugin",
+                "mig": {"strategy": "mixed", "profile": "3g.40gb", "partitions": 2},
+            }
+        ],
+        "workloads": [],
+    }
+    clock = ManualClock()
+    store = Store(clock, seed=5)
+    fleet = Fleet(from_dict(data), store, clock)
+    await fleet.start()
+    task = asyncio.create_task(fleet.follow_deletions())
+    await asyncio.sleep(0)
+    try:
+        for name, resource in (("fits", "nvidia.com/mig-3g.40gb"), ("other", "nvidia.com/gpu")):
+            container = {
+                "name": "main",
+                "image": "busybox:1.36",
+                "resources": {
+                    "requests": {"cpu": "1", "memory": "1Gi"},
+                    "limits": {"memory": "1Gi", resource: "1"},
+                },
+            }
+            body = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"containers": [container], "restartPolicy": "Never", "nodeName": "x-0"},
+            }
+            store.create("pods", body, namespace="default")
+            for _ in range(5):
+                await asyncio.sleep(0)
+        await fleet.advance(1)
+        fits = store.get("pods", "fits", "default")["status"]
+        (group,) = fits["containerStatuses"][0]["allocatedResourcesStatus"]
+        assert fits["phase"] == "Running" and group["name"] == "nvidia.com/mig-3g.40gb"
+        assert group["resources"][0]["resourceID"] in partition_uuids(
+            gpu_uuid("x-0", 0), MigLayout(strategy="mixed", profile="3g.40gb", partitions=2)
+        )
+        other = store.get("pods", "other", "default")["status"]
+        assert other["phase"] == "Failed" and "nvidia.com/gpu" in other["message"]
+    finally:
+        fleet.stop()
+        await task
