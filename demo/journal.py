@@ -139,6 +139,9 @@ class Device:
     index: int
     path: str
     """`dra` or `device-plugin`."""
+    partitions: tuple[str, ...] = ()
+    """A MIG card's partitions (their MIG UUIDs): what the node annotation and a check's
+    `NVIDIA_VISIBLE_DEVICES` name the card by on the device-plugin path."""
 
     @property
     def label(self) -> str:
@@ -254,6 +257,7 @@ class Journal:
             "endedAt": self.ended_at,
             "devices": [
                 {"uuid": d.uuid, "node": d.node, "index": d.index, "path": d.path}
+                | ({"partitions": list(d.partitions)} if d.partitions else {})
                 for d in self.devices.values()
             ],
             "entries": [e.to_dict() for e in self.entries],
@@ -263,7 +267,14 @@ class Journal:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Journal:
         devices = (
-            Device(str(d["uuid"]), str(d["node"]), int(d["index"]), str(d["path"])) for d in data["devices"]
+            Device(
+                str(d["uuid"]),
+                str(d["node"]),
+                int(d["index"]),
+                str(d["path"]),
+                tuple(str(p) for p in d.get("partitions") or ()),
+            )
+            for d in data["devices"]
         )
         return cls(
             scenario=str(data["scenario"]),

@@ -62,6 +62,8 @@ class Observer:
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
         self._uuid_at = {(d.node, f"gpu-{d.index}"): d.uuid for d in journal.devices.values()}
+        self._card_of = {p: d.uuid for d in journal.devices.values() for p in d.partitions}
+        """MIG UUID -> its card's uuid: a MIG card is named by its partitions on the device-plugin path."""
         self._records: dict[str, tuple[str, str, str, dict[tuple[str, int], str]]] = {}
         """record name -> (phase, node, uuid, finished migration outcomes by (job, episode))."""
         self._requests: dict[str, tuple[str, str, str]] = {}
@@ -378,7 +380,7 @@ class Observer:
         if raw:
             try:
                 parsed = json.loads(raw)
-                listed = {str(d) for d in parsed} if isinstance(parsed, list) else set()
+                listed = {self._card(str(d)) for d in parsed} if isinstance(parsed, list) else set()
             except ValueError:
                 self.journal.record(at, Kind.NOTE, "unreadable annotation", node, annotation=str(raw)[:200])
         ramp_raw = (meta.get("annotations") or {}).get(RAMP_ANNOTATION) if etype != DELETED else None
@@ -386,7 +388,7 @@ class Observer:
         if ramp_raw:
             try:
                 parsed = json.loads(ramp_raw)
-                ramping = {str(d) for d in parsed} if isinstance(parsed, dict) else set()
+                ramping = {self._card(str(d)) for d in parsed} if isinstance(parsed, dict) else set()
             except ValueError:
                 self.journal.record(
                     at, Kind.NOTE, "unreadable annotation", node, annotation=str(ramp_raw)[:200]
@@ -522,11 +524,19 @@ class Observer:
                     continue
                 for entry in str(var.get("value") or "").split(","):
                     entry = entry.strip()
-                    uuid = self._uuid_at.get((node, f"gpu-{entry}"), "") if entry.isdigit() else entry
+                    uuid = (
+                        self._uuid_at.get((node, f"gpu-{entry}"), "")
+                        if entry.isdigit()
+                        else self._card(entry)
+                    )
                     known = self.journal.devices.get(uuid)
-                    if known is not None and known.node == node:
+                    if known is not None and known.node == node and uuid not in found:
                         found.append(uuid)
         return tuple(found)
+
+    def _card(self, device: str) -> str:
+        """The card a device ID names: a MIG partition's card, else the ID itself."""
+        return self._card_of.get(device, device)
 
     def _placement(
         self, at: float, what: str, pod: str, node: str, devices: tuple[str, ...], job: str, check: str

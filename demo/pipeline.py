@@ -82,6 +82,7 @@ from responder.records import QUARANTINES
 from rules.render import Duration, render, write_files
 from rules.render import Settings as RuleSettings
 from simulator.dcgm_exporter import JOB as DCGM_JOB
+from simulator.fleet.mig import partition_uuids
 from simulator.fleet.objects import gpu_uuid
 from simulator.model import DEVICE_PLUGIN, DRA_DRIVER, NVIDIA_DRIVER
 from simulator.runner import WORKLOAD_METRICS_PATH, dcgm_metrics_path
@@ -318,7 +319,9 @@ def responder_document(
 
 def devices_of(scenario: Scenario) -> dict[str, Device]:
     return {
-        gpu_uuid(node, i): Device(gpu_uuid(node, i), node, i, group.path)
+        gpu_uuid(node, i): Device(
+            gpu_uuid(node, i), node, i, group.path, partition_uuids(gpu_uuid(node, i), group.mig)
+        )
         for node, group in scenario.nodes.items()
         for i in range(group.gpus_per_node)
     }

@@ -45,6 +45,7 @@ from exporter.metrics import (
     NODE_LEASE_AGE,
     NVML_ECC,
     NVML_FAMILIES,
+    NVML_MIG_DEVICE,
     NVML_POWER,
     NVML_REMAPPED,
     NVML_TEMPERATURE,
@@ -83,6 +84,7 @@ _LEASE_AGE = NODE_LEASE_AGE.exposed_name
 _PRODUCER_UP = NODE_HEALTH_PRODUCER_UP.exposed_name
 _NVML_UP = NVML_UP.exposed_name
 _NVML_XID = NVML_XID.exposed_name
+_NVML_MIG = NVML_MIG_DEVICE.exposed_name
 _NVML_ECC = NVML_ECC.exposed_name
 _NVML_REMAPPED = NVML_REMAPPED.exposed_name
 _NVML_TEMPERATURE = NVML_TEMPERATURE.exposed_name
@@ -416,6 +418,13 @@ def _reading_lines(core: str, r: DeviceReading) -> dict[str, list[str]]:
     add(_NVML_REMAPPED, 'type="failure"', _flag(r.remapped_rows_failure))
     add(_NVML_TEMPERATURE, "", r.temperature_celsius)
     add(_NVML_POWER, "", r.power_watts)
+    for m in r.mig_devices:
+        # The partitions stay on their card's series: the card is the device gpuhealth governs.
+        extra = (
+            f'mig_uuid="{escape_label_value(m.uuid)}",gpu_instance_id="{int(m.gpu_instance_id)}",'
+            f'profile="{escape_label_value(m.profile)}"'
+        )
+        add(_NVML_MIG, extra, 1)
     return lines
 
 

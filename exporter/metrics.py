@@ -118,6 +118,13 @@ NVML_TEMPERATURE = MetricFamily(
     unit="celsius",
 )
 NVML_POWER = MetricFamily("gpu_nvml_power_watts", "gauge", "GPU power draw in watts.", _DEVICE, unit="watts")
+NVML_MIG_DEVICE = MetricFamily(
+    "gpu_nvml_mig_device_info",
+    "gauge",
+    "One series (value 1) per MIG device (partition) of a MIG-enabled card, on the card's device: "
+    "its MIG UUID (the device plugin's device ID), GPU instance id and profile; always 1.",
+    (*_DEVICE, "mig_uuid", "gpu_instance_id", "profile"),
+)
 
 WATCH_EVENTS = MetricFamily(
     "gpuhealth_exporter_watch_events",
@@ -181,7 +188,7 @@ CLUSTER_FAMILIES = (
     NODE_HEALTH_PRODUCER_UP,
 )
 """Rendered in every mode (HELP and TYPE even when there is no sample), in this order."""
-NVML_FAMILIES = (NVML_UP, NVML_XID, NVML_ECC, NVML_REMAPPED, NVML_TEMPERATURE, NVML_POWER)
+NVML_FAMILIES = (NVML_UP, NVML_XID, NVML_ECC, NVML_REMAPPED, NVML_TEMPERATURE, NVML_POWER, NVML_MIG_DEVICE)
 """Rendered only in node mode, in this order."""
 SELF_FAMILIES = (
     WATCH_EVENTS,

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import pynvml
 
 from gpuhealth.clock import Clock, SystemClock
-from gpuhealth.nvml import DeviceReading, XidEvent
+from gpuhealth.nvml import DeviceReading, MigDevice, XidEvent
 
 log = logging.getLogger(__name__)
 
@@ -237,6 +237,7 @@ class PynvmlSource:
                 d, "temperature", pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU
             )
             milliwatts = self._reading(d, "power", pynvml.nvmlDeviceGetPowerUsage, handle)
+            mig_devices = self._mig_devices(d)
         except pynvml.NVMLError as exc:
             # GPU_IS_LOST, UNKNOWN, RESET_REQUIRED...: the device is not readable at all.
             self._log_once(("lost", d.uuid, str(exc)), "NVML device %s unreachable: %s", d.uuid, exc)
@@ -255,7 +256,33 @@ class PynvmlSource:
             remapped_rows_failure=None if failure is None else bool(failure),
             temperature_celsius=None if temperature is None else float(temperature),
             power_watts=None if milliwatts is None else milliwatts / 1000.0,
+            mig_devices=mig_devices,
         )
+
+    def _mig_devices(self, d: _Device) -> tuple[MigDevice, ...]:
+        """The card's MIG devices while MIG mode is on: their UUIDs (what the device plugin and
+        the DRA driver name them by) and instance ids. Read every poll: the MIG manager may
+        repartition a card while the exporter runs. A card without MIG support has none."""
+        mode = self._reading(d, "mig_mode", pynvml.nvmlDeviceGetMigMode, d.handle)
+        if mode is None or mode[0] != pynvml.NVML_DEVICE_MIG_ENABLE:
+            return ()
+        out = []
+        for slot in range(int(pynvml.nvmlDeviceGetMaxMigDeviceCount(d.handle))):
+            try:
+                mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(d.handle, slot)
+            except pynvml.NVMLError_NotFound:
+                continue  # a free slot: no instance created there
+            name = _text(pynvml.nvmlDeviceGetName(mig))
+            out.append(
+                MigDevice(
+                    uuid=_text(pynvml.nvmlDeviceGetUUID(mig)),
+                    gpu_instance_id=int(pynvml.nvmlDeviceGetGpuInstanceId(mig)),
+                    compute_instance_id=int(pynvml.nvmlDeviceGetComputeInstanceId(mig)),
+                    # NVML names a MIG device "<card> MIG <profile>" ("... MIG 1g.10gb").
+                    profile=name.rpartition(" MIG ")[2] if " MIG " in name else "",
+                )
+            )
+        return tuple(out)
 
     def _reading(self, d: _Device, what: str, fn: Callable[..., T], *args: Any) -> T | None:
         try:

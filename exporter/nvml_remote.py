@@ -26,7 +26,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
-from gpuhealth.nvml import DeviceReading, XidEvent
+from gpuhealth.nvml import DeviceReading, MigDevice, XidEvent
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ _OPTIONAL_NUMBERS = (
 _OPTIONAL_FLAGS = ("remapped_rows_pending", "remapped_rows_failure")
 _OPTIONAL_TEXTS = ("error", "name")
 READ_FIELDS = frozenset(
-    {"uuid", "index", "reachable", *_OPTIONAL_NUMBERS, *_OPTIONAL_FLAGS, *_OPTIONAL_TEXTS}
+    {"uuid", "index", "reachable", "mig_devices", *_OPTIONAL_NUMBERS, *_OPTIONAL_FLAGS, *_OPTIONAL_TEXTS}
 )
 """The DeviceReading fields taken from the document (a test keeps this equal to all of them)."""
 
@@ -80,7 +80,34 @@ def reading_from_json(obj: Any) -> DeviceReading:
             if value is not None and not valid(value):
                 raise ValueError(f"device {uuid}: {name} must be {what} or null, got {value!r}")
             values[name] = value
-    return DeviceReading(uuid=uuid, index=index, reachable=reachable, **values)
+    return DeviceReading(
+        uuid=uuid,
+        index=index,
+        reachable=reachable,
+        mig_devices=_mig_devices(uuid, obj.get("mig_devices")),
+        **values,
+    )
+
+
+def _mig_devices(card: str, raw: Any) -> tuple[MigDevice, ...]:
+    """The card's MIG devices from the document (absent or null: none); ValueError names what is wrong."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list | tuple):
+        raise ValueError(f"device {card}: mig_devices must be a list or null, got {raw!r}")
+    out = []
+    for i, item in enumerate(raw):
+        uuid = item.get("uuid") if isinstance(item, dict) else None
+        if not isinstance(uuid, str) or not uuid:
+            raise ValueError(f"device {card}: mig_devices[{i}].uuid must be a non-empty string, got {item!r}")
+        ids = [item.get("gpu_instance_id"), item.get("compute_instance_id")]
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in ids):
+            raise ValueError(f"device {card}: mig_devices[{i}] instance ids must be integers, got {item!r}")
+        profile = item.get("profile") or ""
+        if not isinstance(profile, str):
+            raise ValueError(f"device {card}: mig_devices[{i}].profile must be a string, got {profile!r}")
+        out.append(MigDevice(uuid=uuid, gpu_instance_id=ids[0], compute_instance_id=ids[1], profile=profile))
+    return tuple(out)
 
 
 def event_from_json(obj: Any) -> XidEvent:

@@ -28,7 +28,7 @@ Pure: bytes in, plain data out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -55,6 +55,13 @@ class Allocatable:
             return True
         prefix = f"{uuid}::"
         return any(i.startswith(prefix) for i in ids)
+
+    def lists_every(self, ids: Iterable[str]) -> bool:
+        """Whether the kubelet lists every one of these device IDs, under any resource: a MIG
+        card's partitions, which the plugin advertises as `nvidia.com/gpu` or as
+        `nvidia.com/mig-<profile>` by its strategy (`docs/quarantine.md`, "MIG: the card is the device")."""
+        listed = frozenset().union(*self.devices.values())
+        return all(i in listed for i in ids)
 
 
 class PodResourcesSource(Protocol):

@@ -205,6 +205,10 @@ class StateStats:
     """Pod-resources reads that gave no answer (node mode): the evidence stayed as it was."""
 
 
+MIG_PREFIX = "MIG-"
+"""A MIG device's UUID begins so (driver R470 and later); the card's begins `GPU-`."""
+
+
 def _device_uuid(device_id: str) -> str:
     """A device-plugin ID is the GPU UUID for NVIDIA (GPU-... or MIG-...); other plugins: none."""
     return device_id if device_id.startswith(("GPU-", "MIG-")) else ""
@@ -254,6 +258,9 @@ class DeviceStateStore:
         self._ref_keys: dict[DeviceRef, set[DeviceKey]] = {}
         self._nodes: dict[str, NodeState] = {}
         self._nvml: NvmlView | None = NvmlView() if nvml else None
+        self._mig_parent: dict[str, str] = {}
+        """Node mode: each MIG device's card (MIG UUID -> card UUID), from NVML. A partition's pods
+        are held on its card: the card is the device gpuhealth governs."""
         self._allocatable: Allocatable | None = None
         """Node mode: the kubelet's allocatable device-plugin devices, as last read (None: never)."""
         self._producer_pods: dict[tuple[str, str], _ProducerPod] = {}
@@ -644,6 +651,17 @@ class DeviceStateStore:
             counts[(event.uuid, event.xid)] = counts.get((event.uuid, event.xid), 0) + 1
         self._nvml = NvmlView(readings=by_uuid, read_at=read_at, xid_counts=counts)
         self._snapshot = None
+        mig_parent = {m.uuid: uuid for uuid, r in by_uuid.items() for m in r.mig_devices}
+        if mig_parent != self._mig_parent:
+            # A card repartitioned (or first read): the pods on its partitions resolve afresh.
+            moved = {
+                m
+                for m in mig_parent.keys() | self._mig_parent.keys()
+                if mig_parent.get(m) != self._mig_parent.get(m)
+            }
+            self._mig_parent = mig_parent
+            for mig_uuid in sorted(moved):
+                self._reapply(("mig", mig_uuid))
         if self._node_name is not None:
             # Every GPU NVML lists is tracked, held or not: an idle one keeps evidence.
             for uuid, reading in by_uuid.items():
@@ -770,12 +788,17 @@ class DeviceStateStore:
         """This pod's claims by name, looked up once (its entries usually share one)."""
         for entry in observation.entries:
             if not entry.pod_claim:
-                key = (node, entry.device)
+                device = entry.device
+                if device.startswith(MIG_PREFIX):
+                    # A MIG partition: held on its card once NVML says which (node mode).
+                    uses.add(("mig", device))
+                    device = self._mig_parent.get(device, device)
+                key = (node, device)
                 group = grouped.get(key)
                 if group is None:
                     # Positional: keyword NamedTuple construction costs over twice as much.
                     grouped[key] = [entry]
-                    metas[key] = _Meta(_device_uuid(entry.device), "", "", "", entry.resource)
+                    metas[key] = _Meta(_device_uuid(device), "", "", "", entry.resource)
                 else:
                     group.append(entry)
                 entry_keys.append(key)
@@ -1214,6 +1237,8 @@ class DeviceStateStore:
     def _superseded(self, device: DeviceState) -> bool:
         if device.device.startswith(UNRESOLVED_PREFIX):
             return True
+        if device.device in self._mig_parent:
+            return True  # a partition held before NVML named its card: the card holds it now
         if device.driver and not device.uuid:
             sliced = self.identity.devices.get((device.driver, device.pool, device.device_name))
             return sliced is not None and bool(sliced.uuid)
@@ -1313,7 +1338,13 @@ class DeviceStateStore:
         if (
             health == "Healthy"
             and self._allocatable is not None
-            and not self._allocatable.lists(reading.uuid)
+            and not (
+                # A MIG card is offered only as its partitions: one the kubelet does not offer
+                # is one its plugin reports Unhealthy, and the card is as bad as its worst part.
+                self._allocatable.lists_every(m.uuid for m in reading.mig_devices)
+                if reading.mig_devices
+                else self._allocatable.lists(reading.uuid)
+            )
         ):
             # NVML reaches the GPU, but the kubelet does not offer it: its device plugin reports
             # it Unhealthy (reachability is no verdict on a card that fails its health checks).

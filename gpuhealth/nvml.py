@@ -23,6 +23,18 @@ class XidEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class MigDevice:
+    """One MIG device (partition) of a MIG-enabled card, as NVML lists it under its parent."""
+
+    uuid: str
+    """Its own UUID (`MIG-...`): the device ID the device plugin advertises, not the card's."""
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str = ""
+    """The GPU instance profile (`1g.10gb`), where known."""
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceReading:
     """One device's NVML readings at one moment; `None` means not supported or not readable."""
 
@@ -41,6 +53,10 @@ class DeviceReading:
     remapped_rows_failure: bool | None = None
     temperature_celsius: float | None = None
     power_watts: float | None = None
+    mig_devices: tuple[MigDevice, ...] = ()
+    """The card's MIG devices while MIG mode is on (empty: none, or MIG off). A partition has no
+    health of its own here: the card's readings are its readings (`docs/quarantine.md`, "MIG: the
+    card is the device")."""
 
 
 class NvmlSource(Protocol):

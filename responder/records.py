@@ -197,6 +197,10 @@ class QuarantineSpec:
     driver: str = ""
     pool: str = ""
     device_name: str = ""
+    partitions: tuple[str, ...] = ()
+    """A MIG card's partitions (their MIG UUIDs, the device plugin's device IDs); empty: the device
+    is a whole GPU (or its partitions are not known). The record is of the card; these are how
+    the device-plugin path reaches it (`docs/quarantine.md`, "MIG: the card is the device")."""
     source_alerts: tuple[SourceAlert, ...] = ()
     release_request: ReleaseRequest | None = None
     """A person's pending request to release the device (the only way a person asks for one:
@@ -408,6 +412,8 @@ def to_object(record: Quarantine) -> dict[str, Any]:
             body_spec[key] = value
     if spec.device_name:
         body_spec["deviceName"] = spec.device_name
+    if spec.partitions:
+        body_spec["partitions"] = list(spec.partitions)
     if spec.release_request is not None:
         request = spec.release_request
         body_spec["releaseRequest"] = {
@@ -563,6 +569,7 @@ def from_object(obj: Any, ladder: Ladder = LADDER) -> Quarantine:
             driver=str(spec.get("driver") or ""),
             pool=str(spec.get("pool") or ""),
             device_name=str(spec.get("deviceName") or ""),
+            partitions=tuple(str(p) for p in _list(spec.get("partitions"), "spec.partitions")),
             source_alerts=tuple(
                 _read_source_alert(a, f"spec.sourceAlerts[{i}]")
                 for i, a in enumerate(_list(spec.get("sourceAlerts"), "spec.sourceAlerts"))

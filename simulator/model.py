@@ -73,6 +73,30 @@ class Settings:
     """Seeds generated names (pod suffixes, claim names), so a scenario builds the same objects each run."""
 
 
+MIG_SINGLE = "single"
+MIG_MIXED = "mixed"
+
+
+@dataclass(frozen=True, slots=True)
+class MigLayout:
+    """MIG on every GPU of a node group: each card split alike into `partitions` instances of
+    `profile` (`1g.10gb`: one compute slice, 10 GB), as the MIG manager lays them out.
+
+    How the NVIDIA device plugin advertises them (`strategy`, `docs/scenarios.md`): `single`
+    as `nvidia.com/gpu`, one device per partition; `mixed` as `nvidia.com/mig-<profile>`. Either
+    way a partition's device ID is its MIG UUID, and a fault of the card is a fault of every
+    partition on it."""
+
+    strategy: Literal["single", "mixed"]
+    profile: str
+    partitions: int
+
+    @property
+    def resource(self) -> str:
+        """The extended resource the device plugin advertises the partitions as."""
+        return GPU_RESOURCE if self.strategy == MIG_SINGLE else f"nvidia.com/mig-{self.profile}"
+
+
 @dataclass(frozen=True, slots=True)
 class NodeGroup:
     name: str
@@ -95,9 +119,23 @@ class NodeGroup:
     dcgm_host_label: str | None = None
     """dcgm-exporter runs on these nodes and names the node with this label (`hostname` or
     `Hostname`, `DCGM_HOST_LABELS`); None: no dcgm-exporter."""
+    mig: MigLayout | None = None
+    """MIG partitions on every GPU of the group (device-plugin path); None: whole GPUs."""
 
     def node_names(self) -> list[str]:
         return [f"{self.name_prefix}{i}" for i in range(self.count)]
+
+    @property
+    def slots_per_gpu(self) -> int:
+        """Allocatable units per GPU: its MIG partitions, its time-slicing replicas, or 1."""
+        if self.mig is not None:
+            return self.mig.partitions
+        return max(1, self.shared_replicas)
+
+    @property
+    def resource(self) -> str:
+        """The extended resource a device-plugin node advertises its GPUs as."""
+        return self.mig.resource if self.mig is not None else GPU_RESOURCE
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +166,9 @@ class Workload:
     serving_gate: bool = False
     """The pods declare the readiness gate `gpuhealth.io/serving` and the workload sets the
     condition True once it serves (`docs/workloads.md`, stopping new requests)."""
+    resource: str = GPU_RESOURCE
+    """The extended resource its pods request on the device-plugin path: `nvidia.com/gpu`, or on a
+    group of MIG strategy mixed (which it must name as its `node_group`) `nvidia.com/mig-<profile>`."""
     canary: bool = False
     """The workload opts in to devices on gpuhealth's ramp: its pods carry the label
     `gpuhealth.io/canary-ok: "true"` (device plugins: the scheduler extender admits them), its DRA
@@ -264,6 +305,7 @@ class Slot:
 
     gpu: int
     replica: int | None = None
+    """The time-slicing replica, or on a MIG card the partition; None: the whole GPU."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +331,10 @@ def node_slots(group: NodeGroup) -> list[Slot]:
     Shared replicas are ordered replica-major, so consecutive pods land on different GPUs
     before a GPU is shared (what time-slicing users expect from a balanced plugin).
     """
+    if group.mig is not None:
+        # Partitions card by card: a MIG card is filled before the next one is used, as the
+        # plugin lists a node's MIG devices parent by parent.
+        return [Slot(g, p) for g in range(group.gpus_per_node) for p in range(group.mig.partitions)]
     if group.shared_replicas:
         return [Slot(g, r) for r in range(group.shared_replicas) for g in range(group.gpus_per_node)]
     return [Slot(g) for g in range(group.gpus_per_node)]
@@ -299,6 +345,8 @@ def eligible(workload: Workload, group: NodeGroup) -> bool:
         return False
     if workload.extended_resource and group.path == DRA and not group.extended_resource:
         return False  # no DeviceClass maps `nvidia.com/gpu` there: nothing can serve the request
+    if group.resource != workload.resource:
+        return False  # a MIG mixed group offers only its `nvidia.com/mig-<profile>`
     return workload.path is None or workload.path == group.path
 
 
@@ -311,7 +359,12 @@ def place_workloads(scenario: Scenario) -> list[PodPlacement]:
     for wi, workload in enumerate(scenario.workloads):
         candidates = [(name, g) for name, g in nodes if eligible(workload, g)]
         if workload.replicas and not candidates:
-            raise PlacementError(wi, "no node in the fleet matches the workload's path or nodeGroup")
+            raise PlacementError(
+                wi,
+                f"no node in the fleet matches the workload's path or nodeGroup and offers "
+                f"{workload.resource} (a MIG group of strategy mixed offers only its "
+                "nvidia.com/mig-<profile>, to workloads naming it)",
+            )
         cursor = 0  # free slots only shrink, so the first node that fits moves forward
         for ordinal in range(workload.replicas):
             while cursor < len(candidates):

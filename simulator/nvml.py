@@ -15,8 +15,9 @@ from dataclasses import asdict
 from typing import Any
 
 from gpuhealth.nvml import DeviceReading, XidEvent
-from simulator.fleet import Fleet
+from simulator.fleet import Fleet, mig
 from simulator.fleet.health import Gpu
+from simulator.model import MigLayout
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +30,8 @@ def _noise(uuid: str, bucket: int, span: float) -> float:
     return (int.from_bytes(digest, "big") / 65535.0 * 2 - 1) * span
 
 
-def reading(gpu: Gpu, product: str, now: float) -> DeviceReading:
-    """One GPU's readings at simulated time `now`."""
+def reading(gpu: Gpu, product: str, now: float, layout: MigLayout | None = None) -> DeviceReading:
+    """One GPU's readings at simulated time `now` (`layout`: its MIG partitions, listed under it)."""
     if gpu.lost:
         return DeviceReading(uuid=gpu.uuid, index=gpu.index, reachable=False, error=GPU_IS_LOST)
     bucket = int(now // 5)
@@ -50,6 +51,7 @@ def reading(gpu: Gpu, product: str, now: float) -> DeviceReading:
         remapped_rows_failure=gpu.rows_failure,
         temperature_celsius=round(temperature, 1),
         power_watts=round(power, 1),
+        mig_devices=mig.partitions(gpu.uuid, layout) if layout is not None else (),
     )
 
 
@@ -76,7 +78,7 @@ class FakeNvml:
             return []
         node = self._fleet.nodes[self._node]
         now = self._fleet.now()
-        return [reading(gpu, node.group.product, now) for gpu in node.gpus]
+        return [reading(gpu, node.group.product, now, node.group.mig) for gpu in node.gpus]
 
     def drain_xid_events(self) -> list[XidEvent]:
         if not self._started:
@@ -97,7 +99,7 @@ def nvml_document(fleet: Fleet, node_name: str, since: int) -> dict[str, Any]:
     events = fleet.xid_events(node_name, since)
     return {
         "node": node_name,
-        "devices": [asdict(reading(gpu, node.group.product, now)) for gpu in node.gpus],
+        "devices": [asdict(reading(gpu, node.group.product, now, node.group.mig)) for gpu in node.gpus],
         "xid_events": [{"uuid": u, "xid": x, "timestamp": ts, "seq": seq} for seq, u, x, ts in events],
         # Every event up to the fleet's latest sequence number is in this answer (or not this node's).
         "next_seq": max(since, fleet.xid_seq),

@@ -18,7 +18,6 @@ from simulator.fleet.health import HEALTHY, device_plugin_health
 from simulator.fleet.objects import device_id
 from simulator.model import DEVICE_PLUGIN
 
-GPU_RESOURCE = "nvidia.com/gpu"
 CONTENT_TYPE = "application/x-protobuf"
 
 
@@ -42,12 +41,13 @@ def allocatable_ids(fleet: Fleet, node_name: str) -> dict[str, list[str]]:
         list(range(node.group.shared_replicas)) if node.group.shared_replicas else [None]
     )
     ids = [
-        device_id(gpu.uuid, replica)
+        device
         for gpu in node.gpus
         if device_plugin_health(gpu, node.stream_ok) == HEALTHY
-        for replica in replicas
+        # A MIG card: its partitions by their MIG UUIDs (under the strategy's resource).
+        for device in (gpu.partitions or [device_id(gpu.uuid, replica) for replica in replicas])
     ]
-    return {GPU_RESOURCE: ids} if ids else {}
+    return {node.group.resource: ids} if ids else {}
 
 
 def allocatable_message(fleet: Fleet, node_name: str) -> bytes:

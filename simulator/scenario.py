@@ -28,9 +28,13 @@ from simulator.model import (
     DRA,
     DRA_DRIVER_PROFILES,
     FAULT_KINDS,
+    GPU_RESOURCE,
     KEP4680_DRIVER,
+    MIG_MIXED,
+    MIG_SINGLE,
     DeviceRef,
     Fault,
+    MigLayout,
     NodeGroup,
     PlacementError,
     Scenario,
@@ -303,7 +307,11 @@ _GROUP_KEYS = (
     "draDriver",
     "extendedResource",
     "dcgmExporter",
+    "mig",
 )
+_MIG_KEYS = ("strategy", "profile", "partitions")
+MIG_SLICES = 7
+"""Compute slices of an A100, H100 or H200: a card's partitions share at most these."""
 _WORKLOAD_KEYS = (
     "name",
     "namespace",
@@ -406,6 +414,7 @@ def _node_group(r: FieldReader, raw: Any, index: int) -> NodeGroup:
         )
     dcgm = data.get("dcgmExporter")
     dcgm_host_label = None if dcgm is None else r.choice(dcgm, (*path, "dcgmExporter"), DCGM_HOST_LABELS)
+    layout = _mig(r, data.get("mig"), (*path, "mig"), node_path, replicas)
     return NodeGroup(
         name=name,
         count=count,
@@ -420,7 +429,32 @@ def _node_group(r: FieldReader, raw: Any, index: int) -> NodeGroup:
         dra_driver=dra_driver,
         extended_resource=extended,
         dcgm_host_label=dcgm_host_label,
+        mig=layout,
     )
+
+
+def _mig(r: FieldReader, raw: Any, path: _Path, node_path: str, replicas: int) -> MigLayout | None:
+    """A node group's `mig:` section: every card of the group partitioned alike."""
+    if raw is None:
+        return None
+    data = r.mapping(raw, path, _MIG_KEYS)
+    if node_path != DEVICE_PLUGIN:
+        r.fail(path, "MIG partitions are simulated on the device-plugin path only")
+    if replicas:
+        r.fail(path, "a group is either MIG-partitioned or time-sliced (sharedReplicas), not both")
+    strategy = r.choice(r.required(data, "strategy", path), (*path, "strategy"), (MIG_SINGLE, MIG_MIXED))
+    profile = r.string(r.required(data, "profile", path), (*path, "profile"), max_len=16)
+    match = re.match(r"^([1-7])g\.(\d{1,3})gb$", profile)
+    if match is None:
+        r.fail((*path, "profile"), f"{profile!r} is not a MIG profile like 1g.10gb or 3g.40gb")
+    partitions = r.integer(r.required(data, "partitions", path), (*path, "partitions"), 1, MIG_SLICES)
+    if partitions * int(match.group(1)) > MIG_SLICES:
+        r.fail(
+            (*path, "partitions"),
+            f"{partitions} partitions of {profile} need {partitions * int(match.group(1))} compute slices; "
+            f"a card has {MIG_SLICES}",
+        )
+    return MigLayout(strategy=strategy, profile=profile, partitions=partitions)
 
 
 def _workload(r: FieldReader, raw: Any, index: int, groups: Mapping[str, NodeGroup]) -> Workload:
@@ -466,6 +500,8 @@ def _workload(r: FieldReader, raw: Any, index: int, groups: Mapping[str, NodeGro
         complete_after=complete_after,
         serving_gate=r.boolean(data.get("servingGate", False), (*path, "servingGate")),
         canary=r.boolean(data.get("canary", False), (*path, "canary")),
+        # A group of MIG strategy mixed offers `nvidia.com/mig-<profile>`: its workloads name it.
+        resource=groups[node_group].resource if node_group is not None else GPU_RESOURCE,
         line=r.line(path),
         extended_resource=_extended_request(r, data, path, wl_path),
     )

@@ -55,6 +55,9 @@ class Evidence:
     """Every device the cluster's ResourceSlices publish."""
     node: Callable[[], Mapping[str, Any] | None]
     """The node object (None: gone); read on the first call of the pass, then remembered."""
+    partitions: tuple[str, ...] = ()
+    """The device's MIG partitions (MIG UUIDs) as the health source saw them this pass (the
+    exporter's NVML, `gpu_nvml_mig_device_info`); empty: none seen."""
 
 
 class Backend(Protocol):
@@ -124,10 +127,15 @@ class Backends:
         return [d for obj in listed for d in slice_devices(obj)]
 
     def identify(
-        self, record: Quarantine, slices: Sequence[SliceDevice], nodes: dict[str, Any]
+        self,
+        record: Quarantine,
+        slices: Sequence[SliceDevice],
+        nodes: dict[str, Any],
+        partitions: tuple[str, ...] = (),
     ) -> Quarantine:
         """`record` naming its device as the API says it is now, by the first backend that claims
-        it; unchanged when none does. `nodes`: the pass's node objects by name (filled here)."""
+        it; unchanged when none does. `nodes`: the pass's node objects by name (filled here);
+        `partitions`: the device's MIG partitions as the health source saw them this pass."""
         node = record.spec.node
 
         def read_node() -> Mapping[str, Any] | None:
@@ -139,7 +147,7 @@ class Backends:
             found = nodes[node]
             return found if isinstance(found, dict) else None
 
-        evidence = Evidence(slices, read_node)
+        evidence = Evidence(slices, read_node, partitions)
         for backend in self.ordered:
             identity = backend.identify(record, evidence)
             if identity is not None:

@@ -24,6 +24,8 @@ from responder.records import DEVICE_PLUGIN, DRA, QuarantineSpec
 
 PLUGIN_RESOURCE = "nvidia.com/gpu"
 """The extended resource the NVIDIA device plugin advertises in a node's capacity."""
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+"""With MIG strategy mixed the plugin advertises `nvidia.com/mig-<profile>` per profile instead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +47,12 @@ class Identity:
     driver: str = ""
     pool: str = ""
     device_name: str = ""
+    partitions: tuple[str, ...] = ()
+    """A MIG card's partitions (MIG UUIDs) where the evidence names them; empty: none seen now."""
 
     def applied(self, spec: QuarantineSpec) -> QuarantineSpec:
-        """`spec` naming this identity (the UUID is kept where the API gives none)."""
+        """`spec` naming this identity (the UUID and the partitions are kept where the evidence
+        gives none: a lost card lists no partitions, and a moment's absence changes nothing)."""
         return replace(
             spec,
             path=self.path,
@@ -55,6 +60,7 @@ class Identity:
             driver=self.driver,
             pool=self.pool,
             device_name=self.device_name,
+            partitions=self.partitions or spec.partitions,
         )
 
     def of(self, spec: QuarantineSpec) -> bool:
@@ -108,10 +114,16 @@ def resolve_slice(spec: QuarantineSpec, devices: Iterable[SliceDevice]) -> Ident
 
 def resolve_capacity(spec: QuarantineSpec, node_status: Mapping[str, Any] | None) -> Identity | None:
     """The device-plugin identity of the record's device if its node advertises the plugin's
-    resource (`node_status`: the node's status; None: the node is gone), else None. A device
+    resource (`nvidia.com/gpu`, or with MIG strategy mixed a `nvidia.com/mig-<profile>`;
+    `node_status`: the node's status; None: the node is gone), else None. A device
     the record knows no UUID of cannot be named on this path."""
     uuid = device_uuid(spec)
     capacity = (node_status or {}).get("capacity") or {}
-    if not uuid or str(capacity.get(PLUGIN_RESOURCE) or "0") in ("", "0"):
+    advertised = any(
+        (name == PLUGIN_RESOURCE or str(name).startswith(MIG_RESOURCE_PREFIX))
+        and str(value or "0") not in ("", "0")
+        for name, value in capacity.items()
+    )
+    if not uuid or not advertised:
         return None
     return Identity(DEVICE_PLUGIN, uuid=uuid)

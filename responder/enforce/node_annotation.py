@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -82,22 +83,24 @@ class NodeAnnotation:
         if record.spec.path == self.path:
             # No slice publishes the device (the DRA backend asked first): nothing says it moved,
             # and the node need not be read.
-            return Identity(self.path, uuid=record.spec.uuid)
+            return Identity(self.path, uuid=record.spec.uuid, partitions=evidence.partitions)
         node = evidence.node()
-        return resolve_capacity(record.spec, None if node is None else node.get("status"))
+        found = resolve_capacity(record.spec, None if node is None else node.get("status"))
+        return None if found is None else replace(found, partitions=evidence.partitions)
 
     def enforced_as(self, record: Quarantine) -> str:
         return f"Node/{record.spec.node}"
 
     def present(self, record: Quarantine, wanted: Enforce | None = None) -> bool:
         node = self._client.get(NODE, record.spec.node)
-        device = record.spec.device
-        quarantined, ramp = device in listed(node), ramping(node).get(device)
+        ids, on_list, on_ramp = entries(record), set(listed(node)), ramping(node)
+        quarantined = all(i in on_list for i in ids)
+        ramps = [on_ramp.get(i) for i in ids]
         if wanted is None or wanted.effect == "None":  # dry-run: nothing is written on this path
-            return quarantined or ramp is not None
+            return any(i in on_list for i in ids) or any(r is not None for r in ramps)
         if wanted.taint_key == CANARY_TAINT:
-            return ramp == self._ramp_pods and not quarantined
-        return quarantined and ramp is None
+            return all(r == self._ramp_pods for r in ramps) and not any(i in on_list for i in ids)
+        return quarantined and all(r is None for r in ramps)
 
     def enforce(self, record: Quarantine, effect: Enforce) -> None:
         if effect.effect != "None":  # dry-run: nothing to preview with on this path
@@ -107,14 +110,20 @@ class NodeAnnotation:
         self._edit(record, None)
 
     def holders(self, record: Quarantine, node_pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        device = record.spec.uuid or record.spec.device
-        return [p for p in node_pods if _pod_holds(p, device)]
+        # A MIG card is held by the pods on any of its partitions.
+        devices = (record.spec.uuid or record.spec.device, *record.spec.partitions)
+        return [p for p in node_pods if any(_pod_holds(p, d) for d in devices)]
 
     def device_request(self, record: Quarantine, name: str, namespace: str) -> DeviceRequest:
         # No `nvidia.com/gpu` request: the device plugin would hand over any free Healthy GPU
         # (and never the quarantined one while it reports Unhealthy). The runtime gives this one.
         env = [
-            {"name": VISIBLE_DEVICES, "value": record.spec.uuid or record.spec.device},
+            # A MIG card: every partition (CUDA reaches a MIG card only through its MIG devices),
+            # so the check tests the whole card, as the quarantine covers it.
+            {
+                "name": VISIBLE_DEVICES,
+                "value": ",".join(record.spec.partitions or (record.spec.uuid or record.spec.device,)),
+            },
             {"name": DRIVER_CAPABILITIES, "value": "compute,utility"},
         ]
         pod: dict[str, Any] = {
@@ -126,8 +135,11 @@ class NodeAnnotation:
         return DeviceRequest(container={"env": env}, pod=pod)
 
     def _edit(self, record: Quarantine, state: str | None) -> None:
-        """Make the device listed as `state` (QUARANTINED, RAMPING) and nowhere else; None: nowhere."""
-        device = record.spec.device
+        """Make the device listed as `state` (QUARANTINED, RAMPING) and nowhere else; None: nowhere.
+        A MIG card is listed as its partitions, each one unit of the node's GPU resource."""
+        ids = set(entries(record))
+        # Lifting takes the card's own entry too, in case its partitions became known meanwhile.
+        gone = ids | {record.spec.device}
 
         def attempt() -> None:
             try:
@@ -137,12 +149,12 @@ class NodeAnnotation:
                     raise
                 return  # the node is gone, and the annotations with it
             current, ramp = listed(node), ramping(node)
-            wanted = [d for d in current if d != device]
+            wanted = [d for d in current if d not in gone]
             if state == QUARANTINED:
-                wanted = sorted({*wanted, device})
-            wanted_ramp = {d: n for d, n in ramp.items() if d != device}
+                wanted = sorted({*wanted, *ids})
+            wanted_ramp = {d: n for d, n in ramp.items() if d not in gone}
             if state == RAMPING:
-                wanted_ramp[device] = self._ramp_pods
+                wanted_ramp.update(dict.fromkeys(ids, self._ramp_pods))
             if wanted == current and wanted_ramp == ramp:
                 return
             meta = node.get("metadata") or {}
@@ -162,6 +174,13 @@ QUARANTINED = "quarantined"
 """Listed in `gpuhealth.io/quarantined-devices`: no pod may use the device."""
 RAMPING = "ramping"
 """Listed in `gpuhealth.io/ramping-devices`: opted-in pods only, up to the bound."""
+
+
+def entries(record: Quarantine) -> tuple[str, ...]:
+    """What the annotations list for the record's device: a MIG card's partitions (the device
+    plugin's device IDs, each one unit of the node's GPU resource, so the extender counts the
+    whole card out), else the device itself."""
+    return record.spec.partitions or (record.spec.device,)
 
 
 def listed(node: dict[str, Any]) -> list[str]:

@@ -37,6 +37,9 @@ from responder.reconcile.policy import Health
 
 UNHEALTHY_RULE = "node_device:gpu_device_reported_unhealthy:bool"
 UNKNOWN_RULE = "node_device:gpu_device_effective_unknown:bool"
+MIG_QUERY = "max by (node, device, mig_uuid) (gpu_nvml_mig_device_info)"
+"""Each MIG card's partitions, as node-mode exporters read them from NVML: not health, but what
+the device-plugin path needs to reach a card (`responder.enforce.node_annotation`)."""
 
 DeviceKey = tuple[str, str]
 """(node, device) as the exporter labels them (the record's spec.node and spec.device)."""
@@ -57,6 +60,11 @@ class HealthSnapshot:
     devices: Mapping[DeviceKey, DeviceHealth] = field(default_factory=dict)
     available: bool = True
     """False: the source gave no answer this pass; every device reads Unavailable."""
+    partitions: Mapping[DeviceKey, tuple[str, ...]] = field(default_factory=dict)
+    """Each MIG card's partitions (MIG UUIDs, sorted) as last exported; a card not here has none known."""
+
+    def partitions_of(self, node: str, device: str) -> tuple[str, ...]:
+        return self.partitions.get((node, device), ())
 
     @classmethod
     def unavailable(cls) -> HealthSnapshot:
@@ -136,6 +144,22 @@ def parse_vector(body: Any, query: str) -> dict[DeviceKey, float]:
     return out
 
 
+def parse_partitions(body: Any) -> dict[DeviceKey, tuple[str, ...]]:
+    """(node, card) -> its MIG UUIDs, sorted, from an answer of `MIG_QUERY` (pure; an unreadable
+    answer or sample gives nothing for it)."""
+    data = body.get("data") if isinstance(body, dict) and body.get("status") == "success" else None
+    result = data.get("result") if isinstance(data, dict) else None
+    found: dict[DeviceKey, set[str]] = {}
+    for sample in result if isinstance(result, list) else ():
+        labels = sample.get("metric") if isinstance(sample, dict) else None
+        if not isinstance(labels, dict):
+            continue
+        node, device, mig = labels.get("node"), labels.get("device"), labels.get("mig_uuid")
+        if isinstance(node, str) and isinstance(device, str) and isinstance(mig, str) and mig:
+            found.setdefault((node, device), set()).add(mig)
+    return {key: tuple(sorted(migs)) for key, migs in found.items()}
+
+
 class PrometheusHealth:
     """Device health from Prometheus' HTTP API (urllib, blocking: call it in a thread)."""
 
@@ -165,14 +189,26 @@ class PrometheusHealth:
             key: self._healthy_since.get(key, now) for key, state in states.items() if state == Health.HEALTHY
         }
         return HealthSnapshot(
-            {key: DeviceHealth(state, self._healthy_since.get(key)) for key, state in states.items()}
+            {key: DeviceHealth(state, self._healthy_since.get(key)) for key, state in states.items()},
+            partitions=self._partitions(),
         )
 
-    def _query(self, query: str) -> dict[DeviceKey, float]:
+    def _partitions(self) -> dict[DeviceKey, tuple[str, ...]]:
+        """The MIG cards' partitions; none when the query fails: it is no health evidence, and a
+        record keeps the partitions it knows (`responder.enforce.identity.Identity.applied`)."""
+        try:
+            body = self._get(MIG_QUERY)
+        except HealthUnavailable:
+            return {}
+        return parse_partitions(body)
+
+    def _get(self, query: str) -> Any:
         address = f"{self._url}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
         try:
             with urllib.request.urlopen(address, timeout=self._timeout) as response:
-                body = json.loads(response.read())
+                return json.loads(response.read())
         except (OSError, ValueError) as exc:
             raise HealthUnavailable(f"query {query} at {self._url}: {exc}") from exc
-        return parse_vector(body, query)
+
+    def _query(self, query: str) -> dict[DeviceKey, float]:
+        return parse_vector(self._get(query), query)

@@ -117,9 +117,14 @@ class Enforcement(Protocol):
     def slices(self) -> list[SliceDevice]: ...
 
     def identify(
-        self, record: Quarantine, slices: Sequence[SliceDevice], nodes: dict[str, Any]
+        self,
+        record: Quarantine,
+        slices: Sequence[SliceDevice],
+        nodes: dict[str, Any],
+        partitions: tuple[str, ...] = (),
     ) -> Quarantine:
-        """`record` naming its device as the API says it is now (unchanged when nothing says)."""
+        """`record` naming its device as the API says it is now (unchanged when nothing says);
+        `partitions`: a MIG card's partitions as the health source saw them this pass."""
         ...
 
     def enforced_as(self, record: Quarantine) -> str: ...
@@ -526,7 +531,9 @@ class Reconciler:
         if phase in DONE_PHASES:
             return "unchanged", record, None
         moved: Exception | None = None
-        current = self._enforcer.identify(record, state.slices, state.nodes)
+        current = self._enforcer.identify(
+            record, state.slices, state.nodes, snapshot.partitions_of(record.spec.node, record.spec.device)
+        )
         if current.spec != record.spec:
             current = self._hand_over(record, current, state)
         view = self._observe(current, snapshot, state)

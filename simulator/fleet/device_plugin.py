@@ -1,9 +1,11 @@
 """The NVIDIA device plugin on the device-plugin nodes: `nvidia.com/gpu` devices and their health.
 
-It advertises one device per GPU UUID (or `<uuid>::<n>` per time-slicing replica) and reports
-each Healthy or Unhealthy over ListAndWatch, never a message and never Unknown; a broken stream
-makes the kubelet treat every device as Unhealthy. The kubelet lowers the node's allocatable
-`nvidia.com/gpu` by the devices not Healthy. The plugin never talks to the API server itself.
+It advertises one device per GPU UUID (or `<uuid>::<n>` per time-slicing replica, or on a MIG
+card one per partition by its MIG UUID, `simulator.fleet.mig`) and reports each Healthy or
+Unhealthy over ListAndWatch (a MIG card's partitions all as the card: its faults are theirs),
+never a message and never Unknown; a broken stream makes the kubelet treat every device as
+Unhealthy. The kubelet lowers the node's allocatable GPU resource by the devices not Healthy.
+The plugin never talks to the API server itself.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ class DevicePlugin:
         return device_plugin_health(gpu, node.stream_ok), None
 
     def resource_id(self, pod: SimPod, gpu: Gpu, slot: Slot) -> str:
+        if gpu.partitions:  # a MIG card: the partition's own UUID, under either strategy
+            return gpu.partitions[slot.replica or 0]
         return objects.device_id(gpu.uuid, slot.replica)
 
     def report(self, node: SimNode, gpu: Gpu, health: str, message: str | None) -> None:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuhealth.clock import Clock
 from simulator.apiserver.store import format_timestamp
-from simulator.fleet import objects
+from simulator.fleet import mig, objects
 from simulator.fleet.checkpoint_agent import CheckpointAgent
 from simulator.fleet.claim_controller import ResourceClaimController
 from simulator.fleet.controller_manager import ControllerManager
@@ -201,8 +201,10 @@ class Fleet:
         index = 0
         for group in sc.fleet:
             for name in group.node_names():
+                uuids = [objects.gpu_uuid(name, i) for i in range(group.gpus_per_node)]
                 gpus = [
-                    Gpu(name, i, objects.gpu_uuid(name, i), group.path) for i in range(group.gpus_per_node)
+                    Gpu(name, i, uuid, group.path, partitions=mig.partition_uuids(uuid, group.mig))
+                    for i, uuid in enumerate(uuids)
                 ]
                 node = SimNode(name, index, group, gpus)
                 node.free = node_slots(group)

@@ -50,6 +50,9 @@ gpu.nvidia.com/unhealthy)."""
     rows_uncorrectable: int = 0
     rows_pending: bool = False
     rows_failure: bool = False
+    partitions: tuple[str, ...] = ()
+    """The MIG UUIDs of the card's partitions while MIG is on (`simulator.fleet.mig`), in order;
+    empty: a whole GPU. A partition has no health of its own: the card's is every partition's."""
     allocated: int = 0
     """Pods (or replica slots) using this GPU; drives simulated power draw."""
     unhealthy_reports: int = 0

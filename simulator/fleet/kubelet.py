@@ -24,7 +24,7 @@ from simulator.fleet.node_api import NodeApi
 from simulator.fleet.state import DeviceDriver, Rows, SimNode, SimPod
 from simulator.fleet.timers import Timers
 from simulator.fleet.writes import PodStatusWriter, create_ignore_exists
-from simulator.model import GPU_RESOURCE, Settings
+from simulator.model import Settings
 
 _LEASES = "leases.coordination.k8s.io"
 
@@ -153,7 +153,7 @@ class Kubelet:
         if pod.resource_name is not None:
             name = pod.resource_name
         elif pod.claim_name is None:
-            name = GPU_RESOURCE
+            name = pod.workload.resource
         else:
             name = objects.allocated_resource_name(objects.claim_reference(pod.workload))
         resources = []
@@ -242,7 +242,7 @@ class Kubelet:
         _, allocatable = objects.gpu_capacity(node.group, healthy)
 
         def fn(obj: dict[str, Any]) -> dict[str, Any]:
-            obj["status"]["allocatable"][GPU_RESOURCE] = allocatable
+            obj["status"]["allocatable"][node.group.resource] = allocatable
             return obj
 
         self._api.mutate("nodes", node.name, None, fn, subresource="status")

@@ -94,8 +94,8 @@ def namespace(name: str) -> dict[str, Any]:
 
 
 def gpu_capacity(group: NodeGroup, healthy: int) -> tuple[str, str]:
-    """(capacity, allocatable) of `nvidia.com/gpu` for a device-plugin node."""
-    per_gpu = max(1, group.shared_replicas)
+    """(capacity, allocatable) of the GPU resource (`NodeGroup.resource`) of a device-plugin node."""
+    per_gpu = group.slots_per_gpu
     return str(group.gpus_per_node * per_gpu), str(healthy * per_gpu)
 
 
@@ -118,7 +118,7 @@ def node(name: str, index: int, group: NodeGroup, wall: float) -> dict[str, Any]
     capacity = {"cpu": "192", "memory": "2113460Mi", "pods": "110", "ephemeral-storage": "3750Gi"}
     allocatable = {"cpu": "191500m", "memory": "2100000Mi", "pods": "110", "ephemeral-storage": "3500Gi"}
     if group.path == "device-plugin":
-        capacity[GPU_RESOURCE], allocatable[GPU_RESOURCE] = gpu_capacity(group, group.gpus_per_node)
+        capacity[group.resource], allocatable[group.resource] = gpu_capacity(group, group.gpus_per_node)
     ts = format_timestamp(wall)
     return {
         "apiVersion": "v1",
@@ -272,8 +272,8 @@ def _containers(workload: Workload, gpus: int, dra: bool) -> dict[str, Any]:
     if dra:
         resources["claims"] = [claim_reference(workload)]
     else:
-        resources["requests"][GPU_RESOURCE] = str(gpus)
-        resources["limits"][GPU_RESOURCE] = str(gpus)
+        resources["requests"][workload.resource] = str(gpus)
+        resources["limits"][workload.resource] = str(gpus)
     main = {
         "name": "worker" if workload.kind == "Job" else "server",
         "image": f"registry.example/{workload.name}:1.0",

@@ -62,6 +62,8 @@ EXIT_CODE = "sim.gpuhealth.io/exit-code"
 STOP_AFTER = "sim.gpuhealth.io/stop-after"
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 """The NVIDIA container runtime's variable: which of the node's GPUs a container sees."""
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+"""The NVIDIA device plugin's resources for MIG partitions under strategy mixed (`<prefix><profile>`)."""
 
 START_SECONDS = 1.0
 """Simulated seconds from admission (ContainerCreating) to Running: image present, no pull."""
@@ -210,12 +212,16 @@ def visible_devices(containers: tuple[dict[str, Any], ...]) -> tuple[str, ...]:
     return tuple(values)
 
 
-def visible_gpus(values: tuple[str, ...], uuids: tuple[str, ...]) -> tuple[int, ...] | None:
+def visible_gpus(
+    values: tuple[str, ...], uuids: tuple[str, ...], partitions: tuple[tuple[str, ...], ...] = ()
+) -> tuple[int, ...] | None:
     """The indexes of the node's GPUs (`uuids`, by index) that the values expose, as the NVIDIA
     container runtime reads them: `all` is every GPU; `none`, `void` or empty is none (the
     runtime still runs the container, without a GPU); otherwise a comma list of GPU uuids or
-    indexes. None when an entry names no GPU of the node (the runtime refuses the container).
-    MIG devices (`MIG-...`, `<gpu>:<mig>`) are not modelled: such an entry names no GPU here."""
+    indexes, or MIG device UUIDs (`partitions`: each GPU's, by index), which reach their card.
+    None when an entry names no GPU of the node (the runtime refuses the container). The
+    `<gpu>:<mig>` index form is not modelled: such an entry names no GPU here."""
+    parent = {mig: index for index, migs in enumerate(partitions) for mig in migs}
     picked: set[int] = set()
     for value in values:
         value = value.strip()
@@ -229,6 +235,8 @@ def visible_gpus(values: tuple[str, ...], uuids: tuple[str, ...]) -> tuple[int, 
                 picked.add(int(entry))
             elif entry in uuids:
                 picked.add(uuids.index(entry))
+            elif entry in parent:
+                picked.add(parent[entry])
             else:
                 return None
     return tuple(sorted(picked))
@@ -252,6 +260,9 @@ class RunSpec:
     visible: tuple[str, ...]
     """`NVIDIA_VISIBLE_DEVICES` of the containers, for a pod that gets no device otherwise."""
     qos: str
+    resource: str = GPU_RESOURCE
+    """The GPU resource the pod requests `gpus` of: `nvidia.com/gpu`, or a MIG profile's
+    `nvidia.com/mig-<profile>` (strategy mixed)."""
 
 
 def run_spec(obj: dict[str, Any]) -> RunSpec:
@@ -264,13 +275,18 @@ def run_spec(obj: dict[str, Any]) -> RunSpec:
         exit_code = 1
     stop_text = annotations.get(STOP_AFTER, "0")
     requests = pod_requests(spec)
+    resource = next(
+        (name for name in sorted(requests) if name.startswith(MIG_RESOURCE_PREFIX) and requests[name] > 0),
+        GPU_RESOURCE,
+    )
     return RunSpec(
         containers=containers,
         run_seconds=run_seconds(meta, containers[0]) if containers else None,
         exit_code=exit_code,
         restart_policy=spec.get("restartPolicy") or "Always",
         stop_after=None if stop_text.strip() == "never" else (_seconds(stop_text) or 0.0),
-        gpus=int(requests.get(GPU_RESOURCE, 0)),
+        gpus=int(requests.get(resource, 0)),
+        resource=resource,
         cpu_milli=round(requests.get("cpu", 0.0) * 1000),
         memory=int(requests.get("memory", 0.0)),
         program=gpu_program(containers[0]) if containers else None,
@@ -463,6 +479,8 @@ class PodRunner:
         spec = run_spec(obj)
         sim = SimPod(meta["name"], meta["namespace"], node.name, _API_WORKLOAD, (), uid=meta.get("uid", ""))
         sim.api = True
+        if spec.resource != GPU_RESOURCE:
+            sim.resource_name = spec.resource  # allocatedResourcesStatus[].name: what it asked for
         sim.cpu_milli = spec.cpu_milli
         sim.memory_bytes = spec.memory
         sim.index = next(self._pod_index)
@@ -489,7 +507,9 @@ class PodRunner:
         if not slots and spec.visible:
             # No device from the kubelet: the runtime exposes what the env names (the
             # kubelet's allocation, when there is one, is what the container gets instead).
-            found_visible = visible_gpus(spec.visible, tuple(g.uuid for g in node.gpus))
+            found_visible = visible_gpus(
+                spec.visible, tuple(g.uuid for g in node.gpus), tuple(g.partitions for g in node.gpus)
+            )
             if found_visible is None:
                 spec = replace(spec, run_seconds=0.0, exit_code=START_ERROR_EXIT_CODE, program=None)
             else:
@@ -524,11 +544,13 @@ class PodRunner:
                 return rejection
         if node.is_dra:
             # DRA nodes advertise no nvidia.com/gpu
-            return None if extended else fit(spec.gpus, 0, 0, GPU_RESOURCE)
-        per_gpu = max(1, node.group.shared_replicas)
+            return None if extended else fit(spec.gpus, 0, 0, spec.resource)
+        if spec.resource != node.group.resource:
+            return fit(spec.gpus, 0, 0, spec.resource)  # a resource the node does not advertise
+        per_gpu = node.group.slots_per_gpu
         total = len(node_slots(node.group))
         healthy = max(0, node.allocatable_written) * per_gpu
-        return fit(spec.gpus, total - len(node.free), healthy, GPU_RESOURCE)
+        return fit(spec.gpus, total - len(node.free), healthy, spec.resource)
 
     def _pick_devices(self, node: SimNode, spec: RunSpec) -> tuple[Slot, ...] | Rejection:
         """The device manager's choice: free devices the plugin reports Healthy."""
@@ -540,7 +562,7 @@ class PodRunner:
         if len(usable) < spec.gpus:
             return Rejection(
                 "UnexpectedAdmissionError",
-                f"Allocate failed due to requested number of devices unavailable for {GPU_RESOURCE}. "
+                f"Allocate failed due to requested number of devices unavailable for {spec.resource}. "
                 f"Requested: {spec.gpus}, Available: {len(usable)}, which is unexpected",
             )
         return tuple(usable[: spec.gpus])

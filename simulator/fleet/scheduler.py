@@ -639,7 +639,7 @@ def replacement_candidates(
         else:
             # Pods bound by `follow()` must have left room (the cache knows every bound pod's requests).
             info = cache.nodes.get(node.name)
-            if info is not None and info.free(GPU_RESOURCE) < workload.gpus_per_pod * 1000:
+            if info is not None and info.free(workload.resource) < workload.gpus_per_pod * 1000:
                 continue
         usable = [s for s in node.free if s.gpu not in blocked]
         if len(usable) >= workload.gpus_per_pod:
@@ -665,7 +665,7 @@ async def extenders_pass(
         pod_obj = store.get("pods", pending.name, pending.namespace)
     except ApiError:
         return None
-    requests = {GPU_RESOURCE: pending.workload.gpus_per_pod}
+    requests = {pending.workload.resource: pending.workload.gpus_per_pod}
     try:
         passed, _, _ = await extend(
             extenders, session, pod_obj, requests, names, lambda n: store.get("nodes", n)

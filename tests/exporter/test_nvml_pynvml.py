@@ -6,7 +6,9 @@ their conversions (milliwatts to watts, flags to bools); NOT_SUPPORTED readings 
 logged once; GPU_IS_LOST and UNKNOWN make only that device unreachable; a GPU unreadable at
 start is resolved later; the XID thread (events mapped to UUIDs by handle, other event
 types ignored, wait errors backed off, register NOT_SUPPORTED skipped, bounded queue);
-close() stops the thread, frees the event set and shuts NVML down, once.
+close() stops the thread, frees the event set and shuts NVML down, once; a MIG-enabled card
+lists its MIG devices (UUID, instance ids, profile from the device name; free slots skipped), a
+card with MIG off or without MIG support none.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import pytest
 
 from exporter.nvml_pynvml import PynvmlSettings, PynvmlSource, _handle_key
 from gpuhealth.clock import ManualClock
-from gpuhealth.nvml import DeviceReading, XidEvent
+from gpuhealth.nvml import DeviceReading, MigDevice, XidEvent
 
 FAST = PynvmlSettings(xid_wait_seconds=0.02, error_backoff_seconds=0.01)
 
@@ -33,6 +35,12 @@ FAST = PynvmlSettings(xid_wait_seconds=0.02, error_backoff_seconds=0.01)
 @dataclass(frozen=True)
 class Handle:
     index: int
+
+
+@dataclass(frozen=True)
+class MigHandle:
+    parent: int
+    slot: int
 
 
 @dataclass
@@ -45,6 +53,8 @@ class Gpu:
     milliwatts: int = 512_250
     errors: dict[str, Exception] = field(default_factory=dict)
     """By function name: what that call raises for this GPU."""
+    mig: tuple[str | None, ...] = ()
+    """MIG mode on: the MIG UUID in each slot (None: a free slot); empty: MIG off."""
 
 
 class FakeNvml:
@@ -76,6 +86,11 @@ class FakeNvml:
             "nvmlEventSetFree",
             "nvmlDeviceRegisterEvents",
             "nvmlEventSetWait_v2",
+            "nvmlDeviceGetMigMode",
+            "nvmlDeviceGetMaxMigDeviceCount",
+            "nvmlDeviceGetMigDeviceHandleByIndex",
+            "nvmlDeviceGetGpuInstanceId",
+            "nvmlDeviceGetComputeInstanceId",
         ):
             monkeypatch.setattr(pynvml, name, getattr(self, name))
 
@@ -101,11 +116,37 @@ class FakeNvml:
             raise self.handle_errors[index]
         return Handle(index)
 
-    def nvmlDeviceGetUUID(self, handle: Handle) -> str:
+    def nvmlDeviceGetUUID(self, handle: Handle | MigHandle) -> str:
+        if isinstance(handle, MigHandle):
+            return str(self.gpus[handle.parent].mig[handle.slot])
         return self._gpu(handle, "uuid").uuid
 
-    def nvmlDeviceGetName(self, handle: Handle) -> str:
+    def nvmlDeviceGetName(self, handle: Handle | MigHandle) -> str:
+        if isinstance(handle, MigHandle):
+            return f"{self.gpus[handle.parent].name} MIG 1g.10gb"
         return self._gpu(handle, "name").name
+
+    def nvmlDeviceGetMigMode(self, handle: Handle) -> tuple[int, int]:
+        mode = (
+            pynvml.NVML_DEVICE_MIG_ENABLE
+            if self._gpu(handle, "mig_mode").mig
+            else pynvml.NVML_DEVICE_MIG_DISABLE
+        )
+        return mode, mode
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Handle) -> int:
+        return len(self._gpu(handle, "mig_count").mig)
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Handle, slot: int) -> MigHandle:
+        if self.gpus[handle.index].mig[slot] is None:
+            raise pynvml.NVMLError_NotFound()
+        return MigHandle(handle.index, slot)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: MigHandle) -> int:
+        return 1 + handle.slot
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: MigHandle) -> int:
+        return 0
 
     def nvmlDeviceGetTotalEccErrors(self, handle: Handle, error_type: int, counter_type: int) -> int:
         assert counter_type == pynvml.NVML_VOLATILE_ECC
@@ -379,3 +420,15 @@ def test_real_handles_are_matched_by_address() -> None:
 def test_bad_settings_are_rejected(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         PynvmlSettings(**kwargs)
+
+
+def test_a_mig_card_lists_its_mig_devices(source: PynvmlSource, nvml: FakeNvml) -> None:
+    nvml.gpus[0].mig = ("MIG-a", None, "MIG-c")
+    nvml.gpus[1].errors = {"mig_mode": pynvml.NVMLError_NotSupported()}  # a card without MIG
+    source.start()
+    card, plain = source.read()
+    assert card.mig_devices == (
+        MigDevice(uuid="MIG-a", gpu_instance_id=1, compute_instance_id=0, profile="1g.10gb"),
+        MigDevice(uuid="MIG-c", gpu_instance_id=3, compute_instance_id=0, profile="1g.10gb"),
+    )
+    assert (plain.reachable, plain.mig_devices) == (True, ())

@@ -25,7 +25,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from exporter.nvml_remote import READ_FIELDS, RemoteNvmlSource, event_from_json, reading_from_json
-from gpuhealth.nvml import DeviceReading, XidEvent
+from gpuhealth.nvml import DeviceReading, MigDevice, XidEvent
 from gpuhealth.testing.loopback import free_port
 
 pytestmark = pytest.mark.integration
@@ -48,6 +48,9 @@ def readings() -> list[DeviceReading]:
             remapped_rows_failure=False,
             temperature_celsius=61.2,
             power_watts=498.7,
+            mig_devices=(
+                MigDevice(uuid="MIG-0000", gpu_instance_id=1, compute_instance_id=0, profile="1g.10gb"),
+            ),
         ),
         DeviceReading(uuid="GPU-0001", index=1, reachable=False, error="NVML_ERROR_GPU_IS_LOST"),
     ]
@@ -259,6 +262,29 @@ def test_every_device_reading_field_is_read() -> None:
         ({"uuid": "G", "index": 0, "reachable": True, "remapped_rows_pending": 1}, "remapped_rows_pending"),
         ({"uuid": "G", "index": 0, "reachable": True, "power_watts": True}, "power_watts"),
         ({"uuid": "G", "index": 0, "reachable": False, "error": 5}, "error"),
+        ({"uuid": "G", "index": 0, "reachable": True, "mig_devices": {}}, "mig_devices must be a list"),
+        (
+            {"uuid": "G", "index": 0, "reachable": True, "mig_devices": [{"uuid": ""}]},
+            r"mig_devices\[0\].uuid",
+        ),
+        (
+            {
+                "uuid": "G",
+                "index": 0,
+                "reachable": True,
+                "mig_devices": [{"uuid": "M", "gpu_instance_id": "1"}],
+            },
+            "instance ids must be integers",
+        ),
+        (
+            {
+                "uuid": "G",
+                "index": 0,
+                "reachable": True,
+                "mig_devices": [{"uuid": "M", "gpu_instance_id": 1, "compute_instance_id": 0, "profile": 7}],
+            },
+            "profile must be a string",
+        ),
     ],
 )
 def test_reading_from_json_names_what_is_wrong(obj: Any, message: str) -> None:

@@ -9,11 +9,15 @@ taint and no cordon; its ramp moves the entry to the ramp annotation with the bo
 pods, a failure on the ramp moves it back and the release lifts both; `present` tells what is
 there; beside the NVIDIA DRA driver's own slice taints our rule is a rule of its own, and lifting
 it writes nothing to the driver's slice.
+there; a MIG card is listed as its partitions (each one unit of the node's GPU resource), taking
+the place of the card's own entry, ramps and lifts as a whole, is held by the pods on any
+partition and is checked through all of them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +191,42 @@ def test_a_device_plugin_ramp_moves_the_entry_to_the_ramp_annotation_with_its_bo
     # Dry-run writes nothing on this path, the ramp included.
     enforcer.enforce(first, Enforce(CANARY_TAINT, "Unhealthy", "None"))
     assert client.get(NODE, "gpu-node-1")["metadata"]["annotations"] == {"team": "ml"}
+
+
+def test_a_mig_card_is_quarantined_as_all_its_partitions(client: KubeClient) -> None:
+    enforcer = Enforcer(client, discover(client))
+    bare = stored(client, device="GPU-cccc")
+    enforcer.enforce(bare, Enforce(QUARANTINE_TAINT, "Unhealthy", "NoSchedule"))  # partitions not known yet
+    card = from_object(
+        client.update(
+            QUARANTINES, to_object(replace(bare, spec=replace(bare.spec, partitions=("MIG-1", "MIG-2"))))
+        )
+    )
+    assert card.spec.partitions == ("MIG-1", "MIG-2")  # the CRD keeps them
+    quarantine = Enforce(QUARANTINE_TAINT, "Unhealthy", "NoSchedule")
+    assert not enforcer.present(card, quarantine)
+    enforcer.enforce(card, quarantine)
+    annotations = client.get(NODE, "gpu-node-1")["metadata"]["annotations"]
+    assert annotations == {"team": "ml", NODE_ANNOTATION: '["MIG-1","MIG-2"]'}
+    assert enforcer.present(card, quarantine)
+    enforcer.enforce(card, Enforce(CANARY_TAINT, "Unhealthy", "NoSchedule"))
+    annotations = client.get(NODE, "gpu-node-1")["metadata"]["annotations"]
+    assert annotations == {"team": "ml", RAMP_ANNOTATION: '{"MIG-1":1,"MIG-2":1}'}
+    enforcer.unenforce(card)
+    assert client.get(NODE, "gpu-node-1")["metadata"]["annotations"] == {"team": "ml"}
+    backend = enforcer.of(card)
+
+    def on(name: str, rid: str) -> dict[str, Any]:
+        entry = {"name": "nvidia.com/gpu", "resources": [{"resourceID": rid, "health": "Healthy"}]}
+        return {
+            "metadata": {"name": name},
+            "status": {"containerStatuses": [{"allocatedResourcesStatus": [entry]}]},
+        }
+
+    pods = [on("a", "MIG-2"), on("b", "MIG-9"), on("c", "GPU-cccc")]
+    assert [p["metadata"]["name"] for p in backend.holders(card, pods)] == ["a", "c"]
+    env = {e["name"]: e["value"] for e in backend.device_request(card, "probe", "gpuhealth").container["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "MIG-1,MIG-2"
 
 
 @pytest.mark.parametrize(

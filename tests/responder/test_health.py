@@ -21,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from responder.reconcile.health import (
+    MIG_QUERY,
     UNHEALTHY_RULE,
     UNKNOWN_RULE,
     HealthSnapshot,
@@ -28,9 +29,27 @@ from responder.reconcile.health import (
     PrometheusHealth,
     StaticHealth,
     classify,
+    parse_partitions,
     parse_vector,
 )
 from responder.reconcile.policy import Health
+
+
+def mig_vector(cards: dict[tuple[str, str], list[str]]) -> dict[str, Any]:
+    result = [
+        {"metric": {"node": n, "device": d, "mig_uuid": m}, "value": [1_800_000_000, "1"]}
+        for (n, d), migs in cards.items()
+        for m in migs
+    ]
+    return {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+
+def test_the_partitions_of_each_card_are_read_from_their_info_series() -> None:
+    body = mig_vector({("n1", "GPU-a"): ["MIG-b", "MIG-a"], ("n2", "GPU-c"): ["MIG-c"]})
+    body["data"]["result"].append({"metric": {"node": "n1", "device": "GPU-a"}, "value": [0, "1"]})
+    assert parse_partitions(body) == {("n1", "GPU-a"): ("MIG-a", "MIG-b"), ("n2", "GPU-c"): ("MIG-c",)}
+    assert parse_partitions({"status": "error"}) == {}
+    assert parse_partitions([]) == {}
 
 
 def vector(values: dict[tuple[str, str], Any]) -> dict[str, Any]:
@@ -114,21 +133,29 @@ async def test_prometheus_is_asked_once_per_rule_and_remembers_healthy_since() -
 
     async def query(request: web.Request) -> web.Response:
         asked.append(request.query["query"])
+        if request.query["query"] == MIG_QUERY:
+            return web.json_response(partitions)
         return web.json_response(vector(answers[request.query["query"]]))
+
+    partitions: dict[str, Any] = mig_vector({("n1", "GPU-a"): ["MIG-2", "MIG-1"]})
 
     app = web.Application()
     app.router.add_get("/api/v1/query", query)
     async with TestServer(app) as server:
         source = PrometheusHealth(str(server.make_url("/")))
         first = await asyncio.to_thread(source.snapshot, 100.0)
-        assert asked == [UNHEALTHY_RULE, UNKNOWN_RULE]
+        assert asked == [UNHEALTHY_RULE, UNKNOWN_RULE, MIG_QUERY]
+        assert first.partitions_of("n1", "GPU-a") == ("MIG-1", "MIG-2")
+        assert first.partitions_of("n1", "GPU-b") == ()
         assert first.eligible == 3
         assert first.of("n1", "GPU-a").health == Health.HEALTHY
         assert first.of("n1", "GPU-a").healthy_since == 100.0
         assert first.of("n1", "GPU-b").health == Health.UNHEALTHY
         assert first.of("n1", "GPU-c").health == Health.UNKNOWN
+        partitions = {"status": "error", "error": "no such series"}
         second = await asyncio.to_thread(source.snapshot, 160.0)
         assert second.of("n1", "GPU-a").healthy_since == 100.0  # still the same healthy run
+        assert second.partitions == {}  # no partitions known is no health evidence: the pass goes on
         answers[UNKNOWN_RULE][("n1", "GPU-a")] = 1
         await asyncio.to_thread(source.snapshot, 200.0)
         answers[UNKNOWN_RULE][("n1", "GPU-a")] = 0

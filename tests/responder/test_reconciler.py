@@ -189,7 +189,11 @@ class FakeEnforcer:
         return []
 
     def identify(
-        self, record: Quarantine, slices: Sequence[SliceDevice], nodes: dict[str, Any]
+        self,
+        record: Quarantine,
+        slices: Sequence[SliceDevice],
+        nodes: dict[str, Any],
+        partitions: tuple[str, ...] = (),
     ) -> Quarantine:
         return record
 

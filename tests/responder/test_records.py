@@ -103,6 +103,13 @@ def test_records_round_trip_and_stay_bounded(phases: list[Phase], keys: list[str
     assert from_object(to_object(record)) == record
 
 
+def test_a_mig_cards_partitions_round_trip() -> None:
+    record = Quarantine(name="q", spec=spec(path="device-plugin", partitions=("MIG-1", "MIG-2")))
+    assert to_object(record)["spec"]["partitions"] == ["MIG-1", "MIG-2"]
+    assert from_object(to_object(record)) == record
+    assert "partitions" not in to_object(Quarantine(name="q", spec=spec()))["spec"]
+
+
 @given(st.lists(st.sampled_from([*Phase, "Probing", "Ramp"]), max_size=40))
 def test_the_episode_counts_every_entry_into_quarantined_from_another_phase(phases: list[str]) -> None:
     record = Quarantine(name="q", spec=spec())

@@ -168,6 +168,43 @@ def test_gpu_out_of_range_names_the_line_and_the_field(tmp_path: Path) -> None:
             "    xid: 79\n  - {at: 1m, fault: health-watch, device: {node: dra-0, gpu: 1}, watch: PCIE}\n",
             "31: timeline[3].device: health-watch needs dcgm-exporter on the node",
         ),
+        (
+            "    path: dra\n",
+            "    path: dra\n    mig: {strategy: single, profile: 1g.10gb, partitions: 7}\n",
+            "12: fleet[1].mig: MIG partitions are simulated on the device-plugin path only",
+        ),
+        (
+            "    gpusPerNode: 8\n    path: device-plugin\n",
+            "    gpusPerNode: 8\n    path: device-plugin\n    sharedReplicas: 2\n"
+            "    mig: {strategy: single, profile: 1g.10gb, partitions: 7}\n",
+            "9: fleet[0].mig: a group is either MIG-partitioned or time-sliced",
+        ),
+        (
+            "    gpusPerNode: 8\n    path: device-plugin\n",
+            "    gpusPerNode: 8\n    path: device-plugin\n"
+            "    mig: {strategy: single, profile: 1g, partitions: 7}\n",
+            "8: fleet[0].mig.profile: '1g' is not a MIG profile like 1g.10gb",
+        ),
+        (
+            "    gpusPerNode: 8\n    path: device-plugin\n",
+            "    gpusPerNode: 8\n    path: device-plugin\n"
+            "    mig: {strategy: single, profile: 3g.40gb, partitions: 3}\n",
+            "8: fleet[0].mig.partitions: 3 partitions of 3g.40gb need 9 compute slices; a card has 7",
+        ),
+        (
+            "    gpusPerNode: 8\n    path: device-plugin\n",
+            "    gpusPerNode: 8\n    path: device-plugin\n"
+            "    mig: {strategy: mixed, profile: 3g.40gb, partitions: 2}\n",
+            # The group offers only nvidia.com/mig-3g.40gb: a workload that does not name it
+            # requests nvidia.com/gpu, which no device-plugin node offers any more.
+            "15: workloads[0].replicas: no node in the fleet matches the workload's path or nodeGroup and "
+            "offers nvidia.com/gpu",
+        ),
+        (
+            "    gpusPerNode: 8\n    path: device-plugin\n",
+            "    gpusPerNode: 8\n    path: device-plugin\n    mig: {strategy: single, profile: 1g.10gb}\n",
+            "8: fleet[0].mig.partitions: is required",
+        ),
     ],
 )
 def test_each_mistake_gets_one_clear_error(tmp_path: Path, old: str, new: str, expected: str) -> None:
