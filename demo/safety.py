@@ -62,7 +62,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from demo.journal import Entry, Journal, Kind, sorted_entries
-from responder.ladder import LADDER, Ladder
+from responder.ladder import KNOWN, LADDER, Ladder
 from simulator.model import APPLICATION_XIDS, Fault, Scenario
 
 QUARANTINE_FAULTS = frozenset({"device-unhealthy", "gpu-lost", "row-remap-failure"})
@@ -291,7 +291,7 @@ def _unhealthy_episodes(scenario: Scenario) -> dict[tuple[str, int], list[tuple[
 
 NO_ACTION = frozenset({"", "none"})
 """`action` label values that ask the responder for nothing."""
-RELEASING = frozenset(LADDER.phases)
+RELEASING = frozenset(KNOWN.phases)
 """Phases of a record on its way out: the release ladder's rungs."""
 GUARDRAIL_HOLDS = frozenset({"RateLimited", "NodeOptedOut"})
 """Phase reasons of a record that a person's configuration holds back from enforcement: the rate
@@ -952,7 +952,7 @@ def _steps_without_health(entries: list[Entry], pass_seconds: float, label: Labe
         down.append((since, math.inf))
     if not down:
         return []
-    order = {phase: i for i, phase in enumerate((*LADDER.phases, "Released"))}
+    order = {phase: i for i, phase in enumerate((*KNOWN.phases, "Released"))}
     previous: dict[str, str] = {}
     out: list[str] = []
     for e in entries:
