@@ -81,8 +81,9 @@ def phases_of(ladder: Ladder) -> tuple[str, ...]:
 
 
 PHASES = phases_of(KNOWN)
-"""The shipped responder's phases (the optional reset rung's included): the CRD's enum, the demo's progress columns and the
-dashboards' phase lists are this sequence (generated from it, or checked against it)."""
+"""The shipped responder's phases (the optional reset rung's included): the CRD's enum, the
+demo's progress columns and the dashboards' phase lists are this sequence (generated from it,
+or checked against it)."""
 RELEASE_PHASES: tuple[str, ...] = (*LADDER.phases, Phase.RELEASED)
 """The phases a released device walked, in order (the optional reset before them aside)."""
 ACTIVE_PHASES = frozenset(PHASES) - {Phase.RELEASED, Phase.ABANDONED}

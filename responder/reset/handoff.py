@@ -75,7 +75,7 @@ class ResetSettings:
             value = getattr(self, name)
             if not _FIELD.fullmatch(value) or "." not in value:
                 raise SettingsError(
-                    f"ResetSettings.{name} must be a dotted field path below the object (spec.x), not {value!r}"
+                    f"ResetSettings.{name} must be a dotted path below the object (spec.x), not {value!r}"
                 )
 
     @property
