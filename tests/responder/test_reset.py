@@ -38,7 +38,7 @@ from responder.reconcile.policy import (
 from responder.records import Phase, Quarantine, Verdict
 from responder.reset.handoff import ResetHandoff, ResetSettings, request_result
 from tests.responder.test_policy import NOW, SETTINGS, ctx, observed, opened, resolved
-from tests.responder.test_reconciler import POLICY, Harness, FakeChecks
+from tests.responder.test_reconciler import POLICY, FakeChecks, Harness
 from tests.responder.test_reconciler import SETTINGS as RECONCILER_SETTINGS
 
 RESET_SETTINGS = replace(SETTINGS, ladder=with_reset(LADDER), reset_timeout_seconds=90)
