@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from demo.journal import Entry, Journal, Kind
+from responder.ladder import KNOWN
 from responder.records import RELEASE_PHASES
 from simulator.model import DEVICE_PLUGIN, DRA, NodeGroup, Scenario
 
@@ -51,6 +52,9 @@ UNKNOWN_REASON = "Unknown"
 restriction, any other reason a quarantine."""
 RELEASE_WALK = RELEASE_PHASES
 """The phases a released device walks, in order: the release ladder's, then Released."""
+CLIMBING = frozenset((*KNOWN.phases, *RELEASE_PHASES))
+"""Phases of a release attempt, the optional reset's included: leaving one for Quarantined is a
+failed attempt."""
 WALK = " -> ".join(RELEASE_WALK)
 PHASES = ("Pending", "Deferred", "Quarantined", *RELEASE_WALK, "Abandoned")
 """Phase names `phases:` accepts: the responder's `Phase` values."""
@@ -913,7 +917,7 @@ def _held_at_end(view: _View, held: HeldExpectation) -> list[str]:
         problems.append("not excluded at the end")
     if held.failed_attempts is not None:
         # A rung of the ladder followed by Quarantined: an attempt that failed and was counted.
-        failed = sum(1 for a, b in itertools.pairwise(phases) if a in RELEASE_WALK and b == "Quarantined")
+        failed = sum(1 for a, b in itertools.pairwise(phases) if a in CLIMBING and b == "Quarantined")
         if not held.failed_attempts.holds(failed):
             problems.append(
                 f"failed release attempts: expected {held.failed_attempts.describe()}, got {failed} "

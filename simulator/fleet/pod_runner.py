@@ -835,6 +835,8 @@ def _program_code(run: _Run, node: SimNode) -> int:
         gpu = node.gpus[index]
         if gpu.lost or unhealthy_at_start or gpu.reported != HEALTHY or gpu.unhealthy_reports != reports:
             return 1
+        if gpu.needs_reset:
+            return 1  # the card is stuck in a state only a GPU reset clears
         if any(
             uuid == gpu.uuid and xid not in APPLICATION_XIDS and at >= run.started_wall
             for _, uuid, xid, at in node.xids
