@@ -463,5 +463,5 @@ class SimulatedControlPlane:
         self.janitor: Janitor | None = None
         if fleet.scenario.janitor is not None:
             # NVSentinel's janitor, installed beside the cluster: it runs with the controllers.
-            self.janitor = Janitor(store, timers, fleet.nodes, fleet.scenario.janitor)
+            self.janitor = Janitor(store, timers, fleet.nodes, fleet.scenario.janitor, fleet._emit)
             self.controllers.all.append(self.janitor)

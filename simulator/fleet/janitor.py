@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
+from simulator.fleet.events import Emit, GpuReset
 from simulator.fleet.informer import Informer
 from simulator.fleet.state import SimNode
 from simulator.fleet.timers import Timers
@@ -93,11 +94,12 @@ class Janitor:
     """Resets the simulated GPUs a `GPUReset` names, on the fleet's nodes."""
 
     def __init__(
-        self, store: Store, timers: Timers, nodes: Mapping[str, SimNode], reset_seconds: float
+        self, store: Store, timers: Timers, nodes: Mapping[str, SimNode], reset_seconds: float, emit: Emit
     ) -> None:
         self._store = store
         self._timers = timers
         self._nodes = nodes
+        self._emit = emit
         self.reset_seconds = reset_seconds
         self._started: set[str] = set()
         self.resets: list[tuple[str, str, bool]] = []
@@ -127,9 +129,10 @@ class Janitor:
             )
 
         try:
-            self._store.mutate(RESOURCE, entry.name, None, start, subresource="status")
+            obj = self._store.mutate(RESOURCE, entry.name, None, start, subresource="status")
         except ApiError:
             return
+        self._report(obj, "started")
         self._timers.at(self._timers.now() + self.reset_seconds, self._finish, entry.name)
 
     def _finish(self, name: str) -> None:
@@ -165,6 +168,13 @@ class Janitor:
         with contextlib.suppress(ApiError):
             self._store.mutate(RESOURCE, name, None, complete, subresource="status")
             self.resets.append((name, str(spec.get("nodeName") or ""), succeeded))
+            self._report(obj, "succeeded" if succeeded else "failed", reason)
+
+    def _report(self, obj: dict[str, Any], what: str, reason: str = "") -> None:
+        spec = obj.get("spec") or {}
+        uuids = tuple(str(u) for u in (spec.get("selector") or {}).get("uuids") or ())
+        node, name = str(spec.get("nodeName") or ""), str((obj.get("metadata") or {}).get("name") or "")
+        self._emit(GpuReset(self._timers.now(), self._timers.wall(), node, uuids, name, what, reason))
 
 
 def _condition(ctype: str, status: str, reason: str, message: str, ts: str) -> dict[str, Any]:
