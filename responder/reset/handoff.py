@@ -97,10 +97,13 @@ def request_result(obj: dict[str, Any], settings: ResetSettings) -> CheckResult:
 
 
 def card_uuid(record: Quarantine) -> str:
-    """The UUID of the card the record's device is on ("" when the record names none)."""
-    if record.spec.uuid:
-        return record.spec.uuid
-    return record.spec.device if record.spec.device.startswith("GPU-") else ""
+    """The UUID of the card the record's device is on ("" when the record names none): a card's
+    (`GPU-...`), never a MIG partition's (`MIG-...`), which the janitor's CRD refuses and no
+    controller can reset on its own."""
+    for candidate in (record.spec.uuid, record.spec.device):
+        if candidate.startswith("GPU-"):
+            return candidate
+    return ""
 
 
 class ResetHandoff:

@@ -114,6 +114,46 @@ def test_the_cluster_exporter_component_replaces_the_daemonset(tmp_path: Path) -
     _validate_builtins(objects, "1.37")
 
 
+def test_the_gpu_reset_component_grants_the_responder_the_reset_requests_only(tmp_path: Path) -> None:
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(DEPLOY / "overlays" / "enforcing", tmp_path)],
+                "components": [os.path.relpath(DEPLOY / "components" / "gpu-reset", tmp_path)],
+            }
+        )
+    )
+    objects = kustomize(tmp_path)
+    role = find(objects, "ClusterRole", "gpuhealth-responder-gpu-reset")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["janitor.dgxc.nvidia.com"],
+            "resources": ["gpuresets"],
+            "verbs": ["create", "get", "list", "watch", "delete"],
+        }
+    ]
+    binding = find(objects, "ClusterRoleBinding", "gpuhealth-responder-gpu-reset")
+    responder = find(objects, "ServiceAccount", "gpuhealth-responder")
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": "gpuhealth-responder",
+            "namespace": responder["metadata"]["namespace"],
+        }
+    ]
+    # The base grants nothing on the kind: without the component the responder may not reset.
+    base = kustomize(DEPLOY / "overlays" / "enforcing")
+    assert not any(
+        "janitor.dgxc.nvidia.com" in (rule.get("apiGroups") or ())
+        for o in base
+        if o["kind"] in ("ClusterRole", "Role")
+        for rule in o.get("rules") or ()
+    )
+    _validate_builtins(objects, "1.37")
+
+
 def _validate_builtins(objects: list[dict[str, Any]], version: str) -> None:
     errors = []
     for obj in objects:

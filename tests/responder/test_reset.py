@@ -265,10 +265,17 @@ def test_the_executor_writes_the_janitors_gpureset_once_per_attempt() -> None:
     assert not api.objects
 
 
-def test_a_record_without_a_card_uuid_cannot_be_reset() -> None:
+@pytest.mark.parametrize(
+    ("uuid", "device"),
+    [
+        ("", "gpu.nvidia.com/pool/gpu-0"),
+        ("MIG-4b1c9f2e-0f7a-5c2d-9e1b-3a6f8d0c2b71", "gpu.nvidia.com/pool/gpu-0-mig-1"),
+    ],
+)
+def test_a_record_without_a_card_uuid_cannot_be_reset(uuid: str, device: str) -> None:
     api = MemoryApi()
     record = _record()
-    record = replace(record, spec=replace(record.spec, uuid="", device="gpu.nvidia.com/pool/gpu-0"))
+    record = replace(record, spec=replace(record.spec, uuid=uuid, device=device))
     handoff = ResetHandoff(api)  # type: ignore[arg-type]
     handoff.start(record, "reset", 2)
     assert not api.objects
