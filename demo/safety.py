@@ -992,9 +992,9 @@ def _resets(entries: list[Entry], active: Callable[[str, float], list[_Record]],
                     f"t+{e.at:.0f}s a GPU reset of {label(e.device, e.node)}, which no quarantine held"
                 )
             if running.get(e.device):
-                pods = ", ".join(sorted(running[e.device]))
+                names = ", ".join(sorted(running[e.device]))
                 out.append(
-                    f"t+{e.at:.0f}s a GPU reset of {label(e.device, e.node)} under running work ({pods})"
+                    f"t+{e.at:.0f}s a GPU reset of {label(e.device, e.node)} under running work ({names})"
                 )
     return out
 

@@ -9,8 +9,9 @@ a warrant or before it, an eviction or migration for Unknown or for nothing, a n
 action, a second rule or record for a device, a pod evicted twice, a migration finished twice,
 a release without a passed probe or canary, a warranted quarantine missing, the breaker sending
 a release back, a GPU reset of a card no quarantine held or under a workload's running pod; a
-reset of a quarantined card only a check's pod uses breaks nothing); a fixed-topology job's pods on healthy devices may be evicted by a quarantine's
-migration; a warrant too late in the run, or under a tripped breaker, is missed, not violated.
+reset of a quarantined card only a check's pod uses breaks nothing); a fixed-topology job's pods
+on healthy devices may be evicted by a quarantine's migration; a warrant too late in the run, or
+under a tripped breaker, is missed, not violated.
 Unhealthy flapping: a flap is due at the episode that completes the rule's count within its
 window (not one episode fewer, not spread over exactly the window, not episodes too short to be
 seen, not a long episode, overlapping spells one episode); its quarantine is warranted, and
