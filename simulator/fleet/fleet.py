@@ -87,6 +87,12 @@ class Fleet:
             raise ValueError(
                 "a fleet takes either the simulated control plane's store or the node_api of another one"
             )
+        if store is None and scenario.janitor is not None:
+            # The janitor's CRD and resets are the simulated control plane's (`janitor`).
+            raise ValueError(
+                f"scenario {scenario.name}: janitor: the simulated janitor runs only on the simulated "
+                "control plane, not beside another one"
+            )
         self.scenario = scenario
         self.settings = scenario.settings
         self.store = store
