@@ -126,14 +126,16 @@ def create_app(
                 namespace=settings.namespace,
                 readings=PrometheusReadings(settings.prometheus_url),
             )
+            resets = ResetHandoff(api, settings.reset) if reconciler_settings.policy.ladder.resets() else None
+            unserved = None if resets is None else await asyncio.to_thread(resets.unserved)
+            if unserved is not None:
+                log.error("reset hand-off: %s", unserved)
             reconciler = Reconciler(
                 api,
                 enforcer=Enforcer(api, rules, ramp_pods=settings.ramp_pods),
                 health=PrometheusHealth(settings.prometheus_url),
                 checks=JobChecks(api, settings.checks),
-                resets=ResetHandoff(api, settings.reset)
-                if reconciler_settings.policy.ladder.resets()
-                else None,
+                resets=resets,
                 events=KubeEvents(api),
                 breaker_store=BreakerStore(api, settings.namespace),
                 settings=reconciler_settings,

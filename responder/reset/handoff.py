@@ -30,7 +30,7 @@ from typing import Any
 
 from gpuhealth.fields import SettingsError
 from gpuhealth.kube.api import Api
-from gpuhealth.kube.errors import AlreadyExists, NotFound
+from gpuhealth.kube.errors import AlreadyExists, Forbidden, NotFound
 from gpuhealth.kube.resources import Resource
 from responder.checks.jobs import job_name
 from responder.reconcile.policy import CheckResult
@@ -113,14 +113,40 @@ class ResetHandoff:
         self._client = client
         self.settings = settings or ResetSettings()
 
+    def unserved(self) -> str | None:
+        """Why no request can be made in this cluster (the kind is not served), or None."""
+        s = self.settings
+        versions = self._client.served_versions(s.group, s.plural)
+        if s.version in versions:
+            return None
+        served = f" (served: {', '.join(versions)})" if versions else ""
+        return (
+            f"the cluster serves no {s.plural}.{s.group}/{s.version}{served}: every reset will time "
+            "out and count as a failed attempt; install the reset controller (NVSentinel's janitor) "
+            "or set reset.enabled: false"
+        )
+
     def start(self, record: Quarantine, kind: str, attempt: int) -> None:
         if not card_uuid(record):
             log.warning("%s: no card UUID in the record: the card cannot be reset", record.name)
             return
-        with contextlib.suppress(AlreadyExists):  # a previous start got this far
-            self._client.create(
-                self.settings.resource, self.request(record, kind, attempt), namespace=self._ns
-            )
+        s = self.settings
+        try:
+            self._client.create(s.resource, self.request(record, kind, attempt), namespace=self._ns)
+        except AlreadyExists:
+            pass  # a previous start got this far
+        except NotFound:
+            # Not raised: the record goes on to Resetting, where the reset times out and counts as
+            # failed (a card is never held on a rung without a failure to show for it).
+            log.error(
+                "%s: no %s.%s/%s in the cluster: is the reset controller installed?",
+                record.name, s.plural, s.group, s.version,
+            )  # fmt: skip
+        except Forbidden:
+            log.error(
+                "%s: creating a %s is forbidden: the responder needs the RBAC of deploy/components/gpu-reset",
+                record.name, s.kind,
+            )  # fmt: skip
 
     def result(self, record: Quarantine, kind: str, attempt: int) -> CheckResult:
         if not card_uuid(record):

@@ -9,8 +9,10 @@ no release happens in an attempt without a reset that succeeded in it, and a fai
 passes; the reconciler runs the rung through its reset executor (refusing a reset ladder with
 none); the executor writes the janitor's GPUReset (cluster-scoped, `spec.nodeName`,
 `spec.selector.uuids`, owned by the record), once per record and attempt, reads the `Complete`
-condition's reason as the outcome, and deletes its request when the record moves on; the
-configuration's `reset` section with its errors.
+condition's reason as the outcome, and deletes its request when the record moves on; a cluster
+that does not serve the kind, or forbids it, is named (at start, and on each request, which then
+times out and counts as failed rather than stopping the pass); the configuration's `reset`
+section with its errors.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 from hypothesis import given, settings, target
 from hypothesis import strategies as st
 
+from gpuhealth.kube.errors import AlreadyExists, Forbidden, NotFound
 from gpuhealth.kube.resources import Resource
 from responder import config
 from responder.checks.jobs import job_name
@@ -202,16 +205,22 @@ def test_the_reconciler_runs_the_rung_through_its_reset_executor() -> None:
 class MemoryApi:
     """Objects by (resource, namespace, name), as an API server keeps them."""
 
-    def __init__(self) -> None:
+    def __init__(self, served: tuple[str, ...] = ("v1alpha1",), refuse: Exception | None = None) -> None:
         self.objects: dict[tuple[str, str | None, str], dict[str, Any]] = {}
         self.creates = 0
+        self.served = served
+        self.refuse = refuse
+        """What every create raises (the kind not served, RBAC missing)."""
+
+    def served_versions(self, group: str, plural: str) -> tuple[str, ...]:
+        return self.served
 
     def create(
         self, resource: Resource, obj: Any, *, namespace: str | None = None, **_: Any
     ) -> dict[str, Any]:
-        from gpuhealth.kube.errors import AlreadyExists
-
         key = (resource.plural, namespace, obj["metadata"]["name"])
+        if self.refuse is not None:
+            raise self.refuse
         if key in self.objects:
             raise AlreadyExists("exists")
         self.creates += 1
@@ -219,8 +228,6 @@ class MemoryApi:
         return obj
 
     def get(self, resource: Resource, name: str, *, namespace: str | None = None, **_: Any) -> dict[str, Any]:
-        from gpuhealth.kube.errors import NotFound
-
         try:
             return self.objects[(resource.plural, namespace, name)]
         except KeyError:
@@ -229,8 +236,6 @@ class MemoryApi:
     def delete(
         self, resource: Resource, name: str, *, namespace: str | None = None, **_: Any
     ) -> dict[str, Any]:
-        from gpuhealth.kube.errors import NotFound
-
         try:
             return self.objects.pop((resource.plural, namespace, name))
         except KeyError:
@@ -280,6 +285,31 @@ def test_a_record_without_a_card_uuid_cannot_be_reset(uuid: str, device: str) ->
     handoff.start(record, "reset", 2)
     assert not api.objects
     assert handoff.result(record, "reset", 2) == CheckResult.FAILED
+
+
+@pytest.mark.parametrize(
+    ("refuse", "logged"),
+    [(NotFound("the server could not find the requested resource"), "is the reset controller installed?"),
+     (Forbidden("forbidden"), "needs the RBAC of deploy/components/gpu-reset")],
+)  # fmt: skip
+def test_a_cluster_without_the_kind_or_the_rbac_is_named_and_the_reset_times_out(
+    refuse: Exception, logged: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = MemoryApi(refuse=refuse)
+    record = _record()
+    handoff = ResetHandoff(api)  # type: ignore[arg-type]
+    handoff.start(record, "reset", 2)  # not raised: the record goes on to Resetting
+    assert logged in caplog.text
+    # Nothing to read: the policy times the rung out and counts the failure.
+    assert handoff.result(record, "reset", 2) == CheckResult.ABSENT
+
+
+def test_the_service_is_told_when_the_cluster_serves_no_reset_kind() -> None:
+    assert ResetHandoff(MemoryApi()).unserved() is None  # type: ignore[arg-type]
+    missing = ResetHandoff(MemoryApi(served=())).unserved()  # type: ignore[arg-type]
+    assert missing is not None and "serves no gpuresets.janitor.dgxc.nvidia.com/v1alpha1:" in missing
+    other = ResetHandoff(MemoryApi(served=("v1beta1",))).unserved()  # type: ignore[arg-type]
+    assert other is not None and "(served: v1beta1)" in other
 
 
 def _complete(status: str, reason: str) -> dict[str, Any]:
