@@ -15,7 +15,9 @@ dry-run overlays pass --dry-run and enforcing does not; no-operator ships no ope
 exporter targets get the `node` relabelling the rules rely on; the generated Alertmanager config
 passes `amtool check-config` and the rules `promtool check rules`; dashboards are labelled for
 the Grafana sidecar; the scheduler extender snippet parses as a KubeSchedulerConfiguration and
-names the responder's Service.
+names the responder's Service; the gpu-reset component turns the reset hand-off on (its file in
+the responder's ConfigMap as a second --config) and grants create/get/list/watch/delete on the
+janitor's GPUResets only, which the base never grants.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ import yaml
 
 from exporter.cli import settings_from_args
 from gpuhealth_cli.main import build_parser
+from responder.config import apply
+from responder.ladder import LADDER, with_reset
+from responder.settings import ResponderSettings
 from simulator.fleet.extender_client import load_scheduler_config
 from tests.deploy.manifests import (
     DEPLOY,
@@ -143,6 +148,21 @@ def test_the_gpu_reset_component_grants_the_responder_the_reset_requests_only(tm
             "namespace": responder["metadata"]["namespace"],
         }
     ]
+    # It turns the hand-off on: its file in the responder's ConfigMap, applied over the shipped one.
+    config_map = next(
+        o
+        for o in objects
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("gpuhealth-responder-config")
+    )
+    assert set(config_map["data"]) == {"responder-config.yaml", "responder-config-gpu-reset.yaml"}
+    args = container(find(objects, "Deployment", "gpuhealth-responder"))["args"]
+    files = [a.removeprefix("--config=/etc/gpuhealth/config/") for a in args if a.startswith("--config=")]
+    assert files == ["responder-config.yaml", "responder-config-gpu-reset.yaml"]
+    settings = ResponderSettings(token="t", identity="i", prometheus_url="http://p")
+    for name in files:
+        settings = apply(yaml.safe_load(config_map["data"][name]), settings, name)
+    assert settings.reconciler.policy.ladder == with_reset(LADDER)
+    assert settings.reconciler.policy.reset_timeout_seconds == 900  # the shipped file's
     # The base grants nothing on the kind: without the component the responder may not reset.
     base = kustomize(DEPLOY / "overlays" / "enforcing")
     assert not any(
