@@ -81,9 +81,10 @@ from gpuhealth.testing.loopback import (
 from responder.records import QUARANTINES
 from rules.render import Duration, render, write_files
 from rules.render import Settings as RuleSettings
+from simulator.dcgm_exporter import JOB as DCGM_JOB
 from simulator.fleet.objects import gpu_uuid
 from simulator.model import DEVICE_PLUGIN
-from simulator.runner import WORKLOAD_METRICS_PATH
+from simulator.runner import WORKLOAD_METRICS_PATH, dcgm_metrics_path
 from simulator.scenario import Scenario
 from simulator.traffic import JOB as WORKLOADS_JOB
 
@@ -408,7 +409,11 @@ def run_demo(
             process.start()
         for name in [n for n in processes if n.startswith("alertmanager-")]:
             processes[name].wait_ready()
-        node_mode = len(scenario.nodes) <= settings.node_exporters_max
+        node_mode = (
+            stage.exporter == "node"
+            if stage.exporter is not None
+            else len(scenario.nodes) <= settings.node_exporters_max
+        )
         exporter_ports = {node: free_port() for node in scenario.nodes} if node_mode else {"": free_port()}
         responder_ports = [free_port() for _ in range(stage.responders)]
         # The cluster first: its node agents serve the workloads' own counters, a scrape job.
@@ -425,6 +430,17 @@ def run_demo(
                 WORKLOADS_JOB,
                 [target.nvml_url.removeprefix("http://")],
                 metrics_path=WORKLOAD_METRICS_PATH,
+            ),
+            # One dcgm-exporter per node whose group runs one, scraped as a site scrapes it: no
+            # `node` target label, so the rules must find the node in its hostname label.
+            *(
+                ScrapeJob(
+                    DCGM_JOB,
+                    [target.nvml_url.removeprefix("http://")],
+                    {"__metrics_path__": dcgm_metrics_path(node)},
+                )
+                for node, group in scenario.nodes.items()
+                if group.dcgm_host_label is not None
             ),
         ]
         out.write("starting Prometheus with the shipped rules (durations divided by the speed) ...\n")
@@ -576,6 +592,7 @@ def run_demo(
         journal,
         scenario,
         fatal_xids=rules.device.fatal_xids,
+        health_watches=rules.dcgm.health_watches,
         tolerance=rules.device.unknown_tolerance.seconds * settings.speed,
         unhealthy_for=rules.device.unhealthy_for.seconds * settings.speed,
         grace=journal.floor_seconds + 20.0 * settings.speed,

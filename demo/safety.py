@@ -77,9 +77,18 @@ def warrants(
     fatal_xids: Iterable[int],
     tolerance: float,
     backoff: UnknownBackoff | None = None,
+    health_watches: Iterable[str] | None = None,
 ) -> dict[tuple[str, int], set[str]]:
     """Actions each (node, gpu index) may receive, from the scenario's faults."""
-    return _by_place(warranted_from(scenario, fatal_xids=fatal_xids, tolerance=tolerance, backoff=backoff))
+    return _by_place(
+        warranted_from(
+            scenario,
+            fatal_xids=fatal_xids,
+            tolerance=tolerance,
+            backoff=backoff,
+            health_watches=health_watches,
+        )
+    )
 
 
 def _by_place(since: Mapping[tuple[tuple[str, int], str], float]) -> dict[tuple[str, int], set[str]]:
@@ -123,19 +132,22 @@ def warranted_from(
     fatal_xids: Iterable[int],
     tolerance: float,
     backoff: UnknownBackoff | None = None,
+    health_watches: Iterable[str] | None = None,
 ) -> dict[tuple[tuple[str, int], str], float]:
     """The scenario time from which each ((node, gpu), action) is warranted.
 
-    A confirmed failure warrants quarantine from its fault on; a long Unknown warrants
+    A confirmed failure warrants quarantine from its fault on (a failing DCGM health watch: one
+    of `health_watches`, the rules' `dcgm.health_watches`; None: any); a long Unknown warrants
     restrict once its tolerance window (`tolerance`, shortened by `backoff` for repeats) has
     run from the start of its spell.
     """
     fatal = frozenset(fatal_xids)
+    watches = None if health_watches is None else frozenset(health_watches)
     since: dict[tuple[tuple[str, int], str], float] = {}
     spells = _windowed(_unknown_spells(scenario), tolerance, backoff)
     for fault in scenario.timeline:
         for node, gpu in _devices_of(scenario, fault):
-            action = _warranted_action(scenario, fault, fatal, spells)
+            action = _warranted_action(scenario, fault, fatal, spells, watches)
             if action == "restrict":
                 key: SpellKey = (node, gpu) if fault.device is not None else (node, None)
                 at = min(start + window for start, length, window in spells.get(key, ()) if length >= window)
@@ -206,10 +218,13 @@ def _warranted_action(
     fault: Fault,
     fatal: frozenset[int],
     spells: dict[SpellKey, list[tuple[float, float, float]]],
+    watches: frozenset[str] | None = None,
 ) -> str | None:
     kind = fault.kind
     if kind in QUARANTINE_FAULTS:
         return "quarantine"
+    if kind == "health-watch":
+        return "quarantine" if watches is None or fault.watch in watches else None
     if kind == "xid":
         return "quarantine" if (fault.xid in fatal or fault.unhealthy) else None
     if kind == "ecc":
@@ -344,6 +359,7 @@ def judge(
     reaction: float = math.inf,
     pass_seconds: float = 0.0,
     ladder: Ladder = LADDER,
+    health_watches: Iterable[str] | None = None,
 ) -> Verdict:
     """The run's verdict (pure). Times in scenario seconds: `tolerance` the rules' Unknown
     tolerance, `unhealthy_for` the Unhealthy alert's `for:` (an Unhealthy that clears sooner
@@ -355,8 +371,12 @@ def judge(
     started (the checkpoint timeout plus the pod's termination; inf: not judged), `reaction` how
     long a delivered quarantine may wait for its enforcement (inf: not judged), `pass_seconds`
     how long a reconcile pass that began before the health source went down may still step.
-    `ladder`: the release ladder whose check rungs a requested release must have passed."""
-    since = warranted_from(scenario, fatal_xids=fatal_xids, tolerance=tolerance, backoff=backoff)
+    `ladder`: the release ladder whose check rungs a requested release must have passed;
+    `health_watches` the DCGM health watches whose failure warrants a quarantine (the rules'
+    `dcgm.health_watches`; None: any)."""
+    since = warranted_from(
+        scenario, fatal_xids=fatal_xids, tolerance=tolerance, backoff=backoff, health_watches=health_watches
+    )
     allowed = _by_place(since)
     entries = sorted_entries(journal.entries)
     violations: list[str] = []
@@ -659,8 +679,9 @@ def reported_unhealthy(scenario: Scenario) -> dict[tuple[str, int], list[tuple[f
     """When each device's driver (or device plugin) reports it Unhealthy, as the simulator plays
     the timeline: a device-unhealthy until its duration ends (unless a later one or a lost GPU
     outlasts it), each flap's Unhealthy half-cycles, an XID that marks the device Unhealthy and
-    a lost GPU until `recover`; on device-plugin nodes a broken health stream makes every device
-    Unhealthy until it is mended. Spans are [start, end), end inf while it lasts to the end.
+    a lost GPU until `recover`, a failing DCGM health watch until `recover` (DCGM's verdict, not the
+    driver's, but the card is as broken); on device-plugin nodes a broken health stream makes every
+    device Unhealthy until it is mended. Spans are [start, end), end inf while it lasts to the end.
 
     This is the ground truth whether or not anyone sees it: an idle device's Unhealthy reaches
     no pod's status, so the cluster's reports (HEALTH entries) go silent on it."""
@@ -693,6 +714,9 @@ def reported_unhealthy(scenario: Scenario) -> dict[tuple[str, int], list[tuple[f
                 changes.append((fault.at, order, place, "unhealthy", None))
             elif kind == "gpu-lost":
                 changes.append((fault.at, order, place, "lost", None))
+            elif kind == "health-watch":
+                # DCGM fails the card until it recovers: no release while it does.
+                changes.append((fault.at, order, place, "unhealthy", None))
             elif kind == "recover" and fault.device is not None:
                 changes.append((fault.at, order, place, "recover", None))
             elif kind == "health-stream-broken":

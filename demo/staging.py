@@ -11,6 +11,9 @@ The `demo:` section (times are scenario seconds, like the timeline; durations ta
       alertmanagers: 1       # 1, or 2 for an HA pair gossiping on loopback (default 1)
       speed: 20              # default speed of this scenario (simulated seconds per second)
       settle: 3m             # simulated time to keep running after the last fault (default 3m)
+      exporter: cluster      # node: one node-mode exporter per node (NVML from the simulator);
+                             # cluster: one cluster-mode exporter, no NVML of gpuhealth's own
+                             # (default: node up to 16 nodes, cluster beyond)
       kills:                 # processes killed with SIGKILL at a scenario time
         - {at: 2m30s, process: responder-leader, restart: 30s}   # restart absent: never
       releaseRequests:       # a person asks for a device's release at a scenario time
@@ -105,6 +108,8 @@ class Staging:
     kills: tuple[Kill, ...] = ()
     release_requests: tuple[ReleaseAsk, ...] = ()
     health_source_down: tuple[Outage, ...] = ()
+    exporter: str | None = None
+    """`node` or `cluster` (`EXPORTER_MODES`); None: chosen by the fleet's size."""
 
     @property
     def last_action(self) -> float:
@@ -118,7 +123,17 @@ class Staging:
         )
 
 
-_KEYS = ("responders", "alertmanagers", "speed", "settle", "kills", "releaseRequests", "healthSourceDown")
+_KEYS = (
+    "responders",
+    "alertmanagers",
+    "speed",
+    "settle",
+    "kills",
+    "releaseRequests",
+    "healthSourceDown",
+    "exporter",
+)
+EXPORTER_MODES = ("node", "cluster")
 _KILL_KEYS = ("at", "process", "restart")
 _ASK_KEYS = ("at", "node", "gpu", "reason", "actor", "via")
 _OUTAGE_KEYS = ("at", "for")
@@ -183,6 +198,11 @@ def staging(section: Mapping[str, Any] | None, *, source: str = "demo") -> Stagi
             raise StagingError(
                 f"{source}.healthSourceDown: the outage at {b.at:g}s starts before the one at {a.at:g}s ends"
             )
+    exporter = section.get("exporter")
+    if exporter is not None and exporter not in EXPORTER_MODES:
+        raise StagingError(
+            f"{source}.exporter: expected one of {', '.join(EXPORTER_MODES)}, got {exporter!r}"
+        )
     return Staging(
         responders,
         alertmanagers,
@@ -191,6 +211,7 @@ def staging(section: Mapping[str, Any] | None, *, source: str = "demo") -> Stagi
         tuple(sorted(kills, key=lambda k: k.at)),
         tuple(sorted(asks, key=lambda a: a.at)),
         tuple(ordered),
+        exporter,
     )
 
 

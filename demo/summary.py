@@ -40,8 +40,9 @@ RESPONDER = "responder"
 """The DELIVERY receiver that is the responder's webhook."""
 ACTIONS = frozenset({"quarantine", "restrict"})
 """Alert `action` labels that ask the responder to act on a device."""
-NVML_FAULTS = frozenset({"xid", "ecc", "row-remap-failure", "gpu-lost"})
-"""Faults NVML reports as an event of its own: the onset is the fault itself."""
+NVML_FAULTS = frozenset({"xid", "ecc", "row-remap-failure", "gpu-lost", "health-watch"})
+"""Faults NVML (or DCGM, for a health watch) reports as an event of its own: the onset is the fault
+itself."""
 KUBELET_ONSET = {"device-unknown": "Unknown", "health-stream-broken": "Unknown"}
 """Faults the pipeline first sees as a kubelet report of this health (default: Unhealthy)."""
 QUARANTINE_PHASES = frozenset({"Pending", "Quarantined", "Deferred"})

@@ -58,6 +58,23 @@ class ClaimRef(msgspec.Struct, frozen=True, gc=False, rename="camel"):
     resource_claim_name: str | None = None
 
 
+class RequestMapping(msgspec.Struct, frozen=True, gc=False, rename="camel"):
+    """`status.extendedResourceClaimStatus.requestMappings[]`: which request of the special claim
+    serves which extended resource of which container (KEP-5004)."""
+
+    container_name: str | None = None
+    resource_name: str | None = None
+    request_name: str | None = None
+
+
+class ExtendedClaimStatus(msgspec.Struct, frozen=True, gc=False, rename="camel"):
+    """`status.extendedResourceClaimStatus`: the claim kube-scheduler made for the pod's DRA-backed
+    extended resources."""
+
+    resource_claim_name: str | None = None
+    request_mappings: tuple[RequestMapping, ...] | None = None
+
+
 class PodSpec(msgspec.Struct, frozen=True, gc=False, rename="camel"):
     node_name: str | None = None
     resource_claims: tuple[ClaimRef, ...] | None = None
@@ -67,6 +84,7 @@ class PodStatus(msgspec.Struct, frozen=True, gc=False, rename="camel"):
     phase: str | None = None
     container_statuses: tuple[ContainerStatus, ...] | None = None
     resource_claim_statuses: tuple[ClaimRef, ...] | None = None
+    extended_resource_claim_status: ExtendedClaimStatus | None = None
 
 
 class PodMeta(msgspec.Struct, frozen=True, gc=False, rename="camel"):

@@ -24,6 +24,7 @@ import orjson
 
 from exporter.decode import (
     DecodeError,
+    ExtendedClaimStatus,
     Pod,
     PodSpec,
     PodStatus,
@@ -93,6 +94,20 @@ class ResourceEntry(NamedTuple):
         return bool(self.pod_claim)
 
 
+class ExtendedAllocation(NamedTuple):
+    """One `requestMappings[]` item of `status.extendedResourceClaimStatus` (KEP-5004): devices the
+    pod holds through the scheduler's special claim, with no health said about them (the kubelet
+    writes no allocatedResourcesStatus for such pods: kubernetes#139939)."""
+
+    container: str
+    resource: str
+    """The extended resource, `nvidia.com/gpu`."""
+    claim: str
+    """The special ResourceClaim's name."""
+    request: str
+    """The claim's request that serves it (its name is the scheduler's; read, never derived)."""
+
+
 class PodObservation(NamedTuple):
     """What one Pod object says about devices, with the reasons of anything dropped."""
 
@@ -105,6 +120,8 @@ class PodObservation(NamedTuple):
     """Succeeded or Failed: the kubelet no longer updates it and its devices are released."""
     entries: tuple[ResourceEntry, ...]
     errors: tuple[str, ...] = ()
+    extended: tuple[ExtendedAllocation, ...] = ()
+    """Devices held through a DRA-backed extended resource: allocations without reports."""
 
 
 def pod_signature(pod: dict[str, Any]) -> bytes | None:
@@ -134,6 +151,7 @@ def pod_signature(pod: dict[str, Any]) -> bytes | None:
                     cs.get("allocatedResourcesStatus"),
                     status.get("resourceClaimStatuses"),
                     spec.get("resourceClaims"),
+                    status.get("extendedResourceClaimStatus"),
                 )
             )
         return orjson.dumps(
@@ -143,6 +161,7 @@ def pod_signature(pod: dict[str, Any]) -> bytes | None:
                 [(cs.get("name"), cs.get("allocatedResourcesStatus")) for cs in statuses],
                 status.get("resourceClaimStatuses"),
                 spec.get("resourceClaims"),
+                status.get("extendedResourceClaimStatus"),
             )
         )
     except (AttributeError, TypeError, orjson.JSONEncodeError):
@@ -215,6 +234,7 @@ def parse_pod(pod: Any) -> PodObservation | None:
                 _parse_container(cs, claim_names, entries, errors)
         else:
             errors.append(MALFORMED_POD)
+    extended = _extended_dict(status.get("extendedResourceClaimStatus") if status else None, errors)
     return PodObservation(
         uid=uid or f"{namespace}/{name}",
         namespace=namespace,
@@ -224,7 +244,48 @@ def parse_pod(pod: Any) -> PodObservation | None:
         terminal=terminal,
         entries=tuple(entries),
         errors=tuple(errors),
+        extended=extended,
     )
+
+
+def _extended_dict(raw: Any, errors: list[str]) -> tuple[ExtendedAllocation, ...]:
+    """`status.extendedResourceClaimStatus` of a Pod dict; a malformed one counts and says nothing."""
+    if raw is None:
+        return ()
+    claim = raw.get("resourceClaimName") if isinstance(raw, dict) else None
+    mappings = raw.get("requestMappings") if isinstance(raw, dict) else None
+    if not isinstance(claim, str) or not claim or not isinstance(mappings, list):
+        errors.append(MALFORMED_POD)
+        return ()
+    out = []
+    for item in mappings:
+        fields = [_text(item.get(k)) if isinstance(item, dict) else "" for k in _MAPPING_KEYS]
+        if not all(fields):
+            errors.append(MALFORMED_POD)
+            continue
+        container, resource, request = fields
+        out.append(ExtendedAllocation(container, resource, claim, request))
+    return tuple(out)
+
+
+_MAPPING_KEYS = ("containerName", "resourceName", "requestName")
+
+
+def _extended_struct(raw: ExtendedClaimStatus | None, errors: list[str]) -> tuple[ExtendedAllocation, ...]:
+    """`_extended_dict` over the decoded Struct."""
+    if raw is None:
+        return ()
+    claim = raw.resource_claim_name
+    if not claim or raw.request_mappings is None:
+        errors.append(MALFORMED_POD)
+        return ()
+    out = []
+    for m in raw.request_mappings:
+        if not (m.container_name and m.resource_name and m.request_name):
+            errors.append(MALFORMED_POD)
+            continue
+        out.append(ExtendedAllocation(m.container_name, m.resource_name, claim, m.request_name))
+    return tuple(out)
 
 
 def _parse_container(
@@ -371,6 +432,7 @@ def parse_pod_struct(pod: Pod) -> PodObservation | None:
                 )
                 continue
             _parse_container_struct(cs.name, groups, claim_names, entries, errors)
+    extended = _extended_struct(status.extended_resource_claim_status if status is not None else None, errors)
     return PodObservation(
         meta.uid or f"{namespace}/{name}",
         namespace,
@@ -380,6 +442,7 @@ def parse_pod_struct(pod: Pod) -> PodObservation | None:
         terminal,
         tuple(entries),
         tuple(errors),
+        extended,
     )
 
 

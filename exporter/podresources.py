@@ -21,9 +21,9 @@ out since Kubernetes 1.23), so for the NVIDIA device plugin, whose device IDs ar
 evidence of an idle device-plugin GPU that NVML's reachability alone cannot give. DRA devices
 are not in this answer (their evidence is the ResourceSlice).
 
-The message is small and the schema three fields deep, so it is decoded here with the protobuf
-wire format's rules (varints, length-delimited fields, unknown fields skipped) instead of a
-generated module. Pure: bytes in, plain data out.
+The message is small and the schema three fields deep, so it is decoded here over the wire
+format's fields (`gpuhealth.protowire`; unknown fields skipped) instead of a generated module.
+Pure: bytes in, plain data out.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gpuhealth.protowire import LEN, Field, WireError, fields
+
 GPU_RESOURCE = "nvidia.com/gpu"
 """The NVIDIA device plugin's resource name."""
-
-_VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 
 
 class PodResourcesError(ValueError):
@@ -67,47 +67,11 @@ class PodResourcesSource(Protocol):
     def close(self) -> None: ...
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data):
-            raise PodResourcesError("a varint runs past the end of the message")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift >= 64:
-            raise PodResourcesError("a varint longer than 10 bytes")
-
-
-def _fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
-    """(field number, wire type, value) of each field of one message, in order."""
-    out: list[tuple[int, int, int | bytes]] = []
-    pos = 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise PodResourcesError("field number 0")
-        value: int | bytes
-        if wire == _VARINT:
-            value, pos = _varint(data, pos)
-        elif wire in (_FIXED64, _FIXED32):
-            size = 8 if wire == _FIXED64 else 4
-            if pos + size > len(data):
-                raise PodResourcesError(f"field {number}: a fixed value runs past the end")
-            value, pos = data[pos : pos + size], pos + size
-        elif wire == _LENGTH:
-            size, pos = _varint(data, pos)
-            if pos + size > len(data):
-                raise PodResourcesError(f"field {number}: {size} bytes announced, {len(data) - pos} left")
-            value, pos = data[pos : pos + size], pos + size
-        else:
-            raise PodResourcesError(f"field {number}: wire type {wire} (groups) is not in this schema")
-        out.append((number, wire, value))
-    return out
+def _fields(data: bytes) -> list[Field]:
+    try:
+        return fields(data)
+    except WireError as exc:
+        raise PodResourcesError(str(exc)) from None
 
 
 def _text(value: int | bytes, what: str) -> str:
@@ -128,7 +92,7 @@ def decode_allocatable(data: bytes) -> Allocatable:
     for number, wire, value in _fields(data):
         if number != 1:
             continue
-        if wire != _LENGTH or not isinstance(value, bytes):
+        if wire != LEN or not isinstance(value, bytes):
             raise PodResourcesError("devices (field 1) is not a message")
         name, ids = "", []
         for inner, _, item in _fields(value):

@@ -180,6 +180,8 @@ class _Pod:
     """(node, terminal, [(container, resource, resourceID, claim)]) of the last full apply."""
     entry_keys: list[DeviceKey] | None = None
     """The device key of each entry of the last full apply, in order."""
+    silent: dict[DeviceKey, tuple[Allocation, ...]] = field(default_factory=dict)
+    """Devices it holds through `status.extendedResourceClaimStatus`, with no report on them."""
 
 
 class _Meta(NamedTuple):
@@ -237,6 +239,10 @@ class DeviceStateStore:
         self._dirty_allocations: set[DeviceKey] = set()
         """Devices whose allocations moved since the last sync."""
         self._contrib: dict[DeviceKey, dict[str, tuple[Allocation, ...]]] = {}
+        self._silent: dict[DeviceKey, dict[str, tuple[Allocation, ...]]] = {}
+        """Per device, by pod uid: allocations held through a DRA-backed extended resource's claim
+        (KEP-5004). Published with the others, never a health source: such pods report nothing, so
+        the device's slice (or NVML) keeps speaking for it."""
         self._version_floor: dict[DeviceKey, int] = {}
         self._idle_sources: dict[DeviceKey, str] = {}
         """Devices handed back to a source that agrees with their health, until the next fold."""
@@ -352,9 +358,13 @@ class DeviceStateStore:
                 (merged,) = contributions.values()
             else:
                 merged = _merge(contributions)
-            # Who vouches follows who holds: a pod while any does, else the idle source that
-            # took the device back (`_idle_status`), else what it was.
-            if merged:
+            reporting = bool(merged)
+            silent = self._silent.get(key)
+            if silent:
+                merged = _merge({**(contributions or {}), **silent})
+            # Who vouches follows who holds: a pod while any reporting one does, else the idle
+            # source that took the device back (`_idle_status`), else what it was.
+            if reporting:
                 source = SOURCE_POD
                 if idle_sources:
                     idle_sources.pop(key, None)
@@ -688,6 +698,12 @@ class DeviceStateStore:
                 pod = self._pods.get(uid)
                 if pod is None:
                     pod = self._pods[uid] = _Pod(uid, allocation.namespace, allocation.pod, "")
+                if device.source != SOURCE_POD:
+                    # Held with no report (a DRA-backed extended resource): the fold makes any
+                    # device a reporting pod holds `pod`-sourced, so another source means silent.
+                    pod.silent[key] = (*pod.silent.get(key, ()), allocation)
+                    self._silent.setdefault(key, {})[uid] = pod.silent[key]
+                    continue
                 pod.allocations[key] = (*pod.allocations.get(key, ()), allocation)
                 pod.values[key] = (device.health, device.message)
                 self._contrib.setdefault(key, {})[uid] = pod.allocations[key]
@@ -789,7 +805,13 @@ class DeviceStateStore:
         pod.observation = observation
         pod.namespace, pod.name = observation.namespace, observation.name
         entries = observation.entries
-        if not entries and not pod.allocations and not pod.uses and not pod.values:
+        if (
+            not entries
+            and not pod.allocations
+            and not pod.uses
+            and not pod.values
+            and not observation.extended
+        ):
             # Nothing reported and nothing held (a pod before it runs): no devices to touch.
             pod.layout = (observation.node, observation.terminal, [])
             pod.entry_keys = None if observation.terminal or not observation.node else []
@@ -798,6 +820,7 @@ class DeviceStateStore:
             observation.node,
             observation.terminal,
             [(e.container, e.resource, e.resource_id, e.claim) for e in entries],
+            observation.extended,
         )
         if confirm and pod.layout == layout and pod.entry_keys is not None:
             # Same devices, same allocations as last time: only reported values can have moved.
@@ -834,6 +857,8 @@ class DeviceStateStore:
         )
         pod.layout = (previous.node, True, [])
         pod.entry_keys = None
+        if pod.silent:
+            self._set_silent(pod, {})
         if pod.uses:
             self._set_uses(pod, set())
         # What `_release` does per device, in one loop (every pod replacement comes here).
@@ -869,10 +894,14 @@ class DeviceStateStore:
             metas: dict[DeviceKey, _Meta] = {}
             uses: set[tuple[str, ...]] = set()
             entry_keys: list[DeviceKey] | None = None
+            silent: dict[DeviceKey, tuple[Allocation, ...]] = {}
         else:
             grouped, metas, uses, entry_keys = self._resolve(observation)
+            silent = self._resolve_extended(observation, uses) if observation.extended else {}
         pod.entry_keys = entry_keys
         self._set_uses(pod, uses)
+        if silent or pod.silent:
+            self._set_silent(pod, silent)
         for key in [k for k in pod.allocations if k not in grouped]:
             self._release(pod, key)
         namespace, name = observation.namespace, observation.name
@@ -932,6 +961,58 @@ class DeviceStateStore:
             self._take_value(pod, key, group, now)
         if grouped:
             self._snapshot = None
+
+    def _resolve_extended(
+        self, observation: PodObservation, uses: set[tuple[str, ...]]
+    ) -> dict[DeviceKey, tuple[Allocation, ...]]:
+        """The devices a pod holds through its DRA-backed extended resources (KEP-5004): each
+        mapping's request in the special claim's allocation results. Only devices this exporter
+        already tracks (from their slice, or NVML) are held: with no report, the pod says nothing
+        that could make a device. Notes the claim and slice devices used, so a change of either
+        resolves the pod again."""
+        node, namespace = observation.node, observation.namespace
+        if not node:
+            return {}
+        identity, devices = self.identity, self._devices
+        found: dict[DeviceKey, set[Allocation]] = {}
+        for held in observation.extended:
+            uses.add(("claim", namespace, held.claim))
+            claim = identity.claims.get((namespace, held.claim))
+            if claim is None:
+                continue
+            for result in claim.results:
+                if result.request.partition("/")[0] != held.request:
+                    continue
+                uses.add(("ref", *result.ref))
+                sliced = identity.devices.get(result.ref)
+                uuid = sliced.uuid if sliced is not None else ""
+                key = (node, uuid or f"{result.driver}/{result.pool}/{result.device}")
+                if key not in devices:
+                    continue
+                allocation = Allocation(
+                    namespace, observation.name, held.container, held.resource, held.claim
+                )
+                found.setdefault(key, set()).add(allocation)
+        return {key: tuple(sorted(a, key=_allocation_order)) for key, a in found.items()}
+
+    def _set_silent(self, pod: _Pod, silent: dict[DeviceKey, tuple[Allocation, ...]]) -> None:
+        """Replace the pod's report-less allocations; the devices whose holders moved are folded."""
+        for key, allocations in pod.silent.items():
+            if silent.get(key) == allocations:
+                continue
+            holders = self._silent.get(key)
+            if holders is not None:
+                holders.pop(pod.uid, None)
+                if not holders:
+                    del self._silent[key]
+            self._dirty_allocations.add(key)
+        for key, allocations in silent.items():
+            if pod.silent.get(key) == allocations:
+                continue
+            self._silent.setdefault(key, {})[pod.uid] = allocations
+            self._dirty_allocations.add(key)
+        pod.silent = silent
+        self._snapshot = None
 
     def _take_value(self, pod: _Pod, key: DeviceKey, group: list[ResourceEntry], now: float) -> None:
         worst = group[0] if len(group) == 1 else max(group, key=_severity)
@@ -1110,6 +1191,8 @@ class DeviceStateStore:
             return
         for key in list(pod.allocations):
             self._release(pod, key)
+        if pod.silent:
+            self._set_silent(pod, {})
         self._set_uses(pod, set())
         if self._sink is not None:
             self._sink.forget_pod(uid)

@@ -33,6 +33,7 @@ OUTPUTS: dict[str, str] = {
     "gpu-node.yaml.j2": "prometheus/gpu-node.yaml",
     "gpu-fleet.yaml.j2": "prometheus/gpu-fleet.yaml",
     "gpuhealth-self.yaml.j2": "prometheus/gpuhealth-self.yaml",
+    "gpu-dcgm.yaml.j2": "prometheus/gpu-dcgm.yaml",
     "alertmanager.yaml.j2": "alertmanager/alertmanager.yaml",
 }
 
@@ -194,6 +195,32 @@ class WorkloadSettings:
     """Label that names the pod on those series."""
 
 
+DCGM_HEALTH_WATCHES: frozenset[str] = frozenset(
+    {"PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "THERMAL", "POWER", "DRIVER",
+     "NVSWITCH_NONFATAL", "NVSWITCH_FATAL", "CONNECTX", "ALL"}
+)  # fmt: skip
+"""The `health_watch` values dcgm-exporter writes on DCGM_EXP_GPU_HEALTH_STATUS (its names of DCGM's
+health systems)."""
+
+
+@dataclass(frozen=True)
+class DcgmSettings:
+    """dcgm-exporter as a signal source: its series joined to gpuhealth's devices by UUID and node."""
+
+    matchers: str = 'job="dcgm-exporter"'
+    """Label matchers that select dcgm-exporter's series (its scrape job, at least)."""
+    health_watches: tuple[str, ...] = (
+        "PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "DRIVER", "ALL",
+    )  # fmt: skip
+    """GPUDeviceHealthWatchFailed: the health watches whose FAIL quarantines the card. THERMAL and
+    POWER are left out by default: they fail on the room's cooling or the node's supply, which a
+    per-card quarantine does not mend."""
+    health_fail_value: int = 20
+    """DCGM_EXP_GPU_HEALTH_STATUS at or above this is a failure: DCGM's PASS 0, WARN 10, FAIL 20."""
+    health_failed_for: Duration = Duration(60)
+    """GPUDeviceHealthWatchFailed: a watch at FAIL this long (one scrape blip is not a failure)."""
+
+
 @dataclass(frozen=True)
 class Tenant:
     namespace: str
@@ -244,6 +271,7 @@ class Settings:
     fleet: FleetSettings = field(default_factory=FleetSettings)
     self: SelfSettings = field(default_factory=SelfSettings)
     workloads: WorkloadSettings = field(default_factory=WorkloadSettings)
+    dcgm: DcgmSettings = field(default_factory=DcgmSettings)
     runbook_base_url: str = "https://github.com/gpuhealth/gpuhealth/blob/main/docs/runbooks.md"
     """Prefix of runbook_url; the anchor is the alert name in lower case."""
     alertmanager: AlertmanagerSettings = field(default_factory=AlertmanagerSettings)
@@ -332,6 +360,7 @@ def validate(settings: Settings) -> None:
     if settings.evaluation_interval.seconds <= 0:
         raise ConfigError("evaluation_interval: must be longer than 0s")
     _validate_workloads(settings.workloads)
+    _validate_dcgm(settings.dcgm)
 
     dev = settings.device
     for name in (
@@ -514,6 +543,31 @@ def _validate_workloads(w: WorkloadSettings) -> None:
         )
 
 
+def _validate_dcgm(d: DcgmSettings) -> None:
+    if not _MATCHERS_RE.match(d.matchers) or not d.matchers.strip():
+        raise ConfigError(
+            f"dcgm.matchers: {d.matchers!r} is not a comma-separated list of label matchers "
+            'such as job="dcgm-exporter"'
+        )
+    seen: set[str] = set()
+    for i, watch in enumerate(d.health_watches):
+        if watch not in DCGM_HEALTH_WATCHES:
+            raise ConfigError(
+                f"dcgm.health_watches[{i}]: {watch!r} is not a health watch dcgm-exporter reports; "
+                f"known: {', '.join(sorted(DCGM_HEALTH_WATCHES))}"
+            )
+        if watch in seen:
+            raise ConfigError(f"dcgm.health_watches[{i}]: {watch!r} is listed twice")
+        seen.add(watch)
+    if d.health_fail_value <= 0:
+        raise ConfigError(
+            f"dcgm.health_fail_value: {d.health_fail_value} must be above 0 (PASS): every passing "
+            "watch would quarantine its card"
+        )
+    if d.health_failed_for.seconds <= 0:
+        raise ConfigError("dcgm.health_failed_for: must be longer than 0s")
+
+
 def _validate_unhealthy_flapping(dev: DeviceSettings, evaluation_interval: Duration) -> None:
     """GPUDeviceUnhealthyFlapping's thresholds against what the rules can see.
 
@@ -602,6 +656,7 @@ def render(settings: Settings) -> dict[str, str]:
         "cfg": settings,
         "sel": settings.selectors,
         "fatal_xid_regex": "|".join(str(x) for x in settings.device.fatal_xids),
+        "dcgm_watch_regex": "|".join(settings.dcgm.health_watches),
         "runbook_url": settings.runbook_url,
     }
     files: dict[str, str] = {}

@@ -20,12 +20,20 @@ GPU_RESOURCE = "nvidia.com/gpu"
 
 DEVICE_FAULTS = frozenset(
     {"device-unhealthy", "device-unknown", "flap", "xid", "ecc", "row-remap-failure", "gpu-lost"}
+    | {"health-watch"}
 )
 NODE_FAULTS = frozenset({"kubelet-stop", "node-partition", "health-stream-broken", "health-stream-stale"})
 FAULT_KINDS = DEVICE_FAULTS | NODE_FAULTS | {"recover"}
 
 CHECKPOINT_AFTER = 10.0
 """Default simulated seconds a workload's checkpoint agent takes to commit a requested checkpoint."""
+
+DCGM_HOST_LABELS = ("hostname", "Hostname")
+"""The label dcgm-exporter names the node with: `hostname` since its 2026 rename, `Hostname` before."""
+DCGM_HEALTH_WATCHES = (
+    "PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "THERMAL", "POWER", "DRIVER", "ALL",
+)  # fmt: skip
+"""The health watches dcgm-exporter reports per GPU (`health_watch` of DCGM_EXP_GPU_HEALTH_STATUS)."""
 
 # XIDs the NVIDIA device plugin and DRA driver ignore by default: application errors, not hardware.
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
@@ -66,6 +74,13 @@ class NodeGroup:
     memory: str
     labels: Mapping[str, str]
     line: int | None = None
+    extended_resource: bool = False
+    """DRA only: the driver's DeviceClass carries `extendedResourceName: nvidia.com/gpu` (KEP-5004),
+    so pods that request `nvidia.com/gpu` are served by DRA on these nodes (their allocatable has
+    none of it). A DeviceClass is cluster-wide: every DRA group of a scenario says the same."""
+    dcgm_host_label: str | None = None
+    """dcgm-exporter runs on these nodes and names the node with this label (`hostname` or
+    `Hostname`, `DCGM_HOST_LABELS`); None: no dcgm-exporter."""
 
     def node_names(self) -> list[str]:
         return [f"{self.name_prefix}{i}" for i in range(self.count)]
@@ -103,6 +118,10 @@ class Workload:
     """The workload opts in to devices on gpuhealth's ramp: its pods carry the label
     `gpuhealth.io/canary-ok: "true"` (device plugins: the scheduler extender admits them), its DRA
     claim request tolerates the `gpuhealth.io/canary` taint."""
+    extended_resource: bool = False
+    """The pods are written for device plugins (`nvidia.com/gpu: N` in the container's requests,
+    no claim); on a DRA node the scheduler serves them through the DeviceClass that maps the
+    resource (KEP-5004): a special ResourceClaim and `status.extendedResourceClaimStatus`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +151,8 @@ class Fault:
     """device-unhealthy: the fault leaves the card needing a reset (a GPU program on it fails
     until one): `clears` a reset clears it (a sticky fatal XID's state), `fails` no reset can
     (a hardware fault: the card stays failed); None: no reset is needed."""
+    watch: str | None = None
+    """health-watch: the DCGM health watch that fails (`DCGM_HEALTH_WATCHES`) until the device recovers."""
 
     def target(self) -> str:
         if self.device is not None:
@@ -145,6 +166,8 @@ class Fault:
             parts.append(f"xid={self.xid}")
         if self.kind == "ecc":
             parts.append(f"corrected+={self.corrected} uncorrected+={self.uncorrected}")
+        if self.watch is not None:
+            parts.append(f"watch={self.watch}")
         if self.times is not None:
             parts.append(f"times={self.times} period={_fmt_seconds(self.period or 0)}")
         if self.duration is not None:
@@ -172,6 +195,7 @@ class Fault:
             ("message", self.message),
             ("unhealthy", self.unhealthy),
             ("reset", self.reset),
+            ("watch", self.watch),
         ):
             if value is not None:
                 out[key] = value
@@ -210,6 +234,7 @@ _FAULT_NOTES = {
     "device-unknown": "the driver stops reporting; DRA: Unknown after the timeout, at a sync",
     "ecc": "NVML counters only",
     "row-remap-failure": "NVML counters only",
+    "health-watch": "DCGM's health watch only: the driver and the kubelet see nothing",
     "health-stream-broken": "DRA: all devices Unknown; device plugin: all Unhealthy",
     "health-stream-stale": "DRA: the plugin crash-loops, pod status keeps its last health (lazy expiry)",
 }
@@ -263,6 +288,8 @@ def node_slots(group: NodeGroup) -> list[Slot]:
 def eligible(workload: Workload, group: NodeGroup) -> bool:
     if workload.node_group is not None and workload.node_group != group.name:
         return False
+    if workload.extended_resource and group.path == DRA and not group.extended_resource:
+        return False  # no DeviceClass maps `nvidia.com/gpu` there: nothing can serve the request
     return workload.path is None or workload.path == group.path
 
 

@@ -12,6 +12,7 @@ a simulated node's view the way it reads its NVML. DRA devices are not in it, as
 
 from __future__ import annotations
 
+from gpuhealth.protowire import encode_field
 from simulator.fleet import Fleet
 from simulator.fleet.health import HEALTHY, device_plugin_health
 from simulator.fleet.objects import device_id
@@ -21,30 +22,14 @@ GPU_RESOURCE = "nvidia.com/gpu"
 CONTENT_TYPE = "application/x-protobuf"
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        low = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(low | 0x80)
-        else:
-            out.append(low)
-            return bytes(out)
-
-
-def _length_delimited(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
 def encode_allocatable(devices: dict[str, list[str]]) -> bytes:
     """`AllocatableResourcesResponse{devices: [ContainerDevices{resource_name, device_ids}]}`."""
     out = bytearray()
     for resource, ids in devices.items():
-        entry = _length_delimited(1, resource.encode())
+        entry = encode_field(1, resource.encode())
         for i in ids:
-            entry += _length_delimited(2, i.encode())
-        out += _length_delimited(1, entry)
+            entry += encode_field(2, i.encode())
+        out += encode_field(1, entry)
     return bytes(out)
 
 

@@ -8,6 +8,8 @@ kubeconfig, builds the fleet and runs its timeline:
 - `GET /simulator/v1/nodes/{node}/nvml?since=<seq>`: a node's fake NVML readings and XIDs;
 - `GET /simulator/v1/nodes/{node}/pod-resources`: its kubelet's allocatable devices, as the
   protobuf the pod-resources API answers (`simulator.pod_resources`);
+- `GET /simulator/v1/nodes/{node}/dcgm-exporter/metrics`: the node's dcgm-exporter, as it writes
+  its series (`simulator.dcgm_exporter`; 404 where the node's group runs none);
 - `GET /simulator/v1/workloads/metrics`: the workloads' own request and error counters per pod
   (`simulator.traffic`), for Prometheus to scrape as a site scrapes its serving stack;
 - `POST /simulator/v1/faults`: inject one timeline entry (JSON), validated like a file;
@@ -43,6 +45,8 @@ from simulator.apiserver.faults import FaultConfigError, FaultInjector, configur
 from simulator.apiserver.kubeconfig import write_kubeconfig
 from simulator.apiserver.store import Store
 from simulator.apiserver.versions import KubernetesVersion
+from simulator.dcgm_exporter import CONTENT_TYPE as DCGM_CONTENT_TYPE
+from simulator.dcgm_exporter import node_exposition
 from simulator.fleet import Fleet
 from simulator.fleet.api_workloads import create_workloads
 from simulator.fleet.extender_client import load_scheduler_config
@@ -104,6 +108,24 @@ async def _pod_resources(request: web.Request) -> web.Response:
     if node not in fleet.nodes:
         return _status_error(404, "NotFound", f'nodes "{node}" not found in the simulated fleet')
     return web.Response(body=allocatable_message(fleet, node), content_type=POD_RESOURCES_TYPE)
+
+
+def dcgm_metrics_path(node: str) -> str:
+    """The path of the simulated dcgm-exporter's `/metrics` on `node` (`simulator.dcgm_exporter`)."""
+    return f"/simulator/v1/nodes/{node}/dcgm-exporter/metrics"
+
+
+async def _dcgm_metrics(request: web.Request) -> web.Response:
+    fleet = request.app[FLEET_KEY]
+    node = request.match_info["node"]
+    if node not in fleet.nodes:
+        return _status_error(404, "NotFound", f'nodes "{node}" not found in the simulated fleet')
+    text = node_exposition(fleet, node)
+    if text is None:
+        return _status_error(
+            404, "NotFound", f"node {node} runs no dcgm-exporter (its group sets no dcgmExporter)"
+        )
+    return web.Response(text=text, headers={"Content-Type": DCGM_CONTENT_TYPE})
 
 
 async def _workload_metrics(request: web.Request) -> web.Response:
@@ -177,6 +199,7 @@ def add_routes(app: web.Application, fleet: Fleet, *, token: str | None = None) 
     app.router.add_get("/simulator/v1/status", _status)
     app.router.add_get("/simulator/v1/nodes/{node}/nvml", _nvml)
     app.router.add_get("/simulator/v1/nodes/{node}/pod-resources", _pod_resources)
+    app.router.add_get(dcgm_metrics_path("{node}"), _dcgm_metrics)
     app.router.add_get(WORKLOAD_METRICS_PATH, _workload_metrics)
     app.router.add_post("/simulator/v1/faults", _inject)
     for method in ("GET", "PUT", "DELETE"):

@@ -21,6 +21,8 @@ from gpuhealth.durations import DurationError, parse_duration
 from simulator.model import (
     APPLICATION_XIDS,
     CHECKPOINT_AFTER,
+    DCGM_HEALTH_WATCHES,
+    DCGM_HOST_LABELS,
     DEVICE_FAULTS,
     DEVICE_PLUGIN,
     DRA,
@@ -297,6 +299,8 @@ _GROUP_KEYS = (
     "product",
     "memory",
     "labels",
+    "extendedResource",
+    "dcgmExporter",
 )
 _WORKLOAD_KEYS = (
     "name",
@@ -314,6 +318,7 @@ _WORKLOAD_KEYS = (
     "completeAfter",
     "servingGate",
     "canary",
+    "extendedResource",
 )
 _FAULT_KEYS: dict[str, tuple[str, ...]] = {
     "device-unhealthy": ("device", "message", "duration", "reset"),
@@ -327,6 +332,7 @@ _FAULT_KEYS: dict[str, tuple[str, ...]] = {
     "ecc": ("device", "corrected", "uncorrected"),
     "row-remap-failure": ("device",),
     "gpu-lost": ("device", "message"),
+    "health-watch": ("device", "watch"),
     "recover": ("device", "node"),
 }
 
@@ -383,6 +389,15 @@ def _node_group(r: FieldReader, raw: Any, index: int) -> NodeGroup:
     if not isinstance(labels_raw, dict):
         r.fail((*path, "labels"), f"expected a mapping, got {_show(labels_raw)}")
     labels = {k: r.string(v, (*path, "labels", k), max_len=63) for k, v in labels_raw.items()}
+    extended = r.boolean(data.get("extendedResource", False), (*path, "extendedResource"))
+    if extended and node_path != DRA:
+        r.fail(
+            (*path, "extendedResource"),
+            "a DeviceClass's extendedResourceName applies to DRA nodes only (a device-plugin node "
+            "serves nvidia.com/gpu itself)",
+        )
+    dcgm = data.get("dcgmExporter")
+    dcgm_host_label = None if dcgm is None else r.choice(dcgm, (*path, "dcgmExporter"), DCGM_HOST_LABELS)
     return NodeGroup(
         name=name,
         count=count,
@@ -394,6 +409,8 @@ def _node_group(r: FieldReader, raw: Any, index: int) -> NodeGroup:
         memory=memory,
         labels=labels,
         line=r.line(path),
+        extended_resource=extended,
+        dcgm_host_label=dcgm_host_label,
     )
 
 
@@ -441,7 +458,24 @@ def _workload(r: FieldReader, raw: Any, index: int, groups: Mapping[str, NodeGro
         serving_gate=r.boolean(data.get("servingGate", False), (*path, "servingGate")),
         canary=r.boolean(data.get("canary", False), (*path, "canary")),
         line=r.line(path),
+        extended_resource=_extended_request(r, data, path, wl_path),
     )
+
+
+def _extended_request(r: FieldReader, data: Mapping[str, Any], path: _Path, wl_path: str | None) -> bool:
+    extended = r.boolean(data.get("extendedResource", False), (*path, "extendedResource"))
+    if not extended:
+        return False
+    if wl_path == DEVICE_PLUGIN:
+        r.fail(
+            (*path, "extendedResource"),
+            "path: device-plugin pods request nvidia.com/gpu already; "
+            "extendedResource asks DRA nodes to serve it",
+        )
+    for key in ("draClaim", "draStatusName"):
+        if key in data:
+            r.fail((*path, key), "the pods of extendedResource: true reference no claim of their own")
+    return True
 
 
 _CHECKPOINT_KEYS = ("mode", "commitAfter")
@@ -536,6 +570,15 @@ def parse_fault(
         fault["message"] = r.string(data["message"], (*path, "message"), max_len=100_000)
     if data.get("reset") is not None:
         fault["reset"] = r.choice(data["reset"], (*path, "reset"), ["clears", "fails"])
+    if kind == "health-watch":
+        fault["watch"] = r.choice(r.required(data, "watch", path), (*path, "watch"), DCGM_HEALTH_WATCHES)
+        assert device is not None
+        if nodes[device.node].dcgm_host_label is None:
+            r.fail(
+                (*path, "device"),
+                f"health-watch needs dcgm-exporter on the node (its group's dcgmExporter); "
+                f"{device.node!r} runs none, so nothing would see the failure",
+            )
     if kind == "ecc":
         fault["corrected"] = r.integer(data.get("corrected", 0), (*path, "corrected"), 0, 2**40)
         fault["uncorrected"] = r.integer(data.get("uncorrected", 0), (*path, "uncorrected"), 0, 2**40)
@@ -570,6 +613,13 @@ def _build_scenario(data_raw: Any, lines: Mapping[_Path, int], source: str, defa
             if node in nodes:
                 r.fail(("fleet", i, "namePrefix"), f"node {node} is also in group {nodes[node].name!r}")
             nodes[node] = group
+    dra_groups = [(i, g) for i, g in enumerate(groups.values()) if g.path == DRA]
+    for i, g in dra_groups:
+        if g.extended_resource != dra_groups[0][1].extended_resource:
+            r.fail(
+                ("fleet", i, "extendedResource"),
+                "the DRA driver's DeviceClass is cluster-wide: every dra group sets extendedResource alike",
+            )
     workloads_raw = r.sequence(data.get("workloads") or [], ("workloads",))
     workloads: list[Workload] = []
     seen: set[tuple[str, str]] = set()

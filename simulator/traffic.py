@@ -52,7 +52,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 def failing(gpu: Gpu) -> bool:
     """Whether work on `gpu` fails: the hardware itself is broken, not merely unreported."""
-    return gpu.lost or gpu.reported == UNHEALTHY or gpu.rows_failure
+    return gpu.lost or gpu.reported == UNHEALTHY or gpu.rows_failure or bool(gpu.failed_watches)
 
 
 @dataclass(slots=True)

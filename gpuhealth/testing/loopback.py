@@ -160,6 +160,8 @@ class ScrapeJob:
     name: str
     targets: list[str]
     labels: dict[str, str] = field(default_factory=dict)
+    """The targets' labels; `__metrics_path__` among them gives these targets a path of their own
+    (Prometheus takes it over the job's), as the demo does for each node's dcgm-exporter."""
     metrics_path: str = "/metrics"
     """The path scraped on every target (one per job name: the job's first ScrapeJob sets it)."""
 

@@ -232,6 +232,10 @@ def _pod_holds(pod: dict[str, Any], held: set[tuple[str, str]]) -> bool:
         return True
     names = [s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []]
     names += [c.get("resourceClaimName") for c in (pod.get("spec") or {}).get("resourceClaims") or []]
+    # The special claim of a pod whose nvidia.com/gpu a DRA DeviceClass serves (KEP-5004).
+    extended = (pod.get("status") or {}).get("extendedResourceClaimStatus")
+    if isinstance(extended, dict):
+        names.append(extended.get("resourceClaimName"))
     return any((namespace, f"claim:{n}") in held for n in names if n)
 
 

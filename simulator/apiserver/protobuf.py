@@ -20,12 +20,14 @@ import base64
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuhealth.protowire import LEN, WireError, encode_field
+from gpuhealth.protowire import Field as WireField
+from gpuhealth.protowire import fields as wire_fields
 from simulator.apiserver.errors import ApiError, bad_request
 
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 MAGIC = b"k8s\x00"
 
-_VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 
 # Field kinds: "s" string (omitted when empty), "s?" pointer string (kept when empty), "i" int (omitted
 # when 0), "i?" pointer int, "b" bool (omitted when false), "b?" pointer bool, "[s]" repeated string,
@@ -234,50 +236,17 @@ def _unsupported(what: str) -> ApiError:
     )
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise _Undecodable("truncated varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return result, pos
-
-
-def fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
+def fields(data: bytes) -> list[WireField]:
     """The (field number, wire type, value) triples of one message, in order."""
-    out: list[tuple[int, int, int | bytes]] = []
-    pos = 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise _Undecodable("field number 0")
-        value: int | bytes
-        if wire == _VARINT:
-            value, pos = _varint(data, pos)
-        elif wire == _LEN:
-            length, pos = _varint(data, pos)
-            if pos + length > len(data):
-                raise _Undecodable("truncated length-delimited field")
-            value, pos = data[pos : pos + length], pos + length
-        elif wire in (_I64, _I32):
-            size = 8 if wire == _I64 else 4
-            if pos + size > len(data):
-                raise _Undecodable("truncated fixed-size field")
-            value, pos = int.from_bytes(data[pos : pos + size], "little"), pos + size
-        else:
-            raise _Undecodable(f"unsupported wire type {wire}")
-        out.append((number, wire, value))
-    return out
+    try:
+        return wire_fields(data)
+    except WireError as exc:
+        raise _Undecodable(str(exc)) from None
 
 
 def _is_zero(wire: int, value: int | bytes, depth: int = 0) -> bool:
     """Whether an unknown field holds only its zero value (an unset non-pointer field)."""
-    if wire != _LEN:
+    if wire != LEN:
         return value == 0
     assert isinstance(value, bytes)
     if not value:
@@ -439,27 +408,6 @@ def decode_body(body: bytes) -> dict[str, Any]:
 
 
 # ---- encoding, for tests and fixtures -----------------------------------------------------------------
-
-
-def _encode_varint(value: int) -> bytes:
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def encode_field(number: int, value: int | bytes | str) -> bytes:
-    """One field on the wire: ints as varints, str and bytes length-delimited (nested messages too)."""
-    if isinstance(value, int):
-        return _encode_varint(number << 3 | _VARINT) + _encode_varint(value)
-    raw = value.encode() if isinstance(value, str) else value
-    return _encode_varint(number << 3 | _LEN) + _encode_varint(len(raw)) + raw
 
 
 def envelope(api_version: str, kind: str, raw: bytes) -> bytes:

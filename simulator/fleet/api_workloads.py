@@ -4,8 +4,9 @@ With the simulated control plane the fleet lays out and replaces the scenario's 
 (`job_controller`, `scheduler`). When the fleet's nodes are agents of a control plane that the
 fleet does not own (`Fleet(..., store=None)`: a real kube-apiserver, or the simulated one over
 HTTP), the scenario's workloads are created as what a user would apply: Namespaces, Jobs and
-Deployments whose pod templates ask for GPUs (`nvidia.com/gpu` requests on device-plugin nodes,
-a ResourceClaimTemplate on DRA nodes) and a nodeSelector for the workload's device path and
+Deployments whose pod templates ask for GPUs (`nvidia.com/gpu` requests on device-plugin nodes
+and, for `extendedResource` workloads, on DRA nodes whose DeviceClass maps it; a
+ResourceClaimTemplate on DRA nodes otherwise) and a nodeSelector for the workload's device path and
 node group. That control plane's controllers make the pods, its scheduler binds them (and
 allocates the claims), and the node agents run whatever lands on their nodes (`pod_runner`).
 
@@ -68,7 +69,7 @@ def _layout_affinity(nodes: Iterable[str]) -> dict[str, Any]:
 def _pod_template(workload: Workload, path: str, laid_out_on: Sequence[str] = ()) -> dict[str, Any]:
     template = objects.pod(
         name="template", workload=workload, node_name="", gpus=workload.gpus_per_pod,
-        dra=path == DRA, claim_name=None, job_uid=None,
+        dra=path == DRA and not workload.extended_resource, claim_name=None, job_uid=None,
     )  # fmt: skip
     meta, spec = template["metadata"], template["spec"]
     spec.pop("nodeName", None)
@@ -106,7 +107,7 @@ def workload_objects(scenario: Scenario) -> list[tuple[Resource, dict[str, Any]]
     for index, workload in enumerate(scenario.workloads):
         path = workload_path(workload, scenario.fleet)
         template = _pod_template(workload, path, layout.get(index, ()))
-        if path == DRA:
+        if path == DRA and not workload.extended_resource:
             out.append((CLAIM_TEMPLATE, objects.resource_claim_template(workload)))
         meta = {"name": workload.name, "namespace": workload.namespace, "labels": {"app": workload.name}}
         if workload.kind == "Job":

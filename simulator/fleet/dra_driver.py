@@ -57,10 +57,13 @@ class DraDriver:
         self._rng = rng
         self._push = push
 
-    def install(self) -> None:
-        """The driver's DeviceClass (`gpu.nvidia.com`), namespace and the kubelet plugin's
-        ServiceAccount, as its chart installs them."""
-        create_ignore_exists(self._api, "deviceclasses.resource.k8s.io", objects.device_class())
+    def install(self, extended_resource: bool = False) -> None:
+        """The driver's DeviceClass (`gpu.nvidia.com`; with `extended_resource` mapping
+        `nvidia.com/gpu`, KEP-5004), namespace and the kubelet plugin's ServiceAccount, as its
+        chart installs them."""
+        create_ignore_exists(
+            self._api, "deviceclasses.resource.k8s.io", objects.device_class(extended_resource)
+        )
         create_ignore_exists(self._api, "namespaces", objects.namespace(objects.DRA_PLUGIN_NAMESPACE))
         create_ignore_exists(self._api, "serviceaccounts", objects.dra_plugin_service_account())
 

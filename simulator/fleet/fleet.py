@@ -220,7 +220,7 @@ class Fleet:
                 if written % _BATCH == 0:
                     await asyncio.sleep(0)
         if any(g.path == DRA for g in sc.fleet):
-            self.dra_driver.install()
+            self.dra_driver.install(any(g.extended_resource for g in sc.fleet))
             for node in self.nodes.values():
                 created = self.dra_driver.start_plugin(node) if node.is_dra else None
                 if created is not None:

@@ -68,7 +68,9 @@ class JobController:
         """The workloads' ResourceClaimTemplates (where they can land on DRA nodes) and Jobs."""
         groups = tuple(groups)
         for workload in workloads:
-            if any(eligible(workload, g) and g.path == DRA for g in groups):
+            if not workload.extended_resource and any(
+                eligible(workload, g) and g.path == DRA for g in groups
+            ):
                 create_ignore_exists(
                     self._api,
                     "resourceclaimtemplates.resource.k8s.io",
@@ -79,7 +81,7 @@ class JobController:
                 workload=workload,
                 node_name="",
                 gpus=workload.gpus_per_pod,
-                dra=workload.path == DRA,
+                dra=workload.path == DRA and not workload.extended_resource,
                 claim_name=None,
                 job_uid=None,
             )
@@ -145,7 +147,7 @@ class JobController:
             workload=workload,
             node_name="",
             gpus=workload.gpus_per_pod,
-            dra=workload.path == DRA,
+            dra=workload.path == DRA and not workload.extended_resource,
             claim_name=f"{name}-gpus",
             job_uid=self.job_uids.get((workload.namespace, workload.name)),
         )

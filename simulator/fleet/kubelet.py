@@ -148,7 +148,7 @@ class Kubelet:
         return tuple(rows)
 
     def _allocated_status(self, pod: SimPod, rows: Rows) -> list[dict[str, Any]]:
-        if not rows:
+        if not rows or pod.extended:
             return []
         if pod.resource_name is not None:
             name = pod.resource_name
@@ -216,10 +216,15 @@ class Kubelet:
                 continue  # no container running: nothing to report yet (the runner writes at start)
             if rows == pod.written and pod.ready:
                 continue
-            allocated = self._allocated_status(pod, rows) if rows != pod.written else None
-            update = self._pod_status.update(None if pod.ready else True, allocated)
-            if not self._pod_status.mutate(pod, update):
-                continue
+            # A DRA-backed extended resource's pod gets no allocatedResourcesStatus (kubernetes#139939):
+            # its devices' health changes and nothing of it reaches the pod's status.
+            allocated = (
+                self._allocated_status(pod, rows) if rows != pod.written and not pod.extended else None
+            )
+            if allocated is not None or not pod.ready:
+                update = self._pod_status.update(None if pod.ready else True, allocated)
+                if not self._pod_status.mutate(pod, update):
+                    continue
             pod.ready = True
             for slot, before, after in zip(pod.slots, pod.written, rows, strict=False):
                 if before[1] != after[1]:

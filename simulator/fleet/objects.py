@@ -653,20 +653,117 @@ def dra_plugin_pod(node_name: str) -> dict[str, Any]:
     }
 
 
-def device_class() -> dict[str, Any]:
-    """The DeviceClass the NVIDIA DRA driver installs for whole GPUs."""
+def device_class(extended_resource: bool = False) -> dict[str, Any]:
+    """The DeviceClass the NVIDIA DRA driver installs for whole GPUs; with `extended_resource`
+    (KEP-5004, what the driver's chart sets where no device plugin runs) it also serves pods
+    that request `nvidia.com/gpu`."""
+    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": f"device.driver == '{DRA_DRIVER}'"}}]}
+    if extended_resource:
+        spec["extendedResourceName"] = GPU_RESOURCE
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
         "metadata": {"name": DRA_DRIVER},
-        "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRA_DRIVER}'"}}]},
+        "spec": spec,
+    }
+
+
+EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"
+"""Annotation (value "true") kube-scheduler puts on the special ResourceClaim it creates for a
+pod's DRA-backed extended resources (KEP-5004)."""
+
+
+def extended_request_name(pod_spec: dict[str, Any], container: str, resource: str) -> str:
+    """The special claim's request for `resource` of `container`, named as kube-scheduler names it:
+    `container-<i>-request-<j>`, `i` counting init containers first, `j` the resource's place among
+    the container's sorted request names. Informational only (KEP-5004): readers go through
+    `status.extendedResourceClaimStatus.requestMappings`, never this form."""
+    all_containers = [*(pod_spec.get("initContainers") or ()), *(pod_spec.get("containers") or ())]
+    for i, c in enumerate(all_containers):
+        if c.get("name") == container:
+            keys = sorted(((c.get("resources") or {}).get("requests") or {}).keys())
+            return f"container-{i}-request-{keys.index(resource)}"
+    raise KeyError(container)
+
+
+def extended_resource_claim(
+    *, name: str, namespace: str, pod_name_: str, pod_uid: str, request: str, gpus: int
+) -> dict[str, Any]:
+    """The special ResourceClaim kube-scheduler writes for a pod whose `nvidia.com/gpu` request a
+    DeviceClass serves: owned by the pod, annotated, one request per (container, resource)."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": name,
+            "generateName": f"{pod_name_}-extended-resources-",
+            "namespace": namespace,
+            "annotations": {EXTENDED_RESOURCE_CLAIM: "true"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": pod_name_,
+                    "uid": pod_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": request,
+                        "exactly": {
+                            "deviceClassName": DRA_DRIVER,
+                            "allocationMode": "ExactCount",
+                            "count": gpus,
+                        },
+                    }
+                ]
+            }
+        },
+    }
+
+
+def extended_binding(
+    pod_obj: dict[str, Any], claim_name: str, pod_uid: str, node_name: str, devices: list[str]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """What kube-scheduler writes binding a pod whose main container's `nvidia.com/gpu` a
+    DeviceClass serves (KEP-5004): the special claim, its status (allocated `devices`, reserved
+    for the pod) and the pod's `status.extendedResourceClaimStatus`."""
+    main = pod_obj["spec"]["containers"][0]["name"]
+    request = extended_request_name(pod_obj["spec"], main, GPU_RESOURCE)
+    name, namespace = pod_obj["metadata"]["name"], pod_obj["metadata"]["namespace"]
+    claim = extended_resource_claim(
+        name=claim_name,
+        namespace=namespace,
+        pod_name_=name,
+        pod_uid=pod_uid,
+        request=request,
+        gpus=len(devices),
+    )
+    allocation = claim_status(node_name, devices, name, pod_uid, request=request)
+    return claim, allocation, extended_claim_status(claim_name, [(main, request)])
+
+
+def extended_claim_status(claim_name: str, mappings: list[tuple[str, str]]) -> dict[str, Any]:
+    """`pod.status.extendedResourceClaimStatus`: the special claim and (container, request) per
+    mapped `nvidia.com/gpu` request."""
+    return {
+        "resourceClaimName": claim_name,
+        "requestMappings": [
+            {"containerName": c, "resourceName": GPU_RESOURCE, "requestName": r} for c, r in mappings
+        ],
     }
 
 
 def claim_tolerations(workload: Workload) -> list[dict[str, Any]]:
     """The tolerations of the workload's claim request: gpuhealth's canary taint when it opts in
-    to devices on the ramp (`docs/workloads.md`), else none."""
-    if not workload.canary:
+    to devices on the ramp (`docs/workloads.md`), else none. A DRA-backed extended resource's
+    special claim is the scheduler's and carries none (KEP-5004)."""
+    if not workload.canary or workload.extended_resource:
         return []
     return [{"key": CANARY_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
 
@@ -714,12 +811,15 @@ def resource_claim(
     }
 
 
-def claim_status(node_name: str, devices: list[str], pod_name_: str, pod_uid: str) -> dict[str, Any]:
+def claim_status(
+    node_name: str, devices: list[str], pod_name_: str, pod_uid: str, request: str = "gpus"
+) -> dict[str, Any]:
     return {
         "allocation": {
             "devices": {
                 "results": [
-                    {"request": "gpus", "driver": DRA_DRIVER, "pool": node_name, "device": d} for d in devices
+                    {"request": request, "driver": DRA_DRIVER, "pool": node_name, "device": d}
+                    for d in devices
                 ]
             },
             "nodeSelector": {

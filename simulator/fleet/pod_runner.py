@@ -466,7 +466,7 @@ class PodRunner:
         sim.cpu_milli = spec.cpu_milli
         sim.memory_bytes = spec.memory
         sim.index = next(self._pod_index)
-        rejection = self._fits(node, spec)
+        rejection = self._fits(node, spec, extended_claim(obj) is not None)
         slots: tuple[Slot, ...] = ()
         if rejection is None:
             if node.is_dra:
@@ -512,7 +512,9 @@ class PodRunner:
         self._step_at(self._timers.now() + START_SECONDS, self._start, run, run.token)
         self._timers.wake()
 
-    def _fits(self, node: SimNode, spec: RunSpec) -> Rejection | None:
+    def _fits(self, node: SimNode, spec: RunSpec, extended: bool = False) -> Rejection | None:
+        """The kubelet's admission fit; `extended`: the pod's `nvidia.com/gpu` is served by a DRA
+        claim the scheduler made (KEP-5004), so the node's allocatable is not asked for it."""
         active = [p for p in node.pods if not (p.terminated or p.stopped)]
         for rejection in (
             fit(spec.cpu_milli, sum(p.cpu_milli for p in active), CPU_ALLOCATABLE_MILLI, "cpu"),
@@ -521,7 +523,8 @@ class PodRunner:
             if rejection is not None:
                 return rejection
         if node.is_dra:
-            return fit(spec.gpus, 0, 0, GPU_RESOURCE)  # DRA nodes advertise no nvidia.com/gpu
+            # DRA nodes advertise no nvidia.com/gpu
+            return None if extended else fit(spec.gpus, 0, 0, GPU_RESOURCE)
         per_gpu = max(1, node.group.shared_replicas)
         total = len(node_slots(node.group))
         healthy = max(0, node.allocatable_written) * per_gpu
@@ -545,13 +548,8 @@ class PodRunner:
     def _prepare_claims(self, node: SimNode, sim: SimPod, obj: dict[str, Any]) -> tuple[Slot, ...] | None:
         """DRA: the devices of the pod's claims as allocated (`status.allocation`); None until allocated."""
         spec = obj.get("spec") or {}
-        generated = {
-            s.get("name"): s.get("resourceClaimName")
-            for s in (obj.get("status") or {}).get("resourceClaimStatuses") or ()
-        }
         slots: list[Slot] = []
-        for pod_claim in spec.get("resourceClaims") or ():
-            name = pod_claim.get("resourceClaimName") or generated.get(pod_claim.get("name"))
+        for pod_claim, name in claim_names(obj):
             if not name:
                 return None
             try:
@@ -569,7 +567,9 @@ class PodRunner:
             if devices and sim.claim_uid is None:
                 sim.claim_name = name
                 sim.claim_uid = claim["metadata"].get("uid", "")
-                sim.resource_name = _claim_status_name(spec, pod_claim.get("name", ""))
+                sim.extended = not pod_claim
+                if pod_claim:
+                    sim.resource_name = _claim_status_name(spec, pod_claim.get("name", ""))
             slots.extend(Slot(int(d.split("-", 1)[1])) for d in devices if d.startswith("gpu-"))
         return tuple(slots)
 
@@ -828,7 +828,8 @@ def _reached(run: _Run) -> tuple[int, ...]:
 def _program_code(run: _Run, node: SimNode) -> int:
     """A GPU program's verdict: 0 when every GPU it reached stayed Healthy and reachable
     through its run (judged by the device itself, not by what the kubelet last wrote); 1 when
-    one was lost, turned Unhealthy (even for a moment), logged a fatal XID, or it reached none."""
+    one was lost, turned Unhealthy (even for a moment), logged a fatal XID, has a failing DCGM
+    health watch, or it reached none."""
     if not run.marks:
         return 1  # no GPU in the container: the program finds nothing to run on
     for index, reports, unhealthy_at_start in run.marks:
@@ -837,6 +838,8 @@ def _program_code(run: _Run, node: SimNode) -> int:
             return 1
         if gpu.needs_reset:
             return 1  # the card is stuck in a state only a GPU reset clears
+        if gpu.failed_watches:
+            return 1  # DCGM's diagnostic (the probe) and a CUDA program fail on a card DCGM fails
         if any(
             uuid == gpu.uuid and xid not in APPLICATION_XIDS and at >= run.started_wall
             for _, uuid, xid, at in node.xids
@@ -869,6 +872,31 @@ def _not_ready(ctype: str, ts: str, containers: tuple[dict[str, Any], ...]) -> d
         "message": f"containers with unready status: [{names}]",
         "lastTransitionTime": ts,
     }
+
+
+def claim_names(obj: dict[str, Any]) -> list[tuple[dict[str, Any], str | None]]:
+    """The pod's claims: each `spec.resourceClaims` entry with its ResourceClaim's name (None while
+    not generated), then the special claim of its DRA-backed extended resources (entry `{}`)."""
+    generated = {
+        s.get("name"): s.get("resourceClaimName")
+        for s in (obj.get("status") or {}).get("resourceClaimStatuses") or ()
+    }
+    refs: list[tuple[dict[str, Any], str | None]] = [
+        (c, c.get("resourceClaimName") or generated.get(c.get("name")))
+        for c in (obj.get("spec") or {}).get("resourceClaims") or ()
+    ]
+    special = extended_claim(obj)
+    if special is not None:
+        refs.append(({}, special))
+    return refs
+
+
+def extended_claim(obj: dict[str, Any]) -> str | None:
+    """The special claim of a pod whose extended resources DRA serves (KEP-5004), as the scheduler
+    recorded it in `status.extendedResourceClaimStatus`; None for any other pod."""
+    status = (obj.get("status") or {}).get("extendedResourceClaimStatus")
+    name = status.get("resourceClaimName") if isinstance(status, dict) else None
+    return name if isinstance(name, str) and name else None
 
 
 def _creating(obj: dict[str, Any], spec: RunSpec, admitted: float, host: str) -> dict[str, Any]:

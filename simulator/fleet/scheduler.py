@@ -216,32 +216,34 @@ class Scheduler:
     def _candidates(self, workload: Workload, *, first: bool) -> list[tuple[SimNode, tuple[Slot, ...]]]:
         return replacement_candidates(self._store, self._nodes, self.cache, workload, first=first)
 
-    def _put_pod(self, pod_obj: dict[str, Any], bind_existing: bool) -> dict[str, Any]:
-        """Create the pod, or bind an existing Pending one (same uid) as the scheduler's binding does."""
-        if not bind_existing:
-            return self._store.create(
-                "pods", pod_obj, namespace=pod_obj["metadata"]["namespace"], validate=False
-            )
-
-        def bind(obj: dict[str, Any]) -> dict[str, Any]:
-            obj["spec"] = pod_obj["spec"]
-            obj["status"] = pod_obj["status"]
-            return obj
-
-        meta = pod_obj["metadata"]
-        return self._store.mutate("pods", meta["name"], meta["namespace"], bind)
-
     def _write_bound(self, pod: SimPod, node: SimNode, wall: float, bind_existing: bool = False) -> None:
         """Write the pod (and, on DRA, its claim) as scheduler, controllers and kubelet would."""
         workload = pod.workload
         job_uid = self._job_uids.get((pod.namespace, workload.name))
-        if not node.is_dra:
+        if not node.is_dra or workload.extended_resource:
+            # Requests nvidia.com/gpu: the device plugin's, or (KEP-5004) a DeviceClass's that maps it.
             pod_obj = objects.pod(
                 name=pod.name, workload=workload, node_name=node.name, gpus=len(pod.slots),
                 dra=False, claim_name=None, job_uid=job_uid,
             )  # fmt: skip
+        if not node.is_dra:
             pod_obj["status"] = self._admit(pod, node, pod_obj, None, wall)
-            pod.uid = self._put_pod(pod_obj, bind_existing)["metadata"]["uid"]
+            pod.uid = _put_pod(self._store, pod_obj, bind_existing)["metadata"]["uid"]
+            return
+        if workload.extended_resource:
+            pod.extended = True
+            pod_obj["status"] = {"phase": "Pending"}
+            pod.uid = _put_pod(self._store, pod_obj, bind_existing)["metadata"]["uid"]
+            pod.claim_name = f"{pod.name}-extended-resources-{objects.suffix(self._rng)}"
+            devices = [f"gpu-{s.gpu}" for s in pod.slots]
+            claim, allocation, mapping = objects.extended_binding(
+                pod_obj, pod.claim_name, pod.uid, node.name, devices
+            )
+            pod.claim_uid = self._store.create(_CLAIMS, claim, validate=False)["metadata"]["uid"]
+            write_status(self._api, _CLAIMS, pod.claim_name, pod.namespace, allocation)
+            status = self._admit(pod, node, pod_obj, None, wall)
+            status["extendedResourceClaimStatus"] = mapping
+            write_status(self._api, "pods", pod.name, pod.namespace, status)
             return
         template = workload.dra_claim == "template"
         if template:
@@ -259,7 +261,7 @@ class Scheduler:
             dra=True, claim_name=pod.claim_name, job_uid=job_uid,
         )  # fmt: skip
         pod_obj["status"] = {"phase": "Pending"}
-        pod.uid = self._put_pod(pod_obj, bind_existing)["metadata"]["uid"]
+        pod.uid = _put_pod(self._store, pod_obj, bind_existing)["metadata"]["uid"]
         claim_statuses = None
         if template:
             # The resource claim controller generates the claim, owned by the pod.
@@ -595,6 +597,20 @@ class Scheduler:
         if self._unschedulable.get(key) == attempts:
             self._queue[key] = None
             self._wake.set()
+
+
+def _put_pod(store: Store, pod_obj: dict[str, Any], bind_existing: bool) -> dict[str, Any]:
+    """Create the pod, or bind an existing Pending one (same uid) as the scheduler's binding does."""
+    if not bind_existing:
+        return store.create("pods", pod_obj, namespace=pod_obj["metadata"]["namespace"], validate=False)
+
+    def bind(obj: dict[str, Any]) -> dict[str, Any]:
+        obj["spec"] = pod_obj["spec"]
+        obj["status"] = pod_obj["status"]
+        return obj
+
+    meta = pod_obj["metadata"]
+    return store.mutate("pods", meta["name"], meta["namespace"], bind)
 
 
 def replacement_candidates(

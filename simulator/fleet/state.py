@@ -51,6 +51,10 @@ class SimPod:
     """Fleet: its workload's controller already replaced it (it began terminating)."""
     cpu_milli: int = 4000
     memory_bytes: int = 32 << 30
+    extended: bool = False
+    """Its GPUs are a DRA-backed extended resource (KEP-5004): its claim is the special one of
+    `status.extendedResourceClaimStatus`, and the kubelet writes no allocatedResourcesStatus for
+    it (kubernetes#139939, open in 1.37)."""
 
     @property
     def key(self) -> str:

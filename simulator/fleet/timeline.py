@@ -134,6 +134,8 @@ class Timeline:
             elif kind == "ecc":
                 gpu.ecc_corrected += fault.corrected
                 gpu.ecc_uncorrected += fault.uncorrected
+            elif kind == "health-watch":
+                gpu.failed_watches.add(fault.watch or "ALL")
             elif kind == "row-remap-failure":
                 gpu.rows_uncorrectable += 1
                 gpu.rows_failure = True
@@ -241,6 +243,7 @@ class Timeline:
         gpu.ecc_uncorrected = 0
         gpu.rows_pending = False
         gpu.rows_failure = False
+        gpu.failed_watches.clear()
         self._drivers[node.group.path].reset(node, gpu)
         self._report(node, gpu, HEALTHY, None)
         self._kubelet.push(node, resync=True)

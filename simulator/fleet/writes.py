@@ -74,6 +74,10 @@ def keep_others_conditions(obj: dict[str, Any], status: dict[str, Any], ts: str)
     readiness gate's) kept, and its Ready condition reading them."""
     own = [c for c in status["conditions"] if c.get("type") in KUBELET_CONDITIONS]
     status["conditions"] = own + others_conditions(obj)
+    # The scheduler's record of a DRA-backed extended resource's claim (KEP-5004): not the kubelet's to drop.
+    extended = (obj.get("status") or {}).get("extendedResourceClaimStatus")
+    if extended and "extendedResourceClaimStatus" not in status:
+        status["extendedResourceClaimStatus"] = extended
     set_ready({**obj, "status": status}, True, ts)
     return status
 

@@ -9,7 +9,11 @@ to three claims and leaves a fourth claim unallocated (its pod unschedulable) ra
 the tainted device; on the ramp (the rule's taint turned canary) a claim with the shipped opt-in
 template's tolerations gets the device while the plain one still does not; once the enforcement
 is lifted, a new claim gets that device. The
-controller-manager runs the device-taint-eviction controller on both versions.
+controller-manager runs the device-taint-eviction controller on both versions. On 1.37 a
+DeviceClass with `extendedResourceName` (KEP-5004, GA) serves pods that request that extended
+resource: the scheduler writes the special claim (annotated, owned by the pod, its request named
+in the pod's `status.extendedResourceClaimStatus`), never with the device behind our rule, and
+the responder's DRA backend finds each pod on its device through that claim.
 """
 
 from __future__ import annotations
@@ -22,15 +26,17 @@ import yaml
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.resources import POD, RESOURCE_CLAIM
 from responder.enforce.shipped import Enforcer
-from responder.enforce.taint_rules import discover
+from responder.enforce.taint_rules import TaintRules, discover
 from responder.reconcile.policy import CANARY_TAINT, QUARANTINE_TAINT, Enforce
 from simulator.controlplane import ControlPlane
 from tests.deploy.manifests import DEPLOY, NAMESPACE
 from tests.support.controlplane import (
+    DEVICE_CLASS,
     admin,
     allocated_device,
     as_service_account,
     claim_spec,
+    dra_quarantine,
     dra_record,
     namespace_ready,
     pod_with_claim,
@@ -161,3 +167,102 @@ def test_the_scheduler_never_allocates_a_device_behind_our_device_taint_rule(
     _claim_and_pod(client, namespace, "work-4", node, device_class)
     assert _allocated(client, namespace, "work-4") == "gpu-1"
     assert devices == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+
+
+EXTENDED = "gpu.ext137.gpuhealth.test/gpu"
+"""The extended resource a DeviceClass maps here (not `nvidia.com/gpu`: a DeviceClass's
+extendedResourceName is cluster-wide, and the session's control plane is shared)."""
+
+
+def _extended_pod(namespace: str, name: str, node: str) -> dict[str, object]:
+    """A pod written for device plugins: one GPU as an extended resource request, no claim."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "server",
+                    "image": "registry.example/serve:1.0",
+                    "resources": {"requests": {EXTENDED: "1"}, "limits": {EXTENDED: "1"}},
+                }
+            ],
+        },
+    }
+
+
+@pytest.mark.parametrize("responder", ["installed"], indirect=True)
+def test_the_scheduler_serves_an_extended_resource_through_dra_and_honours_our_rule(
+    responder: tuple[ControlPlane, KubeClient, KubeClient],
+) -> None:
+    """KEP-5004 on 1.37 (GA): the scheduler's special claim, its record in the pod's status, our
+    DeviceTaintRule keeping the quarantined device out of it, and the responder's backend finding
+    the pod on its device through that claim."""
+    _, client, account = responder
+    node, namespace = "ext-137", "tenant-ext-137"
+    ready_node(client, node)  # its allocatable has none of EXTENDED: only DRA can serve it
+    device_class, _ = publish_devices(client, node, "gpu.ext137.gpuhealth.test", 4)
+    client.patch(DEVICE_CLASS, device_class, {"spec": {"extendedResourceName": EXTENDED}})
+    namespace_ready(client, namespace)
+    rules = discover(account)
+    assert rules is not None
+    enforcer = Enforcer(account, rules)
+    enforcer.enforce(
+        dra_record(client, node, device_class, "gpu-1"), Enforce(QUARANTINE_TAINT, "xid-79", "NoSchedule")
+    )
+
+    served = []
+    for i in range(3):
+        client.create(POD, _extended_pod(namespace, f"serve-{i}", node))
+    for i in range(3):
+        pod = wait_for_object(
+            client,
+            POD,
+            f"serve-{i}",
+            namespace=namespace,
+            until=lambda p: bool((p.get("status") or {}).get("extendedResourceClaimStatus")),
+            what=f"the scheduler to serve serve-{i} through a special claim",
+            timeout=TIMEOUT,
+        )
+        status = pod["status"]["extendedResourceClaimStatus"]
+        (mapping,) = status["requestMappings"]
+        assert (mapping["containerName"], mapping["resourceName"]) == ("server", EXTENDED)
+        claim = wait_for_object(
+            client,
+            RESOURCE_CLAIM,
+            status["resourceClaimName"],
+            namespace=namespace,
+            until=lambda c: allocated_device(c) is not None,
+            what=f"the special claim of serve-{i} to be allocated",
+            timeout=TIMEOUT,
+        )
+        meta = claim["metadata"]
+        assert meta["annotations"]["resource.kubernetes.io/extended-resource-claim"] == "true"
+        assert meta["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert result["request"] == mapping["requestName"]
+        served.append((pod, result["device"]))
+    assert sorted(device for _, device in served) == ["gpu-0", "gpu-2", "gpu-3"]
+
+    # A fourth pod: only the quarantined device is left, and the scheduler will not use it.
+    client.create(POD, _extended_pod(namespace, "serve-3", node))
+    wait_for_object(
+        client,
+        POD,
+        "serve-3",
+        namespace=namespace,
+        until=lambda p: unschedulable(p) is not None,
+        what="the scheduler to find serve-3 unschedulable",
+        timeout=TIMEOUT,
+    )
+
+    # The responder's backend finds the pod on a device through its special claim, and only it.
+    node_pods = client.list(POD, namespace=namespace).items
+    backend = TaintRules(account, rules)
+    for pod, device in served:
+        record = dra_quarantine(node, device_class, device)
+        holders = backend.holders(record, node_pods)
+        assert [h["metadata"]["name"] for h in holders] == [pod["metadata"]["name"]]

@@ -7,8 +7,11 @@ responder replicas: the real kube-scheduler places the workloads (their Jobs and
 by the real controllers), allocates no quarantined DRA device while our DeviceTaintRule stands
 and calls the responders' extender for device-plugin nodes; evictions go through the real
 eviction API; each run breaks no safety invariant and meets every expectation its file states.
-`closed-loop`, `dra-and-device-plugin`, `leader-kill`, `multi-gpu-topology` and `idle-relapse` on
-1.37 (DeviceTaintRule v1); `closed-loop` on 1.36 too (v1beta2 behind its feature gate). Not
+`closed-loop`, `dra-and-device-plugin`, `leader-kill`, `multi-gpu-topology`, `idle-relapse` and
+`dra-extended-resource` on 1.37 (DeviceTaintRule v1; in the last the real kube-scheduler serves
+pods' `nvidia.com/gpu` through the DeviceClass's extendedResourceName, KEP-5004, GA and on in
+1.37: it writes the special claim and `status.extendedResourceClaimStatus`); `closed-loop` on
+1.36 too (v1beta2 behind its feature gate). Not
 `gradual-return`: its story needs the opted-in workload on the GPU that fails, and on a real
 control plane which of a node's GPUs a pod gets is the kubelet's and driver's choice (the
 scheduler picks only the node), so the failing GPU may hold another workload; the opt-in
@@ -48,6 +51,7 @@ RUNS = [
     ("leader-kill", "1.37"),
     ("multi-gpu-topology", "1.37"),
     ("idle-relapse", "1.37"),
+    ("dra-extended-resource", "1.37"),
     ("closed-loop", "1.36"),
 ]
 

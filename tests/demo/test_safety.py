@@ -923,6 +923,33 @@ def test_the_reported_unhealthy_spans_follow_the_timeline_as_the_simulator_plays
     }
 
 
+def test_a_failing_dcgm_health_watch_warrants_quarantine_and_holds_the_card_until_it_recovers() -> None:
+    scenario = resolve(
+        {
+            "fleet": [
+                {"name": "gpu-dra", "count": 1, "gpusPerNode": 2, "path": "dra", "dcgmExporter": "hostname"}
+            ],
+            "timeline": [
+                {
+                    "at": "10s",
+                    "fault": "health-watch",
+                    "device": {"node": "gpu-dra-0", "gpu": 1},
+                    "watch": "MEM",
+                },
+                {"at": "90s", "fault": "recover", "device": {"node": "gpu-dra-0", "gpu": 1}},
+            ],
+        }
+    )
+    assert warrants(scenario, fatal_xids=FATAL, tolerance=TOLERANCE) == {("gpu-dra-0", 1): {"quarantine"}}
+    # Only a watch the rules act on: a failing THERMAL watch (left out by default) warrants nothing.
+    assert warrants(scenario, fatal_xids=FATAL, tolerance=TOLERANCE, health_watches=("MEM",)) == {
+        ("gpu-dra-0", 1): {"quarantine"}
+    }
+    assert warrants(scenario, fatal_xids=FATAL, tolerance=TOLERANCE, health_watches=("PCIE", "ALL")) == {}
+    # DCGM's verdict, not the driver's, but no release may happen while it stands.
+    assert reported_unhealthy(scenario) == {("gpu-dra-0", 1): [(10.0, 90.0)]}
+
+
 def test_an_unenforced_delivery_is_excused_by_a_resolved_alert_a_tripped_breaker_or_the_rate_limit() -> None:
     def unenforced(*also: Callable[[Journal], object]) -> tuple[str, ...]:
         j = full_story(journal())

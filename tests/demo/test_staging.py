@@ -90,12 +90,20 @@ def test_defaults_and_every_field() -> None:
             {"responders": 1, "kills": [{"at": "1m", "process": "responder-follower"}]},
             "demo.kills[0].process: a responder-follower needs demo.responders of 2",
         ),
+        ({"exporter": "nvml"}, "demo.exporter: expected one of node, cluster, got 'nvml'"),
     ],
 )
 def test_a_bad_demo_section_names_the_field(section: Any, message: str) -> None:
     with pytest.raises(StagingError) as error:
         staging(section)
     assert str(error.value).startswith(message), str(error.value)
+
+
+def test_the_exporter_mode_is_chosen_by_size_unless_the_scenario_names_it() -> None:
+    assert staging({}).exporter is None
+    assert staging({"exporter": "cluster"}).exporter == "cluster"
+    assert staging({"exporter": "node"}).exporter == "node"
+    assert staging(resolve("dcgm-exporter-source").demo).exporter == "cluster"
 
 
 def test_overrides_go_on_top_of_the_defaults_section_by_section() -> None:

@@ -1,23 +1,24 @@
 """The manifests under deploy/: what each overlay installs, and that every object is valid.
 
 Aspects: `kubectl kustomize` (kubectl 1.37, kustomize 5.8) builds every overlay and the
-cluster-exporter component on top of one; every built-in kind validates strictly against the
-Kubernetes 1.36 and 1.37 schemas (kubernetes-validate), and the strict check does refuse an
-unknown field; ServiceMonitors, the PrometheusRule and the AlertmanagerConfig validate against
-the Prometheus Operator schemas of the fields we use, with unknown fields forbidden; the
+cluster-exporter and dcgm-exporter components on top of one (the latter: no DaemonSet, a ServiceMonitor
+scraping dcgm-exporter as the job the rules select); every built-in kind validates strictly
+against the Kubernetes 1.36 and 1.37 schemas (kubernetes-validate), and the strict check does
+refuse an unknown field; ServiceMonitors, the PrometheusRule and the AlertmanagerConfig validate
+against the Prometheus Operator schemas of the fields we use, with unknown fields forbidden; the
 exporter DaemonSet is the node-mode exporter the issue describes (no GPU requested, NVIDIA
-runtime and environment, GPU nodes and taints, no capabilities, node-critical, NODE_NAME from the
-downward API); on device-plugin nodes its twin instead, the same pod reading the kubelet's
+runtime and environment, GPU nodes and taints, no capabilities, node-critical, NODE_NAME from
+the downward API); on device-plugin nodes its twin instead, the same pod reading the kubelet's
 pod-resources socket (a read-only host mount, UID 0 for the root-owned socket, the flag as the
 exporter parses it), the two never on one node and never selecting each other's pods, both
-behind the one Service; the responder runs two replicas with a disruption budget, its token and config;
-dry-run overlays pass --dry-run and enforcing does not; no-operator ships no operator kinds; the
-exporter targets get the `node` relabelling the rules rely on; the generated Alertmanager config
-passes `amtool check-config` and the rules `promtool check rules`; dashboards are labelled for
-the Grafana sidecar; the scheduler extender snippet parses as a KubeSchedulerConfiguration and
-names the responder's Service; the gpu-reset component turns the reset hand-off on (its file in
-the responder's ConfigMap as a second --config) and grants create/get/list/watch/delete on the
-janitor's GPUResets only, which the base never grants.
+behind the one Service; the responder runs two replicas with a disruption budget, its token and
+config; dry-run overlays pass --dry-run and enforcing does not; no-operator ships no operator
+kinds; the exporter targets get the `node` relabelling the rules rely on; the generated
+Alertmanager config passes `amtool check-config` and the rules `promtool check rules`;
+dashboards are labelled for the Grafana sidecar; the scheduler extender snippet parses as a
+KubeSchedulerConfiguration and names the responder's Service; the gpu-reset component turns the
+reset hand-off on (its file in the responder's ConfigMap as a second --config) and grants
+create/get/list/watch/delete on the janitor's GPUResets only, which the base never grants.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from gpuhealth_cli.main import build_parser
 from responder.config import apply
 from responder.ladder import LADDER, with_reset
 from responder.settings import ResponderSettings
+from rules.render import DEFAULT_CONFIG, load_config
 from simulator.fleet.extender_client import load_scheduler_config
 from tests.deploy.manifests import (
     DEPLOY,
@@ -116,6 +118,38 @@ def test_the_cluster_exporter_component_replaces_the_daemonset(tmp_path: Path) -
     labels = service["metadata"]["labels"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert labels[monitor["spec"]["jobLabel"]] == "gpuhealth-exporter"
+    _validate_builtins(objects, "1.37")
+
+
+def test_the_dcgm_exporter_component_runs_the_cluster_exporter_and_scrapes_dcgm_exporter_as_the_rules_job(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(DEPLOY / "overlays" / "enforcing", tmp_path)],
+                "components": [os.path.relpath(DEPLOY / "components" / "dcgm-exporter", tmp_path)],
+            }
+        )
+    )
+    objects = kustomize(tmp_path)
+    # No per-node agent of gpuhealth's beside dcgm-exporter: the cluster-mode exporter, no NVML.
+    assert not [o for o in objects if o["kind"] == "DaemonSet"]
+    args = container(find(objects, "Deployment", "gpuhealth-exporter-cluster"))["args"]
+    assert "--nvml=none" in args and not any(a.startswith("--node") for a in args)
+    monitor = find(objects, "ServiceMonitor", "gpuhealth-dcgm-exporter")
+    assert list(schema_errors(monitor, operator_schemas()["monitoring.coreos.com/v1/ServiceMonitor"])) == []
+    [endpoint] = monitor["spec"]["endpoints"]
+    [job] = [r for r in endpoint["relabelings"] if r.get("targetLabel") == "job"]
+    # The job the rules' shipped matchers select.
+    assert load_config(DEFAULT_CONFIG).dcgm.matchers == f'job="{job["replacement"]}"'
+    plain = yaml.safe_load(
+        (DEPLOY / "components/dcgm-exporter/prometheus-scrape-dcgm-exporter.yaml").read_text()
+    )
+    [scrape] = plain["scrape_configs"]
+    assert scrape["job_name"] == job["replacement"] and scrape["honor_labels"] is True
     _validate_builtins(objects, "1.37")
 
 

@@ -195,6 +195,11 @@ def test_the_workload_slo_reads_the_configured_counters_and_labels() -> None:
         ({"workloads": {"matchers": "job=inference"}}, "matchers: 'job=inference' is not a comma-sep"),
         ({"workloads": {"matchers": 'job="a"} or vector(1) #'}}, "workloads.matchers:"),
         ({"workloads": {"matchers": ""}}, "workloads.matchers: expected a non-empty string"),
+        ({"dcgm": {"matchers": 'job="a"} or vector(1) #'}}, "dcgm.matchers:"),
+        ({"dcgm": {"health_watches": ["MEM", "FAN"]}}, "dcgm.health_watches[1]: 'FAN' is not a health watch"),
+        ({"dcgm": {"health_watches": ["MEM", "MEM"]}}, "dcgm.health_watches[1]: 'MEM' is listed twice"),
+        ({"dcgm": {"health_fail_value": 0}}, "dcgm.health_fail_value: 0 must be above 0 (PASS)"),
+        ({"dcgm": {"health_failed_for": "0s"}}, "dcgm.health_failed_for: must be longer than 0s"),
     ],
 )
 def test_bad_config_values_are_refused_with_the_key_named(data: Any, message: str) -> None:
@@ -283,7 +288,9 @@ def test_every_alert_has_labels_annotations_and_a_runbook_section() -> None:
     sections = {_github_anchor(m.group(1)) for m in headings}
     settings = load_config(DEFAULT_CONFIG)
     alerts = _alerts()
-    assert len(alerts) == 26  # GPUHealthQuarantinePhaseStuck is four rules, one per phase
+    # GPUHealthQuarantinePhaseStuck is four rules, one per phase; GPUDeviceFatalXid,
+    # GPUDeviceEccUncorrectable and GPUDeviceRowRemapFailure are two each (NVML and dcgm-exporter).
+    assert len(alerts) == 30
     for alert in alerts:
         name = alert["alert"]
         assert re.fullmatch(r"GPU(Device|Node|Fleet|Health)[A-Z][A-Za-z]+", name), name
@@ -307,6 +314,7 @@ def test_device_alerts_carry_node_and_device_and_the_issue_contract() -> None:
         "GPUDeviceFatalXid": ("critical", "quarantine"),
         "GPUDeviceEccUncorrectable": ("critical", "quarantine"),
         "GPUDeviceRowRemapFailure": ("critical", "quarantine"),
+        "GPUDeviceHealthWatchFailed": ("critical", "quarantine"),
         "GPUNodeUnreachable": ("warning", "none"),
         "GPUFleetUnknownStorm": ("critical", "none"),
     }
@@ -342,6 +350,21 @@ def test_application_xids_are_never_in_the_rendered_rules() -> None:
     xids = {int(x) for x in regex.split("|")}
     assert xids.isdisjoint({13, 31, 43, 45, 68})
     assert {48, 62, 64, 74, 79, 95, 119, 120} <= xids
+    # dcgm-exporter's alert reads the same list, from its count's label and its gauge's value.
+    dcgm = (PROMETHEUS_DIR / "gpu-dcgm.yaml").read_text()
+    assert set(re.findall(r'xid=~"([^"]+)"', dcgm)) == {regex}
+    assert {int(x) for x in re.findall(r"node_device:dcgm_last_xid:max == (\d+)", dcgm)} == xids
+
+
+def test_dcgm_series_join_on_either_host_label_and_either_uuid_label() -> None:
+    text = (PROMETHEUS_DIR / "gpu-dcgm.yaml").read_text()
+    records = [r for g in yaml.safe_load(text)["groups"] for r in g["rules"] if "record" in r]
+    assert records
+    for rule in records:
+        for source in ("Hostname", "hostname", "uuid", "UUID"):
+            assert f'"{source}", "(.+)"' in rule["expr"], (rule["record"], source)
+    # The newer spelling is applied last, so it wins where a target carries both.
+    assert text.index('"Hostname", "(.+)"') < text.index('"hostname", "(.+)"')
 
 
 def test_write_files_creates_the_output_tree(tmp_path: Path) -> None:

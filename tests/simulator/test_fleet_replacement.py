@@ -276,3 +276,60 @@ async def test_a_device_plugin_replacement_goes_where_the_extenders_pass() -> No
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await runner.cleanup()
+
+
+async def test_an_extended_resource_replacement_gets_a_new_special_claim_away_from_a_tainted_device() -> None:
+    data = {
+        "fleet": [{"name": "n", "count": 2, "gpusPerNode": 2, "path": "dra", "extendedResource": True}],
+        "workloads": [{"name": "w", "replicas": 1, "gpusPerPod": 2, "extendedResource": True}],
+    }
+    async for fleet, store in _running(data):
+        (old,) = pods(store)
+        # Written for device plugins: `nvidia.com/gpu` on a node that advertises none of it.
+        assert old["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "2"
+        assert "resourceClaims" not in old["spec"]
+        assert "nvidia.com/gpu" not in store.get("nodes", "n-0")["status"]["allocatable"]
+        assert "allocatedResourcesStatus" not in old["status"]["containerStatuses"][0]
+        mapping = old["status"]["extendedResourceClaimStatus"]
+        assert mapping["requestMappings"] == [
+            {
+                "containerName": "server",
+                "resourceName": "nvidia.com/gpu",
+                "requestName": "container-0-request-2",
+            }
+        ]
+        special = store.get("resourceclaims.resource.k8s.io", mapping["resourceClaimName"], "default")
+        assert special["metadata"]["annotations"] == {
+            "resource.kubernetes.io/extended-resource-claim": "true"
+        }
+        assert special["metadata"]["ownerReferences"][0]["uid"] == old["metadata"]["uid"]
+        assert [r["request"] for r in special["status"]["allocation"]["devices"]["results"]] == [
+            "container-0-request-2",
+            "container-0-request-2",
+        ]
+        device_class = store.get("deviceclasses.resource.k8s.io", "gpu.nvidia.com")
+        assert device_class["spec"]["extendedResourceName"] == "nvidia.com/gpu"
+        store.create(
+            "devicetaintrules.resource.k8s.io",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceTaintRule",
+                "metadata": {"name": "quarantine-n-0-gpu-1"},
+                "spec": {
+                    "deviceSelector": {"driver": "gpu.nvidia.com", "pool": "n-0", "device": "gpu-1"},
+                    "taint": {"key": "gpuhealth.io/quarantine", "value": "xid-79", "effect": "NoSchedule"},
+                },
+            },
+        )
+        store.delete("pods", old["metadata"]["name"], "default")
+        await settle()
+        claims = [c["metadata"]["name"] for c in store.list("resourceclaims.resource.k8s.io")[0]]
+        assert mapping["resourceClaimName"] not in claims
+        await fleet.advance(6)
+        (new,) = pods(store)
+        assert new["spec"]["nodeName"] == "n-1"
+        renewed = new["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+        assert renewed.startswith(new["metadata"]["name"] + "-extended-resources-")
+        claim = store.get("resourceclaims.resource.k8s.io", renewed, "default")
+        assert [r["pool"] for r in claim["status"]["allocation"]["devices"]["results"]] == ["n-1", "n-1"]
+        assert claim["status"]["reservedFor"][0]["uid"] == new["metadata"]["uid"]

@@ -12,7 +12,8 @@ NVIDIA container runtime does, a pod with no GPU request reaches the GPUs its
 `NVIDIA_VISIBLE_DEVICES` names (uuids, indexes, `all`, `none`; an unknown one fails the
 container at start), unknown to the kubelet. A GPU program (`dcgmi diag`, `vectorAdd`)
 succeeds when every GPU it reached stayed Healthy and fails when one broke during its run,
-even briefly, or when it reached none: on a DRA pod that is the device its claim's allocation
+even briefly, when DCGM fails one of its health watches (a plugin-Healthy card), or when it
+reached none: on a DRA pod that is the device its claim's allocation
 names, whatever its selectors asked for. A pod worker's step whose write the API server refused
 (503: an apiserver restarting) runs again a status sync later.
 """
@@ -318,6 +319,26 @@ async def test_a_diagnostic_follows_the_exposed_gpu_not_an_annotation(dp: tuple[
     (cs,) = get(store, "asks")["status"]["containerStatuses"]
     [row] = cs["allocatedResourcesStatus"][0]["resources"]
     assert row["resourceID"] != broken and row["health"] == "Healthy"
+
+
+async def test_a_diagnostic_fails_on_a_gpu_dcgm_fails_though_its_plugin_reports_it_healthy(
+    dp: tuple[Fleet, Store],
+) -> None:
+    fleet, store = dp
+    failing, passing = gpu_uuid("n-0", 1), gpu_uuid("n-0", 2)
+    fleet.inject(Fault(at=fleet.now(), kind="health-watch", device=DeviceRef("n-0", 1), watch="PCIE"))
+    await fleet.advance(1)
+    await create(store, check_pod("watch-failing", failing))
+    await create(store, check_pod("watch-passing", passing))
+    await fleet.advance(12)
+    assert fleet.gpu("n-0", 1).reported == "Healthy"  # nothing the plugin or the kubelet sees
+    assert exit_code(store, "watch-failing") == ("Failed", 1)
+    assert exit_code(store, "watch-passing") == ("Succeeded", 0)
+    fleet.inject(Fault(at=fleet.now(), kind="recover", device=DeviceRef("n-0", 1)))
+    await fleet.advance(1)
+    await create(store, check_pod("watch-recovered", failing))
+    await fleet.advance(12)
+    assert exit_code(store, "watch-recovered") == ("Succeeded", 0)
 
 
 async def test_the_canary_workload_and_all_and_unknown_gpus(dp: tuple[Fleet, Store]) -> None:

@@ -151,12 +151,59 @@ def test_gpu_out_of_range_names_the_line_and_the_field(tmp_path: Path) -> None:
             "2: janitor.resetSeconds: 'soon' is not a duration",
         ),
         ("name: small\n", "name: small\njanitor: {resetSecs: 5s}\n", "2: janitor.resetSecs: unknown field"),
+        (
+            "    path: device-plugin\n",
+            "    path: device-plugin\n    extendedResource: true\n",
+            "8: fleet[0].extendedResource: a DeviceClass's extendedResourceName applies to DRA nodes only",
+        ),
+        (
+            "    gpusPerPod: 4\n    path: device-plugin\n",
+            "    gpusPerPod: 4\n    path: device-plugin\n    extendedResource: true\n",
+            "17: workloads[0].extendedResource: path: device-plugin pods request nvidia.com/gpu already",
+        ),
+        (
+            "    gpusPerPod: 4\n    path: device-plugin\n",
+            "    gpusPerPod: 4\n    path: dra\n    extendedResource: true\n",
+            "14: workloads[0].replicas: no node in the fleet matches",
+        ),
+        (
+            "    gpusPerPod: 4\n    path: device-plugin\n",
+            "    gpusPerPod: 4\n    extendedResource: true\n    draClaim: direct\n",
+            "17: workloads[0].draClaim: the pods of extendedResource: true reference no claim of their own",
+        ),
+        (
+            "    path: dra\n",
+            "    path: dra\n    dcgmExporter: HostName\n",
+            "12: fleet[1].dcgmExporter: 'HostName' is not one of: hostname, Hostname",
+        ),
+        (
+            "    xid: 79\n",
+            "    xid: 79\n  - {at: 1m, fault: health-watch, device: {node: dra-0, gpu: 1}, watch: PCIE}\n",
+            "31: timeline[3].device: health-watch needs dcgm-exporter on the node",
+        ),
     ],
 )
 def test_each_mistake_gets_one_clear_error(tmp_path: Path, old: str, new: str, expected: str) -> None:
     assert old in GOOD
     message = error_of(tmp_path, GOOD.replace(old, new, 1))
     assert message.startswith(expected), message
+
+
+DCGM = GOOD.replace("    path: dra\n", "    path: dra\n    dcgmExporter: Hostname\n", 1)
+
+
+def test_a_health_watch_fault_on_a_dcgm_exporter_node_names_its_watch(tmp_path: Path) -> None:
+    text = DCGM + "  - {at: 1m, fault: health-watch, device: {node: dra-0, gpu: 1}, watch: NVLINK}\n"
+    scenario = load_file(write(tmp_path, text))
+    assert scenario.nodes["dra-0"].dcgm_host_label == "Hostname"
+    assert scenario.nodes["gpu-node-0"].dcgm_host_label is None
+    [fault] = [f for f in scenario.timeline if f.kind == "health-watch"]
+    assert (fault.watch, fault.device, fault.to_json()["watch"]) == ("NVLINK", fault.device, "NVLINK")
+    assert fault.describe().startswith("health-watch dra-0/gpu-1 watch=NVLINK (DCGM's health watch only")
+    bad = DCGM + "  - {at: 1m, fault: health-watch, device: {node: dra-0, gpu: 1}, watch: FAN}\n"
+    assert "'FAN' is not one of: PCIE, NVLINK" in error_of(tmp_path, bad)
+    missing = DCGM + "  - {at: 1m, fault: health-watch, device: {node: dra-0, gpu: 1}}\n"
+    assert "watch: is required" in error_of(tmp_path, missing)
 
 
 def test_syntax_errors_empty_and_binary_files_are_scenario_errors(tmp_path: Path) -> None:
@@ -324,3 +371,15 @@ def test_random_injected_faults_are_faults_or_scenario_errors(value: Any) -> Non
         parse_fault_json(body, SMALL, now=0.0)
     with pytest.raises(ScenarioError, match="not UTF-8"):
         parse_fault_json(b"\xff\xfe", SMALL, now=0.0)
+
+
+def test_dra_groups_that_disagree_on_the_device_class_are_refused() -> None:
+    data = {
+        "fleet": [
+            {"name": "a", "count": 1, "gpusPerNode": 2, "path": "dra", "extendedResource": True},
+            {"name": "b", "count": 1, "gpusPerNode": 2, "path": "dra"},
+        ]
+    }
+    with pytest.raises(ScenarioError) as caught:
+        from_dict(data, "two.yaml")
+    assert "fleet[1].extendedResource: the DRA driver's DeviceClass is cluster-wide" in str(caught.value)

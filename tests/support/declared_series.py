@@ -3,7 +3,7 @@
 Built from what is declared, never from what queries happen to use: the services' catalogs
 (`exporter.metrics`, `responder.metrics`) plus the labels every scrape adds, Prometheus'
 own series, the Alertmanager counters the self-monitoring rules read, the workloads' counters
-that rules/config.yaml names (the business SLO), and the recording
+that rules/config.yaml names (the business SLO), dcgm-exporter's series, and the recording
 rules of rules/prometheus (their labels inferred from their expressions). Shared by the
 rules test and, next, the dashboards test.
 """
@@ -20,6 +20,7 @@ from exporter.metrics import CATALOG as EXPORTER
 from gpuhealth.metrics import Catalog, MetricFamily
 from responder.metrics import CATALOG as RESPONDER
 from rules.render import DEFAULT_CONFIG, load_config
+from simulator import dcgm_exporter
 from tests.support.promql_names import ANY, Labels, SeriesLabels, output_labels
 
 SERVICES = Catalog.union(EXPORTER, RESPONDER)
@@ -55,6 +56,13 @@ WORKLOAD_SERIES: Mapping[str, Labels] = {
 }
 """The workloads' own counters that rules/config.yaml (`workloads`) names: the site's serving
 stack's, not a gpuhealth service's (the simulator's workloads export these by default)."""
+
+DCGM_SERIES: Mapping[str, Labels] = {
+    name: labels | TARGET_LABELS for name, labels in dcgm_exporter.series_labels().items()
+}
+"""dcgm-exporter's series that rules/prometheus/gpu-dcgm.yaml reads: NVIDIA's exporter's, not a
+gpuhealth service's, with the labels it writes (both spellings of its host label); the simulated
+dcgm-exporter (`simulator.dcgm_exporter`) serves exactly these."""
 
 PROMETHEUS_SERIES: Mapping[str, Labels] = {
     **{
@@ -134,5 +142,5 @@ def recorded_series(rules: Iterable[Rule], base: SeriesLabels) -> dict[str, Labe
 
 def declared_series(rules: Iterable[Rule] = ()) -> dict[str, Labels]:
     """Every series a query may select: services, Alertmanager, Prometheus, recording `rules`."""
-    base = {**catalog_series(SERVICES, ALERTMANAGER), **WORKLOAD_SERIES, **PROMETHEUS_SERIES}
+    base = {**catalog_series(SERVICES, ALERTMANAGER), **WORKLOAD_SERIES, **DCGM_SERIES, **PROMETHEUS_SERIES}
     return {**base, **recorded_series(rules, base)}
