@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dashboards.sdk import Dashboard, Panel, Query, QueryVariable, Row
 from dashboards.settings import Settings
-from responder.ladder import LADDER
+from responder.ladder import KNOWN
 from responder.reconcile.measures import measured_phases
 from responder.records import PHASES, Phase
 from responder.verdicts import QuarantineVerdict
@@ -35,11 +35,12 @@ UIDS = {
 }
 """File stem -> dashboard UID (dashboards/<stem>.json)."""
 
-RELEASE_PHASES = "|".join((Phase.QUARANTINED, *LADDER.phases))
-"""Phases of an enforced quarantine on its way back (Quarantined and the release ladder's rungs)."""
+RELEASE_PHASES = "|".join((Phase.QUARANTINED, *KNOWN.phases))
+"""Phases of an enforced quarantine on its way back (Quarantined and the release ladder's rungs,
+the optional reset's included: a responder without it never reports that phase)."""
 REPORTED_PHASES = ", ".join(p for p in PHASES if p not in (Phase.RELEASED, Phase.ABANDONED))
 """Phases the responder reports a series for (a released or abandoned record has none)."""
-WAY_BACK = f"{Phase.QUARANTINED}, then {', '.join(LADDER.phases[:-1])} and {LADDER.phases[-1]}"
+WAY_BACK = f"{Phase.QUARANTINED}, then {', '.join(KNOWN.phases[:-1])} and {KNOWN.phases[-1]}"
 
 
 def _job(job: str, extra: str = "") -> str:

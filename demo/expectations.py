@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from demo.journal import Entry, Journal, Kind
+from responder.ladder import KNOWN
 from responder.records import RELEASE_PHASES
 from simulator.model import DEVICE_PLUGIN, DRA, NodeGroup, Scenario
 
@@ -51,10 +52,15 @@ UNKNOWN_REASON = "Unknown"
 restriction, any other reason a quarantine."""
 RELEASE_WALK = RELEASE_PHASES
 """The phases a released device walks, in order: the release ladder's, then Released."""
+CLIMBING = frozenset((*KNOWN.phases, *RELEASE_PHASES))
+"""Phases of a release attempt, the optional reset's included: leaving one for Quarantined is a
+failed attempt."""
 WALK = " -> ".join(RELEASE_WALK)
-PHASES = ("Pending", "Deferred", "Quarantined", *RELEASE_WALK, "Abandoned")
+PHASES = ("Pending", "Deferred", "Quarantined", *KNOWN.phases, "Released", "Abandoned")
 """Phase names `phases:` accepts: the responder's `Phase` values."""
 MIGRATION_OUTCOMES = ("succeeded", "failed", "unrecoverable")
+RESET_OUTCOMES = ("succeeded", "failed")
+"""What a GPU reset the cluster's reset controller finished came to (`Kind.RESET`)."""
 PATHS = (DRA, DEVICE_PLUGIN)
 
 _MAX_COUNT = 1_000_000
@@ -267,6 +273,9 @@ class Expectations:
     checks: ChecksExpectation | None = None
     release_requests: tuple[RequestExpectation, ...] = ()
     health_source_down: OutageExpectation | None = None
+    resets: Mapping[str, Count] | None = None
+    """GPU resets the cluster's reset controller finished, by outcome (`succeeded`, `failed`):
+    one per card and request."""
 
     def empty(self) -> bool:
         return self == Expectations()
@@ -292,6 +301,7 @@ _TOP = {
     "checks",
     "releaseRequests",
     "healthSourceDown",
+    "resets",
 }
 ANSWERS = ("honoured", "refused")
 
@@ -387,6 +397,7 @@ def parse(raw: Any, source: str, *, nodes: Mapping[str, NodeGroup] | None = None
         alerts_fired=fired,
         alerts_not_fired=not_fired,
         migrations=_counts(r, data, "migrations", MIGRATION_OUTCOMES),
+        resets=_counts(r, data, "resets", RESET_OUTCOMES),
         evictions=r.count(data["evictions"], ("evictions",)) if "evictions" in data else None,
         enforced_devices=(
             r.count(data["enforcedDevices"], ("enforcedDevices",)) if "enforcedDevices" in data else None
@@ -925,7 +936,7 @@ def _held_at_end(view: _View, held: HeldExpectation) -> list[str]:
         problems.append("not excluded at the end")
     if held.failed_attempts is not None:
         # A rung of the ladder followed by Quarantined: an attempt that failed and was counted.
-        failed = sum(1 for a, b in itertools.pairwise(phases) if a in RELEASE_WALK and b == "Quarantined")
+        failed = sum(1 for a, b in itertools.pairwise(phases) if a in CLIMBING and b == "Quarantined")
         if not held.failed_attempts.holds(failed):
             problems.append(
                 f"failed release attempts: expected {held.failed_attempts.describe()}, got {failed} "
@@ -1010,6 +1021,9 @@ def _tallies(view: _View, e: Expectations) -> list[str]:
     }
     for outcome, count in (e.migrations or {}).items():
         compare(f"migrations {outcome}", count, sum(1 for m in migrations if m[0] == outcome))
+    resets = {(x.what, x.device, x.detail.get("request", "")) for x in view.entries if x.kind == Kind.RESET}
+    for outcome, count in (e.resets or {}).items():
+        compare(f"resets {outcome}", count, sum(1 for x in resets if x[0] == outcome))
     evicted = sorted({x.what for x in view.entries if x.kind == Kind.EVICTION})
     compare("evictions", e.evictions, len(evicted), f" ({', '.join(evicted[:5])})" if evicted else "")
     enforced = {x.device for x in view.entries if x.kind == Kind.ENFORCED and x.what == _QUARANTINE}

@@ -90,6 +90,10 @@ class Kind(StrEnum):
     """A component process started, was killed or exited. what: `started|killed|exited`; node is
     empty, device is empty; detail: `name` (`responder-0`, `alertmanager-1`, `exporter-gpu-dp-0`),
     `role` (`leader|follower` when known)."""
+    RESET = "reset"
+    """The cluster's reset controller (NVSentinel's janitor) started or finished resetting a card.
+    what: `started|succeeded|failed`; detail: `request` (the GPUReset), `reason` (the outcome's).
+    One entry per card the request names."""
     NOTE = "note"
     """A line for the narrative that fits no other kind (a warning, a scenario stage)."""
 

@@ -21,7 +21,7 @@ from responder.reconcile.policy import CheckResult
 from responder.reconcile.requests import CONDITION as REQUEST_CONDITION
 from responder.records import MigrationOutcome, RecordError, from_object
 from responder.verdicts import verdict_of
-from simulator.fleet.events import DeviceHealthChanged, FaultApplied, FleetEvent, NodeChanged
+from simulator.fleet.events import DeviceHealthChanged, FaultApplied, FleetEvent, GpuReset, NodeChanged
 
 QUARANTINES = "devicequarantines.gpuhealth.io"
 RULES = "devicetaintrules.resource.k8s.io"
@@ -116,6 +116,11 @@ class Observer:
             )
         elif isinstance(event, NodeChanged):
             j.record(at, Kind.NOTE, event.what, event.node)
+        elif isinstance(event, GpuReset):
+            for uuid in event.uuids:
+                j.record(
+                    at, Kind.RESET, event.what, event.node, uuid, request=event.request, reason=event.reason
+                )
 
     def evicted(self, at: float, pod: str, node: str, devices: Iterable[str], job: str) -> None:
         """The apiserver served an eviction of `pod` (namespace/name) running on `devices`."""

@@ -22,7 +22,7 @@ from markupsafe import Markup
 
 from demo.journal import Entry, Journal, Kind, Recovery, sorted_entries
 from demo.summary import RELEASE_PHASES, Detection, Summary, concerns, describe, percentile
-from responder.ladder import LADDER
+from responder.ladder import KNOWN
 
 TEMPLATE = "report.html.j2"
 
@@ -33,7 +33,7 @@ PHASE_COLOURS = {
     "Pending": "#b8b8b8",
     "Deferred": "#8c8c8c",
     "Quarantined": "#8b1e3f",
-    **{phase: RUNG_COLOURS[i % len(RUNG_COLOURS)] for i, phase in enumerate(LADDER.phases)},
+    **{phase: RUNG_COLOURS[i % len(RUNG_COLOURS)] for i, phase in enumerate(KNOWN.phases)},
     "Released": "#d9eed9",
     "Abandoned": "#dddddd",
 }

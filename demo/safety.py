@@ -52,7 +52,10 @@ The invariants (each broken one is a line in `Verdict.violations`; the run exits
   quarantines, a node opted out);
 - a release step without health evidence: a record stepping up the release ladder (or
   Released) while the responders' health source was down (HEALTH_SOURCE entries), more than
-  `pass_seconds` after it went down.
+  `pass_seconds` after it went down;
+- a GPU reset where none belongs: the cluster's reset controller starting a reset (RESET
+  entries) of a card no quarantine record held at that moment, or of a card a workload's pod
+  (not a check's) was running on: a reset kills what runs on the card.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from demo.journal import Entry, Journal, Kind, sorted_entries
-from responder.ladder import LADDER, Ladder
+from responder.ladder import KNOWN, LADDER, Ladder
 from simulator.model import APPLICATION_XIDS, Fault, Scenario
 
 QUARANTINE_FAULTS = frozenset({"device-unhealthy", "gpu-lost", "row-remap-failure"})
@@ -306,7 +309,7 @@ def _unhealthy_episodes(scenario: Scenario) -> dict[tuple[str, int], list[tuple[
 
 NO_ACTION = frozenset({"", "none"})
 """`action` label values that ask the responder for nothing."""
-RELEASING = frozenset(LADDER.phases)
+RELEASING = frozenset(KNOWN.phases)
 """Phases of a record on its way out: the release ladder's rungs."""
 GUARDRAIL_HOLDS = frozenset({"RateLimited", "NodeOptedOut"})
 """Phase reasons of a record that a person's configuration holds back from enforcement: the rate
@@ -557,6 +560,7 @@ def judge(
     violations += _requested_releases(entries, ladder, label)
     violations += _unenforced(entries, reaction, journal.ended_at, label)
     violations += _steps_without_health(entries, pass_seconds, label)
+    violations += _resets(entries, active, label)
     return Verdict(tuple(violations), tuple(sorted(acted)), tuple(sorted(missed)))
 
 
@@ -976,7 +980,7 @@ def _steps_without_health(entries: list[Entry], pass_seconds: float, label: Labe
         down.append((since, math.inf))
     if not down:
         return []
-    order = {phase: i for i, phase in enumerate((*LADDER.phases, "Released"))}
+    order = {phase: i for i, phase in enumerate((*KNOWN.phases, "Released"))}
     previous: dict[str, str] = {}
     out: list[str] = []
     for e in entries:
@@ -991,6 +995,31 @@ def _steps_without_health(entries: list[Entry], pass_seconds: float, label: Labe
                 f"t+{e.at:.0f}s {label(e.device, e.node)} stepped {before or '?'} -> {e.what} "
                 "while the responders' health source was down"
             )
+    return out
+
+
+def _resets(entries: list[Entry], active: Callable[[str, float], list[_Record]], label: Label) -> list[str]:
+    """A GPU reset started on a card no quarantine held, or under a workload's running pod."""
+    running: dict[str, set[str]] = {}
+    out: list[str] = []
+    for e in entries:
+        if e.kind is Kind.POD and not e.detail.get("check"):
+            for device in (e.detail.get("devices") or e.device).split(","):
+                pods = running.setdefault(device, set())
+                if e.what == "running":
+                    pods.add(e.detail.get("pod", ""))
+                else:
+                    pods.discard(e.detail.get("pod", ""))
+        elif e.kind is Kind.RESET and e.what == "started":
+            if not active(e.device, e.at):
+                out.append(
+                    f"t+{e.at:.0f}s a GPU reset of {label(e.device, e.node)}, which no quarantine held"
+                )
+            if running.get(e.device):
+                names = ", ".join(sorted(running[e.device]))
+                out.append(
+                    f"t+{e.at:.0f}s a GPU reset of {label(e.device, e.node)} under running work ({names})"
+                )
     return out
 
 

@@ -302,6 +302,7 @@ DURATION_KEYS = frozenset(
         ("migration", "lease_cap"),
         ("migration", "replacement_timeout"),
         ("intake", "expiry"),
+        ("reset", "timeout"),
     }
 )
 """(section, key) of every duration in the responder's config (`responder/config.py`)."""

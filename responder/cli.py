@@ -102,7 +102,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     service.add_argument(
         "--config",
         metavar="FILE",
-        help="YAML tunables: policy, breaker, migration, checks... (example: deploy/responder-config.yaml)",
+        action="append",
+        help="YAML tunables: policy, breaker, migration, checks... (example: deploy/responder-config.yaml); "
+        "repeated, each file's keys apply over the files before it (a component's addition)",
     )
     command(service, run_responder)
 
@@ -157,8 +159,8 @@ def run_responder(args: argparse.Namespace) -> int:
             tls=tls,
             checks=CheckSettings(namespace=args.namespace),  # the file may name another
         )
-        if args.config:
-            settings = config.load(args.config, settings)
+        for path in args.config or ():
+            settings = config.load(path, settings)
         certificate = ReloadingCertificate(tls.cert_file, tls.key_file) if tls is not None else None
     except config.ConfigError as exc:
         raise UsageError(f"--config {exc}") from exc

@@ -13,6 +13,8 @@ which cluster, the token, TLS). The shipped example with every default and its r
                      namespace_modes, node_in_flight, node_per_hour, namespace_evictions_per_hour}
     checks:         {namespace, probe_image, probe_command, canary_image, canary_command,
                      runtime_class}
+    reset:          {enabled, timeout, group, version, kind, plural, namespace, node_field,
+                     uuids_field, complete_condition, succeeded_reason}
     intake:         {expiry}
 
 One dialect with `rules/config.yaml`: sections of snake_case keys, no apiVersion/kind header.
@@ -39,6 +41,7 @@ from typing import Any
 import yaml
 
 from gpuhealth.durations import DurationError, parse_duration
+from responder.ladder import LADDER, Ladder, with_reset
 from responder.migrate.plan import Mode
 from responder.settings import ResponderSettings
 
@@ -106,6 +109,19 @@ def _command(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
         raise _Invalid(f"{value!r} must be a non-empty list of strings (the argv)")
     return tuple(value)
+
+
+def _reset_ladder(value: Any) -> Ladder:
+    """`reset.enabled`: the shipped ladder, with the reset rung before the probe when true."""
+    if not isinstance(value, bool):
+        raise _Invalid(f"{value!r} must be true or false")
+    return with_reset(LADDER) if value else LADDER
+
+
+def _optional_name(value: Any) -> str:
+    if not isinstance(value, str) or (value and not _DNS_SUBDOMAIN.fullmatch(value)):
+        raise _Invalid(f"{value!r} must be a namespace name, or empty for a cluster-scoped kind")
+    return value
 
 
 def _mode(value: Any) -> Mode:
@@ -181,6 +197,19 @@ _SECTIONS: dict[str, dict[str, _Key]] = {
     },
     "intake": {
         "expiry": _Key(("intake", "expiry_seconds"), _duration),
+    },
+    "reset": {
+        "enabled": _Key(("reconciler", "policy", "ladder"), _reset_ladder),
+        "timeout": _Key(("reconciler", "policy", "reset_timeout_seconds"), _duration),
+        "group": _Key(("reset", "group"), _text),
+        "version": _Key(("reset", "version"), _text),
+        "kind": _Key(("reset", "kind"), _text),
+        "plural": _Key(("reset", "plural"), _text),
+        "namespace": _Key(("reset", "namespace"), _optional_name),
+        "node_field": _Key(("reset", "node_field"), _text),
+        "uuids_field": _Key(("reset", "uuids_field"), _text),
+        "complete_condition": _Key(("reset", "complete_condition"), _text),
+        "succeeded_reason": _Key(("reset", "succeeded_reason"), _text),
     },
 }
 

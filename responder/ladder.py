@@ -7,12 +7,15 @@ everything that shows or judges phases reads the sequence from here: the record'
 (`responder.records.PHASES`), the CRD's enum, the demo's progress, verdicts, summary and
 report, the dashboards (generated from it, or checked against it by a test).
 
-A rung is one of three kinds:
+A rung is one of four kinds:
 - check: a Job whose pod gets the device itself must succeed within `seconds`; its verdict is
   kept in the record (`status.lastCheck`), and a person may not release a device whose last
   check failed;
 - window: the device reports Healthy without a break for `seconds`;
-- ramp: the device carries `taint` (only work that opts in tolerates it) for `seconds`.
+- ramp: the device carries `taint` (only work that opts in tolerates it) for `seconds`;
+- reset: an installed reset controller (NVSentinel's janitor by default) is asked to reset the
+  card and must report success within `seconds` (`responder.reset`); off unless configured:
+  `RESET` is on a responder's ladder only through `with_reset` (`reset.enabled`).
 Any failure on a rung (a failed or timed-out check, an alert firing again, the metrics not
 Healthy where the rung asks for them) returns the device to Quarantined with the backoff
 doubled; passing the last rung releases it.
@@ -46,6 +49,9 @@ class Kind(StrEnum):
     CHECK = "check"
     WINDOW = "window"
     RAMP = "ramp"
+    RESET = "reset"
+    """A reset of the card by a controller outside gpuhealth; walked like a check (a request per
+    record and attempt, a result, a timeout), its executor is the reset hand-off, not a Job."""
 
 
 class Target(StrEnum):
@@ -83,7 +89,7 @@ class Rung:
             raise ValueError(f"rung phase {self.phase!r} must be one CamelCase word")
         if not self.name:
             raise ValueError(f"rung {self.phase}: a name is required")
-        if self.kind == Kind.CHECK and not self.name.replace("-", "").isalnum():
+        if self.kind in (Kind.CHECK, Kind.RESET) and not self.name.replace("-", "").isalnum():
             raise ValueError(f"check {self.name!r}: letters, digits and '-' only (it names a Job)")
         if self.kind == Kind.RAMP and not self.taint:
             raise ValueError(f"ramp rung {self.phase}: a taint is required")
@@ -105,7 +111,7 @@ class Ladder:
         phases = [r.phase for r in self.rungs]
         if len(set(phases)) != len(phases):
             raise ValueError(f"rung phases repeat: {phases}")
-        checks = [r.name for r in self.rungs if r.kind == Kind.CHECK]
+        checks = [r.name for r in self.rungs if r.kind in (Kind.CHECK, Kind.RESET)]
         if len(set(checks)) != len(checks):
             raise ValueError(f"check names repeat: {checks}")
         object.__setattr__(self, "_by_phase", {p: i for i, p in enumerate(phases)})
@@ -135,6 +141,9 @@ class Ladder:
 
     def checks(self) -> tuple[Rung, ...]:
         return tuple(r for r in self.rungs if r.kind == Kind.CHECK)
+
+    def resets(self) -> tuple[Rung, ...]:
+        return tuple(r for r in self.rungs if r.kind == Kind.RESET)
 
     def describe(self) -> str:
         """`probe, canary, stability window and ramp`: the rungs as people read them."""
@@ -168,3 +177,28 @@ LADDER = Ladder(
 
 PROBING, CANARY, STABILIZING, RAMP = LADDER.phases
 """The shipped rungs' phases, for code and tests that name one of them."""
+
+RESET = Rung("Resetting", "reset", Kind.RESET, setting="reset_timeout_seconds", metrics_judge=False)
+"""The reset hand-off: before the probe, an installed reset controller resets the card
+(`responder.reset`). Not a judge of Unknown: a card being reset may stop reporting for a while
+(Unhealthy still fails it, as every rung)."""
+
+
+def with_reset(ladder: Ladder) -> Ladder:
+    """`ladder` with `RESET` before its first check (the probe): the probe then tests the card as
+    the reset left it. Unchanged when it already has the rung."""
+    if ladder.rung(RESET.phase) is not None:
+        return ladder
+    first_check = next((i for i, r in enumerate(ladder.rungs) if r.kind == Kind.CHECK), 0)
+    return Ladder((*ladder.rungs[:first_check], RESET, *ladder.rungs[first_check:]))
+
+
+def without_reset(ladder: Ladder) -> Ladder:
+    """`ladder` with no reset rung (a dry run asks no controller to reset a card)."""
+    return Ladder(tuple(r for r in ladder.rungs if r.kind != Kind.RESET))
+
+
+KNOWN = with_reset(LADDER)
+"""Every rung a shipped responder may walk, the optional reset included, in order: what a record
+may say (`responder.records.PHASES`, the CRD's enum) and what the dashboards list. A responder
+walks `LADDER`, or `with_reset(LADDER)` where the reset hand-off is configured."""

@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpuhealth.kube.resources import Resource
-from responder.ladder import LADDER, Ladder
+from responder.ladder import KNOWN, LADDER, Ladder
 
 GROUP = "gpuhealth.io"
 VERSION = "v1alpha1"
@@ -80,11 +80,12 @@ def phases_of(ladder: Ladder) -> tuple[str, ...]:
     return (Phase.PENDING, Phase.DEFERRED, Phase.QUARANTINED, *ladder.phases, Phase.RELEASED, Phase.ABANDONED)
 
 
-PHASES = phases_of(LADDER)
-"""The shipped responder's phases: the CRD's enum, the demo's progress columns and the
-dashboards' phase lists are this sequence (generated from it, or checked against it)."""
+PHASES = phases_of(KNOWN)
+"""The shipped responder's phases (the optional reset rung's included): the CRD's enum, the
+demo's progress columns and the dashboards' phase lists are this sequence (generated from it,
+or checked against it)."""
 RELEASE_PHASES: tuple[str, ...] = (*LADDER.phases, Phase.RELEASED)
-"""The phases a released device walked, in order."""
+"""The phases a released device walked, in order (the optional reset before them aside)."""
 ACTIVE_PHASES = frozenset(PHASES) - {Phase.RELEASED, Phase.ABANDONED}
 
 
@@ -543,7 +544,7 @@ class RecordError(ValueError):
     """A stored object that is not a readable DeviceQuarantine; the message names the field."""
 
 
-def from_object(obj: Any, ladder: Ladder = LADDER) -> Quarantine:
+def from_object(obj: Any, ladder: Ladder = KNOWN) -> Quarantine:
     """The record in an API object; RecordError names what is wrong (someone edited it by hand).
 
     `ladder`: the release ladder the reader walks (its rungs are the phases beside `Phase`)."""

@@ -35,12 +35,14 @@ from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
 from responder.extender.capacity import CapacityCache, run_cache
 from responder.extender.server import add_filter
+from responder.ladder import without_reset
 from responder.migrate.executor import Migrator, MigratorMetrics
 from responder.migrate.readings import PrometheusReadings
 from responder.reconcile.breaker_store import BreakerStore
 from responder.reconcile.events import KubeEvents
 from responder.reconcile.health import PrometheusHealth
 from responder.reconcile.reconciler import Reconciler
+from responder.reset.handoff import ResetHandoff
 from responder.settings import ResponderSettings
 from responder.tls import ReloadingCertificate, watch_certificate
 from responder.webhook.recorder import Recorder
@@ -109,7 +111,12 @@ def create_app(
             ready["api"] = True
             reconciler_settings = settings.reconciler
             if settings.dry_run:
-                policy = dataclasses.replace(reconciler_settings.policy, dry_run=True)
+                # A dry run enforces nothing, and asks no controller to reset a card either.
+                policy = dataclasses.replace(
+                    reconciler_settings.policy,
+                    dry_run=True,
+                    ladder=without_reset(reconciler_settings.policy.ladder),
+                )
                 reconciler_settings = dataclasses.replace(reconciler_settings, policy=policy)
             migrator = Migrator(
                 api,
@@ -119,11 +126,16 @@ def create_app(
                 namespace=settings.namespace,
                 readings=PrometheusReadings(settings.prometheus_url),
             )
+            resets = ResetHandoff(api, settings.reset) if reconciler_settings.policy.ladder.resets() else None
+            unserved = None if resets is None else await asyncio.to_thread(resets.unserved)
+            if unserved is not None:
+                log.error("reset hand-off: %s", unserved)
             reconciler = Reconciler(
                 api,
                 enforcer=Enforcer(api, rules, ramp_pods=settings.ramp_pods),
                 health=PrometheusHealth(settings.prometheus_url),
                 checks=JobChecks(api, settings.checks),
+                resets=resets,
                 events=KubeEvents(api),
                 breaker_store=BreakerStore(api, settings.namespace),
                 settings=reconciler_settings,

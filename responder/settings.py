@@ -15,6 +15,7 @@ from responder.checks.jobs import CheckSettings
 from responder.extender.capacity import CacheSettings
 from responder.migrate.executor import MigratorSettings
 from responder.reconcile.reconciler import ReconcilerSettings
+from responder.reset.handoff import ResetSettings
 from responder.tls import TlsSettings
 from responder.webhook.intake import IntakeSettings
 
@@ -56,6 +57,9 @@ class ResponderSettings:
     reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings)
     migrator: MigratorSettings = field(default_factory=MigratorSettings)
     checks: CheckSettings = field(default_factory=CheckSettings)
+    reset: ResetSettings = field(default_factory=ResetSettings)
+    """The reset controller's request kind, used only where the ladder has the reset rung
+    (`reset.enabled`: `responder.ladder.with_reset`)."""
     ramp_pods: int = 1
     """Device plugins: pods labelled `gpuhealth.io/canary-ok: "true"` the scheduler extender admits
     to a node for each of its devices on the ramp, at a time (every other pod still counts the

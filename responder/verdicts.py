@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from itertools import pairwise
 
-from responder.ladder import LADDER, Ladder
+from responder.ladder import KNOWN, Ladder
 from responder.records import HistoryEntry, Phase, Quarantine
 
 RESTRICT = "restrict"
@@ -85,12 +85,12 @@ def judge(evidence: Evidence) -> QuarantineVerdict | None:
     return QuarantineVerdict.UNCONFIRMED
 
 
-def verdict_of(record: Quarantine, ladder: Ladder = LADDER) -> QuarantineVerdict | None:
+def verdict_of(record: Quarantine, ladder: Ladder = KNOWN) -> QuarantineVerdict | None:
     """The verdict of the record's current quarantine (None while it runs, or if never enforced)."""
     return judge(evidence_of(record, ladder))
 
 
-def evidence_of(record: Quarantine, ladder: Ladder = LADDER) -> Evidence:
+def evidence_of(record: Quarantine, ladder: Ladder = KNOWN) -> Evidence:
     """The evidence the record's current quarantine gathered.
 
     The record's object is reused for a device's next quarantine, with the history kept: only
@@ -107,7 +107,11 @@ def evidence_of(record: Quarantine, ladder: Ladder = LADDER) -> Evidence:
     fell_back = any(
         now == Phase.QUARANTINED and ladder.rung(before) is not None for before, now in pairwise(phases)
     )
-    attempts = sum(1 for before, now in pairwise(phases) if now == ladder.first.phase and before != now)
+    # An attempt begins where a record steps from off the ladder onto it (its first rung: the
+    # reset where the responder has it, else the probe).
+    attempts = sum(
+        1 for before, now in pairwise(phases) if ladder.rung(now) is not None and ladder.rung(before) is None
+    )
     check = record.status.last_check
     check_failed = (
         check is not None

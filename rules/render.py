@@ -163,6 +163,9 @@ class SelfSettings:
     """GPUHealthQuarantinePhaseStuck: Probing this long (above the responder's 10m probe timeout)."""
     canary_stuck_for: Duration = Duration(1800)
     """GPUHealthQuarantinePhaseStuck: Canary this long (above the responder's 20m canary timeout)."""
+    resetting_stuck_for: Duration = Duration(1500)
+    """GPUHealthQuarantinePhaseStuck: Resetting this long (above the responder's 15m reset timeout;
+    the phase exists only where the reset hand-off is on)."""
     pending_stuck_for: Duration = Duration(1800)
     """GPUHealthQuarantinePhaseStuck: Pending this long while quarantines wait for the rate limit."""
     deferred_stuck_for: Duration = Duration(600)
@@ -443,6 +446,7 @@ def validate(settings: Settings) -> None:
         "migration_window",
         "probing_stuck_for",
         "canary_stuck_for",
+        "resetting_stuck_for",
         "pending_stuck_for",
         "deferred_stuck_for",
         "no_leader_for",
@@ -458,7 +462,13 @@ def validate(settings: Settings) -> None:
             f"evaluation_interval ({settings.evaluation_interval})"
         )
     # A phase that ends the whole quarantine sooner than it can be stuck is no stuck phase.
-    for name in ("probing_stuck_for", "canary_stuck_for", "pending_stuck_for", "deferred_stuck_for"):
+    for name in (
+        "probing_stuck_for",
+        "canary_stuck_for",
+        "resetting_stuck_for",
+        "pending_stuck_for",
+        "deferred_stuck_for",
+    ):
         if getattr(own, name) >= own.quarantine_max_age:
             raise ConfigError(
                 f"self.{name} ({getattr(own, name)}) must be shorter than self.quarantine_max_age "

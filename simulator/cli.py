@@ -34,7 +34,7 @@ from gpuhealth.tables import write_document, write_table
 from simulator.apiserver.versions import DEFAULT as DEFAULT_VERSION
 from simulator.apiserver.versions import SUPPORTED as SUPPORTED_VERSIONS
 from simulator.apiserver.versions import KubernetesVersion, parse_feature_gates
-from simulator.fleet import DeviceHealthChanged, FaultApplied, FleetEvent, NodeChanged
+from simulator.fleet import DeviceHealthChanged, FaultApplied, FleetEvent, GpuReset, NodeChanged
 from simulator.fleet.extender_client import SchedulerConfigError
 from simulator.runner import SimulatedCluster
 from simulator.scenario import Scenario, ScenarioError, list_builtins, resolve
@@ -357,6 +357,11 @@ def format_event(event: FleetEvent, *, health: bool = True, offset: float = 0.0)
         return f"{stamp} fault   {event.fault.describe()}"
     if isinstance(event, NodeChanged):
         return f"{stamp} node    {event.node}: {event.what}"
+    if isinstance(event, GpuReset):
+        cards = ", ".join(event.uuids) or "every GPU"
+        return f"{stamp} reset   {event.node} {cards}: {event.what}" + (
+            f" ({event.reason})" if event.reason else ""
+        )
     if isinstance(event, DeviceHealthChanged) and health:
         pods = ", ".join(event.pods[:4]) + (f" (+{len(event.pods) - 4} more)" if len(event.pods) > 4 else "")
         line = f"{stamp} health  {event.node}/{event.device}: {event.old} -> {event.new}  pods: {pods}"

@@ -202,6 +202,10 @@ class Fault:
     corrected: int = 0
     uncorrected: int = 0
     line: int | None = None
+    reset: Literal["clears", "fails"] | None = None
+    """device-unhealthy: the fault leaves the card needing a reset (a GPU program on it fails
+    until one): `clears` a reset clears it (a sticky fatal XID's state), `fails` no reset can
+    (a hardware fault: the card stays failed); None: no reset is needed."""
     watch: str | None = None
     """health-watch: the DCGM health watch that fails (`DCGM_HEALTH_WATCHES`) until the device recovers."""
 
@@ -223,6 +227,8 @@ class Fault:
             parts.append(f"times={self.times} period={_fmt_seconds(self.period or 0)}")
         if self.duration is not None:
             parts.append(f"for {_fmt_seconds(self.duration)}")
+        if self.reset is not None:
+            parts.append(f"(needs a reset, which {'clears it' if self.reset == 'clears' else 'fails'})")
         note = _FAULT_NOTES.get(self.kind)
         if self.kind == "xid" and not self.unhealthy:
             note = "application error: device health unchanged"
@@ -243,6 +249,7 @@ class Fault:
             ("xid", self.xid),
             ("message", self.message),
             ("unhealthy", self.unhealthy),
+            ("reset", self.reset),
             ("watch", self.watch),
         ):
             if value is not None:
@@ -270,6 +277,9 @@ class Scenario:
     """Responder configuration overrides (the `--config` schema) for this scenario; checked by the demo."""
     expect: Mapping[str, Any] = field(default_factory=dict)
     """The outcome the scenario must produce end to end; checked by the demo (`demo.expectations`)."""
+    janitor: float | None = None
+    """A reset controller (NVSentinel's janitor, `simulator.fleet.janitor`) runs in the cluster
+    and takes this many simulated seconds per GPU reset; None: none is installed."""
 
     def gpu_count(self) -> int:
         return sum(g.count * g.gpus_per_node for g in self.fleet)

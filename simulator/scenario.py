@@ -283,6 +283,7 @@ _TOP_KEYS = (
     "demo",
     "responder",
     "expect",
+    "janitor",
 )
 _OUTER_SECTIONS = ("demo", "responder", "expect")
 """Sections the simulator keeps as they are for the parts that run the scenario end to end."""
@@ -331,7 +332,7 @@ _WORKLOAD_KEYS = (
     "extendedResource",
 )
 _FAULT_KEYS: dict[str, tuple[str, ...]] = {
-    "device-unhealthy": ("device", "message", "duration"),
+    "device-unhealthy": ("device", "message", "duration", "reset"),
     "device-unknown": ("device", "duration"),
     "flap": ("device", "times", "period"),
     "kubelet-stop": ("node", "duration"),
@@ -619,6 +620,8 @@ def parse_fault(
             fault["unhealthy"] = fault["xid"] not in APPLICATION_XIDS
     if data.get("message") is not None:
         fault["message"] = r.string(data["message"], (*path, "message"), max_len=100_000)
+    if data.get("reset") is not None:
+        fault["reset"] = r.choice(data["reset"], (*path, "reset"), ["clears", "fails"])
     if kind == "health-watch":
         fault["watch"] = r.choice(r.required(data, "watch", path), (*path, "watch"), DCGM_HEALTH_WATCHES)
         assert device is not None
@@ -689,6 +692,12 @@ def _build_scenario(data_raw: Any, lines: Mapping[_Path, int], source: str, defa
         workloads.append(wl)
     timeline_raw = r.sequence(data.get("timeline") or [], ("timeline",))
     timeline = [parse_fault(r, raw, ("timeline", i), nodes) for i, raw in enumerate(timeline_raw)]
+    janitor = None
+    if data.get("janitor") is not None:
+        spec = r.mapping(data["janitor"], ("janitor",), ("resetSeconds",))
+        janitor = r.duration(
+            r.required(spec, "resetSeconds", ("janitor",)), ("janitor", "resetSeconds"), positive=True
+        )
     scenario = Scenario(
         name=name,
         description=description,
@@ -698,6 +707,7 @@ def _build_scenario(data_raw: Any, lines: Mapping[_Path, int], source: str, defa
         workloads=tuple(workloads),
         timeline=tuple(sorted(timeline, key=lambda f: f.at)),
         nodes=nodes,
+        janitor=janitor,
         **{key: r.section(data.get(key), (key,)) for key in _OUTER_SECTIONS},
     )
     _check_placement(r, scenario)

@@ -54,7 +54,7 @@ from responder import metrics
 from responder.enforce.backends import Backends
 from responder.enforce.holders import pods_on_device
 from responder.enforce.shipped import Enforcer
-from responder.ladder import LADDER, Kind
+from responder.ladder import KNOWN, Kind
 from responder.migrate.evidence import DeviceReadings, evidence_data
 from responder.migrate.plan import (
     FAILED_REASON,
@@ -240,7 +240,7 @@ class _DeviceReads:
 
 
 def _ramping(record: Quarantine) -> bool:
-    rung = LADDER.rung(record.status.phase)
+    rung = KNOWN.rung(record.status.phase)
     return rung is not None and rung.kind == Kind.RAMP
 
 
@@ -336,7 +336,7 @@ class Migrator:
         # A cluster it cannot read raises: the caller (the reconciler) retries this record on
         # its backoff; swallowed here, a device whose moves had not begun would wait a whole
         # recheck, as nothing in the record would say a move is due.
-        climbing = LADDER.rung(record.status.phase) is not None
+        climbing = KNOWN.rung(record.status.phase) is not None
         # On a rung of the release ladder only the moves awaiting replacements go on: nothing new
         # begins (on the ramp, the pods on the device are the opted-in work it was opened to).
         jobs = {} if climbing else observer.jobs_on_device(record)

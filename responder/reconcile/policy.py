@@ -124,7 +124,8 @@ class DeviceView:
     node_opted_out: bool = False
     """The node carries `gpuhealth.io/remediation=disabled`: record and page, enforce nothing."""
     check: CheckResult = CheckResult.ABSENT
-    """The Job of the check rung the record stands on (Absent on any other phase)."""
+    """The Job of the check rung the record stands on, or the reset request of the reset rung
+    (`responder.reset`); Absent on any other phase."""
     holders: tuple[str, ...] = ()
     """Pods (`namespace/name`) still holding the device, gpuhealth's own checks aside; observed
     only when a release attempt may start (`needs_holders`)."""
@@ -143,6 +144,10 @@ class PolicySettings:
     """Healthy without a break for this long before the device ramps back (30 minutes)."""
     ramp_seconds: float = 3600.0
     """How long the device carries the canary taint (opted-in work only) before full release."""
+    reset_timeout_seconds: float = 900.0
+    """The reset rung (where the ladder has it, `responder.ladder.with_reset`): a reset the
+    controller has not reported done after this long counts as failed. NVSentinel's janitor
+    stops the node's GPU services, runs a reset Job and starts them again: minutes, not seconds."""
     backoff_seconds: float = 3600.0
     """First extension of a quarantine whose release failed or that expired still failing;
     doubled on every consecutive failure."""
@@ -231,6 +236,13 @@ class StartCheck:
 
 
 @dataclass(frozen=True, slots=True)
+class StartReset:
+    """Ask the reset controller to reset the device's card for `attempt` (a no-op if asked)."""
+
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
 class SaveBreaker:
     state: BreakerState
 
@@ -244,7 +256,7 @@ class Notify:
     warning: bool = False
 
 
-Effect = Enforce | Unenforce | StartCheck | SaveBreaker | Notify
+Effect = Enforce | Unenforce | StartCheck | StartReset | SaveBreaker | Notify
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +322,7 @@ def _decide(record: Quarantine, view: DeviceView, ctx: Context, *, shorten: bool
         return _fail(record, ctx, f"the device reported {view.health.value} while {phase}")
     if view.health.known and record.status.phase_reason == HEALTH_UNAVAILABLE:
         record = _move(record, ctx, phase, "the health source answers again", reason="")
-    if rung.kind == Kind.CHECK:
+    if rung.kind in (Kind.CHECK, Kind.RESET):
         return _check(record, view, ctx, rung)
     if rung.kind == Kind.WINDOW:
         return _window(record, view, ctx, rung)
@@ -473,8 +485,8 @@ def _enter(record: Quarantine, ctx: Context, rung: Rung, message: str) -> Step:
     """The record moved onto `rung`, with what the rung starts (its check's Job, its taint)."""
     moved = _move(record, ctx, rung.phase, message)
     effects: tuple[Effect, ...] = ()
-    if rung.kind == Kind.CHECK:
-        effects = (StartCheck(rung.name, record.status.attempt),)
+    if rung.kind in (Kind.CHECK, Kind.RESET):
+        effects = (_start(rung, record.status.attempt),)
     elif rung.kind == Kind.RAMP:
         effects = (Enforce(rung.taint, record.spec.reason, _effect(ctx)),)
     return Step(moved, effects, recheck_seconds=rung.seconds)
@@ -496,7 +508,14 @@ def _passed(record: Quarantine, view: DeviceView, ctx: Context, rung: Rung, why:
     return Step(released, (Unenforce(), Notify("Released", f"{ctx.settings.rungs.describe()} passed")))
 
 
+def _start(rung: Rung, attempt: int) -> StartCheck | StartReset:
+    """What starts a check rung (its Job) or the reset rung (its request)."""
+    return StartReset(attempt) if rung.kind == Kind.RESET else StartCheck(rung.name, attempt)
+
+
 def _check(record: Quarantine, view: DeviceView, ctx: Context, rung: Rung) -> Step:
+    """A check rung, or the reset rung walked as one: its verdict is kept in `lastCheck` (a reset
+    that failed blocks a person's release as a failed probe does: the card was not cleared)."""
     attempt, kind, timeout = record.status.attempt, rung.name, rung.seconds
     if view.check == CheckResult.SUCCEEDED:
         passed = replace(
@@ -511,7 +530,7 @@ def _check(record: Quarantine, view: DeviceView, ctx: Context, rung: Rung) -> St
         return _fail(
             record, ctx, f"{kind} of attempt {attempt} timed out after {timeout:.0f} s", check=failed
         )
-    effects: tuple[Effect, ...] = (StartCheck(kind, attempt),) if view.check == CheckResult.ABSENT else ()
+    effects: tuple[Effect, ...] = (_start(rung, attempt),) if view.check == CheckResult.ABSENT else ()
     return Step(record, effects, recheck_seconds=timeout - elapsed)
 
 

@@ -8,7 +8,8 @@ and writes the records, one pass over all of them at a time:
    `HealthSource` (one snapshot per pass; when it fails, a snapshot in which every device is
    Unavailable, so the pass still enforces and moves, and only releases wait); per record,
    what it needs: whether gpuhealth's enforcement is present, the node's opt-out label
-   (Pending only), the Job of the current attempt's check (on a check rung of the release ladder only).
+   (Pending only), the Job of the current attempt's check (on a check rung of the release ladder
+   only), or its reset request (on the reset rung, `responder.reset`).
 2. Rebuild the guardrails from the records, never from memory: the breaker's counts
    (eligible = devices the health source knows; automatic quarantine starts from the records'
    history; devices under enforcement now) and the new-quarantine bucket (`Bucket.replay` of
@@ -76,7 +77,7 @@ from responder.checks.jobs import CheckRunner
 from responder.enforce.holders import DeviceHolders
 from responder.enforce.identity import SliceDevice
 from responder.enforce.shipped import Enforcer
-from responder.ladder import Kind
+from responder.ladder import Kind, Rung, with_reset
 from responder.reconcile import breaker
 from responder.reconcile.accounting import QuarantineAccounting
 from responder.reconcile.breaker import BreakerState, Counts
@@ -94,6 +95,7 @@ from responder.reconcile.policy import (
     PolicySettings,
     SaveBreaker,
     StartCheck,
+    StartReset,
     Step,
     Unenforce,
     holding,
@@ -169,6 +171,8 @@ class WatchBackoff:
 UNWATCHED_RECHECK_SECONDS = 5.0
 """Longest sleep between passes while a record waits on what no watch reports: a probe or
 canary Job running, or a migration in flight."""
+WAITS_ON_EXECUTOR = frozenset({Kind.CHECK, Kind.RESET})
+"""Rungs whose result an executor reports (a check's Job, a reset request): read each pass."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,19 +350,24 @@ class Reconciler:
         watch_client: KubeClient | None = None,
         holders: Holders | None = None,
         finish: Migrate | None = None,
+        resets: CheckRunner | None = None,
     ) -> None:
         """`watch_client`: a client for the records' watch that wakes the loop (None: passes
         come only every recheck); give it its own client, closed by the caller at shutdown.
         `holders`: who holds a device (default: `responder.enforce.holders` through `client`).
         `finish`: the migration hook while the breaker is open (`Migrator.finish`: moves under
-        way go on, none begins); None: no move is advanced while it is open."""
+        way go on, none begins); None: no move is advanced while it is open.
+        `resets`: the reset hand-off (`responder.reset`), required when the ladder has the reset rung."""
         self._client = client
         self._enforcer = enforcer
         self._health = health
         self._checks = checks
+        self._resets = resets
         self._events = events
         self._store = breaker_store
         self.settings = settings or ReconcilerSettings()
+        if self.settings.policy.ladder.resets() and resets is None:
+            raise ValueError("the release ladder has a reset rung: the reconciler needs its reset hand-off")
         self._clock = clock or SystemClock()
         registry = registry if registry is not None else CollectorRegistry()
         self.metrics = ReconcilerMetrics(registry)
@@ -451,7 +460,7 @@ class Reconciler:
         outcomes: dict[str, str] = {}
         for obj in listed.items:
             try:
-                entries.append((obj, from_object(obj, self.settings.policy.ladder)))
+                entries.append((obj, from_object(obj, with_reset(self.settings.policy.ladder))))
             except RecordError as exc:
                 name = str((obj.get("metadata") or {}).get("name") or "?")
                 log.error("record %s is unreadable, left alone: %s", name, exc)
@@ -581,7 +590,7 @@ class Reconciler:
         recheck = decided.recheck_seconds
         rungs = self.settings.policy.rungs
         on_check = rungs.rung(after.status.phase)
-        if (on_check is not None and on_check.kind == Kind.CHECK) or any(
+        if (on_check is not None and on_check.kind in WAITS_ON_EXECUTOR) or any(
             not m.outcome.finished for m in after.status.migrations
         ):
             # A check Job or a move waits on objects the reconciler does not watch (the Job's
@@ -593,9 +602,9 @@ class Reconciler:
         # its notice with it, and an Event per attempt would tell of one failure twice.
         self._notify(record, decided, state)
         left = rungs.rung(phase)
-        if written and left is not None and left.kind == Kind.CHECK and after.status.phase != phase:
+        if written and left is not None and left.kind in WAITS_ON_EXECUTOR and after.status.phase != phase:
             # Only once the record says it moved on: a 409 leaves the result to be read again.
-            self._checks.finish(record, left.name, record.status.attempt)
+            self._runner(left).finish(record, left.name, record.status.attempt)
         if phase != after.status.phase and after.status.phase in DONE_PHASES:
             outcome = "abandoned" if after.status.phase == Phase.ABANDONED else "released"
             if phase == Phase.DEFERRED:
@@ -637,13 +646,21 @@ class Reconciler:
             enforced_as=self._enforcer.enforced_as(record),
             node_opted_out=phase == Phase.PENDING and self._opted_out(record.spec.node, state),
             check=(
-                self._checks.result(record, rung.name, record.status.attempt)
-                if rung is not None and rung.kind == Kind.CHECK
+                self._runner(rung).result(record, rung.name, record.status.attempt)
+                if rung is not None and rung.kind in WAITS_ON_EXECUTOR
                 else CheckResult.ABSENT
             ),
             # Only when a release attempt would start: a list of the node's pods (and claims).
             holders=self._holders.of(record) if needs_holders(record, state.now) else (),
         )
+
+    def _runner(self, rung: Rung) -> CheckRunner:
+        """The executor of a rung that waits on one: a check's Jobs, or the reset hand-off."""
+        if rung.kind == Kind.RESET:
+            if self._resets is None:  # refused at construction; a ladder cannot gain it later
+                raise ValueError("no reset hand-off for the reset rung")
+            return self._resets
+        return self._checks
 
     def _hand_over(self, before: Quarantine, after: Quarantine, state: _PassState) -> Quarantine:
         """`after` (the record naming its device's identity as resolved now) with the enforcement
@@ -696,6 +713,9 @@ class Reconciler:
                 self._enforcer.unenforce(record)
             elif isinstance(effect, StartCheck):
                 self._checks.start(record, effect.kind, effect.attempt)
+            elif isinstance(effect, StartReset):
+                for rung in self.settings.policy.ladder.resets():
+                    self._runner(rung).start(record, rung.name, effect.attempt)
             elif isinstance(effect, SaveBreaker):
                 if effect.state.tripped and not state.breaker.tripped:
                     entry = AuditEntry(

@@ -13,7 +13,7 @@ Layering inside the package:
 - wiring: `fleet` (`Fleet`), the only module that imports the components.
 """
 
-from simulator.fleet.events import DeviceHealthChanged, FaultApplied, FleetEvent, NodeChanged
+from simulator.fleet.events import DeviceHealthChanged, FaultApplied, FleetEvent, GpuReset, NodeChanged
 from simulator.fleet.fleet import Fleet
 
-__all__ = ["DeviceHealthChanged", "FaultApplied", "Fleet", "FleetEvent", "NodeChanged"]
+__all__ = ["DeviceHealthChanged", "FaultApplied", "Fleet", "FleetEvent", "GpuReset", "NodeChanged"]

@@ -38,7 +38,23 @@ class NodeChanged:
     what: str
 
 
-FleetEvent = FaultApplied | DeviceHealthChanged | NodeChanged
+@dataclass(frozen=True, slots=True)
+class GpuReset:
+    """The reset controller (`janitor`) started or finished a GPU reset."""
+
+    time: float
+    wall: float
+    node: str
+    uuids: tuple[str, ...]
+    """The cards it names (empty: every GPU of the node)."""
+    request: str
+    """The request's name (a `GPUReset`)."""
+    what: str
+    """`started`, `succeeded` or `failed`."""
+    reason: str = ""
+
+
+FleetEvent = FaultApplied | DeviceHealthChanged | NodeChanged | GpuReset
 
 Emit = Callable[[FleetEvent], None]
 """How a component hands an event to the fleet's listeners."""

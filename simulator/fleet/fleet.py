@@ -11,6 +11,7 @@
 - `JobController` (`job_controller`): the workloads' Jobs, replacements of deleted pods;
 - `ResourceClaimController` (`claim_controller`): claims from templates for clients' pods;
 - `NodeLifecycleController` (`node_lifecycle`): Ready=Unknown after the grace period;
+- `Janitor` (`janitor`): NVSentinel's GPU resets, where the scenario installs it;
 - `Timeline` (`timeline`): the scenario's faults in simulated time;
 - `controllers`: kube-controller-manager's part (`controller_manager`), on the store's watches.
 
@@ -41,6 +42,7 @@ from simulator.fleet.dra_driver import DraDriver, NvidiaDraDriver
 from simulator.fleet.events import FaultApplied, FleetEvent
 from simulator.fleet.extender_client import ExtenderConfig
 from simulator.fleet.health import Gpu
+from simulator.fleet.janitor import Janitor
 from simulator.fleet.job_controller import JobController
 from simulator.fleet.kubelet import Kubelet
 from simulator.fleet.node_api import NodeApi, PodEntry, StoreNodeApi
@@ -84,6 +86,12 @@ class Fleet:
         else:
             raise ValueError(
                 "a fleet takes either the simulated control plane's store or the node_api of another one"
+            )
+        if store is None and scenario.janitor is not None:
+            # The janitor's CRD and resets are the simulated control plane's (`janitor`).
+            raise ValueError(
+                f"scenario {scenario.name}: janitor: the simulated janitor runs only on the simulated "
+                "control plane, not beside another one"
             )
         self.scenario = scenario
         self.settings = scenario.settings
@@ -463,3 +471,8 @@ class SimulatedControlPlane:
             claim_for=self.claims.claim_for, pod_gone=self.claims.pod_gone, extenders=extenders,
         )  # fmt: skip
         self.controllers = ControllerManager(store, timers, seed=settings.seed)
+        self.janitor: Janitor | None = None
+        if fleet.scenario.janitor is not None:
+            # NVSentinel's janitor, installed beside the cluster: it runs with the controllers.
+            self.janitor = Janitor(store, timers, fleet.nodes, fleet.scenario.janitor, fleet._emit)
+            self.controllers.all.append(self.janitor)

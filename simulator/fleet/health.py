@@ -60,6 +60,10 @@ gpu.nvidia.com/unhealthy)."""
     this grew saw it fail, even if it reports Healthy again by the time the program ends."""
     unhealthy_token: int = 0
     unknown_token: int = 0
+    needs_reset: bool = False
+    """A fault left the card in a state only a GPU reset clears: a GPU program on it fails."""
+    reset_fails: bool = False
+    """A reset of the card fails (a hardware fault: it stays as it is)."""
     failed_watches: set[str] = field(default_factory=set)
     """DCGM health watches that fail on this GPU (PCIE, MEM, ...) until it recovers: what DCGM's
     health checks see and neither the driver nor the kubelet reports."""

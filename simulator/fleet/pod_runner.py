@@ -858,6 +858,8 @@ def _program_code(run: _Run, node: SimNode) -> int:
         gpu = node.gpus[index]
         if gpu.lost or unhealthy_at_start or gpu.reported != HEALTHY or gpu.unhealthy_reports != reports:
             return 1
+        if gpu.needs_reset:
+            return 1  # the card is stuck in a state only a GPU reset clears
         if gpu.failed_watches:
             return 1  # DCGM's diagnostic (the probe) and a CUDA program fail on a card DCGM fails
         if any(

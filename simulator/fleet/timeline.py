@@ -114,6 +114,9 @@ class Timeline:
             node = self._nodes[fault.device.node]
             gpu = node.gpus[fault.device.gpu]
             if kind == "device-unhealthy":
+                if fault.reset is not None:
+                    gpu.needs_reset = True
+                    gpu.reset_fails = fault.reset == "fails"
                 self._report(node, gpu, UNHEALTHY, fault.message or "device reported unhealthy by the driver")
                 if fault.duration is not None:
                     gpu.unhealthy_token += 1

@@ -198,6 +198,7 @@ def test_an_absent_or_empty_section_expects_nothing() -> None:
         ({"migrations": {"done": 1}}, "expect.migrations.done:", "unknown field"),
         ({"migrations": {}}, "expect.migrations:", "give at least one"),
         ({"migrations": {"succeeded": -1}}, "expect.migrations.succeeded:", "out of range"),
+        ({"resets": {"cleared": 1}}, "expect.resets.cleared:", "unknown field"),
         ({"evictions": {"min": 3, "max": 1}}, "expect.evictions.max:", "below min (3)"),
         ({"evictions": {}}, "expect.evictions:", "give min, max or both"),
         ({"evictions": 1.5}, "expect.evictions:", "integer"),
@@ -768,6 +769,20 @@ def test_counts_of_migrations_evictions_phases_events_and_node_actions() -> None
         "node-wide actions: expected exactly 0, got 1 (cordon on gpu-dra-0)",
     ]
     assert failures("tenantEvents: 0", j) == ["tenant events: expected exactly 0, got 1"]
+
+
+def test_resets_are_counted_by_outcome_once_per_card_and_request() -> None:
+    j = journal()
+    quarantine(j, "gpu-dra-0", 0, at=30)
+    quarantine(j, "gpu-dra-0", 1, at=31)
+    d0, d1 = uuid("gpu-dra-0", 0), uuid("gpu-dra-0", 1)
+    j.record(100, Kind.RESET, "started", "gpu-dra-0", d0, request="r0")
+    j.record(120, Kind.RESET, "succeeded", "gpu-dra-0", d0, request="r0", reason="GPUResetSucceeded")
+    j.record(121, Kind.RESET, "succeeded", "gpu-dra-0", d0, request="r0")  # seen twice: one
+    j.record(122, Kind.RESET, "failed", "gpu-dra-0", d1, request="r1", reason="ResetJobFailed")
+    j.record(130, Kind.PHASE, "Resetting", "gpu-dra-0", d0)
+    assert failures("resets: {succeeded: 1, failed: 1}\nphases: {Resetting: 1}", j) == []
+    assert failures("resets: {failed: 0}", j) == ["resets failed: expected exactly 0, got 1"]
 
 
 def test_the_breaker_tripped_or_closed() -> None:

@@ -8,8 +8,10 @@ acted on; each invariant broken alone is one violation naming it (an action or r
 a warrant or before it, an eviction or migration for Unknown or for nothing, a node-wide
 action, a second rule or record for a device, a pod evicted twice, a migration finished twice,
 a release without a passed probe or canary, a warranted quarantine missing, the breaker sending
-a release back); a fixed-topology job's pods on healthy devices may be evicted by a quarantine's
-migration; a warrant too late in the run, or under a tripped breaker, is missed, not violated.
+a release back, a GPU reset of a card no quarantine held or under a workload's running pod; a
+reset of a quarantined card only a check's pod uses breaks nothing); a fixed-topology job's pods
+on healthy devices may be evicted by a quarantine's migration; a warrant too late in the run, or
+under a tripped breaker, is missed, not violated.
 Unhealthy flapping: a flap is due at the episode that completes the rule's count within its
 window (not one episode fewer, not spread over exactly the window, not episodes too short to be
 seen, not a long episode, overlapping spells one episode); its quarantine is warranted, and
@@ -268,6 +270,21 @@ BROKEN: list[tuple[str, Mutation, str]] = [
         "gpu-dra-0/gpu-0 was quarantined, but no fault warranted it",
     ),
     (
+        "a GPU reset of a card no quarantine held",
+        lambda j: j.record(90, Kind.RESET, "started", "gpu-dra-0", SHORT, request="r-1"),
+        "a GPU reset of gpu-dra-0/gpu-0, which no quarantine held",
+    ),
+    (
+        "a GPU reset under running work",
+        lambda j: (
+            j.record(
+                150, Kind.POD, "running", "gpu-dp-0", QUARANTINED, pod="ns/other-0", devices=QUARANTINED
+            ),
+            j.record(190, Kind.RESET, "started", "gpu-dp-0", QUARANTINED, request="r-2"),
+        ),
+        "a GPU reset of gpu-dp-0/gpu-0 under running work (ns/other-0)",
+    ),
+    (
         "the breaker sending a release back",
         lambda j: (
             j.record(225, Kind.BREAKER, "tripped", trigger="rate"),
@@ -284,6 +301,18 @@ def test_each_broken_invariant_is_one_violation_naming_it(case: str, mutate: Mut
     mutate(j)
     violations = verdict(j).violations
     assert len(violations) >= 1 and any(message in v for v in violations), (case, violations)
+
+
+def test_a_reset_of_a_quarantined_card_nothing_runs_on_breaks_nothing() -> None:
+    # The reset hand-off's rung: the card is Quarantined and free (its pod moved off at 100 s);
+    # a check's pod on it is no workload.
+    j = story(journal())
+    j.record(
+        150, Kind.POD, "running", "gpu-dp-0", QUARANTINED, pod="x/probe-0", devices=QUARANTINED, check="probe"
+    )
+    j.record(190, Kind.RESET, "started", "gpu-dp-0", QUARANTINED, request="r-1")
+    j.record(195, Kind.RESET, "succeeded", "gpu-dp-0", QUARANTINED, request="r-1", reason="GPUResetSucceeded")
+    assert verdict(j).violations == ()
 
 
 def test_a_release_without_its_canary_and_a_missing_warranted_quarantine_are_violations() -> None:

@@ -16,7 +16,9 @@ config; dry-run overlays pass --dry-run and enforcing does not; no-operator ship
 kinds; the exporter targets get the `node` relabelling the rules rely on; the generated
 Alertmanager config passes `amtool check-config` and the rules `promtool check rules`;
 dashboards are labelled for the Grafana sidecar; the scheduler extender snippet parses as a
-KubeSchedulerConfiguration and names the responder's Service.
+KubeSchedulerConfiguration and names the responder's Service; the gpu-reset component turns the
+reset hand-off on (its file in the responder's ConfigMap as a second --config) and grants
+create/get/list/watch/delete on the janitor's GPUResets only, which the base never grants.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ import yaml
 
 from exporter.cli import settings_from_args
 from gpuhealth_cli.main import build_parser
+from responder.config import apply
+from responder.ladder import LADDER, with_reset
+from responder.settings import ResponderSettings
 from rules.render import DEFAULT_CONFIG, load_config
 from simulator.fleet.extender_client import load_scheduler_config
 from tests.deploy.manifests import (
@@ -145,6 +150,61 @@ def test_the_dcgm_exporter_component_runs_the_cluster_exporter_and_scrapes_dcgm_
     )
     [scrape] = plain["scrape_configs"]
     assert scrape["job_name"] == job["replacement"] and scrape["honor_labels"] is True
+    _validate_builtins(objects, "1.37")
+
+
+def test_the_gpu_reset_component_grants_the_responder_the_reset_requests_only(tmp_path: Path) -> None:
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(DEPLOY / "overlays" / "enforcing", tmp_path)],
+                "components": [os.path.relpath(DEPLOY / "components" / "gpu-reset", tmp_path)],
+            }
+        )
+    )
+    objects = kustomize(tmp_path)
+    role = find(objects, "ClusterRole", "gpuhealth-responder-gpu-reset")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["janitor.dgxc.nvidia.com"],
+            "resources": ["gpuresets"],
+            "verbs": ["create", "get", "list", "watch", "delete"],
+        }
+    ]
+    binding = find(objects, "ClusterRoleBinding", "gpuhealth-responder-gpu-reset")
+    responder = find(objects, "ServiceAccount", "gpuhealth-responder")
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": "gpuhealth-responder",
+            "namespace": responder["metadata"]["namespace"],
+        }
+    ]
+    # It turns the hand-off on: its file in the responder's ConfigMap, applied over the shipped one.
+    config_map = next(
+        o
+        for o in objects
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("gpuhealth-responder-config")
+    )
+    assert set(config_map["data"]) == {"responder-config.yaml", "responder-config-gpu-reset.yaml"}
+    args = container(find(objects, "Deployment", "gpuhealth-responder"))["args"]
+    files = [a.removeprefix("--config=/etc/gpuhealth/config/") for a in args if a.startswith("--config=")]
+    assert files == ["responder-config.yaml", "responder-config-gpu-reset.yaml"]
+    settings = ResponderSettings(token="t", identity="i", prometheus_url="http://p")
+    for name in files:
+        settings = apply(yaml.safe_load(config_map["data"][name]), settings, name)
+    assert settings.reconciler.policy.ladder == with_reset(LADDER)
+    assert settings.reconciler.policy.reset_timeout_seconds == 900  # the shipped file's
+    # The base grants nothing on the kind: without the component the responder may not reset.
+    base = kustomize(DEPLOY / "overlays" / "enforcing")
+    assert not any(
+        "janitor.dgxc.nvidia.com" in (rule.get("apiGroups") or ())
+        for o in base
+        if o["kind"] in ("ClusterRole", "Role")
+        for rule in o.get("rules") or ()
+    )
     _validate_builtins(objects, "1.37")
 
 

@@ -199,6 +199,30 @@ def test_any_document_is_settings_or_config_error(body: dict[str, Any]) -> None:
         assert isinstance(settings, ResponderSettings)
 
 
+def test_repeated_config_files_apply_in_order_and_an_error_names_its_file(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("t\n")
+    first, second = tmp_path / "responder.yaml", tmp_path / "gpu-reset.yaml"
+    first.write_text(yaml.safe_dump({"reset": {"timeout": "5m"}}))
+    second.write_text(yaml.safe_dump({"reset": {"enabled": "yes"}}))
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "gpuhealth", "responder", "--token-file", str(token),
+            "--prometheus-url", "http://p", "--config", str(first), "--config", str(second),
+        ],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(
+        f"gpuhealth responder: error: --config {second}: reset.enabled: 'yes' must be true or false"
+    )
+    # What each file sets is applied over what came before it.
+    layered = apply({"reset": {"timeout": "5m"}}, BASE, "a.yaml")
+    layered = apply({"reset": {"enabled": True}}, layered, "b.yaml")
+    assert layered.reconciler.policy.reset_timeout_seconds == 300
+    assert layered.reconciler.policy.ladder.resets()
+
+
 def test_a_bad_config_file_is_a_usage_error(tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("t\n")

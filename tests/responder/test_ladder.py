@@ -32,6 +32,7 @@ from responder.enforce.taint_rules import TaintRules
 from responder.ladder import (
     CANARY,
     CANARY_TAINT,
+    KNOWN,
     LADDER,
     PROBING,
     QUARANTINE_TAINT,
@@ -65,14 +66,16 @@ def test_every_phase_list_is_the_records_sequence() -> None:
     crd = yaml.safe_load(CRD_FILE.read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     assert tuple(schema["properties"]["status"]["properties"]["phase"]["enum"]) == PHASES
-    assert ("Pending", "Deferred", "Quarantined", *LADDER.phases, "Released", "Abandoned") == PHASES
+    # The optional reset rung is a phase a record may hold (before the probe), on or off.
+    assert ("Pending", "Deferred", "Quarantined", *KNOWN.phases, "Released", "Abandoned") == PHASES
+    assert KNOWN.phases == ("Resetting", *LADDER.phases)
     assert PHASES[:-1] == progress.PHASE_ORDER
-    assert frozenset(LADDER.phases) == safety.RELEASING
+    assert frozenset(KNOWN.phases) == safety.RELEASING
     assert (
         summary.RELEASE_PHASES == expectations.RELEASE_WALK == RELEASE_PHASES == (*LADDER.phases, "Released")
     )
     assert set(report.PHASE_COLOURS) == set(PHASES)
-    assert definitions.RELEASE_PHASES.split("|") == ["Quarantined", *LADDER.phases]
+    assert definitions.RELEASE_PHASES.split("|") == ["Quarantined", *KNOWN.phases]
 
 
 def test_a_rungs_length_is_its_policy_setting() -> None:

@@ -288,9 +288,9 @@ def test_every_alert_has_labels_annotations_and_a_runbook_section() -> None:
     sections = {_github_anchor(m.group(1)) for m in headings}
     settings = load_config(DEFAULT_CONFIG)
     alerts = _alerts()
-    # GPUHealthQuarantinePhaseStuck is four rules, one per phase; GPUDeviceFatalXid,
+    # GPUHealthQuarantinePhaseStuck is five rules, one per phase; GPUDeviceFatalXid,
     # GPUDeviceEccUncorrectable and GPUDeviceRowRemapFailure are two each (NVML and dcgm-exporter).
-    assert len(alerts) == 30
+    assert len(alerts) == 31
     for alert in alerts:
         name = alert["alert"]
         assert re.fullmatch(r"GPU(Device|Node|Fleet|Health)[A-Z][A-Za-z]+", name), name
@@ -400,6 +400,7 @@ def test_stuck_phase_thresholds_leave_the_responders_own_timeouts_room() -> None
     policy = responder.policy
     assert own.probing_stuck_for.seconds >= 1.5 * policy.probe_timeout_seconds
     assert own.canary_stuck_for.seconds >= 1.5 * policy.canary_timeout_seconds
+    assert own.resetting_stuck_for.seconds >= 1.5 * policy.reset_timeout_seconds
     assert own.deferred_stuck_for.seconds >= 10 * responder.max_recheck_seconds
     assert own.reconcile_stalled_for.seconds >= 5 * responder.max_recheck_seconds
     assert own.no_leader_for.seconds >= 4 * ElectionSettings().lease_duration_seconds

@@ -138,6 +138,19 @@ def test_gpu_out_of_range_names_the_line_and_the_field(tmp_path: Path) -> None:
             "8: fleet[1].name: node group 'gpu-node' is defined twice",
         ),
         ("    xid: 79\n", "    xid: 1000\n", "30: timeline[2].xid: 1000 is out of range (1..999)"),
+        # A reset is a device-unhealthy's option, and the janitor needs its reset time.
+        (
+            "    duration: 1m30s\n",
+            "    duration: 1m30s\n    reset: clears\n",
+            "25: timeline[1].reset: unknown field",
+        ),
+        ("name: small\n", "name: small\njanitor: {}\n", "2: janitor.resetSeconds: is required"),
+        (
+            "name: small\n",
+            "name: small\njanitor: {resetSeconds: soon}\n",
+            "2: janitor.resetSeconds: 'soon' is not a duration",
+        ),
+        ("name: small\n", "name: small\njanitor: {resetSecs: 5s}\n", "2: janitor.resetSecs: unknown field"),
         (
             "    path: device-plugin\n",
             "    path: device-plugin\n    extendedResource: true\n",
@@ -264,6 +277,38 @@ def test_builtins_load_and_resolve_by_name_or_path(tmp_path: Path) -> None:
     assert resolve(path).name == "small"
     with pytest.raises(ScenarioError, match="no such built-in scenario or file"):
         resolve("nonexistent")
+
+
+def test_a_device_fault_may_need_a_reset_and_a_janitor_resets_cards() -> None:
+    base: dict[str, Any] = {
+        "name": "r",
+        "fleet": [{"name": "dra", "count": 1, "gpusPerNode": 2, "path": "dra"}],
+        "janitor": {"resetSeconds": "30s"},
+        "timeline": [
+            {
+                "at": "10s",
+                "fault": "device-unhealthy",
+                "device": {"node": "dra-0", "gpu": 0},
+                "reset": "clears",
+            },
+            {
+                "at": "10s",
+                "fault": "device-unhealthy",
+                "device": {"node": "dra-0", "gpu": 1},
+                "reset": "fails",
+            },
+            {"at": "10s", "fault": "device-unhealthy", "device": {"node": "dra-0", "gpu": 1}},
+        ],
+    }
+    scenario = from_dict(base)
+    assert scenario.janitor == 30.0
+    assert [f.reset for f in scenario.timeline] == ["clears", "fails", None]
+    assert from_dict({**base, "janitor": None}).janitor is None
+    bad = {**base, "timeline": [{**base["timeline"][0], "reset": "sometimes"}]}
+    with pytest.raises(
+        ScenarioError, match=r"timeline\[0\]\.reset: 'sometimes' is not one of: clears, fails"
+    ):
+        from_dict(bad)
 
 
 def test_dict_scenarios_name_the_field_without_a_line() -> None:
