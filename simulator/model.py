@@ -85,7 +85,9 @@ class MigLayout:
     How the NVIDIA device plugin advertises them (`strategy`, `docs/scenarios.md`): `single`
     as `nvidia.com/gpu`, one device per partition; `mixed` as `nvidia.com/mig-<profile>`. Either
     way a partition's device ID is its MIG UUID, and a fault of the card is a fault of every
-    partition on it."""
+    partition on it. On DRA (the NVIDIA DRA driver's profile) the driver publishes each partition
+    as a ResourceSlice device of its own (`simulator.fleet.mig.dra_device_name`) and `strategy`,
+    the device plugin's, is `single`, unused."""
 
     strategy: Literal["single", "mixed"]
     profile: str
@@ -120,7 +122,8 @@ class NodeGroup:
     """dcgm-exporter runs on these nodes and names the node with this label (`hostname` or
     `Hostname`, `DCGM_HOST_LABELS`); None: no dcgm-exporter."""
     mig: MigLayout | None = None
-    """MIG partitions on every GPU of the group (device-plugin path); None: whole GPUs."""
+    """MIG partitions on every GPU of the group (device-plugin path, or DRA with the `nvidia`
+    driver profile); None: whole GPUs."""
 
     def node_names(self) -> list[str]:
         return [f"{self.name_prefix}{i}" for i in range(self.count)]

@@ -32,6 +32,7 @@ from simulator.model import (
     KEP4680_DRIVER,
     MIG_MIXED,
     MIG_SINGLE,
+    NVIDIA_DRIVER,
     DeviceRef,
     Fault,
     MigLayout,
@@ -415,7 +416,7 @@ def _node_group(r: FieldReader, raw: Any, index: int) -> NodeGroup:
         )
     dcgm = data.get("dcgmExporter")
     dcgm_host_label = None if dcgm is None else r.choice(dcgm, (*path, "dcgmExporter"), DCGM_HOST_LABELS)
-    layout = _mig(r, data.get("mig"), (*path, "mig"), node_path, replicas)
+    layout = _mig(r, data.get("mig"), (*path, "mig"), node_path, replicas, dra_driver, extended)
     return NodeGroup(
         name=name,
         count=count,
@@ -434,16 +435,40 @@ def _node_group(r: FieldReader, raw: Any, index: int) -> NodeGroup:
     )
 
 
-def _mig(r: FieldReader, raw: Any, path: _Path, node_path: str, replicas: int) -> MigLayout | None:
-    """A node group's `mig:` section: every card of the group partitioned alike."""
+def _mig(
+    r: FieldReader, raw: Any, path: _Path, node_path: str, replicas: int, dra_driver: str, extended: bool
+) -> MigLayout | None:
+    """A node group's `mig:` section: every card of the group partitioned alike.
+
+    On the device-plugin path `strategy` says how the plugin advertises the partitions; on DRA
+    (the `nvidia` driver profile only) the driver publishes each partition as a device of its own
+    and there is no strategy."""
     if raw is None:
         return None
     data = r.mapping(raw, path, _MIG_KEYS)
-    if node_path != DEVICE_PLUGIN:
-        r.fail(path, "MIG partitions are simulated on the device-plugin path only")
     if replicas:
         r.fail(path, "a group is either MIG-partitioned or time-sliced (sharedReplicas), not both")
-    strategy = r.choice(r.required(data, "strategy", path), (*path, "strategy"), (MIG_SINGLE, MIG_MIXED))
+    if node_path == DRA:
+        if dra_driver != NVIDIA_DRIVER:
+            r.fail(
+                path,
+                "MIG on DRA is simulated with the NVIDIA DRA driver's profile only (draDriver: nvidia): "
+                "the kep4680 profile streams no per-partition health",
+            )
+        if extended:
+            r.fail(
+                path,
+                "extendedResource maps nvidia.com/gpu to the driver's whole-GPU DeviceClass; a "
+                "MIG-partitioned DRA group publishes no whole GPU",
+            )
+        if data.get("strategy") is not None:
+            r.fail(
+                (*path, "strategy"),
+                "strategy is the device plugin's; the DRA driver publishes each partition as a device",
+            )
+        strategy = MIG_SINGLE
+    else:
+        strategy = r.choice(r.required(data, "strategy", path), (*path, "strategy"), (MIG_SINGLE, MIG_MIXED))
     profile = r.string(r.required(data, "profile", path), (*path, "profile"), max_len=16)
     match = re.match(r"^([1-7])g\.(\d{1,3})gb$", profile)
     if match is None:

@@ -31,7 +31,7 @@ class DevicePlugin:
     def health(self, node: SimNode, gpu: Gpu, now: float) -> tuple[str, str | None]:
         return device_plugin_health(gpu, node.stream_ok), None
 
-    def resource_id(self, pod: SimPod, gpu: Gpu, slot: Slot) -> str:
+    def resource_id(self, node: SimNode, pod: SimPod, gpu: Gpu, slot: Slot) -> str:
         if gpu.partitions:  # a MIG card: the partition's own UUID, under either strategy
             return gpu.partitions[slot.replica or 0]
         return objects.device_id(gpu.uuid, slot.replica)

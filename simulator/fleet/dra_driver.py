@@ -31,12 +31,12 @@ from typing import Any
 
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
-from simulator.fleet import objects
+from simulator.fleet import mig, objects
 from simulator.fleet.health import UNHEALTHY, UNKNOWN, Gpu, dra_health, record_report
 from simulator.fleet.node_api import NodeApi
 from simulator.fleet.state import PARTITIONED, SimNode, SimPod
 from simulator.fleet.writes import create_ignore_exists
-from simulator.model import APPLICATION_XIDS, Settings, Slot
+from simulator.model import APPLICATION_XIDS, MigLayout, Settings, Slot
 
 _SLICES = "resourceslices.resource.k8s.io"
 UNHEALTHY_TAINT = "gpu.nvidia.com/unhealthy"
@@ -110,9 +110,9 @@ class DraDriver:
             return node.health_frozen[gpu.index]
         return dra_health(gpu, node.stream_ok, now, self._timeout)
 
-    def resource_id(self, pod: SimPod, gpu: Gpu, slot: Slot) -> str:
+    def resource_id(self, node: SimNode, pod: SimPod, gpu: Gpu, slot: Slot) -> str:
         assert pod.claim_uid is not None
-        return objects.cdi_id(pod.claim_uid, gpu.name)
+        return objects.cdi_id(pod.claim_uid, mig.dra_device(node.group.mig, slot))
 
     def report(self, node: SimNode, gpu: Gpu, health: str, message: str | None) -> None:
         if record_report(gpu, health, message, keeps_message=True):
@@ -249,9 +249,53 @@ class NvidiaDraDriver(DraDriver):
     @staticmethod
     def _resource_slice(node: SimNode) -> dict[str, Any]:
         obj = DraDriver._resource_slice(node)
+        layout = node.group.mig
+        if layout is not None:
+            # MIG on: the slice lists the card's MIG devices instead of the card, each with the
+            # card's taints (the health check's events of a card are events of all its devices).
+            obj["spec"]["devices"] = [
+                mig_device(node, gpu, layout, p) for gpu in node.gpus for p in range(layout.partitions)
+            ]
+            return obj
         for device, gpu in zip(obj["spec"]["devices"], node.gpus, strict=True):
             device["attributes"] = nvidia_attributes(node, gpu)
         return obj
+
+
+def mig_device(node: SimNode, gpu: Gpu, layout: MigLayout, partition: int) -> dict[str, Any]:
+    """Partition `partition` of `gpu` as the NVIDIA DRA driver publishes a MIG device: named for
+    its card's minor, profile and placement, typed `mig`, its own UUID and its card's
+    (`parentUUID`), the profile and the card's product and versions; no `memory` of the card."""
+    card = nvidia_attributes(node, gpu)
+    attributes = {
+        "type": {"string": "mig"},
+        "uuid": {"string": mig.partition_uuid(gpu.uuid, partition)},
+        "parentUUID": {"string": gpu.uuid},
+        "profile": {"string": layout.profile},
+        **{k: card[k] for k in _MIG_INHERITED},
+    }
+    memory_gb = layout.profile.split(".", 1)[1].removesuffix("gb")
+    device: dict[str, Any] = {
+        "name": mig.dra_device_name(gpu.index, layout, partition),
+        "attributes": attributes,
+        "capacity": {"memory": {"value": f"{memory_gb}Gi"}},
+    }
+    if gpu.taints:
+        device["taints"] = [dict(t) for t in gpu.taints]
+    return device
+
+
+_MIG_INHERITED = (
+    "productName",
+    "brand",
+    "architecture",
+    "cudaComputeCapability",
+    "driverVersion",
+    "cudaDriverVersion",
+    "resource.kubernetes.io/pciBusID",
+    "resource.kubernetes.io/pcieRoot",
+)
+"""The card's attributes a MIG device carries too."""
 
 
 _ARCHITECTURES = (

@@ -144,7 +144,7 @@ class Kubelet:
         for slot in pod.slots:
             gpu = node.gpus[slot.gpu]
             health, message = driver.health(node, gpu, now)
-            rows.append((driver.resource_id(pod, gpu, slot), health, message))
+            rows.append((driver.resource_id(node, pod, gpu, slot), health, message))
         return tuple(rows)
 
     def _allocated_status(self, pod: SimPod, rows: Rows) -> list[dict[str, Any]]:

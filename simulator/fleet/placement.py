@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from simulator.fleet import objects
+from simulator.fleet import mig, objects
 from simulator.fleet.health import HEALTHY, device_plugin_health
 from simulator.fleet.state import SimNode
 from simulator.fleet.tolerations import tolerates
@@ -30,7 +30,9 @@ def blocked_devices(
     devices out of the node's capacity keeps pods off such a node.
     DRA: devices with a NoSchedule/NoExecute taint, from the slice or a DeviceTaintRule, that
     `tolerations` (the claim request's) do not tolerate; health alone does not keep the DRA
-    scheduler away, as in a real cluster.
+    scheduler away, as in a real cluster. On a MIG-partitioned DRA node a rule naming one MIG
+    device keeps its whole card away here (a simplification: the real scheduler would still
+    hand out the card's other MIG devices; gpuhealth's rules name every one of them).
     """
     blocked: set[int] = set()
     if not node.is_dra:
@@ -51,7 +53,7 @@ def blocked_devices(
             continue
         if selector.get("pool") not in (None, node.name):
             continue
-        for gpu in node.gpus:
-            if selector.get("device") in (None, gpu.name):
-                blocked.add(gpu.index)
+        for name, slot in mig.dra_slots(node.group.mig, len(node.gpus)).items():
+            if selector.get("device") in (None, name):
+                blocked.add(slot.gpu)
     return blocked

@@ -46,7 +46,7 @@ from typing import Any
 from gpuhealth.durations import DurationError, parse_duration
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
-from simulator.fleet import objects
+from simulator.fleet import mig, objects
 from simulator.fleet.checkpoint_agent import CheckpointAgent
 from simulator.fleet.health import HEALTHY
 from simulator.fleet.node_api import NodeApi, PodEntry
@@ -592,7 +592,8 @@ class PodRunner:
                 sim.extended = not pod_claim
                 if pod_claim:
                     sim.resource_name = _claim_status_name(spec, pod_claim.get("name", ""))
-            slots.extend(Slot(int(d.split("-", 1)[1])) for d in devices if d.startswith("gpu-"))
+            named = mig.dra_slots(node.group.mig, len(node.gpus))
+            slots.extend(named[d] for d in devices if d in named)
         return tuple(slots)
 
     def _reject(self, node: SimNode, obj: dict[str, Any], rejection: Rejection) -> None:

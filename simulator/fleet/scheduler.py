@@ -42,7 +42,7 @@ import aiohttp
 from simulator.apiserver.binding import bind
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
-from simulator.fleet import objects
+from simulator.fleet import mig, objects
 from simulator.fleet.cel import CelUnsupported
 from simulator.fleet.dra_allocator import (
     REASON_CANNOT_ALLOCATE,
@@ -235,7 +235,7 @@ class Scheduler:
             pod_obj["status"] = {"phase": "Pending"}
             pod.uid = _put_pod(self._store, pod_obj, bind_existing)["metadata"]["uid"]
             pod.claim_name = f"{pod.name}-extended-resources-{objects.suffix(self._rng)}"
-            devices = [f"gpu-{s.gpu}" for s in pod.slots]
+            devices = [mig.dra_device(node.group.mig, s) for s in pod.slots]
             claim, allocation, mapping = objects.extended_binding(
                 pod_obj, pod.claim_name, pod.uid, node.name, devices
             )
@@ -280,7 +280,8 @@ class Scheduler:
             pod.claim_uid = self._store.create(_CLAIMS, claim, validate=False)["metadata"]["uid"]
             claim_statuses = [{"name": "gpus", "resourceClaimName": pod.claim_name}]
         # The scheduler allocates the devices and reserves the claim for the pod.
-        allocation = objects.claim_status(node.name, [f"gpu-{s.gpu}" for s in pod.slots], pod.name, pod.uid)
+        devices = [mig.dra_device(node.group.mig, s) for s in pod.slots]
+        allocation = objects.claim_status(node.name, devices, pod.name, pod.uid)
         write_status(self._api, _CLAIMS, pod.claim_name, pod.namespace, allocation)
         status = self._admit(pod, node, pod_obj, claim_statuses, wall)
         write_status(self._api, "pods", pod.name, pod.namespace, status)
@@ -635,7 +636,10 @@ def replacement_candidates(
         if node.is_dra:
             # Devices the claims of clients' pods hold are not in the fleet's free slots.
             held = cache.in_use
-            blocked |= {s.gpu for s in node.free if (DRA_DRIVER, node.name, f"gpu-{s.gpu}") in held}
+            layout = node.group.mig
+            blocked |= {
+                s.gpu for s in node.free if (DRA_DRIVER, node.name, mig.dra_device(layout, s)) in held
+            }
         else:
             # Pods bound by `follow()` must have left room (the cache knows every bound pod's requests).
             info = cache.nodes.get(node.name)

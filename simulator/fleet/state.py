@@ -139,7 +139,7 @@ class DeviceDriver(Protocol):
         """(health, message) the kubelet puts in allocatedResourcesStatus for `gpu` at `now`."""
         ...
 
-    def resource_id(self, pod: SimPod, gpu: Gpu, slot: Slot) -> str:
+    def resource_id(self, node: SimNode, pod: SimPod, gpu: Gpu, slot: Slot) -> str:
         """The device's id in the pod's allocatedResourcesStatus."""
         ...
 

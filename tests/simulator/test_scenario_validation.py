@@ -183,8 +183,20 @@ def test_gpu_out_of_range_names_the_line_and_the_field(tmp_path: Path) -> None:
         ),
         (
             "    path: dra\n",
-            "    path: dra\n    mig: {strategy: single, profile: 1g.10gb, partitions: 7}\n",
-            "12: fleet[1].mig: MIG partitions are simulated on the device-plugin path only",
+            "    path: dra\n    mig: {profile: 1g.10gb, partitions: 7}\n",
+            "12: fleet[1].mig: MIG on DRA is simulated with the NVIDIA DRA driver's profile only",
+        ),
+        (
+            "    path: dra\n",
+            "    path: dra\n    draDriver: nvidia\n"
+            "    mig: {strategy: single, profile: 1g.10gb, partitions: 7}\n",
+            "13: fleet[1].mig.strategy: strategy is the device plugin's; the DRA driver publishes each",
+        ),
+        (
+            "    path: dra\n",
+            "    path: dra\n    draDriver: nvidia\n    extendedResource: true\n"
+            "    mig: {profile: 1g.10gb, partitions: 7}\n",
+            "14: fleet[1].mig: extendedResource maps nvidia.com/gpu to the driver's whole-GPU DeviceClass",
         ),
         (
             "    gpusPerNode: 8\n    path: device-plugin\n",
