@@ -6,7 +6,11 @@ into a canonical device identity:
 - ResourceClaims by (namespace, name): the allocation results `{request, driver, pool,
   device}` in order, and the claim's uid (CDI device IDs embed it).
 - ResourceSlice devices by (driver, pool, device): the node, the `uuid` attribute (the GPU
-  UUID the NVIDIA driver publishes), and the taints the driver put on the device.
+  UUID the NVIDIA driver publishes), and the taints the driver put on the device. A MIG device
+  (its `parentUUID` attribute names its card) is its card here: its `uuid` is the card's, and its
+  taints are all the taints on any MIG device of that card in the slice, so a pod on any
+  partition is on the card and the card's health is its worst partition's (the card is the
+  governed device, as on device plugins: `docs/quarantine.md`, "MIG: the card is the device").
 
 The canonical identity is the GPU UUID where the slice gives one, else
 `<driver>/<pool>/<device>`. Plain data in, plain data out; no I/O.
@@ -19,7 +23,7 @@ from typing import Any, NamedTuple
 
 from exporter.parse import MALFORMED_CLAIM, MALFORMED_SLICE, ResourceEntry
 from exporter.snapshot import DriverTaint
-from gpuhealth.kube.slices import uuid_attribute
+from gpuhealth.kube.slices import parent_uuid_attribute, uuid_attribute
 
 DeviceRef = tuple[str, str, str]
 """(driver, pool, device) as a DRA allocation result names a device."""
@@ -59,7 +63,10 @@ class SliceDevice:
     device: str
     node: str
     uuid: str = ""
+    """The GPU UUID: the device's own, or a MIG device's card's (its `parentUUID`)."""
     taints: tuple[DriverTaint, ...] = ()
+    mig_uuid: str = ""
+    """A MIG device's own UUID (its `uuid` attribute); empty for a whole GPU."""
     health: tuple[str, str] = field(init=False, compare=False)
     """`slice_health(taints)`, computed once per slice event, read on every hand-back."""
 
@@ -194,23 +201,33 @@ def parse_slice(obj: Any) -> tuple[str, tuple[SliceDevice, ...]] | str:
     raw = spec.get("devices") or []
     if not (driver and pool) or not isinstance(raw, list):
         return MALFORMED_SLICE
-    devices = []
+    parsed = []
+    card_taints: dict[str, list[DriverTaint]] = {}
     for item in raw:
         if not isinstance(item, dict) or not _text(item.get("name")):
             return MALFORMED_SLICE
         basic_value = item.get("basic")
         basic: dict[str, Any] = basic_value if isinstance(basic_value, dict) else item
-        devices.append(
-            SliceDevice(
-                driver=driver,
-                pool=pool,
-                device=item["name"],
-                node=node,
-                uuid=uuid_attribute(basic.get("attributes")),
-                taints=_taints(basic.get("taints")),
-            )
+        attributes = basic.get("attributes")
+        taints = _taints(basic.get("taints"))
+        parent = parent_uuid_attribute(attributes)
+        if parent:
+            held = card_taints.setdefault(parent, [])
+            held.extend(t for t in taints if t not in held)
+        parsed.append((item["name"], uuid_attribute(attributes), parent, taints))
+    devices = tuple(
+        SliceDevice(
+            driver=driver,
+            pool=pool,
+            device=device,
+            node=node,
+            uuid=parent or uuid,
+            taints=tuple(card_taints[parent]) if parent else taints,
+            mig_uuid=uuid if parent else "",
         )
-    return name, tuple(devices)
+        for device, uuid, parent, taints in parsed
+    )
+    return name, devices
 
 
 def split_ref(resource_id: str) -> DeviceRef | None:
