@@ -361,19 +361,32 @@ class Observer:
         selector = spec.get("deviceSelector") or {}
         taint = spec.get("taint") or {}
         node = str(selector.get("pool", ""))
-        uuid = self._uuid_at.get((node, str(selector.get("device", ""))), "")
+        selected = str(selector.get("device", ""))
+        # A MIG device of the NVIDIA DRA driver (`gpu-<minor>-mig-...`) is of its card `gpu-<minor>`.
+        uuid = self._uuid_at.get((node, selected)) or self._uuid_at.get(
+            (node, selected.split("-mig-")[0]), ""
+        )
         meaning = "quarantine" if taint.get("key") == QUARANTINE_TAINT else "canary"
         before = self._rules.get(name)
-        detail = {"rule": name, "taint": str(taint.get("key", "")), "effect": str(taint.get("effect", ""))}
+        detail = {
+            "rule": name,
+            "taint": str(taint.get("key", "")),
+            "effect": str(taint.get("effect", "")),
+            "deviceName": selected,
+        }
         if etype == DELETED:
             if before is not None:
-                self.journal.record(at, Kind.LIFTED, before[0], before[1], before[2], rule=name)
+                self.journal.record(
+                    at, Kind.LIFTED, before[0], before[1], before[2], rule=name, deviceName=selected
+                )
                 del self._rules[name]
             return
         if before is not None and before[0] == meaning:
             return
         if before is not None:
-            self.journal.record(at, Kind.LIFTED, before[0], before[1], before[2], rule=name)
+            self.journal.record(
+                at, Kind.LIFTED, before[0], before[1], before[2], rule=name, deviceName=selected
+            )
         self.journal.record(at, Kind.ENFORCED, meaning, node, uuid, **detail)
         self._rules[name] = (meaning, node, uuid)
 

@@ -18,7 +18,8 @@ The invariants (each broken one is a line in `Verdict.violations`; the run exits
   a quarantined device, under way at the eviction and within the quarantine episode it started
   in (its outcome may never come: a move awaiting its replacements), and by nothing else;
 - a node-wide action (cordon, node taint) for a device fault: any NODE_ACTION entry;
-- an action done twice: two DeviceTaintRules for one device at once, two records for one
+- an action done twice: two DeviceTaintRules for one device at once (for one slice device: a
+  MIG card on DRA is excluded by one rule per MIG device of it), two records for one
   device at once, the same pod evicted twice, one job's migration finished twice by a record;
 - a release without probe and canary: Released without a passed probe and a passed canary
   since the record last became Quarantined;
@@ -475,7 +476,8 @@ def judge(
                 violations.append(f"t+{e.at:.0f}s {where} was quarantined, but no fault warranted it")
             rule = e.detail.get("rule")
             if rule:
-                current = rules.setdefault(e.device, set())
+                # One rule per slice device: a MIG card on DRA has one per MIG device of it.
+                current = rules.setdefault(f"{e.device}/{e.detail.get('deviceName', '')}", set())
                 if current - {rule}:
                     violations.append(
                         f"t+{e.at:.0f}s a second DeviceTaintRule {rule} for {where} while "
@@ -485,7 +487,7 @@ def judge(
         elif e.kind is Kind.LIFTED:
             rule = e.detail.get("rule")
             if rule:
-                rules.get(e.device, set()).discard(rule)
+                rules.get(f"{e.device}/{e.detail.get('deviceName', '')}", set()).discard(rule)
         elif e.kind is Kind.EVICTION:
             devices = [d for d in e.detail.get("devices", e.device).split(",") if d] or [e.device]
             if e.what in evicted:

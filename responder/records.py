@@ -199,9 +199,10 @@ class QuarantineSpec:
     pool: str = ""
     device_name: str = ""
     partitions: tuple[str, ...] = ()
-    """A MIG card's partitions (their MIG UUIDs, the device plugin's device IDs); empty: the device
-    is a whole GPU (or its partitions are not known). The record is of the card; these are how
-    the device-plugin path reaches it (`docs/quarantine.md`, "MIG: the card is the device")."""
+    """A MIG card's partitions as its path names them: on device plugins their MIG UUIDs (the
+    plugin's device IDs), on DRA the driver's MIG device names in `pool`; empty: the device is a
+    whole GPU (or its partitions are not known). The record is of the card; these are how its
+    path reaches it (`docs/quarantine.md`, "MIG: the card is the device")."""
     source_alerts: tuple[SourceAlert, ...] = ()
     release_request: ReleaseRequest | None = None
     """A person's pending request to release the device (the only way a person asks for one:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpuhealth.kube.slices import uuid_attribute
+from gpuhealth.kube.slices import parent_uuid_attribute, uuid_attribute
 from responder.records import DEVICE_PLUGIN, DRA, QuarantineSpec
 
 PLUGIN_RESOURCE = "nvidia.com/gpu"
@@ -37,6 +37,8 @@ class SliceDevice:
     pool: str
     name: str
     uuid: str = ""
+    parent: str = ""
+    """A MIG device's card (its `parentUUID` attribute); empty for a whole GPU."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +50,8 @@ class Identity:
     pool: str = ""
     device_name: str = ""
     partitions: tuple[str, ...] = ()
-    """A MIG card's partitions (MIG UUIDs) where the evidence names them; empty: none seen now."""
+    """A MIG card's partitions where the evidence names them, as its path names them: MIG UUIDs
+    on the device-plugin path, the driver's MIG device names in `pool` on DRA; empty: none seen."""
 
     def applied(self, spec: QuarantineSpec) -> QuarantineSpec:
         """`spec` naming this identity (the UUID and the partitions are kept where the evidence
@@ -87,8 +90,16 @@ def slice_devices(obj: Any) -> list[SliceDevice]:
         if not isinstance(item, dict) or not item.get("name"):
             continue
         basic: dict[str, Any] = item["basic"] if isinstance(item.get("basic"), dict) else item
+        attributes = basic.get("attributes")
         out.append(
-            SliceDevice(node, driver, pool_name, str(item["name"]), uuid_attribute(basic.get("attributes")))
+            SliceDevice(
+                node,
+                driver,
+                pool_name,
+                str(item["name"]),
+                uuid_attribute(attributes),
+                parent_uuid_attribute(attributes),
+            )
         )
     return out
 
@@ -99,8 +110,23 @@ def device_uuid(spec: QuarantineSpec) -> str:
 
 
 def resolve_slice(spec: QuarantineSpec, devices: Iterable[SliceDevice]) -> Identity | None:
-    """The DRA identity of the record's device if a slice on its node publishes it, else None."""
+    """The DRA identity of the record's device if a slice on its node publishes it, else None.
+
+    A MIG card (the NVIDIA DRA driver publishes its MIG devices, each naming the card in
+    `parentUUID`, and not the card) is identified as the card with its MIG devices' names as its
+    partitions, sorted; its `device_name` is the first of them."""
     uuid = device_uuid(spec)
+    devices = list(devices)
+    if uuid:
+        carved = sorted(
+            (d for d in devices if d.node == spec.node and d.parent == uuid), key=lambda d: d.name
+        )
+        if carved:
+            first = carved[0]
+            names = tuple(d.name for d in carved if (d.driver, d.pool) == (first.driver, first.pool))
+            return Identity(
+                DRA, uuid=uuid, driver=first.driver, pool=first.pool, device_name=first.name, partitions=names
+            )
     for d in devices:
         if d.node != spec.node:
             continue

@@ -13,6 +13,14 @@ The pods that hold it are those whose ResourceClaims are allocated it; a check's
 through a ResourceClaimTemplate of the check's name whose one request selects the device by
 its `uuid` attribute (CEL) and tolerates the quarantine and canary taints (the rule keeps
 every other claim off it). This is what a real cluster runs too.
+
+A MIG card on DRA (the NVIDIA DRA driver publishes its MIG devices, not the card; the record's
+`partitions` are their names) is quarantined as all of them: a DeviceTaintRule's selector names
+one driver, pool and device (no CEL, no attribute), so one rule per MIG device, each named
+`<record>-<i>` (`i` its place among the partitions) and owned by the record; its holders are
+the pods allocated any of them; a check's claim asks for all of them (`allocationMode: All`,
+selected by their `parentUUID`, through the driver's MIG DeviceClass `mig.nvidia.com`), so the
+check runs on the whole card.
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ TAINT_RULE_VERSIONS = ("v1", "v1beta2", "v1alpha3")
 CLAIM_TEMPLATE = Resource("resource.k8s.io", "v1", "resourceclaimtemplates", namespaced=True)
 DEVICE_CLASS = "gpu.nvidia.com"
 """DeviceClass of the DRA driver's GPUs (NVIDIA's DRA driver names its class so)."""
+MIG_DEVICE_CLASS = "mig.nvidia.com"
+"""DeviceClass of the NVIDIA DRA driver's MIG devices (its chart installs it beside the GPUs')."""
 CLAIM = "gpu"
 """The check pod's claim (and its request)."""
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuhealth"}
@@ -62,11 +72,17 @@ class TaintRules:
     path = DRA
 
     def __init__(
-        self, client: Api, taint_rules: Resource | None, *, device_class: str = DEVICE_CLASS
+        self,
+        client: Api,
+        taint_rules: Resource | None,
+        *,
+        device_class: str = DEVICE_CLASS,
+        mig_device_class: str = MIG_DEVICE_CLASS,
     ) -> None:
         self._client = client
         self._rules = taint_rules
         self.device_class = device_class
+        self.mig_device_class = mig_device_class
 
     def identify(self, record: Quarantine, evidence: Evidence) -> Identity | None:
         return resolve_slice(record.spec, evidence.slices)
@@ -75,49 +91,54 @@ class TaintRules:
         return f"DeviceTaintRule/{record.name}"
 
     def present(self, record: Quarantine, wanted: Enforce | None = None) -> bool:
-        rule = self._rule(record)
-        if rule is None or not owned(rule, record):
-            return False
-        if wanted is None:
-            return True
-        taint = (rule.get("spec") or {}).get("taint") or {}
-        return (taint.get("key"), taint.get("value"), taint.get("effect")) == (
-            wanted.taint_key,
-            wanted.taint_value,
-            wanted.effect,
-        )
+        for name, _ in rule_devices(record):
+            rule = self._rule(name)
+            if rule is None or not owned(rule, record):
+                return False
+            if wanted is None:
+                continue
+            taint = (rule.get("spec") or {}).get("taint") or {}
+            if (taint.get("key"), taint.get("value"), taint.get("effect")) != (
+                wanted.taint_key,
+                wanted.taint_value,
+                wanted.effect,
+            ):
+                return False
+        return True
 
     def enforce(self, record: Quarantine, effect: Enforce) -> None:
         rules = self._rules_resource()
         taint = {"key": effect.taint_key, "value": effect.taint_value, "effect": effect.effect}
+        for name, device in rule_devices(record):
 
-        def attempt() -> None:
-            current = self._rule(record)
-            if current is None:
-                if not record.uid:
-                    raise ValueError(f"{record.name}: the record has no uid to own its rule")
-                # 409: created meanwhile (another replica's executor): read it again.
-                self._client.create(rules, self._rule_object(record, taint))
-                return
-            if not owned(current, record):
-                raise NotOurs(
-                    f"DeviceTaintRule {record.name} exists and is not owned by the record: left alone"
-                )
-            spec = current.get("spec") or {}
-            existing = spec.get("taint") or {}
-            if not all(existing.get(k) == v for k, v in taint.items()):
-                self._client.update(rules, {**current, "spec": {**spec, "taint": taint}})
+            def attempt(name: str = name, device: str = device) -> None:
+                current = self._rule(name)
+                if current is None:
+                    if not record.uid:
+                        raise ValueError(f"{record.name}: the record has no uid to own its rule")
+                    # 409: created meanwhile (another replica's executor): read it again.
+                    self._client.create(rules, self._rule_object(record, name, device, taint))
+                    return
+                if not owned(current, record):
+                    raise NotOurs(f"DeviceTaintRule {name} exists and is not owned by the record: left alone")
+                spec = current.get("spec") or {}
+                existing = spec.get("taint") or {}
+                if not all(existing.get(k) == v for k, v in taint.items()):
+                    self._client.update(rules, {**current, "spec": {**spec, "taint": taint}})
 
-        retry_on_conflict(attempt, what=f"DeviceTaintRule {record.name}")
+            retry_on_conflict(attempt, what=f"DeviceTaintRule {name}")
 
     def lift(self, record: Quarantine) -> None:
-        rule = self._rule(record)
-        if rule is None:
-            return
-        if not owned(rule, record):
-            raise NotOurs(f"DeviceTaintRule {record.name} is not owned by the record: left alone")
-        with contextlib.suppress(NotFound):  # gone meanwhile: what release wants
-            self._client.delete(self._rules_resource(), record.name, uid=rule["metadata"]["uid"])
+        # The record's own name too: a card whose partitions became known after its first rule.
+        names = dict.fromkeys([record.name, *(name for name, _ in rule_devices(record))])
+        for name in names:
+            rule = self._rule(name)
+            if rule is None:
+                continue
+            if not owned(rule, record):
+                raise NotOurs(f"DeviceTaintRule {name} is not owned by the record: left alone")
+            with contextlib.suppress(NotFound):  # gone meanwhile: what release wants
+                self._client.delete(self._rules_resource(), name, uid=rule["metadata"]["uid"])
 
     def holders(self, record: Quarantine, node_pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         held = self._claimed(record)
@@ -144,12 +165,24 @@ class TaintRules:
             for key in (QUARANTINE_TAINT, CANARY_TAINT)
             for effect in ("NoSchedule", "NoExecute")
         ]
-        request = {
-            "deviceClassName": self.device_class,
-            "count": 1,
-            "selectors": [{"cel": {"expression": f'device.attributes["{domain}"].uuid == "{uuid}"'}}],
-            "tolerations": tolerations,
-        }
+        request: dict[str, Any]
+        if record.spec.partitions:
+            # A MIG card: every MIG device carved from it, so the check runs on the whole card.
+            request = {
+                "deviceClassName": self.mig_device_class,
+                "allocationMode": "All",
+                "selectors": [
+                    {"cel": {"expression": f'device.attributes["{domain}"].parentUUID == "{uuid}"'}}
+                ],
+                "tolerations": tolerations,
+            }
+        else:
+            request = {
+                "deviceClassName": self.device_class,
+                "count": 1,
+                "selectors": [{"cel": {"expression": f'device.attributes["{domain}"].uuid == "{uuid}"'}}],
+                "tolerations": tolerations,
+            }
         return {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaimTemplate",
@@ -169,21 +202,23 @@ class TaintRules:
             )
         return self._rules
 
-    def _rule(self, record: Quarantine) -> dict[str, Any] | None:
+    def _rule(self, name: str) -> dict[str, Any] | None:
         try:
-            return self._client.get(self._rules_resource(), record.name)
+            return self._client.get(self._rules_resource(), name)
         except NotFound:
             return None
 
-    def _rule_object(self, record: Quarantine, taint: dict[str, str]) -> dict[str, Any]:
+    def _rule_object(
+        self, record: Quarantine, name: str, device: str, taint: dict[str, str]
+    ) -> dict[str, Any]:
         spec = record.spec
-        selector = {"driver": spec.driver, "pool": spec.pool, "device": spec.device_name}
+        selector = {"driver": spec.driver, "pool": spec.pool, "device": device}
         rules = self._rules_resource()
         return {
             "apiVersion": f"{rules.group}/{rules.version}",
             "kind": "DeviceTaintRule",
             "metadata": {
-                "name": record.name,
+                "name": name,
                 "labels": dict(MANAGED_BY),
                 "annotations": {"gpuhealth.io/device": f"{spec.node}/{spec.device}"},
                 "ownerReferences": [owner_reference(record)],
@@ -194,13 +229,13 @@ class TaintRules:
     def _claimed(self, record: Quarantine) -> set[tuple[str, str]]:
         """(namespace, claim name) and (namespace, pod uid) of claims allocated the device."""
         spec = record.spec
-        wanted = (spec.driver, spec.pool, spec.device_name)
+        wanted = {(spec.driver, spec.pool, device) for _, device in rule_devices(record)}
         held: set[tuple[str, str]] = set()
         for claim in self._client.list(RESOURCE_CLAIM).items:
             allocation = ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
             results = allocation.get("results") or []
             if not any(
-                isinstance(r, dict) and (r.get("driver"), r.get("pool"), r.get("device")) == wanted
+                isinstance(r, dict) and (r.get("driver"), r.get("pool"), r.get("device")) in wanted
                 for r in results
             ):
                 continue
@@ -211,6 +246,14 @@ class TaintRules:
                 if isinstance(consumer, dict) and consumer.get("resource") == "pods":
                     held.add((namespace, "pod:" + str(consumer.get("uid"))))
         return held
+
+
+def rule_devices(record: Quarantine) -> list[tuple[str, str]]:
+    """(rule name, device name) of each DeviceTaintRule the record's quarantine is: one named like
+    the record for a whole GPU, one per MIG device (`<record>-<i>`) for a MIG card."""
+    if record.spec.partitions:
+        return [(f"{record.name}-{i}", device) for i, device in enumerate(record.spec.partitions)]
+    return [(record.name, record.spec.device_name)]
 
 
 def owned(obj: dict[str, Any], record: Quarantine) -> bool:

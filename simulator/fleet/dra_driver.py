@@ -203,6 +203,11 @@ class NvidiaDraDriver(DraDriver):
     (`Gpu.reported`) is still recorded: programs running on a failing card fail by it.
     """
 
+    def install(self, extended_resource: bool = False) -> None:
+        """As `DraDriver.install`, and the DeviceClass of its MIG devices (`mig.nvidia.com`)."""
+        super().install(extended_resource)
+        create_ignore_exists(self._api, "deviceclasses.resource.k8s.io", objects.mig_device_class())
+
     def health(self, node: SimNode, gpu: Gpu, now: float) -> tuple[str, str | None]:
         return UNKNOWN, None
 

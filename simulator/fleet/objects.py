@@ -668,6 +668,21 @@ def device_class(extended_resource: bool = False) -> dict[str, Any]:
     }
 
 
+MIG_DEVICE_CLASS = "mig.nvidia.com"
+
+
+def mig_device_class() -> dict[str, Any]:
+    """The DeviceClass the NVIDIA DRA driver's chart installs for its MIG devices: the driver's
+    devices of type `mig`."""
+    expression = f"device.driver == '{DRA_DRIVER}' && device.attributes['{DRA_DRIVER}'].type == 'mig'"
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": MIG_DEVICE_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
 EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"
 """Annotation (value "true") kube-scheduler puts on the special ResourceClaim it creates for a
 pod's DRA-backed extended resources (KEP-5004)."""
