@@ -448,6 +448,7 @@ def _mig(
     data = r.mapping(raw, path, _MIG_KEYS)
     if replicas:
         r.fail(path, "a group is either MIG-partitioned or time-sliced (sharedReplicas), not both")
+    strategy: Any = MIG_SINGLE  # on DRA: unused (`MigLayout`)
     if node_path == DRA:
         if dra_driver != NVIDIA_DRIVER:
             r.fail(
@@ -466,7 +467,6 @@ def _mig(
                 (*path, "strategy"),
                 "strategy is the device plugin's; the DRA driver publishes each partition as a device",
             )
-        strategy = MIG_SINGLE
     else:
         strategy = r.choice(r.required(data, "strategy", path), (*path, "strategy"), (MIG_SINGLE, MIG_MIXED))
     profile = r.string(r.required(data, "profile", path), (*path, "profile"), max_len=16)
