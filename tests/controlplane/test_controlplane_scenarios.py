@@ -8,7 +8,7 @@ by the real controllers), allocates no quarantined DRA device while our DeviceTa
 and calls the responders' extender for device-plugin nodes; evictions go through the real
 eviction API; each run breaks no safety invariant and meets every expectation its file states.
 `closed-loop`, `dra-and-device-plugin`, `leader-kill`, `multi-gpu-topology`, `idle-relapse`,
-`dra-extended-resource` and `nvidia-dra-driver` on 1.37 (DeviceTaintRule v1; in
+`dra-extended-resource`, `nvidia-dra-driver` and `mig-dra` on 1.37 (DeviceTaintRule v1; in
 `dra-extended-resource` the real kube-scheduler serves pods' `nvidia.com/gpu` through the
 DeviceClass's extendedResourceName, KEP-5004, GA and on in 1.37: it writes the special claim and
 `status.extendedResourceClaimStatus`); `closed-loop` on 1.36 too (v1beta2 behind its feature
@@ -19,7 +19,10 @@ itself is held to the real API server by `test_controlplane_dra.py`.
 `idle-relapse` holds a device quarantined through an idle relapse on both paths: its
 device-plugin node agent serves the kubelet's pod-resources view, which the demo's node
 exporter reads. `nvidia-dra-driver` runs the NVIDIA DRA driver's profile as node agents: its
-slices and taints written to the real API server, no health in pod status.
+slices and taints written to the real API server, no health in pod status. `mig-dra` runs it with
+MIG cards: the real API server takes the slice of MIG devices and a DeviceTaintRule per MIG
+device, and the real kube-scheduler allocates the check's claim of all of a card's MIG devices
+(DeviceClass `mig.nvidia.com`, `allocationMode: All`, CEL on `parentUUID`).
 
 Time: the fleet, the rules and the responders run at the scenario's own speed; the control
 plane's own timers (backoffs, grace periods) run in real time (`docs/simulator.md`, "Time").
@@ -54,6 +57,7 @@ RUNS = [
     ("idle-relapse", "1.37"),
     ("dra-extended-resource", "1.37"),
     ("nvidia-dra-driver", "1.37"),
+    ("mig-dra", "1.37"),
     ("closed-loop", "1.36"),
 ]
 
