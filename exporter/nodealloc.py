@@ -64,7 +64,9 @@ class NodeCounts:
 
     def message(self) -> str:
         """The evidence as a device's status message: `node allocatable: all 8 nvidia.com/gpu allocatable`."""
-        return "node allocatable: " + ", ".join(f"all {c.capacity} {c.resource} allocatable" for c in self.counts)
+        return "node allocatable: " + ", ".join(
+            f"all {c.capacity} {c.resource} allocatable" for c in self.counts
+        )
 
 
 def _count(value: Any, where: str) -> int:

@@ -56,6 +56,7 @@ from exporter.identity import (
     parse_claim,
     parse_slice,
 )
+from exporter.nodealloc import NodeCounts, NodeCountsError, gpu_counts, speaks_healthy
 from exporter.parse import (
     PodObservation,
     ResourceEntry,
@@ -64,7 +65,6 @@ from exporter.parse import (
     pod_signature,
     pod_struct_signature,
 )
-from exporter.nodealloc import NodeCounts, NodeCountsError, gpu_counts, speaks_healthy
 from exporter.podresources import Allocatable
 from exporter.snapshot import (
     DEVICE_FIELDS,
@@ -1265,7 +1265,9 @@ class DeviceStateStore:
             return
         self._dirty_allocations.add(key)
         self._snapshot = None
-        if not contributions and (device.driver or self._nvml is not None or device.node in self._node_counts):
+        if not contributions and (
+            device.driver or self._nvml is not None or device.node in self._node_counts
+        ):
             self._handed_back(key)
 
     def _handed_back(self, key: DeviceKey) -> None:
