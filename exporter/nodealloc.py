@@ -10,17 +10,23 @@ healthy again until it restarts and registers its devices afresh, so the counts 
 after that restart: the one API-visible signal that speaks for an idle device-plugin GPU in
 cluster mode (no NVML, no pod-resources socket).
 
-`gpu_counts` reads a Node object; `speaks_healthy` is the decision for one device.
+A count that falls short again names no device either, but it takes back what the counts
+alone vouched for: a device whose Healthy came from them (source `node`, idle since) may be the
+one that failed again, unless a device of the node already reads Unhealthy on other evidence
+(a pod's report) to explain the shortfall. It reads Unknown then (`unvouched`), which no
+release counts as Healthy; the next whole count makes it Healthy again.
+
+`gpu_counts` reads a Node object; `speaks_healthy` and `unvouched` are the decisions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from exporter.podresources import GPU_RESOURCE
-from exporter.snapshot import DeviceState
+from exporter.snapshot import SOURCE_NODE, DeviceState
 
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 """The NVIDIA device plugin's MIG resources under its `mixed` strategy (`nvidia.com/mig-1g.10gb`)."""
@@ -61,6 +67,15 @@ class NodeCounts:
 
     def resources(self) -> frozenset[str]:
         return frozenset(c.resource for c in self.counts)
+
+    def short(self) -> frozenset[str]:
+        """The resources with a device registered but not allocatable."""
+        return frozenset(c.resource for c in self.counts if c.allocatable < c.capacity)
+
+    def short_message(self) -> str:
+        """What a short count says: `node allocatable: 7 of 8 nvidia.com/gpu allocatable; which ...`."""
+        parts = [f"{c.allocatable} of {c.capacity} {c.resource} allocatable" for c in self.counts]
+        return "node allocatable: " + ", ".join(parts) + "; which device is short is not said"
 
     def message(self) -> str:
         """The evidence as a device's status message: `node allocatable: all 8 nvidia.com/gpu allocatable`."""
@@ -119,3 +134,26 @@ def speaks_healthy(counts: NodeCounts, since: float, device: DeviceState, *, hel
         and device.resource in counts.resources()
         and since > device.changed_at
     )
+
+
+def unvouched(counts: NodeCounts, devices: Iterable[tuple[DeviceState, bool]]) -> list[DeviceState]:
+    """The devices (with whether a pod holds each) whose Healthy the node's counts alone gave
+    and that a short count now leaves without evidence: idle, source `node`, of a short
+    resource, while no device-plugin device of that resource reads Unhealthy on other evidence."""
+    short = counts.short()
+    if not short:
+        return []
+    devices = list(devices)
+    explained = {
+        d.resource for d, _ in devices if not d.driver and d.health == "Unhealthy" and d.source != SOURCE_NODE
+    }
+    return [
+        d
+        for d, held in devices
+        if not held
+        and not d.driver
+        and d.source == SOURCE_NODE
+        and d.health == "Healthy"
+        and d.resource in short
+        and d.resource not in explained
+    ]

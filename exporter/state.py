@@ -56,7 +56,7 @@ from exporter.identity import (
     parse_claim,
     parse_slice,
 )
-from exporter.nodealloc import NodeCounts, NodeCountsError, gpu_counts, speaks_healthy
+from exporter.nodealloc import NodeCounts, NodeCountsError, gpu_counts, speaks_healthy, unvouched
 from exporter.parse import (
     PodObservation,
     ResourceEntry,
@@ -599,7 +599,8 @@ class DeviceStateStore:
         for conditions, images and addresses far more often than a device's health moves). When
         every registered device is allocatable again, each idle device-plugin GPU of the node no
         other source speaks for and that is not Healthy turns Healthy (`exporter.nodealloc`); a
-        count below capacity names no device, so it changes none."""
+        count below capacity names no device: it makes none Unhealthy, and takes back only the
+        Healthy the counts alone gave (`unvouched`: Unknown, unless a known failure explains it)."""
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         name = meta.get("name") if isinstance(meta, dict) else None
         if not isinstance(name, str) or not name:
@@ -619,10 +620,15 @@ class DeviceStateStore:
             return
         now = self._clock.now()
         self._node_counts[name] = (counts, now)
-        if not counts.all_allocatable:
+        keys = [k for k in self._devices if k[0] == name]
+        if counts.all_allocatable:
+            for key in keys:
+                self._from_node(key, counts, now)
             return
-        for key in [k for k in self._devices if k[0] == name]:
-            self._from_node(key, counts, now)
+        held = {k: bool(self._contrib.get(k)) or bool(self._silent.get(k)) for k in keys}
+        for device in unvouched(counts, ((self._devices[k], held[k]) for k in keys)):
+            key = (device.node, device.device)
+            self._idle_status(key, "Unknown", counts.short_message(), SOURCE_NODE, now, None, device.uuid)
 
     def _from_node(self, key: DeviceKey, counts: NodeCounts, since: float) -> None:
         """An idle device-plugin GPU takes its node's word (`speaks_healthy`), where neither a

@@ -22,7 +22,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter import parse
-from exporter.nodealloc import NodeCounts, NodeCountsError, ResourceCount, gpu_counts, speaks_healthy
+from exporter.nodealloc import (
+    NodeCounts,
+    NodeCountsError,
+    ResourceCount,
+    gpu_counts,
+    speaks_healthy,
+    unvouched,
+)
 from exporter.podresources import GPU_RESOURCE
 from exporter.snapshot import SOURCE_NODE, SOURCE_NVML, SOURCE_POD, DeviceState
 from exporter.state import NODES, DeviceStateStore
@@ -240,6 +247,41 @@ def test_a_mig_mixed_node_needs_every_mig_resource_whole(store: DeviceStateStore
     )
 
 
+def test_a_healed_idle_gpu_whose_count_falls_short_again_reads_unknown(
+    store: DeviceStateStore, clock: ManualClock
+) -> None:
+    store.apply_pod("DELETED", failed_under_pod(store))
+    clock.advance(10)
+    store.apply_event(NODES, "ADDED", gpus(4, 4))
+    assert status(store).health == "Healthy"
+    clock.advance(60)
+    # It may be the card that failed again, idle (nothing else reads Unhealthy): no evidence left.
+    store.apply_event(NODES, "MODIFIED", gpus(4, 3))
+    relapsed = status(store)
+    assert (relapsed.health, relapsed.source) == ("Unknown", SOURCE_NODE)
+    assert relapsed.message == (
+        "node allocatable: 3 of 4 nvidia.com/gpu allocatable; which device is short is not said"
+    )
+    assert relapsed.unknown_since == clock.now()
+    clock.advance(60)
+    store.apply_event(NODES, "MODIFIED", gpus(4, 4))
+    assert (status(store).health, status(store).source) == ("Healthy", SOURCE_NODE)
+
+
+def test_a_shortfall_a_reported_failure_explains_leaves_a_healed_gpu_healthy(
+    store: DeviceStateStore, clock: ManualClock
+) -> None:
+    store.apply_pod("DELETED", failed_under_pod(store))
+    clock.advance(10)
+    store.apply_event(NODES, "ADDED", gpus(4, 4))
+    clock.advance(60)
+    other = pod("q", container("main", (GPU_RESOURCE, [resource(U0, "Unhealthy", "")])))
+    store.apply_pod("ADDED", other)  # another GPU fails under its pod
+    store.apply_event(NODES, "MODIFIED", gpus(4, 3))
+    assert (status(store).health, status(store).source) == ("Healthy", SOURCE_NODE)
+    assert status(store, U0).health == "Unhealthy"
+
+
 # ----- properties ----------------------------------------------------------------------
 
 resource_names = st.sampled_from([GPU_RESOURCE, MIG_SMALL, MIG_LARGE])
@@ -261,6 +303,7 @@ devices_st = st.builds(
     observed_at=st.just(0.0),
     driver=st.sampled_from(["", "gpu.nvidia.com"]),
     resource=resource_names,
+    source=st.sampled_from([SOURCE_POD, SOURCE_NODE]),
 )
 
 
@@ -272,6 +315,18 @@ def test_the_decision_heals_only_an_idle_device_plugin_gpu_of_a_whole_node(
         assert counts.counts and all(c.allocatable == c.capacity > 0 for c in counts.counts)
         assert not held and not device.driver and device.health != "Healthy"
         assert since > device.changed_at and device.resource in counts.resources()
+
+
+@given(counts_st, st.lists(st.tuples(devices_st, st.booleans()), max_size=4))
+def test_only_an_idle_device_plugin_gpu_the_counts_vouched_for_loses_its_healthy(
+    counts: NodeCounts, devices: list[tuple[DeviceState, bool]]
+) -> None:
+    for device in unvouched(counts, devices):
+        assert not any(held for d, held in devices if d is device)
+        assert (device.health, device.source, device.driver) == ("Healthy", SOURCE_NODE, "")
+        assert device.resource in counts.short()
+    if counts.all_allocatable or not counts.counts:
+        assert unvouched(counts, devices) == []
 
 
 @given(
