@@ -268,6 +268,9 @@ class DeviceStateStore:
         self._node_counts: dict[str, tuple[NodeCounts, float]] = {}
         """By node: its device-plugin GPU counts (`exporter.nodealloc`), and since when they are
         what they are (an update that changes no count keeps the time)."""
+        self._node_keys: dict[str, set[DeviceKey]] = {}
+        """By node: its devices' keys, so a count change looks at its node's devices only (the
+        first list of 10,000 Nodes must not scan 80,000 devices for each)."""
         self._producer_pods: dict[tuple[str, str], _ProducerPod] = {}
         """By (driver, namespace/name): the health producer pods seen on a node."""
         self._producers: dict[tuple[str, str], ProducerState] = {}
@@ -620,7 +623,7 @@ class DeviceStateStore:
             return
         now = self._clock.now()
         self._node_counts[name] = (counts, now)
-        keys = [k for k in self._devices if k[0] == name]
+        keys = sorted(self._node_keys.get(name, ()))
         if counts.all_allocatable:
             for key in keys:
                 self._from_node(key, counts, now)
@@ -803,6 +806,8 @@ class DeviceStateStore:
         if self._shared:
             self._devices = dict(self._devices)
             self._shared = False
+        if key not in self._devices:
+            self._node_keys.setdefault(key[0], set()).add(key)
         self._devices[key] = device
         self._snapshot = None
 
@@ -814,6 +819,11 @@ class DeviceStateStore:
             self._devices = dict(self._devices)
             self._shared = False
         del self._devices[key]
+        on_node = self._node_keys.get(key[0])
+        if on_node is not None:
+            on_node.discard(key)
+            if not on_node:
+                del self._node_keys[key[0]]
         self._dirty_allocations.discard(key)
         self._contrib.pop(key, None)
         self._version_floor[key] = device.status_version
