@@ -56,7 +56,8 @@ DEVICE_INFO = MetricFamily(
     "gauge",
     "Device identity (UUID, DRA driver/pool/device, resource name) and the source of its current "
     "status (pod: allocatedResourcesStatus; resourceslice: the DRA driver's taints on a device no pod "
-    "holds; nvml: NVML reachability of a GPU no pod holds); always 1.",
+    "holds; nvml: NVML reachability of a GPU no pod holds; node: its node's device-plugin GPU "
+    "allocatable against capacity, for an idle device-plugin GPU); always 1.",
     (*_DEVICE, "uuid", "driver", "pool", "device_name", "resource", "source"),
 )
 DEVICE_ALLOCATION = MetricFamily(

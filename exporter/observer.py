@@ -1,7 +1,8 @@
 """The exporter's observer: what it watches, the single writer that applies it, the NVML poller.
 
 It lists, then watches, Pods, ResourceClaims, ResourceSlices (resource.k8s.io/v1), the kubelet
-Leases in `kube-node-lease` and each DRA driver's health producer pods (`targets()`), each
+Leases in `kube-node-lease`, the Nodes (their device-plugin GPU counts) and each DRA driver's
+health producer pods (`targets()`), each
 through a `gpuhealth.kube.reflector` in a thread of its own, and feeds every event to the
 `DeviceStateStore` and its directory in one asyncio task, so the state and the SQLite directory
 have exactly one writer. The watch protocol (resume, bookmarks, relist on 410, backoff) is the
@@ -33,7 +34,7 @@ from exporter.directory import Directory
 from exporter.podresources import Allocatable, PodResourcesSource
 from exporter.self_metrics import ExporterMetrics
 from exporter.settings import HealthProducer, ObserverSettings
-from exporter.state import CLAIMS, LEASES, PODS, SLICES, DeviceStateStore, producer_resource
+from exporter.state import CLAIMS, LEASES, NODES, PODS, SLICES, DeviceStateStore, producer_resource
 from gpuhealth.clock import Clock
 from gpuhealth.kube import meta, resources, watch
 from gpuhealth.kube.client import KubeClient
@@ -70,7 +71,7 @@ class Target:
 
 
 def targets(node_name: str | None, producers: tuple[HealthProducer, ...] = ()) -> tuple[Target, ...]:
-    """What to watch: everything, or in node mode that node's pods, slices and Lease.
+    """What to watch: everything, or in node mode that node's pods, slices, Lease and Node.
 
     Claims cannot be filtered by node (they have no node field); they are few next to pods.
     Each DRA health producer's pods are a watch of their own (namespace and label selector),
@@ -96,6 +97,9 @@ def targets(node_name: str | None, producers: tuple[HealthProducer, ...] = ()) -
             namespace=meta.NODE_LEASE_NAMESPACE,
             field_selector=f"metadata.name={node_name}" if node_name else None,
         ),
+        # Whole Node objects (the API serves no projection of a field); the store looks further
+        # only at updates that change a GPU resource's capacity or allocatable.
+        Target(NODES, resources.NODE, field_selector=f"metadata.name={node_name}" if node_name else None),
         Target(PODS, resources.POD, field_selector=node_field),
     )
 

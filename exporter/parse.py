@@ -55,6 +55,7 @@ MALFORMED_CLAIM: Final = "malformed_claim"
 MALFORMED_SLICE: Final = "malformed_slice"
 MALFORMED_LEASE: Final = "malformed_lease"
 MALFORMED_PRODUCER: Final = "malformed_producer"
+MALFORMED_NODE: Final = "malformed_node"
 
 _HEALTH: Final = frozenset(HEALTH_VALUES)
 _EMPTY: Final[dict[str, Any]] = {}

@@ -19,8 +19,8 @@ from typing import Any
 from gpuhealth.nvml import DeviceReading
 
 HEALTH_VALUES = ("Healthy", "Unhealthy", "Unknown")
-SOURCE_POD, SOURCE_SLICE, SOURCE_NVML = "pod", "resourceslice", "nvml"
-STATUS_SOURCES = (SOURCE_POD, SOURCE_SLICE, SOURCE_NVML)
+SOURCE_POD, SOURCE_SLICE, SOURCE_NVML, SOURCE_NODE = "pod", "resourceslice", "nvml", "node"
+STATUS_SOURCES = (SOURCE_POD, SOURCE_SLICE, SOURCE_NVML, SOURCE_NODE)
 """Where a device's current status comes from (`DeviceState.source`)."""
 
 
@@ -100,7 +100,9 @@ class DeviceState:
     """Who vouches for the current health: one of STATUS_SOURCES. `pod` (the kubelet's
     allocatedResourcesStatus) is the authority while a pod holds the device; a device no pod
     holds takes its ResourceSlice's driver taints (`resourceslice`) or, in node mode, NVML's
-    reachability (`nvml`), so an idle device keeps evidence of its health. It moves when the
+    reachability (`nvml`), so an idle device keeps evidence of its health; an idle device-plugin
+    device neither speaks for is vouched Healthy by its node's allocatable counts (`node`,
+    `exporter.nodealloc`) once every registered device is allocatable again. It moves when the
     holders do (ALLOCATIONS): a hand-back whose health agrees changes only this, not the
     status (no new version, no log row: the pod-replacement hot path stays as cheap)."""
 

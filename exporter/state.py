@@ -56,6 +56,7 @@ from exporter.identity import (
     parse_claim,
     parse_slice,
 )
+from exporter.nodealloc import NodeCounts, NodeCountsError, gpu_counts, speaks_healthy, unvouched
 from exporter.parse import (
     PodObservation,
     ResourceEntry,
@@ -67,6 +68,7 @@ from exporter.parse import (
 from exporter.podresources import Allocatable
 from exporter.snapshot import (
     DEVICE_FIELDS,
+    SOURCE_NODE,
     SOURCE_NVML,
     SOURCE_POD,
     SOURCE_SLICE,
@@ -86,8 +88,8 @@ from gpuhealth.nvml import DeviceReading, XidEvent
 DeviceKey = tuple[str, str]
 """(node, device)."""
 
-PODS, CLAIMS, SLICES, LEASES = "pods", "resourceclaims", "resourceslices", "leases"
-RESOURCES = (PODS, CLAIMS, SLICES, LEASES)
+PODS, CLAIMS, SLICES, LEASES, NODES = "pods", "resourceclaims", "resourceslices", "leases", "nodes"
+RESOURCES = (PODS, CLAIMS, SLICES, LEASES, NODES)
 PRODUCER_PREFIX = "health-producer/"
 """`health-producer/<driver>`: the pods of one DRA driver's health producer (`producer_resource`)."""
 
@@ -263,6 +265,12 @@ class DeviceStateStore:
         are held on its card: the card is the device gpuhealth governs."""
         self._allocatable: Allocatable | None = None
         """Node mode: the kubelet's allocatable device-plugin devices, as last read (None: never)."""
+        self._node_counts: dict[str, tuple[NodeCounts, float]] = {}
+        """By node: its device-plugin GPU counts (`exporter.nodealloc`), and since when they are
+        what they are (an update that changes no count keeps the time)."""
+        self._node_keys: dict[str, set[DeviceKey]] = {}
+        """By node: its devices' keys, so a count change looks at its node's devices only (the
+        first list of 10,000 Nodes must not scan 80,000 devices for each)."""
         self._producer_pods: dict[tuple[str, str], _ProducerPod] = {}
         """By (driver, namespace/name): the health producer pods seen on a node."""
         self._producers: dict[tuple[str, str], ProducerState] = {}
@@ -416,6 +424,8 @@ class DeviceStateStore:
             self.apply_slice(event_type, obj)
         elif resource == LEASES:
             self.apply_lease(event_type, obj)
+        elif resource == NODES:
+            self.apply_node(event_type, obj)
         elif resource.startswith(PRODUCER_PREFIX):
             self.apply_producer(resource[len(PRODUCER_PREFIX) :], event_type, obj)
         else:
@@ -450,6 +460,9 @@ class DeviceStateStore:
         elif resource == LEASES:
             for node in [n for n in self._nodes if n not in seen]:
                 self._node_gone(node)
+        elif resource == NODES:
+            for node in [n for n in self._node_counts if n not in seen]:
+                del self._node_counts[node]
         elif resource.startswith(PRODUCER_PREFIX):
             driver = resource[len(PRODUCER_PREFIX) :]
             for key in [k for k in self._producer_pods if k[0] == driver and k[1] not in seen]:
@@ -581,6 +594,57 @@ class DeviceStateStore:
         self._snapshot = None
         if self._sink is not None:
             self._sink.record_lease(name, renewed)
+
+    def apply_node(self, event_type: str, obj: Any) -> None:
+        """One Node event: its device-plugin GPU counts, which speak for its idle device-plugin GPUs.
+
+        Only a change of the counts is looked at further (the kubelet rewrites its node's status
+        for conditions, images and addresses far more often than a device's health moves). When
+        every registered device is allocatable again, each idle device-plugin GPU of the node no
+        other source speaks for and that is not Healthy turns Healthy (`exporter.nodealloc`); a
+        count below capacity names no device: it makes none Unhealthy, and takes back only the
+        Healthy the counts alone gave (`unvouched`: Unknown, unless a known failure explains it)."""
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        if not isinstance(name, str) or not name:
+            self.stats.parse_errors[parse.MALFORMED_NODE] += 1
+            return
+        if event_type == "DELETED":
+            self._node_counts.pop(name, None)
+            return
+        try:
+            counts = gpu_counts(obj)
+        except NodeCountsError:
+            # The last counts stand: a status that cannot be read says nothing new.
+            self.stats.parse_errors[parse.MALFORMED_NODE] += 1
+            return
+        previous = self._node_counts.get(name)
+        if previous is not None and previous[0] == counts:
+            return
+        now = self._clock.now()
+        self._node_counts[name] = (counts, now)
+        keys = sorted(self._node_keys.get(name, ()))
+        if counts.all_allocatable:
+            for key in keys:
+                self._from_node(key, counts, now)
+            return
+        held = {k: bool(self._contrib.get(k)) or bool(self._silent.get(k)) for k in keys}
+        for device in unvouched(counts, ((self._devices[k], held[k]) for k in keys)):
+            key = (device.node, device.device)
+            self._idle_status(key, "Unknown", counts.short_message(), SOURCE_NODE, now, None, device.uuid)
+
+    def _from_node(self, key: DeviceKey, counts: NodeCounts, since: float) -> None:
+        """An idle device-plugin GPU takes its node's word (`speaks_healthy`), where neither a
+        ResourceSlice nor NVML speaks for it (they name the device; a count does not)."""
+        device = self._devices.get(key)
+        if device is None or self._speaking_slice(device) is not None:
+            return
+        if self._nvml is not None and key[0] == self._node_name and device.uuid in self._nvml.readings:
+            return
+        held = bool(self._contrib.get(key)) or bool(self._silent.get(key))
+        if speaks_healthy(counts, since, device, held=held):
+            now = self._clock.now()
+            self._idle_status(key, "Healthy", counts.message(), SOURCE_NODE, now, None, device.uuid)
 
     def apply_producer(self, driver: str, event_type: str, obj: Any) -> None:
         """One event of a pod of `driver`'s health producer (`HealthProducer`): its node and readiness.
@@ -742,6 +806,8 @@ class DeviceStateStore:
         if self._shared:
             self._devices = dict(self._devices)
             self._shared = False
+        if key not in self._devices:
+            self._node_keys.setdefault(key[0], set()).add(key)
         self._devices[key] = device
         self._snapshot = None
 
@@ -753,6 +819,11 @@ class DeviceStateStore:
             self._devices = dict(self._devices)
             self._shared = False
         del self._devices[key]
+        on_node = self._node_keys.get(key[0])
+        if on_node is not None:
+            on_node.discard(key)
+            if not on_node:
+                del self._node_keys[key[0]]
         self._dirty_allocations.discard(key)
         self._contrib.pop(key, None)
         self._version_floor[key] = device.status_version
@@ -1210,11 +1281,14 @@ class DeviceStateStore:
             return
         self._dirty_allocations.add(key)
         self._snapshot = None
-        if not contributions and (device.driver or self._nvml is not None):
+        if not contributions and (
+            device.driver or self._nvml is not None or device.node in self._node_counts
+        ):
             self._handed_back(key)
 
     def _handed_back(self, key: DeviceKey) -> None:
-        """Nobody holds the device any more: its ResourceSlice, else NVML, speaks for it from now on."""
+        """Nobody holds the device any more: its ResourceSlice, else NVML, else (a device-plugin
+        GPU whose node has every registered device allocatable) its node speaks for it from now on."""
         device = self._devices[key]
         sliced = self._speaking_slice(device)
         if sliced is not None:
@@ -1224,6 +1298,10 @@ class DeviceStateStore:
             reading = self._nvml.readings.get(device.uuid)
             if reading is not None:
                 self._from_nvml(key, reading, self._clock.now())
+                return
+        node = self._node_counts.get(key[0])
+        if node is not None:
+            self._from_node(key, *node)
 
     def _speaking_slice(self, device: DeviceState) -> SliceDevice | None:
         """The tracked ResourceSlice device that speaks for `device` when no pod holds it."""

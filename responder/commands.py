@@ -75,8 +75,8 @@ Client = Any
 LIST_HELP = "one line per record"
 SHOW_HELP = "one record with its history"
 RELEASE_HELP = (
-    f"ask the responder to release a device through {LADDER.describe()}: waits may be shortened, "
-    "checks never skipped"
+    f"ask the responder to release a device through {LADDER.describe()} (a GPU reset first where "
+    "its reset hand-off is on): waits may be shortened, checks and the reset never skipped"
 )
 BREAKER_STATUS_HELP = "tripped or not, why, and the audit trail"
 BREAKER_RESET_HELP = "close a tripped breaker (audited)"

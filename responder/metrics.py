@@ -172,6 +172,16 @@ MIGRATION_WORK_LOST = MetricFamily(
 WORK_LOST_BUCKETS = (1.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0)
 """A checkpoint taken for the move loses seconds; a pod that never checkpoints loses its whole run."""
 
+CHECK_VERDICTS = ("passed", "failed")
+RELEASE_CHECKS = MetricFamily(
+    "gpuhealth_release_checks",
+    "counter",
+    "Verdicts of the release ladder's checks on quarantined devices: the probe, the canary and, where "
+    "the reset hand-off is on, the GPU reset (check=probe|canary|reset), passed or failed (a timeout "
+    "fails); counted by the leader once per attempt, when it records the verdict (status.lastCheck).",
+    ("check", "verdict"),
+)
+
 CATALOG = Catalog(
     (
         WEBHOOK_REQUESTS,
@@ -195,6 +205,7 @@ CATALOG = Catalog(
         QUARANTINED_SECONDS,
         QUARANTINES_ENDED,
         MIGRATION_WORK_LOST,
+        RELEASE_CHECKS,
     )
 )
 """Every family the responder exposes."""

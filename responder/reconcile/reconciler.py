@@ -77,7 +77,7 @@ from responder.checks.jobs import CheckRunner
 from responder.enforce.holders import DeviceHolders
 from responder.enforce.identity import SliceDevice
 from responder.enforce.shipped import Enforcer
-from responder.ladder import Kind, Rung, with_reset
+from responder.ladder import KNOWN, Kind, Rung, with_reset
 from responder.reconcile import breaker
 from responder.reconcile.accounting import QuarantineAccounting
 from responder.reconcile.breaker import BreakerState, Counts
@@ -235,11 +235,16 @@ class ReconcilerMetrics:
         self.passes = instruments.counter(metrics.RECONCILE_PASSES, registry)
         self.records = instruments.counter(metrics.RECONCILE_RECORDS, registry)
         self.health_source_up = instruments.gauge(metrics.HEALTH_SOURCE_UP, registry)
+        self.checks = instruments.counter(metrics.RELEASE_CHECKS, registry)
         # Every outcome from zero, so increase() counts the first release or record of each.
         for outcome in metrics.RELEASE_OUTCOMES:
             self.releases.labels(outcome)
         for outcome in metrics.RECORD_OUTCOMES:
             self.records.labels(outcome)
+        for rung in KNOWN.rungs:
+            if rung.kind in (Kind.CHECK, Kind.RESET):
+                for verdict in metrics.CHECK_VERDICTS:
+                    self.checks.labels(rung.name, verdict)
         self._series: set[tuple[str, str, str, str]] = set()
         self._created: set[tuple[str, str]] = set()
 
@@ -601,6 +606,9 @@ class Reconciler:
         # Notices only once the record is stored: a failed write is decided again next pass,
         # its notice with it, and an Event per attempt would tell of one failure twice.
         self._notify(record, decided, state)
+        judged = after.status.last_check
+        if written and judged is not None and judged != record.status.last_check:
+            self.metrics.checks.labels(judged.check, judged.verdict.value.lower()).inc()
         left = rungs.rung(phase)
         if written and left is not None and left.kind in WAITS_ON_EXECUTOR and after.status.phase != phase:
             # Only once the record says it moved on: a 409 leaves the result to be read again.

@@ -24,7 +24,7 @@ from exporter.self_metrics import ExporterMetrics
 from exporter.server import create_app
 from exporter.state import DeviceStateStore, producer_resource
 from gpuhealth.clock import ManualClock
-from gpuhealth.nvml import DeviceReading, XidEvent
+from gpuhealth.nvml import DeviceReading, MigDevice, XidEvent
 from tests.exporter.fixtures.builders import (
     DRIVER,
     claim,
@@ -85,6 +85,10 @@ def small_store(clock: ManualClock) -> DeviceStateStore:
         remapped_rows_failure=False,
         temperature_celsius=55.0,
         power_watts=300.0,
+        # A MIG-enabled card: its partitions are listed (gpu_nvml_mig_device_info), the card stays the device.
+        mig_devices=(
+            MigDevice(f"MIG-{U0[4:]}", gpu_instance_id=7, compute_instance_id=0, profile="3g.40gb"),
+        ),
     )
     store.apply_nvml([full], [XidEvent(U0, 79, clock.now())])
     store.stats.parse_errors["invalid_json"] += 1

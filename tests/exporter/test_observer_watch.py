@@ -1,6 +1,6 @@
 """The observer's list/watch protocol, against a scripted transport.
 
-Aspects covered: list then watch of the four resources (ready only once all are
+Aspects covered: list then watch of the resources (ready only once all are
 listed); resuming from the last resourceVersion, bookmarks included; relist on 410 Gone
 as an HTTP status and as an ERROR event inside the stream (the relist replaces what was
 known); a list in pages folded as they come, replacing what was known only at its end;
@@ -28,7 +28,7 @@ from exporter.directory import Directory, open_store
 from exporter.observer import Observer, targets
 from exporter.self_metrics import ExporterMetrics
 from exporter.settings import DEFAULT_HEALTH_PRODUCERS, BackoffSettings, ObserverSettings
-from exporter.state import CLAIMS, LEASES, PODS, SLICES, DeviceStateStore, producer_resource
+from exporter.state import CLAIMS, LEASES, NODES, PODS, SLICES, DeviceStateStore, producer_resource
 from gpuhealth.clock import ManualClock
 from gpuhealth.kube.backoff import Backoff
 from gpuhealth.kube.errors import Gone, error_from_response
@@ -295,13 +295,16 @@ async def test_node_mode_selects_the_nodes_objects(store: DeviceStateStore) -> N
     settings = ObserverSettings(node_name="node-7", flush_interval_seconds=0.05)
     async with Running(api, store, settings=settings) as running:
         await until(running.observer.ready)
-        selectors = {r: api.list_calls(r)[0].get("fieldSelector") for r in (PODS, SLICES, LEASES, CLAIMS)}
+        selectors = {
+            r: api.list_calls(r)[0].get("fieldSelector") for r in (PODS, SLICES, LEASES, CLAIMS, NODES)
+        }
         producer = api.list_calls(producer_resource("gpu.nvidia.com"))[0]
     assert selectors == {
         PODS: "spec.nodeName=node-7",
         SLICES: "spec.nodeName=node-7",
         LEASES: "metadata.name=node-7",
         CLAIMS: None,
+        NODES: "metadata.name=node-7",
     }
     # The DRA driver's kubelet plugin on this node: its namespace, its pods' label, this node.
     assert PATHS[producer_resource("gpu.nvidia.com")] == "/api/v1/namespaces/dra-driver-nvidia-gpu/pods"

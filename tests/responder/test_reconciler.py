@@ -367,6 +367,20 @@ def test_the_release_walk_from_probe_to_released() -> None:
     h.reconciler.reconcile_once()
     assert h.phase(name) == STABILIZING
     assert h.checks.finished == [(name, "probe", 1), (name, "canary", 1)]
+    checks = {
+        (check, verdict): h.sample("gpuhealth_release_checks_total", check=check, verdict=verdict)
+        for check in ("probe", "canary", "reset")
+        for verdict in ("passed", "failed")
+    }
+    # Each verdict once, counted when recorded; every series from zero (the reset's too).
+    assert checks == {
+        ("probe", "passed"): 1.0,
+        ("canary", "passed"): 1.0,
+        **{(c, v): 0.0 for c in ("probe", "canary", "reset") for v in ("passed", "failed") if v == "failed"},
+        ("reset", "passed"): 0.0,
+    }
+    h.reconciler.reconcile_once()
+    assert h.sample("gpuhealth_release_checks_total", check="canary", verdict="passed") == 1.0
     h.clock.advance(POLICY.stability_seconds)
     h.reconciler.reconcile_once()
     assert h.phase(name) == RAMP
@@ -407,6 +421,8 @@ def test_a_failed_probe_extends_the_quarantine_and_writes_the_spec() -> None:
     assert record.spec.expires_at == before
     assert record.status.retry_at == rfc3339(h.clock.now() + POLICY.backoff_seconds)
     assert "ReleaseFailed" in h.events.reasons(name)
+    assert h.sample("gpuhealth_release_checks_total", check="probe", verdict="failed") == 1.0
+    assert h.sample("gpuhealth_release_checks_total", check="probe", verdict="passed") == 0.0
 
 
 def test_after_a_failed_probe_the_next_one_starts_only_when_the_backoff_ran_out() -> None:
