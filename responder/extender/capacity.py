@@ -165,7 +165,11 @@ class CapacityCache:
         """The node's view; `node` (the object the scheduler sent) overrides the cached Node."""
         with self._lock:
             gpus = node_gpus(node) if node is not None else self._nodes.get(name)
-            if gpus is None:
+            if gpus is None or (gpus.capacity == 0 and gpus.allocatable == 0):
+                # No device plugin serves nvidia.com/gpu there: nothing for the extender to count.
+                # A DRA node whose DeviceClass maps the resource (KEP-5004) gives such pods DRA
+                # devices, kept off a quarantined one by its DeviceTaintRule; any other such node
+                # fails the scheduler's own resource fit.
                 return None
             requested = self._requested.get(name, 0)
             opted = self._opted_in.get(name, 0)

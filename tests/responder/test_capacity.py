@@ -1,13 +1,13 @@
 """The extender's capacity cache (responder.extender.capacity), fed reflector messages by hand.
 
-Aspects: a node's quarantined devices count out less as many as allocatable already dropped
-below capacity, never more than the annotation lists; bound, unfinished GPU pods count on their
-node, finished, unbound and deleted ones do not, a pod moving phase or node moves its count; a
-relist replaces what was known; the Node object the scheduler sent overrides the cached one;
-unknown nodes answer None; devices on the ramp count among those excluded, with the ramp
-annotation's bound less the opted-in pods bound to the node as the slots left (a finished or
-deleted opted-in pod gives its slot back); property: after any event sequence the per-node sums
-equal a recount from the pods' last states.
+Aspects: a node's quarantined devices count out less as many as allocatable already dropped below
+capacity, never more than the annotation lists; bound, unfinished GPU pods count on their node,
+finished, unbound and deleted ones do not, a pod moving phase or node moves its count; a relist
+replaces what was known; the Node object the scheduler sent overrides the cached one; unknown nodes
+and nodes with no device-plugin GPU (capacity and allocatable 0: DRA nodes) answer None; devices on
+the ramp count among those excluded, with the ramp annotation's bound less the opted-in pods bound
+to the node as the slots left (a finished or deleted opted-in pod gives its slot back); property:
+after any event sequence the per-node sums equal a recount from the pods' last states.
 """
 
 from __future__ import annotations
@@ -125,6 +125,21 @@ def test_the_cache_follows_lists_and_events() -> None:
     cache.apply(Events(NODES, [("DELETED", node("n"))]))
     assert cache.capacity("n") is None
     assert cache.capacity("m", node("m")) == NodeCapacity(8, 0, 0)
+
+
+def test_a_node_without_device_plugin_gpus_is_left_to_the_scheduler() -> None:
+    # A DRA node whose DeviceClass serves nvidia.com/gpu (KEP-5004) advertises none of it, while
+    # the pods on it request it: counting them against 0 would refuse every such pod (seen on
+    # the real 1.37 control plane: a moved pod's replacement was never scheduled).
+    cache = CapacityCache()
+    dra = {"metadata": {"name": "dra", "annotations": {}}, "status": {"capacity": {}, "allocatable": {}}}
+    cache.apply(Listed(NODES, [dra, node("dp", listed=1)]))
+    cache.apply(Listed(PODS, [pod("a", "dra", 1), pod("b", "dp", 1)]))
+    assert cache.capacity("dra") is None and cache.capacity("dra", dra) is None
+    assert cache.capacity("dp") == NodeCapacity(8, 1, 1)
+    # A device-plugin node whose plugin has every device Unhealthy still has capacity: counted.
+    cache.apply(Events(NODES, [("MODIFIED", node("dp", allocatable=0, listed=1))]))
+    assert cache.capacity("dp") == NodeCapacity(0, 1, 0)
 
 
 pod_states = st.tuples(
