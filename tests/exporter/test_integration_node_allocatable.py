@@ -12,14 +12,13 @@ its capacity again and the GPU reads Healthy with source `node`.
 from __future__ import annotations
 
 import sys
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gpuhealth.testing.loopback import child_process, free_port, wait_until
+from tests.exporter.fixtures.scrapes import ones as scrape
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -34,21 +33,6 @@ SCENARIO: dict[str, Any] = {
     "timeline": [],
 }  # fmt: skip
 NODE = "gpu-dp-0"
-
-
-def scrape(port: int) -> dict[str, list[dict[str, str]]] | None:
-    """Samples of value 1 by family name (health, info, allocations), or None."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
-            body = response.read().decode()
-    except OSError:
-        return None
-    found: dict[str, list[dict[str, str]]] = {}
-    for family in text_string_to_metric_families(body):
-        for s in family.samples:
-            if s.value == 1:
-                found.setdefault(s.name, []).append(dict(s.labels))
-    return found
 
 
 def test_a_recovered_idle_device_plugin_gpu_turns_healthy_from_its_node(tmp_path: Path) -> None:
