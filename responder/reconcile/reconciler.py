@@ -242,7 +242,7 @@ class ReconcilerMetrics:
         for outcome in metrics.RECORD_OUTCOMES:
             self.records.labels(outcome)
         for rung in KNOWN.rungs:
-            if rung.kind in (Kind.CHECK, Kind.RESET):
+            if rung.kind in WAITS_ON_EXECUTOR:
                 for verdict in metrics.CHECK_VERDICTS:
                     self.checks.labels(rung.name, verdict)
         self._series: set[tuple[str, str, str, str]] = set()
@@ -630,8 +630,7 @@ class Reconciler:
     @staticmethod
     def _count_admission(decided: Step, state: _PassState) -> None:
         """The pass's counts and bucket after an admission, so that a storm in one pass trips."""
-        if enforced(decided.record):
-            state.counts = replace(state.counts, quarantined=state.counts.quarantined + 1)
+        state.counts = replace(state.counts, quarantined=state.counts.quarantined + 1)
         if decided.took_token:
             _, state.bucket = state.bucket.take(state.now)
             state.counts = replace(state.counts, started_in_window=state.counts.started_in_window + 1)

@@ -26,6 +26,7 @@ from simulator.fleet.mig import dra_device_name, partition_uuid, placement_start
 from simulator.fleet.objects import DRA_PLUGIN_NAMESPACE, cdi_id, gpu_uuid
 from simulator.model import MigLayout
 from simulator.scenario import DeviceRef, Fault, from_dict
+from tests.simulator.test_nvidia_dra_driver import taints, the_slice
 
 SLICES = "resourceslices.resource.k8s.io"
 CLAIMS = "resourceclaims.resource.k8s.io"
@@ -61,18 +62,6 @@ async def running() -> AsyncIterator[tuple[Fleet, Store]]:
     yield fleet, store
     fleet.stop()
     await task
-
-
-def the_slice(store: Store) -> dict[str, Any]:
-    (slice_,) = store.list(SLICES)[0]
-    return slice_
-
-
-def taints(store: Store) -> dict[str, list[tuple[str, str, str]]]:
-    return {
-        d["name"]: sorted((t["key"], t.get("value", ""), t["effect"]) for t in d.get("taints", []))
-        for d in the_slice(store)["spec"]["devices"]
-    }
 
 
 def pods(store: Store) -> list[dict[str, Any]]:
