@@ -92,6 +92,8 @@ from simulator.traffic import JOB as WORKLOADS_JOB
 ROOT = Path(__file__).resolve().parents[1]
 RESPONDER_CONFIG = ROOT / "deploy" / "responder-config.yaml"
 CRD_FILE = ROOT / "deploy" / "crds" / "devicequarantines.gpuhealth.io.yaml"
+HOLDER_PRIORITY_FILE = ROOT / "deploy" / "base" / "holder-priorityclass.yaml"
+PRIORITY_CLASS = Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
 RESPONDER_NAMESPACE = "gpuhealth-system"
 RESPONDER_PATH = "/webhook"
@@ -849,10 +851,12 @@ def _target(
 
 
 def _install_responder_api(kubeconfig: Path) -> None:
-    """The DeviceQuarantine CRD and the responders' namespace, as `kubectl apply` would."""
+    """The DeviceQuarantine CRD, the responders' namespace and the holder pods' PriorityClass,
+    as `kubectl apply` of `deploy/` would."""
     client = KubeClient(KubeTransport(api_client(str(kubeconfig))))
     try:
         client.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
+        client.create(PRIORITY_CLASS, yaml.safe_load(HOLDER_PRIORITY_FILE.read_text()))
         client.create(
             NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": RESPONDER_NAMESPACE}}
         )

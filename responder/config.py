@@ -15,6 +15,7 @@ which cluster, the token, TLS). The shipped example with every default and its r
                      runtime_class}
     reset:          {enabled, timeout, group, version, kind, plural, namespace, node_field,
                      uuids_field, complete_condition, succeeded_reason}
+    hold:           {enabled, image, priority_class, fill_timeout, refill}
     intake:         {expiry}
 
 One dialect with `rules/config.yaml`: sections of snake_case keys, no apiVersion/kind header.
@@ -118,6 +119,18 @@ def _reset_ladder(value: Any) -> Ladder:
     return with_reset(LADDER) if value else LADDER
 
 
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid(f"{value!r} must be true or false")
+    return value
+
+
+def _optional_class(value: Any) -> str:
+    if not isinstance(value, str) or (value and not _DNS_SUBDOMAIN.fullmatch(value)):
+        raise _Invalid(f"{value!r} must be a PriorityClass name, or empty for none")
+    return value
+
+
 def _optional_name(value: Any) -> str:
     if not isinstance(value, str) or (value and not _DNS_SUBDOMAIN.fullmatch(value)):
         raise _Invalid(f"{value!r} must be a namespace name, or empty for a cluster-scoped kind")
@@ -194,6 +207,13 @@ _SECTIONS: dict[str, dict[str, _Key]] = {
         "canary_image": _Key(("checks", "canary", "image"), _text),
         "canary_command": _Key(("checks", "canary", "command"), _command),
         "runtime_class": _Key(("checks", "runtime_class"), _runtime_class),
+    },
+    "hold": {
+        "enabled": _Key(("hold", "enabled"), _flag),
+        "image": _Key(("hold", "image"), _text),
+        "priority_class": _Key(("hold", "priority_class"), _optional_class),
+        "fill_timeout": _Key(("hold", "fill_timeout_seconds"), _duration),
+        "refill": _Key(("hold", "refill_seconds"), _duration),
     },
     "intake": {
         "expiry": _Key(("intake", "expiry_seconds"), _duration),

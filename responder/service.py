@@ -31,6 +31,7 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.elector import LeaderElector
 from responder import metrics
 from responder.checks.jobs import JobChecks
+from responder.enforce.hold import DeviceHold
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
 from responder.extender.capacity import CapacityCache, run_cache
@@ -144,6 +145,7 @@ def create_app(
                 migrate=None if settings.dry_run else migrator.step,
                 finish=None if settings.dry_run else migrator.finish,
                 watch_client=watch,
+                hold=DeviceHold(api, settings.namespace, settings.hold),
             )
             elector = LeaderElector(
                 elector_client,

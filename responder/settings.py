@@ -12,6 +12,7 @@ from gpuhealth import fields
 from gpuhealth.http import ServerSettings
 from gpuhealth.kube.lease import ElectionSettings
 from responder.checks.jobs import CheckSettings
+from responder.enforce.hold import HoldSettings
 from responder.extender.capacity import CacheSettings
 from responder.migrate.executor import MigratorSettings
 from responder.reconcile.reconciler import ReconcilerSettings
@@ -57,6 +58,8 @@ class ResponderSettings:
     reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings)
     migrator: MigratorSettings = field(default_factory=MigratorSettings)
     checks: CheckSettings = field(default_factory=CheckSettings)
+    hold: HoldSettings = field(default_factory=HoldSettings)
+    """Device plugins: the holder pods that keep a quarantined card allocated to gpuhealth."""
     reset: ResetSettings = field(default_factory=ResetSettings)
     """The reset controller's request kind, used only where the ladder has the reset rung
     (`reset.enabled`: `responder.ladder.with_reset`)."""

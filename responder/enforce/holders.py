@@ -16,16 +16,19 @@ from typing import Any
 from gpuhealth.kube.api import Api
 from gpuhealth.kube.resources import POD
 from responder.enforce.backends import Backends
+from responder.enforce.hold import CHECK_LABEL
+from responder.enforce.hold_plan import HOLDER_LABEL
 from responder.records import Quarantine
 
-CHECK_LABEL = "gpuhealth.io/check"
-"""Label of the pods of gpuhealth's own probe and canary Jobs (`responder.checks.jobs`)."""
+__all__ = ["CHECK_LABEL", "DeviceHolders", "pods_on_device"]
 
 
 def pods_on_device(client: Api, backends: Backends, record: Quarantine) -> list[dict[str, Any]]:
-    """Every pod on the record's node that holds its device (finished or not)."""
+    """Every pod on the record's node that holds its device (finished or not), gpuhealth's own
+    holders aside: they are there to keep the device, never work to move or wait for."""
     node_pods = client.list(POD, field_selector=f"spec.nodeName={record.spec.node}").items
-    return backends.of(record).holders(record, node_pods)
+    holding = backends.of(record).holders(record, node_pods)
+    return [p for p in holding if HOLDER_LABEL not in ((p.get("metadata") or {}).get("labels") or {})]
 
 
 class DeviceHolders:

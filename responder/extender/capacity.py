@@ -52,6 +52,7 @@ from gpuhealth import fields
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.reflector import Events, Listed, Message, Reflector
 from gpuhealth.kube.resources import NODE, POD
+from responder.enforce.hold import holds
 from responder.enforce.node_annotation import NODE_ANNOTATION, ramping
 from responder.extender.filter import GPU_RESOURCE, ArgsError, NodeCapacity, gpus_requested, opted_in
 from responder.reconcile.reconciler import WatchBackoff
@@ -76,6 +77,9 @@ class NodeGpus:
     """Of those, the devices on the ramp."""
     ramp_pods: int = 0
     """Opted-in pods the node may run while its devices ramp (the ramp annotation's bounds, summed)."""
+    holding: int = 0
+    """Listed devices whose hold is being made (`gpuhealth.io/device-holds` says `pending`): while
+    any is, the node takes no new GPU pod, since the kubelet could hand it the card."""
 
     @property
     def quarantined_allocatable(self) -> int:
@@ -93,9 +97,15 @@ def node_gpus(node: Mapping[str, Any]) -> NodeGpus:
     allocatable = _quantity(status.get("allocatable"))
     capacity = _quantity(status.get("capacity"))
     ramp = ramping(node)
-    excluded = listed_devices(node) | ramp.keys()
+    held = holds(node)
+    listed = listed_devices(node)
+    # A card a holder pod holds is counted by that pod's request: not counted out a second time.
+    excluded = {d for d in listed if held.get(d) != "held"} | ramp.keys()
+    pending = sum(1 for d in listed if held.get(d) == "pending")
     # A node that reports allocatable but no capacity (a hand-written object) drops nothing.
-    return NodeGpus(max(capacity, allocatable), allocatable, len(excluded), len(ramp), sum(ramp.values()))
+    return NodeGpus(
+        max(capacity, allocatable), allocatable, len(excluded), len(ramp), sum(ramp.values()), pending
+    )
 
 
 def listed_devices(node: Mapping[str, Any]) -> frozenset[str]:
@@ -179,6 +189,7 @@ class CapacityCache:
             gpus.quarantined_allocatable,
             gpus.ramping_allocatable,
             max(0, gpus.ramp_pods - opted),
+            gpus.holding,
         )
 
     def apply(self, message: Message) -> None:

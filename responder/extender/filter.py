@@ -53,9 +53,14 @@ class NodeCapacity:
     ramp_slots: int = 0
     """Opted-in pods the node may still take while its devices ramp: the annotation's bound less
     the opted-in pods bound there."""
+    holding: int = 0
+    """Quarantined devices whose hold (`responder.enforce.hold`) is being made: while any is, no
+    GPU is free on the node, since the kubelet could hand a new pod the card."""
 
     @property
     def free(self) -> int:
+        if self.holding:
+            return 0
         return max(0, self.allocatable - self.requested - self.quarantined_allocatable)
 
     def free_for(self, opted_in: bool) -> int:
@@ -134,6 +139,12 @@ def filter_nodes(args: Args, capacity: Callable[[str], NodeCapacity | None]) -> 
             passed.append(index)
             continue
         free = view.free_for(args.opted_in)
+        if view.holding:
+            failed[name] = (
+                f"gpuhealth: {view.holding} quarantined {GPU_RESOURCE} not held yet (holder pods "
+                "being placed, or its pods being moved): no new GPU pods until it is"
+            )
+            continue
         failed[name] = (
             f"gpuhealth: {view.quarantined_allocatable} quarantined {GPU_RESOURCE} counted out; "
             f"{free} free for a request of {args.gpus}"

@@ -74,6 +74,8 @@ from gpuhealth.kube.reflector import Events, Listed, Message, Reflector
 from gpuhealth.kube.resources import NODE, STATUS
 from responder import metrics
 from responder.checks.jobs import CheckRunner
+from responder.enforce.hold import DeviceHold
+from responder.enforce.hold_plan import HoldPlan, HoldState
 from responder.enforce.holders import DeviceHolders
 from responder.enforce.identity import SliceDevice
 from responder.enforce.shipped import Enforcer
@@ -102,13 +104,25 @@ from responder.reconcile.policy import (
     needs_holders,
 )
 from responder.reconcile.policy import step as policy_step
-from responder.records import QUARANTINES, Phase, Quarantine, RecordError, from_object, to_object
+from responder.records import (
+    DEVICE_PLUGIN,
+    QUARANTINES,
+    Condition,
+    Phase,
+    Quarantine,
+    RecordError,
+    from_object,
+    to_object,
+)
 
 log = logging.getLogger(__name__)
 
 OPT_OUT_LABEL = "gpuhealth.io/remediation"
 OPT_OUT_VALUE = "disabled"
 DONE_PHASES = frozenset({Phase.RELEASED, Phase.ABANDONED})
+HELD = "Held"
+"""`status.conditions[].type` of a device-plugin card's hold (`responder.enforce.hold`): True
+while holder pods hold every unit of the card; its reason says where the hold stands."""
 
 Migrate = Callable[[Quarantine, float], Quarantine]
 
@@ -313,6 +327,26 @@ def opened_at(record: Quarantine, created: float | None) -> float | None:
     return opened if opened is not None else created
 
 
+def with_held(record: Quarantine, decided: HoldPlan | None, now: float) -> Quarantine:
+    """`record` with its `Held` condition as `decided` says (None: no condition); the transition
+    time moves only when the status or the reason changes."""
+    others = tuple(c for c in record.status.conditions if c.type != HELD)
+    if decided is None:
+        conditions = others
+    else:
+        before = record.status.condition(HELD)
+        status = "True" if decided.state.standing else "False"
+        since = (
+            before.last_transition_time
+            if before is not None and before.status == status and before.reason == decided.state
+            else rfc3339(now)
+        )
+        conditions = (*others, Condition(HELD, status, str(decided.state), decided.message[:1024], since))
+    if conditions == record.status.conditions:
+        return record
+    return replace(record, status=replace(record.status, conditions=conditions))
+
+
 def automatic(record: Quarantine) -> bool:
     return record.spec.actor.startswith("alert/")
 
@@ -356,13 +390,16 @@ class Reconciler:
         holders: Holders | None = None,
         finish: Migrate | None = None,
         resets: CheckRunner | None = None,
+        hold: DeviceHold | None = None,
     ) -> None:
         """`watch_client`: a client for the records' watch that wakes the loop (None: passes
         come only every recheck); give it its own client, closed by the caller at shutdown.
         `holders`: who holds a device (default: `responder.enforce.holders` through `client`).
         `finish`: the migration hook while the breaker is open (`Migrator.finish`: moves under
         way go on, none begins); None: no move is advanced while it is open.
-        `resets`: the reset hand-off (`responder.reset`), required when the ladder has the reset rung."""
+        `resets`: the reset hand-off (`responder.reset`), required when the ladder has the reset rung.
+        `hold`: the holder pods of device-plugin cards (`responder.enforce.hold`); None: the
+        extender's count alone keeps new pods off them."""
         self._client = client
         self._enforcer = enforcer
         self._health = health
@@ -385,6 +422,7 @@ class Reconciler:
         self._holders: Holders = (
             holders if holders is not None else DeviceHolders(client, Enforcer(client, None))
         )
+        self._hold = hold
         self._eligible: int | None = None
         """Devices the health source knew at its last answer: what the breaker counts against
         while it gives none (None before the first: the breaker's floors are its limits)."""
@@ -543,7 +581,11 @@ class Reconciler:
         """(outcome, the record as it now stands, recheck seconds) for one record."""
         phase = record.status.phase
         if phase in DONE_PHASES:
-            return "unchanged", record, None
+            if record.status.condition(HELD) is None or self._hold is None:
+                return "unchanged", record, None
+            # The pass that ended the quarantine could not let its card go: let it go now.
+            after = self._held(record, state.now)
+            return ("written" if self._write(obj, record, after, fence) else "unchanged"), after, None
         moved: Exception | None = None
         current = self._enforcer.identify(
             record, state.slices, state.nodes, snapshot.partitions_of(record.spec.node, record.spec.device)
@@ -592,15 +634,20 @@ class Reconciler:
                 # The device's pods could not be read: the policy's decision is still written,
                 # and the move is tried again on this record's backoff (not at the recheck cap).
                 moved = exc
+        if self._hold is not None and after.spec.path == DEVICE_PLUGIN:
+            after = self._held(after, state.now)
         recheck = decided.recheck_seconds
         rungs = self.settings.policy.rungs
         on_check = rungs.rung(after.status.phase)
-        if (on_check is not None and on_check.kind in WAITS_ON_EXECUTOR) or any(
-            not m.outcome.finished for m in after.status.migrations
+        held = after.status.condition(HELD)
+        if (
+            (on_check is not None and on_check.kind in WAITS_ON_EXECUTOR)
+            or any(not m.outcome.finished for m in after.status.migrations)
+            or (held is not None and held.reason in (HoldState.FILLING, HoldState.CARD_BUSY))
         ):
-            # A check Job or a move waits on objects the reconciler does not watch (the Job's
-            # status; checkpoint commits, terminations): look again soon rather than at the
-            # policy's deadline (a 2-minute probe read only at its 10-minute timeout).
+            # A check Job, a move or a hold waits on objects the reconciler does not watch (the
+            # Job's status; checkpoint commits, terminations; the holders' devices): look again
+            # soon rather than at the policy's deadline (a 2-minute probe read only at its 10-minute timeout).
             recheck = min(recheck if recheck is not None else math.inf, UNWATCHED_RECHECK_SECONDS)
         written = admitted or self._write(obj, record, after, fence)
         # Notices only once the record is stored: a failed write is decided again next pass,
@@ -660,6 +707,23 @@ class Reconciler:
             # Only when a release attempt would start: a list of the node's pods (and claims).
             holders=self._holders.of(record) if needs_holders(record, state.now) else (),
         )
+
+    def _held(self, record: Quarantine, now: float) -> Quarantine:
+        """`record` with its `Held` condition after one pass of its card's hold: held from the
+        quarantine until the ramp (or the release) lets other pods back, in dry-run never."""
+        if self._hold is None:
+            return record
+        rung = self.settings.policy.rungs.rung(record.status.phase)
+        wanted = not self.settings.policy.dry_run and (
+            record.status.phase == Phase.QUARANTINED or (rung is not None and rung.kind != Kind.RAMP)
+        )
+        before = record.status.condition(HELD)
+        previous = None
+        if before is not None:
+            since = parse_rfc3339(before.last_transition_time)
+            previous = (before.reason, since if since is not None else now)
+        decided = self._hold.sync(record, wanted, now, previous)
+        return with_held(record, decided, now)
 
     def _runner(self, rung: Rung) -> CheckRunner:
         """The executor of a rung that waits on one: a check's Jobs, or the reset hand-off."""

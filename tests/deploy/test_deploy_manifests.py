@@ -93,6 +93,7 @@ _CLUSTER_SCOPED = {
     "ClusterRoleBinding",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
+    "PriorityClass",
 }
 
 

@@ -29,6 +29,7 @@ from gpuhealth.kube.resources import NAMESPACE, NODE, POD, RESOURCE_CLAIM, Resou
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
 from responder.checks.jobs import CheckSettings, JobChecks
+from responder.enforce.hold import DeviceHold
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
 from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
@@ -142,6 +143,7 @@ def new_replica(
         clock=clock,
         registry=CollectorRegistry(),
         migrate=migrator.step,
+        hold=DeviceHold(client, NS),
     )
     return Replica(client, reconciler)
 

@@ -1,0 +1,314 @@
+"""Holder pods: a quarantined device-plugin card allocated to gpuhealth itself (an executor).
+
+What to make, keep and delete is `responder.enforce.hold_plan.plan`'s; this reads what it needs
+(the node, its pods, the record's holders), applies the plan and says where the hold stands.
+Thin and idempotent: every pass plans again from what the API holds, so a crash between two
+writes, a holder someone deleted or a kubelet that refused one is repaired by the next pass.
+
+A holder is a pod of gpuhealth's own, in gpuhealth's namespace (never a tenant's, so it counts
+against no tenant's quota): `spec.nodeName` set (no scheduler, no extender: the hold needs
+neither), one unit of the card's resource, a pause image that never opens the GPU, no service
+account token, no capabilities, gpuhealth's PriorityClass (so the scheduler's preemption does not
+pick it for a tenant's pod), tolerating every taint, owned by the record (deleted with it),
+labelled `gpuhealth.io/holder` and annotated so that cluster-autoscaler and the descheduler leave
+it alone. `kubectl drain` refuses it without `--force` (no controller owns it) and a
+PodDisruptionBudget of gpuhealth's (`deploy/base/holder-pdb.yaml`) refuses its eviction.
+
+The node annotation `gpuhealth.io/device-holds` tells the scheduler extender where each hold
+stands (`responder.extender.capacity`): `held` (the holder's own request counts the card, so it
+is not counted out again) or `pending` (a fill or a move is under way: no new GPU pod may go to
+the node until the hold stands, since the kubelet could hand it the card).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gpuhealth.fields import SettingsError
+from gpuhealth.kube.api import Api
+from gpuhealth.kube.conflicts import retry_on_conflict
+from gpuhealth.kube.errors import NotFound
+from gpuhealth.kube.meta import parse_rfc3339
+from gpuhealth.kube.resources import NODE, POD
+from responder.enforce.hold_plan import (
+    CARD_UNITS_ANNOTATION,
+    FINISHED,
+    HOLDER_LABEL,
+    HOLDS_ANNOTATION,
+    REPLICAS_LABEL,
+    Card,
+    Holder,
+    HoldInput,
+    HoldPlan,
+    HoldState,
+    plan,
+)
+from responder.extender.filter import gpus_requested
+from responder.records import Quarantine, owner_reference
+
+log = logging.getLogger(__name__)
+
+HOLDS_NODE_ANNOTATION = "gpuhealth.io/device-holds"
+"""Node annotation: a JSON object of device ID to `held` or `pending` (`responder.extender.capacity`)."""
+CHECK_LABEL = "gpuhealth.io/check"
+"""Label of the pods of gpuhealth's own probe and canary Jobs (`responder.checks.jobs`)."""
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True, slots=True)
+class HoldSettings:
+    enabled: bool = True
+    """Hold quarantined device-plugin cards with holder pods. Off: the extender's count alone,
+    which cannot keep the kubelet from handing the card to a pod on a node that passes."""
+    image: str = "registry.k8s.io/pause:3.10"
+    """The holders' image: it must never open the GPU (the pause container sleeps)."""
+    priority_class: str = "gpuhealth-holder"
+    """The holders' PriorityClass (`deploy/base/holder-priorityclass.yaml`); empty: none."""
+    fill_timeout_seconds: float = 60.0
+    """How long a fill's holders may wait for the kubelet to start them and report their devices
+    before the card is declared only counted out (`AllocationUnreadable`) or a holder made again."""
+    refill_seconds: float = 60.0
+    """How often a card that no fill could get (its plugin excludes it) is tried again: a plugin
+    that restarts forgets its Unhealthy and hands the card out again."""
+
+    def __post_init__(self) -> None:
+        if not self.image.strip():
+            raise SettingsError("hold.image must not be empty")
+        for name in ("fill_timeout_seconds", "refill_seconds"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+                raise SettingsError(f"hold.{name} must be a positive number of seconds, not {value!r}")
+
+
+def holder_label(record: Quarantine) -> str:
+    """The `gpuhealth.io/holder` value of the record's holders (a label value: 63 characters)."""
+    return record.name[:63].rstrip("-.")
+
+
+def device_ids(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    """Device IDs the kubelet reports the pod's containers got (`allocatedResourcesStatus`)."""
+    found: list[str] = []
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        for entry in (status or {}).get("allocatedResourcesStatus") or []:
+            for resource in (entry or {}).get("resources") or []:
+                rid = str((resource or {}).get("resourceID") or "")
+                if rid and rid not in found:
+                    found.append(rid)
+    return tuple(found)
+
+
+def own_pod(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod is gpuhealth's own on a device: a holder or a check's."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return HOLDER_LABEL in labels or CHECK_LABEL in labels
+
+
+class DeviceHold:
+    """`sync(record, wanted, previous)`: one pass of the record's hold (None: the record is not
+    held, and its holders are gone)."""
+
+    def __init__(self, client: Api, namespace: str, settings: HoldSettings | None = None) -> None:
+        self._client = client
+        self._namespace = namespace
+        self.settings = settings or HoldSettings()
+
+    def sync(
+        self, record: Quarantine, wanted: bool, now: float, previous: tuple[str, float] | None = None
+    ) -> HoldPlan | None:
+        """`previous`: the record's last `Held` reason and when it last changed."""
+        holders = self._holders(record)
+        if not wanted or not self.settings.enabled:
+            for pod in holders:
+                self._delete(pod)
+            self._mark(record, None)
+            return None
+        try:
+            node = self._client.get(NODE, record.spec.node)
+        except NotFound:
+            return None  # the node is gone, and its pods with it
+        pods = self._client.list(POD, field_selector=f"spec.nodeName={record.spec.node}").items
+        card = Card(
+            uuid=record.spec.uuid or record.spec.device,
+            partitions=record.spec.partitions,
+            replicas=_int(((node.get("metadata") or {}).get("labels") or {}).get(REPLICAS_LABEL)),
+        )
+        unfinished = [p for p in pods if (p.get("status") or {}).get("phase") not in FINISHED]
+        busy = tuple(
+            d for p in unfinished if not own_pod(p) for d in device_ids(p) if card.owns(d)
+        )  # fmt: skip
+        allocatable = _int(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
+        requested = sum(gpus_requested(p) for p in unfinished)
+        prior = None
+        if previous is not None and previous[0] in HoldState.__members__.values():
+            prior = HoldState(previous[0])
+        decided = plan(
+            HoldInput(
+                card=card,
+                holders=tuple(_holder(p, now) for p in holders),
+                busy=busy,
+                free=max(0, allocatable - requested),
+                previous=prior,
+                previous_age_seconds=now - previous[1] if previous is not None else 0.0,
+                fill_timeout_seconds=self.settings.fill_timeout_seconds,
+                refill_seconds=self.settings.refill_seconds,
+            )
+        )
+        by_name = {str((p.get("metadata") or {}).get("name")): p for p in holders}
+        for name in decided.delete:
+            if name in by_name:
+                self._delete(by_name[name])
+        for name, devices in decided.keep:
+            self._annotate(by_name[name], devices, decided.units)
+        for _ in range(decided.create):
+            self._client.create(POD, self.holder(record), namespace=self._namespace)
+        self._mark(record, "held" if decided.state.standing else "pending" if decided.state.pending else None)
+        if decided.create or decided.delete:
+            log.info(
+                "%s: hold %s: %d holder(s) made, %d deleted (%s)",
+                record.name, decided.state, decided.create, len(decided.delete), decided.message,
+            )  # fmt: skip
+        return decided
+
+    def holder(self, record: Quarantine) -> dict[str, Any]:
+        """A holder pod of the record: one unit of the card's resource on its node."""
+        s = self.settings
+        spec: dict[str, Any] = {
+            "nodeName": record.spec.node,
+            "restartPolicy": "Always",
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "terminationGracePeriodSeconds": 0,
+            "tolerations": [{"operator": "Exists"}],
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 65535,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "hold",
+                    "image": s.image,
+                    "resources": {
+                        "limits": {GPU_RESOURCE: "1", "cpu": "10m", "memory": "16Mi"},
+                        "requests": {GPU_RESOURCE: "1", "cpu": "1m", "memory": "4Mi"},
+                    },
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "readOnlyRootFilesystem": True,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        }
+        if s.priority_class:
+            spec["priorityClassName"] = s.priority_class
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": f"{record.name[:40].rstrip('-.')}-hold-",
+                "namespace": self._namespace,
+                "labels": {
+                    HOLDER_LABEL: holder_label(record),
+                    "app.kubernetes.io/managed-by": "gpuhealth",
+                    "app.kubernetes.io/component": "holder",
+                },
+                "annotations": {
+                    "gpuhealth.io/device": f"{record.spec.node}/{record.spec.device}",
+                    # Leave it where it is: it holds a broken card, not a workload.
+                    "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+                    "descheduler.alpha.kubernetes.io/prevent-eviction": "true",
+                },
+                "ownerReferences": [owner_reference(record)],
+            },
+            "spec": spec,
+        }
+
+    def _holders(self, record: Quarantine) -> list[dict[str, Any]]:
+        return self._client.list(
+            POD, namespace=self._namespace, label_selector=f"{HOLDER_LABEL}={holder_label(record)}"
+        ).items
+
+    def _delete(self, pod: Mapping[str, Any]) -> None:
+        with contextlib.suppress(NotFound):
+            self._client.delete(POD, str((pod.get("metadata") or {}).get("name")), namespace=self._namespace)
+
+    def _annotate(self, pod: Mapping[str, Any], devices: Sequence[str], units: int) -> None:
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        wanted = {HOLDS_ANNOTATION: ",".join(devices), CARD_UNITS_ANNOTATION: str(units)}
+        if all(annotations.get(k) == v for k, v in wanted.items()):
+            return
+        with contextlib.suppress(NotFound):
+            self._client.patch(
+                POD,
+                str((pod.get("metadata") or {}).get("name")),
+                {"metadata": {"annotations": wanted}},
+                namespace=self._namespace,
+            )
+
+    def _mark(self, record: Quarantine, state: str | None) -> None:
+        """The record's devices in the node's `gpuhealth.io/device-holds` as `state` (None: absent)."""
+        ids = set(record.spec.partitions or (record.spec.device,)) | {record.spec.device}
+        listed = record.spec.partitions or (record.spec.device,)
+
+        def attempt() -> None:
+            try:
+                node = self._client.get(NODE, record.spec.node)
+            except NotFound:
+                return
+            current = holds(node)
+            wanted = {d: s for d, s in current.items() if d not in ids}
+            if state is not None:
+                wanted.update(dict.fromkeys(listed, state))
+            if wanted == current:
+                return
+            meta = node.get("metadata") or {}
+            annotations = dict(meta.get("annotations") or {})
+            if wanted:
+                annotations[HOLDS_NODE_ANNOTATION] = orjson.dumps(dict(sorted(wanted.items()))).decode()
+            else:
+                annotations.pop(HOLDS_NODE_ANNOTATION, None)
+            self._client.update(NODE, {**node, "metadata": {**meta, "annotations": annotations}})
+
+        retry_on_conflict(attempt, what=f"Node {record.spec.node}")
+
+
+def holds(node: Mapping[str, Any]) -> dict[str, str]:
+    """The node's `gpuhealth.io/device-holds`: device ID -> `held` | `pending`; unreadable: none."""
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(HOLDS_NODE_ANNOTATION)
+    if not raw or not isinstance(raw, str):
+        return {}
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        log.warning("node annotation %s is not JSON: %r", HOLDS_NODE_ANNOTATION, raw[:200])
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {str(d): str(s) for d, s in value.items() if s in ("held", "pending")}
+
+
+def _holder(pod: Mapping[str, Any], now: float) -> Holder:
+    meta = pod.get("metadata") or {}
+    created = parse_rfc3339(str(meta.get("creationTimestamp") or ""))
+    return Holder(
+        name=str(meta.get("name")),
+        phase=str((pod.get("status") or {}).get("phase") or "Pending"),
+        devices=device_ids(pod),
+        age_seconds=0.0 if created is None else max(0.0, now - created),
+        deleting=bool(meta.get("deletionTimestamp")),
+        card_units=_int((meta.get("annotations") or {}).get(CARD_UNITS_ANNOTATION)),
+    )
+
+
+def _int(value: Any) -> int:
+    try:
+        return max(0, int(str(value)))
+    except (TypeError, ValueError):
+        return 0

@@ -1,0 +1,221 @@
+"""Holding a quarantined device-plugin card: which holder pods to make, keep and delete (pure).
+
+No device-plugin API lets anyone outside the plugin keep one named device from new pods, and
+the kubelet hands a GPU request any free device its plugin calls Healthy, from an unordered set
+(the NVIDIA plugin's preferred allocation for one GPU returns the first of it). The kubelet does
+keep, across plugin and kubelet restarts, which device it gave to which container. So the one
+upstream-only way to keep a card from every new pod is to have it allocated to a pod of
+gpuhealth's own: a *holder* (`responder.enforce.hold` makes them). Which card a holder gets
+cannot be steered either, so a hold is made by occupancy, a *fill*: one holder for every free
+GPU of the node; the kubelet reports each holder's device (`allocatedResourcesStatus`, 1.36+);
+the holders on the card are kept, the others deleted.
+
+`plan` decides one pass of that from what the API says now (level-triggered: whatever a
+crash, a lost write or someone else left behind, the next pass plans from it):
+- finished or failed holders (refused at admission because a tenant pod took the unit first,
+  evicted, preempted) are deleted; a holder deleted by someone is simply missing, so the card is
+  filled again;
+- while holders of the last fill have not been told their device, nothing else happens
+  (`Filling`), up to `fill_timeout_seconds`: a holder running that long with no device
+  reported means the kubelet does not report devices (before 1.36, or the feature off):
+  `AllocationUnreadable`, the holders go and the card is only counted out (the extender's count);
+- a fill is complete when every holder has its device and the node has no free GPU left (a
+  pod that ended meanwhile freed one: the fill goes on); then holders on other cards are deleted;
+- the card is `Held` when every unit of it (the GPU, each MIG partition, each time-sliced
+  replica) is held by a holder; `CardBusy` while some unit is still used by a workload pod (its
+  move is under way; the hold of that unit starts when it is free, with the next fill);
+  `NotAllocatable` when a complete fill got none of it and no pod uses it: its plugin reports it
+  Unhealthy, so the kubelet gives it to nobody. A new fill is tried every `refill_seconds` then,
+  since a plugin that restarts forgets its Unhealthy (the card is counted out meanwhile).
+
+A card's units: 1 for a whole GPU, its partitions for a MIG card, for time-slicing the replicas
+(`<uuid>::<n>`): as the node's `nvidia.com/gpu.replicas` label (GPU feature discovery) says, at
+least as many as the highest replica seen; a fill also learns them (every free unit got a
+holder, so the card's units are those held plus those in use) and the kept holders carry the
+count (`CARD_UNITS_ANNOTATION`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+HOLDER_LABEL = "gpuhealth.io/holder"
+"""Label of gpuhealth's holder pods; its value names the record (as `gpuhealth.io/record` does)."""
+HOLDS_ANNOTATION = "gpuhealth.io/holds"
+"""On a kept holder: the device IDs of the card it holds (comma-separated)."""
+CARD_UNITS_ANNOTATION = "gpuhealth.io/card-units"
+"""On a kept holder: how many units (replicas, partitions) the card has, as the fill learned."""
+REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+"""GPU feature discovery's node label: time-slicing replicas per GPU."""
+
+FINISHED = frozenset({"Succeeded", "Failed"})
+
+
+class HoldState(StrEnum):
+    """Where the hold of one card stands (the reason of the record's `Held` condition)."""
+
+    HELD = "Held"
+    FILLING = "Filling"
+    CARD_BUSY = "CardBusy"
+    NOT_ALLOCATABLE = "NotAllocatable"
+    UNREADABLE = "AllocationUnreadable"
+
+    @property
+    def standing(self) -> bool:
+        return self is HoldState.HELD
+
+    @property
+    def pending(self) -> bool:
+        """The hold is being made: the extender passes no new GPU pod to the node meanwhile."""
+        return self in (HoldState.FILLING, HoldState.CARD_BUSY)
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    """The quarantined card as the device plugin names its units."""
+
+    uuid: str
+    partitions: tuple[str, ...] = ()
+    """A MIG card's partitions (MIG UUIDs, each one unit); empty: a whole GPU."""
+    replicas: int = 0
+    """Time-slicing replicas per GPU as the node's label says (0: not labelled)."""
+
+    def owns(self, device_id: str) -> bool:
+        replica = device_id.startswith(self.uuid + "::")
+        return device_id == self.uuid or replica or device_id in self.partitions
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """One holder pod of the record, as listed."""
+
+    name: str
+    phase: str
+    """The pod's `status.phase` (Pending until the kubelet admitted and started it)."""
+    devices: tuple[str, ...]
+    """Device IDs the kubelet reports it got (empty: not reported yet)."""
+    age_seconds: float
+    deleting: bool = False
+    card_units: int = 0
+    """`CARD_UNITS_ANNOTATION` (0: none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HoldInput:
+    card: Card
+    holders: tuple[Holder, ...]
+    busy: tuple[str, ...]
+    """Device IDs of the card that workload pods (not finished) use now."""
+    free: int
+    """The node's GPUs no unfinished pod requests: allocatable less requests (holders included)."""
+    previous: HoldState | None = None
+    """The record's `Held` condition reason from the last pass (None: none)."""
+    previous_age_seconds: float = 0.0
+    """Seconds since that condition last changed."""
+    fill_timeout_seconds: float = 60.0
+    refill_seconds: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class HoldPlan:
+    state: HoldState
+    message: str
+    create: int = 0
+    """New holders to make (a fill of the node's free GPUs)."""
+    delete: tuple[str, ...] = ()
+    keep: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Holders on the card: (name, the card's device IDs it holds), annotated with them."""
+    units: int = 0
+    """The card's units as known now (0: unknown)."""
+
+
+def card_units(card: Card, seen: Sequence[str]) -> int:
+    """How many units the card has before a fill said: its partitions, its time-sliced replicas
+    (the node's label, at least as many as the highest replica seen), else 1 (a whole GPU)."""
+    if card.partitions:
+        return len(card.partitions)
+    replicas = [int(d.rsplit("::", 1)[1]) for d in seen if "::" in d and d.rsplit("::", 1)[1].isdigit()]
+    return max(card.replicas, max(replicas, default=0) + 1)
+
+
+def plan(given: HoldInput) -> HoldPlan:
+    card = given.card
+    delete = [h.name for h in given.holders if not h.deleting and h.phase in FINISHED]
+    active = [h for h in given.holders if not h.deleting and h.phase not in FINISHED]
+    unreported = [h for h in active if not h.devices]
+    if unreported:
+        running = [h for h in unreported if h.phase == "Running"]
+        if running and max(h.age_seconds for h in running) >= given.fill_timeout_seconds:
+            return HoldPlan(
+                HoldState.UNREADABLE,
+                f"holder {running[0].name} runs but the kubelet reports no device for it "
+                f"(allocatedResourcesStatus, Kubernetes 1.36+): the card is only counted out",
+                delete=tuple(delete + [h.name for h in active]),
+            )
+        stuck = [h.name for h in unreported if h.age_seconds >= given.fill_timeout_seconds]
+        return HoldPlan(
+            HoldState.FILLING,
+            f"{len(unreported)} holder(s) waiting for their devices"
+            + (f"; {len(stuck)} not started in time, made again" if stuck else ""),
+            delete=tuple(delete + stuck),
+        )
+    on_card = [h for h in active if any(card.owns(d) for d in h.devices)]
+    off_card = [h for h in active if h not in on_card]
+    held = sorted({d for h in on_card for d in h.devices if card.owns(d)})
+    busy = sorted(set(given.busy) - set(held))
+    learned = max((h.card_units for h in on_card), default=0)
+    units = learned or card_units(card, [*held, *busy])
+    if given.free > 0 and (len(held) + len(busy) < units or off_card):
+        if (
+            not off_card
+            and not held
+            and not busy
+            and given.previous is HoldState.NOT_ALLOCATABLE
+            and given.previous_age_seconds < given.refill_seconds
+        ):
+            return HoldPlan(
+                HoldState.NOT_ALLOCATABLE,
+                "the last fill got none of the card: its device plugin excludes it",
+                delete=tuple(delete),
+            )
+        # A fill, or one still going on: a pod ended meanwhile and freed a GPU of the node.
+        return HoldPlan(
+            HoldState.FILLING,
+            f"filling the node's {given.free} free GPU(s) with holders",
+            create=given.free,
+            delete=tuple(delete),
+            keep=_kept(card, on_card),
+            units=units,
+        )
+    if off_card:
+        # A fill just completed: every GPU of the node is held or in use, so the card's units
+        # are those held and those in use (a unit its plugin excludes is neither).
+        units = len(held) + len(busy)
+    delete += [h.name for h in off_card]
+    keep = _kept(card, on_card)
+    if held and not busy:
+        return HoldPlan(
+            HoldState.HELD, f"held by {', '.join(h.name for h in on_card)}", delete=tuple(delete),
+            keep=keep, units=units,
+        )  # fmt: skip
+    if busy:
+        return HoldPlan(
+            HoldState.CARD_BUSY,
+            f"{len(busy)} of the card's {units} unit(s) in use by workload pods, {len(held)} held: "
+            "the rest is held once its pods have left",
+            delete=tuple(delete),
+            keep=keep,
+            units=units,
+        )
+    return HoldPlan(
+        HoldState.NOT_ALLOCATABLE,
+        "a fill of the node got none of the card: its device plugin excludes it",
+        delete=tuple(delete),
+        units=units,
+    )
+
+
+def _kept(card: Card, on_card: Sequence[Holder]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    return tuple((h.name, tuple(d for d in h.devices if card.owns(d))) for h in on_card)

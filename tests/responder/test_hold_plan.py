@@ -1,0 +1,220 @@
+"""The hold of a quarantined device-plugin card, as decisions (`responder.enforce.hold_plan`).
+
+Aspects: a fill occupies every free GPU and keeps only the holders on the card; a card still in
+use waits for its pods; a card no fill can get (its plugin excludes it) is tried again only
+after the refill interval; holders refused or finished are made again; a kubelet that reports no
+devices leaves the card counted out; MIG partitions and time-sliced replicas are held unit by
+unit; and, as a property over a node whose kubelet picks devices at random, the fill converges
+on holding exactly the card's free units and nothing else.
+"""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from responder.enforce.hold_plan import Card, Holder, HoldInput, HoldState, card_units, plan
+
+CARD = Card("GPU-bad")
+
+
+def holder(name: str, *devices: str, phase: str = "Running", age: float = 5.0, units: int = 0) -> Holder:
+    return Holder(name, phase, tuple(devices), age, card_units=units)
+
+
+def test_a_fill_occupies_every_free_gpu_of_the_node() -> None:
+    decided = plan(HoldInput(CARD, holders=(), busy=(), free=3))
+    assert decided.state is HoldState.FILLING
+    assert decided.create == 3 and decided.delete == ()
+
+
+def test_while_holders_wait_for_their_devices_nothing_more_is_made() -> None:
+    waiting = (holder("h1", phase="Pending", age=2.0), holder("h2", "GPU-a"))
+    decided = plan(HoldInput(CARD, holders=waiting, busy=(), free=0))
+    assert decided.state is HoldState.FILLING
+    assert decided.create == 0 and decided.delete == ()
+
+
+def test_a_complete_fill_keeps_the_holder_on_the_card_and_deletes_the_others() -> None:
+    holders = (holder("h1", "GPU-a"), holder("h2", "GPU-bad"), holder("h3", "GPU-c"))
+    decided = plan(HoldInput(CARD, holders=holders, busy=(), free=0))
+    assert decided.state is HoldState.HELD
+    assert set(decided.delete) == {"h1", "h3"}
+    assert decided.keep == (("h2", ("GPU-bad",)),)
+    assert decided.units == 1
+
+
+def test_a_fill_goes_on_when_a_gpu_freed_meanwhile() -> None:
+    holders = (holder("h1", "GPU-a"), holder("h2", "GPU-c"))
+    decided = plan(HoldInput(CARD, holders=holders, busy=(), free=1))
+    assert decided.state is HoldState.FILLING
+    assert decided.create == 1 and decided.delete == ()
+
+
+def test_a_held_card_makes_no_more_holders_though_the_node_has_free_gpus() -> None:
+    decided = plan(HoldInput(CARD, holders=(holder("h2", "GPU-bad", units=1),), busy=(), free=5))
+    assert decided.state is HoldState.HELD
+    assert decided.create == 0 and decided.delete == ()
+
+
+def test_a_card_in_use_waits_for_its_pods_and_holds_nothing_else() -> None:
+    holders = (holder("h1", "GPU-a"), holder("h2", "GPU-c"))
+    decided = plan(HoldInput(CARD, holders=holders, busy=("GPU-bad",), free=0))
+    assert decided.state is HoldState.CARD_BUSY
+    assert set(decided.delete) == {"h1", "h2"}
+    # Next pass: the deleted holders freed their GPUs; nothing is made while the card is in use.
+    again = plan(HoldInput(CARD, holders=(), busy=("GPU-bad",), free=2))
+    assert again.state is HoldState.CARD_BUSY and again.create == 0
+
+
+def test_when_the_pod_on_the_card_has_left_the_card_is_filled() -> None:
+    decided = plan(HoldInput(CARD, holders=(), busy=(), free=3, previous=HoldState.CARD_BUSY))
+    assert decided.state is HoldState.FILLING and decided.create == 3
+
+
+def test_a_card_its_plugin_excludes_is_tried_again_only_after_the_refill_interval() -> None:
+    holders = (holder("h1", "GPU-a"), holder("h2", "GPU-c"))
+    decided = plan(HoldInput(CARD, holders=holders, busy=(), free=0))
+    assert decided.state is HoldState.NOT_ALLOCATABLE
+    assert set(decided.delete) == {"h1", "h2"}
+    soon = plan(
+        HoldInput(CARD, (), (), free=2, previous=HoldState.NOT_ALLOCATABLE, previous_age_seconds=59.0)
+    )
+    assert soon.state is HoldState.NOT_ALLOCATABLE and soon.create == 0
+    later = plan(
+        HoldInput(CARD, (), (), free=2, previous=HoldState.NOT_ALLOCATABLE, previous_age_seconds=60.0)
+    )
+    assert later.state is HoldState.FILLING and later.create == 2
+
+
+def test_refused_and_finished_holders_are_deleted_and_the_card_filled_again() -> None:
+    holders = (holder("h1", phase="Failed"), holder("h2", "GPU-a", phase="Succeeded"))
+    decided = plan(HoldInput(CARD, holders=holders, busy=(), free=1))
+    assert set(decided.delete) == {"h1", "h2"}
+    assert decided.state is HoldState.FILLING and decided.create == 1
+
+
+def test_a_holder_deleted_by_someone_is_made_again() -> None:
+    decided = plan(HoldInput(CARD, holders=(), busy=(), free=1, previous=HoldState.HELD))
+    assert decided.state is HoldState.FILLING and decided.create == 1
+
+
+def test_a_kubelet_that_reports_no_devices_leaves_the_card_counted_out() -> None:
+    holders = (holder("h1", age=61.0), holder("h2", age=61.0))
+    decided = plan(HoldInput(CARD, holders=holders, busy=(), free=0, fill_timeout_seconds=60.0))
+    assert decided.state is HoldState.UNREADABLE
+    assert set(decided.delete) == {"h1", "h2"}
+
+
+def test_a_holder_the_kubelet_never_started_is_made_again() -> None:
+    holders = (holder("h1", phase="Pending", age=61.0),)
+    decided = plan(HoldInput(CARD, holders=holders, busy=(), free=0, fill_timeout_seconds=60.0))
+    assert decided.state is HoldState.FILLING and decided.delete == ("h1",)
+
+
+def test_a_mig_card_is_held_partition_by_partition() -> None:
+    card = Card("GPU-bad", partitions=("MIG-1", "MIG-2"))
+    half = plan(HoldInput(card, holders=(holder("h1", "MIG-1"), holder("h2", "GPU-a")), busy=(), free=1))
+    assert half.state is HoldState.FILLING and half.create == 1
+    whole = plan(
+        HoldInput(
+            card,
+            holders=(holder("h1", "MIG-1"), holder("h2", "GPU-a"), holder("h3", "MIG-2")),
+            busy=(),
+            free=0,
+        )
+    )
+    assert whole.state is HoldState.HELD and whole.delete == ("h2",)
+    assert dict(whole.keep) == {"h1": ("MIG-1",), "h3": ("MIG-2",)}
+
+
+def test_time_sliced_replicas_are_held_one_by_one_and_a_fill_learns_how_many() -> None:
+    card = Card("GPU-bad", replicas=0)
+    holders = (
+        holder("h1", "GPU-bad::0"),
+        holder("h2", "GPU-bad::2"),
+        holder("h3", "GPU-a::1"),
+    )
+    decided = plan(HoldInput(card, holders=holders, busy=("GPU-bad::1",), free=0))
+    # Every free replica of the node got a holder: the card's are those held and the one in use.
+    assert decided.state is HoldState.CARD_BUSY
+    assert decided.units == 3 and decided.delete == ("h3",)
+    # The busy replica's pod left: the card is filled again for it.
+    learned = tuple(holder(h.name, *h.devices, units=3) for h in holders[:2])
+    again = plan(HoldInput(card, holders=learned, busy=(), free=2))
+    assert again.state is HoldState.FILLING and again.create == 2
+
+
+def test_a_card_s_units() -> None:
+    assert card_units(Card("GPU-x"), ()) == 1
+    assert card_units(Card("GPU-x", partitions=("a", "b", "c")), ()) == 3
+    assert card_units(Card("GPU-x", replicas=4), ()) == 4
+    assert card_units(Card("GPU-x"), ("GPU-x::5",)) == 6
+
+
+# ---------------------------------------------------------------------------- the property
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    gpus=st.integers(min_value=1, max_value=8),
+    replicas=st.integers(min_value=1, max_value=3),
+    used=st.data(),
+    excluded=st.booleans(),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+)
+def test_a_fill_converges_on_holding_exactly_the_card_s_free_units(
+    gpus: int, replicas: int, used: st.DataObject, excluded: bool, seed: int
+) -> None:
+    """A node of `gpus` cards (`replicas` units each) whose kubelet hands each new pod a random
+    free unit; card 0 is quarantined (and, if `excluded`, reported Unhealthy by its plugin, so
+    the kubelet gives it to nobody); some units run workload pods. Passes of the plan, each
+    applied, end with the card's free units held, no other unit held, and the state saying so."""
+    rng = random.Random(seed)
+    units = [f"GPU-{g}" if replicas == 1 else f"GPU-{g}::{r}" for g in range(gpus) for r in range(replicas)]
+    card = Card("GPU-0", replicas=replicas if replicas > 1 else 0)
+    busy_units = set(used.draw(st.sets(st.sampled_from(units))))
+    allocatable = {u for u in units if not (excluded and card.owns(u))}
+    holders: dict[str, str | None] = {}  # name -> unit (None: not yet started)
+    counter = 0
+    state = None
+    for _ in range(12):
+        # The kubelet starts pending holders on random free units (or refuses them: Failed).
+        for name, unit in list(holders.items()):
+            if unit is None:
+                free = sorted(allocatable - busy_units - {u for u in holders.values() if u})
+                holders[name] = rng.choice(free) if free else "refused"
+        requested = len(busy_units & allocatable) + sum(1 for u in holders.values() if u != "refused")
+        views = tuple(
+            holder(name, phase="Failed") if unit == "refused" else holder(name, *([unit] if unit else []))
+            for name, unit in holders.items()
+        )
+        decided = plan(
+            HoldInput(
+                card,
+                holders=views,
+                busy=tuple(u for u in busy_units if card.owns(u)),
+                free=max(0, len(allocatable) - requested),
+                previous=state,
+                previous_age_seconds=0.0,
+            )
+        )
+        state = decided.state
+        for name in decided.delete:
+            holders.pop(name)
+        for _ in range(decided.create):
+            counter += 1
+            holders[f"h{counter}"] = None
+        if not decided.create and not decided.delete and all(u is not None for u in holders.values()):
+            break
+    held = {u for u in holders.values() if u and u != "refused"}
+    card_free = {u for u in allocatable if card.owns(u)} - busy_units
+    assert held == card_free
+    if any(card.owns(u) for u in busy_units):
+        assert state is HoldState.CARD_BUSY
+    elif card_free:
+        assert state is HoldState.HELD
+    else:
+        assert state is HoldState.NOT_ALLOCATABLE
