@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,10 +37,8 @@ from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.meta import parse_rfc3339
 from gpuhealth.kube.resources import NODE, POD
 from responder.enforce.hold_plan import (
-    CARD_UNITS_ANNOTATION,
     FINISHED,
     HOLDER_LABEL,
-    HOLDS_ANNOTATION,
     REPLICAS_LABEL,
     Card,
     Holder,
@@ -163,8 +161,6 @@ class DeviceHold:
         for name in decided.delete:
             if name in by_name:
                 self._delete(by_name[name])
-        for name, devices in decided.keep:
-            self._annotate(by_name[name], devices, decided.units)
         for _ in range(decided.create):
             self._client.create(POD, self.holder(record), namespace=self._namespace)
         self._mark(record, "held" if decided.state.standing else "pending" if decided.state.pending else None)
@@ -239,19 +235,6 @@ class DeviceHold:
         with contextlib.suppress(NotFound):
             self._client.delete(POD, str((pod.get("metadata") or {}).get("name")), namespace=self._namespace)
 
-    def _annotate(self, pod: Mapping[str, Any], devices: Sequence[str], units: int) -> None:
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        wanted = {HOLDS_ANNOTATION: ",".join(devices), CARD_UNITS_ANNOTATION: str(units)}
-        if all(annotations.get(k) == v for k, v in wanted.items()):
-            return
-        with contextlib.suppress(NotFound):
-            self._client.patch(
-                POD,
-                str((pod.get("metadata") or {}).get("name")),
-                {"metadata": {"annotations": wanted}},
-                namespace=self._namespace,
-            )
-
     def _mark(self, record: Quarantine, state: str | None) -> None:
         """The record's devices in the node's `gpuhealth.io/device-holds` as `state` (None: absent)."""
         ids = set(record.spec.partitions or (record.spec.device,)) | {record.spec.device}
@@ -303,7 +286,6 @@ def _holder(pod: Mapping[str, Any], now: float) -> Holder:
         devices=device_ids(pod),
         age_seconds=0.0 if created is None else max(0.0, now - created),
         deleting=bool(meta.get("deletionTimestamp")),
-        card_units=_int((meta.get("annotations") or {}).get(CARD_UNITS_ANNOTATION)),
     )
 
 

@@ -30,9 +30,8 @@ crash, a lost write or someone else left behind, the next pass plans from it):
 
 A card's units: 1 for a whole GPU, its partitions for a MIG card, for time-slicing the replicas
 (`<uuid>::<n>`): as the node's `nvidia.com/gpu.replicas` label (GPU feature discovery) says, at
-least as many as the highest replica seen; a fill also learns them (every free unit got a
-holder, so the card's units are those held plus those in use) and the kept holders carry the
-count (`CARD_UNITS_ANNOTATION`).
+least as many as the highest replica seen. A complete fill sees every replica (each free one
+got a holder, the others are in use), so the highest seen is the count after the first fill.
 """
 
 from __future__ import annotations
@@ -43,10 +42,6 @@ from enum import StrEnum
 
 HOLDER_LABEL = "gpuhealth.io/holder"
 """Label of gpuhealth's holder pods; its value names the record (as `gpuhealth.io/record` does)."""
-HOLDS_ANNOTATION = "gpuhealth.io/holds"
-"""On a kept holder: the device IDs of the card it holds (comma-separated)."""
-CARD_UNITS_ANNOTATION = "gpuhealth.io/card-units"
-"""On a kept holder: how many units (replicas, partitions) the card has, as the fill learned."""
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 """GPU feature discovery's node label: time-slicing replicas per GPU."""
 
@@ -98,8 +93,6 @@ class Holder:
     """Device IDs the kubelet reports it got (empty: not reported yet)."""
     age_seconds: float
     deleting: bool = False
-    card_units: int = 0
-    """`CARD_UNITS_ANNOTATION` (0: none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +119,7 @@ class HoldPlan:
     """New holders to make (a fill of the node's free GPUs)."""
     delete: tuple[str, ...] = ()
     keep: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    """Holders on the card: (name, the card's device IDs it holds), annotated with them."""
+    """Holders on the card: (name, the card's device IDs it holds)."""
     units: int = 0
     """The card's units as known now (0: unknown)."""
 
@@ -165,8 +158,7 @@ def plan(given: HoldInput) -> HoldPlan:
     off_card = [h for h in active if h not in on_card]
     held = sorted({d for h in on_card for d in h.devices if card.owns(d)})
     busy = sorted(set(given.busy) - set(held))
-    learned = max((h.card_units for h in on_card), default=0)
-    units = learned or card_units(card, [*held, *busy])
+    units = card_units(card, [*held, *busy])
     if given.free > 0 and (len(held) + len(busy) < units or off_card):
         if (
             not off_card

@@ -20,8 +20,8 @@ from responder.enforce.hold_plan import Card, Holder, HoldInput, HoldState, card
 CARD = Card("GPU-bad")
 
 
-def holder(name: str, *devices: str, phase: str = "Running", age: float = 5.0, units: int = 0) -> Holder:
-    return Holder(name, phase, tuple(devices), age, card_units=units)
+def holder(name: str, *devices: str, phase: str = "Running", age: float = 5.0) -> Holder:
+    return Holder(name, phase, tuple(devices), age)
 
 
 def test_a_fill_occupies_every_free_gpu_of_the_node() -> None:
@@ -54,7 +54,7 @@ def test_a_fill_goes_on_when_a_gpu_freed_meanwhile() -> None:
 
 
 def test_a_held_card_makes_no_more_holders_though_the_node_has_free_gpus() -> None:
-    decided = plan(HoldInput(CARD, holders=(holder("h2", "GPU-bad", units=1),), busy=(), free=5))
+    decided = plan(HoldInput(CARD, holders=(holder("h2", "GPU-bad"),), busy=(), free=5))
     assert decided.state is HoldState.HELD
     assert decided.create == 0 and decided.delete == ()
 
@@ -130,7 +130,7 @@ def test_a_mig_card_is_held_partition_by_partition() -> None:
     assert dict(whole.keep) == {"h1": ("MIG-1",), "h3": ("MIG-2",)}
 
 
-def test_time_sliced_replicas_are_held_one_by_one_and_a_fill_learns_how_many() -> None:
+def test_time_sliced_replicas_are_held_one_by_one_as_many_as_a_fill_saw() -> None:
     card = Card("GPU-bad", replicas=0)
     holders = (
         holder("h1", "GPU-bad::0"),
@@ -142,8 +142,7 @@ def test_time_sliced_replicas_are_held_one_by_one_and_a_fill_learns_how_many() -
     assert decided.state is HoldState.CARD_BUSY
     assert decided.units == 3 and decided.delete == ("h3",)
     # The busy replica's pod left: the card is filled again for it.
-    learned = tuple(holder(h.name, *h.devices, units=3) for h in holders[:2])
-    again = plan(HoldInput(card, holders=learned, busy=(), free=2))
+    again = plan(HoldInput(card, holders=holders[:2], busy=(), free=2))
     assert again.state is HoldState.FILLING and again.create == 2
 
 
