@@ -38,6 +38,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 HERE = Path(__file__).resolve().parent
 
@@ -252,7 +253,7 @@ def _vendored(component: Component, staging: Path, env: dict[str, str]) -> tuple
     return workdir, dict(env, GOFLAGS="-mod=vendor")
 
 
-def build(component: Component, out=sys.stderr) -> Path:
+def build(component: Component, out: TextIO = sys.stderr) -> Path:
     """Build one component into the cache unless its stamp says it is there already."""
     target = install_dir(component)
     go_version = _go_version()
