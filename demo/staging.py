@@ -303,6 +303,8 @@ DURATION_KEYS = frozenset(
         ("migration", "replacement_timeout"),
         ("intake", "expiry"),
         ("reset", "timeout"),
+        ("hold", "fill_timeout"),
+        ("hold", "refill"),
     }
 )
 """(section, key) of every duration in the responder's config (`responder/config.py`)."""

@@ -34,7 +34,6 @@ from gpuhealth.fields import SettingsError
 from gpuhealth.kube.api import Api
 from gpuhealth.kube.conflicts import retry_on_conflict
 from gpuhealth.kube.errors import NotFound
-from gpuhealth.kube.meta import parse_rfc3339
 from gpuhealth.kube.resources import NODE, POD
 from responder.enforce.hold_plan import (
     FINISHED,
@@ -115,16 +114,26 @@ class DeviceHold:
         self._client = client
         self._namespace = namespace
         self.settings = settings or HoldSettings()
+        self._seen: dict[str, float] = {}
+        """Holder uid -> when this responder first saw it: a holder's age is judged on our own
+        clock, never on its creationTimestamp (another machine's clock). In memory only: a new
+        leader judges from when it first looked, which only delays a timeout."""
+        self._allocatable: dict[str, int] = {}
+        """Record name -> the node's allocatable GPUs when its card was last found not
+        allocatable (in memory: a new leader tries a fill at once, which costs one fill)."""
 
     def sync(
         self, record: Quarantine, wanted: bool, now: float, previous: tuple[str, float] | None = None
     ) -> HoldPlan | None:
         """`previous`: the record's last `Held` reason and when it last changed."""
         holders = self._holders(record)
+        for pod in holders:
+            self._seen.setdefault(str((pod.get("metadata") or {}).get("uid") or ""), now)
         if not wanted or not self.settings.enabled:
             for pod in holders:
                 self._delete(pod)
             self._mark(record, None)
+            self._allocatable.pop(record.name, None)
             return None
         try:
             node = self._client.get(NODE, record.spec.node)
@@ -148,19 +157,25 @@ class DeviceHold:
         decided = plan(
             HoldInput(
                 card=card,
-                holders=tuple(_holder(p, now) for p in holders),
+                holders=tuple(self._holder(p, now) for p in holders),
                 busy=busy,
                 free=max(0, allocatable - requested),
                 previous=prior,
                 previous_age_seconds=now - previous[1] if previous is not None else 0.0,
+                allocatable_rose=allocatable > self._allocatable.get(record.name, allocatable),
                 fill_timeout_seconds=self.settings.fill_timeout_seconds,
                 refill_seconds=self.settings.refill_seconds,
             )
         )
+        if decided.state is HoldState.NOT_ALLOCATABLE:
+            self._allocatable[record.name] = allocatable
+        else:
+            self._allocatable.pop(record.name, None)
         by_name = {str((p.get("metadata") or {}).get("name")): p for p in holders}
         for name in decided.delete:
             if name in by_name:
                 self._delete(by_name[name])
+                self._seen.pop(str((by_name[name].get("metadata") or {}).get("uid") or ""), None)
         for _ in range(decided.create):
             self._client.create(POD, self.holder(record), namespace=self._namespace)
         self._mark(record, "held" if decided.state.standing else "pending" if decided.state.pending else None)
@@ -226,6 +241,16 @@ class DeviceHold:
             "spec": spec,
         }
 
+    def _holder(self, pod: Mapping[str, Any], now: float) -> Holder:
+        meta = pod.get("metadata") or {}
+        return Holder(
+            name=str(meta.get("name")),
+            phase=str((pod.get("status") or {}).get("phase") or "Pending"),
+            devices=device_ids(pod),
+            age_seconds=max(0.0, now - self._seen.get(str(meta.get("uid") or ""), now)),
+            deleting=bool(meta.get("deletionTimestamp")),
+        )
+
     def _holders(self, record: Quarantine) -> list[dict[str, Any]]:
         return self._client.list(
             POD, namespace=self._namespace, label_selector=f"{HOLDER_LABEL}={holder_label(record)}"
@@ -275,18 +300,6 @@ def holds(node: Mapping[str, Any]) -> dict[str, str]:
     if not isinstance(value, dict):
         return {}
     return {str(d): str(s) for d, s in value.items() if s in ("held", "pending")}
-
-
-def _holder(pod: Mapping[str, Any], now: float) -> Holder:
-    meta = pod.get("metadata") or {}
-    created = parse_rfc3339(str(meta.get("creationTimestamp") or ""))
-    return Holder(
-        name=str(meta.get("name")),
-        phase=str((pod.get("status") or {}).get("phase") or "Pending"),
-        devices=device_ids(pod),
-        age_seconds=0.0 if created is None else max(0.0, now - created),
-        deleting=bool(meta.get("deletionTimestamp")),
-    )
 
 
 def _int(value: Any) -> int:

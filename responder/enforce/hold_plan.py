@@ -25,8 +25,9 @@ crash, a lost write or someone else left behind, the next pass plans from it):
   replica) is held by a holder; `CardBusy` while some unit is still used by a workload pod (its
   move is under way; the hold of that unit starts when it is free, with the next fill);
   `NotAllocatable` when a complete fill got none of it and no pod uses it: its plugin reports it
-  Unhealthy, so the kubelet gives it to nobody. A new fill is tried every `refill_seconds` then,
-  since a plugin that restarts forgets its Unhealthy (the card is counted out meanwhile).
+  Unhealthy, so the kubelet gives it to nobody. A new fill is tried as soon as the node's
+  allocatable GPUs rise (a plugin that restarts forgets its Unhealthy), and every
+  `refill_seconds` anyway (the card is counted out meanwhile).
 
 A card's units: 1 for a whole GPU, its partitions for a MIG card, for time-slicing the replicas
 (`<uuid>::<n>`): as the node's `nvidia.com/gpu.replicas` label (GPU feature discovery) says, at
@@ -107,6 +108,9 @@ class HoldInput:
     """The record's `Held` condition reason from the last pass (None: none)."""
     previous_age_seconds: float = 0.0
     """Seconds since that condition last changed."""
+    allocatable_rose: bool = False
+    """The node's allocatable GPUs rose since that condition last changed: a device its plugin
+    excluded is back (a plugin that restarted forgets its Unhealthy), so a fill is tried at once."""
     fill_timeout_seconds: float = 60.0
     refill_seconds: float = 60.0
 
@@ -166,6 +170,7 @@ def plan(given: HoldInput) -> HoldPlan:
             and not busy
             and given.previous is HoldState.NOT_ALLOCATABLE
             and given.previous_age_seconds < given.refill_seconds
+            and not given.allocatable_rose
         ):
             return HoldPlan(
                 HoldState.NOT_ALLOCATABLE,

@@ -87,6 +87,14 @@ def test_a_card_its_plugin_excludes_is_tried_again_only_after_the_refill_interva
         HoldInput(CARD, (), (), free=2, previous=HoldState.NOT_ALLOCATABLE, previous_age_seconds=60.0)
     )
     assert later.state is HoldState.FILLING and later.create == 2
+    # The plugin restarted and forgot its Unhealthy: the node's allocatable rose, a fill at once.
+    back = plan(
+        HoldInput(
+            CARD, (), (), free=3, previous=HoldState.NOT_ALLOCATABLE, previous_age_seconds=1.0,
+            allocatable_rose=True,
+        )
+    )  # fmt: skip
+    assert back.state is HoldState.FILLING and back.create == 3
 
 
 def test_refused_and_finished_holders_are_deleted_and_the_card_filled_again() -> None:
