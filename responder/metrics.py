@@ -45,6 +45,21 @@ QUARANTINE_CREATED = MetricFamily(
     ("node", "device"),
     unit="seconds",
 )
+DEVICE_HOLD = MetricFamily(
+    "gpuhealth_device_hold",
+    "gauge",
+    "1 per quarantined device-plugin card whose hold gpuhealth keeps (`docs/quarantine.md`, "
+    "'The hold'), labelled with where it stands: Held (a holder pod has the card), Filling, "
+    "CardBusy (its pods being moved), NotAllocatable (its plugin excludes it), "
+    "AllocationUnreadable (the kubelet names no device: only counted out).",
+    ("node", "device", "state"),
+)
+HOLDER_PODS = MetricFamily(
+    "gpuhealth_holder_pods",
+    "gauge",
+    "Holder pods keeping quarantined device-plugin cards, as the leader's last pass counted them "
+    "(those of a fill in progress included).",
+)
 MIGRATIONS = MetricFamily(
     "gpuhealth_migrations",
     "counter",
@@ -202,6 +217,8 @@ CATALOG = Catalog(
         RECONCILE_PASSES,
         RECONCILE_RECORDS,
         HEALTH_SOURCE_UP,
+        DEVICE_HOLD,
+        HOLDER_PODS,
         QUARANTINED_SECONDS,
         QUARANTINES_ENDED,
         MIGRATION_WORK_LOST,

@@ -176,6 +176,8 @@ class SelfSettings:
     """GPUHealthResponderNoLeader: replicas up and none leading for this long (above a Lease takeover)."""
     health_source_down_for: Duration = Duration(300)
     """GPUHealthResponderHealthSourceDown: the leader unable to read device health this long."""
+    hold_missing_for: Duration = Duration(600)
+    """GPUDeviceNotHeld: a quarantined device-plugin card filling, or unreadable, this long."""
     webhook_retry_ratio: float = 0.05
     """GPUHealthResponderWebhookRetrying: share of deliveries answered 503 (exclusive bound)."""
     webhook_retrying_for: Duration = Duration(300)
@@ -451,6 +453,7 @@ def validate(settings: Settings) -> None:
         "deferred_stuck_for",
         "no_leader_for",
         "health_source_down_for",
+        "hold_missing_for",
     ):
         if getattr(own, name).seconds <= 0:
             raise ConfigError(f"self.{name}: must be longer than 0s")

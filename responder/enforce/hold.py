@@ -118,6 +118,8 @@ class DeviceHold:
         """Holder uid -> when this responder first saw it: a holder's age is judged on our own
         clock, never on its creationTimestamp (another machine's clock). In memory only: a new
         leader judges from when it first looked, which only delays a timeout."""
+        self.pods: dict[str, int] = {}
+        """Record name -> its holder pods after its last pass (what `gpuhealth_holder_pods` sums)."""
         self._allocatable: dict[str, int] = {}
         """Record name -> the node's allocatable GPUs when its card was last found not
         allocatable (in memory: a new leader tries a fill at once, which costs one fill)."""
@@ -134,6 +136,7 @@ class DeviceHold:
                 self._delete(pod)
             self._mark(record, None)
             self._allocatable.pop(record.name, None)
+            self.pods.pop(record.name, None)
             return None
         try:
             node = self._client.get(NODE, record.spec.node)
@@ -178,6 +181,7 @@ class DeviceHold:
                 self._seen.pop(str((by_name[name].get("metadata") or {}).get("uid") or ""), None)
         for _ in range(decided.create):
             self._client.create(POD, self.holder(record), namespace=self._namespace)
+        self.pods[record.name] = len(holders) - len(decided.delete) + decided.create
         self._mark(record, "held" if decided.state.standing else "pending" if decided.state.pending else None)
         if decided.create or decided.delete:
             log.info(

@@ -250,6 +250,9 @@ class ReconcilerMetrics:
         self.records = instruments.counter(metrics.RECONCILE_RECORDS, registry)
         self.health_source_up = instruments.gauge(metrics.HEALTH_SOURCE_UP, registry)
         self.checks = instruments.counter(metrics.RELEASE_CHECKS, registry)
+        self.hold = instruments.gauge(metrics.DEVICE_HOLD, registry)
+        self.holder_pods = instruments.gauge(metrics.HOLDER_PODS, registry)
+        self._holds: set[tuple[str, str, str]] = set()
         # Every outcome from zero, so increase() counts the first release or record of each.
         for outcome in metrics.RELEASE_OUTCOMES:
             self.releases.labels(outcome)
@@ -270,8 +273,12 @@ class ReconcilerMetrics:
         """One series per active record (removed once released or abandoned)."""
         series: set[tuple[str, str, str, str]] = set()
         created: dict[tuple[str, str], float] = {}
+        holds: set[tuple[str, str, str]] = set()
         waiting = 0
         for record, created_at in records:
+            held = record.status.condition(HELD)
+            if held is not None:
+                holds.add((record.spec.node, record.spec.device, held.reason))
             if record.status.phase in DONE_PHASES:
                 continue
             spec = record.spec
@@ -288,7 +295,11 @@ class ReconcilerMetrics:
             self.created.remove(*gone_device)
         for device, at in created.items():
             self.created.labels(*device).set(at)
-        self._series, self._created = series, set(created)
+        for gone_hold in self._holds - holds:
+            self.hold.remove(*gone_hold)
+        for hold in holds:
+            self.hold.labels(*hold).set(1)
+        self._series, self._created, self._holds = series, set(created), holds
         self.rate_limited.set(waiting)
         self.breaker_tripped.set(1 if tripped else 0)
 
@@ -549,6 +560,10 @@ class Reconciler:
         for gone in self._retries.keys() - outcomes.keys() - {""}:
             del self._retries[gone]  # deleted records keep no backoff
         self.metrics.publish(final, state.breaker.tripped)
+        if self._hold is not None:
+            for gone in self._hold.pods.keys() - outcomes.keys():
+                del self._hold.pods[gone]  # a deleted record's holders went with it
+            self.metrics.holder_pods.set(sum(self._hold.pods.values()))
         self.accounting.passed(now, records, (record for record, _ in final))
         self.metrics.passes.inc()
         wait = min([cap, *rechecks])
