@@ -37,6 +37,7 @@ from simulator.fleet import mig, objects
 from simulator.fleet.checkpoint_agent import CheckpointAgent
 from simulator.fleet.claim_controller import ResourceClaimController
 from simulator.fleet.controller_manager import ControllerManager
+from simulator.fleet.device_manager import kubelet_rng
 from simulator.fleet.device_plugin import DevicePlugin
 from simulator.fleet.dra_driver import DraDriver, NvidiaDraDriver
 from simulator.fleet.events import FaultApplied, FleetEvent
@@ -214,7 +215,7 @@ class Fleet:
                     Gpu(name, i, uuid, group.path, partitions=mig.partition_uuids(uuid, group.mig))
                     for i, uuid in enumerate(uuids)
                 ]
-                node = SimNode(name, index, group, gpus)
+                node = SimNode(name, index, group, gpus, device_order=kubelet_rng(sc.settings.seed, name))
                 node.free = node_slots(group)
                 self.nodes[name] = node
                 self.kubelet.register(node, wall)
