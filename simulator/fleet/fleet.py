@@ -147,7 +147,9 @@ class Fleet:
             plugin_failing=lambda node, failing: self.pod_runner.fail(
                 self.dra_driver.plugin_key(node), failing
             ),
-            plugin_restart=self.dra_driver.restart_plugin,
+            plugin_restart=lambda node: (
+                self.dra_driver.restart_plugin(node) if node.is_dra else self.device_plugin.restart(node)
+            ),
         )
 
     # ------------------------------------------------------------------ time
