@@ -34,6 +34,7 @@ DEVICE_FAULTS = frozenset(
 )
 NODE_FAULTS = frozenset(
     {"kubelet-stop", "node-partition", "health-stream-broken", "health-stream-stale", "dra-plugin-restart"}
+    | {"device-plugin-restart"}
 )
 FAULT_KINDS = DEVICE_FAULTS | NODE_FAULTS | {"recover"}
 
@@ -70,7 +71,8 @@ class Settings:
     scheduler_max_backoff: float = 10.0
     """The longest wait between retries of an unschedulable pod (kube-scheduler: 10 s)."""
     seed: int = 0
-    """Seeds generated names (pod suffixes, claim names), so a scenario builds the same objects each run."""
+    """Seeds generated names (pod suffixes, claim names) and each kubelet's choice among free devices
+    (`simulator.fleet.device_manager`), so a scenario builds and places the same objects each run."""
 
 
 MIG_SINGLE = "single"
@@ -300,6 +302,7 @@ _FAULT_NOTES = {
     "health-stream-broken": "DRA: all devices Unknown; device plugin: all Unhealthy",
     "health-stream-stale": "DRA: the plugin crash-loops, pod status keeps its last health (lazy expiry)",
     "dra-plugin-restart": "the NVIDIA DRA driver's kubelet plugin restarts: its device taints are gone",
+    "device-plugin-restart": "the NVIDIA device plugin restarts: every device Healthy until a new fault",
 }
 
 

@@ -341,6 +341,7 @@ _FAULT_KEYS: dict[str, tuple[str, ...]] = {
     "health-stream-broken": ("node", "duration"),
     "health-stream-stale": ("node", "duration"),
     "dra-plugin-restart": ("node",),
+    "device-plugin-restart": ("node",),
     "xid": ("device", "xid", "message", "unhealthy"),
     "ecc": ("device", "corrected", "uncorrected"),
     "row-remap-failure": ("device",),
@@ -628,6 +629,13 @@ def parse_fault(
                 (*path, "node"),
                 f"dra-plugin-restart needs a DRA node (its driver's kubelet plugin); "
                 f"{node!r} is {nodes[node].path}",
+            )
+        if kind == "device-plugin-restart" and nodes[node].path == DRA:
+            r.fail(
+                (*path, "node"),
+                f"device-plugin-restart needs a device-plugin node (the NVIDIA device plugin); "
+                f"{node!r} is {nodes[node].path}: its DRA driver's kubelet plugin restarts with "
+                "dra-plugin-restart",
             )
     fault: dict[str, Any] = {"at": at, "kind": kind, "device": device, "node": node, "line": r.line(path)}
     if kind == "device-unknown":

@@ -5,7 +5,8 @@ card one per partition by its MIG UUID, `simulator.fleet.mig`) and reports each 
 Unhealthy over ListAndWatch (a MIG card's partitions all as the card: its faults are theirs),
 never a message and never Unknown; a broken stream makes the kubelet treat every device as
 Unhealthy. The kubelet lowers the node's allocatable GPU resource by the devices not Healthy.
-The plugin never talks to the API server itself.
+An Unhealthy is sticky until the plugin restarts (`restart`), when every device reads Healthy
+again. The plugin never talks to the API server itself.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from simulator.fleet import objects
-from simulator.fleet.health import UNHEALTHY, Gpu, device_plugin_health, record_report
+from simulator.fleet.health import HEALTHY, UNHEALTHY, Gpu, device_plugin_health, record_report
 from simulator.fleet.state import SimNode, SimPod
 from simulator.model import Slot
 
@@ -53,3 +54,16 @@ class DevicePlugin:
 
     def reconnect(self, node: SimNode) -> None:
         """Nothing owed: the plugin writes nothing to the API server."""
+
+    def restart(self, node: SimNode) -> None:
+        """The plugin on `node` restarted and registered again (`device-plugin-restart`).
+
+        Its Unhealthy is sticky only while it runs: the new instance lists every device Healthy
+        until it sees a new fault, a card still broken in a way only NVML or DCGM sees (lost,
+        needing a reset, a failing health watch) included, and the kubelet keeps no device health
+        across a re-registration. The kubelet keeps its checkpoint of which device each running
+        container got: running pods keep their devices.
+        """
+        for gpu in node.gpus:
+            record_report(gpu, HEALTHY, None, keeps_message=False)
+        self._push(node)

@@ -37,6 +37,7 @@ from simulator.fleet import mig, objects
 from simulator.fleet.checkpoint_agent import CheckpointAgent
 from simulator.fleet.claim_controller import ResourceClaimController
 from simulator.fleet.controller_manager import ControllerManager
+from simulator.fleet.device_manager import kubelet_rng
 from simulator.fleet.device_plugin import DevicePlugin
 from simulator.fleet.dra_driver import DraDriver, NvidiaDraDriver
 from simulator.fleet.events import FaultApplied, FleetEvent
@@ -146,7 +147,9 @@ class Fleet:
             plugin_failing=lambda node, failing: self.pod_runner.fail(
                 self.dra_driver.plugin_key(node), failing
             ),
-            plugin_restart=self.dra_driver.restart_plugin,
+            plugin_restart=lambda node: (
+                self.dra_driver.restart_plugin(node) if node.is_dra else self.device_plugin.restart(node)
+            ),
         )
 
     # ------------------------------------------------------------------ time
@@ -214,7 +217,7 @@ class Fleet:
                     Gpu(name, i, uuid, group.path, partitions=mig.partition_uuids(uuid, group.mig))
                     for i, uuid in enumerate(uuids)
                 ]
-                node = SimNode(name, index, group, gpus)
+                node = SimNode(name, index, group, gpus, device_order=kubelet_rng(sc.settings.seed, name))
                 node.free = node_slots(group)
                 self.nodes[name] = node
                 self.kubelet.register(node, wall)

@@ -48,6 +48,7 @@ from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
 from simulator.fleet import mig, objects
 from simulator.fleet.checkpoint_agent import CheckpointAgent
+from simulator.fleet.device_manager import allocate
 from simulator.fleet.health import HEALTHY
 from simulator.fleet.node_api import NodeApi, PodEntry
 from simulator.fleet.state import DeviceDriver, PendingPod, SimNode, SimPod
@@ -553,19 +554,18 @@ class PodRunner:
         return fit(spec.gpus, total - len(node.free), healthy, spec.resource)
 
     def _pick_devices(self, node: SimNode, spec: RunSpec) -> tuple[Slot, ...] | Rejection:
-        """The device manager's choice: free devices the plugin reports Healthy."""
-        if spec.gpus <= 0:
-            return ()
+        """The device manager's choice among free devices the plugin reports Healthy (`device_manager`)."""
         driver = self._drivers[node.group.path]
         now = self._timers.now()
         usable = [s for s in node.free if driver.health(node, node.gpus[s.gpu], now)[0] == HEALTHY]
-        if len(usable) < spec.gpus:
+        picked = allocate(node, usable, spec.gpus)
+        if picked is None:
             return Rejection(
                 "UnexpectedAdmissionError",
                 f"Allocate failed due to requested number of devices unavailable for {spec.resource}. "
                 f"Requested: {spec.gpus}, Available: {len(usable)}, which is unexpected",
             )
-        return tuple(usable[: spec.gpus])
+        return picked
 
     def _prepare_claims(self, node: SimNode, sim: SimPod, obj: dict[str, Any]) -> tuple[Slot, ...] | None:
         """DRA: the devices of the pod's claims as allocated (`status.allocation`); None until allocated."""

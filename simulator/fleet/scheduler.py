@@ -7,7 +7,8 @@ Two kinds of pods reach it:
   (Ready, kubelet writing, schedulable, enough usable free slots: `placement.blocked_devices`,
   and room left by the pods clients bound there) and is retried every status sync interval.
   Binding writes the pod with its node, on DRA the ResourceClaim and its allocation, then the
-  kubelet's first status: one step, as a real cluster reaches it within a second. With
+  kubelet's first status with the devices its device manager chose on a device-plugin node
+  (`device_manager`): one step, as a real cluster reaches it within a second. With
   extenders configured, a replacement that would land on a device-plugin node is first put to
   them (`extender_client.extend`, the pod object as stored, the candidate nodes in order), as
   kube-scheduler puts every pod that requests a managed resource: the first candidate they pass
@@ -44,6 +45,7 @@ from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
 from simulator.fleet import mig, objects
 from simulator.fleet.cel import CelUnsupported
+from simulator.fleet.device_manager import allocate
 from simulator.fleet.dra_allocator import (
     REASON_CANNOT_ALLOCATE,
     ClaimPlan,
@@ -154,7 +156,7 @@ class Scheduler:
         self._asks: set[asyncio.Task[None]] = set()
 
     def start_pod(self, workload: Workload, placement: PodPlacement, wall: float) -> SimPod:
-        """Create an initial pod where the scenario's layout puts it."""
+        """Create an initial pod where the scenario's layout puts it, devices too (`device_manager`)."""
         node = self._nodes[placement.node]
         name = objects.pod_name(workload, placement.ordinal, self._rng)
         while f"{workload.namespace}/{name}" in self._pods:  # generated suffixes can collide
@@ -187,7 +189,7 @@ class Scheduler:
         if not candidates:
             self._timers.at(self._timers.now() + self._settings.status_sync_interval, self.try_bind, pending)
             return
-        node, slots = candidates[0]
+        node, slots = _devices(candidates[0], pending.workload.gpus_per_pod)
         del self._pending[pending.key]
         wall = self._timers.wall()
         pod = SimPod(pending.name, pending.namespace, node.name, pending.workload, slots)
@@ -614,12 +616,25 @@ def _put_pod(store: Store, pod_obj: dict[str, Any], bind_existing: bool) -> dict
     return store.mutate("pods", meta["name"], meta["namespace"], bind)
 
 
+def _devices(candidate: tuple[SimNode, tuple[Slot, ...]], count: int) -> tuple[SimNode, tuple[Slot, ...]]:
+    """The node and devices a replacement bound there gets: on DRA the scheduler's allocation; on
+    a device-plugin node the kubelet's device manager chooses among the usable ones at admission
+    (`device_manager`), whatever order the candidates listed them in."""
+    node, usable = candidate
+    if node.is_dra:
+        return node, usable
+    chosen = allocate(node, usable, count)
+    assert chosen is not None  # a candidate has enough usable slots
+    return node, chosen
+
+
 def replacement_candidates(
     store: Store, nodes: Mapping[str, SimNode], cache: SchedulerCache, workload: Workload, *, first: bool
 ) -> list[tuple[SimNode, tuple[Slot, ...]]]:
     """Every node with enough usable free slots for a replacement of `workload`, in the fleet's
-    order, with the slots it would give (`first`: only the first): what the scheduler and its
-    filters would pick before any extender."""
+    order (`first`: only the first): what the scheduler and its filters would pick before any
+    extender. With each node its slots: on DRA the devices the scheduler allocates; on a
+    device-plugin node every usable one, the kubelet choosing among them at admission."""
     out: list[tuple[SimNode, tuple[Slot, ...]]] = []
     rules: list[dict[str, Any]] | None = None
     tolerations = objects.claim_tolerations(workload)
@@ -647,7 +662,7 @@ def replacement_candidates(
                 continue
         usable = [s for s in node.free if s.gpu not in blocked]
         if len(usable) >= workload.gpus_per_pod:
-            out.append((node, tuple(usable[: workload.gpus_per_pod])))
+            out.append((node, tuple(usable[: workload.gpus_per_pod] if node.is_dra else usable)))
             if first:
                 break
     return out

@@ -9,6 +9,7 @@ driver, so neither imports the driver modules.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -92,6 +93,9 @@ class SimNode:
     """Kubelet: the device views and pod count of the last status sync (nothing changed: no work)."""
     free: list[Slot] = field(default_factory=list)
     """Scheduler: unallocated slots, in allocation order."""
+    device_order: random.Random = field(default_factory=lambda: random.Random(0))
+    """Kubelet (its device manager): the order its unordered set of free healthy devices is
+    iterated in, drawn afresh per allocation (`device_manager`); the fleet seeds it per node."""
     xids: list[tuple[int, str, int, float]] = field(default_factory=list)
     """(seq, uuid, xid, wall time) of every XID event on this node."""
 

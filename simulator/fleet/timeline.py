@@ -70,7 +70,8 @@ class Timeline:
     ) -> None:
         """`plugin_failing(node, failing)`: the node's DRA kubelet plugin stops serving (its
         probes fail: the kubelet restarts it, not Ready) or works again; `plugin_restart(node)`:
-        it is restarted (an operator rolled its DaemonSet)."""
+        the node's DRA kubelet plugin or device plugin is restarted (an operator rolled its
+        DaemonSet)."""
         self._timers = timers
         self._nodes = nodes
         self._drivers = drivers
@@ -178,6 +179,11 @@ class Timeline:
             if fault.duration is not None:
                 at(now + fault.duration, self._end_stale, node, node.stale_token)
         elif kind == "dra-plugin-restart":
+            self._plugin_restart(node)
+        elif kind == "device-plugin-restart":
+            # It registers again: a new ListAndWatch stream, whatever broke the old one.
+            node.stream_ok = True
+            node.stream_token += 1
             self._plugin_restart(node)
         elif kind == "recover":
             self._end_node_fault(node, node.kubelet_token)
