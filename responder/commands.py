@@ -50,6 +50,7 @@ from responder.reconcile.breaker_store import AuditEntry, BreakerStore
 from responder.reconcile.policy import PolicySettings
 from responder.records import (
     ACTIVE_PHASES,
+    HELD,
     PHASES,
     QUARANTINES,
     Phase,
@@ -267,6 +268,11 @@ def run_show(
         ("Expires", f"{spec.expires_at} ({_until(parse_rfc3339(spec.expires_at), now)})"),
         ("Source alerts", ", ".join(f"{a.alertname} since {a.starts_at}" for a in spec.source_alerts) or "-"),
     ]
+    held = status.condition(HELD)
+    if held is not None:
+        # Device plugins: where the card's hold by gpuhealth's holder pods stands (their names
+        # in the message; `kubectl get pods -n gpuhealth-system -l gpuhealth.io/holder` lists them).
+        fields.append(("Hold", f"{held.reason} since {held.last_transition_time}: {held.message}"))
     request = spec.release_request
     if request is not None:
         answer = status.condition(requests.CONDITION)

@@ -56,6 +56,9 @@ entries, small enough that 32 migrations stay far below the object size limit.""
 
 DRA = "dra"
 DEVICE_PLUGIN = "device-plugin"
+HELD = "Held"
+"""`status.conditions[].type` of a device-plugin card's hold (`responder.enforce.hold`): True
+while holder pods hold every unit of the card; its reason says where the hold stands."""
 
 
 class Phase(StrEnum):

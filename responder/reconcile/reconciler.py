@@ -106,6 +106,7 @@ from responder.reconcile.policy import (
 from responder.reconcile.policy import step as policy_step
 from responder.records import (
     DEVICE_PLUGIN,
+    HELD,
     QUARANTINES,
     Condition,
     Phase,
@@ -120,9 +121,6 @@ log = logging.getLogger(__name__)
 OPT_OUT_LABEL = "gpuhealth.io/remediation"
 OPT_OUT_VALUE = "disabled"
 DONE_PHASES = frozenset({Phase.RELEASED, Phase.ABANDONED})
-HELD = "Held"
-"""`status.conditions[].type` of a device-plugin card's hold (`responder.enforce.hold`): True
-while holder pods hold every unit of the card; its reason says where the hold stands."""
 
 Migrate = Callable[[Quarantine, float], Quarantine]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,9 @@ from responder.reconcile.breaker_store import AuditEntry, BreakerStore
 from responder.records import (
     DEVICE_PLUGIN,
     DRA,
+    HELD,
     QUARANTINES,
+    Condition,
     Phase,
     Quarantine,
     QuarantineSpec,
@@ -86,8 +89,11 @@ def cluster(tmp_path: Path) -> Iterator[tuple[ServedCluster, KubeClient]]:
 def with_records(cluster: tuple[ServedCluster, KubeClient]) -> ServedCluster:
     served, client = cluster
     client.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
+    held = Condition(HELD, "True", "Held", "held by gpu-node-1-gpu-aaaa-hold-x7k2p", "2026-11-30T10:00:05Z")
+    on_hold = record("gpu-node-1", "GPU-aaaa", Phase.QUARANTINED)
+    on_hold = replace(on_hold, status=replace(on_hold.status, conditions=(held,)))
     for r in (
-        record("gpu-node-1", "GPU-aaaa", Phase.QUARANTINED),
+        on_hold,
         record("gpu-node-2", "gpu.nvidia.com/gpu-node-2/gpu-3", PROBING, dra=True),
         record("gpu-node-2", "GPU-bbbb", Phase.DEFERRED),
     ):
@@ -141,6 +147,11 @@ def test_show_by_node_and_device_prints_the_history(with_records: ServedCluster)
         "quarantine", "show", "--kubeconfig", kubeconfig, record_name("gpu-node-1", "GPU-aaaa"), "-o", "json"
     )
     assert orjson.loads(by_name.stdout)["spec"]["device"] == "GPU-aaaa"
+    # A device-plugin card: where its hold by holder pods stands.
+    plugin = gpuhealth("quarantine", "show", "--kubeconfig", kubeconfig, "gpu-node-1", "GPU-aaaa")
+    assert "Hold:" in plugin.stdout
+    assert "Held since 2026-11-30T10:00:05Z: held by gpu-node-1-gpu-aaaa-hold-x7k2p" in plugin.stdout
+    assert "Hold:" not in shown.stdout
     missing = gpuhealth("quarantine", "show", "--kubeconfig", kubeconfig, "gpu-node-9", "GPU-none")
     assert missing.returncode == 1
     assert missing.stderr.startswith("gpuhealth quarantine show: error: no DeviceQuarantine")

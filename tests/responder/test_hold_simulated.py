@@ -36,8 +36,8 @@ from responder.reconcile.events import KubeEvents
 from responder.reconcile.health import StaticHealth
 from responder.reconcile.limits import BucketSettings
 from responder.reconcile.policy import Health, PolicySettings
-from responder.reconcile.reconciler import HELD, Reconciler, ReconcilerSettings
-from responder.records import QUARANTINES, Phase, Quarantine, from_object, to_object
+from responder.reconcile.reconciler import Reconciler, ReconcilerSettings
+from responder.records import HELD, QUARANTINES, Phase, Quarantine, from_object, to_object
 from responder.webhook.intake import IntakeSettings, Write, decide
 from simulator.fleet.objects import gpu_uuid
 from simulator.testing import running_cluster
