@@ -507,14 +507,16 @@ def classify(violation: str) -> str:
     The verdict names each broken invariant in words: an action done twice says "a second"
     record or rule, evicted "a second time", finished "twice"; a warranted quarantine that did
     not happen says "no record by", one delivered and never enforced "was not enforced by", a pod
-    never moved off its quarantined device "still on quarantined". Everything else the verdict
+    never moved off its quarantined device "still on quarantined", a pod handed the card while it
+    was quarantined (exposure) "started on quarantined". Everything else the verdict
     refuses (an action without a warrant, an eviction for Unknown, a node-wide action, a release
     without probe and canary or while the device fails, a check on another device, a release
     the breaker blocked) is an action the faults did not warrant.
     """
     if "a second " in violation or " twice" in violation:
         return DUPLICATE
-    if any(words in violation for words in ("no record by", "was not enforced by", "still on quarantined")):
+    lost = ("no record by", "was not enforced by", "still on quarantined", "started on quarantined")
+    if any(words in violation for words in lost):
         return LOST
     return UNWARRANTED
 

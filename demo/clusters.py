@@ -35,11 +35,11 @@ from typing import Any, Protocol
 
 import yaml
 
-from demo.observer import PODS, RULES, WATCHED
+from demo.observer import CLAIMS, PODS, RULES, WATCHED
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.errors import ApiError, Gone
-from gpuhealth.kube.resources import POD, Resource
+from gpuhealth.kube.resources import POD, RESOURCE_CLAIM, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.kube.watch import BOOKMARK, ERROR
 from gpuhealth.testing.loopback import LoopbackError, wait_until
@@ -413,6 +413,7 @@ WATCHED_RESOURCES: dict[str, Resource | None] = {
     PODS: Resource("", "v1", "pods", namespaced=True),
     "leases.coordination.k8s.io": Resource("coordination.k8s.io", "v1", "leases", namespaced=True),
     "configmaps": Resource("", "v1", "configmaps", namespaced=True),
+    CLAIMS: RESOURCE_CLAIM,
 }
 
 

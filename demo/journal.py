@@ -70,6 +70,17 @@ class Kind(StrEnum):
     on devices never recorded are left out: a large fleet's pods would swamp the journal).
     what: `running|stopped`; node; device: its first device; detail: `pod` (namespace/name),
     `job`, `devices` (comma-separated uuids), `check` (`probe|canary` for a check Job's pod)."""
+    POD_STARTED = "pod-started"
+    """A pod's containers started running (its first sight Running) with a device gpuhealth has a
+    record for among its devices, as the API names them: the resource IDs of its container
+    statuses' `allocatedResourcesStatus` on device plugins (`<uuid>`, `<uuid>::<n>` for a
+    time-sliced replica, a MIG partition's UUID for its card), the devices its ResourceClaims'
+    allocations give it on DRA (`<pool>/<device>`; a MIG device for its card). One entry per pod,
+    stamped when it was first seen Running, even when its devices became known later. what:
+    `namespace/name`; node; device: its first card; detail: `devices` (the cards' uuids,
+    comma-separated), `deviceIDs` (the IDs the API gave, comma-separated), `holder` (the record a
+    gpuhealth holder pod holds its card for: its `gpuhealth.io/holder` label), `check`
+    (`probe|canary` for a check Job's pod). The safety verdict's exposure counts them."""
     REQUEST = "request"
     """A person's release request and its answer. what: `requested` (the request as written),
     `honoured` or `refused` (the answer: by the responder, the record's `ReleaseRequest`

@@ -31,7 +31,8 @@ EVENTS = "events"
 PODS = "pods"
 LEASES = "leases.coordination.k8s.io"
 CONFIG_MAPS = "configmaps"
-WATCHED = (QUARANTINES, RULES, NODES, JOBS, EVENTS, PODS, LEASES, CONFIG_MAPS)
+CLAIMS = "resourceclaims.resource.k8s.io"
+WATCHED = (QUARANTINES, RULES, NODES, JOBS, EVENTS, PODS, LEASES, CONFIG_MAPS, CLAIMS)
 """Resources the pipeline watches for the observer."""
 
 NODE_ANNOTATION = "gpuhealth.io/quarantined-devices"
@@ -42,6 +43,9 @@ CANARY_OPT_IN = "gpuhealth.io/canary-ok"
 """The pod label by which a workload opts in to devices on the ramp (`docs/workloads.md`)."""
 QUARANTINE_TAINT = "gpuhealth.io/quarantine"
 CHECK_LABEL = "gpuhealth.io/check"
+HOLDER_LABEL = "gpuhealth.io/holder"
+"""Label of gpuhealth's holder pods (value: the record whose card the pod holds through the
+kubelet, so that no other pod is handed it): meant to be on the card, as checks are."""
 RECORD_LABEL = "gpuhealth.io/record"
 LEADER_LEASE = "gpuhealth-responder"
 BREAKER_CONFIG_MAP = "gpuhealth-breaker"
@@ -54,6 +58,18 @@ DELETED = "DELETED"
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
+
+
+def _resource_ids(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    """The device IDs the kubelet reports for the pod's containers (`allocatedResourcesStatus`)."""
+    ids: dict[str, None] = {}
+    for status in (pod.get("status") or {}).get("containerStatuses") or ():
+        for entry in (status.get("allocatedResourcesStatus") or ()) if isinstance(status, Mapping) else ():
+            for resource in (entry.get("resources") or ()) if isinstance(entry, Mapping) else ():
+                rid = resource.get("resourceID") if isinstance(resource, Mapping) else None
+                if rid:
+                    ids[str(rid)] = None
+    return tuple(ids)
 
 
 class Observer:
@@ -86,6 +102,17 @@ class Observer:
         self._check_devices: dict[str, set[str]] = {}
         """namespace/name of a check Job -> uuids its pods really reached."""
         self._evicted_jobs: set[str] = set()
+        self._starts_seen: set[str] = set()
+        """namespace/name/uid of every pod seen Running: a pod starts once (POD_STARTED)."""
+        self._starting: dict[str, tuple[float, str, str, str]] = {}
+        """namespace/name -> (seen Running at, node, holder, check) of a started pod whose devices
+        the API has not named yet (a claim seen after its pod, a status written later)."""
+        self._status_ids: dict[str, tuple[str, ...]] = {}
+        """namespace/name -> the resource IDs its containers' `allocatedResourcesStatus` names."""
+        self._claims: dict[str, tuple[str, ...]] = {}
+        """namespace/name of a ResourceClaim -> the pods (namespace/name) it is reserved for."""
+        self._claimed: dict[str, dict[str, tuple[str, ...]]] = {}
+        """namespace/name of a pod -> claim -> its allocation's devices (`<pool>/<device>`)."""
         self._requests_seen: set[tuple[str, str]] = set()
         """(pod, key) of checkpoint requests journaled."""
         self.leader = ""
@@ -212,6 +239,7 @@ class Observer:
             EVENTS: self._event,
             LEASES: self._lease,
             CONFIG_MAPS: self._config_map,
+            CLAIMS: self._claim,
         }.get(resource)
         if resource == PODS:
             self._pod(at, etype, obj, tuple(devices))
@@ -362,10 +390,7 @@ class Observer:
         taint = spec.get("taint") or {}
         node = str(selector.get("pool", ""))
         selected = str(selector.get("device", ""))
-        # A MIG device of the NVIDIA DRA driver (`gpu-<minor>-mig-...`) is of its card `gpu-<minor>`.
-        uuid = self._uuid_at.get((node, selected)) or self._uuid_at.get(
-            (node, selected.split("-mig-")[0]), ""
-        )
+        uuid = self._slice_card(node, selected)
         meaning = "quarantine" if taint.get("key") == QUARANTINE_TAINT else "canary"
         before = self._rules.get(name)
         detail = {
@@ -498,6 +523,8 @@ class Observer:
         before = self._pods.get(key)
         if etype == DELETED:
             self._pods.pop(key, None)
+            self._starting.pop(key, None)
+            self._status_ids.pop(key, None)
             if before is not None and before[3]:
                 self._placement(at, "stopped", key, *before[:3], before[4])
             return
@@ -527,6 +554,12 @@ class Observer:
                 detail=f"{key} of {job} running again on "
                 + ", ".join(self.journal.label(d) for d in devices),
             )
+        status_ids = _resource_ids(obj)
+        if status_ids:
+            self._status_ids[key] = status_ids
+        if running:
+            self._started(at, key, obj, node)
+        self._start_if_known(key)
         was_running = bool(before and before[3])
         if running != was_running and devices:
             self._placement(at, "running" if running else "stopped", key, node, devices, job, check)
@@ -555,6 +588,86 @@ class Observer:
     def _card(self, device: str) -> str:
         """The card a device ID names: a MIG partition's card, else the ID itself."""
         return self._card_of.get(device, device)
+
+    def _slice_card(self, pool: str, device: str) -> str:
+        """The card (uuid) of a DRA slice device of `pool` (its node); '' for none of the fleet's."""
+        # A MIG device of the NVIDIA DRA driver (`gpu-<minor>-mig-...`) is of its card `gpu-<minor>`.
+        return self._uuid_at.get((pool, device)) or self._uuid_at.get((pool, device.split("-mig-")[0]), "")
+
+    def _resource_card(self, resource_id: str) -> str:
+        """The card (uuid) a device plugin's resource ID names: the card's own uuid, a time-sliced
+        replica of it (`<uuid>::<n>`) or a MIG partition of it; '' for none of the fleet's (a DRA
+        CDI device name: its claim's allocation names the device)."""
+        card = self._card(resource_id.split("::", 1)[0])
+        return card if card in self.journal.devices else ""
+
+    # ----- pods starting on devices, as the API says ---------------------------------------------------
+
+    def _started(self, at: float, key: str, obj: Mapping[str, Any], node: str) -> None:
+        """The pod was seen Running: its start, once per pod (by uid), journaled when its devices
+        are known (POD_STARTED)."""
+        meta = _meta(obj)
+        mark = f"{key}/{meta.get('uid', '')}"
+        if mark in self._starts_seen:
+            return
+        self._starts_seen.add(mark)
+        labels = meta.get("labels") or {}
+        holder = str(labels.get(HOLDER_LABEL) or "")
+        self._starting[key] = (at, node, holder, str(labels.get(CHECK_LABEL) or ""))
+
+    def _start_if_known(self, key: str) -> None:
+        pending = self._starting.get(key)
+        if pending is None:
+            return
+        ids: dict[str, str] = {}
+        """device ID -> its card, in the order the API gave them."""
+        for rid in self._status_ids.get(key, ()):
+            ids[rid] = self._resource_card(rid)
+        for devices in self._claimed.get(key, {}).values():
+            for device in devices:
+                pool, _, name = device.partition("/")
+                ids[device] = self._slice_card(pool, name)
+        named = {rid: card for rid, card in ids.items() if card}
+        if not named:
+            return  # not yet (or never: a pod without a GPU, forgotten when it is deleted)
+        del self._starting[key]
+        cards = tuple(dict.fromkeys(named.values()))
+        if not any(card in self._recorded for card in cards):
+            return  # on no device gpuhealth has a record for (a fleet's pods would swamp the journal)
+        at, node, holder, check = pending
+        detail = {"devices": ",".join(cards), "deviceIDs": ",".join(named)}
+        if holder:
+            detail["holder"] = holder
+        if check:
+            detail["check"] = check
+        self.journal.record(at, Kind.POD_STARTED, key, node, cards[0], **detail)
+
+    def _claim(self, at: float, etype: str, obj: Mapping[str, Any]) -> None:
+        """A ResourceClaim: the devices its allocation gives the pods it is reserved for."""
+        meta = _meta(obj)
+        namespace = str(meta.get("namespace", ""))
+        key = f"{namespace}/{meta.get('name', '')}"
+        status = (obj.get("status") or {}) if etype != DELETED else {}
+        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or ()
+        devices = tuple(
+            f"{r.get('pool', '')}/{r.get('device', '')}" for r in results if isinstance(r, Mapping)
+        )
+        pods = tuple(
+            f"{namespace}/{r.get('name', '')}"
+            for r in status.get("reservedFor") or ()
+            if isinstance(r, Mapping) and r.get("resource") == "pods"
+        )
+        for pod in self._claims.pop(key, ()):
+            claimed = self._claimed.get(pod, {})
+            claimed.pop(key, None)
+            if not claimed:
+                self._claimed.pop(pod, None)
+        if not (devices and pods):
+            return
+        self._claims[key] = pods
+        for pod in pods:
+            self._claimed.setdefault(pod, {})[key] = devices
+            self._start_if_known(pod)
 
     def _placement(
         self, at: float, what: str, pod: str, node: str, devices: tuple[str, ...], job: str, check: str

@@ -56,7 +56,13 @@ The invariants (each broken one is a line in `Verdict.violations`; the run exits
   `pass_seconds` after it went down;
 - a GPU reset where none belongs: the cluster's reset controller starting a reset (RESET
   entries) of a card no quarantine record held at that moment, or of a card a workload's pod
-  (not a check's) was running on: a reset kills what runs on the card.
+  (not a check's) was running on: a reset kills what runs on the card;
+- exposure: a pod that started on a card while it was quarantined (POD_STARTED: its containers
+  seen Running with the card among the devices the API gives it), from the record's entry into
+  Quarantined until it reaches the ladder's ramp rung or leaves the ladder, unless it is one of
+  gpuhealth's own holder or check pods, which are meant to be on the card. The kubelet hands a
+  device plugin's new pod any free device the plugin calls Healthy; excluding the card means
+  none is handed it. Pods already on the card when it was quarantined are the move's (above).
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ from dataclasses import dataclass
 
 from demo.journal import Entry, Journal, Kind, sorted_entries
 from responder.ladder import KNOWN, LADDER, Ladder
+from responder.ladder import Kind as RungKind
 from simulator.model import APPLICATION_XIDS, Fault, Scenario
 
 QUARANTINE_FAULTS = frozenset({"device-unhealthy", "gpu-lost", "row-remap-failure"})
@@ -312,6 +319,8 @@ NO_ACTION = frozenset({"", "none"})
 """`action` label values that ask the responder for nothing."""
 RELEASING = frozenset(KNOWN.phases)
 """Phases of a record on its way out: the release ladder's rungs."""
+RAMPS = frozenset(r.phase for r in KNOWN.rungs if r.kind is RungKind.RAMP)
+"""Phases of a record whose device is on the ramp: opted-in work may come, the quarantine is over."""
 GUARDRAIL_HOLDS = frozenset({"RateLimited", "NodeOptedOut"})
 """Phase reasons of a record that a person's configuration holds back from enforcement: the rate
 of new quarantines (a burst waits for a person or the breaker), a node opted out."""
@@ -563,6 +572,11 @@ def judge(
     violations += _unenforced(entries, reaction, journal.ended_at, label)
     violations += _steps_without_health(entries, pass_seconds, label)
     violations += _resets(entries, active, label)
+    violations += [
+        f"t+{x.at:.0f}s pod {x.pod} started on quarantined {x.label} "
+        f"(record {x.record}, quarantined since t+{x.since:.0f}s)"
+        for x in exposures(journal)
+    ]
     return Verdict(tuple(violations), tuple(sorted(acted)), tuple(sorted(missed)))
 
 
@@ -787,7 +801,7 @@ def _quarantine_windows(entries: list[Entry]) -> list[tuple[str, str, str, str, 
         if action.setdefault(name, e.detail.get("action", "quarantine")) != "quarantine":
             continue
         episode = e.detail.get("episode", "")
-        ends = e.what == "Ramp" or e.what not in RELEASING
+        ends = e.what in RAMPS or e.what not in RELEASING
         if name in open_ and ends and not (e.what == "Quarantined" and episode == open_[name][2]):
             device, node, was, start = open_.pop(name)
             windows.append((name, device, node, was, start, e.at))
@@ -795,6 +809,42 @@ def _quarantine_windows(entries: list[Entry]) -> list[tuple[str, str, str, str, 
             open_[name] = (e.device, e.node, episode, e.at)
     windows += [(name, d, n, ep, start, math.inf) for name, (d, n, ep, start) in open_.items()]
     return windows
+
+
+@dataclass(frozen=True, slots=True)
+class Exposure:
+    """A pod other than gpuhealth's own (a holder, a check) that started on a card while the card
+    was quarantined: work handed a card the product excluded."""
+
+    at: float
+    """When the pod was seen starting (POD_STARTED)."""
+    pod: str
+    device: str
+    label: str
+    """The card as the narrative names it (`node/gpu-i`)."""
+    record: str
+    since: float
+    """When the record was seen entering the quarantine episode the pod started in."""
+
+
+def exposures(journal: Journal) -> tuple[Exposure, ...]:
+    """Every pod start (POD_STARTED) on a card inside one of its quarantine windows
+    (`_quarantine_windows`: from the record seen Quarantined until it is seen on the ramp or off
+    the ladder), other than gpuhealth's holder and check pods, which are meant to be there.
+    Strictly inside: a start seen at the very moment a window opens or closes may have come
+    before it (both are stamped when seen). Pods already on the card when it was quarantined
+    started before: their move is `_pods_left`'s."""
+    ordered = sorted_entries(journal.entries)
+    windows = _quarantine_windows(ordered)
+    out: list[Exposure] = []
+    for e in ordered:
+        if e.kind is not Kind.POD_STARTED or e.detail.get("holder") or e.detail.get("check"):
+            continue
+        cards = [d for d in e.detail.get("devices", e.device).split(",") if d]
+        for record, device, _, _, start, end in windows:
+            if device in cards and start < e.at < end:
+                out.append(Exposure(e.at, e.what, device, journal.label(device), record, start))
+    return tuple(out)
 
 
 def _pods_left(entries: list[Entry], deadline: float, ended_at: float, label: Label) -> list[str]:

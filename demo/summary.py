@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
 from demo.journal import Entry, Journal, Kind, sorted_entries
+from demo.safety import Exposure, exposures
 from gpuhealth.tables import write_table
 from responder.reconcile.measures import measured_phases
 from responder.records import RELEASE_PHASES
@@ -202,6 +203,9 @@ class Summary:
     """(alertname, times it started firing), by name."""
     evictions: int
     tenant_events: int
+    exposures: tuple[Exposure, ...] = ()
+    """Pods other than gpuhealth's own that started on a card while it was quarantined (the safety
+    verdict's exposure, `demo.safety.exposures`: each one breaks it)."""
 
     @property
     def detections(self) -> tuple[Detection, ...]:
@@ -275,6 +279,7 @@ def summarize(journal: Journal, *, floors: Mapping[str, float] | None = None) ->
         alerts_fired=_count(e.what for e in entries if e.kind is Kind.ALERT_FIRING),
         evictions=sum(1 for e in entries if e.kind is Kind.EVICTION),
         tenant_events=sum(1 for e in entries if e.kind is Kind.TENANT_EVENT),
+        exposures=exposures(journal),
     )
 
 
@@ -463,6 +468,9 @@ def describe(journal: Journal, entry: Entry, *, where: bool = True) -> str:
         case Kind.POD:
             what = f"{d['check']} pod" if d.get("check") else "pod"
             text = f"{what} {d.get('pod', '?')} {entry.what}" + (f" on{at}" if at else "")
+        case Kind.POD_STARTED:
+            what = f"{d['check']} pod" if d.get("check") else "holder pod" if d.get("holder") else "pod"
+            text = f"{what} {entry.what} started" + (f" on{at}" if at else "")
         case Kind.REQUEST:
             who = d.get("actor", "a person")
             if entry.what == "requested":
@@ -687,6 +695,9 @@ def write_text(summary: Summary, verdict: object, out: TextIO) -> None:
     if summary.alerts_fired:
         w("alerts fired: " + ", ".join(f"{name} x{n}" for name, n in summary.alerts_fired) + "\n")
     w(f"evictions: {summary.evictions}; tenant Events: {summary.tenant_events}\n")
+    w(f"exposure (pods started on a quarantined card): {len(summary.exposures)}\n")
+    for x in summary.exposures:
+        w(f"  t+{x.at:.0f}s {x.pod} on {x.label} (record {x.record})\n")
     violations = tuple(getattr(verdict, "violations", ()))
     if violations:
         w("\nSAFETY INVARIANT BROKEN:\n")

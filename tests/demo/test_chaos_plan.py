@@ -294,6 +294,9 @@ VERDICT_LINES = {
     "enforced by t+430s with the breaker closed": LOST,
     "t+180s pod ns/late-0 still on quarantined gpu-dp-0/gpu-0 (60s after t+120s; no move started) and "
     "its move not unrecoverable": LOST,
+    "t+120s pod ns/serve-2 started on quarantined gpu-dp-0/gpu-0 (record rec-q, quarantined since t+81s)": (
+        LOST
+    ),
     "t+360s gpu-dp-0/gpu-0 released while its driver reported it Unhealthy": UNWARRANTED,
     "t+212s the probe of gpu-dp-0/gpu-0 (passed) ran on gpu-dp-0/gpu-1": UNWARRANTED,
     "t+360s gpu-dp-0/gpu-0 released at person/ana's request without a passed canary in attempt 1": (
@@ -360,7 +363,7 @@ def test_an_assessment_sorts_the_verdict_and_fails_on_any_must_be_zero() -> None
         j, SCENARIO, chaos, {}, verdict_violations=list(VERDICT_LINES), expectation_failures=[], **at
     )
     assert judged.failed
-    assert (len(judged.duplicates), len(judged.lost), len(judged.unwarranted)) == (4, 3, 9)
+    assert (len(judged.duplicates), len(judged.lost), len(judged.unwarranted)) == (4, 4, 9)
     expected = assess(
         j, SCENARIO, chaos, {}, verdict_violations=[], expectation_failures=["migrations: 0 of 1"], **at
     )

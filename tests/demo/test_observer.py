@@ -13,6 +13,10 @@ changes are journalled once each; a second episode's move of the same job is jou
 keyed by its episode; pods on recorded devices are journalled as they start and stop running there
 (the ones already running when the record appears, too), others not; a check's devices are the ones
 its pod really reached (its allocation, or `NVIDIA_VISIBLE_DEVICES` on its node, by uuid or index);
+a pod's start is journalled once per pod (by uid), when first seen Running, with the cards the API
+gives it (a device plugin's resource IDs: the uuid, a time-sliced replica, a MIG partition; a DRA
+claim's allocation, seen before or after the pod, a MIG device as its card), its holder or check
+label, and only on recorded devices;
 a release request and each new answer of the responder are journalled once; Prometheus' alerts are
 diffed into firing and resolved; a delivery journals each alert with its device resolved from the
 DRA labels."""
@@ -24,6 +28,7 @@ from typing import Any
 
 from demo.journal import Device, Journal, Kind
 from demo.observer import (
+    CLAIMS,
     CONFIG_MAPS,
     EVENTS,
     JOBS,
@@ -410,3 +415,84 @@ def test_a_release_request_and_each_new_answer_are_journalled_once() -> None:
     assert all(
         e.detail["actor"] == "person/ana" and e.detail["record"] == "rec" for e in o.journal.of(Kind.REQUEST)
     )
+
+
+def _started_pod(name: str, *, ids: tuple[str, ...] = (), uid: str = "u", **labels: str) -> dict[str, Any]:
+    pod = _pod(name, "Running")
+    pod["metadata"]["uid"] = uid
+    pod["metadata"]["labels"].update(labels)
+    if ids:
+        resources = [{"resourceID": rid, "health": "Healthy"} for rid in ids]
+        pod["status"]["containerStatuses"] = [
+            {"name": "c", "allocatedResourcesStatus": [{"name": "nvidia.com/gpu", "resources": resources}]}
+        ]
+    return pod
+
+
+def _claim(name: str, pod: str, *devices: str) -> dict[str, Any]:
+    results = [{"request": "gpus", "driver": "gpu.nvidia.com", "pool": NODE, "device": d} for d in devices]
+    return {
+        "metadata": {"name": name, "namespace": "research"},
+        "status": {
+            "allocation": {"devices": {"results": results}},
+            "reservedFor": [{"resource": "pods", "name": pod, "uid": "u"}],
+        },
+    }
+
+
+def _starts(o: Observer) -> list[tuple[float, str, str, str, str, str]]:
+    return [
+        (
+            e.at,
+            e.what,
+            e.detail["devices"],
+            e.detail["deviceIDs"],
+            e.detail.get("holder", ""),
+            e.detail.get("check", ""),
+        )
+        for e in o.journal.of(Kind.POD_STARTED)
+    ]
+
+
+def test_a_device_plugin_pods_start_is_journalled_with_the_cards_its_resource_ids_name() -> None:
+    mig = "MIG-0000-card-3"
+    devices = {gpu_uuid(NODE, i): Device(gpu_uuid(NODE, i), NODE, i, "device-plugin") for i in range(3)}
+    devices[UUID] = Device(UUID, NODE, 3, "device-plugin", (mig,))
+    o = Observer(Journal("t", "", 10.0, devices))
+    o.change(1, PODS, "ADDED", _started_pod("early-0", ids=(UUID,)))  # no record yet: left out
+    o.change(2, QUARANTINES, "ADDED", record(P.QUARANTINED))
+    o.change(3, PODS, "ADDED", _started_pod("train-0", ids=(f"{UUID}::2",)))
+    o.change(4, PODS, "MODIFIED", _started_pod("train-0", ids=(f"{UUID}::2",)))  # started once
+    o.change(5, PODS, "ADDED", _started_pod("mig-0", ids=(mig, OTHER)))
+    o.change(6, PODS, "ADDED", _started_pod("hold-0", ids=(UUID,), **{"gpuhealth.io/holder": "rec"}))
+    o.change(7, PODS, "ADDED", _started_pod("probe-0", ids=(UUID,), **{"gpuhealth.io/check": "probe"}))
+    o.change(8, PODS, "ADDED", _started_pod("elsewhere-0", ids=(OTHER,)))  # no record on it
+    # A pod seen Running before its status names a device: stamped when it was seen Running.
+    o.change(9, PODS, "ADDED", _started_pod("late-0"))
+    o.change(10, PODS, "MODIFIED", _started_pod("late-0", ids=(UUID,)))
+    # The same name again (a StatefulSet's replacement): a new pod, a new start.
+    o.change(11, PODS, "DELETED", _started_pod("train-0", ids=(f"{UUID}::2",)))
+    o.change(12, PODS, "ADDED", _started_pod("train-0", ids=(UUID,), uid="u2"))
+    assert _starts(o) == [
+        (3, "research/train-0", UUID, f"{UUID}::2", "", ""),
+        (5, "research/mig-0", f"{UUID},{OTHER}", f"{mig},{OTHER}", "", ""),
+        (6, "research/hold-0", UUID, UUID, "rec", ""),
+        (7, "research/probe-0", UUID, UUID, "", "probe"),
+        (9, "research/late-0", UUID, UUID, "", ""),
+        (12, "research/train-0", UUID, UUID, "", ""),
+    ]
+
+
+def test_a_dra_pods_start_is_journalled_with_its_claims_allocation_seen_before_or_after_it() -> None:
+    o = observer()
+    o.change(1, QUARANTINES, "ADDED", record(P.QUARANTINED))
+    o.change(2, CLAIMS, "ADDED", _claim("before-gpus", "before-0", "gpu-3"))
+    o.change(3, PODS, "ADDED", _started_pod("before-0"))
+    o.change(4, PODS, "ADDED", _started_pod("after-0"))
+    o.change(5, CLAIMS, "ADDED", _claim("after-gpus", "after-0", "gpu-3-mig-3g40gb-9-0"))
+    o.change(6, CLAIMS, "ADDED", _claim("other-gpus", "other-0", "gpu-1"))
+    o.change(7, PODS, "ADDED", _started_pod("other-0"))  # on a device with no record
+    assert _starts(o) == [
+        (3, "research/before-0", UUID, f"{NODE}/gpu-3", "", ""),
+        (4, "research/after-0", UUID, f"{NODE}/gpu-3-mig-3g40gb-9-0", "", ""),
+    ]

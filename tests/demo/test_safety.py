@@ -33,6 +33,11 @@ failure besides its transient ones must be quarantined from that failure on.
 Properties: a release is a violation exactly when a passed probe or canary is missing since the
 record was last quarantined; an eviction is a violation exactly when no quarantine (not a
 restrict) held one of the pod's devices and no quarantine's move of its job was under way.
+Exposure: a pod that started on a card inside its quarantine window (also as one of several cards
+it got) is a violation naming the pod, the card, the record and the time, and is counted; a
+holder's or a check's pod there, a pod started before the quarantine (or seen starting at its very
+moment), once the card ramps or after its release, or on a restricted card, is not; a second
+episode's window opens again when the record returns to Quarantined from the ramp.
 """
 
 from __future__ import annotations
@@ -48,8 +53,10 @@ from hypothesis import strategies as st
 
 from demo.journal import Device, Entry, Journal, Kind
 from demo.safety import (
+    Exposure,
     UnhealthyFlapping,
     UnknownBackoff,
+    exposures,
     flapping_due,
     judge,
     reported_unhealthy,
@@ -619,6 +626,7 @@ def full_story(j: Journal, *, canary_attempt: str = "1") -> Journal:
     )
     pod = {"pod": "ns/serve-1", "job": "ns/serve", "devices": QUARANTINED}
     j.record(70, Kind.POD, "running", "gpu-dp-0", QUARANTINED, **pod)
+    j.record(70, Kind.POD_STARTED, "ns/serve-1", "gpu-dp-0", QUARANTINED, devices=QUARANTINED)
     phase = {"record": q, "action": "quarantine", "episode": "1"}
     j.record(81, Kind.PHASE, "Pending", "gpu-dp-0", QUARANTINED, **{**phase, "episode": "0"})
     j.record(81, Kind.ENFORCED, "quarantine", "gpu-dp-0", QUARANTINED, annotation="a")
@@ -627,6 +635,15 @@ def full_story(j: Journal, *, canary_attempt: str = "1") -> Journal:
     j.record(100, Kind.EVICTION, "ns/serve-1", "gpu-dp-0", QUARANTINED, job="ns/serve", devices=QUARANTINED)
     j.record(100, Kind.POD, "stopped", "gpu-dp-0", QUARANTINED, **pod)
     j.record(101, Kind.MIGRATION, "succeeded", "gpu-dp-0", QUARANTINED, record=q, job="ns/serve", episode="1")
+    j.record(
+        102,
+        Kind.POD_STARTED,
+        "gpuhealth-system/hold-q",
+        "gpu-dp-0",
+        QUARANTINED,
+        devices=QUARANTINED,
+        holder=q,
+    )
     j.record(150, Kind.HEALTH, "Healthy", "gpu-dp-0", QUARANTINED)
     j.record(150, Kind.ALERT_RESOLVED, "GPUDeviceXid", "gpu-dp-0", QUARANTINED)
     j.record(160, Kind.HEALTH_SOURCE, "down")
@@ -635,6 +652,15 @@ def full_story(j: Journal, *, canary_attempt: str = "1") -> Journal:
     check = {"record": q, "attempt": "1", "ranOn": QUARANTINED, "result": "passed"}
     probe = {"pod": "gpuhealth/probe-x", "job": "gpuhealth/probe", "devices": QUARANTINED, "check": "probe"}
     j.record(205, Kind.POD, "running", "gpu-dp-0", QUARANTINED, **probe)
+    j.record(
+        205,
+        Kind.POD_STARTED,
+        "gpuhealth/probe-x",
+        "gpu-dp-0",
+        QUARANTINED,
+        devices=QUARANTINED,
+        check="probe",
+    )
     j.record(210, Kind.POD, "stopped", "gpu-dp-0", QUARANTINED, **probe)
     j.record(210, Kind.CHECK, "probe", "gpu-dp-0", QUARANTINED, **check)
     j.record(220, Kind.PHASE, "Canary", "gpu-dp-0", QUARANTINED, **phase, attempt="1")
@@ -654,6 +680,7 @@ def full_story(j: Journal, *, canary_attempt: str = "1") -> Journal:
         job="ns/opted",
         devices=QUARANTINED,
     )
+    j.record(310, Kind.POD_STARTED, "ns/opted-0", "gpu-dp-0", QUARANTINED, devices=QUARANTINED)
     j.record(360, Kind.PHASE, "Released", "gpu-dp-0", QUARANTINED, **asked)
     j.record(360, Kind.LIFTED, "quarantine", "gpu-dp-0", QUARANTINED, annotation="a")
     r = "rec-r"
@@ -665,6 +692,7 @@ def full_story(j: Journal, *, canary_attempt: str = "1") -> Journal:
     j.record(
         335, Kind.POD, "running", "gpu-dra-0", RESTRICTED, pod="lab/nb-0", job="lab/nb", devices=RESTRICTED
     )
+    j.record(335, Kind.POD_STARTED, "lab/nb-0", "gpu-dra-0", RESTRICTED, devices=RESTRICTED)
     return j
 
 
@@ -1029,3 +1057,52 @@ def test_a_firm_failure_beside_a_transient_one_must_be_answered() -> None:
         ).violations
         == ()
     )
+
+
+def _started(j: Journal, at: float, pod: str, devices: str = QUARANTINED, **detail: str) -> Entry:
+    return j.record(at, Kind.POD_STARTED, pod, "gpu-dp-0", QUARANTINED, devices=devices, **detail)
+
+
+def test_a_pod_started_on_a_quarantined_card_is_exposure_naming_pod_card_record_and_time() -> None:
+    j = full_story(journal())
+    _started(j, 120, "ns/serve-2")
+    _started(j, 140, "ns/wide-0", devices=f"{OTHER},{QUARANTINED}")  # one of several cards it got
+    assert full_verdict(j).violations == (
+        "t+120s pod ns/serve-2 started on quarantined gpu-dp-0/gpu-0 (record rec-q, quarantined since t+81s)",
+        "t+140s pod ns/wide-0 started on quarantined gpu-dp-0/gpu-0 (record rec-q, quarantined since t+81s)",
+    )
+    assert exposures(j) == (
+        Exposure(120, "ns/serve-2", QUARANTINED, "gpu-dp-0/gpu-0", "rec-q", 81),
+        Exposure(140, "ns/wide-0", QUARANTINED, "gpu-dp-0/gpu-0", "rec-q", 81),
+    )
+
+
+@pytest.mark.parametrize(
+    ("at", "detail"),
+    [
+        (120, {"holder": "rec-q"}),
+        (120, {"check": "canary"}),
+        (75, {}),  # before the quarantine: the move's, not exposure
+        (81, {}),  # seen at the very moment it was quarantined: it may have come first
+        (305, {}),  # on the ramp: opted-in work may come
+        (400, {}),  # after its release
+    ],
+    ids=["holder", "check", "before", "at-quarantine", "ramp", "released"],
+)
+def test_gpuhealths_own_pods_and_pods_outside_the_window_are_not_exposure(
+    at: float, detail: dict[str, str]
+) -> None:
+    j = full_story(journal())
+    _started(j, at, "ns/other-0", **detail)
+    assert exposures(j) == ()
+    assert full_verdict(j).violations == ()
+
+
+def test_a_second_episode_opens_a_new_window_from_the_ramp() -> None:
+    j = journal()
+    phase = {"record": "rec-q", "action": "quarantine"}
+    for at, what, episode in ((81, "Quarantined", "1"), (300, "Ramp", "1"), (320, "Quarantined", "2")):
+        j.record(at, Kind.PHASE, what, "gpu-dp-0", QUARANTINED, **phase, episode=episode)
+    _started(j, 310, "ns/opted-0")  # on the ramp: there when the card was quarantined again
+    _started(j, 330, "ns/serve-2")
+    assert exposures(j) == (Exposure(330, "ns/serve-2", QUARANTINED, "gpu-dp-0/gpu-0", "rec-q", 320),)

@@ -4,7 +4,8 @@ Aspects covered: the detection chain of each fault (onset from NVML for XIDs, fr
 kubelet's Unknown report for a silent device; alert, delivery, enforcement) and its floor,
 per alert when given; faults that lead to nothing have no alert; what was done per fault;
 quarantines true and false; releases through every phase; migrations with their evictions;
-breaker events and process kills; the text names the verdict's violations; and, for any
+breaker events and process kills; pods started on a quarantined card (exposure) counted, named
+and printed; the text names the verdict's violations; and, for any
 journal whatever the order of its entries, summarize never fails, every latency component
 is non-negative and the components add up to the total.
 """
@@ -220,6 +221,26 @@ def test_text_holds_the_story_and_the_verdict() -> None:
     out = io.StringIO()
     write_text(summary, FakeVerdict(("restrict on gpu-dra-1/gpu-1 without a warrant",)), out)
     assert "SAFETY INVARIANT BROKEN:\n  restrict on gpu-dra-1/gpu-1 without a warrant" in out.getvalue()
+
+
+def test_exposure_is_counted_and_printed() -> None:
+    j = journals.closed_loop()
+    out = io.StringIO()
+    write_text(summarize(j), FakeVerdict(), out)
+    assert "exposure (pods started on a quarantined card): 0" in out.getvalue()
+    xid = uuid(XID_GPU)
+    j.record(80.0, Kind.POD_STARTED, "inference/serve-2", "gpu-dra-0", xid, devices=xid)
+    j.record(81.0, Kind.POD_STARTED, "gpuhealth-system/hold-0", "gpu-dra-0", xid, devices=xid, holder="r")
+    summary = summarize(j)
+    assert [(x.at, x.pod, x.label) for x in summary.exposures] == [
+        (80.0, "inference/serve-2", "gpu-dra-0/gpu-3")
+    ]
+    out = io.StringIO()
+    write_text(summary, FakeVerdict(), out)
+    assert (
+        "exposure (pods started on a quarantined card): 1\n  t+80s inference/serve-2 on gpu-dra-0/gpu-3"
+        in (out.getvalue())
+    )
 
 
 def test_text_of_an_empty_journal() -> None:
