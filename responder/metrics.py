@@ -45,6 +45,20 @@ QUARANTINE_CREATED = MetricFamily(
     ("node", "device"),
     unit="seconds",
 )
+EXTENDER_REQUESTS = MetricFamily(
+    "gpuhealth_extender_requests",
+    "counter",
+    "Scheduler extender filter requests this replica answered, by outcome (ok, error: not "
+    "ExtenderArgs). Summed over replicas: whether kube-scheduler calls the extender at all.",
+    ("outcome",),
+)
+EXTENDER_SCHEDULED = MetricFamily(
+    "gpuhealth_extender_scheduled_gpu_pods",
+    "counter",
+    "Pods requesting nvidia.com/gpu that kube-scheduler (schedulerName default-scheduler) bound to "
+    "a node, as this replica's capacity cache saw them (every replica sees all: take the max). "
+    "Against the extender's requests: pods scheduled while the extender is never called.",
+)
 DEVICE_HOLD = MetricFamily(
     "gpuhealth_device_hold",
     "gauge",
@@ -219,6 +233,8 @@ CATALOG = Catalog(
         HEALTH_SOURCE_UP,
         DEVICE_HOLD,
         HOLDER_PODS,
+        EXTENDER_REQUESTS,
+        EXTENDER_SCHEDULED,
         QUARANTINED_SECONDS,
         QUARANTINES_ENDED,
         MIGRATION_WORK_LOST,

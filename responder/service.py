@@ -85,8 +85,9 @@ def create_app(
         recorder.record_all,
         WebhookMetrics(registry),
     )
-    capacity = CapacityCache()
-    add_filter(app, capacity)
+    scheduled = instruments.counter(metrics.EXTENDER_SCHEDULED, registry)
+    capacity = CapacityCache(on_scheduled=scheduled.inc)
+    add_filter(app, capacity, registry)
     http.add_metrics(app, registry, settings.server)
     ready = {"api": False}
     http.add_probes(app, ready=lambda: ready["api"], not_ready="the API has not answered yet")

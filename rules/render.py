@@ -181,6 +181,11 @@ class SelfSettings:
     webhook_retry_ratio: float = 0.05
     """GPUHealthResponderWebhookRetrying: share of deliveries answered 503 (exclusive bound)."""
     webhook_retrying_for: Duration = Duration(300)
+    extender_expected: bool = True
+    """GPUHealthExtenderNotCalled is rendered: kube-scheduler is configured with gpuhealth's
+    extender (false on control planes that take none: EKS, GKE, AKS; docs/control-planes.md)."""
+    extender_silent_for: Duration = Duration(900)
+    """GPUHealthExtenderNotCalled: GPU pods scheduled within this window and no extender request."""
     """GPUHealthResponderWebhookRetrying: condition held this long."""
 
 
@@ -454,6 +459,7 @@ def validate(settings: Settings) -> None:
         "no_leader_for",
         "health_source_down_for",
         "hold_missing_for",
+        "extender_silent_for",
     ):
         if getattr(own, name).seconds <= 0:
             raise ConfigError(f"self.{name}: must be longer than 0s")

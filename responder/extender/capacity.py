@@ -42,7 +42,7 @@ import contextlib
 import logging
 import random
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,6 +165,11 @@ class CapacityCache:
     """Per node: bound, unfinished GPU pods that opt in to ramping devices."""
     _listed: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _unbound: set[str] = field(default_factory=set)
+    """Pods seen without a node that kube-scheduler is to place (their keys)."""
+    on_scheduled: Callable[[], None] | None = None
+    """Called for every GPU pod kube-scheduler binds that this cache saw unbound first
+    (`gpuhealth_extender_scheduled_gpu_pods_total`): what the extender should have been asked about."""
 
     def ready(self) -> bool:
         """Both collections have been listed once."""
@@ -229,6 +234,7 @@ class CapacityCache:
     def _apply_pod(self, event_type: str, obj: Mapping[str, Any]) -> None:
         key = _key(obj)
         held = None if event_type == "DELETED" else pod_gpus(obj)
+        self._scheduled(event_type, key, obj, held)
         before = self._pods.pop(key, None)
         if before is not None:
             node, gpus, opted = before
@@ -242,6 +248,36 @@ class CapacityCache:
             _add(self._requested, node, gpus)
             if opted:
                 _add(self._opted_in, node, 1)
+
+    def _scheduled(
+        self, event_type: str, key: str, obj: Mapping[str, Any], held: tuple[str, int] | None
+    ) -> None:
+        """Note a GPU pod kube-scheduler is to place, and count it once it is bound. A pod made
+        with its node already set (a DaemonSet's, gpuhealth's holders and checks) or handed to
+        another scheduler never passes the extender, and is not counted."""
+        spec = obj.get("spec")
+        spec = spec if isinstance(spec, dict) else {}
+        if event_type == "DELETED":
+            self._unbound.discard(key)
+            return
+        if spec.get("schedulerName", DEFAULT_SCHEDULER) != DEFAULT_SCHEDULER:
+            return
+        if not spec.get("nodeName"):
+            try:
+                wants = gpus_requested(obj) > 0
+            except ArgsError:
+                wants = False
+            if wants:
+                self._unbound.add(key)
+            return
+        if key in self._unbound:
+            self._unbound.discard(key)
+            if held is not None and self.on_scheduled is not None:
+                self.on_scheduled()
+
+
+DEFAULT_SCHEDULER = "default-scheduler"
+"""The scheduler whose extenders the shipped configuration wires (`deploy/scheduler/`)."""
 
 
 def _add(counts: dict[str, int], node: str, delta: int) -> None:

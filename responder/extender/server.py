@@ -21,7 +21,10 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
+from gpuhealth import instruments
+from responder import metrics
 from responder.extender.capacity import CapacityCache
 from responder.extender.filter import Args, ArgsError, NodeCapacity, error_result, filter_nodes, parse_args
 
@@ -49,12 +52,18 @@ def capacity_of(args: Args, cache: CapacityCache) -> Any:
     return capacity
 
 
-def add_filter(app: web.Application, cache: CapacityCache) -> None:
+def add_filter(app: web.Application, cache: CapacityCache, registry: CollectorRegistry | None = None) -> None:
+    """`registry`: where the requests are counted (`gpuhealth_extender_requests_total`)."""
+    requests = instruments.counter(metrics.EXTENDER_REQUESTS, registry or CollectorRegistry())
+    for outcome in ("ok", "error"):
+        requests.labels(outcome)  # from zero: increase() sees the first request
+
     async def handle(request: web.Request) -> web.Response:
         body = await request.read()
         # A NodeList of thousands of nodes takes a while to decode: off the loop, so the
         # webhook and the probes are answered meanwhile.
         status, result = await asyncio.to_thread(answer, body, cache)
+        requests.labels("ok" if status == 200 else "error").inc()
         return web.Response(status=status, body=orjson.dumps(result), content_type="application/json")
 
     app.router.add_post(FILTER_PATH, handle)

@@ -7,7 +7,9 @@ replaces what was known; the Node object the scheduler sent overrides the cached
 and nodes with no device-plugin GPU (capacity and allocatable 0: DRA nodes) answer None; devices on
 the ramp count among those excluded, with the ramp annotation's bound less the opted-in pods bound
 to the node as the slots left (a finished or deleted opted-in pod gives its slot back); property:
-after any event sequence the per-node sums equal a recount from the pods' last states.
+after any event sequence the per-node sums equal a recount from the pods' last states; a card
+a holder holds is not counted out again, and a hold being made keeps every new GPU pod off the
+node; GPU pods kube-scheduler binds are counted once (what the extender should be asked about).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuhealth.kube.reflector import Events, Listed
+from responder.enforce.hold import HOLDS_NODE_ANNOTATION
 from responder.enforce.node_annotation import NODE_ANNOTATION, RAMP_ANNOTATION
 from responder.extender.capacity import NODES, PODS, CapacityCache, node_gpus, pod_gpus
 from responder.extender.filter import NodeCapacity
@@ -175,3 +178,47 @@ def test_the_sums_always_equal_a_recount(batches: list[list[tuple[Any, ...]]]) -
         view = cache.capacity(name)
         assert view is not None and view.requested == expected
         assert view.ramp_slots == max(0, bound - opted)
+
+
+def test_a_held_card_is_not_counted_out_twice_and_a_hold_being_made_keeps_new_pods_off() -> None:
+    listed = node("n1", listed=2)
+    listed["metadata"]["annotations"][HOLDS_NODE_ANNOTATION] = json.dumps({"GPU-0": "held"})
+    gpus = node_gpus(listed)
+    # GPU-0's holder requests it (counted with the pods); only GPU-1 is counted out here.
+    assert gpus.quarantined == 1 and gpus.holding == 0
+    listed["metadata"]["annotations"][HOLDS_NODE_ANNOTATION] = json.dumps(
+        {"GPU-0": "held", "GPU-1": "pending"}
+    )
+    cache = CapacityCache()
+    cache.apply(Listed(NODES, [listed]))
+    cache.apply(Listed(PODS, []))
+    view = cache.capacity("n1")
+    assert view is not None and view.holding == 1
+    assert view.free == 0 and view.free_for(opted_in=True) == 0
+
+
+def test_gpu_pods_the_scheduler_binds_are_counted_once_and_no_other() -> None:
+    scheduled: list[int] = []
+    cache = CapacityCache(on_scheduled=lambda: scheduled.append(1))
+    cache.apply(Listed(NODES, [node("n1")]))
+    cache.apply(Listed(PODS, []))
+    unbound = pod("a", None, 1)
+    bound = pod("a", "n1", 1)
+    cache.apply(Events(PODS, [("ADDED", unbound), ("MODIFIED", bound), ("MODIFIED", bound)]))
+    assert scheduled == [1]
+    # Made with its node set (a holder, a DaemonSet's pod), another scheduler's, or no GPU: not counted.
+    other = pod("b", None, 1)
+    other["spec"]["schedulerName"] = "volcano"
+    cache.apply(
+        Events(
+            PODS,
+            [
+                ("ADDED", pod("h", "n1", 1)),
+                ("ADDED", other),
+                ("MODIFIED", {**other, "spec": {**other["spec"], "nodeName": "n1"}}),
+                ("ADDED", pod("c", None, 0)),
+                ("MODIFIED", pod("c", "n1", 0)),
+            ],
+        )
+    )
+    assert scheduled == [1]

@@ -290,7 +290,7 @@ def test_every_alert_has_labels_annotations_and_a_runbook_section() -> None:
     alerts = _alerts()
     # GPUHealthQuarantinePhaseStuck is five rules, one per phase; GPUDeviceFatalXid,
     # GPUDeviceEccUncorrectable and GPUDeviceRowRemapFailure are two each (NVML and dcgm-exporter).
-    assert len(alerts) == 32
+    assert len(alerts) == 33
     for alert in alerts:
         name = alert["alert"]
         assert re.fullmatch(r"GPU(Device|Node|Fleet|Health)[A-Z][A-Za-z]+", name), name
