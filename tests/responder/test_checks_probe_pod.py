@@ -191,4 +191,4 @@ def test_the_judge_image_is_the_image_the_manifests_ship() -> None:
 
     kustomization = Path(__file__).parents[2] / "deploy" / "base" / "kustomization.yaml"
     (image,) = [i for i in yaml.safe_load(kustomization.read_text())["images"] if i["name"] == "gpuhealth"]
-    assert JUDGE_IMAGE == f"{image['newName']}:{image['newTag']}"
+    assert f"{image['newName']}:{image['newTag']}" == JUDGE_IMAGE
