@@ -19,10 +19,17 @@ as a kubelet runs what the API server assigns to its node:
   `sim.gpuhealth.io/run-seconds`) ends with the exit code `sim.gpuhealth.io/exit-code` (default
   0): Succeeded or Failed, or a restart after a back-off (event BackOff) under `restartPolicy`
   Always / OnFailure;
-- a GPU program (`GPU_PROGRAMS`: DCGM's `dcgmi diag`, the CUDA sample `vectorAdd`) runs for
-  its usual length unless told otherwise, and exits 0 when every device it reached (allocated
-  or visible) stayed Healthy and reachable for its whole run, 1 otherwise (also when it reached
-  none): the outcome follows the device the pod really got, whatever the pod was meant to test;
+- a GPU program (`GPU_PROGRAMS`: the CUDA sample `vectorAdd`) runs for its usual length unless
+  told otherwise, and exits 0 when every device it reached (allocated or visible) stayed Healthy
+  and reachable for its whole run, 1 otherwise (also when it reached none): the outcome follows
+  the device the pod really got, whatever the pod was meant to test;
+- containers of DCGM's image and of gpuhealth's run as real processes (`programs`): `dcgmi`
+  answers only where the container started a `nv-hostengine`, and its diagnostic fails on a GPU
+  that failed during the container's run as a GPU program's would; a DCGM program in any other
+  image cannot start (StartError);
+- init containers run one at a time before the containers, each to its end; one that fails
+  fails the pod under restartPolicy Never (the containers never start), else it is restarted
+  after a back-off;
 - graceful deletion (any pod of a simulated node): event Killing, the workload exits (143, as
   SIGTERM leaves a process: the pod Failed, never Succeeded) when it has committed a requested
   checkpoint, after `sim.gpuhealth.io/stop-after` (default 0: at once; `never`: ignores
@@ -46,7 +53,7 @@ from typing import Any
 from gpuhealth.durations import DurationError, parse_duration
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
-from simulator.fleet import mig, objects
+from simulator.fleet import mig, objects, programs
 from simulator.fleet.checkpoint_agent import CheckpointAgent
 from simulator.fleet.health import HEALTHY
 from simulator.fleet.node_api import NodeApi, PodEntry
@@ -102,13 +109,11 @@ class GpuProgram:
     """Its run when neither the run-seconds annotation nor a `sleep` says otherwise."""
 
 
-GPU_PROGRAMS = (
-    GpuProgram("dcgmi diag", re.compile(r"\bdcgmi\s+diag\b"), 10.0),
-    GpuProgram("vectorAdd", re.compile(r"(?:^|[\s/])vectorAdd\b"), 10.0),
-)
-"""The GPU programs the simulated containers model: DCGM's diagnostic and the CUDA sample that
-copies two vectors to device memory, adds them and checks the sum. Anything else (`sleep`,
-a scenario's workload) exits with its scripted code whatever its devices do."""
+GPU_PROGRAMS = (GpuProgram("vectorAdd", re.compile(r"(?:^|[\s/])vectorAdd\b"), 10.0),)
+"""The GPU programs the simulated containers model: the CUDA sample that copies two vectors to
+device memory, adds them and checks the sum. DCGM's diagnostic is not modelled from its command
+text: its image runs for real against a hostengine it must start (`programs`). Anything else
+(`sleep`, a scenario's workload) exits with its scripted code whatever its devices do."""
 
 _API_WORKLOAD = Workload(
     name="", namespace="", kind="Deployment", replicas=0, gpus_per_pod=0, checkpoint="none",
@@ -183,7 +188,10 @@ def _words(container: dict[str, Any]) -> str:
 
 
 def gpu_program(container: dict[str, Any]) -> GpuProgram | None:
-    """The GPU program the container runs (`GPU_PROGRAMS`), if any."""
+    """The GPU program the container runs (`GPU_PROGRAMS`), if any; none in a container that runs
+    for real (`programs.executed`)."""
+    if programs.executed(container):
+        return None
     words = _words(container)
     return next((p for p in GPU_PROGRAMS if p.pattern.search(words)), None)
 
@@ -192,6 +200,9 @@ def run_seconds(meta: dict[str, Any], container: dict[str, Any]) -> float | None
     """How long the containers run: the annotation, else a `sleep N` in command/args, else a GPU
     program's usual length; None: forever."""
     annotated = _seconds((meta.get("annotations") or {}).get(RUN_SECONDS))
+    executed = programs.usual_seconds(container)
+    if executed is not None and (annotated is None or executed == programs.JUDGE_SECONDS):
+        return executed  # a judge's read of a file is its own length, not the workload's
     if annotated is not None:
         return annotated
     match = _SLEEP.search(_words(container))
@@ -263,12 +274,17 @@ class RunSpec:
     resource: str = GPU_RESOURCE
     """The GPU resource the pod requests `gpus` of: `nvidia.com/gpu`, or a MIG profile's
     `nvidia.com/mig-<profile>` (strategy mixed)."""
+    init: tuple[dict[str, Any], ...] = ()
+    """The pod's init containers, run in order before `containers`."""
+    init_seconds: tuple[float, ...] = ()
+    """How long each init container runs."""
 
 
 def run_spec(obj: dict[str, Any]) -> RunSpec:
     meta, spec = obj["metadata"], obj.get("spec") or {}
     annotations = meta.get("annotations") or {}
     containers = tuple(spec.get("containers") or ())
+    init = tuple(spec.get("initContainers") or ())
     try:
         exit_code = int(annotations.get(EXIT_CODE, "0"))
     except ValueError:
@@ -290,8 +306,10 @@ def run_spec(obj: dict[str, Any]) -> RunSpec:
         cpu_milli=round(requests.get("cpu", 0.0) * 1000),
         memory=int(requests.get("memory", 0.0)),
         program=gpu_program(containers[0]) if containers else None,
-        visible=visible_devices(containers),
+        visible=visible_devices((*init, *containers)),
         qos=qos_class(spec),
+        init=init,
+        init_seconds=tuple(run_seconds(meta, c) or 0.0 for c in init),
     )
 
 
@@ -340,6 +358,10 @@ class _Run:
     marks: tuple[tuple[int, int, bool], ...] = ()
     """Per GPU the containers reach, at their last start: (index, its `unhealthy_reports`,
     whether it was Unhealthy then), what a GPU program's verdict compares against."""
+    init_done: int = 0
+    """Init containers that completed."""
+    sandbox: programs.Sandbox | None = None
+    """The pod's folders, once a container of it ran as a real process."""
 
 
 class PodRunner:
@@ -469,6 +491,7 @@ class PodRunner:
         run = self._runs.pop(sim.key, None)
         if run is not None:
             run.token += 1
+            self._close(run)
         if not sim.stopped:
             self._agent.stopped(sim, succeeded=sim.terminated)
 
@@ -511,9 +534,11 @@ class PodRunner:
                 spec.visible, tuple(g.uuid for g in node.gpus), tuple(g.partitions for g in node.gpus)
             )
             if found_visible is None:
-                spec = replace(spec, run_seconds=0.0, exit_code=START_ERROR_EXIT_CODE, program=None)
+                spec = _start_error(spec)
             else:
                 visible = found_visible
+        if any(programs.missing_program(c) for c in (*spec.init, *spec.containers)):
+            spec = _start_error(spec)  # `exec: "dcgmi": executable file not found`
         sim.slots = slots
         for slot in slots:
             if slot in node.free:
@@ -631,10 +656,9 @@ class PodRunner:
             return self._back_off(run, node, 1)
         wall = self._timers.wall()
         run.started_wall = wall
-        run.marks = tuple(
-            (index, node.gpus[index].unhealthy_reports, node.gpus[index].reported != HEALTHY)
-            for index in _reached(run)
-        )
+        run.marks = _marks(run, node)
+        if run.init_done < len(run.spec.init):
+            return self._start_init(run, node, wall)
         claim_statuses = (run.obj.get("status") or {}).get("resourceClaimStatuses")
         status = objects.pod_status(
             pod_obj=run.obj,
@@ -695,13 +719,73 @@ class PodRunner:
         if not node.writes:
             self._step_at(self._timers.now() + self._settings.status_sync_interval, self._exited, run, token)
             return
-        code = _program_code(run, node) if run.spec.program is not None else run.spec.exit_code
+        if programs.executed(run.spec.containers[0]):
+            code = self._execute(run, node, run.spec.containers[0])
+        elif run.spec.program is not None:
+            code = _program_code(run, node)
+        else:
+            code = run.spec.exit_code
         self._agent.stopped(sim, succeeded=code == 0)
         policy = run.spec.restart_policy
         if policy == "Always" or (policy == "OnFailure" and code != 0):
             self._back_off(run, node, code)
             return
         self._finish(run, node, code)
+
+    def _start_init(self, run: _Run, node: SimNode, wall: float) -> None:
+        """The next init container runs (the pod stays Pending, not Initialized)."""
+        index = run.init_done
+        if not self._write(run.sim, _init_running(run.spec, index, run.admitted, wall)):
+            return
+        container = run.spec.init[index]
+        for reason, message in (("Created", "Container created"), ("Started", "Container started")):
+            self._event(run.obj, node, reason, message, container=container["name"])
+        due = self._timers.now() + run.spec.init_seconds[index]
+        self._step_at(due, self._init_exited, run, run.token)
+
+    def _init_exited(self, run: _Run, token: int) -> None:
+        """An init container ended: the next one (or the containers) start, or the pod fails."""
+        sim = run.sim
+        if token != run.token or self._runs.get(sim.key) is not run or run.terminating:
+            return
+        node = self._nodes[sim.node]
+        if not node.writes:
+            self._step_at(
+                self._timers.now() + self._settings.status_sync_interval, self._init_exited, run, token
+            )
+            return
+        container = run.spec.init[run.init_done]
+        code = self._execute(run, node, container) if programs.executed(container) else 0
+        index, wall = run.init_done, self._timers.wall()
+        if code != 0 and run.spec.restart_policy != "Never":
+            self._back_off(run, node, code)
+            return
+        if not self._write(sim, _init_terminated(run.spec, index, code, run.started_wall, wall)):
+            return
+        if code != 0:  # restartPolicy Never: the pod fails, its containers never start
+            sim.terminated = True
+            sim.waiting = False
+            node.release(sim)
+            node.last_sig = None
+            self._close(run)
+            return
+        run.init_done += 1
+        self._start(run, run.token)
+
+    def _execute(self, run: _Run, node: SimNode, container: dict[str, Any]) -> int:
+        """Run the container's process for real, with the GPUs it reached as they fared."""
+        if run.sandbox is None:
+            run.sandbox = programs.Sandbox(run.obj.get("spec") or {})
+        gpus = tuple(
+            programs.Gpu(node.gpus[index].uuid, _gpu_failure(run, node, index, reports, unhealthy))
+            for index, reports, unhealthy in run.marks
+        )
+        return run.sandbox.run(container, gpus)
+
+    def _close(self, run: _Run) -> None:
+        if run.sandbox is not None:
+            run.sandbox.close()
+            run.sandbox = None
 
     def _back_off(self, run: _Run, node: SimNode, code: int) -> None:
         sim = run.sim
@@ -725,6 +809,7 @@ class PodRunner:
             sim.waiting = False
             node.release(sim)
             node.last_sig = None
+            self._close(run)
 
     # ------------------------------------------------------------------ graceful termination
 
@@ -794,6 +879,7 @@ class PodRunner:
         sim.stopped = True
         node.release(sim)
         node.last_sig = None
+        self._close(run)
         self._remove(sim.namespace, sim.name)
 
     def _remove(self, namespace: str, name: str) -> None:
@@ -848,27 +934,47 @@ def _reached(run: _Run) -> tuple[int, ...]:
     return tuple(sorted({s.gpu for s in run.sim.slots} | set(run.visible)))
 
 
+def _marks(run: _Run, node: SimNode) -> tuple[tuple[int, int, bool], ...]:
+    return tuple(
+        (index, node.gpus[index].unhealthy_reports, node.gpus[index].reported != HEALTHY)
+        for index in _reached(run)
+    )
+
+
 def _program_code(run: _Run, node: SimNode) -> int:
     """A GPU program's verdict: 0 when every GPU it reached stayed Healthy and reachable
     through its run (judged by the device itself, not by what the kubelet last wrote); 1 when
-    one was lost, turned Unhealthy (even for a moment), logged a fatal XID, has a failing DCGM
-    health watch, or it reached none."""
+    one failed under it (`_gpu_failure`), or it reached none."""
     if not run.marks:
         return 1  # no GPU in the container: the program finds nothing to run on
-    for index, reports, unhealthy_at_start in run.marks:
-        gpu = node.gpus[index]
-        if gpu.lost or unhealthy_at_start or gpu.reported != HEALTHY or gpu.unhealthy_reports != reports:
-            return 1
-        if gpu.needs_reset:
-            return 1  # the card is stuck in a state only a GPU reset clears
-        if gpu.failed_watches:
-            return 1  # DCGM's diagnostic (the probe) and a CUDA program fail on a card DCGM fails
-        if any(
-            uuid == gpu.uuid and xid not in APPLICATION_XIDS and at >= run.started_wall
-            for _, uuid, xid, at in node.xids
-        ):
-            return 1
-    return 0
+    failed = any(_gpu_failure(run, node, *mark) for mark in run.marks)
+    return 1 if failed else 0
+
+
+def _gpu_failure(run: _Run, node: SimNode, index: int, reports: int, unhealthy_at_start: bool) -> str | None:
+    """Why a GPU program (the CUDA sample, DCGM's diagnostic) fails on the GPU since the
+    container's start, worded as DCGM would; None when it would pass: lost, Unhealthy (even for
+    a moment), a fatal XID, a failing DCGM health watch, a card that needs a reset."""
+    gpu = node.gpus[index]
+    if gpu.lost:
+        return f"GPU {gpu.uuid} has fallen off the bus or is otherwise inaccessible"
+    if unhealthy_at_start or gpu.reported != HEALTHY or gpu.unhealthy_reports != reports:
+        return f"GPU {gpu.uuid} was reported unhealthy during the test"
+    if gpu.needs_reset:
+        return f"GPU {gpu.uuid} requires a reset"  # a state only a GPU reset clears
+    if gpu.failed_watches:
+        return f"GPU {gpu.uuid} fails DCGM health watches: {', '.join(map(str, gpu.failed_watches))}"
+    for _, uuid, xid, at in node.xids:
+        if uuid == gpu.uuid and xid not in APPLICATION_XIDS and at >= run.started_wall:
+            return f"Detected XID {xid} on GPU {gpu.uuid}"
+    return None
+
+
+def _start_error(spec: RunSpec) -> RunSpec:
+    """The runtime could not create the containers: they fail at once, nothing runs."""
+    return replace(
+        spec, run_seconds=0.0, exit_code=START_ERROR_EXIT_CODE, program=None, init=(), init_seconds=()
+    )
 
 
 def _scenario_spec(spec: RunSpec) -> RunSpec:
@@ -883,6 +989,8 @@ def _scenario_spec(spec: RunSpec) -> RunSpec:
         memory=0,
         program=None,
         visible=(),
+        init=(),
+        init_seconds=(),
     )
 
 
@@ -1015,6 +1123,66 @@ def _terminated(
         if deleted and code == KILLED_EXIT_CODE:
             for cs in status.get("containerStatuses", []):
                 cs["state"]["terminated"]["reason"] = "Error"
+        return obj
+
+    return fn
+
+
+def _init_statuses(
+    spec: RunSpec, index: int, state: dict[str, Any], started: str, done: str
+) -> list[dict[str, Any]]:
+    """initContainerStatuses with init container `index` in `state`: those before it Completed
+    (at `done`), those after it waiting PodInitializing."""
+    out = []
+    for n, c in enumerate(spec.init):
+        if n < index:
+            s: dict[str, Any] = {"terminated": _finished_state(0, started, done, "")}
+        elif n == index:
+            s = state
+        else:
+            s = {"waiting": {"reason": "PodInitializing"}}
+        out.append(
+            {
+                "name": c["name"], "state": s, "lastState": {}, "ready": n < index or "terminated" in s,
+                "restartCount": 0, "image": c.get("image", ""), "imageID": "", "started": "running" in s,
+            }
+        )  # fmt: skip
+    return out
+
+
+def _init_running(
+    spec: RunSpec, index: int, admitted: float, now: float
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    t_start, t_now = format_timestamp(admitted), format_timestamp(now)
+
+    def fn(obj: dict[str, Any]) -> dict[str, Any]:
+        status = obj.setdefault("status", {})
+        status["phase"] = "Pending"
+        status["initContainerStatuses"] = _init_statuses(
+            spec, index, {"running": {"startedAt": t_now}}, t_start, t_now
+        )
+        for cs in status.get("containerStatuses") or ():
+            cs["state"] = {"waiting": {"reason": "PodInitializing"}}
+        return obj
+
+    return fn
+
+
+def _init_terminated(
+    spec: RunSpec, index: int, code: int, started: float, now: float
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Init container `index` exited with `code`; non-zero: the pod Failed (restartPolicy Never)."""
+    t_start, t_now = format_timestamp(started), format_timestamp(now)
+
+    def fn(obj: dict[str, Any]) -> dict[str, Any]:
+        status = obj.setdefault("status", {})
+        state = {"terminated": _finished_state(code, t_start, t_now, "")}
+        status["initContainerStatuses"] = _init_statuses(spec, index, state, t_start, t_now)
+        if code != 0:
+            status["phase"] = "Failed"
+            for cond in status.get("conditions") or ():
+                if cond.get("type") == "Initialized":
+                    cond.update(status="False", reason="PodFailed", lastTransitionTime=t_now)
         return obj
 
     return fn
