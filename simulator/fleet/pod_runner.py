@@ -55,12 +55,13 @@ from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
 from simulator.fleet import mig, objects, programs
 from simulator.fleet.checkpoint_agent import CheckpointAgent
+from simulator.fleet.container_runtime import ContainerRuntime, finished_state, marks
 from simulator.fleet.health import HEALTHY
 from simulator.fleet.node_api import NodeApi, PodEntry
 from simulator.fleet.state import DeviceDriver, PendingPod, SimNode, SimPod
 from simulator.fleet.timers import Timers
 from simulator.fleet.writes import PodStatusWriter, keep_others_conditions
-from simulator.model import APPLICATION_XIDS, DRA_DRIVER, GPU_RESOURCE, Settings, Slot, Workload, node_slots
+from simulator.model import DRA_DRIVER, GPU_RESOURCE, Settings, Slot, Workload, node_slots
 
 log = logging.getLogger(__name__)
 
@@ -327,16 +328,6 @@ def fit(requested: int, used: int, capacity: int, resource: str) -> Rejection | 
     return Rejection(f"OutOf{resource}", f"{why}, capacity: {capacity}")
 
 
-def _finished_state(code: int, started: str, finished: str, container_id: str) -> dict[str, Any]:
-    return {
-        "exitCode": code,
-        "reason": "Completed" if code == 0 else "Error",
-        "startedAt": started,
-        "finishedAt": finished,
-        "containerID": container_id,
-    }
-
-
 # ---------------------------------------------------------------------------- the pod workers
 
 
@@ -402,6 +393,11 @@ class PodRunner:
         self._owed: dict[str, set[str]] = {}
         """Pods whose kubelet could not act (stopped, partitioned), by node: looked at again at its sync."""
         self._event_seq = itertools.count()
+        self._runtime = ContainerRuntime(
+            api, timers, settings, nodes, self._write, self._event, self._step_at,
+            current=lambda run, token: token == run.token and self._runs.get(run.sim.key) is run,
+            start=self._start, back_off=self._back_off,
+        )  # fmt: skip
         self._pod_index = itertools.count(1 << 22)  # pod IPs apart from the scenario's pods
 
     # ------------------------------------------------------------------ what the API server asks
@@ -491,7 +487,7 @@ class PodRunner:
         run = self._runs.pop(sim.key, None)
         if run is not None:
             run.token += 1
-            self._close(run)
+            self._runtime.close(run)
         if not sim.stopped:
             self._agent.stopped(sim, succeeded=sim.terminated)
 
@@ -656,9 +652,9 @@ class PodRunner:
             return self._back_off(run, node, 1)
         wall = self._timers.wall()
         run.started_wall = wall
-        run.marks = _marks(run, node)
+        run.marks = marks(run, node)
         if run.init_done < len(run.spec.init):
-            return self._start_init(run, node, wall)
+            return self._runtime.start_init(run, node, wall)
         claim_statuses = (run.obj.get("status") or {}).get("resourceClaimStatuses")
         status = objects.pod_status(
             pod_obj=run.obj,
@@ -671,7 +667,7 @@ class PodRunner:
             qos_class=run.spec.qos,
             ready_after=wall - run.admitted,
         )
-        restarts, previous = run.restarts, self._last_states(run)
+        restarts, previous = run.restarts, self._runtime.last_states(run)
         for cs in status["containerStatuses"]:
             cs["restartCount"] = restarts
             cs["lastState"] = previous.get(cs["name"], {})
@@ -686,29 +682,12 @@ class PodRunner:
         sim.waiting = False
         sim.ready = True
         node.last_sig = None
-        for c in run.spec.containers:
-            image = c.get("image", "")
-            pulled = f'Container image "{image}" already present on machine and can be accessed by the pod'
-            self._event(run.obj, node, "Pulled", pulled, container=c["name"])
-            self._event(run.obj, node, "Created", "Container created", container=c["name"])
-            self._event(run.obj, node, "Started", "Container started", container=c["name"])
+        self._runtime.started(run, node, run.spec.containers)
         self._agent.serving(sim, run.obj)
         resumed = self._agent.started(sim, run.obj["metadata"])
         if run.spec.run_seconds is not None:
             remaining = max(0.0, run.spec.run_seconds - resumed)
             self._step_at(self._timers.now() + remaining, self._exited, run, run.token)
-
-    def _last_states(self, run: _Run) -> dict[str, dict[str, Any]]:
-        if not run.restarts:
-            return {}
-        try:
-            obj = self._api.get("pods", run.sim.name, run.sim.namespace)
-        except ApiError:
-            return {}
-        return {
-            cs["name"]: cs.get("lastState") or {}
-            for cs in (obj.get("status") or {}).get("containerStatuses") or ()
-        }
 
     def _exited(self, run: _Run, token: int) -> None:
         """The containers' run ended: restart (with back-off) or finish, as restartPolicy says."""
@@ -719,73 +698,13 @@ class PodRunner:
         if not node.writes:
             self._step_at(self._timers.now() + self._settings.status_sync_interval, self._exited, run, token)
             return
-        if programs.executed(run.spec.containers[0]):
-            code = self._execute(run, node, run.spec.containers[0])
-        elif run.spec.program is not None:
-            code = _program_code(run, node)
-        else:
-            code = run.spec.exit_code
+        code = self._runtime.exit_code(run, node, run.spec.containers[0])
         self._agent.stopped(sim, succeeded=code == 0)
         policy = run.spec.restart_policy
         if policy == "Always" or (policy == "OnFailure" and code != 0):
             self._back_off(run, node, code)
             return
         self._finish(run, node, code)
-
-    def _start_init(self, run: _Run, node: SimNode, wall: float) -> None:
-        """The next init container runs (the pod stays Pending, not Initialized)."""
-        index = run.init_done
-        if not self._write(run.sim, _init_running(run.spec, index, run.admitted, wall)):
-            return
-        container = run.spec.init[index]
-        for reason, message in (("Created", "Container created"), ("Started", "Container started")):
-            self._event(run.obj, node, reason, message, container=container["name"])
-        due = self._timers.now() + run.spec.init_seconds[index]
-        self._step_at(due, self._init_exited, run, run.token)
-
-    def _init_exited(self, run: _Run, token: int) -> None:
-        """An init container ended: the next one (or the containers) start, or the pod fails."""
-        sim = run.sim
-        if token != run.token or self._runs.get(sim.key) is not run or run.terminating:
-            return
-        node = self._nodes[sim.node]
-        if not node.writes:
-            self._step_at(
-                self._timers.now() + self._settings.status_sync_interval, self._init_exited, run, token
-            )
-            return
-        container = run.spec.init[run.init_done]
-        code = self._execute(run, node, container) if programs.executed(container) else 0
-        index, wall = run.init_done, self._timers.wall()
-        if code != 0 and run.spec.restart_policy != "Never":
-            self._back_off(run, node, code)
-            return
-        if not self._write(sim, _init_terminated(run.spec, index, code, run.started_wall, wall)):
-            return
-        if code != 0:  # restartPolicy Never: the pod fails, its containers never start
-            sim.terminated = True
-            sim.waiting = False
-            node.release(sim)
-            node.last_sig = None
-            self._close(run)
-            return
-        run.init_done += 1
-        self._start(run, run.token)
-
-    def _execute(self, run: _Run, node: SimNode, container: dict[str, Any]) -> int:
-        """Run the container's process for real, with the GPUs it reached as they fared."""
-        if run.sandbox is None:
-            run.sandbox = programs.Sandbox(run.obj.get("spec") or {})
-        gpus = tuple(
-            programs.Gpu(node.gpus[index].uuid, _gpu_failure(run, node, index, reports, unhealthy))
-            for index, reports, unhealthy in run.marks
-        )
-        return run.sandbox.run(container, gpus)
-
-    def _close(self, run: _Run) -> None:
-        if run.sandbox is not None:
-            run.sandbox.close()
-            run.sandbox = None
 
     def _back_off(self, run: _Run, node: SimNode, code: int) -> None:
         sim = run.sim
@@ -809,7 +728,7 @@ class PodRunner:
             sim.waiting = False
             node.release(sim)
             node.last_sig = None
-            self._close(run)
+            self._runtime.close(run)
 
     # ------------------------------------------------------------------ graceful termination
 
@@ -879,7 +798,7 @@ class PodRunner:
         sim.stopped = True
         node.release(sim)
         node.last_sig = None
-        self._close(run)
+        self._runtime.close(run)
         self._remove(sim.namespace, sim.name)
 
     def _remove(self, namespace: str, name: str) -> None:
@@ -927,47 +846,6 @@ class PodRunner:
         # Events are best effort for a real kubelet too (a full or refusing API drops them).
         with contextlib.suppress(ApiError):
             self._api.create("events", event)
-
-
-def _reached(run: _Run) -> tuple[int, ...]:
-    """The GPUs the pod's containers reach: allocated by the kubelet, or exposed by the runtime."""
-    return tuple(sorted({s.gpu for s in run.sim.slots} | set(run.visible)))
-
-
-def _marks(run: _Run, node: SimNode) -> tuple[tuple[int, int, bool], ...]:
-    return tuple(
-        (index, node.gpus[index].unhealthy_reports, node.gpus[index].reported != HEALTHY)
-        for index in _reached(run)
-    )
-
-
-def _program_code(run: _Run, node: SimNode) -> int:
-    """A GPU program's verdict: 0 when every GPU it reached stayed Healthy and reachable
-    through its run (judged by the device itself, not by what the kubelet last wrote); 1 when
-    one failed under it (`_gpu_failure`), or it reached none."""
-    if not run.marks:
-        return 1  # no GPU in the container: the program finds nothing to run on
-    failed = any(_gpu_failure(run, node, *mark) for mark in run.marks)
-    return 1 if failed else 0
-
-
-def _gpu_failure(run: _Run, node: SimNode, index: int, reports: int, unhealthy_at_start: bool) -> str | None:
-    """Why a GPU program (the CUDA sample, DCGM's diagnostic) fails on the GPU since the
-    container's start, worded as DCGM would; None when it would pass: lost, Unhealthy (even for
-    a moment), a fatal XID, a failing DCGM health watch, a card that needs a reset."""
-    gpu = node.gpus[index]
-    if gpu.lost:
-        return f"GPU {gpu.uuid} has fallen off the bus or is otherwise inaccessible"
-    if unhealthy_at_start or gpu.reported != HEALTHY or gpu.unhealthy_reports != reports:
-        return f"GPU {gpu.uuid} was reported unhealthy during the test"
-    if gpu.needs_reset:
-        return f"GPU {gpu.uuid} requires a reset"  # a state only a GPU reset clears
-    if gpu.failed_watches:
-        return f"GPU {gpu.uuid} fails DCGM health watches: {', '.join(map(str, gpu.failed_watches))}"
-    for _, uuid, xid, at in node.xids:
-        if uuid == gpu.uuid and xid not in APPLICATION_XIDS and at >= run.started_wall:
-            return f"Detected XID {xid} on GPU {gpu.uuid}"
-    return None
 
 
 def _start_error(spec: RunSpec) -> RunSpec:
@@ -1088,7 +966,7 @@ def _crash_loop(
                 cond.update(status="False", reason="ContainersNotReady", lastTransitionTime=t_now)
         for cs in status.get("containerStatuses", []):
             message = f"back-off {delay:g}s restarting failed container={cs['name']} pod={pod_ref}"
-            cs["lastState"] = {"terminated": _finished_state(code, t_start, t_now, cs.get("containerID", ""))}
+            cs["lastState"] = {"terminated": finished_state(code, t_start, t_now, cs.get("containerID", ""))}
             cs["state"] = {"waiting": {"reason": "CrashLoopBackOff", "message": message}}
             cs["ready"] = False
             cs["started"] = False
@@ -1114,7 +992,7 @@ def _terminated(
         for cs in status.get("containerStatuses", []):
             running = (cs.get("state") or {}).get("running") or {}
             cs["state"] = {
-                "terminated": _finished_state(
+                "terminated": finished_state(
                     code, running.get("startedAt") or t_start, t_end, cs.get("containerID", "")
                 )
             }
@@ -1123,66 +1001,6 @@ def _terminated(
         if deleted and code == KILLED_EXIT_CODE:
             for cs in status.get("containerStatuses", []):
                 cs["state"]["terminated"]["reason"] = "Error"
-        return obj
-
-    return fn
-
-
-def _init_statuses(
-    spec: RunSpec, index: int, state: dict[str, Any], started: str, done: str
-) -> list[dict[str, Any]]:
-    """initContainerStatuses with init container `index` in `state`: those before it Completed
-    (at `done`), those after it waiting PodInitializing."""
-    out = []
-    for n, c in enumerate(spec.init):
-        if n < index:
-            s: dict[str, Any] = {"terminated": _finished_state(0, started, done, "")}
-        elif n == index:
-            s = state
-        else:
-            s = {"waiting": {"reason": "PodInitializing"}}
-        out.append(
-            {
-                "name": c["name"], "state": s, "lastState": {}, "ready": n < index or "terminated" in s,
-                "restartCount": 0, "image": c.get("image", ""), "imageID": "", "started": "running" in s,
-            }
-        )  # fmt: skip
-    return out
-
-
-def _init_running(
-    spec: RunSpec, index: int, admitted: float, now: float
-) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    t_start, t_now = format_timestamp(admitted), format_timestamp(now)
-
-    def fn(obj: dict[str, Any]) -> dict[str, Any]:
-        status = obj.setdefault("status", {})
-        status["phase"] = "Pending"
-        status["initContainerStatuses"] = _init_statuses(
-            spec, index, {"running": {"startedAt": t_now}}, t_start, t_now
-        )
-        for cs in status.get("containerStatuses") or ():
-            cs["state"] = {"waiting": {"reason": "PodInitializing"}}
-        return obj
-
-    return fn
-
-
-def _init_terminated(
-    spec: RunSpec, index: int, code: int, started: float, now: float
-) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """Init container `index` exited with `code`; non-zero: the pod Failed (restartPolicy Never)."""
-    t_start, t_now = format_timestamp(started), format_timestamp(now)
-
-    def fn(obj: dict[str, Any]) -> dict[str, Any]:
-        status = obj.setdefault("status", {})
-        state = {"terminated": _finished_state(code, t_start, t_now, "")}
-        status["initContainerStatuses"] = _init_statuses(spec, index, state, t_start, t_now)
-        if code != 0:
-            status["phase"] = "Failed"
-            for cond in status.get("conditions") or ():
-                if cond.get("type") == "Initialized":
-                    cond.update(status="False", reason="PodFailed", lastTransitionTime=t_now)
         return obj
 
     return fn
