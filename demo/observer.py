@@ -569,7 +569,9 @@ class Observer:
     def _visible(self, obj: Mapping[str, Any], node: str) -> tuple[str, ...]:
         """uuids of the node's GPUs the pod's `NVIDIA_VISIBLE_DEVICES` names (uuids or indexes)."""
         found: list[str] = []
-        for container in (obj.get("spec") or {}).get("containers") or ():
+        spec = obj.get("spec") or {}
+        # Init containers too: the probe's diagnostic, the one that uses the card, is one.
+        for container in (*(spec.get("initContainers") or ()), *(spec.get("containers") or ())):
             for var in (container.get("env") or ()) if isinstance(container, Mapping) else ():
                 if not isinstance(var, Mapping) or var.get("name") != VISIBLE_DEVICES:
                     continue

@@ -307,7 +307,14 @@ DURATION_KEYS = frozenset(
         ("hold", "refill"),
     }
 )
-"""(section, key) of every duration in the responder's config (`responder/config.py`)."""
+"""(section, key) of every duration in the responder's config (`responder/config.py`) that
+runs on the cluster's clock, scaled with the run's speed."""
+
+UNSCALED_DURATION_KEYS = frozenset({("checks", "probe_wait")})
+"""Durations that are not the cluster's time, kept as written: the probe's wait for its
+hostengine runs inside the diagnostic's own process (on the simulated node, the stand-ins'
+virtual clock, simulator/fleet/programs.py), where a scaled wait below the hostengine's start
+would fail every probe."""
 
 RATE_KEYS = frozenset(
     {

@@ -11,8 +11,8 @@ which cluster, the token, TLS). The shipped example with every default and its r
     new_quarantines: {burst, per_hour}
     migration:      {checkpoint_timeout, lease_margin, lease_cap, replacement_timeout, default_mode,
                      namespace_modes, node_in_flight, node_per_hour, namespace_evictions_per_hour}
-    checks:         {namespace, probe_image, probe_command, canary_image, canary_command,
-                     runtime_class}
+    checks:         {namespace, probe_image, probe_level, probe_hostengine, probe_wait, judge_image,
+                     canary_image, canary_command, runtime_class}
     reset:          {enabled, timeout, group, version, kind, plural, namespace, node_field,
                      uuids_field, complete_condition, succeeded_reason}
     hold:           {enabled, image, priority_class, fill_timeout, refill}
@@ -21,7 +21,9 @@ which cluster, the token, TLS). The shipped example with every default and its r
 One dialect with `rules/config.yaml`: sections of snake_case keys, no apiVersion/kind header.
 A key of the earlier dialect (camelCase, the ResponderConfiguration header) is refused with its
 new spelling, as is a renamed key (`checks.image` is now `checks.probe_image`: the canary has
-its own). Durations are written in the one grammar (`gpuhealth.durations`) and need a unit (`90s`, not
+its own) and a removed one, with what replaced it (`checks.probe_command`: the probe's pod runs
+DCGM's diagnostic with a hostengine, configured by `probe_level`, `probe_hostengine` and
+`probe_wait`). Durations are written in the one grammar (`gpuhealth.durations`) and need a unit (`90s`, not
 `90`: a bare number in a file is too easily minutes in the writer's head). Unknown keys are
 refused (a misspelt key would otherwise silently keep a default). Every error is a
 `ConfigError` naming the file, the key path and what is wrong; contradictions between keys
@@ -42,6 +44,8 @@ from typing import Any
 import yaml
 
 from gpuhealth.durations import DurationError, parse_duration
+from gpuhealth.fields import SettingsError
+from responder.checks.probe_pod import EMBEDDED, DiagSettings
 from responder.ladder import LADDER, Ladder, with_reset
 from responder.migrate.plan import Mode
 from responder.settings import ResponderSettings
@@ -104,6 +108,21 @@ def _runtime_class(value: Any) -> str:
     if not isinstance(value, str) or (value and not _DNS_SUBDOMAIN.fullmatch(value)):
         raise _Invalid(f"{value!r} must be a RuntimeClass name, or empty for the node's default runtime")
     return value
+
+
+def _level(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4:
+        raise _Invalid(f"{value!r} must be a dcgmi diag level, 1 to 4")
+    return value
+
+
+def _hostengine(value: Any) -> str:
+    try:
+        return DiagSettings(hostengine=value).hostengine
+    except (SettingsError, TypeError, AttributeError):
+        raise _Invalid(
+            f"{value!r} must be {EMBEDDED!r} or host:port (e.g. nvidia-dcgm.gpu-operator.svc:5555)"
+        ) from None
 
 
 def _command(value: Any) -> tuple[str, ...]:
@@ -203,7 +222,10 @@ _SECTIONS: dict[str, dict[str, _Key]] = {
     "checks": {
         "namespace": _Key(("checks", "namespace"), _text),
         "probe_image": _Key(("checks", "probe", "image"), _text),
-        "probe_command": _Key(("checks", "probe", "command"), _command),
+        "probe_level": _Key(("checks", "probe", "diag", "level"), _level),
+        "probe_hostengine": _Key(("checks", "probe", "diag", "hostengine"), _hostengine),
+        "probe_wait": _Key(("checks", "probe", "diag", "wait_seconds"), _duration),
+        "judge_image": _Key(("checks", "probe", "diag", "judge_image"), _text),
         "canary_image": _Key(("checks", "canary", "image"), _text),
         "canary_command": _Key(("checks", "canary", "command"), _command),
         "runtime_class": _Key(("checks", "runtime_class"), _runtime_class),
@@ -233,8 +255,16 @@ _SECTIONS: dict[str, dict[str, _Key]] = {
     },
 }
 
-_RENAMED = {("checks", "image"): "probe_image", ("checks", "command"): "probe_command"}
+_RENAMED = {("checks", "image"): "probe_image"}
 """Keys an earlier release knew, refused with their current spelling."""
+_REMOVED = {
+    ("checks", "command"): "the probe runs DCGM's diagnostic with a hostengine: set checks.probe_level, "
+    "checks.probe_hostengine, checks.probe_wait",
+    ("checks", "probe_command"): "the probe runs DCGM's diagnostic with a hostengine (dcgmi alone has "
+    "nothing to talk to): set checks.probe_level, checks.probe_hostengine, checks.probe_wait; a "
+    "check of your own is the canary (canary_command) or a rung of its own",
+}
+"""Keys an earlier release knew that nothing replaces one for one: refused with what to do."""
 
 _KEY_OF_FIELD = {
     key.path[-1]: f"{section}.{name}" for section, keys in _SECTIONS.items() for name, key in keys.items()
@@ -269,6 +299,9 @@ def apply(doc: Any, settings: ResponderSettings, source: str) -> ResponderSettin
             raise ConfigError(f"{source}: {section}: expected a mapping, not {body!r}")
         for name, value in body.items():
             key = keys.get(name)
+            removed = _REMOVED.get((section, str(name)))
+            if removed is not None:
+                raise ConfigError(f"{source}: {section}.{name}: removed; {removed}")
             renamed = _RENAMED.get((section, str(name)))
             if renamed is not None:
                 raise ConfigError(f"{source}: {section}.{name}: removed; now spelt {section}.{renamed}")

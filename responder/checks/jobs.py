@@ -10,7 +10,9 @@ so a retry never mistakes an old Job's result for its own, and a second `start` 
 What a check's pod runs is its `CheckSpec`, looked up by the check rung's name
 (`responder.ladder`): the probe is DCGM's diagnostic, the canary a separate small CUDA workload
 run after the probe passed, each with its own image and command. A check rung added to the
-ladder brings its spec (`CheckSettings.extra`).
+ladder brings its spec (`CheckSettings.extra`). The probe's pod has two containers, the
+diagnostic with a hostengine and a judge of its report (`responder.checks.probe_pod`); every
+other check is one container whose exit status is its result.
 
 How the Job reaches exactly the quarantined device is the record's backend's
 (`responder.enforce.backends`, `device_request`): on DRA a claim through a ResourceClaimTemplate
@@ -31,6 +33,7 @@ from gpuhealth.fields import SettingsError
 from gpuhealth.kube.api import Api
 from gpuhealth.kube.errors import AlreadyExists, NotFound
 from gpuhealth.kube.resources import POD, Resource
+from responder.checks.probe_pod import DIAG_COMMAND, DiagSettings, diag_pod
 from responder.enforce.backends import Backends, DeviceRequest
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import DEVICE_CLASS
@@ -63,6 +66,10 @@ class CheckSpec:
     """The check rung's name (`responder.ladder.Rung.name`)."""
     image: str
     command: tuple[str, ...]
+    diag: DiagSettings | None = None
+    """Set for DCGM's diagnostic: `image` and `command` are the diagnostic's container's, and a
+    judge container decides from its report (`probe_pod`). None: one container, its exit status
+    the result."""
 
     def __post_init__(self) -> None:
         if not self.image.strip():
@@ -72,10 +79,11 @@ class CheckSpec:
 
 
 PROBE = CheckSpec(
-    "probe", "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04", ("dcgmi", "diag", "-r", "2")
+    "probe", "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04", DIAG_COMMAND, DiagSettings()
 )
 """DCGM's diagnostic, level 2 (about two minutes): memory, PCIe and a short stress, enough to
-catch what quarantines. It judges the device as NVML and DCGM see it."""
+catch what quarantines. It judges the device as NVML and DCGM see it, from its JSON report
+(`responder.checks.diag`), with a hostengine the pod starts or is told of (`probe_pod`)."""
 CANARY = CheckSpec(
     "canary", "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0", ("/cuda-samples/vectorAdd",)
 )
@@ -213,9 +221,15 @@ class JobChecks:
         if s.run_seconds:
             annotations["sim.gpuhealth.io/run-seconds"] = s.run_seconds
         annotations.update(request.annotations)
-        container: dict[str, Any] = {"name": kind, "image": check.image, "command": list(check.command)}
-        container.update(request.container)
-        pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+        pod_spec: dict[str, Any]
+        if check.diag is not None:
+            pod_spec = diag_pod(
+                check.image, check.command, kind, check.diag, _uuid(record), dict(request.container)
+            )
+        else:
+            container: dict[str, Any] = {"name": kind, "image": check.image, "command": list(check.command)}
+            container.update(request.container)
+            pod_spec = {"restartPolicy": "Never", "containers": [container]}
         pod_spec.update(request.pod)
         labels = {
             "app.kubernetes.io/managed-by": "gpuhealth",
@@ -237,3 +251,10 @@ class JobChecks:
                 "template": {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec},
             },
         }
+
+
+def _uuid(record: Quarantine) -> str:
+    """The card's GPU UUID for `dcgmi diag -i`, where the record knows it (a device-plugin
+    record's device is its UUID; a DRA record's is driver/pool/device, its uuid a field)."""
+    device = record.spec.device
+    return record.spec.uuid or (device if device.startswith("GPU-") else "")

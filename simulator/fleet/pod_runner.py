@@ -19,10 +19,17 @@ as a kubelet runs what the API server assigns to its node:
   `sim.gpuhealth.io/run-seconds`) ends with the exit code `sim.gpuhealth.io/exit-code` (default
   0): Succeeded or Failed, or a restart after a back-off (event BackOff) under `restartPolicy`
   Always / OnFailure;
-- a GPU program (`GPU_PROGRAMS`: DCGM's `dcgmi diag`, the CUDA sample `vectorAdd`) runs for
-  its usual length unless told otherwise, and exits 0 when every device it reached (allocated
-  or visible) stayed Healthy and reachable for its whole run, 1 otherwise (also when it reached
-  none): the outcome follows the device the pod really got, whatever the pod was meant to test;
+- a GPU program (`GPU_PROGRAMS`: the CUDA sample `vectorAdd`) runs for its usual length unless
+  told otherwise, and exits 0 when every device it reached (allocated or visible) stayed Healthy
+  and reachable for its whole run, 1 otherwise (also when it reached none): the outcome follows
+  the device the pod really got, whatever the pod was meant to test;
+- containers of DCGM's image and of gpuhealth's run as real processes (`programs`): `dcgmi`
+  answers only where the container started a `nv-hostengine`, and its diagnostic fails on a GPU
+  that failed during the container's run as a GPU program's would; a DCGM program in any other
+  image cannot start (StartError);
+- init containers run one at a time before the containers, each to its end; one that fails
+  fails the pod under restartPolicy Never (the containers never start), else it is restarted
+  after a back-off;
 - graceful deletion (any pod of a simulated node): event Killing, the workload exits (143, as
   SIGTERM leaves a process: the pod Failed, never Succeeded) when it has committed a requested
   checkpoint, after `sim.gpuhealth.io/stop-after` (default 0: at once; `never`: ignores
@@ -46,15 +53,16 @@ from typing import Any
 from gpuhealth.durations import DurationError, parse_duration
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
-from simulator.fleet import mig, objects
+from simulator.fleet import mig, objects, programs
 from simulator.fleet.checkpoint_agent import CheckpointAgent
+from simulator.fleet.container_runtime import ContainerRuntime, finished_state, marks
 from simulator.fleet.device_manager import allocate
 from simulator.fleet.health import HEALTHY
 from simulator.fleet.node_api import NodeApi, PodEntry
 from simulator.fleet.state import DeviceDriver, PendingPod, SimNode, SimPod
 from simulator.fleet.timers import Timers
 from simulator.fleet.writes import PodStatusWriter, keep_others_conditions
-from simulator.model import APPLICATION_XIDS, DRA_DRIVER, GPU_RESOURCE, Settings, Slot, Workload, node_slots
+from simulator.model import DRA_DRIVER, GPU_RESOURCE, Settings, Slot, Workload, node_slots
 
 log = logging.getLogger(__name__)
 
@@ -103,13 +111,11 @@ class GpuProgram:
     """Its run when neither the run-seconds annotation nor a `sleep` says otherwise."""
 
 
-GPU_PROGRAMS = (
-    GpuProgram("dcgmi diag", re.compile(r"\bdcgmi\s+diag\b"), 10.0),
-    GpuProgram("vectorAdd", re.compile(r"(?:^|[\s/])vectorAdd\b"), 10.0),
-)
-"""The GPU programs the simulated containers model: DCGM's diagnostic and the CUDA sample that
-copies two vectors to device memory, adds them and checks the sum. Anything else (`sleep`,
-a scenario's workload) exits with its scripted code whatever its devices do."""
+GPU_PROGRAMS = (GpuProgram("vectorAdd", re.compile(r"(?:^|[\s/])vectorAdd\b"), 10.0),)
+"""The GPU programs the simulated containers model: the CUDA sample that copies two vectors to
+device memory, adds them and checks the sum. DCGM's diagnostic is not modelled from its command
+text: its image runs for real against a hostengine it must start (`programs`). Anything else
+(`sleep`, a scenario's workload) exits with its scripted code whatever its devices do."""
 
 _API_WORKLOAD = Workload(
     name="", namespace="", kind="Deployment", replicas=0, gpus_per_pod=0, checkpoint="none",
@@ -184,7 +190,10 @@ def _words(container: dict[str, Any]) -> str:
 
 
 def gpu_program(container: dict[str, Any]) -> GpuProgram | None:
-    """The GPU program the container runs (`GPU_PROGRAMS`), if any."""
+    """The GPU program the container runs (`GPU_PROGRAMS`), if any; none in a container that runs
+    for real (`programs.executed`)."""
+    if programs.executed(container):
+        return None
     words = _words(container)
     return next((p for p in GPU_PROGRAMS if p.pattern.search(words)), None)
 
@@ -193,6 +202,9 @@ def run_seconds(meta: dict[str, Any], container: dict[str, Any]) -> float | None
     """How long the containers run: the annotation, else a `sleep N` in command/args, else a GPU
     program's usual length; None: forever."""
     annotated = _seconds((meta.get("annotations") or {}).get(RUN_SECONDS))
+    executed = programs.usual_seconds(container)
+    if executed is not None and (annotated is None or executed == programs.JUDGE_SECONDS):
+        return executed  # a judge's read of a file is its own length, not the workload's
     if annotated is not None:
         return annotated
     match = _SLEEP.search(_words(container))
@@ -264,12 +276,17 @@ class RunSpec:
     resource: str = GPU_RESOURCE
     """The GPU resource the pod requests `gpus` of: `nvidia.com/gpu`, or a MIG profile's
     `nvidia.com/mig-<profile>` (strategy mixed)."""
+    init: tuple[dict[str, Any], ...] = ()
+    """The pod's init containers, run in order before `containers`."""
+    init_seconds: tuple[float, ...] = ()
+    """How long each init container runs."""
 
 
 def run_spec(obj: dict[str, Any]) -> RunSpec:
     meta, spec = obj["metadata"], obj.get("spec") or {}
     annotations = meta.get("annotations") or {}
     containers = tuple(spec.get("containers") or ())
+    init = tuple(spec.get("initContainers") or ())
     try:
         exit_code = int(annotations.get(EXIT_CODE, "0"))
     except ValueError:
@@ -291,8 +308,10 @@ def run_spec(obj: dict[str, Any]) -> RunSpec:
         cpu_milli=round(requests.get("cpu", 0.0) * 1000),
         memory=int(requests.get("memory", 0.0)),
         program=gpu_program(containers[0]) if containers else None,
-        visible=visible_devices(containers),
+        visible=visible_devices((*init, *containers)),
         qos=qos_class(spec),
+        init=init,
+        init_seconds=tuple(run_seconds(meta, c) or 0.0 for c in init),
     )
 
 
@@ -308,16 +327,6 @@ def fit(requested: int, used: int, capacity: int, resource: str) -> Rejection | 
         return None
     why = f"Node didn't have enough resource: {resource}, requested: {requested}, used: {used}"
     return Rejection(f"OutOf{resource}", f"{why}, capacity: {capacity}")
-
-
-def _finished_state(code: int, started: str, finished: str, container_id: str) -> dict[str, Any]:
-    return {
-        "exitCode": code,
-        "reason": "Completed" if code == 0 else "Error",
-        "startedAt": started,
-        "finishedAt": finished,
-        "containerID": container_id,
-    }
 
 
 # ---------------------------------------------------------------------------- the pod workers
@@ -341,6 +350,10 @@ class _Run:
     marks: tuple[tuple[int, int, bool], ...] = ()
     """Per GPU the containers reach, at their last start: (index, its `unhealthy_reports`,
     whether it was Unhealthy then), what a GPU program's verdict compares against."""
+    init_done: int = 0
+    """Init containers that completed."""
+    sandbox: programs.Sandbox | None = None
+    """The pod's folders, once a container of it ran as a real process."""
 
 
 class PodRunner:
@@ -381,6 +394,11 @@ class PodRunner:
         self._owed: dict[str, set[str]] = {}
         """Pods whose kubelet could not act (stopped, partitioned), by node: looked at again at its sync."""
         self._event_seq = itertools.count()
+        self._runtime = ContainerRuntime(
+            api, timers, settings, nodes, self._write, self._event, self._step_at,
+            current=lambda run, token: token == run.token and self._runs.get(run.sim.key) is run,
+            start=self._start, back_off=self._back_off,
+        )  # fmt: skip
         self._pod_index = itertools.count(1 << 22)  # pod IPs apart from the scenario's pods
 
     # ------------------------------------------------------------------ what the API server asks
@@ -470,6 +488,7 @@ class PodRunner:
         run = self._runs.pop(sim.key, None)
         if run is not None:
             run.token += 1
+            self._runtime.close(run)
         if not sim.stopped:
             self._agent.stopped(sim, succeeded=sim.terminated)
 
@@ -512,9 +531,11 @@ class PodRunner:
                 spec.visible, tuple(g.uuid for g in node.gpus), tuple(g.partitions for g in node.gpus)
             )
             if found_visible is None:
-                spec = replace(spec, run_seconds=0.0, exit_code=START_ERROR_EXIT_CODE, program=None)
+                spec = _start_error(spec)
             else:
                 visible = found_visible
+        if any(programs.missing_program(c) for c in (*spec.init, *spec.containers)):
+            spec = _start_error(spec)  # `exec: "dcgmi": executable file not found`
         sim.slots = slots
         for slot in slots:
             if slot in node.free:
@@ -631,10 +652,9 @@ class PodRunner:
             return self._back_off(run, node, 1)
         wall = self._timers.wall()
         run.started_wall = wall
-        run.marks = tuple(
-            (index, node.gpus[index].unhealthy_reports, node.gpus[index].reported != HEALTHY)
-            for index in _reached(run)
-        )
+        run.marks = marks(run, node)
+        if run.init_done < len(run.spec.init):
+            return self._runtime.start_init(run, node, wall)
         claim_statuses = (run.obj.get("status") or {}).get("resourceClaimStatuses")
         status = objects.pod_status(
             pod_obj=run.obj,
@@ -647,7 +667,7 @@ class PodRunner:
             qos_class=run.spec.qos,
             ready_after=wall - run.admitted,
         )
-        restarts, previous = run.restarts, self._last_states(run)
+        restarts, previous = run.restarts, self._runtime.last_states(run)
         for cs in status["containerStatuses"]:
             cs["restartCount"] = restarts
             cs["lastState"] = previous.get(cs["name"], {})
@@ -662,29 +682,12 @@ class PodRunner:
         sim.waiting = False
         sim.ready = True
         node.last_sig = None
-        for c in run.spec.containers:
-            image = c.get("image", "")
-            pulled = f'Container image "{image}" already present on machine and can be accessed by the pod'
-            self._event(run.obj, node, "Pulled", pulled, container=c["name"])
-            self._event(run.obj, node, "Created", "Container created", container=c["name"])
-            self._event(run.obj, node, "Started", "Container started", container=c["name"])
+        self._runtime.started(run, node, run.spec.containers)
         self._agent.serving(sim, run.obj)
         resumed = self._agent.started(sim, run.obj["metadata"])
         if run.spec.run_seconds is not None:
             remaining = max(0.0, run.spec.run_seconds - resumed)
             self._step_at(self._timers.now() + remaining, self._exited, run, run.token)
-
-    def _last_states(self, run: _Run) -> dict[str, dict[str, Any]]:
-        if not run.restarts:
-            return {}
-        try:
-            obj = self._api.get("pods", run.sim.name, run.sim.namespace)
-        except ApiError:
-            return {}
-        return {
-            cs["name"]: cs.get("lastState") or {}
-            for cs in (obj.get("status") or {}).get("containerStatuses") or ()
-        }
 
     def _exited(self, run: _Run, token: int) -> None:
         """The containers' run ended: restart (with back-off) or finish, as restartPolicy says."""
@@ -695,7 +698,7 @@ class PodRunner:
         if not node.writes:
             self._step_at(self._timers.now() + self._settings.status_sync_interval, self._exited, run, token)
             return
-        code = _program_code(run, node) if run.spec.program is not None else run.spec.exit_code
+        code = self._runtime.exit_code(run, node, run.spec.containers[0])
         self._agent.stopped(sim, succeeded=code == 0)
         policy = run.spec.restart_policy
         if policy == "Always" or (policy == "OnFailure" and code != 0):
@@ -725,6 +728,7 @@ class PodRunner:
             sim.waiting = False
             node.release(sim)
             node.last_sig = None
+            self._runtime.close(run)
 
     # ------------------------------------------------------------------ graceful termination
 
@@ -794,6 +798,7 @@ class PodRunner:
         sim.stopped = True
         node.release(sim)
         node.last_sig = None
+        self._runtime.close(run)
         self._remove(sim.namespace, sim.name)
 
     def _remove(self, namespace: str, name: str) -> None:
@@ -843,32 +848,11 @@ class PodRunner:
             self._api.create("events", event)
 
 
-def _reached(run: _Run) -> tuple[int, ...]:
-    """The GPUs the pod's containers reach: allocated by the kubelet, or exposed by the runtime."""
-    return tuple(sorted({s.gpu for s in run.sim.slots} | set(run.visible)))
-
-
-def _program_code(run: _Run, node: SimNode) -> int:
-    """A GPU program's verdict: 0 when every GPU it reached stayed Healthy and reachable
-    through its run (judged by the device itself, not by what the kubelet last wrote); 1 when
-    one was lost, turned Unhealthy (even for a moment), logged a fatal XID, has a failing DCGM
-    health watch, or it reached none."""
-    if not run.marks:
-        return 1  # no GPU in the container: the program finds nothing to run on
-    for index, reports, unhealthy_at_start in run.marks:
-        gpu = node.gpus[index]
-        if gpu.lost or unhealthy_at_start or gpu.reported != HEALTHY or gpu.unhealthy_reports != reports:
-            return 1
-        if gpu.needs_reset:
-            return 1  # the card is stuck in a state only a GPU reset clears
-        if gpu.failed_watches:
-            return 1  # DCGM's diagnostic (the probe) and a CUDA program fail on a card DCGM fails
-        if any(
-            uuid == gpu.uuid and xid not in APPLICATION_XIDS and at >= run.started_wall
-            for _, uuid, xid, at in node.xids
-        ):
-            return 1
-    return 0
+def _start_error(spec: RunSpec) -> RunSpec:
+    """The runtime could not create the containers: they fail at once, nothing runs."""
+    return replace(
+        spec, run_seconds=0.0, exit_code=START_ERROR_EXIT_CODE, program=None, init=(), init_seconds=()
+    )
 
 
 def _scenario_spec(spec: RunSpec) -> RunSpec:
@@ -883,6 +867,8 @@ def _scenario_spec(spec: RunSpec) -> RunSpec:
         memory=0,
         program=None,
         visible=(),
+        init=(),
+        init_seconds=(),
     )
 
 
@@ -980,7 +966,7 @@ def _crash_loop(
                 cond.update(status="False", reason="ContainersNotReady", lastTransitionTime=t_now)
         for cs in status.get("containerStatuses", []):
             message = f"back-off {delay:g}s restarting failed container={cs['name']} pod={pod_ref}"
-            cs["lastState"] = {"terminated": _finished_state(code, t_start, t_now, cs.get("containerID", ""))}
+            cs["lastState"] = {"terminated": finished_state(code, t_start, t_now, cs.get("containerID", ""))}
             cs["state"] = {"waiting": {"reason": "CrashLoopBackOff", "message": message}}
             cs["ready"] = False
             cs["started"] = False
@@ -1006,7 +992,7 @@ def _terminated(
         for cs in status.get("containerStatuses", []):
             running = (cs.get("state") or {}).get("running") or {}
             cs["state"] = {
-                "terminated": _finished_state(
+                "terminated": finished_state(
                     code, running.get("startedAt") or t_start, t_end, cs.get("containerID", "")
                 )
             }

@@ -109,6 +109,21 @@ def pod_of(client: Client, name: str) -> dict[str, Any]:
     return template
 
 
+def device_container(spec: dict[str, Any]) -> dict[str, Any]:
+    """The container that uses the card: the probe's diagnostic (an init container), else the one."""
+    if spec.get("initContainers"):
+        (diag,) = spec["initContainers"]
+        return dict(diag)
+    (container,) = spec["containers"]
+    return dict(container)
+
+
+def device_env(container: dict[str, Any]) -> dict[str, str]:
+    return {
+        e["name"]: e["value"] for e in container.get("env") or () if not e["name"].startswith("GPUHEALTH_")
+    }
+
+
 @pytest.mark.parametrize("kind", ["probe", "canary"])
 def test_a_device_plugin_check_gets_that_device_from_the_nvidia_runtime(kind: str) -> None:
     client = Client()
@@ -121,10 +136,10 @@ def test_a_device_plugin_check_gets_that_device_from_the_nvidia_runtime(kind: st
     job = client.objects[(JOB.plural, name)]
     pod = pod_of(client, name)
     spec = pod["spec"]
-    (container,) = spec["containers"]
+    container = device_container(spec)
     # No GPU request: the kubelet would hand any free Healthy GPU, and a pass could be another card's.
     assert "resources" not in container and "resourceClaims" not in spec
-    assert {e["name"]: e["value"] for e in container["env"]} == {
+    assert device_env(container) == {
         "NVIDIA_VISIBLE_DEVICES": "GPU-4a1c",
         "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
     }
@@ -168,10 +183,11 @@ def test_a_dra_check_claims_the_device_by_uuid_and_tolerates_the_taints(kind: st
     ]
     pod = pod_of(client, name)["spec"]
     assert pod["resourceClaims"] == [{"name": request["name"], "resourceClaimTemplateName": name}]
-    (container,) = pod["containers"]
+    container = device_container(pod)
     assert container["resources"] == {"claims": [{"name": request["name"]}]}
     # The claim is how it gets the device: no node pinning, no runtime variable.
-    assert "nodeName" not in pod and "runtimeClassName" not in pod and "env" not in container
+    assert "nodeName" not in pod and "runtimeClassName" not in pod
+    assert not device_env(container)
     assert template["metadata"]["ownerReferences"][0]["name"] == r.name
 
 
@@ -181,12 +197,12 @@ def test_the_canary_is_a_workload_of_its_own_not_the_probe_again() -> None:
     checks = JobChecks(client)
     checks.start(r, "probe", 1)
     checks.start(r, "canary", 1)
-    probe = pod_of(client, f"{r.name}-probe-1")["spec"]["containers"][0]
+    probe = device_container(pod_of(client, f"{r.name}-probe-1")["spec"])
     canary = pod_of(client, f"{r.name}-canary-1")["spec"]["containers"][0]
     assert (probe["image"], probe["command"]) == (PROBE.image, list(PROBE.command))
     assert (canary["image"], canary["command"]) == (CANARY.image, list(CANARY.command))
     assert canary["image"] != probe["image"] and canary["command"] != probe["command"]
-    assert canary["env"] == probe["env"]  # the same device, reached the same way
+    assert device_env(canary) == device_env(probe)  # the same device, reached the same way
 
     configured = CheckSettings(
         canary=CheckSpec("canary", "registry.local/burn:1", ("burn", "--seconds", "30"))
@@ -201,7 +217,7 @@ def test_the_canary_is_a_workload_of_its_own_not_the_probe_again() -> None:
         "registry.local/burn:1",
         ["burn", "--seconds", "30"],
     )
-    assert pod_of(client, f"{r.name}-probe-1")["spec"]["containers"][0]["image"] == PROBE.image
+    assert device_container(pod_of(client, f"{r.name}-probe-1")["spec"])["image"] == PROBE.image
 
 
 def test_every_check_rung_has_a_spec_or_the_settings_are_refused() -> None:

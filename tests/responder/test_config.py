@@ -21,6 +21,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from responder.checks.jobs import PROBE
+from responder.checks.probe_pod import DiagSettings
 from responder.config import ConfigError, apply, load
 from responder.migrate.plan import Mode
 from responder.settings import ResponderSettings
@@ -60,7 +62,10 @@ def test_every_section_lands_in_the_settings_tree() -> None:
             },
             checks={
                 "probe_image": "dcgm:latest",
-                "probe_command": ["dcgmi", "diag", "-r", "1"],
+                "probe_level": 1,
+                "probe_hostengine": "nvidia-dcgm.gpu-operator.svc:5555",
+                "probe_wait": "2m",
+                "judge_image": "registry.local/gpuhealth@sha256:0123",
                 "canary_command": ["/cuda-samples/matrixMul"],
                 "runtime_class": "",
             },
@@ -86,7 +91,13 @@ def test_every_section_lands_in_the_settings_tree() -> None:
     assert migrator.mode("batch") == Mode.IMMEDIATE and migrator.mode("other") == Mode.CHECKPOINT
     assert migrator.node_per_hour == 2 and migrator.node_in_flight == 1
     probe, canary = settings.checks.probe, settings.checks.canary
-    assert (probe.image, probe.command) == ("dcgm:latest", ("dcgmi", "diag", "-r", "1"))
+    assert (probe.image, probe.command) == ("dcgm:latest", PROBE.command)
+    assert probe.diag == DiagSettings(
+        level=1,
+        hostengine="nvidia-dcgm.gpu-operator.svc:5555",
+        wait_seconds=120.0,
+        judge_image="registry.local/gpuhealth@sha256:0123",
+    )
     assert (canary.image, canary.command) == (BASE.checks.canary.image, ("/cuda-samples/matrixMul",))
     assert settings.checks.runtime_class == ""  # the node's default runtime is NVIDIA's
     assert settings.intake.expiry_seconds == 43200.0
@@ -139,13 +150,31 @@ def test_a_backoff_above_the_old_cap_is_fine_when_the_cap_rises_with_it() -> Non
             "f.yaml: migration.namespace_modes: a: 'nope' is not a migration mode",
         ),
         (
-            doc(checks={"probe_command": "dcgmi diag"}),
-            "f.yaml: checks.probe_command: 'dcgmi diag' must be a non-empty list",
+            doc(checks={"canary_command": "vectorAdd"}),
+            "f.yaml: checks.canary_command: 'vectorAdd' must be a non-empty list",
+        ),
+        # dcgmi alone has no hostengine to talk to: the probe's command is not the user's to set.
+        (
+            doc(checks={"probe_command": ["dcgmi", "diag", "-r", "2"]}),
+            "f.yaml: checks.probe_command: removed; the probe runs DCGM's diagnostic with a hostengine",
+        ),
+        (doc(checks={"probe_level": 5}), "f.yaml: checks.probe_level: 5 must be a dcgmi diag level, 1 to 4"),
+        (
+            doc(checks={"probe_hostengine": "nvidia-dcgm"}),
+            "f.yaml: checks.probe_hostengine: 'nvidia-dcgm' must be 'embedded' or host:port",
+        ),
+        (
+            doc(checks={"probe_hostengine": "localhost:99999"}),
+            "f.yaml: checks.probe_hostengine: 'localhost:99999' must be 'embedded' or host:port",
+        ),
+        (
+            doc(checks={"probe_wait": "20m"}),
+            "f.yaml: DiagSettings.checks.probe_wait must be 1-600 seconds",
         ),
         (doc(checks={"canary_image": ""}), "f.yaml: checks.canary_image: '' must be a non-empty string"),
         # The canary has its own image and command now: the probe's keys say whose they are.
         (doc(checks={"image": "dcgm"}), "f.yaml: checks.image: removed; now spelt checks.probe_image"),
-        (doc(checks={"command": ["x"]}), "f.yaml: checks.command: removed; now spelt checks.probe_command"),
+        (doc(checks={"command": ["x"]}), "f.yaml: checks.command: removed; the probe runs DCGM's"),
         (
             doc(checks={"runtime_class": "NVIDIA runtime"}),
             "f.yaml: checks.runtime_class: 'NVIDIA runtime' must be a RuntimeClass name",
@@ -184,7 +213,8 @@ values = st.recursive(
 sections = st.sampled_from(["policy", "breaker", "new_quarantines", "migration", "checks", "intake", "x"])
 keys = st.sampled_from(
     ["probe_timeout", "backoff", "max_backoff", "rate_fraction", "burst", "default_mode", "namespace_modes",
-     "command", "image", "probe_command", "canary_image", "runtime_class", "expiry", "lease_cap",
+     "command", "image", "probe_command", "probe_level", "probe_hostengine", "probe_wait", "judge_image",
+     "canary_image", "runtime_class", "expiry", "lease_cap",
      "node_in_flight", "y"]
 )  # fmt: skip
 

@@ -500,10 +500,13 @@ def test_a_device_plugin_check_runs_on_its_device_and_follows_its_health(world: 
     assert w.record(name).status.phase == PROBING
     wait_until("the probe passed", lambda: w.check(name, "probe") == CheckResult.SUCCEEDED, timeout=60)
     probe = check_pod(w, name, "probe")
-    (container,) = probe["spec"]["containers"]
+    # The diagnostic (an init container that started its own hostengine) reached the card and
+    # the judge read its report: the Job passed because the simulated dcgmi found the card good.
+    (container,) = probe["spec"]["initContainers"]
     assert probe["spec"]["nodeName"] == "dp-1" and "nvidia.com/gpu" not in json.dumps(container)
     assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": uuid} in container["env"]
     assert container["command"] == list(PROBE.command)
+    assert [s["state"]["terminated"]["exitCode"] for s in probe["status"]["initContainerStatuses"]] == [0]
     # The card breaks again before the canary (the node's other cards stay Healthy), unseen by
     # the metrics the reconciler reads: the canary, a workload on that card, fails.
     w.cluster.inject({"fault": "device-unhealthy", "device": {"node": "dp-1", "gpu": 2}})

@@ -10,7 +10,7 @@ CDI ids. The device manager hands out any free device its plugin reports Healthy
 gpuhealth's node annotation or a pod's annotations say, and never an Unhealthy one. As the
 NVIDIA container runtime does, a pod with no GPU request reaches the GPUs its
 `NVIDIA_VISIBLE_DEVICES` names (uuids, indexes, `all`, `none`; an unknown one fails the
-container at start), unknown to the kubelet. A GPU program (`dcgmi diag`, `vectorAdd`)
+container at start), unknown to the kubelet. A GPU program (the CUDA sample `vectorAdd`)
 succeeds when every GPU it reached stayed Healthy and fails when one broke during its run,
 even briefly, when DCGM fails one of its health watches (a plugin-Healthy card), or when it
 reached none: on a DRA pod that is the device its claim's allocation
@@ -256,8 +256,9 @@ async def test_dra_pods_get_their_claims_allocated_devices(dra: tuple[Fleet, Sto
 def check_pod(
     name: str, visible: str | None, *, command: list[str] | None = None, **kw: Any
 ) -> dict[str, Any]:
-    """A pod with no GPU request running a diagnostic, the runtime told which GPU to expose."""
-    body = api_pod(name, gpus=0, command=command or ["dcgmi", "diag", "-r", "2"], **kw)
+    """A pod with no GPU request running a GPU program, the runtime told which GPU to expose.
+    (DCGM's diagnostic is no model of its own: tests/simulator/test_kubelet_programs.py.)"""
+    body = api_pod(name, gpus=0, command=command or ["/cuda-samples/vectorAdd"], **kw)
     if visible is not None:
         body["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": visible}]
     return body

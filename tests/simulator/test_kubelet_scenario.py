@@ -111,11 +111,11 @@ async def test_a_diagnostic_on_a_dra_claim_passes_on_its_healthy_device(dra: tup
         "resourceclaims.resource.k8s.io", "probe", "default",
         lambda o: {**o, "status": {"allocation": {"devices": {"results": [result]}}}}, subresource="status",
     )  # fmt: skip
-    # What makes it a check is what it runs (a diagnostic), not anything gpuhealth-specific.
-    body = api_pod("dra-probe", gpus=0, command=["dcgmi", "diag", "-r", "2"])
+    # What makes it a check is what it runs (a GPU program), not anything gpuhealth-specific.
+    body = api_pod("dra-probe", gpus=0, command=["/cuda-samples/vectorAdd"])
     body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "probe"}]
     body["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
     await create(store, body)
     await fleet.advance(12)
     status = get(store, "dra-probe")["status"]
-    assert status["phase"] == "Succeeded"  # a diagnostic runs 10 s unless told otherwise, and passed
+    assert status["phase"] == "Succeeded"  # a GPU program runs 10 s unless told otherwise, and passed
