@@ -12,7 +12,8 @@ which cluster, the token, TLS). The shipped example with every default and its r
     migration:      {checkpoint_timeout, lease_margin, lease_cap, replacement_timeout, default_mode,
                      namespace_modes, node_in_flight, node_per_hour, namespace_evictions_per_hour}
     checks:         {namespace, probe_image, probe_level, probe_hostengine, probe_wait, judge_image,
-                     canary_image, canary_command, runtime_class}
+                     canary_image, canary_command, runtime_class,
+                     device_plugin_route}
     reset:          {enabled, timeout, group, version, kind, plural, namespace, node_field,
                      uuids_field, complete_condition, succeeded_reason}
     hold:           {enabled, image, priority_class, fill_timeout, refill}
@@ -46,6 +47,7 @@ import yaml
 from gpuhealth.durations import DurationError, parse_duration
 from gpuhealth.fields import SettingsError
 from responder.checks.probe_pod import EMBEDDED, DiagSettings
+from responder.enforce.node_annotation import CHECK_ROUTES
 from responder.ladder import LADDER, Ladder, with_reset
 from responder.migrate.plan import Mode
 from responder.settings import ResponderSettings
@@ -123,6 +125,12 @@ def _hostengine(value: Any) -> str:
         raise _Invalid(
             f"{value!r} must be {EMBEDDED!r} or host:port (e.g. nvidia-dcgm.gpu-operator.svc:5555)"
         ) from None
+
+
+def _check_route(value: Any) -> str:
+    if value not in CHECK_ROUTES:
+        raise _Invalid(f"{value!r} must be one of {', '.join(CHECK_ROUTES)}")
+    return str(value)
 
 
 def _command(value: Any) -> tuple[str, ...]:
@@ -229,6 +237,7 @@ _SECTIONS: dict[str, dict[str, _Key]] = {
         "canary_image": _Key(("checks", "canary", "image"), _text),
         "canary_command": _Key(("checks", "canary", "command"), _command),
         "runtime_class": _Key(("checks", "runtime_class"), _runtime_class),
+        "device_plugin_route": _Key(("checks", "device_plugin_route"), _check_route),
     },
     "hold": {
         "enabled": _Key(("hold", "enabled"), _flag),

@@ -132,11 +132,12 @@ def create_app(
             unserved = None if resets is None else await asyncio.to_thread(resets.unserved)
             if unserved is not None:
                 log.error("reset hand-off: %s", unserved)
+            checks = JobChecks(api, settings.checks)
             reconciler = Reconciler(
                 api,
                 enforcer=Enforcer(api, rules, ramp_pods=settings.ramp_pods),
                 health=PrometheusHealth(settings.prometheus_url),
-                checks=JobChecks(api, settings.checks),
+                checks=checks,
                 resets=resets,
                 events=KubeEvents(api),
                 breaker_store=BreakerStore(api, settings.namespace),
@@ -147,6 +148,7 @@ def create_app(
                 finish=None if settings.dry_run else migrator.finish,
                 watch_client=watch,
                 hold=DeviceHold(api, settings.namespace, settings.hold),
+                hold_aside=checks.through_kubelet,
             )
             elector = LeaderElector(
                 elector_client,

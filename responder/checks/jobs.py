@@ -35,6 +35,9 @@ from gpuhealth.kube.errors import AlreadyExists, NotFound
 from gpuhealth.kube.resources import POD, Resource
 from responder.checks.probe_pod import DIAG_COMMAND, DiagSettings, diag_pod
 from responder.enforce.backends import Backends, DeviceRequest
+from responder.enforce.hold import device_ids
+from responder.enforce.hold_plan import Card
+from responder.enforce.node_annotation import KUBELET, through_kubelet
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import DEVICE_CLASS
 from responder.reconcile.policy import CheckResult
@@ -108,6 +111,12 @@ class CheckSettings:
     """Device plugins: the RuntimeClass of a check's pod, the NVIDIA container runtime that reads
     `NVIDIA_VISIBLE_DEVICES` (the GPU operator creates `nvidia`; the exporter's DaemonSet uses it
     too). Empty: no runtimeClassName, for nodes whose default runtime is NVIDIA's."""
+    device_plugin_route: str = KUBELET
+    """Device plugins: how a check's pod gets the card. `kubelet`: one `nvidia.com/gpu` the kubelet
+    allocates while the card's hold steps aside (the node's other free GPUs held), so it can only
+    be the card, read back before the result counts. `visible-devices`: no GPU request, the NVIDIA
+    runtime gives the card named in `NVIDIA_VISIBLE_DEVICES` (only where the container toolkit
+    accepts the variable from unprivileged containers; MIG cards always take this route)."""
     device_class: str = DEVICE_CLASS
     """DeviceClass of the DRA driver's GPUs (NVIDIA's DRA driver names its class so)."""
     run_seconds: str = ""
@@ -172,6 +181,7 @@ class JobChecks:
             None,
             device_class=self.settings.device_class,
             runtime_class=self.settings.runtime_class,
+            check_route=self.settings.device_plugin_route,
         )
 
     def start(self, record: Quarantine, kind: str, attempt: int) -> None:
@@ -184,11 +194,35 @@ class JobChecks:
             self._client.create(JOB, self.job(record, kind, attempt), namespace=ns)
 
     def result(self, record: Quarantine, kind: str, attempt: int) -> CheckResult:
+        name = job_name(record, kind, attempt)
         try:
-            job = self._client.get(JOB, job_name(record, kind, attempt), namespace=self.settings.namespace)
+            job = self._client.get(JOB, name, namespace=self.settings.namespace)
         except NotFound:
             return CheckResult.ABSENT
+        if self._elsewhere(record, name):
+            # The kubelet gave the check another card (a GPU freed between the hold stepping
+            # aside and the pod's admission): its verdict is not the card's. Start it again.
+            self.finish(record, kind, attempt)
+            return CheckResult.ABSENT
         return job_result(job)
+
+    def through_kubelet(self, record: Quarantine) -> bool:
+        """Whether the record's checks get its card from the kubelet (the hold steps aside)."""
+        return through_kubelet(self.settings.device_plugin_route, record)
+
+    def _elsewhere(self, record: Quarantine, name: str) -> bool:
+        """Whether a pod of the check was allocated devices by the kubelet, none of the card's."""
+        if not self.through_kubelet(record):
+            return False
+        card = Card(record.spec.uuid or record.spec.device, record.spec.partitions)
+        pods = self._client.list(
+            POD, namespace=self.settings.namespace, label_selector=f"job-name={name}"
+        ).items
+        for pod in pods:
+            got = device_ids(pod)
+            if got and not any(card.owns(d) for d in got):
+                return True
+        return False
 
     def finish(self, record: Quarantine, kind: str, attempt: int) -> None:
         # A finished check's pod still names its claim, and the simulated cluster (unlike the

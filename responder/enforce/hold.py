@@ -55,6 +55,8 @@ HOLDS_NODE_ANNOTATION = "gpuhealth.io/device-holds"
 """Node annotation: a JSON object of device ID to `held` or `pending` (`responder.extender.capacity`)."""
 CHECK_LABEL = "gpuhealth.io/check"
 """Label of the pods of gpuhealth's own probe and canary Jobs (`responder.checks.jobs`)."""
+RECORD_LABEL = "gpuhealth.io/record"
+"""Label of a check's pods naming their record (as the holders' `HOLDER_LABEL` value does)."""
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
@@ -125,9 +127,16 @@ class DeviceHold:
         allocatable (in memory: a new leader tries a fill at once, which costs one fill)."""
 
     def sync(
-        self, record: Quarantine, wanted: bool, now: float, previous: tuple[str, float] | None = None
+        self,
+        record: Quarantine,
+        wanted: bool,
+        now: float,
+        previous: tuple[str, float] | None = None,
+        *,
+        aside: bool = False,
     ) -> HoldPlan | None:
-        """`previous`: the record's last `Held` reason and when it last changed."""
+        """`previous`: the record's last `Held` reason and when it last changed. `aside`: a check
+        of the card is due, through the kubelet: step aside (`hold_plan.step_aside`)."""
         holders = self._holders(record)
         for pod in holders:
             self._seen.setdefault(str((pod.get("metadata") or {}).get("uid") or ""), now)
@@ -152,6 +161,9 @@ class DeviceHold:
         busy = tuple(
             d for p in unfinished if not own_pod(p) for d in device_ids(p) if card.owns(d)
         )  # fmt: skip
+        checking = tuple(
+            d for p in unfinished if _check_of(p, record) for d in device_ids(p) if card.owns(d)
+        )  # fmt: skip
         allocatable = _int(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
         requested = sum(gpus_requested(p) for p in unfinished)
         prior = None
@@ -168,6 +180,8 @@ class DeviceHold:
                 allocatable_rose=allocatable > self._allocatable.get(record.name, allocatable),
                 fill_timeout_seconds=self.settings.fill_timeout_seconds,
                 refill_seconds=self.settings.refill_seconds,
+                aside=aside,
+                checking=checking,
             )
         )
         if decided.state is HoldState.NOT_ALLOCATABLE:
@@ -304,6 +318,12 @@ def holds(node: Mapping[str, Any]) -> dict[str, str]:
     if not isinstance(value, dict):
         return {}
     return {str(d): str(s) for d, s in value.items() if s in ("held", "pending")}
+
+
+def _check_of(pod: Mapping[str, Any], record: Quarantine) -> bool:
+    """Whether the pod is one of the record's checks (`responder.checks.jobs` labels them)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return CHECK_LABEL in labels and labels.get(RECORD_LABEL) == holder_label(record)
 
 
 def _int(value: Any) -> int:

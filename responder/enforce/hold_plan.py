@@ -57,6 +57,9 @@ class HoldState(StrEnum):
     CARD_BUSY = "CardBusy"
     NOT_ALLOCATABLE = "NotAllocatable"
     UNREADABLE = "AllocationUnreadable"
+    ASIDE = "SteppedAside"
+    """For a check: the card is free and every other free GPU of the node held, so a check pod's
+    one-GPU request can only be given the card."""
 
     @property
     def standing(self) -> bool:
@@ -64,8 +67,9 @@ class HoldState(StrEnum):
 
     @property
     def pending(self) -> bool:
-        """The hold is being made: the extender passes no new GPU pod to the node meanwhile."""
-        return self in (HoldState.FILLING, HoldState.CARD_BUSY)
+        """The hold is being made (or stepped aside for a check): the extender passes no new GPU
+        pod to the node meanwhile."""
+        return self in (HoldState.FILLING, HoldState.CARD_BUSY, HoldState.ASIDE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +117,10 @@ class HoldInput:
     excluded is back (a plugin that restarted forgets its Unhealthy), so a fill is tried at once."""
     fill_timeout_seconds: float = 60.0
     refill_seconds: float = 60.0
+    aside: bool = False
+    """A check of the card is due: step aside (`step_aside`) instead of holding."""
+    checking: tuple[str, ...] = ()
+    """Device IDs of the card that gpuhealth's check pods (not finished) use now."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +146,8 @@ def card_units(card: Card, seen: Sequence[str]) -> int:
 
 
 def plan(given: HoldInput) -> HoldPlan:
+    if given.aside:
+        return step_aside(given)
     card = given.card
     delete = [h.name for h in given.holders if not h.deleting and h.phase in FINISHED]
     active = [h for h in given.holders if not h.deleting and h.phase not in FINISHED]
@@ -216,3 +226,57 @@ def plan(given: HoldInput) -> HoldPlan:
 
 def _kept(card: Card, on_card: Sequence[Holder]) -> tuple[tuple[str, tuple[str, ...]], ...]:
     return tuple((h.name, tuple(d for d in h.devices if card.owns(d))) for h in on_card)
+
+
+def step_aside(given: HoldInput) -> HoldPlan:
+    """For a check: the card free, every other free GPU of the node held (the same occupancy as
+    a fill, the other way round). Holders fill the node's free GPUs; once every GPU is held or in
+    use, those on the card are deleted, so the card's units are the only free ones: a check pod's
+    request can then only be given the card. A GPU that frees meanwhile is filled again first.
+    After the check the hold comes back with the next fill (`plan`)."""
+    card = given.card
+    delete = [h.name for h in given.holders if not h.deleting and h.phase in FINISHED]
+    active = [h for h in given.holders if not h.deleting and h.phase not in FINISHED]
+    unreported = [h for h in active if not h.devices]
+    if unreported:
+        stuck = [h.name for h in unreported if h.age_seconds >= given.fill_timeout_seconds]
+        return HoldPlan(
+            HoldState.FILLING,
+            f"stepping aside for a check: {len(unreported)} holder(s) waiting for their devices",
+            delete=tuple(delete + stuck),
+        )
+    on_card = [h for h in active if any(card.owns(d) for d in h.devices)]
+    held = sorted({d for h in on_card for d in h.devices if card.owns(d)})
+    busy = sorted(set(given.busy) - set(held))
+    checking = sorted(set(given.checking) - set(held) - set(busy))
+    units = card_units(card, [*held, *busy, *checking])
+    card_free = max(0, units - len(held) - len(busy) - len(checking))
+    if busy:
+        return HoldPlan(
+            HoldState.CARD_BUSY,
+            f"{len(busy)} of the card's {units} unit(s) in use by workload pods: no check yet",
+            delete=tuple(delete),
+            units=units,
+        )
+    if given.free > card_free:
+        # A GPU other than the card is free: held first, or the check could be given it.
+        return HoldPlan(
+            HoldState.FILLING,
+            f"stepping aside for a check: holding the node's {given.free - card_free} other free GPU(s)",
+            create=given.free - card_free,
+            delete=tuple(delete),
+            units=units,
+        )
+    if on_card:
+        return HoldPlan(
+            HoldState.FILLING,
+            "stepping aside for a check: every other GPU held, the card's holder(s) deleted",
+            delete=tuple(delete + [h.name for h in on_card]),
+            units=units,
+        )
+    return HoldPlan(
+        HoldState.ASIDE,
+        f"stepped aside for a check: the card free, {len(active)} holder(s) on the node's other GPUs",
+        delete=tuple(delete),
+        units=units,
+    )

@@ -20,14 +20,17 @@ record already on this path keeps it while nothing says otherwise, so the node i
 when a record would change path. The pods that hold the device are those whose
 `allocatedResourcesStatus` names it (`<uuid>`, or a time-sliced replica `<uuid>::<n>`).
 
-A check's pod reaches the device as dcgm-exporter reaches NVML, not through the device plugin
-(a kubelet hands a GPU request any free Healthy device, so a pass could come from another
-card): it asks for no GPU, is pinned to the node with `spec.nodeName` (tolerating whatever
-taints the node carries), and runs through the NVIDIA container runtime (`runtimeClassName`,
-when configured) with `NVIDIA_VISIBLE_DEVICES=<uuid>`, so the container sees that one GPU and no
-other card can answer. The kubelet does not know the check uses the device; the reconciler
-starts no check while a pod holds it (`holders`, `responder.enforce.holders`), and the
-quarantine keeps new work off it meanwhile.
+A check's pod reaches the card through the kubelet (`route` "kubelet", the default): it asks
+for one `nvidia.com/gpu`, pinned to the node with `spec.nodeName` (tolerating whatever taints
+the node carries), while the card's hold has stepped aside (`responder.enforce.hold`): every
+other free GPU of the node is taken by a holder, so the card is the one free device and the
+kubelet can only give it that; which device it got is then read back before its result counts
+(`responder.checks.jobs`). The other route ("visible-devices", for clusters whose NVIDIA
+container toolkit accepts the variable from unprivileged containers, and for MIG cards, whose
+partitions are several units) asks for no GPU and has the NVIDIA container runtime
+(`runtimeClassName`, when configured) give the card through `NVIDIA_VISIBLE_DEVICES=<uuid>`; the
+kubelet does not know the check uses the device then. Either way the reconciler starts no check
+while a pod holds it (`holders`, `responder.enforce.holders`).
 """
 
 from __future__ import annotations
@@ -57,27 +60,42 @@ RAMP_ANNOTATION = "gpuhealth.io/ramping-devices"
 extender admits to the node for that device while it ramps."""
 RAMP_PODS = 1
 """Opted-in pods admitted per ramping device by default: one workload's worth of bounded load."""
+GPU_RESOURCE = "nvidia.com/gpu"
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 """The NVIDIA container runtime's variable: the GPUs (uuids) a container sees."""
 DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
 """What of the driver the runtime mounts: `compute` for CUDA, `utility` for NVML and DCGM."""
 RUNTIME_CLASS = "nvidia"
 """The RuntimeClass of NVIDIA's container runtime, as the GPU operator names it."""
+KUBELET = "kubelet"
+"""Check route: the card allocated to the check's pod by the kubelet, the hold stepping aside."""
+VISIBLE_DEVICES_ROUTE = "visible-devices"
+"""Check route: no GPU request; the NVIDIA runtime gives the card named in `NVIDIA_VISIBLE_DEVICES`."""
+CHECK_ROUTES = (KUBELET, VISIBLE_DEVICES_ROUTE)
 
 
 class NodeAnnotation:
     path = DEVICE_PLUGIN
 
     def __init__(
-        self, client: Api, *, runtime_class: str = RUNTIME_CLASS, ramp_pods: int = RAMP_PODS
+        self,
+        client: Api,
+        *,
+        runtime_class: str = RUNTIME_CLASS,
+        ramp_pods: int = RAMP_PODS,
+        route: str = KUBELET,
     ) -> None:
         """`runtime_class`: the check pods' `runtimeClassName` (empty: the node's default runtime).
-        `ramp_pods`: opted-in pods the extender admits per device while it ramps."""
+        `ramp_pods`: opted-in pods the extender admits per device while it ramps. `route`: how a
+        check's pod gets the card (`CHECK_ROUTES`)."""
         if isinstance(ramp_pods, bool) or not isinstance(ramp_pods, int) or not 1 <= ramp_pods <= 64:
             raise ValueError(f"ramp_pods must be a whole number from 1 to 64, not {ramp_pods!r}")
+        if route not in CHECK_ROUTES:
+            raise ValueError(f"route must be one of {', '.join(CHECK_ROUTES)}, not {route!r}")
         self._client = client
         self._runtime_class = runtime_class
         self._ramp_pods = ramp_pods
+        self.route = route
 
     def identify(self, record: Quarantine, evidence: Evidence) -> Identity | None:
         if record.spec.path == self.path:
@@ -114,7 +132,23 @@ class NodeAnnotation:
         devices = (record.spec.uuid or record.spec.device, *record.spec.partitions)
         return [p for p in node_pods if any(_pod_holds(p, d) for d in devices)]
 
+    def through_kubelet(self, record: Quarantine) -> bool:
+        return through_kubelet(self.route, record)
+
     def device_request(self, record: Quarantine, name: str, namespace: str) -> DeviceRequest:
+        pod: dict[str, Any] = {
+            "nodeName": record.spec.node,  # no scheduler: the extender would refuse the device
+            "tolerations": [{"operator": "Exists"}],  # whatever taints the node carries
+        }
+        if self._runtime_class:
+            pod["runtimeClassName"] = self._runtime_class
+        capabilities = {"name": DRIVER_CAPABILITIES, "value": "compute,utility"}
+        if self.through_kubelet(record):
+            # One GPU from the kubelet, while the hold has stepped aside: the card is the only
+            # free one. The plugin's Allocate sets NVIDIA_VISIBLE_DEVICES to what it gave.
+            gpu = {GPU_RESOURCE: "1"}
+            resources = {"limits": dict(gpu), "requests": dict(gpu)}
+            return DeviceRequest(container={"env": [capabilities], "resources": resources}, pod=pod)
         # No `nvidia.com/gpu` request: the device plugin would hand over any free Healthy GPU
         # (and never the quarantined one while it reports Unhealthy). The runtime gives this one.
         env = [
@@ -124,14 +158,8 @@ class NodeAnnotation:
                 "name": VISIBLE_DEVICES,
                 "value": ",".join(record.spec.partitions or (record.spec.uuid or record.spec.device,)),
             },
-            {"name": DRIVER_CAPABILITIES, "value": "compute,utility"},
+            capabilities,
         ]
-        pod: dict[str, Any] = {
-            "nodeName": record.spec.node,  # no scheduler: the extender would refuse the device
-            "tolerations": [{"operator": "Exists"}],  # whatever taints the node carries
-        }
-        if self._runtime_class:
-            pod["runtimeClassName"] = self._runtime_class
         return DeviceRequest(container={"env": env}, pod=pod)
 
     def _edit(self, record: Quarantine, state: str | None) -> None:
@@ -174,6 +202,13 @@ QUARANTINED = "quarantined"
 """Listed in `gpuhealth.io/quarantined-devices`: no pod may use the device."""
 RAMPING = "ramping"
 """Listed in `gpuhealth.io/ramping-devices`: opted-in pods only, up to the bound."""
+
+
+def through_kubelet(route: str, record: Quarantine) -> bool:
+    """Whether a device-plugin record's checks get its card from the kubelet on `route` (a MIG
+    card's partitions are several units of a resource that may not be `nvidia.com/gpu`: they
+    take the runtime's route)."""
+    return record.spec.path == DEVICE_PLUGIN and route == KUBELET and not record.spec.partitions
 
 
 def entries(record: Quarantine) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from gpuhealth.kube.resources import Resource
 from responder.enforce.backends import Backends
-from responder.enforce.node_annotation import RAMP_PODS, RUNTIME_CLASS, NodeAnnotation
+from responder.enforce.node_annotation import KUBELET, RAMP_PODS, RUNTIME_CLASS, NodeAnnotation
 from responder.enforce.taint_rules import DEVICE_CLASS, TaintRules
 
 
@@ -25,16 +25,18 @@ class Enforcer(Backends):
         device_class: str = DEVICE_CLASS,
         runtime_class: str = RUNTIME_CLASS,
         ramp_pods: int = RAMP_PODS,
+        check_route: str = KUBELET,
     ) -> None:
         """`taint_rules`: the DeviceTaintRule resource the cluster serves (`taint_rules.discover`;
         None: none, and a DRA device cannot be quarantined). `device_class` and `runtime_class`:
         how a check's pod gets the device on each path (`responder.checks.jobs.CheckSettings`).
         `ramp_pods`: opted-in pods the extender admits per device-plugin device on the ramp (on
-        DRA the device's own allocation bounds it: one claim at a time)."""
+        DRA the device's own allocation bounds it: one claim at a time). `check_route`: how a
+        device-plugin check's pod gets the card (`responder.enforce.node_annotation.CHECK_ROUTES`)."""
         super().__init__(
             client,
             (
                 TaintRules(client, taint_rules, device_class=device_class),
-                NodeAnnotation(client, runtime_class=runtime_class, ramp_pods=ramp_pods),
+                NodeAnnotation(client, runtime_class=runtime_class, ramp_pods=ramp_pods, route=check_route),
             ),
         )

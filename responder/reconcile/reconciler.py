@@ -400,6 +400,7 @@ class Reconciler:
         finish: Migrate | None = None,
         resets: CheckRunner | None = None,
         hold: DeviceHold | None = None,
+        hold_aside: Callable[[Quarantine], bool] | None = None,
     ) -> None:
         """`watch_client`: a client for the records' watch that wakes the loop (None: passes
         come only every recheck); give it its own client, closed by the caller at shutdown.
@@ -408,7 +409,9 @@ class Reconciler:
         way go on, none begins); None: no move is advanced while it is open.
         `resets`: the reset hand-off (`responder.reset`), required when the ladder has the reset rung.
         `hold`: the holder pods of device-plugin cards (`responder.enforce.hold`); None: the
-        extender's count alone keeps new pods off them."""
+        extender's count alone keeps new pods off them. `hold_aside`: whether a record's checks
+        get its card through the kubelet, so that the hold steps aside for them (the check
+        route, `responder.enforce.node_annotation.NodeAnnotation.through_kubelet`); None: never."""
         self._client = client
         self._enforcer = enforcer
         self._health = health
@@ -432,6 +435,7 @@ class Reconciler:
             holders if holders is not None else DeviceHolders(client, Enforcer(client, None))
         )
         self._hold = hold
+        self._hold_aside = hold_aside or (lambda _record: False)
         self._eligible: int | None = None
         """Devices the health source knew at its last answer: what the breaker counts against
         while it gives none (None before the first: the breaker's floors are its limits)."""
@@ -597,7 +601,7 @@ class Reconciler:
             if record.status.condition(HELD) is None or self._hold is None:
                 return "unchanged", record, None
             # The pass that ended the quarantine could not let its card go: let it go now.
-            after = self._held(record, state.now)
+            after, _ = self._held(record, state.now)
             return ("written" if self._write(obj, record, after, fence) else "unchanged"), after, None
         moved: Exception | None = None
         current = self._enforcer.identify(
@@ -614,6 +618,8 @@ class Reconciler:
             bucket=state.bucket,
         )
         decided = policy_step(current, view, ctx)
+        if self._hold is not None and current.spec.path == DEVICE_PLUGIN:
+            decided = self._holding(decided, state.now)
         after = decided.record
         admitted = phase in (Phase.PENDING, Phase.DEFERRED) and enforced(after)
         if admitted:
@@ -647,8 +653,6 @@ class Reconciler:
                 # The device's pods could not be read: the policy's decision is still written,
                 # and the move is tried again on this record's backoff (not at the recheck cap).
                 moved = exc
-        if self._hold is not None and after.spec.path == DEVICE_PLUGIN:
-            after = self._held(after, state.now)
         recheck = decided.recheck_seconds
         rungs = self.settings.policy.rungs
         on_check = rungs.rung(after.status.phase)
@@ -721,11 +725,25 @@ class Reconciler:
             holders=self._holders.of(record) if needs_holders(record, state.now) else (),
         )
 
-    def _held(self, record: Quarantine, now: float) -> Quarantine:
-        """`record` with its `Held` condition after one pass of its card's hold: held from the
-        quarantine until the ramp (or the release) lets other pods back, in dry-run never."""
+    def _holding(self, decided: Step, now: float) -> Step:
+        """The policy's step with the card's hold made for the phase it leads to; a check that
+        reaches the card through the kubelet starts only once the hold has stepped aside (until
+        then its Job stays absent, and the next pass asks for it again)."""
+        record = decided.record
+        rung = self.settings.policy.rungs.rung(record.status.phase)
+        aside = rung is not None and rung.kind == Kind.CHECK and self._hold_aside(record)
+        held, ready = self._held(record, now, aside=aside)
+        effects = decided.effects
+        if aside and not ready:
+            effects = tuple(e for e in effects if not isinstance(e, StartCheck))
+        return replace(decided, record=held, effects=effects)
+
+    def _held(self, record: Quarantine, now: float, *, aside: bool = False) -> tuple[Quarantine, bool]:
+        """`record` with its `Held` condition after one pass of its card's hold (held from the
+        quarantine until the ramp or the release lets other pods back, never in dry-run), and
+        whether the hold stands as asked (held; or stepped aside for a check)."""
         if self._hold is None:
-            return record
+            return record, False
         rung = self.settings.policy.rungs.rung(record.status.phase)
         wanted = not self.settings.policy.dry_run and (
             record.status.phase == Phase.QUARANTINED or (rung is not None and rung.kind != Kind.RAMP)
@@ -735,8 +753,9 @@ class Reconciler:
         if before is not None:
             since = parse_rfc3339(before.last_transition_time)
             previous = (before.reason, since if since is not None else now)
-        decided = self._hold.sync(record, wanted, now, previous)
-        return with_held(record, decided, now)
+        decided = self._hold.sync(record, wanted, now, previous, aside=aside)
+        ready = decided is not None and decided.state is (HoldState.ASIDE if aside else HoldState.HELD)
+        return with_held(record, decided, now), ready
 
     def _runner(self, rung: Rung) -> CheckRunner:
         """The executor of a rung that waits on one: a check's Jobs, or the reset hand-off."""

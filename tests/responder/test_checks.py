@@ -125,10 +125,11 @@ def device_env(container: dict[str, Any]) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("kind", ["probe", "canary"])
-def test_a_device_plugin_check_gets_that_device_from_the_nvidia_runtime(kind: str) -> None:
+def test_a_device_plugin_check_asks_the_kubelet_for_one_gpu_on_the_node(kind: str) -> None:
     client = Client()
     checks = JobChecks(client)
     r = record(uuid="GPU-4a1c")
+    assert checks.through_kubelet(r)
     checks.start(r, kind, 1)
     checks.start(r, kind, 1)  # again: nothing twice
     name = f"{r.name}-{kind}-1"
@@ -137,19 +138,63 @@ def test_a_device_plugin_check_gets_that_device_from_the_nvidia_runtime(kind: st
     pod = pod_of(client, name)
     spec = pod["spec"]
     container = device_container(spec)
-    # No GPU request: the kubelet would hand any free Healthy GPU, and a pass could be another card's.
-    assert "resources" not in container and "resourceClaims" not in spec
-    assert device_env(container) == {
-        "NVIDIA_VISIBLE_DEVICES": "GPU-4a1c",
-        "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
-    }
+    # One GPU from the kubelet, while the card's hold has stepped aside (the only free GPU is the
+    # card); the device plugin's Allocate names it to the runtime, not an env of ours.
+    gpu = {"nvidia.com/gpu": "1"}
+    assert container["resources"] == {"limits": gpu, "requests": gpu} and "resourceClaims" not in spec
+    assert device_env(container) == {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+    # The probe's judge asks for the same GPU: the kubelet reports devices of app containers only.
+    assert all(c.get("resources") == {"limits": gpu, "requests": gpu} for c in spec["containers"])
     assert spec["runtimeClassName"] == "nvidia"
-    assert spec["nodeName"] == "gpu-node-1"  # not scheduled: the extender would refuse the device
+    assert spec["nodeName"] == "gpu-node-1"  # not scheduled: the extender would refuse the node
     assert spec["tolerations"] == [{"operator": "Exists"}]  # every taint the node may carry
     # Only the record's own note of the device for people; nothing a kubelet would read.
     assert pod["metadata"]["annotations"] == {"gpuhealth.io/device": "gpu-node-1/GPU-4a1c"}
     assert spec["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] == 0
     assert job["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+@pytest.mark.parametrize("kind", ["probe", "canary"])
+def test_a_device_plugin_check_can_get_that_device_from_the_nvidia_runtime_instead(kind: str) -> None:
+    client = Client()
+    checks = JobChecks(client, CheckSettings(device_plugin_route="visible-devices"))
+    r = record(uuid="GPU-4a1c")
+    assert not checks.through_kubelet(r)
+    checks.start(r, kind, 1)
+    name = f"{r.name}-{kind}-1"
+    spec = pod_of(client, name)["spec"]
+    container = device_container(spec)
+    # No GPU request: the kubelet would hand any free Healthy GPU; the runtime gives the card.
+    assert "resources" not in container and "resourceClaims" not in spec
+    assert device_env(container) == {
+        "NVIDIA_VISIBLE_DEVICES": "GPU-4a1c",
+        "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+    }
+    assert spec["nodeName"] == "gpu-node-1"
+
+
+def test_a_check_the_kubelet_gave_another_card_is_void_and_started_again() -> None:
+    client = Client()
+    checks = JobChecks(client)
+    r = record(uuid="GPU-4a1c")
+    checks.start(r, "canary", 1)
+    name = f"{r.name}-canary-1"
+    job = client.objects[(JOB.plural, name)]
+    job["status"] = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+    allocated = [{"name": "nvidia.com/gpu", "resources": [{"resourceID": "GPU-other", "health": "Healthy"}]}]
+    pod = {
+        "metadata": {"name": f"{name}-x", "namespace": "gpuhealth-system", "labels": {"job-name": name}},
+        "status": {"phase": "Succeeded", "containerStatuses": [{"allocatedResourcesStatus": allocated}]},
+    }
+    client.objects[("pods", pod["metadata"]["name"])] = pod
+    assert checks.result(r, "canary", 1) is CheckResult.ABSENT
+    assert (JOB.plural, name) not in client.objects  # deleted: the next start makes it again
+    # On the card, its verdict counts.
+    checks.start(r, "canary", 1)
+    client.objects[(JOB.plural, name)]["status"] = job["status"]
+    allocated[0]["resources"][0]["resourceID"] = "GPU-4a1c"
+    client.objects[("pods", pod["metadata"]["name"])] = pod
+    assert checks.result(r, "canary", 1) is CheckResult.SUCCEEDED
 
 
 def test_the_runtime_class_is_a_setting() -> None:

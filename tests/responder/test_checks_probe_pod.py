@@ -39,7 +39,7 @@ def probe_spec(settings: CheckSettings | None = None, **labels: Any) -> dict[str
 
 
 def test_the_probe_pod_runs_the_diagnostic_first_and_the_judge_after_it() -> None:
-    spec = probe_spec(uuid="GPU-4a1c")
+    spec = probe_spec(CheckSettings(device_plugin_route="visible-devices"), uuid="GPU-4a1c")
     (diag,) = spec["initContainers"]
     (judge_c,) = spec["containers"]
     assert (diag["image"], tuple(diag["command"])) == (PROBE.image, DIAG_COMMAND)
