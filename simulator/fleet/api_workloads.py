@@ -20,7 +20,9 @@ on the understanding that its workloads start where the model's first-fit layout
 breaks ties between equally good nodes at random, so each pod template says where its
 workload was laid out the way a user would: a *preferred* node affinity for those nodes. It
 is a preference, never a requirement: a pod that no longer fits there (its device
-quarantined) goes wherever the scheduler finds room, as on any cluster.
+quarantined) goes wherever the scheduler finds room, as on any cluster. Which GPUs of a
+device-plugin node the initial pods get is the node agents' part (`initial_layout`): the layout's,
+until the timeline starts.
 """
 
 from __future__ import annotations

@@ -19,13 +19,15 @@ name (`kubelet_rng`): a run with the same seed and the same admissions repeats e
 
 Who goes through this choice: every pod a simulated kubelet admits on a device-plugin node once
 the fleet stands — pods created or bound through the API (`pod_runner`: clients' pods,
-gpuhealth's holder and check pods, and on a control plane the fleet does not own every pod of
-the scenario's workloads too, since its controllers make them) and the scenario's replacement
-pods that the simulated scheduler binds (`scheduler`). Not the scenario's initial pods on the
-simulated control plane: they are written already running where the model's first-fit layout
-puts them (`simulator.model.place_workloads`), the state the scenario starts from, which its
-faults and expectations name by GPU index. DRA devices are the scheduler's allocation
-(`dra_allocator`), never chosen here.
+gpuhealth's holder and check pods, and on a control plane the fleet does not own the scenario's
+workload pods that its controllers make once the timeline has started, replacements included)
+and the scenario's replacement pods that the simulated scheduler binds (`scheduler`). Not the
+scenario's initial pods: the state the scenario starts from, which its faults and expectations
+name by GPU index. On the simulated control plane they are written already running where the
+model's first-fit layout puts them (`simulator.model.place_workloads`); beside another control
+plane its controllers make them and the kubelet gives them the layout's slots until the timeline
+starts (`initial_layout`: a fixture, never a kubelet's behaviour). DRA devices are the
+scheduler's allocation (`dra_allocator`), never chosen here.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from simulator.fleet.dra_driver import DraDriver, NvidiaDraDriver
 from simulator.fleet.events import FaultApplied, FleetEvent
 from simulator.fleet.extender_client import ExtenderConfig
 from simulator.fleet.health import Gpu
+from simulator.fleet.initial_layout import InitialLayout
 from simulator.fleet.janitor import Janitor
 from simulator.fleet.job_controller import JobController
 from simulator.fleet.kubelet import Kubelet
@@ -121,9 +122,12 @@ class Fleet:
             synced=lambda node: self.pod_runner.node_synced(node),
         )  # fmt: skip
         self.checkpoints = CheckpointAgent(api, timers)
+        # Beside a control plane the fleet does not own, its controllers make the scenario's initial
+        # pods: they get the layout's devices until the timeline starts (`initial_layout`).
+        layout = None if store is not None else InitialLayout(scenario, lambda: bool(self.timeline.applied))
         self.pod_runner = PodRunner(
             api, settings, timers, self.nodes, self.pods, self.pending, drivers, pod_status,
-            self.checkpoints, self.kubelet.allocated, terminating=self._pod_terminating,
+            self.checkpoints, self.kubelet.allocated, terminating=self._pod_terminating, layout=layout,
         )  # fmt: skip
         self.device_plugin = DevicePlugin(self.kubelet.push)
         # One DRA driver install per cluster: the fleet's profile (`NodeGroup.dra_driver`) picks it.

@@ -7,7 +7,10 @@ as a kubelet runs what the API server assigns to its node:
 - admission: CPU, memory and `nvidia.com/gpu` must fit what the node has left, else phase
   Failed with reason `OutOf<resource>` (`OutOfcpu`, `OutOfnvidia.com/gpu`); GPUs are allocated
   as the device manager does (any free device the plugin reports Healthy, nothing outside the
-  kubelet consulted, no annotation read); DRA devices come from the claims' `status.allocation`;
+  kubelet consulted, no annotation read), except that beside a control plane the fleet does not
+  own a scenario's initial pods, until its timeline starts, get the slots its layout gives them
+  (`initial_layout`: the scenario's fixture, not a kubelet's behaviour); DRA devices come from
+  the claims' `status.allocation`;
 - the NVIDIA container runtime: a pod that gets no device from the device plugin or a claim
   reaches the GPUs its containers' `NVIDIA_VISIBLE_DEVICES` names (`visible_gpus`), as
   dcgm-exporter does; the kubelet knows nothing of it (no allocation, no
@@ -58,6 +61,7 @@ from simulator.fleet.checkpoint_agent import CheckpointAgent
 from simulator.fleet.container_runtime import ContainerRuntime, finished_state, marks
 from simulator.fleet.device_manager import allocate
 from simulator.fleet.health import HEALTHY
+from simulator.fleet.initial_layout import InitialLayout
 from simulator.fleet.node_api import NodeApi, PodEntry
 from simulator.fleet.state import DeviceDriver, PendingPod, SimNode, SimPod
 from simulator.fleet.timers import Timers
@@ -329,6 +333,27 @@ def fit(requested: int, used: int, capacity: int, resource: str) -> Rejection | 
     return Rejection(f"OutOf{resource}", f"{why}, capacity: {capacity}")
 
 
+def node_fit(node: SimNode, spec: RunSpec, extended: bool = False) -> Rejection | None:
+    """The kubelet's admission fit; `extended`: the pod's `nvidia.com/gpu` is served by a DRA
+    claim the scheduler made (KEP-5004), so the node's allocatable is not asked for it."""
+    active = [p for p in node.pods if not (p.terminated or p.stopped)]
+    for rejection in (
+        fit(spec.cpu_milli, sum(p.cpu_milli for p in active), CPU_ALLOCATABLE_MILLI, "cpu"),
+        fit(spec.memory, sum(p.memory_bytes for p in active), MEMORY_ALLOCATABLE, "memory"),
+    ):
+        if rejection is not None:
+            return rejection
+    if node.is_dra:
+        # DRA nodes advertise no nvidia.com/gpu
+        return None if extended else fit(spec.gpus, 0, 0, spec.resource)
+    if spec.resource != node.group.resource:
+        return fit(spec.gpus, 0, 0, spec.resource)  # a resource the node does not advertise
+    per_gpu = node.group.slots_per_gpu
+    total = len(node_slots(node.group))
+    healthy = max(0, node.allocatable_written) * per_gpu
+    return fit(spec.gpus, total - len(node.free), healthy, spec.resource)
+
+
 # ---------------------------------------------------------------------------- the pod workers
 
 
@@ -376,6 +401,7 @@ class PodRunner:
         agent: CheckpointAgent,
         allocated: Callable[[SimPod, SimNode], list[dict[str, Any]]],
         terminating: Callable[[SimPod], None],
+        layout: InitialLayout | None = None,
     ) -> None:
         self._api = api
         self._settings = settings
@@ -389,6 +415,8 @@ class PodRunner:
         self._allocated = allocated
         self._terminating = terminating
         """Told when a pod gets its deletionTimestamp (controllers replace Terminating pods at once)."""
+        self._layout = layout
+        """The scenario's initial pods' devices, where the fleet does not write those pods itself."""
         self._runs: dict[str, _Run] = {}
         self._failing: set[str] = set()  # `fail`: each start fails its startup probe, backs off
         self._owed: dict[str, set[str]] = {}
@@ -504,7 +532,7 @@ class PodRunner:
         sim.cpu_milli = spec.cpu_milli
         sim.memory_bytes = spec.memory
         sim.index = next(self._pod_index)
-        rejection = self._fits(node, spec, extended_claim(obj) is not None)
+        rejection = node_fit(node, spec, extended_claim(obj) is not None)
         slots: tuple[Slot, ...] = ()
         if rejection is None:
             if node.is_dra:
@@ -515,7 +543,7 @@ class PodRunner:
                     return
                 slots = found
             else:
-                picked = self._pick_devices(node, spec)
+                picked = self._pick_devices(node, spec, obj)
                 if isinstance(picked, Rejection):
                     rejection = picked
                 else:
@@ -554,32 +582,17 @@ class PodRunner:
         self._step_at(self._timers.now() + START_SECONDS, self._start, run, run.token)
         self._timers.wake()
 
-    def _fits(self, node: SimNode, spec: RunSpec, extended: bool = False) -> Rejection | None:
-        """The kubelet's admission fit; `extended`: the pod's `nvidia.com/gpu` is served by a DRA
-        claim the scheduler made (KEP-5004), so the node's allocatable is not asked for it."""
-        active = [p for p in node.pods if not (p.terminated or p.stopped)]
-        for rejection in (
-            fit(spec.cpu_milli, sum(p.cpu_milli for p in active), CPU_ALLOCATABLE_MILLI, "cpu"),
-            fit(spec.memory, sum(p.memory_bytes for p in active), MEMORY_ALLOCATABLE, "memory"),
-        ):
-            if rejection is not None:
-                return rejection
-        if node.is_dra:
-            # DRA nodes advertise no nvidia.com/gpu
-            return None if extended else fit(spec.gpus, 0, 0, spec.resource)
-        if spec.resource != node.group.resource:
-            return fit(spec.gpus, 0, 0, spec.resource)  # a resource the node does not advertise
-        per_gpu = node.group.slots_per_gpu
-        total = len(node_slots(node.group))
-        healthy = max(0, node.allocatable_written) * per_gpu
-        return fit(spec.gpus, total - len(node.free), healthy, spec.resource)
-
-    def _pick_devices(self, node: SimNode, spec: RunSpec) -> tuple[Slot, ...] | Rejection:
-        """The device manager's choice among free devices the plugin reports Healthy (`device_manager`)."""
+    def _pick_devices(
+        self, node: SimNode, spec: RunSpec, pod: dict[str, Any]
+    ) -> tuple[Slot, ...] | Rejection:
+        """Among free devices the plugin reports Healthy: a scenario's initial pod its layout slots
+        (`initial_layout`, beside a control plane the fleet does not own), else the device
+        manager's choice (`device_manager`)."""
         driver = self._drivers[node.group.path]
         now = self._timers.now()
         usable = [s for s in node.free if driver.health(node, node.gpus[s.gpu], now)[0] == HEALTHY]
-        picked = allocate(node, usable, spec.gpus)
+        claimed = None if self._layout is None else self._layout.claim(node.name, pod, spec.gpus, usable)
+        picked = claimed or allocate(node, usable, spec.gpus)
         if picked is None:
             return Rejection(
                 "UnexpectedAdmissionError",

@@ -5,7 +5,8 @@ no nodes of its own) and the scenario's nodes as agents that reach it through `K
 a scenario behaves as on the in-process path: the Nodes are registered Ready with their GPU
 capacity, Leases are renewed, the workloads (created as a Job with a ResourceClaimTemplate and a
 Deployment asking for `nvidia.com/gpu`) are scheduled by the control plane and run by the agents
-with `allocatedResourcesStatus`, and a fault on a GPU turns its device Unhealthy in the pod's
+with `allocatedResourcesStatus` (the device-plugin pod on the GPUs the scenario's layout gives
+it), and a fault on a GPU turns its device Unhealthy in the pod's
 status (and out of the node's allocatable on the device-plugin path). Each observation is made
 on both paths with the same checks; the agents' fleet holds no store at all.
 """
@@ -96,6 +97,9 @@ def test_nodes_ready_pods_running_and_a_fault_in_pod_status(run: Callable[[], An
         assert sorted(by_node) == ["gpu-dp-0", "gpu-dra-0"]
         dp_status = allocated_statuses(by_node["gpu-dp-0"])
         assert [s["name"] for s in dp_status] == ["nvidia.com/gpu"]
+        # The scenario's initial pod on the GPUs its layout gives it (first fit: 0 and 1) on both
+        # paths: written there in-process, given them by the agents' kubelet over HTTP.
+        assert sorted(path.gpu_of("gpu-dp-0", r["resourceID"]) for r in dp_status[0]["resources"]) == [0, 1]
         dra_status = allocated_statuses(by_node["gpu-dra-0"])
         assert [s["name"] for s in dra_status] == ["claim:gpus/gpus"]
         for entry in dp_status + dra_status:

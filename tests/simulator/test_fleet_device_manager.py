@@ -6,7 +6,10 @@ index); time-slicing replicas spread over the least-used cards, choosing among e
 one seed and node repeat exactly. On the fleet: a pod bound through the API, a replacement the
 simulated scheduler binds, and a pod run by node agents of a control plane the fleet does not
 own all get the kubelet's choice, the same on every run with the same seed, while the scenario's
-initial pods keep the model's first-fit layout.
+initial pods keep the model's first-fit layout: on the simulated control plane as written, and
+beside another control plane (whose controllers make them) as the node agents admit them before
+the timeline starts; a further pod of the workload, or one admitted once a fault was applied,
+gets the kubelet's choice there too.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from simulator.apiserver.store import Store
 from simulator.fleet import Fleet
 from simulator.fleet.device_manager import kubelet_rng, preferred_allocation
 from simulator.fleet.node_api import StoreNodeApi
-from simulator.fleet.objects import gpu_uuid
+from simulator.fleet.objects import WORKLOAD_LABEL, gpu_uuid
 from simulator.model import Slot
 from simulator.scenario import DeviceRef, Fault, from_dict
 
@@ -152,6 +155,23 @@ def api_pod(name: str, gpus: int = 1) -> dict[str, Any]:
     }
 
 
+def workload_pod(name: str, pod_hash: str = "6b9f4d") -> dict[str, Any]:
+    """A pod of the scenario's workload `w` as a Deployment controller makes it (owned by its
+    ReplicaSet, labelled), bound to `n-0` by a scheduler."""
+    pod = api_pod(name)
+    pod["metadata"]["labels"] = {"app": "w", WORKLOAD_LABEL: "w", "pod-template-hash": pod_hash}
+    owner = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": f"w-{pod_hash}",
+        "uid": "u-1",
+        "controller": True,
+    }
+    pod["metadata"]["ownerReferences"] = [owner]
+    pod["spec"]["restartPolicy"] = "Always"
+    return pod
+
+
 def allocated(store: Store, name: str) -> list[str]:
     status = store.get("pods", name, "default")["status"]
     (cs,) = status["containerStatuses"]
@@ -242,3 +262,38 @@ async def test_time_sliced_api_pods_spread_over_cards() -> None:
             await fleet.advance(2)
         ids = [allocated(store, name)[0] for name in ("a", "b", "c", "d")]
         assert sorted(i.split("::")[0] for i in ids) == sorted(gpu_uuid("n-0", g) for g in range(4))
+
+
+async def workload_pods_devices(seed: int, *, fault_first: bool) -> list[list[str]]:
+    """The devices three pods of the scenario's workload (2 replicas of 1 GPU) get from node agents
+    of a control plane the fleet does not own, admitted one by one; `fault_first`: after the
+    timeline applied a fault (an application XID on GPU 7, which changes no device's health)."""
+    data = scenario(seed)
+    data["workloads"][0]["replicas"] = 2
+    async with running(data, agents=True) as (fleet, store):
+        if fault_first:
+            fleet.inject(Fault(at=fleet.now(), kind="xid", device=DeviceRef("n-0", 7), xid=13))
+            await fleet.advance(1)
+        out = []
+        for name in ("w-a", "w-b", "w-c"):
+            store.create("pods", workload_pod(name), namespace="default")
+            await settle()
+            await fleet.advance(2)
+            out.append(allocated(store, name))
+        return out
+
+
+async def test_agents_give_initial_pods_the_layout_and_later_pods_the_kubelets_choice() -> None:
+    layout = [[gpu_uuid("n-0", 0)], [gpu_uuid("n-0", 1)]]
+    third: set[str] = set()
+    after_fault: set[str] = set()
+    for seed in range(8):
+        first, second, extra = await workload_pods_devices(seed, fault_first=False)
+        assert [first, second] == layout  # the layout's GPUs, whatever the seed
+        assert extra[0] not in {d for ids in layout for d in ids}
+        third.update(extra)
+        run = await workload_pods_devices(seed, fault_first=True)
+        assert len({d for ids in run for d in ids}) == 3
+        after_fault.update(run[0])
+    assert len(third) > 1  # a pod beyond the layout: the device manager's, not always the lowest free
+    assert after_fault - {gpu_uuid("n-0", 0)}  # once the timeline started, no layout at all
