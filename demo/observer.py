@@ -105,6 +105,8 @@ class Observer:
         self._starts_seen: set[str] = set()
         """namespace/name/uid of every pod seen Running: a pod starts once (POD_STARTED)."""
         self._starting: dict[str, tuple[float, str, str, str]] = {}
+        self._holders: dict[str, str] = {}
+        """Pod key -> the record a holder pod of gpuhealth's holds the card for."""
         """namespace/name -> (seen Running at, node, holder, check) of a started pod whose devices
         the API has not named yet (a claim seen after its pod, a status written later)."""
         self._status_ids: dict[str, tuple[str, ...]] = {}
@@ -526,7 +528,7 @@ class Observer:
             self._starting.pop(key, None)
             self._status_ids.pop(key, None)
             if before is not None and before[3]:
-                self._placement(at, "stopped", key, *before[:3], before[4])
+                self._placement(at, "stopped", key, *before[:3], before[4], self._holders.pop(key, ""))
             return
         labels = meta.get("labels") or {}
         job = labels.get("job-name") or labels.get("app") or ""
@@ -534,6 +536,9 @@ class Observer:
         node = str((obj.get("spec") or {}).get("nodeName") or "")
         running = (obj.get("status") or {}).get("phase") == "Running" and not meta.get("deletionTimestamp")
         check = str(labels.get(CHECK_LABEL) or "")
+        holder = str(labels.get(HOLDER_LABEL) or "")
+        if holder:
+            self._holders[key] = holder
         devices = devices or (before[1] if before else ())
         if check and node:
             # A check pod without an allocation reaches its GPU through the NVIDIA runtime.
@@ -562,7 +567,7 @@ class Observer:
         self._start_if_known(key)
         was_running = bool(before and before[3])
         if running != was_running and devices:
-            self._placement(at, "running" if running else "stopped", key, node, devices, job, check)
+            self._placement(at, "running" if running else "stopped", key, node, devices, job, check, holder)
         self._pods[key] = (node, devices, job, running, check)
         self._checkpoint_requested(at, key, obj, node, devices)
 
@@ -672,13 +677,23 @@ class Observer:
             self._start_if_known(pod)
 
     def _placement(
-        self, at: float, what: str, pod: str, node: str, devices: tuple[str, ...], job: str, check: str
+        self,
+        at: float,
+        what: str,
+        pod: str,
+        node: str,
+        devices: tuple[str, ...],
+        job: str,
+        check: str,
+        holder: str = "",
     ) -> None:
         if not any(d in self._recorded for d in devices):
             return
         detail = {"pod": pod, "job": job, "devices": ",".join(devices)}
         if check:
             detail["check"] = check
+        if holder:
+            detail["holder"] = holder  # gpuhealth's own, meant to be on the card
         self.journal.record(at, Kind.POD, what, node, devices[0], **detail)
 
     def _checkpoint_requested(

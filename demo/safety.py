@@ -854,8 +854,8 @@ def _pods_left(entries: list[Entry], deadline: float, ended_at: float, label: La
     """(device, pod) -> (from, to, job) of each spell running there."""
     running: dict[tuple[str, str], tuple[float, str]] = {}
     for e in entries:
-        if e.kind is not Kind.POD or e.detail.get("check"):
-            continue
+        if e.kind is not Kind.POD or e.detail.get("check") or e.detail.get("holder"):
+            continue  # gpuhealth's own checks and holders are meant to be on the card
         pod, job = e.detail.get("pod", ""), e.detail.get("job", "")
         for device in [d for d in e.detail.get("devices", e.device).split(",") if d]:
             key = (device, pod)
@@ -1055,7 +1055,7 @@ def _resets(entries: list[Entry], active: Callable[[str, float], list[_Record]],
     running: dict[str, set[str]] = {}
     out: list[str] = []
     for e in entries:
-        if e.kind is Kind.POD and not e.detail.get("check"):
+        if e.kind is Kind.POD and not e.detail.get("check") and not e.detail.get("holder"):
             for device in (e.detail.get("devices") or e.device).split(","):
                 pods = running.setdefault(device, set())
                 if e.what == "running":

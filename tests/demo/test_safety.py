@@ -861,6 +861,15 @@ def test_a_pod_left_behind_is_excused_by_an_unrecoverable_move_a_tripped_breaker
     assert late(gone) == ()
 
 
+def test_gpuhealth_s_holder_on_the_card_is_never_a_pod_left_behind() -> None:
+    j = full_story(journal())
+    j.record(
+        120, Kind.POD, "running", "gpu-dp-0", QUARANTINED,
+        pod="gpuhealth-system/rec-q-hold-x", job="", devices=QUARANTINED, holder="rec-q",
+    )  # fmt: skip
+    assert full_verdict(j).violations == ()
+
+
 def test_a_release_while_the_driver_reports_unhealthy_is_a_violation_even_unseen() -> None:
     scenario = resolve(
         {
