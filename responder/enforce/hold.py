@@ -158,9 +158,14 @@ class DeviceHold:
             replicas=_int(((node.get("metadata") or {}).get("labels") or {}).get(REPLICAS_LABEL)),
         )
         unfinished = [p for p in pods if (p.get("status") or {}).get("phase") not in FINISHED]
+        # In use: by workload pods, and by another record's holders (a fill of a card on the same
+        # node may hold this one for a moment; it lets it go when its fill completes).
         busy = tuple(
-            d for p in unfinished if not own_pod(p) for d in device_ids(p) if card.owns(d)
+            d for p in unfinished if _uses(p, record) for d in device_ids(p) if card.owns(d)
         )  # fmt: skip
+        unknown = sum(
+            1 for p in unfinished if _uses(p, record) and not device_ids(p) and gpus_requested(p) > 0
+        )
         checking = tuple(
             d for p in unfinished if _check_of(p, record) for d in device_ids(p) if card.owns(d)
         )  # fmt: skip
@@ -182,6 +187,7 @@ class DeviceHold:
                 refill_seconds=self.settings.refill_seconds,
                 aside=aside,
                 checking=checking,
+                unknown=unknown,
             )
         )
         if decided.state is HoldState.NOT_ALLOCATABLE:
@@ -318,6 +324,15 @@ def holds(node: Mapping[str, Any]) -> dict[str, str]:
     if not isinstance(value, dict):
         return {}
     return {str(d): str(s) for d, s in value.items() if s in ("held", "pending")}
+
+
+def _uses(pod: Mapping[str, Any], record: Quarantine) -> bool:
+    """Whether the pod uses what it was given as far as the record's hold is concerned: any
+    pod but gpuhealth's checks and the record's own holders."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if CHECK_LABEL in labels:
+        return False
+    return labels.get(HOLDER_LABEL, None) != holder_label(record)
 
 
 def _check_of(pod: Mapping[str, Any], record: Quarantine) -> bool:

@@ -119,6 +119,9 @@ class HoldInput:
     refill_seconds: float = 60.0
     aside: bool = False
     """A check of the card is due: step aside (`step_aside`) instead of holding."""
+    unknown: int = 0
+    """Pods on the node (not this record's holders) that ask for GPUs but whose devices the
+    kubelet has not reported yet (starting; another record's fill): one may be on the card."""
     checking: tuple[str, ...] = ()
     """Device IDs of the card that gpuhealth's check pods (not finished) use now."""
 
@@ -214,6 +217,15 @@ def plan(given: HoldInput) -> HoldPlan:
             "the rest is held once its pods have left",
             delete=tuple(delete),
             keep=keep,
+            units=units,
+        )
+    if not off_card and given.unknown:
+        # No fill of ours saw the node: some pod's devices are not known yet, and it may be on
+        # the card (another record's fill, a pod starting). Look again when they are.
+        return HoldPlan(
+            HoldState.FILLING,
+            f"waiting for {given.unknown} pod(s) on the node to be told their devices",
+            delete=tuple(delete),
             units=units,
         )
     return HoldPlan(

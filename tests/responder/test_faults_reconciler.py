@@ -24,10 +24,12 @@ from prometheus_client import CollectorRegistry
 from gpuhealth.clock import ManualClock
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
-from gpuhealth.kube.resources import NAMESPACE, NODE
+from gpuhealth.kube.resources import NAMESPACE, NODE, POD
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
 from responder.checks.jobs import CheckSettings, JobChecks
+from responder.enforce.hold import device_ids
+from responder.enforce.hold_plan import HOLDER_LABEL
 from responder.enforce.node_annotation import NODE_ANNOTATION
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
@@ -36,11 +38,12 @@ from responder.reconcile.events import EVENT, KubeEvents
 from responder.reconcile.health import StaticHealth
 from responder.reconcile.policy import Health
 from responder.reconcile.reconciler import Reconciler, WatchBackoff
-from responder.records import QUARANTINES, Phase
+from responder.records import DEVICE_PLUGIN, HELD, QUARANTINES, Phase
 from simulator.fleet.objects import gpu_uuid
 from simulator.testing import running_cluster
 from tests.responder.test_reconciler_simulated import CRD_FILE, CRDS, NS, SCENARIO, SETTINGS, World
 from tests.support.faulty_transport import WATCH_ONLY, Fault, FaultyTransport
+from tests.support.holds import product_hold
 
 pytestmark = pytest.mark.integration
 
@@ -73,6 +76,7 @@ def faulted_reconciler(w: World, client: KubeClient) -> Reconciler:
         enforcer=Enforcer(client, discover(w.client)),
         health=w.health,
         checks=JobChecks(client, CheckSettings(namespace=NS)),
+        **product_hold(client),
         events=KubeEvents(client),
         breaker_store=BreakerStore(client, NS),
         settings=SETTINGS,
@@ -118,14 +122,27 @@ def test_faulted_passes_converge_to_the_clean_end(world: World, seed: int) -> No
             reconciler.reconcile_once()  # never raises, whatever the API answers
             w.clock.advance(2)
         faults.enabled = False
-        for _ in range(5):
-            report = reconciler.reconcile_once()
-            if all(w.record(n).status.phase == Phase.QUARANTINED for n in names):
-                break
+
+        def converged() -> bool:
+            reconciler.reconcile_once()
             w.clock.advance(2)
+            records = [w.record(n) for n in names]
+            held = [r.status.condition(HELD) for r in records if r.spec.path == DEVICE_PLUGIN]
+            # Quarantined, and each device-plugin card held by a holder pod (the kubelet starts
+            # them in wall time: passes until it has).
+            return all(r.status.phase == Phase.QUARANTINED for r in records) and all(
+                c is not None and c.reason == "Held" for c in held
+            )
+
+        wait_until("every record quarantined and every device-plugin card held", converged, timeout=30)
         # Once converged, a clean pass finds nothing to do: nothing is stuck half-done.
         report = reconciler.reconcile_once()
         assert report.outcomes == dict.fromkeys(names, "unchanged")
+        # Lost responses to holder creates leave no stray holder: one per device-plugin card.
+        holders = w.client.list(POD, namespace=NS, label_selector=HOLDER_LABEL).items
+        assert sorted(device_ids(p) for p in holders) == sorted(
+            (gpu_uuid(n, i),) for n, i, dra in DEVICES if not dra
+        )
     finally:
         client.close()
     events = assert_converged(w, names)
@@ -176,6 +193,7 @@ async def test_the_watch_that_wakes_the_passes_survives_drops_and_410s(world: Wo
         enforcer=Enforcer(client, discover(client)),
         health=w.health,
         checks=JobChecks(client, CheckSettings(namespace=NS)),
+        **product_hold(client),
         events=KubeEvents(client),
         breaker_store=BreakerStore(client, NS),
         settings=replace(

@@ -27,7 +27,7 @@ from gpuhealth.kube.resources import NAMESPACE, NODE, POD, STATUS, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
 from responder.checks.jobs import CheckSettings, JobChecks
-from responder.enforce.hold import DeviceHold, device_ids, holds
+from responder.enforce.hold import device_ids, holds
 from responder.enforce.hold_plan import HOLDER_LABEL, HoldState
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
@@ -42,6 +42,7 @@ from responder.webhook.intake import IntakeSettings, Write, decide
 from simulator.fleet.objects import gpu_uuid
 from simulator.testing import running_cluster
 from tests.responder.test_intake import alert
+from tests.support.holds import product_hold
 
 pytestmark = pytest.mark.integration
 
@@ -76,12 +77,12 @@ class World:
             enforcer=Enforcer(self.client, discover(self.client)),
             health=self.health,
             checks=JobChecks(self.client, CheckSettings(namespace=NS)),
+            **product_hold(self.client),
             events=KubeEvents(self.client),
             breaker_store=BreakerStore(self.client, NS),
             settings=settings,
             clock=self.clock,
             registry=CollectorRegistry(),
-            hold=DeviceHold(self.client, NS),
         )
 
     def add(self, index: int) -> str:

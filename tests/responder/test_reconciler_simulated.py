@@ -45,6 +45,7 @@ from gpuhealth.testing.loopback import wait_until
 from responder.checks.jobs import CANARY as CANARY_CHECK
 from responder.checks.jobs import JOB, PROBE, CheckSettings, JobChecks, job_name
 from responder.enforce.backends import Backends
+from responder.enforce.hold import device_ids
 from responder.enforce.node_annotation import (
     NODE_ANNOTATION,
     RAMP_ANNOTATION,
@@ -70,11 +71,12 @@ from responder.reconcile.policy import (
     PolicySettings,
 )
 from responder.reconcile.reconciler import OPT_OUT_LABEL, Reconciler, ReconcilerSettings
-from responder.records import QUARANTINES, Phase, Quarantine, from_object, to_object
+from responder.records import HELD, QUARANTINES, Phase, Quarantine, from_object, to_object
 from responder.webhook.intake import IntakeSettings, Write, decide
 from simulator.fleet.objects import gpu_uuid
 from simulator.testing import ClusterHandle, running_cluster
 from tests.responder.test_intake import alert
+from tests.support.holds import product_hold
 
 pytestmark = pytest.mark.integration
 
@@ -115,6 +117,7 @@ class World:
             enforcer=Enforcer(self.client, rules),
             health=self.health,
             checks=JobChecks(self.client, CheckSettings(namespace=NS)),
+            **product_hold(self.client),
             events=KubeEvents(self.client),
             breaker_store=BreakerStore(self.client, NS),
             settings=settings,
@@ -169,7 +172,12 @@ class World:
         ]
 
     def check(self, name: str, kind: str) -> CheckResult:
-        return JobChecks(self.client, CheckSettings(namespace=NS)).result(self.record(name), kind, 1)
+        """The check's result; while its Job is absent, a reconcile pass (as the reconciler makes
+        every few seconds while a device-plugin card's hold steps aside for the check)."""
+        result = JobChecks(self.client, CheckSettings(namespace=NS)).result(self.record(name), kind, 1)
+        if result is CheckResult.ABSENT:
+            self.reconciler.reconcile_once()
+        return result
 
 
 @pytest.fixture
@@ -431,6 +439,13 @@ def test_a_restarted_reconciler_resumes_and_doubles_nothing(world: World) -> Non
     names = [w.add("dp-0", i, dra=False) for i in range(2)] + [w.add("dra-0", 2, dra=True)]
     w.reconciler.reconcile_once()
     assert {w.record(n).status.phase for n in names} == {Phase.QUARANTINED}
+
+    def held() -> bool:
+        w.reconciler.reconcile_once()
+        conditions = [w.record(n).status.condition(HELD) for n in names[:2]]
+        return all(c is not None and c.reason == "Held" for c in conditions)
+
+    wait_until("the device-plugin cards held by holder pods", held, timeout=30)
     versions = {n: w.client.get(QUARANTINES, n)["metadata"]["resourceVersion"] for n in names}
     rule_version = (w.rule(names[2]) or {})["metadata"]["resourceVersion"]
     events = {n: w.events(n) for n in names}
@@ -455,6 +470,7 @@ async def test_the_leader_runs_the_loop_woken_by_the_watch_and_stops_when_it_sto
         enforcer=Enforcer(w.client, discover(w.client)),
         health=w.health,
         checks=JobChecks(w.client, CheckSettings(namespace=NS)),
+        **product_hold(w.client),
         events=KubeEvents(w.client),
         breaker_store=BreakerStore(w.client, NS),
         settings=replace(SETTINGS, max_recheck_seconds=3600),
@@ -502,9 +518,12 @@ def test_a_device_plugin_check_runs_on_its_device_and_follows_its_health(world: 
     probe = check_pod(w, name, "probe")
     # The diagnostic (an init container that started its own hostengine) reached the card and
     # the judge read its report: the Job passed because the simulated dcgmi found the card good.
+    # The kubelet gave it the card (the hold had stepped aside: the node's other free GPUs held),
+    # and says so for the judge, which asked for the same GPU.
     (container,) = probe["spec"]["initContainers"]
-    assert probe["spec"]["nodeName"] == "dp-1" and "nvidia.com/gpu" not in json.dumps(container)
-    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": uuid} in container["env"]
+    assert probe["spec"]["nodeName"] == "dp-1" and container["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert "NVIDIA_VISIBLE_DEVICES" not in json.dumps(container)
+    assert device_ids(probe) == (uuid,)
     assert container["command"] == list(PROBE.command)
     assert [s["state"]["terminated"]["exitCode"] for s in probe["status"]["initContainerStatuses"]] == [0]
     # The card breaks again before the canary (the node's other cards stay Healthy), unseen by
@@ -516,7 +535,7 @@ def test_a_device_plugin_check_runs_on_its_device_and_follows_its_health(world: 
     wait_until("the canary failed", lambda: w.check(name, "canary") == CheckResult.FAILED, timeout=60)
     (canary,) = check_pod(w, name, "canary")["spec"]["containers"]
     assert (canary["image"], canary["command"]) == (CANARY_CHECK.image, list(CANARY_CHECK.command))
-    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": uuid} in canary["env"]
+    assert canary["resources"]["limits"] == {"nvidia.com/gpu": "1"}
     w.reconciler.reconcile_once()
     record = w.record(name)
     assert record.status.phase == Phase.QUARANTINED
@@ -587,6 +606,7 @@ def test_an_enforcement_is_handed_over_when_the_devices_identity_changes(world: 
         enforcer=Backends(w.client, (NodeAnnotation(w.client),)),
         health=w.health,
         checks=JobChecks(w.client, CheckSettings(namespace=NS)),
+        **product_hold(w.client),
         events=KubeEvents(w.client),
         breaker_store=BreakerStore(w.client, NS),
         settings=SETTINGS,

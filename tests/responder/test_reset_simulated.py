@@ -44,6 +44,7 @@ from simulator.fleet.objects import gpu_uuid
 from simulator.testing import running_cluster
 from tests.responder.test_intake import alert
 from tests.responder.test_reconciler_simulated import CRD_FILE, CRDS, NS, POLICY, SETTINGS
+from tests.support.holds import product_hold
 
 pytestmark = pytest.mark.integration
 
@@ -129,6 +130,7 @@ def world() -> Iterator[World]:
             enforcer=Enforcer(client, discover(client)),
             health=health,
             checks=JobChecks(client, CheckSettings(namespace=NS)),
+            **product_hold(client),
             events=KubeEvents(client),
             breaker_store=BreakerStore(client, NS),
             settings=RESET_SETTINGS,

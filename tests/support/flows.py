@@ -29,7 +29,6 @@ from gpuhealth.kube.resources import NAMESPACE, NODE, POD, RESOURCE_CLAIM, Resou
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
 from responder.checks.jobs import CheckSettings, JobChecks
-from responder.enforce.hold import DeviceHold
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
 from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
@@ -52,6 +51,7 @@ from responder.records import (
 from responder.webhook.intake import Alert
 from responder.webhook.recorder import Recorder
 from simulator.fleet.objects import gpu_uuid
+from tests.support.holds import product_hold
 
 NS = "gpuhealth-system"
 POLICY = PolicySettings(
@@ -137,13 +137,13 @@ def new_replica(
         enforcer=Enforcer(client, discover(client)),
         health=health,
         checks=JobChecks(client, CheckSettings(namespace=NS)),
+        **product_hold(client),
         events=KubeEvents(client),
         breaker_store=BreakerStore(client, NS),
         settings=settings,
         clock=clock,
         registry=CollectorRegistry(),
         migrate=migrator.step,
-        hold=DeviceHold(client, NS),
     )
     return Replica(client, reconciler)
 
