@@ -225,3 +225,36 @@ def test_a_fill_converges_on_holding_exactly_the_card_s_free_units(
         assert state is HoldState.HELD
     else:
         assert state is HoldState.NOT_ALLOCATABLE
+
+
+def test_a_pod_not_yet_told_its_devices_is_waited_for_never_taken_for_an_excluded_card() -> None:
+    # Another record's fill took every free GPU; its holders have no devices yet.
+    decided = plan(HoldInput(CARD, holders=(), busy=(), free=0, unknown=3))
+    assert decided.state is HoldState.FILLING and decided.create == 0
+    assert plan(HoldInput(CARD, holders=(), busy=(), free=0)).state is HoldState.NOT_ALLOCATABLE
+
+
+def test_for_a_check_the_hold_steps_aside_once_every_other_free_gpu_is_held() -> None:
+    held = holder("h0", "GPU-bad")
+    # The node's 3 other free GPUs are held first, the card's holder kept meanwhile.
+    first = plan(HoldInput(CARD, holders=(held,), busy=(), free=3, aside=True))
+    assert first.state is HoldState.FILLING and first.create == 3 and first.delete == ()
+    others = (holder("h1", "GPU-a"), holder("h2", "GPU-b"), holder("h3", "GPU-c"))
+    second = plan(HoldInput(CARD, holders=(held, *others), busy=(), free=0, aside=True))
+    assert second.state is HoldState.FILLING and second.delete == ("h0",)
+    # The card is the one free GPU: a check's one-GPU request can only be given the card.
+    ready = plan(HoldInput(CARD, holders=others, busy=(), free=1, aside=True))
+    assert ready.state is HoldState.ASIDE and ready.create == 0 and ready.delete == ()
+    # A pod elsewhere ended: that GPU is held before the check may start.
+    freed = plan(HoldInput(CARD, holders=others, busy=(), free=2, aside=True))
+    assert freed.state is HoldState.FILLING and freed.create == 1
+    # The check runs on the card: still stepped aside; afterwards the hold comes back with a fill.
+    checking = plan(HoldInput(CARD, holders=others, busy=(), free=0, aside=True, checking=("GPU-bad",)))
+    assert checking.state is HoldState.ASIDE
+    back = plan(HoldInput(CARD, holders=others, busy=(), free=1))
+    assert back.state is HoldState.FILLING and back.create == 1
+
+
+def test_no_check_while_a_workload_pod_is_on_the_card() -> None:
+    decided = plan(HoldInput(CARD, holders=(), busy=("GPU-bad",), free=2, aside=True))
+    assert decided.state is HoldState.CARD_BUSY and decided.create == 0
