@@ -199,9 +199,10 @@ class JobChecks:
             job = self._client.get(JOB, name, namespace=self.settings.namespace)
         except NotFound:
             return CheckResult.ABSENT
-        if self._elsewhere(record, name):
+        if self._void(record, name):
             # The kubelet gave the check another card (a GPU freed between the hold stepping
-            # aside and the pod's admission): its verdict is not the card's. Start it again.
+            # aside and the pod's admission), or refused it at admission (another card's hold
+            # took every GPU meanwhile): its verdict is not the card's. Start it again.
             self.finish(record, kind, attempt)
             return CheckResult.ABSENT
         return job_result(job)
@@ -210,17 +211,20 @@ class JobChecks:
         """Whether the record's checks get its card from the kubelet (the hold steps aside)."""
         return through_kubelet(self.settings.device_plugin_route, record)
 
-    def _elsewhere(self, record: Quarantine, name: str) -> bool:
-        """Whether a pod of the check was allocated devices by the kubelet, none of the card's."""
+    def _void(self, record: Quarantine, name: str) -> bool:
+        """Whether a pod of the check, on the kubelet's route, says nothing about the card: it
+        was allocated devices none of which are the card's, or the kubelet refused it at
+        admission (`status.reason` UnexpectedAdmissionError or OutOf<resource>, no devices)."""
         if not self.through_kubelet(record):
             return False
         card = Card(record.spec.uuid or record.spec.device, record.spec.partitions)
-        pods = self._client.list(
-            POD, namespace=self.settings.namespace, label_selector=f"job-name={name}"
-        ).items
-        for pod in pods:
+        ns = self.settings.namespace
+        for pod in self._client.list(POD, namespace=ns, label_selector=f"job-name={name}").items:
             got = device_ids(pod)
             if got and not any(card.owns(d) for d in got):
+                return True
+            reason = str((pod.get("status") or {}).get("reason") or "")
+            if not got and (reason == "UnexpectedAdmissionError" or reason.startswith("OutOf")):
                 return True
         return False
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -52,7 +52,11 @@ from responder.records import Quarantine, owner_reference
 log = logging.getLogger(__name__)
 
 HOLDS_NODE_ANNOTATION = "gpuhealth.io/device-holds"
-"""Node annotation: a JSON object of device ID to `held` or `pending` (`responder.extender.capacity`)."""
+"""Node annotation: a JSON object of device ID to `held`, `pending` or `aside`
+(`responder.extender.capacity`)."""
+ASIDE_MARK = "aside"
+"""The card's hold stepped aside for its check: as `pending` for the extender, and no other
+card's fill on the node may start meanwhile (it would take the card from the check)."""
 CHECK_LABEL = "gpuhealth.io/check"
 """Label of the pods of gpuhealth's own probe and canary Jobs (`responder.checks.jobs`)."""
 RECORD_LABEL = "gpuhealth.io/record"
@@ -115,6 +119,8 @@ class DeviceHold:
     def __init__(self, client: Api, namespace: str, settings: HoldSettings | None = None) -> None:
         self._client = client
         self._namespace = namespace
+        self.namespace = namespace
+        """Where the holders live (gpuhealth's own namespace)."""
         self.settings = settings or HoldSettings()
         self._seen: dict[str, float] = {}
         """Holder uid -> when this responder first saw it: a holder's age is judged on our own
@@ -194,6 +200,15 @@ class DeviceHold:
             self._allocatable[record.name] = allocatable
         else:
             self._allocatable.pop(record.name, None)
+        others = {d: v for d, v in holds(node).items() if d not in _listed_ids(record)}
+        if decided.create and not aside and ASIDE_MARK in others.values():
+            # Another card of the node stepped aside for its check: a fill now would take that
+            # card from its check pod. Its check is short; the extender keeps new pods off the
+            # node meanwhile.
+            waiting = ", ".join(d for d, v in others.items() if v == ASIDE_MARK)
+            decided = replace(
+                decided, state=HoldState.FILLING, create=0, message=f"waiting for the check of {waiting}"
+            )
         by_name = {str((p.get("metadata") or {}).get("name")): p for p in holders}
         for name in decided.delete:
             if name in by_name:
@@ -202,7 +217,7 @@ class DeviceHold:
         for _ in range(decided.create):
             self._client.create(POD, self.holder(record), namespace=self._namespace)
         self.pods[record.name] = len(holders) - len(decided.delete) + decided.create
-        self._mark(record, "held" if decided.state.standing else "pending" if decided.state.pending else None)
+        self._mark(record, _mark_of(decided.state))
         if decided.create or decided.delete:
             log.info(
                 "%s: hold %s: %d holder(s) made, %d deleted (%s)",
@@ -286,7 +301,7 @@ class DeviceHold:
 
     def _mark(self, record: Quarantine, state: str | None) -> None:
         """The record's devices in the node's `gpuhealth.io/device-holds` as `state` (None: absent)."""
-        ids = set(record.spec.partitions or (record.spec.device,)) | {record.spec.device}
+        ids = _listed_ids(record)
         listed = record.spec.partitions or (record.spec.device,)
 
         def attempt() -> None:
@@ -312,7 +327,8 @@ class DeviceHold:
 
 
 def holds(node: Mapping[str, Any]) -> dict[str, str]:
-    """The node's `gpuhealth.io/device-holds`: device ID -> `held` | `pending`; unreadable: none."""
+    """The node's `gpuhealth.io/device-holds`: device ID -> `held` | `pending` | `aside`;
+    unreadable: none."""
     raw = ((node.get("metadata") or {}).get("annotations") or {}).get(HOLDS_NODE_ANNOTATION)
     if not raw or not isinstance(raw, str):
         return {}
@@ -323,7 +339,18 @@ def holds(node: Mapping[str, Any]) -> dict[str, str]:
         return {}
     if not isinstance(value, dict):
         return {}
-    return {str(d): str(s) for d, s in value.items() if s in ("held", "pending")}
+    return {str(d): str(s) for d, s in value.items() if s in ("held", "pending", ASIDE_MARK)}
+
+
+def _mark_of(state: HoldState) -> str | None:
+    """What the node's `gpuhealth.io/device-holds` says of a card in `state` (None: nothing)."""
+    if state is HoldState.ASIDE:
+        return ASIDE_MARK
+    return "held" if state.standing else "pending" if state.pending else None
+
+
+def _listed_ids(record: Quarantine) -> set[str]:
+    return set(record.spec.partitions or (record.spec.device,)) | {record.spec.device}
 
 
 def _uses(pod: Mapping[str, Any], record: Quarantine) -> bool:

@@ -271,11 +271,15 @@ def step_aside(given: HoldInput) -> HoldPlan:
             units=units,
         )
     if given.free > card_free:
-        # A GPU other than the card is free: held first, or the check could be given it.
+        # A GPU other than the card is free: held first, or the check could be given it. Every
+        # free unit gets a holder, the card's too (which unit a holder gets is the kubelet's
+        # choice: time-slicing puts a replica on the least-used card, often this one), and those
+        # on the card are deleted once the fill is complete.
         return HoldPlan(
             HoldState.FILLING,
-            f"stepping aside for a check: holding the node's {given.free - card_free} other free GPU(s)",
-            create=given.free - card_free,
+            f"stepping aside for a check: holding the node's {given.free} free GPU(s), "
+            f"{given.free - card_free} of them other cards'",
+            create=given.free,
             delete=tuple(delete),
             units=units,
         )

@@ -52,7 +52,8 @@ from gpuhealth import fields
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.reflector import Events, Listed, Message, Reflector
 from gpuhealth.kube.resources import NODE, POD
-from responder.enforce.hold import holds
+from responder.enforce.hold import ASIDE_MARK, holds
+from responder.enforce.hold_plan import HOLDER_LABEL
 from responder.enforce.node_annotation import NODE_ANNOTATION, ramping
 from responder.extender.filter import GPU_RESOURCE, ArgsError, NodeCapacity, gpus_requested, opted_in
 from responder.reconcile.reconciler import WatchBackoff
@@ -80,6 +81,10 @@ class NodeGpus:
     holding: int = 0
     """Listed devices whose hold is being made (`gpuhealth.io/device-holds` says `pending`): while
     any is, the node takes no new GPU pod, since the kubelet could hand it the card."""
+    held: int = 0
+    """Listed devices the annotation says a holder pod holds: the cache checks that the node has
+    as many holder pods, since a holder deleted by hand leaves the annotation saying `held` until
+    the responder's next pass."""
 
     @property
     def quarantined_allocatable(self) -> int:
@@ -101,10 +106,17 @@ def node_gpus(node: Mapping[str, Any]) -> NodeGpus:
     listed = listed_devices(node)
     # A card a holder pod holds is counted by that pod's request: not counted out a second time.
     excluded = {d for d in listed if held.get(d) != "held"} | ramp.keys()
-    pending = sum(1 for d in listed if held.get(d) == "pending")
+    pending = sum(1 for d in listed if held.get(d) in ("pending", ASIDE_MARK))
+    standing = sum(1 for d in listed if held.get(d) == "held")
     # A node that reports allocatable but no capacity (a hand-written object) drops nothing.
     return NodeGpus(
-        max(capacity, allocatable), allocatable, len(excluded), len(ramp), sum(ramp.values()), pending
+        max(capacity, allocatable),
+        allocatable,
+        len(excluded),
+        len(ramp),
+        sum(ramp.values()),
+        pending,
+        standing,
     )
 
 
@@ -147,6 +159,11 @@ def pod_gpus(pod: Mapping[str, Any]) -> tuple[str, int] | None:
     return (node, gpus) if gpus > 0 else None
 
 
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
 def _key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
@@ -165,6 +182,8 @@ class CapacityCache:
     """Per node: bound, unfinished GPU pods that opt in to ramping devices."""
     _listed: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _holders: dict[str, str] = field(default_factory=dict)
+    """gpuhealth's holder pods bound and unfinished: pod key -> node."""
     _unbound: set[str] = field(default_factory=set)
     """Pods seen without a node that kube-scheduler is to place (their keys)."""
     on_scheduled: Callable[[], None] | None = None
@@ -188,13 +207,16 @@ class CapacityCache:
                 return None
             requested = self._requested.get(name, 0)
             opted = self._opted_in.get(name, 0)
+            holders = sum(1 for node_of in self._holders.values() if node_of == name)
+        # A card said held with no holder pod on the node (deleted by hand, evicted): being held again.
+        unheld = max(0, gpus.held - holders)
         return NodeCapacity(
             gpus.allocatable,
             requested,
-            gpus.quarantined_allocatable,
+            gpus.quarantined_allocatable + unheld,
             gpus.ramping_allocatable,
             max(0, gpus.ramp_pods - opted),
-            gpus.holding,
+            gpus.holding + unheld,
         )
 
     def apply(self, message: Message) -> None:
@@ -206,7 +228,7 @@ class CapacityCache:
                         for obj in items:
                             self._apply_node("ADDED", obj)
                     else:
-                        self._pods, self._requested, self._opted_in = {}, {}, {}
+                        self._pods, self._requested, self._opted_in, self._holders = {}, {}, {}, {}
                         for obj in items:
                             self._apply_pod("ADDED", obj)
                     self._listed.add(resource)
@@ -241,6 +263,9 @@ class CapacityCache:
             _add(self._requested, node, -gpus)
             if opted:
                 _add(self._opted_in, node, -1)
+        self._holders.pop(key, None)
+        if held is not None and HOLDER_LABEL in (_meta(obj).get("labels") or {}):
+            self._holders[key] = held[0]
         if held is not None:
             node, gpus = held
             opted = opted_in(obj)

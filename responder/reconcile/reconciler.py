@@ -71,11 +71,11 @@ from gpuhealth.kube.elector import Term
 from gpuhealth.kube.errors import ApiError, Conflict, NotFound
 from gpuhealth.kube.meta import parse_rfc3339, rfc3339
 from gpuhealth.kube.reflector import Events, Listed, Message, Reflector
-from gpuhealth.kube.resources import NODE, STATUS
+from gpuhealth.kube.resources import NODE, POD, STATUS
 from responder import metrics
 from responder.checks.jobs import CheckRunner
 from responder.enforce.hold import DeviceHold
-from responder.enforce.hold_plan import HoldPlan, HoldState
+from responder.enforce.hold_plan import HOLDER_LABEL, HoldPlan, HoldState
 from responder.enforce.holders import DeviceHolders
 from responder.enforce.identity import SliceDevice
 from responder.enforce.shipped import Enforcer
@@ -469,6 +469,22 @@ class Reconciler:
             )
             watcher = threading.Thread(target=reflector.run, name="quarantine-watch", daemon=True)
             watcher.start()
+            if self._hold is not None:
+                # A holder deleted, evicted or refused by someone is filled again at once, not at
+                # the next recheck: until then the kubelet could hand its card to a new pod.
+                holders = Reflector(
+                    self._watch_client,
+                    "holders",
+                    POD,
+                    emit=emit,
+                    stop=stop,
+                    page_size=self.settings.page_size,
+                    watch_timeout_seconds=self.settings.watch_timeout_seconds,
+                    backoff=self.settings.watch_backoff,
+                    namespace=self._hold.namespace,
+                    label_selector=HOLDER_LABEL,
+                )
+                threading.Thread(target=holders.run, name="holder-watch", daemon=True).start()
         try:
             while term is None or not term.ending:
                 wake.clear()

@@ -191,10 +191,25 @@ def test_a_held_card_is_not_counted_out_twice_and_a_hold_being_made_keeps_new_po
     )
     cache = CapacityCache()
     cache.apply(Listed(NODES, [listed]))
-    cache.apply(Listed(PODS, []))
+    holder = pod("gpuhealth-hold", "n1", 1)
+    holder["metadata"]["labels"]["gpuhealth.io/holder"] = "rec-0"
+    cache.apply(Listed(PODS, [holder]))
     view = cache.capacity("n1")
     assert view is not None and view.holding == 1
     assert view.free == 0 and view.free_for(opted_in=True) == 0
+    # GPU-1's hold stands too; then someone deletes GPU-0's holder: until the responder's next
+    # pass says so, the annotation still says held, and the node passes no GPU pod meanwhile.
+    holds = {"GPU-0": "held", "GPU-1": "held"}
+    listed["metadata"]["annotations"][HOLDS_NODE_ANNOTATION] = json.dumps(holds)
+    other = pod("gpuhealth-hold-2", "n1", 1)
+    other["metadata"]["labels"]["gpuhealth.io/holder"] = "rec-1"
+    cache.apply(Events(NODES, [("MODIFIED", listed)]))
+    cache.apply(Events(PODS, [("ADDED", other)]))
+    standing = cache.capacity("n1")
+    assert standing is not None and standing.holding == 0 and standing.free == 8 - 2
+    cache.apply(Events(PODS, [("DELETED", holder)]))
+    deleted = cache.capacity("n1")
+    assert deleted is not None and deleted.holding == 1 and deleted.free == 0
 
 
 def test_gpu_pods_the_scheduler_binds_are_counted_once_and_no_other() -> None:
