@@ -126,7 +126,10 @@ class Observer:
 
     def fleet_event(self, event: FleetEvent, at: float) -> None:
         j = self.journal
-        if isinstance(event, FaultApplied):
+        if isinstance(event, FaultApplied) and event.fault.is_action:
+            # A person's doing (kubectl scale, delete pods), not a fault: a line of the story.
+            j.record(at, Kind.NOTE, f"a person: {event.fault.describe()}", event.fault.node or "")
+        elif isinstance(event, FaultApplied):
             fault = event.fault
             node = fault.device.node if fault.device is not None else (fault.node or "")
             device = (

@@ -37,6 +37,9 @@ NODE_FAULTS = frozenset(
     | {"device-plugin-restart"}
 )
 FAULT_KINDS = DEVICE_FAULTS | NODE_FAULTS | {"recover"}
+ACTIONS = frozenset({"scale", "delete-pods"})
+"""Timeline entries that are a person's doing through the API (`action:`), not the hardware's:
+`kubectl scale` of a Deployment (a patch of its `spec.replicas`), `kubectl delete pods -l`."""
 
 CHECKPOINT_AFTER = 10.0
 """Default simulated seconds a workload's checkpoint agent takes to commit a requested checkpoint."""
@@ -213,10 +216,28 @@ class Fault:
     (a hardware fault: the card stays failed); None: no reset is needed."""
     watch: str | None = None
     """health-watch: the DCGM health watch that fails (`DCGM_HEALTH_WATCHES`) until the device recovers."""
+    namespace: str | None = None
+    """Actions: the namespace of the Deployment scaled or of the pods deleted."""
+    workload: str | None = None
+    """scale: the Deployment's name (a workload of the scenario)."""
+    replicas: int | None = None
+    """scale: the Deployment's new `spec.replicas`."""
+    selector: str | None = None
+    """delete-pods: the label selector of the pods deleted (`kubectl delete pods -l`)."""
+
+    @property
+    def is_action(self) -> bool:
+        """A person's doing through the API (`ACTIONS`), not a fault of the hardware."""
+        return self.kind in ACTIONS
 
     def target(self) -> str:
         if self.device is not None:
             return f"{self.device.node}/gpu-{self.device.gpu}"
+        if self.kind == "scale":
+            return f"deployment {self.namespace}/{self.workload}"
+        if self.kind == "delete-pods":
+            where = f" on {self.node}" if self.node is not None else ""
+            return f"pods -n {self.namespace} -l {self.selector}{where}"
         return self.node or "?"
 
     def describe(self) -> str:
@@ -228,6 +249,8 @@ class Fault:
             parts.append(f"corrected+={self.corrected} uncorrected+={self.uncorrected}")
         if self.watch is not None:
             parts.append(f"watch={self.watch}")
+        if self.replicas is not None:
+            parts.append(f"replicas={self.replicas}")
         if self.times is not None:
             parts.append(f"times={self.times} period={_fmt_seconds(self.period or 0)}")
         if self.duration is not None:
@@ -242,7 +265,7 @@ class Fault:
         return " ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"at": self.at, "fault": self.kind}
+        out: dict[str, Any] = {"at": self.at, ("action" if self.is_action else "fault"): self.kind}
         if self.device is not None:
             out["device"] = {"node": self.device.node, "gpu": self.device.gpu}
         if self.node is not None:
@@ -256,6 +279,10 @@ class Fault:
             ("unhealthy", self.unhealthy),
             ("reset", self.reset),
             ("watch", self.watch),
+            ("namespace", self.namespace),
+            ("workload", self.workload),
+            ("replicas", self.replicas),
+            ("selector", self.selector),
         ):
             if value is not None:
                 out[key] = value

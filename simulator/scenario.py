@@ -19,6 +19,7 @@ import yaml
 
 from gpuhealth.durations import DurationError, parse_duration
 from simulator.model import (
+    ACTIONS,
     APPLICATION_XIDS,
     CHECKPOINT_AFTER,
     DCGM_HEALTH_WATCHES,
@@ -349,6 +350,16 @@ _FAULT_KEYS: dict[str, tuple[str, ...]] = {
     "health-watch": ("device", "watch"),
     "recover": ("device", "node"),
 }
+_ACTION_KEYS: dict[str, tuple[str, ...]] = {
+    "scale": ("namespace", "workload", "replicas"),
+    "delete-pods": ("namespace", "selector", "node"),
+}
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_LABEL_KEY = rf"({_DNS_LABEL}(\.{_DNS_LABEL})*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+_LABEL_VALUE = r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?"
+_SELECTOR_TERM = re.compile(rf"^(!?{_LABEL_KEY}|{_LABEL_KEY}\s*(=|==|!=)\s*{_LABEL_VALUE})$")
+"""One term of an equality-based label selector (`kubectl -l`): `key`, `!key`, `key=value`,
+`key==value`, `key!=value`. Set-based terms (`in`, `notin`) are not accepted here."""
 
 
 def _settings(r: FieldReader, raw: Any) -> Settings:
@@ -593,19 +604,25 @@ def _device_ref(r: FieldReader, raw: Any, path: _Path, nodes: Mapping[str, NodeG
 
 
 def parse_fault(
-    r: FieldReader, raw: Any, path: _Path, nodes: Mapping[str, NodeGroup], *, default_at: float | None = None
+    r: FieldReader,
+    raw: Any,
+    path: _Path,
+    nodes: Mapping[str, NodeGroup],
+    workloads: Iterable[Workload] = (),
+    *,
+    default_at: float | None = None,
 ) -> Fault:
-    """One timeline entry; `default_at` is used when `at` is absent (faults injected at run time)."""
+    """One timeline entry, a fault or a person's action (`workloads`: the scenario's, which a
+    `scale` names); `default_at` is used when `at` is absent (entries injected at run time)."""
     if not isinstance(raw, dict):
         r.fail(path, f"expected a mapping, got {_show(raw)}")
+    if "action" in raw:
+        if "fault" in raw:
+            r.fail(path, "an entry is a fault or an action, not both")
+        return _parse_action(r, raw, path, nodes, workloads, default_at=default_at)
     kind = r.choice(r.required(raw, "fault", path), (*path, "fault"), sorted(FAULT_KINDS))
     data = r.mapping(raw, path, ("at", "fault", *_FAULT_KEYS[kind]))
-    if data.get("at") is None:
-        if default_at is None:
-            r.fail((*path, "at"), "is required")
-        at = default_at
-    else:
-        at = r.duration(data["at"], (*path, "at"))
+    at = _at(r, data, path, default_at)
     device = None
     node = None
     if kind == "recover" and ("device" in data) == ("node" in data):
@@ -672,6 +689,61 @@ def parse_fault(
     return Fault(**fault)
 
 
+def _at(r: FieldReader, data: Mapping[str, Any], path: _Path, default_at: float | None) -> float:
+    if data.get("at") is None:
+        if default_at is None:
+            r.fail((*path, "at"), "is required")
+        return default_at
+    return r.duration(data["at"], (*path, "at"))
+
+
+def _parse_action(
+    r: FieldReader,
+    raw: dict[str, Any],
+    path: _Path,
+    nodes: Mapping[str, NodeGroup],
+    workloads: Iterable[Workload],
+    *,
+    default_at: float | None,
+) -> Fault:
+    """A person's action through the API (`ACTIONS`): what `kubectl scale` and `kubectl delete
+    pods -l` do, at a scenario time."""
+    kind = r.choice(r.required(raw, "action", path), (*path, "action"), sorted(ACTIONS))
+    data = r.mapping(raw, path, ("at", "action", *_ACTION_KEYS[kind]))
+    at = _at(r, data, path, default_at)
+    namespace = r.name(data.get("namespace", "default"), (*path, "namespace"))
+    if kind == "scale":
+        name = r.name(r.required(data, "workload", path), (*path, "workload"), max_len=40)
+        workload = next((w for w in workloads if (w.namespace, w.name) == (namespace, name)), None)
+        if workload is None:
+            r.fail(
+                (*path, "workload"),
+                f"no workload {namespace}/{name} in the scenario (a scale names one of its Deployments)",
+            )
+        if workload.kind != "Deployment":
+            r.fail((*path, "workload"), f"{namespace}/{name} is a Job: only a Deployment is scaled")
+        replicas = r.integer(r.required(data, "replicas", path), (*path, "replicas"), 0, 1_000_000)
+        return Fault(
+            at=at, kind=kind, namespace=namespace, workload=name, replicas=replicas, line=r.line(path)
+        )
+    selector = r.string(r.required(data, "selector", path), (*path, "selector"), max_len=1000)
+    terms = [t.strip() for t in selector.split(",")]
+    bad = next((t for t in terms if not _SELECTOR_TERM.match(t)), None)
+    if bad is not None:
+        r.fail(
+            (*path, "selector"),
+            f"{bad!r} is not a label selector term (key, !key, key=value, key==value, key!=value)",
+        )
+    node = None
+    if data.get("node") is not None:
+        node = r.string(data["node"], (*path, "node"))
+        if node not in nodes:
+            r.fail((*path, "node"), f"no node named {node!r} in the fleet")
+    return Fault(
+        at=at, kind=kind, namespace=namespace, selector=",".join(terms), node=node, line=r.line(path)
+    )
+
+
 def _build_scenario(data_raw: Any, lines: Mapping[_Path, int], source: str, default_name: str) -> Scenario:
     r = FieldReader(source, lines)
     data = r.mapping(data_raw, (), _TOP_KEYS)
@@ -724,7 +796,7 @@ def _build_scenario(data_raw: Any, lines: Mapping[_Path, int], source: str, defa
         seen.add((wl.namespace, wl.name))
         workloads.append(wl)
     timeline_raw = r.sequence(data.get("timeline") or [], ("timeline",))
-    timeline = [parse_fault(r, raw, ("timeline", i), nodes) for i, raw in enumerate(timeline_raw)]
+    timeline = [parse_fault(r, raw, ("timeline", i), nodes, workloads) for i, raw in enumerate(timeline_raw)]
     janitor = None
     if data.get("janitor") is not None:
         spec = r.mapping(data["janitor"], ("janitor",), ("resetSeconds",))
@@ -821,9 +893,9 @@ def parse_fault_json(text: str | bytes, scenario: Scenario, *, now: float) -> Fa
             raise ScenarioError("<request>:1: not UTF-8 text") from None
     data, lines = _compose(text, "<request>")
     r = FieldReader("<request>", lines)
-    return parse_fault(r, data, (), scenario.nodes, default_at=now)
+    return parse_fault(r, data, (), scenario.nodes, scenario.workloads, default_at=now)
 
 
 def fault_from_dict(data: Mapping[str, Any], scenario: Scenario, *, now: float) -> Fault:
     r = FieldReader("<fault>", {})
-    return parse_fault(r, dict(data), (), scenario.nodes, default_at=now)
+    return parse_fault(r, dict(data), (), scenario.nodes, scenario.workloads, default_at=now)

@@ -12,7 +12,8 @@
 - `ResourceClaimController` (`claim_controller`): claims from templates for clients' pods;
 - `NodeLifecycleController` (`node_lifecycle`): Ready=Unknown after the grace period;
 - `Janitor` (`janitor`): NVSentinel's GPU resets, where the scenario installs it;
-- `Timeline` (`timeline`): the scenario's faults in simulated time;
+- `Timeline` (`timeline`): the scenario's faults in simulated time, and a person's actions
+  (`Person`, `person`) through the API;
 - `controllers`: kube-controller-manager's part (`controller_manager`), on the store's watches.
 
 The node agents (kubelet, pod runner, device plugin, DRA driver, checkpoint agent) reach the
@@ -49,6 +50,7 @@ from simulator.fleet.job_controller import JobController
 from simulator.fleet.kubelet import Kubelet
 from simulator.fleet.node_api import NodeApi, PodEntry, StoreNodeApi
 from simulator.fleet.node_lifecycle import NodeLifecycleController
+from simulator.fleet.person import Person
 from simulator.fleet.pod_runner import PodRunner
 from simulator.fleet.scheduler import Scheduler
 from simulator.fleet.state import DeviceDriver, PendingPod, SimNode, SimPod
@@ -154,6 +156,7 @@ class Fleet:
             plugin_restart=lambda node: (
                 self.dra_driver.restart_plugin(node) if node.is_dra else self.device_plugin.restart(node)
             ),
+            act=Person(api).act,
         )
 
     # ------------------------------------------------------------------ time
@@ -478,6 +481,8 @@ class SimulatedControlPlane:
             claim_for=self.claims.claim_for, pod_gone=self.claims.pod_gone, extenders=extenders,
         )  # fmt: skip
         self.controllers = ControllerManager(store, timers, seed=settings.seed)
+        # It follows the scenario Deployments' spec.replicas (a person's `kubectl scale`).
+        self.controllers.all.append(self.jobs)
         self.janitor: Janitor | None = None
         if fleet.scenario.janitor is not None:
             # NVSentinel's janitor, installed beside the cluster: it runs with the controllers.

@@ -1,8 +1,10 @@
 """The controllers of the scenario's workloads: Deployments' ReplicaSets and Jobs.
 
 They create the workloads' Jobs and ResourceClaimTemplates, replace a pod deleted through the
-API (eviction, delete) with a Pending one after `replacement_delay` simulated seconds, keep
-Job status (active, succeeded, Complete) and end a Job pod's run after its `completeAfter`.
+API (eviction, delete) with a Pending one after `replacement_delay` simulated seconds, follow a
+Deployment's `spec.replicas` written through the API (`kubectl scale`: pods added, or removed in
+the ReplicaSet controller's order), keep Job status (active, succeeded, Complete) and end a Job
+pod's run after its `completeAfter`.
 A deleted pod's ResourceClaim goes with it (the garbage collector's part).
 """
 
@@ -25,8 +27,10 @@ from simulator.fleet.writes import create_ignore_exists
 from simulator.model import DRA, NodeGroup, Workload, eligible
 
 if TYPE_CHECKING:
-    from simulator.apiserver.store import Store
+    from simulator.apiserver.store import Entry, Store
 
+
+DEPLOYMENTS = "deployments.apps"
 
 TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 """The finalizer the Job controller puts on its pods until it has counted them."""
@@ -63,6 +67,15 @@ class JobController:
         self.replacement_delay = replacement_delay
         """Simulated seconds from a pod's deletion to its replacement's creation (controller + scheduler)."""
         self.job_uids: dict[tuple[str, str], str] = {}
+        self._workloads: dict[tuple[str, str], Workload] = {}
+        self._desired: dict[tuple[str, str], int] = {}
+        """Each Deployment's `spec.replicas` as last read from the API (the scenario's at first)."""
+        self._rescale: set[tuple[str, str]] = set()
+        self.informers = [Informer(store, DEPLOYMENTS, self._deployment_event, self._sync_scale)]
+
+    def close(self) -> None:
+        for informer in self.informers:
+            informer.close()
 
     def create(self, workloads: Iterable[Workload], groups: Iterable[NodeGroup]) -> None:
         """The workloads' ResourceClaimTemplates (where they can land on DRA nodes) and Jobs."""
@@ -97,6 +110,8 @@ class JobController:
                 created = create_ignore_exists(
                     self._api, "replicasets.apps", objects.replica_set(workload, template, owner)
                 )
+                self._desired[(workload.namespace, workload.name)] = workload.replicas
+            self._workloads[(workload.namespace, workload.name)] = workload
             self.job_uids[(workload.namespace, workload.name)] = created["metadata"].get("uid", "")
 
     def run_pods(self) -> None:
@@ -135,9 +150,67 @@ class JobController:
             "deletionTimestamp"
         )
 
+    def _deployment_event(self, etype: str, entry: Entry) -> None:
+        key = (entry.namespace, entry.name)
+        if etype == "DELETED" or key not in self._desired:
+            return
+        obj = entry.load()
+        if not workloads.fleet_managed(obj):
+            return
+        replicas = int((obj.get("spec") or {}).get("replicas", 1))
+        if replicas != self._desired[key]:
+            self._desired[key] = replicas
+            self._rescale.add(key)
+
+    def _sync_scale(self) -> None:
+        """Deployments scaled through the API: as many pods as `spec.replicas` asks.
+
+        Up: new Pending pods at once, as the ReplicaSet controller creates them (placed like any
+        replacement). Down: the surplus deleted in the ReplicaSet controller's order (unbound
+        first, then not Ready, then the newest), gracefully like any API delete."""
+        for key in sorted(self._rescale):
+            workload, desired = self._workloads[key], self._desired[key]
+            self._set_replicas(workload, desired)
+            pending = [p for p in self._pending.values() if (p.namespace, p.workload.name) == key]
+            live = self._live(workload)
+            surplus = len(pending) + len(live) - desired
+            if surplus < 0:
+                for _ in range(-surplus):
+                    self._replace(workload)
+                continue
+            victims = [(p.namespace, p.name) for p in sorted(pending, key=lambda p: -p.since)]
+            victims += [(p.namespace, p.name) for p in sorted(live, key=lambda p: (p.ready, -p.started))]
+            for namespace, name in victims[:surplus]:
+                with contextlib.suppress(ApiError):
+                    self._store.delete("pods", name, namespace)
+        self._rescale.clear()
+
+    def _set_replicas(self, workload: Workload, replicas: int) -> None:
+        """The Deployment controller's part: its ReplicaSet's `spec.replicas` follows."""
+
+        def fn(obj: dict[str, Any]) -> None:
+            obj["spec"]["replicas"] = replicas
+
+        with contextlib.suppress(ApiError):
+            self._store.mutate("replicasets.apps", objects.replica_set_name(workload), workload.namespace, fn)
+
+    def _live(self, workload: Workload) -> list[SimPod]:
+        """The workload's pods that count towards its replicas: bound, not finished, not terminating."""
+        key = (workload.namespace, workload.name)
+        return [
+            p
+            for p in self._pods.values()
+            if not p.api and (p.namespace, p.workload.name) == key and not p.terminated and not p.replaced
+        ]
+
     def _replace(self, workload: Workload) -> None:
         if not self._owner_alive(workload):
             return  # deleted through the API: its pods go with it, as a real controller's would
+        key = (workload.namespace, workload.name)
+        if key in self._desired:
+            waiting = sum(1 for p in self._pending.values() if (p.namespace, p.workload.name) == key)
+            if len(self._live(workload)) + waiting >= self._desired[key]:
+                return  # scaled down meanwhile: the pod gone was one too many
         name = objects.pod_name(workload, 0, self._rng)
         while f"{workload.namespace}/{name}" in self._pods or f"{workload.namespace}/{name}" in self._pending:
             name = objects.pod_name(workload, 0, self._rng)

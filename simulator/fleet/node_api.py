@@ -1,7 +1,8 @@
 """The seam between the node agents and the API server: one narrow interface, two adapters.
 
 The node agents (kubelet, pod workers, DRA driver, checkpoint agent) reach the API only through
-`NodeApi`: create, get, read-modify-write, delete, and a watch of the pods bound to their nodes.
+`NodeApi`: create, get, read-modify-write, delete, and a watch of the pods bound to their nodes
+(and a list, for the person at the keyboard the timeline plays, `simulator.fleet.person`).
 The same agent code runs against two control planes:
 
 - `StoreNodeApi` (here): the in-process `Store` of the simulated control plane, called
@@ -59,6 +60,17 @@ class NodeApi(Protocol):
 
     def get(self, resource: str, name: str, namespace: str | None = None) -> dict[str, Any]: ...
 
+    def list(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """The matching objects (a person's `kubectl get -l`, `simulator.fleet.person`)."""
+        ...
+
     def mutate(
         self,
         resource: str,
@@ -101,6 +113,19 @@ class StoreNodeApi:
     def create(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
         namespace = obj["metadata"].get("namespace")
         return self._store.create(resource, obj, namespace=namespace, validate=False)
+
+    def list(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[dict[str, Any]]:
+        items, _ = self._store.list(
+            resource, namespace, label_selector=label_selector, field_selector=field_selector
+        )
+        return items
 
     def delete(
         self, resource: str, name: str, namespace: str | None, *, grace_period_seconds: int | None = None

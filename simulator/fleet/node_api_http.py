@@ -54,6 +54,7 @@ RESOURCES: Final[dict[str, r.Resource]] = {
     "resourceclaims.resource.k8s.io": r.RESOURCE_CLAIM,
     "deviceclasses.resource.k8s.io": r.Resource("resource.k8s.io", "v1", "deviceclasses", namespaced=False),
     "runtimeclasses.node.k8s.io": r.Resource("node.k8s.io", "v1", "runtimeclasses", namespaced=False),
+    "deployments.apps": r.Resource("apps", "v1", "deployments", namespaced=True),
 }
 """The resources the node agents touch, by the store's names."""
 
@@ -137,6 +138,24 @@ class HttpNodeApi:
         res = self._resource(resource)
         with _as_api_error(f"get {resource} {name}"):
             return self._client.get(res, name, namespace=namespace if res.namespaced else None)
+
+    def list(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[dict[str, Any]]:
+        res = self._resource(resource)
+        with _as_api_error(f"list {resource}"):
+            found = self._client.list(
+                res,
+                namespace=namespace if res.namespaced else None,
+                label_selector=label_selector,
+                field_selector=field_selector,
+            )
+        return list(found.items)
 
     def mutate(
         self,

@@ -1,8 +1,10 @@
 """The fault timeline: a scenario's faults (and injected ones) applied in simulated time.
 
-The timeline plays the hardware and the outside world: a GPU's driver reporting it unhealthy or
-going silent, XIDs and ECC counters in NVML, a lost GPU, a kubelet that stops or a node cut
-off, a broken health stream or one that dies unnoticed (stale), and the recovery of each. It
+The timeline plays the hardware and the outside world, people included (a person's `scale` or
+`delete-pods` is handed to `act`, `simulator.fleet.person`, which does it through the API): a
+GPU's driver reporting it unhealthy or going silent, XIDs and ECC counters in NVML, a lost GPU,
+a kubelet that stops or a node cut off, a broken health stream or one that dies unnoticed
+(stale), and the recovery of each. It
 changes the device and node state, then tells the components that would notice: the node's
 device plugin or DRA driver reports, the kubelet syncs, the node lifecycle controller sees the
 kubelet back.
@@ -67,11 +69,12 @@ class Timeline:
         emit: Emit,
         plugin_failing: Callable[[SimNode, bool], None] = lambda node, failing: None,
         plugin_restart: Callable[[SimNode], None] = lambda node: None,
+        act: Callable[[Fault], object] = lambda action: None,
     ) -> None:
         """`plugin_failing(node, failing)`: the node's DRA kubelet plugin stops serving (its
         probes fail: the kubelet restarts it, not Ready) or works again; `plugin_restart(node)`:
         the node's DRA kubelet plugin or device plugin is restarted (an operator rolled its
-        DaemonSet)."""
+        DaemonSet); `act(action)`: a person does a timeline action through the API."""
         self._timers = timers
         self._nodes = nodes
         self._drivers = drivers
@@ -80,6 +83,7 @@ class Timeline:
         self._emit = emit
         self._plugin_failing = plugin_failing
         self._plugin_restart = plugin_restart
+        self._act = act
         self.applied: list[FaultApplied] = []
         self.xid_seq = 0
         """Sequence number of the last XID event in the fleet (NVML event readers resume after it)."""
@@ -111,6 +115,9 @@ class Timeline:
         self._emit(applied)
         kind = fault.kind
         at = self._timers.at
+        if fault.is_action:
+            self._act(fault)
+            return
         if fault.device is not None:
             node = self._nodes[fault.device.node]
             gpu = node.gpus[fault.device.gpu]

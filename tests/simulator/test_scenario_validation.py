@@ -61,6 +61,12 @@ timeline:
       node: gpu-node-3
       gpu: 2
     xid: 79
+  - at: 3m
+    action: scale
+    workload: serve
+    replicas: 3
+  - {at: 4m, action: delete-pods, namespace: gpuhealth-system, selector: gpuhealth.io/holder,
+     node: gpu-node-0}
 """
 
 
@@ -84,13 +90,22 @@ def test_a_good_file_becomes_dataclasses_with_sorted_timeline_and_seconds(tmp_pa
     sc = load_file(write(tmp_path, GOOD))
     assert sc.name == "small"
     assert [g.node_names() for g in sc.fleet] == [[f"gpu-node-{i}" for i in range(4)], ["dra-0"]]
-    assert [f.at for f in sc.timeline] == [10.0, 90.0, 120.0]
+    assert [f.at for f in sc.timeline] == [10.0, 90.0, 120.0, 180.0, 240.0]
     unknown = sc.timeline[1]
     assert (unknown.kind, unknown.duration, unknown.device) == ("device-unknown", 90.0, unknown.device)
     assert unknown.line == 21
     assert sc.timeline[0].unhealthy is True  # XID 79 is hardware trouble
     assert sc.workloads[0].checkpoint == "none"
     assert sc.settings.dra_health_timeout == 30.0
+    scale, delete = sc.timeline[3:]
+    assert (scale.kind, scale.namespace, scale.workload, scale.replicas) == ("scale", "default", "serve", 3)
+    assert scale.is_action and scale.line == 31
+    assert (delete.kind, delete.namespace, delete.selector, delete.node) == (
+        "delete-pods",
+        "gpuhealth-system",
+        "gpuhealth.io/holder",
+        "gpu-node-0",
+    )
 
 
 def test_gpu_out_of_range_names_the_line_and_the_field(tmp_path: Path) -> None:
@@ -229,6 +244,45 @@ def test_gpu_out_of_range_names_the_line_and_the_field(tmp_path: Path) -> None:
             "    gpusPerNode: 8\n    path: device-plugin\n",
             "    gpusPerNode: 8\n    path: device-plugin\n    mig: {strategy: single, profile: 1g.10gb}\n",
             "8: fleet[0].mig.partitions: is required",
+        ),
+        (
+            "    workload: serve\n",
+            "    workload: serving\n",
+            "33: timeline[3].workload: no workload default/serving",
+        ),
+        (
+            "    action: scale\n",
+            "    action: scale\n    namespace: batch\n",
+            "34: timeline[3].workload: no workload batch/serve in the scenario",
+        ),
+        ("    replicas: 3\n", "    replicas: -1\n", "34: timeline[3].replicas: -1 is out of range"),
+        ("    replicas: 3\n", "", "31: timeline[3].replicas: is required"),
+        ("    action: scale\n", "    action: rollout\n", "32: timeline[3].action: 'rollout' is not one of"),
+        (
+            "    action: scale\n",
+            "    action: scale\n    fault: xid\n",
+            "31: timeline[3]: an entry is a fault",
+        ),
+        (
+            "    action: scale\n",
+            "    action: scale\n    node: gpu-node-0\n",
+            "33: timeline[3].node: unknown field",
+        ),
+        (
+            "selector: gpuhealth.io/holder",
+            "selector: 'a in (b)'",
+            "35: timeline[4].selector: 'a in (b)' is not a",
+        ),
+        (
+            "selector: gpuhealth.io/holder",
+            "selector: ''",
+            "35: timeline[4].selector: '' is not a label selector",
+        ),
+        ("node: gpu-node-0}", "node: gpu-node-9}", "36: timeline[4].node: no node named 'gpu-node-9'"),
+        (
+            "namespace: gpuhealth-system",
+            "namespace: Gpuhealth",
+            "35: timeline[4].namespace: 'Gpuhealth' is not",
         ),
     ],
 )
@@ -410,6 +464,18 @@ SMALL = parse_text(GOOD, "good.yaml")
             "xid": json_values,
             "times": json_values,
             "period": json_values,
+            "at": json_values,
+        },
+    )
+    | st.fixed_dictionaries(
+        {"action": st.sampled_from(["scale", "delete-pods"])},
+        optional={
+            "namespace": st.sampled_from(["default", "gpuhealth-system"]) | json_values,
+            "workload": st.sampled_from(["serve", "x"]) | json_values,
+            "replicas": json_values,
+            "selector": st.text(max_size=40) | json_values,
+            "node": st.sampled_from(["gpu-node-0", "nope"]) | json_values,
+            "fault": json_values,
             "at": json_values,
         },
     )
