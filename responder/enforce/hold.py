@@ -96,14 +96,7 @@ def holder_label(record: Quarantine) -> str:
 
 def device_ids(pod: Mapping[str, Any]) -> tuple[str, ...]:
     """Device IDs the kubelet reports the pod's containers got (`allocatedResourcesStatus`)."""
-    found: list[str] = []
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        for entry in (status or {}).get("allocatedResourcesStatus") or []:
-            for resource in (entry or {}).get("resources") or []:
-                rid = str((resource or {}).get("resourceID") or "")
-                if rid and rid not in found:
-                    found.append(rid)
-    return tuple(found)
+    return tuple(dict.fromkeys(d for d, _ in _reports(pod)))
 
 
 def own_pod(pod: Mapping[str, Any]) -> bool:
@@ -126,6 +119,10 @@ class DeviceHold:
         """Holder uid -> when this responder first saw it: a holder's age is judged on our own
         clock, never on its creationTimestamp (another machine's clock). In memory only: a new
         leader judges from when it first looked, which only delays a timeout."""
+        self._unhealthy: set[str] = set()
+        """Records whose card the kubelet last reported Unhealthy (its plugin's word), until a
+        fill asks again: no fill is made while the plugin excludes it (in memory: a new leader
+        makes one fill to find out)."""
         self.pods: dict[str, int] = {}
         """Record name -> its holder pods after its last pass (what `gpuhealth_holder_pods` sums)."""
         self._allocatable: dict[str, int] = {}
@@ -169,6 +166,8 @@ class DeviceHold:
         busy = tuple(
             d for p in unfinished if _uses(p, record) for d in device_ids(p) if card.owns(d)
         )  # fmt: skip
+        if any(health == "Unhealthy" and card.owns(d) for p in unfinished for d, health in _reports(p)):
+            self._unhealthy.add(record.name)
         unknown = sum(
             1 for p in unfinished if _uses(p, record) and not device_ids(p) and gpus_requested(p) > 0
         )
@@ -176,6 +175,9 @@ class DeviceHold:
             d for p in unfinished if _check_of(p, record) for d in device_ids(p) if card.owns(d)
         )  # fmt: skip
         allocatable = _int(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
+        capacity = max(
+            allocatable, _int(((node.get("status") or {}).get("capacity") or {}).get(GPU_RESOURCE))
+        )
         requested = sum(gpus_requested(p) for p in unfinished)
         prior = None
         if previous is not None and previous[0] in HoldState.__members__.values():
@@ -194,12 +196,16 @@ class DeviceHold:
                 aside=aside,
                 checking=checking,
                 unknown=unknown,
+                plugin_excludes=record.name in self._unhealthy,
+                excluded=max(0, capacity - allocatable),
             )
         )
         if decided.state is HoldState.NOT_ALLOCATABLE:
             self._allocatable[record.name] = allocatable
         else:
             self._allocatable.pop(record.name, None)
+        if decided.create or decided.state.standing:
+            self._unhealthy.discard(record.name)  # a fill asks the kubelet anew
         others = {d: v for d, v in holds(node).items() if d not in _listed_ids(record)}
         if decided.create and not aside and ASIDE_MARK in others.values():
             # Another card of the node stepped aside for its check: a fill now would take that
@@ -340,6 +346,18 @@ def holds(node: Mapping[str, Any]) -> dict[str, str]:
     if not isinstance(value, dict):
         return {}
     return {str(d): str(s) for d, s in value.items() if s in ("held", "pending", ASIDE_MARK)}
+
+
+def _reports(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(device ID, health) of every device the kubelet reports for the pod."""
+    found = []
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        for entry in (status or {}).get("allocatedResourcesStatus") or []:
+            for resource in (entry or {}).get("resources") or []:
+                rid = str((resource or {}).get("resourceID") or "")
+                if rid:
+                    found.append((rid, str((resource or {}).get("health") or "")))
+    return found
 
 
 def _mark_of(state: HoldState) -> str | None:

@@ -122,6 +122,12 @@ class HoldInput:
     unknown: int = 0
     """Pods on the node (not this record's holders) that ask for GPUs but whose devices the
     kubelet has not reported yet (starting; another record's fill): one may be on the card."""
+    plugin_excludes: bool = False
+    """The kubelet last reported the card Unhealthy (its plugin's word, in a pod's
+    `allocatedResourcesStatus`): the kubelet gives it to nobody while the node's allocatable
+    stays short of its capacity by at least the card."""
+    excluded: int = 0
+    """The node's GPUs its plugin excludes: capacity less allocatable."""
     checking: tuple[str, ...] = ()
     """Device IDs of the card that gpuhealth's check pods (not finished) use now."""
 
@@ -177,17 +183,25 @@ def plan(given: HoldInput) -> HoldPlan:
     busy = sorted(set(given.busy) - set(held))
     units = card_units(card, [*held, *busy])
     if given.free > 0 and (len(held) + len(busy) < units or off_card):
+        excluded_by_plugin = given.plugin_excludes and given.excluded >= units
         if (
             not off_card
             and not held
             and not busy
-            and given.previous is HoldState.NOT_ALLOCATABLE
-            and given.previous_age_seconds < given.refill_seconds
             and not given.allocatable_rose
+            and (
+                excluded_by_plugin
+                or (
+                    given.previous is HoldState.NOT_ALLOCATABLE
+                    and given.previous_age_seconds < given.refill_seconds
+                )
+            )
         ):
             return HoldPlan(
                 HoldState.NOT_ALLOCATABLE,
-                "the last fill got none of the card: its device plugin excludes it",
+                "its device plugin reports the card Unhealthy: the kubelet gives it to nobody"
+                if excluded_by_plugin
+                else "the last fill got none of the card: its device plugin excludes it",
                 delete=tuple(delete),
             )
         # A fill, or one still going on: a pod ended meanwhile and freed a GPU of the node.

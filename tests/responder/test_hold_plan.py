@@ -259,3 +259,12 @@ def test_for_a_check_the_hold_steps_aside_once_every_other_free_gpu_is_held() ->
 def test_no_check_while_a_workload_pod_is_on_the_card() -> None:
     decided = plan(HoldInput(CARD, holders=(), busy=("GPU-bad",), free=2, aside=True))
     assert decided.state is HoldState.CARD_BUSY and decided.create == 0
+
+
+def test_a_card_its_plugin_reports_unhealthy_is_not_filled_for_while_the_node_is_short() -> None:
+    # The pod that was on it said Unhealthy; it has left; the node's allocatable is one short.
+    excluded = plan(HoldInput(CARD, holders=(), busy=(), free=2, plugin_excludes=True, excluded=1))
+    assert excluded.state is HoldState.NOT_ALLOCATABLE and excluded.create == 0
+    # Every device allocatable again (the plugin restarted and forgot): filled at once.
+    back = plan(HoldInput(CARD, holders=(), busy=(), free=3, plugin_excludes=True, excluded=0))
+    assert back.state is HoldState.FILLING and back.create == 3
