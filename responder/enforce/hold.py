@@ -119,6 +119,8 @@ class DeviceHold:
         """Holder uid -> when this responder first saw it: a holder's age is judged on our own
         clock, never on its creationTimestamp (another machine's clock). In memory only: a new
         leader judges from when it first looked, which only delays a timeout."""
+        self._units: dict[str, int] = {}
+        """Record name -> the card's units when it was last held (for a check's step aside)."""
         self._unhealthy: set[str] = set()
         """Records whose card the kubelet last reported Unhealthy (its plugin's word), until a
         fill asks again: no fill is made while the plugin excludes it (in memory: a new leader
@@ -148,6 +150,7 @@ class DeviceHold:
                 self._delete(pod)
             self._mark(record, None)
             self._allocatable.pop(record.name, None)
+            self._units.pop(record.name, None)
             self.pods.pop(record.name, None)
             return None
         try:
@@ -198,6 +201,7 @@ class DeviceHold:
                 unknown=unknown,
                 plugin_excludes=record.name in self._unhealthy,
                 excluded=max(0, capacity - allocatable),
+                known_units=self._units.get(record.name, 0),
             )
         )
         if decided.state is HoldState.NOT_ALLOCATABLE:
@@ -206,6 +210,8 @@ class DeviceHold:
             self._allocatable.pop(record.name, None)
         if decided.create or decided.state.standing:
             self._unhealthy.discard(record.name)  # a fill asks the kubelet anew
+        if decided.state.standing:
+            self._units[record.name] = decided.units
         others = {d: v for d, v in holds(node).items() if d not in _listed_ids(record)}
         if decided.create and not aside and ASIDE_MARK in others.values():
             # Another card of the node stepped aside for its check: a fill now would take that

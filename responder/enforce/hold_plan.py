@@ -128,6 +128,9 @@ class HoldInput:
     stays short of its capacity by at least the card."""
     excluded: int = 0
     """The node's GPUs its plugin excludes: capacity less allocatable."""
+    known_units: int = 0
+    """The card's units as an earlier pass saw them (its replicas held or in use): a check's step
+    aside deletes the card's holders, and with them what says how many replicas it has."""
     checking: tuple[str, ...] = ()
     """Device IDs of the card that gpuhealth's check pods (not finished) use now."""
 
@@ -275,7 +278,7 @@ def step_aside(given: HoldInput) -> HoldPlan:
     held = sorted({d for h in on_card for d in h.devices if card.owns(d)})
     busy = sorted(set(given.busy) - set(held))
     checking = sorted(set(given.checking) - set(held) - set(busy))
-    units = card_units(card, [*held, *busy, *checking])
+    units = max(card_units(card, [*held, *busy, *checking]), given.known_units)
     card_free = max(0, units - len(held) - len(busy) - len(checking))
     if busy:
         return HoldPlan(

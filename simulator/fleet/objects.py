@@ -111,6 +111,9 @@ def node(name: str, index: int, group: NodeGroup, wall: float) -> dict[str, Any]
         "kubernetes.io/arch": "amd64",
         "nvidia.com/gpu.product": _label_value(group.product),
         "nvidia.com/gpu.count": str(group.gpus_per_node),
+        # GPU feature discovery's sharing labels (the GPU operator runs it beside the plugin).
+        "nvidia.com/gpu.replicas": str(group.shared_replicas or 1),
+        "nvidia.com/gpu.sharing-strategy": "time-slicing" if group.shared_replicas else "none",
         "gpuhealth.io/device-path": group.path,
         "gpuhealth.io/node-group": group.name,
         **group.labels,

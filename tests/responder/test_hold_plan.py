@@ -268,3 +268,14 @@ def test_a_card_its_plugin_reports_unhealthy_is_not_filled_for_while_the_node_is
     # Every device allocatable again (the plugin restarted and forgot): filled at once.
     back = plan(HoldInput(CARD, holders=(), busy=(), free=3, plugin_excludes=True, excluded=0))
     assert back.state is HoldState.FILLING and back.create == 3
+
+
+def test_a_time_sliced_card_steps_aside_as_many_replicas_as_it_was_held_with() -> None:
+    card = Card("GPU-bad")  # no replicas label on the node
+    others = (holder("h1", "GPU-a::0"), holder("h2", "GPU-a::1"))
+    # Its two replicas' holders are gone: two units free, both the card's.
+    ready = plan(HoldInput(card, holders=others, busy=(), free=2, aside=True, known_units=2))
+    assert ready.state is HoldState.ASIDE and ready.create == 0
+    # Without knowing it had two, one of the free units would be taken for another card's.
+    guess = plan(HoldInput(card, holders=others, busy=(), free=2, aside=True))
+    assert guess.state is HoldState.FILLING
