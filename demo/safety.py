@@ -570,6 +570,7 @@ def judge(
     violations += _checks_elsewhere(entries, records, label)
     violations += _requested_releases(entries, ladder, label)
     violations += _unenforced(entries, reaction, journal.ended_at, label)
+    violations += _holders_outlasting(entries, reaction, journal.ended_at, label)
     violations += _steps_without_health(entries, pass_seconds, label)
     violations += _resets(entries, active, label)
     violations += [
@@ -957,6 +958,51 @@ def _requested_releases(entries: list[Entry], ladder: Ladder, label: Label) -> l
                     f"t+{e.at:.0f}s {label(e.device, e.node)} released at {e.detail['requested']}'s request "
                     f"without a passed {' and '.join(missing)} in attempt {attempt or '?'}"
                 )
+    return out
+
+
+def _holders_outlasting(entries: list[Entry], reaction: float, ended_at: float, label: Label) -> list[str]:
+    """A holder pod of gpuhealth's on a card outside its record's hold: before the record's
+    quarantine, or longer than `reaction` after it reached its ramp or ended (the card kept
+    from work that may use it again). The hold's windows are the record's quarantine episodes,
+    one after another."""
+    if math.isinf(reaction):
+        return []
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for record, _device, _node, _episode, start, end in _quarantine_windows(entries):
+        merged = spans.setdefault(record, [])
+        if merged and merged[-1][1] == start:
+            merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    running: dict[tuple[str, str], tuple[float, str]] = {}
+    spells: list[tuple[str, str, str, float, float]] = []
+    for e in entries:
+        holder = e.detail.get("holder")
+        if e.kind is not Kind.POD or not holder:
+            continue
+        key = (e.device, e.detail.get("pod", ""))
+        if e.what == "running" and key not in running:
+            running[key] = (e.at, holder)
+        elif e.what == "stopped" and key in running:
+            start, holder = running.pop(key)
+            spells.append((key[0], key[1], holder, start, e.at))
+    spells += [(device, pod, holder, start, math.inf) for (device, pod), (start, holder) in running.items()]
+    out: list[str] = []
+    for device, pod, holder, start, end in spells:
+        # The holder's label is its record's name, cut to a label value's 63 characters.
+        windows = [w for name, ws in spans.items() if name[:63].rstrip("-.") == holder for w in ws]
+        window = next((w for w in windows if w[0] <= start + reaction and start < w[1] + reaction), None)
+        stop = min(end, ended_at)
+        if window is None:
+            out.append(
+                f"t+{start:.0f}s holder {pod} on {label(device, '')} outside any quarantine of its record"
+            )
+        elif stop > window[1] + reaction:
+            out.append(
+                f"t+{window[1] + reaction:.0f}s holder {pod} still on {label(device, '')} "
+                f"{_seconds(stop - window[1])} after its record's hold ended at t+{window[1]:.0f}s"
+            )
     return out
 
 

@@ -861,13 +861,27 @@ def test_a_pod_left_behind_is_excused_by_an_unrecoverable_move_a_tripped_breaker
     assert late(gone) == ()
 
 
-def test_gpuhealth_s_holder_on_the_card_is_never_a_pod_left_behind() -> None:
-    j = full_story(journal())
+def _holder(j: Journal, what: str, at: float) -> None:
     j.record(
-        120, Kind.POD, "running", "gpu-dp-0", QUARANTINED,
+        at, Kind.POD, what, "gpu-dp-0", QUARANTINED,
         pod="gpuhealth-system/rec-q-hold-x", job="", devices=QUARANTINED, holder="rec-q",
     )  # fmt: skip
+
+
+def test_gpuhealth_s_holder_on_the_card_is_never_a_pod_left_behind() -> None:
+    j = full_story(journal())
+    _holder(j, "running", 120)
+    _holder(j, "stopped", 300)  # gone when the card ramps
     assert full_verdict(j).violations == ()
+
+
+def test_a_holder_that_outlasts_its_record_s_hold_is_a_violation() -> None:
+    j = full_story(journal())
+    _holder(j, "running", 120)
+    assert full_verdict(j).violations == (
+        "t+360s holder gpuhealth-system/rec-q-hold-x still on gpu-dp-0/gpu-0 200s after its record's "
+        "hold ended at t+300s",
+    )
 
 
 def test_a_release_while_the_driver_reports_unhealthy_is_a_violation_even_unseen() -> None:
