@@ -23,6 +23,10 @@ slices and taints written to the real API server, no health in pod status. `mig-
 MIG cards: the real API server takes the slice of MIG devices and a DeviceTaintRule per MIG
 device, and the real kube-scheduler allocates the check's claim of all of a card's MIG devices
 (DeviceClass `mig.nvidia.com`, `allocationMode: All`, CEL on `parentUUID`).
+`device-plugin-churn` holds three device-plugin cards (a whole GPU, a time-sliced one, a MIG
+card) with gpuhealth's holder pods through the real API server and the real controllers' churn
+(a Job completing, a Deployment scaled and replaced, holders deleted by hand, the plugin
+restarting): no other pod starts on a held card, each is released after its checks.
 
 Time: the fleet, the rules and the responders run at the scenario's own speed; the control
 plane's own timers (backoffs, grace periods) run in real time (`docs/simulator.md`, "Time").
@@ -46,7 +50,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.controlplane, pytest.mark.slo
 START_UP_SECONDS = 120.0
 """Wall seconds a run may spend starting the control plane and its processes beyond its estimate."""
 
-EXTENDER_PLACES = {"dra-and-device-plugin", "idle-relapse"}
+EXTENDER_PLACES = {"dra-and-device-plugin", "idle-relapse", "device-plugin-churn"}
 """Scenarios that move a device-plugin pod while the responders run (its replacement is filtered)."""
 
 RUNS = [
@@ -58,6 +62,7 @@ RUNS = [
     ("dra-extended-resource", "1.37"),
     ("nvidia-dra-driver", "1.37"),
     ("mig-dra", "1.37"),
+    ("device-plugin-churn", "1.37"),
     ("closed-loop", "1.36"),
 ]
 
