@@ -305,6 +305,7 @@ DURATION_KEYS = frozenset(
         ("reset", "timeout"),
         ("hold", "fill_timeout"),
         ("hold", "refill"),
+        ("hold", "ramp_fill"),
     }
 )
 """(section, key) of every duration in the responder's config (`responder/config.py`) that

@@ -16,7 +16,7 @@ which cluster, the token, TLS). The shipped example with every default and its r
                      device_plugin_route}
     reset:          {enabled, timeout, group, version, kind, plural, namespace, node_field,
                      uuids_field, complete_condition, succeeded_reason}
-    hold:           {enabled, image, priority_class, fill_timeout, refill}
+    hold:           {enabled, image, priority_class, fill_timeout, refill, ramp_fill}
     intake:         {expiry}
 
 One dialect with `rules/config.yaml`: sections of snake_case keys, no apiVersion/kind header.
@@ -245,6 +245,7 @@ _SECTIONS: dict[str, dict[str, _Key]] = {
         "priority_class": _Key(("hold", "priority_class"), _optional_class),
         "fill_timeout": _Key(("hold", "fill_timeout_seconds"), _duration),
         "refill": _Key(("hold", "refill_seconds"), _duration),
+        "ramp_fill": _Key(("hold", "ramp_fill_seconds"), _duration),
     },
     "intake": {
         "expiry": _Key(("intake", "expiry_seconds"), _duration),

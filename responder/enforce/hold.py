@@ -79,11 +79,15 @@ class HoldSettings:
     refill_seconds: float = 60.0
     """How often a card that no fill could get (its plugin excludes it) is tried again: a plugin
     that restarts forgets its Unhealthy and hands the card out again."""
+    ramp_fill_seconds: float = 120.0
+    """Device plugins, with checks through the kubelet: at the start of the ramp the node's other
+    free GPUs are held for at most this long, so that the first opted-in pods can only be given
+    the card; once one is on it (or after this), everyone is let back."""
 
     def __post_init__(self) -> None:
         if not self.image.strip():
             raise SettingsError("hold.image must not be empty")
-        for name in ("fill_timeout_seconds", "refill_seconds"):
+        for name in ("fill_timeout_seconds", "refill_seconds", "ramp_fill_seconds"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
                 raise SettingsError(f"hold.{name} must be a positive number of seconds, not {value!r}")
@@ -139,6 +143,7 @@ class DeviceHold:
         previous: tuple[str, float] | None = None,
         *,
         aside: bool = False,
+        ramp: bool = False,
     ) -> HoldPlan | None:
         """`previous`: the record's last `Held` reason and when it last changed. `aside`: a check
         of the card is due, through the kubelet: step aside (`hold_plan.step_aside`)."""
@@ -197,6 +202,7 @@ class DeviceHold:
                 fill_timeout_seconds=self.settings.fill_timeout_seconds,
                 refill_seconds=self.settings.refill_seconds,
                 aside=aside,
+                ramp=ramp,
                 checking=checking,
                 unknown=unknown,
                 plugin_excludes=record.name in self._unhealthy,
@@ -229,7 +235,7 @@ class DeviceHold:
         for _ in range(decided.create):
             self._client.create(POD, self.holder(record), namespace=self._namespace)
         self.pods[record.name] = len(holders) - len(decided.delete) + decided.create
-        self._mark(record, _mark_of(decided.state))
+        self._mark(record, _mark_of(decided.state, ramp))
         if decided.create or decided.delete:
             log.info(
                 "%s: hold %s: %d holder(s) made, %d deleted (%s)",
@@ -366,8 +372,11 @@ def _reports(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
-def _mark_of(state: HoldState) -> str | None:
-    """What the node's `gpuhealth.io/device-holds` says of a card in `state` (None: nothing)."""
+def _mark_of(state: HoldState, ramp: bool = False) -> str | None:
+    """What the node's `gpuhealth.io/device-holds` says of a card in `state` (None: nothing).
+    On the ramp nothing: the extender's ramp annotation admits the opted-in pods."""
+    if ramp:
+        return None
     if state is HoldState.ASIDE:
         return ASIDE_MARK
     return "held" if state.standing else "pending" if state.pending else None

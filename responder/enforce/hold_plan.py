@@ -60,6 +60,9 @@ class HoldState(StrEnum):
     ASIDE = "SteppedAside"
     """For a check: the card is free and every other free GPU of the node held, so a check pod's
     one-GPU request can only be given the card."""
+    RAMPING = "Ramping"
+    """On the ramp: the card took its opted-in work (or the ramp's fill ended), so the node's
+    other GPUs are let back to everyone."""
 
     @property
     def standing(self) -> bool:
@@ -119,6 +122,9 @@ class HoldInput:
     refill_seconds: float = 60.0
     aside: bool = False
     """A check of the card is due: step aside (`step_aside`) instead of holding."""
+    ramp: bool = False
+    """With `aside`: the card's ramp, for opted-in work rather than a check: once a workload pod
+    is on the card, every holder goes."""
     unknown: int = 0
     """Pods on the node (not this record's holders) that ask for GPUs but whose devices the
     kubelet has not reported yet (starting; another record's fill): one may be on the card."""
@@ -280,6 +286,14 @@ def step_aside(given: HoldInput) -> HoldPlan:
     checking = sorted(set(given.checking) - set(held) - set(busy))
     units = max(card_units(card, [*held, *busy, *checking]), given.known_units)
     card_free = max(0, units - len(held) - len(busy) - len(checking))
+    if busy and given.ramp:
+        return HoldPlan(
+            HoldState.RAMPING,
+            f"the card took its opted-in work ({len(busy)} of {units} unit(s)): "
+            "the node's other GPUs let back",
+            delete=tuple(delete + [h.name for h in active]),
+            units=units,
+        )
     if busy:
         return HoldPlan(
             HoldState.CARD_BUSY,
@@ -307,9 +321,10 @@ def step_aside(given: HoldInput) -> HoldPlan:
             delete=tuple(delete + [h.name for h in on_card]),
             units=units,
         )
+    what = "its ramp's opted-in work" if given.ramp else "a check"
     return HoldPlan(
         HoldState.ASIDE,
-        f"stepped aside for a check: the card free, {len(active)} holder(s) on the node's other GPUs",
+        f"stepped aside for {what}: the card free, {len(active)} holder(s) on the node's other GPUs",
         delete=tuple(delete),
         units=units,
     )

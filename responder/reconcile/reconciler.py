@@ -761,15 +761,25 @@ class Reconciler:
         if self._hold is None:
             return record, False
         rung = self.settings.policy.rungs.rung(record.status.phase)
+        # The ramp's first opted-in work goes to the card itself: the node's other free GPUs are
+        # held for a while at its start (`HoldSettings.ramp_fill_seconds`), as for a check.
+        entered = parse_rfc3339(record.status.phase_since)
+        ramp = (
+            rung is not None
+            and rung.kind == Kind.RAMP
+            and self._hold_aside(record)
+            and entered is not None
+            and now - entered < self._hold.settings.ramp_fill_seconds
+        )
         wanted = not self.settings.policy.dry_run and (
-            record.status.phase == Phase.QUARANTINED or (rung is not None and rung.kind != Kind.RAMP)
+            record.status.phase == Phase.QUARANTINED or (rung is not None and rung.kind != Kind.RAMP) or ramp
         )
         before = record.status.condition(HELD)
         previous = None
         if before is not None:
             since = parse_rfc3339(before.last_transition_time)
             previous = (before.reason, since if since is not None else now)
-        decided = self._hold.sync(record, wanted, now, previous, aside=aside)
+        decided = self._hold.sync(record, wanted, now, previous, aside=aside or ramp, ramp=ramp)
         ready = decided is not None and decided.state is (HoldState.ASIDE if aside else HoldState.HELD)
         return with_held(record, decided, now), ready
 

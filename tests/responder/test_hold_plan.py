@@ -279,3 +279,13 @@ def test_a_time_sliced_card_steps_aside_as_many_replicas_as_it_was_held_with() -
     # Without knowing it had two, one of the free units would be taken for another card's.
     guess = plan(HoldInput(card, holders=others, busy=(), free=2, aside=True))
     assert guess.state is HoldState.FILLING
+
+
+def test_on_the_ramp_the_card_takes_the_opted_in_work_then_everyone_is_let_back() -> None:
+    others = (holder("h1", "GPU-a"), holder("h2", "GPU-b"))
+    # The ramp's first opted-in pod can only be given the card: the node's other GPUs are held.
+    waiting = plan(HoldInput(CARD, holders=others, busy=(), free=1, aside=True, ramp=True))
+    assert waiting.state is HoldState.ASIDE and waiting.delete == ()
+    # It is on the card: every holder goes.
+    taken = plan(HoldInput(CARD, holders=others, busy=("GPU-bad",), free=0, aside=True, ramp=True))
+    assert taken.state is HoldState.RAMPING and set(taken.delete) == {"h1", "h2"}
