@@ -201,8 +201,7 @@ class JobChecks:
             return CheckResult.ABSENT
         if self._void(record, name):
             # The kubelet gave the check another card (a GPU freed between the hold stepping
-            # aside and the pod's admission), or refused it at admission (another card's hold
-            # took every GPU meanwhile): its verdict is not the card's. Start it again.
+            # aside and the pod's admission): its verdict is not the card's. Start it again.
             self.finish(record, kind, attempt)
             return CheckResult.ABSENT
         return job_result(job)
@@ -213,8 +212,10 @@ class JobChecks:
 
     def _void(self, record: Quarantine, name: str) -> bool:
         """Whether a pod of the check, on the kubelet's route, says nothing about the card: it
-        was allocated devices none of which are the card's, or the kubelet refused it at
-        admission (`status.reason` UnexpectedAdmissionError or OutOf<resource>, no devices)."""
+        was allocated devices none of which are the card's. A pod the kubelet refused at
+        admission does say something: with the hold stepped aside the card was the one free
+        GPU (no other card's fill runs meanwhile), so its plugin excludes it, and the check
+        fails, which keeps the card quarantined."""
         if not self.through_kubelet(record):
             return False
         card = Card(record.spec.uuid or record.spec.device, record.spec.partitions)
@@ -222,9 +223,6 @@ class JobChecks:
         for pod in self._client.list(POD, namespace=ns, label_selector=f"job-name={name}").items:
             got = device_ids(pod)
             if got and not any(card.owns(d) for d in got):
-                return True
-            reason = str((pod.get("status") or {}).get("reason") or "")
-            if not got and (reason == "UnexpectedAdmissionError" or reason.startswith("OutOf")):
                 return True
         return False
 
