@@ -137,9 +137,10 @@ def diag_pod(
         "command": ["python", "-m", "responder.checks.diag_verdict", RESULTS],
         "volumeMounts": [{**mount, "readOnly": True}],
     }
-    if "limits" in (request.get("resources") or {}):
-        # A device plugin's GPU (a DRA claim is reported for the pod's claims instead). The
-        # kubelet reports devices for app containers only (`allocatedResourcesStatus`), and
+    if request.get("resources"):
+        # The device plugin's GPU, or the DRA claim, on the judge too. The kubelet reports
+        # devices for app containers only (and the API server refuses a container's
+        # allocatedResourcesStatus naming a resource or claim that container does not ask for) (`allocatedResourcesStatus`), and
         # hands an app container what its init containers had: the judge asks for the same GPU,
         # gets the diagnostic's card back, and so says which card the probe reached.
         judge["resources"] = request["resources"]
