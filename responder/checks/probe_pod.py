@@ -138,11 +138,11 @@ def diag_pod(
         "volumeMounts": [{**mount, "readOnly": True}],
     }
     if request.get("resources"):
-        # The device plugin's GPU, or the DRA claim, on the judge too. The kubelet reports
-        # devices for app containers only (and the API server refuses a container's
-        # allocatedResourcesStatus naming a resource or claim that container does not ask for) (`allocatedResourcesStatus`), and
-        # hands an app container what its init containers had: the judge asks for the same GPU,
-        # gets the diagnostic's card back, and so says which card the probe reached.
+        # The device plugin's GPU, or the DRA claim, on the judge too: the kubelet reports
+        # devices for app containers only (`allocatedResourcesStatus`; the API server refuses
+        # one naming a resource or claim that container does not ask for), and hands an app
+        # container what its init containers had, so the judge gets the diagnostic's card back
+        # and says which card the probe reached.
         judge["resources"] = request["resources"]
     return {
         "restartPolicy": "Never",
