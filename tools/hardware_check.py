@@ -40,6 +40,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -50,9 +51,10 @@ from gpuhealth.cliargs import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, dura
 from gpuhealth.durations import format_duration
 from gpuhealth.kube.api import Api
 from gpuhealth.nvml import DeviceReading, NvmlSource, XidEvent
+from responder.checks.diag import EXIT_FILE, REPORT_FILE, Verdict, judge
 from responder.checks.jobs import CheckSettings, JobChecks
 from responder.enforce.backends import Backends
-from responder.enforce.node_annotation import VISIBLE_DEVICES, NodeAnnotation
+from responder.enforce.node_annotation import VISIBLE_DEVICES, VISIBLE_DEVICES_ROUTE, NodeAnnotation
 from responder.reconcile.policy import PolicySettings
 from responder.records import DEVICE_PLUGIN, Quarantine, QuarantineSpec, record_name
 
@@ -194,6 +196,9 @@ class Container:
     env: tuple[tuple[str, str], ...]
     runtime_class: str
     not_applied: tuple[str, ...]
+    results: str = ""
+    """The probe's results folder inside the container (its emptyDir's mount path), judged after
+    the run by the responder's own judge (`responder.checks.diag`); empty: the exit code decides."""
 
 
 def check_container(
@@ -217,10 +222,16 @@ def check_container(
         ),
     )
     api = cast(Api, _NoApi())
-    backends = Backends(api, (NodeAnnotation(api, runtime_class=settings.runtime_class),))
-    job = JobChecks(api, settings, backends).job(record, kind, 1)
+    # The runtime's route: outside Kubernetes there is no kubelet to allocate the card, so the
+    # container is given it as the NVIDIA runtime would (`NVIDIA_VISIBLE_DEVICES`, or --gpus).
+    node_backend = NodeAnnotation(api, runtime_class=settings.runtime_class, route=VISIBLE_DEVICES_ROUTE)
+    job = JobChecks(api, settings, Backends(api, (node_backend,))).job(record, kind, 1)
     pod = job["spec"]["template"]["spec"]
-    first = pod["containers"][0]
+    # The container that uses the card: the probe's diagnostic is an init container (its judge,
+    # the pod's container, is run here in-process on what the diagnostic wrote).
+    inits = pod.get("initContainers") or []
+    first = inits[0] if inits else pod["containers"][0]
+    results = next((str(m.get("mountPath")) for m in first.get("volumeMounts") or () if inits), "")
     env, dropped = [], []
     for entry in first.get("env") or ():
         if "value" in entry:
@@ -229,14 +240,15 @@ def check_container(
             dropped.append(f"env {entry.get('name')} (valueFrom)")
     dropped += [f"container.{k}" for k in sorted(first) if k not in _CONTAINER_APPLIED]
     dropped += [f"pod.{k}" for k in sorted(pod) if k not in _POD_APPLIED]
-    dropped += [f"container {c.get('name')}" for c in pod["containers"][1:]]
+    dropped += [f"container {c.get('name')}" for c in (pod["containers"] if inits else pod["containers"][1:])]
     return Container(
         image=str(first["image"]),
         entrypoint=tuple(str(a) for a in first.get("command") or ()),
         args=tuple(str(a) for a in first.get("args") or ()),
         env=tuple(env),
         runtime_class=str(pod.get("runtimeClassName") or ""),
-        not_applied=tuple(dropped),
+        not_applied=tuple(d for d in dropped if not (results and d == "container.volumeMounts")),
+        results=results,
     )
 
 
@@ -497,6 +509,12 @@ class HardwareCheck:
         else:
             argv = self._docker_argv(kind, gpu, container, visible)
             env = None
+        folder = tempfile.mkdtemp(prefix=f"gpuhealth-{kind}-") if container.results else ""
+        if folder and self.options.on_host:
+            env = {**(env or {}), "GPUHEALTH_RESULTS": folder}
+        elif folder:
+            at = argv.index(container.image)
+            argv[at:at] = ["-v", f"{folder}:{container.results}"]
         limit = self.options.timeout_seconds
         self._progress(f"running {kind} on {gpu.uuid} (up to {format_duration(limit)}): {' '.join(argv)}")
         done = self._runner.run(argv, timeout=limit, env=env)
@@ -509,6 +527,13 @@ class HardwareCheck:
             if container.not_applied
             else []
         )
+        if folder and step.status != FAIL:
+            # The diagnostic's container exits 0 whenever it could write its report: the verdict
+            # is the judge's, as in the probe's pod.
+            verdict = judge_folder(folder, gpus=max(1, len(gpu.partitions)))
+            step.details.append(f"judged from DCGM's report: {verdict.reason}")
+            if not verdict.passed:
+                step.status, step.reason = FAIL, verdict.reason
         return step
 
     def _docker_argv(self, kind: str, gpu: _Gpu, container: Container, visible: str) -> list[str]:
@@ -540,6 +565,23 @@ class HardwareCheck:
             step.status = FAIL
             step.reason = done.error or f"exit {done.exit_code}"
         return step
+
+
+def judge_folder(folder: str, *, gpus: int = 1) -> Verdict:
+    """The responder's verdict on what a probe's diagnostic wrote into `folder`."""
+
+    def read(name: str) -> str | None:
+        try:
+            with open(os.path.join(folder, name), errors="replace") as f:
+                return f.read()
+        except OSError:
+            return None
+
+    try:
+        code: int | None = int((read(EXIT_FILE) or "").strip())
+    except ValueError:
+        code = None
+    return judge(read(REPORT_FILE), code, gpus=gpus)
 
 
 def _container_name(kind: str, uuid: str) -> str:

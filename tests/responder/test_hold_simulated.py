@@ -27,7 +27,7 @@ from gpuhealth.kube.resources import NAMESPACE, NODE, POD, STATUS, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
 from responder.checks.jobs import CheckSettings, JobChecks
-from responder.enforce.hold import device_ids, holds
+from responder.enforce.hold import HoldSettings, device_ids, holds
 from responder.enforce.hold_plan import HOLDER_LABEL, HoldState
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
@@ -186,6 +186,9 @@ def test_the_holders_go_when_the_record_reaches_the_ramp(world: World) -> None:
     obj["status"]["phase"] = "Ramp"
     obj["status"]["phaseSince"] = rfc3339(w.clock.now())
     w.client.update(QUARANTINES, obj, subresource=STATUS)
+    # At the ramp's start the hold steps aside for the ramp's first opted-in work (the card free,
+    # the node's other free GPUs held) for at most hold.ramp_fill; after that, everyone back.
+    w.clock.advance(HoldSettings().ramp_fill_seconds)
     w.passes_until(
         "the holders gone", lambda: not w.holders() and w.record(name).status.condition(HELD) is None
     )

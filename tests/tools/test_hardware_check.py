@@ -26,7 +26,9 @@ from typing import Any
 import pytest
 
 from gpuhealth.nvml import DeviceReading, MigDevice, XidEvent
+from responder.checks.diag import EXIT_FILE, REPORT_FILE
 from responder.checks.jobs import CANARY, PROBE
+from tests.responder.test_checks_diag import v4_report, v4_result
 from tools import hardware_check as hc
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,8 +103,23 @@ class FakeRunner:
         for length in range(len(argv), 0, -1):
             answer = self.answers.get(tuple(argv[:length]))
             if answer is not None:
+                self._report(argv, env, answer)
                 return answer
-        return hc.Completed(0, "", 0.5)
+        answer = hc.Completed(0, "", 0.5)
+        self._report(argv, env, answer)
+        return answer
+
+    def _report(self, argv: Sequence[str], env: Mapping[str, str] | None, done: hc.Completed) -> None:
+        """The probe's diagnostic, as DCGM's would: its report and exit status in the results
+        folder (mounted with -v, or named by GPUHEALTH_RESULTS on the host), Pass when it exited 0."""
+        folder = (env or {}).get("GPUHEALTH_RESULTS", "")
+        if "-v" in argv:
+            folder = argv[list(argv).index("-v") + 1].split(":", 1)[0]
+        if not folder or done.exit_code is None:
+            return
+        status = "Pass" if done.exit_code == 0 else "Fail"
+        Path(folder, REPORT_FILE).write_text(v4_report({"memory": [v4_result(status)]}))
+        Path(folder, EXIT_FILE).write_text(str(0 if done.exit_code == 0 else 226))
 
     def argv(self, first: str) -> list[list[str]]:
         """Every command run whose words include `first` (e.g. an image name)."""
@@ -260,15 +277,24 @@ def test_docker_runs_the_probe_and_canary_the_responder_builds_for_that_card() -
     result = run(["--listen", "0"], runner=runner)
     for spec in (PROBE, CANARY):
         (argv,) = [a for a in runner.argv(spec.image) if a[:2] == ["docker", "run"]]
+        # What the responder's check pod runs on the card: for the probe its diagnostic (an init
+        # container running DCGM's script), for the canary the CUDA sample.
+        container = hc.check_container(hc.CheckSettings(), spec.name, "node", GPU_A, ())
         image_at = argv.index(spec.image)
-        assert argv[image_at + 1 :] == list(spec.command[1:])
-        assert argv[argv.index("--entrypoint") + 1] == spec.command[0]
+        assert argv[image_at + 1 :] == [*container.entrypoint[1:], *container.args]
+        assert argv[argv.index("--entrypoint") + 1] == container.entrypoint[0]
         assert argv[argv.index("--runtime") + 1] == "nvidia"  # the checks' RuntimeClass
         env = [argv[i + 1] for i, word in enumerate(argv[:image_at]) if word == "-e"]
-        assert env == [f"NVIDIA_VISIBLE_DEVICES={GPU_A}", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
+        assert (
+            f"NVIDIA_VISIBLE_DEVICES={GPU_A}" in env and "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in env
+        )
         step = lines_of(result.out, f"[PASS] {spec.name} {GPU_A}")
         assert step[0] == f"[PASS] {spec.name} {GPU_A}  (exit 0, 500.0 ms)"
-        assert step[1] == f"    $ {' '.join(argv)}"
+        assert step[1].startswith("    $ docker run --rm --name ")  # the command as run (first line)
+    # The probe's diagnostic wrote its report into a mounted folder, judged as its pod's judge does.
+    (probe,) = [a for a in runner.argv(PROBE.image) if a[:2] == ["docker", "run"]]
+    assert probe[probe.index("-v") + 1].endswith(":/results")
+    assert "judged from DCGM's report: passed" in result.out
     assert result.out.rstrip().endswith("6 passed, 0 failed, 1 skipped")  # nvml.xid: --listen 0
     assert result.code == 0
 
@@ -294,7 +320,7 @@ def test_the_checks_come_from_the_responder_config_file_when_one_is_given(tmp_pa
     config.write_text(
         "checks:\n"
         "  probe_image: registry.local/dcgm:4\n"
-        "  probe_command: [sh, -c, 'dcgmi diag -r 1 -j']\n"
+        "  probe_level: 1\n"
         "  runtime_class: nvidia-cdi\n"
         "policy:\n"
         "  probe_timeout: 3m\n"
@@ -307,8 +333,9 @@ def test_the_checks_come_from_the_responder_config_file_when_one_is_given(tmp_pa
     )
     run(["--listen", "0", "--check", "probe", "--config", str(config)], runner=runner)
     (argv,) = [a for a in runner.argv("registry.local/dcgm:4") if a[:2] == ["docker", "run"]]
-    assert argv[-3:] == ["registry.local/dcgm:4", "-c", "dcgmi diag -r 1 -j"]
-    assert argv[argv.index("--entrypoint") + 1] == "sh"
+    # The probe's diagnostic at the configured level, in the configured image and runtime.
+    assert "GPUHEALTH_DIAG_LEVEL=1" in argv
+    assert argv[argv.index("--entrypoint") + 1].endswith("sh")
     assert argv[argv.index("--runtime") + 1] == "nvidia-cdi"
     (timeout,) = [t for a, _, t in runner.calls if a[:2] == ["docker", "run"]]
     assert timeout == 180.0
