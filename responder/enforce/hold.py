@@ -103,26 +103,19 @@ def device_ids(pod: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(d for d, _ in _reports(pod)))
 
 
-def own_pod(pod: Mapping[str, Any]) -> bool:
-    """Whether the pod is gpuhealth's own on a device: a holder or a check's."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return HOLDER_LABEL in labels or CHECK_LABEL in labels
-
-
 class DeviceHold:
     """`sync(record, wanted, previous)`: one pass of the record's hold (None: the record is not
     held, and its holders are gone)."""
 
     def __init__(self, client: Api, namespace: str, settings: HoldSettings | None = None) -> None:
         self._client = client
-        self._namespace = namespace
         self.namespace = namespace
         """Where the holders live (gpuhealth's own namespace)."""
         self.settings = settings or HoldSettings()
-        self._seen: dict[str, float] = {}
-        """Holder uid -> when this responder first saw it: a holder's age is judged on our own
-        clock, never on its creationTimestamp (another machine's clock). In memory only: a new
-        leader judges from when it first looked, which only delays a timeout."""
+        self._seen: dict[str, dict[str, float]] = {}
+        """Record name -> its holders' uids -> when this responder first saw each: a holder's age
+        is judged on our own clock, never on its creationTimestamp (another machine's clock). In
+        memory only: a new leader judges from when it first looked, which only delays a timeout."""
         self._units: dict[str, int] = {}
         """Record name -> the card's units when it was last held (for a check's step aside)."""
         self._unhealthy: set[str] = set()
@@ -148,12 +141,13 @@ class DeviceHold:
         """`previous`: the record's last `Held` reason and when it last changed. `aside`: a check
         of the card is due, through the kubelet: step aside (`hold_plan.step_aside`)."""
         holders = self._holders(record)
-        for pod in holders:
-            self._seen.setdefault(str((pod.get("metadata") or {}).get("uid") or ""), now)
+        seen = self._seen.get(record.name, {})
+        self._seen[record.name] = {_uid(p): seen.get(_uid(p), now) for p in holders}
         if not wanted or not self.settings.enabled:
             for pod in holders:
                 self._delete(pod)
             self._mark(record, None)
+            self._seen.pop(record.name, None)
             self._allocatable.pop(record.name, None)
             self._units.pop(record.name, None)
             self.pods.pop(record.name, None)
@@ -193,7 +187,7 @@ class DeviceHold:
         decided = plan(
             HoldInput(
                 card=card,
-                holders=tuple(self._holder(p, now) for p in holders),
+                holders=tuple(self._holder(p, now, self._seen[record.name]) for p in holders),
                 busy=busy,
                 free=max(0, allocatable - requested),
                 previous=prior,
@@ -231,11 +225,10 @@ class DeviceHold:
         for name in decided.delete:
             if name in by_name:
                 self._delete(by_name[name])
-                self._seen.pop(str((by_name[name].get("metadata") or {}).get("uid") or ""), None)
         for _ in range(decided.create):
-            self._client.create(POD, self.holder(record), namespace=self._namespace)
+            self._client.create(POD, self.holder(record), namespace=self.namespace)
         self.pods[record.name] = len(holders) - len(decided.delete) + decided.create
-        self._mark(record, _mark_of(decided.state, ramp))
+        self._mark(record, _mark_of(decided.state, ramp), node)
         if decided.create or decided.delete:
             log.info(
                 "%s: hold %s: %d holder(s) made, %d deleted (%s)",
@@ -281,7 +274,7 @@ class DeviceHold:
             "kind": "Pod",
             "metadata": {
                 "generateName": f"{record.name[:40].rstrip('-.')}-hold-",
-                "namespace": self._namespace,
+                "namespace": self.namespace,
                 "labels": {
                     HOLDER_LABEL: holder_label(record),
                     "app.kubernetes.io/managed-by": "gpuhealth",
@@ -298,33 +291,36 @@ class DeviceHold:
             "spec": spec,
         }
 
-    def _holder(self, pod: Mapping[str, Any], now: float) -> Holder:
+    @staticmethod
+    def _holder(pod: Mapping[str, Any], now: float, seen: Mapping[str, float]) -> Holder:
         meta = pod.get("metadata") or {}
         return Holder(
             name=str(meta.get("name")),
             phase=str((pod.get("status") or {}).get("phase") or "Pending"),
             devices=device_ids(pod),
-            age_seconds=max(0.0, now - self._seen.get(str(meta.get("uid") or ""), now)),
+            age_seconds=max(0.0, now - seen.get(_uid(pod), now)),
             deleting=bool(meta.get("deletionTimestamp")),
         )
 
     def _holders(self, record: Quarantine) -> list[dict[str, Any]]:
         return self._client.list(
-            POD, namespace=self._namespace, label_selector=f"{HOLDER_LABEL}={holder_label(record)}"
+            POD, namespace=self.namespace, label_selector=f"{HOLDER_LABEL}={holder_label(record)}"
         ).items
 
     def _delete(self, pod: Mapping[str, Any]) -> None:
         with contextlib.suppress(NotFound):
-            self._client.delete(POD, str((pod.get("metadata") or {}).get("name")), namespace=self._namespace)
+            self._client.delete(POD, str((pod.get("metadata") or {}).get("name")), namespace=self.namespace)
 
-    def _mark(self, record: Quarantine, state: str | None) -> None:
-        """The record's devices in the node's `gpuhealth.io/device-holds` as `state` (None: absent)."""
+    def _mark(self, record: Quarantine, state: str | None, read: dict[str, Any] | None = None) -> None:
+        """The record's devices in the node's `gpuhealth.io/device-holds` as `state` (None: absent).
+        `read`: the node as this pass read it, used for the first attempt (a 409 reads it again)."""
         ids = _listed_ids(record)
         listed = record.spec.partitions or (record.spec.device,)
+        given = [read] if read is not None else []
 
         def attempt() -> None:
             try:
-                node = self._client.get(NODE, record.spec.node)
+                node = given.pop() if given else self._client.get(NODE, record.spec.node)
             except NotFound:
                 return
             current = holds(node)
@@ -399,6 +395,10 @@ def _check_of(pod: Mapping[str, Any], record: Quarantine) -> bool:
     """Whether the pod is one of the record's checks (`responder.checks.jobs` labels them)."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
     return CHECK_LABEL in labels and labels.get(RECORD_LABEL) == holder_label(record)
+
+
+def _uid(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("uid") or "")
 
 
 def _int(value: Any) -> int:

@@ -186,8 +186,8 @@ def test_the_holders_go_when_the_record_reaches_the_ramp(world: World) -> None:
     obj["status"]["phase"] = "Ramp"
     obj["status"]["phaseSince"] = rfc3339(w.clock.now())
     w.client.update(QUARANTINES, obj, subresource=STATUS)
-    # At the ramp's start the hold steps aside for the ramp's first opted-in work (the card free,
-    # the node's other free GPUs held) for at most hold.ramp_fill; after that, everyone back.
+    # On the ramp the hold may step aside for its first opted-in work for at most hold.ramp_fill;
+    # past that, every holder goes.
     w.clock.advance(HoldSettings().ramp_fill_seconds)
     w.passes_until(
         "the holders gone", lambda: not w.holders() and w.record(name).status.condition(HELD) is None
