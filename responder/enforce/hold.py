@@ -45,6 +45,7 @@ from responder.enforce.hold_plan import (
     HoldPlan,
     HoldState,
     plan,
+    plugin_word,
 )
 from responder.extender.filter import gpus_requested
 from responder.records import Quarantine, owner_reference
@@ -118,9 +119,10 @@ class DeviceHold:
         memory only: a new leader judges from when it first looked, which only delays a timeout."""
         self._units: dict[str, int] = {}
         """Record name -> the card's units when it was last held (for a check's step aside)."""
-        self._unhealthy: set[str] = set()
-        """Records whose card the kubelet last reported Unhealthy (its plugin's word), until a
-        fill asks again: no fill is made while the plugin excludes it (in memory: a new leader
+        self._unhealthy: dict[str, int] = {}
+        """Records whose card the kubelet last reported Unhealthy (its plugin's word) -> the
+        node's excluded GPUs then (`hold_plan.plugin_word`), until a fill asks again or that
+        count changes: no fill is made while the plugin excludes it (in memory: a new leader
         makes one fill to find out)."""
         self.pods: dict[str, int] = {}
         """Record name -> its holder pods after its last pass (what `gpuhealth_holder_pods` sums)."""
@@ -168,18 +170,25 @@ class DeviceHold:
         busy = tuple(
             d for p in unfinished if _uses(p, record) for d in device_ids(p) if card.owns(d)
         )  # fmt: skip
-        if any(health == "Unhealthy" and card.owns(d) for p in unfinished for d, health in _reports(p)):
-            self._unhealthy.add(record.name)
+        allocatable = _int(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
+        capacity = max(
+            allocatable, _int(((node.get("status") or {}).get("capacity") or {}).get(GPU_RESOURCE))
+        )
+        word = plugin_word(
+            self._unhealthy.get(record.name),
+            any(health == "Unhealthy" and card.owns(d) for p in unfinished for d, health in _reports(p)),
+            capacity - allocatable,
+        )
+        if word is None:
+            self._unhealthy.pop(record.name, None)
+        else:
+            self._unhealthy[record.name] = word
         unknown = sum(
             1 for p in unfinished if _uses(p, record) and not device_ids(p) and gpus_requested(p) > 0
         )
         checking = tuple(
             d for p in unfinished if _check_of(p, record) for d in device_ids(p) if card.owns(d)
         )  # fmt: skip
-        allocatable = _int(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
-        capacity = max(
-            allocatable, _int(((node.get("status") or {}).get("capacity") or {}).get(GPU_RESOURCE))
-        )
         requested = sum(gpus_requested(p) for p in unfinished)
         prior = None
         if previous is not None and previous[0] in HoldState.__members__.values():
@@ -209,7 +218,7 @@ class DeviceHold:
         else:
             self._allocatable.pop(record.name, None)
         if decided.create or decided.state.standing:
-            self._unhealthy.discard(record.name)  # a fill asks the kubelet anew
+            self._unhealthy.pop(record.name, None)  # a fill asks the kubelet anew
         if decided.state.standing:
             self._units[record.name] = decided.units
         others = {d: v for d, v in holds(node).items() if d not in _listed_ids(record)}

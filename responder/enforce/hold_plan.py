@@ -130,8 +130,9 @@ class HoldInput:
     kubelet has not reported yet (starting; another record's fill): one may be on the card."""
     plugin_excludes: bool = False
     """The kubelet last reported the card Unhealthy (its plugin's word, in a pod's
-    `allocatedResourcesStatus`): the kubelet gives it to nobody while the node's allocatable
-    stays short of its capacity by at least the card."""
+    `allocatedResourcesStatus`) and the node's excluded count has not changed since
+    (`plugin_word`): the kubelet gives it to nobody while the node's allocatable stays short of
+    its capacity by at least the card."""
     excluded: int = 0
     """The node's GPUs its plugin excludes: capacity less allocatable."""
     known_units: int = 0
@@ -161,6 +162,19 @@ def card_units(card: Card, seen: Sequence[str]) -> int:
         return len(card.partitions)
     replicas = [int(d.rsplit("::", 1)[1]) for d in seen if "::" in d and d.rsplit("::", 1)[1].isdigit()]
     return max(card.replicas, max(replicas, default=0) + 1)
+
+
+def plugin_word(seen_at: int | None, reported_unhealthy: bool, excluded: int) -> int | None:
+    """Whether the card's plugin still excludes it, as far as anyone outside it can tell: the
+    node's excluded GPUs (capacity less allocatable) when a pod's kubelet report last said the
+    card Unhealthy, or None (no such word). A report is only as good as the count it was read
+    with: once the pod that told it has left, nothing says the card is still the excluded one,
+    so any change of that count voids it (the plugin let a device back, and another card of the
+    node may be the one excluded now), and the next fill asks the kubelet instead. Looked at on
+    every pass: a count that changed and changed back between two passes is missed."""
+    if reported_unhealthy:
+        return excluded
+    return seen_at if seen_at is not None and seen_at == excluded else None
 
 
 def plan(given: HoldInput) -> HoldPlan:

@@ -15,7 +15,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from responder.enforce.hold_plan import Card, Holder, HoldInput, HoldState, card_units, plan
+from responder.enforce.hold_plan import Card, Holder, HoldInput, HoldState, card_units, plan, plugin_word
 
 CARD = Card("GPU-bad")
 
@@ -289,3 +289,19 @@ def test_on_the_ramp_the_card_takes_the_opted_in_work_then_everyone_is_let_back(
     # It is on the card: every holder goes.
     taken = plan(HoldInput(CARD, holders=others, busy=("GPU-bad",), free=0, aside=True, ramp=True))
     assert taken.state is HoldState.RAMPING and set(taken.delete) == {"h1", "h2"}
+
+
+def test_the_plugin_s_unhealthy_is_believed_only_while_the_node_s_excluded_count_stands() -> None:
+    # The flapping card's pod said Unhealthy while its plugin excluded it (one GPU short).
+    seen = plugin_word(None, reported_unhealthy=True, excluded=1)
+    assert seen == 1
+    # The pod has left; the node is still one short: the card is believed excluded.
+    assert plugin_word(seen, reported_unhealthy=False, excluded=1) == 1
+    # The plugin let it back (no GPU short): the word is void...
+    assert plugin_word(seen, reported_unhealthy=False, excluded=0) is None
+    # ... and stays void when another card of the node is excluded later, one short again: a
+    # fill must find out which card that is (CI saw a replacement given the flapping card when
+    # this was taken for the card's own exclusion).
+    assert plugin_word(None, reported_unhealthy=False, excluded=1) is None
+    after = plan(HoldInput(CARD, holders=(), busy=(), free=3, plugin_excludes=False, excluded=1))
+    assert after.state is HoldState.FILLING and after.create == 3
