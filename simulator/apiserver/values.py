@@ -733,6 +733,59 @@ _UPDATE: dict[str, Callable[[dict[str, Any], dict[str, Any]], Causes]] = {
 }
 
 
+_HEALTH = ("Healthy", "Unhealthy", "Unknown")
+_CLAIM_FORMAT = (
+    "must match one of the container's resource claims in a format 'claim:<claimName>/<request>' "
+    "or 'claim:<claimName>' if request is empty"
+)
+
+
+def allocated_resources_status_causes(pod: dict[str, Any]) -> Causes:
+    """A pod status write's `allocatedResourcesStatus` as the API server checks it: each entry of
+    a container's status names a resource that container requests, or one of its own claims
+    (`claim:<claim>` or `claim:<claim>/<request>`); each resource ID once, each health a known
+    one. A status of a container the spec does not have is not checked (as upstream)."""
+    spec = _dict(pod.get("spec"))
+    status = _dict(pod.get("status"))
+    causes: Causes = []
+    for list_name, spec_name in (
+        ("containerStatuses", "containers"),
+        ("initContainerStatuses", "initContainers"),
+    ):
+        containers = {str(c.get("name")): c for c in _dicts(spec.get(spec_name))}
+        for i, cs in enumerate(_dicts(status.get(list_name))):
+            container = containers.get(str(cs.get("name")))
+            for j, entry in enumerate(_dicts(cs.get("allocatedResourcesStatus"))):
+                path = f"status.{list_name}[{i}].allocatedResourcesStatus[{j}]"
+                name = str(entry.get("name") or "")
+                if container is not None:
+                    resources = _dict(container.get("resources"))
+                    if name.startswith("claim:"):
+                        named = {
+                            "claim:" + str(c.get("name")) + (f"/{c['request']}" if c.get("request") else "")
+                            for c in _dicts(resources.get("claims"))
+                        }
+                        if name not in named:
+                            causes.append((f"{path}.name", invalid_value(name, _CLAIM_FORMAT)))
+                    elif name not in _dict(resources.get("requests")):
+                        causes.append(
+                            (
+                                f"{path}.name",
+                                invalid_value(name, "must match one of the container's resource requests"),
+                            )
+                        )
+                seen: set[str] = set()
+                for k, resource in enumerate(_dicts(entry.get("resources"))):
+                    health = str(resource.get("health") or "")
+                    if health not in _HEALTH:
+                        causes.append((f"{path}.resources[{k}].health", unsupported(health, _HEALTH)))
+                    rid = str(resource.get("resourceID") or "")
+                    if rid in seen:
+                        causes.append((f"{path}.resources[{k}].resourceID", f"Duplicate value: {value(rid)}"))
+                    seen.add(rid)
+    return causes
+
+
 def validate_update(
     resource: str, new: dict[str, Any], old: dict[str, Any], subresource: str | None
 ) -> Causes:
@@ -744,7 +797,10 @@ def validate_update(
         # A status write cannot change the spec, so only what it may change is checked (as the
         # apiserver's status strategies do); the simulator's own objects need not pass spec checks.
         check = label_errors if resource in _LABEL_NAMED else subdomain_errors
-        return metadata_causes(_dict(new.get("metadata")), check)
+        causes = metadata_causes(_dict(new.get("metadata")), check)
+        if resource == "pods" and subresource == "status":
+            causes += allocated_resources_status_causes(new)
+        return causes
     causes = validate_object(resource, new)
     fn = _UPDATE.get(resource)
     if fn is not None:
@@ -758,6 +814,7 @@ __all__ = [
     "QUANTITY_MSG",
     "SUBDOMAIN_MSG",
     "Causes",
+    "allocated_resources_status_causes",
     "invalid_value",
     "parse_quantity",
     "quantity_problems",

@@ -270,6 +270,42 @@ def allocated_resource_name(reference: dict[str, str]) -> str:
     return f"claim:{reference['name']}/{request}" if request else f"claim:{reference['name']}"
 
 
+def per_container(
+    containers: list[dict[str, Any]], allocated: list[dict[str, Any]]
+) -> list[list[dict[str, Any]]]:
+    """Each app container's `allocatedResourcesStatus` from the pod's, as the kubelet reports them:
+    a container lists only what it asks for (the API server refuses any other name). A claim's
+    devices go to every container naming the claim (they share it); a device plugin's are the
+    device manager's per container, each taking its own request's count in container order (app
+    containers reuse what init containers had, so the pod's devices are theirs)."""
+    taken: dict[str, int] = {}
+    out: list[list[dict[str, Any]]] = []
+    for container in containers:
+        resources = container.get("resources") or {}
+        requests = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        claims = {allocated_resource_name(c) for c in resources.get("claims") or [] if c.get("name")}
+        mine = []
+        for entry in allocated:
+            name = entry["name"]
+            if name.startswith("claim:"):
+                if name in claims:
+                    mine.append(entry)
+                continue
+            try:
+                count = int(str(requests.get(name, 0)))
+            except ValueError:
+                count = 0
+            if count <= 0:
+                continue
+            start = taken.get(name, 0)
+            taken[name] = start + count
+            devices = entry["resources"][start : start + count]
+            if devices:
+                mine.append({**entry, "resources": devices})
+        out.append(mine)
+    return out
+
+
 def _containers(workload: Workload, gpus: int, dra: bool) -> dict[str, Any]:
     resources: dict[str, Any] = {"requests": {"cpu": "4", "memory": "32Gi"}, "limits": {"memory": "32Gi"}}
     if dra:
@@ -512,7 +548,8 @@ def pod_status(
     else:
         state = {"running": {"startedAt": t_ready}}
     statuses = []
-    for container in spec["containers"]:
+    mine = per_container(spec["containers"], allocated)
+    for container, own in zip(spec["containers"], mine, strict=True):
         cs: dict[str, Any] = {
             "name": container["name"],
             "state": state,
@@ -523,8 +560,8 @@ def pod_status(
             "containerID": container_id(pod_obj, container["name"]),
             "started": finished is None,
         }
-        if allocated:
-            cs["allocatedResourcesStatus"] = allocated
+        if own:
+            cs["allocatedResourcesStatus"] = own
         statuses.append(cs)
     status["containerStatuses"] = statuses
     if spec.get("initContainers"):

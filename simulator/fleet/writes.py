@@ -17,7 +17,7 @@ from typing import Any
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
 from simulator.fleet.node_api import Mutation, NodeApi
-from simulator.fleet.objects import KUBELET_CONDITIONS, gates_not_ready, others_conditions
+from simulator.fleet.objects import KUBELET_CONDITIONS, gates_not_ready, others_conditions, per_container
 from simulator.fleet.state import SimPod
 
 
@@ -128,12 +128,24 @@ class PodStatusWriter:
             status = obj["status"]
             if ready is not None:
                 set_ready(obj, ready, ts)
+            containers = (obj.get("spec") or {}).get("containers") or []
+            own = dict(
+                zip(
+                    (c.get("name") for c in containers),
+                    per_container(containers, allocated or []),
+                    strict=True,
+                )
+            )
             for cs in status.get("containerStatuses", []):
                 if ready is not None:
                     cs["ready"] = ready
-                # Only regular containers get allocatedResourcesStatus; init containers never do.
+                # Only regular containers get allocatedResourcesStatus (init containers never
+                # do), each its own: what it asks for.
                 if allocated is not None:
-                    cs["allocatedResourcesStatus"] = allocated
+                    if own.get(cs.get("name")):
+                        cs["allocatedResourcesStatus"] = own[cs.get("name")]
+                    else:
+                        cs.pop("allocatedResourcesStatus", None)
             return obj
 
         return fn

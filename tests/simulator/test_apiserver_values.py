@@ -507,3 +507,51 @@ def test_a_value_of_the_wrong_json_type_is_the_decoders_400(
     err = _error(lambda: store.create("pods", body, namespace="default"))
     assert (err.code, err.reason) == (400, "BadRequest")
     assert err.message == f'Pod in version "v1" cannot be handled as a Pod: {problem}'
+
+
+def test_a_status_write_may_report_only_devices_a_container_asks_for(store: Store) -> None:
+    # As the real API server (kubernetes validation of allocatedResourcesStatus): a container's
+    # entry names a resource it requests or one of its own claims; IDs once; a known health.
+    gpu = {"limits": {"nvidia.com/gpu": "1"}}
+    spec = {
+        "containers": [
+            {"name": "main", "image": "i:1", "resources": gpu},
+            {"name": "sidecar", "image": "i:1"},
+            {"name": "dra", "image": "i:1", "resources": {"claims": [{"name": "gpus", "request": "gpus"}]}},
+        ],
+        "resourceClaims": [{"name": "gpus", "resourceClaimName": "c"}],
+    }
+    store.create("pods", {**_pod("p", **spec)}, namespace="default")
+
+    def report(name: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
+        status = {"name": name, "ready": True, "restartCount": 0, "image": "i:1", "imageID": "i@sha256:0"}
+        return {"status": {"containerStatuses": [{**status, "allocatedResourcesStatus": entries}]}}
+
+    def write(body: dict[str, Any]) -> Any:
+        return store.patch("pods", "p", "default", body, "application/merge-patch+json", subresource="status")
+
+    ok = [{"name": "nvidia.com/gpu", "resources": [{"resourceID": "GPU-a", "health": "Healthy"}]}]
+    assert write(report("main", ok))["status"]["containerStatuses"][0]["allocatedResourcesStatus"] == ok
+    err = _error(lambda: write(report("sidecar", ok)))
+    assert err.code == 422
+    assert err.details["causes"] == [
+        {
+            "reason": "FieldValueInvalid",
+            "message": 'Invalid value: "nvidia.com/gpu": '
+            "must match one of the container's resource requests",
+            "field": "status.containerStatuses[0].allocatedResourcesStatus[0].name",
+        }
+    ]
+    claim = [
+        {"name": "claim:gpus", "resources": [{"resourceID": "gpu.example.com/n/gpu-0", "health": "Healthy"}]}
+    ]
+    err = _error(lambda: write(report("dra", claim)))
+    assert "must match one of the container's resource claims" in err.message
+    write(report("dra", [{**claim[0], "name": "claim:gpus/gpus"}]))
+    twice = [{"name": "nvidia.com/gpu", "resources": [{"resourceID": "GPU-a", "health": "Sick"}] * 2}]
+    causes = {
+        c["field"]: c["message"] for c in _error(lambda: write(report("main", twice))).details["causes"]
+    }
+    prefix = "status.containerStatuses[0].allocatedResourcesStatus[0].resources"
+    assert causes[f"{prefix}[1].resourceID"] == 'Duplicate value: "GPU-a"'
+    assert causes[f"{prefix}[0].health"].startswith('Unsupported value: "Sick"')

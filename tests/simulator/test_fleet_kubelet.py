@@ -347,3 +347,27 @@ async def test_every_object_the_fleet_writes_is_a_valid_kubernetes_shape(kind: s
     info = store.registry.get(kind)
     for obj in objs:
         store.validator.validate(info, obj)  # raises ApiError 422 on a bad shape
+
+
+def test_each_container_reports_only_its_own_devices() -> None:
+    # The device manager allocates per container: two GPU containers get their own cards, a
+    # sidecar none; a claim's devices go to every container naming it.
+    from simulator.fleet.objects import per_container
+
+    def gpus(n: int) -> dict[str, Any]:
+        return {"limits": {"nvidia.com/gpu": str(n)}}
+
+    devices = [{"resourceID": f"GPU-{i}", "health": "Healthy"} for i in range(3)]
+    pod = [{"name": "nvidia.com/gpu", "resources": devices}]
+    mine = per_container(
+        [{"name": "a", "resources": gpus(1)}, {"name": "side"}, {"name": "b", "resources": gpus(2)}], pod
+    )
+    assert [[r["resourceID"] for e in own for r in e["resources"]] for own in mine] == [
+        ["GPU-0"],
+        [],
+        ["GPU-1", "GPU-2"],
+    ]
+    claim = [{"name": "claim:gpus", "resources": devices[:1]}]
+    shared = {"claims": [{"name": "gpus"}]}
+    both = per_container([{"name": "a", "resources": shared}, {"name": "b", "resources": shared}], claim)
+    assert both == [claim, claim]
