@@ -56,6 +56,7 @@ from simulator.apiserver.selectors import (
 )
 from simulator.apiserver.stored import Entry, fields_match, format_timestamp, index
 from simulator.apiserver.validation import Validator, WriteOptions
+from simulator.apiserver.values import allocated_resources_status_causes
 from simulator.apiserver.versions import KubernetesVersion
 from simulator.apiserver.watch import ADDED, DELETED, MODIFIED, Watch
 from simulator.apiserver.watch_cache import LogEvent, WatchCache, WatchCacheSettings, state_at, too_large
@@ -376,6 +377,12 @@ class Store:
             new = admission.keep_identity(info, old, copy.deepcopy(new) if result is not None else new)
         else:
             new = admission.merge_write(info, old, new, subresource)
+            if not validate and info.key == "pods" and subresource == "status":
+                # The kubelet's own status writes are checked by the real API server too; this
+                # is the check a simulated kubelet could fail (which devices a container names).
+                causes = allocated_resources_status_causes(new)
+                if causes:
+                    raise invalid(info.kind, info.group, name, causes)
         return self._finish_write(info, old_entry, old, new, validate)
 
     def patch(

@@ -555,3 +555,19 @@ def test_a_status_write_may_report_only_devices_a_container_asks_for(store: Stor
     prefix = "status.containerStatuses[0].allocatedResourcesStatus[0].resources"
     assert causes[f"{prefix}[1].resourceID"] == 'Duplicate value: "GPU-a"'
     assert causes[f"{prefix}[0].health"].startswith('Unsupported value: "Sick"')
+
+
+def test_the_simulated_kubelets_own_status_writes_meet_the_same_check(store: Store) -> None:
+    # The real API server checks the kubelet's writes as any client's: a container may not be
+    # given devices it does not ask for (the check that found the DRA probe's judge container
+    # reported a claim it did not name, on the real control plane only, before this).
+    spec = {"containers": [{"name": "judge", "image": "i:1"}], "resourceClaims": [{"name": "gpu"}]}
+    store.create("pods", _pod("p", **spec), namespace="default", validate=False)
+
+    def give(obj: dict[str, Any]) -> dict[str, Any]:
+        entry = {"name": "claim:gpu", "resources": [{"resourceID": "d/n/gpu-0", "health": "Healthy"}]}
+        obj["status"] = {"containerStatuses": [{"name": "judge", "allocatedResourcesStatus": [entry]}]}
+        return obj
+
+    err = _error(lambda: store.mutate("pods", "p", "default", give, subresource="status"))
+    assert err.code == 422 and "must match one of the container's resource claims" in err.message
