@@ -9,9 +9,9 @@ order in which other checks were decided). What is the product's and what is mod
   given `PolicySettings`;
 - the reconciler's executor is modelled: an effect is applied at once and always lands
   (`Enforce`, `Unenforce`), a check's verdict is the card's truth (`timeline.CheckTruth`), a record
-  is stepped at the moments its step asks for, when its device's health changes, when its check
-  ends and when a delivery changes it (the real reconciler passes at least every 30 s: its
-  latency is left out);
+  is stepped at the moments its step asks for, at its expiry and its backoff's end, when its
+  device's health changes, when its check ends and when a delivery changes it (the real
+  reconciler passes at least every 30 s: that latency is left out);
 - a move of work off a quarantined device is counted when a `quarantine` record's episode begins
   on a device that may have run work (it was open to all, or on the ramp), as
   `responder.migrate.plan` moves once per episode and never for a `restrict`; the move's checkpoint,
@@ -27,6 +27,7 @@ from collections import deque
 from dataclasses import dataclass
 from itertools import count
 
+from gpuhealth.kube.meta import parse_rfc3339
 from responder.ladder import Kind
 from responder.reconcile import breaker
 from responder.reconcile.breaker import BreakerState
@@ -150,6 +151,15 @@ class _Engine:
             raise RuntimeError(f"{key}: the policy asked to step again at once {MAX_IMMEDIATE} times")
         if decided.recheck_seconds is not None:
             self._push(now + decided.recheck_seconds, _STEP, key)
+        else:
+            # The reconciler passes every record at least every `max_recheck_seconds` whatever
+            # the step asked: what changes with time alone in a record that asked for nothing is
+            # its expiry and its backoff's end, so the replay looks again at those.
+            status = self.records[key]
+            for stamp in (status.spec.expires_at, status.status.retry_at):
+                at = parse_rfc3339(stamp)
+                if at is not None and at > now:
+                    self._push(at, _STEP, key)
         change = self.readings.next_change(*key, now)
         if change is not None:
             self._push(change, _STEP, key)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from bench.replay_inputs import replay_settings, rule_timings
+from gpuhealth.kube.meta import parse_rfc3339
 from responder.records import RELEASE_PHASES, Phase
 from responder.replay.alerting import RuleTimings
 from responder.replay.engine import ReplaySettings, replay
@@ -159,3 +160,17 @@ def test_a_responder_configuration_changes_the_decisions(rules: RuleTimings, tmp
     tuned = run(rules, replay_settings(config), faults=(fault,))
     saved = shipped.holds[0].end - tuned.holds[0].end
     assert saved == pytest.approx((1800.0 - 600.0) + (3600.0 - 600.0))
+
+
+def test_an_expiry_while_still_failing_extends_with_the_doubled_backoff(
+    rules: RuleTimings, shipped: ReplaySettings
+) -> None:
+    repaired = T0 + HOUR + 2 * DAY
+    fault = Fault(T0 + HOUR, "n1", "GPU-a", Signal.FATAL_XID, repaired, "79")
+    record = run(rules, shipped, faults=(fault,), days=4.0).records[("n1", "GPU-a")]
+    extensions = [h for h in record.status.history if h.message.startswith("expired while still failing")]
+    assert len(extensions) >= 3
+    probing = next(h for h in record.status.history if h.phase == "Probing")
+    started = parse_rfc3339(probing.time)
+    assert started is not None and started > repaired + shipped.policy.backoff_seconds
+    assert record.status.phase == Phase.RELEASED
