@@ -23,7 +23,6 @@ from typing import Any
 from bench.fleet_causes import CAUSES, GPUS_PER_NODE, NODES, PLANNED, Knobs, Sight, Trace, trace
 from bench.fleet_policies import (
     CRASHLOOP_SECONDS,
-    MOVE_SECONDS,
     POLICIES,
     Tally,
     account,
@@ -192,7 +191,7 @@ def _print_knobs(knobs: Knobs) -> None:
     print(
         f"  fixed: probe {knobs.probe_seconds:g} s, canary {knobs.canary_seconds:g} s; a move's "
         f"checkpoint answered in "
-        f"{MOVE_SECONDS:g} s; a pod on a failing card crash-loops every {CRASHLOOP_SECONDS:g} s "
+        f"{knobs.move_seconds:g} s; a pod on a failing card crash-loops every {CRASHLOOP_SECONDS:g} s "
         f"(CrashLoopBackOff cap); "
         "node-cordon acts on any GPU signal (THERMAL included) one rule evaluation after the fault; "
         "every GPU is "

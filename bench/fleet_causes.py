@@ -102,6 +102,9 @@ class Knobs:
     probe_seconds: float = 120.0
     """A `dcgmi diag -r 2` takes about two minutes."""
     canary_seconds: float = 300.0
+    move_seconds: float = 60.0
+    """A move's checkpoint answered and its pods evicted within a minute (the job restarts from its
+    last checkpoint)."""
     seed: int = 25
 
 
@@ -198,6 +201,7 @@ def trace(knobs: Knobs, start: float) -> Trace:
         faults=faults,
         spells=tuple(spells),
         lost=tuple(lost),
+        move_seconds=knobs.move_seconds,
         seed=knobs.seed,
         devices={node_name(n): devices_of(n) for n in range(NODES)},
     )

@@ -24,8 +24,6 @@ from responder.replay.outcomes import Replay
 
 CRASHLOOP_SECONDS = 300.0
 """The kubelet's CrashLoopBackOff cap: a container that keeps failing restarts every 5 minutes."""
-MOVE_SECONDS = 60.0
-"""Assumption: a move's checkpoint is answered within a minute (the job restarts from its last one)."""
 NODE_BREAKER_SHARE, NODE_BREAKER_WINDOW = 0.5, 300.0
 """NVSentinel's breaker: it pauses when 50 % of nodes were cordoned within 5 minutes."""
 SERVICE_SIZES, SERVICE_WEIGHTS = (1, 2, 4, 8), (0.4, 0.3, 0.2, 0.1)
@@ -155,7 +153,9 @@ def _gpuhealth(tally: Tally, trace: Trace, mix: Mix, replay: Replay, broken: Bro
         if any(h.start <= incident.at < h.end for h in own):
             continue  # held already: no work on the card
         caught = [h.start for h in own if incident.at <= h.start < end]
-        seconds = min(caught[0] + MOVE_SECONDS, end) - incident.at if caught else end - incident.at
+        seconds = (
+            min(caught[0] + trace.timeline.move_seconds, end) - incident.at if caught else end - incident.at
+        )
         _on_failing(tally, incident, seconds, mix)
     false_moves = [
         m for m in replay.moves if not any(a <= m.at < b for a, b in broken.get((m.node, m.device), ()))

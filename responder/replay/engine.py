@@ -12,10 +12,11 @@ order in which other checks were decided). What is the product's and what is mod
   is stepped at the moments its step asks for, at its expiry and its backoff's end, when its
   device's health changes, when its check ends and when a delivery changes it (the real
   reconciler passes at least every 30 s: that latency is left out);
-- a move of work off a quarantined device is counted when a `quarantine` record's episode begins
-  on a device that may have run work (it was open to all, or on the ramp), as
-  `responder.migrate.plan` moves once per episode and never for a `restrict`; the move's checkpoint,
-  lease and eviction caps are not walked;
+- a move of work off a quarantined device begins when a `quarantine` record's episode begins on a
+  device that may have run work (it was open to all, or on the ramp): `responder.migrate.plan.moves_for`
+  adds it to the record (one job per device, once per episode, never for a `restrict`), and it
+  succeeds `move_seconds` later, so the policy's wait for an unfinished move is the product's; the
+  move's own steps (lease, checkpoint, evictions, their caps) are not walked;
 - nobody resets a tripped breaker: the backlog stays Deferred until the timeline ends.
 """
 
@@ -24,11 +25,12 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import count
 
 from gpuhealth.kube.meta import parse_rfc3339
 from responder.ladder import Kind
+from responder.migrate.plan import Holder, moves_for
 from responder.reconcile import breaker
 from responder.reconcile.breaker import BreakerState
 from responder.reconcile.limits import Bucket, BucketSettings
@@ -45,7 +47,7 @@ from responder.reconcile.policy import (
     Unenforce,
     step,
 )
-from responder.records import Phase, Quarantine
+from responder.records import MigrationOutcome, Phase, Quarantine
 from responder.replay.alerting import AlertEpisode, RuleTimings, episodes
 from responder.replay.outcomes import DeviceKey, Ledger, Replay
 from responder.replay.readings import Readings
@@ -75,7 +77,7 @@ def replay(timeline: Timeline, rules: RuleTimings, settings: ReplaySettings) -> 
     return _Engine(timeline, rules, settings).run()
 
 
-_DELIVER, _STEP = 0, 1
+_DELIVER, _STEP, _MOVED = 0, 1, 2
 
 
 class _Engine:
@@ -105,6 +107,9 @@ class _Engine:
             if kind == _DELIVER:
                 assert isinstance(payload, tuple)
                 self._deliver(key, payload[0], payload[1], now)
+            elif kind == _MOVED:
+                assert isinstance(payload, str)
+                self._moved(key, payload, now)
             else:
                 self.due.discard((key, now))
                 self._step(key, now)
@@ -231,8 +236,30 @@ class _Engine:
             and after.status.episode > before.status.episode
             and self._had_work(before)
         ):
-            self.ledger.moved(key, after.spec.reason, now)
+            after = self._begin_move(key, after, now)
         self.records[key] = after
+
+    def _begin_move(self, key: DeviceKey, record: Quarantine, now: float) -> Quarantine:
+        """The device's work starts moving: one job per device (the replay knows no pods), its move
+        kept in the record as the migrator keeps it, finished `move_seconds` later."""
+        job = Holder("replay", f"Job/{key[1]}", f"job-{record.name}")
+        moves = moves_for(
+            record.status.migrations, (job,), device=record.spec.device, episode=record.status.episode
+        )
+        if len(moves) == len(record.status.migrations):
+            return record  # a move of this job is under way: one flow per job
+        self.ledger.moved(key, record.spec.reason, now)
+        self._push(now + self.timeline.move_seconds, _MOVED, key, moves[-1].key)
+        return record.with_migrations(moves)
+
+    def _moved(self, key: DeviceKey, move: str, now: float) -> None:
+        record = self.records[key]
+        done = tuple(
+            replace(m, outcome=MigrationOutcome.SUCCEEDED) if m.key == move else m
+            for m in record.status.migrations
+        )
+        self.records[key] = record.with_migrations(done)
+        self._step(key, now)
 
     def _had_work(self, before: Quarantine) -> bool:
         """Whether work may have run on the device before this episode: it was open to all

@@ -96,6 +96,9 @@ class Timeline:
     faults: tuple[Fault, ...] = ()
     spells: tuple[UnknownSpell, ...] = ()
     lost: tuple[NodeLost, ...] = ()
+    move_seconds: float = 60.0
+    """How long moving the work off a quarantined device takes (the checkpoint answered, the pods
+    evicted): the move stays in the record, unfinished, that long."""
     seed: int = 0
     """Seeds the flaky cards' check verdicts: the same timeline and seed replay the same."""
     devices: dict[str, tuple[str, ...]] = field(default_factory=dict, compare=False, hash=False)
@@ -106,3 +109,5 @@ class Timeline:
             raise ValueError("a timeline ends after it starts")
         if self.eligible < 0:
             raise ValueError("eligible: a count of GPUs, not negative")
+        if self.move_seconds < 0:
+            raise ValueError("move_seconds: a duration, not negative")

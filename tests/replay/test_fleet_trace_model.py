@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 
 from bench.fleet_causes import CAUSES, GPUS_PER_NODE, Incident, Knobs, Sight, Trace, trace
-from bench.fleet_policies import MOVE_SECONDS, account, inference, training
+from bench.fleet_policies import account, inference, training
 from bench.replay_inputs import replay_settings, rule_timings
 from responder.replay.engine import replay
 from responder.replay.timeline import CheckTruth, Fault, Timeline
@@ -74,7 +74,7 @@ def test_one_card_fault_costs_node_cordon_the_node_and_gpuhealth_the_ladder() ->
     assert (ladder.stability_seconds + ladder.ramp_seconds) / 3600.0 <= after_repair
     assert after_repair < tallies["node-cordon"].withheld_healthy_hours / 20
     assert tallies["none"].failing_work_hours == pytest.approx(48.0)
-    assert tallies["gpuhealth"].failing_work_hours <= (60.0 + MOVE_SECONDS) / 3600.0
+    assert tallies["gpuhealth"].failing_work_hours <= (60.0 + drawn.timeline.move_seconds) / 3600.0
     assert tallies["gpuhealth"].interruptions == tallies["node-cordon"].interruptions == 1
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from bench.replay_inputs import replay_settings, rule_timings
 from gpuhealth.kube.meta import parse_rfc3339
-from responder.records import RELEASE_PHASES, Phase
+from responder.records import RELEASE_PHASES, MigrationOutcome, Phase
 from responder.replay.alerting import RuleTimings
 from responder.replay.engine import ReplaySettings, replay
 from responder.replay.outcomes import Replay
@@ -174,3 +174,19 @@ def test_an_expiry_while_still_failing_extends_with_the_doubled_backoff(
     started = parse_rfc3339(probing.time)
     assert started is not None and started > repaired + shipped.policy.backoff_seconds
     assert record.status.phase == Phase.RELEASED
+
+
+def test_a_move_in_flight_holds_the_release_attempt_back(rules: RuleTimings, shipped: ReplaySettings) -> None:
+    # The ECC alert resolves after its event window and the card works again at once, while the
+    # move of its work takes two hours: the attempt starts only when the move has an outcome.
+    fault = Fault(T0 + HOUR, "n1", "GPU-a", Signal.ECC_UNCORRECTABLE, T0 + HOUR + 60.0)
+    timeline = Timeline(
+        start=T0, end=T0 + DAY, eligible=64, checks=CHECKS, faults=(fault,), move_seconds=2 * HOUR
+    )
+    record = replay(timeline, rules, shipped).records[("n1", "GPU-a")]
+    (move,) = record.status.migrations
+    assert move.outcome == MigrationOutcome.SUCCEEDED
+    assert any(h.message.endswith("to end") and "move of" in h.message for h in record.status.history)
+    probing = next(h for h in record.status.history if h.phase == "Probing")
+    started = parse_rfc3339(probing.time)
+    assert started is not None and started >= fault.at + 2 * HOUR
