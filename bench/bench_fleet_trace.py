@@ -239,8 +239,16 @@ def _print_notes(run: Run) -> None:
     false = run.replay.false_holds(broken)
     restricts = sum(1 for h in false if h.action == "restrict")
     kinds = ", ".join(f"{k} {v:,}" for k, v in sorted(run.replay.actions.items()))
+    restricted, quarantined = _withheld_by_action(run)
+    repaired = sum(1 for i in run.trace.incidents if i.cause.card)
     print(
-        f"\n  gpuhealth's false quarantines: {restricts:,} restrictions for Unknown (nothing moved), "
+        f"\n  gpuhealth's healthy GPU-hours withheld: {restricted:,.0f} by restrictions for Unknown (each "
+        f"until its ladder is walked), {quarantined:,.0f} by quarantines after the repair of {repaired} "
+        "cards (the ladder, and what is left of the backoff that the quarantine's expiries while the "
+        "card was still broken built up)"
+    )
+    print(
+        f"  gpuhealth's false quarantines: {restricts:,} restrictions for Unknown (nothing moved), "
         f"{len(false) - restricts:,} quarantines of a working card; node-cordon's: healthy cards "
         f"cordoned with "
         "their node"
@@ -283,8 +291,20 @@ def _print_goals(run: Run) -> None:
 
 
 def _withheld_cause(run: Run) -> str:
-    restricts = sum(h.end - h.start for h in run.replay.holds if h.action == "restrict") / 3600.0
-    return f"restrictions for Unknown hold {restricts:,.0f} GPU-hours, each until the ladder is walked"
+    restricts, quarantines = _withheld_by_action(run)
+    return (
+        f"of gpuhealth's healthy GPU-hours withheld, {restricts:,.0f} are restrictions for Unknown and "
+        f"{quarantines:,.0f} quarantines after the card's repair"
+    )
+
+
+def _withheld_by_action(run: Run) -> tuple[float, float]:
+    """Healthy GPU-hours gpuhealth withheld: (restrictions for Unknown, quarantines)."""
+    broken = broken_spans(run.trace)
+    return (
+        run.replay.withheld_healthy_seconds(broken, "restrict") / 3600.0,
+        run.replay.withheld_healthy_seconds(broken, "quarantine") / 3600.0,
+    )
 
 
 def _interruption_cause(gh: Tally) -> str:

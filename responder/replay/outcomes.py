@@ -65,11 +65,15 @@ class Replay:
         """How many records end in each phase."""
         return Counter(str(r.status.phase) for r in self.records.values())
 
-    def withheld_healthy_seconds(self, broken: Mapping[DeviceKey, Iterable[tuple[float, float]]]) -> float:
-        """Device-seconds held while the card worked: each hold less its overlap with the card's
-        broken intervals."""
+    def withheld_healthy_seconds(
+        self, broken: Mapping[DeviceKey, Iterable[tuple[float, float]]], action: str | None = None
+    ) -> float:
+        """Device-seconds held while the card worked: each hold (of `action`, or all) less its
+        overlap with the card's broken intervals."""
         total = 0.0
         for hold in self.holds:
+            if action is not None and hold.action != action:
+                continue
             spans = sorted(broken.get((hold.node, hold.device), ()))
             total += (hold.end - hold.start) - _overlap(hold.start, hold.end, spans)
         return total

@@ -190,3 +190,28 @@ def test_a_move_in_flight_holds_the_release_attempt_back(rules: RuleTimings, shi
     probing = next(h for h in record.status.history if h.phase == "Probing")
     started = parse_rfc3339(probing.time)
     assert started is not None and started >= fault.at + 2 * HOUR
+
+
+def test_repeated_short_unknown_spells_restrict_as_flapping(
+    rules: RuleTimings, shipped: ReplaySettings
+) -> None:
+    short = rules.unknown_window(rules.flapping_episodes) - 2 * rules.evaluation_interval
+    gap = rules.flapping_window / (rules.flapping_episodes + 1)
+    spells = tuple(
+        UnknownSpell(T0 + HOUR + i * gap, "n1", ("GPU-a",), short) for i in range(rules.flapping_episodes)
+    )
+    record = run(rules, shipped, spells=spells).records[("n1", "GPU-a")]
+    assert record.spec.action == "restrict"
+    assert [s.alertname for s in record.spec.source_alerts] == ["GPUDeviceUnknownFlapping"]
+
+
+def test_an_earlier_episode_shortens_the_next_tolerance_window(
+    rules: RuleTimings, shipped: ReplaySettings
+) -> None:
+    # Longer than the window of a repeat, shorter than the first window: restricted only as a repeat.
+    seconds = (rules.unknown_window(0) + rules.unknown_window(1)) / 2
+    first = UnknownSpell(T0 + HOUR, "n1", ("GPU-a",), seconds)
+    assert run(rules, shipped, spells=(first,)).records == {}
+    second = UnknownSpell(T0 + HOUR + rules.unknown_repeat_window / 2, "n1", ("GPU-a",), seconds)
+    record = run(rules, shipped, spells=(first, second)).records[("n1", "GPU-a")]
+    assert [s.alertname for s in record.spec.source_alerts] == ["GPUDeviceUnknownExpired"]
