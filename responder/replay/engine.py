@@ -128,7 +128,6 @@ class _Engine:
             "action": episode.action,
             "node": episode.node,
             "device": episode.device,
-            "severity": "critical",
         }
         alert = Alert(
             status=status,
