@@ -1,0 +1,282 @@
+"""The replay engine: deliveries through the webhook's intake, records through the reconciler's
+policy, breaker and rate limit, on a virtual clock.
+
+Pure: time is the timeline's, randomness is seeded per check (its verdict does not depend on the
+order in which other checks were decided). What is the product's and what is modelled:
+- the product's own functions decide: `responder.webhook.intake.decide` for every delivery,
+  `responder.reconcile.policy.step` for every record, `responder.reconcile.breaker` and the
+  `responder.reconcile.limits.Bucket` through the step's context, the release ladder of the
+  given `PolicySettings`;
+- the reconciler's executor is modelled: an effect is applied at once and always lands
+  (`Enforce`, `Unenforce`), a check's verdict is the card's truth (`timeline.CheckTruth`), a record
+  is stepped at the moments its step asks for, at its expiry and its backoff's end, when its
+  device's health changes, when its check ends and when a delivery changes it (the real
+  reconciler passes at least every 30 s: that latency is left out);
+- a move of work off a quarantined device begins when a `quarantine` record's episode begins on a
+  device that may have run work (it was open to all, or on the ramp): `responder.migrate.plan.moves_for`
+  adds it to the record (one job per device, once per episode, never for a `restrict`), and it
+  succeeds `move_seconds` later, so the policy's wait for an unfinished move is the product's; the
+  move's own steps (lease, checkpoint, evictions, their caps) are not walked;
+- nobody resets a tripped breaker: the backlog stays Deferred until the timeline ends.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import deque
+from dataclasses import dataclass, replace
+from itertools import count
+
+from gpuhealth.kube.meta import parse_rfc3339
+from responder.ladder import Kind
+from responder.migrate.plan import Holder, moves_for
+from responder.reconcile import breaker
+from responder.reconcile.breaker import BreakerState
+from responder.reconcile.limits import Bucket, BucketSettings
+from responder.reconcile.policy import (
+    CheckResult,
+    Context,
+    DeviceView,
+    Enforce,
+    PolicySettings,
+    SaveBreaker,
+    StartCheck,
+    StartReset,
+    Step,
+    Unenforce,
+    step,
+)
+from responder.records import MigrationOutcome, Phase, Quarantine
+from responder.replay.alerting import AlertEpisode, RuleTimings, episodes
+from responder.replay.outcomes import DeviceKey, Ledger, Replay
+from responder.replay.readings import Readings
+from responder.replay.timeline import Timeline
+from responder.webhook.alerts import FIRING, QUARANTINE, RESOLVED, Alert
+from responder.webhook.intake import IntakeSettings, Write, decide
+
+RECORDED_ONLY = frozenset({Phase.PENDING, Phase.DEFERRED, Phase.RELEASED, Phase.ABANDONED})
+"""Phases in which gpuhealth has nothing enforced for a record (the breaker's capacity counts the rest)."""
+MAX_IMMEDIATE = 32
+"""Steps asking to be looked at again at once (recheck 0) that are taken in a row for one record:
+a ladder has a handful of rungs, so more means a step that never settles (a defect, not a wait)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySettings:
+    """The responder's settings a replay decides with (`responder.settings.ResponderSettings`'s
+    `reconciler.policy`, `reconciler.bucket` and `intake`)."""
+
+    policy: PolicySettings
+    bucket: BucketSettings
+    intake: IntakeSettings
+
+
+def replay(timeline: Timeline, rules: RuleTimings, settings: ReplaySettings) -> Replay:
+    """Play `timeline` through gpuhealth's decisions; what it did, accounted."""
+    return _Engine(timeline, rules, settings).run()
+
+
+_DELIVER, _STEP, _MOVED = 0, 1, 2
+
+
+class _Engine:
+    def __init__(self, timeline: Timeline, rules: RuleTimings, settings: ReplaySettings) -> None:
+        self.timeline, self.settings = timeline, settings
+        self.readings = Readings(timeline, heartbeat_limit=rules.heartbeat_limit)
+        self.records: dict[DeviceKey, Quarantine] = {}
+        self.present: set[DeviceKey] = set()
+        self.active: set[DeviceKey] = set()
+        self.checks: dict[tuple[DeviceKey, str, int], tuple[float, CheckResult]] = {}
+        self.breaker = BreakerState()
+        self.bucket = Bucket.full(settings.bucket, timeline.start)
+        self.starts: deque[tuple[str, float]] = deque()
+        self.ledger = Ledger(timeline.start)
+        self.queue: list[tuple[float, int, int, DeviceKey, object]] = []
+        self.due: set[tuple[DeviceKey, float]] = set()
+        self.order = count()
+        for episode in episodes(timeline, rules):
+            self._push(episode.fires, _DELIVER, (episode.node, episode.device), (episode, FIRING))
+            self._push(episode.resolves, _DELIVER, (episode.node, episode.device), (episode, RESOLVED))
+
+    def run(self) -> Replay:
+        while self.queue:
+            now, _, kind, key, payload = heapq.heappop(self.queue)
+            if now > self.timeline.end:
+                break
+            if kind == _DELIVER:
+                assert isinstance(payload, tuple)
+                self._deliver(key, payload[0], payload[1], now)
+            elif kind == _MOVED:
+                assert isinstance(payload, str)
+                self._moved(key, payload, now)
+            else:
+                self.due.discard((key, now))
+                self._step(key, now)
+        return self.ledger.closed(self.timeline.end, self.records)
+
+    def _push(self, at: float, kind: int, key: DeviceKey, payload: object = None) -> None:
+        if kind == _STEP:
+            if (key, at) in self.due:
+                return
+            self.due.add((key, at))
+        heapq.heappush(self.queue, (at, next(self.order), kind, key, payload))
+
+    def _deliver(self, key: DeviceKey, episode: AlertEpisode, status: str, now: float) -> None:
+        labels = {
+            "alertname": episode.name,
+            "action": episode.action,
+            "node": episode.node,
+            "device": episode.device,
+        }
+        alert = Alert(
+            status=status,
+            labels=labels,
+            annotations={},
+            starts_at=episode.fires,
+            ends_at=None,
+            fingerprint=f"{episode.name}:{episode.node}:{episode.device}",
+        )
+        decision = decide(self.records.get(key), alert, now=now, settings=self.settings.intake)
+        if isinstance(decision, Write):
+            self.records[key] = decision.record
+            self._push(now, _STEP, key)
+
+    def _step(self, key: DeviceKey, now: float) -> None:
+        for _ in range(MAX_IMMEDIATE):
+            record = self.records[key]
+            if record.status.phase in (Phase.RELEASED, Phase.ABANDONED):
+                return
+            decided = step(record, self._view(key, record, now), self._context(now))
+            self._apply(key, record, decided, now)
+            if decided.recheck_seconds != 0.0:
+                break
+        else:
+            raise RuntimeError(f"{key}: the policy asked to step again at once {MAX_IMMEDIATE} times")
+        if decided.recheck_seconds is not None:
+            self._push(now + decided.recheck_seconds, _STEP, key)
+        else:
+            # The reconciler passes every record at least every `max_recheck_seconds` whatever
+            # the step asked: what changes with time alone in a record that asked for nothing is
+            # its expiry and its backoff's end, so the replay looks again at those.
+            status = self.records[key]
+            for stamp in (status.spec.expires_at, status.status.retry_at):
+                at = parse_rfc3339(stamp)
+                if at is not None and at > now:
+                    self._push(at, _STEP, key)
+        change = self.readings.next_change(*key, now)
+        if change is not None:
+            self._push(change, _STEP, key)
+
+    def _view(self, key: DeviceKey, record: Quarantine, now: float) -> DeviceView:
+        health, since = self.readings.health(*key, now)
+        return DeviceView(
+            health=health,
+            healthy_since=since if since is not None else self.timeline.start,
+            enforcement_present=key in self.present,
+            enforced_as=f"Replay/{record.name}",
+            check=self._check(key, record, now),
+        )
+
+    def _check(self, key: DeviceKey, record: Quarantine, now: float) -> CheckResult:
+        rung = self.settings.policy.rungs.rung(record.status.phase)
+        if rung is None:
+            return CheckResult.ABSENT
+        started = self.checks.get((key, rung.name, record.status.attempt))
+        if started is None:
+            return CheckResult.ABSENT
+        done_at, verdict = started
+        return verdict if now >= done_at else CheckResult.RUNNING
+
+    def _context(self, now: float) -> Context:
+        window = self.settings.policy.breaker.window_seconds
+        while self.starts and self.starts[0][1] < now - window:
+            self.starts.popleft()
+        counts = breaker.count(
+            self.timeline.eligible,
+            self.starts,
+            (f"{n}\x00{d}" for n, d in self.active),
+            now=now,
+            settings=self.settings.policy.breaker,
+        )
+        return Context(now, self.settings.policy, self.breaker, counts, self.bucket)
+
+    def _apply(self, key: DeviceKey, before: Quarantine, decided: Step, now: float) -> None:
+        after = decided.record
+        for effect in decided.effects:
+            self.ledger.actions[type(effect).__name__] += 1
+            if isinstance(effect, Enforce):
+                self.present.add(key)
+                self.ledger.held(key, after.spec.action, after.spec.reason, now)
+            elif isinstance(effect, Unenforce):
+                self.present.discard(key)
+                self.ledger.freed(key, now)
+            elif isinstance(effect, StartCheck | StartReset):
+                name = effect.kind if isinstance(effect, StartCheck) else "reset"
+                self._start_check(key, name, effect.attempt, now)
+            elif isinstance(effect, SaveBreaker):
+                if effect.state.tripped and not self.breaker.tripped:
+                    self.ledger.breaker_trips += 1
+                self.breaker = effect.state
+        if decided.took_token:
+            _, self.bucket = self.bucket.take(now)
+        entered = after.status.phase == Phase.QUARANTINED and before.status.phase in (
+            Phase.PENDING,
+            Phase.DEFERRED,
+        )
+        if entered and after.spec.actor.startswith("alert/"):
+            self.starts.append((f"{key[0]}\x00{key[1]}", now))
+        if after.status.phase in RECORDED_ONLY:
+            self.active.discard(key)
+        else:
+            self.active.add(key)
+        if (
+            after.spec.action == QUARANTINE
+            and after.status.episode > before.status.episode
+            and self._had_work(before)
+        ):
+            after = self._begin_move(key, after, now)
+        self.records[key] = after
+
+    def _begin_move(self, key: DeviceKey, record: Quarantine, now: float) -> Quarantine:
+        """The device's work starts moving: one job per device (the replay knows no pods), its move
+        kept in the record as the migrator keeps it, finished `move_seconds` later."""
+        job = Holder("replay", f"Job/{key[1]}", f"job-{record.name}")
+        moves = moves_for(
+            record.status.migrations, (job,), device=record.spec.device, episode=record.status.episode
+        )
+        if len(moves) == len(record.status.migrations):
+            return record  # a move of this job is under way: one flow per job
+        self.ledger.moved(key, record.spec.reason, now)
+        self._push(now + self.timeline.move_seconds, _MOVED, key, moves[-1].key)
+        return record.with_migrations(moves)
+
+    def _moved(self, key: DeviceKey, move: str, now: float) -> None:
+        record = self.records[key]
+        done = tuple(
+            replace(m, outcome=MigrationOutcome.SUCCEEDED) if m.key == move else m
+            for m in record.status.migrations
+        )
+        self.records[key] = record.with_migrations(done)
+        self._step(key, now)
+
+    def _had_work(self, before: Quarantine) -> bool:
+        """Whether work may have run on the device before this episode: it was open to all
+        (recorded only) or on the ramp (opted-in work); a check rung's device runs only the check."""
+        if before.status.phase in RECORDED_ONLY:
+            return True
+        rung = self.settings.policy.rungs.rung(before.status.phase)
+        return rung is not None and rung.kind == Kind.RAMP
+
+    def _start_check(self, key: DeviceKey, name: str, attempt: int, now: float) -> None:
+        if (key, name, attempt) in self.checks:
+            return
+        truth = self.timeline.checks
+        seconds = truth.probe_seconds if name in ("probe", "reset") else truth.canary_seconds
+        done_at = now + seconds
+        failed = self.readings.broken(*key, now, done_at)
+        if not failed and key in truth.flaky and truth.flaky_failure > 0:
+            draw = random.Random(f"{self.timeline.seed}/{key[0]}/{key[1]}/{name}/{attempt}").random()
+            failed = draw < truth.flaky_failure
+        self.checks[(key, name, attempt)] = (done_at, CheckResult.FAILED if failed else CheckResult.SUCCEEDED)
+        self._push(done_at, _STEP, key)

@@ -1,0 +1,87 @@
+"""The fleet benchmark's trace and policies (bench.fleet_causes, bench.fleet_policies).
+
+Aspects: the trace places exactly the table's interruptions per cause, deterministically under a
+seed; the causes no policy can see are those the pipeline sees nothing of; one card fault costs
+node-cordon the node's seven healthy cards until the repair, and gpuhealth only the ladder after
+it; the none policy runs work on the broken card until its repair; naive evicts nothing without
+Unknown spells, and gpuhealth never evicts for Unknown.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from bench.fleet_causes import CAUSES, GPUS_PER_NODE, Incident, Knobs, Sight, Trace, trace
+from bench.fleet_policies import account, inference, training
+from bench.replay_inputs import replay_settings, rule_timings
+from responder.replay.engine import replay
+from responder.replay.timeline import CheckTruth, Fault, Timeline
+
+T0 = 1_800_000_000.0
+QUIET = Knobs(unknown_per_node_day=0.0, relapse=0.0)
+
+
+def test_the_trace_places_the_tables_interruptions_deterministically() -> None:
+    first, again, other = (
+        trace(QUIET, T0),
+        trace(QUIET, T0),
+        trace(Knobs(unknown_per_node_day=0.0, seed=7), T0),
+    )
+    placed = Counter(i.cause.name for i in first.incidents if not i.relapse)
+    assert placed == {c.name: c.count for c in CAUSES}
+    assert first == again
+    assert [i.at for i in first.incidents] != [i.at for i in other.incidents]
+    assert all(first.timeline.start <= i.at < first.timeline.end for i in first.incidents)
+
+
+def test_causes_nobody_sees_are_those_that_show_nothing() -> None:
+    blind = {c.name for c in CAUSES if c.sight == Sight.NOTHING}
+    assert "Silent data corruption" in blind
+    drawn = trace(QUIET, T0)
+    assert len(drawn.timeline.faults) == sum(c.count for c in CAUSES if c.card)
+    hosts = sum(c.count for c in CAUSES if c.sight == Sight.NODE_LEASE)
+    assert len(drawn.timeline.lost) == hosts
+    silent = [f for f in drawn.timeline.faults if f.signal.value == "none"]
+    assert len(silent) == sum(c.count for c in CAUSES if c.card and c.sight == Sight.NOTHING)
+
+
+def _one_fault(cause_name: str, hours: float) -> Trace:
+    cause = next(c for c in CAUSES if c.name == cause_name)
+    at, until = T0 + 3600.0, T0 + 3600.0 + hours * 3600.0
+    incident = Incident(cause, at, "node-0000", "GPU-0000-3", until)
+    timeline = Timeline(
+        start=T0,
+        end=T0 + 10 * 86400.0,
+        eligible=2048 * GPUS_PER_NODE,
+        checks=CheckTruth(120.0, 300.0),
+        faults=(Fault(at, incident.node, incident.device, cause.signal, until, cause.detail),),
+    )
+    return Trace(timeline, (incident,), (), 0, 0)
+
+
+def test_one_card_fault_costs_node_cordon_the_node_and_gpuhealth_the_ladder() -> None:
+    drawn = _one_fault("Faulty GPU", 48.0)
+    played = replay(drawn.timeline, rule_timings(), replay_settings())
+    tallies = account(drawn, training(), played, detection_seconds=60.0)
+    cordoned = 48.0 - 60.0 / 3600.0
+    assert tallies["node-cordon"].withheld_healthy_hours == pytest.approx((GPUS_PER_NODE - 1) * cordoned)
+    # After the repair: the ladder, and the rest of the backoff that the quarantine's expiries
+    # while the card was still broken (each counted a failure) built up.
+    ladder = replay_settings().policy
+    after_repair = tallies["gpuhealth"].withheld_healthy_hours
+    assert (ladder.stability_seconds + ladder.ramp_seconds) / 3600.0 <= after_repair
+    assert after_repair < tallies["node-cordon"].withheld_healthy_hours / 20
+    assert tallies["none"].failing_work_hours == pytest.approx(48.0)
+    assert tallies["gpuhealth"].failing_work_hours <= (60.0 + drawn.timeline.move_seconds) / 3600.0
+    assert tallies["gpuhealth"].interruptions == tallies["node-cordon"].interruptions == 1
+
+
+def test_nobody_evicts_for_unknown_without_spells_and_gpuhealth_never_does() -> None:
+    drawn = trace(QUIET, T0)
+    played = replay(drawn.timeline, rule_timings(), replay_settings())
+    tallies = account(drawn, inference(QUIET.seed), played, detection_seconds=60.0)
+    assert tallies["naive"].unknown_evictions == 0
+    assert tallies["gpuhealth"].unknown_evictions == 0
+    assert played.moves
