@@ -23,6 +23,7 @@ COPY exporter/ exporter/
 COPY responder/ responder/
 COPY rules/ rules/
 COPY kubectl_gpuhealth/ kubectl_gpuhealth/
+COPY backtest/ backtest/
 RUN python -m venv /opt/gpuhealth \
  && /opt/gpuhealth/bin/pip install --no-compile . \
  && /opt/gpuhealth/bin/gpuhealth --help >/dev/null \

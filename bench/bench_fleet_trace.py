@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from backtest.inputs import replay_settings, rule_timings
 from bench.fleet_causes import CAUSES, GPUS_PER_NODE, NODES, PLANNED, Knobs, Sight, Trace, trace
 from bench.fleet_policies import (
     CRASHLOOP_SECONDS,
@@ -30,7 +31,6 @@ from bench.fleet_policies import (
     inference,
     training,
 )
-from bench.replay_inputs import replay_settings, rule_timings
 from responder.replay.alerting import RuleTimings
 from responder.replay.engine import ReplaySettings, replay
 from responder.replay.outcomes import Replay

@@ -5,7 +5,7 @@ parsers and sets `func(args) -> int` on each (`gpuhealth.cliargs.command`); this
 collects them and dispatches (`gpuhealth.cli.run_command` maps errors to exit codes).
 
 - The product, always: `exporter` and `devices` (`exporter.cli`), `rules` (`rules.cli`),
-  `responder`, `quarantine` and `breaker` (`responder.cli`).
+  `responder`, `quarantine` and `breaker` (`responder.cli`), `backtest` (`backtest.cli`).
 - The harness, where its package imports: `sim` (`simulator.cli`), `demo` (`demo.cli`),
   `chaos` (`demo.chaos`), `dashboards` (`dashboards.cli`). The wheel and the image do not hold
   these packages, so there they are left out of the help; typed anyway, each answers with one
@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
+from backtest import cli as backtest_cli
 from exporter import cli as exporter_cli
 from gpuhealth import __version__
 from gpuhealth.cli import run_command
@@ -30,7 +31,7 @@ from gpuhealth.cliargs import UsageError, command
 from responder import cli as responder_cli
 from rules import cli as rules_cli
 
-PRODUCT: tuple[ModuleType, ...] = (exporter_cli, rules_cli, responder_cli)
+PRODUCT: tuple[ModuleType, ...] = (exporter_cli, rules_cli, responder_cli, backtest_cli)
 """The product's command modules, in the order their subcommands appear in the help."""
 
 

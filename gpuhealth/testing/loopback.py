@@ -3,7 +3,8 @@
 It starts the pinned upstream builds (`prometheus` 3.x, `alertmanager` 0.35; `upstream.py` finds
 them, `tools/upstream/build.py` builds them) as child processes on
 127.0.0.1 with temporary storage, waits until they are ready, and talks to their HTTP APIs
-with the standard library; `WebhookRecorder` stands in for Alertmanager's receivers.
+with the standard library (or, `backfill` and `serve_tsdb`, serves a history written with
+promtool); `WebhookRecorder` stands in for Alertmanager's receivers.
 `wait_until` is the one polling helper of the tests: every wait has a deadline and says
 what it was waiting for when it gives up, with the tail of the server's log.
 """
@@ -281,6 +282,50 @@ def run_prometheus(
             except LoopbackError as exc:
                 raise LoopbackError(f"{exc}\n--- prometheus log ---\n{log_tail(log_path)}") from exc
         yield prometheus
+
+
+def backfill(openmetrics: str, tsdb: Path) -> None:
+    """Write `openmetrics` (text with timestamps, ending in `# EOF`) into TSDB blocks under
+    `tsdb` with `promtool tsdb create-blocks-from openmetrics`: history a Prometheus started on
+    `tsdb` then serves as its own."""
+    promtool = require_binary("promtool")
+    tsdb.mkdir(parents=True, exist_ok=True)
+    source = tsdb.parent / "backfill.om.txt"
+    source.write_text(openmetrics)
+    done = subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(source), str(tsdb)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise LoopbackError(f"promtool could not backfill {source}: {done.stderr.strip()[-2000:]}")
+
+
+@contextmanager
+def serve_tsdb(
+    workdir: Path, tsdb: Path, *, retention: str = "3650d", start_timeout: float = 30.0
+) -> Iterator[Prometheus]:
+    """Prometheus serving the history in `tsdb` (see `backfill`), scraping nothing: a read-only
+    stand-in for a fleet's Prometheus. The long retention keeps old backfilled blocks."""
+    binary = require_binary(PROMETHEUS_BINARY)
+    workdir.mkdir(parents=True, exist_ok=True)
+    config_path = workdir / "prometheus.yml"
+    config_path.write_text(yaml.safe_dump({"global": {"evaluation_interval": "1m"}, "scrape_configs": []}))
+    with _server(
+        PROMETHEUS_BINARY,
+        lambda port: [
+            binary,
+            f"--config.file={config_path}",
+            f"--storage.tsdb.path={tsdb}",
+            f"--storage.tsdb.retention.time={retention}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        workdir,
+        start_timeout,
+    ) as (base_url, log_path):
+        yield Prometheus(base_url, log_path)
 
 
 class Alertmanager:

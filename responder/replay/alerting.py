@@ -71,6 +71,9 @@ class AlertEpisode:
     """When the responder receives the firing notification."""
     resolves: float
     """When it receives the resolved one (may lie past the timeline's end)."""
+    labels: tuple[tuple[str, str], ...] = ()
+    """The alert's other labels as Prometheus fired it (`xid`, `severity`, ...), where they are
+    known: a recorded history has them, the model of a timeline does not."""
 
 
 def episodes(timeline: Timeline, rules: RuleTimings) -> list[AlertEpisode]:
@@ -83,7 +86,7 @@ def episodes(timeline: Timeline, rules: RuleTimings) -> list[AlertEpisode]:
     muted = _node_alerts(timeline, rules, tick)
     out = []
     for name, action, node, device, fires, resolves in raw:
-        delivered = _unmuted(fires, resolves, muted.get(node, ()))
+        delivered = unmuted(fires, resolves, muted.get(node, ()))
         if delivered is not None:
             out.append(
                 AlertEpisode(
@@ -185,7 +188,7 @@ def _node_alerts(
     return muted
 
 
-def _unmuted(fires: float, resolves: float, muted: Iterable[tuple[float, float]]) -> float | None:
+def unmuted(fires: float, resolves: float, muted: Iterable[tuple[float, float]]) -> float | None:
     """The first moment in [fires, resolves) outside every inhibiting interval (None: none)."""
     at = fires
     moved = True

@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from itertools import count
 
@@ -51,7 +52,7 @@ from responder.records import MigrationOutcome, Phase, Quarantine
 from responder.replay.alerting import AlertEpisode, RuleTimings, episodes
 from responder.replay.outcomes import DeviceKey, Ledger, Replay
 from responder.replay.readings import Readings
-from responder.replay.timeline import Timeline
+from responder.replay.timeline import Frame, Timeline
 from responder.webhook.alerts import FIRING, QUARANTINE, RESOLVED, Alert
 from responder.webhook.intake import IntakeSettings, Write, decide
 
@@ -74,35 +75,50 @@ class ReplaySettings:
 
 def replay(timeline: Timeline, rules: RuleTimings, settings: ReplaySettings) -> Replay:
     """Play `timeline` through gpuhealth's decisions; what it did, accounted."""
-    return _Engine(timeline, rules, settings).run()
+    return replay_deliveries(
+        timeline.frame,
+        episodes(timeline, rules),
+        Readings.of(timeline, heartbeat_limit=rules.heartbeat_limit),
+        settings,
+    )
+
+
+def replay_deliveries(
+    frame: Frame, deliveries: Iterable[AlertEpisode], readings: Readings, settings: ReplaySettings
+) -> Replay:
+    """Play `deliveries` (alert episodes as the responder receives them, from the alerting model
+    or from a recorded alert history) through gpuhealth's decisions, the devices reading
+    `readings`; what it did, accounted."""
+    return _Engine(frame, deliveries, readings, settings).run()
 
 
 _DELIVER, _STEP, _MOVED = 0, 1, 2
 
 
 class _Engine:
-    def __init__(self, timeline: Timeline, rules: RuleTimings, settings: ReplaySettings) -> None:
-        self.timeline, self.settings = timeline, settings
-        self.readings = Readings(timeline, heartbeat_limit=rules.heartbeat_limit)
+    def __init__(
+        self, frame: Frame, deliveries: Iterable[AlertEpisode], readings: Readings, settings: ReplaySettings
+    ) -> None:
+        self.frame, self.settings, self.readings = frame, settings, readings
         self.records: dict[DeviceKey, Quarantine] = {}
         self.present: set[DeviceKey] = set()
         self.active: set[DeviceKey] = set()
         self.checks: dict[tuple[DeviceKey, str, int], tuple[float, CheckResult]] = {}
         self.breaker = BreakerState()
-        self.bucket = Bucket.full(settings.bucket, timeline.start)
+        self.bucket = Bucket.full(settings.bucket, frame.start)
         self.starts: deque[tuple[str, float]] = deque()
-        self.ledger = Ledger(timeline.start)
+        self.ledger = Ledger(frame.start)
         self.queue: list[tuple[float, int, int, DeviceKey, object]] = []
         self.due: set[tuple[DeviceKey, float]] = set()
         self.order = count()
-        for episode in episodes(timeline, rules):
+        for episode in deliveries:
             self._push(episode.fires, _DELIVER, (episode.node, episode.device), (episode, FIRING))
             self._push(episode.resolves, _DELIVER, (episode.node, episode.device), (episode, RESOLVED))
 
     def run(self) -> Replay:
         while self.queue:
             now, _, kind, key, payload = heapq.heappop(self.queue)
-            if now > self.timeline.end:
+            if now > self.frame.end:
                 break
             if kind == _DELIVER:
                 assert isinstance(payload, tuple)
@@ -113,7 +129,7 @@ class _Engine:
             else:
                 self.due.discard((key, now))
                 self._step(key, now)
-        return self.ledger.closed(self.timeline.end, self.records)
+        return self.ledger.closed(self.frame.end, self.records)
 
     def _push(self, at: float, kind: int, key: DeviceKey, payload: object = None) -> None:
         if kind == _STEP:
@@ -124,6 +140,7 @@ class _Engine:
 
     def _deliver(self, key: DeviceKey, episode: AlertEpisode, status: str, now: float) -> None:
         labels = {
+            **dict(episode.labels),
             "alertname": episode.name,
             "action": episode.action,
             "node": episode.node,
@@ -172,7 +189,7 @@ class _Engine:
         health, since = self.readings.health(*key, now)
         return DeviceView(
             health=health,
-            healthy_since=since if since is not None else self.timeline.start,
+            healthy_since=since if since is not None else self.frame.start,
             enforcement_present=key in self.present,
             enforced_as=f"Replay/{record.name}",
             check=self._check(key, record, now),
@@ -193,7 +210,7 @@ class _Engine:
         while self.starts and self.starts[0][1] < now - window:
             self.starts.popleft()
         counts = breaker.count(
-            self.timeline.eligible,
+            self.frame.eligible,
             self.starts,
             (f"{n}\x00{d}" for n, d in self.active),
             now=now,
@@ -248,7 +265,7 @@ class _Engine:
         if len(moves) == len(record.status.migrations):
             return record  # a move of this job is under way: one flow per job
         self.ledger.moved(key, record.spec.reason, now)
-        self._push(now + self.timeline.move_seconds, _MOVED, key, moves[-1].key)
+        self._push(now + self.frame.move_seconds, _MOVED, key, moves[-1].key)
         return record.with_migrations(moves)
 
     def _moved(self, key: DeviceKey, move: str, now: float) -> None:
@@ -271,12 +288,12 @@ class _Engine:
     def _start_check(self, key: DeviceKey, name: str, attempt: int, now: float) -> None:
         if (key, name, attempt) in self.checks:
             return
-        truth = self.timeline.checks
+        truth = self.frame.checks
         seconds = truth.probe_seconds if name in ("probe", "reset") else truth.canary_seconds
         done_at = now + seconds
         failed = self.readings.broken(*key, now, done_at)
         if not failed and key in truth.flaky and truth.flaky_failure > 0:
-            draw = random.Random(f"{self.timeline.seed}/{key[0]}/{key[1]}/{name}/{attempt}").random()
+            draw = random.Random(f"{self.frame.seed}/{key[0]}/{key[1]}/{name}/{attempt}").random()
             failed = draw < truth.flaky_failure
         self.checks[(key, name, attempt)] = (done_at, CheckResult.FAILED if failed else CheckResult.SUCCEEDED)
         self._push(done_at, _STEP, key)

@@ -6,46 +6,63 @@ while the device plugin reports a confirmed failure (a fatal XID; a confirmed Un
 Unhealthy when its report goes stale), Unknown during an Unknown spell or once a lost node's
 reports are older than the heartbeat limit, Healthy otherwise. A card broken in a way the device
 plugin does not report (ECC, row remapping, a health watch, silent corruption) reads Healthy: only
-its alert, or a check, says otherwise.
+its alert, or a check, says otherwise. `Readings.of` builds that from a timeline; a replay of
+recorded alerts (`history`) builds its own from the alerts' firing intervals.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 
 from responder.reconcile.policy import Health
 from responder.replay.timeline import Signal, Timeline
 
-_UNHEALTHY, _UNKNOWN = 0, 1
+UNHEALTHY, UNKNOWN = 0, 1
 
 Interval = tuple[float, float, int]
-"""(start, end, what): `_UNHEALTHY` or `_UNKNOWN` for the whole interval."""
+"""(start, end, what): `UNHEALTHY` or `UNKNOWN` for the whole interval."""
+DeviceKey = tuple[str, str]
+NodeInterval = tuple[float, float, frozenset[str] | None]
+"""(start, end, devices): the node's `devices` (None: all of them) read Unknown meanwhile."""
 
 
 class Readings:
-    """Index of the timeline by node and device (built once; every query is a short scan)."""
+    """Index of what each device reads by node and device (built once; every query is a short
+    scan): intervals of a device's own, intervals of its node's, and when its card was broken."""
 
-    def __init__(self, timeline: Timeline, *, heartbeat_limit: float) -> None:
-        self._device: dict[tuple[str, str], list[Interval]] = defaultdict(list)
-        self._node: dict[str, list[tuple[float, float, frozenset[str] | None]]] = defaultdict(list)
-        self._broken: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    def __init__(
+        self,
+        device: Mapping[DeviceKey, list[Interval]],
+        node: Mapping[str, list[NodeInterval]],
+        broken: Mapping[DeviceKey, list[tuple[float, float]]],
+    ) -> None:
+        self._device, self._node, self._broken = device, node, broken
+
+    @classmethod
+    def of(cls, timeline: Timeline, *, heartbeat_limit: float) -> Readings:
+        """What the devices of a timeline read (the effective health described above)."""
+        device: dict[DeviceKey, list[Interval]] = defaultdict(list)
+        node: dict[str, list[NodeInterval]] = defaultdict(list)
+        broken: dict[DeviceKey, list[tuple[float, float]]] = defaultdict(list)
         for fault in timeline.faults:
             key = (fault.node, fault.device)
-            self._broken[key].append((fault.at, fault.until))
+            broken[key].append((fault.at, fault.until))
             if fault.signal == Signal.FATAL_XID:
-                self._device[key].append((fault.at, fault.until, _UNHEALTHY))
+                device[key].append((fault.at, fault.until, UNHEALTHY))
         for spell in timeline.spells:
-            self._node[spell.node].append((spell.at, spell.at + spell.seconds, frozenset(spell.devices)))
+            node[spell.node].append((spell.at, spell.at + spell.seconds, frozenset(spell.devices)))
         for lost in timeline.lost:
             if lost.seconds > heartbeat_limit:
-                self._node[lost.node].append((lost.at + heartbeat_limit, lost.at + lost.seconds, None))
+                node[lost.node].append((lost.at + heartbeat_limit, lost.at + lost.seconds, None))
+        return cls(device, node, broken)
 
     def _intervals(self, node: str, device: str) -> list[Interval]:
         own = list(self._device.get((node, device), ()))
         for start, end, devices in self._node.get(node, ()):
             if devices is None or device in devices:
-                own.append((start, end, _UNKNOWN))
+                own.append((start, end, UNKNOWN))
         return own
 
     def health(self, node: str, device: str, now: float) -> tuple[Health, float | None]:
@@ -55,7 +72,7 @@ class Readings:
         since: float | None = None
         for start, end, what in self._intervals(node, device):
             if start <= now < end:
-                if what == _UNHEALTHY:
+                if what == UNHEALTHY:
                     worst = Health.UNHEALTHY
                 elif worst is None:
                     worst = Health.UNKNOWN

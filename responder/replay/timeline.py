@@ -87,6 +87,31 @@ class CheckTruth:
 
 
 @dataclass(frozen=True, slots=True)
+class Frame:
+    """What a replay needs besides its deliveries and device readings: the window, the fleet's
+    size, how checks answer, how long a move takes, the seed of the flaky cards' verdicts."""
+
+    start: float
+    end: float
+    eligible: int
+    """GPUs in the fleet (what the breaker counts against)."""
+    checks: CheckTruth
+    move_seconds: float = 60.0
+    """How long moving the work off a quarantined device takes (the checkpoint answered, the pods
+    evicted): the move stays in the record, unfinished, that long."""
+    seed: int = 0
+    """Seeds the flaky cards' check verdicts: the same inputs and seed replay the same."""
+
+    def __post_init__(self) -> None:
+        if self.end <= self.start:
+            raise ValueError("a replay's window ends after it starts")
+        if self.eligible < 0:
+            raise ValueError("eligible: a count of GPUs, not negative")
+        if self.move_seconds < 0:
+            raise ValueError("move_seconds: a duration, not negative")
+
+
+@dataclass(frozen=True, slots=True)
 class Timeline:
     start: float
     end: float
@@ -97,17 +122,15 @@ class Timeline:
     spells: tuple[UnknownSpell, ...] = ()
     lost: tuple[NodeLost, ...] = ()
     move_seconds: float = 60.0
-    """How long moving the work off a quarantined device takes (the checkpoint answered, the pods
-    evicted): the move stays in the record, unfinished, that long."""
+    """How long moving the work off a quarantined device takes (`Frame.move_seconds`)."""
     seed: int = 0
     """Seeds the flaky cards' check verdicts: the same timeline and seed replay the same."""
     devices: dict[str, tuple[str, ...]] = field(default_factory=dict, compare=False, hash=False)
     """Optional: node -> its devices (what a lost node's stale reports cover)."""
 
     def __post_init__(self) -> None:
-        if self.end <= self.start:
-            raise ValueError("a timeline ends after it starts")
-        if self.eligible < 0:
-            raise ValueError("eligible: a count of GPUs, not negative")
-        if self.move_seconds < 0:
-            raise ValueError("move_seconds: a duration, not negative")
+        self.frame  # noqa: B018 - builds the frame, which refuses a bad window, count or duration
+
+    @property
+    def frame(self) -> Frame:
+        return Frame(self.start, self.end, self.eligible, self.checks, self.move_seconds, self.seed)

@@ -3,7 +3,7 @@
 Aspects: in a fresh virtual environment (no system site-packages), a plain install of the
 checkout gives the `gpuhealth` and `kubectl-gpuhealth` console scripts and `python -m
 gpuhealth`; every product command (`exporter`, `devices`, `rules`, `responder`, `quarantine`,
-`breaker`, the plugin's `devices`, `quarantine`, `breaker`) answers `--help`; `gpuhealth rules
+`breaker`, `backtest`, the plugin's `devices`, `quarantine`, `breaker`) answers `--help`; `gpuhealth rules
 render --check` finds the installed rule files fresh; an operator command that reaches for a
 cluster it cannot read fails with one error line, not a traceback (the Kubernetes client stack
 imports without the harness). The harness is absent: its commands are not listed, and typed
@@ -49,6 +49,7 @@ PRODUCT_COMMANDS = [
     ["quarantine"],
     ["quarantine", "list"],
     ["breaker"],
+    ["backtest"],
 ]
 HARNESS_COMMANDS = ["sim", "demo", "chaos", "dashboards"]
 HARNESS_MODULES = [
@@ -120,7 +121,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
 def test_the_product_s_commands_run_from_the_installed_copy(installed: Installed) -> None:
     top = installed.gpuhealth("--help")
     assert top.returncode == 0, top.stderr
-    for name in ("exporter", "devices", "rules", "responder", "quarantine", "breaker"):
+    for name in ("exporter", "devices", "rules", "responder", "quarantine", "breaker", "backtest"):
         assert f"\n    {name} " in top.stdout, (name, top.stdout)
     for argv in PRODUCT_COMMANDS:
         result = installed.gpuhealth(*argv, "--help")

@@ -13,9 +13,9 @@ from collections import Counter
 
 import pytest
 
+from backtest.inputs import replay_settings, rule_timings
 from bench.fleet_causes import CAUSES, GPUS_PER_NODE, Incident, Knobs, Sight, Trace, trace
 from bench.fleet_policies import account, inference, training
-from bench.replay_inputs import replay_settings, rule_timings
 from responder.replay.engine import replay
 from responder.replay.timeline import CheckTruth, Fault, Timeline
 

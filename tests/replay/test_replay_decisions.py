@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.replay_inputs import replay_settings, rule_timings
+from backtest.inputs import replay_settings, rule_timings
 from gpuhealth.kube.meta import parse_rfc3339
 from responder.records import RELEASE_PHASES, MigrationOutcome, Phase
 from responder.replay.alerting import RuleTimings

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.replay_inputs import replay_settings, rule_timings
+from backtest.inputs import replay_settings, rule_timings
 from responder.records import Phase
 from responder.replay.engine import replay
 from responder.replay.timeline import CheckTruth, Fault, NodeLost, Signal, Timeline, UnknownSpell

@@ -1,9 +1,9 @@
 """The replay engine's inputs from the shipped configuration: the rules' timings from
-`rules/config.yaml` (or another rules config) and the responder's decisions from its defaults
-(or a `responder-config.yaml`).
+`rules/config.yaml` (or another rules config), the names of the alerts those rules define, and
+the responder's decisions from its defaults (or a `responder-config.yaml`).
 
 Here, not in `responder.replay`: the responder and the rules are services that never import each
-other; the layer above them joins the two.
+other; this layer, above them, joins the two for `gpuhealth backtest` and the fleet benchmark.
 """
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
+import yaml
+
 from responder.config import load
 from responder.replay.alerting import RuleTimings
 from responder.replay.engine import ReplaySettings
 from responder.settings import ResponderSettings
-from rules.render import DEFAULT_CONFIG, Settings, load_config, unknown_window
+from rules.render import DEFAULT_CONFIG, Settings, load_config, render, unknown_window
 
 
 def rule_timings(path: Path = DEFAULT_CONFIG) -> RuleTimings:
@@ -42,6 +44,18 @@ def timings_of(settings: Settings) -> RuleTimings:
         group_wait=float(route.responder_group_wait.seconds),
         group_interval=float(route.responder_group_interval.seconds),
     )
+
+
+def alert_names(settings: Settings) -> frozenset[str]:
+    """Every alert the rules rendered from `settings` define (read from the rendered rule files,
+    so a renamed or added alert is never missed)."""
+    names: set[str] = set()
+    for path, text in render(settings).items():
+        if not path.startswith("prometheus/"):
+            continue
+        for group in (yaml.safe_load(text) or {}).get("groups", ()):
+            names.update(rule["alert"] for rule in group.get("rules", ()) if "alert" in rule)
+    return frozenset(names)
 
 
 def replay_settings(config: Path | None = None) -> ReplaySettings:
