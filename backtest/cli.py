@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from backtest.cordon import cordons
@@ -115,7 +115,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--from {args.start} and --to {args.end}: {exc}") from None
     try:
         reader = PrometheusReader(args.prometheus_url, progress=_progress)
-        bt = _backtest(reader, window, timings, settings, sorted(alert_names(rules)), args)
+        bt = _backtest(
+            reader,
+            window,
+            timings,
+            settings,
+            sorted(alert_names(rules)),
+            CheckTruth(args.probe_time, args.canary_time),
+            args.move_time,
+        )
     except PrometheusError as exc:
         raise CommandFailed(exc) from None
     doc = document(bt)
@@ -132,24 +140,25 @@ def _backtest(
     timings: RuleTimings,
     settings: ReplaySettings,
     names: list[str],
-    args: argparse.Namespace,
+    checks: CheckTruth,
+    move_seconds: float,
 ) -> Backtest:
     step = window.step
     alerts_query = f'ALERTS{{alertstate="firing",alertname=~{json.dumps("|".join(names))}}}'
     fired = history.firings(reader.sample_times(alerts_query, window, what="ALERTS"), step)
     if not fired:
-        if not reader.any_series(GPUHEALTH_METRICS, window.start, window.end):
+        if not reader.series(GPUHEALTH_METRICS, window.start, window.end, limit=1):
             raise PrometheusError(
-                f"Prometheus at {args.prometheus_url} holds no gpuhealth metrics between "
+                f"Prometheus at {reader.url} holds no gpuhealth metrics between "
                 f"{rfc3339_seconds(window.start)} and {rfc3339_seconds(window.end)}: point --prometheus-url "
                 "at the Prometheus that scrapes gpuhealth's exporter, within its retention"
             )
         _progress("no gpuhealth alert fired in the window: gpuhealth would have done nothing")
-    lookback = f"{math.ceil(window.seconds)}s"
-    per_node = reader.instant(
-        f"count by (node) (group by (node, device) (last_over_time(gpu_device_info[{lookback}])))", window.end
-    )
-    gpus = {labels.get("node", ""): int(value) for labels, value in per_node}
+    devices = {
+        (labels.get("node", ""), labels.get("device", ""))
+        for labels in reader.series("gpu_device_info", window.start, window.end)
+    }
+    gpus = Counter(node for node, _ in devices)
     delivered = history.deliveries(fired, step, timings)
     # Both policies act on the alerts that reached the responder: an alert of an unreachable
     # node's device is inhibited, for gpuhealth and node-cordon alike.
@@ -167,12 +176,17 @@ def _backtest(
     holders = Holders(allocations, step)
     alerted = {(e.node, e.device) for e in delivered}
     eligible = max(sum(gpus.values()), len(alerted))
+    if not gpus and alerted:
+        _progress(
+            f"no gpu_device_info in the window: the fleet is taken as the {len(alerted)} alerted "
+            "devices, so the breaker sees a larger share of it than it would have"
+        )
     frame = Frame(
         window.start,
         window.end,
         eligible,
-        CheckTruth(args.probe_time, args.canary_time),
-        move_seconds=args.move_time,
+        checks,
+        move_seconds=move_seconds,
     )
     played = replay_deliveries(frame, delivered, history.readings(kept, step), settings)
     return Backtest(

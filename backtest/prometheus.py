@@ -2,7 +2,7 @@
 
 `query_range` page by page (`window.Window.pages`: no query over Prometheus' 11,000 points per
 series) for the times of a series' samples, with a line of progress per page on long windows;
-instant queries; whether any series of a selector exists in a window (`/api/v1/series`).
+the series of a selector in a window (`/api/v1/series`).
 Standard library HTTP, one blocking request at a time: a backtest is one person's command, not a
 service. Every failure is a `PrometheusError` whose message says what to check.
 """
@@ -36,15 +36,23 @@ class PrometheusReader:
             raise PrometheusError(f"--prometheus-url {url!r}: expected http(s)://HOST[:PORT][/PATH]")
         self._url, self._timeout, self._progress = url.rstrip("/"), timeout, progress
 
+    @property
+    def url(self) -> str:
+        return self._url
+
     def _get(self, path: str, params: dict[str, str]) -> Any:
         address = f"{self._url}{path}?{urllib.parse.urlencode(params)}"
         try:
             with urllib.request.urlopen(address, timeout=self._timeout) as response:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
-            raw = exc.read()
-            detail = _error_of(raw) or f"HTTP {exc.code}"
-            raise PrometheusError(f"Prometheus at {self._url} refused {path}: {detail}") from None
+            detail = _error_of(exc.read())
+            if detail:
+                raise PrometheusError(f"Prometheus at {self._url} refused {path}: {detail}") from None
+            raise PrometheusError(
+                f"{self._url} answered HTTP {exc.code} to {path}: check --prometheus-url (the server's "
+                "base URL, without /api/v1)"
+            ) from None
         except (OSError, urllib.error.URLError) as exc:
             reason = getattr(exc, "reason", exc)
             raise PrometheusError(
@@ -90,17 +98,13 @@ class PrometheusReader:
                 out.append((dict(item["metric"]), [float(v) for _, v in item.get("values", ())]))
         return out
 
-    def instant(self, query: str, at: float) -> list[tuple[dict[str, str], float]]:
-        data = self._get("/api/v1/query", {"query": query, "time": f"{at:.3f}"})
-        return [(dict(item["metric"]), float(item["value"][1])) for item in data.get("result", ())]
-
-    def any_series(self, selector: str, start: float, end: float) -> bool:
-        """Whether any series of `selector` has a sample within [start, end]."""
-        data = self._get(
-            "/api/v1/series",
-            {"match[]": selector, "start": f"{start:.3f}", "end": f"{end:.3f}", "limit": "1"},
-        )
-        return bool(data)
+    def series(self, selector: str, start: float, end: float, *, limit: int = 0) -> list[dict[str, str]]:
+        """The label sets of the series of `selector` with a sample within [start, end] (the
+        index only: no sample is loaded, whatever the window's length); `limit` 0 for all."""
+        params = {"match[]": selector, "start": f"{start:.3f}", "end": f"{end:.3f}"}
+        if limit:
+            params["limit"] = str(limit)
+        return [dict(labels) for labels in self._get("/api/v1/series", params)]
 
 
 def _error_of(raw: bytes) -> str:

@@ -8,7 +8,8 @@ and no move for it, a device alert of an unreachable node inhibited, no breaker 
 healthy GPU-hours withheld those of its holds outside the card's failure, and node-cordon's those
 of the failing card's seven working neighbours while it fired, with both pods of the node
 evicted. A window with gpuhealth's metrics but no alert is an empty report; a window without
-them, an unreachable URL and `--from` after `--to` are one error line each.
+them, an unreachable URL, a URL that is not Prometheus' API and `--from` after `--to` are one
+error line each.
 """
 
 from __future__ import annotations
@@ -238,3 +239,12 @@ def test_an_unreachable_url_is_one_error_line(capsys: pytest.CaptureFixture[str]
 def test_from_after_to_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _backtest(capsys, "--prometheus-url", "http://127.0.0.1:1", "--from", "now", "--to=-1h")
     assert code == 2 and "--from must be before --to" in err and err.count("\n") == 1
+
+
+def test_a_url_that_is_not_prometheus_api_is_one_error_line(
+    prometheus: Prometheus, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"{prometheus.base_url}/not-prometheus"
+    code, _, err = _backtest(capsys, "--prometheus-url", url, "--from=-1h")
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith(f"gpuhealth backtest: error: {url} answered HTTP 404") and "--prometheus-url" in err
