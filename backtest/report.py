@@ -117,7 +117,7 @@ def write_tables(doc: Mapping[str, Any], out: TextIO) -> None:
     delivered = ", ".join(f"{k} {v}" for k, v in doc["alerts"]["delivered"].items()) or "none"
     out.write(f"Delivered to the responder (after inhibition): {delivered}\n\n")
     rows = [
-        ("holds (quarantines and restrictions)", str(len(gh["holds"])), str(len(nc["cordons"])) + " cordons"),
+        ("holds / cordons", str(len(gh["holds"])), str(len(nc["cordons"]))),
         (
             "pods moved / evicted",
             str(sum(len(m["pods"]) for m in gh["moves"])) + f" ({len(gh['moves'])} moves)",
