@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -30,6 +29,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from gpuhealth.loopback_ports import free_port
 from gpuhealth.testing import upstream
 
 T = TypeVar("T")
@@ -44,14 +44,6 @@ class LoopbackError(RuntimeError):
 
 class ProcessExited(LoopbackError):
     """A server exited while we waited for it: waiting longer cannot help."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def http_ok(url: str, *, timeout: float = 2.0) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from gpuhealth.loopback_ports import free_port
 from simulator.controlplane import probes
 from simulator.controlplane.certificates import KeyPair, ServiceAccountKeys
 from simulator.controlplane.process import Component
@@ -93,7 +94,7 @@ def start(
 ) -> tuple[Component, str, float]:
     """Start kube-apiserver and wait for `/readyz` (all post-start hooks, RBAC bootstrap
     included); the component, its URL and the seconds it took."""
-    port = probes.free_port()
+    port = free_port()
     url = f"https://127.0.0.1:{port}"
     component = Component(
         "kube-apiserver",

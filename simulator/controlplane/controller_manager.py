@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulator.controlplane import delegated, probes
+from gpuhealth.loopback_ports import free_port
+from simulator.controlplane import delegated
 from simulator.controlplane.certificates import KeyPair, ServiceAccountKeys
 from simulator.controlplane.process import Component
 from simulator.controlplane.versions import ComponentVersion
@@ -50,7 +51,7 @@ def start(
     version: ComponentVersion,
     timeout: float,
 ) -> tuple[Component, float]:
-    port = probes.free_port()
+    port = free_port()
     args = argv(
         binary,
         kubeconfig=kubeconfig,

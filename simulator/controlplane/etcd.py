@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuhealth.loopback_ports import free_port
 from simulator.controlplane import probes
 from simulator.controlplane.process import Component, ControlPlaneError
 
@@ -57,7 +58,7 @@ def argv(binary: Path, data_dir: Path, endpoints: EtcdEndpoints) -> list[str]:
 
 def start(binary: Path, workdir: Path, *, timeout: float) -> tuple[Component, EtcdEndpoints, float]:
     """Start etcd and wait for `/health`; the component, its endpoints and the seconds it took."""
-    endpoints = EtcdEndpoints(probes.free_port(), probes.free_port())
+    endpoints = EtcdEndpoints(free_port(), free_port())
     component = Component("etcd", argv(binary, workdir / "etcd-data", endpoints), workdir / "etcd.log")
     took = component.wait_ready(lambda: probes.ok(f"{endpoints.client_url}/health"), timeout=timeout)
     return component, endpoints, took

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import ssl
 import urllib.error
 import urllib.request
@@ -11,14 +10,6 @@ from pathlib import Path
 from simulator.controlplane.certificates import KeyPair
 
 PROBE_TIMEOUT_SECONDS = 2.0
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def tls_context(ca: Path, client: KeyPair | None = None) -> ssl.SSLContext:

@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from simulator.controlplane import delegated, probes
+from gpuhealth.loopback_ports import free_port
+from simulator.controlplane import delegated
 from simulator.controlplane.certificates import KeyPair
 from simulator.controlplane.process import Component, ControlPlaneError
 from simulator.controlplane.versions import ComponentVersion
@@ -64,7 +65,7 @@ def start(
     config: Path | None,
     timeout: float,
 ) -> tuple[Component, float]:
-    port = probes.free_port()
+    port = free_port()
     if config is not None:
         try:
             text = config.read_text()
