@@ -30,7 +30,7 @@ import heapq
 import math
 import random
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import count
 
@@ -94,6 +94,8 @@ class Delivery:
 
 CheckKey = tuple[DeviceKey, str, int]
 """(device, the check's name: `probe`, `canary` or `reset`, the release attempt it belongs to)."""
+Holding = tuple[float, float, str]
+"""(from, until, pod): a pod (`namespace/name`) held the device over [from, until)."""
 
 
 def replay(timeline: Timeline, rules: RuleTimings, settings: ReplaySettings) -> Replay:
@@ -108,15 +110,18 @@ def replay_recorded(
     deliveries: Iterable[Delivery],
     verdicts: Mapping[CheckKey, tuple[float, CheckResult]],
     settings: ReplaySettings,
+    holders: Mapping[DeviceKey, Sequence[Holding]] | None = None,
 ) -> Replay:
     """Play a recorded run through gpuhealth's decisions: the `deliveries` the responder received,
     the `verdicts` its checks reached (how long each ran, and how it ended: a check's Job runs as
-    long wherever the reconciler started it); `timeline` gives the devices' health (its faults and
-    Unknown spells) and the move time. A check the run never saw end runs until the timeline's end."""
+    long wherever the reconciler started it), the pods that held each device (`holders`: a
+    release attempt waits for the device to be free, as the product's does); `timeline` gives the
+    devices' health (its faults and Unknown spells) and the move time. A check the run never saw
+    end runs until the timeline's end."""
     if timeline.lost:
         raise ValueError("a recorded timeline gives Unknown device by device: it names no lost node")
     readings = Readings(timeline, heartbeat_limit=math.inf)
-    return _Engine(timeline, deliveries, readings, settings, verdicts).run()
+    return _Engine(timeline, deliveries, readings, settings, verdicts, holders).run()
 
 
 def _deliveries(episode: AlertEpisode) -> tuple[Delivery, Delivery]:
@@ -144,9 +149,10 @@ class _Engine:
         readings: Readings,
         settings: ReplaySettings,
         verdicts: Mapping[CheckKey, tuple[float, CheckResult]] | None = None,
+        holders: Mapping[DeviceKey, Sequence[Holding]] | None = None,
     ) -> None:
         self.timeline, self.settings, self.readings = timeline, settings, readings
-        self.verdicts = verdicts
+        self.verdicts, self.holders = verdicts, holders or {}
         self.records: dict[DeviceKey, Quarantine] = {}
         self.present: set[DeviceKey] = set()
         self.active: set[DeviceKey] = set()
@@ -224,6 +230,9 @@ class _Engine:
         change = self.readings.next_change(*key, now)
         if change is not None:
             self._push(change, _STEP, key)
+        edges = [edge for held in self.holders.get(key, ()) for edge in held[:2] if edge > now]
+        if edges:
+            self._push(min(edges), _STEP, key)
 
     def _view(self, key: DeviceKey, record: Quarantine, now: float) -> DeviceView:
         health, since = self.readings.health(*key, now)
@@ -233,6 +242,7 @@ class _Engine:
             enforcement_present=key in self.present,
             enforced_as=f"Replay/{record.name}",
             check=self._check(key, record, now),
+            holders=tuple(sorted(pod for start, end, pod in self.holders.get(key, ()) if start <= now < end)),
         )
 
     def _check(self, key: DeviceKey, record: Quarantine, now: float) -> CheckResult:
