@@ -46,8 +46,9 @@ lint: setup
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# loadgroup: the tests that judge one demo run share its worker, and the run (tests/e2e/test_scenarios.py).
 test: setup tools lint
-	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # Everything that starts no real server (marker policy: tests/conftest.py), in under a minute.
 # promtool and amtool run here, so it needs the demo's tools too.
