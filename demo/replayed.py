@@ -90,6 +90,8 @@ def recorded(journal: Journal) -> Recorded:
         eligible=len(journal.devices),
         # A recorded run's checks end as `verdicts` says; the truth's durations are never read.
         checks=CheckTruth(probe_seconds=math.inf, canary_seconds=math.inf),
+        # The only part of a fault the recorded replay reads is its Unhealthy reading (its alerts
+        # are the recorded deliveries): the signal that reads Unhealthy is the device plugin's.
         faults=tuple(
             Fault(at / speed, node, device, Signal.FATAL_XID, until / speed)
             for node, device, at, until in faults
@@ -118,10 +120,15 @@ def _faults(entries: Iterable[Entry], end: float) -> tuple[list[Span], list[Span
                 f"{entry.at:g}s: node fault {entry.what} on {entry.node} is not modelled by the replay"
             )
         if entry.what == "recover":
+            # The card works again: every Unhealthy reading of it ends here, bounded or not.
+            out = [
+                (n, d, a, min(u, entry.at)) if (n, d) == key and a < entry.at else (n, d, a, u)
+                for n, d, a, u in out
+            ]
             if key in open_:
                 out.append((*key, open_.pop(key), entry.at))
         elif entry.what == "device-unknown":
-            spells.append((*key, entry.at, float(entry.detail["duration"])))
+            spells.append((*key, entry.at, float(entry.detail.get("duration", "0"))))
         elif entry.what in UNHEALTHY_FAULTS:
             if entry.what == "xid" and int(entry.detail["xid"]) in APPLICATION_XIDS:
                 continue  # an application's error: the card's health does not change

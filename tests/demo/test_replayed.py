@@ -4,11 +4,12 @@ Aspects: the responder's deliveries keep their times on the responders' clock (s
 over the speed) and Alertmanager's episodes (a duplicate or re-delivery is the same episode, a
 firing after its resolved a new one), other receivers' deliveries are left out; a check's verdict
 lasts as long after its rung began as in the run; a device-unhealthy fault reads Unhealthy for its
-duration, an open one until `recover` or the run's end, an application XID and an ECC error not at
-all, a device-unknown fault is an Unknown spell; the pods holding a device are the tenants', on
-every card they list, until they stop (gpuhealth's check and holder pods left out); a fault kind,
-a node fault or a reset the replay does not model is refused, naming it; the comparison
-names every device and field where the replay differs, and a record on one side only.
+duration or until a `recover`, an open one until `recover` or the run's end, an application XID
+and an ECC error not at all, a device-unknown fault is an Unknown spell; the pods holding a
+device are the tenants', on every card they list, until they stop (gpuhealth's check and holder
+pods left out); a fault kind, a node fault or a reset the replay does not model is refused,
+naming it; the comparison names every device and field where the replay differs, and a record
+on one side only.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ def test_a_checks_verdict_lasts_as_long_after_its_rung_began_as_in_the_run() -> 
 def test_faults_give_the_unhealthy_reports_of_the_device_plugin() -> None:
     j = journal()
     j.record(20.0, Kind.FAULT, "device-unhealthy", NODE, GPU0, duration="240")
+    j.record(200.0, Kind.FAULT, "recover", NODE, GPU0)  # before the fault's own end
     j.record(30.0, Kind.FAULT, "xid", NODE, GPU1, xid="13")  # an application's error
     j.record(40.0, Kind.FAULT, "xid", NODE, GPU1, xid="79")
     j.record(400.0, Kind.FAULT, "recover", NODE, GPU1)
@@ -99,7 +101,7 @@ def test_faults_give_the_unhealthy_reports_of_the_device_plugin() -> None:
     timeline = recorded(j).timeline
 
     assert sorted((f.device, f.at, f.until) for f in timeline.faults) == [
-        (GPU0, 1.0, 13.0),
+        (GPU0, 1.0, 10.0),
         (GPU0, 30.0, 40.0),
         (GPU1, 2.0, 20.0),
     ]
