@@ -18,14 +18,19 @@ order in which other checks were decided). What is the product's and what is mod
   succeeds `move_seconds` later, so the policy's wait for an unfinished move is the product's; the
   move's own steps (lease, checkpoint, evictions, their caps) are not walked;
 - nobody resets a tripped breaker: the backlog stays Deferred until the timeline ends.
+
+`replay_recorded` plays what a run recorded instead of what the alerting model and the check truth
+derive: the notifications the responder received and the verdicts its checks reached, at their
+recorded times (the timeline then gives only the devices' health, and the move time).
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import count
 
@@ -73,23 +78,75 @@ class ReplaySettings:
     intake: IntakeSettings
 
 
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One alert of a notification as the responder received it."""
+
+    at: float
+    status: str
+    """`firing` or `resolved`."""
+    labels: Mapping[str, str]
+    """The alert's labels (the intake reads `alertname`, `action`, `node`, `device`, ...)."""
+    starts_at: float
+    """When its firing episode began: with the fingerprint, what tells a re-delivery from a new episode."""
+    fingerprint: str
+
+
+CheckKey = tuple[DeviceKey, str, int]
+"""(device, the check's name: `probe`, `canary` or `reset`, the release attempt it belongs to)."""
+Holding = tuple[float, float, str]
+"""(from, until, pod): a pod (`namespace/name`) held the device over [from, until)."""
+
+
 def replay(timeline: Timeline, rules: RuleTimings, settings: ReplaySettings) -> Replay:
     """Play `timeline` through gpuhealth's decisions; what it did, accounted."""
-    return replay_deliveries(
-        timeline.frame,
-        episodes(timeline, rules),
-        Readings.of(timeline, heartbeat_limit=rules.heartbeat_limit),
-        settings,
-    )
+    deliveries = [d for e in episodes(timeline, rules) for d in _deliveries(e)]
+    readings = Readings.of(timeline, heartbeat_limit=rules.heartbeat_limit)
+    return _Engine(timeline.frame, deliveries, readings, settings).run()
 
 
 def replay_deliveries(
-    frame: Frame, deliveries: Iterable[AlertEpisode], readings: Readings, settings: ReplaySettings
+    frame: Frame, episodes: Iterable[AlertEpisode], readings: Readings, settings: ReplaySettings
 ) -> Replay:
-    """Play `deliveries` (alert episodes as the responder receives them, from the alerting model
-    or from a recorded alert history) through gpuhealth's decisions, the devices reading
+    """Play alert `episodes` (from the alerting model or from a recorded alert history, each a
+    firing and a resolved delivery) through gpuhealth's decisions, the devices reading
     `readings`; what it did, accounted."""
+    deliveries = [d for e in episodes for d in _deliveries(e)]
     return _Engine(frame, deliveries, readings, settings).run()
+
+
+def replay_recorded(
+    timeline: Timeline,
+    deliveries: Iterable[Delivery],
+    verdicts: Mapping[CheckKey, tuple[float, CheckResult]],
+    settings: ReplaySettings,
+    holders: Mapping[DeviceKey, Sequence[Holding]] | None = None,
+) -> Replay:
+    """Play a recorded run through gpuhealth's decisions: the `deliveries` the responder received,
+    the `verdicts` its checks reached (how long each ran, and how it ended: a check's Job runs as
+    long wherever the reconciler started it), the pods that held each device (`holders`: a
+    release attempt waits for the device to be free, as the product's does); `timeline` gives the
+    devices' health (its faults and Unknown spells) and the move time. A check the run never saw
+    end runs until the timeline's end."""
+    if timeline.lost:
+        raise ValueError("a recorded timeline gives Unknown device by device: it names no lost node")
+    readings = Readings.of(timeline, heartbeat_limit=math.inf)
+    return _Engine(timeline.frame, deliveries, readings, settings, verdicts, holders).run()
+
+
+def _deliveries(episode: AlertEpisode) -> tuple[Delivery, Delivery]:
+    labels = {
+        **dict(episode.labels),
+        "alertname": episode.name,
+        "action": episode.action,
+        "node": episode.node,
+        "device": episode.device,
+    }
+    fingerprint = f"{episode.name}:{episode.node}:{episode.device}"
+    return (
+        Delivery(episode.fires, FIRING, labels, episode.fires, fingerprint),
+        Delivery(episode.resolves, RESOLVED, labels, episode.fires, fingerprint),
+    )
 
 
 _DELIVER, _STEP, _MOVED = 0, 1, 2
@@ -97,9 +154,16 @@ _DELIVER, _STEP, _MOVED = 0, 1, 2
 
 class _Engine:
     def __init__(
-        self, frame: Frame, deliveries: Iterable[AlertEpisode], readings: Readings, settings: ReplaySettings
+        self,
+        frame: Frame,
+        deliveries: Iterable[Delivery],
+        readings: Readings,
+        settings: ReplaySettings,
+        verdicts: Mapping[CheckKey, tuple[float, CheckResult]] | None = None,
+        holders: Mapping[DeviceKey, Sequence[Holding]] | None = None,
     ) -> None:
         self.frame, self.settings, self.readings = frame, settings, readings
+        self.verdicts, self.holders = verdicts, holders or {}
         self.records: dict[DeviceKey, Quarantine] = {}
         self.present: set[DeviceKey] = set()
         self.active: set[DeviceKey] = set()
@@ -111,9 +175,9 @@ class _Engine:
         self.queue: list[tuple[float, int, int, DeviceKey, object]] = []
         self.due: set[tuple[DeviceKey, float]] = set()
         self.order = count()
-        for episode in deliveries:
-            self._push(episode.fires, _DELIVER, (episode.node, episode.device), (episode, FIRING))
-            self._push(episode.resolves, _DELIVER, (episode.node, episode.device), (episode, RESOLVED))
+        for delivery in deliveries:
+            key = (delivery.labels.get("node", ""), delivery.labels.get("device", ""))
+            self._push(delivery.at, _DELIVER, key, delivery)
 
     def run(self) -> Replay:
         while self.queue:
@@ -121,8 +185,8 @@ class _Engine:
             if now > self.frame.end:
                 break
             if kind == _DELIVER:
-                assert isinstance(payload, tuple)
-                self._deliver(key, payload[0], payload[1], now)
+                assert isinstance(payload, Delivery)
+                self._deliver(key, payload, now)
             elif kind == _MOVED:
                 assert isinstance(payload, str)
                 self._moved(key, payload, now)
@@ -138,21 +202,14 @@ class _Engine:
             self.due.add((key, at))
         heapq.heappush(self.queue, (at, next(self.order), kind, key, payload))
 
-    def _deliver(self, key: DeviceKey, episode: AlertEpisode, status: str, now: float) -> None:
-        labels = {
-            **dict(episode.labels),
-            "alertname": episode.name,
-            "action": episode.action,
-            "node": episode.node,
-            "device": episode.device,
-        }
+    def _deliver(self, key: DeviceKey, delivery: Delivery, now: float) -> None:
         alert = Alert(
-            status=status,
-            labels=labels,
+            status=delivery.status,
+            labels=delivery.labels,
             annotations={},
-            starts_at=episode.fires,
+            starts_at=delivery.starts_at,
             ends_at=None,
-            fingerprint=f"{episode.name}:{episode.node}:{episode.device}",
+            fingerprint=delivery.fingerprint,
         )
         decision = decide(self.records.get(key), alert, now=now, settings=self.settings.intake)
         if isinstance(decision, Write):
@@ -184,6 +241,9 @@ class _Engine:
         change = self.readings.next_change(*key, now)
         if change is not None:
             self._push(change, _STEP, key)
+        edges = [edge for held in self.holders.get(key, ()) for edge in held[:2] if edge > now]
+        if edges:
+            self._push(min(edges), _STEP, key)
 
     def _view(self, key: DeviceKey, record: Quarantine, now: float) -> DeviceView:
         health, since = self.readings.health(*key, now)
@@ -193,6 +253,7 @@ class _Engine:
             enforcement_present=key in self.present,
             enforced_as=f"Replay/{record.name}",
             check=self._check(key, record, now),
+            holders=tuple(sorted(pod for start, end, pod in self.holders.get(key, ()) if start <= now < end)),
         )
 
     def _check(self, key: DeviceKey, record: Quarantine, now: float) -> CheckResult:
@@ -287,6 +348,13 @@ class _Engine:
 
     def _start_check(self, key: DeviceKey, name: str, attempt: int, now: float) -> None:
         if (key, name, attempt) in self.checks:
+            return
+        if self.verdicts is not None:
+            # A recorded run: the verdict the run saw, as long after the check began as there.
+            ran, verdict = self.verdicts.get((key, name, attempt), (math.inf, CheckResult.RUNNING))
+            self.checks[(key, name, attempt)] = (now + ran, verdict)
+            if ran != math.inf:
+                self._push(now + ran, _STEP, key)
             return
         truth = self.frame.checks
         seconds = truth.probe_seconds if name in ("probe", "reset") else truth.canary_seconds
