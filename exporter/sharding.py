@@ -21,7 +21,7 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuhealth.fields import SettingsError
 
@@ -82,3 +82,27 @@ class Shard:
 
 UNSHARDED = Shard()
 """The one shard of an unsharded exporter (node mode, or a single cluster-mode exporter)."""
+
+
+MEMO_LIMIT = 100_000
+"""Node names an `OwnedNodes` remembers before it starts afresh: ten times the largest fleets
+(a cluster that recycles node names, as autoscalers do, must not grow it for ever)."""
+
+
+@dataclass
+class OwnedNodes:
+    """`Shard.owns`, remembered by node name: the exporter asks it for every watch event.
+
+    Hashing a name costs about 4.5 us in Python, a dictionary lookup about 50 ns; the exporter
+    of a 10,000-node shard confirms tens of thousands of pods a minute."""
+
+    shard: Shard
+    _memo: dict[str, bool] = field(default_factory=dict, repr=False)
+
+    def __call__(self, node: str) -> bool:
+        owned = self._memo.get(node)
+        if owned is None:
+            if len(self._memo) >= MEMO_LIMIT:
+                self._memo.clear()
+            owned = self._memo[node] = self.shard.owns(node)
+        return owned

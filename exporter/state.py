@@ -66,7 +66,7 @@ from exporter.parse import (
     pod_struct_signature,
 )
 from exporter.podresources import Allocatable
-from exporter.sharding import UNSHARDED, Shard
+from exporter.sharding import UNSHARDED, OwnedNodes, Shard
 from exporter.snapshot import (
     DEVICE_FIELDS,
     SOURCE_NODE,
@@ -234,6 +234,7 @@ class DeviceStateStore:
         alone (`ObserverSettings.slice_health_drivers`). `shard`: keep only the objects of the
         nodes in this shard (`in_shard`), cluster mode split across exporters."""
         self._shard = shard
+        self._owns = OwnedNodes(shard)
         self._clock = clock
         self._now = clock.now
         self._sink = sink
@@ -423,7 +424,7 @@ class DeviceStateStore:
 
         Sharded, an object of another shard's node is dropped here, before it is parsed or kept.
         """
-        if self._shard.sharded and not in_shard(self._shard, resource, obj):
+        if self._shard.sharded and not in_shard(self._owns, resource, obj):
             return
         if resource == PODS:
             self.apply_pod(event_type, obj)
@@ -454,7 +455,7 @@ class DeviceStateStore:
         at `relist_end`."""
         sharded = self._shard.sharded
         for obj in items:
-            if sharded and not in_shard(self._shard, resource, obj):
+            if sharded and not in_shard(self._owns, resource, obj):
                 continue
             if resource == PODS:
                 self.apply_pod("ADDED", obj, listed=True)
@@ -784,8 +785,8 @@ class DeviceStateStore:
         changed since they were written): the shard that owns them now lists them afresh.
         """
         if self._shard.sharded:
-            devices = [d for d in devices if self._shard.owns(d.node)]
-            leases = {node: renewed for node, renewed in leases.items() if self._shard.owns(node)}
+            devices = [d for d in devices if self._owns(d.node)]
+            leases = {node: renewed for node, renewed in leases.items() if self._owns(node)}
         by_name = {(p.namespace, p.name): p for p in pods}
         for pod_version in by_name.values():
             rv = pod_version.resource_version
@@ -1609,8 +1610,9 @@ def object_node(resource: str, obj: Any) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def in_shard(shard: Shard, resource: str, obj: Any) -> bool:
-    """Whether a sharded store keeps `obj` (an object of `resource`).
+def in_shard(owns: Callable[[str], bool], resource: str, obj: Any) -> bool:
+    """Whether a sharded store keeps `obj` (an object of `resource`); `owns`: whether the store's
+    shard owns a node (`Shard.owns`, or its memo `OwnedNodes`).
 
     An object of a node is kept by that node's shard only. What names no node:
     - a pod not yet bound to a node (Pending, no `spec.nodeName`) holds no device yet: no shard
@@ -1623,7 +1625,7 @@ def in_shard(shard: Shard, resource: str, obj: Any) -> bool:
     """
     node = object_node(resource, obj)
     if node is not None:
-        return shard.owns(node)
+        return owns(node)
     if resource == PODS or resource.startswith(PRODUCER_PREFIX):
         spec = obj.spec if obj.__class__ is Pod else obj.get("spec") if isinstance(obj, dict) else None
         if obj.__class__ is Pod or isinstance(spec, dict):

@@ -6,7 +6,8 @@ for any name and any shard count, exactly one shard owns the name and always the
 split of a large fleet of realistic node names is even within statistical bounds; when the shard
 count changes, the restarted shards cover every node exactly once again (and while only some have
 restarted, a node can be in none or two: what the docs tell operators); a shard that is not one is
-refused with the field named.
+refused with the field named; the memo of owned nodes answers as the shard does and stays
+bounded.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.sharding import UNSHARDED, Shard, fnv1a_64, shard_of
+from exporter import sharding
+from exporter.sharding import UNSHARDED, OwnedNodes, Shard, fnv1a_64, shard_of
 from gpuhealth.fields import SettingsError
 
 NODE_NAMES = st.text(min_size=1, max_size=80)
@@ -123,6 +125,22 @@ def test_while_shards_restart_one_at_a_time_a_node_can_be_in_none_or_two() -> No
     assert coverage[0] > 0 and coverage[2] > 0 and coverage[1] > 0
     restarted = [Shard(i, 3) for i in range(3)]
     assert {sum(s.owns(f"gpu-node-{i:05d}") for s in restarted) for i in range(1_000)} == {1}
+
+
+@given(st.lists(NODE_NAMES, min_size=1, max_size=50), TOTALS, st.data())
+def test_the_memo_answers_as_the_shard_does(nodes: list[str], total: int, data: st.DataObject) -> None:
+    shard = Shard(data.draw(st.integers(0, total - 1)), total)
+    owned = OwnedNodes(shard)
+    for node in [*nodes, *reversed(nodes)]:  # asked again: remembered, the same answer
+        assert owned(node) == shard.owns(node)
+
+
+def test_the_memo_starts_afresh_at_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sharding, "MEMO_LIMIT", 3)
+    owned = OwnedNodes(Shard(0, 2))
+    answers = [owned(f"n{i}") for i in range(10)]
+    assert answers == [Shard(0, 2).owns(f"n{i}") for i in range(10)]
+    assert len(owned._memo) <= 3
 
 
 @pytest.mark.parametrize(

@@ -192,13 +192,15 @@ def test_three_shards_together_export_exactly_the_unsharded_series(clock: Manual
 
 def test_what_names_no_node_goes_to_no_shard_or_to_every_shard() -> None:
     shards = [Shard(i, 3) for i in range(3)]
-    assert not any(in_shard(s, PODS, pending("queued")) for s in shards)
-    assert not any(in_shard(s, PRODUCERS, plugin_pod(True, 0.0, node=None)) for s in shards)
-    assert all(in_shard(s, SLICES, network_slice()) for s in shards)
-    assert all(in_shard(s, CLAIMS, claim("c", [("gpus", DRIVER, "gpu-node-01", "gpu-0")])) for s in shards)
+    assert not any(in_shard(s.owns, PODS, pending("queued")) for s in shards)
+    assert not any(in_shard(s.owns, PRODUCERS, plugin_pod(True, 0.0, node=None)) for s in shards)
+    assert all(in_shard(s.owns, SLICES, network_slice()) for s in shards)
+    assert all(
+        in_shard(s.owns, CLAIMS, claim("c", [("gpus", DRIVER, "gpu-node-01", "gpu-0")])) for s in shards
+    )
     # Too malformed to name a node: passed on, so each shard's store counts it as a parse error.
-    assert all(in_shard(s, LEASES, {"metadata": {}}) for s in shards)
-    assert all(in_shard(s, PODS, {"metadata": {"name": "p"}, "spec": "x"}) for s in shards)
+    assert all(in_shard(s.owns, LEASES, {"metadata": {}}) for s in shards)
+    assert all(in_shard(s.owns, PODS, {"metadata": {"name": "p"}, "spec": "x"}) for s in shards)
 
 
 def test_a_pending_pod_lands_in_its_node_s_shard_once_bound(clock: ManualClock) -> None:
