@@ -14,6 +14,9 @@ generator (kustomize reads only files at or below a kustomization).
 `base/exporter-daemonset-device-plugin.yaml`: the exporter DaemonSet of `base/exporter-daemonset.yaml`
 for device-plugin nodes (`nvidia.com/gpu.deploy.device-plugin=true`), reading the kubelet's
 pod-resources socket from the host (`device_plugin_daemonset`).
+`components/cluster-exporter-shards/exporter-shards.yaml`: the cluster-mode exporter Deployment of
+`components/cluster-exporter/exporter-deployment.yaml` as `SHARDS` Deployments, one per shard
+(`cluster_exporter_shards`).
 From `dashboards/*.json` (whatever exist): `components/dashboards/`, one ConfigMap each through
 kustomize's configMapGenerator, labelled for Grafana's dashboard sidecar. Kustomize reads only
 files at or below a kustomization, so the JSON is copied next to it.
@@ -24,6 +27,7 @@ files at or below a kustomization, so the JSON is copied next to it.
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import re
 import sys
@@ -142,6 +146,59 @@ def device_plugin_daemonset(text: str) -> str:
         "# Unhealthy (docs/quarantine.md). Runs as UID 0 (as the other one does): the socket is root-owned.\n"
     )
     return _header(EXPORTER_DAEMONSET) + note + _dump(doc)
+
+
+# ----- the cluster-mode exporter in shards --------------------------------------------------
+
+CLUSTER_DEPLOYMENT = "components/cluster-exporter/exporter-deployment.yaml"
+SHARDS_COMPONENT = "components/cluster-exporter-shards"
+SHARDS = 3
+"""The shard count of the example component; an overlay with another count generates its own
+(`cluster_exporter_shards`) or patches `--total-shards` and the Deployments alike."""
+SHARD_LABEL = "gpuhealth.io/exporter-shard"
+"""Keeps the shard Deployments' selectors apart (overlapping selectors would adopt each other's pods)."""
+
+
+def cluster_exporter_shards(text: str, total: int = SHARDS) -> str:
+    """The cluster-mode exporter Deployment (and its Service) as `total` Deployments, shard N of total.
+
+    Each Deployment runs `--shard=N --total-shards=total` with its own directory (an emptyDir, as
+    the one it copies); its pods keep the labels the Service selects, so the one scrape job reaches
+    every shard, and add `SHARD_LABEL` to their selector. The Service is left to the
+    cluster-exporter component, which this one goes with."""
+    if total < 2:
+        raise GenerateError(f"{SHARDS_COMPONENT}: a split needs 2 shards or more, got {total}")
+    try:
+        deployment = next(d for d in yaml.safe_load_all(text) if d and d.get("kind") == "Deployment")
+        [exporter] = deployment["spec"]["template"]["spec"]["containers"]
+        labelled = [deployment["spec"]["selector"]["matchLabels"], deployment["spec"]["template"]["metadata"]]
+        if not all(isinstance(x, dict) for x in labelled):
+            raise TypeError("selector labels or template metadata is not a mapping")
+    except (StopIteration, KeyError, TypeError, ValueError) as exc:
+        raise GenerateError(
+            f"{CLUSTER_DEPLOYMENT}: not the one-container exporter Deployment ({exc!r})"
+        ) from exc
+    if any(a.startswith(("--shard", "--total-shards", "--node")) for a in exporter["args"]):
+        raise GenerateError(
+            f"{CLUSTER_DEPLOYMENT}: the unsharded cluster-mode exporter takes no --shard or --node"
+        )
+    name = deployment["metadata"]["name"]
+    docs = []
+    for index in range(total):
+        doc = copy.deepcopy(deployment)
+        doc["metadata"]["name"] = f"{name}-{index}"
+        doc["metadata"]["labels"] = {**doc["metadata"].get("labels", {}), SHARD_LABEL: str(index)}
+        for labels in (doc["spec"]["selector"]["matchLabels"], doc["spec"]["template"]["metadata"]["labels"]):
+            labels[SHARD_LABEL] = str(index)
+        [container] = doc["spec"]["template"]["spec"]["containers"]
+        container["args"] = [*container["args"], f"--shard={index}", f"--total-shards={total}"]
+        docs.append(_dump(doc))
+    note = (
+        f"# The cluster-mode exporter split into {total} shards by a stable hash of the node name: each\n"
+        "# Deployment keeps and exports only its shard's nodes, and every device is in exactly one shard,\n"
+        '# so the rules\' sums count it once (docs/operations.md, "Shard the cluster-mode exporter").\n'
+    )
+    return _header(CLUSTER_DEPLOYMENT) + note + "---\n".join(docs)
 
 
 # ----- Prometheus Operator ----------------------------------------------------------------
@@ -452,6 +509,11 @@ def generate(config_path: Path = DEFAULT_CONFIG, dashboards: Path = DASHBOARDS) 
     except OSError as exc:
         raise GenerateError(f"deploy/{EXPORTER_DAEMONSET}: cannot read ({exc.strerror or exc})") from exc
     files[DEVICE_PLUGIN_DAEMONSET] = device_plugin_daemonset(daemonset)
+    try:
+        cluster = (DEPLOY / CLUSTER_DEPLOYMENT).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise GenerateError(f"deploy/{CLUSTER_DEPLOYMENT}: cannot read ({exc.strerror or exc})") from exc
+    files[f"{SHARDS_COMPONENT}/exporter-shards.yaml"] = cluster_exporter_shards(cluster)
     boards = dashboard_files(dashboards)
     for name, text in boards.items():
         files[f"{DASHBOARD_COMPONENT}/files/{name}"] = text

@@ -3,6 +3,9 @@
 - `gpuhealth exporter --kubeconfig PATH [--node NAME] [--listen HOST:PORT] [--directory PATH]
   [--nvml auto|none|pynvml|sim:URL] [--pod-resources none|unix:///PATH|sim:URL]` observes
   the cluster (or one node) and serves `/metrics`, `/healthz`, `/readyz`.
+- `gpuhealth exporter ... --shard N --total-shards M` (cluster mode): one of M exporters that
+  split the fleet by a stable hash of the node name (`exporter.sharding`); it keeps and exports
+  only the nodes of shard N.
 - `gpuhealth exporter --from-file DUMP.json --once` reads a `kubectl get
   pods,resourceclaims,resourceslices,leases -A -o json` dump and prints the exposition
   (without `--once` it serves that fixed state instead). Observation times are the time
@@ -50,6 +53,7 @@ from exporter.settings import (
     check_nvml_source,
     parse_health_producer,
 )
+from exporter.sharding import Shard
 from exporter.snapshot import HEALTH_VALUES
 from exporter.state import CLAIMS, LEASES, PODS, SLICES, DeviceStateStore, ObservationRecord
 from gpuhealth import http
@@ -127,6 +131,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "stream to the kubelet (the NVIDIA DRA driver: gpu.nvidia.com); repeatable (default: none)",
     )
     exporter.add_argument(
+        "--shard",
+        type=_whole_number,
+        default=0,
+        metavar="N",
+        help="cluster mode: this exporter's shard, 0 to M-1 (default 0)",
+    )
+    exporter.add_argument(
+        "--total-shards",
+        type=_whole_number,
+        default=1,
+        metavar="M",
+        help="cluster mode: split the nodes across M exporters by a stable hash of the node name "
+        "(FNV-1a 64 modulo M); each keeps and exports only its shard's nodes (default 1: all)",
+    )
+    exporter.add_argument(
         "--nvml-poll-seconds",
         type=positive_duration_seconds,
         default=NvmlSettings.poll_seconds,
@@ -180,6 +199,28 @@ def health_producers(given: list[HealthProducer | None] | None) -> tuple[HealthP
     return tuple(p for p in given if p is not None)
 
 
+def _whole_number(value: str) -> int:
+    try:
+        return int(value, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected a whole number") from None
+
+
+def shard_from_args(args: argparse.Namespace) -> Shard:
+    """The shard `--shard N --total-shards M` names; UsageError saying what is wrong."""
+    if args.node and (args.shard != 0 or args.total_shards != 1):
+        raise UsageError(
+            "--shard and --total-shards split cluster mode across exporters; "
+            "--node (node mode) watches one node already: leave them out"
+        )
+    if args.total_shards < 1:
+        raise UsageError(f"--total-shards {args.total_shards}: expected at least 1")
+    if not 0 <= args.shard < args.total_shards:
+        last = args.total_shards - 1
+        raise UsageError(f"--shard {args.shard}: expected 0 to {last} (--total-shards {args.total_shards})")
+    return Shard(args.shard, args.total_shards)
+
+
 def _nvml_source(value: str) -> str:
     try:
         return check_nvml_source(value)
@@ -195,6 +236,7 @@ def settings_from_args(args: argparse.Namespace) -> ExporterSettings:
         raise UsageError("--once goes with --from-file (a live exporter keeps serving)")
     host, port = args.listen
     offline = bool(args.from_file)
+    shard = shard_from_args(args)
     try:
         base = ExporterSettings()
         return ExporterSettings(
@@ -202,6 +244,7 @@ def settings_from_args(args: argparse.Namespace) -> ExporterSettings:
                 node_name=args.node,
                 health_producers=health_producers(args.health_producer),
                 slice_health_drivers=tuple(args.slice_health_driver),
+                shard=shard,
             ),
             directory=DirectorySettings(
                 path=args.directory if args.directory else (None if offline else DEFAULT_DIRECTORY)
@@ -280,6 +323,7 @@ def _offline_store(
         clock,
         node_name=settings.observer.node_name,
         slice_health_drivers=settings.observer.slice_health_drivers,
+        shard=settings.observer.shard,
     )
     # Identities first, so DRA entries resolve on the first pass.
     for resource in (CLAIMS, SLICES, LEASES, PODS):
@@ -313,7 +357,7 @@ async def _serve_static(dump: dict[str, list[Any]], settings: ExporterSettings) 
     clock = SystemClock()
     store, directory = _offline_store(dump, settings, clock)
     registry = CollectorRegistry()
-    ExporterMetrics(registry).track(store)
+    ExporterMetrics(registry, settings.observer.shard).track(store)
     app = create_app(
         settings.server, snapshot=store.snapshot, clock=clock, registry=registry, ready=lambda: True
     )
@@ -395,7 +439,7 @@ async def serve(
 
     clock = clock or SystemClock()
     registry = CollectorRegistry()
-    metrics = ExporterMetrics(registry)
+    metrics = ExporterMetrics(registry, settings.observer.shard)
     directory = _open_directory(settings, clock, on_write=metrics.directory_write.observe)
     nvml = nvml_source(settings)
     try:
@@ -405,6 +449,7 @@ async def serve(
             node_name=settings.observer.node_name,
             nvml=nvml is not None,
             slice_health_drivers=settings.observer.slice_health_drivers,
+            shard=settings.observer.shard,
         )
         metrics.track(store)
         try:
@@ -428,10 +473,15 @@ async def serve(
         app.cleanup_ctx.append(background("observer", observer.run))
 
         def on_started(address: tuple[str, int]) -> None:
+            shard = settings.observer.shard
             log.info(
                 "exporter on %s (%s mode, directory %s, NVML %s)",
                 format_listen(*address),
-                f"node {settings.observer.node_name}" if settings.observer.node_name else "cluster",
+                f"node {settings.observer.node_name}"
+                if settings.observer.node_name
+                else f"cluster, shard {shard.index} of {shard.total}"
+                if shard.sharded
+                else "cluster",
                 settings.directory.path or "in memory",
                 "on" if nvml is not None else "off",
             )

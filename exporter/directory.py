@@ -46,6 +46,7 @@ from typing import IO, Any
 
 import orjson
 
+from exporter.sharding import UNSHARDED, Shard
 from exporter.snapshot import (
     ALLOCATIONS,
     DEVICE_FIELDS,
@@ -820,10 +821,16 @@ def open_store(
     node_name: str | None = None,
     nvml: bool = False,
     slice_health_drivers: Iterable[str] = (),
+    shard: Shard = UNSHARDED,
 ) -> DeviceStateStore:
-    """A state that persists into `directory`, starting from what it already holds."""
+    """A state that persists into `directory`, starting from what it already holds (of its shard)."""
     store = DeviceStateStore(
-        clock, sink=directory, node_name=node_name, nvml=nvml, slice_health_drivers=slice_health_drivers
+        clock,
+        sink=directory,
+        node_name=node_name,
+        nvml=nvml,
+        slice_health_drivers=slice_health_drivers,
+        shard=shard,
     )
     if directory is not None:
         restored = directory.load()

@@ -176,6 +176,16 @@ POD_RESOURCES_FAILURES = MetricFamily(
 DEVICES_TRACKED = MetricFamily(
     "gpuhealth_exporter_devices_tracked", "gauge", "Devices in the directory's current state."
 )
+SHARD_ORDINAL = MetricFamily(
+    "gpuhealth_exporter_shard_ordinal",
+    "gauge",
+    "This exporter's shard (--shard), from 0; 0 when unsharded.",
+)
+TOTAL_SHARDS = MetricFamily(
+    "gpuhealth_exporter_total_shards",
+    "gauge",
+    "How many shards the cluster-mode exporters split the nodes into (--total-shards); 1 when unsharded.",
+)
 
 CLUSTER_FAMILIES = (
     DEVICE_HEALTH,
@@ -201,6 +211,8 @@ SELF_FAMILIES = (
     STATUS_CHANGES,
     POD_RESOURCES_FAILURES,
     DEVICES_TRACKED,
+    SHARD_ORDINAL,
+    TOTAL_SHARDS,
 )
 """The exporter's own metrics (`ExporterMetrics`)."""
 

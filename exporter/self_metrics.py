@@ -20,10 +20,13 @@ from exporter.metrics import (
     LAST_EVENT,
     PARSE_ERRORS,
     POD_RESOURCES_FAILURES,
+    SHARD_ORDINAL,
     STATUS_CHANGES,
+    TOTAL_SHARDS,
     WATCH_EVENTS,
     WATCH_RESTARTS,
 )
+from exporter.sharding import UNSHARDED, Shard
 from exporter.state import DeviceStateStore
 from gpuhealth import instruments
 
@@ -31,11 +34,16 @@ from gpuhealth import instruments
 class ExporterMetrics:
     """The exporter's own metrics, in a private registry (tests read them with get_sample_value).
 
-    Built through `gpuhealth.instruments`, which also turns off the `_created` series.
+    Built through `gpuhealth.instruments`, which also turns off the `_created` series. The
+    shard this exporter serves is two gauges, as kube-state-metrics exports its own: where
+    `count(gpuhealth_exporter_shard_ordinal)` falls short of `gpuhealth_exporter_total_shards`,
+    a shard is not being scraped and its nodes' devices are missing.
     """
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, shard: Shard = UNSHARDED) -> None:
         self._registry = registry
+        instruments.gauge(SHARD_ORDINAL, registry).set(shard.index)
+        instruments.gauge(TOTAL_SHARDS, registry).set(shard.total)
         self.watch_events = instruments.counter(WATCH_EVENTS, registry)
         self.watch_restarts = instruments.counter(WATCH_RESTARTS, registry)
         self.last_event = instruments.gauge(LAST_EVENT, registry)

@@ -12,6 +12,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from exporter.sharding import UNSHARDED, Shard
 from gpuhealth import fields
 from gpuhealth.http import ServerSettings
 
@@ -150,8 +151,16 @@ class ObserverSettings:
     reports each of its allocated devices Unknown, meaning only that it heard nothing). For their
     devices, held by a pod or idle, the slice's taints are the health (`identity.slice_health`);
     the pods' entries give the allocation only. Empty: every driver streams its health."""
+    shard: Shard = UNSHARDED
+    """Cluster mode split across several exporters (`exporter.sharding`): keep and export only
+    the nodes whose name hashes to this shard. Node mode is one node already: unsharded only."""
 
     def __post_init__(self) -> None:
+        if self.node_name is not None and self.shard.sharded:
+            raise fields.SettingsError(
+                "ObserverSettings.shard splits cluster mode across exporters; node mode "
+                f"(node_name {self.node_name!r}) watches one node already: leave it unsharded"
+            )
         if any(not driver or driver != driver.strip() for driver in self.slice_health_drivers):
             raise fields.SettingsError(
                 f"ObserverSettings.slice_health_drivers: {list(self.slice_health_drivers)!r} holds an "

@@ -66,6 +66,7 @@ from exporter.parse import (
     pod_struct_signature,
 )
 from exporter.podresources import Allocatable
+from exporter.sharding import UNSHARDED, OwnedNodes, Shard
 from exporter.snapshot import (
     DEVICE_FIELDS,
     SOURCE_NODE,
@@ -227,9 +228,13 @@ class DeviceStateStore:
         node_name: str | None = None,
         nvml: bool = False,
         slice_health_drivers: Iterable[str] = (),
+        shard: Shard = UNSHARDED,
     ) -> None:
         """`slice_health_drivers`: DRA drivers whose device health is their ResourceSlice taints
-        alone (`ObserverSettings.slice_health_drivers`)."""
+        alone (`ObserverSettings.slice_health_drivers`). `shard`: keep only the objects of the
+        nodes in this shard (`in_shard`), cluster mode split across exporters."""
+        self._shard = shard
+        self._owns = OwnedNodes(shard)
         self._clock = clock
         self._now = clock.now
         self._sink = sink
@@ -415,7 +420,12 @@ class DeviceStateStore:
     # ----- events ------------------------------------------------------------------
 
     def apply_event(self, resource: str, event_type: str, obj: Any) -> None:
-        """Apply one watch event (ADDED, MODIFIED, DELETED) of one of RESOURCES."""
+        """Apply one watch event (ADDED, MODIFIED, DELETED) of one of RESOURCES.
+
+        Sharded, an object of another shard's node is dropped here, before it is parsed or kept.
+        """
+        if self._shard.sharded and not in_shard(self._owns, resource, obj):
+            return
         if resource == PODS:
             self.apply_pod(event_type, obj)
         elif resource == CLAIMS:
@@ -438,8 +448,15 @@ class DeviceStateStore:
         self.relist_end(resource, seen)
 
     def relist_page(self, resource: str, items: Iterable[Any], seen: set[Any]) -> None:
-        """Apply one page of a list in progress, adding to `seen` the keys it names."""
+        """Apply one page of a list in progress, adding to `seen` the keys it names.
+
+        Sharded, another shard's objects are skipped and left out of `seen`, so whatever of
+        theirs the store held (restored from the directory before the shard count changed) goes
+        at `relist_end`."""
+        sharded = self._shard.sharded
         for obj in items:
+            if sharded and not in_shard(self._owns, resource, obj):
+                continue
             if resource == PODS:
                 self.apply_pod("ADDED", obj, listed=True)
             else:
@@ -764,7 +781,12 @@ class DeviceStateStore:
         Status versions, first-seen, transition and Unknown-since times come back as they
         were. Pods come back as stubs holding their allocations and resourceVersion: events
         no newer than that are ignored, and a relist removes those that are gone.
+        Sharded, devices and Leases of nodes outside the shard are not restored (the shard count
+        changed since they were written): the shard that owns them now lists them afresh.
         """
+        if self._shard.sharded:
+            devices = [d for d in devices if self._owns(d.node)]
+            leases = {node: renewed for node, renewed in leases.items() if self._owns(node)}
         by_name = {(p.namespace, p.name): p for p in pods}
         for pod_version in by_name.values():
             rv = pod_version.resource_version
@@ -1565,6 +1587,50 @@ def _pod_ready(status: Any) -> tuple[bool, float | None]:
                 return True, None
             return False, parse_rfc3339(condition.get("lastTransitionTime"))
     return False, None
+
+
+def object_node(resource: str, obj: Any) -> str | None:
+    """The node an object of `resource` belongs to; None when it names none it can be read from.
+
+    Pods (device holders and health producers) and ResourceSlices by `spec.nodeName`, Leases and
+    Nodes by their name (a kubelet Lease is named after its node). Claims name no node."""
+    if resource == PODS and obj.__class__ is Pod:
+        spec = obj.spec
+        return (spec.node_name or None) if spec is not None else None
+    if not isinstance(obj, dict):
+        return None
+    if resource in (LEASES, NODES):
+        meta = obj.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+    elif resource in (PODS, SLICES) or resource.startswith(PRODUCER_PREFIX):
+        spec = obj.get("spec")
+        name = spec.get("nodeName") if isinstance(spec, dict) else None
+    else:
+        return None
+    return name if isinstance(name, str) and name else None
+
+
+def in_shard(owns: Callable[[str], bool], resource: str, obj: Any) -> bool:
+    """Whether a sharded store keeps `obj` (an object of `resource`); `owns`: whether the store's
+    shard owns a node (`Shard.owns`, or its memo `OwnedNodes`).
+
+    An object of a node is kept by that node's shard only. What names no node:
+    - a pod not yet bound to a node (Pending, no `spec.nodeName`) holds no device yet: no shard
+      keeps it; its first event on a node reaches the node's shard as new. A health producer
+      pod likewise (it says nothing about a node until it is on one);
+    - ResourceClaims (namespaced, no node) and ResourceSlices of no single node (network-attached
+      devices): every shard keeps them, since a pod of any node may hold what they name;
+    - an object too malformed to name its node (a Lease or Node without a name, a pod whose spec
+      is not an object): every shard passes it on, and the store counts it as a parse error.
+    """
+    node = object_node(resource, obj)
+    if node is not None:
+        return owns(node)
+    if resource == PODS or resource.startswith(PRODUCER_PREFIX):
+        spec = obj.spec if obj.__class__ is Pod else obj.get("spec") if isinstance(obj, dict) else None
+        if obj.__class__ is Pod or isinstance(spec, dict):
+            return False
+    return True
 
 
 def _list_key(resource: str, obj: Any) -> Any:

@@ -1,8 +1,10 @@
 """The manifests under deploy/: what each overlay installs, and that every object is valid.
 
 Aspects: `kubectl kustomize` (kubectl 1.37, kustomize 5.8) builds every overlay and the
-cluster-exporter and dcgm-exporter components on top of one (the latter: no DaemonSet, a ServiceMonitor
-scraping dcgm-exporter as the job the rules select); every built-in kind validates strictly
+cluster-exporter (also split into shards: one Deployment per shard, each with shard flags the
+exporter accepts, selectors apart, all behind the one Service) and dcgm-exporter components on top
+of one (the latter: no DaemonSet, a ServiceMonitor scraping dcgm-exporter as the job the rules
+select); every built-in kind validates strictly
 against the Kubernetes 1.36 and 1.37 schemas (kubernetes-validate), and the strict check does
 refuse an unknown field; ServiceMonitors, the PrometheusRule and the AlertmanagerConfig validate
 against the Prometheus Operator schemas of the fields we use, with unknown fields forbidden; the
@@ -119,6 +121,46 @@ def test_the_cluster_exporter_component_replaces_the_daemonset(tmp_path: Path) -
     labels = service["metadata"]["labels"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert labels[monitor["spec"]["jobLabel"]] == "gpuhealth-exporter"
+    _validate_builtins(objects, "1.37")
+
+
+def test_the_shards_component_runs_one_cluster_exporter_per_shard(tmp_path: Path) -> None:
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(DEPLOY / "overlays" / "enforcing", tmp_path)],
+                "components": [
+                    os.path.relpath(DEPLOY / "components" / name, tmp_path)
+                    for name in ("cluster-exporter", "cluster-exporter-shards")
+                ],
+            }
+        )
+    )
+    objects = kustomize(tmp_path)
+    exporters = [
+        o for o in objects if o["kind"] in ("Deployment", "DaemonSet") and "exporter" in o["metadata"]["name"]
+    ]
+    assert sorted(o["metadata"]["name"] for o in exporters) == [
+        f"gpuhealth-exporter-cluster-{i}" for i in range(3)
+    ]
+    shards = []
+    for deployment in exporters:
+        args = container(deployment)["args"]
+        settings = settings_from_args(build_parser().parse_args(args))  # the flags as the exporter reads them
+        assert settings.observer.node_name is None
+        shards.append((settings.observer.shard.index, settings.observer.shard.total))
+    assert sorted(shards) == [(0, 3), (1, 3), (2, 3)]
+    # Selectors apart (no Deployment adopts another's pods); the one Service reaches every shard.
+    selectors = [frozenset(d["spec"]["selector"]["matchLabels"].items()) for d in exporters]
+    assert all(not a <= b for a in selectors for b in selectors if a is not b)
+    service = find(objects, "Service", "gpuhealth-exporter-cluster")
+    for deployment in exporters:
+        assert (
+            service["spec"]["selector"].items()
+            <= deployment["spec"]["template"]["metadata"]["labels"].items()
+        )
     _validate_builtins(objects, "1.37")
 
 

@@ -1,10 +1,11 @@
 """The `gpuhealth exporter` offline mode and the `gpuhealth devices` command.
 
 Aspects covered: a kubectl dump (List of mixed kinds, or a PodList) printed as metrics
-with both allocation paths resolved, a slice-health driver's held devices read from its
-taints; bad dumps and bad flags give a clear error prefixed `gpuhealth <cmd>: error:` and exit
-code 2, never a traceback; a taken port is a run-time
-failure (exit 1), and so is an observer that dies; the devices table (status age, truncated
+with both allocation paths resolved, and split by `--shard`/`--total-shards` (each node's
+devices printed by one shard; shard flags out of range or in node mode refused), a
+slice-health driver's held devices read from its taints; bad dumps and bad flags give a
+clear error prefixed `gpuhealth <cmd>: error:` and exit code 2, never a traceback; a taken
+port is a run-time failure (exit 1), and so is an observer that dies; the devices table (status age, truncated
 message, pods), its filters, wide, JSON and YAML forms; `devices replay` with relative and
 RFC3339 `--since` in the same `-o table|wide|json|yaml` vocabulary (and `-o text`, its
 older name for the table); human durations.
@@ -25,6 +26,7 @@ import yaml
 from exporter.cli import parse_since, run_devices, run_replay
 from exporter.directory import Directory, open_store
 from exporter.observer import persist
+from exporter.sharding import shard_of
 from gpuhealth.clock import ManualClock
 from gpuhealth.tables import human_duration
 from gpuhealth_cli.main import build_parser, main
@@ -83,6 +85,24 @@ def test_offline_dump_prints_metrics_for_both_paths(
     assert f'gpu_device_health{{node="node-1",device="{U1}",status="Healthy"}} 1' in text
     assert f'gpu_device_health{{node="node-2",device="{D0}",status="Unknown"}} 1' in text
     assert 'gpu_node_kubelet_lease_age_seconds{node="node-1"}' in text
+
+
+def test_offline_shards_print_each_node_s_devices_once(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    path = write(tmp_path, {"apiVersion": "v1", "kind": "List", "items": dump_items()})
+    owner = {node: shard_of(node, 2) for node in ("node-1", "node-2")}
+    seen: dict[str, list[int]] = {"node-1": [], "node-2": []}
+    for index in range(2):
+        assert (
+            main(["exporter", "--from-file", path, "--once", "--shard", str(index), "--total-shards", "2"])
+            == 0
+        )
+        text = capsysbinary.readouterr().out.decode()
+        for node in seen:
+            if f'gpu_device_health{{node="{node}"' in text:
+                seen[node].append(index)
+    assert seen == {node: [index] for node, index in owner.items()}
 
 
 def test_a_slice_health_driver_s_taints_are_the_health_of_its_held_devices(
@@ -176,6 +196,15 @@ def test_bad_dumps_name_what_is_wrong(
         (["exporter", "--nvml", "sim:http://127.0.0.1:1"], "NvmlSettings.source sim:URL reads one"),
         (["exporter", "--nvml-poll-seconds", "0"], "argument --nvml-poll-seconds: '0' must be longer"),
         (["exporter", "--nvml-poll-seconds", "nan"], "argument --nvml-poll-seconds: 'nan' is not a"),
+        (
+            ["exporter", "--shard", "3", "--total-shards", "3"],
+            "--shard 3: expected 0 to 2 (--total-shards 3)",
+        ),
+        (["exporter", "--shard", "-1", "--total-shards", "2"], "--shard -1: expected 0 to 1"),
+        (["exporter", "--shard", "1"], "--shard 1: expected 0 to 0 (--total-shards 1)"),
+        (["exporter", "--total-shards", "0"], "--total-shards 0: expected at least 1"),
+        (["exporter", "--total-shards", "two"], "argument --total-shards: 'two': expected a whole number"),
+        (["exporter", "--node", "n", "--total-shards", "2"], "--node (node mode) watches one node already"),
         (["devices", "--directory", "/nonexistent/d.sqlite"], "gpuhealth devices: error: /nonexistent"),
         (["devices", "-o", "xml"], "gpuhealth devices: error: argument -o/--output: invalid choice"),
         (["devices", "replay", "--since", "yesterday"], "gpuhealth devices replay: error: --since"),

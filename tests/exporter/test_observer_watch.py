@@ -1,12 +1,13 @@
 """The observer's list/watch protocol, against a scripted transport.
 
-Aspects covered: list then watch of the resources (ready only once all are
-listed); resuming from the last resourceVersion, bookmarks included; relist on 410 Gone
-as an HTTP status and as an ERROR event inside the stream (the relist replaces what was
-known); a list in pages folded as they come, replacing what was known only at its end;
-other failures back off and resume; undecodable lines are counted and skipped; node mode
-selectors; self metrics; stopping ends the reader threads at once and flushes the
-directory. The backoff helper and line splitting are covered in `tests/core/test_kube_*`.
+Aspects covered: list then watch of the resources (ready only once all are listed); resuming
+from the last resourceVersion, bookmarks included; relist on 410 Gone as an HTTP status and as
+an ERROR event inside the stream (the relist replaces what was known); a list in pages folded
+as they come, replacing what was known only at its end; other failures back off and resume;
+undecodable lines are counted and skipped; node mode selectors; a shard's lists and watches
+cover the cluster and it keeps only its nodes' objects; self metrics; stopping ends the reader
+threads at once and flushes the directory. The backoff helper and line splitting are covered in
+`tests/core/test_kube_*`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from exporter.directory import Directory, open_store
 from exporter.observer import Observer, targets
 from exporter.self_metrics import ExporterMetrics
 from exporter.settings import DEFAULT_HEALTH_PRODUCERS, BackoffSettings, ObserverSettings
+from exporter.sharding import Shard, shard_of
 from exporter.state import CLAIMS, LEASES, NODES, PODS, SLICES, DeviceStateStore, producer_resource
 from gpuhealth.clock import ManualClock
 from gpuhealth.kube.backoff import Backoff
@@ -310,6 +312,37 @@ async def test_node_mode_selects_the_nodes_objects(store: DeviceStateStore) -> N
     assert PATHS[producer_resource("gpu.nvidia.com")] == "/api/v1/namespaces/dra-driver-nvidia-gpu/pods"
     assert producer.get("labelSelector") == "dra-driver-nvidia-gpu-component=kubelet-plugin"
     assert producer.get("fieldSelector") == "spec.nodeName=node-7"
+
+
+async def test_a_shard_keeps_only_its_nodes_objects_from_lists_and_watches(clock: ManualClock) -> None:
+    # node-1 and node-2 hash to different shards of two; this exporter is node-1's.
+    mine, theirs = gpu_uuid("node-1", 0), gpu_uuid("node-2", 0)
+    shard = Shard(shard_of("node-1", 2), 2)
+    assert not shard.owns("node-2")
+    store = DeviceStateStore(clock, shard=shard)
+
+    def on(node: str, name: str, uuid: str, health: str, rv: int) -> dict[str, Any]:
+        return pod(name, container("main", ("nvidia.com/gpu", [resource(uuid, health)])), node=node, rv=rv)
+
+    api = FakeApi()
+    api.list_of(PODS, [on("node-1", "a", mine, "Healthy", 10), on("node-2", "b", theirs, "Healthy", 11)], 100)
+    # The other shard's change comes first: once this shard's change is applied, so was it.
+    api.watches[PATHS[PODS]].append(
+        [
+            event("MODIFIED", on("node-2", "b", theirs, "Unhealthy", 101)),
+            event("MODIFIED", on("node-1", "a", mine, "Unhealthy", 102)),
+        ]
+    )
+    settings = ObserverSettings(flush_interval_seconds=0.05, shard=shard)
+    async with Running(api, store, settings=settings) as running:
+        await until(lambda: store.snapshot().devices.get(("node-1", mine)) is not None)
+        await until(lambda: store.snapshot().devices[("node-1", mine)].health == "Unhealthy")
+        assert set(store.snapshot().devices) == {("node-1", mine)}
+        # Both events were received (the watch carries the whole cluster); one was kept.
+        assert running.sample("gpuhealth_exporter_watch_events_total", resource="pods", type="MODIFIED") == 2
+        assert running.sample("gpuhealth_exporter_devices_tracked") == 1
+        # The shard asks the API for everything: a hash is no selector.
+        assert api.list_calls(PODS)[0].get("fieldSelector") is None
 
 
 async def test_stopping_ends_reader_threads_and_flushes_the_directory(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 Aspects: defaults build; each class refuses a value the exporter cannot run with, naming
 the class and field (a zero NVML poll period would spin its loop, a zero flush interval the
-processor); sim:URL NVML needs node mode; the server settings are the core's with the
+processor; a shard in node mode); sim:URL NVML needs node mode; the server settings are the core's with the
 exporter's port.
 """
 
@@ -22,6 +22,7 @@ from exporter.settings import (
     NvmlSettings,
     ObserverSettings,
 )
+from exporter.sharding import Shard
 from gpuhealth.fields import SettingsError
 from gpuhealth.http import ServerSettings
 
@@ -46,6 +47,7 @@ def test_defaults_build_and_the_server_is_the_core_s_on_the_exporter_port() -> N
         (ObserverSettings, {"connect_timeout_seconds": math.inf}, "connect_timeout_seconds"),
         (ObserverSettings, {"node_name": ""}, "node_name"),
         (ObserverSettings, {"slice_health_drivers": ("",)}, "slice_health_drivers"),
+        (ObserverSettings, {"node_name": "n", "shard": Shard(1, 2)}, "shard"),  # node mode is one node
         (ObserverSettings, {"slice_health_drivers": (" gpu.nvidia.com",)}, "slice_health_drivers"),
         (BackoffSettings, {"initial_seconds": 0}, "initial_seconds"),
         (BackoffSettings, {"max_seconds": 0.1}, "max_seconds"),  # below the initial delay
