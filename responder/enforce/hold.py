@@ -58,6 +58,11 @@ HOLDS_NODE_ANNOTATION = "gpuhealth.io/device-holds"
 ASIDE_MARK = "aside"
 """The card's hold stepped aside for its check: as `pending` for the extender, and no other
 card's fill on the node may start meanwhile (it would take the card from the check)."""
+EXCLUDED_MARK = "excluded@"
+"""`excluded@<N>`: no fill could get the card (`NotAllocatable`: its plugin excludes it) while
+the node's allocatable GPUs were N. Once they rise above N the plugin let a device back, perhaps
+this card, which the kubelet may then hand to any new pod: the extender treats it as `pending`
+until the next pass fills again (`responder.extender.capacity`)."""
 CHECK_LABEL = "gpuhealth.io/check"
 """Label of the pods of gpuhealth's own probe and canary Jobs (`responder.checks.jobs`)."""
 RECORD_LABEL = "gpuhealth.io/record"
@@ -237,7 +242,7 @@ class DeviceHold:
         for _ in range(decided.create):
             self._client.create(POD, self.holder(record), namespace=self.namespace)
         self.pods[record.name] = len(holders) - len(decided.delete) + decided.create
-        self._mark(record, _mark_of(decided.state, ramp), node)
+        self._mark(record, _mark_of(decided.state, ramp, allocatable), node)
         if decided.create or decided.delete:
             log.info(
                 "%s: hold %s: %d holder(s) made, %d deleted (%s)",
@@ -350,8 +355,8 @@ class DeviceHold:
 
 
 def holds(node: Mapping[str, Any]) -> dict[str, str]:
-    """The node's `gpuhealth.io/device-holds`: device ID -> `held` | `pending` | `aside`;
-    unreadable: none."""
+    """The node's `gpuhealth.io/device-holds`: device ID -> `held` | `pending` | `aside` |
+    `excluded@<N>`; unreadable: none."""
     raw = ((node.get("metadata") or {}).get("annotations") or {}).get(HOLDS_NODE_ANNOTATION)
     if not raw or not isinstance(raw, str):
         return {}
@@ -362,7 +367,20 @@ def holds(node: Mapping[str, Any]) -> dict[str, str]:
         return {}
     if not isinstance(value, dict):
         return {}
-    return {str(d): str(s) for d, s in value.items() if s in ("held", "pending", ASIDE_MARK)}
+    return {
+        str(d): str(s)
+        for d, s in value.items()
+        if s in ("held", "pending", ASIDE_MARK) or excluded_at(s) is not None
+    }
+
+
+def excluded_at(mark: Any) -> int | None:
+    """N of an `excluded@<N>` mark (the node's allocatable GPUs when no fill could get the card);
+    None for any other value."""
+    if not isinstance(mark, str) or not mark.startswith(EXCLUDED_MARK):
+        return None
+    count = mark.removeprefix(EXCLUDED_MARK)
+    return int(count) if count.isdigit() else None
 
 
 def _reports(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -377,13 +395,15 @@ def _reports(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
-def _mark_of(state: HoldState, ramp: bool = False) -> str | None:
+def _mark_of(state: HoldState, ramp: bool = False, allocatable: int = 0) -> str | None:
     """What the node's `gpuhealth.io/device-holds` says of a card in `state` (None: nothing).
     On the ramp nothing: the extender's ramp annotation admits the opted-in pods."""
     if ramp:
         return None
     if state is HoldState.ASIDE:
         return ASIDE_MARK
+    if state is HoldState.NOT_ALLOCATABLE:
+        return f"{EXCLUDED_MARK}{allocatable}"
     return "held" if state.standing else "pending" if state.pending else None
 
 

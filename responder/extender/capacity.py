@@ -52,7 +52,7 @@ from gpuhealth import fields
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.reflector import Events, Listed, Message, Reflector
 from gpuhealth.kube.resources import NODE, POD
-from responder.enforce.hold import ASIDE_MARK, holds
+from responder.enforce.hold import ASIDE_MARK, excluded_at, holds
 from responder.enforce.hold_plan import HOLDER_LABEL
 from responder.enforce.node_annotation import NODE_ANNOTATION, ramping
 from responder.extender.filter import GPU_RESOURCE, ArgsError, NodeCapacity, gpus_requested, opted_in
@@ -99,14 +99,18 @@ def node_gpus(node: Mapping[str, Any]) -> NodeGpus:
     """A Node's GPU accounting (pure); unreadable quantities count as 0."""
     status = node.get("status")
     status = status if isinstance(status, dict) else {}
-    allocatable = _quantity(status.get("allocatable"))
     capacity = _quantity(status.get("capacity"))
     ramp = ramping(node)
     held = holds(node)
     listed = listed_devices(node)
     # A card a holder pod holds is counted by that pod's request: not counted out a second time.
     excluded = {d for d in listed if held.get(d) != "held"} | ramp.keys()
-    pending = sum(1 for d in listed if held.get(d) in ("pending", ASIDE_MARK))
+    allocatable = _quantity(status.get("allocatable"))
+    # A card no fill could get (its plugin excluded it) while the node had N allocatable GPUs:
+    # once it has more, the plugin let a device back, perhaps the card (any new pod could be
+    # handed it): as pending until the responder's next pass fills again.
+    readmitted = {d for d in listed if (n := excluded_at(held.get(d))) is not None and allocatable > n}
+    pending = sum(1 for d in listed if held.get(d) in ("pending", ASIDE_MARK) or d in readmitted)
     standing = sum(1 for d in listed if held.get(d) == "held")
     # A node that reports allocatable but no capacity (a hand-written object) drops nothing.
     return NodeGpus(

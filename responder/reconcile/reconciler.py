@@ -676,11 +676,16 @@ class Reconciler:
         if (
             (on_check is not None and on_check.kind in WAITS_ON_EXECUTOR)
             or any(not m.outcome.finished for m in after.status.migrations)
-            or (held is not None and held.reason in (HoldState.FILLING, HoldState.CARD_BUSY))
+            or (
+                held is not None
+                and held.reason in (HoldState.FILLING, HoldState.CARD_BUSY, HoldState.NOT_ALLOCATABLE)
+            )
         ):
             # A check Job, a move or a hold waits on objects the reconciler does not watch (the
-            # Job's status; checkpoint commits, terminations; the holders' devices): look again
-            # soon rather than at the policy's deadline (a 2-minute probe read only at its 10-minute timeout).
+            # Job's status; checkpoint commits, terminations; the holders' devices; a card its
+            # plugin let back, which the extender keeps new pods from until a fill holds it):
+            # look again soon rather than at the policy's deadline (a 2-minute probe read only at
+            # its 10-minute timeout).
             recheck = min(recheck if recheck is not None else math.inf, UNWATCHED_RECHECK_SECONDS)
         written = admitted or self._write(obj, record, after, fence)
         # Notices only once the record is stored: a failed write is decided again next pass,

@@ -237,3 +237,26 @@ def test_gpu_pods_the_scheduler_binds_are_counted_once_and_no_other() -> None:
         )
     )
     assert scheduled == [1]
+
+
+def test_a_card_no_fill_could_get_keeps_new_pods_off_once_the_node_s_allocatable_rises() -> None:
+    # No fill got GPU-0 while its plugin excluded it (7 of 8 allocatable): counted out by the
+    # count, and the node passes pods (the kubelet gives the card to nobody).
+    excluded = node("n1", allocatable=7, listed=1)
+    excluded["metadata"]["annotations"][HOLDS_NODE_ANNOTATION] = json.dumps({"GPU-0": "excluded@7"})
+    gpus = node_gpus(excluded)
+    assert gpus.holding == 0 and gpus.quarantined_allocatable == 0
+    # The plugin lets a device back (8 allocatable), perhaps the card: the kubelet could hand it
+    # to the next pod, so none passes until the responder's next pass holds it (CI saw a
+    # replacement given a card recovered from XID 79 this way, the hold only counting it out).
+    back = node("n1", allocatable=8, listed=1)
+    back["metadata"]["annotations"][HOLDS_NODE_ANNOTATION] = json.dumps({"GPU-0": "excluded@7"})
+    assert node_gpus(back).holding == 1
+    cache = CapacityCache()
+    cache.apply(Listed(NODES, [back]))
+    cache.apply(Listed(PODS, []))
+    view = cache.capacity("n1")
+    assert view is not None and view.free == 0
+    # A mark that does not read as one is ignored (nothing invented from it).
+    back["metadata"]["annotations"][HOLDS_NODE_ANNOTATION] = json.dumps({"GPU-0": "excluded@x"})
+    assert node_gpus(back).holding == 0
