@@ -19,6 +19,13 @@ order in which other checks were decided). What is the product's and what is mod
   move's own steps (lease, checkpoint, evictions, their caps) are not walked;
 - nobody resets a tripped breaker: the backlog stays Deferred until the timeline ends.
 
+The pods holding each device (`holders`) are optional. In a recorded run they are what the run
+saw. In a modelled replay they are where the workload would place its pods, and the engine keeps
+the product's effects on them: a move of the device's work that succeeds ends the holdings current
+then (its pods were evicted), and a pod the workload would place while the device is excluded
+lands elsewhere (the scheduler skips an excluded device), so it never holds it. A release attempt
+waits for the device to be free (DeviceInUse) either way.
+
 `replay_recorded` plays what a run recorded instead of what the alerting model and the check truth
 derive: the notifications the responder received and the verdicts its checks reached, at their
 recorded times (the timeline then gives only the devices' health, and the move time).
@@ -98,21 +105,32 @@ Holding = tuple[float, float, str]
 """(from, until, pod): a pod (`namespace/name`) held the device over [from, until)."""
 
 
-def replay(timeline: Timeline, rules: RuleTimings, settings: ReplaySettings) -> Replay:
-    """Play `timeline` through gpuhealth's decisions; what it did, accounted."""
-    deliveries = [d for e in episodes(timeline, rules) for d in _deliveries(e)]
+def replay(
+    timeline: Timeline,
+    rules: RuleTimings,
+    settings: ReplaySettings,
+    holders: Mapping[DeviceKey, Sequence[Holding]] | None = None,
+) -> Replay:
+    """Play `timeline` through gpuhealth's decisions, the workload placing its pods as `holders`
+    says (none: no device is ever held); what it did, accounted."""
     readings = Readings.of(timeline, heartbeat_limit=rules.heartbeat_limit)
-    return _Engine(timeline.frame, deliveries, readings, settings).run()
+    return replay_deliveries(timeline.frame, episodes(timeline, rules), readings, settings, holders)
 
 
 def replay_deliveries(
-    frame: Frame, episodes: Iterable[AlertEpisode], readings: Readings, settings: ReplaySettings
+    frame: Frame,
+    episodes: Iterable[AlertEpisode],
+    readings: Readings,
+    settings: ReplaySettings,
+    holders: Mapping[DeviceKey, Sequence[Holding]] | None = None,
 ) -> Replay:
     """Play alert `episodes` (from the alerting model or from a recorded alert history, each a
     firing and a resolved delivery) through gpuhealth's decisions, the devices reading
-    `readings`; what it did, accounted."""
+    `readings` and the workload placing its pods as `holders` says (a modelled placement: see
+    the module's docstring); what it did, accounted. `holders` is read only for the devices that
+    get a record, so it may compute a device's holdings when asked."""
     deliveries = [d for e in episodes for d in _deliveries(e)]
-    return _Engine(frame, deliveries, readings, settings).run()
+    return _Engine(frame, deliveries, readings, settings, holders=holders, placed=True).run()
 
 
 def replay_recorded(
@@ -161,9 +179,15 @@ class _Engine:
         settings: ReplaySettings,
         verdicts: Mapping[CheckKey, tuple[float, CheckResult]] | None = None,
         holders: Mapping[DeviceKey, Sequence[Holding]] | None = None,
+        placed: bool = False,
     ) -> None:
         self.frame, self.settings, self.readings = frame, settings, readings
-        self.verdicts, self.holders = verdicts, holders or {}
+        self.verdicts, self.holders, self.placed = verdicts, holders or {}, placed
+        self.holdings: dict[DeviceKey, Sequence[Holding]] = {}
+        self.excluded: dict[DeviceKey, list[list[float]]] = {}
+        """Per device, the [from, until) spans gpuhealth's exclusion was present (modelled placement)."""
+        self.vacated: dict[DeviceKey, list[float]] = {}
+        """Per device, when a move of its work succeeded (modelled placement)."""
         self.records: dict[DeviceKey, Quarantine] = {}
         self.present: set[DeviceKey] = set()
         self.active: set[DeviceKey] = set()
@@ -193,7 +217,7 @@ class _Engine:
             else:
                 self.due.discard((key, now))
                 self._step(key, now)
-        return self.ledger.closed(self.frame.end, self.records)
+        return self.ledger.closed(self.frame.end, self.records, self._occupied())
 
     def _push(self, at: float, kind: int, key: DeviceKey, payload: object = None) -> None:
         if kind == _STEP:
@@ -241,9 +265,43 @@ class _Engine:
         change = self.readings.next_change(*key, now)
         if change is not None:
             self._push(change, _STEP, key)
-        edges = [edge for held in self.holders.get(key, ()) for edge in held[:2] if edge > now]
+        edges = [edge for held in self._holdings(key) for edge in held[:2] if edge > now]
         if edges:
             self._push(min(edges), _STEP, key)
+
+    def _holdings(self, key: DeviceKey) -> Sequence[Holding]:
+        if key not in self.holdings:
+            self.holdings[key] = tuple(self.holders.get(key, ()))
+        return self.holdings[key]
+
+    def _held_by(self, key: DeviceKey, now: float) -> tuple[str, ...]:
+        """The pods holding the device at `now`."""
+        return tuple(sorted(pod for start, end, pod in self._effective(key, now) if start <= now < end))
+
+    def _effective(self, key: DeviceKey, until: float) -> list[Holding]:
+        """The device's holdings that began by `until`, as the product's effects so far left them:
+        in a modelled placement, none that began while the device was excluded (the scheduler
+        placed that pod on another device), each ended by the first move off the device that
+        succeeded after it began (its pods were evicted)."""
+        kept = []
+        for start, end, pod in self._holdings(key):
+            if start > until:
+                continue
+            if self.placed:
+                if any(a <= start < b for a, b in self.excluded.get(key, ())):
+                    continue
+                end = min([end, *(moved for moved in self.vacated.get(key, ()) if moved >= start)])
+            kept.append((start, end, pod))
+        return kept
+
+    def _occupied(self) -> dict[DeviceKey, tuple[tuple[float, float], ...]]:
+        """Per device that gpuhealth held, the spans a pod held it, for the accounting."""
+        end = self.frame.end
+        return {
+            key: tuple(sorted((s, min(e, end)) for s, e, _ in self._effective(key, end) if s < min(e, end)))
+            for key in self.excluded
+            if self._holdings(key)
+        }
 
     def _view(self, key: DeviceKey, record: Quarantine, now: float) -> DeviceView:
         health, since = self.readings.health(*key, now)
@@ -253,7 +311,7 @@ class _Engine:
             enforcement_present=key in self.present,
             enforced_as=f"Replay/{record.name}",
             check=self._check(key, record, now),
-            holders=tuple(sorted(pod for start, end, pod in self.holders.get(key, ()) if start <= now < end)),
+            holders=self._held_by(key, now),
         )
 
     def _check(self, key: DeviceKey, record: Quarantine, now: float) -> CheckResult:
@@ -284,9 +342,13 @@ class _Engine:
         for effect in decided.effects:
             self.ledger.actions[type(effect).__name__] += 1
             if isinstance(effect, Enforce):
+                if key not in self.present:
+                    self.excluded.setdefault(key, []).append([now, math.inf])
                 self.present.add(key)
                 self.ledger.held(key, after.spec.action, after.spec.reason, now)
             elif isinstance(effect, Unenforce):
+                if key in self.present:
+                    self.excluded[key][-1][1] = now
                 self.present.discard(key)
                 self.ledger.freed(key, now)
             elif isinstance(effect, StartCheck | StartReset):
@@ -336,6 +398,7 @@ class _Engine:
             for m in record.status.migrations
         )
         self.records[key] = record.with_migrations(done)
+        self.vacated.setdefault(key, []).append(now)
         self._step(key, now)
 
     def _had_work(self, before: Quarantine) -> bool:
