@@ -33,6 +33,7 @@ recorded times (the timeline then gives only the devices' health, and the move t
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import random
@@ -170,6 +171,28 @@ def _deliveries(episode: AlertEpisode) -> tuple[Delivery, Delivery]:
 _DELIVER, _STEP, _MOVED = 0, 1, 2
 
 
+@dataclass(frozen=True, slots=True)
+class _Holdings:
+    """One device's holdings, indexed: a modelled workload gives hundreds per device."""
+
+    spans: tuple[Holding, ...]
+    """Sorted by start."""
+    starts: tuple[float, ...]
+    edges: tuple[float, ...]
+    """Every start and end, sorted: the moments the device's holders may change."""
+    longest: float
+
+    @classmethod
+    def of(cls, holdings: Iterable[Holding]) -> _Holdings:
+        spans = tuple(sorted(holdings))
+        return cls(
+            spans,
+            tuple(s for s, _, _ in spans),
+            tuple(sorted({edge for s, e, _ in spans for edge in (s, e)})),
+            max((e - s for s, e, _ in spans), default=0.0),
+        )
+
+
 class _Engine:
     def __init__(
         self,
@@ -183,7 +206,7 @@ class _Engine:
     ) -> None:
         self.frame, self.settings, self.readings = frame, settings, readings
         self.verdicts, self.holders, self.placed = verdicts, holders or {}, placed
-        self.holdings: dict[DeviceKey, Sequence[Holding]] = {}
+        self.holdings: dict[DeviceKey, _Holdings] = {}
         self.excluded: dict[DeviceKey, list[list[float]]] = {}
         """Per device, the [from, until) spans gpuhealth's exclusion was present (modelled placement)."""
         self.vacated: dict[DeviceKey, list[float]] = {}
@@ -265,28 +288,32 @@ class _Engine:
         change = self.readings.next_change(*key, now)
         if change is not None:
             self._push(change, _STEP, key)
-        edges = [edge for held in self._holdings(key) for edge in held[:2] if edge > now]
-        if edges:
-            self._push(min(edges), _STEP, key)
+        edges = self._holdings(key).edges
+        after = bisect.bisect_right(edges, now)
+        if after < len(edges):
+            self._push(edges[after], _STEP, key)
 
-    def _holdings(self, key: DeviceKey) -> Sequence[Holding]:
+    def _holdings(self, key: DeviceKey) -> _Holdings:
         if key not in self.holdings:
-            self.holdings[key] = tuple(self.holders.get(key, ()))
+            self.holdings[key] = _Holdings.of(self.holders.get(key, ()))
         return self.holdings[key]
 
     def _held_by(self, key: DeviceKey, now: float) -> tuple[str, ...]:
         """The pods holding the device at `now`."""
-        return tuple(sorted(pod for start, end, pod in self._effective(key, now) if start <= now < end))
+        held = self._holdings(key)
+        # Only a holding that began within the longest one's length before `now` can hold it now.
+        first = bisect.bisect_right(held.starts, now - held.longest)
+        last = bisect.bisect_right(held.starts, now)
+        current = self._effective(key, held.spans[first:last])
+        return tuple(sorted(pod for start, end, pod in current if start <= now < end))
 
-    def _effective(self, key: DeviceKey, until: float) -> list[Holding]:
-        """The device's holdings that began by `until`, as the product's effects so far left them:
+    def _effective(self, key: DeviceKey, holdings: Iterable[Holding]) -> list[Holding]:
+        """`holdings` of the device that began by now, as the product's effects so far left them:
         in a modelled placement, none that began while the device was excluded (the scheduler
         placed that pod on another device), each ended by the first move off the device that
         succeeded after it began (its pods were evicted)."""
         kept = []
-        for start, end, pod in self._holdings(key):
-            if start > until:
-                continue
+        for start, end, pod in holdings:
             if self.placed:
                 if any(a <= start < b for a, b in self.excluded.get(key, ())):
                     continue
@@ -298,9 +325,13 @@ class _Engine:
         """Per device that gpuhealth held, the spans a pod held it, for the accounting."""
         end = self.frame.end
         return {
-            key: tuple(sorted((s, min(e, end)) for s, e, _ in self._effective(key, end) if s < min(e, end)))
+            key: tuple(
+                (s, min(e, end))
+                for s, e, _ in self._effective(key, self._holdings(key).spans)
+                if s < min(e, end)
+            )
             for key in self.excluded
-            if self._holdings(key)
+            if self._holdings(key).spans
         }
 
     def _view(self, key: DeviceKey, record: Quarantine, now: float) -> DeviceView:

@@ -4,11 +4,14 @@ Aspects: the trace places exactly the table's interruptions per cause, determini
 seed; the causes no policy can see are those the pipeline sees nothing of; one card fault costs
 node-cordon the node's seven healthy cards until the repair, and gpuhealth only the ladder after
 it; the none policy runs work on the broken card until its repair; naive evicts nothing without
-Unknown spells, and gpuhealth never evicts for Unknown.
+Unknown spells, and gpuhealth never evicts for Unknown; each mix places a pod on every card at
+every moment, the training job's replaced at each restart of the job, a service's at its
+redeploys and its node's outages, the cards of one service held by the same pod.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import pytest
@@ -80,8 +83,31 @@ def test_one_card_fault_costs_node_cordon_the_node_and_gpuhealth_the_ladder() ->
 
 def test_nobody_evicts_for_unknown_without_spells_and_gpuhealth_never_does() -> None:
     drawn = trace(QUIET, T0)
-    played = replay(drawn.timeline, rule_timings(), replay_settings())
-    tallies = account(drawn, inference(QUIET.seed), played, detection_seconds=60.0)
+    mix = inference(QUIET.seed)
+    played = replay(drawn.timeline, rule_timings(), replay_settings(), mix.placement(drawn))
+    tallies = account(drawn, mix, played, detection_seconds=60.0)
     assert tallies["naive"].unknown_evictions == 0
     assert tallies["gpuhealth"].unknown_evictions == 0
     assert played.moves
+
+
+def test_each_mix_keeps_every_card_held_by_its_own_pods() -> None:
+    drawn = trace(QUIET, T0)
+    start, end = drawn.timeline.start, drawn.timeline.end
+    restarts = sorted({i.at for i in drawn.incidents} | {at for at, _ in drawn.planned})
+    job = training().placement(drawn)[("node-0005", "GPU-0005-3")]
+    assert [b for _, b, _ in job[:-1]] == restarts
+    assert job[0][0] == start and job[-1][1] == end
+    assert all(b == a for (_, b, _), (a, _, _) in itertools.pairwise(job))
+    mix = inference(QUIET.seed, redeploy_days=7.0)
+    served = mix.placement(drawn)
+    card = 0
+    for size in mix.sizes["node-0005"]:
+        cards = [served[("node-0005", f"GPU-0005-{card + i}")] for i in range(size)]
+        assert all(c == cards[0] for c in cards)  # one pod holds all of its service's cards
+        assert cards[0][0][0] == start and cards[0][-1][1] == end
+        assert max(b - a for a, b, _ in cards[0]) <= 7.0 * 86400.0
+        card += size
+    assert card == GPUS_PER_NODE
+    with pytest.raises(KeyError):
+        served[("node-0005", "GPU-0006-0")]
