@@ -259,11 +259,17 @@ def _print_notes(run: Run) -> None:
         kinds = ", ".join(f"{k} {v:,}" for k, v in sorted(played.actions.items()))
         restricted, quarantined = _withheld_by_action(run, mix)
         in_use = played.in_use_seconds(broken, "restrict") / 3600.0
+        tallies = run.tallies[mix]
+        counted = _ratio(
+            tallies["gpuhealth"].withheld_healthy_hours + in_use,
+            tallies["node-cordon"].withheld_healthy_hours,
+        )
         print(
             f"\n  [{mix.split(':')[0]}] gpuhealth's healthy GPU-hours withheld: {restricted:,.0f} by "
             f"restrictions for Unknown (each from when its pod left until its ladder is walked; "
             f"{in_use:,.0f} more hours restricted while the tenant's pod still ran on the card, "
-            f"DeviceInUse, not counted: that work went on), {quarantined:,.0f} by quarantines after "
+            f"DeviceInUse, not counted: that work went on; counted, the ratio to node-cordon's would "
+            f"be {counted:.3f}x), {quarantined:,.0f} by quarantines after "
             f"the repair of {repaired} cards (the ladder, and what is left of the backoff that the "
             "quarantine's expiries while the card was still broken built up)"
         )

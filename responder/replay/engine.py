@@ -290,7 +290,8 @@ class _Engine:
             self._push(change, _STEP, key)
         edges = self._holdings(key).edges
         after = bisect.bisect_right(edges, now)
-        if after < len(edges):
+        # A holding that runs to the timeline's end was not left: the timeline just ends there.
+        if after < len(edges) and edges[after] < self.frame.end:
             self._push(edges[after], _STEP, key)
 
     def _holdings(self, key: DeviceKey) -> _Holdings:
