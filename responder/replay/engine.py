@@ -411,7 +411,7 @@ class _Engine:
         self.records[key] = after
 
     def _begin_move(self, key: DeviceKey, record: Quarantine, now: float) -> Quarantine:
-        """The device's work starts moving: one job per device (the replay knows no pods), its move
+        """The device's work starts moving: one job per device (whatever pods `holders` names), its move
         kept in the record as the migrator keeps it, finished `move_seconds` later."""
         job = Holder("replay", f"Job/{key[1]}", f"job-{record.name}")
         moves = moves_for(
