@@ -225,8 +225,17 @@ def _gpuhealth(tally: Tally, trace: Trace, mix: Mix, replay: Replay, broken: Bro
     for hold in replay.holds:
         holds[(hold.node, hold.device)].append(hold)
     for incident in _cards(trace):
-        own = holds.get((incident.node, incident.device), [])
+        key = (incident.node, incident.device)
+        own = holds.get(key, [])
         end = min(incident.until, trace.timeline.end)
+        pods = replay.occupied.get(key)
+        if pods is not None:
+            # The replay placed the mix's pods: work runs on the failing card while a pod holds
+            # it (a restricted card keeps its pod; a quarantine's move ends the pod's holding;
+            # no new pod lands while the card is excluded).
+            seconds = sum(max(0.0, min(b, end) - max(a, incident.at)) for a, b in pods)
+            _on_failing(tally, incident, seconds, mix)
+            continue
         if any(h.start <= incident.at < h.end for h in own):
             continue  # held already: no work on the card
         caught = [h.start for h in own if incident.at <= h.start < end]
