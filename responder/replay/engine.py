@@ -402,10 +402,14 @@ class _Engine:
             self.active.discard(key)
         else:
             self.active.add(key)
+        # With the workload's pods placed, a quarantine moves whatever pod holds the device, a new
+        # episode's or a restriction's turned quarantine in the same episode (the intake's
+        # upgrade); `moves_for` keeps it to one move per job and episode.
+        placed = self.placed and bool(self.holders)
         if (
             after.spec.action == QUARANTINE
-            and after.status.episode > before.status.episode
-            and self._had_work(before)
+            and (placed or after.status.episode > before.status.episode)
+            and self._had_work(key, before, now)
         ):
             after = self._begin_move(key, after, now)
         self.records[key] = after
@@ -433,9 +437,13 @@ class _Engine:
         self.vacated.setdefault(key, []).append(now)
         self._step(key, now)
 
-    def _had_work(self, before: Quarantine) -> bool:
-        """Whether work may have run on the device before this episode: it was open to all
-        (recorded only) or on the ramp (opted-in work); a check rung's device runs only the check."""
+    def _had_work(self, key: DeviceKey, before: Quarantine, now: float) -> bool:
+        """Whether work may have run on the device before this episode: with the workload's pods
+        placed, whether one holds it (a restricted device keeps its tenant's pod, which a
+        quarantine then moves); else whether it was open to all (recorded only) or on the ramp
+        (opted-in work); a check rung's device runs only the check."""
+        if self.placed and self.holders:
+            return bool(self._held_by(key, now))
         if before.status.phase in RECORDED_ONLY:
             return True
         rung = self.settings.policy.rungs.rung(before.status.phase)

@@ -3,7 +3,8 @@
 Aspects: a restricted device whose tenant's pod stays on it is not released while the pod holds
 it (the release attempt waits, DeviceInUse) and is released after it leaves, whereas without
 holders the same device is released as soon as its ladder allows; the time the pod held the
-restricted device is not counted as healthy time withheld; a quarantine's move ends the pod's
+restricted device is not counted as healthy time withheld; a fault on a restricted device moves
+its tenant's pod (without pods, nothing is moved); a quarantine's move ends the pod's
 holding, so the quarantined device is released without waiting for the pod's planned end; a pod
 the workload would place while the device is excluded lands elsewhere.
 """
@@ -87,3 +88,18 @@ def test_a_quarantines_move_ends_the_pods_holding(rules: RuleTimings, shipped: R
     # The pod the workload would place after the move lands elsewhere while the device is excluded.
     again = {KEY: [(T0, T0 + 2 * HOUR, "train/worker-0"), (T0 + 2 * HOUR, T0 + 3 * DAY, "train/worker-1")]}
     assert replay(_timeline(faults=(fault,)), rules, shipped, again).holds == moved.holds
+
+
+def test_a_fault_on_a_restricted_device_moves_the_tenants_pod(
+    rules: RuleTimings, shipped: ReplaySettings
+) -> None:
+    spell = UnknownSpell(T0 + HOUR, "n1", ("GPU-a",), rules.unknown_window(0) + 10 * 60.0)
+    fault = Fault(T0 + 1.5 * HOUR, "n1", "GPU-a", Signal.FATAL_XID, T0 + 6 * HOUR, "79")
+    timeline = _timeline(spells=(spell,), faults=(fault,))
+    unheld = replay(timeline, rules, shipped)
+    assert unheld.holds[0].start < fault.at < unheld.holds[0].end
+    assert unheld.moves == ()  # no pods: the restricted device, on its ladder, ran nothing
+    moved = replay(timeline, rules, shipped, {KEY: [(T0, T0 + 3 * DAY, "serve/tenant-0")]})
+    assert [(m.at, m.reason) for m in moved.moves] == [(moved.moves[0].at, "FatalXid")]
+    assert fault.at <= moved.moves[0].at
+    assert moved.records[KEY].status.phase == Phase.RELEASED  # the move freed it: no wait for day 3
