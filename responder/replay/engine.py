@@ -13,10 +13,12 @@ order in which other checks were decided). What is the product's and what is mod
   device's health changes, when its check ends and when a delivery changes it (the real
   reconciler passes at least every 30 s: that latency is left out);
 - a move of work off a quarantined device begins when a `quarantine` record's episode begins on a
-  device that may have run work (it was open to all, or on the ramp): `responder.migrate.plan.moves_for`
-  adds it to the record (one job per device, once per episode, never for a `restrict`), and it
-  succeeds `move_seconds` later, so the policy's wait for an unfinished move is the product's; the
-  move's own steps (lease, checkpoint, evictions, their caps) are not walked;
+  device that may have run work (it was open to all, or on the ramp; with the workload's pods
+  placed: a pod holds it, a restriction the intake upgraded to quarantine included):
+  `responder.migrate.plan.moves_for` adds it to the record (one job per device, once per
+  episode, never for a `restrict`), and it succeeds `move_seconds` later, so the policy's wait
+  for an unfinished move is the product's; the move's own steps (lease, checkpoint, evictions,
+  their caps) are not walked;
 - nobody resets a tripped breaker: the backlog stays Deferred until the timeline ends.
 
 The pods holding each device (`holders`) are optional. In a recorded run they are what the run
