@@ -42,6 +42,7 @@ SWEEP: dict[str, tuple[float, float, float]] = {
     "unknown_per_node_day": (0.02, 0.2, 1.0),
     "relapse": (0.0, 0.1, 0.3),
     "repair_hours": (12.0, 48.0, 120.0),
+    "redeploy_days": (1.0, 7.0, 30.0),
 }
 WITHHELD_GOAL, FAILING_GOAL, WALL_GOAL = 0.2, 0.05, 60.0
 
@@ -50,9 +51,11 @@ WITHHELD_GOAL, FAILING_GOAL, WALL_GOAL = 0.2, 0.05, 60.0
 class Run:
     knobs: Knobs
     trace: Trace
-    replay: Replay
+    replays: dict[str, Replay]
+    """gpuhealth's replay per mix (each mix places its own pods on the cards)."""
     wall: float
     cpu: float
+    """Drawing the trace and replaying it for the first mix (the training job)."""
     tallies: dict[str, dict[str, Tally]]
 
 
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     _print_knobs(base)
     _print_trace(default)
     for mix, tallies in default.tallies.items():
-        _print_table(mix, tallies, default.replay.hours)
+        _print_table(mix, tallies, default.replays[mix].hours)
     _print_notes(default)
     _print_goals(default)
     if "THERMAL" not in rules.health_watches:
@@ -97,7 +100,8 @@ def main(argv: list[str] | None = None) -> None:
             )
     print("\nSensitivity (one knob at a time, the others as above; gh = gpuhealth, nc = node-cordon):")
     print(
-        f"  {'knob = value':30} {'withheld gh/nc':>15} {'interr. (a) gh/nc':>19} {'interr. (b) gh/nc':>19} "
+        f"  {'knob = value':30} {'withheld (a)/(b)':>15} {'interr. (a) gh/nc':>19} "
+        f"{'interr. (b) gh/nc':>19} "
         f"{'failing gh/none':>16} {'Unknown evict. gh/naive':>24} {'false q. gh':>12} {'trips':>6}"
     )
     for name, values in SWEEP.items():
@@ -115,13 +119,14 @@ def main(argv: list[str] | None = None) -> None:
 def _run(knobs: Knobs, rules: RuleTimings, settings: ReplaySettings) -> Run:
     wall, cpu = time.perf_counter(), time.process_time()
     drawn = trace(knobs, START)
-    played = replay(drawn.timeline, rules, settings)
+    mixes = (training(), inference(knobs.seed, knobs.redeploy_days))
+    replays = {mixes[0].name: replay(drawn.timeline, rules, settings, mixes[0].placement(drawn))}
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    for mix in mixes[1:]:
+        replays[mix.name] = replay(drawn.timeline, rules, settings, mix.placement(drawn))
     detection = rules.evaluation_interval
-    tallies = {
-        mix.name: account(drawn, mix, played, detection) for mix in (training(), inference(knobs.seed))
-    }
-    return Run(knobs, drawn, played, wall, cpu, tallies)
+    tallies = {mix.name: account(drawn, mix, replays[mix.name], detection) for mix in mixes}
+    return Run(knobs, drawn, replays, wall, cpu, tallies)
 
 
 def _who(sight: Sight, detail: str, rules: RuleTimings) -> tuple[str, str, str]:
@@ -172,7 +177,7 @@ def _print_causes(rules: RuleTimings) -> None:
 
 
 def _print_knobs(knobs: Knobs) -> None:
-    print("\nAssumptions the table does not give (knobs; the first three are swept below):")
+    print("\nAssumptions the table does not give (knobs; the first four are swept below):")
     print(
         f"  unknown_per_node_day = {knobs.unknown_per_node_day:g}: transient Unknown spells per node and day "
         f"(kubelet/driver restarts, partitions), every GPU of the node; mean length "
@@ -187,6 +192,14 @@ def _print_knobs(knobs: Knobs) -> None:
     print(
         f"  repair_hours = {knobs.repair_hours:g}: mean time (exponential) to repair or replace a "
         f"card or host"
+    )
+    print(
+        f"  redeploy_days = {knobs.redeploy_days:g}: an inference service's pod is replaced every "
+        f"{knobs.redeploy_days:g} days (its own drawn phase) or when its node goes down or is drained, "
+        "and holds its cards until then; the training job's pods are replaced at every restart of "
+        "the job (every interruption of the trace, every planned maintenance). A restricted card "
+        "keeps its pod (DeviceInUse) and takes no new one; the time its pod ran on it is not "
+        "counted as withheld"
     )
     print(
         f"  fixed: probe {knobs.probe_seconds:g} s, canary {knobs.canary_seconds:g} s; a move's "
@@ -205,10 +218,13 @@ def _print_trace(run: Run) -> None:
         f"\nTrace (seed {run.knobs.seed}): {len(run.trace.incidents) - relapses} failures of the "
         f"table + {relapses} relapses, "
         f"{run.trace.spells:,} Unknown spells, {run.trace.partitions:,} partitions, "
-        f"{len(run.trace.planned)} planned; "
-        f"gpuhealth's replay: {len(run.replay.records):,} records, {len(run.replay.holds):,} holds, "
-        f"{len(run.replay.moves)} moves; records end {dict(run.replay.phases())}"
+        f"{len(run.trace.planned)} planned"
     )
+    for mix, played in run.replays.items():
+        print(
+            f"  gpuhealth's replay [{mix.split(':')[0]}]: {len(played.records):,} records, "
+            f"{len(played.holds):,} holds, {len(played.moves)} moves; records end {dict(played.phases())}"
+        )
 
 
 MEASURES = (
@@ -236,27 +252,36 @@ def _print_table(mix: str, tallies: dict[str, Tally], hours: float) -> None:
 
 def _print_notes(run: Run) -> None:
     broken = broken_spans(run.trace)
-    false = run.replay.false_holds(broken)
-    restricts = sum(1 for h in false if h.action == "restrict")
-    kinds = ", ".join(f"{k} {v:,}" for k, v in sorted(run.replay.actions.items()))
-    restricted, quarantined = _withheld_by_action(run)
     repaired = sum(1 for i in run.trace.incidents if i.cause.card)
-    print(
-        f"\n  gpuhealth's healthy GPU-hours withheld: {restricted:,.0f} by restrictions for Unknown (each "
-        f"until its ladder is walked), {quarantined:,.0f} by quarantines after the repair of {repaired} "
-        "cards (the ladder, and what is left of the backoff that the quarantine's expiries while the "
-        "card was still broken built up)"
-    )
-    print(
-        f"  gpuhealth's false quarantines: {restricts:,} restrictions for Unknown (nothing moved), "
-        f"{len(false) - restricts:,} quarantines of a working card; node-cordon's: healthy cards "
-        f"cordoned with "
-        "their node"
-    )
-    print(
-        f"  gpuhealth's actions (its writes): {kinds}; node-cordon's: cordon, evictions, uncordon; "
-        "naive's: pod deletions"
-    )
+    for mix, played in run.replays.items():
+        false = played.false_holds(broken)
+        restricts = sum(1 for h in false if h.action == "restrict")
+        kinds = ", ".join(f"{k} {v:,}" for k, v in sorted(played.actions.items()))
+        restricted, quarantined = _withheld_by_action(run, mix)
+        in_use = played.in_use_seconds(broken, "restrict") / 3600.0
+        tallies = run.tallies[mix]
+        counted = _ratio(
+            tallies["gpuhealth"].withheld_healthy_hours + in_use,
+            tallies["node-cordon"].withheld_healthy_hours,
+        )
+        print(
+            f"\n  [{mix.split(':')[0]}] gpuhealth's healthy GPU-hours withheld: {restricted:,.0f} by "
+            f"restrictions for Unknown (each from when its pod left until its ladder is walked; "
+            f"{in_use:,.0f} more hours restricted while the tenant's pod still ran on the card, "
+            f"DeviceInUse, not counted: that work went on; counted, the ratio to node-cordon's would "
+            f"be {counted:.3f}x), {quarantined:,.0f} by quarantines after "
+            f"the repair of {repaired} cards (the ladder, and what is left of the backoff that the "
+            "quarantine's expiries while the card was still broken built up)"
+        )
+        print(
+            f"  [{mix.split(':')[0]}] gpuhealth's false quarantines: {restricts:,} restrictions for "
+            f"Unknown (nothing moved), {len(false) - restricts:,} quarantines of a working card; "
+            "node-cordon's: healthy cards cordoned with their node"
+        )
+        print(
+            f"  [{mix.split(':')[0]}] gpuhealth's actions (its writes): {kinds}; node-cordon's: cordon, "
+            "evictions, uncordon; naive's: pod deletions"
+        )
 
 
 def _ratio(a: float, b: float) -> float:
@@ -275,7 +300,9 @@ def _print_goals(run: Run) -> None:
             + (
                 ""
                 if ok
-                else f" ({_withheld_cause(run) if withheld > WITHHELD_GOAL else _interruption_cause(gh)})"
+                else " ("
+                + (_withheld_cause(run, mix) if withheld > WITHHELD_GOAL else _interruption_cause(gh))
+                + ")"
             )
         )
         failing = _ratio(gh.failing_work_hours, none.failing_work_hours)
@@ -290,20 +317,21 @@ def _print_goals(run: Run) -> None:
         )
 
 
-def _withheld_cause(run: Run) -> str:
-    restricts, quarantines = _withheld_by_action(run)
+def _withheld_cause(run: Run, mix: str) -> str:
+    restricts, quarantines = _withheld_by_action(run, mix)
     return (
         f"of gpuhealth's healthy GPU-hours withheld, {restricts:,.0f} are restrictions for Unknown and "
         f"{quarantines:,.0f} quarantines after the card's repair"
     )
 
 
-def _withheld_by_action(run: Run) -> tuple[float, float]:
-    """Healthy GPU-hours gpuhealth withheld: (restrictions for Unknown, quarantines)."""
+def _withheld_by_action(run: Run, mix: str) -> tuple[float, float]:
+    """Healthy GPU-hours gpuhealth withheld in `mix`: (restrictions for Unknown, quarantines)."""
     broken = broken_spans(run.trace)
+    played = run.replays[mix]
     return (
-        run.replay.withheld_healthy_seconds(broken, "restrict") / 3600.0,
-        run.replay.withheld_healthy_seconds(broken, "quarantine") / 3600.0,
+        played.withheld_healthy_seconds(broken, "restrict") / 3600.0,
+        played.withheld_healthy_seconds(broken, "quarantine") / 3600.0,
     )
 
 
@@ -318,9 +346,10 @@ def _interruption_cause(gh: Tally) -> str:
 def _sensitivity_row(label: str, run: Run) -> str:
     a, b = run.tallies.values()
     withheld = _ratio(a["gpuhealth"].withheld_healthy_hours, a["node-cordon"].withheld_healthy_hours)
+    served = _ratio(b["gpuhealth"].withheld_healthy_hours, b["node-cordon"].withheld_healthy_hours)
     failing = _ratio(a["gpuhealth"].failing_work_hours, a["none"].failing_work_hours)
     return (
-        f"{label:30} {withheld:15.3f} "
+        f"{label:30} {withheld:8.3f}/{served:<6.3f} "
         f"{a['gpuhealth'].interruptions:>8,}/{a['node-cordon'].interruptions:<10,}"
         f" {b['gpuhealth'].interruptions:>8,}/{b['node-cordon'].interruptions:<10,} {failing:16.4f}"
         f" {b['gpuhealth'].unknown_evictions:>11}/{b['naive'].unknown_evictions:<12,}"

@@ -105,6 +105,10 @@ class Knobs:
     move_seconds: float = 60.0
     """A move's checkpoint answered and its pods evicted within a minute (the job restarts from its
     last checkpoint)."""
+    redeploy_days: float = 7.0
+    """An inference service's pod is replaced (a new version rolled out) every this many days, each
+    service at its own drawn phase; until then it holds its cards, a restricted one included (the
+    trace does not depend on it: only the inference mix's placement does)."""
     seed: int = 25
 
 

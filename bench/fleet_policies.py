@@ -10,17 +10,23 @@ the other three are simple rules written here:
 
 Every measure is per mix: the fixed-topology training job (one 8-GPU pod per node, one job: any
 pod interrupted interrupts the job) and the inference fleet (services of 1 to 8 GPUs packed onto
-each node: an interruption is one pod's).
+each node: an interruption is one pod's). Each mix also says which pod holds each card when
+(`Placement`, gpuhealth's replay's `holders`): a restricted card keeps its pod until that pod
+leaves, and only then does its release attempt begin.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import random
 from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from bench.fleet_causes import GPUS_PER_NODE, NODES, Incident, Sight, Trace, devices_of, node_name
-from responder.replay.outcomes import Replay
+from bench.fleet_causes import GPUS_PER_NODE, NODES, Incident, Knobs, Sight, Trace, devices_of, node_name
+from responder.replay.engine import Holding
+from responder.replay.outcomes import DeviceKey, Replay
 
 CRASHLOOP_SECONDS = 300.0
 """The kubelet's CrashLoopBackOff cap: a container that keeps failing restarts every 5 minutes."""
@@ -28,39 +34,110 @@ NODE_BREAKER_SHARE, NODE_BREAKER_WINDOW = 0.5, 300.0
 """NVSentinel's breaker: it pauses when 50 % of nodes were cordoned within 5 minutes."""
 SERVICE_SIZES, SERVICE_WEIGHTS = (1, 2, 4, 8), (0.4, 0.3, 0.2, 0.1)
 """Assumption: the inference fleet's services by GPUs per pod."""
+
 POLICIES = ("gpuhealth", "node-cordon", "naive", "none")
 
 
 @dataclass(frozen=True, slots=True)
 class Mix:
     name: str
-    pods: dict[str, int]
-    """Pods per node."""
+    sizes: dict[str, tuple[int, ...]]
+    """Per node, the GPUs of each of its pods, packed onto its cards in order."""
     job_wide: bool
     """One job spans every pod: any pod interrupted interrupts it once."""
+    redeploy_days: float | None = None
+    """A service pod's life on its cards (None: the pod is replaced only when the job restarts)."""
+    seed: int = 0
+    pods: dict[str, int] = field(init=False)
+    """Pods per node."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pods", {node: len(sizes) for node, sizes in self.sizes.items()})
 
     def hit(self, pods: int) -> int:
         """Interruptions counted when `pods` pods of one node are interrupted together."""
         return min(1, pods) if self.job_wide else pods
 
+    def placement(self, trace: Trace) -> Placement:
+        return Placement(self, trace)
+
 
 def training() -> Mix:
     return Mix(
-        "training: one fixed-topology job, 8-GPU pods", dict.fromkeys(map(node_name, range(NODES)), 1), True
+        "training: one fixed-topology job, 8-GPU pods",
+        dict.fromkeys(map(node_name, range(NODES)), (GPUS_PER_NODE,)),
+        True,
     )
 
 
-def inference(seed: int) -> Mix:
+def inference(seed: int, redeploy_days: float = Knobs().redeploy_days) -> Mix:
     rng = random.Random(seed)
-    pods = {}
+    sizes = {}
     for n in range(NODES):
-        free, count = GPUS_PER_NODE, 0
+        free, pods = GPUS_PER_NODE, []
         while free:
             size = rng.choices(SERVICE_SIZES, SERVICE_WEIGHTS)[0]
-            free -= size if size <= free else 1
-            count += 1
-        pods[node_name(n)] = count
-    return Mix("inference: services of 1-8 GPUs", pods, False)
+            pods.append(size if size <= free else 1)
+            free -= pods[-1]
+        sizes[node_name(n)] = tuple(pods)
+    return Mix("inference: services of 1-8 GPUs", sizes, False, redeploy_days, seed)
+
+
+class Placement(Mapping[DeviceKey, Sequence[Holding]]):
+    """Which pod of a mix holds each card when, over the trace: the replay's `holders`, computed
+    for a card when the replay asks (it asks only for cards that get a record).
+
+    Every card is busy (as in the accounting): a pod holds its cards from one replacement to the
+    next. The training job's pods are all replaced whenever the job restarts: at every
+    interruption of the trace (any pod interrupted interrupts the job) and every planned
+    maintenance. A service's pod is replaced every `redeploy_days` (at its own drawn phase) and
+    when its node goes down or is drained (a host failure, a planned maintenance). The replay
+    keeps gpuhealth's effects on these: a quarantine's move ends the holding early, and a pod
+    due while the card is excluded runs elsewhere."""
+
+    def __init__(self, mix: Mix, trace: Trace) -> None:
+        self.mix, self.start, self.end = mix, trace.timeline.start, trace.timeline.end
+        self.node_down: dict[str, list[float]] = defaultdict(list)
+        for incident in trace.incidents:
+            if incident.cause.sight == Sight.NODE_LEASE:
+                self.node_down[incident.node].append(incident.at)
+        for at, node in trace.planned:
+            self.node_down[node].append(at)
+        self.restarts = sorted([i.at for i in trace.incidents] + [at for at, _ in trace.planned])
+
+    def __getitem__(self, key: DeviceKey) -> Sequence[Holding]:
+        node, device = key
+        sizes = self.mix.sizes.get(node)
+        if sizes is None:
+            raise KeyError(key)
+        cards = devices_of(int(node.split("-")[1]))
+        if device not in cards:
+            raise KeyError(key)
+        index, card, pod = cards.index(device), 0, 0
+        while card + sizes[pod] <= index:
+            card += sizes[pod]
+            pod += 1
+        name = f"{node}/pod-{pod}"
+        if self.mix.redeploy_days is None:
+            edges = list(self.restarts)
+        else:
+            period = self.mix.redeploy_days * 86400.0
+            phase = random.Random(f"{self.mix.seed}/{name}").uniform(0.0, period)
+            rollouts = (
+                self.start + phase + k * period for k in range(int((self.end - self.start) // period) + 1)
+            )
+            edges = sorted([*rollouts, *self.node_down.get(node, [])])
+        inside = edges[bisect.bisect_right(edges, self.start) : bisect.bisect_left(edges, self.end)]
+        bounds = [self.start, *inside, self.end]
+        return [(a, b, f"{name}-{i}") for i, (a, b) in enumerate(itertools.pairwise(bounds)) if a < b]
+
+    def __iter__(self) -> Iterator[DeviceKey]:
+        for node in self.mix.sizes:
+            for device in devices_of(int(node.split("-")[1])):
+                yield (node, device)
+
+    def __len__(self) -> int:
+        return len(self.mix.sizes) * GPUS_PER_NODE
 
 
 @dataclass
@@ -148,8 +225,17 @@ def _gpuhealth(tally: Tally, trace: Trace, mix: Mix, replay: Replay, broken: Bro
     for hold in replay.holds:
         holds[(hold.node, hold.device)].append(hold)
     for incident in _cards(trace):
-        own = holds.get((incident.node, incident.device), [])
+        key = (incident.node, incident.device)
+        own = holds.get(key, [])
         end = min(incident.until, trace.timeline.end)
+        pods = replay.occupied.get(key)
+        if pods is not None:
+            # The replay placed the mix's pods: work runs on the failing card while a pod holds
+            # it (a restricted card keeps its pod; a quarantine's move ends the pod's holding;
+            # no new pod lands while the card is excluded).
+            seconds = sum(max(0.0, min(b, end) - max(a, incident.at)) for a, b in pods)
+            _on_failing(tally, incident, seconds, mix)
+            continue
         if any(h.start <= incident.at < h.end for h in own):
             continue  # held already: no work on the card
         caught = [h.start for h in own if incident.at <= h.start < end]

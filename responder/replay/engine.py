@@ -13,11 +13,20 @@ order in which other checks were decided). What is the product's and what is mod
   device's health changes, when its check ends and when a delivery changes it (the real
   reconciler passes at least every 30 s: that latency is left out);
 - a move of work off a quarantined device begins when a `quarantine` record's episode begins on a
-  device that may have run work (it was open to all, or on the ramp): `responder.migrate.plan.moves_for`
-  adds it to the record (one job per device, once per episode, never for a `restrict`), and it
-  succeeds `move_seconds` later, so the policy's wait for an unfinished move is the product's; the
-  move's own steps (lease, checkpoint, evictions, their caps) are not walked;
+  device that may have run work (it was open to all, or on the ramp; with the workload's pods
+  placed: a pod holds it, a restriction the intake upgraded to quarantine included):
+  `responder.migrate.plan.moves_for` adds it to the record (one job per device, once per
+  episode, never for a `restrict`), and it succeeds `move_seconds` later, so the policy's wait
+  for an unfinished move is the product's; the move's own steps (lease, checkpoint, evictions,
+  their caps) are not walked;
 - nobody resets a tripped breaker: the backlog stays Deferred until the timeline ends.
+
+The pods holding each device (`holders`) are optional. In a recorded run they are what the run
+saw. In a modelled replay they are where the workload would place its pods, and the engine keeps
+the product's effects on them: a move of the device's work that succeeds ends the holdings current
+then (its pods were evicted), and a pod the workload would place while the device is excluded
+lands elsewhere (the scheduler skips an excluded device), so it never holds it. A release attempt
+waits for the device to be free (DeviceInUse) either way.
 
 `replay_recorded` plays what a run recorded instead of what the alerting model and the check truth
 derive: the notifications the responder received and the verdicts its checks reached, at their
@@ -26,6 +35,7 @@ recorded times (the timeline then gives only the devices' health, and the move t
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import random
@@ -98,21 +108,32 @@ Holding = tuple[float, float, str]
 """(from, until, pod): a pod (`namespace/name`) held the device over [from, until)."""
 
 
-def replay(timeline: Timeline, rules: RuleTimings, settings: ReplaySettings) -> Replay:
-    """Play `timeline` through gpuhealth's decisions; what it did, accounted."""
-    deliveries = [d for e in episodes(timeline, rules) for d in _deliveries(e)]
+def replay(
+    timeline: Timeline,
+    rules: RuleTimings,
+    settings: ReplaySettings,
+    holders: Mapping[DeviceKey, Sequence[Holding]] | None = None,
+) -> Replay:
+    """Play `timeline` through gpuhealth's decisions, the workload placing its pods as `holders`
+    says (none: no device is ever held); what it did, accounted."""
     readings = Readings.of(timeline, heartbeat_limit=rules.heartbeat_limit)
-    return _Engine(timeline.frame, deliveries, readings, settings).run()
+    return replay_deliveries(timeline.frame, episodes(timeline, rules), readings, settings, holders)
 
 
 def replay_deliveries(
-    frame: Frame, episodes: Iterable[AlertEpisode], readings: Readings, settings: ReplaySettings
+    frame: Frame,
+    episodes: Iterable[AlertEpisode],
+    readings: Readings,
+    settings: ReplaySettings,
+    holders: Mapping[DeviceKey, Sequence[Holding]] | None = None,
 ) -> Replay:
     """Play alert `episodes` (from the alerting model or from a recorded alert history, each a
     firing and a resolved delivery) through gpuhealth's decisions, the devices reading
-    `readings`; what it did, accounted."""
+    `readings` and the workload placing its pods as `holders` says (a modelled placement: see
+    the module's docstring); what it did, accounted. `holders` is read only for the devices that
+    get a record, so it may compute a device's holdings when asked."""
     deliveries = [d for e in episodes for d in _deliveries(e)]
-    return _Engine(frame, deliveries, readings, settings).run()
+    return _Engine(frame, deliveries, readings, settings, holders=holders, placed=True).run()
 
 
 def replay_recorded(
@@ -152,6 +173,28 @@ def _deliveries(episode: AlertEpisode) -> tuple[Delivery, Delivery]:
 _DELIVER, _STEP, _MOVED = 0, 1, 2
 
 
+@dataclass(frozen=True, slots=True)
+class _Holdings:
+    """One device's holdings, indexed: a modelled workload gives hundreds per device."""
+
+    spans: tuple[Holding, ...]
+    """Sorted by start."""
+    starts: tuple[float, ...]
+    edges: tuple[float, ...]
+    """Every start and end, sorted: the moments the device's holders may change."""
+    longest: float
+
+    @classmethod
+    def of(cls, holdings: Iterable[Holding]) -> _Holdings:
+        spans = tuple(sorted(holdings))
+        return cls(
+            spans,
+            tuple(s for s, _, _ in spans),
+            tuple(sorted({edge for s, e, _ in spans for edge in (s, e)})),
+            max((e - s for s, e, _ in spans), default=0.0),
+        )
+
+
 class _Engine:
     def __init__(
         self,
@@ -161,9 +204,15 @@ class _Engine:
         settings: ReplaySettings,
         verdicts: Mapping[CheckKey, tuple[float, CheckResult]] | None = None,
         holders: Mapping[DeviceKey, Sequence[Holding]] | None = None,
+        placed: bool = False,
     ) -> None:
         self.frame, self.settings, self.readings = frame, settings, readings
-        self.verdicts, self.holders = verdicts, holders or {}
+        self.verdicts, self.holders, self.placed = verdicts, holders or {}, placed
+        self.holdings: dict[DeviceKey, _Holdings] = {}
+        self.excluded: dict[DeviceKey, list[list[float]]] = {}
+        """Per device, the [from, until) spans gpuhealth's exclusion was present (modelled placement)."""
+        self.vacated: dict[DeviceKey, list[float]] = {}
+        """Per device, when a move of its work succeeded (modelled placement)."""
         self.records: dict[DeviceKey, Quarantine] = {}
         self.present: set[DeviceKey] = set()
         self.active: set[DeviceKey] = set()
@@ -193,7 +242,7 @@ class _Engine:
             else:
                 self.due.discard((key, now))
                 self._step(key, now)
-        return self.ledger.closed(self.frame.end, self.records)
+        return self.ledger.closed(self.frame.end, self.records, self._occupied())
 
     def _push(self, at: float, kind: int, key: DeviceKey, payload: object = None) -> None:
         if kind == _STEP:
@@ -241,9 +290,52 @@ class _Engine:
         change = self.readings.next_change(*key, now)
         if change is not None:
             self._push(change, _STEP, key)
-        edges = [edge for held in self.holders.get(key, ()) for edge in held[:2] if edge > now]
-        if edges:
-            self._push(min(edges), _STEP, key)
+        edges = self._holdings(key).edges
+        after = bisect.bisect_right(edges, now)
+        # A holding that runs to the timeline's end was not left: the timeline just ends there.
+        if after < len(edges) and edges[after] < self.frame.end:
+            self._push(edges[after], _STEP, key)
+
+    def _holdings(self, key: DeviceKey) -> _Holdings:
+        if key not in self.holdings:
+            self.holdings[key] = _Holdings.of(self.holders.get(key, ()))
+        return self.holdings[key]
+
+    def _held_by(self, key: DeviceKey, now: float) -> tuple[str, ...]:
+        """The pods holding the device at `now`."""
+        held = self._holdings(key)
+        # Only a holding that began within the longest one's length before `now` can hold it now.
+        first = bisect.bisect_right(held.starts, now - held.longest)
+        last = bisect.bisect_right(held.starts, now)
+        current = self._effective(key, held.spans[first:last])
+        return tuple(sorted(pod for start, end, pod in current if start <= now < end))
+
+    def _effective(self, key: DeviceKey, holdings: Iterable[Holding]) -> list[Holding]:
+        """`holdings` of the device that began by now, as the product's effects so far left them:
+        in a modelled placement, none that began while the device was excluded (the scheduler
+        placed that pod on another device), each ended by the first move off the device that
+        succeeded after it began (its pods were evicted)."""
+        kept = []
+        for start, end, pod in holdings:
+            if self.placed:
+                if any(a <= start < b for a, b in self.excluded.get(key, ())):
+                    continue
+                end = min([end, *(moved for moved in self.vacated.get(key, ()) if moved >= start)])
+            kept.append((start, end, pod))
+        return kept
+
+    def _occupied(self) -> dict[DeviceKey, tuple[tuple[float, float], ...]]:
+        """Per device that gpuhealth held, the spans a pod held it, for the accounting."""
+        end = self.frame.end
+        return {
+            key: tuple(
+                (s, min(e, end))
+                for s, e, _ in self._effective(key, self._holdings(key).spans)
+                if s < min(e, end)
+            )
+            for key in self.excluded
+            if self._holdings(key).spans
+        }
 
     def _view(self, key: DeviceKey, record: Quarantine, now: float) -> DeviceView:
         health, since = self.readings.health(*key, now)
@@ -253,7 +345,7 @@ class _Engine:
             enforcement_present=key in self.present,
             enforced_as=f"Replay/{record.name}",
             check=self._check(key, record, now),
-            holders=tuple(sorted(pod for start, end, pod in self.holders.get(key, ()) if start <= now < end)),
+            holders=self._held_by(key, now),
         )
 
     def _check(self, key: DeviceKey, record: Quarantine, now: float) -> CheckResult:
@@ -284,9 +376,13 @@ class _Engine:
         for effect in decided.effects:
             self.ledger.actions[type(effect).__name__] += 1
             if isinstance(effect, Enforce):
+                if key not in self.present:
+                    self.excluded.setdefault(key, []).append([now, math.inf])
                 self.present.add(key)
                 self.ledger.held(key, after.spec.action, after.spec.reason, now)
             elif isinstance(effect, Unenforce):
+                if key in self.present:
+                    self.excluded[key][-1][1] = now
                 self.present.discard(key)
                 self.ledger.freed(key, now)
             elif isinstance(effect, StartCheck | StartReset):
@@ -308,16 +404,20 @@ class _Engine:
             self.active.discard(key)
         else:
             self.active.add(key)
+        # With the workload's pods placed, a quarantine moves whatever pod holds the device, a new
+        # episode's or a restriction's turned quarantine in the same episode (the intake's
+        # upgrade); `moves_for` keeps it to one move per job and episode.
+        placed = self.placed and bool(self.holders)
         if (
             after.spec.action == QUARANTINE
-            and after.status.episode > before.status.episode
-            and self._had_work(before)
+            and (placed or after.status.episode > before.status.episode)
+            and self._had_work(key, before, now)
         ):
             after = self._begin_move(key, after, now)
         self.records[key] = after
 
     def _begin_move(self, key: DeviceKey, record: Quarantine, now: float) -> Quarantine:
-        """The device's work starts moving: one job per device (the replay knows no pods), its move
+        """The device's work starts moving: one job per device (whatever pods `holders` names), its move
         kept in the record as the migrator keeps it, finished `move_seconds` later."""
         job = Holder("replay", f"Job/{key[1]}", f"job-{record.name}")
         moves = moves_for(
@@ -336,11 +436,16 @@ class _Engine:
             for m in record.status.migrations
         )
         self.records[key] = record.with_migrations(done)
+        self.vacated.setdefault(key, []).append(now)
         self._step(key, now)
 
-    def _had_work(self, before: Quarantine) -> bool:
-        """Whether work may have run on the device before this episode: it was open to all
-        (recorded only) or on the ramp (opted-in work); a check rung's device runs only the check."""
+    def _had_work(self, key: DeviceKey, before: Quarantine, now: float) -> bool:
+        """Whether work may have run on the device before this episode: with the workload's pods
+        placed, whether one holds it (a restricted device keeps its tenant's pod, which a
+        quarantine then moves); else whether it was open to all (recorded only) or on the ramp
+        (opted-in work); a check rung's device runs only the check."""
+        if self.placed and self.holders:
+            return bool(self._held_by(key, now))
         if before.status.phase in RECORDED_ONLY:
             return True
         rung = self.settings.policy.rungs.rung(before.status.phase)

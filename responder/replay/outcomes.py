@@ -53,6 +53,9 @@ class Replay:
     and `Move` (one move of a job's work)."""
     breaker_trips: int
     held_at_end: frozenset[DeviceKey] = frozenset()
+    occupied: Mapping[DeviceKey, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    """Per device that gpuhealth held, the [from, until) spans a workload's pod held it (the
+    replay's `holders`, as the product's effects left them): a held device still ran that work."""
 
     @property
     def hours(self) -> float:
@@ -68,14 +71,33 @@ class Replay:
     def withheld_healthy_seconds(
         self, broken: Mapping[DeviceKey, Iterable[tuple[float, float]]], action: str | None = None
     ) -> float:
-        """Device-seconds held while the card worked: each hold (of `action`, or all) less its
-        overlap with the card's broken intervals."""
+        """Device-seconds held while the card worked and no pod of the workload ran on it: each
+        hold (of `action`, or all) less its overlap with the card's broken intervals and with
+        the spans a pod held it (a restricted device keeps its tenant's pod: that work goes on)."""
         total = 0.0
         for hold in self.holds:
             if action is not None and hold.action != action:
                 continue
-            spans = sorted(broken.get((hold.node, hold.device), ()))
+            key = (hold.node, hold.device)
+            spans = sorted([*broken.get(key, ()), *self.occupied.get(key, ())])
             total += (hold.end - hold.start) - _overlap(hold.start, hold.end, spans)
+        return total
+
+    def in_use_seconds(
+        self, broken: Mapping[DeviceKey, Iterable[tuple[float, float]]], action: str | None = None
+    ) -> float:
+        """Device-seconds held while the card worked and a pod of the workload still ran on it
+        (a release attempt waiting with DeviceInUse): kept from new work, not idle."""
+        total = 0.0
+        for hold in self.holds:
+            if action is not None and hold.action != action:
+                continue
+            key = (hold.node, hold.device)
+            healthy = sorted(broken.get(key, ()))
+            for a, b in self.occupied.get(key, ()):
+                a, b = max(a, hold.start), min(b, hold.end)
+                if b > a:
+                    total += (b - a) - _overlap(a, b, healthy)
         return total
 
     def false_holds(self, broken: Mapping[DeviceKey, Iterable[tuple[float, float]]]) -> list[Hold]:
@@ -120,7 +142,12 @@ class Ledger:
         self.moves.append(Move(now, key[0], key[1], reason))
         self.actions["Move"] += 1
 
-    def closed(self, end: float, records: Mapping[DeviceKey, Quarantine]) -> Replay:
+    def closed(
+        self,
+        end: float,
+        records: Mapping[DeviceKey, Quarantine],
+        occupied: Mapping[DeviceKey, tuple[tuple[float, float], ...]] | None = None,
+    ) -> Replay:
         still = frozenset(self.open_holds)
         for key in sorted(still):
             self.freed(key, end)
@@ -133,6 +160,7 @@ class Ledger:
             actions=dict(self.actions),
             breaker_trips=self.breaker_trips,
             held_at_end=still,
+            occupied=dict(occupied or {}),
         )
 
 
