@@ -37,7 +37,7 @@ from responder.checks.probe_pod import DIAG_COMMAND, DiagSettings, diag_pod
 from responder.enforce.backends import Backends, DeviceRequest
 from responder.enforce.hold import device_ids
 from responder.enforce.hold_plan import Card
-from responder.enforce.node_annotation import KUBELET, through_kubelet
+from responder.enforce.node_annotation import KUBELET, node_of, through_kubelet
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import DEVICE_CLASS
 from responder.reconcile.policy import CheckResult
@@ -208,11 +208,12 @@ class JobChecks:
 
     def through_kubelet(self, record: Quarantine) -> bool:
         """Whether the record's checks get its card from the kubelet (the hold steps aside)."""
-        return through_kubelet(self.settings.device_plugin_route, record)
+        return through_kubelet(self.settings.device_plugin_route, record, node_of(self._client, record))
 
     def _void(self, record: Quarantine, name: str) -> bool:
         """Whether a pod of the check, on the kubelet's route, says nothing about the card: it
-        was allocated devices none of which are the card's. A pod the kubelet refused at
+        was allocated a device that is not the card's (a MIG card's check asks for every
+        partition, so all it got must be the card's). A pod the kubelet refused at
         admission does say something: with the hold stepped aside the card was the one free
         GPU (no other card's fill runs meanwhile), so its plugin excludes it, and the check
         fails, which keeps the card quarantined."""
@@ -222,7 +223,7 @@ class JobChecks:
         ns = self.settings.namespace
         for pod in self._client.list(POD, namespace=ns, label_selector=f"job-name={name}").items:
             got = device_ids(pod)
-            if got and not any(card.owns(d) for d in got):
+            if got and not all(card.owns(d) for d in got):
                 return True
         return False
 

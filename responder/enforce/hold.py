@@ -235,6 +235,9 @@ class DeviceHold:
             decided = replace(
                 decided, state=HoldState.FILLING, create=0, message=f"waiting for the check of {waiting}"
             )
+        # The node's annotation first: the extender must read a fill as under way (`pending`)
+        # before its holders exist, or it could pass a pod to the node meanwhile.
+        self._mark(record, _mark_of(decided.state, ramp, allocatable), node)
         by_name = {str((p.get("metadata") or {}).get("name")): p for p in holders}
         for name in decided.delete:
             if name in by_name:
@@ -242,7 +245,6 @@ class DeviceHold:
         for _ in range(decided.create):
             self._client.create(POD, self.holder(record), namespace=self.namespace)
         self.pods[record.name] = len(holders) - len(decided.delete) + decided.create
-        self._mark(record, _mark_of(decided.state, ramp, allocatable), node)
         if decided.create or decided.delete:
             log.info(
                 "%s: hold %s: %d holder(s) made, %d deleted (%s)",

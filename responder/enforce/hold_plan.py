@@ -238,10 +238,23 @@ def plan(given: HoldInput) -> HoldPlan:
         )
     if off_card:
         # A fill just completed: every GPU of the node is held or in use, so the card's units
-        # are those held and those in use (a unit its plugin excludes is neither).
-        units = len(held) + len(busy)
+        # are those held and those in use (a unit its plugin excludes is neither), unless a pod
+        # not yet told its devices may have one: then no fewer than known before.
+        seen_units = len(held) + len(busy)
+        units = max(units, seen_units) if given.unknown else seen_units
     delete += [h.name for h in off_card]
     keep = _kept(card, on_card)
+    if held and not busy and len(held) < units and given.unknown:
+        # Part of the card held, and a pod bound to the node not yet told its devices (admitted
+        # meanwhile): it may be on the rest of the card. Not Held until that is known.
+        return HoldPlan(
+            HoldState.FILLING,
+            f"{len(held)} of the card's {units} unit(s) held; waiting for {given.unknown} pod(s) "
+            "on the node to be told their devices",
+            delete=tuple(delete),
+            keep=keep,
+            units=units,
+        )
     if held and not busy:
         return HoldPlan(
             HoldState.HELD, f"held by {', '.join(h.name for h in on_card)}", delete=tuple(delete),

@@ -133,7 +133,7 @@ class NodeAnnotation:
         return [p for p in node_pods if any(_pod_holds(p, d) for d in devices)]
 
     def through_kubelet(self, record: Quarantine) -> bool:
-        return through_kubelet(self.route, record)
+        return through_kubelet(self.route, record, node_of(self._client, record))
 
     def device_request(self, record: Quarantine, name: str, namespace: str) -> DeviceRequest:
         pod: dict[str, Any] = {
@@ -144,9 +144,10 @@ class NodeAnnotation:
             pod["runtimeClassName"] = self._runtime_class
         capabilities = {"name": DRIVER_CAPABILITIES, "value": "compute,utility"}
         if self.through_kubelet(record):
-            # One GPU from the kubelet, while the hold has stepped aside: the card is the only
-            # free one. The plugin's Allocate sets NVIDIA_VISIBLE_DEVICES to what it gave.
-            gpu = {GPU_RESOURCE: "1"}
+            # One GPU from the kubelet (a MIG card: as many as its partitions), while the hold
+            # has stepped aside: the card is the only free one. The plugin's Allocate sets
+            # NVIDIA_VISIBLE_DEVICES to what it gave.
+            gpu = {GPU_RESOURCE: str(len(record.spec.partitions) or 1)}
             resources = {"limits": dict(gpu), "requests": dict(gpu)}
             return DeviceRequest(container={"env": [capabilities], "resources": resources}, pod=pod)
         # No `nvidia.com/gpu` request: the device plugin would hand over any free Healthy GPU
@@ -204,11 +205,33 @@ RAMPING = "ramping"
 """Listed in `gpuhealth.io/ramping-devices`: opted-in pods only, up to the bound."""
 
 
-def through_kubelet(route: str, record: Quarantine) -> bool:
-    """Whether a device-plugin record's checks get its card from the kubelet on `route` (a MIG
-    card's partitions are several units of a resource that may not be `nvidia.com/gpu`: they
-    take the runtime's route)."""
-    return record.spec.path == DEVICE_PLUGIN and route == KUBELET and not record.spec.partitions
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+"""GPU feature discovery's node label: how the device plugin advertises MIG partitions (`single`:
+each one unit of `nvidia.com/gpu`; `mixed`: `nvidia.com/mig-<profile>`; `none`)."""
+
+
+def through_kubelet(route: str, record: Quarantine, node: Mapping[str, Any] | None = None) -> bool:
+    """Whether a device-plugin record's checks get its card from the kubelet on `route`. A MIG
+    card does where its partitions are units of `nvidia.com/gpu` (the node's MIG strategy
+    `single`, as `node`'s label says): the check asks for as many as the card has, and with the
+    hold stepped aside they are the only free ones. Under `mixed` (or unknown) they are units of
+    other resources, one per profile: the runtime's route."""
+    if record.spec.path != DEVICE_PLUGIN or route != KUBELET:
+        return False
+    if not record.spec.partitions:
+        return True
+    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    return labels.get(MIG_STRATEGY_LABEL) == "single"
+
+
+def node_of(client: Api, record: Quarantine) -> dict[str, Any] | None:
+    """The record's Node where its route depends on it (a MIG card's), else None; gone: None."""
+    if not record.spec.partitions:
+        return None
+    try:
+        return client.get(NODE, record.spec.node)
+    except NotFound:
+        return None
 
 
 def entries(record: Quarantine) -> tuple[str, ...]:

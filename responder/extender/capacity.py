@@ -187,7 +187,7 @@ class CapacityCache:
     _listed: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _holders: dict[str, str] = field(default_factory=dict)
-    """gpuhealth's holder pods bound and unfinished: pod key -> node."""
+    """gpuhealth's holder pods bound and running: pod key -> node."""
     _unbound: set[str] = field(default_factory=set)
     """Pods seen without a node that kube-scheduler is to place (their keys)."""
     on_scheduled: Callable[[], None] | None = None
@@ -268,7 +268,11 @@ class CapacityCache:
             if opted:
                 _add(self._opted_in, node, -1)
         self._holders.pop(key, None)
-        if held is not None and HOLDER_LABEL in (_meta(obj).get("labels") or {}):
+        status = obj.get("status")
+        running = isinstance(status, dict) and status.get("phase") == "Running"
+        if held is not None and running and HOLDER_LABEL in (_meta(obj).get("labels") or {}):
+            # Only a running holder holds a card: one just made (a fill's) holds nothing yet, and
+            # its ADDED event may come before the node's annotation says the hold is being made.
             self._holders[key] = held[0]
         if held is not None:
             node, gpus = held

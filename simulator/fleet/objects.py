@@ -114,6 +114,8 @@ def node(name: str, index: int, group: NodeGroup, wall: float) -> dict[str, Any]
         # GPU feature discovery's sharing labels (the GPU operator runs it beside the plugin).
         "nvidia.com/gpu.replicas": str(group.shared_replicas or 1),
         "nvidia.com/gpu.sharing-strategy": "time-slicing" if group.shared_replicas else "none",
+        # GPU feature discovery's: how the device plugin advertises MIG partitions.
+        "nvidia.com/mig.strategy": group.mig.strategy if group.mig is not None else "none",
         "gpuhealth.io/device-path": group.path,
         "gpuhealth.io/node-group": group.name,
         **group.labels,

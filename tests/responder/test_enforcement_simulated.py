@@ -226,7 +226,22 @@ def test_a_mig_card_is_quarantined_as_all_its_partitions(client: KubeClient) -> 
     pods = [on("a", "MIG-2"), on("b", "MIG-9"), on("c", "GPU-cccc")]
     assert [p["metadata"]["name"] for p in backend.holders(card, pods)] == ["a", "c"]
     env = {e["name"]: e["value"] for e in backend.device_request(card, "probe", "gpuhealth").container["env"]}
+    # The node's MIG strategy unknown (no GPU feature discovery label): the runtime's route.
     assert env["NVIDIA_VISIBLE_DEVICES"] == "MIG-1,MIG-2"
+    # Strategy single: every partition is one nvidia.com/gpu, so the check asks the kubelet for
+    # as many as the card has (with the hold stepped aside they are the only free ones).
+    node = client.get(NODE, "gpu-node-1")
+    node["metadata"].setdefault("labels", {})["nvidia.com/mig.strategy"] = "single"
+    client.update(NODE, node)
+    assert backend.through_kubelet(card)
+    request = backend.device_request(card, "probe", "gpuhealth").container
+    assert request["resources"]["requests"] == {"nvidia.com/gpu": "2"}
+    assert "NVIDIA_VISIBLE_DEVICES" not in {e["name"] for e in request["env"]}
+    # Strategy mixed: the partitions are nvidia.com/mig-<profile> units: the runtime's route.
+    node = client.get(NODE, "gpu-node-1")
+    node["metadata"]["labels"]["nvidia.com/mig.strategy"] = "mixed"
+    client.update(NODE, node)
+    assert not backend.through_kubelet(card)
 
 
 @pytest.mark.parametrize(

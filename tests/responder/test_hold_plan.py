@@ -305,3 +305,22 @@ def test_the_plugin_s_unhealthy_is_believed_only_while_the_node_s_excluded_count
     assert plugin_word(None, reported_unhealthy=False, excluded=1) is None
     after = plan(HoldInput(CARD, holders=(), busy=(), free=3, plugin_excludes=False, excluded=1))
     assert after.state is HoldState.FILLING and after.create == 3
+
+
+def test_part_of_a_time_sliced_card_held_is_not_held_while_a_pod_may_have_the_rest() -> None:
+    # Two replicas (the node's label); a fill completed with one holder on the card and one on
+    # another card, while a pod bound meanwhile is not yet told its devices (CI's churn run on the
+    # real control plane: Held with one of two replicas, and the pod started on the other).
+    card = Card("GPU-bad", replicas=2)
+    holders = (holder("h1", "GPU-bad::0"), holder("h2", "GPU-a::0"))
+    waiting = plan(HoldInput(card, holders=holders, busy=(), free=0, unknown=1))
+    assert waiting.state is HoldState.FILLING and waiting.state.pending
+    assert waiting.delete == ("h2",) and waiting.units == 2
+    # Told: the pod is on the other replica (busy, to be moved) ...
+    on_card = plan(HoldInput(card, holders=holders[:1], busy=("GPU-bad::1",), free=0))
+    assert on_card.state is HoldState.CARD_BUSY
+    # ... or elsewhere, and the replica is free: filled.
+    elsewhere = plan(HoldInput(card, holders=holders[:1], busy=(), free=1))
+    assert elsewhere.state is HoldState.FILLING and elsewhere.create == 1
+    # With nothing unknown a complete fill says what the card has: held.
+    assert plan(HoldInput(card, holders=holders, busy=(), free=0)).state is HoldState.HELD
