@@ -530,8 +530,8 @@ class Reconciler:
         eligible = snapshot.eligible if snapshot.available else self._eligible
         entries: list[tuple[dict[str, Any], Quarantine]] = []
         outcomes: dict[str, str] = {}
-        # Once a pass, not per record: a Ladder validates its rungs when built (0.1 ms, 1 s a
-        # pass over 10,000 records; bench/results.md, responder_pass).
+        # Once a pass, not per record: a Ladder validates its rungs when built (about 0.1 ms
+        # each under the profiler; bench/results.md, responder_pass).
         ladder = with_reset(self.settings.policy.ladder)
         for obj in listed.items:
             try:
