@@ -165,8 +165,12 @@ def _health(failing: list[tuple[int, int]], health: Health) -> StaticHealth:
 
 @contextlib.asynccontextmanager
 async def world(
-    failing: list[tuple[int, int]], health: Health, settings: ReconcilerSettings
+    failing: list[tuple[int, int]],
+    health: Health,
+    settings: ReconcilerSettings,
+    reconciler_class: type[CountingReconciler] = CountingReconciler,
 ) -> AsyncIterator[World]:
+    """The pieces wired and the leader's loop running; `reconciler_class` lets a bench observe its passes."""
     with tempfile.TemporaryDirectory() as tmp:
         cluster = ServedCluster(Path(tmp) / "kubeconfig")
         clients: list[KubeClient] = []
@@ -212,7 +216,7 @@ async def world(
             return migrator.step(record, now)
 
         source = _health(failing, health)
-        reconciler = CountingReconciler(
+        reconciler = reconciler_class(
             api,
             enforcer=Enforcer(api, rules),
             health=source,
@@ -314,32 +318,45 @@ async def enforcement(count: int, per_delivery: int) -> tuple[list[float], float
         return done, everything, baseline
 
 
+async def deliver_restricts(url: str, failing: list[tuple[int, int]]) -> Counter[int]:
+    """Unknown alerts (`action=restrict`) for `failing`, one delivery of 8 per node, 16 in flight;
+    the webhook's answers by status."""
+    groups = [failing[i : i + GPUS] for i in range(0, len(failing), GPUS)]
+    bodies = [delivery([alert_json(n, g, action="restrict") for n, g in group]) for group in groups]
+    statuses: Counter[int] = Counter()
+    queue: asyncio.Queue[bytes] = asyncio.Queue()
+    for body in bodies:
+        queue.put_nowait(body)
+    connector = aiohttp.TCPConnector(limit=STORM_IN_FLIGHT)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def sender() -> None:
+            while not queue.empty():
+                body = queue.get_nowait()
+                statuses[await _post(session, url, body)] += 1
+
+        await asyncio.gather(*(sender() for _ in range(STORM_IN_FLIGHT)))
+    return statuses
+
+
+async def passes_after(reconciler: CountingReconciler, count: int) -> None:
+    """Wait until `count` more passes have completed (they run in the reconciler's worker thread);
+    at most 300 s."""
+    then = reconciler.passes
+    deadline = time.perf_counter() + 300
+    while reconciler.passes < then + count and time.perf_counter() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.1)
+
+
 async def storm(settings: ReconcilerSettings, limits: str) -> None:
     failing = _failing_devices(STORM)
     async with world(failing, Health.UNKNOWN, settings) as w:
         await asyncio.sleep(0.5)
         baseline_writes = Counter(w.writes)
-        groups = [failing[i : i + GPUS] for i in range(0, STORM, GPUS)]
-        bodies = [delivery([alert_json(n, g, action="restrict") for n, g in group]) for group in groups]
         started = time.perf_counter()
-        statuses: Counter[int] = Counter()
-        queue: asyncio.Queue[bytes] = asyncio.Queue()
-        for body in bodies:
-            queue.put_nowait(body)
-        connector = aiohttp.TCPConnector(limit=STORM_IN_FLIGHT)
-        async with aiohttp.ClientSession(connector=connector) as session:
-
-            async def sender() -> None:
-                while not queue.empty():
-                    body = queue.get_nowait()
-                    statuses[await _post(session, w.url, body)] += 1
-
-            await asyncio.gather(*(sender() for _ in range(STORM_IN_FLIGHT)))
+        statuses = await deliver_restricts(w.url, failing)
         recorded = time.perf_counter() - started
-        passes_then = w.reconciler.passes
-        deadline = time.perf_counter() + 300
-        while w.reconciler.passes < passes_then + 2 and time.perf_counter() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.1)  # passes run in the reconciler's worker thread
+        await passes_after(w.reconciler, 2)
         elapsed = time.perf_counter() - started
         writes = Counter(w.writes)
         writes.subtract(baseline_writes)

@@ -530,9 +530,12 @@ class Reconciler:
         eligible = snapshot.eligible if snapshot.available else self._eligible
         entries: list[tuple[dict[str, Any], Quarantine]] = []
         outcomes: dict[str, str] = {}
+        # Once a pass, not per record: a Ladder validates its rungs when built (about 0.1 ms
+        # each under the profiler; bench/results.md, responder_pass).
+        ladder = with_reset(self.settings.policy.ladder)
         for obj in listed.items:
             try:
-                entries.append((obj, from_object(obj, with_reset(self.settings.policy.ladder))))
+                entries.append((obj, from_object(obj, ladder)))
             except RecordError as exc:
                 name = str((obj.get("metadata") or {}).get("name") or "?")
                 log.error("record %s is unreadable, left alone: %s", name, exc)
