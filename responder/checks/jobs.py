@@ -37,7 +37,7 @@ from responder.checks.probe_pod import DIAG_COMMAND, DiagSettings, diag_pod
 from responder.enforce.backends import Backends, DeviceRequest
 from responder.enforce.hold import device_ids
 from responder.enforce.hold_plan import Card
-from responder.enforce.node_annotation import KUBELET, node_of, through_kubelet
+from responder.enforce.node_annotation import KUBELET, node_reader, through_kubelet
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import DEVICE_CLASS
 from responder.reconcile.policy import CheckResult
@@ -208,7 +208,8 @@ class JobChecks:
 
     def through_kubelet(self, record: Quarantine) -> bool:
         """Whether the record's checks get its card from the kubelet (the hold steps aside)."""
-        return through_kubelet(self.settings.device_plugin_route, record, node_of(self._client, record))
+        route = self.settings.device_plugin_route
+        return through_kubelet(route, record, node_reader(self._client, record))
 
     def _void(self, record: Quarantine, name: str) -> bool:
         """Whether a pod of the check, on the kubelet's route, says nothing about the card: it

@@ -36,7 +36,7 @@ while a pod holds it (`holders`, `responder.enforce.holders`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -133,7 +133,7 @@ class NodeAnnotation:
         return [p for p in node_pods if any(_pod_holds(p, d) for d in devices)]
 
     def through_kubelet(self, record: Quarantine) -> bool:
-        return through_kubelet(self.route, record, node_of(self._client, record))
+        return through_kubelet(self.route, record, node_reader(self._client, record))
 
     def device_request(self, record: Quarantine, name: str, namespace: str) -> DeviceRequest:
         pod: dict[str, Any] = {
@@ -210,28 +210,34 @@ MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
 each one unit of `nvidia.com/gpu`; `mixed`: `nvidia.com/mig-<profile>`; `none`)."""
 
 
-def through_kubelet(route: str, record: Quarantine, node: Mapping[str, Any] | None = None) -> bool:
+def through_kubelet(
+    route: str, record: Quarantine, read_node: Callable[[], Mapping[str, Any] | None] | None = None
+) -> bool:
     """Whether a device-plugin record's checks get its card from the kubelet on `route`. A MIG
     card does where its partitions are units of `nvidia.com/gpu` (the node's MIG strategy
-    `single`, as `node`'s label says): the check asks for as many as the card has, and with the
+    `single`, as the label of the node `read_node` reads says; read only for such a card): the
+    check asks for as many as the card has, and with the
     hold stepped aside they are the only free ones. Under `mixed` (or unknown) they are units of
     other resources, one per profile: the runtime's route."""
     if record.spec.path != DEVICE_PLUGIN or route != KUBELET:
         return False
     if not record.spec.partitions:
         return True
+    node = read_node() if read_node is not None else None
     labels = ((node or {}).get("metadata") or {}).get("labels") or {}
     return labels.get(MIG_STRATEGY_LABEL) == "single"
 
 
-def node_of(client: Api, record: Quarantine) -> dict[str, Any] | None:
-    """The record's Node where its route depends on it (a MIG card's), else None; gone: None."""
-    if not record.spec.partitions:
-        return None
-    try:
-        return client.get(NODE, record.spec.node)
-    except NotFound:
-        return None
+def node_reader(client: Api, record: Quarantine) -> Callable[[], dict[str, Any] | None]:
+    """Reads the record's Node when called (gone: None)."""
+
+    def read() -> dict[str, Any] | None:
+        try:
+            return client.get(NODE, record.spec.node)
+        except NotFound:
+            return None
+
+    return read
 
 
 def entries(record: Quarantine) -> tuple[str, ...]:
