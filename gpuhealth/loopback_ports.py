@@ -23,6 +23,10 @@ SLICES = 8
 """Test processes with slices of their own; more share them (the bind check still applies)."""
 
 _rng = random.Random()
+_handed: dict[int, int] = {}
+"""Slice start -> how many ports this process has handed out from it: each call takes the next
+port (from a random start), so one process never hands out a port twice while its slice lasts
+(a random pick per call did: two servers of one test were given the same port)."""
 
 
 def _slice() -> range:
@@ -34,17 +38,23 @@ def _slice() -> range:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1, outside the ephemeral range, that was free a moment ago."""
+    """A TCP port on 127.0.0.1, outside the ephemeral range, that was free a moment ago and that
+    this process has not handed out before (while its slice lasts)."""
     ports = _slice()
-    for _ in range(200):
-        port = _rng.choice(ports)
+    if ports.start not in _handed:
+        _handed[ports.start] = _rng.randrange(len(ports))
+    for _ in range(len(ports)):
+        taken = _handed[ports.start]
+        _handed[ports.start] = taken + 1
+        port = ports[taken % len(ports)]
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    # Every try taken (a machine running far more servers than the tests): the kernel's choice.
+    # Every port of the slice in use (a machine running far more servers than the tests): the
+    # kernel's choice.
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         found: int = sock.getsockname()[1]

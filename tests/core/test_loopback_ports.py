@@ -55,3 +55,10 @@ def test_a_port_in_use_is_never_returned(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_outside_pytest_xdist_the_first_slice_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     assert loopback_ports._slice().start == LOW
+
+
+def test_one_process_never_hands_out_a_port_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    # CI's chaos run: two servers of one test were given the same port by a random pick per call.
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw6")
+    ports = [free_port() for _ in range(500)]
+    assert len(set(ports)) == 500
