@@ -179,10 +179,11 @@ class DeviceHold:
         capacity = max(
             allocatable, _int(((node.get("status") or {}).get("capacity") or {}).get(GPU_RESOURCE))
         )
+        excluded = max(0, capacity - allocatable)
         word = plugin_word(
             self._unhealthy.get(record.name),
             any(health == "Unhealthy" and card.owns(d) for p in unfinished for d, health in _reports(p)),
-            capacity - allocatable,
+            excluded,
         )
         if word is None:
             self._unhealthy.pop(record.name, None)
@@ -214,7 +215,7 @@ class DeviceHold:
                 checking=checking,
                 unknown=unknown,
                 plugin_excludes=record.name in self._unhealthy,
-                excluded=max(0, capacity - allocatable),
+                excluded=excluded,
                 known_units=self._units.get(record.name, 0),
             )
         )
