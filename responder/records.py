@@ -172,6 +172,10 @@ class Migration:
     """RFC 3339 before which no eviction is tried (a disruption budget answered 429)."""
     evictions: tuple[str, ...] = ()
     """RFC 3339 of each eviction that landed: the namespace's eviction cap counts these."""
+    evicting: str = ""
+    """RFC 3339 of when the move first decided to evict, stored before its first eviction is
+    sent: a write that records the eviction can be lost (a 409, a crash) after the pods are gone,
+    and the move must still know that they went because it evicted them."""
     outcome: MigrationOutcome = MigrationOutcome.WAITING
     detail: str = ""
     evidence: tuple[Evidence, ...] = ()
@@ -487,6 +491,7 @@ def _migration(m: Migration) -> dict[str, Any]:
         ("requestedAt", m.requested_at),
         ("retryAt", m.retry_at),
         ("replacingSince", m.replacing_since),
+        ("evicting", m.evicting),
     ):
         if value:
             out[name] = value
@@ -537,6 +542,7 @@ def _read_migration(entry: Any, path: str) -> Migration:
         retry_at=str(data.get("retryAt") or ""),
         replacing_since=str(data.get("replacingSince") or ""),
         evictions=tuple(str(t) for t in _list(data.get("evictions"), f"{path}.evictions")),
+        evicting=str(data.get("evicting") or ""),
         outcome=outcome,
         detail=str(data.get("detail") or ""),
         evidence=tuple(evidence),

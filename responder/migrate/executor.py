@@ -379,7 +379,8 @@ class Migrator:
                 started = parse_rfc3339(entries[i].started_at) if entries[i].started_at else None
                 if started is not None:
                     self._metrics.durations.labels(outcome).observe(max(0.0, now - started))
-                evicted = parse_rfc3339(entries[i].evictions[0]) if entries[i].evictions else None
+                first = entries[i].evictions[0] if entries[i].evictions else entries[i].evicting
+                evicted = parse_rfc3339(first) if first else None
                 if entries[i].outcome is MigrationOutcome.SUCCEEDED and evicted is not None:
                     # Only a move that evicted and saw its replacements run again recovers.
                     path = record.spec.path if record.spec.path in metrics.PATHS else metrics.PATHS[0]
@@ -420,6 +421,7 @@ class Migrator:
             targets=None if fresh else entry.targets,
             kept=None if fresh else entry.kept,
             evicted_at=parse_rfc3339(entry.evictions[0]) if entry.evictions else None,
+            evicting_at=parse_rfc3339(entry.evicting) if entry.evicting else None,
             node_slot_free=self._node_slot_free(record, entry, others, entries, now),
             namespace_evictions_left=self._evictions_left(job.namespace, others, entries, now),
             settings=self._settings.migration,
@@ -445,7 +447,18 @@ class Migrator:
         objects = {str(_meta(p).get("name") or ""): p for p in job.pods}
         refused = False
         unstopped: set[str] = set()
+        # The first eviction is sent only once the record says it was decided (`evicting`,
+        # written by this pass, read back by the next): should the write that records its
+        # landing be lost, the pods' absence is still read as evicted, not as gone by themselves.
+        stored = bool(entry.evicting or entry.evictions)
         for effect in decided.effects:
+            if isinstance(effect, Evict) and not stored:
+                entry = replace(
+                    entry,
+                    evicting=entry.evicting or rfc3339(now),
+                    detail=f"{decided.detail}: sent once the decision is recorded",
+                )
+                continue
             if isinstance(effect, StopRequests):
                 entry, stopped = self._stop_requests(effect, entry, objects.get(effect.pod), now)
                 if not stopped:

@@ -159,6 +159,10 @@ class Context:
     evicted_at: float | None = None
     """When this flow's first eviction landed (from the record; None before): from then the move
     waits for the job's replacement pods, and the replacement timeout counts."""
+    evicting_at: float | None = None
+    """When this flow first decided to evict, as stored before any eviction was sent (None:
+    not yet): pods gone after it may have gone by an eviction whose landing a lost write did not
+    record."""
     kept: tuple[str, ...] | None = None
     """UIDs of the job's live pods that are not targets, fixed when the move starts (a shardable
     job's other shards): never counted as replacements. None before the first plan."""
@@ -321,10 +325,14 @@ def _next(job: JobView, ctx: Context) -> Plan:
     targets = ctx.targets if ctx.targets is not None else choose_targets(job)
     movers = [p for p in job.pods if p.uid in targets and not p.finished]
     if not movers:
-        if ctx.evicted_at is None:
+        finished = any(p.finished for p in job.pods if p.uid in targets)
+        if ctx.evicted_at is None and (ctx.evicting_at is None or finished):
             # Nothing of ours was evicted: the pods finished or were deleted by someone else.
             return _done(job, ctx, "every pod of the move has gone", targets)
-        return _replaced(job, ctx, targets)
+        # Evicted, or deleted once an eviction was decided: its landing may have been sent and
+        # its record lost (a 409, a crash), so the job's replacements are awaited as after one.
+        since = ctx.evicted_at if ctx.evicted_at is not None else ctx.evicting_at
+        return _replaced(job, replace(ctx, evicted_at=since), targets)
     if ctx.mode == Mode.ALLOW_COMPLETION:
         return Plan(
             MigrationOutcome.WAITING,

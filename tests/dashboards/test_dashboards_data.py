@@ -84,9 +84,9 @@ SCENARIO: dict[str, Any] = {
 
 
 @contextmanager
-def service(argv: list[str], log: Path, ready_url: str) -> Iterator[None]:
+def service(argv: list[str], log: Path, ready_url: str, level: str = "WARNING") -> Iterator[None]:
     """A gpuhealth child process, once `ready_url` answers; its log on failure."""
-    with child_process([sys.executable, "-m", "gpuhealth", "--log-level", "WARNING", *argv], log) as proc:
+    with child_process([sys.executable, "-m", "gpuhealth", "--log-level", level, *argv], log) as proc:
         try:
             wait_until(
                 f"{argv[0]} at {ready_url}", lambda: proc.poll() is None and http_ok(ready_url), timeout=60
@@ -107,6 +107,31 @@ def responder_config(tmp_path: Path) -> Path:
 
 def series(prometheus: Prometheus, expr: str) -> list[dict[str, Any]] | None:
     return prometheus.query(expr) or None
+
+
+def what_the_cluster_says(kube: Any, log: Path) -> str:
+    """For a wait that timed out: the GPU nodes, their pods and the quarantines as the API
+    server holds them, and the responder's log."""
+    from gpuhealth.kube.resources import NODE, POD
+    from responder.enforce.hold import device_ids
+    from responder.records import QUARANTINES
+
+    lines = []
+    for node in kube.list(NODE).items:
+        meta, status = node.get("metadata") or {}, node.get("status") or {}
+        lines.append(
+            f"node {meta.get('name')}: allocatable {status.get('allocatable')}, "
+            f"annotations {meta.get('annotations')}"
+        )
+    for pod in kube.list(POD).items:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        lines.append(
+            f"pod {meta.get('namespace')}/{meta.get('name')} on {(pod.get('spec') or {}).get('nodeName')}: "
+            f"{status.get('phase')}, devices {device_ids(pod)}, deleting {'deletionTimestamp' in meta}"
+        )
+    for record in kube.list(QUARANTINES).items:
+        lines.append(f"quarantine {record['metadata']['name']}: {record.get('status')}")
+    return "\n".join([*lines, f"--- {log.name} ---", log_tail(log)])
 
 
 @pytest.mark.timeout(360)
@@ -166,109 +191,112 @@ def test_every_panel_query_returns_data(tmp_path: Path) -> None:
             "--config", str(responder_config(tmp_path)),
         ]  # fmt: skip
         stack.enter_context(
-            service(argv, tmp_path / "responder.log", f"http://127.0.0.1:{responder_port}/readyz")
+            service(argv, tmp_path / "responder.log", f"http://127.0.0.1:{responder_port}/readyz", "INFO")
         )
+        try:
+            run_the_story(cluster, kube, prometheus, len(jobs), started)
+        except LoopbackError as exc:
+            raise LoopbackError(f"{exc}\n{what_the_cluster_says(kube, tmp_path / 'responder.log')}") from exc
 
-        # A device-plugin GPU that holds a pod, and a DRA GPU.
-        held = wait_until(
-            "a device-plugin GPU allocated to a pod",
-            lambda: series(prometheus, 'gpu_device_allocation_info{node="gpu-dp-0", namespace="inference"}'),
-            timeout=60,
-        )[0]["metric"]["device"]
-        index = next(
-            i
-            for i in range(3)
-            if cluster.call(lambda c, i=i: c.fleet.gpu("gpu-dp-0", i).uuid) == held  # type: ignore[misc]
-        )
-        wait_until(
-            "every target up",
-            lambda: len(prometheus.query("up == 1")) == len(jobs),
-            timeout=60,
-        )
 
-        wait_until(
-            "the held GPU's workload error ratio, 0 while it is healthy",
-            lambda: prometheus.value(f'node_device:workload_error_ratio:rate5m{{device="{held}"}}') == 0,
-            timeout=60,
-        )
-        cluster.inject({"fault": "xid", "device": {"node": "gpu-dp-0", "gpu": index}, "xid": 79})
-        wait_until(
-            # The pod's ratio stays in the 5m window after it moves.
-            "the pod on the failed GPU failing its requests",
-            lambda: (prometheus.value(f"max({FAILING_PODS})") or 0) > 0,
-            timeout=60,
-        )
-        cluster.inject(
-            {"fault": "device-unknown", "device": {"node": "gpu-dra-0", "gpu": 1}, "duration": "10m"}
-        )
-        wait_until(
-            "the XID's quarantine enforced by the responder",
-            lambda: series(
-                prometheus, f'gpuhealth_device_quarantined{{device="{held}", phase!~"Pending|Deferred"}}'
-            ),
-            timeout=60,
-        )
-        wait_until(
-            "the held GPU's pod moved off it (a migration's duration observed)",
-            lambda: series(prometheus, "gpuhealth_migration_duration_seconds_count > 0"),
-            timeout=60,
-        )
-        wait_until(
-            "the moved pod's replacement running on a healthy GPU (a migration recovery observed)",
-            lambda: series(prometheus, "gpuhealth_migration_recovery_seconds_count > 0"),
-            timeout=90,
-        )
-        wait_until(
-            "an Unknown duration",
-            lambda: series(prometheus, "node_device:gpu_device_unknown_duration:seconds"),
-        )
+def run_the_story(cluster: Any, kube: Any, prometheus: Prometheus, targets: int, started: float) -> None:
+    """The scenario's faults and what each must show, then every panel's data."""
+    from gpuhealth.kube.resources import Resource
 
-        # The API server ends every watch, as its restart would: the exporters resume.
-        cluster.call(lambda c: [w.close() for ws in list(c.store._watchers.values()) for w in list(ws)])
-        wait_until("watch restarts", lambda: series(prometheus, "gpuhealth_exporter_watch_restarts_total"))
+    # A device-plugin GPU that holds a pod, and a DRA GPU.
+    held = wait_until(
+        "a device-plugin GPU allocated to a pod",
+        lambda: series(prometheus, 'gpu_device_allocation_info{node="gpu-dp-0", namespace="inference"}'),
+        timeout=60,
+    )[0]["metric"]["device"]
+    index = next(i for i in range(3) if cluster.call(lambda c, i=i: c.fleet.gpu("gpu-dp-0", i).uuid) == held)
+    wait_until(
+        "every target up",
+        lambda: len(prometheus.query("up == 1")) == targets,
+        timeout=60,
+    )
 
-        wait_until(
-            "the silent DRA GPU's restriction enforced",
-            lambda: series(
-                prometheus, 'gpuhealth_device_quarantined{node="gpu-dra-0", phase!~"Pending|Deferred"}'
-            ),
-            timeout=60,
-        )
-        # The fatal XID's device recovers and walks the ladder to Released: a quarantine ended,
-        # with its verdict (confirmed: the device's own error record) and a release outcome.
-        cluster.inject({"fault": "recover", "device": {"node": "gpu-dp-0", "gpu": index}})
-        wait_until(
-            "the recovered device released",
-            lambda: series(prometheus, 'gpuhealth_responder_releases_total{outcome="released"} == 1'),
-            timeout=120,
-        )
-        # People deleting the enforcement by hand no longer ends a quarantine: the responder puts
-        # it back (level-triggered), and says so.
-        (version, *_) = kube.served_versions("resource.k8s.io", "devicetaintrules")
-        rules = Resource("resource.k8s.io", version, "devicetaintrules", namespaced=False)
-        deleted = {rule["metadata"]["name"] for rule in kube.list(rules).items}
-        for name in deleted:
-            kube.delete(rules, name)
-        wait_until(
-            "the deleted DeviceTaintRule put back",
-            lambda: deleted and deleted <= {rule["metadata"]["name"] for rule in kube.list(rules).items},
-            timeout=60,
-        )
+    wait_until(
+        "the held GPU's workload error ratio, 0 while it is healthy",
+        lambda: prometheus.value(f'node_device:workload_error_ratio:rate5m{{device="{held}"}}') == 0,
+        timeout=60,
+    )
+    cluster.inject({"fault": "xid", "device": {"node": "gpu-dp-0", "gpu": index}, "xid": 79})
+    wait_until(
+        # The pod's ratio stays in the 5m window after it moves.
+        "the pod on the failed GPU failing its requests",
+        lambda: (prometheus.value(f"max({FAILING_PODS})") or 0) > 0,
+        timeout=60,
+    )
+    cluster.inject({"fault": "device-unknown", "device": {"node": "gpu-dra-0", "gpu": 1}, "duration": "10m"})
+    wait_until(
+        "the XID's quarantine enforced by the responder",
+        lambda: series(
+            prometheus, f'gpuhealth_device_quarantined{{device="{held}", phase!~"Pending|Deferred"}}'
+        ),
+        timeout=60,
+    )
+    wait_until(
+        "the held GPU's pod moved off it (a migration's duration observed)",
+        lambda: series(prometheus, "gpuhealth_migration_duration_seconds_count > 0"),
+        timeout=60,
+    )
+    wait_until(
+        "the moved pod's replacement running on a healthy GPU (a migration recovery observed)",
+        lambda: series(prometheus, "gpuhealth_migration_recovery_seconds_count > 0"),
+        timeout=90,
+    )
+    wait_until(
+        "an Unknown duration",
+        lambda: series(prometheus, "node_device:gpu_device_unknown_duration:seconds"),
+    )
 
-        values = {
-            "node": "gpu-dp-0",
-            "device": held,
-            "__rate_interval": "15s",
-        }
-        documents = list(committed().values())
-        missing: list[str] = []
+    # The API server ends every watch, as its restart would: the exporters resume.
+    cluster.call(lambda c: [w.close() for ws in list(c.store._watchers.values()) for w in list(ws)])
+    wait_until("watch restarts", lambda: series(prometheus, "gpuhealth_exporter_watch_restarts_total"))
 
-        def every_panel_has_data() -> bool:
-            # The whole run, as Grafana's time picker would have it at each look.
-            values["__range"] = f"{int(time.time() - started) + 1}s"
-            missing[:] = panels_without_data(prometheus.base_url, documents, values, start=started)
-            return not missing
+    wait_until(
+        "the silent DRA GPU's restriction enforced",
+        lambda: series(
+            prometheus, 'gpuhealth_device_quarantined{node="gpu-dra-0", phase!~"Pending|Deferred"}'
+        ),
+        timeout=60,
+    )
+    # The fatal XID's device recovers and walks the ladder to Released: a quarantine ended,
+    # with its verdict (confirmed: the device's own error record) and a release outcome.
+    cluster.inject({"fault": "recover", "device": {"node": "gpu-dp-0", "gpu": index}})
+    wait_until(
+        "the recovered device released",
+        lambda: series(prometheus, 'gpuhealth_responder_releases_total{outcome="released"} == 1'),
+        timeout=120,
+    )
+    # People deleting the enforcement by hand no longer ends a quarantine: the responder puts
+    # it back (level-triggered), and says so.
+    (version, *_) = kube.served_versions("resource.k8s.io", "devicetaintrules")
+    rules = Resource("resource.k8s.io", version, "devicetaintrules", namespaced=False)
+    deleted = {rule["metadata"]["name"] for rule in kube.list(rules).items}
+    for name in deleted:
+        kube.delete(rules, name)
+    wait_until(
+        "the deleted DeviceTaintRule put back",
+        lambda: deleted and deleted <= {rule["metadata"]["name"] for rule in kube.list(rules).items},
+        timeout=60,
+    )
 
-        with suppress(LoopbackError):  # the assertion below lists what stayed empty
-            wait_until("every panel to show data", every_panel_has_data, timeout=45, interval=2)
-        assert missing == [], "\n".join(missing)
+    values = {
+        "node": "gpu-dp-0",
+        "device": held,
+        "__rate_interval": "15s",
+    }
+    documents = list(committed().values())
+    missing: list[str] = []
+
+    def every_panel_has_data() -> bool:
+        # The whole run, as Grafana's time picker would have it at each look.
+        values["__range"] = f"{int(time.time() - started) + 1}s"
+        missing[:] = panels_without_data(prometheus.base_url, documents, values, start=started)
+        return not missing
+
+    with suppress(LoopbackError):  # the assertion below lists what stayed empty
+        wait_until("every panel to show data", every_panel_has_data, timeout=45, interval=2)
+    assert missing == [], "\n".join(missing)

@@ -300,6 +300,9 @@ def test_the_checkpoint_flow_moves_the_job_and_releases_the_lease(
     client.commit("train-0")
     clock.advance(40.0)  # the checkpoint took this long
     r = m.step(r, clock.now())
+    # The eviction is decided and stored first; the next step sends it.
+    assert not client.evictions and only(r).evicting == "2027-01-15T08:00:40.000000Z"
+    r = m.step(r, clock.now())
     assert client.evictions == [("train-0", True), ("train-0", False)]
     assert len(only(r).evictions) == 1
 
@@ -365,6 +368,7 @@ def evicting(
     r = m.step(record(), clock.now())
     r = m.step(r, clock.now())
     client.commit("train-0")
+    r = m.step(r, clock.now())  # the eviction decided and stored: the next step sends it
     return m, r
 
 
@@ -497,6 +501,8 @@ def test_immediate_mode_evicts_without_a_checkpoint(client: FakeClient, clock: M
     m = migrator(client, clock, modes={"web": Mode.IMMEDIATE})
     r = m.step(record(), clock.now())
     r = m.step(r, clock.now())
+    assert not client.evictions and only(r).evicting  # decided and stored first
+    r = m.step(r, clock.now())
     assert client.evictions == [("web-0", True), ("web-0", False)]
 
 
@@ -608,7 +614,7 @@ def test_with_the_breaker_open_no_move_begins_and_one_under_way_ends(
     r = m.finish(r, clock.now())
     assert client.pod("train-0")["metadata"]["annotations"][REQUESTED] == only(r).key
     client.commit("train-0")
-    r = m.finish(r, clock.now())
+    r = m.finish(m.finish(r, clock.now()), clock.now())
     assert client.evictions == [("train-0", True), ("train-0", False)]
     del client.objects[("pods", "ml", "train-0")]
     client.add(Resource("", "v1", "pods", True), pod("train-1", device="GPU-other"))
@@ -625,7 +631,7 @@ def test_a_device_quarantined_again_moves_the_job_on_it_again(client: FakeClient
     stamp = "2027-01-15T08:00:00.000000Z"
     first = record().with_phase(Phase.PENDING, time=stamp, actor="t", message="m")
     first = first.with_phase(Phase.QUARANTINED, time=stamp, actor="t", message="m")
-    r = m.step(m.step(first, clock.now()), clock.now())
+    r = m.step(m.step(m.step(first, clock.now()), clock.now()), clock.now())
     assert client.evictions == [("train-0", True), ("train-0", False)]
     del client.objects[("pods", "ml", "train-0")]
     client.add(pods, pod("train-1", device="GPU-other"))  # the replacement runs elsewhere
@@ -646,7 +652,7 @@ def test_a_device_quarantined_again_moves_the_job_on_it_again(client: FakeClient
     ):
         r = r.with_phase(phase, time=stamp, actor="t", message="m")
     assert r.status.episode == 2
-    r = m.step(m.step(r, clock.now()), clock.now())
+    r = m.step(m.step(m.step(r, clock.now()), clock.now()), clock.now())
     assert client.evictions[2:] == [("train-1", True), ("train-1", False)]
     del client.objects[("pods", "ml", "train-1")]
     client.add(pods, pod("train-2", device="GPU-other"))
@@ -678,7 +684,7 @@ def test_each_episode_requests_a_checkpoint_under_its_own_key(client: FakeClient
     second_key = client.pod("train-0")["metadata"]["annotations"][REQUESTED]
     assert second_key == r.status.migrations[-1].key != first_key
     client.commit("train-0")
-    r = m.step(r, clock.now())
+    r = m.step(m.step(r, clock.now()), clock.now())
     assert client.evictions == [("train-0", True), ("train-0", False)]
 
 
@@ -823,6 +829,43 @@ def test_a_move_waits_for_its_replacement_to_run_on_a_healthy_device(
     assert registry.get_sample_value("gpuhealth_migration_recovery_seconds_count", labels) == 1.0
     assert registry.get_sample_value("gpuhealth_migration_recovery_seconds_sum", labels) == 30.0
     assert registry.get_sample_value("gpuhealth_migration_recovery_seconds_count", {"path": "dra"}) == 0
+
+
+def test_an_eviction_whose_record_was_lost_is_still_read_as_evicted(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    """The pass that sends the eviction loses its write (a 409: the webhook wrote the record
+    meanwhile): the next pass reads the record as stored, without the eviction. The pods'
+    absence must not read as "gone by themselves": the move awaits the job's replacements and
+    observes their recovery (seen in a full run: a move ended as Succeeded with no replacement
+    looked for, and no recovery)."""
+    pods = Resource("", "v1", "pods", True)
+    registry = CollectorRegistry()
+    m, stored = evicting(client, clock, registry=registry)
+    assert stored.status.migrations[0].evicting and not stored.status.migrations[0].evictions
+    lost = m.step(stored, clock.now())
+    assert client.evictions == [("train-0", True), ("train-0", False)] and only(lost).evictions
+    del client.objects[("pods", "ml", "train-0")]  # evicted; the record of it never written
+    clock.advance(20)
+    r = m.step(stored, clock.now())
+    assert only(r).outcome is MigrationOutcome.WAITING and only(r).detail.startswith("awaiting replacement")
+    client.add(pods, pod("train-1", device="GPU-other"))
+    clock.advance(10)
+    r = m.step(r, clock.now())
+    assert only(r).outcome is MigrationOutcome.SUCCEEDED and len(client.evictions) == 2
+    labels = {"path": "device-plugin"}
+    assert registry.get_sample_value("gpuhealth_migration_recovery_seconds_count", labels) == 1.0
+    assert registry.get_sample_value("gpuhealth_migration_recovery_seconds_sum", labels) == 30.0
+
+
+def test_pods_that_ended_on_their_own_after_the_eviction_was_decided_end_the_move(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    m, r = evicting(client, clock)
+    client.pod("train-0")["status"]["phase"] = "Succeeded"  # the Job finished before the eviction
+    r = m.step(r, clock.now())
+    assert only(r).outcome is MigrationOutcome.SUCCEEDED
+    assert only(r).detail == "every pod of the move has gone" and not client.evictions
 
 
 def test_a_replacement_whose_device_reads_unknown_has_moved_and_one_on_an_unhealthy_device_has_not(
