@@ -210,6 +210,10 @@ class QuarantineSpec:
     plugin's device IDs), on DRA the driver's MIG device names in `pool`; empty: the device is a
     whole GPU (or its partitions are not known). The record is of the card; these are how its
     path reaches it (`docs/quarantine.md`, "MIG: the card is the device")."""
+    profiles: tuple[tuple[str, str], ...] = ()
+    """Device plugins: (MIG UUID, MIG profile) of each partition whose profile NVML named
+    (`gpu_nvml_mig_device_info`): under MIG strategy mixed a partition is one unit of
+    `nvidia.com/mig-<profile>`, which the card's holders and checks ask the kubelet for."""
     source_alerts: tuple[SourceAlert, ...] = ()
     release_request: ReleaseRequest | None = None
     """A person's pending request to release the device (the only way a person asks for one:
@@ -423,6 +427,8 @@ def to_object(record: Quarantine) -> dict[str, Any]:
         body_spec["deviceName"] = spec.device_name
     if spec.partitions:
         body_spec["partitions"] = list(spec.partitions)
+    if spec.profiles:
+        body_spec["partitionProfiles"] = dict(spec.profiles)
     if spec.release_request is not None:
         request = spec.release_request
         body_spec["releaseRequest"] = {
@@ -581,6 +587,7 @@ def from_object(obj: Any, ladder: Ladder = KNOWN) -> Quarantine:
             pool=str(spec.get("pool") or ""),
             device_name=str(spec.get("deviceName") or ""),
             partitions=tuple(str(p) for p in _list(spec.get("partitions"), "spec.partitions")),
+            profiles=_profiles(spec.get("partitionProfiles")),
             source_alerts=tuple(
                 _read_source_alert(a, f"spec.sourceAlerts[{i}]")
                 for i, a in enumerate(_list(spec.get("sourceAlerts"), "spec.sourceAlerts"))
@@ -740,3 +747,10 @@ def _text(data: dict[str, Any], key: str, path: str) -> str:
     if not isinstance(value, str) or not value:
         raise RecordError(f"{path}.{key}: expected a non-empty string")
     return value
+
+
+def _profiles(value: Any) -> tuple[tuple[str, str], ...]:
+    """`spec.partitionProfiles` (MIG UUID -> profile), sorted; anything else: none."""
+    if not isinstance(value, dict):
+        return ()
+    return tuple(sorted((str(k), str(v)) for k, v in value.items() if isinstance(v, str) and v))

@@ -58,6 +58,8 @@ class Evidence:
     partitions: tuple[str, ...] = ()
     """The device's MIG partitions (MIG UUIDs) as the health source saw them this pass (the
     exporter's NVML, `gpu_nvml_mig_device_info`); empty: none seen."""
+    profiles: tuple[tuple[str, str], ...] = ()
+    """(MIG UUID, profile) of those partitions whose profile the health source named."""
 
 
 class Backend(Protocol):
@@ -132,10 +134,12 @@ class Backends:
         slices: Sequence[SliceDevice],
         nodes: dict[str, Any],
         partitions: tuple[str, ...] = (),
+        profiles: tuple[tuple[str, str], ...] = (),
     ) -> Quarantine:
         """`record` naming its device as the API says it is now, by the first backend that claims
         it; unchanged when none does. `nodes`: the pass's node objects by name (filled here);
-        `partitions`: the device's MIG partitions as the health source saw them this pass."""
+        `partitions`: the device's MIG partitions as the health source saw them this pass, and
+        `profiles` their MIG profiles."""
         node = record.spec.node
 
         def read_node() -> Mapping[str, Any] | None:
@@ -147,7 +151,7 @@ class Backends:
             found = nodes[node]
             return found if isinstance(found, dict) else None
 
-        evidence = Evidence(slices, read_node, partitions)
+        evidence = Evidence(slices, read_node, partitions, profiles)
         for backend in self.ordered:
             identity = backend.identify(record, evidence)
             if identity is not None:

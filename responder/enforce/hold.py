@@ -35,6 +35,7 @@ from gpuhealth.kube.api import Api
 from gpuhealth.kube.conflicts import retry_on_conflict
 from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import NODE, POD
+from responder.enforce.card_resources import hold_resources
 from responder.enforce.hold_plan import (
     FINISHED,
     HOLDER_LABEL,
@@ -47,7 +48,7 @@ from responder.enforce.hold_plan import (
     plan,
     plugin_word,
 )
-from responder.extender.filter import gpus_requested
+from responder.extender.filter import GPU_RESOURCE, gpu_units, requested
 from responder.records import Quarantine, owner_reference
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,6 @@ CHECK_LABEL = "gpuhealth.io/check"
 """Label of the pods of gpuhealth's own probe and canary Jobs (`responder.checks.jobs`)."""
 RECORD_LABEL = "gpuhealth.io/record"
 """Label of a check's pods naming their record (as the holders' `HOLDER_LABEL` value does)."""
-GPU_RESOURCE = "nvidia.com/gpu"
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,15 +170,19 @@ class DeviceHold:
             replicas=_int(((node.get("metadata") or {}).get("labels") or {}).get(REPLICAS_LABEL)),
         )
         unfinished = [p for p in pods if (p.get("status") or {}).get("phase") not in FINISHED]
+        # The resources the card's units are (a MIG card's profiles under strategy mixed): the
+        # fill asks for those, and only the node's units of those can be the card.
+        resources = hold_resources(record, node)
         # In use: by workload pods, and by another record's holders (a fill of a card on the same
         # node may hold this one for a moment; it lets it go when its fill completes).
         busy = tuple(
             d for p in unfinished if _uses(p, record) for d in device_ids(p) if card.owns(d)
         )  # fmt: skip
-        allocatable = _int(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
-        capacity = max(
-            allocatable, _int(((node.get("status") or {}).get("capacity") or {}).get(GPU_RESOURCE))
-        )
+        status = node.get("status") or {}
+        allocatable_of = {r: _int((status.get("allocatable") or {}).get(r)) for r in resources}
+        free_of = {r: max(0, allocatable_of[r] - sum(requested(p, r) for p in unfinished)) for r in resources}
+        allocatable = sum(allocatable_of.values())
+        capacity = max(allocatable, sum(_int((status.get("capacity") or {}).get(r)) for r in resources))
         excluded = max(0, capacity - allocatable)
         word = plugin_word(
             self._unhealthy.get(record.name),
@@ -190,12 +194,13 @@ class DeviceHold:
         else:
             self._unhealthy[record.name] = word
         unknown = sum(
-            1 for p in unfinished if _uses(p, record) and not device_ids(p) and gpus_requested(p) > 0
+            1
+            for p in unfinished
+            if _uses(p, record) and not device_ids(p) and any(requested(p, r) > 0 for r in resources)
         )
         checking = tuple(
             d for p in unfinished if _check_of(p, record) for d in device_ids(p) if card.owns(d)
         )  # fmt: skip
-        requested = sum(gpus_requested(p) for p in unfinished)
         prior = None
         if previous is not None and previous[0] in HoldState.__members__.values():
             prior = HoldState(previous[0])
@@ -204,7 +209,7 @@ class DeviceHold:
                 card=card,
                 holders=tuple(self._holder(p, now, self._seen[record.name]) for p in holders),
                 busy=busy,
-                free=max(0, allocatable - requested),
+                free=sum(free_of.values()),
                 previous=prior,
                 previous_age_seconds=now - previous[1] if previous is not None else 0.0,
                 allocatable_rose=allocatable > self._allocatable.get(record.name, allocatable),
@@ -238,13 +243,19 @@ class DeviceHold:
             )
         # The node's annotation first: the extender must read a fill as under way (`pending`)
         # before its holders exist, or it could pass a pod to the node meanwhile.
-        self._mark(record, _mark_of(decided.state, ramp, allocatable), node)
+        # `excluded@<N>` in the extender's measure: the node's GPU units of every resource.
+        self._mark(record, _mark_of(decided.state, ramp, gpu_units(status.get("allocatable"))), node)
         by_name = {str((p.get("metadata") or {}).get("name")): p for p in holders}
         for name in decided.delete:
             if name in by_name:
                 self._delete(by_name[name])
-        for _ in range(decided.create):
-            self._client.create(POD, self.holder(record), namespace=self.namespace)
+        # One holder per free unit of each of the card's resources (a fill's `create` is the
+        # node's free units of them all).
+        left = decided.create
+        for resource in resources:
+            for _ in range(min(left, free_of[resource])):
+                self._client.create(POD, self.holder(record, resource), namespace=self.namespace)
+                left -= 1
         self.pods[record.name] = len(holders) - len(decided.delete) + decided.create
         if decided.create or decided.delete:
             log.info(
@@ -253,8 +264,8 @@ class DeviceHold:
             )  # fmt: skip
         return decided
 
-    def holder(self, record: Quarantine) -> dict[str, Any]:
-        """A holder pod of the record: one unit of the card's resource on its node."""
+    def holder(self, record: Quarantine, resource: str = GPU_RESOURCE) -> dict[str, Any]:
+        """A holder pod of the record: one unit of `resource` (one of the card's) on its node."""
         s = self.settings
         spec: dict[str, Any] = {
             "nodeName": record.spec.node,
@@ -273,8 +284,8 @@ class DeviceHold:
                     "name": "hold",
                     "image": s.image,
                     "resources": {
-                        "limits": {GPU_RESOURCE: "1", "cpu": "10m", "memory": "16Mi"},
-                        "requests": {GPU_RESOURCE: "1", "cpu": "1m", "memory": "4Mi"},
+                        "limits": {resource: "1", "cpu": "10m", "memory": "16Mi"},
+                        "requests": {resource: "1", "cpu": "1m", "memory": "4Mi"},
                     },
                     "securityContext": {
                         "allowPrivilegeEscalation": False,

@@ -52,6 +52,8 @@ class Identity:
     partitions: tuple[str, ...] = ()
     """A MIG card's partitions where the evidence names them, as its path names them: MIG UUIDs
     on the device-plugin path, the driver's MIG device names in `pool` on DRA; empty: none seen."""
+    profiles: tuple[tuple[str, str], ...] = ()
+    """Device plugins: (MIG UUID, profile) of the partitions whose profile the evidence names."""
 
     def applied(self, spec: QuarantineSpec) -> QuarantineSpec:
         """`spec` naming this identity (the UUID and the partitions are kept where the evidence
@@ -64,6 +66,7 @@ class Identity:
             pool=self.pool,
             device_name=self.device_name,
             partitions=self.partitions or spec.partitions,
+            profiles=self.profiles or spec.profiles,
         )
 
     def of(self, spec: QuarantineSpec) -> bool:

@@ -47,6 +47,7 @@ from gpuhealth.kube.conflicts import retry_on_conflict
 from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import NODE
 from responder.enforce.backends import DeviceRequest, Evidence
+from responder.enforce.card_resources import card_units
 from responder.enforce.identity import Identity, resolve_capacity
 from responder.ladder import CANARY_TAINT
 from responder.reconcile.policy import Enforce
@@ -101,10 +102,16 @@ class NodeAnnotation:
         if record.spec.path == self.path:
             # No slice publishes the device (the DRA backend asked first): nothing says it moved,
             # and the node need not be read.
-            return Identity(self.path, uuid=record.spec.uuid, partitions=evidence.partitions)
+            return Identity(
+                self.path, uuid=record.spec.uuid, partitions=evidence.partitions, profiles=evidence.profiles
+            )
         node = evidence.node()
         found = resolve_capacity(record.spec, None if node is None else node.get("status"))
-        return None if found is None else replace(found, partitions=evidence.partitions)
+        return (
+            None
+            if found is None
+            else replace(found, partitions=evidence.partitions, profiles=evidence.profiles)
+        )
 
     def enforced_as(self, record: Quarantine) -> str:
         return f"Node/{record.spec.node}"
@@ -143,11 +150,16 @@ class NodeAnnotation:
         if self._runtime_class:
             pod["runtimeClassName"] = self._runtime_class
         capabilities = {"name": DRIVER_CAPABILITIES, "value": "compute,utility"}
-        if self.through_kubelet(record):
-            # One GPU from the kubelet (a MIG card: as many as its partitions), while the hold
-            # has stepped aside: the card is the only free one. The plugin's Allocate sets
-            # NVIDIA_VISIBLE_DEVICES to what it gave.
-            gpu = {GPU_RESOURCE: str(len(record.spec.partitions) or 1)}
+        # The node is read for a MIG card on the kubelet's route only: its strategy names the units.
+        mig = bool(record.spec.partitions) and self.route == KUBELET
+        node = node_reader(self._client, record)() if mig else None
+        if through_kubelet(self.route, record, lambda: node):
+            units = card_units(record, node)
+            # One GPU from the kubelet (a MIG card: as many units as its partitions, of the
+            # resources its node's MIG strategy names), while the hold has stepped aside: the
+            # card's are the only free ones. The plugin's Allocate sets NVIDIA_VISIBLE_DEVICES to
+            # what it gave.
+            gpu = {resource: str(n) for resource, n in (units or {GPU_RESOURCE: 1}).items()}
             resources = {"limits": dict(gpu), "requests": dict(gpu)}
             return DeviceRequest(container={"env": [capabilities], "resources": resources}, pod=pod)
         # No `nvidia.com/gpu` request: the device plugin would hand over any free Healthy GPU
@@ -205,27 +217,20 @@ RAMPING = "ramping"
 """Listed in `gpuhealth.io/ramping-devices`: opted-in pods only, up to the bound."""
 
 
-MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
-"""GPU feature discovery's node label: how the device plugin advertises MIG partitions (`single`:
-each one unit of `nvidia.com/gpu`; `mixed`: `nvidia.com/mig-<profile>`; `none`)."""
-
-
 def through_kubelet(
     route: str, record: Quarantine, read_node: Callable[[], Mapping[str, Any] | None] | None = None
 ) -> bool:
     """Whether a device-plugin record's checks get its card from the kubelet on `route`. A MIG
-    card does where its partitions are units of `nvidia.com/gpu` (the node's MIG strategy
-    `single`, as the label of the node `read_node` reads says; read only for such a card): the
-    check asks for as many as the card has, and with the
-    hold stepped aside they are the only free ones. Under `mixed` (or unknown) they are units of
-    other resources, one per profile: the runtime's route."""
+    card does where the resources its partitions are units of are known (`card_resources.card_units`:
+    the node's MIG strategy, as the label of the node `read_node` reads says, read only for such a
+    card; under `mixed` every partition's profile): the check asks for as many units of each as
+    the card has, and with the hold stepped aside they are the only free ones. Otherwise (a node
+    without the label, a profile not known): the runtime's route."""
     if record.spec.path != DEVICE_PLUGIN or route != KUBELET:
         return False
     if not record.spec.partitions:
         return True
-    node = read_node() if read_node is not None else None
-    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
-    return labels.get(MIG_STRATEGY_LABEL) == "single"
+    return card_units(record, read_node() if read_node is not None else None) is not None
 
 
 def node_reader(client: Api, record: Quarantine) -> Callable[[], dict[str, Any] | None]:

@@ -55,7 +55,7 @@ from gpuhealth.kube.resources import NODE, POD
 from responder.enforce.hold import ASIDE_MARK, excluded_at, holds
 from responder.enforce.hold_plan import HOLDER_LABEL
 from responder.enforce.node_annotation import NODE_ANNOTATION, ramping
-from responder.extender.filter import GPU_RESOURCE, ArgsError, NodeCapacity, gpus_requested, opted_in
+from responder.extender.filter import ArgsError, NodeCapacity, gpu_units, gpus_requested, opted_in
 from responder.reconcile.reconciler import WatchBackoff
 
 log = logging.getLogger(__name__)
@@ -99,13 +99,13 @@ def node_gpus(node: Mapping[str, Any]) -> NodeGpus:
     """A Node's GPU accounting (pure); unreadable quantities count as 0."""
     status = node.get("status")
     status = status if isinstance(status, dict) else {}
-    capacity = _quantity(status.get("capacity"))
+    capacity = gpu_units(status.get("capacity"))
     ramp = ramping(node)
     held = holds(node)
     listed = listed_devices(node)
     # A card a holder pod holds is counted by that pod's request: not counted out a second time.
     excluded = {d for d in listed if held.get(d) != "held"} | ramp.keys()
-    allocatable = _quantity(status.get("allocatable"))
+    allocatable = gpu_units(status.get("allocatable"))
     # A card no fill could get (its plugin excluded it) while the node had N allocatable GPUs:
     # once it has more, the plugin let a device back, perhaps the card (any new pod could be
     # handed it): as pending until the responder's next pass fills again.
@@ -136,15 +136,6 @@ def listed_devices(node: Mapping[str, Any]) -> frozenset[str]:
     except orjson.JSONDecodeError:
         return frozenset()
     return frozenset(v for v in value if isinstance(v, str)) if isinstance(value, list) else frozenset()
-
-
-def _quantity(values: Any) -> int:
-    if not isinstance(values, dict):
-        return 0
-    try:
-        return max(0, int(str(values.get(GPU_RESOURCE, 0))))
-    except ValueError:
-        return 0
 
 
 def pod_gpus(pod: Mapping[str, Any]) -> tuple[str, int] | None:

@@ -31,6 +31,33 @@ from typing import Any
 from responder.ladder import CANARY_OPT_IN
 
 GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+"""Under MIG strategy mixed the NVIDIA device plugin advertises each MIG profile's partitions as
+`nvidia.com/mig-<profile>` instead of `nvidia.com/gpu`. The extender counts a node's GPU units
+over all of them together (`gpu_units`): a partition of any profile is one unit. That is exact
+for what the extender decides on a node with a hold under way (no new GPU pod at all) and for a
+node of one profile; on a node of several profiles the count of quarantined units is the
+node's, not the profile's (`docs/quarantine.md`, "MIG")."""
+
+
+def gpu_resource(name: str) -> bool:
+    """Whether `name` is an NVIDIA device plugin's GPU resource (`nvidia.com/gpu`, `nvidia.com/mig-*`)."""
+    return name == GPU_RESOURCE or name.startswith(MIG_RESOURCE_PREFIX)
+
+
+def gpu_units(values: Any) -> int:
+    """The GPU units of a node's `status.capacity` or `status.allocatable`: `nvidia.com/gpu` and
+    every `nvidia.com/mig-<profile>` together; unreadable quantities count as 0."""
+    if not isinstance(values, dict):
+        return 0
+    total = 0
+    for name, value in values.items():
+        if gpu_resource(str(name)):
+            try:
+                total += max(0, int(str(value)))
+            except ValueError:
+                continue
+    return total
 
 
 class ArgsError(ValueError):
@@ -108,7 +135,17 @@ def opted_in(pod: Mapping[str, Any]) -> bool:
 
 
 def gpus_requested(pod: Mapping[str, Any]) -> int:
-    """The pod's effective GPU request: the sum over containers, or the largest init container's."""
+    """The pod's effective GPU request: the sum over containers, or the largest init container's
+    (units of `nvidia.com/gpu` and of every `nvidia.com/mig-<profile>` together)."""
+    return _requested(pod, gpu_resource)
+
+
+def requested(pod: Mapping[str, Any], resource: str) -> int:
+    """The pod's effective request of one extended resource (as `gpus_requested` counts)."""
+    return _requested(pod, lambda name: name == resource)
+
+
+def _requested(pod: Mapping[str, Any], counted: Callable[[str], bool]) -> int:
     spec = _mapping(pod.get("spec"))
 
     def of(container: Any) -> int:
@@ -117,8 +154,8 @@ def gpus_requested(pod: Mapping[str, Any]) -> int:
             return 0
         for part in ("requests", "limits"):  # extended resources: requests equal limits
             values = resources.get(part)
-            if isinstance(values, dict) and GPU_RESOURCE in values:
-                return _count(values[GPU_RESOURCE])
+            if isinstance(values, dict) and any(counted(str(k)) for k in values):
+                return sum(_count(v) for k, v in values.items() if counted(str(k)))
         return 0
 
     containers, inits = _list(spec.get("containers")), _list(spec.get("initContainers"))

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -37,7 +37,7 @@ from responder.reconcile.policy import Health
 
 UNHEALTHY_RULE = "node_device:gpu_device_reported_unhealthy:bool"
 UNKNOWN_RULE = "node_device:gpu_device_effective_unknown:bool"
-MIG_QUERY = "max by (node, device, mig_uuid) (gpu_nvml_mig_device_info)"
+MIG_QUERY = "max by (node, device, mig_uuid, profile) (gpu_nvml_mig_device_info)"
 """Each MIG card's partitions, as node-mode exporters read them from NVML: not health, but what
 the device-plugin path needs to reach a card (`responder.enforce.node_annotation`)."""
 
@@ -62,9 +62,15 @@ class HealthSnapshot:
     """False: the source gave no answer this pass; every device reads Unavailable."""
     partitions: Mapping[DeviceKey, tuple[str, ...]] = field(default_factory=dict)
     """Each MIG card's partitions (MIG UUIDs, sorted) as last exported; a card not here has none known."""
+    profiles: Mapping[str, str] = field(default_factory=dict)
+    """MIG UUID -> its MIG profile (`3g.40gb`), where the exporter named one."""
 
     def partitions_of(self, node: str, device: str) -> tuple[str, ...]:
         return self.partitions.get((node, device), ())
+
+    def profiles_of(self, partitions: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+        """(MIG UUID, profile) of those of `partitions` whose profile is known."""
+        return tuple((p, self.profiles[p]) for p in partitions if p in self.profiles)
 
     @classmethod
     def unavailable(cls) -> HealthSnapshot:
@@ -144,20 +150,36 @@ def parse_vector(body: Any, query: str) -> dict[DeviceKey, float]:
     return out
 
 
+def _mig_labels(body: Any) -> Iterator[dict[str, Any]]:
+    """The label sets of an answer of `MIG_QUERY` (an unreadable answer or sample: none)."""
+    data = body.get("data") if isinstance(body, dict) and body.get("status") == "success" else None
+    result = data.get("result") if isinstance(data, dict) else None
+    for sample in result if isinstance(result, list) else ():
+        labels = sample.get("metric") if isinstance(sample, dict) else None
+        if isinstance(labels, dict):
+            yield labels
+
+
 def parse_partitions(body: Any) -> dict[DeviceKey, tuple[str, ...]]:
     """(node, card) -> its MIG UUIDs, sorted, from an answer of `MIG_QUERY` (pure; an unreadable
     answer or sample gives nothing for it)."""
-    data = body.get("data") if isinstance(body, dict) and body.get("status") == "success" else None
-    result = data.get("result") if isinstance(data, dict) else None
     found: dict[DeviceKey, set[str]] = {}
-    for sample in result if isinstance(result, list) else ():
-        labels = sample.get("metric") if isinstance(sample, dict) else None
-        if not isinstance(labels, dict):
-            continue
+    for labels in _mig_labels(body):
         node, device, mig = labels.get("node"), labels.get("device"), labels.get("mig_uuid")
         if isinstance(node, str) and isinstance(device, str) and isinstance(mig, str) and mig:
             found.setdefault((node, device), set()).add(mig)
     return {key: tuple(sorted(migs)) for key, migs in found.items()}
+
+
+def parse_profiles(body: Any) -> dict[str, str]:
+    """MIG UUID -> its profile from an answer of `MIG_QUERY` (pure; a sample without a profile,
+    or a partition named with two, gives none for it)."""
+    found: dict[str, set[str]] = {}
+    for labels in _mig_labels(body):
+        mig, profile = labels.get("mig_uuid"), labels.get("profile")
+        if isinstance(mig, str) and mig and isinstance(profile, str) and profile:
+            found.setdefault(mig, set()).add(profile)
+    return {mig: next(iter(names)) for mig, names in found.items() if len(names) == 1}
 
 
 class PrometheusHealth:
@@ -188,19 +210,21 @@ class PrometheusHealth:
         self._healthy_since = {
             key: self._healthy_since.get(key, now) for key, state in states.items() if state == Health.HEALTHY
         }
+        partitions, profiles = self._partitions()
         return HealthSnapshot(
             {key: DeviceHealth(state, self._healthy_since.get(key)) for key, state in states.items()},
-            partitions=self._partitions(),
+            partitions=partitions,
+            profiles=profiles,
         )
 
-    def _partitions(self) -> dict[DeviceKey, tuple[str, ...]]:
-        """The MIG cards' partitions; none when the query fails: it is no health evidence, and a
-        record keeps the partitions it knows (`responder.enforce.identity.Identity.applied`)."""
+    def _partitions(self) -> tuple[dict[DeviceKey, tuple[str, ...]], dict[str, str]]:
+        """The MIG cards' partitions and their profiles; none when the query fails: it is no
+        health evidence, and a record keeps what it knows (`responder.enforce.identity.Identity.applied`)."""
         try:
             body = self._get(MIG_QUERY)
         except HealthUnavailable:
-            return {}
-        return parse_partitions(body)
+            return {}, {}
+        return parse_partitions(body), parse_profiles(body)
 
     def _get(self, query: str) -> Any:
         address = f"{self._url}/api/v1/query?{urllib.parse.urlencode({'query': query})}"

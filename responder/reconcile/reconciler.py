@@ -136,9 +136,11 @@ class Enforcement(Protocol):
         slices: Sequence[SliceDevice],
         nodes: dict[str, Any],
         partitions: tuple[str, ...] = (),
+        profiles: tuple[tuple[str, str], ...] = (),
     ) -> Quarantine:
         """`record` naming its device as the API says it is now (unchanged when nothing says);
-        `partitions`: a MIG card's partitions as the health source saw them this pass."""
+        `partitions`: a MIG card's partitions as the health source saw them this pass, `profiles`
+        their MIG profiles."""
         ...
 
     def enforced_as(self, record: Quarantine) -> str: ...
@@ -623,8 +625,9 @@ class Reconciler:
             after, _ = self._held(record, state.now)
             return ("written" if self._write(obj, record, after, fence) else "unchanged"), after, None
         moved: Exception | None = None
+        partitions = snapshot.partitions_of(record.spec.node, record.spec.device)
         current = self._enforcer.identify(
-            record, state.slices, state.nodes, snapshot.partitions_of(record.spec.node, record.spec.device)
+            record, state.slices, state.nodes, partitions, snapshot.profiles_of(partitions)
         )
         if current.spec != record.spec:
             current = self._hand_over(record, current, state)

@@ -160,6 +160,8 @@ def test_a_checkpointed_job_is_evicted_through_the_real_api_under_a_real_budget(
         # The workload's checkpoint agent commits.
         client.patch(POD, victim, {"metadata": {"annotations": {COMMITTED: key}}}, namespace=NS)
 
+        record = migrator.step(record, clock.now())  # the eviction decided, stored first
+        assert _only(record).evicting and not _only(record).evictions
         record = migrator.step(record, clock.now())
         entry = _only(record)
         assert "refused by a budget (429)" in entry.detail, entry

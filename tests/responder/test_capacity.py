@@ -260,3 +260,15 @@ def test_a_card_no_fill_could_get_keeps_new_pods_off_once_the_node_s_allocatable
     # A mark that does not read as one is ignored (nothing invented from it).
     back["metadata"]["annotations"][HOLDS_NODE_ANNOTATION] = json.dumps({"GPU-0": "excluded@x"})
     assert node_gpus(back).holding == 0
+
+
+def test_a_mixed_mig_node_counts_its_profiles_units() -> None:
+    """Strategy mixed: the node advertises `nvidia.com/mig-<profile>` instead of `nvidia.com/gpu`;
+    every partition is a GPU unit, so quarantined partitions count out of them."""
+    mixed = node("m", listed=2)
+    mixed["status"] = {
+        "capacity": {"nvidia.com/mig-3g.40gb": "4", "cpu": "64"},
+        "allocatable": {"nvidia.com/mig-3g.40gb": "4", "cpu": "64"},
+    }
+    gpus = node_gpus(mixed)
+    assert (gpus.capacity, gpus.allocatable, gpus.quarantined_allocatable) == (4, 4, 2)

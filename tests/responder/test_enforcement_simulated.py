@@ -237,11 +237,34 @@ def test_a_mig_card_is_quarantined_as_all_its_partitions(client: KubeClient) -> 
     request = backend.device_request(card, "probe", "gpuhealth").container
     assert request["resources"]["requests"] == {"nvidia.com/gpu": "2"}
     assert "NVIDIA_VISIBLE_DEVICES" not in {e["name"] for e in request["env"]}
-    # Strategy mixed: the partitions are nvidia.com/mig-<profile> units: the runtime's route.
+    # Strategy mixed: the partitions are nvidia.com/mig-<profile> units. With a profile unknown
+    # the check cannot name them: the runtime's route.
     node = client.get(NODE, "gpu-node-1")
     node["metadata"]["labels"]["nvidia.com/mig.strategy"] = "mixed"
     client.update(NODE, node)
     assert not backend.through_kubelet(card)
+    partial = replace(card, spec=replace(card.spec, profiles=(("MIG-1", "3g.40gb"),)))
+    assert not backend.through_kubelet(partial)
+    # Every profile known (NVML's, kept by the CRD): the kubelet's route, as many units of each
+    # profile's resource as the card has.
+    profiled = from_object(
+        client.update(
+            QUARANTINES,
+            to_object(
+                replace(card, spec=replace(card.spec, profiles=(("MIG-1", "3g.40gb"), ("MIG-2", "3g.40gb"))))
+            ),
+        )
+    )
+    assert profiled.spec.profiles == (("MIG-1", "3g.40gb"), ("MIG-2", "3g.40gb"))
+    assert backend.through_kubelet(profiled)
+    request = backend.device_request(profiled, "probe", "gpuhealth").container
+    assert request["resources"]["requests"] == {"nvidia.com/mig-3g.40gb": "2"}
+    assert "NVIDIA_VISIBLE_DEVICES" not in {e["name"] for e in request["env"]}
+    mixed = replace(
+        profiled, spec=replace(profiled.spec, profiles=(("MIG-1", "4g.40gb"), ("MIG-2", "3g.40gb")))
+    )
+    units = backend.device_request(mixed, "probe", "gpuhealth").container["resources"]["limits"]
+    assert units == {"nvidia.com/mig-3g.40gb": "1", "nvidia.com/mig-4g.40gb": "1"}
 
 
 @pytest.mark.parametrize(

@@ -23,8 +23,10 @@ from responder.extender.filter import (
     NodeCapacity,
     error_result,
     filter_nodes,
+    gpu_units,
     gpus_requested,
     parse_args,
+    requested,
 )
 
 
@@ -124,6 +126,18 @@ def test_pods_without_gpus_pass_everywhere() -> None:
 def test_init_containers_count_as_the_scheduler_counts_them() -> None:
     assert gpus_requested(pod(1, init=3)) == 3
     assert gpus_requested(pod(4, init=3)) == 4
+
+
+def test_mig_profiles_resources_count_as_gpu_units() -> None:
+    """Under MIG strategy mixed a pod asks for `nvidia.com/mig-<profile>`: as many GPU units."""
+    mig = {"spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/mig-3g.40gb": "2"}}}]}}
+    assert gpus_requested(mig) == 2
+    assert requested(mig, "nvidia.com/mig-3g.40gb") == 2 and requested(mig, "nvidia.com/gpu") == 0
+    assert (
+        gpu_units({"nvidia.com/gpu": "2", "nvidia.com/mig-1g.10gb": "7", "cpu": "8", "nvidia.com/x": "1"})
+        == 9
+    )
+    assert gpu_units({"nvidia.com/mig-1g.10gb": "many"}) == 0 and gpu_units(None) == 0
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ from responder.reconcile.health import (
     StaticHealth,
     classify,
     parse_partitions,
+    parse_profiles,
     parse_vector,
 )
 from responder.reconcile.policy import Health
@@ -50,6 +51,19 @@ def test_the_partitions_of_each_card_are_read_from_their_info_series() -> None:
     assert parse_partitions(body) == {("n1", "GPU-a"): ("MIG-a", "MIG-b"), ("n2", "GPU-c"): ("MIG-c",)}
     assert parse_partitions({"status": "error"}) == {}
     assert parse_partitions([]) == {}
+
+
+def test_each_partitions_profile_is_read_where_the_exporter_names_one() -> None:
+    body = mig_vector({("n1", "GPU-a"): ["MIG-a", "MIG-b", "MIG-c"]})
+    result = body["data"]["result"]
+    result[0]["metric"]["profile"] = "3g.40gb"
+    result[1]["metric"]["profile"] = "1g.10gb"
+    result.append({"metric": {**result[1]["metric"], "profile": "2g.20gb"}, "value": [0, "1"]})  # two: none
+    assert "profile" in MIG_QUERY
+    assert parse_profiles(body) == {"MIG-a": "3g.40gb"}
+    assert parse_profiles({"status": "error"}) == {}
+    snapshot = HealthSnapshot(profiles={"MIG-a": "3g.40gb"})
+    assert snapshot.profiles_of(("MIG-a", "MIG-c")) == (("MIG-a", "3g.40gb"),)
 
 
 def vector(values: dict[tuple[str, str], Any]) -> dict[str, Any]:

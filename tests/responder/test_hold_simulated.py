@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -123,9 +124,10 @@ class World:
             time.sleep(0.2)
 
 
-@pytest.fixture
-def world() -> Iterator[World]:
-    with running_cluster(SCENARIO, speed=10) as cluster:
+@contextmanager
+def world_on(scenario: dict[str, Any]) -> Iterator[World]:
+    """A World on the simulated cluster of `scenario`, with the CRD and gpuhealth's namespace."""
+    with running_cluster(scenario, speed=10) as cluster:
         client = KubeClient(KubeTransport(api_client(str(cluster.kubeconfig_path))))
         client.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
         client.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
@@ -134,6 +136,12 @@ def world() -> Iterator[World]:
             yield World(client)
         finally:
             client.close()
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    with world_on(SCENARIO) as w:
+        yield w
 
 
 def test_a_free_quarantined_card_is_held_by_a_holder_the_kubelet_gave_it(world: World) -> None:

@@ -194,6 +194,7 @@ class FakeEnforcer:
         slices: Sequence[SliceDevice],
         nodes: dict[str, Any],
         partitions: tuple[str, ...] = (),
+        profiles: tuple[tuple[str, str], ...] = (),
     ) -> Quarantine:
         return record
 

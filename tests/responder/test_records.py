@@ -108,6 +108,17 @@ def test_a_mig_cards_partitions_round_trip() -> None:
     assert to_object(record)["spec"]["partitions"] == ["MIG-1", "MIG-2"]
     assert from_object(to_object(record)) == record
     assert "partitions" not in to_object(Quarantine(name="q", spec=spec()))["spec"]
+    profiled = Quarantine(
+        name="q",
+        spec=spec(
+            path="device-plugin",
+            partitions=("MIG-1", "MIG-2"),
+            profiles=(("MIG-1", "3g.40gb"), ("MIG-2", "3g.40gb")),
+        ),
+    )
+    assert to_object(profiled)["spec"]["partitionProfiles"] == {"MIG-1": "3g.40gb", "MIG-2": "3g.40gb"}
+    assert from_object(to_object(profiled)) == profiled
+    assert "partitionProfiles" not in to_object(record)["spec"]
 
 
 @given(st.lists(st.sampled_from([*Phase, "Probing", "Ramp"]), max_size=40))
