@@ -16,12 +16,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from responder.extender.filter import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from gpuhealth.plugin_resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX, MIG_STRATEGY_LABEL, mig_resource
 from responder.records import Quarantine
-
-MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
-"""GPU feature discovery's node label: how the device plugin advertises MIG partitions (`single`:
-each one unit of `nvidia.com/gpu`; `mixed`: `nvidia.com/mig-<profile>`; `none`)."""
 
 
 def mig_strategy(node: Mapping[str, Any] | None) -> str:
@@ -46,7 +42,7 @@ def card_units(record: Quarantine, node: Mapping[str, Any] | None) -> dict[str, 
     profiles = dict(record.spec.profiles)
     if not all(profiles.get(p) for p in partitions):
         return None
-    return dict(sorted(Counter(MIG_RESOURCE_PREFIX + profiles[p] for p in partitions).items()))
+    return dict(sorted(Counter(mig_resource(profiles[p]) for p in partitions).items()))
 
 
 def hold_resources(record: Quarantine, node: Mapping[str, Any] | None) -> tuple[str, ...]:

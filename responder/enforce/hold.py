@@ -35,6 +35,7 @@ from gpuhealth.kube.api import Api
 from gpuhealth.kube.conflicts import retry_on_conflict
 from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import NODE, POD
+from gpuhealth.plugin_resources import GPU_RESOURCE
 from responder.enforce.card_resources import hold_resources
 from responder.enforce.hold_plan import (
     FINISHED,
@@ -48,7 +49,7 @@ from responder.enforce.hold_plan import (
     plan,
     plugin_word,
 )
-from responder.extender.filter import GPU_RESOURCE, gpu_units, requested
+from responder.extender.filter import gpu_units, requested
 from responder.records import Quarantine, owner_reference
 
 log = logging.getLogger(__name__)

@@ -20,12 +20,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuhealth.kube.slices import parent_uuid_attribute, uuid_attribute
+from gpuhealth.plugin_resources import gpu_resource
 from responder.records import DEVICE_PLUGIN, DRA, QuarantineSpec
-
-PLUGIN_RESOURCE = "nvidia.com/gpu"
-"""The extended resource the NVIDIA device plugin advertises in a node's capacity."""
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-"""With MIG strategy mixed the plugin advertises `nvidia.com/mig-<profile>` per profile instead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,9 +145,7 @@ def resolve_capacity(spec: QuarantineSpec, node_status: Mapping[str, Any] | None
     uuid = device_uuid(spec)
     capacity = (node_status or {}).get("capacity") or {}
     advertised = any(
-        (name == PLUGIN_RESOURCE or str(name).startswith(MIG_RESOURCE_PREFIX))
-        and str(value or "0") not in ("", "0")
-        for name, value in capacity.items()
+        gpu_resource(str(name)) and str(value or "0") not in ("", "0") for name, value in capacity.items()
     )
     if not uuid or not advertised:
         return None

@@ -46,6 +46,7 @@ from gpuhealth.kube.api import Api
 from gpuhealth.kube.conflicts import retry_on_conflict
 from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import NODE
+from gpuhealth.plugin_resources import GPU_RESOURCE
 from responder.enforce.backends import DeviceRequest, Evidence
 from responder.enforce.card_resources import card_units
 from responder.enforce.identity import Identity, resolve_capacity
@@ -61,7 +62,6 @@ RAMP_ANNOTATION = "gpuhealth.io/ramping-devices"
 extender admits to the node for that device while it ramps."""
 RAMP_PODS = 1
 """Opted-in pods admitted per ramping device by default: one workload's worth of bounded load."""
-GPU_RESOURCE = "nvidia.com/gpu"
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 """The NVIDIA container runtime's variable: the GPUs (uuids) a container sees."""
 DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"

@@ -28,26 +28,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuhealth.plugin_resources import GPU_RESOURCE, gpu_resource
 from responder.ladder import CANARY_OPT_IN
-
-GPU_RESOURCE = "nvidia.com/gpu"
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-"""Under MIG strategy mixed the NVIDIA device plugin advertises each MIG profile's partitions as
-`nvidia.com/mig-<profile>` instead of `nvidia.com/gpu`. The extender counts a node's GPU units
-over all of them together (`gpu_units`): a partition of any profile is one unit. That is exact
-for what the extender decides on a node with a hold under way (no new GPU pod at all) and for a
-node of one profile; on a node of several profiles the count of quarantined units is the
-node's, not the profile's (`docs/quarantine.md`, "MIG")."""
-
-
-def gpu_resource(name: str) -> bool:
-    """Whether `name` is an NVIDIA device plugin's GPU resource (`nvidia.com/gpu`, `nvidia.com/mig-*`)."""
-    return name == GPU_RESOURCE or name.startswith(MIG_RESOURCE_PREFIX)
 
 
 def gpu_units(values: Any) -> int:
     """The GPU units of a node's `status.capacity` or `status.allocatable`: `nvidia.com/gpu` and
-    every `nvidia.com/mig-<profile>` together; unreadable quantities count as 0."""
+    every `nvidia.com/mig-<profile>` together; unreadable quantities count as 0. Under MIG strategy
+    mixed a partition of any profile is one unit: exact for what the extender decides on a node
+    with a hold under way (no new GPU pod at all) and on a node of one profile; on a node of
+    several profiles the count of quarantined units is the node's, not the profile's
+    (`docs/quarantine.md`, "MIG")."""
     if not isinstance(values, dict):
         return 0
     total = 0
