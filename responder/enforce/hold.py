@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,6 +35,7 @@ from gpuhealth.kube.api import Api
 from gpuhealth.kube.conflicts import retry_on_conflict
 from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import NODE, POD
+from responder.enforce.hold_devices import AllocationSource, PodDevices
 from responder.enforce.hold_plan import (
     FINISHED,
     HOLDER_LABEL,
@@ -113,8 +114,17 @@ class DeviceHold:
     """`sync(record, wanted, previous)`: one pass of the record's hold (None: the record is not
     held, and its holders are gone)."""
 
-    def __init__(self, client: Api, namespace: str, settings: HoldSettings | None = None) -> None:
+    def __init__(
+        self,
+        client: Api,
+        namespace: str,
+        settings: HoldSettings | None = None,
+        allocations: AllocationSource | None = None,
+    ) -> None:
+        """`allocations`: the node exporter's, read where the kubelet names no pod's devices
+        (before Kubernetes 1.36: `responder.enforce.hold_devices`); None: the kubelet's word only."""
         self._client = client
+        self._devices = PodDevices(device_ids, allocations)
         self.namespace = namespace
         """Where the holders live (gpuhealth's own namespace)."""
         self.settings = settings or HoldSettings()
@@ -169,11 +179,12 @@ class DeviceHold:
             partitions=record.spec.partitions,
             replicas=_int(((node.get("metadata") or {}).get("labels") or {}).get(REPLICAS_LABEL)),
         )
+        named = self._devices.read(record.spec.node, [*pods, *holders], now, replicas=card.replicas)
         unfinished = [p for p in pods if (p.get("status") or {}).get("phase") not in FINISHED]
         # In use: by workload pods, and by another record's holders (a fill of a card on the same
         # node may hold this one for a moment; it lets it go when its fill completes).
         busy = tuple(
-            d for p in unfinished if _uses(p, record) for d in device_ids(p) if card.owns(d)
+            d for p in unfinished if _uses(p, record) for d in named.of(p) if card.owns(d)
         )  # fmt: skip
         allocatable = _int(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
         capacity = max(
@@ -189,11 +200,9 @@ class DeviceHold:
             self._unhealthy.pop(record.name, None)
         else:
             self._unhealthy[record.name] = word
-        unknown = sum(
-            1 for p in unfinished if _uses(p, record) and not device_ids(p) and gpus_requested(p) > 0
-        )
+        unknown = sum(1 for p in unfinished if _uses(p, record) and not named.of(p) and gpus_requested(p) > 0)
         checking = tuple(
-            d for p in unfinished if _check_of(p, record) for d in device_ids(p) if card.owns(d)
+            d for p in unfinished if _check_of(p, record) for d in named.of(p) if card.owns(d)
         )  # fmt: skip
         requested = sum(gpus_requested(p) for p in unfinished)
         prior = None
@@ -202,7 +211,7 @@ class DeviceHold:
         decided = plan(
             HoldInput(
                 card=card,
-                holders=tuple(self._holder(p, now, self._seen[record.name]) for p in holders),
+                holders=tuple(self._holder(p, now, self._seen[record.name], named.of) for p in holders),
                 busy=busy,
                 free=max(0, allocatable - requested),
                 previous=prior,
@@ -217,6 +226,7 @@ class DeviceHold:
                 plugin_excludes=record.name in self._unhealthy,
                 excluded=excluded,
                 known_units=self._units.get(record.name, 0),
+                device_sources=named.tried,
             )
         )
         if decided.state is HoldState.NOT_ALLOCATABLE:
@@ -309,12 +319,17 @@ class DeviceHold:
         }
 
     @staticmethod
-    def _holder(pod: Mapping[str, Any], now: float, seen: Mapping[str, float]) -> Holder:
+    def _holder(
+        pod: Mapping[str, Any],
+        now: float,
+        seen: Mapping[str, float],
+        devices: Callable[[Mapping[str, Any]], tuple[str, ...]],
+    ) -> Holder:
         meta = pod.get("metadata") or {}
         return Holder(
             name=str(meta.get("name")),
             phase=str((pod.get("status") or {}).get("phase") or "Pending"),
-            devices=device_ids(pod),
+            devices=devices(pod),
             age_seconds=max(0.0, now - seen.get(_uid(pod), now)),
             deleting=bool(meta.get("deletionTimestamp")),
         )
