@@ -19,7 +19,7 @@ undo it; it is in memory only (a new leader asks again).
 
 Limits of the fallback, where the kubelet names more than the exporter's series do:
 - time-slicing: the exporter's `device` is the physical GPU, not the replica (`<uuid>::<n>`), so
-  two pods on replicas of one card read the same; a node labelled with replicas
+  two pods on replicas of one card read the same; a node labelled with more than one replica
   (`nvidia.com/gpu.replicas`) is not read from the exporter (the hold cannot tell its units apart);
 - the series are as fresh as the last scrape: a pod just started is "not known yet" for a scrape
   interval or two (well inside the fill timeout's default of 60 s).
@@ -89,7 +89,8 @@ class PodDevices:
         self, node: str, pods: Sequence[Mapping[str, Any]], now: float, *, replicas: int = 0
     ) -> NodeDevices:
         """`pods`: every pod bound to the node (holders included); `replicas`: the node's
-        time-slicing label (non-zero: the exporter's series cannot tell replicas apart)."""
+        time-slicing label (above 1: the exporter's series cannot tell replicas apart; GPU feature
+        discovery labels an unshared GPU 1)."""
         listed = {_uid(p): p for p in pods if _uid(p)}
         for uid in [u for u in self._named if u not in listed]:
             del self._named[uid]  # the pod is gone: forgotten
@@ -98,7 +99,7 @@ class PodDevices:
             return NodeDevices(self._kubelet)
         if self._source is None:
             return NodeDevices(self._kubelet, tried=(KUBELET, f"{EXPORTER} (not configured)"))
-        if replicas:
+        if replicas > 1:
             note = "not used: time-sliced GPUs, whose replicas it does not name"
             return NodeDevices(self._kubelet, tried=(KUBELET, f"{EXPORTER} ({note})"))
         unknown = [p for p in wanting if _uid(p) not in self._named]

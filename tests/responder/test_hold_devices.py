@@ -203,6 +203,8 @@ def test_without_a_source_or_on_a_time_sliced_node_only_the_kubelet_is_read() ->
     sliced = PodDevices(device_ids, answers).read("n1", [pod("a")], 1.0, replicas=4)
     assert sliced.of(pod("a")) == () and answers.asked == []
     assert "time-sliced" in sliced.tried[1]
+    unshared = PodDevices(device_ids, answers).read("n1", [pod("a")], 1.0, replicas=1)
+    assert unshared.of(pod("a")) == ("GPU-1",)  # GPU feature discovery's label of an unshared GPU
 
 
 # Through the hold.
