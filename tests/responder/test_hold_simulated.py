@@ -5,11 +5,14 @@ other holders gone, the node's free GPUs back), the node annotation telling the 
 held and the record's `Held` condition True; a holder deleted by someone is made again; a card
 still running a pod waits (CardBusy, the extender told to keep new GPU pods off the node), and
 is held once that pod is gone; the holders go when the record reaches the ramp; in dry-run no
-holder is made. The reconciler runs with a ManualClock and a static health source.
+holder is made; on a node whose kubelet names no pod's devices (before 1.36) and no exporter's
+series read, the hold gives up as `AllocationUnreadable`, saying which sources it tried. The
+reconciler runs with a ManualClock and a static health source.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -123,9 +126,9 @@ class World:
             time.sleep(0.2)
 
 
-@pytest.fixture
-def world() -> Iterator[World]:
-    with running_cluster(SCENARIO, speed=10) as cluster:
+@contextlib.contextmanager
+def running_world(scenario: dict[str, Any]) -> Iterator[World]:
+    with running_cluster(scenario, speed=10) as cluster:
         client = KubeClient(KubeTransport(api_client(str(cluster.kubeconfig_path))))
         client.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
         client.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
@@ -134,6 +137,19 @@ def world() -> Iterator[World]:
             yield World(client)
         finally:
             client.close()
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    with running_world(SCENARIO) as w:
+        yield w
+
+
+@pytest.fixture
+def old_kubelet_world() -> Iterator[World]:
+    """The node's kubelet writes no allocatedResourcesStatus (before 1.36, or the gate off)."""
+    with running_world({**SCENARIO, "fleet": [{**SCENARIO["fleet"][0], "resourceHealthStatus": False}]}) as w:
+        yield w
 
 
 def test_a_free_quarantined_card_is_held_by_a_holder_the_kubelet_gave_it(world: World) -> None:
@@ -208,3 +224,24 @@ def test_in_dry_run_no_holder_is_made(world: World) -> None:
     assert w.record(name).status.phase == Phase.QUARANTINED
     assert not w.holders()
     assert w.record(name).status.condition(HELD) is None
+
+
+def test_a_kubelet_that_names_no_devices_leaves_the_card_unreadable_saying_what_was_tried(
+    old_kubelet_world: World,
+) -> None:
+    w = old_kubelet_world
+    name = w.add(3)
+
+    def running() -> bool:
+        holders = w.holders()
+        return len(holders) == 2 and all(p["status"].get("phase") == "Running" for p in holders)
+
+    w.passes_until("the fill's holders running", running)
+    assert w.held(name) == HoldState.FILLING
+    assert [device_ids(p) for p in w.holders()] == [(), ()]
+    w.clock.advance(61)
+    w.passes_until("the hold given up", lambda: w.held(name) == HoldState.UNREADABLE)
+    condition = w.record(name).status.condition(HELD)
+    assert condition is not None and condition.status == "False"
+    assert "allocatedResourcesStatus" in condition.message
+    assert "gpu_device_allocation_info in Prometheus (not configured)" in condition.message
