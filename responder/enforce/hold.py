@@ -179,7 +179,7 @@ class DeviceHold:
             partitions=record.spec.partitions,
             replicas=_int(((node.get("metadata") or {}).get("labels") or {}).get(REPLICAS_LABEL)),
         )
-        named = self._devices.read(record.spec.node, [*pods, *holders], now, replicas=card.replicas)
+        named = self._devices.read(record.spec.node, [*pods, *holders], now, card)
         unfinished = [p for p in pods if (p.get("status") or {}).get("phase") not in FINISHED]
         # In use: by workload pods, and by another record's holders (a fill of a card on the same
         # node may hold this one for a moment; it lets it go when its fill completes).

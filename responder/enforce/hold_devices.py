@@ -18,9 +18,11 @@ running container to another device), so an outage of Prometheus after a hold st
 undo it; it is in memory only (a new leader asks again).
 
 Limits of the fallback, where the kubelet names more than the exporter's series do:
-- time-slicing: the exporter's `device` is the physical GPU, not the replica (`<uuid>::<n>`), so
-  two pods on replicas of one card read the same; a node labelled with more than one replica
-  (`nvidia.com/gpu.replicas`) is not read from the exporter (the hold cannot tell its units apart);
+- units: the exporter's `device` is the physical GPU, never the replica (`<uuid>::<n>`) nor a MIG
+  partition (node mode folds partitions onto their card), so the hold cannot tell the card's
+  units apart from it: not used for a MIG card, nor on a node labelled with more than one replica
+  (`nvidia.com/gpu.replicas`), nor where its answer names one device for two pods (a GPU shared
+  without the label);
 - the series are as fresh as the last scrape: a pod just started is "not known yet" for a scrape
   interval or two (well inside the fill timeout's default of 60 s).
 """
@@ -31,6 +33,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from responder.enforce.hold_plan import Card
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +89,9 @@ class PodDevices:
         """Node -> (the pass's `now`, its answer or why none): one query per node per pass, however
         many records on it are held."""
 
-    def read(
-        self, node: str, pods: Sequence[Mapping[str, Any]], now: float, *, replicas: int = 0
-    ) -> NodeDevices:
-        """`pods`: every pod bound to the node (holders included); `replicas`: the node's
-        time-slicing label (above 1: the exporter's series cannot tell replicas apart; GPU feature
-        discovery labels an unshared GPU 1)."""
+    def read(self, node: str, pods: Sequence[Mapping[str, Any]], now: float, card: Card) -> NodeDevices:
+        """`pods`: every pod bound to the node (holders included); `card`: the card held (the
+        exporter's series are not used where they cannot tell its units apart)."""
         listed = {_uid(p): p for p in pods if _uid(p)}
         for uid in [u for u in self._named if u not in listed]:
             del self._named[uid]  # the pod is gone: forgotten
@@ -99,15 +100,23 @@ class PodDevices:
             return NodeDevices(self._kubelet)
         if self._source is None:
             return NodeDevices(self._kubelet, tried=(KUBELET, f"{EXPORTER} (not configured)"))
-        if replicas > 1:
-            note = "not used: time-sliced GPUs, whose replicas it does not name"
-            return NodeDevices(self._kubelet, tried=(KUBELET, f"{EXPORTER} ({note})"))
+        if unnamed := _unnamed_units(card):
+            return NodeDevices(self._kubelet, tried=(KUBELET, f"{EXPORTER} (not used: {unnamed})"))
         unknown = [p for p in wanting if _uid(p) not in self._named]
         note = "answered"
         if unknown:
             answer = self._answer(node, now)
             if isinstance(answer, str):
                 note = f"no answer: {answer}"
+            elif shared := _shared(answer):
+                # Two pods on one GPU: it is shared (time-slicing without the label), and the
+                # series name the GPU, not the replica: nothing they said of this node stands.
+                for uid in listed:
+                    self._named.pop(uid, None)
+                note = (
+                    f"not used: {shared} named for several pods, a shared GPU whose replicas it does not name"
+                )
+                return NodeDevices(self._kubelet, tried=(KUBELET, f"{EXPORTER} ({note})"))
             else:
                 for pod in unknown:
                     if answer.get(_key(pod)):
@@ -131,6 +140,27 @@ class PodDevices:
             answer = str(exc)
         self._answers = {node: (now, answer), **{n: a for n, a in self._answers.items() if a[0] == now}}
         return answer
+
+
+def _unnamed_units(card: Card) -> str:
+    """Why the exporter's series cannot tell the card's units apart ("": they can): its `device`
+    is the GPU, never a MIG partition (node mode folds them onto their card) or a replica."""
+    if card.partitions:
+        return "a MIG card, whose partitions it names as the card"
+    if card.replicas > 1:  # GPU feature discovery labels an unshared GPU 1
+        return "time-sliced GPUs, whose replicas it does not name"
+    return ""
+
+
+def _shared(answer: Mapping[PodKey, tuple[str, ...]]) -> str:
+    """A device the answer names for more than one pod ("": none)."""
+    seen: set[str] = set()
+    for ids in answer.values():
+        for device in ids:
+            if device in seen:
+                return device
+            seen.add(device)
+    return ""
 
 
 def _wants(pod: Mapping[str, Any], kubelet: Callable[[Mapping[str, Any]], tuple[str, ...]]) -> bool:

@@ -21,6 +21,7 @@ from gpuhealth.testing.loopback import ScrapeJob, run_prometheus, wait_until
 from responder.enforce.hold import device_ids
 from responder.enforce.hold_allocations import PrometheusAllocations
 from responder.enforce.hold_devices import PodDevices
+from responder.enforce.hold_plan import Card
 from tests.responder.test_hold_devices import pod
 
 pytestmark = pytest.mark.integration
@@ -97,5 +98,5 @@ def test_a_nodes_allocations_as_the_exporter_exposes_them(tmp_path: Path, export
         }
         holder = pod("hold-b")
         holder["metadata"]["namespace"] = NS
-        seen = PodDevices(device_ids, source).read("n1", [holder], 1.0)
+        seen = PodDevices(device_ids, source).read("n1", [holder], 1.0, Card("GPU-1"))
         assert seen.of(holder) == ("GPU-1",)

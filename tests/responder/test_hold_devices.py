@@ -7,7 +7,8 @@ dropped and an error answer, a refused connection or a server error raised as un
 exporter is asked only while a running pod that asks for devices has no kubelet report, once
 per node per pass however many holds read it, and what it named is kept for the pod's life (an
 outage after it does not undo a hold); a failed or missing answer is "not known yet", said in
-the sources tried; a time-sliced node is not read from it. Through `DeviceHold` with a fake API:
+the sources tried; it is not read for a MIG card, on a time-sliced node, or where it names one
+GPU for two pods (its series name no partition or replica). Through `DeviceHold` with a fake API:
 a card is held by the holder the exporter says got it on a kubelet that reports nothing, and,
 with neither source naming a device, `AllocationUnreadable` names both.
 """
@@ -30,8 +31,11 @@ from gpuhealth.kube.resources import NODE, POD, Resource
 from responder.enforce.hold import DeviceHold, device_ids, holds
 from responder.enforce.hold_allocations import PrometheusAllocations, allocation_query, parse_allocations
 from responder.enforce.hold_devices import EXPORTER, KUBELET, AllocationsUnavailable, PodDevices, PodKey
-from responder.enforce.hold_plan import HoldState
+from responder.enforce.hold_plan import Card, HoldState
 from responder.records import DEVICE_PLUGIN, Quarantine, QuarantineSpec
+
+WHOLE = Card("GPU-1")
+"""A whole GPU, unshared: the card of the readings below."""
 
 
 def vector(*samples: dict[str, str]) -> dict[str, Any]:
@@ -163,7 +167,7 @@ def test_a_node_whose_kubelet_reports_every_device_is_never_asked() -> None:
     answers = Answers()
     devices = PodDevices(device_ids, answers)
     pods = [pod("a", reported="GPU-0"), pod("web", gpus=0), pod("new", phase="Pending")]
-    seen = devices.read("n1", pods, 1.0)
+    seen = devices.read("n1", pods, 1.0, WHOLE)
     assert answers.asked == [] and seen.tried == (KUBELET,)
     assert seen.of(pods[0]) == ("GPU-0",) and seen.of(pods[2]) == ()
 
@@ -172,39 +176,52 @@ def test_a_running_pod_without_a_report_is_read_from_the_exporter_once_per_node_
     answers = Answers({("team", "a"): ("GPU-1",)})
     devices = PodDevices(device_ids, answers)
     pods = [pod("a"), pod("b", reported="GPU-0")]
-    first = devices.read("n1", pods, 1.0)
-    again = devices.read("n1", [*pods, pod("c")], 1.0)  # a second hold on the node, same pass
+    first = devices.read("n1", pods, 1.0, WHOLE)
+    again = devices.read("n1", [*pods, pod("c")], 1.0, WHOLE)  # a second hold on the node, same pass
     assert answers.asked == ["n1"]
     assert first.of(pods[0]) == ("GPU-1",) and first.of(pods[1]) == ("GPU-0",)
     assert first.tried == (KUBELET, f"{EXPORTER} (answered)")
     assert again.of(pod("c")) == () and again.tried == (KUBELET, f"{EXPORTER} (no series yet for c)")
-    devices.read("n1", [*pods, pod("c")], 2.0)
+    devices.read("n1", [*pods, pod("c")], 2.0, WHOLE)
     assert answers.asked == ["n1", "n1"]  # the next pass asks again for c
 
 
 def test_what_the_exporter_named_is_kept_for_the_pods_life() -> None:
     answers = Answers({("team", "a"): ("GPU-1",)})
     devices = PodDevices(device_ids, answers)
-    devices.read("n1", [pod("a")], 1.0)
+    devices.read("n1", [pod("a")], 1.0, WHOLE)
     answers.failing = True
-    assert devices.read("n1", [pod("a")], 2.0).of(pod("a")) == ("GPU-1",)
+    assert devices.read("n1", [pod("a")], 2.0, WHOLE).of(pod("a")) == ("GPU-1",)
     assert answers.asked == ["n1"]  # nothing left to ask
     # The pod gone, then one of that name again: a new pod, asked about anew.
-    devices.read("n1", [], 3.0)
-    again = devices.read("n1", [pod("a", uid="other")], 4.0)
+    devices.read("n1", [], 3.0, WHOLE)
+    again = devices.read("n1", [pod("a", uid="other")], 4.0, WHOLE)
     assert again.of(pod("a", uid="other")) == ()
     assert again.tried == (KUBELET, f"{EXPORTER} (no answer: connection refused)")
 
 
 def test_without_a_source_or_on_a_time_sliced_node_only_the_kubelet_is_read() -> None:
-    alone = PodDevices(device_ids).read("n1", [pod("a")], 1.0)
+    alone = PodDevices(device_ids).read("n1", [pod("a")], 1.0, WHOLE)
     assert alone.of(pod("a")) == () and alone.tried == (KUBELET, f"{EXPORTER} (not configured)")
     answers = Answers({("team", "a"): ("GPU-1",)})
-    sliced = PodDevices(device_ids, answers).read("n1", [pod("a")], 1.0, replicas=4)
+    sliced = PodDevices(device_ids, answers).read("n1", [pod("a")], 1.0, Card("GPU-1", replicas=4))
     assert sliced.of(pod("a")) == () and answers.asked == []
     assert "time-sliced" in sliced.tried[1]
-    unshared = PodDevices(device_ids, answers).read("n1", [pod("a")], 1.0, replicas=1)
+    unshared = PodDevices(device_ids, answers).read("n1", [pod("a")], 1.0, Card("GPU-1", replicas=1))
     assert unshared.of(pod("a")) == ("GPU-1",)  # GPU feature discovery's label of an unshared GPU
+    mig = PodDevices(device_ids, answers).read("n1", [pod("a")], 1.0, Card("GPU-1", partitions=("MIG-1",)))
+    assert mig.of(pod("a")) == () and "MIG card" in mig.tried[1]
+
+
+def test_an_answer_naming_one_gpu_for_two_pods_is_not_used() -> None:
+    """A GPU shared without the replicas label: the series cannot tell its replicas apart."""
+    answers = Answers({("team", "a"): ("GPU-1",)})
+    devices = PodDevices(device_ids, answers)
+    assert devices.read("n1", [pod("a")], 1.0, WHOLE).of(pod("a")) == ("GPU-1",)
+    answers.answer[("team", "b")] = ("GPU-1",)
+    seen = devices.read("n1", [pod("a"), pod("b")], 2.0, WHOLE)
+    assert seen.of(pod("a")) == () and seen.of(pod("b")) == ()
+    assert "GPU-1 named for several pods" in seen.tried[1]
 
 
 # Through the hold.
