@@ -83,8 +83,9 @@ class PodDevices:
     ) -> None:
         self._kubelet = kubelet
         self._source = source
-        self._named: dict[str, tuple[str, ...]] = {}
-        """Pod uid -> its device IDs as the exporter named them, for as long as it is listed."""
+        self._named: dict[str, dict[str, tuple[str, ...]]] = {}
+        """Node -> pod uid -> its device IDs as the exporter named them, for as long as the pod is
+        listed on the node (bounded by the nodes ever held: a few entries each)."""
         self._answers: dict[str, tuple[float, Mapping[PodKey, tuple[str, ...]] | str]] = {}
         """Node -> (the pass's `now`, its answer or why none): one query per node per pass, however
         many records on it are held."""
@@ -93,8 +94,7 @@ class PodDevices:
         """`pods`: every pod bound to the node (holders included); `card`: the card held (the
         exporter's series are not used where they cannot tell its units apart)."""
         listed = {_uid(p): p for p in pods if _uid(p)}
-        for uid in [u for u in self._named if u not in listed]:
-            del self._named[uid]  # the pod is gone: forgotten
+        named = self._named[node] = {u: ids for u, ids in self._named.get(node, {}).items() if u in listed}
         wanting = [p for p in listed.values() if _wants(p, self._kubelet)]
         if not wanting:
             return NodeDevices(self._kubelet)
@@ -102,7 +102,7 @@ class PodDevices:
             return NodeDevices(self._kubelet, tried=(KUBELET, f"{EXPORTER} (not configured)"))
         if unnamed := _unnamed_units(card):
             return NodeDevices(self._kubelet, tried=(KUBELET, f"{EXPORTER} (not used: {unnamed})"))
-        unknown = [p for p in wanting if _uid(p) not in self._named]
+        unknown = [p for p in wanting if _uid(p) not in named]
         note = "answered"
         if unknown:
             answer = self._answer(node, now)
@@ -111,8 +111,7 @@ class PodDevices:
             elif shared := _shared(answer):
                 # Two pods on one GPU: it is shared (time-slicing without the label), and the
                 # series name the GPU, not the replica: nothing they said of this node stands.
-                for uid in listed:
-                    self._named.pop(uid, None)
+                named.clear()
                 note = (
                     f"not used: {shared} named for several pods, a shared GPU whose replicas it does not name"
                 )
@@ -120,12 +119,11 @@ class PodDevices:
             else:
                 for pod in unknown:
                     if answer.get(_key(pod)):
-                        self._named[_uid(pod)] = answer[_key(pod)]
-                missing = sorted(_key(p)[1] for p in unknown if _uid(p) not in self._named)
+                        named[_uid(pod)] = answer[_key(pod)]
+                missing = sorted(_key(p)[1] for p in unknown if _uid(p) not in named)
                 if missing:
                     note = f"no series yet for {', '.join(missing)}"
-        exported = {u: ids for u, ids in self._named.items() if u in listed}
-        return NodeDevices(self._kubelet, exported, (KUBELET, f"{EXPORTER} ({note})"))
+        return NodeDevices(self._kubelet, dict(named), (KUBELET, f"{EXPORTER} ({note})"))
 
     def _answer(self, node: str, now: float) -> Mapping[PodKey, tuple[str, ...]] | str:
         cached = self._answers.get(node)

@@ -193,6 +193,9 @@ def test_what_the_exporter_named_is_kept_for_the_pods_life() -> None:
     answers.failing = True
     assert devices.read("n1", [pod("a")], 2.0, WHOLE).of(pod("a")) == ("GPU-1",)
     assert answers.asked == ["n1"]  # nothing left to ask
+    # Another node's pass forgets none of this node's pods.
+    devices.read("n2", [], 2.5, WHOLE)
+    assert devices.read("n1", [pod("a")], 2.6, WHOLE).of(pod("a")) == ("GPU-1",)
     # The pod gone, then one of that name again: a new pod, asked about anew.
     devices.read("n1", [], 3.0, WHOLE)
     again = devices.read("n1", [pod("a", uid="other")], 4.0, WHOLE)
