@@ -31,6 +31,7 @@ from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
 from responder.checks.jobs import CheckSettings, JobChecks
 from responder.enforce.hold import HoldSettings, device_ids, holds
+from responder.enforce.hold_devices import AllocationSource
 from responder.enforce.hold_plan import HOLDER_LABEL, HoldState
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
@@ -43,7 +44,7 @@ from responder.reconcile.reconciler import Reconciler, ReconcilerSettings
 from responder.records import HELD, QUARANTINES, Phase, Quarantine, from_object, to_object
 from responder.webhook.intake import IntakeSettings, Write, decide
 from simulator.fleet.objects import gpu_uuid
-from simulator.testing import running_cluster
+from simulator.testing import ClusterHandle, running_cluster
 from tests.responder.test_intake import alert
 from tests.support.holds import product_hold
 
@@ -66,21 +67,24 @@ SETTINGS = ReconcilerSettings(
 
 
 class World:
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeClient, cluster: ClusterHandle) -> None:
         self.client = client
+        self.cluster = cluster
         self.clock = ManualClock()
         self.health = StaticHealth()
         for i in range(4):
             self.health.set(NODE_NAME, gpu_uuid(NODE_NAME, i), Health.HEALTHY, 0.0)
         self.reconciler = self.new_reconciler(SETTINGS)
 
-    def new_reconciler(self, settings: ReconcilerSettings) -> Reconciler:
+    def new_reconciler(
+        self, settings: ReconcilerSettings, allocations: AllocationSource | None = None
+    ) -> Reconciler:
         return Reconciler(
             self.client,
             enforcer=Enforcer(self.client, discover(self.client)),
             health=self.health,
             checks=JobChecks(self.client, CheckSettings(namespace=NS)),
-            **product_hold(self.client),
+            **product_hold(self.client, allocations=allocations),
             events=KubeEvents(self.client),
             breaker_store=BreakerStore(self.client, NS),
             settings=settings,
@@ -134,7 +138,7 @@ def running_world(scenario: dict[str, Any]) -> Iterator[World]:
         client.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
         wait_until("the CRD served", lambda: client.list(QUARANTINES) is not None, timeout=20)
         try:
-            yield World(client)
+            yield World(client, cluster)
         finally:
             client.close()
 
