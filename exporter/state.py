@@ -184,7 +184,8 @@ class _Pod:
     entry_keys: list[DeviceKey] | None = None
     """The device key of each entry of the last full apply, in order."""
     silent: dict[DeviceKey, tuple[Allocation, ...]] = field(default_factory=dict)
-    """Devices it holds through `status.extendedResourceClaimStatus`, with no report on them."""
+    """Devices it holds with no report on them: through `status.extendedResourceClaimStatus`, or
+    as the kubelet's `List` names them (node mode, before Kubernetes 1.36)."""
 
 
 class _Meta(NamedTuple):
@@ -254,9 +255,10 @@ class DeviceStateStore:
         """Devices whose allocations moved since the last sync."""
         self._contrib: dict[DeviceKey, dict[str, tuple[Allocation, ...]]] = {}
         self._silent: dict[DeviceKey, dict[str, tuple[Allocation, ...]]] = {}
-        """Per device, by pod uid: allocations held through a DRA-backed extended resource's claim
-        (KEP-5004). Published with the others, never a health source: such pods report nothing, so
-        the device's slice (or NVML) keeps speaking for it."""
+        """Per device, by pod uid: allocations held with no report, through a DRA-backed extended
+        resource's claim (KEP-5004) or as the kubelet's `List` names them (`apply_assignments`).
+        Published with the others, never a health source: such pods report nothing on the device,
+        so its slice (or NVML) keeps speaking for it."""
         self._version_floor: dict[DeviceKey, int] = {}
         self._idle_sources: dict[DeviceKey, str] = {}
         """Devices handed back to a source that agrees with their health, until the next fold."""
@@ -840,7 +842,7 @@ class DeviceStateStore:
                 if pod is None:
                     pod = self._pods[uid] = _Pod(uid, allocation.namespace, allocation.pod, "")
                 if device.source != SOURCE_POD:
-                    # Held with no report (a DRA-backed extended resource): the fold makes any
+                    # Held with no report (a DRA-backed extended resource, or from `List`): the fold makes any
                     # device a reporting pod holds `pod`-sourced, so another source means silent.
                     pod.silent[key] = (*pod.silent.get(key, ()), allocation)
                     self._silent.setdefault(key, {})[uid] = pod.silent[key]

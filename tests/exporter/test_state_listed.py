@@ -6,7 +6,8 @@ came first (the pod, the answer, NVML's first read); it never speaks for the GPU
 and the kubelet's allocatable devices still do); a report the pod's status carries is never
 overridden (no second allocation, the pod stays the source); a time-slicing replica is held on
 its GPU, a MIG partition on its card; a pod that leaves the answer, ends or is deleted lets go;
-a failed read keeps what was held and is counted; an unchanged answer costs no work; the
+a failed read keeps what was held and is counted; an unchanged answer costs no work; whatever
+answers came before (fuzzed), the holdings are those the last answer gives a fresh exporter; the
 holdings merge with a DRA-backed extended resource's; cluster mode ignores the answer;
 `gpu_device_allocation_info` carries the pod with `claim=""`, which the responder's hold reads.
 """
@@ -14,6 +15,9 @@ holdings merge with a DRA-backed extended resource's; cluster mode ignores the a
 from __future__ import annotations
 
 from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exporter.exposition import render_metrics
 from exporter.podresources import GPU_RESOURCE, Allocatable, Assigned, Assignments
@@ -140,6 +144,47 @@ def test_a_failed_read_keeps_what_was_held_and_is_counted(clock: ManualClock) ->
     store.apply_assignments(_listing(("train-0", "main", U0)))  # the same answer: nothing to do
     assert store.snapshot() is before
     assert _held(store) == {U0: (TRAIN,)}
+
+
+PODS = ("train-0", "train-1", "infer-0")
+answers = st.lists(
+    st.lists(
+        st.tuples(
+            st.sampled_from(PODS), st.sampled_from(("main", "side")), st.sampled_from((U0, U1, f"{U1}::2"))
+        ),
+        max_size=5,
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(answers, st.sets(st.sampled_from(PODS)))
+def test_the_holdings_are_the_last_answers_whatever_came_before(
+    history: list[list[tuple[str, str, str]]], reporting: set[str]
+) -> None:
+    def fresh() -> DeviceStateStore:
+        store = _store(ManualClock(start=1_800_000_000.0))
+        store.apply_nvml(READINGS, [])
+        for name in PODS:
+            # Some pods' status reports U0 (a kubelet of 1.36): List never overrides that report.
+            reported = (GPU_RESOURCE, [resource(U0)]) if name in reporting else None
+            store.apply_pod("ADDED", pod(name, container("main", *([reported] if reported else []))))
+        return store
+
+    replayed = fresh()
+    for answer in history:
+        replayed.apply_assignments(_listing(*answer))
+    last = fresh()
+    last.apply_assignments(_listing(*history[-1]))
+    assert _held(replayed) == _held(last)
+    held = _held(last)
+    for name in reporting:
+        # Its report's allocation on U0 alone, whatever List says of the pod's containers there.
+        assert [a for a in held[U0] if a.pod == name] == [
+            Allocation("team-a", name, "main", GPU_RESOURCE, "")
+        ]
 
 
 def test_holdings_merge_with_a_dra_backed_extended_resources(clock: ManualClock) -> None:
