@@ -31,7 +31,7 @@ from typing import Any
 
 from exporter.decode import DecodeError, Pod, decode_pod_event, decode_pod_page
 from exporter.directory import Directory
-from exporter.podresources import Allocatable, PodResourcesSource
+from exporter.podresources import Allocatable, Assignments, PodResourcesSource
 from exporter.self_metrics import ExporterMetrics
 from exporter.settings import HealthProducer, ObserverSettings
 from exporter.state import CLAIMS, LEASES, NODES, PODS, SLICES, DeviceStateStore, producer_resource
@@ -114,9 +114,10 @@ class NvmlRead:
 
 @dataclass(frozen=True, slots=True)
 class PodResourcesRead:
-    """One read of the kubelet's allocatable devices (None: it gave no answer)."""
+    """One read of the kubelet's allocatable devices and its pods' devices (None: no answer)."""
 
     allocatable: Allocatable | None
+    assignments: Assignments | None
 
 
 def decode_pod_line(line: bytes) -> watch.Event | str:
@@ -304,8 +305,9 @@ class Observer:
                     self._metrics.watch_restarts.labels(resource, reason).inc()
             case ParseFailed(_, reason):
                 store.stats.parse_errors[reason] += 1
-            case PodResourcesRead(allocatable):
+            case PodResourcesRead(allocatable, assignments):
                 store.apply_pod_resources(allocatable)
+                store.apply_assignments(assignments)
             case NvmlRead(readings, xids):
                 store.apply_nvml(readings, xids)
 
@@ -327,7 +329,10 @@ class Observer:
             try:
                 if self._pod_resources is not None:
                     # Read with NVML, before it: the poll's readings are judged with the answer.
-                    emit(PodResourcesRead(self._pod_resources.allocatable()))
+                    # `List` at the same cadence: one small answer per poll (a node's pods), and
+                    # the state does nothing with one equal to the last.
+                    kubelet = self._pod_resources
+                    emit(PodResourcesRead(kubelet.allocatable(), kubelet.assignments()))
                 emit(NvmlRead(source.read(), source.drain_xid_events()))
             except Exception:
                 # The source promises not to raise; if it does, skip this poll, keep the last view.

@@ -1,9 +1,10 @@
 """What every pod-resources reader shares: one read, decoded; a failed read counted and logged.
 
 Failure policy (as for the NVML readers): an answer that cannot be read is no verdict on any GPU.
-`allocatable()` returns None, logged once when reads start failing and once when they recover,
-and counted in `failures`; the exporter keeps the evidence it had. A subclass supplies
-`_fetch()`: the `AllocatableResourcesResponse` message's bytes, or OSError saying why not.
+`allocatable()` and `assignments()` return None, logged once when reads of that method start
+failing and once when they recover, and counted in `failures`; the exporter keeps the evidence it
+had. A subclass supplies `_fetch(method)`: the answer's message bytes (`ALLOCATABLE`:
+`AllocatableResourcesResponse`, `LIST`: `ListPodResourcesResponse`), or OSError saying why not.
 
 Synchronous: call it from a worker thread (the observer's NVML poll).
 """
@@ -12,43 +13,69 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
-from exporter.podresources import Allocatable, PodResourcesError, decode_allocatable
+from exporter.podresources import (
+    Allocatable,
+    Assignments,
+    PodResourcesError,
+    decode_allocatable,
+    decode_assignments,
+)
 
 log = logging.getLogger(__name__)
 
+ALLOCATABLE, LIST = "GetAllocatableResources", "List"
+"""The `v1.PodResourcesLister` methods read, by their gRPC names."""
+
+_WHAT = {
+    ALLOCATABLE: "idle GPUs keep their evidence",
+    LIST: "pods without a device report keep the devices last listed",
+}
+
+T = TypeVar("T")
+
 
 class CountingReader:
-    """`PodResourcesSource.allocatable()` over a subclass's `_fetch()`, failures counted."""
+    """`PodResourcesSource` over a subclass's `_fetch(method)`, failures counted."""
 
     def __init__(self, node: str, source: str) -> None:
         self._node = node
         self._source = source
         self._lock = threading.Lock()
-        self._failing = False
+        self._failing: set[str] = set()
         self.failures = 0
         """Reads that gave no answer (the exporter's evidence stayed as it was)."""
 
     def allocatable(self) -> Allocatable | None:
+        return self._read(ALLOCATABLE, decode_allocatable)
+
+    def assignments(self) -> Assignments | None:
+        return self._read(LIST, decode_assignments)
+
+    def _read(self, method: str, decode: Callable[[bytes], T]) -> T | None:
         with self._lock:
             try:
-                answer = decode_allocatable(self._fetch())
+                answer = decode(self._fetch(method))
             except (OSError, PodResourcesError) as exc:
                 self.failures += 1
-                if not self._failing:
-                    self._failing = True
+                if method not in self._failing:
+                    self._failing.add(method)
                     log.warning(
-                        "pod-resources of node %s (%s) unreadable: %s; idle GPUs keep their evidence",
+                        "pod-resources %s of node %s (%s) unreadable: %s; %s",
+                        method,
                         self._node,
                         self._source,
                         exc,
+                        _WHAT[method],
                     )
                 return None
-            if self._failing:
-                self._failing = False
-                log.info("pod-resources of node %s (%s) answer again", self._node, self._source)
+            if method in self._failing:
+                self._failing.discard(method)
+                log.info("pod-resources %s of node %s (%s) answer again", method, self._node, self._source)
             return answer
 
-    def _fetch(self) -> bytes:
+    def _fetch(self, method: str) -> bytes:
         """The answer's message bytes; OSError when there is none."""
         raise NotImplementedError

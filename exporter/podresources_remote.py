@@ -1,8 +1,9 @@
 """`PodResourcesSource` over the simulated cluster's HTTP endpoint (an exporter on a simulated node).
 
 `GET {base_url}/simulator/v1/nodes/{node}/pod-resources` answers the node's kubelet's
-`AllocatableResourcesResponse` as protobuf bytes, the message a real kubelet sends over its
-pod-resources socket (`exporter.podresources_kubelet`); `exporter.podresources` decodes both.
+`AllocatableResourcesResponse` as protobuf bytes, and `.../pod-resources/list` its
+`ListPodResourcesResponse`: the messages a real kubelet sends over its pod-resources socket
+(`exporter.podresources_kubelet`); `exporter.podresources` decodes both.
 Failures are counted and logged as for every reader (`exporter.podresources_reads`).
 
 Synchronous (stdlib urllib with a timeout): call it from a worker thread.
@@ -15,7 +16,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from exporter.podresources_reads import CountingReader
+from exporter.podresources_reads import LIST, CountingReader
 
 
 class RemotePodResources(CountingReader):
@@ -36,15 +37,16 @@ class RemotePodResources(CountingReader):
     def close(self) -> None:
         """Nothing held between reads."""
 
-    def _fetch(self) -> bytes:
-        request = urllib.request.Request(self._url, headers={"Accept": "application/x-protobuf"})
+    def _fetch(self, method: str) -> bytes:
+        url = f"{self._url}/list" if method == LIST else self._url
+        request = urllib.request.Request(url, headers={"Accept": "application/x-protobuf"})
         try:
             with urllib.request.urlopen(request, timeout=self._timeout) as response:
                 body: bytes = response.read()
                 return body
         except urllib.error.HTTPError as exc:
-            raise OSError(f"GET {self._url}: HTTP {exc.code} {exc.reason}") from exc
+            raise OSError(f"GET {url}: HTTP {exc.code} {exc.reason}") from exc
         except urllib.error.URLError as exc:
-            raise OSError(f"GET {self._url}: {exc.reason}") from exc
+            raise OSError(f"GET {url}: {exc.reason}") from exc
         except http.client.HTTPException as exc:
-            raise OSError(f"GET {self._url}: {type(exc).__name__}: {exc}") from exc
+            raise OSError(f"GET {url}: {type(exc).__name__}: {exc}") from exc

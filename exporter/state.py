@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
@@ -65,7 +65,7 @@ from exporter.parse import (
     pod_signature,
     pod_struct_signature,
 )
-from exporter.podresources import Allocatable
+from exporter.podresources import Allocatable, Assigned, Assignments
 from exporter.sharding import UNSHARDED, OwnedNodes, Shard
 from exporter.snapshot import (
     DEVICE_FIELDS,
@@ -184,7 +184,8 @@ class _Pod:
     entry_keys: list[DeviceKey] | None = None
     """The device key of each entry of the last full apply, in order."""
     silent: dict[DeviceKey, tuple[Allocation, ...]] = field(default_factory=dict)
-    """Devices it holds through `status.extendedResourceClaimStatus`, with no report on them."""
+    """Devices it holds with no report on them: through `status.extendedResourceClaimStatus`, or
+    as the kubelet's `List` names them (node mode, before Kubernetes 1.36)."""
 
 
 class _Meta(NamedTuple):
@@ -254,9 +255,10 @@ class DeviceStateStore:
         """Devices whose allocations moved since the last sync."""
         self._contrib: dict[DeviceKey, dict[str, tuple[Allocation, ...]]] = {}
         self._silent: dict[DeviceKey, dict[str, tuple[Allocation, ...]]] = {}
-        """Per device, by pod uid: allocations held through a DRA-backed extended resource's claim
-        (KEP-5004). Published with the others, never a health source: such pods report nothing, so
-        the device's slice (or NVML) keeps speaking for it."""
+        """Per device, by pod uid: allocations held with no report, through a DRA-backed extended
+        resource's claim (KEP-5004) or as the kubelet's `List` names them (`apply_assignments`).
+        Published with the others, never a health source: such pods report nothing on the device,
+        so its slice (or NVML) keeps speaking for it."""
         self._version_floor: dict[DeviceKey, int] = {}
         self._idle_sources: dict[DeviceKey, str] = {}
         """Devices handed back to a source that agrees with their health, until the next fold."""
@@ -270,6 +272,11 @@ class DeviceStateStore:
         are held on its card: the card is the device gpuhealth governs."""
         self._allocatable: Allocatable | None = None
         """Node mode: the kubelet's allocatable device-plugin devices, as last read (None: never)."""
+        self._listed: Mapping[tuple[str, str], tuple[Assigned, ...]] = {}
+        """Node mode: the device-plugin devices the kubelet's `List` last named, by (namespace, pod).
+        Held with no report by a pod whose status names none of them (before Kubernetes 1.36)."""
+        self._listed_waiting = False
+        """A listed device was not tracked yet (NVML had not read it): the next poll holds it."""
         self._node_counts: dict[str, tuple[NodeCounts, float]] = {}
         """By node: its device-plugin GPU counts (`exporter.nodealloc`), and since when they are
         what they are (an update that changes no count keeps the time)."""
@@ -743,10 +750,14 @@ class DeviceStateStore:
             self._mig_parent = mig_parent
             for mig_uuid in sorted(moved):
                 self._reapply(("mig", mig_uuid))
+            if self._listed:
+                self._relist_silent(self._listed)
         if self._node_name is not None:
             # Every GPU NVML lists is tracked, held or not: an idle one keeps evidence.
             for uuid, reading in by_uuid.items():
                 self._from_nvml((self._node_name, uuid), reading, now)
+            if self._listed_waiting:
+                self._relist_silent(self._listed)  # the devices `List` named are tracked now
 
     def apply_pod_resources(self, allocatable: Allocatable | None) -> None:
         """Node mode: the kubelet's allocatable devices as just read (None: the read failed).
@@ -765,6 +776,28 @@ class DeviceStateStore:
         now = self._clock.now()
         for uuid, reading in self._nvml.readings.items():
             self._from_nvml((self._node_name, uuid), reading, now)
+
+    def apply_assignments(self, assignments: Assignments | None) -> None:
+        """Node mode: the kubelet's `List` as just read (None: the read failed).
+
+        Its device-plugin devices are held, with no report, by the pods whose status names none
+        of them (before Kubernetes 1.36, or with `ResourceHealthStatus` off, no pod's does), so
+        `gpu_device_allocation_info` says which pod has which GPU there too; they never speak for
+        a device's health. A failed read keeps what the last answer held and is counted; an
+        answer equal to the last changes nothing (one dict comparison per poll)."""
+        if self._node_name is None:
+            return
+        if assignments is None:
+            self.stats.pod_resources_failures += 1
+            return
+        previous, listed = self._listed, assignments.pods
+        if listed == previous and not self._listed_waiting:
+            return
+        self._listed = listed
+        named = previous.keys() | listed.keys()
+        if not self._listed_waiting:
+            named = {n for n in named if previous.get(n) != listed.get(n)}
+        self._relist_silent(named)
 
     # ----- restart -----------------------------------------------------------------
 
@@ -809,7 +842,7 @@ class DeviceStateStore:
                 if pod is None:
                     pod = self._pods[uid] = _Pod(uid, allocation.namespace, allocation.pod, "")
                 if device.source != SOURCE_POD:
-                    # Held with no report (a DRA-backed extended resource): the fold makes any
+                    # Held with no report (a DRA-backed extended resource, or from `List`): the fold makes any
                     # device a reporting pod holds `pod`-sourced, so another source means silent.
                     pod.silent[key] = (*pod.silent.get(key, ()), allocation)
                     self._silent.setdefault(key, {})[uid] = pod.silent[key]
@@ -935,6 +968,8 @@ class DeviceStateStore:
             and not pod.uses
             and not pod.values
             and not observation.extended
+            and not pod.silent
+            and (observation.namespace, observation.name) not in self._listed
         ):
             # Nothing reported and nothing held (a pod before it runs): no devices to touch.
             pod.layout = (observation.node, observation.terminal, [])
@@ -1029,6 +1064,8 @@ class DeviceStateStore:
             silent = self._resolve_extended(observation, uses) if observation.extended else {}
         pod.entry_keys = entry_keys
         self._set_uses(pod, uses)
+        if self._listed and not observation.terminal and observation.node == self._node_name:
+            silent = self._with_listed(pod, silent, grouped)
         if silent or pod.silent:
             self._set_silent(pod, silent)
         for key in [k for k in pod.allocations if k not in grouped]:
@@ -1123,6 +1160,56 @@ class DeviceStateStore:
                 )
                 found.setdefault(key, set()).add(allocation)
         return {key: tuple(sorted(a, key=_allocation_order)) for key, a in found.items()}
+
+    def _with_listed(
+        self,
+        pod: _Pod,
+        extended: dict[DeviceKey, tuple[Allocation, ...]],
+        reported: Container[DeviceKey],
+    ) -> dict[DeviceKey, tuple[Allocation, ...]]:
+        """The pod's report-less allocations: its DRA-backed extended resources' (`extended`) and
+        the device-plugin devices the kubelet's `List` names for it, except those its status
+        reports (`reported`: a report is the pod's word, never overridden). A MIG partition is
+        held on its card, a time-slicing replica on its GPU, as for a report (`_resolve`). Only
+        devices already tracked (from NVML) are held: with no report, the pod makes no device."""
+        listed = self._listed.get((pod.namespace, pod.name))
+        if not listed:
+            return extended
+        node = self._node_name
+        assert node is not None  # `_listed` is filled in node mode only
+        found = {key: set(held) for key, held in extended.items()}
+        for container, resource, device_id in listed:
+            device = _device_uuid(device_id.partition("::")[0])
+            if not device:
+                continue  # not a GPU's ID (another plugin's device): nothing gpuhealth tracks
+            if device.startswith(MIG_PREFIX):
+                device = self._mig_parent.get(device, device)
+            key = (node, device)
+            if key in reported:
+                continue
+            if key not in self._devices:
+                self._listed_waiting = True
+                continue
+            allocation = Allocation(pod.namespace, pod.name, container, resource, "")
+            found.setdefault(key, set()).add(allocation)
+        return {key: tuple(sorted(held, key=_allocation_order)) for key, held in found.items()}
+
+    def _relist_silent(self, names: Container[tuple[str, str]]) -> None:
+        """Hold afresh what `List` names for these pods (by namespace and name) on this node."""
+        self._listed_waiting = False
+        for pod in list(self._pods.values()):
+            observation = pod.observation
+            if (
+                observation is None
+                or observation.terminal
+                or observation.node != self._node_name
+                or (pod.namespace, pod.name) not in names
+            ):
+                continue
+            extended = self._resolve_extended(observation, set()) if observation.extended else {}
+            silent = self._with_listed(pod, extended, pod.allocations)
+            if silent or pod.silent:
+                self._set_silent(pod, silent)
 
     def _set_silent(self, pod: _Pod, silent: dict[DeviceKey, tuple[Allocation, ...]]) -> None:
         """Replace the pod's report-less allocations; the devices whose holders moved are folded."""

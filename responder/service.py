@@ -32,6 +32,7 @@ from gpuhealth.kube.elector import LeaderElector
 from responder import metrics
 from responder.checks.jobs import JobChecks
 from responder.enforce.hold import DeviceHold
+from responder.enforce.hold_allocations import PrometheusAllocations
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
 from responder.extender.capacity import CapacityCache, run_cache
@@ -147,7 +148,9 @@ def create_app(
                 migrate=None if settings.dry_run else migrator.step,
                 finish=None if settings.dry_run else migrator.finish,
                 watch_client=watch,
-                hold=DeviceHold(api, settings.namespace, settings.hold),
+                hold=DeviceHold(
+                    api, settings.namespace, settings.hold, PrometheusAllocations(settings.prometheus_url)
+                ),
                 hold_aside=checks.through_kubelet,
             )
             elector = LeaderElector(

@@ -129,6 +129,10 @@ class NodeGroup:
     mig: MigLayout | None = None
     """MIG partitions on every GPU of the group (device-plugin path, or DRA with the `nvidia`
     driver profile); None: whole GPUs."""
+    resource_health_status: bool = True
+    """The kubelets' `ResourceHealthStatus` feature: False, as before Kubernetes 1.36 or with the
+    gate off, they write no pod's `allocatedResourcesStatus` (nothing in a pod's status names its
+    devices or their health)."""
 
     def node_names(self) -> list[str]:
         return [f"{self.name_prefix}{i}" for i in range(self.count)]

@@ -7,7 +7,8 @@ kubeconfig, builds the fleet and runs its timeline:
 - `GET /simulator/v1/status`: simulated time, speed, timeline progress, faults applied;
 - `GET /simulator/v1/nodes/{node}/nvml?since=<seq>`: a node's fake NVML readings and XIDs;
 - `GET /simulator/v1/nodes/{node}/pod-resources`: its kubelet's allocatable devices, as the
-  protobuf the pod-resources API answers (`simulator.pod_resources`);
+  protobuf the pod-resources API answers (`simulator.pod_resources`); `.../pod-resources/list`:
+  the devices its running pods were given (the API's `List`);
 - `GET /simulator/v1/nodes/{node}/dcgm-exporter/metrics`: the node's dcgm-exporter, as it writes
   its series (`simulator.dcgm_exporter`; 404 where the node's group runs none);
 - `GET /simulator/v1/workloads/metrics`: the workloads' own request and error counters per pod
@@ -53,7 +54,7 @@ from simulator.fleet.extender_client import load_scheduler_config
 from simulator.fleet.node_api_http import HttpNodeApi
 from simulator.nvml import nvml_document
 from simulator.pod_resources import CONTENT_TYPE as POD_RESOURCES_TYPE
-from simulator.pod_resources import allocatable_message
+from simulator.pod_resources import allocatable_message, list_message
 from simulator.scenario import Scenario, ScenarioError, parse_fault_json, resolve
 from simulator.traffic import CONTENT_TYPE, Traffic
 
@@ -107,7 +108,8 @@ async def _pod_resources(request: web.Request) -> web.Response:
     node = request.match_info["node"]
     if node not in fleet.nodes:
         return _status_error(404, "NotFound", f'nodes "{node}" not found in the simulated fleet')
-    return web.Response(body=allocatable_message(fleet, node), content_type=POD_RESOURCES_TYPE)
+    answer = list_message if request.match_info.get("method") == "list" else allocatable_message
+    return web.Response(body=answer(fleet, node), content_type=POD_RESOURCES_TYPE)
 
 
 def dcgm_metrics_path(node: str) -> str:
@@ -199,6 +201,7 @@ def add_routes(app: web.Application, fleet: Fleet, *, token: str | None = None) 
     app.router.add_get("/simulator/v1/status", _status)
     app.router.add_get("/simulator/v1/nodes/{node}/nvml", _nvml)
     app.router.add_get("/simulator/v1/nodes/{node}/pod-resources", _pod_resources)
+    app.router.add_get("/simulator/v1/nodes/{node}/pod-resources/{method:list}", _pod_resources)
     app.router.add_get(dcgm_metrics_path("{node}"), _dcgm_metrics)
     app.router.add_get(WORKLOAD_METRICS_PATH, _workload_metrics)
     app.router.add_post("/simulator/v1/faults", _inject)

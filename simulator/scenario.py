@@ -311,6 +311,7 @@ _GROUP_KEYS = (
     "extendedResource",
     "dcgmExporter",
     "mig",
+    "resourceHealthStatus",
 )
 _MIG_KEYS = ("strategy", "profile", "partitions")
 MIG_SLICES = 7
@@ -429,6 +430,7 @@ def _node_group(r: FieldReader, raw: Any, index: int) -> NodeGroup:
     dcgm = data.get("dcgmExporter")
     dcgm_host_label = None if dcgm is None else r.choice(dcgm, (*path, "dcgmExporter"), DCGM_HOST_LABELS)
     layout = _mig(r, data.get("mig"), (*path, "mig"), node_path, replicas, dra_driver, extended)
+    health_status = r.boolean(data.get("resourceHealthStatus", True), (*path, "resourceHealthStatus"))
     return NodeGroup(
         name=name,
         count=count,
@@ -444,6 +446,7 @@ def _node_group(r: FieldReader, raw: Any, index: int) -> NodeGroup:
         extended_resource=extended,
         dcgm_host_label=dcgm_host_label,
         mig=layout,
+        resource_health_status=health_status,
     )
 
 

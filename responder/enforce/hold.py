@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,6 +37,7 @@ from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import NODE, POD
 from gpuhealth.plugin_resources import GPU_RESOURCE
 from responder.enforce.card_resources import hold_resources
+from responder.enforce.hold_devices import AllocationSource, PodDevices
 from responder.enforce.hold_plan import (
     FINISHED,
     HOLDER_LABEL,
@@ -114,8 +115,17 @@ class DeviceHold:
     """`sync(record, wanted, previous)`: one pass of the record's hold (None: the record is not
     held, and its holders are gone)."""
 
-    def __init__(self, client: Api, namespace: str, settings: HoldSettings | None = None) -> None:
+    def __init__(
+        self,
+        client: Api,
+        namespace: str,
+        settings: HoldSettings | None = None,
+        allocations: AllocationSource | None = None,
+    ) -> None:
+        """`allocations`: the node exporter's, read where the kubelet names no pod's devices
+        (before Kubernetes 1.36: `responder.enforce.hold_devices`); None: the kubelet's word only."""
         self._client = client
+        self._devices = PodDevices(device_ids, allocations)
         self.namespace = namespace
         """Where the holders live (gpuhealth's own namespace)."""
         self.settings = settings or HoldSettings()
@@ -170,6 +180,7 @@ class DeviceHold:
             partitions=record.spec.partitions,
             replicas=_int(((node.get("metadata") or {}).get("labels") or {}).get(REPLICAS_LABEL)),
         )
+        named = self._devices.read(record.spec.node, [*pods, *holders], now, card)
         unfinished = [p for p in pods if (p.get("status") or {}).get("phase") not in FINISHED]
         # The resources the card's units are (a MIG card's profiles under strategy mixed): the
         # fill asks for those, and only the node's units of those can be the card.
@@ -177,7 +188,7 @@ class DeviceHold:
         # In use: by workload pods, and by another record's holders (a fill of a card on the same
         # node may hold this one for a moment; it lets it go when its fill completes).
         busy = tuple(
-            d for p in unfinished if _uses(p, record) for d in device_ids(p) if card.owns(d)
+            d for p in unfinished if _uses(p, record) for d in named.of(p) if card.owns(d)
         )  # fmt: skip
         status = node.get("status") or {}
         allocatable_of = {r: _int((status.get("allocatable") or {}).get(r)) for r in resources}
@@ -197,10 +208,10 @@ class DeviceHold:
         unknown = sum(
             1
             for p in unfinished
-            if _uses(p, record) and not device_ids(p) and any(requested(p, r) > 0 for r in resources)
+            if _uses(p, record) and not named.of(p) and any(requested(p, r) > 0 for r in resources)
         )
         checking = tuple(
-            d for p in unfinished if _check_of(p, record) for d in device_ids(p) if card.owns(d)
+            d for p in unfinished if _check_of(p, record) for d in named.of(p) if card.owns(d)
         )  # fmt: skip
         prior = None
         if previous is not None and previous[0] in HoldState.__members__.values():
@@ -208,7 +219,7 @@ class DeviceHold:
         decided = plan(
             HoldInput(
                 card=card,
-                holders=tuple(self._holder(p, now, self._seen[record.name]) for p in holders),
+                holders=tuple(self._holder(p, now, self._seen[record.name], named.of) for p in holders),
                 busy=busy,
                 free=sum(free_of.values()),
                 previous=prior,
@@ -223,6 +234,7 @@ class DeviceHold:
                 plugin_excludes=record.name in self._unhealthy,
                 excluded=excluded,
                 known_units=self._units.get(record.name, 0),
+                device_sources=named.tried,
             )
         )
         if decided.state is HoldState.NOT_ALLOCATABLE:
@@ -321,12 +333,17 @@ class DeviceHold:
         }
 
     @staticmethod
-    def _holder(pod: Mapping[str, Any], now: float, seen: Mapping[str, float]) -> Holder:
+    def _holder(
+        pod: Mapping[str, Any],
+        now: float,
+        seen: Mapping[str, float],
+        devices: Callable[[Mapping[str, Any]], tuple[str, ...]],
+    ) -> Holder:
         meta = pod.get("metadata") or {}
         return Holder(
             name=str(meta.get("name")),
             phase=str((pod.get("status") or {}).get("phase") or "Pending"),
-            devices=device_ids(pod),
+            devices=devices(pod),
             age_seconds=max(0.0, now - seen.get(_uid(pod), now)),
             deleting=bool(meta.get("deletionTimestamp")),
         )

@@ -17,7 +17,8 @@ crash, a lost write or someone else left behind, the next pass plans from it):
   filled again;
 - while holders of the last fill have not been told their device, nothing else happens
   (`Filling`), up to `fill_timeout_seconds`: a holder running that long with no device
-  reported means the kubelet does not report devices (before 1.36, or the feature off):
+  reported means the kubelet does not report devices (before 1.36, or the feature off) and the
+  node exporter's series name none either (`responder.enforce.hold_devices`):
   `AllocationUnreadable`, the holders go and the card is only counted out (the extender's count);
 - a fill is complete when every holder has its device and the node has no free GPU left (a
   pod that ended meanwhile freed one: the fill goes on); then holders on other cards are deleted;
@@ -140,6 +141,9 @@ class HoldInput:
     aside deletes the card's holders, and with them what says how many replicas it has."""
     checking: tuple[str, ...] = ()
     """Device IDs of the card that gpuhealth's check pods (not finished) use now."""
+    device_sources: tuple[str, ...] = ("the kubelet's allocatedResourcesStatus (Kubernetes 1.36+)",)
+    """Where the holders' devices were looked for this pass, each with what came of it (what
+    `AllocationUnreadable` says was tried: `responder.enforce.hold_devices`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,8 +193,8 @@ def plan(given: HoldInput) -> HoldPlan:
         if running and max(h.age_seconds for h in running) >= given.fill_timeout_seconds:
             return HoldPlan(
                 HoldState.UNREADABLE,
-                f"holder {running[0].name} runs but the kubelet reports no device for it "
-                f"(allocatedResourcesStatus, Kubernetes 1.36+): the card is only counted out",
+                f"holder {running[0].name} runs but no device is named for it by "
+                f"{'; nor by '.join(given.device_sources)}: the card is only counted out",
                 delete=tuple(delete + [h.name for h in active]),
             )
         stuck = [h.name for h in unreported if h.age_seconds >= given.fill_timeout_seconds]

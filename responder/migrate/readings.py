@@ -20,7 +20,7 @@ class PrometheusReadings:
 
     @staticmethod
     def query(node: str, device: str) -> str:
-        return f'{{__name__=~"gpu_device_.+|gpu_nvml_.+", node="{_quote(node)}", device="{_quote(device)}"}}'
+        return f'{{__name__=~"gpu_device_.+|gpu_nvml_.+", node="{quote(node)}", device="{quote(device)}"}}'
 
     def series(self, node: str, device: str) -> list[dict[str, Any]]:
         query = self.query(node, device)
@@ -40,6 +40,6 @@ class PrometheusReadings:
         return out
 
 
-def _quote(text: str) -> str:
+def quote(text: str) -> str:
     """A PromQL string literal's content: backslashes and double quotes escaped."""
     return text.replace("\\", "\\\\").replace('"', '\\"')

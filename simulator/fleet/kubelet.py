@@ -150,6 +150,8 @@ class Kubelet:
     def _allocated_status(self, pod: SimPod, rows: Rows) -> list[dict[str, Any]]:
         if not rows or pod.extended:
             return []
+        if not self._nodes[pod.node].group.resource_health_status:
+            return []  # an older kubelet (or the feature gate off) names no pod's devices
         if pod.resource_name is not None:
             name = pod.resource_name
         elif pod.claim_name is None:

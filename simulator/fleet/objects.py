@@ -308,6 +308,12 @@ def per_container(
     return out
 
 
+def app_containers(workload: Workload, gpus: int) -> list[dict[str, Any]]:
+    """The app containers of a device-plugin pod of `workload` holding `gpus` devices."""
+    containers: list[dict[str, Any]] = _containers(workload, gpus, False)["containers"]
+    return containers
+
+
 def _containers(workload: Workload, gpus: int, dra: bool) -> dict[str, Any]:
     resources: dict[str, Any] = {"requests": {"cpu": "4", "memory": "32Gi"}, "limits": {"memory": "32Gi"}}
     if dra:

@@ -527,6 +527,7 @@ class PodRunner:
         spec = run_spec(obj)
         sim = SimPod(meta["name"], meta["namespace"], node.name, _API_WORKLOAD, (), uid=meta.get("uid", ""))
         sim.api = True
+        sim.containers = tuple(obj["spec"].get("containers") or ())
         if spec.resource != GPU_RESOURCE:
             sim.resource_name = spec.resource  # allocatedResourcesStatus[].name: what it asked for
         sim.cpu_milli = spec.cpu_milli

@@ -52,6 +52,9 @@ class SimPod:
     """Fleet: its workload's controller already replaced it (it began terminating)."""
     cpu_milli: int = 4000
     memory_bytes: int = 32 << 30
+    containers: tuple[dict[str, Any], ...] | None = None
+    """An API pod's app containers as its spec names them (the kubelet's device manager gives
+    each its own request's devices); None: a scenario pod, whose containers its workload makes."""
     extended: bool = False
     """Its GPUs are a DRA-backed extended resource (KEP-5004): its claim is the special one of
     `status.extendedResourceClaimStatus`, and the kubelet writes no allocatedResourcesStatus for

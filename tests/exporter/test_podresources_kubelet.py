@@ -2,13 +2,14 @@
 
 Aspects covered: the reader calls `/v1.PodResourcesLister/GetAllocatableResources` with the empty
 request and decodes the answer (encoded by the simulated kubelet's encoder: device-plugin GPUs,
-time-slicing replicas, other resources); every failure is no answer (None), counted, logged once
-per failing streak with a reason an operator can act on: no socket at the path, a kubelet that
-does not serve the method (an old kubelet: UNIMPLEMENTED), a kubelet that refuses the call
-(UNAVAILABLE), one that does not answer within the deadline, an answer that is not the message;
-a kubelet that comes back (started late, or restarted on the same path) is read again; the
-flag's forms (`unix:///PATH`) and bad values are refused with the expected forms named.
-"""
+time-slicing replicas, other resources); it calls `List` the same way and decodes each pod's
+containers' devices, each method's failures logged on their own; every failure is no answer
+(None), counted, logged once per failing streak with a reason an operator can act on: no socket
+at the path, a kubelet that does not serve the method (an old kubelet: UNIMPLEMENTED), a kubelet
+that refuses the call (UNAVAILABLE), one that does not answer within the deadline, an answer that
+is not the message; a kubelet that comes back (started late, or restarted on the same path) is
+read again; the flag's forms (`unix:///PATH`) and bad values are refused with the expected forms
+named."""
 
 from __future__ import annotations
 
@@ -26,15 +27,17 @@ import grpc
 import pytest
 
 from exporter.cli import pod_resources_source
-from exporter.podresources import GPU_RESOURCE, Allocatable
-from exporter.podresources_kubelet import METHOD, KubeletPodResources
+from exporter.podresources import GPU_RESOURCE, Allocatable, Assigned, Assignments
+from exporter.podresources_kubelet import SERVICE, KubeletPodResources
+from exporter.podresources_reads import ALLOCATABLE
 from exporter.settings import ExporterSettings, NvmlSettings, ObserverSettings
 from gpuhealth.fields import SettingsError
-from simulator.pod_resources import encode_allocatable
+from simulator.pod_resources import encode_allocatable, encode_list
 
 U0 = "GPU-00000000-0000-0000-0000-000000000000"
 U1 = "GPU-11111111-1111-1111-1111-111111111111"
 LOGGER = "exporter.podresources_reads"
+METHOD = SERVICE + ALLOCATABLE
 
 Handler = Callable[[bytes, grpc.ServicerContext], bytes]
 
@@ -124,6 +127,31 @@ def test_the_answer_is_read_with_the_empty_request_and_decoded(
     assert kubelet.requests == [b""]
     assert reader.failures == 0
     assert METHOD == "/v1.PodResourcesLister/GetAllocatableResources"
+
+
+def test_the_pods_devices_are_listed_with_the_empty_request_and_decoded(
+    reader: KubeletPodResources, socket_dir: Path, kubelets: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    listed = [("team-a", "train-0", [("main", GPU_RESOURCE, [f"{U0}::1"]), ("side", GPU_RESOURCE, [U1])])]
+    kubelet = kubelets(
+        socket_dir / "kubelet.sock",
+        {"List": lambda request, context: encode_list(listed)},  # an old kubelet: List only
+    )
+    caplog.set_level(logging.INFO, LOGGER)
+
+    assert reader.assignments() == Assignments(
+        {
+            ("team-a", "train-0"): (
+                Assigned("main", GPU_RESOURCE, f"{U0}::1"),
+                Assigned("side", GPU_RESOURCE, U1),
+            )
+        }
+    )
+    assert kubelet.requests == [b""] and reader.failures == 0
+    # The other method's failure is its own: logged with its name, List keeps answering.
+    assert reader.allocatable() is None and reader.assignments() is not None
+    [message] = warnings(caplog)
+    assert "GetAllocatableResources" in message and "idle GPUs keep their evidence" in message
 
 
 def test_an_empty_answer_is_an_answer_no_gpu_is_allocatable(

@@ -28,7 +28,7 @@ from responder.webhook.intake import IntakeSettings, Write, decide
 from simulator.fleet.mig import partition_uuid
 from simulator.fleet.objects import gpu_uuid
 from simulator.model import MigLayout
-from tests.responder.test_hold_simulated import NS, World, world_on
+from tests.responder.test_hold_simulated import NS, World, running_world
 from tests.responder.test_intake import alert
 
 pytestmark = pytest.mark.integration
@@ -56,7 +56,7 @@ SCENARIO: dict[str, Any] = {
 
 @pytest.fixture
 def world() -> Iterator[World]:
-    with world_on(SCENARIO) as w:
+    with running_world(SCENARIO) as w:
         yield w
 
 

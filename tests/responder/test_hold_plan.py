@@ -116,6 +116,14 @@ def test_a_kubelet_that_reports_no_devices_leaves_the_card_counted_out() -> None
     assert set(decided.delete) == {"h1", "h2"}
 
 
+def test_an_unreadable_allocation_names_every_source_tried() -> None:
+    holders = (holder("h1", age=61.0),)
+    tried = ("the kubelet's report", "the exporter's series (no answer: refused)")
+    decided = plan(HoldInput(CARD, holders=holders, busy=(), free=0, device_sources=tried))
+    assert decided.state is HoldState.UNREADABLE
+    assert "by the kubelet's report; nor by the exporter's series (no answer: refused)" in decided.message
+
+
 def test_a_holder_the_kubelet_never_started_is_made_again() -> None:
     holders = (holder("h1", phase="Pending", age=61.0),)
     decided = plan(HoldInput(CARD, holders=holders, busy=(), free=0, fill_timeout_seconds=60.0))

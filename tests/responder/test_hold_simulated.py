@@ -5,14 +5,16 @@ other holders gone, the node's free GPUs back), the node annotation telling the 
 held and the record's `Held` condition True; a holder deleted by someone is made again; a card
 still running a pod waits (CardBusy, the extender told to keep new GPU pods off the node), and
 is held once that pod is gone; the holders go when the record reaches the ramp; in dry-run no
-holder is made. The reconciler runs with a ManualClock and a static health source.
+holder is made; on a node whose kubelet names no pod's devices (before 1.36) and no exporter's
+series read, the hold gives up as `AllocationUnreadable`, saying which sources it tried. The
+reconciler runs with a ManualClock and a static health source.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
 from responder.checks.jobs import CheckSettings, JobChecks
 from responder.enforce.hold import HoldSettings, device_ids, holds
+from responder.enforce.hold_devices import AllocationSource
 from responder.enforce.hold_plan import HOLDER_LABEL, HoldState
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
@@ -41,7 +44,7 @@ from responder.reconcile.reconciler import Reconciler, ReconcilerSettings
 from responder.records import HELD, QUARANTINES, Phase, Quarantine, from_object, to_object
 from responder.webhook.intake import IntakeSettings, Write, decide
 from simulator.fleet.objects import gpu_uuid
-from simulator.testing import running_cluster
+from simulator.testing import ClusterHandle, running_cluster
 from tests.responder.test_intake import alert
 from tests.support.holds import product_hold
 
@@ -64,21 +67,24 @@ SETTINGS = ReconcilerSettings(
 
 
 class World:
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeClient, cluster: ClusterHandle) -> None:
         self.client = client
+        self.cluster = cluster
         self.clock = ManualClock()
         self.health = StaticHealth()
         for i in range(4):
             self.health.set(NODE_NAME, gpu_uuid(NODE_NAME, i), Health.HEALTHY, 0.0)
         self.reconciler = self.new_reconciler(SETTINGS)
 
-    def new_reconciler(self, settings: ReconcilerSettings) -> Reconciler:
+    def new_reconciler(
+        self, settings: ReconcilerSettings, allocations: AllocationSource | None = None
+    ) -> Reconciler:
         return Reconciler(
             self.client,
             enforcer=Enforcer(self.client, discover(self.client)),
             health=self.health,
             checks=JobChecks(self.client, CheckSettings(namespace=NS)),
-            **product_hold(self.client),
+            **product_hold(self.client, allocations=allocations),
             events=KubeEvents(self.client),
             breaker_store=BreakerStore(self.client, NS),
             settings=settings,
@@ -124,23 +130,29 @@ class World:
             time.sleep(0.2)
 
 
-@contextmanager
-def world_on(scenario: dict[str, Any]) -> Iterator[World]:
-    """A World on the simulated cluster of `scenario`, with the CRD and gpuhealth's namespace."""
+@contextlib.contextmanager
+def running_world(scenario: dict[str, Any]) -> Iterator[World]:
     with running_cluster(scenario, speed=10) as cluster:
         client = KubeClient(KubeTransport(api_client(str(cluster.kubeconfig_path))))
         client.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
         client.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
         wait_until("the CRD served", lambda: client.list(QUARANTINES) is not None, timeout=20)
         try:
-            yield World(client)
+            yield World(client, cluster)
         finally:
             client.close()
 
 
 @pytest.fixture
 def world() -> Iterator[World]:
-    with world_on(SCENARIO) as w:
+    with running_world(SCENARIO) as w:
+        yield w
+
+
+@pytest.fixture
+def old_kubelet_world() -> Iterator[World]:
+    """The node's kubelet writes no allocatedResourcesStatus (before 1.36, or the gate off)."""
+    with running_world({**SCENARIO, "fleet": [{**SCENARIO["fleet"][0], "resourceHealthStatus": False}]}) as w:
         yield w
 
 
@@ -216,3 +228,24 @@ def test_in_dry_run_no_holder_is_made(world: World) -> None:
     assert w.record(name).status.phase == Phase.QUARANTINED
     assert not w.holders()
     assert w.record(name).status.condition(HELD) is None
+
+
+def test_a_kubelet_that_names_no_devices_leaves_the_card_unreadable_saying_what_was_tried(
+    old_kubelet_world: World,
+) -> None:
+    w = old_kubelet_world
+    name = w.add(3)
+
+    def running() -> bool:
+        holders = w.holders()
+        return len(holders) == 2 and all(p["status"].get("phase") == "Running" for p in holders)
+
+    w.passes_until("the fill's holders running", running)
+    assert w.held(name) == HoldState.FILLING
+    assert [device_ids(p) for p in w.holders()] == [(), ()]
+    w.clock.advance(61)
+    w.passes_until("the hold given up", lambda: w.held(name) == HoldState.UNREADABLE)
+    condition = w.record(name).status.condition(HELD)
+    assert condition is not None and condition.status == "False"
+    assert "allocatedResourcesStatus" in condition.message
+    assert "gpu_device_allocation_info in Prometheus (not configured)" in condition.message

@@ -6,7 +6,8 @@ report, but only at a status sync (a stale Healthy lingers until then); a broken
 stream makes all the driver's devices Unknown; init containers are never filled; terminated
 pods are not updated; DRA messages are cut at 1024 characters; the Lease stops while the node
 is partitioned (and the node goes Ready=Unknown) and resumes after; time-slicing replicas are
-`<uuid>::<n>`; flapping; ResourceSlice taints; every object kind is a valid Kubernetes shape.
+`<uuid>::<n>`; flapping; ResourceSlice taints; every object kind is a valid Kubernetes shape; a
+kubelet without `ResourceHealthStatus` (before 1.36) writes no `allocatedResourcesStatus`.
 """
 
 from __future__ import annotations
@@ -87,6 +88,20 @@ async def test_device_plugin_reports_healthy_or_unhealthy_only_and_lowers_alloca
     assert store.get("nodes", "n-0")["status"]["allocatable"]["nvidia.com/gpu"] == "0"
     await fleet.advance(30)
     assert store.get("nodes", "n-0")["status"]["allocatable"]["nvidia.com/gpu"] == "3"
+
+
+async def test_a_kubelet_without_resource_health_status_names_no_pods_devices() -> None:
+    fleet, store, _ = await make_fleet(one_node("device-plugin", resourceHealthStatus=False))
+    pods, _ = store.list("pods")
+    running = [p for p in pods if p["status"].get("phase") == "Running"]
+    assert len(running) == 2
+    statuses = [cs for p in running for cs in p["status"]["containerStatuses"]]
+    assert statuses and all("allocatedResourcesStatus" not in cs for cs in statuses)
+    # Its plugin's word still lowers allocatable; a pod's status still says nothing of it.
+    inject(fleet, kind="device-unhealthy", device=dev("n-0", 1), message="driver says so")
+    await fleet.advance(30)
+    assert store.get("nodes", "n-0")["status"]["allocatable"]["nvidia.com/gpu"] == "3"
+    assert all_rows(store) == {}
 
 
 async def test_device_plugin_health_change_is_pushed_without_waiting_for_a_sync() -> None:

@@ -12,12 +12,18 @@ from typing import Any
 from gpuhealth.kube.api import Api
 from responder.checks.jobs import CheckSettings, JobChecks
 from responder.enforce.hold import DeviceHold, HoldSettings
+from responder.enforce.hold_devices import AllocationSource
 
 NS = "gpuhealth-system"
 
 
 def product_hold(
-    client: Api, settings: CheckSettings | None = None, hold: HoldSettings | None = None
+    client: Api,
+    settings: CheckSettings | None = None,
+    hold: HoldSettings | None = None,
+    allocations: AllocationSource | None = None,
 ) -> dict[str, Any]:
+    """`allocations`: the node exporter's series in Prometheus, as the service passes them."""
     checks = JobChecks(client, settings or CheckSettings(namespace=NS))
-    return {"hold": DeviceHold(client, checks.settings.namespace, hold), "hold_aside": checks.through_kubelet}
+    hold_ = DeviceHold(client, checks.settings.namespace, hold, allocations)
+    return {"hold": hold_, "hold_aside": checks.through_kubelet}
