@@ -31,8 +31,10 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.elector import LeaderElector
 from responder import metrics
 from responder.checks.jobs import JobChecks
-from responder.enforce.hold import DeviceHold
+from responder.enforce.hold import DeviceHold, device_ids
 from responder.enforce.hold_allocations import PrometheusAllocations
+from responder.enforce.hold_devices import PodDevices
+from responder.enforce.holders import DeviceHolders
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
 from responder.extender.capacity import CapacityCache, run_cache
@@ -121,10 +123,16 @@ def create_app(
                     ladder=without_reset(reconciler_settings.policy.ladder),
                 )
                 reconciler_settings = dataclasses.replace(reconciler_settings, policy=policy)
+            # Which device each pod got where the kubelet does not say (before 1.36): one reading,
+            # shared by the hold and by the backend that says which pods hold a card (the moves,
+            # the release's wait for the card to be free).
+            pod_devices = PodDevices(device_ids, PrometheusAllocations(settings.prometheus_url))
+            enforcer = Enforcer(api, rules, ramp_pods=settings.ramp_pods, devices=pod_devices, clock=clock)
             migrator = Migrator(
                 api,
                 settings.migrator,
                 clock,
+                backends=enforcer,
                 metrics=MigratorMetrics(registry),
                 namespace=settings.namespace,
                 readings=PrometheusReadings(settings.prometheus_url),
@@ -136,7 +144,7 @@ def create_app(
             checks = JobChecks(api, settings.checks)
             reconciler = Reconciler(
                 api,
-                enforcer=Enforcer(api, rules, ramp_pods=settings.ramp_pods),
+                enforcer=enforcer,
                 health=PrometheusHealth(settings.prometheus_url),
                 checks=checks,
                 resets=resets,
@@ -148,9 +156,8 @@ def create_app(
                 migrate=None if settings.dry_run else migrator.step,
                 finish=None if settings.dry_run else migrator.finish,
                 watch_client=watch,
-                hold=DeviceHold(
-                    api, settings.namespace, settings.hold, PrometheusAllocations(settings.prometheus_url)
-                ),
+                holders=DeviceHolders(api, enforcer),
+                hold=DeviceHold(api, settings.namespace, settings.hold, devices=pod_devices),
                 hold_aside=checks.through_kubelet,
             )
             elector = LeaderElector(

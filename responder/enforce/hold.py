@@ -121,11 +121,14 @@ class DeviceHold:
         namespace: str,
         settings: HoldSettings | None = None,
         allocations: AllocationSource | None = None,
+        devices: PodDevices | None = None,
     ) -> None:
         """`allocations`: the node exporter's, read where the kubelet names no pod's devices
-        (before Kubernetes 1.36: `responder.enforce.hold_devices`); None: the kubelet's word only."""
+        (before Kubernetes 1.36: `responder.enforce.hold_devices`); None: the kubelet's word only.
+        `devices`: such a reading already made (shared with the device-plugin backend, which
+        says which pods hold a card); it takes the place of `allocations`."""
         self._client = client
-        self._devices = PodDevices(device_ids, allocations)
+        self._devices = devices or PodDevices(device_ids, allocations)
         self.namespace = namespace
         """Where the holders live (gpuhealth's own namespace)."""
         self.settings = settings or HoldSettings()

@@ -42,6 +42,7 @@ from typing import Any
 
 import orjson
 
+from gpuhealth.clock import Clock, SystemClock
 from gpuhealth.kube.api import Api
 from gpuhealth.kube.conflicts import retry_on_conflict
 from gpuhealth.kube.errors import NotFound
@@ -49,6 +50,9 @@ from gpuhealth.kube.resources import NODE
 from gpuhealth.plugin_resources import GPU_RESOURCE
 from responder.enforce.backends import DeviceRequest, Evidence
 from responder.enforce.card_resources import card_units
+from responder.enforce.hold import device_ids
+from responder.enforce.hold_devices import PodDevices
+from responder.enforce.hold_plan import Card
 from responder.enforce.identity import Identity, resolve_capacity
 from responder.ladder import CANARY_TAINT
 from responder.reconcile.policy import Enforce
@@ -85,10 +89,14 @@ class NodeAnnotation:
         runtime_class: str = RUNTIME_CLASS,
         ramp_pods: int = RAMP_PODS,
         route: str = KUBELET,
+        devices: PodDevices | None = None,
+        clock: Clock | None = None,
     ) -> None:
         """`runtime_class`: the check pods' `runtimeClassName` (empty: the node's default runtime).
         `ramp_pods`: opted-in pods the extender admits per device while it ramps. `route`: how a
-        check's pod gets the card (`CHECK_ROUTES`)."""
+        check's pod gets the card (`CHECK_ROUTES`). `devices`: which device each pod got where
+        the kubelet does not say (before 1.36: the node exporter's, shared with the hold; None:
+        the kubelet's word only), asked at `clock`'s time."""
         if isinstance(ramp_pods, bool) or not isinstance(ramp_pods, int) or not 1 <= ramp_pods <= 64:
             raise ValueError(f"ramp_pods must be a whole number from 1 to 64, not {ramp_pods!r}")
         if route not in CHECK_ROUTES:
@@ -97,6 +105,8 @@ class NodeAnnotation:
         self._runtime_class = runtime_class
         self._ramp_pods = ramp_pods
         self.route = route
+        self._devices = devices
+        self._clock = clock or SystemClock()
 
     def identify(self, record: Quarantine, evidence: Evidence) -> Identity | None:
         if record.spec.path == self.path:
@@ -137,7 +147,14 @@ class NodeAnnotation:
     def holders(self, record: Quarantine, node_pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         # A MIG card is held by the pods on any of its partitions.
         devices = (record.spec.uuid or record.spec.device, *record.spec.partitions)
-        return [p for p in node_pods if any(_pod_holds(p, d) for d in devices)]
+        of: Callable[[Mapping[str, Any]], tuple[str, ...]] = device_ids
+        if self._devices is not None:
+            # Before 1.36 the kubelet names no pod's devices: the node exporter's word (the
+            # pod-resources List) for those it does not, so that a card's pods are moved and
+            # waited for there too.
+            card = Card(record.spec.uuid or record.spec.device, record.spec.partitions)
+            of = self._devices.read(record.spec.node, node_pods, self._clock.now(), card).of
+        return [p for p in node_pods if any(_holds(of(p), d) for d in devices)]
 
     def through_kubelet(self, record: Quarantine) -> bool:
         return through_kubelet(self.route, record, node_reader(self._client, record))
@@ -286,13 +303,7 @@ def ramping(node: Mapping[str, Any]) -> dict[str, int]:
     }
 
 
-def _pod_holds(pod: dict[str, Any], device: str) -> bool:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    for status in statuses:
-        for entry in (status or {}).get("allocatedResourcesStatus") or []:
-            for resource in (entry or {}).get("resources") or []:
-                rid = str((resource or {}).get("resourceID") or "")
-                # Time-sliced replicas of one GPU are advertised as `<uuid>::<n>`.
-                if rid == device or rid.startswith(device + "::"):
-                    return True
-    return False
+def _holds(ids: Sequence[str], device: str) -> bool:
+    """Whether a pod given `ids` holds `device` (time-sliced replicas of one GPU are advertised
+    as `<uuid>::<n>`)."""
+    return any(rid == device or rid.startswith(device + "::") for rid in ids)
