@@ -56,7 +56,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -68,7 +68,7 @@ from gpuhealth.kube.api import Api
 from gpuhealth.kube.backoff import Backoff
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.elector import Term
-from gpuhealth.kube.errors import ApiError, Conflict, NotFound
+from gpuhealth.kube.errors import ApiError, Conflict
 from gpuhealth.kube.meta import parse_rfc3339, rfc3339
 from gpuhealth.kube.reflector import Events, Listed, Message, Reflector
 from gpuhealth.kube.resources import NODE, POD, STATUS
@@ -77,9 +77,9 @@ from responder.checks.jobs import CheckRunner
 from responder.enforce.hold import DeviceHold
 from responder.enforce.hold_plan import HOLDER_LABEL, HoldPlan, HoldState
 from responder.enforce.holders import DeviceHolders
-from responder.enforce.identity import SliceDevice
+from responder.enforce.observed import Observed
 from responder.enforce.shipped import Enforcer
-from responder.ladder import KNOWN, Kind, Rung, with_reset
+from responder.ladder import KNOWN, Kind, Ladder, Rung, with_reset
 from responder.reconcile import breaker
 from responder.reconcile.accounting import QuarantineAccounting
 from responder.reconcile.breaker import BreakerState, Counts
@@ -128,26 +128,26 @@ Migrate = Callable[[Quarantine, float], Quarantine]
 class Enforcement(Protocol):
     """The backends (`responder.enforce.backends.Backends`), as the reconciler uses them."""
 
-    def slices(self) -> list[SliceDevice]: ...
+    def observe(
+        self, nodes: Collection[str] = (), *, list_nodes: bool = False, page_size: int = 500
+    ) -> Observed:
+        """What the pass reads once for all its records (`responder.enforce.observed`)."""
+        ...
 
-    def identify(
-        self,
-        record: Quarantine,
-        slices: Sequence[SliceDevice],
-        nodes: dict[str, Any],
-        partitions: tuple[str, ...] = (),
-    ) -> Quarantine:
+    def identify(self, record: Quarantine, seen: Observed, partitions: tuple[str, ...] = ()) -> Quarantine:
         """`record` naming its device as the API says it is now (unchanged when nothing says);
         `partitions`: a MIG card's partitions as the health source saw them this pass."""
         ...
 
     def enforced_as(self, record: Quarantine) -> str: ...
 
-    def present(self, record: Quarantine, wanted: Enforce | None = None) -> bool: ...
+    def present(
+        self, record: Quarantine, wanted: Enforce | None = None, seen: Observed | None = None
+    ) -> bool: ...
 
-    def enforce(self, record: Quarantine, effect: Enforce) -> None: ...
+    def enforce(self, record: Quarantine, effect: Enforce, seen: Observed | None = None) -> None: ...
 
-    def unenforce(self, record: Quarantine) -> None: ...
+    def unenforce(self, record: Quarantine, seen: Observed | None = None) -> None: ...
 
 
 class Holders(Protocol):
@@ -198,7 +198,11 @@ class ReconcilerSettings:
     """Longest sleep between passes: bounds how late an unwatched change (health, a Job's
     status, a node's label) is acted on."""
     page_size: int = 500
-    """Records per list page."""
+    """Objects per list page (records, DeviceTaintRules, nodes)."""
+    list_nodes_from: int = 50
+    """Distinct nodes under active records from which a pass lists the nodes (paged, keeping
+    those) rather than reading each one: at 50 a read of each is 50 round trips, a list of a
+    12,500-node cluster 25 pages. Below it, a few reads move less than a list of every node."""
     watch_timeout_seconds: int = 60
     """Server-side length of one watch of the records (the reflector resumes at once)."""
     watch_backoff: WatchBackoff = field(default_factory=WatchBackoff)
@@ -230,10 +234,8 @@ class _PassState:
     breaker: BreakerState
     counts: Counts
     bucket: Bucket
-    slices: list[SliceDevice] = field(default_factory=list)
-    """Every device the ResourceSlices publish, listed once per pass (identities)."""
-    nodes: dict[str, Any] = field(default_factory=dict)
-    """Node name -> the node object (None: not found), read at most once per pass."""
+    seen: Observed
+    """What the pass read once for every record (slices, DeviceTaintRules, nodes), its writes applied."""
 
 
 class ReconcilerMetrics:
@@ -381,6 +383,22 @@ def guardrails(
     return counts, bucket
 
 
+def _decoded(
+    items: Iterable[dict[str, Any]], ladder: Ladder
+) -> tuple[list[tuple[dict[str, Any], Quarantine]], list[str]]:
+    """The listed objects with their records, and the names of those that are unreadable (logged)."""
+    entries: list[tuple[dict[str, Any], Quarantine]] = []
+    unreadable: list[str] = []
+    for obj in items:
+        try:
+            entries.append((obj, from_object(obj, ladder)))
+        except RecordError as exc:
+            name = str((obj.get("metadata") or {}).get("name") or "?")
+            log.error("record %s is unreadable, left alone: %s", name, exc)
+            unreadable.append(name)
+    return entries, unreadable
+
+
 class Reconciler:
     def __init__(
         self,
@@ -520,31 +538,32 @@ class Reconciler:
         try:
             listed = self._client.list(QUARANTINES, page_size=self.settings.page_size)
             stored = self._store.read()
-            slices = self._enforcer.slices()
+            # Once a pass, not per record: a Ladder validates its rungs when built (about 0.1 ms
+            # each under the profiler; bench/results.md, responder_pass).
+            ladder = with_reset(self.settings.policy.ladder)
+            entries, unreadable = _decoded(listed.items, ladder)
+            # One read of what every record's enforcement is judged by, not a GET per record
+            # (68 % of a 10,000-record pass was one GET of each record's rule).
+            nodes = {r.spec.node for _, r in entries if r.status.phase not in DONE_PHASES}
+            seen = self._enforcer.observe(
+                nodes,
+                list_nodes=len(nodes) >= self.settings.list_nodes_from,
+                page_size=self.settings.page_size,
+            )
         except Exception as exc:  # an API outage decides nothing: the pass is tried again soon
             retry = self._retry_after("", exc)
             log.warning("reconcile pass skipped: %s; again in %.1f s", exc, retry)
             return PassReport({}, min(cap, retry), skipped=str(exc))
         self._retries.pop("", None)
+        outcomes = dict.fromkeys(unreadable, "error")
+        for _ in unreadable:
+            self.metrics.records.labels("error").inc()
         snapshot = self._read_health(now)
         eligible = snapshot.eligible if snapshot.available else self._eligible
-        entries: list[tuple[dict[str, Any], Quarantine]] = []
-        outcomes: dict[str, str] = {}
-        # Once a pass, not per record: a Ladder validates its rungs when built (about 0.1 ms
-        # each under the profiler; bench/results.md, responder_pass).
-        ladder = with_reset(self.settings.policy.ladder)
-        for obj in listed.items:
-            try:
-                entries.append((obj, from_object(obj, ladder)))
-            except RecordError as exc:
-                name = str((obj.get("metadata") or {}).get("name") or "?")
-                log.error("record %s is unreadable, left alone: %s", name, exc)
-                outcomes[name] = "error"
-                self.metrics.records.labels("error").inc()
         entries.sort(key=lambda e: (str(e[0].get("metadata", {}).get("creationTimestamp") or ""), e[1].name))
         records = [record for _, record in entries]
         counts, bucket = guardrails(records, eligible, stored.state, now=now, settings=self.settings)
-        state = _PassState(now=now, breaker=stored.state, counts=counts, bucket=bucket, slices=slices)
+        state = _PassState(now=now, breaker=stored.state, counts=counts, bucket=bucket, seen=seen)
         rechecks: list[float] = []
         final: list[tuple[Quarantine, float | None]] = []
         for obj, record in entries:
@@ -624,7 +643,7 @@ class Reconciler:
             return ("written" if self._write(obj, record, after, fence) else "unchanged"), after, None
         moved: Exception | None = None
         current = self._enforcer.identify(
-            record, state.slices, state.nodes, snapshot.partitions_of(record.spec.node, record.spec.device)
+            record, state.seen, snapshot.partitions_of(record.spec.node, record.spec.device)
         )
         if current.spec != record.spec:
             current = self._hand_over(record, current, state)
@@ -737,6 +756,7 @@ class Reconciler:
             enforcement_present=self._enforcer.present(
                 record,
                 None if phase in (Phase.PENDING, Phase.DEFERRED) else holding(record, self.settings.policy),
+                state.seen,
             ),
             enforced_as=self._enforcer.enforced_as(record),
             node_opted_out=phase == Phase.PENDING and self._opted_out(record.spec.node, state),
@@ -806,8 +826,8 @@ class Reconciler:
         and the next pass resolves and moves again from what is stored."""
         if not before.status.enforced:
             return after  # nothing in place yet: the policy enforces through the new backend
-        self._enforcer.enforce(after, holding(after, self.settings.policy))
-        self._enforcer.unenforce(before)
+        self._enforcer.enforce(after, holding(after, self.settings.policy), state.seen)
+        self._enforcer.unenforce(before, state.seen)
         now_as = self._enforcer.enforced_as(after)
         message = (
             f"the device is a {after.spec.path} device now: enforcement moved from "
@@ -832,12 +852,7 @@ class Reconciler:
         return backoff.next_delay(server or 0.0)
 
     def _opted_out(self, node: str, state: _PassState) -> bool:
-        if node not in state.nodes:
-            try:
-                state.nodes[node] = self._client.get(NODE, node)
-            except NotFound:
-                state.nodes[node] = None
-        labels = ((state.nodes[node] or {}).get("metadata") or {}).get("labels") or {}
+        labels = ((state.seen.get(NODE, node) or {}).get("metadata") or {}).get("labels") or {}
         return bool(labels.get(OPT_OUT_LABEL) == OPT_OUT_VALUE)
 
     def _apply(self, record: Quarantine, decided: Step, state: _PassState, fence: threading.Event) -> None:
@@ -845,9 +860,9 @@ class Reconciler:
             if fence.is_set():
                 raise Fenced
             if isinstance(effect, Enforce):
-                self._enforcer.enforce(record, effect)
+                self._enforcer.enforce(record, effect, state.seen)
             elif isinstance(effect, Unenforce):
-                self._enforcer.unenforce(record)
+                self._enforcer.unenforce(record, state.seen)
             elif isinstance(effect, StartCheck):
                 self._checks.start(record, effect.kind, effect.attempt)
             elif isinstance(effect, StartReset):
