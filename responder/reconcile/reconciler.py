@@ -15,14 +15,18 @@ and writes the records, one pass over all of them at a time:
    history; devices under enforcement now) and the new-quarantine bucket (`Bucket.replay` of
    automatic quarantines' enforcement times). A restarted or new leader therefore hands out
    no second burst and trips no later than the one before it.
-3. Per record, oldest first (the rate limit serves waiting records in their order): `step`,
-   apply its effects (enforcement, checks, the breaker's state with an audit entry, Events),
-   then write the record: spec through the resource if it changed, status through the status
-   subresource, both conditional on the resourceVersion read (409: the next pass decides
-   again from what is stored; effects are idempotent). An admission (Pending or Deferred to
+3. Per record, the waiting ones (Pending, Deferred) first, then the others, each oldest first
+   (the rate limit serves waiting records in their order, and a new quarantine never waits
+   behind the moves and checks of records already enforced): `step`, apply its effects
+   (enforcement, checks, the breaker's state with an audit entry), then write the record:
+   spec through the resource if it changed, status through the status subresource, both
+   conditional on the resourceVersion read (409: the next pass decides again from what is
+   stored; effects are idempotent). An admission (Pending or Deferred to
    Quarantined) is the exception: its record is written first and enforced after, so that
    no exclusion exists that the counts do not see. The bucket and the counts change within
    the pass at each admission, so a storm in one pass trips the breaker.
+   The Events of the records stored are emitted once every record is decided, so that no
+   Event's round trip holds back the next record's enforcement.
    Any exception of one record is that record's outcome (logged, counted) and never stops
    the pass: the record is decided again after its own backoff (`retry_backoff`, at least a
    server's Retry-After), not after the recheck cap; a pass whose own reads failed likewise.
@@ -236,6 +240,8 @@ class _PassState:
     bucket: Bucket
     seen: Observed
     """What the pass read once for every record (slices, DeviceTaintRules, nodes), its writes applied."""
+    notices: list[tuple[Quarantine, Notify]] = field(default_factory=list)
+    """Events of records stored this pass, emitted once every record is decided."""
 
 
 class ReconcilerMetrics:
@@ -381,6 +387,16 @@ def guardrails(
     counts = breaker.count(eligible, starts, active, now=now, settings=settings.policy.breaker)
     bucket = Bucket.replay(settings.bucket, (at for _, at in starts), now)
     return counts, bucket
+
+
+def _pass_order(entry: tuple[dict[str, Any], Quarantine]) -> tuple[bool, str, str]:
+    """Waiting records (Pending, Deferred) first, then the others, each oldest first: the rate
+    limit serves waiting records in their order, and a new quarantine never waits behind the
+    moves and checks of records already enforced (a migration's reads of one record's pods are
+    tens of milliseconds against a real apiserver)."""
+    obj, record = entry
+    created = str((obj.get("metadata") or {}).get("creationTimestamp") or "")
+    return record.status.phase not in (Phase.PENDING, Phase.DEFERRED), created, record.name
 
 
 def _decoded(
@@ -560,20 +576,50 @@ class Reconciler:
             self.metrics.records.labels("error").inc()
         snapshot = self._read_health(now)
         eligible = snapshot.eligible if snapshot.available else self._eligible
-        entries.sort(key=lambda e: (str(e[0].get("metadata", {}).get("creationTimestamp") or ""), e[1].name))
+        entries.sort(key=_pass_order)
         records = [record for _, record in entries]
         counts, bucket = guardrails(records, eligible, stored.state, now=now, settings=self.settings)
         state = _PassState(now=now, breaker=stored.state, counts=counts, bucket=bucket, seen=seen)
         rechecks: list[float] = []
         final: list[tuple[Quarantine, float | None]] = []
+        try:
+            fenced = self._decide_all(entries, snapshot, state, fence, outcomes, rechecks, final)
+        finally:
+            self._emit_notices(state, fence)
+        if fenced:
+            return PassReport(outcomes, 0.0, skipped="fenced")
+        for gone in self._retries.keys() - outcomes.keys() - {""}:
+            del self._retries[gone]  # deleted records keep no backoff
+        self.metrics.publish(final, state.breaker.tripped)
+        if self._hold is not None:
+            for gone in self._hold.pods.keys() - outcomes.keys():
+                del self._hold.pods[gone]  # a deleted record's holders went with it
+            self.metrics.holder_pods.set(sum(self._hold.pods.values()))
+        self.accounting.passed(now, records, (record for record, _ in final))
+        self.metrics.passes.inc()
+        wait = min([cap, *rechecks])
+        return PassReport(outcomes, max(0.0, wait) if math.isfinite(wait) else cap)
+
+    def _decide_all(
+        self,
+        entries: Sequence[tuple[dict[str, Any], Quarantine]],
+        snapshot: HealthSnapshot,
+        state: _PassState,
+        fence: threading.Event,
+        outcomes: dict[str, str],
+        rechecks: list[float],
+        final: list[tuple[Quarantine, float | None]],
+    ) -> bool:
+        """Each record decided, applied and written in turn (`outcomes`, `rechecks` and `final`
+        filled); True when the term was fenced before the last."""
         for obj, record in entries:
             if fence.is_set():
-                return PassReport(outcomes, 0.0, skipped="fenced")
+                return True
             started = time.perf_counter()
             try:
                 outcome, after, recheck = self._one(obj, record, snapshot, state, fence)
             except Fenced:
-                return PassReport(outcomes, 0.0, skipped="fenced")
+                return True
             except Conflict as exc:
                 # Someone wrote meanwhile: decide again from what is stored, soon but not in a
                 # tight loop should the conflicts go on.
@@ -597,17 +643,7 @@ class Reconciler:
                 rechecks.append(recheck)
             created = parse_rfc3339(str(obj.get("metadata", {}).get("creationTimestamp") or ""))
             final.append((after, opened_at(after, created)))
-        for gone in self._retries.keys() - outcomes.keys() - {""}:
-            del self._retries[gone]  # deleted records keep no backoff
-        self.metrics.publish(final, state.breaker.tripped)
-        if self._hold is not None:
-            for gone in self._hold.pods.keys() - outcomes.keys():
-                del self._hold.pods[gone]  # a deleted record's holders went with it
-            self.metrics.holder_pods.set(sum(self._hold.pods.values()))
-        self.accounting.passed(now, records, (record for record, _ in final))
-        self.metrics.passes.inc()
-        wait = min([cap, *rechecks])
-        return PassReport(outcomes, max(0.0, wait) if math.isfinite(wait) else cap)
+        return False
 
     def _read_health(self, now: float) -> HealthSnapshot:
         """This pass's device health; `HealthSnapshot.unavailable()` when the source fails, so
@@ -712,7 +748,7 @@ class Reconciler:
         written = admitted or self._write(obj, record, after, fence)
         # Notices only once the record is stored: a failed write is decided again next pass,
         # its notice with it, and an Event per attempt would tell of one failure twice.
-        self._notify(record, decided, state)
+        state.notices.extend((record, e) for e in decided.effects if isinstance(e, Notify))
         judged = after.status.last_check
         if written and judged is not None and judged != record.status.last_check:
             self.metrics.checks.labels(judged.check, judged.verdict.value.lower()).inc()
@@ -880,18 +916,23 @@ class Reconciler:
                     log.warning("circuit breaker tripped (%s): %s", effect.state.trigger, effect.state.detail)
                 state.breaker = effect.state
 
-    def _notify(self, record: Quarantine, decided: Step, state: _PassState) -> None:
-        for effect in decided.effects:
-            if not isinstance(effect, Notify):
-                continue
+    def _emit_notices(self, state: _PassState, fence: threading.Event) -> None:
+        """The pass's Events, after its records: an Event's round trip never holds back the next
+        record's enforcement (a sixth of each admission against a real apiserver, `bench/results.md`,
+        "responder_cluster"). Dropped once the term is fenced: nothing acts for a leader that has
+        stopped leading, and the records' history keeps the account."""
+        if fence.is_set() and state.notices:
+            log.warning("term ended: %d Event(s) of the pass not recorded", len(state.notices))
+            return
+        for record, notice in state.notices:
             try:
                 self._events.emit(
-                    record, effect.reason, effect.message, warning=effect.warning, now=state.now
+                    record, notice.reason, notice.message, warning=notice.warning, now=state.now
                 )
             except Exception as exc:
                 # Best effort: the record's history is the durable account; a lost Event
                 # must not hold the device's phase back.
-                log.warning("%s: event %s not recorded: %s", record.name, effect.reason, exc)
+                log.warning("%s: event %s not recorded: %s", record.name, notice.reason, exc)
 
     def _write(
         self, obj: dict[str, Any], before: Quarantine, after: Quarantine, fence: threading.Event
