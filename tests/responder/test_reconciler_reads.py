@@ -7,7 +7,8 @@ rule, nor of a node; a rule a person deleted is put back by the next pass from t
 (level-triggered, with the warning Event); records on a few nodes read each node once, never
 per record, and list no nodes; a rule created by another replica after the pass listed (the
 create answers 409) is read again and left as it is, and the pass's own writes are what later
-reads of it see.
+reads of it see; a waiting record is enforced before the moves of records already enforced,
+and the pass's Events come after every record.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from responder.enforce.shipped import Enforcer
 from responder.reconcile.health import Health
 from responder.reconcile.limits import BucketSettings
 from responder.reconcile.policy import QUARANTINE_TAINT, Enforce
-from responder.records import Phase
+from responder.records import Phase, Quarantine
 from tests.responder.test_reconciler import NOW, SETTINGS, FakeClient, Harness
 
 RULES = Resource("resource.k8s.io", "v1", "devicetaintrules", namespaced=False)
@@ -198,3 +199,34 @@ def test_a_rule_created_after_the_list_is_read_again_and_left_as_it_is() -> None
     assert not enforcer.present(record, None, seen)
     assert client.by_verb("get") == {"devicetaintrules": 1}
     assert isinstance(seen, Observed) and seen.reads == 1
+
+
+def test_a_waiting_record_is_enforced_before_the_moves_of_enforced_ones_and_events_come_last() -> None:
+    h = Harness()
+    order: list[tuple[str, str]] = []
+
+    def migrate(record: Quarantine, now: float) -> Quarantine:
+        order.append(("migrate", record.name))
+        return record
+
+    emit = h.events.emit
+
+    def recorded(record: Quarantine, *args: Any, **kwargs: Any) -> None:
+        order.append(("event", record.name))
+        emit(record, *args, **kwargs)
+
+    h.events.emit = recorded  # type: ignore[method-assign]
+    h.enforcer.calls = order
+    h.kwargs["migrate"] = migrate
+    h.reconciler = h.new_reconciler()
+    first = h.add(device="GPU-first")
+    h.reconciler.reconcile_once()
+    assert h.phase(first) == Phase.QUARANTINED
+    h.clock.advance(1)
+    second = h.add(device="GPU-second")  # created after the first: once, it came after it
+    order.clear()
+    h.reconciler.reconcile_once()
+    assert h.phase(second) == Phase.QUARANTINED
+    assert order.index(("enforce", second)) < order.index(("migrate", first))
+    events = [i for i, (what, _) in enumerate(order) if what == "event"]
+    assert events and min(events) > max(i for i, (what, _) in enumerate(order) if what != "event")
