@@ -39,7 +39,8 @@ the next pass would decide on stale objects and get 409s; one list per pass (a f
 records, paged) costs less than those retries and cannot be stale.
 
 Leadership: `run(term)` is what the responder runs inside `LeaderElector.run`. A pass runs in
-a worker thread; when the term is fenced (the task cancelled), the pass is told to stop
+a thread of its own (never the event loop's default executor, where webhook deliveries queue);
+when the term is fenced (the task cancelled), the pass is told to stop
 before its next record or write, and the task returns only after the thread has finished, so
 nothing acts for a leader that has stopped leading (at most the one request in flight lands).
 
@@ -61,6 +62,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -519,23 +521,28 @@ class Reconciler:
                     label_selector=HOLDER_LABEL,
                 )
                 threading.Thread(target=holders.run, name="holder-watch", daemon=True).start()
+        # The passes' own thread: in the loop's default executor a pass queued behind every
+        # webhook delivery in flight (100 deliveries at once held enforcement back 3 s against a
+        # real apiserver, bench/results.md, "responder_cluster").
+        passes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reconcile-pass")
         try:
             while term is None or not term.ending:
                 wake.clear()
-                report = await self._pass_fenced()
+                report = await self._pass_fenced(passes)
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(report.next_seconds):
                         await wake.wait()
         finally:
+            passes.shutdown(wait=False)  # the last pass has ended: _pass_fenced waits for it
             stop.set()  # the watcher ends with its current watch (or when its client closes)
             # A replica that no longer leads exposes nothing about the records: the rules take
             # max() over replicas, and a stale series would keep a released device counted.
             self.metrics.clear()
             self.accounting.term_ended()
 
-    async def _pass_fenced(self) -> PassReport:
+    async def _pass_fenced(self, executor: Executor) -> PassReport:
         fence = threading.Event()
-        future = asyncio.get_running_loop().run_in_executor(None, self.reconcile_once, fence)
+        future = asyncio.get_running_loop().run_in_executor(executor, self.reconcile_once, fence)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:

@@ -8,12 +8,16 @@ rule, nor of a node; a rule a person deleted is put back by the next pass from t
 per record, and list no nodes; a rule created by another replica after the pass listed (the
 create answers 409) is read again and left as it is, and the pass's own writes are what later
 reads of it see; a waiting record is enforced before the moves of records already enforced,
-and the pass's Events come after every record.
+and the pass's Events come after every record; the loop's passes run while the event loop's
+default executor (where webhook deliveries run) is full.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
+import threading
 from collections import Counter
 from dataclasses import replace
 from typing import Any
@@ -230,3 +234,26 @@ def test_a_waiting_record_is_enforced_before_the_moves_of_enforced_ones_and_even
     assert order.index(("enforce", second)) < order.index(("migrate", first))
     events = [i for i, (what, _) in enumerate(order) if what == "event"]
     assert events and min(events) > max(i for i, (what, _) in enumerate(order) if what != "event")
+
+
+async def test_the_loop_passes_while_the_default_executor_is_busy() -> None:
+    """Webhook deliveries run in the loop's default executor: a pass never queues behind them."""
+    h = Harness()
+    name = h.add()
+    loop = asyncio.get_running_loop()
+    release = threading.Event()
+    busy = [loop.run_in_executor(None, release.wait) for _ in range(64)]
+    task = asyncio.create_task(h.reconciler.run())
+    try:
+        for _ in range(3000):  # a deadline of at least 30 s, however slow the machine
+            if h.phase(name) == Phase.QUARANTINED:
+                break
+            await asyncio.sleep(0.01)
+        assert h.phase(name) == Phase.QUARANTINED
+        assert not any(f.done() for f in busy)
+    finally:
+        release.set()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await asyncio.gather(*busy)
