@@ -13,9 +13,14 @@ passes of the loop are measured as it runs them (a pass every 0.5 s at the most)
 - memory: the peak of Python allocations (tracemalloc) during one more pass, less what was
   allocated before it; tracemalloc counts every thread, the apiserver's serving of the list
   included, so this too is an upper bound;
-- where the time goes: one more pass under cProfile (the reconciler's thread only).
+- where the time goes: one more pass under cProfile (the reconciler's thread only);
+- resident memory: VmRSS of this process once the passes are measured (the records stored in
+  the simulated apiserver and its serving included, and the earlier, smaller size's leftovers:
+  an upper bound of the responder's, which runs alone in its pod).
 
-Baseline, in the same run: the pass over 1,000 records; the ratio says how the pass grows.
+Baselines, in the same run: the pass over 1,000 records (the ratio says how the pass grows), and
+a bare paged list of the records through the reconciler's client, in its thread, just before
+each timed pass (what any pass that reads every record pays, whatever it decides).
 Target (issue 25): one pass over 10,000 records under 1 s.
 
 Run: `python -m bench responder_pass` (about 2 min; `--records 1000` for one size only).
@@ -56,7 +61,10 @@ MEASURED_PASSES = 3
 class Measured:
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
+    listed: list[float] = field(default_factory=list)
+    """A bare paged list of the records, in the reconciler's thread just before each timed pass."""
     peak_bytes: int = 0
+    rss_bytes: int = 0
     profile: str = ""
 
 
@@ -91,12 +99,28 @@ class MeasuredReconciler(CountingReconciler):
             self.measured.profile = out.getvalue()
             self.mode = "off"
             return report
+        if mode == "time":
+            started = time.perf_counter()
+            self._client.list(QUARANTINES, page_size=self.settings.page_size)
+            self.measured.listed.append(time.perf_counter() - started)
         wall, cpu = time.perf_counter(), time.thread_time()
         report = super().reconcile_once(fence)
         if mode == "time":
             self.measured.wall.append(time.perf_counter() - wall)
             self.measured.cpu.append(time.thread_time() - cpu)
         return report
+
+
+def resident_bytes() -> int:
+    """VmRSS of this process (Linux); 0 where /proc does not say."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 async def _wait_mode_done(reconciler: MeasuredReconciler) -> None:
@@ -120,6 +144,7 @@ async def one_size(records: int, profile: bool) -> tuple[Measured, Counter[str]]
         await passes_after(reconciler, MEASURED_PASSES)
         reconciler.mode = "memory"
         await _wait_mode_done(reconciler)
+        reconciler.measured.rss_bytes = resident_bytes()
         if profile:
             reconciler.mode = "profile"
             await _wait_mode_done(reconciler)
@@ -139,7 +164,10 @@ async def _run(sizes: list[int]) -> None:
         listed = ", ".join(f"{k} {v:,}" for k, v in phases.most_common())
         print(f"{records:,} records after the storm: {listed}")
     print(f"\none reconcile pass, median of {MEASURED_PASSES} passes of the running loop (min-max)")
-    print(f"  {'records':>8} {'wall s':>18} {'thread CPU s':>18} {'peak alloc MiB':>15} {'vs 1,000':>9}")
+    print(
+        f"  {'records':>8} {'wall s':>18} {'thread CPU s':>18} {'peak alloc MiB':>15} "
+        f"{'RSS MiB':>8} {'vs 1,000':>9} {'bare list s':>12}"
+    )
     base = results.get(1_000)
     for records, m in results.items():
         wall = statistics.median(m.wall)
@@ -147,7 +175,8 @@ async def _run(sizes: list[int]) -> None:
         print(
             f"  {records:8,} {wall:8.3f} ({min(m.wall):.3f}-{max(m.wall):.3f}) "
             f"{statistics.median(m.cpu):8.3f} ({min(m.cpu):.3f}-{max(m.cpu):.3f}) "
-            f"{m.peak_bytes / 2**20:15.1f} {ratio}"
+            f"{m.peak_bytes / 2**20:15.1f} {m.rss_bytes / 2**20:8.0f} {ratio:>9} "
+            f"{statistics.median(m.listed):12.3f}"
         )
     if base is not None:
         per = statistics.median(base.wall) / 1_000 * 1e6

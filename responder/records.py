@@ -303,7 +303,10 @@ class QuarantineStatus:
     the device is moved once per episode (`Migration.episode`)."""
 
     def condition(self, kind: str) -> Condition | None:
-        return next((c for c in self.conditions if c.type == kind), None)
+        for c in self.conditions:  # a loop, not next(genexpr): asked 3 times per record per pass
+            if c.type == kind:
+                return c
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -661,12 +664,16 @@ def _source_alert(alert: SourceAlert) -> dict[str, str]:
     return out
 
 
+_PHASES: dict[str, Phase] = {p.value: p for p in Phase}
+"""By value: `Phase(text)` costs an Enum lookup with an exception on a rung's name, for each of a
+record's history entries on every pass (a tenth of a 10,000-record pass, bench/results.md)."""
+
+
 def _phase(value: Any, path: str, ladder: Ladder) -> str:
     text = str(value)
-    try:
-        return Phase(text)
-    except ValueError:
-        pass
+    known = _PHASES.get(text)
+    if known is not None:
+        return known
     if ladder.rung(text) is None:
         raise RecordError(f"{path}: {value!r} is not a phase (one of {', '.join(phases_of(ladder))})")
     return text

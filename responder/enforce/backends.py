@@ -12,16 +12,18 @@ they claim a device: DRA (`responder.enforce.taint_rules`: a DeviceTaintRule) be
 (`responder.enforce.node_annotation`: the node annotation the scheduler extender reads). Adding a
 backend is one module with its class and one entry there.
 
-`Backends.identify` re-resolves a record's device on every pass from the node's
-ResourceSlices (listed once per pass) and, when a backend needs it, the node: a DRA device
-whose alert carried no `driver` label is still a DRA device. The reconciler hands the
-enforcement over when the identity changes. Synchronous like the client; the reconciler runs
-it in a thread.
+`Backends.observe` reads what a pass needs once, for every record of it
+(`responder.enforce.observed`): the ResourceSlices, what each backend reads by name (`listed`), and
+the records' nodes. `Backends.identify` re-resolves a record's device on every pass from those
+slices and, when a backend needs it, the node: a DRA device whose alert carried no `driver` label
+is still a DRA device. The reconciler hands the enforcement over when the identity changes.
+`present`, `enforce` and `lift` take the pass's `Observed` (None, outside a pass: each reads
+the API itself). Synchronous like the client; the reconciler runs it in a thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -29,6 +31,7 @@ from gpuhealth.kube.api import Api
 from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import NODE, RESOURCE_SLICE, Resource
 from responder.enforce.identity import Identity, SliceDevice, slice_devices
+from responder.enforce.observed import Observed
 from responder.reconcile.policy import Enforce
 from responder.records import Quarantine
 
@@ -65,6 +68,8 @@ class Evidence:
 class Backend(Protocol):
     path: str
     """The `spec.path` of the records this backend enforces (`dra`, `device-plugin`)."""
+    listed: tuple[Resource, ...]
+    """Cluster-scoped resources whose objects `present` reads by name: listed once per pass."""
 
     def identify(self, record: Quarantine, evidence: Evidence) -> Identity | None:
         """The device's identity if it is one of this backend's; None if not (or not known)."""
@@ -74,15 +79,19 @@ class Backend(Protocol):
         """What the record's `status.enforced` calls this backend's enforcement of it."""
         ...
 
-    def present(self, record: Quarantine, wanted: Enforce | None = None) -> bool:
+    def present(
+        self, record: Quarantine, wanted: Enforce | None = None, seen: Observed | None = None
+    ) -> bool:
         """Whether the enforcement gpuhealth owns for the record exists: as `wanted` (the taint
         the record's phase holds: a rule's taint, which of a node's annotations lists the device
-        and with what bound), or in any form when None."""
+        and with what bound), or in any form when None. Read from `seen`, the pass's reads."""
         ...
 
-    def enforce(self, record: Quarantine, effect: Enforce) -> None: ...
+    def enforce(self, record: Quarantine, effect: Enforce, seen: Observed | None = None) -> None:
+        """Put the enforcement in place; what it writes is applied over `seen`."""
+        ...
 
-    def lift(self, record: Quarantine) -> None:
+    def lift(self, record: Quarantine, seen: Observed | None = None) -> None:
         """Remove what gpuhealth put in place (never what anyone else did)."""
         ...
 
@@ -128,30 +137,45 @@ class Backends:
             return []  # the cluster serves no DRA: every device is a device plugin's
         return [d for obj in listed for d in slice_devices(obj)]
 
+    def observe(
+        self, nodes: Collection[str] = (), *, list_nodes: bool = False, page_size: int = 500
+    ) -> Observed:
+        """What one pass reads for its records, once: the slices, every object of each backend's
+        `listed` resources (paged), and when `list_nodes`, the `nodes` named (one paged list of
+        the nodes, keeping those; a node not found is gone); other nodes are read on first use."""
+        listed: dict[Resource, dict[str, dict[str, Any]]] = {}
+        for backend in self.ordered:
+            for resource in backend.listed:
+                if resource not in listed:
+                    items = self._client.list(resource, page_size=page_size).items
+                    listed[resource] = {str(o["metadata"]["name"]): o for o in items}
+        known: dict[Resource, dict[str, dict[str, Any] | None]] = {}
+        if list_nodes and nodes:
+            wanted: dict[str, dict[str, Any] | None] = dict.fromkeys(nodes)
+            for obj in self._client.list(NODE, page_size=page_size).items:
+                name = str(obj["metadata"]["name"])
+                if name in wanted:
+                    wanted[name] = obj
+            known[NODE] = wanted
+        return Observed(self._client, slices=self.slices(), listed=listed, known=known)
+
     def identify(
         self,
         record: Quarantine,
-        slices: Sequence[SliceDevice],
-        nodes: dict[str, Any],
+        seen: Observed,
         partitions: tuple[str, ...] = (),
         profiles: tuple[tuple[str, str], ...] = (),
     ) -> Quarantine:
         """`record` naming its device as the API says it is now, by the first backend that claims
-        it; unchanged when none does. `nodes`: the pass's node objects by name (filled here);
+        it; unchanged when none does. `seen`: the pass's reads (its node read when first needed);
         `partitions`: the device's MIG partitions as the health source saw them this pass, and
         `profiles` their MIG profiles."""
         node = record.spec.node
 
         def read_node() -> Mapping[str, Any] | None:
-            if node not in nodes:
-                try:
-                    nodes[node] = self._client.get(NODE, node)
-                except NotFound:
-                    nodes[node] = None
-            found = nodes[node]
-            return found if isinstance(found, dict) else None
+            return seen.get(NODE, node)
 
-        evidence = Evidence(slices, read_node, partitions, profiles)
+        evidence = Evidence(seen.slices, read_node, partitions, profiles)
         for backend in self.ordered:
             identity = backend.identify(record, evidence)
             if identity is not None:
@@ -165,11 +189,13 @@ class Backends:
     def enforced_as(self, record: Quarantine) -> str:
         return self.of(record).enforced_as(record)
 
-    def present(self, record: Quarantine, wanted: Enforce | None = None) -> bool:
-        return self.of(record).present(record, wanted)
+    def present(
+        self, record: Quarantine, wanted: Enforce | None = None, seen: Observed | None = None
+    ) -> bool:
+        return self.of(record).present(record, wanted, seen)
 
-    def enforce(self, record: Quarantine, effect: Enforce) -> None:
-        self.of(record).enforce(record, effect)
+    def enforce(self, record: Quarantine, effect: Enforce, seen: Observed | None = None) -> None:
+        self.of(record).enforce(record, effect, seen)
 
-    def unenforce(self, record: Quarantine) -> None:
-        self.of(record).lift(record)
+    def unenforce(self, record: Quarantine, seen: Observed | None = None) -> None:
+        self.of(record).lift(record, seen)

@@ -45,8 +45,8 @@ import orjson
 from gpuhealth.clock import Clock, SystemClock
 from gpuhealth.kube.api import Api
 from gpuhealth.kube.conflicts import retry_on_conflict
-from gpuhealth.kube.errors import NotFound
-from gpuhealth.kube.resources import NODE
+from gpuhealth.kube.errors import Conflict, NotFound
+from gpuhealth.kube.resources import NODE, Resource
 from gpuhealth.plugin_resources import GPU_RESOURCE
 from responder.enforce.backends import DeviceRequest, Evidence
 from responder.enforce.card_resources import card_units
@@ -54,6 +54,7 @@ from responder.enforce.hold import device_ids
 from responder.enforce.hold_devices import PodDevices
 from responder.enforce.hold_plan import Card
 from responder.enforce.identity import Identity, resolve_capacity
+from responder.enforce.observed import Observed
 from responder.ladder import CANARY_TAINT
 from responder.reconcile.policy import Enforce
 from responder.records import DEVICE_PLUGIN, Quarantine
@@ -81,6 +82,8 @@ CHECK_ROUTES = (KUBELET, VISIBLE_DEVICES_ROUTE)
 
 class NodeAnnotation:
     path = DEVICE_PLUGIN
+    listed: tuple[Resource, ...] = ()
+    """Nothing listed of its own: the node is the pass's (`Backends.observe`)."""
 
     def __init__(
         self,
@@ -126,8 +129,12 @@ class NodeAnnotation:
     def enforced_as(self, record: Quarantine) -> str:
         return f"Node/{record.spec.node}"
 
-    def present(self, record: Quarantine, wanted: Enforce | None = None) -> bool:
-        node = self._client.get(NODE, record.spec.node)
+    def present(
+        self, record: Quarantine, wanted: Enforce | None = None, seen: Observed | None = None
+    ) -> bool:
+        node = (seen or Observed(self._client)).get(NODE, record.spec.node)
+        if node is None:
+            raise NotFound(f"nodes {record.spec.node} not found")
         ids, on_list, on_ramp = entries(record), set(listed(node)), ramping(node)
         quarantined = all(i in on_list for i in ids)
         ramps = [on_ramp.get(i) for i in ids]
@@ -137,12 +144,12 @@ class NodeAnnotation:
             return all(r == self._ramp_pods for r in ramps) and not any(i in on_list for i in ids)
         return quarantined and all(r is None for r in ramps)
 
-    def enforce(self, record: Quarantine, effect: Enforce) -> None:
+    def enforce(self, record: Quarantine, effect: Enforce, seen: Observed | None = None) -> None:
         if effect.effect != "None":  # dry-run: nothing to preview with on this path
-            self._edit(record, RAMPING if effect.taint_key == CANARY_TAINT else QUARANTINED)
+            self._edit(record, RAMPING if effect.taint_key == CANARY_TAINT else QUARANTINED, seen)
 
-    def lift(self, record: Quarantine) -> None:
-        self._edit(record, None)
+    def lift(self, record: Quarantine, seen: Observed | None = None) -> None:
+        self._edit(record, None, seen)
 
     def holders(self, record: Quarantine, node_pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         # A MIG card is held by the pods on any of its partitions.
@@ -192,19 +199,20 @@ class NodeAnnotation:
         ]
         return DeviceRequest(container={"env": env}, pod=pod)
 
-    def _edit(self, record: Quarantine, state: str | None) -> None:
+    def _edit(self, record: Quarantine, state: str | None, seen: Observed | None) -> None:
         """Make the device listed as `state` (QUARANTINED, RAMPING) and nowhere else; None: nowhere.
         A MIG card is listed as its partitions, each one unit of the node's GPU resource."""
         ids = set(entries(record))
         # Lifting takes the card's own entry too, in case its partitions became known meanwhile.
         gone = ids | {record.spec.device}
+        reads = seen or Observed(self._client)
+        name = record.spec.node
 
         def attempt() -> None:
-            try:
-                node = self._client.get(NODE, record.spec.node)
-            except NotFound:
+            node = reads.get(NODE, name)
+            if node is None:
                 if state is not None:
-                    raise
+                    raise NotFound(f"nodes {name} not found")
                 return  # the node is gone, and the annotations with it
             current, ramp = listed(node), ramping(node)
             wanted = [d for d in current if d not in gone]
@@ -223,7 +231,12 @@ class NodeAnnotation:
                     annotations[key] = orjson.dumps(value).decode()
                 else:
                     annotations.pop(key, None)
-            self._client.update(NODE, {**node, "metadata": {**meta, "annotations": annotations}})
+            try:
+                changed = {**node, "metadata": {**meta, "annotations": annotations}}
+                reads.wrote(NODE, name, self._client.update(NODE, changed))
+            except Conflict:
+                reads.reread(NODE, name)  # the node changed since the pass read it: edit it as it is now
+                raise
 
         retry_on_conflict(attempt, what=f"Node {record.spec.node}")
 

@@ -31,10 +31,11 @@ from typing import Any
 
 from gpuhealth.kube.api import Api
 from gpuhealth.kube.conflicts import retry_on_conflict
-from gpuhealth.kube.errors import NotFound
+from gpuhealth.kube.errors import Conflict, NotFound
 from gpuhealth.kube.resources import RESOURCE_CLAIM, Resource
 from responder.enforce.backends import DeviceRequest, Evidence
 from responder.enforce.identity import Identity, resolve_slice
+from responder.enforce.observed import Observed
 from responder.ladder import CANARY_TAINT, QUARANTINE_TAINT
 from responder.reconcile.policy import Enforce
 from responder.records import DRA, KIND, Quarantine, owner_reference
@@ -81,6 +82,9 @@ class TaintRules:
     ) -> None:
         self._client = client
         self._rules = taint_rules
+        self.listed: tuple[Resource, ...] = (taint_rules,) if taint_rules is not None else ()
+        """Every DeviceTaintRule is listed once per pass: presence is read from the list, not
+        one GET per record (`responder.enforce.observed`)."""
         self.device_class = device_class
         self.mig_device_class = mig_device_class
 
@@ -90,9 +94,13 @@ class TaintRules:
     def enforced_as(self, record: Quarantine) -> str:
         return f"DeviceTaintRule/{record.name}"
 
-    def present(self, record: Quarantine, wanted: Enforce | None = None) -> bool:
+    def present(
+        self, record: Quarantine, wanted: Enforce | None = None, seen: Observed | None = None
+    ) -> bool:
+        rules = self._rules_resource()
+        reads = seen or Observed(self._client)
         for name, _ in rule_devices(record):
-            rule = self._rule(name)
+            rule = reads.get(rules, name)
             if rule is None or not owned(rule, record):
                 return False
             if wanted is None:
@@ -106,39 +114,52 @@ class TaintRules:
                 return False
         return True
 
-    def enforce(self, record: Quarantine, effect: Enforce) -> None:
+    def enforce(self, record: Quarantine, effect: Enforce, seen: Observed | None = None) -> None:
         rules = self._rules_resource()
+        reads = seen or Observed(self._client)
         taint = {"key": effect.taint_key, "value": effect.taint_value, "effect": effect.effect}
         for name, device in rule_devices(record):
 
             def attempt(name: str = name, device: str = device) -> None:
-                current = self._rule(name)
-                if current is None:
-                    if not record.uid:
-                        raise ValueError(f"{record.name}: the record has no uid to own its rule")
-                    # 409: created meanwhile (another replica's executor): read it again.
-                    self._client.create(rules, self._rule_object(record, name, device, taint))
-                    return
-                if not owned(current, record):
-                    raise NotOurs(f"DeviceTaintRule {name} exists and is not owned by the record: left alone")
-                spec = current.get("spec") or {}
-                existing = spec.get("taint") or {}
-                if not all(existing.get(k) == v for k, v in taint.items()):
-                    self._client.update(rules, {**current, "spec": {**spec, "taint": taint}})
+                current = reads.get(rules, name)
+                try:
+                    if current is None:
+                        if not record.uid:
+                            raise ValueError(f"{record.name}: the record has no uid to own its rule")
+                        obj = self._rule_object(record, name, device, taint)
+                        reads.wrote(rules, name, self._client.create(rules, obj))
+                        return
+                    if not owned(current, record):
+                        raise NotOurs(
+                            f"DeviceTaintRule {name} exists and is not owned by the record: left alone"
+                        )
+                    spec = current.get("spec") or {}
+                    existing = spec.get("taint") or {}
+                    if not all(existing.get(k) == v for k, v in taint.items()):
+                        changed = {**current, "spec": {**spec, "taint": taint}}
+                        reads.wrote(rules, name, self._client.update(rules, changed))
+                except Conflict:
+                    # Created or changed since the pass read it (another replica's executor, a
+                    # person): the next attempt decides on it as it is now.
+                    reads.reread(rules, name)
+                    raise
 
             retry_on_conflict(attempt, what=f"DeviceTaintRule {name}")
 
-    def lift(self, record: Quarantine) -> None:
+    def lift(self, record: Quarantine, seen: Observed | None = None) -> None:
+        rules = self._rules_resource()
+        reads = seen or Observed(self._client)
         # The record's own name too: a card whose partitions became known after its first rule.
         names = dict.fromkeys([record.name, *(name for name, _ in rule_devices(record))])
         for name in names:
-            rule = self._rule(name)
+            rule = reads.get(rules, name)
             if rule is None:
                 continue
             if not owned(rule, record):
                 raise NotOurs(f"DeviceTaintRule {name} is not owned by the record: left alone")
             with contextlib.suppress(NotFound):  # gone meanwhile: what release wants
-                self._client.delete(self._rules_resource(), name, uid=rule["metadata"]["uid"])
+                self._client.delete(rules, name, uid=rule["metadata"]["uid"])
+            reads.wrote(rules, name, None)
 
     def holders(self, record: Quarantine, node_pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         held = self._claimed(record)
@@ -201,12 +222,6 @@ class TaintRules:
                 "this cluster serves no DeviceTaintRule version (resource.k8s.io v1, v1beta2, v1alpha3)"
             )
         return self._rules
-
-    def _rule(self, name: str) -> dict[str, Any] | None:
-        try:
-            return self._client.get(self._rules_resource(), name)
-        except NotFound:
-            return None
 
     def _rule_object(
         self, record: Quarantine, name: str, device: str, taint: dict[str, str]

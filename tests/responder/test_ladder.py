@@ -23,11 +23,13 @@ import yaml
 
 from dashboards import definitions
 from demo import expectations, progress, report, safety, summary
+from gpuhealth.kube.resources import Resource
 from responder.checks.jobs import CheckSettings, CheckSpec, JobChecks
 from responder.enforce.backends import Backends, DeviceRequest, Evidence
 from responder.enforce.holders import DeviceHolders
 from responder.enforce.identity import Identity
 from responder.enforce.node_annotation import NodeAnnotation
+from responder.enforce.observed import Observed
 from responder.enforce.taint_rules import TaintRules
 from responder.ladder import (
     CANARY,
@@ -150,6 +152,7 @@ class FakeAccelerator:
     `example.com/accelerator=fake`, enforced by an entry in memory."""
 
     path = "fake-accelerator"
+    listed: tuple[Resource, ...] = ()
 
     def __init__(self) -> None:
         self.entries: dict[str, str] = {}
@@ -164,16 +167,18 @@ class FakeAccelerator:
     def enforced_as(self, record: Quarantine) -> str:
         return f"FakeEntry/{record.name}"
 
-    def present(self, record: Quarantine, wanted: Enforce | None = None) -> bool:
+    def present(
+        self, record: Quarantine, wanted: Enforce | None = None, seen: Observed | None = None
+    ) -> bool:
         return record.name in self.entries and (
             wanted is None or self.entries[record.name] == wanted.taint_key
         )
 
-    def enforce(self, record: Quarantine, effect: Enforce) -> None:
+    def enforce(self, record: Quarantine, effect: Enforce, seen: Observed | None = None) -> None:
         self.calls.append(f"enforce {effect.taint_key}")
         self.entries[record.name] = effect.taint_key
 
-    def lift(self, record: Quarantine) -> None:
+    def lift(self, record: Quarantine, seen: Observed | None = None) -> None:
         self.calls.append("lift")
         self.entries.pop(record.name, None)
 

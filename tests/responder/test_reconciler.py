@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
 
@@ -38,7 +38,7 @@ from gpuhealth.kube.client import ObjectList
 from gpuhealth.kube.errors import Conflict, NotFound, TooManyRequests, Unavailable
 from gpuhealth.kube.meta import rfc3339
 from gpuhealth.kube.resources import NODE, POD, RESOURCE_SLICE, STATUS, Resource
-from responder.enforce.identity import SliceDevice
+from responder.enforce.observed import Observed
 from responder.enforce.shipped import Enforcer
 from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
 from responder.reconcile.breaker import BreakerSettings, BreakerState
@@ -177,22 +177,28 @@ class FakeClient:
 
 
 class FakeEnforcer:
-    """Enforcement in memory; the identities and names are the shipped backends' (no slices)."""
+    """Enforcement in memory; the identities and names are the shipped backends' (no slices).
+    The pass's reads (nodes) go to the client it is given."""
 
-    def __init__(self) -> None:
+    def __init__(self, client: Any = None) -> None:
         self.taints: dict[str, str] = {}
         self.calls: list[tuple[str, str]] = []
         self.failing: set[str] = set()
         self._names = Enforcer(None, None)
+        self.client = client
+        self.observed: list[Observed] = []
 
-    def slices(self) -> list[SliceDevice]:
-        return []
+    def observe(
+        self, nodes: Collection[str] = (), *, list_nodes: bool = False, page_size: int = 500
+    ) -> Observed:
+        seen = Observed(self.client)
+        self.observed.append(seen)
+        return seen
 
     def identify(
         self,
         record: Quarantine,
-        slices: Sequence[SliceDevice],
-        nodes: dict[str, Any],
+        seen: Observed,
         partitions: tuple[str, ...] = (),
         profiles: tuple[tuple[str, str], ...] = (),
     ) -> Quarantine:
@@ -201,16 +207,18 @@ class FakeEnforcer:
     def enforced_as(self, record: Quarantine) -> str:
         return self._names.enforced_as(record)
 
-    def present(self, record: Quarantine, wanted: Enforce | None = None) -> bool:
+    def present(
+        self, record: Quarantine, wanted: Enforce | None = None, seen: Observed | None = None
+    ) -> bool:
         return record.name in self.taints and (wanted is None or self.taints[record.name] == wanted.taint_key)
 
-    def enforce(self, record: Quarantine, effect: Enforce) -> None:
+    def enforce(self, record: Quarantine, effect: Enforce, seen: Observed | None = None) -> None:
         if record.name in self.failing:
             raise RuntimeError("the apiserver refused the rule")
         self.calls.append(("enforce", record.name))
         self.taints[record.name] = effect.taint_key
 
-    def unenforce(self, record: Quarantine) -> None:
+    def unenforce(self, record: Quarantine, seen: Observed | None = None) -> None:
         self.calls.append(("unenforce", record.name))
         self.taints.pop(record.name, None)
 
@@ -255,7 +263,7 @@ class Harness:
     def __init__(self, settings: ReconcilerSettings = SETTINGS, **kwargs: Any) -> None:
         self.clock = ManualClock(NOW)
         self.client = FakeClient()
-        self.enforcer = FakeEnforcer()
+        self.enforcer = FakeEnforcer(self.client)
         self.checks = FakeChecks()
         self.store = FakeBreakerStore()
         self.events = RecordedEvents()
