@@ -3,10 +3,19 @@
 For each fleet size (nodes of 8 GPUs, half device-plugin, half DRA, 4 pods of 2 GPUs each,
 all Healthy), every node's exporter scrape is built once by the exporter's own store and
 renderer with NVML readings and its self metrics (`bench.bench_series.Exporter`, the same
-bodies `python -m bench series` counts), and served on loopback at a path of its own: one
-scrape target per node, labelled `node` as the shipped scrape config relabels it. The pinned
-Prometheus 3 scrapes every target each 15 s and evaluates the shipped rule files unchanged
-(`rules/prometheus/*.yaml`, every group at its shipped 1-minute interval).
+bodies `python -m bench series` counts). The pinned Prometheus 3 scrapes them every 15 s and
+evaluates the shipped rule files unchanged (`rules/prometheus/*.yaml`, every group at its
+shipped 1-minute interval).
+
+Synthetic targets, each serving the scrapes of 125 nodes (`--nodes-per-target`): every sample
+of a node's scrape carries that node's exporter as `instance` and the job honours it
+(`honor_labels`), so the head holds the same series as one target per node would, the
+exporters' self metrics included. Why not one target per node: on this 2-core machine,
+shared with other runs, a Python server answering 12,500 scrapes every 15 s falls behind and
+Prometheus times them out (a first run at 1,250 nodes, one target each, already broke pipes).
+What differs from one target per node: Prometheus's per-target series (`up`, `scrape_*`: 5
+per target) and the cost of a scrape per target (fewer, larger scrapes here), and the node
+rule that reads `up` by `node` sees no exporter (the synthetic targets carry no `node`).
 
 What is read, from Prometheus's own `/metrics`, once every target is up and every group has
 been evaluated twice after a whole scrape cycle was in: `prometheus_rule_group_last_duration_seconds`
@@ -57,6 +66,10 @@ NODES = (125, 1250, 3125)
 SCRAPE_INTERVAL = 15.0
 """Seconds between scrapes of a target: kube-prometheus-stack's default."""
 JOB = "gpuhealth-exporter"
+NODES_PER_TARGET = 125
+"""Nodes whose scrapes one synthetic target serves (1,000 GPUs: 3 MB of text)."""
+EXPORTER_PORT = 9842
+"""The node exporter's port (`exporter.settings.DEFAULT_PORT`): each node's `instance` is NODE:PORT."""
 START_TIMEOUT = 300.0
 """Every target up: the first scrape of a large fleet creates all its series at once."""
 EVALUATION_TIMEOUT = 200.0
@@ -68,11 +81,38 @@ def node_names(nodes: int) -> list[tuple[str, bool]]:
     return [(f"gpu-node-{'dra' if i % 2 else 'dp'}-{i:05d}", bool(i % 2)) for i in range(nodes)]
 
 
-def bodies(nodes: int, clock: ManualClock) -> dict[str, bytes]:
-    """Each node-mode exporter's scrape by path (`/NODE`), built by its own store and renderer."""
-    return {
-        f"/{name}": Exporter([(name, dra)], clock, node_mode=True).scrape() for name, dra in node_names(nodes)
-    }
+def with_instance(body: bytes, instance: str, comments: set[bytes]) -> bytes:
+    """`body`'s samples labelled `instance`; its comment lines only where not in `comments` yet."""
+    label = f'instance="{instance}"'.encode()
+    out = []
+    for line in body.splitlines(keepends=True):
+        if line.startswith(b"#"):
+            if line not in comments:
+                comments.add(line)
+                out.append(line)
+            continue
+        brace, space = line.find(b"{"), line.find(b" ")
+        if 0 <= brace < space:
+            out.append(line[: brace + 1] + label + b"," + line[brace + 1 :])
+        elif space >= 0:
+            out.append(line[:space] + b"{" + label + b"}" + line[space:])
+    return b"".join(out)
+
+
+def bodies(nodes: int, per_target: int, clock: ManualClock) -> dict[str, bytes]:
+    """The synthetic targets by path (`/t0`, `/t1`, ...): each one the scrapes of `per_target`
+    node-mode exporters, built by their own store and renderer, each labelled with its `instance`."""
+    names = node_names(nodes)
+    served = {}
+    for t, first in enumerate(range(0, nodes, per_target)):
+        comments: set[bytes] = set()
+        served[f"/t{t}"] = b"".join(
+            with_instance(
+                Exporter([(name, dra)], clock, node_mode=True).scrape(), f"{name}:{EXPORTER_PORT}", comments
+            )
+            for name, dra in names[first : first + per_target]
+        )
+    return served
 
 
 def own_metrics(prometheus: Prometheus) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -115,14 +155,16 @@ class Reading:
 
 
 @contextmanager
-def serving(nodes: int, clock: ManualClock, workdir: Path) -> Iterator[tuple[Prometheus, int]]:
+def serving(
+    nodes: int, per_target: int, clock: ManualClock, workdir: Path
+) -> Iterator[tuple[Prometheus, int]]:
     """Prometheus scraping `nodes` node-mode exporters and evaluating the shipped rules; (it, bytes)."""
-    ExpositionBodies.bodies = bodies(nodes, clock)
+    ExpositionBodies.bodies = bodies(nodes, per_target, clock)
     size = sum(len(b) for b in ExpositionBodies.bodies.values())
     with LoopbackHttpServer(ExpositionBodies, "exporter-bodies") as server:
         host = server.url.removeprefix("http://")
         jobs = [
-            ScrapeJob(JOB, [host], labels={"__metrics_path__": path, "node": path[1:]})
+            ScrapeJob(JOB, [host], labels={"__metrics_path__": path}, honor_labels=True)
             for path in ExpositionBodies.bodies
         ]
         with run_prometheus(
@@ -132,17 +174,22 @@ def serving(nodes: int, clock: ManualClock, workdir: Path) -> Iterator[tuple[Pro
     ExpositionBodies.bodies = {}
 
 
-def measure(nodes: int, clock: ManualClock) -> Reading:
+def measure(nodes: int, per_target: int, clock: ManualClock) -> Reading:
     started = time.monotonic()
     with (
         tempfile.TemporaryDirectory(prefix="bench-prometheus-rules-") as tmp,
-        serving(nodes, clock, Path(tmp)) as (prometheus, size),
+        serving(nodes, per_target, clock, Path(tmp)) as (prometheus, size),
     ):
         print(f"  {nodes:,} nodes: {size / 2**20:,.1f} MiB of text a scrape cycle, built and served "
               f"after {time.monotonic() - started:.0f} s", flush=True)  # fmt: skip
+        targets = len(range(0, nodes, per_target))
+        exporters = f'count(count by (instance) (gpuhealth_exporter_total_shards{{job="{JOB}"}}))'
         wait_until(
-            f"all {nodes:,} targets up",
-            lambda: (prometheus.value(f'count(up{{job="{JOB}"}} == 1)') or 0) >= nodes,
+            f"all {targets:,} targets up, every one of {nodes:,} exporters' series in",
+            lambda: (
+                (prometheus.value(f'count(up{{job="{JOB}"}} == 1)') or 0) >= targets
+                and (prometheus.value(exporters) or 0) >= nodes
+            ),
             timeout=START_TIMEOUT,
             interval=2.0,
         )
@@ -195,8 +242,8 @@ def _mib(value: float) -> str:
 def report(readings: list[Reading]) -> None:
     base = readings[0]
     print()
-    print(f"baseline: {base.nodes:,} nodes ({base.gpus:,} GPUs); scrape every {SCRAPE_INTERVAL:g} s; "
-          "ratios are x baseline")  # fmt: skip
+    print(f"baseline: {base.nodes:,} nodes ({base.gpus:,} GPUs); every exporter scraped each "
+          f"{SCRAPE_INTERVAL:g} s; ratios are x baseline")  # fmt: skip
     header = f"  {'measure':34}" + "".join(f"{r.gpus:>13,} GPUs" for r in readings)
     print(header)
 
@@ -260,13 +307,19 @@ def main(argv: list[str] | None = None) -> None:
         help=f"fleet sizes in nodes of {GPUS} GPUs, the baseline first "
         f"(default {','.join(str(n) for n in NODES)})",
     )
+    parser.add_argument(
+        "--nodes-per-target",
+        type=int,
+        default=NODES_PER_TARGET,
+        help=f"nodes whose scrapes one synthetic target serves (default {NODES_PER_TARGET})",
+    )
     args = parser.parse_args(argv if argv is not None else [])
     clock = ManualClock(time.time())
     files = ", ".join(p.name for p in sorted(RULES.glob("*.yaml")))
     print(f"fleets of {', '.join(f'{n:,}' for n in args.nodes)} nodes x {GPUS} GPUs (half DRA), "
           f"node mode, all Healthy; shipped rule files {files}")  # fmt: skip
     try:
-        readings = [measure(nodes, clock) for nodes in args.nodes]
+        readings = [measure(nodes, args.nodes_per_target, clock) for nodes in args.nodes]
     except LoopbackError as exc:
         raise SystemExit(f"bench prometheus_rules: {exc}") from exc
     report(readings)
