@@ -164,7 +164,10 @@ def serving(
     with LoopbackHttpServer(ExpositionBodies, "exporter-bodies") as server:
         host = server.url.removeprefix("http://")
         jobs = [
-            ScrapeJob(JOB, [host], labels={"__metrics_path__": path}, honor_labels=True)
+            # Its own `instance` keeps each target's `up` apart (all share one host and port).
+            ScrapeJob(
+                JOB, [host], labels={"__metrics_path__": path, "instance": f"bodies{path}"}, honor_labels=True
+            )
             for path in ExpositionBodies.bodies
         ]
         with run_prometheus(
@@ -230,8 +233,11 @@ def measure(nodes: int, per_target: int, clock: ManualClock) -> Reading:
             window=window,
             groups={g: (durations[g], intervals[g]) for g in sorted(durations)},
         )
+    slowest = max(d for d, _ in reading.groups.values())
     print(f"  {nodes:,} nodes measured after {time.monotonic() - started:.0f} s: "
-          f"{reading.head_series:,.0f} head series, RSS {_mib(reading.rss)}", flush=True)  # fmt: skip
+          f"{reading.head_series:,.0f} head series, RSS {_mib(reading.rss)}, heap {_mib(reading.heap)}, "
+          f"CPU {reading.cpu_share:.1%} of a core over {reading.window:.0f} s, "
+          f"rules {reading.rules_share:.2%}, slowest group {slowest * 1000:,.0f} ms", flush=True)  # fmt: skip
     return reading
 
 
