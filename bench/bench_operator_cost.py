@@ -25,8 +25,17 @@ produces the churn and serves the exporter's watches and nothing else), and the 
 the exporter saw (its `gpuhealth_exporter_watch_events_total`, read from the scrapes).
 Targets (issue 10): at most 10 % of a core and 500 MiB.
 
-Run: `python -m bench operator_cost [--duration 10m] [--warmup 1m]`; a line of progress
-every minute.
+Sharded (`--shards M`, issue 25): one shard of a fleet M times the shard's size pays the
+whole fleet's watch stream (the API cannot select by hash) and keeps only its nodes
+(`exporter/sharding.py`). Two measurements one after the other, each with a simulator of its
+own serving a fleet without faults (half device-plugin, half DRA nodes of 8 GPUs, every GPU
+allocated): the baseline, an unsharded exporter over `--shard-nodes` nodes (12,500 by
+default), then `gpuhealth exporter --shard 0 --total-shards M` over M times as many; both
+print their rows and the shard's ratios against the unsharded exporter. Targets: at most
+10 % of a core and 1 GiB.
+
+Run: `python -m bench operator_cost [--duration 10m] [--warmup 1m] [--shards 4
+[--shard-nodes 12500]]`; a line of progress every minute.
 """
 
 from __future__ import annotations
@@ -45,7 +54,11 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import Popen
+from typing import Any
 
+import yaml
+
+from exporter.sharding import Shard
 from gpuhealth.cliargs import duration_seconds, positive_duration_seconds
 from gpuhealth.testing.loopback import (
     LoopbackError,
@@ -56,10 +69,15 @@ from gpuhealth.testing.loopback import (
     log_tail,
     wait_until,
 )
+from simulator.scenario import resolve
 
 SCENARIO = "fleet-10k"
 DEVICES = 80_000
 """GPUs in the scenario: every one is tracked once the initial lists are in."""
+NODES = 10_000
+SHARD_NODES = 12_500
+"""Nodes in a shard of the sharded measurement (issue 25: 12,500 nodes x 8 GPUs a shard)."""
+GPUS_PER_NODE = 8
 SCRAPE_INTERVAL = 15.0
 DURATION = 600.0
 WARMUP = 60.0
@@ -67,6 +85,7 @@ PROGRESS_EVERY = 60.0
 SAMPLE_EVERY = 1.0
 CPU_TARGET = 0.10
 RSS_TARGET = 500 * 2**20
+SHARD_RSS_TARGET = 2**30
 LEASE_PERIOD = 10.0
 """The simulated kubelets' Lease renewal period (`simulator.model.FleetSettings`)."""
 START_TIMEOUT = 600.0
@@ -92,6 +111,60 @@ def memory_bytes(pid: int) -> tuple[int, int]:
         if key in ("VmRSS", "VmHWM"):
             found[key] = int(value.split()[0]) * 1024
     return found["VmRSS"], found["VmHWM"]
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """One measurement: the scenario the simulator serves and the exporter's part of it."""
+
+    label: str
+    scenario: str
+    """A built-in scenario's name or a scenario file."""
+    nodes: int
+    devices: int
+    """GPUs the exporter tracks once its initial lists are in (its shard's only)."""
+    exporter_args: tuple[str, ...] = ()
+    rss_target: int = RSS_TARGET
+
+
+def steady_fleet(nodes: int) -> dict[str, Any]:
+    """A scenario of `nodes` nodes x 8 GPUs, half device-plugin and half DRA, every GPU allocated
+    (as fleet-10k's workloads do), and no faults: the churn is the kubelets' Lease renewals."""
+    half = nodes // 2
+    return {
+        "name": f"steady-{nodes}",
+        "description": f"{nodes:,} nodes x {GPUS_PER_NODE} GPUs, every GPU allocated, no faults.",
+        "fleet": [
+            {"name": "gpu-dp", "count": half, "gpusPerNode": GPUS_PER_NODE, "path": "device-plugin"},
+            {"name": "gpu-dra", "count": nodes - half, "gpusPerNode": GPUS_PER_NODE, "path": "dra"},
+        ],
+        "workloads": [
+            {"name": "llm-serve", "namespace": "inference", "replicas": half * 2, "gpusPerPod": 4,
+             "checkpoint": "annotation", "topology": "shardable", "path": "device-plugin"},
+            {"name": "train", "namespace": "research", "kind": "Job", "replicas": nodes - half,
+             "gpusPerPod": 8, "checkpoint": "annotation", "topology": "fixed", "path": "dra"},
+        ],
+    }  # fmt: skip
+
+
+def sharded_fleets(workdir: Path, shard_nodes: int, shards: int) -> list[Fleet]:
+    """The baseline (an unsharded exporter over `shard_nodes` nodes) and shard 0 of `shards`
+    over a fleet `shards` times as large, each with its scenario file written under `workdir`."""
+    fleets = []
+    for total in (1, shards):
+        data = steady_fleet(shard_nodes * total)
+        path = workdir / f"{data['name']}.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        shard = Shard(0, total)
+        nodes = resolve(data).nodes
+        owned = [group.gpus_per_node for name, group in nodes.items() if shard.owns(name)]
+        label = "unsharded" if total == 1 else f"shard 0 of {total}"
+        args = ("--shard", "0", "--total-shards", str(total)) if shard.sharded else ()
+        fleets.append(
+            Fleet(f"{label} ({len(owned):,} of {len(nodes):,} nodes)", str(path), len(nodes), sum(owned),
+                  args, SHARD_RSS_TARGET)
+        )  # fmt: skip
+    return fleets
 
 
 @dataclass
@@ -201,18 +274,14 @@ def _tracked(url: str) -> float | None:
 
 
 @contextmanager
-def processes(workdir: Path) -> Iterator[tuple[Popen[bytes], Popen[bytes], str, float]]:
+def processes(workdir: Path, fleet: Fleet) -> Iterator[tuple[Popen[bytes], Popen[bytes], str, float]]:
     """(simulator, exporter, metrics URL, seconds from the exporter's start to all devices tracked)."""
     python = [sys.executable, "-m", "gpuhealth", "--log-level", "WARNING"]
     kubeconfig = workdir / "kubeconfig"
     sim_log, exporter_log = workdir / "sim.log", workdir / "exporter.log"
     with ExitStack() as stack:
-        sim = stack.enter_context(
-            child_process(
-                [*python, "sim", "--scenario", SCENARIO, "--speed", "1", "--kubeconfig-out", str(kubeconfig)],
-                sim_log,
-            )
-        )
+        serve = ["sim", "--scenario", fleet.scenario, "--speed", "1", "--kubeconfig-out", str(kubeconfig)]
+        sim = stack.enter_context(child_process([*python, *serve], sim_log))
 
         def sim_ready() -> bool:
             _alive(sim, "the simulator", sim_log)
@@ -220,12 +289,13 @@ def processes(workdir: Path) -> Iterator[tuple[Popen[bytes], Popen[bytes], str, 
 
         began = time.monotonic()
         wait_until("the simulated fleet to be built", sim_ready, timeout=START_TIMEOUT, interval=1.0)
-        print(f"  simulator: {SCENARIO} built and serving after {time.monotonic() - began:.0f} s", flush=True)
+        built = time.monotonic() - began
+        print(f"  simulator: {fleet.label} built and serving after {built:.0f} s", flush=True)
         port = free_port()
         exporter = stack.enter_context(
             child_process(
                 [*python, "exporter", "--kubeconfig", str(kubeconfig), "--listen", f"127.0.0.1:{port}",
-                 "--directory", str(workdir / "directory.sqlite")],
+                 "--directory", str(workdir / "directory.sqlite"), *fleet.exporter_args],
                 exporter_log,
             )
         )  # fmt: skip
@@ -235,9 +305,9 @@ def processes(workdir: Path) -> Iterator[tuple[Popen[bytes], Popen[bytes], str, 
         def exporter_ready() -> bool:
             _alive(exporter, "the exporter", exporter_log)
             _alive(sim, "the simulator", sim_log)
-            return http_ok(f"{base}/readyz") and (_tracked(f"{base}/metrics") or 0) >= DEVICES
+            return http_ok(f"{base}/readyz") and (_tracked(f"{base}/metrics") or 0) >= fleet.devices
 
-        wait_until(f"the exporter to track all {DEVICES:,} devices", exporter_ready,
+        wait_until(f"the exporter to track all {fleet.devices:,} devices", exporter_ready,
                    timeout=START_TIMEOUT, interval=2.0)  # fmt: skip
         yield sim, exporter, f"{base}/metrics", time.monotonic() - began
 
@@ -246,14 +316,29 @@ def _mib(value: float) -> str:
     return f"{value / 2**20:,.0f} MiB"
 
 
-def measure(duration: float, warmup: float) -> None:
-    print(f"fleet: {SCENARIO} at speed 1 ({DEVICES:,} GPUs); scrape every {SCRAPE_INTERVAL:g} s; "
-          f"warm-up {warmup:g} s, then {duration:g} s measured")  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="bench-operator-cost-") as tmp, processes(Path(tmp)) as started:
+@dataclass
+class Window:
+    """What one measurement saw over its steady-state window."""
+
+    fleet: Fleet
+    usage: list[Usage]
+    """The exporter's, then the simulator's."""
+    elapsed: float
+    scrapes: list[Scrape]
+    failures: list[str]
+
+
+def measure(duration: float, warmup: float, fleet: Fleet) -> Window:
+    print(f"fleet: {fleet.label}, {fleet.scenario} at speed 1 ({fleet.devices:,} GPUs tracked); scrape "
+          f"every {SCRAPE_INTERVAL:g} s; warm-up {warmup:g} s, then {duration:g} s measured")  # fmt: skip
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-operator-cost-") as tmp,
+        processes(Path(tmp), fleet) as started,
+    ):
         sim, exporter, url, ready_after = started
         start_cpu = cpu_seconds(exporter.pid)
         start_rss, start_hwm = memory_bytes(exporter.pid)
-        print(f"  exporter: ready, all {DEVICES:,} devices tracked after {ready_after:.0f} s "
+        print(f"  exporter: ready, all {fleet.devices:,} devices tracked after {ready_after:.0f} s "
               f"({start_cpu:.1f} CPU s; RSS {_mib(start_rss)}, peak so far {_mib(start_hwm)})",
               flush=True)  # fmt: skip
         scraper = Scraper(url)
@@ -290,17 +375,19 @@ def measure(duration: float, warmup: float) -> None:
         finally:
             scraper.stop()
             thread.join(timeout=SCRAPE_INTERVAL + 5)
-    report(usage, elapsed, scraper.since(window_start), scraper.failures)
+    return Window(fleet, usage, elapsed, scraper.since(window_start), scraper.failures)
 
 
-def report(usage: list[Usage], elapsed: float, scrapes: list[Scrape], failures: list[str]) -> None:
-    ours, sim = usage
+def report(window: Window) -> None:
+    (ours, sim), elapsed, scrapes, failures = window.usage, window.elapsed, window.scrapes, window.failures
+    rss_target = window.fleet.rss_target
     events = rate(scrapes, lambda s: s.events)
     leases = rate(scrapes, lambda s: s.leases)
     print()
     print(f"steady state over {elapsed:.0f} s: {len(scrapes)} scrapes ({len(failures)} failed), "
           f"{events:,.0f} watch events/s at the exporter, of which {leases:,.0f} Lease updates "
-          f"(the fleet renews {10_000 / LEASE_PERIOD:,.0f}/s when the simulator keeps up)")  # fmt: skip
+          f"(the fleet renews {window.fleet.nodes / LEASE_PERIOD:,.0f}/s when the simulator keeps up)"
+          )  # fmt: skip
     if scrapes:
         took = sorted(s.seconds for s in scrapes)
         last = scrapes[-1]
@@ -314,7 +401,7 @@ def report(usage: list[Usage], elapsed: float, scrapes: list[Scrape], failures: 
         ("CPU, share of one core (exporter vs simulator)", ours.share(elapsed), sim.share(elapsed),
          f"{ours.share(elapsed):.1%}", f"{sim.share(elapsed):.1%}", f"<= {CPU_TARGET:.0%}"),
         ("RSS max in the window", ours.rss_max, sim.rss_max, _mib(ours.rss_max), _mib(sim.rss_max),
-         f"<= {_mib(RSS_TARGET)}"),
+         f"<= {_mib(rss_target)}"),
         ("RSS at the end", ours.rss_end, sim.rss_end, _mib(ours.rss_end), _mib(sim.rss_end), ""),
         ("peak RSS since start (VmHWM, with the lists)", ours.hwm, sim.hwm, _mib(ours.hwm),
          _mib(sim.hwm), ""),
@@ -324,10 +411,30 @@ def report(usage: list[Usage], elapsed: float, scrapes: list[Scrape], failures: 
         print(f"{label:<48}{shown:>12}{shown_base:>12}{ratio:>8}{target:>14}")
     print()
     cpu_met = ours.share(elapsed) <= CPU_TARGET
-    rss_met = ours.rss_max <= RSS_TARGET
+    rss_met = ours.rss_max <= rss_target
     print(f"target: CPU <= {CPU_TARGET:.0%} of a core -> {ours.share(elapsed):.1%} "
-          f"({'met' if cpu_met else 'NOT met'}); RSS <= {_mib(RSS_TARGET)} -> max {_mib(ours.rss_max)} "
+          f"({'met' if cpu_met else 'NOT met'}); RSS <= {_mib(rss_target)} -> max {_mib(ours.rss_max)} "
           f"({'met' if rss_met else 'NOT met'})")  # fmt: skip
+
+
+def compare(unsharded: Window, shard: Window) -> None:
+    """The shard against the unsharded exporter of its size: what the rest of the fleet's stream costs."""
+    base, ours = unsharded.usage[0], shard.usage[0]
+    events = [rate(w.scrapes, lambda s: s.events) for w in (unsharded, shard)]
+    print()
+    print(f"{'the shard against the unsharded exporter':<48}{'shard':>12}{'unsharded':>12}{'x base':>8}")
+    rows = [
+        ("watch events/s at the exporter", events[1], events[0], f"{events[1]:,.0f}", f"{events[0]:,.0f}"),
+        ("CPU, share of one core", ours.share(shard.elapsed), base.share(unsharded.elapsed),
+         f"{ours.share(shard.elapsed):.1%}", f"{base.share(unsharded.elapsed):.1%}"),
+        ("RSS max in the window", ours.rss_max, base.rss_max, _mib(ours.rss_max), _mib(base.rss_max)),
+        ("peak RSS since start (VmHWM)", ours.hwm, base.hwm, _mib(ours.hwm), _mib(base.hwm)),
+        ("devices tracked", shard.fleet.devices, unsharded.fleet.devices, f"{shard.fleet.devices:,}",
+         f"{unsharded.fleet.devices:,}"),
+    ]  # fmt: skip
+    for label, value, of, shown, shown_base in rows:
+        ratio = f"{value / of:.2f}" if of else "-"
+        print(f"{label:<48}{shown:>12}{shown_base:>12}{ratio:>8}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -347,11 +454,35 @@ def main(argv: list[str] | None = None) -> None:
         default=WARMUP,
         help=f"excluded time after all devices are tracked (default {WARMUP:g}s)",
     )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=0,
+        help="measure one shard of a fleet this many shards large against an unsharded exporter "
+        "of the shard's size (default: the unsharded fleet-10k only)",
+    )
+    parser.add_argument(
+        "--shard-nodes",
+        type=int,
+        default=SHARD_NODES,
+        help=f"with --shards: nodes of {GPUS_PER_NODE} GPUs in a shard (default {SHARD_NODES:,})",
+    )
     args = parser.parse_args(argv if argv is not None else [])
     if not Path("/proc/self/stat").exists():
         raise SystemExit("bench operator_cost: reads CPU and memory from /proc (Linux); none here")
+    if args.shards == 1 or args.shards < 0 or args.shard_nodes < 2:
+        parser.error("--shards takes 2 or more, --shard-nodes 2 or more")
     try:
-        measure(args.duration, args.warmup)
+        if not args.shards:
+            report(measure(args.duration, args.warmup, Fleet(SCENARIO, SCENARIO, NODES, DEVICES)))
+            return
+        with tempfile.TemporaryDirectory(prefix="bench-operator-cost-fleets-") as tmp:
+            fleets = sharded_fleets(Path(tmp), args.shard_nodes, args.shards)
+            windows = [measure(args.duration, args.warmup, fleet) for fleet in fleets]
+        for window in windows:
+            print(f"\n-- {window.fleet.label}")
+            report(window)
+        compare(*windows)
     except LoopbackError as exc:
         raise SystemExit(f"bench operator_cost: {exc}") from exc
 

@@ -274,7 +274,9 @@ class Exporter:
 # --- Prometheus evaluating the shipped rules --------------------------------------------------
 
 
-class _Bodies(BaseHTTPRequestHandler):
+class ExpositionBodies(BaseHTTPRequestHandler):
+    """Serves `bodies[path]` as a text exposition, 404 for any other path: one scrape target per path."""
+
     bodies: ClassVar[dict[str, bytes]] = {}
 
     def do_GET(self) -> None:
@@ -308,8 +310,8 @@ def fast_rules(workdir: Path) -> list[Path]:
 @contextmanager
 def prometheus_over(exporters: list[Exporter], workdir: Path) -> Iterator[Prometheus]:
     for e in exporters:
-        _Bodies.bodies[f"/{e.node}"] = e.scrape()
-    with LoopbackHttpServer(_Bodies, "series-bodies") as server:
+        ExpositionBodies.bodies[f"/{e.node}"] = e.scrape()
+    with LoopbackHttpServer(ExpositionBodies, "series-bodies") as server:
         host = server.url.removeprefix("http://")
         jobs = [
             ScrapeJob(
@@ -438,11 +440,11 @@ def main(argv: list[str] | None = None) -> None:
         groups = len(prometheus.rule_groups())
         for e in nodes:
             e.move(e.node, 0, f"{e.node}-server-0", f"{e.node}-server-0-moved")
-            _Bodies.bodies[f"/{e.node}"] = e.scrape()
+            ExpositionBodies.bodies[f"/{e.node}"] = e.scrape()
         settle(prometheus, len(nodes))
         rules_after = recorded(prometheus)
         faulty.place(faulty.node, 1, f"{faulty.node}-server-1", tuple(sick.values()), rv=2)
-        _Bodies.bodies[f"/{faulty.node}"] = faulty.scrape()
+        ExpositionBodies.bodies[f"/{faulty.node}"] = faulty.scrape()
         settle(prometheus, len(nodes))
         rules_faulty = recorded(prometheus)
         alerts = prometheus.query("ALERTS")

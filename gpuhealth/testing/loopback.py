@@ -157,6 +157,10 @@ class ScrapeJob:
     (Prometheus takes it over the job's), as the demo does for each node's dcgm-exporter."""
     metrics_path: str = "/metrics"
     """The path scraped on every target (one per job name: the job's first ScrapeJob sets it)."""
+    honor_labels: bool = False
+    """The scraped series' own labels win over the target's (`honor_labels`, on for the whole job
+    when any of its ScrapeJobs asks): a target serving several exporters' series, each with its
+    own `instance`, stores them as those exporters' targets would."""
 
 
 def _static_configs(jobs: Sequence[ScrapeJob]) -> dict[str, list[dict[str, Any]]]:
@@ -242,6 +246,7 @@ def run_prometheus(
         "rule_files": [str(path) for path in rule_files],
         "scrape_configs": [
             {"job_name": name, "metrics_path": _metrics_path(jobs, name), "static_configs": groups}
+            | ({"honor_labels": True} if any(j.honor_labels for j in jobs if j.name == name) else {})
             for name, groups in _static_configs(jobs).items()
         ],
     }
