@@ -158,6 +158,12 @@ def test_the_services_run_with_the_manifests_arguments(deployed: Deployed) -> No
     assert deployed.webhook_answers == {"wrong token": 401, "token file": 200}
 
 
+ONLY_ON_A_LOST_RACE = {(RESPONDER, "resource.k8s.io", "devicetaintrules", "get")}
+"""Grants for a path these flows do not reach: a pass reads the rules with one list, and reads
+one by name only when its write lost to another writer's (`responder.enforce.observed.reread`,
+tested in tests/responder/test_reconciler_reads.py)."""
+
+
 def test_rbac_grants_exactly_the_calls_the_services_make(cluster: Any, deployed: Deployed) -> None:
     tmp = cluster.kubeconfig_path.parent
     responder_kc = _kubeconfig(tmp, cluster.url, RESPONDER)
@@ -195,7 +201,11 @@ def test_rbac_grants_exactly_the_calls_the_services_make(cluster: Any, deployed:
         assert calls, f"no call recorded for {account}"
         held = grants(objects, account)
         problems += [f"{account}: not granted: {c}" for c in unauthorized(calls, held)]
-        problems += [f"{account}: granted but never needed: {g}" for g in unused(calls, held)]
+        problems += [
+            f"{account}: granted but never needed: {g}"
+            for g in unused(calls, held)
+            if (account, g.group, g.resource, g.verb) not in ONLY_ON_A_LOST_RACE
+        ]
     assert not problems, "\n".join(problems)
 
     # The records those flows wrote hold only fields the CRD declares.
