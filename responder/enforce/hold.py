@@ -145,6 +145,9 @@ class DeviceHold:
         makes one fill to find out)."""
         self.pods: dict[str, int] = {}
         """Record name -> its holder pods after its last pass (what `gpuhealth_holder_pods` sums)."""
+        self._fill_allocatable: dict[str, int] = {}
+        """Record name -> the node's allocatable units of the card's resources when its current
+        fill began (`HoldInput.fill_allocatable`; in memory: a new leader's first fill sets it)."""
         self._allocatable: dict[str, int] = {}
         """Record name -> the node's allocatable GPUs when its card was last found not
         allocatable (in memory: a new leader tries a fill at once, which costs one fill)."""
@@ -170,6 +173,7 @@ class DeviceHold:
             self._mark(record, None)
             self._seen.pop(record.name, None)
             self._allocatable.pop(record.name, None)
+            self._fill_allocatable.pop(record.name, None)
             self._units.pop(record.name, None)
             self.pods.pop(record.name, None)
             return None
@@ -237,6 +241,8 @@ class DeviceHold:
                 plugin_excludes=record.name in self._unhealthy,
                 excluded=excluded,
                 known_units=self._units.get(record.name, 0),
+                allocatable=allocatable,
+                fill_allocatable=self._fill_allocatable.get(record.name),
                 device_sources=named.tried,
             )
         )
@@ -244,6 +250,10 @@ class DeviceHold:
             self._allocatable[record.name] = allocatable
         else:
             self._allocatable.pop(record.name, None)
+        if decided.create and not aside:
+            self._fill_allocatable[record.name] = allocatable  # a fill begins (or goes on) at this count
+        elif decided.state is not HoldState.FILLING:
+            self._fill_allocatable.pop(record.name, None)
         if decided.create or decided.state.standing:
             self._unhealthy.pop(record.name, None)  # a fill asks the kubelet anew
         if decided.state.standing:

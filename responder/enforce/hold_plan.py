@@ -141,6 +141,13 @@ class HoldInput:
     aside deletes the card's holders, and with them what says how many replicas it has."""
     checking: tuple[str, ...] = ()
     """Device IDs of the card that gpuhealth's check pods (not finished) use now."""
+    allocatable: int = 0
+    """The node's allocatable units of the card's resources now."""
+    fill_allocatable: int | None = None
+    """Those units when the last fill began (None: no fill under way). A fill that got none of the
+    card proves its plugin excludes it only if the count did not move meanwhile: a plugin that let
+    the card back during the fill (a recovery, a restart) gave it to nobody yet, and concluding
+    `NotAllocatable` at the new count would leave it to the next pod."""
     device_sources: tuple[str, ...] = ("the kubelet's allocatedResourcesStatus (Kubernetes 1.36+)",)
     """Where the holders' devices were looked for this pass, each with what came of it (what
     `AllocationUnreadable` says was tried: `responder.enforce.hold_devices`)."""
@@ -279,6 +286,16 @@ def plan(given: HoldInput) -> HoldPlan:
         return HoldPlan(
             HoldState.FILLING,
             f"waiting for {given.unknown} pod(s) on the node to be told their devices",
+            delete=tuple(delete),
+            units=units,
+        )
+    fill_ended = bool(off_card or delete)  # this pass ends a fill of ours: what it found is judged
+    if fill_ended and given.fill_allocatable is not None and given.fill_allocatable != given.allocatable:
+        return HoldPlan(
+            HoldState.FILLING,
+            f"the node's allocatable GPUs went from {given.fill_allocatable} to {given.allocatable} "
+            "while the fill ran: filling again",
+            create=given.free,
             delete=tuple(delete),
             units=units,
         )

@@ -332,3 +332,19 @@ def test_part_of_a_time_sliced_card_held_is_not_held_while_a_pod_may_have_the_re
     assert elsewhere.state is HoldState.FILLING and elsewhere.create == 1
     # With nothing unknown a complete fill says what the card has: held.
     assert plan(HoldInput(card, holders=holders, busy=(), free=0)).state is HoldState.HELD
+
+
+def test_a_fill_that_got_none_of_the_card_while_the_plugin_let_a_device_back_fills_again() -> None:
+    """The plugin let the card back while the fill ran (it recovered; seen in CI's release-request
+    scenario): the holders got other GPUs before the card was allocatable, so the fill proves
+    nothing about it. Concluding NotAllocatable at the new count left the card to the next pod."""
+    others = (holder("h1", "GPU-a"), holder("h2", "GPU-c"))
+    stale = plan(HoldInput(CARD, others, (), free=0, allocatable=3, fill_allocatable=2))
+    assert stale.state is HoldState.FILLING and set(stale.delete) == {"h1", "h2"}
+    assert "from 2 to 3" in stale.message
+    # The same fill at an unchanged count: the plugin does exclude the card.
+    steady = plan(HoldInput(CARD, others, (), free=0, allocatable=2, fill_allocatable=2))
+    assert steady.state is HoldState.NOT_ALLOCATABLE
+    # Its holders gone, the next pass judges the node as it is: a GPU free is filled for.
+    after = plan(HoldInput(CARD, (), (), free=1, allocatable=3, fill_allocatable=2))
+    assert after.state is HoldState.FILLING and after.create == 1
