@@ -43,6 +43,10 @@ KUBELET = "the kubelet's allocatedResourcesStatus (Kubernetes 1.36+)"
 EXPORTER = "the node exporter's gpu_device_allocation_info in Prometheus"
 """How a message names the fallback."""
 
+ANSWER_SECONDS = 1.0
+"""How long one answer serves a node's reads: those of one pass (a fresher one would name
+nothing new: the series change once a scrape interval), never a pass a second later."""
+
 PodKey = tuple[str, str]
 """(namespace, pod name), as the exporter labels a pod's allocation."""
 
@@ -87,8 +91,9 @@ class PodDevices:
         """Node -> pod uid -> its device IDs as the exporter named them, for as long as the pod is
         listed on the node (bounded by the nodes ever held: a few entries each)."""
         self._answers: dict[str, tuple[float, Mapping[PodKey, tuple[str, ...]] | str]] = {}
-        """Node -> (the pass's `now`, its answer or why none): one query per node per pass, however
-        many records on it are held."""
+        """Node -> (when it was asked, its answer or why none): one query per node per pass
+        however many records on it are read, by the hold and by the backend (the moves, the
+        release's wait), each at its own `now` within the pass (`ANSWER_SECONDS`)."""
 
     def read(self, node: str, pods: Sequence[Mapping[str, Any]], now: float, card: Card) -> NodeDevices:
         """`pods`: every pod bound to the node (holders included); `card`: the card held (the
@@ -127,7 +132,7 @@ class PodDevices:
 
     def _answer(self, node: str, now: float) -> Mapping[PodKey, tuple[str, ...]] | str:
         cached = self._answers.get(node)
-        if cached is not None and cached[0] == now:
+        if cached is not None and 0.0 <= now - cached[0] < ANSWER_SECONDS:
             return cached[1]
         assert self._source is not None
         answer: Mapping[PodKey, tuple[str, ...]] | str
@@ -136,7 +141,10 @@ class PodDevices:
         except AllocationsUnavailable as exc:
             log.warning("hold on %s: the exporter's allocations unreadable: %s", node, exc)
             answer = str(exc)
-        self._answers = {node: (now, answer), **{n: a for n, a in self._answers.items() if a[0] == now}}
+        self._answers = {
+            node: (now, answer),
+            **{n: a for n, a in self._answers.items() if 0.0 <= now - a[0] < ANSWER_SECONDS},
+        }
         return answer
 
 
