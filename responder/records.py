@@ -397,6 +397,14 @@ def record_name(node: str, device: str) -> str:
     return f"{readable}-{digest}" if readable else digest
 
 
+def device_uuid(device: str, uuid: str = "") -> str:
+    """The GPU UUID of a device named `device`, `uuid` where one is known: the exporter names a
+    device by its UUID wherever it knows one (device plugins; DRA devices whose ResourceSlice
+    publishes it, `exporter.identity`), and by `<driver>/<pool>/<device>` otherwise (no UUID
+    known: empty)."""
+    return uuid or ("" if "/" in device else device)
+
+
 def path_of(labels: dict[str, str] | Any) -> str:
     """DRA when the alert names a DRA driver, else the device-plugin path."""
     return DRA if labels.get("driver") else DEVICE_PLUGIN

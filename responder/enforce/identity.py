@@ -21,7 +21,7 @@ from typing import Any
 
 from gpuhealth.kube.slices import parent_uuid_attribute, uuid_attribute
 from gpuhealth.plugin_resources import gpu_resource
-from responder.records import DEVICE_PLUGIN, DRA, QuarantineSpec
+from responder.records import DEVICE_PLUGIN, DRA, QuarantineSpec, device_uuid
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,18 +103,13 @@ def slice_devices(obj: Any) -> list[SliceDevice]:
     return out
 
 
-def device_uuid(spec: QuarantineSpec) -> str:
-    """The GPU UUID the record knows for its device (empty when it knows none)."""
-    return spec.uuid or ("" if "/" in spec.device else spec.device)
-
-
 def resolve_slice(spec: QuarantineSpec, devices: Iterable[SliceDevice]) -> Identity | None:
     """The DRA identity of the record's device if a slice on its node publishes it, else None.
 
     A MIG card (the NVIDIA DRA driver publishes its MIG devices, each naming the card in
     `parentUUID`, and not the card) is identified as the card with its MIG devices' names as its
     partitions, sorted; its `device_name` is the first of them."""
-    uuid = device_uuid(spec)
+    uuid = device_uuid(spec.device, spec.uuid)
     devices = list(devices)
     if uuid:
         carved = sorted(
@@ -142,7 +137,7 @@ def resolve_capacity(spec: QuarantineSpec, node_status: Mapping[str, Any] | None
     resource (`nvidia.com/gpu`, or with MIG strategy mixed a `nvidia.com/mig-<profile>`;
     `node_status`: the node's status; None: the node is gone), else None. A device
     the record knows no UUID of cannot be named on this path."""
-    uuid = device_uuid(spec)
+    uuid = device_uuid(spec.device, spec.uuid)
     capacity = (node_status or {}).get("capacity") or {}
     advertised = any(
         gpu_resource(str(name)) and str(value or "0") not in ("", "0") for name, value in capacity.items()
