@@ -17,11 +17,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
+from gpuhealth.kube.meta import parse_rfc3339
 from simulator.apiserver.errors import ApiError, bad_request
 from simulator.apiserver.resources import ResourceInfo
 
@@ -117,12 +117,7 @@ def table_request(accept: str | None, include_object: str | None = None) -> Tabl
 
 def parse_timestamp(value: Any) -> float | None:
     """Epoch seconds of an RFC 3339 timestamp as the API writes them; None when absent or malformed."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC).timestamp()
-    except ValueError:
-        return None
+    return parse_rfc3339(value)
 
 
 def human_duration(seconds: float) -> str:

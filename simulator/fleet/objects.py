@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import random
-from datetime import UTC, datetime
 from typing import Any
 
+from gpuhealth.kube.meta import rfc3339
 from gpuhealth.plugin_resources import GPU_RESOURCE
 from simulator.apiserver.store import format_timestamp
 from simulator.model import DRA_DRIVER, NodeGroup, Slot, Workload
@@ -45,7 +45,7 @@ replaces their pods; the API controllers keep only their status (`workloads.py`)
 
 def micro_time(wall: float) -> str:
     """metav1.MicroTime: microsecond precision (Lease renewTime, acquireTime)."""
-    return datetime.fromtimestamp(wall, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return rfc3339(wall)
 
 
 def gpu_uuid(node: str, index: int) -> str:
