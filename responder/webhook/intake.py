@@ -38,6 +38,7 @@ from responder.records import (
     Quarantine,
     QuarantineSpec,
     SourceAlert,
+    device_uuid,
     path_of,
     record_name,
 )
@@ -104,13 +105,6 @@ def decide(record: Quarantine | None, alert: Alert, *, now: float, settings: Int
     return _resolve(record, alert, stamp=stamp)
 
 
-def uuid_of(device: str) -> str:
-    """The GPU UUID a `device` label names: the exporter names a device by its UUID wherever it
-    knows one (device plugins; DRA devices whose ResourceSlice publishes it, `exporter.identity`),
-    and by `<driver>/<pool>/<device>` otherwise (no UUID known: empty)."""
-    return "" if "/" in device else device
-
-
 def _open(
     previous: Quarantine | None, alert: Alert, *, now: float, stamp: str, settings: IntakeSettings
 ) -> Write:
@@ -125,7 +119,7 @@ def _open(
         actor=f"alert/{alert.name}",
         expires_at=rfc3339(now + settings.expiry_seconds),
         action=alert.action,
-        uuid=labels.get("uuid") or uuid_of(key.device),
+        uuid=device_uuid(key.device, labels.get("uuid", "")),
         driver=labels.get("driver", ""),
         pool=labels.get("pool", ""),
         device_name=labels.get("device_name", ""),
