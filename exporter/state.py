@@ -17,8 +17,7 @@ takes with it) and builds the snapshots. The parts, one per source:
 All of them write devices through one `exporter.state_table.DeviceTable` (copy-on-write against
 snapshots, status versions, holders).
 
-Owns the rules of the state model (kept by the parts together):
-
+The rules of the state model, which the parts keep together:
 
 - A device is keyed by (node, canonical device identity). Several containers or pods on
   one device make one device with several allocations.
@@ -164,6 +163,7 @@ class DeviceStateStore:
 
     @property
     def _sink(self) -> DirectorySink | None:
+        """The table's sink (`bench_exporter_events` detaches it for its memory-only ablation)."""
         return self.table.sink
 
     @_sink.setter
