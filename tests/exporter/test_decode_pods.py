@@ -20,7 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter import parse, state
+from exporter import parse
+from exporter import state_pods as state
 from exporter.decode import Pod, decode_pod_event, decode_pod_page, pod_from_dict
 from exporter.observer import _resource_version, decode_event
 from exporter.parse import parse_pod, parse_pod_struct

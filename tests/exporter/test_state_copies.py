@@ -28,7 +28,12 @@ from exporter.snapshot import (
     DeviceState,
     DriverTaint,
 )
-from exporter.state import _changed, _copy, _held, _Meta, _observed, _with_holders
+from exporter.state_copies import changed as _changed
+from exporter.state_copies import compile_copy as _copy
+from exporter.state_copies import held as _held
+from exporter.state_copies import observed as _observed
+from exporter.state_copies import with_holders as _with_holders
+from exporter.state_model import DeviceMeta as _Meta
 from tests.exporter.fixtures.strategies import allocations, devices, driver_taints, finite
 
 _maybe = st.just("") | st.text(max_size=8)
