@@ -225,7 +225,7 @@ def check_container(
     # The runtime's route: outside Kubernetes there is no kubelet to allocate the card, so the
     # container is given it as the NVIDIA runtime would (`NVIDIA_VISIBLE_DEVICES`, or --gpus).
     node_backend = NodeAnnotation(api, runtime_class=settings.runtime_class, route=VISIBLE_DEVICES_ROUTE)
-    job = JobChecks(api, settings, Backends(api, (node_backend,))).job(record, kind, 1)
+    job = JobChecks(api, Backends(api, (node_backend,)), settings).job(record, kind, 1)
     pod = job["spec"]["template"]["spec"]
     # The container that uses the card: the probe's diagnostic is an init container (its judge,
     # the pod's container, is run here in-process on what the diagnostic wrote).

@@ -53,7 +53,6 @@ from gpuhealth.kube.resources import CONFIG_MAP, LEASE, POD, Resource
 from responder import metrics
 from responder.enforce.backends import Backends
 from responder.enforce.holders import pods_on_device
-from responder.enforce.shipped import Enforcer
 from responder.ladder import KNOWN, Kind
 from responder.migrate.evidence import DeviceReadings, evidence_data
 from responder.migrate.plan import (
@@ -304,19 +303,19 @@ class Migrator:
         *,
         metrics: MigratorMetrics | None = None,
         records: Callable[[], Iterable[Quarantine]] | None = None,
-        backends: Backends | None = None,
+        backends: Backends,
         namespace: str = "gpuhealth-system",
         readings: DeviceReadings | None = None,
     ) -> None:
         """`records`: every stored record (the caps are counted from them); by default listed
         through `client`. A reconciler with a cache passes its own. `backends`: who says which
-        pods hold a device (default: the shipped backends). `namespace`: the responder's, where
+        pods hold a device (the responder's one set: `responder.service`). `namespace`: the responder's, where
         evidence ConfigMaps are kept. `readings`: the device's series (its directory entry and
         NVML readings, from Prometheus) for the evidence; None: the evidence says none were read."""
         self._namespace = namespace
         self._readings = readings
         self._client = client
-        self._backends = backends or Enforcer(client, None)
+        self._backends = backends
         self._settings = settings
         self._clock = clock
         self._metrics = metrics

@@ -82,9 +82,7 @@ from responder import metrics
 from responder.checks.jobs import CheckRunner
 from responder.enforce.hold import DeviceHold
 from responder.enforce.hold_plan import HOLDER_LABEL, HoldPlan, HoldState
-from responder.enforce.holders import DeviceHolders
 from responder.enforce.observed import Observed
-from responder.enforce.shipped import Enforcer
 from responder.ladder import KNOWN, Kind, Ladder, Rung, with_reset
 from responder.reconcile import breaker
 from responder.reconcile.accounting import QuarantineAccounting
@@ -439,7 +437,7 @@ class Reconciler:
         registry: CollectorRegistry | None = None,
         migrate: Migrate | None = None,
         watch_client: KubeClient | None = None,
-        holders: Holders | None = None,
+        holders: Holders,
         finish: Migrate | None = None,
         resets: CheckRunner | None = None,
         hold: DeviceHold | None = None,
@@ -447,7 +445,7 @@ class Reconciler:
     ) -> None:
         """`watch_client`: a client for the records' watch that wakes the loop (None: passes
         come only every recheck); give it its own client, closed by the caller at shutdown.
-        `holders`: who holds a device (default: `responder.enforce.holders` through `client`).
+        `holders`: who holds a device (`responder.enforce.holders` over the same backends).
         `finish`: the migration hook while the breaker is open (`Migrator.finish`: moves under
         way go on, none begins); None: no move is advanced while it is open.
         `resets`: the reset hand-off (`responder.reset`), required when the ladder has the reset rung.
@@ -474,9 +472,7 @@ class Reconciler:
         self._migrate = migrate
         self._finish = finish
         self._watch_client = watch_client
-        self._holders: Holders = (
-            holders if holders is not None else DeviceHolders(client, Enforcer(client, None))
-        )
+        self._holders = holders
         self._hold = hold
         self._hold_aside = hold_aside or (lambda _record: False)
         self._eligible: int | None = None

@@ -64,6 +64,7 @@ from responder.records import (
     from_object,
     to_object,
 )
+from tests.support.backends import shipped
 
 UUID = "GPU-4a1c"
 NOW = 1_800_000_000.0
@@ -261,6 +262,7 @@ def migrator(
         clock,
         metrics=MigratorMetrics(registry or CollectorRegistry()),
         records=lambda: [from_object(o) for o in client.list(QUARANTINES).items],
+        backends=shipped(client),
     )
 
 
@@ -756,6 +758,7 @@ def test_a_failed_checkpoint_is_unrecoverable_at_once_with_evidence_owned_by_the
         clock,
         metrics=MigratorMetrics(registry),
         records=lambda: [],
+        backends=shipped(client),
         namespace="gpuhealth-system",
         readings=readings,
     )
@@ -795,6 +798,7 @@ def test_evidence_whose_readings_cannot_be_read_says_so_and_holds_nothing_back(
         MigratorSettings(),
         clock,
         records=lambda: [],
+        backends=shipped(client),
         readings=Readings(OSError("connection refused")),
     )
     entry = only(m.step(record(), clock.now()))

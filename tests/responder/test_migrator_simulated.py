@@ -46,6 +46,7 @@ from responder.records import (
     to_object,
 )
 from simulator.testing import running_cluster
+from tests.support.backends import shipped
 
 pytestmark = pytest.mark.integration
 
@@ -182,7 +183,7 @@ def test_a_checkpointed_job_moves_off_the_device_and_one_flow_owns_it(
     before = {p["metadata"]["uid"] for p in pods}
     devices = {device_of(p) for p in pods}
     records = [quarantine(cluster, client, p) for p in pods]  # two devices of one job fail together
-    migrator = Migrator(client, MigratorSettings(node_in_flight=2), SystemClock())
+    migrator = Migrator(client, MigratorSettings(node_in_flight=2), SystemClock(), backends=shipped(client))
 
     records = migrate(migrator, records, lambda rs: any(the(r).started_at for r in rs))
     owners = {r.name for r in records if the(r).started_at}
@@ -209,7 +210,7 @@ def test_a_checkpointed_job_moves_off_the_device_and_one_flow_owns_it(
 def test_work_without_a_checkpoint_is_unrecoverable(cluster: Any, client: KubeClient) -> None:
     pods = wait_until("the infer pod runs", lambda: running(client, "serve", "infer"), timeout=DEADLINE)
     record = quarantine(cluster, client, pods[0])
-    migrator = Migrator(client, MigratorSettings(), SystemClock())
+    migrator = Migrator(client, MigratorSettings(), SystemClock(), backends=shipped(client))
     [record] = migrate(migrator, [record], lambda rs: the(rs[0]).outcome.finished)
     entry = the(record)
     assert entry.outcome is MigrationOutcome.UNRECOVERABLE and "no checkpoint" in entry.detail
@@ -238,7 +239,7 @@ def test_a_budget_that_refuses_is_waited_on_never_spun(cluster: Any, client: Kub
     }
     client.create(PDB, budget)
     record = quarantine(cluster, client, pods[0])
-    migrator = Migrator(client, MigratorSettings(), SystemClock())
+    migrator = Migrator(client, MigratorSettings(), SystemClock(), backends=shipped(client))
     [record] = migrate(migrator, [record], lambda rs: bool(the(rs[0]).retry_at))
     entry = the(record)
     assert entry.outcome is MigrationOutcome.WAITING and "429" in entry.detail and not entry.evictions

@@ -38,6 +38,7 @@ from gpuhealth.kube.client import ObjectList
 from gpuhealth.kube.errors import Conflict, NotFound, TooManyRequests, Unavailable
 from gpuhealth.kube.meta import rfc3339
 from gpuhealth.kube.resources import NODE, POD, RESOURCE_SLICE, STATUS, Resource
+from responder.enforce.holders import DeviceHolders
 from responder.enforce.observed import Observed
 from responder.enforce.shipped import Enforcer
 from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
@@ -278,6 +279,8 @@ class Harness:
     def new_reconciler(self) -> Reconciler:
         """Another reconciler over the same cluster (a restart, a new leader)."""
         self.registry = CollectorRegistry()
+        # Who holds a device: the shipped backends' answer over the fake cluster's pods.
+        kwargs = {"holders": DeviceHolders(self.client, Enforcer(self.client, None)), **self.kwargs}
         return Reconciler(
             self.client,
             enforcer=self.enforcer,
@@ -288,7 +291,7 @@ class Harness:
             settings=self.settings,
             clock=self.clock,
             registry=self.registry,
-            **self.kwargs,
+            **kwargs,
         )
 
     def add(
