@@ -89,8 +89,6 @@ MIGRATION_SECONDS = MetricFamily(
 )
 MIGRATION_BUCKETS = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0)
 """Checkpoint waits run to 10 minutes by default; eviction retries after 429 add minutes more."""
-PATHS = ("device-plugin", "dra")
-"""Values of `path` on `MIGRATION_RECOVERY_SECONDS`: the record's enforcement path."""
 MIGRATION_RECOVERY_SECONDS = MetricFamily(
     "gpuhealth_migration_recovery_seconds",
     "histogram",

@@ -54,9 +54,14 @@ from gpuhealth.nvml import DeviceReading, NvmlSource, XidEvent
 from responder.checks.diag import EXIT_FILE, REPORT_FILE, Verdict, judge
 from responder.checks.jobs import CheckSettings, JobChecks
 from responder.enforce.backends import Backends
-from responder.enforce.node_annotation import VISIBLE_DEVICES, VISIBLE_DEVICES_ROUTE, NodeAnnotation
+from responder.enforce.node_annotation import (
+    DEVICE_PLUGIN,
+    VISIBLE_DEVICES,
+    VISIBLE_DEVICES_ROUTE,
+    NodeAnnotation,
+)
 from responder.reconcile.policy import PolicySettings
-from responder.records import DEVICE_PLUGIN, Quarantine, QuarantineSpec, record_name
+from responder.records import Quarantine, QuarantineSpec, record_name
 
 PASS, FAIL, SKIPPED = "PASS", "FAIL", "SKIPPED"
 PROG = "hardware_check"

@@ -153,8 +153,6 @@ class MigratorMetrics:
         for outcome in metrics.MIGRATION_OUTCOMES:
             self.migrations.labels(outcome)
             self.durations.labels(outcome)
-        for path in metrics.PATHS:
-            self.recovery.labels(path)
         self.work_lost = WorkLostMeter(registry)
 
 
@@ -322,6 +320,9 @@ class Migrator:
         self._counted: dict[str, None] = {}
         """Keys of moves already counted (insertion-ordered, bounded)."""
         self._records = records or self._list_records
+        if metrics is not None:
+            for path in backends.paths:  # every backend's series, from the start
+                metrics.recovery.labels(path)
         self._leases: dict[tuple[str, str], Observed] = {}
         """What each job's Lease held when first seen, on our monotonic clock (expiry, as the elector)."""
 
@@ -382,8 +383,8 @@ class Migrator:
                 evicted = parse_rfc3339(first) if first else None
                 if entries[i].outcome is MigrationOutcome.SUCCEEDED and evicted is not None:
                     # Only a move that evicted and saw its replacements run again recovers.
-                    path = record.spec.path if record.spec.path in metrics.PATHS else metrics.PATHS[0]
-                    self._metrics.recovery.labels(path).observe(max(0.0, now - evicted))
+                    # `path`: the record's backend (a move follows its enforcement: never empty).
+                    self._metrics.recovery.labels(record.spec.path).observe(max(0.0, now - evicted))
         return record.with_migrations(entries)
 
     # ----- one job ---------------------------------------------------------------------------------

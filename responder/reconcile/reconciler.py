@@ -109,8 +109,8 @@ from responder.reconcile.policy import (
 )
 from responder.reconcile.policy import step as policy_step
 from responder.records import (
-    DEVICE_PLUGIN,
     HELD,
+    IDENTIFIED,
     QUARANTINES,
     Condition,
     Phase,
@@ -151,6 +151,10 @@ class Enforcement(Protocol):
         ...
 
     def enforced_as(self, record: Quarantine) -> str: ...
+
+    def holds_card(self, record: Quarantine) -> bool:
+        """Whether the record's card is taken by holder pods (device plugins)."""
+        ...
 
     def present(
         self, record: Quarantine, wanted: Enforce | None = None, seen: Observed | None = None
@@ -369,6 +373,18 @@ def with_held(record: Quarantine, decided: HoldPlan | None, now: float) -> Quara
     if conditions == record.status.conditions:
         return record
     return replace(record, status=replace(record.status, conditions=conditions))
+
+
+def unidentified(record: Quarantine, message: str, now: float) -> Quarantine:
+    """`record` with its `Identified` condition False (no backend claims its device), its
+    transition time kept while it stays so; `record` itself when nothing changes."""
+    before = record.status.condition(IDENTIFIED)
+    if before is not None and before.message == message:
+        return record
+    since = before.last_transition_time if before is not None else rfc3339(now)
+    condition = Condition(IDENTIFIED, "False", "NoBackendClaims", message, since)
+    others = tuple(c for c in record.status.conditions if c.type != IDENTIFIED)
+    return replace(record, status=replace(record.status, conditions=(*others, condition)))
 
 
 def automatic(record: Quarantine) -> bool:
@@ -690,6 +706,8 @@ class Reconciler:
         moved: Exception | None = None
         partitions = snapshot.partitions_of(record.spec.node, record.spec.device)
         current = self._enforcer.identify(record, state.seen, partitions, snapshot.profiles_of(partitions))
+        if not current.spec.path:
+            return self._unidentified(obj, record, state, fence)
         if current.spec != record.spec:
             current = self._hand_over(record, current, state)
         view = self._observe(current, snapshot, state)
@@ -701,7 +719,7 @@ class Reconciler:
             bucket=state.bucket,
         )
         decided = policy_step(current, view, ctx)
-        if self._hold is not None and current.spec.path == DEVICE_PLUGIN:
+        if self._hold is not None and self._enforcer.holds_card(current):
             decided = self._holding(decided, state.now)
         after = decided.record
         admitted = phase in (Phase.PENDING, Phase.DEFERRED) and enforced(after)
@@ -864,13 +882,33 @@ class Reconciler:
             return self._resets
         return self._checks
 
+    def _unidentified(
+        self, obj: dict[str, Any], record: Quarantine, state: _PassState, fence: threading.Event
+    ) -> tuple[str, Quarantine, float | None]:
+        """A record no backend claims the device of yet (no ResourceSlice publishes it, its node
+        advertises no GPU resource or is gone): nothing is decided or enforced on a guess. Its
+        `Identified` condition says so, and it is looked at again soon (a slice being
+        republished, a node being registered)."""
+        message = (
+            f"no backend claims {record.spec.device} on {record.spec.node} yet: no ResourceSlice "
+            "publishes it and the node advertises no device plugin GPU resource; nothing is enforced"
+        )
+        after = unidentified(record, message, state.now)
+        written = after is not record and self._write(obj, record, after, fence)
+        return ("written" if written else "unchanged"), after, UNWATCHED_RECHECK_SECONDS
+
     def _hand_over(self, before: Quarantine, after: Quarantine, state: _PassState) -> Quarantine:
         """`after` (the record naming its device's identity as resolved now) with the enforcement
         moved to its backend: the new one is put in place before the old one is lifted, so the
         device is never free in between. Idempotent: a failure here is this record's retry,
         and the next pass resolves and moves again from what is stored."""
         if not before.status.enforced:
-            return after  # nothing in place yet: the policy enforces through the new backend
+            # Nothing in place yet (the first identification among them): the policy enforces
+            # through the new backend.
+            if not before.spec.path:
+                log.info("%s: %s is a %s device", before.name, before.spec.device, after.spec.path)
+            others = tuple(c for c in after.status.conditions if c.type != IDENTIFIED)
+            return replace(after, status=replace(after.status, conditions=others))
         self._enforcer.enforce(after, holding(after, self.settings.policy), state.seen)
         self._enforcer.unenforce(before, state.seen)
         now_as = self._enforcer.enforced_as(after)

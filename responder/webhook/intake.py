@@ -38,7 +38,6 @@ from responder.records import (
     Quarantine,
     QuarantineSpec,
     SourceAlert,
-    path_of,
     record_name,
 )
 from responder.webhook.alerts import FIRING, NONE, QUARANTINE, RESTRICT, Alert
@@ -120,7 +119,7 @@ def _open(
     spec = QuarantineSpec(
         node=key.node,
         device=key.device,
-        path=path_of(labels),
+        path="",  # the reconciler's first pass identifies the device through the backends
         reason=reason_of(alert),
         actor=f"alert/{alert.name}",
         expires_at=rfc3339(now + settings.expiry_seconds),

@@ -41,7 +41,7 @@ from responder.records import Quarantine, record_name
 from responder.settings import ResponderSettings
 from responder.webhook.intake import IntakeSettings, Write, decide
 from tests.responder.test_intake import NOW, alert
-from tests.support.backends import job_checks
+from tests.support.backends import identified, job_checks
 
 DRA_LABELS = {
     "device": "gpu.nvidia.com/gpu-node-1/gpu-3",
@@ -55,7 +55,7 @@ DRA_LABELS = {
 def record(**labels: str) -> Quarantine:
     decision = decide(None, alert(**labels), now=NOW, settings=IntakeSettings())
     assert isinstance(decision, Write)
-    return replace(decision.record, uid="uid-1")
+    return replace(identified(decision.record), uid="uid-1")
 
 
 class Client:

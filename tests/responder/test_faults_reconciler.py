@@ -29,7 +29,7 @@ from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
 from responder.enforce.hold import device_ids
 from responder.enforce.hold_plan import HOLDER_LABEL
-from responder.enforce.node_annotation import NODE_ANNOTATION
+from responder.enforce.node_annotation import DEVICE_PLUGIN, NODE_ANNOTATION
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
 from responder.reconcile.breaker_store import BreakerStore
@@ -37,7 +37,7 @@ from responder.reconcile.events import EVENT, KubeEvents
 from responder.reconcile.health import StaticHealth
 from responder.reconcile.policy import Health
 from responder.reconcile.reconciler import Reconciler, WatchBackoff
-from responder.records import DEVICE_PLUGIN, HELD, QUARANTINES, Phase
+from responder.records import HELD, QUARANTINES, Phase
 from simulator.fleet.objects import gpu_uuid
 from simulator.testing import running_cluster
 from tests.responder.test_reconciler_simulated import CRD_FILE, CRDS, NS, SCENARIO, SETTINGS, World

@@ -35,6 +35,8 @@ from gpuhealth.kube.client import ObjectList
 from gpuhealth.kube.errors import AlreadyExists, ApiError, Conflict, NotFound, TooManyRequests, Unavailable
 from gpuhealth.kube.meta import rfc3339
 from gpuhealth.kube.resources import Resource
+from responder.enforce.node_annotation import DEVICE_PLUGIN
+from responder.enforce.taint_rules import DRA
 from responder.migrate.executor import (
     EVENT,
     Migrator,
@@ -52,8 +54,6 @@ from responder.migrate.plan import (
 )
 from responder.reconcile.work_lost import LAST_CHECKPOINT
 from responder.records import (
-    DEVICE_PLUGIN,
-    DRA,
     QUARANTINES,
     Migration,
     MigrationOutcome,

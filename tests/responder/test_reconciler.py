@@ -80,6 +80,7 @@ from responder.records import (
 )
 from responder.webhook.intake import IntakeSettings, Write, decide
 from tests.responder.test_intake import alert
+from tests.support.backends import identified
 
 NOW = 1_800_000_000.0
 POLICY = PolicySettings(
@@ -185,6 +186,8 @@ class FakeEnforcer:
         self.taints: dict[str, str] = {}
         self.calls: list[tuple[str, str]] = []
         self.failing: set[str] = set()
+        self.unclaimed: set[str] = set()
+        """Records whose device no backend claims (no slice publishes it, no node advertises it)."""
         self._names = Enforcer(None, None)
         self.client = client
         self.observed: list[Observed] = []
@@ -203,10 +206,13 @@ class FakeEnforcer:
         partitions: tuple[str, ...] = (),
         profiles: tuple[tuple[str, str], ...] = (),
     ) -> Quarantine:
-        return record
+        return record if record.name in self.unclaimed else identified(record)
 
     def enforced_as(self, record: Quarantine) -> str:
         return self._names.enforced_as(record)
+
+    def holds_card(self, record: Quarantine) -> bool:
+        return self._names.holds_card(record)
 
     def present(
         self, record: Quarantine, wanted: Enforce | None = None, seen: Observed | None = None
@@ -358,6 +364,28 @@ def test_a_pending_record_is_enforced_written_told_and_exposed() -> None:
     assert h.sample("gpuhealth_responder_reconcile_passes_total") == 1.0
     # Level-triggered: the next pass finds nothing to do and does nothing again.
     assert h.reconciler.reconcile_once().outcomes == {name: "unchanged"}
+    assert h.enforcer.calls == [("enforce", name)]
+
+
+def test_a_device_no_backend_claims_is_neither_guessed_nor_enforced_until_one_does() -> None:
+    h = Harness()
+    name = h.add()
+    assert h.client.record(name).spec.path == ""  # the webhook records what the alert says
+    h.enforcer.unclaimed.add(name)
+    report = h.reconciler.reconcile_once()
+    record = h.client.record(name)
+    assert record.status.phase == Phase.PENDING and not record.status.enforced
+    assert record.spec.path == "" and h.enforcer.calls == []
+    condition = record.status.condition("Identified")
+    assert condition is not None and (condition.status, condition.reason) == ("False", "NoBackendClaims")
+    assert "nothing is enforced" in condition.message
+    assert report.next_seconds is not None and report.next_seconds <= 5.0  # looked at again soon
+    assert h.reconciler.reconcile_once().outcomes == {name: "unchanged"}  # written once
+    h.enforcer.unclaimed.clear()  # its node's device plugin registered
+    h.reconciler.reconcile_once()
+    record = h.client.record(name)
+    assert record.spec.path == "device-plugin" and record.status.phase == Phase.QUARANTINED
+    assert record.status.condition("Identified") is None
     assert h.enforcer.calls == [("enforce", name)]
 
 

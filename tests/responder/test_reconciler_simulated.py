@@ -572,10 +572,10 @@ def test_a_device_plugin_probe_of_a_card_that_still_fails_fails(world: World) ->
 
 def test_a_dra_device_whose_alert_carries_no_driver_label_is_enforced_with_a_rule(world: World) -> None:
     """The alert names the device by its UUID only (its `gpu_device_info` series was missing):
-    the record opens on the device-plugin path, and the slices say it is a DRA device."""
+    the record opens with no path, and the slices say it is a DRA device."""
     w = world
     name = w.add("dra-0", 2, dra=False)
-    assert w.record(name).spec.path == "device-plugin"
+    assert w.record(name).spec.path == ""
     w.reconciler.reconcile_once()
     record = w.record(name)
     assert record.status.phase == Phase.QUARANTINED
@@ -594,10 +594,14 @@ def test_a_dra_device_whose_alert_carries_no_driver_label_is_enforced_with_a_rul
 
 
 def test_an_enforcement_is_handed_over_when_the_devices_identity_changes(world: World) -> None:
-    """A record enforced through the node annotation (a responder that knew no DRA backend) for
-    what the slices publish as a DRA device: the rule is put in place, then the entry lifted."""
+    """A record identified on the device-plugin path (its node served the card through the
+    device plugin then) and enforced through the node annotation by a responder that knew no
+    DRA backend, for what the slices now publish as a DRA device: the rule is put in place,
+    then the entry lifted."""
     w = world
     name = w.add("dra-0", 1, dra=False)
+    stored = w.client.get(QUARANTINES, name)
+    w.client.update(QUARANTINES, {**stored, "spec": {**stored["spec"], "path": "device-plugin"}})
     plugin_only = Reconciler(
         w.client,
         health=w.health,

@@ -44,7 +44,7 @@ from simulator.fleet.objects import gpu_uuid
 from simulator.testing import running_cluster
 from tests.responder.test_intake import alert
 from tests.responder.test_reconciler_simulated import CRD_FILE, CRDS, NS, POLICY, SETTINGS
-from tests.support.backends import job_checks
+from tests.support.backends import identified, job_checks
 from tests.support.holds import wiring
 
 pytestmark = pytest.mark.integration
@@ -199,7 +199,7 @@ def test_a_reset_that_fails_quarantines_again_and_nothing_is_probed(world: World
 def test_a_probe_of_a_card_that_needs_a_reset_fails(world: World) -> None:
     # The sticky state is the card's: without the reset its probe fails though it reads Healthy.
     w = world
-    record = w.record(w.add(0))
+    record = identified(w.record(w.add(0)))
     checks = job_checks(w.client, CheckSettings(namespace=NS))
     checks.start(record, "probe", 1)
     wait_until(

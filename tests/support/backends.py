@@ -6,12 +6,16 @@ from the check settings, handed to the checks, the migrator and the holders alik
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from gpuhealth.kube.api import Api
 from gpuhealth.kube.resources import Resource
 from responder.checks.jobs import CheckSettings, JobChecks
+from responder.enforce.node_annotation import DEVICE_PLUGIN
 from responder.enforce.shipped import Enforcer
+from responder.enforce.taint_rules import DRA
+from responder.records import Quarantine
 
 
 def shipped(
@@ -34,3 +38,11 @@ def job_checks(
 ) -> JobChecks:
     """The check runner over the shipped backends built from the same `settings`."""
     return JobChecks(client, backends or shipped(client, checks=settings), settings)
+
+
+def identified(record: Quarantine) -> Quarantine:
+    """`record` as a first pass identifies it on a cluster where its alert told the truth (a
+    `driver` label: a device a ResourceSlice publishes, else a device plugin's): for tests that
+    take a webhook's record straight to a backend, without a reconciler or a cluster to ask."""
+    path = DRA if record.spec.driver else DEVICE_PLUGIN
+    return replace(record, spec=replace(record.spec, path=path))
