@@ -668,10 +668,7 @@ class Reconciler:
             # Only once the record says it moved on: a 409 leaves the result to be read again.
             self._runner(left).finish(record, left.name, record.status.attempt)
         if phase != after.status.phase and after.status.phase in DONE_PHASES:
-            outcome = "abandoned" if after.status.phase == Phase.ABANDONED else "released"
-            if phase == Phase.DEFERRED:
-                outcome = "dismissed"
-            self.metrics.releases.labels(outcome).inc()
+            self.metrics.releases.labels("dismissed" if phase == Phase.DEFERRED else "released").inc()
             self.accounting.quarantine_ended(after)
         if moved is not None:
             retry = self._retry_after(record.name, moved)

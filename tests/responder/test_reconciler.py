@@ -432,7 +432,7 @@ def test_the_release_walk_from_probe_to_released() -> None:
     assert h.phase(name) == Phase.RELEASED
     assert name not in h.enforcer.taints
     assert h.sample("gpuhealth_responder_releases_total", outcome="released") == 1.0
-    assert h.sample("gpuhealth_responder_releases_total", outcome="abandoned") == 0.0
+    assert h.sample("gpuhealth_responder_releases_total", outcome="abandoned") is None  # never counted
     reason = h.client.record(name).spec.reason
     for phase in Phase:
         labels = {"node": "gpu-node-1", "device": "GPU-4a1c", "reason": reason, "phase": phase.value}
@@ -495,7 +495,7 @@ def test_enforcement_removed_by_a_person_comes_back_with_a_warning() -> None:
     assert h.enforcer.calls == [("enforce", name), ("enforce", name)]  # put back
     assert name in h.enforcer.taints
     assert any(r == "EnforcementRestored" and warning for _, r, _, warning in h.events.notices)
-    assert h.sample("gpuhealth_responder_releases_total", outcome="abandoned") == 0.0
+    assert h.sample("gpuhealth_responder_releases_total", outcome="abandoned") is None  # never counted
 
 
 def test_an_opted_out_node_waits_with_its_reason() -> None:
