@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime
 
 from gpuhealth.durations import DurationError, parse_duration
+from gpuhealth.kube.meta import parse_rfc3339
 
 MAX_POINTS = 11_000
 """Prometheus' limit on the points of one series in one range query (`query_range`)."""
@@ -33,16 +33,13 @@ def parse_time(text: str, *, now: float) -> float:
             return now - parse_duration(value[1:], bare_seconds=False)
         except DurationError as exc:
             raise WindowError(f"{text!r}: {exc}") from None
-    try:
-        parsed = datetime.fromisoformat(value.replace("z", "Z").replace("Z", "+00:00"))
-    except ValueError:
-        parsed = None
-    if parsed is None or parsed.tzinfo is None or "T" not in value.upper():
+    parsed = parse_rfc3339(value)
+    if parsed is None:
         raise WindowError(
             f"{text!r} is not a time: write now, a time before it (-7d, -1h30m) or RFC 3339 with "
             "its offset (2026-11-30T10:00:00Z)"
         )
-    return parsed.timestamp()
+    return parsed
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,9 +21,9 @@ import time
 from typing import Any
 
 from gpuhealth.clock import ManualClock
+from gpuhealth.plugin_resources import GPU_RESOURCE
 from simulator.apiserver.store import Store
 from simulator.fleet import Fleet
-from simulator.model import GPU_RESOURCE
 from simulator.scenario import from_dict
 
 NODES = 10_000

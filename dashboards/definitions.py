@@ -19,7 +19,7 @@ from dashboards.sdk import Dashboard, Panel, Query, QueryVariable, Row
 from dashboards.settings import Settings
 from responder.ladder import KNOWN
 from responder.reconcile.measures import measured_phases
-from responder.records import PHASES, Phase
+from responder.records import ENDED_PHASES, PHASES, Phase
 from responder.verdicts import QuarantineVerdict
 
 CLUSTER = 'cluster="$cluster"'
@@ -38,7 +38,7 @@ UIDS = {
 RELEASE_PHASES = "|".join((Phase.QUARANTINED, *KNOWN.phases))
 """Phases of an enforced quarantine on its way back (Quarantined and the release ladder's rungs,
 the optional reset's included: a responder without it never reports that phase)."""
-REPORTED_PHASES = ", ".join(p for p in PHASES if p not in (Phase.RELEASED, Phase.ABANDONED))
+REPORTED_PHASES = ", ".join(p for p in PHASES if p not in ENDED_PHASES)
 """Phases the responder reports a series for (a released or abandoned record has none)."""
 WAY_BACK = f"{Phase.QUARANTINED}, then {', '.join(KNOWN.phases[:-1])} and {KNOWN.phases[-1]}"
 

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 from demo.journal import Entry, Journal, Kind
 from responder.ladder import KNOWN
-from responder.records import RELEASE_PHASES
+from responder.records import PHASES, RELEASE_PHASES
 from simulator.model import DEVICE_PLUGIN, DRA, NodeGroup, Scenario
 
 # One reader for the scenario grammar: the simulator's parser checks its own sections with it.
@@ -56,8 +56,6 @@ CLIMBING = frozenset((*KNOWN.phases, *RELEASE_PHASES))
 """Phases of a release attempt, the optional reset's included: leaving one for Quarantined is a
 failed attempt."""
 WALK = " -> ".join(RELEASE_WALK)
-PHASES = ("Pending", "Deferred", "Quarantined", *KNOWN.phases, "Released", "Abandoned")
-"""Phase names `phases:` accepts: the responder's `Phase` values."""
 MIGRATION_OUTCOMES = ("succeeded", "failed", "unrecoverable")
 RESET_OUTCOMES = ("succeeded", "failed")
 """What a GPU reset the cluster's reset controller finished came to (`Kind.RESET`)."""

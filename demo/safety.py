@@ -74,6 +74,7 @@ from dataclasses import dataclass
 from demo.journal import Entry, Journal, Kind, sorted_entries
 from responder.ladder import KNOWN, LADDER, Ladder
 from responder.ladder import Kind as RungKind
+from responder.records import ENDED_PHASES
 from simulator.model import APPLICATION_XIDS, Fault, Scenario
 
 QUARANTINE_FAULTS = frozenset({"device-unhealthy", "gpu-lost", "row-remap-failure"})
@@ -468,7 +469,7 @@ def judge(
                     violations.append(
                         f"t+{e.at:.0f}s {where} released without a passed {' and '.join(missing)}"
                     )
-            if e.what in ("Released", "Abandoned"):
+            if e.what in ENDED_PHASES:
                 record.ended = e.at
             record.phases.append((e.at, e.what, why_phase))
         elif e.kind is Kind.CHECK:

@@ -33,7 +33,7 @@ from demo.journal import Entry, Journal, Kind, sorted_entries
 from demo.safety import Exposure, exposures
 from gpuhealth.tables import write_table
 from responder.reconcile.measures import measured_phases
-from responder.records import RELEASE_PHASES
+from responder.records import ENDED_PHASES, RELEASE_PHASES
 from responder.verdicts import QuarantineVerdict
 from simulator.model import APPLICATION_XIDS
 
@@ -510,11 +510,7 @@ def _quarantines(
             continue
         key = entry.detail.get("record") or entry.device
         phases = open_.get(key)
-        if (
-            phases is not None
-            and phases[-1].what in ("Released", "Abandoned")
-            and entry.what in QUARANTINE_PHASES
-        ):
+        if phases is not None and phases[-1].what in ENDED_PHASES and entry.what in QUARANTINE_PHASES:
             done.append(open_.pop(key))
             phases = None
         if phases is None:
@@ -531,7 +527,7 @@ def _quarantines(
             f.at <= first.at and _warranting(f) and (f.device == device if f.device else f.node == node)
             for f in faults
         )
-        end = math.inf if last.what not in ("Released", "Abandoned") else last.at
+        end = math.inf if last.what not in ENDED_PHASES else last.at
         checks = tuple(
             (e.what, e.detail.get("result", "?"), e.at)
             for e in entries
@@ -552,7 +548,7 @@ def _quarantines(
                 phases=tuple((p.what, p.at) for p in phases),
                 warranted=warranted,
                 checks=checks,
-                verdict=last.detail.get("verdict", "") if last.what in ("Released", "Abandoned") else "",
+                verdict=last.detail.get("verdict", "") if last.what in ENDED_PHASES else "",
                 lost_seconds=lost,
             )
         )

@@ -31,7 +31,6 @@ import logging
 import sys
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -69,6 +68,7 @@ from gpuhealth.clock import Clock, SystemClock
 from gpuhealth.durations import DurationError, parse_duration
 from gpuhealth.fields import SettingsError
 from gpuhealth.http import BackgroundTaskFailed, ListenFailed, background, format_listen
+from gpuhealth.kube.meta import NoTimeZone, strict_rfc3339
 from gpuhealth.nvml import NvmlSource
 from gpuhealth.tables import write_document
 
@@ -579,14 +579,13 @@ def parse_since(value: str, now: float) -> float:
     except DurationError:
         pass
     try:
-        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        return strict_rfc3339(value.strip()).timestamp()
+    except NoTimeZone:
+        raise UsageError(f"--since {value!r}: give a time zone (Z or +hh:mm)") from None
     except ValueError as exc:
         raise UsageError(
             f"--since {value!r}: expected RFC3339 (2026-01-15T08:00:00Z) or an age (30s, 10m, 2h, 1d)"
         ) from exc
-    if parsed.tzinfo is None:
-        raise UsageError(f"--since {value!r}: give a time zone (Z or +hh:mm)")
-    return parsed.timestamp()
 
 
 def record_document(record: ObservationRecord) -> dict[str, Any]:

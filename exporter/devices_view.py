@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Final, TextIO
 
 from exporter.snapshot import (
@@ -32,7 +31,7 @@ from exporter.snapshot import (
     producer_down_since,
     status_age,
 )
-from gpuhealth.kube.meta import parse_rfc3339
+from gpuhealth.kube.meta import parse_rfc3339, rfc3339_seconds
 from gpuhealth.tables import human_duration, truncate, write_table
 
 API_VERSION: Final = "gpuhealth.io/v1alpha1"
@@ -52,7 +51,7 @@ def iso(ts: float | None) -> str:
     """RFC 3339 in UTC to the second (`2026-11-30T10:00:00Z`); empty for None."""
     if ts is None:
         return ""
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return rfc3339_seconds(ts)
 
 
 # ----- documents -----------------------------------------------------------------------

@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from exporter.metrics import (
     DEVICE_ALLOCATION,
     DEVICE_DRIVER_TAINT,
+    DEVICE_FAMILIES,
     DEVICE_HEALTH,
     DEVICE_INFO,
     DEVICE_OBSERVED,
@@ -100,18 +101,7 @@ def _header(family: MetricFamily) -> str:
     return f"# HELP {name} {_escape_help(family.help)}\n# TYPE {name} {family.text_type}\n"
 
 
-_DEVICE_HEADERS = tuple(
-    _header(f).encode()
-    for f in (
-        DEVICE_HEALTH,
-        DEVICE_STATUS_AGE,
-        DEVICE_OBSERVED,
-        DEVICE_STATUS_VERSION,
-        DEVICE_INFO,
-        DEVICE_ALLOCATION,
-        DEVICE_DRIVER_TAINT,
-    )
-)
+_DEVICE_HEADERS = tuple(_header(f).encode() for f in DEVICE_FAMILIES)
 """HELP and TYPE of the per-device families, in the order `_render_devices` writes them."""
 _LEASE_AGE_HEADER = _header(NODE_LEASE_AGE)
 _PRODUCER_UP_HEADER = _header(NODE_HEALTH_PRODUCER_UP)

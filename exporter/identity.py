@@ -5,9 +5,10 @@ into a canonical device identity:
 
 - ResourceClaims by (namespace, name): the allocation results `{request, driver, pool,
   device}` in order, and the claim's uid (CDI device IDs embed it).
-- ResourceSlice devices by (driver, pool, device): the node, the `uuid` attribute (the GPU
-  UUID the NVIDIA driver publishes), and the taints the driver put on the device. A MIG device
-  (its `parentUUID` attribute names its card) is its card here: its `uuid` is the card's, and its
+- ResourceSlice devices by (driver, pool, device), as `gpuhealth.kube.slices` reads them, each
+  as the exporter governs it (`GovernedDevice`): the node, the `uuid` attribute (the GPU UUID the
+  NVIDIA driver publishes), and the taints the driver put on the device. A MIG device (its
+  `parentUUID` attribute names its card) is its card here: its `uuid` is the card's, and its
   taints are all the taints on any MIG device of that card in the slice, so a pod on any
   partition is on the card and the card's health is its worst partition's (the card is the
   governed device, as on device plugins: `docs/quarantine.md`, "MIG: the card is the device").
@@ -18,15 +19,11 @@ The canonical identity is the GPU UUID where the slice gives one, else
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from exporter.parse import MALFORMED_CLAIM, MALFORMED_SLICE, ResourceEntry
-from exporter.snapshot import DriverTaint
-from gpuhealth.kube.slices import parent_uuid_attribute, uuid_attribute
-
-DeviceRef = tuple[str, str, str]
-"""(driver, pool, device) as a DRA allocation result names a device."""
+from gpuhealth.kube.slices import DeviceRef, DriverTaint, SliceDevice, parse_resource_slice
 
 
 class ClaimResult(NamedTuple):
@@ -57,25 +54,51 @@ class ClaimInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class SliceDevice:
-    driver: str
-    pool: str
-    device: str
-    node: str
-    uuid: str = ""
-    """The GPU UUID: the device's own, or a MIG device's card's (its `parentUUID`)."""
-    taints: tuple[DriverTaint, ...] = ()
-    mig_uuid: str = ""
-    """A MIG device's own UUID (its `uuid` attribute); empty for a whole GPU."""
+class GovernedDevice:
+    """A ResourceSlice device as the exporter governs it: a MIG device stands for its card."""
+
+    sliced: SliceDevice
+    """As its slice publishes it, but for the taints: its card's (`parse_slice`)."""
     health: tuple[str, str] = field(init=False, compare=False)
     """`slice_health(taints)`, computed once per slice event, read on every hand-back."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "health", slice_health(self.taints))
+        object.__setattr__(self, "health", slice_health(self.sliced.taints))
+
+    @property
+    def driver(self) -> str:
+        return self.sliced.driver
+
+    @property
+    def pool(self) -> str:
+        return self.sliced.pool
+
+    @property
+    def device(self) -> str:
+        return self.sliced.device
+
+    @property
+    def node(self) -> str:
+        return self.sliced.node
+
+    @property
+    def uuid(self) -> str:
+        """The GPU UUID: the device's own, or a MIG device's card's (its `parentUUID`)."""
+        return self.sliced.parent or self.sliced.uuid
+
+    @property
+    def mig_uuid(self) -> str:
+        """A MIG device's own UUID (its `uuid` attribute); empty for a whole GPU."""
+        return self.sliced.uuid if self.sliced.parent else ""
+
+    @property
+    def taints(self) -> tuple[DriverTaint, ...]:
+        """The device's taints; a MIG device's: those on any MIG device of its card in the slice."""
+        return self.sliced.taints
 
     @property
     def ref(self) -> DeviceRef:
-        return (self.driver, self.pool, self.device)
+        return self.sliced.ref
 
 
 class Resolved(NamedTuple):
@@ -169,65 +192,23 @@ def parse_claim(obj: Any) -> ClaimInfo | str:
     return ClaimInfo(namespace=namespace, name=name, uid=_text(meta.get("uid")), results=tuple(results))
 
 
-def _taints(raw: Any) -> tuple[DriverTaint, ...]:
-    if not isinstance(raw, list):
-        return ()
-    taints = []
-    for item in raw:
-        if not isinstance(item, dict):
-            continue
-        key, effect = item.get("key"), item.get("effect")
-        if isinstance(key, str) and isinstance(effect, str):
-            taints.append(DriverTaint(key=key, effect=effect, value=_text(item.get("value"))))
-    return tuple(taints)
-
-
-def parse_slice(obj: Any) -> tuple[str, tuple[SliceDevice, ...]] | str:
-    """A ResourceSlice dict as (slice name, devices), or the parse error reason.
-
-    Reads resource.k8s.io/v1 (attributes and taints on the device) and tolerates the
-    v1beta1 shape (under `basic`).
-    """
-    if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+def parse_slice(obj: Any) -> tuple[str, tuple[GovernedDevice, ...]] | str:
+    """A ResourceSlice dict (`gpuhealth.kube.slices.parse_resource_slice`) as (slice name,
+    devices as governed), or the parse error reason: a slice without a name, driver or pool, or
+    with a device entry that is not an object with a name, is malformed."""
+    parsed = parse_resource_slice(obj)
+    if parsed is None or not parsed.name or parsed.malformed_devices:
         return MALFORMED_SLICE
-    name = _text(obj["metadata"].get("name"))
-    spec = obj.get("spec")
-    if not name or not isinstance(spec, dict):
-        return MALFORMED_SLICE
-    driver = _text(spec.get("driver"))
-    pool_obj = spec.get("pool")
-    pool = _text(pool_obj.get("name")) if isinstance(pool_obj, dict) else ""
-    node = _text(spec.get("nodeName"))
-    raw = spec.get("devices") or []
-    if not (driver and pool) or not isinstance(raw, list):
-        return MALFORMED_SLICE
-    parsed = []
     card_taints: dict[str, list[DriverTaint]] = {}
-    for item in raw:
-        if not isinstance(item, dict) or not _text(item.get("name")):
-            return MALFORMED_SLICE
-        basic_value = item.get("basic")
-        basic: dict[str, Any] = basic_value if isinstance(basic_value, dict) else item
-        attributes = basic.get("attributes")
-        taints = _taints(basic.get("taints"))
-        parent = parent_uuid_attribute(attributes)
-        if parent:
-            held = card_taints.setdefault(parent, [])
-            held.extend(t for t in taints if t not in held)
-        parsed.append((item["name"], uuid_attribute(attributes), parent, taints))
+    for sliced in parsed.devices:
+        if sliced.parent:
+            held = card_taints.setdefault(sliced.parent, [])
+            held.extend(t for t in sliced.taints if t not in held)
     devices = tuple(
-        SliceDevice(
-            driver=driver,
-            pool=pool,
-            device=device,
-            node=node,
-            uuid=parent or uuid,
-            taints=tuple(card_taints[parent]) if parent else taints,
-            mig_uuid=uuid if parent else "",
-        )
-        for device, uuid, parent, taints in parsed
+        GovernedDevice(replace(sliced, taints=tuple(card_taints[sliced.parent])) if sliced.parent else sliced)
+        for sliced in parsed.devices
     )
-    return name, devices
+    return parsed.name, devices
 
 
 def split_ref(resource_id: str) -> DeviceRef | None:
@@ -282,8 +263,8 @@ class IdentityIndex:
     """Claims and slice devices seen so far (mutated by the state, in one thread)."""
 
     claims: dict[tuple[str, str], ClaimInfo] = field(default_factory=dict)
-    slices: dict[str, tuple[SliceDevice, ...]] = field(default_factory=dict)
-    devices: dict[DeviceRef, SliceDevice] = field(default_factory=dict)
+    slices: dict[str, tuple[GovernedDevice, ...]] = field(default_factory=dict)
+    devices: dict[DeviceRef, GovernedDevice] = field(default_factory=dict)
 
     def put_claim(self, claim: ClaimInfo) -> bool:
         """Store a claim; True when its results changed."""
@@ -295,7 +276,7 @@ class IdentityIndex:
     def drop_claim(self, namespace: str, name: str) -> bool:
         return self.claims.pop((namespace, name), None) is not None
 
-    def put_slice(self, name: str, devices: tuple[SliceDevice, ...]) -> set[DeviceRef]:
+    def put_slice(self, name: str, devices: tuple[GovernedDevice, ...]) -> set[DeviceRef]:
         """Store a slice's devices; the refs whose uuid, taints or presence changed."""
         changed = self.drop_slice(name, keep=devices)
         self.slices[name] = devices
@@ -305,7 +286,7 @@ class IdentityIndex:
             self.devices[device.ref] = device
         return changed
 
-    def drop_slice(self, name: str, keep: tuple[SliceDevice, ...] = ()) -> set[DeviceRef]:
+    def drop_slice(self, name: str, keep: tuple[GovernedDevice, ...] = ()) -> set[DeviceRef]:
         """Forget a slice's devices (except those in `keep`); the refs that went away."""
         kept = {d.ref for d in keep}
         gone = set()

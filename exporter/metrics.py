@@ -187,7 +187,7 @@ TOTAL_SHARDS = MetricFamily(
     "How many shards the cluster-mode exporters split the nodes into (--total-shards); 1 when unsharded.",
 )
 
-CLUSTER_FAMILIES = (
+DEVICE_FAMILIES = (
     DEVICE_HEALTH,
     DEVICE_STATUS_AGE,
     DEVICE_OBSERVED,
@@ -195,9 +195,9 @@ CLUSTER_FAMILIES = (
     DEVICE_INFO,
     DEVICE_ALLOCATION,
     DEVICE_DRIVER_TAINT,
-    NODE_LEASE_AGE,
-    NODE_HEALTH_PRODUCER_UP,
 )
+"""The per-device families, in the order the exposition writes a device's series."""
+CLUSTER_FAMILIES = (*DEVICE_FAMILIES, NODE_LEASE_AGE, NODE_HEALTH_PRODUCER_UP)
 """Rendered in every mode (HELP and TYPE even when there is no sample), in this order."""
 NVML_FAMILIES = (NVML_UP, NVML_XID, NVML_ECC, NVML_REMAPPED, NVML_TEMPERATURE, NVML_POWER, NVML_MIG_DEVICE)
 """Rendered only in node mode, in this order."""

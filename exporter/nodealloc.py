@@ -25,20 +25,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.podresources import GPU_RESOURCE
 from exporter.snapshot import SOURCE_NODE, DeviceState
-
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-"""The NVIDIA device plugin's MIG resources under its `mixed` strategy (`nvidia.com/mig-1g.10gb`)."""
+from gpuhealth.plugin_resources import gpu_resource
 
 
 class NodeCountsError(ValueError):
     """A Node object whose GPU capacity or allocatable is not a whole, non-negative count."""
-
-
-def is_gpu_resource(name: str) -> bool:
-    """Whether `name` is a resource the NVIDIA device plugin advertises GPUs (or MIG devices) as."""
-    return name == GPU_RESOURCE or name.startswith(MIG_RESOURCE_PREFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +102,7 @@ def gpu_counts(obj: Mapping[str, Any]) -> NodeCounts:
     if not isinstance(capacity, Mapping) or not isinstance(allocatable, Mapping):
         raise NodeCountsError("status.capacity or status.allocatable is not an object")
     counts = []
-    for resource in sorted(r for r in capacity if isinstance(r, str) and is_gpu_resource(r)):
+    for resource in sorted(r for r in capacity if isinstance(r, str) and gpu_resource(r)):
         cap = _count(capacity[resource], f"status.capacity[{resource}]")
         alloc = _count(allocatable.get(resource, "0"), f"status.allocatable[{resource}]")
         counts.append(ResourceCount(resource, cap, alloc))

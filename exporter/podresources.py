@@ -53,10 +53,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+from gpuhealth.plugin_resources import GPU_RESOURCE
 from gpuhealth.protowire import LEN, Field, WireError, fields
-
-GPU_RESOURCE = "nvidia.com/gpu"
-"""The NVIDIA device plugin's resource name."""
 
 
 class PodResourcesError(ValueError):

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
+from gpuhealth.kube.slices import DriverTaint
 from gpuhealth.nvml import DeviceReading
 
 HEALTH_VALUES = ("Healthy", "Unhealthy", "Unknown")
@@ -35,13 +36,6 @@ class Allocation:
     """The allocatedResourcesStatus `name`: `nvidia.com/gpu` or `claim:<podClaimName>[/<request>]`."""
     claim: str = ""
     """The generated ResourceClaim name for DRA allocations, empty for device plugins."""
-
-
-@dataclass(frozen=True, slots=True)
-class DriverTaint:
-    key: str
-    effect: str
-    value: str = ""
 
 
 # Per-field metadata of `DeviceState`, the one table the rest derives from: the state's

@@ -52,9 +52,11 @@ from exporter.identity import (
     ClaimInfo,
     DeviceRef,
     IdentityIndex,
-    SliceDevice,
     parse_claim,
     parse_slice,
+)
+from exporter.identity import (
+    GovernedDevice as SliceDevice,
 )
 from exporter.nodealloc import NodeCounts, NodeCountsError, gpu_counts, speaks_healthy, unvouched
 from exporter.parse import (

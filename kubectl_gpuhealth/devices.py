@@ -44,6 +44,7 @@ from exporter.settings import DEFAULT_PORT
 from exporter.snapshot import HEALTH_VALUES
 from gpuhealth.cliargs import CommandFailed, UsageError, add_output_option, command
 from gpuhealth.clock import Clock, SystemClock
+from gpuhealth.kube.api import Api
 from gpuhealth.kube.errors import ApiError, NotFound
 from gpuhealth.kube.resources import POD, RESOURCE_CLAIM
 from gpuhealth.tables import human_duration, truncate, write_document, write_table
@@ -57,7 +58,7 @@ from kubectl_gpuhealth.join import (
     records_by_device,
     select,
 )
-from responder.commands import CRD_HINT, Client, connect
+from responder.commands import CRD_HINT, connect
 from responder.records import QUARANTINES, Quarantine, RecordError, from_object
 
 EXPORTER_NAMESPACE = "gpuhealth-system"
@@ -137,7 +138,7 @@ class _Report:
 def run_devices(
     args: argparse.Namespace,
     *,
-    client: Client | None = None,
+    client: Api | None = None,
     clock: Clock | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
@@ -151,9 +152,8 @@ def run_devices(
         shown = select(rows, namespace=namespace, node=args.node, health=args.health)
         _print_devices(args, shown, None, namespace, out, err)
         return 0
-    own = client is None
-    active: Client = connect(args) if client is None else client
-    try:
+    with contextlib.ExitStack() as owned:
+        active = client if client is not None else owned.enter_context(contextlib.closing(connect(args)))
         if args.pod:
             return _run_pod(args, active, namespace, report, out, err)
         pods = _selected_pods(active, args.selector, namespace) if args.selector else None
@@ -161,9 +161,6 @@ def run_devices(
         records = _records(active, report)
         shown = select(rows, namespace=namespace, node=args.node, health=args.health, pods=pods)
         _print_devices(args, shown, records, namespace, out, err)
-    finally:
-        if own:
-            active.close()
     return 1 if report.failed else 0
 
 
@@ -200,7 +197,7 @@ def _directory_rows(path: str, clock: Clock) -> list[Row]:
         reader.close()
 
 
-def _gather(args: argparse.Namespace, client: Client, node: str | None, report: _Report) -> list[Row]:
+def _gather(args: argparse.Namespace, client: Api, node: str | None, report: _Report) -> list[Row]:
     """Every answering exporter's rows, merged; CommandFailed when none answered."""
     if args.exporter_url:
         fetches = [(url, _url_fetch(url)) for url in args.exporter_url]
@@ -244,7 +241,7 @@ def _url_fetch(url: str) -> Callable[[], Any]:
 
 
 def _pod_fetches(
-    args: argparse.Namespace, client: Client, node: str | None
+    args: argparse.Namespace, client: Api, node: str | None
 ) -> list[tuple[str, Callable[[], Any]]]:
     namespace, selector = args.exporter_namespace, args.exporter_selector
     try:
@@ -272,7 +269,7 @@ def _pod_fetches(
     ]
 
 
-def _records(client: Client, report: _Report) -> dict[DeviceKey, Quarantine] | None:
+def _records(client: Api, report: _Report) -> dict[DeviceKey, Quarantine] | None:
     """The records by device; None (with a warning) when the cluster does not serve them."""
     try:
         objects = client.list(QUARANTINES).items
@@ -291,7 +288,7 @@ def _records(client: Client, report: _Report) -> dict[DeviceKey, Quarantine] | N
     return records_by_device(records)
 
 
-def _selected_pods(client: Client, selector: str, namespace: str | None) -> set[tuple[str, str]]:
+def _selected_pods(client: Api, selector: str, namespace: str | None) -> set[tuple[str, str]]:
     try:
         pods = client.list(POD, namespace=namespace, label_selector=selector).items
     except ApiError as exc:
@@ -369,7 +366,7 @@ def _print_devices(
 
 def _run_pod(
     args: argparse.Namespace,
-    client: Client,
+    client: Api,
     namespace: str | None,
     report: _Report,
     out: TextIO,
@@ -395,7 +392,7 @@ def _run_pod(
     return 1 if report.failed else 0
 
 
-def _claims(client: Client, namespace: str, names: list[str], report: _Report) -> dict[str, ClaimInfo]:
+def _claims(client: Api, namespace: str, names: list[str], report: _Report) -> dict[str, ClaimInfo]:
     claims = {}
     for name in names:
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuhealth.cliargs import CommandFailed, UsageError, command, listen_address
 from responder.commands import (
@@ -20,7 +21,6 @@ from responder.commands import (
     RELEASE_HELP,
     RESPONDER_NAMESPACE,
     SHOW_HELP,
-    Client,
     add_breaker_reset_arguments,
     add_breaker_status_arguments,
     add_extend_arguments,
@@ -32,6 +32,9 @@ from responder.commands import (
     namespace_option,
 )
 from responder.settings import DEFAULT_PORT
+
+if TYPE_CHECKING:
+    from gpuhealth.kube.client import KubeClient
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -169,7 +172,7 @@ def run_responder(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
 
-    def new_client() -> Client:
+    def new_client() -> KubeClient:
         return connect(args)
 
     async def serve() -> None:

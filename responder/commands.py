@@ -27,10 +27,11 @@ unreachable) or the record asked for does not exist (as kubectl answers); 2 for 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gpuhealth.cliargs import (
     CommandFailed,
@@ -40,6 +41,7 @@ from gpuhealth.cliargs import (
     positive_duration_seconds,
 )
 from gpuhealth.clock import Clock, SystemClock
+from gpuhealth.kube.api import Api
 from gpuhealth.kube.conflicts import retry_on_conflict
 from gpuhealth.kube.errors import ApiError, Conflict, NotFound
 from gpuhealth.kube.meta import parse_rfc3339, rfc3339
@@ -62,14 +64,13 @@ from responder.records import (
     to_object,
 )
 
+if TYPE_CHECKING:
+    from gpuhealth.kube.client import KubeClient
+
 RESPONDER_NAMESPACE = "gpuhealth-system"
 """Where the manifests install the responder (and so the breaker's ConfigMap)."""
 
 CRD_HINT = "kubectl apply -f deploy/crds/"
-
-Client = Any
-"""A `gpuhealth.kube.client.KubeClient` (or a test double with its `get` and `list`)."""
-
 
 # The arguments of each operator command, less how the cluster and namespace are named: the
 # `kubectl gpuhealth` plugin names those the kubectl way and shares the rest (and the `run_*`).
@@ -162,7 +163,7 @@ def namespace_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def connect(args: argparse.Namespace) -> Client:
+def connect(args: argparse.Namespace) -> KubeClient:
     """A KubeClient for the cluster the flags name; the adapters are imported only here."""
     from gpuhealth.kube.client import KubeClient
     from gpuhealth.kube.config import api_client
@@ -177,7 +178,7 @@ def connect(args: argparse.Namespace) -> Client:
 def run_list(
     args: argparse.Namespace,
     *,
-    client: Client | None = None,
+    client: Api | None = None,
     clock: Clock | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
@@ -234,7 +235,7 @@ def run_list(
 def run_show(
     args: argparse.Namespace,
     *,
-    client: Client | None = None,
+    client: Api | None = None,
     clock: Clock | None = None,
     out: TextIO | None = None,
 ) -> int:
@@ -295,24 +296,19 @@ def run_show(
     return 0
 
 
-def _read(
-    call: Callable[[Client], Any], args: argparse.Namespace, client: Client | None, *, what: str = ""
-) -> Any:
-    own = client is None
-    active: Client = connect(args) if client is None else client
-    try:
-        return call(active)
-    except NotFound as exc:
-        if getattr(exc, "details", {}).get("name"):
-            raise  # the object is missing, not the resource type
-        raise CommandFailed(
-            f"DeviceQuarantine is not served by this cluster: install the CRD ({CRD_HINT})"
-        ) from exc
-    except ApiError as exc:
-        raise CommandFailed(f"cannot reach {what or 'the DeviceQuarantine records'}: {exc}") from exc
-    finally:
-        if own:
-            active.close()
+def _read(call: Callable[[Api], Any], args: argparse.Namespace, client: Api | None, *, what: str = "") -> Any:
+    with contextlib.ExitStack() as owned:
+        active = client if client is not None else owned.enter_context(contextlib.closing(connect(args)))
+        try:
+            return call(active)
+        except NotFound as exc:
+            if getattr(exc, "details", {}).get("name"):
+                raise  # the object is missing, not the resource type
+            raise CommandFailed(
+                f"DeviceQuarantine is not served by this cluster: install the CRD ({CRD_HINT})"
+            ) from exc
+        except ApiError as exc:
+            raise CommandFailed(f"cannot reach {what or 'the DeviceQuarantine records'}: {exc}") from exc
 
 
 def _name(obj: Any) -> str:
@@ -338,7 +334,7 @@ def _until(when: float | None, now: float) -> str:
 
 
 def run_breaker_status(
-    args: argparse.Namespace, *, client: Client | None = None, out: TextIO | None = None
+    args: argparse.Namespace, *, client: Api | None = None, out: TextIO | None = None
 ) -> int:
     out = out or sys.stdout
     stored = _read(lambda c: BreakerStore(c, args.namespace).read(), args, client, what="the breaker")
@@ -381,14 +377,14 @@ def run_breaker_status(
 def run_breaker_reset(
     args: argparse.Namespace,
     *,
-    client: Client | None = None,
+    client: Api | None = None,
     clock: Clock | None = None,
     out: TextIO | None = None,
 ) -> int:
     out, clock = out or sys.stdout, clock or SystemClock()
     _audited(args)
 
-    def reset(c: Client) -> tuple[bool, int]:
+    def reset(c: Api) -> tuple[bool, int]:
         store = BreakerStore(c, args.namespace)
         if not store.read().state.tripped:
             return False, 0
@@ -416,7 +412,7 @@ def run_breaker_reset(
     return 0
 
 
-def _deferred_count(client: Client) -> int:
+def _deferred_count(client: Api) -> int:
     count = 0
     for obj in client.list(QUARANTINES).items:
         try:
@@ -429,7 +425,7 @@ def _deferred_count(client: Client) -> int:
 def run_release(
     args: argparse.Namespace,
     *,
-    client: Client | None = None,
+    client: Api | None = None,
     clock: Clock | None = None,
     out: TextIO | None = None,
 ) -> int:
@@ -469,7 +465,7 @@ def run_release(
 def run_extend(
     args: argparse.Namespace,
     *,
-    client: Client | None = None,
+    client: Api | None = None,
     clock: Clock | None = None,
     out: TextIO | None = None,
 ) -> int:
@@ -500,7 +496,7 @@ the API server's audit log keeps every one."""
 
 def _change(
     args: argparse.Namespace,
-    client: Client | None,
+    client: Api | None,
     clock: Clock,
     change: Callable[[Quarantine], Quarantine],
     message: str,
@@ -510,7 +506,7 @@ def _change(
     Never the status: that is the responder's alone (RBAC, and the admission policy)."""
     name = _target_name(args)
 
-    def apply(c: Client) -> str:
+    def apply(c: Api) -> str:
         def attempt() -> str:
             try:
                 obj = c.get(QUARANTINES, name)

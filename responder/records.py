@@ -78,10 +78,15 @@ class Phase(StrEnum):
     """A person removed gpuhealth's enforcement; gpuhealth no longer owns this quarantine."""
 
 
+ENDED_PHASES: tuple[str, ...] = (Phase.RELEASED, Phase.ABANDONED)
+"""The phases a record ends in (gpuhealth no longer enforces on the device), in this order; a
+record leaves one only when a new episode opens on the device."""
+
+
 def phases_of(ladder: Ladder) -> tuple[str, ...]:
     """Every phase a record of a responder walking `ladder` can be in, in the order a device
     walks them."""
-    return (Phase.PENDING, Phase.DEFERRED, Phase.QUARANTINED, *ladder.phases, Phase.RELEASED, Phase.ABANDONED)
+    return (Phase.PENDING, Phase.DEFERRED, Phase.QUARANTINED, *ladder.phases, *ENDED_PHASES)
 
 
 PHASES = phases_of(KNOWN)
@@ -90,7 +95,7 @@ demo's progress columns and the dashboards' phase lists are this sequence (gener
 or checked against it)."""
 RELEASE_PHASES: tuple[str, ...] = (*LADDER.phases, Phase.RELEASED)
 """The phases a released device walked, in order (the optional reset before them aside)."""
-ACTIVE_PHASES = frozenset(PHASES) - {Phase.RELEASED, Phase.ABANDONED}
+ACTIVE_PHASES = frozenset(PHASES) - frozenset(ENDED_PHASES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,6 +404,14 @@ def record_name(node: str, device: str) -> str:
     room = MAX_NAME - len(digest) - 1
     readable = readable[:room].rstrip("-.")
     return f"{readable}-{digest}" if readable else digest
+
+
+def device_uuid(device: str, uuid: str = "") -> str:
+    """The GPU UUID of a device named `device`, `uuid` where one is known: the exporter names a
+    device by its UUID wherever it knows one (device plugins; DRA devices whose ResourceSlice
+    publishes it, `exporter.identity`), and by `<driver>/<pool>/<device>` otherwise (no UUID
+    known: empty)."""
+    return uuid or ("" if "/" in device else device)
 
 
 def to_object(record: Quarantine) -> dict[str, Any]:

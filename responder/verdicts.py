@@ -26,7 +26,7 @@ from enum import StrEnum
 from itertools import pairwise
 
 from responder.ladder import KNOWN, Ladder
-from responder.records import HistoryEntry, Phase, Quarantine
+from responder.records import ENDED_PHASES, HistoryEntry, Phase, Quarantine
 
 RESTRICT = "restrict"
 """`spec.action` of a restriction for Unknown (it never evicts)."""
@@ -39,7 +39,6 @@ REPORT_ALERTS = frozenset({"GPUDeviceUnhealthy", "GPUDeviceUnhealthyFlapping"})
 """Alerts on an Unhealthy report of the device plugin or DRA driver (through the kubelet): they
 confirm a quarantine that something else opened; as its only evidence a report is what a false
 quarantine looks like (a driver's skip list, a health-stream glitch)."""
-ENDED = frozenset({Phase.RELEASED, Phase.ABANDONED})
 
 
 class QuarantineVerdict(StrEnum):
@@ -124,7 +123,7 @@ def evidence_of(record: Quarantine, ladder: Ladder = KNOWN) -> Evidence:
         trigger=trigger,
         alerts=tuple(others),
         enforced=any(p == Phase.QUARANTINED or ladder.rung(p) is not None for p in phases),
-        ended=bool(phases) and phases[-1] in ENDED,
+        ended=bool(phases) and phases[-1] in ENDED_PHASES,
         relapsed=fell_back or any(n > 1 for n in episodes.values()),
         check_failed=check_failed,
     )
@@ -135,6 +134,6 @@ def current(history: Sequence[HistoryEntry]) -> tuple[HistoryEntry, ...]:
     last ended one that a later quarantine followed, to the end."""
     start = 0
     for i in range(1, len(history)):
-        if history[i - 1].phase in ENDED and history[i].phase not in ENDED:
+        if history[i - 1].phase in ENDED_PHASES and history[i].phase not in ENDED_PHASES:
             start = i
     return tuple(history[start:])

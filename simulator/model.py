@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gpuhealth.plugin_resources import GPU_RESOURCE, mig_resource
+
 DEVICE_PLUGIN = "device-plugin"
 DRA = "dra"
 DRA_DRIVER = "gpu.nvidia.com"
-GPU_RESOURCE = "nvidia.com/gpu"
 
 KEP4680_DRIVER = "kep4680"
 """The default DRA driver profile: an idealised NVIDIA driver that streams device health to the
@@ -101,7 +102,7 @@ class MigLayout:
     @property
     def resource(self) -> str:
         """The extended resource the device plugin advertises the partitions as."""
-        return GPU_RESOURCE if self.strategy == MIG_SINGLE else f"nvidia.com/mig-{self.profile}"
+        return GPU_RESOURCE if self.strategy == MIG_SINGLE else mig_resource(self.profile)
 
 
 @dataclass(frozen=True, slots=True)

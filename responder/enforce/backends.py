@@ -33,7 +33,8 @@ from typing import Any, Protocol
 from gpuhealth.kube.api import Api
 from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import NODE, RESOURCE_SLICE, Resource
-from responder.enforce.identity import Identity, SliceDevice, slice_devices
+from gpuhealth.kube.slices import SliceDevice
+from responder.enforce.identity import Identity, slice_devices
 from responder.enforce.observed import Observed
 from responder.reconcile.policy import Enforce
 from responder.records import Quarantine

@@ -20,22 +20,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpuhealth.kube.slices import parent_uuid_attribute, uuid_attribute
+from gpuhealth.kube.slices import SliceDevice, parse_resource_slice
 from gpuhealth.plugin_resources import gpu_resource
-from responder.records import QuarantineSpec
-
-
-@dataclass(frozen=True, slots=True)
-class SliceDevice:
-    """One device of a ResourceSlice, as far as identity goes."""
-
-    node: str
-    driver: str
-    pool: str
-    name: str
-    uuid: str = ""
-    parent: str = ""
-    """A MIG device's card (its `parentUUID` attribute); empty for a whole GPU."""
+from responder.records import QuarantineSpec, device_uuid
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,41 +59,10 @@ class Identity:
 
 
 def slice_devices(obj: Any) -> list[SliceDevice]:
-    """The devices of one ResourceSlice (v1: attributes on the device; v1beta1: under `basic`);
-    a malformed slice has none."""
-    spec = obj.get("spec") if isinstance(obj, dict) else None
-    if not isinstance(spec, dict):
-        return []
-    pool: dict[str, Any] = spec["pool"] if isinstance(spec.get("pool"), dict) else {}
-    driver, pool_name, node = (
-        str(spec.get("driver") or ""),
-        str(pool.get("name") or ""),
-        str(spec.get("nodeName") or ""),
-    )
-    if not (driver and pool_name and node):
-        return []
-    out = []
-    for item in spec.get("devices") or ():
-        if not isinstance(item, dict) or not item.get("name"):
-            continue
-        basic: dict[str, Any] = item["basic"] if isinstance(item.get("basic"), dict) else item
-        attributes = basic.get("attributes")
-        out.append(
-            SliceDevice(
-                node,
-                driver,
-                pool_name,
-                str(item["name"]),
-                uuid_attribute(attributes),
-                parent_uuid_attribute(attributes),
-            )
-        )
-    return out
-
-
-def device_uuid(spec: QuarantineSpec) -> str:
-    """The GPU UUID the record knows for its device (empty when it knows none)."""
-    return spec.uuid or ("" if "/" in spec.device else spec.device)
+    """The devices of one ResourceSlice of a node (`gpuhealth.kube.slices`); a malformed slice,
+    or one of no node, has none (a malformed device entry is left out)."""
+    parsed = parse_resource_slice(obj)
+    return list(parsed.devices) if parsed is not None and parsed.node else []
 
 
 def resolve_slice(spec: QuarantineSpec, devices: Iterable[SliceDevice], path: str) -> Identity | None:
@@ -116,31 +72,31 @@ def resolve_slice(spec: QuarantineSpec, devices: Iterable[SliceDevice], path: st
     A MIG card (the NVIDIA DRA driver publishes its MIG devices, each naming the card in
     `parentUUID`, and not the card) is identified as the card with its MIG devices' names as its
     partitions, sorted; its `device_name` is the first of them."""
-    uuid = device_uuid(spec)
+    uuid = device_uuid(spec.device, spec.uuid)
     devices = list(devices)
     if uuid:
         carved = sorted(
-            (d for d in devices if d.node == spec.node and d.parent == uuid), key=lambda d: d.name
+            (d for d in devices if d.node == spec.node and d.parent == uuid), key=lambda d: d.device
         )
         if carved:
             first = carved[0]
-            names = tuple(d.name for d in carved if (d.driver, d.pool) == (first.driver, first.pool))
+            names = tuple(d.device for d in carved if (d.driver, d.pool) == (first.driver, first.pool))
             return Identity(
                 path,
                 uuid=uuid,
                 driver=first.driver,
                 pool=first.pool,
-                device_name=first.name,
+                device_name=first.device,
                 partitions=names,
             )
     for d in devices:
         if d.node != spec.node:
             continue
-        named = f"{d.driver}/{d.pool}/{d.name}" == spec.device or (
-            (d.driver, d.pool, d.name) == (spec.driver, spec.pool, spec.device_name)
+        named = f"{d.driver}/{d.pool}/{d.device}" == spec.device or (
+            (d.driver, d.pool, d.device) == (spec.driver, spec.pool, spec.device_name)
         )
         if (uuid and d.uuid == uuid) or named:
-            return Identity(path, uuid=d.uuid, driver=d.driver, pool=d.pool, device_name=d.name)
+            return Identity(path, uuid=d.uuid, driver=d.driver, pool=d.pool, device_name=d.device)
     return None
 
 
@@ -151,7 +107,7 @@ def resolve_capacity(
     device if its node advertises the plugin's resource (`nvidia.com/gpu`, or with MIG strategy
     mixed a `nvidia.com/mig-<profile>`; `node_status`: the node's status; None: the node is
     gone), else None. A device the record knows no UUID of cannot be named on this path."""
-    uuid = device_uuid(spec)
+    uuid = device_uuid(spec.device, spec.uuid)
     capacity = (node_status or {}).get("capacity") or {}
     advertised = any(
         gpu_resource(str(name)) and str(value or "0") not in ("", "0") for name, value in capacity.items()

@@ -24,7 +24,7 @@ from typing import Any
 from gpuhealth.kube.api import Api
 from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import Resource
-from responder.enforce.identity import SliceDevice
+from gpuhealth.kube.slices import SliceDevice
 
 
 class Observed:

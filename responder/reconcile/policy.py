@@ -51,7 +51,7 @@ from responder.ladder import CANARY_TAINT, LADDER, QUARANTINE_TAINT, Kind, Ladde
 from responder.reconcile import breaker, requests
 from responder.reconcile.breaker import BreakerSettings, BreakerState, Counts
 from responder.reconcile.limits import Bucket
-from responder.records import CheckOutcome, Phase, Quarantine, Verdict
+from responder.records import ENDED_PHASES, CheckOutcome, Phase, Quarantine, Verdict
 
 __all__ = ["CANARY_TAINT", "QUARANTINE_TAINT"]  # re-exported: the checks tolerate both
 
@@ -270,7 +270,7 @@ class Step:
 
 
 def step(record: Quarantine, view: DeviceView, ctx: Context) -> Step:
-    if record.status.phase in (Phase.RELEASED, Phase.ABANDONED):
+    if record.status.phase in ENDED_PHASES:
         return Step(record)
     # A person's release request (responder.reconcile.requests): answered before the step, to
     # decide whether its waits are shortened, and after it, for the condition the record keeps

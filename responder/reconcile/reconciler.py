@@ -108,6 +108,7 @@ from responder.reconcile.policy import (
 )
 from responder.reconcile.policy import step as policy_step
 from responder.records import (
+    ENDED_PHASES,
     HELD,
     QUARANTINES,
     Phase,
@@ -121,7 +122,7 @@ log = logging.getLogger(__name__)
 
 OPT_OUT_LABEL = "gpuhealth.io/remediation"
 OPT_OUT_VALUE = "disabled"
-DONE_PHASES = frozenset({Phase.RELEASED, Phase.ABANDONED})
+DONE_PHASES = frozenset(ENDED_PHASES)
 
 Migrate = Callable[[Quarantine, float], Quarantine]
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from enum import StrEnum
 from typing import Any
+
+from gpuhealth.kube.meta import parse_rfc3339
 
 LAST_CHECKPOINT = "gpuhealth.io/last-checkpoint-time"
 """Pod annotation: when the workload last committed a checkpoint (RFC 3339, UTC or with offset)."""
@@ -48,18 +49,6 @@ class WorkLost:
     since: Since
 
 
-def _time(text: str) -> float | None:
-    if "T" not in text and "t" not in text:
-        return None  # a date alone, or a bare number: not RFC 3339
-    try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        return None  # RFC 3339 requires an offset; a local time would be a guess
-    return parsed.timestamp()
-
-
 def work_lost(pod: Mapping[str, Any], evicted_at: float) -> WorkLost | None:
     """The work `pod` lost when it was evicted at `evicted_at` (Unix seconds).
 
@@ -69,7 +58,7 @@ def work_lost(pod: Mapping[str, Any], evicted_at: float) -> WorkLost | None:
     annotations = meta.get("annotations") or {}
     text = annotations.get(LAST_CHECKPOINT)
     if text is not None:
-        at = _time(str(text).strip())
+        at = parse_rfc3339(str(text).strip())
         if at is None:
             name = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
             raise WorkLostError(
@@ -78,7 +67,7 @@ def work_lost(pod: Mapping[str, Any], evicted_at: float) -> WorkLost | None:
             )
         return WorkLost(max(0.0, evicted_at - at), Since.CHECKPOINT)
     started = (pod.get("status") or {}).get("startTime")
-    at = _time(started) if isinstance(started, str) else None
+    at = parse_rfc3339(started)
     if at is None:
         return None
     return WorkLost(max(0.0, evicted_at - at), Since.START)

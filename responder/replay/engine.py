@@ -63,7 +63,7 @@ from responder.reconcile.policy import (
     Unenforce,
     step,
 )
-from responder.records import MigrationOutcome, Phase, Quarantine
+from responder.records import ENDED_PHASES, MigrationOutcome, Phase, Quarantine
 from responder.replay.alerting import AlertEpisode, RuleTimings, episodes
 from responder.replay.outcomes import DeviceKey, Ledger, Replay
 from responder.replay.readings import Readings
@@ -71,7 +71,7 @@ from responder.replay.timeline import Frame, Timeline
 from responder.webhook.alerts import FIRING, QUARANTINE, RESOLVED, Alert
 from responder.webhook.intake import IntakeSettings, Write, decide
 
-RECORDED_ONLY = frozenset({Phase.PENDING, Phase.DEFERRED, Phase.RELEASED, Phase.ABANDONED})
+RECORDED_ONLY = frozenset({Phase.PENDING, Phase.DEFERRED, *ENDED_PHASES})
 """Phases in which gpuhealth has nothing enforced for a record (the breaker's capacity counts the rest)."""
 MAX_IMMEDIATE = 32
 """Steps asking to be looked at again at once (recheck 0) that are taken in a row for one record:
@@ -268,7 +268,7 @@ class _Engine:
     def _step(self, key: DeviceKey, now: float) -> None:
         for _ in range(MAX_IMMEDIATE):
             record = self.records[key]
-            if record.status.phase in (Phase.RELEASED, Phase.ABANDONED):
+            if record.status.phase in ENDED_PHASES:
                 return
             decided = step(record, self._view(key, record, now), self._context(now))
             self._apply(key, record, decided, now)

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
+from gpuhealth.kube.meta import strict_rfc3339
 from gpuhealth.outcomes import PermanentError
 
 PAYLOAD_VERSION = "4"
@@ -196,11 +196,9 @@ def _time(value: Any, path: str) -> float | None:
     if not isinstance(value, str):
         raise PayloadError(f"{path}: expected an RFC 3339 time, got {_kind(value)}")
     try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise PayloadError(f"{path}: {value!r} is not an RFC 3339 time") from None
-    if parsed.tzinfo is None:
-        raise PayloadError(f"{path}: {value!r} has no time zone")
+        parsed = strict_rfc3339(value)
+    except ValueError as exc:  # `'<value>' is not an RFC 3339 time` or `... has no time zone`
+        raise PayloadError(f"{path}: {exc}") from None
     if parsed.year <= 1:
         return None
     return parsed.timestamp()

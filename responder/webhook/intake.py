@@ -38,6 +38,7 @@ from responder.records import (
     Quarantine,
     QuarantineSpec,
     SourceAlert,
+    device_uuid,
     record_name,
 )
 from responder.webhook.alerts import FIRING, NONE, QUARANTINE, RESTRICT, Alert
@@ -103,13 +104,6 @@ def decide(record: Quarantine | None, alert: Alert, *, now: float, settings: Int
     return _resolve(record, alert, stamp=stamp)
 
 
-def uuid_of(device: str) -> str:
-    """The GPU UUID a `device` label names: the exporter names a device by its UUID wherever it
-    knows one (device plugins; DRA devices whose ResourceSlice publishes it, `exporter.identity`),
-    and by `<driver>/<pool>/<device>` otherwise (no UUID known: empty)."""
-    return "" if "/" in device else device
-
-
 def _open(
     previous: Quarantine | None, alert: Alert, *, now: float, stamp: str, settings: IntakeSettings
 ) -> Write:
@@ -124,7 +118,7 @@ def _open(
         actor=f"alert/{alert.name}",
         expires_at=rfc3339(now + settings.expiry_seconds),
         action=alert.action,
-        uuid=labels.get("uuid") or uuid_of(key.device),
+        uuid=device_uuid(key.device, labels.get("uuid", "")),
         driver=labels.get("driver", ""),
         pool=labels.get("pool", ""),
         device_name=labels.get("device_name", ""),

@@ -25,8 +25,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
+
+from gpuhealth.kube.meta import parse_rfc3339
 
 DELETION_TIMEOUT_SECONDS = 120.0
 """How long an evicted pod stays in `disruptedPods` (not counted healthy) before the controller drops it."""
@@ -48,13 +49,6 @@ _SCALE_RESOURCES = {
 
 class SyncFailed(ValueError):
     """The budget cannot be computed (malformed spec, a controller not found)."""
-
-
-def parse_time(text: str) -> float | None:
-    try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-    except (TypeError, ValueError):
-        return None
 
 
 def pod_is_ready(pod: dict[str, Any]) -> bool:
@@ -191,7 +185,7 @@ def disrupted_pods(pdb: dict[str, Any], pods: list[dict[str, Any]], now: float) 
     }
     out: dict[str, float] = {}
     for name, stamp in recorded.items() if isinstance(recorded, dict) else ():
-        at = parse_time(str(stamp))
+        at = parse_rfc3339(str(stamp))
         if name in present and at is not None and at + DELETION_TIMEOUT_SECONDS > now:
             out[name] = at
     return out

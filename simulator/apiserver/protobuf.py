@@ -17,9 +17,9 @@ resets it on create. Pure: bytes in, dict out.
 from __future__ import annotations
 
 import base64
-from datetime import UTC, datetime
 from typing import Any
 
+from gpuhealth.kube.meta import rfc3339_seconds
 from gpuhealth.protowire import LEN, WireError, encode_field
 from gpuhealth.protowire import Field as WireField
 from gpuhealth.protowire import fields as wire_fields
@@ -294,7 +294,7 @@ def _time(value: int | bytes, where: str) -> str | None:
             seconds = _signed(v)
     if seconds == 0:
         return None
-    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339_seconds(seconds)
 
 
 def _int_or_string(value: int | bytes, where: str) -> int | str:

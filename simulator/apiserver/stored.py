@@ -7,11 +7,11 @@ Pure: plain data and functions, no store state; `store.py` and `watch.py` share 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
+from gpuhealth.kube.meta import rfc3339_seconds
 from simulator.apiserver.resources import ResourceInfo
 from simulator.apiserver.selectors import FieldSelector, extract_fields
 
@@ -44,7 +44,7 @@ class Entry:
 
 def format_timestamp(seconds: float) -> str:
     """RFC 3339 with second precision, as metav1.Time serializes."""
-    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339_seconds(seconds)
 
 
 def index(info: ResourceInfo, obj: dict[str, Any]) -> tuple[dict[str, str] | None, dict[str, str] | None]:

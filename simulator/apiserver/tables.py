@@ -17,11 +17,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
+from gpuhealth.kube.meta import parse_rfc3339
 from simulator.apiserver.errors import ApiError, bad_request
 from simulator.apiserver.resources import ResourceInfo
 
@@ -115,16 +115,6 @@ def table_request(accept: str | None, include_object: str | None = None) -> Tabl
 # ---- time ---------------------------------------------------------------------------------------
 
 
-def parse_timestamp(value: Any) -> float | None:
-    """Epoch seconds of an RFC 3339 timestamp as the API writes them; None when absent or malformed."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC).timestamp()
-    except ValueError:
-        return None
-
-
 def human_duration(seconds: float) -> str:
     """A duration as kubectl prints ages: two significant units at most, coarser as it grows."""
     if seconds < -1:
@@ -156,7 +146,7 @@ def human_duration(seconds: float) -> str:
 
 
 def age(timestamp: Any, now: float) -> str:
-    when = parse_timestamp(timestamp)
+    when = parse_rfc3339(timestamp)
     return _NONE if when is None else human_duration(now - when)
 
 
@@ -328,7 +318,7 @@ def _pod_restarts(pod: Obj, now: float) -> str:
         if not isinstance(cs, dict):
             continue
         restarts += _int(cs.get("restartCount"))
-        finished = parse_timestamp(_dig(cs, "lastState", "terminated", "finishedAt"))
+        finished = parse_rfc3339(_dig(cs, "lastState", "terminated", "finishedAt"))
         if finished is not None and (last is None or finished > last):
             last = finished
     if restarts and last is not None:
@@ -618,10 +608,10 @@ def _job_cells(job: Obj, now: float) -> list[Any]:
         done = f"{succeeded}/1 of {parallelism}"
     else:
         done = f"{succeeded}/1"
-    start = parse_timestamp(status.get("startTime"))
+    start = parse_rfc3339(status.get("startTime"))
     duration = ""
     if start is not None:
-        end = parse_timestamp(status.get("completionTime"))
+        end = parse_rfc3339(status.get("completionTime"))
         duration = human_duration((end if end is not None else now) - start)
     names, images = _containers(job)
     return [
@@ -785,7 +775,7 @@ def _event_time(event: Obj, *keys: str) -> float | None:
         value = event.get(key)
         if key == "series" and isinstance(value, dict):
             value = value.get("lastObservedTime")
-        when = parse_timestamp(value)
+        when = parse_rfc3339(value)
         if when is not None:
             return when
     return None
@@ -796,7 +786,7 @@ def _event_cells(event: Obj, now: float) -> list[Any]:
     last = _event_time(event, "series", "lastTimestamp", "eventTime")
     first = _event_time(event, "firstTimestamp", "eventTime")
     if last is None:
-        last = parse_timestamp(_meta(event).get("creationTimestamp"))
+        last = parse_rfc3339(_meta(event).get("creationTimestamp"))
     source = _dict(event.get("source"))
     source_text = event.get("reportingComponent") or source.get("component") or ""
     if source.get("host"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpuhealth.kube.meta import parse_rfc3339
 from simulator.apiserver import disruption
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.selectors import LabelSelector, selector_from_label_selector_object
@@ -119,7 +120,7 @@ class DisruptionController:
                 obj["status"] = status
 
             self._store.mutate(PDBS, name, namespace, apply, subresource="status")
-        stamps = [disruption.parse_time(str(t)) for t in (status.get("disruptedPods") or {}).values()]
+        stamps = [parse_rfc3339(str(t)) for t in (status.get("disruptedPods") or {}).values()]
         due = [t + disruption.DELETION_TIMEOUT_SECONDS for t in stamps if t is not None]
         key = (namespace, name)
         if due and key not in self._expiring:

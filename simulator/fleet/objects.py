@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import random
-from datetime import UTC, datetime
 from typing import Any
 
+from gpuhealth.kube.meta import rfc3339
+from gpuhealth.plugin_resources import GPU_RESOURCE
 from simulator.apiserver.store import format_timestamp
-from simulator.model import DRA_DRIVER, GPU_RESOURCE, NodeGroup, Slot, Workload
+from simulator.model import DRA_DRIVER, NodeGroup, Slot, Workload
 
 KUBELET_VERSION = "v1.36.0"
 
@@ -44,7 +45,7 @@ replaces their pods; the API controllers keep only their status (`workloads.py`)
 
 def micro_time(wall: float) -> str:
     """metav1.MicroTime: microsecond precision (Lease renewTime, acquireTime)."""
-    return datetime.fromtimestamp(wall, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return rfc3339(wall)
 
 
 def gpu_uuid(node: str, index: int) -> str:
@@ -372,7 +373,7 @@ def pod(
         "dnsPolicy": "ClusterFirst",
         "serviceAccountName": "default",
         "tolerations": [
-            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
             {
                 "key": "node.kubernetes.io/not-ready",
                 "operator": "Exists",
@@ -616,7 +617,8 @@ def pending_status(wall: float) -> dict[str, Any]:
     }
 
 
-_TOLERATED_NODE_TAINTS = frozenset({"nvidia.com/gpu"})
+_TOLERATED_NODE_TAINTS = frozenset({GPU_RESOURCE})
+"""GPU nodes' taint, keyed like cloud providers' by the device plugin's resource name."""
 
 
 def schedulable(node_obj: dict[str, Any]) -> bool:

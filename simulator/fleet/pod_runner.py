@@ -54,6 +54,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuhealth.durations import DurationError, parse_duration
+from gpuhealth.plugin_resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
 from simulator.fleet import mig, objects, programs
@@ -66,7 +67,7 @@ from simulator.fleet.node_api import NodeApi, PodEntry
 from simulator.fleet.state import DeviceDriver, PendingPod, SimNode, SimPod
 from simulator.fleet.timers import Timers
 from simulator.fleet.writes import PodStatusWriter, keep_others_conditions
-from simulator.model import DRA_DRIVER, GPU_RESOURCE, Settings, Slot, Workload, node_slots
+from simulator.model import DRA_DRIVER, Settings, Slot, Workload, node_slots
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +76,6 @@ EXIT_CODE = "sim.gpuhealth.io/exit-code"
 STOP_AFTER = "sim.gpuhealth.io/stop-after"
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 """The NVIDIA container runtime's variable: which of the node's GPUs a container sees."""
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-"""The NVIDIA device plugin's resources for MIG partitions under strategy mixed (`<prefix><profile>`)."""
 
 START_SECONDS = 1.0
 """Simulated seconds from admission (ContainerCreating) to Running: image present, no pull."""

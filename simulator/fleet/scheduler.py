@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from gpuhealth.plugin_resources import GPU_RESOURCE
 from simulator.apiserver.binding import bind
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
@@ -76,7 +77,7 @@ from simulator.fleet.scheduler_filters import (
 from simulator.fleet.state import PendingPod, SimNode, SimPod
 from simulator.fleet.timers import Timers
 from simulator.fleet.writes import write_status
-from simulator.model import DRA_DRIVER, GPU_RESOURCE, PodPlacement, Settings, Slot, Workload, eligible
+from simulator.model import DRA_DRIVER, PodPlacement, Settings, Slot, Workload, eligible
 
 if TYPE_CHECKING:
     from simulator.apiserver.store import Entry, Store, Watch

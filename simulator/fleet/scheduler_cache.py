@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from gpuhealth.plugin_resources import GPU_RESOURCE
 from simulator.fleet.dra_allocator import DeviceId, MatchCache, SliceDevice, claim_devices, slice_devices
 from simulator.fleet.scheduler_filters import NodeInfo, QuantityError, node_info, pod_requests
-from simulator.model import GPU_RESOURCE
 
 _TERMINAL = ("Succeeded", "Failed")
 

@@ -14,9 +14,9 @@ import copy
 import functools
 import hashlib
 import json
-from datetime import UTC, datetime
 from typing import Any
 
+from gpuhealth.kube.meta import parse_rfc3339
 from simulator.fleet.objects import MANAGED_BY_FLEET
 
 __all__ = ["MANAGED_BY_FLEET"]
@@ -137,10 +137,7 @@ def scaled(value: Any, total: int, *, round_up: bool) -> int:
     return int(value)
 
 
-@functools.lru_cache(maxsize=4096)  # second-precision stamps repeat: strptime is the slow part
+@functools.lru_cache(maxsize=4096)  # second-precision stamps repeat: parsing is the slow part
 def parse_time(text: str) -> float | None:
-    """Seconds since the epoch of an RFC 3339 timestamp as the store writes them; None if unreadable."""
-    try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-    except (TypeError, ValueError):
-        return None
+    """Seconds since the epoch of an RFC 3339 timestamp (`parse_rfc3339`); None if unreadable."""
+    return parse_rfc3339(text)

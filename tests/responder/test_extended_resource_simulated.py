@@ -60,7 +60,7 @@ def _gpu0(client: KubeClient) -> tuple[str, str]:
     """(node, UUID) of gpu-dra-0's GPU 0, from its ResourceSlice."""
     for obj in client.list(RESOURCE_SLICE).items:
         for device in slice_devices(obj):
-            if (device.node, device.name) == ("gpu-dra-0", "gpu-0"):
+            if (device.node, device.device) == ("gpu-dra-0", "gpu-0"):
                 return device.node, device.uuid
     raise AssertionError("gpu-dra-0/gpu-0 is in no ResourceSlice")
 

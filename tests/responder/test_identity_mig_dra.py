@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from responder.enforce.identity import Identity, SliceDevice, resolve_slice, slice_devices
+from gpuhealth.kube.slices import SliceDevice
+from responder.enforce.identity import Identity, resolve_slice, slice_devices
 from responder.enforce.taint_rules import DRA, MIG_DEVICE_CLASS, TaintRules, rule_devices
 from responder.records import Quarantine, QuarantineSpec
 
@@ -56,7 +57,7 @@ def the_slice(node: str) -> dict:
 
 def test_a_card_published_as_its_mig_devices_is_the_card_with_their_names_as_partitions() -> None:
     devices = [*slice_devices(the_slice("n1")), *slice_devices(the_slice("n2"))]
-    assert SliceDevice("n1", "gpu.nvidia.com", "n1", NAMES[0], "MIG-1", CARD) in devices
+    assert SliceDevice("gpu.nvidia.com", "n1", NAMES[0], "n1", uuid="MIG-1", parent=CARD) in devices
     assert resolve_slice(SPEC, devices, DRA) == Identity(
         DRA, uuid=CARD, driver="gpu.nvidia.com", pool="n1", device_name=NAMES[0], partitions=NAMES
     )
