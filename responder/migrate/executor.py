@@ -498,7 +498,7 @@ class Migrator:
         )
         return entry
 
-    # ----- the eviction ----------------------------------------------------------------------------------
+    # ----- the eviction ------------------------------------------------------------------------------
 
     def _evict(self, effect: Evict, entry: Migration, record: Quarantine, now: float) -> Migration:
         retry_at = parse_rfc3339(entry.retry_at) if entry.retry_at else None
