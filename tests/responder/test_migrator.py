@@ -33,17 +33,13 @@ from prometheus_client import CollectorRegistry
 from gpuhealth.clock import ManualClock
 from gpuhealth.kube.client import ObjectList
 from gpuhealth.kube.errors import AlreadyExists, ApiError, Conflict, NotFound, TooManyRequests, Unavailable
+from gpuhealth.kube.events import EVENT
 from gpuhealth.kube.meta import rfc3339
 from gpuhealth.kube.resources import Resource
 from responder.enforce.node_annotation import DEVICE_PLUGIN
 from responder.enforce.taint_rules import DRA
-from responder.migrate.executor import (
-    EVENT,
-    Migrator,
-    MigratorMetrics,
-    MigratorSettings,
-    lease_name,
-)
+from responder.migrate.executor import Migrator, MigratorMetrics, MigratorSettings
+from responder.migrate.leases import lease_name
 from responder.migrate.plan import (
     COMMITTED,
     FAILED_REASON,

@@ -25,13 +25,15 @@ from gpuhealth.clock import SystemClock
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.errors import ApiError, NotFound
+from gpuhealth.kube.events import EVENT
 from gpuhealth.kube.resources import LEASE, POD, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
 from responder.enforce.node_annotation import DEVICE_PLUGIN
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
-from responder.migrate.executor import EVENT, Migrator, MigratorSettings, lease_name
+from responder.migrate.executor import Migrator, MigratorSettings
+from responder.migrate.leases import lease_name
 from responder.migrate.plan import COMMITTED, UNRECOVERABLE_REASON
 from responder.reconcile.policy import QUARANTINE_TAINT, Enforce
 from responder.records import (
