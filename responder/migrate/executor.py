@@ -296,6 +296,8 @@ class Migrator:
         self._clock = clock
         self._metrics = metrics
         self._counted: dict[str, None] = {}
+        self._recovered: set[str] = set()
+        """Keys of the moves whose plan said, this step, that the job recovered (`Plan.recovered`)."""
         """Keys of moves already counted (insertion-ordered, bounded)."""
         self._records = records or self._list_records
         if metrics is not None:
@@ -312,6 +314,7 @@ class Migrator:
         if record.spec.action != "quarantine":
             return record  # restrict (Unknown) never moves anything
         observer = _DeviceReads(self._client, self._backends)
+        self._recovered.clear()
         # A cluster it cannot read raises: the caller (the reconciler) retries this record on
         # its backoff; swallowed here, a device whose moves had not begun would wait a whole
         # recheck, as nothing in the record would say a move is due.
@@ -360,8 +363,8 @@ class Migrator:
                     self._metrics.durations.labels(outcome).observe(max(0.0, now - started))
                 first = entries[i].evictions[0] if entries[i].evictions else entries[i].evicting
                 evicted = parse_rfc3339(first) if first else None
-                if entries[i].outcome is MigrationOutcome.SUCCEEDED and evicted is not None:
-                    # Only a move that evicted and saw its replacements run again recovers.
+                if entries[i].key in self._recovered and evicted is not None:
+                    # The plan's word: the move evicted and saw its replacements run again.
                     # `path`: the record's backend (a move follows its enforcement: never empty).
                     self._metrics.recovery.labels(record.spec.path).observe(max(0.0, now - evicted))
         return record.with_migrations(entries)
@@ -408,6 +411,8 @@ class Migrator:
             started_at=parse_rfc3339(entry.started_at) if entry.started_at else None,
         )
         decided = plan(view, ctx)
+        if decided.recovered:
+            self._recovered.add(entry.key)
         entry = replace(
             entry,
             targets=decided.targets if decided.targets is not None else entry.targets,
