@@ -62,6 +62,7 @@ from gpuhealth.kube.config import api_client
 from gpuhealth.kube.resources import NAMESPACE, Resource
 from gpuhealth.kube.transport import KubeTransport
 from responder.checks.jobs import CheckSettings, JobChecks
+from responder.enforce.holders import DeviceHolders
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
 from responder.migrate.executor import Migrator, MigratorMetrics, MigratorSettings
@@ -227,8 +228,13 @@ async def world(
         port = runner.addresses[0][1]
 
         api = new_client()
+        backends = Enforcer(api, rules)
         migrator = Migrator(
-            api, MigratorSettings(), SystemClock(), metrics=MigratorMetrics(CollectorRegistry())
+            api,
+            MigratorSettings(),
+            SystemClock(),
+            metrics=MigratorMetrics(CollectorRegistry()),
+            backends=backends,
         )
         migrate_calls: list[str] = []
 
@@ -239,9 +245,10 @@ async def world(
         source = _health(failing, health)
         reconciler = reconciler_class(
             api,
-            enforcer=Enforcer(api, rules),
+            enforcer=backends,
             health=source,
-            checks=JobChecks(api, CheckSettings(namespace=NS)),
+            checks=JobChecks(api, backends, CheckSettings(namespace=NS)),
+            holders=DeviceHolders(api, backends),
             events=KubeEvents(api),
             breaker_store=BreakerStore(api, NS),
             settings=settings,

@@ -583,8 +583,8 @@ def remediation(settings: Settings) -> Dashboard:
             Panel(
                 "timeseries",
                 "Releases by outcome",
-                "Quarantines that ended per interval: released (walked every check), abandoned (a person "
-                "removed the enforcement), dismissed (never enforced).",
+                "Quarantines that ended per interval: released (walked every check), dismissed (never "
+                "enforced).",
                 "short",
                 (
                     Query(

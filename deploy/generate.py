@@ -21,6 +21,11 @@ From `dashboards/*.json` (whatever exist): `components/dashboards/`, one ConfigM
 kustomize's configMapGenerator, labelled for Grafana's dashboard sidecar. Kustomize reads only
 files at or below a kustomization, so the JSON is copied next to it.
 
+From the product's own declarations, in `crds/devicequarantines.gpuhealth.io.yaml` (written by hand
+otherwise): the enum of `spec.path`, the shipped backends' paths (`responder.enforce.shipped`),
+and of `status.phase`, the records' phase sequence (`responder.records.PHASES`, the ladder's
+rungs among them): adding a backend or a rung changes the schema with no hand edit (`crd_enums`).
+
 `tests/deploy/test_deploy_generated.py` runs `--check`.
 """
 
@@ -39,6 +44,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from any directory
 
+from responder.enforce.shipped import Enforcer  # noqa: E402
+from responder.records import PHASES  # noqa: E402
 from rules.render import (  # noqa: E402  (after the path above)
     DEFAULT_CONFIG,
     ConfigError,
@@ -64,6 +71,9 @@ NO_OPERATOR = "components/no-operator"
 DASHBOARD_COMPONENT = "components/dashboards"
 GENERATED_DIRS = (f"{NO_OPERATOR}/rules", f"{DASHBOARD_COMPONENT}/files")
 """Directories holding only generated files: a file here that a fresh run does not make is stale."""
+
+CRD = "crds/devicequarantines.gpuhealth.io.yaml"
+_ENUM = r"(?m)^(?P<indent> +){field}:\n(?P=indent)  type: string\n(?P=indent)  enum: \[[^\]\n]*\]$"
 
 _MATCHER = re.compile(r'^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*$')
 
@@ -514,11 +524,31 @@ def generate(config_path: Path = DEFAULT_CONFIG, dashboards: Path = DASHBOARDS) 
     except OSError as exc:
         raise GenerateError(f"deploy/{CLUSTER_DEPLOYMENT}: cannot read ({exc.strerror or exc})") from exc
     files[f"{SHARDS_COMPONENT}/exporter-shards.yaml"] = cluster_exporter_shards(cluster)
+    try:
+        files[CRD] = crd_enums((DEPLOY / CRD).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise GenerateError(f"deploy/{CRD}: cannot read ({exc.strerror or exc})") from exc
     boards = dashboard_files(dashboards)
     for name, text in boards.items():
         files[f"{DASHBOARD_COMPONENT}/files/{name}"] = text
     files[f"{DASHBOARD_COMPONENT}/kustomization.yaml"] = dashboards_kustomization(sorted(boards))
     return files
+
+
+def crd_enums(text: str) -> str:
+    """The CRD `text` with the enum of `spec.path` set to the shipped backends' paths, in the
+    order they claim a device, and that of `status.phase` to the records' phase sequence."""
+    for field, values in (("path", Enforcer(None, None).paths), ("phase", PHASES)):
+        pattern = re.compile(_ENUM.format(field=field))
+        found = list(pattern.finditer(text))
+        if len(found) != 1:
+            raise GenerateError(
+                f"deploy/{CRD}: want one `{field}` string property with an enum, found {len(found)}"
+            )
+        indent = found[0]["indent"]
+        enum = f"{indent}{field}:\n{indent}  type: string\n{indent}  enum: [{', '.join(values)}]"
+        text = text[: found[0].start()] + enum + text[found[0].end() :]
+    return text
 
 
 def stale_extras(files: dict[str, str], deploy_dir: Path) -> list[str]:

@@ -226,7 +226,7 @@ def run_list(
             _until(parse_rfc3339(r.spec.expires_at), now),
         ]
         if wide:
-            row += [r.spec.path, r.spec.actor, r.status.phase_reason or "-"]
+            row += [r.spec.path or "-", r.spec.actor, r.status.phase_reason or "-"]
         rows.append(row)
     write_table(headers, rows, out, no_headers=args.no_headers)
     return 0
@@ -259,7 +259,7 @@ def run_show(
         ("Node", spec.node),
         ("Device", spec.device),
         ("UUID", spec.uuid or "-"),
-        ("Path", spec.path),
+        ("Path", spec.path or "(not identified yet)"),
         ("DRA device", "/".join(p for p in (spec.driver, spec.pool, spec.device_name) if p) or "-"),
         ("Action", spec.action),
         ("Reason", spec.reason),

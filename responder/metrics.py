@@ -89,8 +89,6 @@ MIGRATION_SECONDS = MetricFamily(
 )
 MIGRATION_BUCKETS = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0)
 """Checkpoint waits run to 10 minutes by default; eviction retries after 429 add minutes more."""
-PATHS = ("device-plugin", "dra")
-"""Values of `path` on `MIGRATION_RECOVERY_SECONDS`: the record's enforcement path."""
 MIGRATION_RECOVERY_SECONDS = MetricFamily(
     "gpuhealth_migration_recovery_seconds",
     "histogram",
@@ -130,10 +128,11 @@ WEBHOOK_SECONDS = MetricFamily(
     "Time from a delivery's arrival to its answer, recording included.",
     unit="seconds",
 )
-RELEASE_OUTCOMES = ("released", "abandoned", "dismissed")
+RELEASE_OUTCOMES = ("released", "dismissed")
 """Values of `outcome` on `RELEASES`: released (walked Probing..Ramp and the enforcement was
-removed), abandoned (a person removed the enforcement), dismissed (deferred while the breaker was
-open and, re-evaluated after it closed, no longer failing: nothing was ever enforced)."""
+removed), dismissed (deferred while the breaker was open and, re-evaluated after it closed, no
+longer failing: nothing was ever enforced). The reconciler ends no record Abandoned (what a
+person removes is put back), so no outcome counts it."""
 
 RECORD_OUTCOMES = ("unchanged", "written", "conflict", "error")
 """Values of `outcome` on `RECONCILE_RECORDS`: what one record's turn in a pass came to."""
@@ -141,7 +140,7 @@ RECORD_OUTCOMES = ("unchanged", "written", "conflict", "error")
 RELEASES = MetricFamily(
     "gpuhealth_responder_releases",
     "counter",
-    "Quarantines that ended, by outcome (released|abandoned|dismissed).",
+    "Quarantines that ended, by outcome (released|dismissed).",
     ("outcome",),
 )
 RATE_LIMITED = MetricFamily(

@@ -54,8 +54,9 @@ MAX_EXCERPT = 4096
 """Characters of one pod's status excerpt: enough for phase, conditions and the device's health
 entries, small enough that 32 migrations stay far below the object size limit."""
 
-DRA = "dra"
-DEVICE_PLUGIN = "device-plugin"
+IDENTIFIED = "Identified"
+"""`status.conditions[].type` present (False) only while no backend claims the record's device:
+until one does, nothing is enforced and the record waits (`responder.reconcile.reconciler`)."""
 HELD = "Held"
 """`status.conditions[].type` of a device-plugin card's hold (`responder.enforce.hold`): True
 while holder pods hold every unit of the card; its reason says where the hold stands."""
@@ -198,7 +199,10 @@ class QuarantineSpec:
     device: str
     """The device as the exporter names it: GPU UUID (device plugin) or driver/pool/device (DRA)."""
     path: str
-    """`dra` or `device-plugin`: decides how the quarantine is enforced."""
+    """The backend that enforces the quarantine, as the reconciler identified the device from the
+    API (`responder.enforce.backends`: the shipped backends' `dra` or `device-plugin`); empty
+    until a backend claims the device. Nothing guesses it: the webhook records what the alert
+    says, and the first pass that can tell sets it."""
     reason: str
     actor: str
     """Who asked: `alert/<alertname>` or `person/<name>`."""
@@ -410,11 +414,6 @@ def device_uuid(device: str, uuid: str = "") -> str:
     return uuid or ("" if "/" in device else device)
 
 
-def path_of(labels: dict[str, str] | Any) -> str:
-    """DRA when the alert names a DRA driver, else the device-plugin path."""
-    return DRA if labels.get("driver") else DEVICE_PLUGIN
-
-
 def to_object(record: Quarantine) -> dict[str, Any]:
     """The API object for `record` (metadata.resourceVersion set when it was read from one)."""
     spec = record.spec
@@ -429,14 +428,18 @@ def to_object(record: Quarantine) -> dict[str, Any]:
     body_spec: dict[str, Any] = {
         "node": spec.node,
         "device": spec.device,
-        "path": spec.path,
         "action": spec.action,
         "reason": spec.reason,
         "actor": spec.actor,
         "expiresAt": spec.expires_at,
         "sourceAlerts": [_source_alert(a) for a in spec.source_alerts],
     }
-    for key, value in (("uuid", spec.uuid), ("driver", spec.driver), ("pool", spec.pool)):
+    for key, value in (
+        ("path", spec.path),
+        ("uuid", spec.uuid),
+        ("driver", spec.driver),
+        ("pool", spec.pool),
+    ):
         if value:
             body_spec[key] = value
     if spec.device_name:
@@ -593,7 +596,7 @@ def from_object(obj: Any, ladder: Ladder = KNOWN) -> Quarantine:
         spec=QuarantineSpec(
             node=_text(spec, "node", "spec"),
             device=_text(spec, "device", "spec"),
-            path=_text(spec, "path", "spec"),
+            path=str(spec.get("path") or ""),
             reason=_text(spec, "reason", "spec"),
             actor=_text(spec, "actor", "spec"),
             expires_at=_text(spec, "expiresAt", "spec"),

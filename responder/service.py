@@ -127,7 +127,17 @@ def create_app(
             # shared by the hold and by the backend that says which pods hold a card (the moves,
             # the release's wait for the card to be free).
             pod_devices = PodDevices(device_ids, PrometheusAllocations(settings.prometheus_url))
-            enforcer = Enforcer(api, rules, ramp_pods=settings.ramp_pods, devices=pod_devices, clock=clock)
+            # The one set of backends: everything that enforces, holds, checks or moves asks it.
+            enforcer = Enforcer(
+                api,
+                rules,
+                device_class=settings.checks.device_class,
+                runtime_class=settings.checks.runtime_class,
+                check_route=settings.checks.device_plugin_route,
+                ramp_pods=settings.ramp_pods,
+                devices=pod_devices,
+                clock=clock,
+            )
             migrator = Migrator(
                 api,
                 settings.migrator,
@@ -141,7 +151,7 @@ def create_app(
             unserved = None if resets is None else await asyncio.to_thread(resets.unserved)
             if unserved is not None:
                 log.error("reset hand-off: %s", unserved)
-            checks = JobChecks(api, settings.checks)
+            checks = JobChecks(api, enforcer, settings.checks)
             reconciler = Reconciler(
                 api,
                 enforcer=enforcer,

@@ -54,9 +54,14 @@ from gpuhealth.nvml import DeviceReading, NvmlSource, XidEvent
 from responder.checks.diag import EXIT_FILE, REPORT_FILE, Verdict, judge
 from responder.checks.jobs import CheckSettings, JobChecks
 from responder.enforce.backends import Backends
-from responder.enforce.node_annotation import VISIBLE_DEVICES, VISIBLE_DEVICES_ROUTE, NodeAnnotation
+from responder.enforce.node_annotation import (
+    DEVICE_PLUGIN,
+    VISIBLE_DEVICES,
+    VISIBLE_DEVICES_ROUTE,
+    NodeAnnotation,
+)
 from responder.reconcile.policy import PolicySettings
-from responder.records import DEVICE_PLUGIN, Quarantine, QuarantineSpec, record_name
+from responder.records import Quarantine, QuarantineSpec, record_name
 
 PASS, FAIL, SKIPPED = "PASS", "FAIL", "SKIPPED"
 PROG = "hardware_check"
@@ -225,7 +230,7 @@ def check_container(
     # The runtime's route: outside Kubernetes there is no kubelet to allocate the card, so the
     # container is given it as the NVIDIA runtime would (`NVIDIA_VISIBLE_DEVICES`, or --gpus).
     node_backend = NodeAnnotation(api, runtime_class=settings.runtime_class, route=VISIBLE_DEVICES_ROUTE)
-    job = JobChecks(api, settings, Backends(api, (node_backend,))).job(record, kind, 1)
+    job = JobChecks(api, Backends(api, (node_backend,)), settings).job(record, kind, 1)
     pod = job["spec"]["template"]["spec"]
     # The container that uses the card: the probe's diagnostic is an init container (its judge,
     # the pod's container, is run here in-process on what the diagnostic wrote).

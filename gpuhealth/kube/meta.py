@@ -7,6 +7,7 @@ Pure functions over plain dicts (as orjson returns them); nothing here raises on
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -39,6 +40,12 @@ def resource_version(obj: Any) -> str | None:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
     return rv if isinstance(rv, str) and rv else None
+
+
+def metadata(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """`metadata` of a plain-dict object; an empty dict when absent or malformed."""
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
 
 
 def rfc3339(seconds: float) -> str:

@@ -38,7 +38,6 @@ from responder.enforce.backends import Backends, DeviceRequest
 from responder.enforce.hold import device_ids
 from responder.enforce.hold_plan import Card
 from responder.enforce.node_annotation import KUBELET, node_reader, through_kubelet
-from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import DEVICE_CLASS
 from responder.reconcile.policy import CheckResult
 from responder.records import Quarantine, owner_reference
@@ -170,19 +169,12 @@ def job_result(job: dict[str, Any]) -> CheckResult:
 
 
 class JobChecks:
-    def __init__(
-        self, client: Api, settings: CheckSettings | None = None, backends: Backends | None = None
-    ) -> None:
-        """`backends`: whose device requests the checks' pods carry (default: the shipped ones)."""
+    def __init__(self, client: Api, backends: Backends, settings: CheckSettings | None = None) -> None:
+        """`backends`: the responder's backends, whose device requests the checks' pods carry
+        (built once, from these settings' routes: `responder.service`)."""
         self._client = client
+        self._backends = backends
         self.settings = settings or CheckSettings()
-        self._backends = backends or Enforcer(
-            client,
-            None,
-            device_class=self.settings.device_class,
-            runtime_class=self.settings.runtime_class,
-            check_route=self.settings.device_plugin_route,
-        )
 
     def start(self, record: Quarantine, kind: str, attempt: int) -> None:
         name = job_name(record, kind, attempt)

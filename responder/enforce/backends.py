@@ -5,7 +5,8 @@ its own (`identify`, from what the API says about it, `responder.enforce.identit
 enforcement is called in the record (`enforced_as`), whether gpuhealth's enforcement is
 present, putting it in place and lifting it, which pods hold the device, and what a check's
 pod asks for to get exactly that device (`device_request`). Nothing outside a backend asks
-which path a record is on: `Backends` hands each record the backend its `spec.path` names.
+which path a record is on: `Backends` hands each record the backend its `spec.path` names, and
+each backend names its own path (the CRD's enum and the metrics' `path` values are these).
 
 `responder.enforce.shipped.enforcer` is the one declaration of the shipped backends, in the order
 they claim a device: DRA (`responder.enforce.taint_rules`: a DeviceTaintRule) before device plugins
@@ -15,8 +16,10 @@ backend is one module with its class and one entry there.
 `Backends.observe` reads what a pass needs once, for every record of it
 (`responder.enforce.observed`): the ResourceSlices, what each backend reads by name (`listed`), and
 the records' nodes. `Backends.identify` re-resolves a record's device on every pass from those
-slices and, when a backend needs it, the node: a DRA device whose alert carried no `driver` label
-is still a DRA device. The reconciler hands the enforcement over when the identity changes.
+slices and, when a backend needs it, the node. The webhook records no path: the first pass
+that a backend claims the device on sets it (a DRA device whose alert carried no `driver` label
+is a DRA device from the start), and nothing is enforced before. The reconciler hands the
+enforcement over when a later pass finds the identity changed.
 `present`, `enforce` and `lift` take the pass's `Observed` (None, outside a pass: each reads
 the API itself). Synchronous like the client; the reconciler runs it in a thread.
 """
@@ -71,6 +74,10 @@ class Backend(Protocol):
     """The `spec.path` of the records this backend enforces (`dra`, `device-plugin`)."""
     listed: tuple[Resource, ...]
     """Cluster-scoped resources whose objects `present` reads by name: listed once per pass."""
+    holds_card: bool
+    """Whether the node hands this backend's devices to pods without the scheduler's say (device
+    plugins: the kubelet), so that a quarantined card is taken by holder pods
+    (`responder.enforce.hold`)."""
 
     def identify(self, record: Quarantine, evidence: Evidence) -> Identity | None:
         """The device's identity if it is one of this backend's; None if not (or not known)."""
@@ -118,6 +125,8 @@ class Backends:
         self._by_path = {b.path: b for b in self.ordered}
         if len(self._by_path) != len(self.ordered):
             raise ValueError(f"backend paths repeat: {[b.path for b in self.ordered]}")
+        self.paths = tuple(self._by_path)
+        """The `spec.path` values of this responder's records, in the order the backends claim."""
 
     def of(self, record: Quarantine) -> Backend:
         try:
@@ -189,6 +198,10 @@ class Backends:
 
     def enforced_as(self, record: Quarantine) -> str:
         return self.of(record).enforced_as(record)
+
+    def holds_card(self, record: Quarantine) -> bool:
+        """Whether the record's card is taken by holder pods (its backend's `holds_card`)."""
+        return self.of(record).holds_card
 
     def present(
         self, record: Quarantine, wanted: Enforce | None = None, seen: Observed | None = None

@@ -1,9 +1,10 @@
 """Which device a record names, as the API says it is: the identity that picks its backend.
 
 Pure: no I/O. The alert that opened a record says what the exporter knew (a `driver` label
-when the device's `gpu_device_info` series was there, a UUID); that is a first guess, never
-the last word. The reconciler resolves the identity from the API on every pass and, when it
-differs from the record's, hands the enforcement over to the backend of the new one:
+when the device's `gpu_device_info` series was there, a UUID); the webhook records that and no
+path. The reconciler resolves the identity from the API on every pass, the first one choosing
+the backend, and when a later one differs from the record's, hands the enforcement over to the
+backend of the new one (each backend names its own path, `Identity.path`):
 - a device one of the node's ResourceSlices publishes (by its `uuid` attribute, or by
   driver/pool/device) is a DRA device (`resolve_slice`), whatever the alert carried;
 - a device no slice publishes on a node that advertises the device plugin's resource in its
@@ -21,13 +22,13 @@ from typing import Any
 
 from gpuhealth.kube.slices import SliceDevice, parse_resource_slice
 from gpuhealth.plugin_resources import gpu_resource
-from responder.records import DEVICE_PLUGIN, DRA, QuarantineSpec, device_uuid
+from responder.records import QuarantineSpec, device_uuid
 
 
 @dataclass(frozen=True, slots=True)
 class Identity:
     path: str
-    """The backend that enforces on this device (`responder.records.DRA`, `DEVICE_PLUGIN`)."""
+    """The backend that enforces on this device (its `path`: `responder.enforce.backends`)."""
     uuid: str = ""
     driver: str = ""
     pool: str = ""
@@ -64,8 +65,9 @@ def slice_devices(obj: Any) -> list[SliceDevice]:
     return list(parsed.devices) if parsed is not None and parsed.node else []
 
 
-def resolve_slice(spec: QuarantineSpec, devices: Iterable[SliceDevice]) -> Identity | None:
-    """The DRA identity of the record's device if a slice on its node publishes it, else None.
+def resolve_slice(spec: QuarantineSpec, devices: Iterable[SliceDevice], path: str) -> Identity | None:
+    """The DRA identity (on `path`, the DRA backend's) of the record's device if a slice on its
+    node publishes it, else None.
 
     A MIG card (the NVIDIA DRA driver publishes its MIG devices, each naming the card in
     `parentUUID`, and not the card) is identified as the card with its MIG devices' names as its
@@ -80,7 +82,7 @@ def resolve_slice(spec: QuarantineSpec, devices: Iterable[SliceDevice]) -> Ident
             first = carved[0]
             names = tuple(d.device for d in carved if (d.driver, d.pool) == (first.driver, first.pool))
             return Identity(
-                DRA,
+                path,
                 uuid=uuid,
                 driver=first.driver,
                 pool=first.pool,
@@ -94,15 +96,17 @@ def resolve_slice(spec: QuarantineSpec, devices: Iterable[SliceDevice]) -> Ident
             (d.driver, d.pool, d.device) == (spec.driver, spec.pool, spec.device_name)
         )
         if (uuid and d.uuid == uuid) or named:
-            return Identity(DRA, uuid=d.uuid, driver=d.driver, pool=d.pool, device_name=d.device)
+            return Identity(path, uuid=d.uuid, driver=d.driver, pool=d.pool, device_name=d.device)
     return None
 
 
-def resolve_capacity(spec: QuarantineSpec, node_status: Mapping[str, Any] | None) -> Identity | None:
-    """The device-plugin identity of the record's device if its node advertises the plugin's
-    resource (`nvidia.com/gpu`, or with MIG strategy mixed a `nvidia.com/mig-<profile>`;
-    `node_status`: the node's status; None: the node is gone), else None. A device
-    the record knows no UUID of cannot be named on this path."""
+def resolve_capacity(
+    spec: QuarantineSpec, node_status: Mapping[str, Any] | None, path: str
+) -> Identity | None:
+    """The device-plugin identity (on `path`, the device-plugin backend's) of the record's
+    device if its node advertises the plugin's resource (`nvidia.com/gpu`, or with MIG strategy
+    mixed a `nvidia.com/mig-<profile>`; `node_status`: the node's status; None: the node is
+    gone), else None. A device the record knows no UUID of cannot be named on this path."""
     uuid = device_uuid(spec.device, spec.uuid)
     capacity = (node_status or {}).get("capacity") or {}
     advertised = any(
@@ -110,4 +114,4 @@ def resolve_capacity(spec: QuarantineSpec, node_status: Mapping[str, Any] | None
     )
     if not uuid or not advertised:
         return None
-    return Identity(DEVICE_PLUGIN, uuid=uuid)
+    return Identity(path, uuid=uuid)

@@ -57,10 +57,12 @@ from responder.enforce.identity import Identity, resolve_capacity
 from responder.enforce.observed import Observed
 from responder.ladder import CANARY_TAINT
 from responder.reconcile.policy import Enforce
-from responder.records import DEVICE_PLUGIN, Quarantine
+from responder.records import Quarantine
 
 log = logging.getLogger(__name__)
 
+DEVICE_PLUGIN = "device-plugin"
+"""This backend's `spec.path`: devices whose node advertises the device plugin's resource."""
 NODE_ANNOTATION = "gpuhealth.io/quarantined-devices"
 RAMP_ANNOTATION = "gpuhealth.io/ramping-devices"
 """Devices on the ramp: a JSON object of device ID to how many opted-in pods the scheduler
@@ -82,6 +84,8 @@ CHECK_ROUTES = (KUBELET, VISIBLE_DEVICES_ROUTE)
 
 class NodeAnnotation:
     path = DEVICE_PLUGIN
+    holds_card = True
+    """The kubelet hands the card to pods itself: holder pods take it (`responder.enforce.hold`)."""
     listed: tuple[Resource, ...] = ()
     """Nothing listed of its own: the node is the pass's (`Backends.observe`)."""
 
@@ -119,7 +123,7 @@ class NodeAnnotation:
                 self.path, uuid=record.spec.uuid, partitions=evidence.partitions, profiles=evidence.profiles
             )
         node = evidence.node()
-        found = resolve_capacity(record.spec, None if node is None else node.get("status"))
+        found = resolve_capacity(record.spec, None if node is None else node.get("status"), self.path)
         return (
             None
             if found is None

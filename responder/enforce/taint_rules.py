@@ -38,11 +38,13 @@ from responder.enforce.identity import Identity, resolve_slice
 from responder.enforce.observed import Observed
 from responder.ladder import CANARY_TAINT, QUARANTINE_TAINT
 from responder.reconcile.policy import Enforce
-from responder.records import DRA, KIND, Quarantine, owner_reference
+from responder.records import KIND, Quarantine, owner_reference
 
 TAINT_RULE_VERSIONS = ("v1", "v1beta2", "v1alpha3")
 """Served versions of DeviceTaintRule, newest first (1.37, 1.36 behind a gate, 1.35)."""
 CLAIM_TEMPLATE = Resource("resource.k8s.io", "v1", "resourceclaimtemplates", namespaced=True)
+DRA = "dra"
+"""This backend's `spec.path`: devices a ResourceSlice publishes."""
 DEVICE_CLASS = "gpu.nvidia.com"
 """DeviceClass of the DRA driver's GPUs (NVIDIA's DRA driver names its class so)."""
 MIG_DEVICE_CLASS = "mig.nvidia.com"
@@ -71,6 +73,8 @@ def discover(client: Api) -> Resource | None:
 
 class TaintRules:
     path = DRA
+    holds_card = False
+    """The scheduler allocates DRA devices: a DeviceTaintRule keeps new claims off, no card hold."""
 
     def __init__(
         self,
@@ -89,7 +93,7 @@ class TaintRules:
         self.mig_device_class = mig_device_class
 
     def identify(self, record: Quarantine, evidence: Evidence) -> Identity | None:
-        return resolve_slice(record.spec, evidence.slices)
+        return resolve_slice(record.spec, evidence.slices, self.path)
 
     def enforced_as(self, record: Quarantine) -> str:
         return f"DeviceTaintRule/{record.name}"

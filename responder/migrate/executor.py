@@ -19,10 +19,11 @@ raises, for the caller to retry the record):
   which starts no probe on a device a pod holds). Pods are grouped into jobs by their
   controller (a ReplicaSet's Deployment, a Job, a StatefulSet; a bare pod is its own job),
   with all the job's pods.
-- The job's migration Lease (`gpuhealth-migration-<hash of the owner>` in the pods'
-  namespace, held by the record's name, owned by the record) is judged as the elector judges
-  its own (`gpuhealth.kube.lease`): expired once its duration has passed on our monotonic clock
-  since we first saw its current content; never by comparing its timestamps with our clock.
+- Its collaborators carry the other effects out: the job's migration Lease
+  (`responder.migrate.leases`), the requests and Events on the tenant's pods
+  (`responder.migrate.tenant_pods`), the evidence of unrecoverable pods
+  (`responder.migrate.evidence_store`). This keeps the move's state machine: the plan's inputs,
+  the order of its effects, the eviction and the caps.
 - The caps are counted by the plan's functions from the records themselves, never from counters
   in memory, so a new leader rebuilds them; this hands them every record's moves.
 - Evictions go through `policy/v1` Eviction, a dry run first; the answer is judged by
@@ -32,30 +33,26 @@ raises, for the caller to retry the record):
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import orjson
 from prometheus_client import CollectorRegistry
 
 from gpuhealth import instruments
 from gpuhealth.clock import Clock
 from gpuhealth.kube.api import Api
-from gpuhealth.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
-from gpuhealth.kube.events import EVENT, core_event
-from gpuhealth.kube.lease import LeaseRecord, Observed, observe
-from gpuhealth.kube.meta import parse_rfc3339, rfc3339, rfc3339_seconds
-from gpuhealth.kube.resources import CONFIG_MAP, LEASE, POD, Resource
+from gpuhealth.kube.errors import ApiError, NotFound
+from gpuhealth.kube.meta import metadata, parse_rfc3339, rfc3339
+from gpuhealth.kube.resources import POD, Resource
 from responder import metrics
 from responder.enforce.backends import Backends
 from responder.enforce.holders import pods_on_device
-from responder.enforce.shipped import Enforcer
 from responder.ladder import KNOWN, Kind
-from responder.migrate.evidence import DeviceReadings, evidence_data
+from responder.migrate.evidence import DeviceReadings
+from responder.migrate.evidence_store import EvidenceStore
+from responder.migrate.leases import JobLeases
 from responder.migrate.plan import (
     FAILED_REASON,
     SERVING,
@@ -80,25 +77,19 @@ from responder.migrate.plan import (
     node_slot_free,
     plan,
 )
-from responder.migrate.plan import REQUESTED as REQUESTED_ANNOTATION
+from responder.migrate.tenant_pods import TenantPods
 from responder.reconcile.accounting import WorkLostMeter
 from responder.records import (
-    API_VERSION,
-    KIND,
     QUARANTINES,
-    Evidence,
     Migration,
     MigrationOutcome,
     Quarantine,
     RecordError,
     from_object,
-    owner_reference,
 )
 
 log = logging.getLogger(__name__)
 
-LEASE_PREFIX = "gpuhealth-migration-"
-COMPONENT = "gpuhealth-responder"
 REPLICA_SET = Resource("apps", "v1", "replicasets", namespaced=True)
 _OUTCOME_LABEL = {
     MigrationOutcome.SUCCEEDED: "succeeded",
@@ -154,21 +145,7 @@ class MigratorMetrics:
         for outcome in metrics.MIGRATION_OUTCOMES:
             self.migrations.labels(outcome)
             self.durations.labels(outcome)
-        for path in metrics.PATHS:
-            self.recovery.labels(path)
         self.work_lost = WorkLostMeter(registry)
-
-
-def evidence_name(record: str, key: str, pod: str) -> str:
-    """The evidence ConfigMap of one pod of one move: `<record>-evidence-<hash>`, within a name's
-    253 characters."""
-    digest = hashlib.sha256(f"{key}\x00{pod}".encode()).hexdigest()[:10]
-    return f"{record[: 253 - len(digest) - 10]}-evidence-{digest}"
-
-
-def lease_name(owner: str) -> str:
-    """The migration Lease of a job (`<kind>/<name>`), in the job's namespace."""
-    return LEASE_PREFIX + hashlib.sha256(owner.encode()).hexdigest()[:16]
 
 
 # ----- what was observed ----------------------------------------------------------------------------
@@ -197,10 +174,10 @@ class _DeviceReads:
         on_device = pods_on_device(self._client, self._backends, record)
         jobs: dict[str, _Job] = {}
         for pod in on_device:
-            namespace = _meta(pod).get("namespace") or ""
+            namespace = metadata(pod).get("namespace") or ""
             owner, owner_uid = self.owner(pod)
             job = jobs.get(owner_uid) or self.job(namespace, owner, owner_uid)
-            job.on_device.add(str(_meta(pod).get("uid") or ""))
+            job.on_device.add(str(metadata(pod).get("uid") or ""))
             jobs[owner_uid] = job
         return jobs
 
@@ -215,7 +192,7 @@ class _DeviceReads:
 
     def owner(self, pod: dict[str, Any]) -> tuple[str, str]:
         """(`<kind>/<name>`, uid) of the job a pod belongs to: its controller, a ReplicaSet's Deployment."""
-        meta = _meta(pod)
+        meta = metadata(pod)
         ref = _controller(meta)
         if ref is None:
             return f"Pod/{meta.get('name')}", str(meta.get("uid") or "")
@@ -230,7 +207,7 @@ class _DeviceReads:
         key = (namespace, name)
         if key not in self._replica_sets:
             try:
-                ref = _controller(_meta(self._client.get(REPLICA_SET, name, namespace=namespace)))
+                ref = _controller(metadata(self._client.get(REPLICA_SET, name, namespace=namespace)))
             except NotFound:
                 ref = None
             self._replica_sets[key] = (
@@ -245,7 +222,7 @@ def _ramping(record: Quarantine) -> bool:
 
 
 def _pod_view(pod: dict[str, Any], on_device: set[str]) -> PodView:
-    meta = _meta(pod)
+    meta = metadata(pod)
     uid = str(meta.get("uid") or "")
     status = pod.get("status") or {}
     phase = status.get("phase")
@@ -304,27 +281,31 @@ class Migrator:
         *,
         metrics: MigratorMetrics | None = None,
         records: Callable[[], Iterable[Quarantine]] | None = None,
-        backends: Backends | None = None,
+        backends: Backends,
         namespace: str = "gpuhealth-system",
         readings: DeviceReadings | None = None,
     ) -> None:
         """`records`: every stored record (the caps are counted from them); by default listed
         through `client`. A reconciler with a cache passes its own. `backends`: who says which
-        pods hold a device (default: the shipped backends). `namespace`: the responder's, where
+        pods hold a device (the responder's one set: `responder.service`). `namespace`: the responder's, where
         evidence ConfigMaps are kept. `readings`: the device's series (its directory entry and
         NVML readings, from Prometheus) for the evidence; None: the evidence says none were read."""
-        self._namespace = namespace
-        self._readings = readings
         self._client = client
-        self._backends = backends or Enforcer(client, None)
+        self._backends = backends
         self._settings = settings
         self._clock = clock
         self._metrics = metrics
         self._counted: dict[str, None] = {}
+        self._recovered: set[str] = set()
+        """Keys of the moves whose plan said, this step, that the job recovered (`Plan.recovered`)."""
         """Keys of moves already counted (insertion-ordered, bounded)."""
         self._records = records or self._list_records
-        self._leases: dict[tuple[str, str], Observed] = {}
-        """What each job's Lease held when first seen, on our monotonic clock (expiry, as the elector)."""
+        if metrics is not None:
+            for path in backends.paths:  # every backend's series, from the start
+                metrics.recovery.labels(path)
+        self._leases = JobLeases(client, clock)
+        self._evidence = EvidenceStore(client, namespace, readings)
+        self._tenant = TenantPods(client, clock)
 
     def step(self, record: Quarantine, now: float, *, start: bool = True) -> Quarantine:
         """`record` with the migration of every job on its device advanced by one pass.
@@ -333,6 +314,7 @@ class Migrator:
         if record.spec.action != "quarantine":
             return record  # restrict (Unknown) never moves anything
         observer = _DeviceReads(self._client, self._backends)
+        self._recovered.clear()
         # A cluster it cannot read raises: the caller (the reconciler) retries this record on
         # its backoff; swallowed here, a device whose moves had not begun would wait a whole
         # recheck, as nothing in the record would say a move is due.
@@ -381,10 +363,10 @@ class Migrator:
                     self._metrics.durations.labels(outcome).observe(max(0.0, now - started))
                 first = entries[i].evictions[0] if entries[i].evictions else entries[i].evicting
                 evicted = parse_rfc3339(first) if first else None
-                if entries[i].outcome is MigrationOutcome.SUCCEEDED and evicted is not None:
-                    # Only a move that evicted and saw its replacements run again recovers.
-                    path = record.spec.path if record.spec.path in metrics.PATHS else metrics.PATHS[0]
-                    self._metrics.recovery.labels(path).observe(max(0.0, now - evicted))
+                if entries[i].key in self._recovered and evicted is not None:
+                    # The plan's word: the move evicted and saw its replacements run again.
+                    # `path`: the record's backend (a move follows its enforcement: never empty).
+                    self._metrics.recovery.labels(record.spec.path).observe(max(0.0, now - evicted))
         return record.with_migrations(entries)
 
     # ----- one job ---------------------------------------------------------------------------------
@@ -401,7 +383,7 @@ class Migrator:
         start: bool = True,
     ) -> Migration:
         identity = record.name
-        lease, holder = self._lease(job.namespace, job.owner, identity)
+        lease, holder = self._leases.read(job.namespace, job.owner)
         view = JobView(
             namespace=job.namespace,
             owner=job.owner,
@@ -429,6 +411,8 @@ class Migrator:
             started_at=parse_rfc3339(entry.started_at) if entry.started_at else None,
         )
         decided = plan(view, ctx)
+        if decided.recovered:
+            self._recovered.add(entry.key)
         entry = replace(
             entry,
             targets=decided.targets if decided.targets is not None else entry.targets,
@@ -444,7 +428,7 @@ class Migrator:
                 "migration of %s/%s off %s failed: %s", job.namespace, job.owner, record.name, decided.detail
             )
         pods = {p.name: p for p in view.pods}
-        objects = {str(_meta(p).get("name") or ""): p for p in job.pods}
+        objects = {str(metadata(p).get("name") or ""): p for p in job.pods}
         refused = False
         unstopped: set[str] = set()
         # The first eviction is sent only once the record says it was decided (`evicting`,
@@ -460,7 +444,7 @@ class Migrator:
                 )
                 continue
             if isinstance(effect, StopRequests):
-                entry, stopped = self._stop_requests(effect, entry, objects.get(effect.pod), now)
+                entry, stopped = self._tenant.stop_requests(effect, entry, objects.get(effect.pod), now)
                 if not stopped:
                     unstopped.add(effect.pod)
                 continue
@@ -493,13 +477,13 @@ class Migrator:
         now: float,
     ) -> Migration:
         if isinstance(effect, TakeLease):
-            return self._take_lease(effect, entry, record, lease, now)
+            return self._leases.take(effect, entry, record, lease, now)
         if isinstance(effect, ReleaseLease):
-            return self._release_lease(effect, entry, record.name, lease)
+            return self._leases.release(effect, entry, record.name, lease)
         if isinstance(effect, StopRequests):
-            return self._stop_requests(effect, entry, objects.get(effect.pod), now)[0]
+            return self._tenant.stop_requests(effect, entry, objects.get(effect.pod), now)[0]
         if isinstance(effect, RequestCheckpoint):
-            return self._request_checkpoint(effect, entry, now)
+            return self._tenant.request_checkpoint(effect, entry, now)
         if isinstance(effect, Evict):
             evicted = self._evict(effect, entry, record, now)
             pod_object = objects.get(effect.pod)
@@ -512,102 +496,14 @@ class Migrator:
                 self._metrics.work_lost.evicted(pod_object, now)
             return evicted
         if isinstance(effect, KeepEvidence):
-            return self._keep_evidence(effect, entry, record, objects.get(effect.pod), now)
+            return self._evidence.keep(effect, entry, record, objects.get(effect.pod), now)
         pod = pods.get(effect.pod)
-        self._event(effect.namespace, effect.pod, pod.uid if pod else "", entry.key, effect, record.name)
+        self._tenant.tell(
+            effect.namespace, effect.pod, pod.uid if pod else "", entry.key, effect, record.name
+        )
         return entry
 
-    # ----- the Lease ---------------------------------------------------------------------------------
-
-    def _lease(self, namespace: str, owner: str, identity: str) -> tuple[dict[str, Any] | None, str | None]:
-        """The job's Lease object (None: none exists) and its holder now (None: free or expired)."""
-        key = (namespace, lease_name(owner))
-        try:
-            lease = self._client.get(LEASE, key[1], namespace=namespace)
-        except NotFound:
-            self._leases.pop(key, None)
-            return None, None
-        seen = observe(self._leases.get(key), LeaseRecord.from_lease(lease), self._clock.monotonic())
-        self._leases[key] = seen
-        holder = seen.record.holder_identity
-        if not holder or seen.expired(self._clock.monotonic()):
-            return lease, None
-        return lease, holder
-
-    def _take_lease(
-        self,
-        effect: TakeLease,
-        entry: Migration,
-        record: Quarantine,
-        lease: dict[str, Any] | None,
-        now: float,
-    ) -> Migration:
-        duration = max(1, math.ceil(effect.seconds))
-        old = LeaseRecord.from_lease(lease) if lease is not None else None
-        transitions = 0 if old is None else old.lease_transitions + (old.holder_identity != effect.holder)
-        spec = LeaseRecord(effect.holder, duration, now, now, transitions).to_spec()
-        meta: dict[str, Any] = {
-            "name": lease_name(effect.owner),
-            "namespace": effect.namespace,
-            "labels": {"app.kubernetes.io/managed-by": "gpuhealth"},
-            "annotations": {
-                "gpuhealth.io/migration-of": effect.owner,
-                "gpuhealth.io/owner-uid": effect.owner_uid,
-            },
-        }
-        if record.uid:
-            # Owned by the record: deleting it takes the lock with it (no ghost locks).
-            meta["ownerReferences"] = [
-                {"apiVersion": API_VERSION, "kind": KIND, "name": record.name, "uid": record.uid}
-            ]
-        try:
-            if lease is None:
-                body = {
-                    "apiVersion": "coordination.k8s.io/v1",
-                    "kind": "Lease",
-                    "metadata": meta,
-                    "spec": spec,
-                }
-                self._client.create(LEASE, body, namespace=effect.namespace)
-            else:
-                meta["resourceVersion"] = _meta(lease).get("resourceVersion")
-                self._client.update(LEASE, {**lease, "metadata": {**_meta(lease), **meta}, "spec": spec})
-        except (AlreadyExists, Conflict):
-            return replace(entry, detail="another flow wrote the migration lease first; reading again")
-        started = entry.started_at or rfc3339(now)
-        return replace(entry, started_at=started, detail="migration lease taken")
-
-    def _release_lease(
-        self, effect: ReleaseLease, entry: Migration, identity: str, lease: dict[str, Any] | None
-    ) -> Migration:
-        if lease is None or LeaseRecord.from_lease(lease).holder_identity != identity:
-            return entry
-        meta = _meta(lease)
-        try:
-            # Deleted rather than cleared: a finished move leaves nothing behind in the tenant's namespace.
-            self._client.delete(
-                LEASE,
-                lease_name(effect.owner),
-                namespace=effect.namespace,
-                uid=meta.get("uid"),
-                resource_version=meta.get("resourceVersion"),
-            )
-        except NotFound:
-            pass
-        except Conflict:
-            log.info("migration lease of %s changed before its release; it expires on its own", effect.owner)
-        self._leases.pop((effect.namespace, lease_name(effect.owner)), None)
-        return entry
-
-    # ----- the pods ----------------------------------------------------------------------------------
-
-    def _request_checkpoint(self, effect: RequestCheckpoint, entry: Migration, now: float) -> Migration:
-        patch = {"metadata": {"annotations": {REQUESTED_ANNOTATION: effect.key}}}
-        try:
-            self._client.patch(POD, effect.pod, patch, namespace=effect.namespace)
-        except NotFound:
-            return entry  # gone meanwhile: the next plan sees it
-        return replace(entry, requested_at=entry.requested_at or rfc3339(now))
+    # ----- the eviction ------------------------------------------------------------------------------
 
     def _evict(self, effect: Evict, entry: Migration, record: Quarantine, now: float) -> Migration:
         retry_at = parse_rfc3339(entry.retry_at) if entry.retry_at else None
@@ -646,136 +542,9 @@ class Migrator:
             )
             message = f"the GPU this pod uses is quarantined and moving the pod failed: {detail}"
             failed = TellTenant(effect.namespace, effect.pod, FAILED_REASON, message)
-            self._event(effect.namespace, effect.pod, effect.uid, entry.key, failed, record.name)
+            self._tenant.tell(effect.namespace, effect.pod, effect.uid, entry.key, failed, record.name)
             return replace(entry, outcome=MigrationOutcome.FAILED, detail=detail)
         return replace(entry, evictions=(*entry.evictions, rfc3339(now)), retry_at="")
-
-    def _keep_evidence(
-        self,
-        effect: KeepEvidence,
-        entry: Migration,
-        record: Quarantine,
-        pod: dict[str, Any] | None,
-        now: float,
-    ) -> Migration:
-        if any(e.pod == effect.pod for e in entry.evidence):
-            return entry
-        # The pod as this pass listed it (the responder may list pods, not get them one by one).
-        excerpt = _excerpt(pod) if pod is not None else '{"gone":true}'
-        name = evidence_name(record.name, entry.key, effect.pod)
-        kept = self._write_evidence(name, effect, entry, record, pod, now)
-        ref = f"{self._namespace}/{name}" if kept else ""
-        return replace(entry, evidence=(*entry.evidence, Evidence(effect.pod, effect.reason, excerpt, ref)))
-
-    def _write_evidence(
-        self,
-        name: str,
-        effect: KeepEvidence,
-        entry: Migration,
-        record: Quarantine,
-        pod: dict[str, Any] | None,
-        now: float,
-    ) -> bool:
-        """The evidence ConfigMap, owned by the record (it goes when the record goes). A failed
-        read of the device's series is written down in it, and holds nothing back."""
-        readings: dict[str, Any]
-        if self._readings is None:
-            readings = {"error": "no source of device readings is configured"}
-        else:
-            try:
-                readings = {"series": self._readings.series(record.spec.node, record.spec.device)}
-            except Exception as error:  # the move goes on; the evidence says what is missing
-                readings = {"error": f"{type(error).__name__}: {error}"[:512]}
-        data = evidence_data(
-            record=record,
-            pod_name=effect.pod,
-            pod=pod,
-            key=entry.key,
-            episode=entry.episode,
-            reason=effect.reason,
-            readings=readings,
-            now=now,
-        )
-        meta: dict[str, Any] = {
-            "name": name,
-            "namespace": self._namespace,
-            "labels": {"app.kubernetes.io/managed-by": "gpuhealth", "gpuhealth.io/evidence": "migration"},
-            "annotations": {
-                "gpuhealth.io/record": record.name,
-                "gpuhealth.io/pod": f"{effect.namespace}/{effect.pod}",
-            },
-        }
-        if record.uid:
-            meta["ownerReferences"] = [owner_reference(record)]
-        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
-        try:
-            self._client.create(CONFIG_MAP, body, namespace=self._namespace)
-        except AlreadyExists:
-            return True  # a pass decided twice: the first write stands
-        except ApiError as error:
-            # The record keeps the excerpt; the full evidence is a courtesy that must not stop the move.
-            log.warning("evidence %s/%s not written: %s", self._namespace, name, error)
-            return False
-        return True
-
-    def _stop_requests(
-        self, effect: StopRequests, entry: Migration, pod: dict[str, Any] | None, now: float
-    ) -> tuple[Migration, bool]:
-        """The pod's `gpuhealth.io/serving` condition set False through pods/status: a merge
-        patch of its conditions, conditional on the resourceVersion listed (the kubelet writes
-        the same list; a 409 is decided again next pass)."""
-        if pod is None:
-            return entry, False
-        meta = _meta(pod)
-        conditions = [
-            c
-            for c in (pod.get("status") or {}).get("conditions") or ()
-            if isinstance(c, dict) and c.get("type") != SERVING
-        ]
-        conditions.append(
-            {
-                "type": SERVING,
-                "status": "False",
-                "reason": "GPUQuarantined",
-                "message": f"the GPU this pod uses is quarantined: new requests stop before its "
-                f"checkpoint ({effect.key})",
-                "lastTransitionTime": rfc3339_seconds(self._clock.now()),
-            }
-        )
-        patch = {
-            "metadata": {"resourceVersion": meta.get("resourceVersion")},
-            "status": {"conditions": conditions},
-        }
-        try:
-            self._client.patch(POD, effect.pod, patch, namespace=effect.namespace, subresource="status")
-        except (NotFound, Conflict):
-            return entry, False  # gone, or changed since listed: the next plan sees it
-        return replace(entry, requested_at=entry.requested_at or rfc3339(now)), True
-
-    def _event(self, namespace: str, pod: str, uid: str, key: str, effect: TellTenant, identity: str) -> None:
-        # One Event per pod, reason and move: a step decided twice writes it once (409 AlreadyExists).
-        digest = hashlib.sha256(f"{key}\x00{effect.reason}".encode()).hexdigest()[:12]
-        involved = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": pod}
-        if uid:
-            involved["uid"] = uid
-        event = core_event(
-            involved=involved,
-            namespace=namespace,
-            reason=effect.reason,
-            message=effect.message,
-            warning=True,
-            now=self._clock.now(),
-            component=COMPONENT,
-            name=f"{pod}.gpuhealth-{digest}",
-            instance=identity,
-        )
-        try:
-            self._client.create(EVENT, event, namespace=namespace)
-        except AlreadyExists:
-            pass
-        except ApiError as error:
-            # The record keeps the outcome and its evidence; the Event is the tenant's courtesy copy.
-            log.warning("event %s on %s/%s not written: %s", effect.reason, namespace, pod, error)
 
     # ----- caps, from the records ---------------------------------------------------------------------
 
@@ -813,29 +582,6 @@ class Migrator:
             except RecordError:
                 continue  # a hand-edited record limits nothing; the reconciler reports it
         return records
-
-
-def _excerpt(pod: dict[str, Any]) -> str:
-    status = pod.get("status") or {}
-    excerpt = {
-        "phase": status.get("phase"),
-        "conditions": [
-            {k: c.get(k) for k in ("type", "status", "reason", "message") if c.get(k) is not None}
-            for c in status.get("conditions") or []
-            if isinstance(c, dict)
-        ],
-        "allocatedResourcesStatus": {
-            str(c.get("name")): c.get("allocatedResourcesStatus")
-            for c in status.get("containerStatuses") or []
-            if isinstance(c, dict) and c.get("allocatedResourcesStatus")
-        },
-    }
-    return orjson.dumps(excerpt).decode()
-
-
-def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
 
 
 def _controller(meta: Mapping[str, Any]) -> dict[str, Any] | None:

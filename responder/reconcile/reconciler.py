@@ -55,14 +55,11 @@ its record is written like the policy's.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -76,23 +73,23 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.elector import Term
 from gpuhealth.kube.errors import ApiError, Conflict
 from gpuhealth.kube.meta import parse_rfc3339, rfc3339
-from gpuhealth.kube.reflector import Events, Listed, Message, Reflector
-from gpuhealth.kube.resources import NODE, POD, STATUS
+from gpuhealth.kube.resources import NODE, STATUS
 from responder import metrics
 from responder.checks.jobs import CheckRunner
 from responder.enforce.hold import DeviceHold
-from responder.enforce.hold_plan import HOLDER_LABEL, HoldPlan, HoldState
-from responder.enforce.holders import DeviceHolders
+from responder.enforce.hold_plan import HoldState
 from responder.enforce.observed import Observed
-from responder.enforce.shipped import Enforcer
 from responder.ladder import KNOWN, Kind, Ladder, Rung, with_reset
 from responder.reconcile import breaker
 from responder.reconcile.accounting import QuarantineAccounting
 from responder.reconcile.breaker import BreakerState, Counts
 from responder.reconcile.breaker_store import AuditEntry, Stored
+from responder.reconcile.card_hold import CardHolding
 from responder.reconcile.events import EventSink
 from responder.reconcile.health import HealthSnapshot, HealthSource, HealthUnavailable
+from responder.reconcile.identification import Enforcement, Identification
 from responder.reconcile.limits import Bucket, BucketSettings
+from responder.reconcile.loop import run_passes
 from responder.reconcile.policy import (
     ACTOR,
     CheckResult,
@@ -111,10 +108,9 @@ from responder.reconcile.policy import (
 )
 from responder.reconcile.policy import step as policy_step
 from responder.records import (
-    DEVICE_PLUGIN,
+    ENDED_PHASES,
     HELD,
     QUARANTINES,
-    Condition,
     Phase,
     Quarantine,
     RecordError,
@@ -126,41 +122,9 @@ log = logging.getLogger(__name__)
 
 OPT_OUT_LABEL = "gpuhealth.io/remediation"
 OPT_OUT_VALUE = "disabled"
-DONE_PHASES = frozenset({Phase.RELEASED, Phase.ABANDONED})
+DONE_PHASES = frozenset(ENDED_PHASES)
 
 Migrate = Callable[[Quarantine, float], Quarantine]
-
-
-class Enforcement(Protocol):
-    """The backends (`responder.enforce.backends.Backends`), as the reconciler uses them."""
-
-    def observe(
-        self, nodes: Collection[str] = (), *, list_nodes: bool = False, page_size: int = 500
-    ) -> Observed:
-        """What the pass reads once for all its records (`responder.enforce.observed`)."""
-        ...
-
-    def identify(
-        self,
-        record: Quarantine,
-        seen: Observed,
-        partitions: tuple[str, ...] = (),
-        profiles: tuple[tuple[str, str], ...] = (),
-    ) -> Quarantine:
-        """`record` naming its device as the API says it is now (unchanged when nothing says);
-        `partitions`: a MIG card's partitions as the health source saw them this pass, `profiles`
-        their MIG profiles."""
-        ...
-
-    def enforced_as(self, record: Quarantine) -> str: ...
-
-    def present(
-        self, record: Quarantine, wanted: Enforce | None = None, seen: Observed | None = None
-    ) -> bool: ...
-
-    def enforce(self, record: Quarantine, effect: Enforce, seen: Observed | None = None) -> None: ...
-
-    def unenforce(self, record: Quarantine, seen: Observed | None = None) -> None: ...
 
 
 class Holders(Protocol):
@@ -353,26 +317,6 @@ def opened_at(record: Quarantine, created: float | None) -> float | None:
     return opened if opened is not None else created
 
 
-def with_held(record: Quarantine, decided: HoldPlan | None, now: float) -> Quarantine:
-    """`record` with its `Held` condition as `decided` says (None: no condition); the transition
-    time moves only when the status or the reason changes."""
-    others = tuple(c for c in record.status.conditions if c.type != HELD)
-    if decided is None:
-        conditions = others
-    else:
-        before = record.status.condition(HELD)
-        status = "True" if decided.state.standing else "False"
-        since = (
-            before.last_transition_time
-            if before is not None and before.status == status and before.reason == decided.state
-            else rfc3339(now)
-        )
-        conditions = (*others, Condition(HELD, status, str(decided.state), decided.message[:1024], since))
-    if conditions == record.status.conditions:
-        return record
-    return replace(record, status=replace(record.status, conditions=conditions))
-
-
 def automatic(record: Quarantine) -> bool:
     return record.spec.actor.startswith("alert/")
 
@@ -439,7 +383,7 @@ class Reconciler:
         registry: CollectorRegistry | None = None,
         migrate: Migrate | None = None,
         watch_client: KubeClient | None = None,
-        holders: Holders | None = None,
+        holders: Holders,
         finish: Migrate | None = None,
         resets: CheckRunner | None = None,
         hold: DeviceHold | None = None,
@@ -447,7 +391,7 @@ class Reconciler:
     ) -> None:
         """`watch_client`: a client for the records' watch that wakes the loop (None: passes
         come only every recheck); give it its own client, closed by the caller at shutdown.
-        `holders`: who holds a device (default: `responder.enforce.holders` through `client`).
+        `holders`: who holds a device (`responder.enforce.holders` over the same backends).
         `finish`: the migration hook while the breaker is open (`Migrator.finish`: moves under
         way go on, none begins); None: no move is advanced while it is open.
         `resets`: the reset hand-off (`responder.reset`), required when the ladder has the reset rung.
@@ -463,6 +407,7 @@ class Reconciler:
         self._events = events
         self._store = breaker_store
         self.settings = settings or ReconcilerSettings()
+        self._identification = Identification(enforcer, self.settings.policy)
         if self.settings.policy.ladder.resets() and resets is None:
             raise ValueError("the release ladder has a reset rung: the reconciler needs its reset hand-off")
         self._clock = clock or SystemClock()
@@ -474,11 +419,13 @@ class Reconciler:
         self._migrate = migrate
         self._finish = finish
         self._watch_client = watch_client
-        self._holders: Holders = (
-            holders if holders is not None else DeviceHolders(client, Enforcer(client, None))
-        )
+        self._holders = holders
         self._hold = hold
-        self._hold_aside = hold_aside or (lambda _record: False)
+        self._holding = (
+            None
+            if hold is None
+            else CardHolding(hold, self.settings.policy, hold_aside or (lambda _record: False))
+        )
         self._eligible: int | None = None
         """Devices the health source knew at its last answer: what the breaker counts against
         while it gives none (None before the first: the breaker's floors are its limits)."""
@@ -489,74 +436,21 @@ class Reconciler:
     # ----- the loop -----------------------------------------------------------------------------
 
     async def run(self, term: Term | None = None) -> None:
-        """Pass after pass until cancelled (the term fenced); acts only inside a pass."""
-        loop = asyncio.get_running_loop()
-        wake = asyncio.Event()
-        stop = threading.Event()
-
-        def emit(message: Message) -> None:
-            if isinstance(message, Listed | Events):
-                loop.call_soon_threadsafe(wake.set)
-
-        watcher: threading.Thread | None = None
-        if self._watch_client is not None:
-            reflector = Reflector(
-                self._watch_client,
-                "quarantines",
-                QUARANTINES,
-                emit=emit,
-                stop=stop,
-                page_size=self.settings.page_size,
-                watch_timeout_seconds=self.settings.watch_timeout_seconds,
-                backoff=self.settings.watch_backoff,
-            )
-            watcher = threading.Thread(target=reflector.run, name="quarantine-watch", daemon=True)
-            watcher.start()
-            if self._hold is not None:
-                # A holder deleted, evicted or refused by someone is filled again at once, not at
-                # the next recheck: until then the kubelet could hand its card to a new pod.
-                holders = Reflector(
-                    self._watch_client,
-                    "holders",
-                    POD,
-                    emit=emit,
-                    stop=stop,
-                    page_size=self.settings.page_size,
-                    watch_timeout_seconds=self.settings.watch_timeout_seconds,
-                    backoff=self.settings.watch_backoff,
-                    namespace=self._hold.namespace,
-                    label_selector=HOLDER_LABEL,
-                )
-                threading.Thread(target=holders.run, name="holder-watch", daemon=True).start()
-        # The passes' own thread: in the loop's default executor a pass queued behind every
-        # webhook delivery in flight (100 deliveries at once held enforcement back 3 s against a
-        # real apiserver, bench/results.md, "responder_cluster").
-        passes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reconcile-pass")
+        """Pass after pass until cancelled (the term fenced); acts only inside a pass
+        (`responder.reconcile.loop`: the watches that wake it, the passes' own thread)."""
         try:
-            while term is None or not term.ending:
-                wake.clear()
-                report = await self._pass_fenced(passes)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(report.next_seconds):
-                        await wake.wait()
+            await run_passes(
+                lambda fence: self.reconcile_once(fence).next_seconds,
+                term,
+                watch_client=self._watch_client,
+                settings=self.settings,
+                holders_namespace=None if self._hold is None else self._hold.namespace,
+            )
         finally:
-            passes.shutdown(wait=False)  # the last pass has ended: _pass_fenced waits for it
-            stop.set()  # the watcher ends with its current watch (or when its client closes)
             # A replica that no longer leads exposes nothing about the records: the rules take
             # max() over replicas, and a stale series would keep a released device counted.
             self.metrics.clear()
             self.accounting.term_ended()
-
-    async def _pass_fenced(self, executor: Executor) -> PassReport:
-        fence = threading.Event()
-        future = asyncio.get_running_loop().run_in_executor(executor, self.reconcile_once, fence)
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            fence.set()
-            # Return only once the thread is done: nothing may act after the term has ended.
-            await asyncio.wait([future])
-            raise
 
     # ----- one pass -----------------------------------------------------------------------------
 
@@ -686,16 +580,21 @@ class Reconciler:
         """(outcome, the record as it now stands, recheck seconds) for one record."""
         phase = record.status.phase
         if phase in DONE_PHASES:
-            if record.status.condition(HELD) is None or self._hold is None:
+            if record.status.condition(HELD) is None or self._holding is None:
                 return "unchanged", record, None
             # The pass that ended the quarantine could not let its card go: let it go now.
-            after, _ = self._held(record, state.now)
+            after, _ = self._holding.held(record, state.now)
             return ("written" if self._write(obj, record, after, fence) else "unchanged"), after, None
         moved: Exception | None = None
         partitions = snapshot.partitions_of(record.spec.node, record.spec.device)
-        current = self._enforcer.identify(record, state.seen, partitions, snapshot.profiles_of(partitions))
-        if current.spec != record.spec:
-            current = self._hand_over(record, current, state)
+        current = self._identification.resolve(
+            record, state.seen, partitions, snapshot.profiles_of(partitions), state.now
+        )
+        if not current.spec.path:
+            # No backend claims the device yet: nothing is decided or enforced on a guess, and
+            # it is looked at again soon (a slice being republished, a node being registered).
+            written = current is not record and self._write(obj, record, current, fence)
+            return ("written" if written else "unchanged"), current, UNWATCHED_RECHECK_SECONDS
         view = self._observe(current, snapshot, state)
         ctx = Context(
             now=state.now,
@@ -705,8 +604,8 @@ class Reconciler:
             bucket=state.bucket,
         )
         decided = policy_step(current, view, ctx)
-        if self._hold is not None and current.spec.path == DEVICE_PLUGIN:
-            decided = self._holding(decided, state.now)
+        if self._holding is not None and self._enforcer.holds_card(current):
+            decided = self._holding.step(decided, state.now)
         after = decided.record
         admitted = phase in (Phase.PENDING, Phase.DEFERRED) and enforced(after)
         if admitted:
@@ -770,10 +669,7 @@ class Reconciler:
             # Only once the record says it moved on: a 409 leaves the result to be read again.
             self._runner(left).finish(record, left.name, record.status.attempt)
         if phase != after.status.phase and after.status.phase in DONE_PHASES:
-            outcome = "abandoned" if after.status.phase == Phase.ABANDONED else "released"
-            if phase == Phase.DEFERRED:
-                outcome = "dismissed"
-            self.metrics.releases.labels(outcome).inc()
+            self.metrics.releases.labels("dismissed" if phase == Phase.DEFERRED else "released").inc()
             self.accounting.quarantine_ended(after)
         if moved is not None:
             retry = self._retry_after(record.name, moved)
@@ -818,48 +714,6 @@ class Reconciler:
             holders=self._holders.of(record) if needs_holders(record, state.now) else (),
         )
 
-    def _holding(self, decided: Step, now: float) -> Step:
-        """The policy's step with the card's hold made for the phase it leads to; a check that
-        reaches the card through the kubelet starts only once the hold has stepped aside (until
-        then its Job stays absent, and the next pass asks for it again)."""
-        record = decided.record
-        rung = self.settings.policy.rungs.rung(record.status.phase)
-        aside = rung is not None and rung.kind == Kind.CHECK and self._hold_aside(record)
-        held, ready = self._held(record, now, aside=aside)
-        effects = decided.effects
-        if aside and not ready:
-            effects = tuple(e for e in effects if not isinstance(e, StartCheck))
-        return replace(decided, record=held, effects=effects)
-
-    def _held(self, record: Quarantine, now: float, *, aside: bool = False) -> tuple[Quarantine, bool]:
-        """`record` with its `Held` condition after one pass of its card's hold (held from the
-        quarantine until the ramp or the release lets other pods back, never in dry-run), and
-        whether the hold stands as asked (held; or stepped aside for a check)."""
-        if self._hold is None:
-            return record, False
-        rung = self.settings.policy.rungs.rung(record.status.phase)
-        # The ramp's first opted-in work goes to the card itself: the node's other free GPUs are
-        # held for a while at its start (`HoldSettings.ramp_fill_seconds`), as for a check.
-        entered = parse_rfc3339(record.status.phase_since)
-        ramp = (
-            rung is not None
-            and rung.kind == Kind.RAMP
-            and self._hold_aside(record)
-            and entered is not None
-            and now - entered < self._hold.settings.ramp_fill_seconds
-        )
-        wanted = not self.settings.policy.dry_run and (
-            record.status.phase == Phase.QUARANTINED or (rung is not None and rung.kind != Kind.RAMP) or ramp
-        )
-        before = record.status.condition(HELD)
-        previous = None
-        if before is not None:
-            since = parse_rfc3339(before.last_transition_time)
-            previous = (before.reason, since if since is not None else now)
-        decided = self._hold.sync(record, wanted, now, previous, aside=aside or ramp, ramp=ramp)
-        ready = decided is not None and decided.state is (HoldState.ASIDE if aside else HoldState.HELD)
-        return with_held(record, decided, now), ready
-
     def _runner(self, rung: Rung) -> CheckRunner:
         """The executor of a rung that waits on one: a check's Jobs, or the reset hand-off."""
         if rung.kind == Kind.RESET:
@@ -867,30 +721,6 @@ class Reconciler:
                 raise ValueError("no reset hand-off for the reset rung")
             return self._resets
         return self._checks
-
-    def _hand_over(self, before: Quarantine, after: Quarantine, state: _PassState) -> Quarantine:
-        """`after` (the record naming its device's identity as resolved now) with the enforcement
-        moved to its backend: the new one is put in place before the old one is lifted, so the
-        device is never free in between. Idempotent: a failure here is this record's retry,
-        and the next pass resolves and moves again from what is stored."""
-        if not before.status.enforced:
-            return after  # nothing in place yet: the policy enforces through the new backend
-        self._enforcer.enforce(after, holding(after, self.settings.policy), state.seen)
-        self._enforcer.unenforce(before, state.seen)
-        now_as = self._enforcer.enforced_as(after)
-        message = (
-            f"the device is a {after.spec.path} device now: enforcement moved from "
-            f"{before.status.enforced} to {now_as}"
-        )
-        log.warning("%s: %s", before.name, message)
-        moved = after.with_phase(
-            after.status.phase,
-            time=rfc3339(state.now),
-            actor=ACTOR,
-            message=message,
-            reason=after.status.phase_reason,
-        )
-        return replace(moved, status=replace(moved.status, enforced=now_as))
 
     def _retry_after(self, key: str, error: Exception) -> float:
         """The pause before `key` (a record, or "" for the pass) is tried again, its backoff grown."""

@@ -39,7 +39,6 @@ from responder.records import (
     QuarantineSpec,
     SourceAlert,
     device_uuid,
-    path_of,
     record_name,
 )
 from responder.webhook.alerts import FIRING, NONE, QUARANTINE, RESTRICT, Alert
@@ -114,7 +113,7 @@ def _open(
     spec = QuarantineSpec(
         node=key.node,
         device=key.device,
-        path=path_of(labels),
+        path="",  # the reconciler's first pass identifies the device through the backends
         reason=reason_of(alert),
         actor=f"alert/{alert.name}",
         expires_at=rfc3339(now + settings.expiry_seconds),

@@ -40,9 +40,6 @@ from responder.webhook.intake import IntakeSettings, Write, decide
 log = logging.getLogger(__name__)
 
 
-"""Read-decide-write rounds before giving up on conflicts (then 503: Alertmanager retries)."""
-
-
 class Recorder:
     def __init__(self, client: Api, clock: Clock, settings: IntakeSettings | None = None) -> None:
         self._client = client

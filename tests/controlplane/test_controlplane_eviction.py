@@ -31,6 +31,7 @@ from responder.reconcile.policy import QUARANTINE_TAINT, Enforce
 from responder.records import Migration, Quarantine
 from simulator.controlplane import ControlPlane
 from tests.deploy.manifests import NAMESPACE
+from tests.support.backends import shipped
 from tests.support.controlplane import (
     DEPLOYMENT,
     POD_DISRUPTION_BUDGET,
@@ -151,7 +152,7 @@ def test_a_checkpointed_job_is_evicted_through_the_real_api_under_a_real_budget(
         Enforcer(account, rules).enforce(record, Enforce(QUARANTINE_TAINT, "xid-79", "NoSchedule"))
 
         clock = ManualClock(time.time())
-        migrator = Migrator(account, MigratorSettings(), clock)
+        migrator = Migrator(account, MigratorSettings(), clock, backends=shipped(account))
         record = migrator.step(record, clock.now())  # takes the job's Lease
         record = migrator.step(record, clock.now())  # asks for the checkpoint
         pod = client.get(POD, victim, namespace=NS)

@@ -25,14 +25,14 @@ from gpuhealth.clock import ManualClock
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.errors import ApiError
 from gpuhealth.kube.resources import CONFIG_MAP, NODE, Resource
-from responder.enforce.node_annotation import NODE_ANNOTATION
+from responder.enforce.node_annotation import DEVICE_PLUGIN, NODE_ANNOTATION
 from responder.enforce.shipped import Enforcer
-from responder.enforce.taint_rules import discover
+from responder.enforce.taint_rules import DRA, discover
 from responder.reconcile.breaker import BreakerState
 from responder.reconcile.breaker_store import AuditEntry, BreakerStore
 from responder.reconcile.events import KubeEvents
 from responder.reconcile.policy import QUARANTINE_TAINT, Enforce
-from responder.records import DEVICE_PLUGIN, DRA, QUARANTINES, Quarantine, from_object
+from responder.records import QUARANTINES, Quarantine, from_object
 from responder.webhook.recorder import Recorder
 from simulator.controlplane import ControlPlane
 from tests.deploy.manifests import NAMESPACE, build

@@ -156,3 +156,15 @@ def test_the_generator_runs_from_any_directory(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert str(ROOT) not in done.stdout
+
+
+def test_the_crds_path_and_phase_enums_are_the_products_declarations() -> None:
+    crd = (DEPLOY / generate.CRD).read_text(encoding="utf-8")
+    paths = ", ".join(generate.Enforcer(None, None).paths)
+    stale = crd.replace(f"enum: [{paths}]", "enum: [dra]").replace(", Released, Abandoned]", "]")
+    assert stale != crd
+    assert generate.crd_enums(stale) == crd  # what a new backend or rung changes, rewritten
+    schema = yaml.safe_load(crd)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    assert schema["spec"]["properties"]["path"]["enum"] == list(generate.Enforcer(None, None).paths)
+    with pytest.raises(generate.GenerateError, match="`path` string property with an enum, found 0"):
+        generate.crd_enums(crd.replace(f"enum: [{paths}]", "minLength: 1"))

@@ -16,7 +16,8 @@ from typing import Any
 from exporter.identity import ClaimInfo, ClaimResult
 from exporter.snapshot import Allocation, DeviceState
 from kubectl_gpuhealth.join import claim_names, merge_views, pod_devices, records_by_device, select
-from responder.records import DEVICE_PLUGIN, Quarantine, QuarantineSpec
+from responder.enforce.node_annotation import DEVICE_PLUGIN
+from responder.records import Quarantine, QuarantineSpec
 
 DRIVER = "gpu.nvidia.com"
 T0 = 1_800_000_000.0

@@ -30,7 +30,6 @@ from responder.checks.jobs import (
     PROBE,
     CheckSettings,
     CheckSpec,
-    JobChecks,
     job_name,
     job_result,
 )
@@ -42,6 +41,7 @@ from responder.records import Quarantine, record_name
 from responder.settings import ResponderSettings
 from responder.webhook.intake import IntakeSettings, Write, decide
 from tests.responder.test_intake import NOW, alert
+from tests.support.backends import identified, job_checks
 
 DRA_LABELS = {
     "device": "gpu.nvidia.com/gpu-node-1/gpu-3",
@@ -55,7 +55,7 @@ DRA_LABELS = {
 def record(**labels: str) -> Quarantine:
     decision = decide(None, alert(**labels), now=NOW, settings=IntakeSettings())
     assert isinstance(decision, Write)
-    return replace(decision.record, uid="uid-1")
+    return replace(identified(decision.record), uid="uid-1")
 
 
 class Client:
@@ -127,7 +127,7 @@ def device_env(container: dict[str, Any]) -> dict[str, str]:
 @pytest.mark.parametrize("kind", ["probe", "canary"])
 def test_a_device_plugin_check_asks_the_kubelet_for_one_gpu_on_the_node(kind: str) -> None:
     client = Client()
-    checks = JobChecks(client)
+    checks = job_checks(client)
     r = record(uuid="GPU-4a1c")
     assert checks.through_kubelet(r)
     checks.start(r, kind, 1)
@@ -157,7 +157,7 @@ def test_a_device_plugin_check_asks_the_kubelet_for_one_gpu_on_the_node(kind: st
 @pytest.mark.parametrize("kind", ["probe", "canary"])
 def test_a_device_plugin_check_can_get_that_device_from_the_nvidia_runtime_instead(kind: str) -> None:
     client = Client()
-    checks = JobChecks(client, CheckSettings(device_plugin_route="visible-devices"))
+    checks = job_checks(client, CheckSettings(device_plugin_route="visible-devices"))
     r = record(uuid="GPU-4a1c")
     assert not checks.through_kubelet(r)
     checks.start(r, kind, 1)
@@ -175,7 +175,7 @@ def test_a_device_plugin_check_can_get_that_device_from_the_nvidia_runtime_inste
 
 def test_a_check_the_kubelet_gave_another_card_is_void_and_started_again() -> None:
     client = Client()
-    checks = JobChecks(client)
+    checks = job_checks(client)
     r = record(uuid="GPU-4a1c")
     checks.start(r, "canary", 1)
     name = f"{r.name}-canary-1"
@@ -201,7 +201,7 @@ def test_the_runtime_class_is_a_setting() -> None:
     r = record(uuid="GPU-4a1c")
     for runtime_class in ("", "nvidia-cdi"):
         client = Client()
-        JobChecks(client, CheckSettings(runtime_class=runtime_class)).start(r, "probe", 1)
+        job_checks(client, CheckSettings(runtime_class=runtime_class)).start(r, "probe", 1)
         spec = pod_of(client, f"{r.name}-probe-1")["spec"]
         assert spec.get("runtimeClassName") == (runtime_class or None)
 
@@ -209,7 +209,7 @@ def test_the_runtime_class_is_a_setting() -> None:
 @pytest.mark.parametrize(("kind", "attempt"), [("probe", 1), ("canary", 2)])
 def test_a_dra_check_claims_the_device_by_uuid_and_tolerates_the_taints(kind: str, attempt: int) -> None:
     client = Client()
-    checks = JobChecks(client)
+    checks = job_checks(client)
     r = record(**DRA_LABELS)
     checks.start(r, kind, attempt)
     name = f"{r.name}-{kind}-{attempt}"
@@ -239,7 +239,7 @@ def test_a_dra_check_claims_the_device_by_uuid_and_tolerates_the_taints(kind: st
 def test_the_canary_is_a_workload_of_its_own_not_the_probe_again() -> None:
     r = record(uuid="GPU-4a1c")
     client = Client()
-    checks = JobChecks(client)
+    checks = job_checks(client)
     checks.start(r, "probe", 1)
     checks.start(r, "canary", 1)
     probe = device_container(pod_of(client, f"{r.name}-probe-1")["spec"])
@@ -253,7 +253,7 @@ def test_the_canary_is_a_workload_of_its_own_not_the_probe_again() -> None:
         canary=CheckSpec("canary", "registry.local/burn:1", ("burn", "--seconds", "30"))
     )
     client = Client()
-    checks = JobChecks(client, configured)
+    checks = job_checks(client, configured)
     checks.start(r, "probe", 1)
     checks.start(r, "canary", 1)
     canary = pod_of(client, f"{r.name}-canary-1")["spec"]["containers"][0]
@@ -286,7 +286,7 @@ def test_every_check_rung_has_a_spec_or_the_settings_are_refused() -> None:
 
 def test_job_status_is_a_check_result() -> None:
     client = Client()
-    checks = JobChecks(client)
+    checks = job_checks(client)
     r = record()
     assert checks.result(r, "probe", 1) == CheckResult.ABSENT
     checks.start(r, "probe", 1)
@@ -303,7 +303,7 @@ def test_job_status_is_a_check_result() -> None:
 
 def test_finishing_a_check_removes_its_pods_even_when_the_job_deletion_orphaned_them() -> None:
     client = Client()
-    checks = JobChecks(client)
+    checks = job_checks(client)
     r = record(**DRA_LABELS)
     checks.start(r, "probe", 1)
     name = job_name(r, "probe", 1)

@@ -23,9 +23,10 @@ import pytest
 
 from gpuhealth.fields import SettingsError
 from responder.checks.diag import EXIT_FILE, LOG_FILE, REPORT_FILE, judge
-from responder.checks.jobs import JOB, PROBE, CheckSettings, JobChecks
+from responder.checks.jobs import JOB, PROBE, CheckSettings
 from responder.checks.probe_pod import DIAG_COMMAND, JUDGE_IMAGE, RESULTS, DiagSettings
 from tests.responder.test_checks import DRA_LABELS, Client, record
+from tests.support.backends import job_checks
 
 SH = shutil.which("sh")
 
@@ -33,7 +34,7 @@ SH = shutil.which("sh")
 def probe_spec(settings: CheckSettings | None = None, **labels: Any) -> dict[str, Any]:
     client = Client()
     r = record(**labels)
-    JobChecks(client, settings).start(r, "probe", 1)
+    job_checks(client, settings).start(r, "probe", 1)
     spec: dict[str, Any] = client.objects[(JOB.plural, f"{r.name}-probe-1")]["spec"]["template"]["spec"]
     return spec
 

@@ -25,12 +25,12 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.resources import Resource
 from gpuhealth.kube.transport import KubeTransport
+from responder.enforce.node_annotation import DEVICE_PLUGIN
+from responder.enforce.taint_rules import DRA
 from responder.ladder import PROBING
 from responder.reconcile.breaker import BreakerState
 from responder.reconcile.breaker_store import AuditEntry, BreakerStore
 from responder.records import (
-    DEVICE_PLUGIN,
-    DRA,
     HELD,
     QUARANTINES,
     Condition,

@@ -37,6 +37,7 @@ from responder.webhook.intake import IntakeSettings, Write, decide
 from simulator.apiserver.versions import KubernetesVersion
 from tests.responder.test_intake import alert
 from tests.simulator.conftest import ServedCluster
+from tests.support.backends import identified
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +68,7 @@ def client(tmp_path: Path) -> Iterator[KubeClient]:
 def stored(client: KubeClient, **labels: str) -> Quarantine:
     decision = decide(None, alert(**labels), now=1_800_000_000.0, settings=IntakeSettings())
     assert isinstance(decision, Write)
-    obj = to_object(decision.record)
+    obj = to_object(identified(decision.record))
     obj.pop("status")
     return from_object(client.create(QUARANTINES, obj))
 
@@ -291,7 +292,7 @@ def test_the_served_version_is_discovered_on_1_36(
 def opened_spec() -> Any:
     decision = decide(None, alert(**DRA_LABELS), now=1_800_000_000.0, settings=IntakeSettings())
     assert isinstance(decision, Write)
-    return decision.record.spec
+    return identified(decision.record).spec
 
 
 def nvidia_slice(taints: list[dict[str, str]]) -> dict[str, Any]:

@@ -23,8 +23,8 @@ from gpuhealth.kube.resources import NODE, POD, RESOURCE_SLICE
 from gpuhealth.kube.transport import KubeTransport
 from responder.enforce.backends import Evidence
 from responder.enforce.identity import Identity, slice_devices
-from responder.enforce.taint_rules import TaintRules
-from responder.records import DRA, Quarantine
+from responder.enforce.taint_rules import DRA, TaintRules
+from responder.records import Quarantine
 from responder.webhook.intake import IntakeSettings, Write, decide
 from simulator.testing import ClusterHandle, running_cluster
 from tests.responder.test_intake import alert

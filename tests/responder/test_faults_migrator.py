@@ -25,6 +25,7 @@ from responder.records import MigrationOutcome
 from simulator.testing import running_cluster
 from tests.responder.test_migrator_simulated import DEADLINE, migrate, quarantine, running, the
 from tests.responder.test_migrator_simulated import client as client
+from tests.support.backends import shipped
 from tests.support.faulty_transport import Fault, FaultyTransport, Landed
 
 pytestmark = pytest.mark.integration
@@ -115,7 +116,9 @@ def test_a_faulted_move_never_doubles_a_checkpoint_or_an_eviction(
     )
     faulted = KubeClient(faults)
     try:
-        migrator = Migrator(faulted, MigratorSettings(node_in_flight=2), SystemClock())
+        migrator = Migrator(
+            faulted, MigratorSettings(node_in_flight=2), SystemClock(), backends=shipped(faulted)
+        )
         records = migrate(migrator, records, succeeded)
     finally:
         faulted.close()

@@ -27,10 +27,9 @@ from gpuhealth.kube.config import api_client
 from gpuhealth.kube.resources import NAMESPACE, NODE, POD
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
-from responder.checks.jobs import CheckSettings, JobChecks
 from responder.enforce.hold import device_ids
 from responder.enforce.hold_plan import HOLDER_LABEL
-from responder.enforce.node_annotation import NODE_ANNOTATION
+from responder.enforce.node_annotation import DEVICE_PLUGIN, NODE_ANNOTATION
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
 from responder.reconcile.breaker_store import BreakerStore
@@ -38,12 +37,12 @@ from responder.reconcile.events import EVENT, KubeEvents
 from responder.reconcile.health import StaticHealth
 from responder.reconcile.policy import Health
 from responder.reconcile.reconciler import Reconciler, WatchBackoff
-from responder.records import DEVICE_PLUGIN, HELD, QUARANTINES, Phase
+from responder.records import HELD, QUARANTINES, Phase
 from simulator.fleet.objects import gpu_uuid
 from simulator.testing import running_cluster
 from tests.responder.test_reconciler_simulated import CRD_FILE, CRDS, NS, SCENARIO, SETTINGS, World
 from tests.support.faulty_transport import WATCH_ONLY, Fault, FaultyTransport
-from tests.support.holds import product_hold
+from tests.support.holds import wiring
 
 pytestmark = pytest.mark.integration
 
@@ -73,10 +72,8 @@ def world() -> Iterator[World]:
 def faulted_reconciler(w: World, client: KubeClient) -> Reconciler:
     return Reconciler(
         client,
-        enforcer=Enforcer(client, discover(w.client)),
         health=w.health,
-        checks=JobChecks(client, CheckSettings(namespace=NS)),
-        **product_hold(client),
+        **wiring(client, Enforcer(client, discover(w.client))),
         events=KubeEvents(client),
         breaker_store=BreakerStore(client, NS),
         settings=SETTINGS,
@@ -190,10 +187,8 @@ async def test_the_watch_that_wakes_the_passes_survives_drops_and_410s(world: Wo
     # Passes come only on a watched change or after an hour: each quarantine below is the watch's.
     reconciler = Reconciler(
         client,
-        enforcer=Enforcer(client, discover(client)),
         health=w.health,
-        checks=JobChecks(client, CheckSettings(namespace=NS)),
-        **product_hold(client),
+        **wiring(client, Enforcer(client, discover(client))),
         events=KubeEvents(client),
         breaker_store=BreakerStore(client, NS),
         settings=replace(

@@ -32,7 +32,8 @@ from responder.enforce.hold import DeviceHold, device_ids, holds
 from responder.enforce.hold_allocations import PrometheusAllocations, allocation_query, parse_allocations
 from responder.enforce.hold_devices import EXPORTER, KUBELET, AllocationsUnavailable, PodDevices, PodKey
 from responder.enforce.hold_plan import Card, HoldState
-from responder.records import DEVICE_PLUGIN, Quarantine, QuarantineSpec
+from responder.enforce.node_annotation import DEVICE_PLUGIN
+from responder.records import Quarantine, QuarantineSpec
 
 WHOLE = Card("GPU-1")
 """A whole GPU, unshared: the card of the readings below."""

@@ -29,7 +29,6 @@ from gpuhealth.kube.meta import rfc3339
 from gpuhealth.kube.resources import NAMESPACE, NODE, POD, STATUS, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
-from responder.checks.jobs import CheckSettings, JobChecks
 from responder.enforce.hold import HoldSettings, device_ids, holds
 from responder.enforce.hold_devices import AllocationSource
 from responder.enforce.hold_plan import HOLDER_LABEL, HoldState
@@ -46,7 +45,7 @@ from responder.webhook.intake import IntakeSettings, Write, decide
 from simulator.fleet.objects import gpu_uuid
 from simulator.testing import ClusterHandle, running_cluster
 from tests.responder.test_intake import alert
-from tests.support.holds import product_hold
+from tests.support.holds import wiring
 
 pytestmark = pytest.mark.integration
 
@@ -81,10 +80,8 @@ class World:
     ) -> Reconciler:
         return Reconciler(
             self.client,
-            enforcer=Enforcer(self.client, discover(self.client)),
             health=self.health,
-            checks=JobChecks(self.client, CheckSettings(namespace=NS)),
-            **product_hold(self.client, allocations=allocations),
+            **wiring(self.client, Enforcer(self.client, discover(self.client)), allocations=allocations),
             events=KubeEvents(self.client),
             breaker_store=BreakerStore(self.client, NS),
             settings=settings,

@@ -8,7 +8,8 @@ pass whose evidence names none (a lost card lists no MIG devices) keeps the ones
 from __future__ import annotations
 
 from responder.enforce.identity import Identity, resolve_capacity
-from responder.records import DEVICE_PLUGIN, QuarantineSpec
+from responder.enforce.node_annotation import DEVICE_PLUGIN
+from responder.records import QuarantineSpec
 
 SPEC = QuarantineSpec(
     node="n1",
@@ -23,9 +24,12 @@ SPEC = QuarantineSpec(
 
 def test_a_node_advertising_only_mig_resources_is_a_device_plugin_node() -> None:
     mixed = {"capacity": {"cpu": "8", "nvidia.com/mig-3g.40gb": "4"}}
-    assert resolve_capacity(SPEC, mixed) == Identity(DEVICE_PLUGIN, uuid="GPU-card")
-    assert resolve_capacity(SPEC, {"capacity": {"nvidia.com/mig-3g.40gb": "0", "cpu": "8"}}) is None
-    assert resolve_capacity(SPEC, None) is None
+    assert resolve_capacity(SPEC, mixed, DEVICE_PLUGIN) == Identity(DEVICE_PLUGIN, uuid="GPU-card")
+    assert (
+        resolve_capacity(SPEC, {"capacity": {"nvidia.com/mig-3g.40gb": "0", "cpu": "8"}}, DEVICE_PLUGIN)
+        is None
+    )
+    assert resolve_capacity(SPEC, None, DEVICE_PLUGIN) is None
 
 
 def test_partitions_are_applied_and_kept_through_a_pass_that_names_none() -> None:

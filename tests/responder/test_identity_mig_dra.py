@@ -16,8 +16,8 @@ from dataclasses import replace
 
 from gpuhealth.kube.slices import SliceDevice
 from responder.enforce.identity import Identity, resolve_slice, slice_devices
-from responder.enforce.taint_rules import MIG_DEVICE_CLASS, TaintRules, rule_devices
-from responder.records import DRA, Quarantine, QuarantineSpec
+from responder.enforce.taint_rules import DRA, MIG_DEVICE_CLASS, TaintRules, rule_devices
+from responder.records import Quarantine, QuarantineSpec
 
 CARD = "GPU-card"
 NAMES = ("gpu-0-mig-3g40gb-9-0", "gpu-0-mig-3g40gb-9-4")
@@ -58,14 +58,14 @@ def the_slice(node: str) -> dict:
 def test_a_card_published_as_its_mig_devices_is_the_card_with_their_names_as_partitions() -> None:
     devices = [*slice_devices(the_slice("n1")), *slice_devices(the_slice("n2"))]
     assert SliceDevice("gpu.nvidia.com", "n1", NAMES[0], "n1", uuid="MIG-1", parent=CARD) in devices
-    assert resolve_slice(SPEC, devices) == Identity(
+    assert resolve_slice(SPEC, devices, DRA) == Identity(
         DRA, uuid=CARD, driver="gpu.nvidia.com", pool="n1", device_name=NAMES[0], partitions=NAMES
     )
     whole = replace(SPEC, device="GPU-whole", uuid="GPU-whole", device_name="gpu-1")
-    assert resolve_slice(whole, devices) == Identity(
+    assert resolve_slice(whole, devices, DRA) == Identity(
         DRA, uuid="GPU-whole", driver="gpu.nvidia.com", pool="n1", device_name="gpu-1"
     )
-    assert resolve_slice(replace(SPEC, node="n3"), devices) is None
+    assert resolve_slice(replace(SPEC, node="n3"), devices, DRA) is None
 
 
 def test_a_mig_card_is_one_rule_per_mig_device_and_a_whole_gpu_one_rule() -> None:

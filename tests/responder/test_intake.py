@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from gpuhealth.kube.meta import rfc3339
 from gpuhealth.outcomes import Skipped, Unchanged
-from responder.records import ACTIVE_PHASES, DRA, Phase, Quarantine, QuarantineStatus, record_name
+from responder.records import ACTIVE_PHASES, Phase, Quarantine, QuarantineStatus, record_name
 from responder.webhook.alerts import Alert
 from responder.webhook.intake import IntakeSettings, Write, decide, reason_of
 
@@ -65,7 +65,8 @@ def test_a_firing_alert_opens_a_pending_quarantine_named_after_its_device() -> N
     record = decision.record
     assert record.name == record_name("gpu-node-1", "GPU-4a1c")
     assert record.status.phase == Phase.PENDING
-    assert (record.spec.path, record.spec.driver, record.spec.device_name) == (DRA, "gpu.nvidia.com", "gpu-3")
+    # What the alert says, and no path: the reconciler's first pass identifies the device.
+    assert (record.spec.path, record.spec.driver, record.spec.device_name) == ("", "gpu.nvidia.com", "gpu-3")
     assert record.spec.reason == "Unhealthy" and record.spec.actor == "alert/GPUDeviceUnhealthy"
     assert record.spec.expires_at == rfc3339(NOW + SETTINGS.expiry_seconds)
     assert record.status.history[-1].message == "GPUDeviceUnhealthy fired: quarantine recorded"

@@ -217,7 +217,7 @@ def test_a_fake_backend_and_a_fake_rung_are_walked_through_by_one_record() -> No
     assert fake.entries == {name: QUARANTINE_TAINT}
     # The check executor gets the device through the backend's request.
     checks = CheckSettings(extra=(BURN_IN_SPEC,))
-    job = JobChecks(client, checks, backends=backends).job(record, BURN_IN.name, 1)
+    job = JobChecks(client, backends, checks).job(record, BURN_IN.name, 1)
     pod = job["spec"]["template"]
     assert pod["spec"]["containers"][0]["image"] == BURN_IN_SPEC.image
     assert pod["spec"]["containers"][0]["resources"] == {"limits": {"example.com/fake": "1"}}

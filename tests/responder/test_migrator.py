@@ -33,15 +33,13 @@ from prometheus_client import CollectorRegistry
 from gpuhealth.clock import ManualClock
 from gpuhealth.kube.client import ObjectList
 from gpuhealth.kube.errors import AlreadyExists, ApiError, Conflict, NotFound, TooManyRequests, Unavailable
+from gpuhealth.kube.events import EVENT
 from gpuhealth.kube.meta import rfc3339
 from gpuhealth.kube.resources import Resource
-from responder.migrate.executor import (
-    EVENT,
-    Migrator,
-    MigratorMetrics,
-    MigratorSettings,
-    lease_name,
-)
+from responder.enforce.node_annotation import DEVICE_PLUGIN
+from responder.enforce.taint_rules import DRA
+from responder.migrate.executor import Migrator, MigratorMetrics, MigratorSettings
+from responder.migrate.leases import lease_name
 from responder.migrate.plan import (
     COMMITTED,
     FAILED_REASON,
@@ -52,8 +50,6 @@ from responder.migrate.plan import (
 )
 from responder.reconcile.work_lost import LAST_CHECKPOINT
 from responder.records import (
-    DEVICE_PLUGIN,
-    DRA,
     QUARANTINES,
     Migration,
     MigrationOutcome,
@@ -64,6 +60,7 @@ from responder.records import (
     from_object,
     to_object,
 )
+from tests.support.backends import shipped
 
 UUID = "GPU-4a1c"
 NOW = 1_800_000_000.0
@@ -261,6 +258,7 @@ def migrator(
         clock,
         metrics=MigratorMetrics(registry or CollectorRegistry()),
         records=lambda: [from_object(o) for o in client.list(QUARANTINES).items],
+        backends=shipped(client),
     )
 
 
@@ -756,6 +754,7 @@ def test_a_failed_checkpoint_is_unrecoverable_at_once_with_evidence_owned_by_the
         clock,
         metrics=MigratorMetrics(registry),
         records=lambda: [],
+        backends=shipped(client),
         namespace="gpuhealth-system",
         readings=readings,
     )
@@ -795,6 +794,7 @@ def test_evidence_whose_readings_cannot_be_read_says_so_and_holds_nothing_back(
         MigratorSettings(),
         clock,
         records=lambda: [],
+        backends=shipped(client),
         readings=Readings(OSError("connection refused")),
     )
     entry = only(m.step(record(), clock.now()))

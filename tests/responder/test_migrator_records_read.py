@@ -20,6 +20,7 @@ from gpuhealth.kube.resources import Resource
 from responder.migrate.executor import Migrator, MigratorMetrics, MigratorSettings
 from responder.records import Migration, MigrationOutcome, Quarantine
 from tests.responder.test_migrator import NOW, FakeClient, pod, record
+from tests.support.backends import shipped
 
 PODS = Resource("", "v1", "pods", True)
 
@@ -39,6 +40,7 @@ def migrator(client: FakeClient, reads: list[int]) -> Migrator:
         ManualClock(NOW),
         metrics=MigratorMetrics(CollectorRegistry()),
         records=counting(reads),
+        backends=shipped(client),
     )
 
 

@@ -25,16 +25,18 @@ from gpuhealth.clock import SystemClock
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.errors import ApiError, NotFound
+from gpuhealth.kube.events import EVENT
 from gpuhealth.kube.resources import LEASE, POD, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
+from responder.enforce.node_annotation import DEVICE_PLUGIN
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
-from responder.migrate.executor import EVENT, Migrator, MigratorSettings, lease_name
+from responder.migrate.executor import Migrator, MigratorSettings
+from responder.migrate.leases import lease_name
 from responder.migrate.plan import COMMITTED, UNRECOVERABLE_REASON
 from responder.reconcile.policy import QUARANTINE_TAINT, Enforce
 from responder.records import (
-    DEVICE_PLUGIN,
     QUARANTINES,
     Migration,
     MigrationOutcome,
@@ -46,6 +48,7 @@ from responder.records import (
     to_object,
 )
 from simulator.testing import running_cluster
+from tests.support.backends import shipped
 
 pytestmark = pytest.mark.integration
 
@@ -182,7 +185,7 @@ def test_a_checkpointed_job_moves_off_the_device_and_one_flow_owns_it(
     before = {p["metadata"]["uid"] for p in pods}
     devices = {device_of(p) for p in pods}
     records = [quarantine(cluster, client, p) for p in pods]  # two devices of one job fail together
-    migrator = Migrator(client, MigratorSettings(node_in_flight=2), SystemClock())
+    migrator = Migrator(client, MigratorSettings(node_in_flight=2), SystemClock(), backends=shipped(client))
 
     records = migrate(migrator, records, lambda rs: any(the(r).started_at for r in rs))
     owners = {r.name for r in records if the(r).started_at}
@@ -209,7 +212,7 @@ def test_a_checkpointed_job_moves_off_the_device_and_one_flow_owns_it(
 def test_work_without_a_checkpoint_is_unrecoverable(cluster: Any, client: KubeClient) -> None:
     pods = wait_until("the infer pod runs", lambda: running(client, "serve", "infer"), timeout=DEADLINE)
     record = quarantine(cluster, client, pods[0])
-    migrator = Migrator(client, MigratorSettings(), SystemClock())
+    migrator = Migrator(client, MigratorSettings(), SystemClock(), backends=shipped(client))
     [record] = migrate(migrator, [record], lambda rs: the(rs[0]).outcome.finished)
     entry = the(record)
     assert entry.outcome is MigrationOutcome.UNRECOVERABLE and "no checkpoint" in entry.detail
@@ -238,7 +241,7 @@ def test_a_budget_that_refuses_is_waited_on_never_spun(cluster: Any, client: Kub
     }
     client.create(PDB, budget)
     record = quarantine(cluster, client, pods[0])
-    migrator = Migrator(client, MigratorSettings(), SystemClock())
+    migrator = Migrator(client, MigratorSettings(), SystemClock(), backends=shipped(client))
     [record] = migrate(migrator, [record], lambda rs: bool(the(rs[0]).retry_at))
     entry = the(record)
     assert entry.outcome is MigrationOutcome.WAITING and "429" in entry.detail and not entry.evictions

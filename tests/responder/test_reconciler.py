@@ -38,6 +38,7 @@ from gpuhealth.kube.client import ObjectList
 from gpuhealth.kube.errors import Conflict, NotFound, TooManyRequests, Unavailable
 from gpuhealth.kube.meta import rfc3339
 from gpuhealth.kube.resources import NODE, POD, RESOURCE_SLICE, STATUS, Resource
+from responder.enforce.holders import DeviceHolders
 from responder.enforce.observed import Observed
 from responder.enforce.shipped import Enforcer
 from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
@@ -79,6 +80,7 @@ from responder.records import (
 )
 from responder.webhook.intake import IntakeSettings, Write, decide
 from tests.responder.test_intake import alert
+from tests.support.backends import identified
 
 NOW = 1_800_000_000.0
 POLICY = PolicySettings(
@@ -184,6 +186,8 @@ class FakeEnforcer:
         self.taints: dict[str, str] = {}
         self.calls: list[tuple[str, str]] = []
         self.failing: set[str] = set()
+        self.unclaimed: set[str] = set()
+        """Records whose device no backend claims (no slice publishes it, no node advertises it)."""
         self._names = Enforcer(None, None)
         self.client = client
         self.observed: list[Observed] = []
@@ -202,10 +206,13 @@ class FakeEnforcer:
         partitions: tuple[str, ...] = (),
         profiles: tuple[tuple[str, str], ...] = (),
     ) -> Quarantine:
-        return record
+        return record if record.name in self.unclaimed else identified(record)
 
     def enforced_as(self, record: Quarantine) -> str:
         return self._names.enforced_as(record)
+
+    def holds_card(self, record: Quarantine) -> bool:
+        return self._names.holds_card(record)
 
     def present(
         self, record: Quarantine, wanted: Enforce | None = None, seen: Observed | None = None
@@ -278,6 +285,8 @@ class Harness:
     def new_reconciler(self) -> Reconciler:
         """Another reconciler over the same cluster (a restart, a new leader)."""
         self.registry = CollectorRegistry()
+        # Who holds a device: the shipped backends' answer over the fake cluster's pods.
+        kwargs = {"holders": DeviceHolders(self.client, Enforcer(self.client, None)), **self.kwargs}
         return Reconciler(
             self.client,
             enforcer=self.enforcer,
@@ -288,7 +297,7 @@ class Harness:
             settings=self.settings,
             clock=self.clock,
             registry=self.registry,
-            **self.kwargs,
+            **kwargs,
         )
 
     def add(
@@ -358,6 +367,28 @@ def test_a_pending_record_is_enforced_written_told_and_exposed() -> None:
     assert h.enforcer.calls == [("enforce", name)]
 
 
+def test_a_device_no_backend_claims_is_neither_guessed_nor_enforced_until_one_does() -> None:
+    h = Harness()
+    name = h.add()
+    assert h.client.record(name).spec.path == ""  # the webhook records what the alert says
+    h.enforcer.unclaimed.add(name)
+    report = h.reconciler.reconcile_once()
+    record = h.client.record(name)
+    assert record.status.phase == Phase.PENDING and not record.status.enforced
+    assert record.spec.path == "" and h.enforcer.calls == []
+    condition = record.status.condition("Identified")
+    assert condition is not None and (condition.status, condition.reason) == ("False", "NoBackendClaims")
+    assert "nothing is enforced" in condition.message
+    assert report.next_seconds is not None and report.next_seconds <= 5.0  # looked at again soon
+    assert h.reconciler.reconcile_once().outcomes == {name: "unchanged"}  # written once
+    h.enforcer.unclaimed.clear()  # its node's device plugin registered
+    h.reconciler.reconcile_once()
+    record = h.client.record(name)
+    assert record.spec.path == "device-plugin" and record.status.phase == Phase.QUARANTINED
+    assert record.status.condition("Identified") is None
+    assert h.enforcer.calls == [("enforce", name)]
+
+
 def test_the_release_walk_from_probe_to_released() -> None:
     h = Harness()
     name = h.add()
@@ -401,7 +432,7 @@ def test_the_release_walk_from_probe_to_released() -> None:
     assert h.phase(name) == Phase.RELEASED
     assert name not in h.enforcer.taints
     assert h.sample("gpuhealth_responder_releases_total", outcome="released") == 1.0
-    assert h.sample("gpuhealth_responder_releases_total", outcome="abandoned") == 0.0
+    assert h.sample("gpuhealth_responder_releases_total", outcome="abandoned") is None  # never counted
     reason = h.client.record(name).spec.reason
     for phase in Phase:
         labels = {"node": "gpu-node-1", "device": "GPU-4a1c", "reason": reason, "phase": phase.value}
@@ -464,7 +495,7 @@ def test_enforcement_removed_by_a_person_comes_back_with_a_warning() -> None:
     assert h.enforcer.calls == [("enforce", name), ("enforce", name)]  # put back
     assert name in h.enforcer.taints
     assert any(r == "EnforcementRestored" and warning for _, r, _, warning in h.events.notices)
-    assert h.sample("gpuhealth_responder_releases_total", outcome="abandoned") == 0.0
+    assert h.sample("gpuhealth_responder_releases_total", outcome="abandoned") is None  # never counted
 
 
 def test_an_opted_out_node_waits_with_its_reason() -> None:

@@ -43,7 +43,7 @@ from gpuhealth.kube.resources import CONFIG_MAP, NAMESPACE, NODE, POD, STATUS, R
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
 from responder.checks.jobs import CANARY as CANARY_CHECK
-from responder.checks.jobs import JOB, PROBE, CheckSettings, JobChecks, job_name
+from responder.checks.jobs import JOB, PROBE, CheckSettings, job_name
 from responder.enforce.backends import Backends
 from responder.enforce.hold import device_ids
 from responder.enforce.node_annotation import (
@@ -76,7 +76,8 @@ from responder.webhook.intake import IntakeSettings, Write, decide
 from simulator.fleet.objects import gpu_uuid
 from simulator.testing import ClusterHandle, running_cluster
 from tests.responder.test_intake import alert
-from tests.support.holds import product_hold
+from tests.support.backends import job_checks
+from tests.support.holds import wiring
 
 pytestmark = pytest.mark.integration
 
@@ -114,10 +115,8 @@ class World:
         rules = discover(self.client)
         return Reconciler(
             self.client,
-            enforcer=Enforcer(self.client, rules),
             health=self.health,
-            checks=JobChecks(self.client, CheckSettings(namespace=NS)),
-            **product_hold(self.client),
+            **wiring(self.client, Enforcer(self.client, rules)),
             events=KubeEvents(self.client),
             breaker_store=BreakerStore(self.client, NS),
             settings=settings,
@@ -174,7 +173,7 @@ class World:
     def check(self, name: str, kind: str) -> CheckResult:
         """The check's result; while its Job is absent, a reconcile pass (as the reconciler makes
         every few seconds while a device-plugin card's hold steps aside for the check)."""
-        result = JobChecks(self.client, CheckSettings(namespace=NS)).result(self.record(name), kind, 1)
+        result = job_checks(self.client, CheckSettings(namespace=NS)).result(self.record(name), kind, 1)
         if result is CheckResult.ABSENT:
             self.reconciler.reconcile_once()
         return result
@@ -467,10 +466,8 @@ async def test_the_leader_runs_the_loop_woken_by_the_watch_and_stops_when_it_sto
     # Passes come only on a watched change or after an hour: promptness below is the watch's.
     reconciler = Reconciler(
         w.client,
-        enforcer=Enforcer(w.client, discover(w.client)),
         health=w.health,
-        checks=JobChecks(w.client, CheckSettings(namespace=NS)),
-        **product_hold(w.client),
+        **wiring(w.client, Enforcer(w.client, discover(w.client))),
         events=KubeEvents(w.client),
         breaker_store=BreakerStore(w.client, NS),
         settings=replace(SETTINGS, max_recheck_seconds=3600),
@@ -575,10 +572,10 @@ def test_a_device_plugin_probe_of_a_card_that_still_fails_fails(world: World) ->
 
 def test_a_dra_device_whose_alert_carries_no_driver_label_is_enforced_with_a_rule(world: World) -> None:
     """The alert names the device by its UUID only (its `gpu_device_info` series was missing):
-    the record opens on the device-plugin path, and the slices say it is a DRA device."""
+    the record opens with no path, and the slices say it is a DRA device."""
     w = world
     name = w.add("dra-0", 2, dra=False)
-    assert w.record(name).spec.path == "device-plugin"
+    assert w.record(name).spec.path == ""
     w.reconciler.reconcile_once()
     record = w.record(name)
     assert record.status.phase == Phase.QUARANTINED
@@ -597,16 +594,18 @@ def test_a_dra_device_whose_alert_carries_no_driver_label_is_enforced_with_a_rul
 
 
 def test_an_enforcement_is_handed_over_when_the_devices_identity_changes(world: World) -> None:
-    """A record enforced through the node annotation (a responder that knew no DRA backend) for
-    what the slices publish as a DRA device: the rule is put in place, then the entry lifted."""
+    """A record identified on the device-plugin path (its node served the card through the
+    device plugin then) and enforced through the node annotation by a responder that knew no
+    DRA backend, for what the slices now publish as a DRA device: the rule is put in place,
+    then the entry lifted."""
     w = world
     name = w.add("dra-0", 1, dra=False)
+    stored = w.client.get(QUARANTINES, name)
+    w.client.update(QUARANTINES, {**stored, "spec": {**stored["spec"], "path": "device-plugin"}})
     plugin_only = Reconciler(
         w.client,
-        enforcer=Backends(w.client, (NodeAnnotation(w.client),)),
         health=w.health,
-        checks=JobChecks(w.client, CheckSettings(namespace=NS)),
-        **product_hold(w.client),
+        **wiring(w.client, Backends(w.client, (NodeAnnotation(w.client),))),
         events=KubeEvents(w.client),
         breaker_store=BreakerStore(w.client, NS),
         settings=SETTINGS,

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from responder.enforce.node_annotation import DEVICE_PLUGIN
+from responder.enforce.taint_rules import DRA
 from responder.records import (
-    DEVICE_PLUGIN,
-    DRA,
     MAX_EVIDENCE,
     MAX_EXCERPT,
     MAX_HISTORY,
@@ -37,7 +37,6 @@ from responder.records import (
     RecordError,
     SourceAlert,
     from_object,
-    path_of,
     record_name,
     to_object,
 )
@@ -194,9 +193,13 @@ def test_migrations_round_trip_within_bounds(entries: list[Migration]) -> None:
     assert from_object(to_object(record)) == record
 
 
-def test_path_follows_the_alerts_driver_label() -> None:
-    assert path_of({"driver": "gpu.nvidia.com"}) == DRA
-    assert path_of({"device": "GPU-4a1c"}) == DEVICE_PLUGIN
+def test_a_record_not_identified_yet_stores_no_path_and_reads_back_the_same() -> None:
+    record = Quarantine(name="q", spec=spec(path=""))
+    assert "path" not in to_object(record)["spec"]
+    assert from_object(to_object(record)) == record
+    identified = replace(record, spec=spec(path=DEVICE_PLUGIN))
+    assert to_object(identified)["spec"]["path"] == DEVICE_PLUGIN
+    assert from_object(to_object(identified)) == identified
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ from gpuhealth.kube.meta import rfc3339
 from gpuhealth.kube.resources import NAMESPACE, STATUS
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
-from responder.checks.jobs import JOB, CheckSettings, JobChecks, job_name
+from responder.checks.jobs import JOB, CheckSettings, job_name
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
 from responder.ladder import LADDER, PROBING, RESET, with_reset
@@ -44,7 +44,8 @@ from simulator.fleet.objects import gpu_uuid
 from simulator.testing import running_cluster
 from tests.responder.test_intake import alert
 from tests.responder.test_reconciler_simulated import CRD_FILE, CRDS, NS, POLICY, SETTINGS
-from tests.support.holds import product_hold
+from tests.support.backends import identified, job_checks
+from tests.support.holds import wiring
 
 pytestmark = pytest.mark.integration
 
@@ -127,10 +128,8 @@ def world() -> Iterator[World]:
         resets = ResetHandoff(client)
         reconciler = Reconciler(
             client,
-            enforcer=Enforcer(client, discover(client)),
             health=health,
-            checks=JobChecks(client, CheckSettings(namespace=NS)),
-            **product_hold(client),
+            **wiring(client, Enforcer(client, discover(client))),
             events=KubeEvents(client),
             breaker_store=BreakerStore(client, NS),
             settings=RESET_SETTINGS,
@@ -169,7 +168,7 @@ def test_a_reset_that_clears_the_card_leads_to_a_probe_that_passes(world: World)
     record = w.record(name)
     assert record.status.phase == PROBING
     assert w.reset_of(name) is None  # deleted once the record moved on
-    checks = JobChecks(w.client, CheckSettings(namespace=NS))
+    checks = job_checks(w.client, CheckSettings(namespace=NS))
     wait_until(
         "the probe finished",
         lambda: checks.result(record, "probe", 1) in (CheckResult.SUCCEEDED, CheckResult.FAILED),
@@ -200,8 +199,8 @@ def test_a_reset_that_fails_quarantines_again_and_nothing_is_probed(world: World
 def test_a_probe_of_a_card_that_needs_a_reset_fails(world: World) -> None:
     # The sticky state is the card's: without the reset its probe fails though it reads Healthy.
     w = world
-    record = w.record(w.add(0))
-    checks = JobChecks(w.client, CheckSettings(namespace=NS))
+    record = identified(w.record(w.add(0)))
+    checks = job_checks(w.client, CheckSettings(namespace=NS))
     checks.start(record, "probe", 1)
     wait_until(
         "the probe finished",

@@ -25,15 +25,8 @@ from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import NAMESPACE, NODE, POD, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
-from responder.records import (
-    DRA,
-    QUARANTINES,
-    Quarantine,
-    QuarantineSpec,
-    from_object,
-    record_name,
-    to_object,
-)
+from responder.enforce.taint_rules import DRA
+from responder.records import QUARANTINES, Quarantine, QuarantineSpec, from_object, record_name, to_object
 from simulator.controlplane import ControlPlane
 from tests.deploy.manifests import CRD_FILE, KUBECTL, build, operator_schemas
 

@@ -28,7 +28,6 @@ from gpuhealth.kube.errors import NotFound
 from gpuhealth.kube.resources import NAMESPACE, NODE, POD, RESOURCE_CLAIM, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
-from responder.checks.jobs import CheckSettings, JobChecks
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
 from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
@@ -51,7 +50,7 @@ from responder.records import (
 from responder.webhook.intake import Alert
 from responder.webhook.recorder import Recorder
 from simulator.fleet.objects import gpu_uuid
-from tests.support.holds import product_hold
+from tests.support.holds import wiring
 
 NS = "gpuhealth-system"
 POLICY = PolicySettings(
@@ -131,13 +130,12 @@ def new_replica(
 ) -> Replica:
     client = counting_client(kubeconfig, effects)
     # The migrator judges leases on a monotonic clock of its own, as in the service.
-    migrator = Migrator(client, MigratorSettings(), SystemClock())
+    backends = Enforcer(client, discover(client))
+    migrator = Migrator(client, MigratorSettings(), SystemClock(), backends=backends)
     reconciler = Reconciler(
         client,
-        enforcer=Enforcer(client, discover(client)),
         health=health,
-        checks=JobChecks(client, CheckSettings(namespace=NS)),
-        **product_hold(client),
+        **wiring(client, backends),
         events=KubeEvents(client),
         breaker_store=BreakerStore(client, NS),
         settings=settings,
