@@ -5,7 +5,7 @@ or shows the difference, exit 1); a config or --out that cannot be read is exit 
 from stale files, with the `gpuhealth rules render: error:` prefix; the shipped config
 equals the settings' defaults; bad values are refused with an error naming the key; every
 alert carries severity, action, summary, description and a runbook_url whose anchor is a
-section of docs/runbooks.md.
+section of docs/runbooks.md, and every alert section there is a rendered alert's.
 """
 
 from __future__ import annotations
@@ -277,6 +277,10 @@ def _alerts() -> list[dict[str, Any]]:
     return alerts
 
 
+_ALERT_NAME = re.compile(r"GPU(Device|Node|Fleet|Health)[A-Z][A-Za-z]+")
+"""An alert's name: CamelCase with the prefix of what it is about."""
+
+
 def _github_anchor(heading: str) -> str:
     """The anchor GitHub derives from a Markdown heading."""
     slug = re.sub(r"[^\w\- ]", "", heading.strip().lower())
@@ -284,16 +288,22 @@ def _github_anchor(heading: str) -> str:
 
 
 def test_every_alert_has_labels_annotations_and_a_runbook_section() -> None:
-    headings = re.finditer(r"^## (.+)$", RUNBOOKS.read_text(), flags=re.MULTILINE)
-    sections = {_github_anchor(m.group(1)) for m in headings}
+    headings = [
+        m.group(1).strip() for m in re.finditer(r"^## (.+)$", RUNBOOKS.read_text(), flags=re.MULTILINE)
+    ]
+    sections = {_github_anchor(heading) for heading in headings}
     settings = load_config(DEFAULT_CONFIG)
     alerts = _alerts()
-    # GPUHealthQuarantinePhaseStuck is five rules, one per phase; GPUDeviceFatalXid,
-    # GPUDeviceEccUncorrectable and GPUDeviceRowRemapFailure are two each (NVML and dcgm-exporter).
-    assert len(alerts) == 33
+    # Derived, not counted: every rendered rule file is read (an alert the glob missed would go
+    # unchecked), and the runbook's alert sections are exactly the rendered alerts, none left over
+    # from one that is gone. Rules may share a name and its section: GPUHealthQuarantinePhaseStuck
+    # (one rule per phase), the XID, ECC and row-remap alerts (NVML and dcgm-exporter).
+    rendered = {Path(out).name for out in OUTPUTS.values() if out.startswith("prometheus/")}
+    assert {path.name for path in PROMETHEUS_DIR.glob("*.yaml")} == rendered
+    assert {h for h in headings if _ALERT_NAME.fullmatch(h)} == {alert["alert"] for alert in alerts}
     for alert in alerts:
         name = alert["alert"]
-        assert re.fullmatch(r"GPU(Device|Node|Fleet|Health)[A-Z][A-Za-z]+", name), name
+        assert _ALERT_NAME.fullmatch(name), name
         assert alert["labels"]["severity"] in ("critical", "warning"), name
         assert alert["labels"]["action"] in ("quarantine", "restrict", "none"), name
         annotations = alert["annotations"]
