@@ -1,10 +1,11 @@
-"""`PodResourcesSource` over the simulated cluster's HTTP endpoint (an exporter on a simulated node).
+"""A simulated node's kubelet pod-resources answers over HTTP: the exporter's `sim:URL` reader.
 
 `GET {base_url}/simulator/v1/nodes/{node}/pod-resources` answers the node's kubelet's
 `AllocatableResourcesResponse` as protobuf bytes, and `.../pod-resources/list` its
-`ListPodResourcesResponse`: the messages a real kubelet sends over its pod-resources socket
-(`exporter.podresources_kubelet`); `exporter.podresources` decodes both.
-Failures are counted and logged as for every reader (`exporter.podresources_reads`).
+`ListPodResourcesResponse`: the messages a real kubelet sends over its pod-resources socket.
+This fetches them by the `v1.PodResourcesLister` method's name; the exporter decodes them and
+counts failures as for every reader (`exporter.podresources_reads.FetchingReader`, which the
+`gpuhealth` command wraps around this: `gpuhealth_cli.sources`).
 
 Synchronous (stdlib urllib with a timeout): call it from a worker thread.
 """
@@ -16,11 +17,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from exporter.podresources_reads import LIST, CountingReader
+LIST = "List"
+"""The `v1.PodResourcesLister` method served at `.../pod-resources/list` (the other,
+`GetAllocatableResources`, at `.../pod-resources`)."""
 
 
-class RemotePodResources(CountingReader):
-    """Reads one simulated node's kubelet pod-resources view over HTTP."""
+class RemotePodResources:
+    """Fetches one simulated node's kubelet pod-resources answers over HTTP."""
 
     def __init__(self, base_url: str, node: str, *, timeout: float = 2.0) -> None:
         if not base_url.startswith(("http://", "https://")):
@@ -30,15 +33,16 @@ class RemotePodResources(CountingReader):
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         quoted = urllib.parse.quote(node, safe="")
-        self._url = f"{base_url.rstrip('/')}/simulator/v1/nodes/{quoted}/pod-resources"
+        self.where = f"{base_url.rstrip('/')}/simulator/v1/nodes/{quoted}/pod-resources"
+        """How log lines name this reader: its URL."""
         self._timeout = timeout
-        super().__init__(node, self._url)
 
     def close(self) -> None:
         """Nothing held between reads."""
 
-    def _fetch(self, method: str) -> bytes:
-        url = f"{self._url}/list" if method == LIST else self._url
+    def fetch(self, method: str) -> bytes:
+        """The answer's message bytes; OSError saying why there is none."""
+        url = f"{self.where}/list" if method == LIST else self.where
         request = urllib.request.Request(url, headers={"Accept": "application/x-protobuf"})
         try:
             with urllib.request.urlopen(request, timeout=self._timeout) as response:
