@@ -76,24 +76,9 @@ class EnforcementWatch:
         """A Node's watch event: its quarantine and ramp annotations, its cordon and taints."""
         m = meta(obj)
         node = str(m.get("name", ""))
-        raw = (m.get("annotations") or {}).get(NODE_ANNOTATION) if etype != DELETED else None
-        listed: set[str] = set()
-        if raw:
-            try:
-                parsed = json.loads(raw)
-                listed = {self.names.card(str(d)) for d in parsed} if isinstance(parsed, list) else set()
-            except ValueError:
-                self.journal.record(at, Kind.NOTE, "unreadable annotation", node, annotation=str(raw)[:200])
-        ramp_raw = (m.get("annotations") or {}).get(RAMP_ANNOTATION) if etype != DELETED else None
-        ramping: set[str] = set()
-        if ramp_raw:
-            try:
-                parsed = json.loads(ramp_raw)
-                ramping = {self.names.card(str(d)) for d in parsed} if isinstance(parsed, dict) else set()
-            except ValueError:
-                self.journal.record(
-                    at, Kind.NOTE, "unreadable annotation", node, annotation=str(ramp_raw)[:200]
-                )
+        annotations = (m.get("annotations") or {}) if etype != DELETED else {}
+        listed = self._cards(at, node, annotations.get(NODE_ANNOTATION), list)
+        ramping = self._cards(at, node, annotations.get(RAMP_ANNOTATION), dict)
         before = self._annotated.get(node, set())
         ramped = self._ramping.get(node, set())
         # What leaves a list is lifted before what enters the other is enforced, as a DeviceTaintRule's
@@ -122,3 +107,17 @@ class EnforcementWatch:
         for key in sorted(taints - was_tainted):
             self.journal.record(at, Kind.NODE_ACTION, "taint", node, key=key)
         self._node_state[node] = (cordoned, taints)
+
+    def _cards(
+        self, at: float, node: str, raw: Any, shape: type[list[Any]] | type[dict[str, Any]]
+    ) -> set[str]:
+        """The cards a node annotation of device IDs lists (a JSON list, or a dict keyed by them);
+        an unreadable one lists none and is journaled."""
+        if not raw:
+            return set()
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            self.journal.record(at, Kind.NOTE, "unreadable annotation", node, annotation=str(raw)[:200])
+            return set()
+        return {self.names.card(str(d)) for d in parsed} if isinstance(parsed, shape) else set()

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import http.client
 import urllib.error
-import urllib.parse
 import urllib.request
+
+from simulator.node_routes import node_route
 
 LIST = "List"
 """The `v1.PodResourcesLister` method served at `.../pod-resources/list` (the other,
@@ -26,14 +27,7 @@ class RemotePodResources:
     """Fetches one simulated node's kubelet pod-resources answers over HTTP."""
 
     def __init__(self, base_url: str, node: str, *, timeout: float = 2.0) -> None:
-        if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must be an http(s) URL, got {base_url!r}")
-        if not node:
-            raise ValueError("node must be a node name")
-        if timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
-        quoted = urllib.parse.quote(node, safe="")
-        self.where = f"{base_url.rstrip('/')}/simulator/v1/nodes/{quoted}/pod-resources"
+        self.where = node_route(base_url, node, "pod-resources", timeout)
         """How log lines name this reader: its URL."""
         self._timeout = timeout
 

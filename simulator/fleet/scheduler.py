@@ -20,12 +20,12 @@ Two kinds of pods reach it:
   each (`scheduler_filters`: NodeUnschedulable, TaintToleration, NodeAffinity,
   NodeResourcesFit; `dra_allocator`: DynamicResources; then the configured extenders,
   `extender_client`), scores the feasible nodes (least allocated, plus extender priorities;
-  ties broken by the fleet's seeded rng; the node search and pick: `scheduler_nodes`) and binds through the pods/binding semantics
-  (`simulator.apiserver.binding`). It writes `Scheduled` and `FailedScheduling` Events, the
-  pod's PodScheduled condition, the claims the resource claim controller generates from
-  templates and their allocation. Unschedulable pods are retried when a node, pod, slice,
-  claim, DeviceClass or DeviceTaintRule changes in a way that could help, and after a backoff
-  (1 s doubling to 10 s, simulated time). Running those pods is the kubelet's part.
+  ties broken by the fleet's seeded rng; the node search and pick: `scheduler_nodes`) and binds
+  through the pods/binding semantics (`simulator.apiserver.binding`). It writes `Scheduled` and
+  `FailedScheduling` Events, the pod's PodScheduled condition, the claims the resource claim
+  controller generates from templates and their allocation. Unschedulable pods are retried when
+  a node, pod, slice, claim, DeviceClass or DeviceTaintRule changes in a way that could help,
+  and after a backoff (1 s doubling to 10 s, simulated time). Running those pods is the kubelet's part.
 """
 
 from __future__ import annotations
