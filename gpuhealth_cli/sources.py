@@ -57,4 +57,4 @@ def register(load: Callable[[], Readers] | None = None) -> None:
         return FetchingReader(node, fetcher(url, node))
 
     sources.NVML.add(sources.Choice(SCHEME, FORM, nvml, URL, one_node=True))
-    sources.POD_RESOURCES.add(sources.Choice(SCHEME, FORM, pod_resources, URL, one_node=True))
+    sources.POD_RESOURCES.add(sources.Choice(SCHEME, FORM, pod_resources, URL))
