@@ -1,8 +1,9 @@
 """Entry points: `gpuhealth exporter` and `gpuhealth devices`.
 
 - `gpuhealth exporter --kubeconfig PATH [--node NAME] [--listen HOST:PORT] [--directory PATH]
-  [--nvml auto|none|pynvml|sim:URL] [--pod-resources none|unix:///PATH|sim:URL]` observes
-  the cluster (or one node) and serves `/metrics`, `/healthz`, `/readyz`.
+  [--nvml auto|none|pynvml] [--pod-resources none|unix:///PATH]` observes the cluster (or one
+  node) and serves `/metrics`, `/healthz`, `/readyz`. The launcher may add source choices
+  (`exporter.sources`): the `gpuhealth` command adds the test harness's `sim:URL` where it imports.
 - `gpuhealth exporter ... --shard N --total-shards M` (cluster mode): one of M exporters that
   split the fleet by a stable hash of the node name (`exporter.sharding`); it keeps and exports
   only the nodes of shard N.
@@ -36,6 +37,7 @@ from typing import Any, TextIO
 
 import orjson
 
+from exporter import sources
 from exporter.devices_view import device_document, device_rows, iso, render_table
 from exporter.directory import Directory, DirectoryError, DirectoryReader, open_store
 from exporter.podresources import PodResourcesSource
@@ -103,14 +105,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--nvml",
         type=_nvml_source,
         default="auto",
-        help="auto|none|pynvml|sim:URL (node mode only; default auto)",
+        help=f"{sources.NVML.expected()} (node mode only; default auto)",
     )
     exporter.add_argument(
         "--pod-resources",
         default="none",
-        help="none|unix:///PATH|sim:URL: the kubelet's allocatable devices as idle device-plugin "
-        "GPUs' evidence, from its pod-resources socket (unix:///var/lib/kubelet/pod-resources/"
-        "kubelet.sock) or a simulated node (node mode with NVML, device-plugin nodes; default none)",
+        help=f"{sources.POD_RESOURCES.expected()}: the kubelet's allocatable devices as idle "
+        "device-plugin GPUs' evidence, from its pod-resources socket (unix:///var/lib/kubelet/"
+        "pod-resources/kubelet.sock) (node mode with NVML, device-plugin nodes; default none)",
     )
     exporter.add_argument(
         "--health-producer",
@@ -380,16 +382,10 @@ async def _serve_static(dump: dict[str, list[Any]], settings: ExporterSettings) 
 def pod_resources_source(settings: ExporterSettings) -> PodResourcesSource | None:
     """The kubelet pod-resources reader the settings ask for; None when off or in cluster mode."""
     choice, node = settings.pod_resources, settings.observer.node_name
-    if choice == "none" or node is None:
+    if node is None:
         return None
     try:
-        if choice.startswith("unix://"):
-            from exporter.podresources_kubelet import KubeletPodResources
-
-            return KubeletPodResources(choice.removeprefix("unix://"), node)
-        from exporter.podresources_remote import RemotePodResources
-
-        return RemotePodResources(choice.removeprefix("sim:"), node)
+        return sources.POD_RESOURCES.open(choice, node)
     except ValueError as exc:
         raise UsageError(f"--pod-resources {choice}: {exc}") from exc
 
@@ -398,20 +394,14 @@ def nvml_source(settings: ExporterSettings) -> NvmlSource | None:
     """The NVML reader the settings ask for, started; None in cluster mode or without a driver."""
     choice = settings.nvml.source
     node = settings.observer.node_name
-    if choice == "none" or node is None:
+    if node is None:
         return None
-    source: NvmlSource
-    if choice.startswith("sim:"):
-        from exporter.nvml_remote import RemoteNvmlSource
-
-        try:
-            source = RemoteNvmlSource(choice.removeprefix("sim:"), node)
-        except ValueError as exc:
-            raise UsageError(f"--nvml {choice}: {exc}") from exc
-    else:
-        from exporter.nvml_pynvml import PynvmlSource
-
-        source = PynvmlSource()
+    try:
+        source = sources.NVML.open(choice, node)
+    except ValueError as exc:
+        raise UsageError(f"--nvml {choice}: {exc}") from exc
+    if source is None:
+        return None
     if not source.start():
         # The source has said why, once; the exporter carries on without NVML series.
         if choice == "pynvml":

@@ -4,7 +4,9 @@ Failure policy (as for the NVML readers): an answer that cannot be read is no ve
 `allocatable()` and `assignments()` return None, logged once when reads of that method start
 failing and once when they recover, and counted in `failures`; the exporter keeps the evidence it
 had. A subclass supplies `_fetch(method)`: the answer's message bytes (`ALLOCATABLE`:
-`AllocatableResourcesResponse`, `LIST`: `ListPodResourcesResponse`), or OSError saying why not.
+`AllocatableResourcesResponse`, `LIST`: `ListPodResourcesResponse`), or OSError saying why not;
+or a `PodResourcesFetch` does, through `FetchingReader` (a reader the launcher plugs in,
+`exporter.sources`).
 
 Synchronous: call it from a worker thread (the observer's NVML poll).
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from exporter.podresources import (
     Allocatable,
@@ -79,3 +81,32 @@ class CountingReader:
     def _fetch(self, method: str) -> bytes:
         """The answer's message bytes; OSError when there is none."""
         raise NotImplementedError
+
+
+class PodResourcesFetch(Protocol):
+    """One node's pod-resources answers as message bytes, by the method's gRPC name."""
+
+    @property
+    def where(self) -> str:
+        """How log lines name the reader (an address)."""
+        ...
+
+    def fetch(self, method: str) -> bytes:
+        """The answer's message bytes; OSError when there is none."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class FetchingReader(CountingReader):
+    """`PodResourcesSource` over a `PodResourcesFetch`, failures counted."""
+
+    def __init__(self, node: str, fetcher: PodResourcesFetch) -> None:
+        super().__init__(node, fetcher.where)
+        self._fetcher = fetcher
+
+    def close(self) -> None:
+        self._fetcher.close()
+
+    def _fetch(self, method: str) -> bytes:
+        return self._fetcher.fetch(method)

@@ -12,6 +12,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from exporter import sources
 from exporter.sharding import UNSHARDED, Shard
 from gpuhealth import fields
 from gpuhealth.http import ServerSettings
@@ -25,20 +26,11 @@ DEFAULT_PORT = 9842
 
 DEFAULT_LISTEN = f"0.0.0.0:{DEFAULT_PORT}"
 
-NVML_SOURCES = "auto, none, pynvml or sim:URL"
-POD_RESOURCES_SIM = re.compile(r"sim:https?://\S+")
-"""`--pod-resources sim:URL`: the simulated cluster's base URL."""
-POD_RESOURCES_UNIX = re.compile(r"unix://(/\S+)")
-"""`--pod-resources unix:///PATH`: the kubelet's pod-resources socket, an absolute path
-(on a node: unix:///var/lib/kubelet/pod-resources/kubelet.sock)."""
-POD_RESOURCES_SOURCES = "none, unix:///PATH (the kubelet's socket) or sim:URL"
-
 
 def check_nvml_source(value: str) -> str:
-    """`value` if it names an NVML source (NVML_SOURCES); ValueError saying what is expected."""
-    if value in ("auto", "none", "pynvml") or (value.startswith("sim:") and len(value) > len("sim:")):
-        return value
-    raise ValueError(f"{value!r}: expected {NVML_SOURCES}")
+    """`value` if it names an NVML source (`exporter.sources.NVML`); ValueError saying what is expected."""
+    sources.NVML.choice(value)
+    return value
 
 
 HEALTH_PRODUCER_FORM = "DRIVER=NAMESPACE/LABEL-SELECTOR"
@@ -206,8 +198,8 @@ class NvmlSettings:
     """NVML in node mode."""
 
     source: str = "auto"
-    """auto (pynvml where a driver is present, else none), none, pynvml, or sim:URL (the
-    simulated cluster's fake NVML for that node)."""
+    """auto (pynvml where a driver is present, else none), none, pynvml, or another choice the
+    launcher added (`exporter.sources.NVML`: the test harness's sim:URL, a simulated node's NVML)."""
     poll_seconds: float = 1.0
     """Readings poll period. Status age in node mode grows from the last reachable
     reading, so this bounds how fresh a healthy device can look (1 s << the 30 s DRA
@@ -250,8 +242,9 @@ class ExporterSettings:
     """NVML readings in node mode."""
     pod_resources: str = "none"
     """Node mode, with NVML: the kubelet's allocatable devices as an idle device-plugin GPU's
-    evidence; none, unix:///PATH (the kubelet's pod-resources socket), or sim:URL (the simulated
-    node's kubelet view). A GPU NVML reaches that the kubelet does not offer reads Unhealthy.
+    evidence; none, unix:///PATH (the kubelet's pod-resources socket), or another choice the
+    launcher added (`exporter.sources.POD_RESOURCES`: the test harness's sim:URL). A GPU NVML
+    reaches that the kubelet does not offer reads Unhealthy.
     Only for device-plugin nodes (DRA devices are never in the kubelet's allocatable list: their
     slice speaks for them, and on a DRA node every idle GPU would read Unhealthy until it does),
     so `none` unless asked: the DaemonSet on device-plugin nodes asks."""
@@ -269,21 +262,18 @@ class ExporterSettings:
 
     def __post_init__(self) -> None:
         fields.positive(self, "collector_young_threshold", "allocations", whole=True)
-        if not (
-            self.pod_resources == "none"
-            or POD_RESOURCES_SIM.fullmatch(self.pod_resources)
-            or POD_RESOURCES_UNIX.fullmatch(self.pod_resources)
-        ):
-            raise fields.SettingsError(
-                f"ExporterSettings.pod_resources must be {POD_RESOURCES_SOURCES}, got {self.pod_resources!r}"
-            )
+        try:
+            sources.POD_RESOURCES.choice(self.pod_resources)
+        except ValueError as exc:
+            raise fields.SettingsError(f"ExporterSettings.pod_resources {exc}") from None
         if self.pod_resources != "none" and (self.observer.node_name is None or self.nvml.source == "none"):
             raise fields.SettingsError(
                 "ExporterSettings.pod_resources reads one node's kubelet beside its NVML: "
                 "give ObserverSettings.node_name (--node) and an NVML source"
             )
-        if self.nvml.source.startswith("sim:") and self.observer.node_name is None:
+        nvml = sources.NVML.choice(self.nvml.source)
+        if nvml.one_node and self.observer.node_name is None:
             raise fields.SettingsError(
-                "NvmlSettings.source sim:URL reads one node's simulated NVML: "
+                f"NvmlSettings.source {nvml.form} reads one node's NVML: "
                 "give ObserverSettings.node_name (--node) too"
             )

@@ -12,6 +12,8 @@ collects them and dispatches (`gpuhealth.cli.run_command` maps errors to exit co
   error line saying what is missing and how a checkout installs it (exit 2), never a
   traceback. A harness module that fails for any other reason than a missing module raises:
   a broken harness is a defect to see, not a command to hide.
+- The harness's exporter sources, `--nvml sim:URL` and `--pod-resources sim:URL`, the same way
+  (`gpuhealth_cli.sources`): offered where `simulator` imports, refused with the reason where not.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from exporter import cli as exporter_cli
 from gpuhealth import __version__
 from gpuhealth.cli import run_command
 from gpuhealth.cliargs import UsageError, command
+from gpuhealth_cli import sources as harness_sources
 from responder import cli as responder_cli
 from rules import cli as rules_cli
 
@@ -118,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="log verbosity (default: INFO)",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    harness_sources.register()  # before the exporter's flags list their choices
     for module in PRODUCT:
         module.register(subparsers)
     absent: list[str] = []

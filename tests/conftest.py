@@ -2,7 +2,8 @@
 
 Aspects covered here: no test may leave asyncio tasks running behind it; a test that starts
 a real server carries the `integration` marker; no property test depends on the machine's
-speed (the Hypothesis profile below).
+speed (the Hypothesis profile below). The harness's exporter sources (`sim:URL`) are offered here
+as the `gpuhealth` command offers them (`gpuhealth_cli.sources`).
 
 Markers (declared in pyproject.toml):
 - `integration`: the test starts a real server: Prometheus or Alertmanager, a child process
@@ -27,11 +28,17 @@ from typing import Any, NoReturn
 import pytest
 from hypothesis import HealthCheck, settings
 
+from gpuhealth_cli import sources as harness_sources
+
 # Property tests judge what the code computes, never how fast the machine is: Hypothesis' own
 # wall-clock checks (a 200 ms deadline per example, "input generation is slow") fail a correct
 # test when the shared machine stalls a worker for a second. Tests may still set other limits.
 settings.register_profile("gpuhealth", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("gpuhealth")
+
+# The tests launch exporters with the harness's sources, in-process too (settings built directly),
+# as the `gpuhealth` command does where the harness imports.
+harness_sources.register()
 
 
 @pytest.fixture(autouse=True)

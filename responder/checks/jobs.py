@@ -118,8 +118,6 @@ class CheckSettings:
     accepts the variable from unprivileged containers; MIG cards always take this route)."""
     device_class: str = DEVICE_CLASS
     """DeviceClass of the DRA driver's GPUs (NVIDIA's DRA driver names its class so)."""
-    run_seconds: str = ""
-    """Simulation only: `sim.gpuhealth.io/run-seconds` on the pod (empty: the simulator's default)."""
 
     def __post_init__(self) -> None:
         for name, spec in (("probe", self.probe), ("canary", self.canary)):
@@ -248,8 +246,6 @@ class JobChecks:
         request = self._request(record, name)
         check = s.spec(kind)
         annotations = {"gpuhealth.io/device": f"{record.spec.node}/{record.spec.device}"}
-        if s.run_seconds:
-            annotations["sim.gpuhealth.io/run-seconds"] = s.run_seconds
         annotations.update(request.annotations)
         pod_spec: dict[str, Any]
         if check.diag is not None:

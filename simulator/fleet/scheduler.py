@@ -20,12 +20,12 @@ Two kinds of pods reach it:
   each (`scheduler_filters`: NodeUnschedulable, TaintToleration, NodeAffinity,
   NodeResourcesFit; `dra_allocator`: DynamicResources; then the configured extenders,
   `extender_client`), scores the feasible nodes (least allocated, plus extender priorities;
-  ties broken by the fleet's seeded rng) and binds through the pods/binding semantics
-  (`simulator.apiserver.binding`). It writes `Scheduled` and `FailedScheduling` Events, the
-  pod's PodScheduled condition, the claims the resource claim controller generates from
-  templates and their allocation. Unschedulable pods are retried when a node, pod, slice,
-  claim, DeviceClass or DeviceTaintRule changes in a way that could help, and after a backoff
-  (1 s doubling to 10 s, simulated time). Running those pods is the kubelet's part.
+  ties broken by the fleet's seeded rng; the node search and pick: `scheduler_nodes`) and binds
+  through the pods/binding semantics (`simulator.apiserver.binding`). It writes `Scheduled` and
+  `FailedScheduling` Events, the pod's PodScheduled condition, the claims the resource claim
+  controller generates from templates and their allocation. Unschedulable pods are retried when
+  a node, pod, slice, claim, DeviceClass or DeviceTaintRule changes in a way that could help,
+  and after a backoff (1 s doubling to 10 s, simulated time). Running those pods is the kubelet's part.
 """
 
 from __future__ import annotations
@@ -48,11 +48,7 @@ from simulator.fleet import mig, objects
 from simulator.fleet.cel import CelUnsupported
 from simulator.fleet.device_manager import allocate
 from simulator.fleet.dra_allocator import (
-    REASON_CANNOT_ALLOCATE,
-    ClaimPlan,
     Unfit,
-    allocate_planned,
-    devices_needed,
     plan,
     pod_claims,
 )
@@ -67,13 +63,10 @@ from simulator.fleet.scheduler_filters import (
     PodInfo,
     QuantityError,
     failed_scheduling_message,
-    feasible_nodes_to_find,
-    filter_node,
     mark_unschedulable,
     pod_info,
-    preemption_could_help,
-    score_node,
 )
+from simulator.fleet.scheduler_nodes import DraCycle, explain, find_nodes, pick
 from simulator.fleet.state import PendingPod, SimNode, SimPod
 from simulator.fleet.timers import Timers
 from simulator.fleet.writes import write_status
@@ -430,7 +423,7 @@ class Scheduler:
         ignored = frozenset().union(*(e.config.ignored_resources() for e in self._extenders))
         try:
             dra = (
-                _DraCycle(plan(claims, self.cache.classes), list(self.cache.rules.values()))
+                DraCycle(plan(claims, self.cache.classes), list(self.cache.rules.values()))
                 if claims
                 else None
             )
@@ -440,7 +433,7 @@ class Scheduler:
         except Unfit as exc:
             self._unschedulable_pod(obj, failed_scheduling_message(total, {exc.reason: total}, 0))
             return
-        feasible, allocations = self._find_nodes(pod, dra, ignored)
+        feasible, allocations = find_nodes(self.cache, pod, dra, ignored)
         extender_scores: dict[str, int] = {}
         if feasible:
             try:
@@ -457,81 +450,13 @@ class Scheduler:
                 self._unschedulable_pod(obj, failed_scheduling_message(total, reasons, 0))
                 return
         if not feasible:
-            self._unschedulable_pod(obj, self._explain(pod, dra, ignored, total))
+            self._unschedulable_pod(obj, explain(self.cache, pod, dra, ignored, total))
             return
-        node = self._pick(pod, feasible, extender_scores)
+        node = pick(self.cache, pod, feasible, extender_scores, self._rng)
         self._bind(obj, pod, node, claims, allocations.get(node, {}))
-
-    def _node_fits(
-        self, pod: PodInfo, name: str, dra: _DraCycle | None, ignored: frozenset[str]
-    ) -> tuple[list[str], dict[str, dict[str, Any]]]:
-        """(reasons the node fails, or none; the claims' allocations on it)."""
-        info = self.cache.nodes[name]
-        reasons = filter_node(pod, info, ignored)
-        if reasons or dra is None:
-            return reasons, {}
-        if self.cache.free_devices(name) < dra.needed:
-            return [REASON_CANNOT_ALLOCATE], {}
-        try:
-            allocations = allocate_planned(
-                dra.plans, name, info.labels, self.cache.devices.get(name, ()), self.cache.in_use, dra.rules,
-                self.cache.matches,
-            )  # fmt: skip
-        except Unfit as exc:
-            return [exc.reason], {}
-        return [], allocations
-
-    def _find_nodes(
-        self, pod: PodInfo, dra: _DraCycle | None, ignored: frozenset[str]
-    ) -> tuple[list[str], dict[str, dict[str, dict[str, Any]]]]:
-        """Feasible nodes, up to kube-scheduler's adaptive number, and their claim allocations.
-
-        A pod asking for GPUs looks only at nodes with that many free (the freest first)."""
-        want = feasible_nodes_to_find(len(self.cache.nodes))
-        gpus = pod.requests.get(GPU_RESOURCE, 0)
-        if gpus > 0 and GPU_RESOURCE not in ignored:
-            candidates = self.cache.gpu_candidates(-(-gpus // 1000))
-        else:
-            candidates = self.cache.all_candidates()
-        feasible: list[str] = []
-        allocations: dict[str, dict[str, dict[str, Any]]] = {}
-        for name in candidates:
-            reasons, allocation = self._node_fits(pod, name, dra, ignored)
-            if reasons:
-                continue
-            feasible.append(name)
-            if allocation:
-                allocations[name] = allocation
-            if len(feasible) >= want:
-                break
-        return feasible, allocations
-
-    def _explain(self, pod: PodInfo, dra: _DraCycle | None, ignored: frozenset[str], total: int) -> str:
-        """Why no node fits, every node's first failing filter counted (only on failure: it scans all)."""
-        reasons: dict[str, int] = {}
-        resolvable = 0
-        for name in list(self.cache.nodes):
-            found, _ = self._node_fits(pod, name, dra, ignored)
-            for reason in found:
-                reasons[reason] = reasons.get(reason, 0) + 1
-            resolvable += preemption_could_help(found)
-        return failed_scheduling_message(total, reasons, resolvable)
 
     def _node_object(self, name: str) -> dict[str, Any]:
         return self._store.get("nodes", name)
-
-    def _pick(self, pod: PodInfo, feasible: list[str], extra: Mapping[str, int]) -> str:
-        """The best-scored node; among equals, one chosen by the seeded rng (kube-scheduler
-        picks uniformly among its top scores)."""
-        best: list[str] = []
-        top = -1
-        for name in feasible:
-            score = score_node(pod, self.cache.nodes[name]) + extra.get(name, 0)
-            if score > top:
-                top, best = score, [name]
-            elif score == top:
-                best.append(name)
-        return best[0] if len(best) == 1 else self._rng.choice(best)
 
     # ------------------------------------------------------------------ binding and its records
 
@@ -694,17 +619,6 @@ async def extenders_pass(
         log.info("scheduler: extender refused %s: %s", pending.key, exc)
         return set()
     return set(passed)
-
-
-class _DraCycle:
-    """A DRA pod's claims as planned for one scheduling cycle."""
-
-    __slots__ = ("needed", "plans", "rules")
-
-    def __init__(self, plans: list[ClaimPlan], rules: list[dict[str, Any]]) -> None:
-        self.plans = plans
-        self.needed = devices_needed(plans)
-        self.rules = rules
 
 
 class _Relist(Exception):

@@ -7,7 +7,8 @@ gpuhealth`; every product command (`exporter`, `devices`, `rules`, `responder`, 
 render --check` finds the installed rule files fresh; an operator command that reaches for a
 cluster it cannot read fails with one error line, not a traceback (the Kubernetes client stack
 imports without the harness). The harness is absent: its commands are not listed, and typed
-anyway say they are not part of this installation (exit 2); `simulator`, `demo`, `bench`,
+anyway say they are not part of this installation (exit 2), as do its exporter sources
+(`--nvml sim:URL`, `--pod-resources sim:URL`); `simulator`, `demo`, `bench`,
 `dashboards`, `gpuhealth.testing` and the harness's third-party dependencies
 (kubernetes-validate, jsonpatch, grafana-foundation-sdk, rich) do not import.
 
@@ -160,6 +161,15 @@ def test_the_harness_is_not_installed(installed: Installed) -> None:
             "test harness, which only a source checkout holds (run `make setup` there)\n"
         )
     assert f"Not in this installation: {', '.join(HARNESS_COMMANDS)}" in top.stdout
+    # The harness's exporter sources likewise: refused with the reason, before anything starts.
+    for flag in ("--nvml", "--pod-resources"):
+        refused = installed.gpuhealth("exporter", "--node", "n", flag, "sim:http://127.0.0.1:1")
+        assert refused.returncode == 2, (flag, refused)
+        # A flag's value argparse refuses comes after the usage, as for any bad flag.
+        error = refused.stderr.splitlines()[-1]
+        assert error.startswith("gpuhealth exporter: error: "), refused.stderr
+        assert "sim: sources need the gpuhealth test harness (simulator package)" in error
+        assert "Traceback" not in refused.stderr, refused.stderr
     python = str(installed.bin / "python")
     attempt = (
         "import importlib, json, sys\n"

@@ -16,10 +16,11 @@ import pytest
 from kubernetes import client
 
 from exporter.podresources import Allocatable
-from exporter.podresources_remote import RemotePodResources
+from exporter.podresources_reads import FetchingReader
 from gpuhealth.kube.config import api_client
 from gpuhealth.testing.loopback import wait_until
 from simulator.fleet.objects import DRA_PLUGIN_NAMESPACE
+from simulator.podresources_remote import RemotePodResources
 from simulator.testing import running_cluster
 
 pytestmark = pytest.mark.integration
@@ -147,12 +148,17 @@ def test_scenario_served_to_the_official_client_changes_as_faults_land() -> None
         # The kubelets' pod-resources view, as a node-mode exporter reads it: the device-plugin
         # GPUs the plugin reports Healthy; none on a DRA node; an unknown node is no answer.
         uuids = cluster.call(lambda c: [g.uuid for g in c.fleet.nodes["dp-0"].gpus])
-        allocatable = RemotePodResources(cluster.url, "dp-0").allocatable()
+        allocatable = _reader(cluster.url, "dp-0").allocatable()
         assert allocatable is not None
         assert [allocatable.lists(u) for u in uuids] == [True, False, True, True]
-        assert RemotePodResources(cluster.url, "dra-0").allocatable() == Allocatable({})
-        nowhere = RemotePodResources(cluster.url, "nope")
+        assert _reader(cluster.url, "dra-0").allocatable() == Allocatable({})
+        nowhere = _reader(cluster.url, "nope")
         assert nowhere.allocatable() is None and nowhere.failures == 1
+
+
+def _reader(url: str, node: str) -> FetchingReader:
+    """The node's pod-resources as a node-mode exporter reads them (`--pod-resources sim:URL`)."""
+    return FetchingReader(node, RemotePodResources(url, node))
 
 
 def test_faults_injected_over_http_are_validated_and_applied() -> None:

@@ -24,9 +24,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from exporter.nvml_remote import READ_FIELDS, RemoteNvmlSource, event_from_json, reading_from_json
 from gpuhealth.nvml import DeviceReading, MigDevice, XidEvent
 from gpuhealth.testing.loopback import free_port
+from simulator.nvml_remote import READ_FIELDS, RemoteNvmlSource, event_from_json, reading_from_json
 
 pytestmark = pytest.mark.integration
 
@@ -131,7 +131,7 @@ async def test_drain_polls_when_nobody_read_since_the_last_drain(sim: tuple[Fake
 
 async def test_no_simulator_means_start_false_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     src = RemoteNvmlSource(f"http://127.0.0.1:{free_port()}", NODE, timeout=1.0)
-    with caplog.at_level(logging.WARNING, logger="exporter.nvml_remote"):
+    with caplog.at_level(logging.WARNING, logger="simulator.nvml_remote"):
         assert await asyncio.to_thread(src.start) is False
         assert await asyncio.to_thread(src.start) is False
     assert len(caplog.records) == 1
@@ -146,7 +146,7 @@ async def test_unknown_node_means_start_false(
 ) -> None:
     _, url = sim
     src = RemoteNvmlSource(url, "no-such-node")
-    with caplog.at_level(logging.WARNING, logger="exporter.nvml_remote"):
+    with caplog.at_level(logging.WARNING, logger="simulator.nvml_remote"):
         assert await asyncio.to_thread(src.start) is False
     assert "HTTP 404" in caplog.text
 
@@ -159,7 +159,7 @@ async def test_failures_after_start_give_no_readings_not_lost_gpus(
     assert await asyncio.to_thread(src.start)
     fake.status = 503
     fake.xid("GPU-0000", 79, 3.0)
-    with caplog.at_level(logging.INFO, logger="exporter.nvml_remote"):
+    with caplog.at_level(logging.INFO, logger="simulator.nvml_remote"):
         assert await asyncio.to_thread(src.read) == []
         assert await asyncio.to_thread(src.read) == []
         fake.status = 200
@@ -239,7 +239,7 @@ async def test_a_malformed_device_or_event_is_skipped_alone(
     fake.events.append({"uuid": "GPU-0000", "xid": "79", "timestamp": 1.0, "seq": 1})
     fake.seq = 1
     fake.xid("GPU-0000", 48, 2.0)
-    with caplog.at_level(logging.WARNING, logger="exporter.nvml_remote"):
+    with caplog.at_level(logging.WARNING, logger="simulator.nvml_remote"):
         assert await asyncio.to_thread(src.read) == readings()
         assert await asyncio.to_thread(src.drain_xid_events) == [XidEvent("GPU-0000", 48, 2.0)]
     assert "temperature_celsius must be a number" in caplog.text

@@ -21,12 +21,12 @@ import json
 import logging
 import threading
 import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
 from gpuhealth.nvml import DeviceReading, MigDevice, XidEvent
+from simulator.node_routes import node_route
 
 log = logging.getLogger(__name__)
 
@@ -127,13 +127,7 @@ class RemoteNvmlSource:
     """Reads one simulated node's NVML over HTTP; see the module docstring for failures."""
 
     def __init__(self, base_url: str, node: str, *, timeout: float = 2.0) -> None:
-        if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must be an http(s) URL, got {base_url!r}")
-        if not node:
-            raise ValueError("node must be a node name")
-        if timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
-        self._url = f"{base_url.rstrip('/')}/simulator/v1/nodes/{urllib.parse.quote(node, safe='')}/nvml"
+        self._url = node_route(base_url, node, "nvml", timeout)
         self._node = node
         self._timeout = timeout
         self._lock = threading.Lock()
