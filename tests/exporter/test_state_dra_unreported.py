@@ -7,12 +7,14 @@ shows the pod on the claim's devices (the allocation the kubelet's report would 
 `claim:<podClaim>/<request>`, claim), on `gpu_device_allocation_info`, only while the claim's
 `status.reservedFor` lists the pod's uid; the device's health stays its slice's (the pod reports
 nothing). A kubelet that does write the status wins (no double holding); the claim deleted or its
-reservation gone drops the holding; claim, slice and pod arriving in any order end the same.
+reservation gone drops the holding; claim, slice and pod arriving in any order end the same; after a
+restart the holding comes back from the directory, still report-less.
 """
 
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.decode import pod_from_dict
+from exporter.directory import Directory, open_store
 from exporter.exposition import render_metrics
+from exporter.observer import persist
 from exporter.parse import ExtendedAllocation, parse_pod, parse_pod_struct
 from exporter.snapshot import SOURCE_POD, SOURCE_SLICE, Allocation
 from exporter.state import DeviceStateStore
@@ -207,3 +211,24 @@ def test_the_holding_follows_the_last_word_of_pod_and_claim(steps: list[str]) ->
     running = pod_state in ("report", "silent")
     want = running and claim_state != "gone" and (pod_state == "report" or claim_state == "reserve")
     assert _held(store) == ((HELD,) if want else ())
+
+
+def test_after_a_restart_the_holding_comes_back_report_less(tmp_path: Path, clock: ManualClock) -> None:
+    path = str(tmp_path / "directory.sqlite")
+    directory = Directory(path, clock=clock)
+    store = open_store(directory, clock)
+    store.apply_slice("ADDED", _slice())
+    store.apply_claim("ADDED", _claim())
+    store.apply_pod("ADDED", _pod())
+    persist(store, directory, force=True)
+    directory.close()
+    directory = Directory(path, clock=clock)
+    restored = open_store(directory, clock)
+    assert _held(restored) == (HELD,)
+    clock.advance(5)
+    restored.apply_slice("ADDED", _slice({"gpu-1": [XID]}))
+    restored.apply_claim("ADDED", _claim())
+    restored.apply_pod("ADDED", _pod())
+    device = restored.snapshot().devices[("node-1", U1)]
+    assert (device.health, device.source, device.allocations) == ("Unhealthy", SOURCE_SLICE, (HELD,))
+    directory.close()
