@@ -146,6 +146,8 @@ def pod_signature(pod: dict[str, Any]) -> bytes | None:
     compact value costs about half of a deep comparison against the previous event's
     dicts, which are cold in the CPU cache by then (and keeping them alive would hold
     thousands of small objects per pod). None when the pod is too malformed to have one.
+    The claims of `spec.containers` (`PodObservation.claimed`) are left out: the API refuses to
+    change them, so they cannot move between two versions of one pod.
     """
     try:
         status = pod.get("status") or _EMPTY
