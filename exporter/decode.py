@@ -75,9 +75,28 @@ class ExtendedClaimStatus(msgspec.Struct, frozen=True, gc=False, rename="camel")
     request_mappings: tuple[RequestMapping, ...] | None = None
 
 
+class ContainerClaim(msgspec.Struct, frozen=True, gc=False):
+    """`spec.containers[].resources.claims[]`: a pod claim (and request) the container uses."""
+
+    name: str | None = None
+    request: str | None = None
+
+
+class ContainerResources(msgspec.Struct, frozen=True, gc=False):
+    claims: tuple[ContainerClaim, ...] | None = None
+
+
+class ContainerSpec(msgspec.Struct, frozen=True, gc=False):
+    """A container of `spec.containers`, reduced to the claims it uses (immutable in the API)."""
+
+    name: str | None = None
+    resources: ContainerResources | None = None
+
+
 class PodSpec(msgspec.Struct, frozen=True, gc=False, rename="camel"):
     node_name: str | None = None
     resource_claims: tuple[ClaimRef, ...] | None = None
+    containers: tuple[ContainerSpec, ...] | None = None
 
 
 class PodStatus(msgspec.Struct, frozen=True, gc=False, rename="camel"):

@@ -4,7 +4,8 @@ Owns two indexes built from watched objects, and the rule that turns a pod's DRA
 into a canonical device identity:
 
 - ResourceClaims by (namespace, name): the allocation results `{request, driver, pool,
-  device}` in order, and the claim's uid (CDI device IDs embed it).
+  device}` in order, the claim's uid (CDI device IDs embed it), and the uids of the pods its
+  `status.reservedFor` lists (a pod whose kubelet reports nothing holds the devices only then).
 - ResourceSlice devices by (driver, pool, device), as `gpuhealth.kube.slices` reads them, each
   as the exporter governs it (`GovernedDevice`): the node, the `uuid` attribute (the GPU UUID the
   NVIDIA driver publishes), and the taints the driver put on the device. A MIG device (its
@@ -47,6 +48,8 @@ class ClaimInfo:
     results: tuple[ClaimResult, ...]
     by_device: dict[str, ClaimResult] = field(default_factory=dict, compare=False)
     """Results by device name (several pools may share a name: the first one wins here)."""
+    reserved: frozenset[str] = frozenset()
+    """The uids of the pods `status.reservedFor` lists (other consumers are not pods)."""
 
     def __post_init__(self) -> None:
         for result in self.results:
@@ -189,7 +192,28 @@ def parse_claim(obj: Any) -> ClaimInfo | str:
         if not (result.driver and result.pool and result.device):
             return MALFORMED_CLAIM
         results.append(result)
-    return ClaimInfo(namespace=namespace, name=name, uid=_text(meta.get("uid")), results=tuple(results))
+    return ClaimInfo(
+        namespace=namespace,
+        name=name,
+        uid=_text(meta.get("uid")),
+        results=tuple(results),
+        reserved=_reserved_pods(status.get("reservedFor") if isinstance(status, dict) else None),
+    )
+
+
+def _reserved_pods(raw: Any) -> frozenset[str]:
+    """The pod uids of `status.reservedFor`; a malformed item says no pod (never the claim
+    malformed: its allocation still names the devices of pods that report on them)."""
+    if not isinstance(raw, list):
+        return frozenset()
+    return frozenset(
+        _text(item.get("uid"))
+        for item in raw
+        if isinstance(item, dict)
+        and item.get("resource") == "pods"
+        and not item.get("apiGroup")
+        and item.get("uid")
+    )
 
 
 def parse_slice(obj: Any) -> tuple[str, tuple[GovernedDevice, ...]] | str:
@@ -267,11 +291,16 @@ class IdentityIndex:
     devices: dict[DeviceRef, GovernedDevice] = field(default_factory=dict)
 
     def put_claim(self, claim: ClaimInfo) -> bool:
-        """Store a claim; True when its results changed."""
+        """Store a claim; True when its results, uid or reservations changed."""
         key = (claim.namespace, claim.name)
         previous = self.claims.get(key)
         self.claims[key] = claim
-        return previous is None or previous.results != claim.results or previous.uid != claim.uid
+        return (
+            previous is None
+            or previous.results != claim.results
+            or previous.uid != claim.uid
+            or previous.reserved != claim.reserved
+        )
 
     def drop_claim(self, namespace: str, name: str) -> bool:
         return self.claims.pop((namespace, name), None) is not None

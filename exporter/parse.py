@@ -14,6 +14,10 @@ reason reported in `errors`, so the observer counts it and goes on.
   `spec.resourceClaims[].resourceClaimName`). Which device of the claim an entry means is
   decided later by `exporter.identity`, which knows the claims.
 - Only `containerStatuses` are read: the kubelet never fills init or ephemeral ones.
+- A DRA pod's claims as its containers use them (`spec.containers[].resources.claims`) are read
+  too, resolved to their ResourceClaims the same way, under the name the kubelet reports them by:
+  where a kubelet writes no `allocatedResourcesStatus` (the `ResourceHealthStatus` gate off,
+  before 1.36) the state holds them through the claim (`PodObservation.claimed`).
 """
 
 from __future__ import annotations
@@ -96,17 +100,22 @@ class ResourceEntry(NamedTuple):
 
 
 class ExtendedAllocation(NamedTuple):
-    """One `requestMappings[]` item of `status.extendedResourceClaimStatus` (KEP-5004): devices the
-    pod holds through the scheduler's special claim, with no health said about them (the kubelet
-    writes no allocatedResourcesStatus for such pods: kubernetes#139939)."""
+    """Devices a container holds through a claim's request, with no health said about them.
+
+    One `requestMappings[]` item of `status.extendedResourceClaimStatus` (KEP-5004): the
+    scheduler's special claim (the kubelet writes no allocatedResourcesStatus for such pods:
+    kubernetes#139939); or one `spec.containers[].resources.claims[]` item of a DRA pod
+    (`PodObservation.claimed`)."""
 
     container: str
     resource: str
-    """The extended resource, `nvidia.com/gpu`."""
+    """The extended resource, `nvidia.com/gpu`; for a DRA pod's claim, the name the kubelet
+    reports it by: `claim:<podClaimName>[/<request>]`."""
     claim: str
-    """The special ResourceClaim's name."""
+    """The ResourceClaim's name (the special one for KEP-5004)."""
     request: str
-    """The claim's request that serves it (its name is the scheduler's; read, never derived)."""
+    """The claim's request that serves it (its name is the scheduler's; read, never derived);
+    empty where a container uses the whole claim."""
 
 
 class PodObservation(NamedTuple):
@@ -123,6 +132,9 @@ class PodObservation(NamedTuple):
     errors: tuple[str, ...] = ()
     extended: tuple[ExtendedAllocation, ...] = ()
     """Devices held through a DRA-backed extended resource: allocations without reports."""
+    claimed: tuple[ExtendedAllocation, ...] = ()
+    """The pod's DRA claims as its containers use them, those whose ResourceClaim the pod names:
+    held with no report where its kubelet writes none on them (`PodLayout.resolve_silent`)."""
 
 
 def pod_signature(pod: dict[str, Any]) -> bytes | None:
@@ -134,6 +146,8 @@ def pod_signature(pod: dict[str, Any]) -> bytes | None:
     compact value costs about half of a deep comparison against the previous event's
     dicts, which are cold in the CPU cache by then (and keeping them alive would hold
     thousands of small objects per pod). None when the pod is too malformed to have one.
+    The claims of `spec.containers` (`PodObservation.claimed`) are left out: the API refuses to
+    change them, so they cannot move between two versions of one pod.
     """
     try:
         status = pod.get("status") or _EMPTY
@@ -228,6 +242,7 @@ def parse_pod(pod: Any) -> PodObservation | None:
     terminal = is_terminal_status(status)
     entries: list[ResourceEntry] = []
     statuses = status.get("containerStatuses") if status else None
+    claim_names: dict[str, str] | None = None
     if statuses:
         if isinstance(statuses, list):
             claim_names = _claim_names(pod, errors)
@@ -236,6 +251,12 @@ def parse_pod(pod: Any) -> PodObservation | None:
         else:
             errors.append(MALFORMED_POD)
     extended = _extended_dict(status.get("extendedResourceClaimStatus") if status else None, errors)
+    claimed: tuple[ExtendedAllocation, ...] = ()
+    uses = _container_claims_dict(spec.get("containers") if spec else None, errors)
+    if uses:
+        if claim_names is None:
+            claim_names = _claim_names(pod, errors)
+        claimed = _holdings(uses, claim_names)
     return PodObservation(
         uid=uid or f"{namespace}/{name}",
         namespace=namespace,
@@ -246,7 +267,67 @@ def parse_pod(pod: Any) -> PodObservation | None:
         entries=tuple(entries),
         errors=tuple(errors),
         extended=extended,
+        claimed=claimed,
     )
+
+
+def _container_claims_dict(containers: Any, errors: list[str]) -> list[tuple[str, str, str]]:
+    """(container, pod claim, request) of each `spec.containers[].resources.claims[]` item of a
+    Pod dict; a piece of the wrong type counts and says nothing."""
+    if not containers:
+        return []
+    if not isinstance(containers, list):
+        errors.append(MALFORMED_POD)
+        return []
+    out = []
+    for c in containers:
+        resources = c.get("resources") if isinstance(c, dict) else None
+        claims = resources.get("claims") if isinstance(resources, dict) else None
+        if not claims:
+            continue
+        if not isinstance(claims, list):
+            errors.append(MALFORMED_POD)
+            continue
+        container = c.get("name")
+        for item in claims:
+            name = item.get("name") if isinstance(item, dict) else None
+            request = item.get("request") if isinstance(item, dict) else None
+            if name is None:
+                continue  # as the Struct path reads it: nothing to hold
+            if not isinstance(name, str) or (request is not None and not isinstance(request, str)):
+                errors.append(MALFORMED_POD)
+                continue
+            if isinstance(container, str):
+                out.append((container, name, request or ""))
+    return out
+
+
+def _container_claims_struct(spec: PodSpec | None) -> list[tuple[str, str, str]]:
+    """`_container_claims_dict` over the decoded Struct (msgspec checked the types)."""
+    out = []
+    for c in (spec.containers if spec is not None else None) or ():
+        claims = c.resources.claims if c.resources is not None else None
+        for item in claims or ():
+            if item.name is None:
+                continue
+            if c.name is not None:
+                out.append((c.name, item.name, item.request or ""))
+    return out
+
+
+def _holdings(
+    uses: list[tuple[str, str, str]], claim_names: dict[str, str]
+) -> tuple[ExtendedAllocation, ...]:
+    """The container claims whose ResourceClaim the pod names, under the name the kubelet reports
+    them by (`claim:<podClaimName>[/<request>]`, as `_parse_container` reads it back)."""
+    out = []
+    for container, pod_claim, request in uses:
+        claim = claim_names.get(pod_claim, "")
+        if not (container and pod_claim and claim):
+            continue
+        resource = f"{CLAIM_PREFIX}{pod_claim}/{request}" if request else f"{CLAIM_PREFIX}{pod_claim}"
+        out.append(ExtendedAllocation(container, resource, claim, request))
+    return tuple(out)
 
 
 def _extended_dict(raw: Any, errors: list[str]) -> tuple[ExtendedAllocation, ...]:
@@ -411,8 +492,9 @@ def parse_pod_struct(pod: Pod) -> PodObservation | None:
     terminal = status is not None and status.phase in TERMINAL_PHASES
     entries: list[ResourceEntry] = []
     statuses = status.container_statuses if status is not None else None
-    if statuses:
-        claim_names: dict[str, str] = {}
+    uses = _container_claims_struct(spec)
+    claim_names: dict[str, str] = {}
+    if statuses or uses:
         for source in (
             spec.resource_claims if spec is not None else None,
             status.resource_claim_statuses if status is not None else None,
@@ -420,19 +502,19 @@ def parse_pod_struct(pod: Pod) -> PodObservation | None:
             for ref in source or ():
                 if ref.name is not None and ref.resource_claim_name:
                     claim_names[ref.name] = ref.resource_claim_name
-        for cs in statuses:
-            try:
-                groups = resource_groups(cs.allocated_resources_status)
-            except DecodeError:
-                # Types the Structs reject: this container takes the tolerant dict path,
-                # which counts each malformed piece (the raw bytes are valid JSON: the
-                # event's decode checked them).
-                allocated = plain_json(cs.allocated_resources_status)
-                _parse_container(
-                    {"name": cs.name, "allocatedResourcesStatus": allocated}, claim_names, entries, errors
-                )
-                continue
-            _parse_container_struct(cs.name, groups, claim_names, entries, errors)
+    for cs in statuses or ():
+        try:
+            groups = resource_groups(cs.allocated_resources_status)
+        except DecodeError:
+            # Types the Structs reject: this container takes the tolerant dict path,
+            # which counts each malformed piece (the raw bytes are valid JSON: the
+            # event's decode checked them).
+            allocated = plain_json(cs.allocated_resources_status)
+            _parse_container(
+                {"name": cs.name, "allocatedResourcesStatus": allocated}, claim_names, entries, errors
+            )
+            continue
+        _parse_container_struct(cs.name, groups, claim_names, entries, errors)
     extended = _extended_struct(status.extended_resource_claim_status if status is not None else None, errors)
     return PodObservation(
         meta.uid or f"{namespace}/{name}",
@@ -444,6 +526,7 @@ def parse_pod_struct(pod: Pod) -> PodObservation | None:
         tuple(entries),
         tuple(errors),
         extended,
+        _holdings(uses, claim_names) if uses else (),
     )
 
 

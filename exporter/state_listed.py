@@ -102,7 +102,11 @@ class ListedAssignments:
                 or (pod.namespace, pod.name) not in names
             ):
                 continue
-            extended = store.layout.resolve_extended(observation, set()) if observation.extended else {}
+            extended = (
+                store.layout.resolve_silent(observation, set(), pod.allocations)
+                if observation.extended or observation.claimed
+                else {}
+            )
             silent = self.with_listed(pod, extended, pod.allocations)
             if silent or pod.silent:
                 self._table.set_silent(pod, silent)

@@ -9,11 +9,12 @@ value is a status change unless the device already has it.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import TYPE_CHECKING
 
 from exporter import parse
 from exporter.identity import ClaimInfo
-from exporter.parse import PodObservation, ResourceEntry
+from exporter.parse import ExtendedAllocation, PodObservation, ResourceEntry
 from exporter.snapshot import Allocation, DeviceState, DriverTaint
 from exporter.state_copies import changed, held
 from exporter.state_model import (
@@ -121,7 +122,11 @@ class PodLayout:
             silent: dict[DeviceKey, tuple[Allocation, ...]] = {}
         else:
             grouped, metas, uses, entry_keys = self.resolve(observation)
-            silent = self.resolve_extended(observation, uses) if observation.extended else {}
+            silent = (
+                self.resolve_silent(observation, uses, grouped)
+                if observation.extended or observation.claimed
+                else {}
+            )
         pod.entry_keys = entry_keys
         store.pods.set_uses(pod, uses)
         listed = store.listed
@@ -189,38 +194,65 @@ class PodLayout:
         if grouped:
             table.snapshot = None
 
-    def resolve_extended(
-        self, observation: PodObservation, uses: set[tuple[str, ...]]
+    def resolve_silent(
+        self,
+        observation: PodObservation,
+        uses: set[tuple[str, ...]],
+        reported: Container[DeviceKey] = (),
     ) -> dict[DeviceKey, tuple[Allocation, ...]]:
-        """The devices a pod holds through its DRA-backed extended resources (KEP-5004): each
-        mapping's request in the special claim's allocation results. Only devices this exporter
-        already tracks (from their slice, or NVML) are held: with no report, the pod says nothing
-        that could make a device. Notes the claim and slice devices used, so a change of either
-        resolves the pod again."""
-        node, namespace = observation.node, observation.namespace
+        """The devices a pod holds through a claim with no report on them: its DRA-backed extended
+        resources (KEP-5004), each mapping's request in the special claim's allocation results;
+        and its own DRA claims where its kubelet writes no `allocatedResourcesStatus` (the
+        `ResourceHealthStatus` gate off, before 1.36), only while the claim's `reservedFor` names
+        the pod. A container's claim the kubelet reports on (an entry of that container and name),
+        or a device the pod reports on (`reported`), is the report's: never held twice.
+
+        Only devices this exporter already tracks (from their slice, or NVML) are held: with no
+        report, the pod says nothing that could make a device. Notes the claim and slice devices
+        used, so a change of either (a reservation too) resolves the pod again."""
+        node = observation.node
         if not node:
             return {}
-        identity, devices = self._store.identity, self._table.devices
         found: dict[DeviceKey, set[Allocation]] = {}
         for holding in observation.extended:
-            uses.add(("claim", namespace, holding.claim))
-            claim = identity.claims.get((namespace, holding.claim))
-            if claim is None:
-                continue
-            for result in claim.results:
-                if result.request.partition("/")[0] != holding.request:
-                    continue
-                uses.add(("ref", *result.ref))
-                sliced = identity.devices.get(result.ref)
-                uuid = sliced.uuid if sliced is not None else ""
-                key = (node, uuid or f"{result.driver}/{result.pool}/{result.device}")
-                if key not in devices:
-                    continue
-                allocation = Allocation(
-                    namespace, observation.name, holding.container, holding.resource, holding.claim
-                )
-                found.setdefault(key, set()).add(allocation)
+            self._hold_claim(observation, holding, False, reported, uses, found)
+        if observation.claimed:
+            said = {(e.container, e.resource) for e in observation.entries if e.pod_claim}
+            for holding in observation.claimed:
+                if (holding.container, holding.resource) not in said:
+                    self._hold_claim(observation, holding, True, reported, uses, found)
         return {key: tuple(sorted(a, key=allocation_order)) for key, a in found.items()}
+
+    def _hold_claim(
+        self,
+        observation: PodObservation,
+        holding: ExtendedAllocation,
+        reserved: bool,
+        reported: Container[DeviceKey],
+        uses: set[tuple[str, ...]],
+        found: dict[DeviceKey, set[Allocation]],
+    ) -> None:
+        """Add the tracked devices of `holding`'s request in its claim's results to `found`
+        (`reserved`: only while the claim is reserved for the pod)."""
+        namespace = observation.namespace
+        identity, devices = self._store.identity, self._table.devices
+        uses.add(("claim", namespace, holding.claim))
+        claim = identity.claims.get((namespace, holding.claim))
+        if claim is None or (reserved and observation.uid not in claim.reserved):
+            return
+        for result in claim.results:
+            if holding.request and result.request.partition("/")[0] != holding.request:
+                continue
+            uses.add(("ref", *result.ref))
+            sliced = identity.devices.get(result.ref)
+            uuid = sliced.uuid if sliced is not None else ""
+            key = (observation.node, uuid or f"{result.driver}/{result.pool}/{result.device}")
+            if key not in devices or key in reported:
+                continue
+            allocation = Allocation(
+                namespace, observation.name, holding.container, holding.resource, holding.claim
+            )
+            found.setdefault(key, set()).add(allocation)
 
     def take_value(self, pod: TrackedPod, key: DeviceKey, group: list[ResourceEntry], now: float) -> None:
         worst = group[0] if len(group) == 1 else max(group, key=severity)

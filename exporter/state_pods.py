@@ -144,6 +144,7 @@ class PodReports:
             and not pod.uses
             and not pod.values
             and not observation.extended
+            and not observation.claimed
             and not pod.silent
             and (observation.namespace, observation.name) not in self._store.listed.pods
         ):
@@ -156,6 +157,7 @@ class PodReports:
             observation.terminal,
             [(e.container, e.resource, e.resource_id, e.claim) for e in entries],
             observation.extended,
+            observation.claimed,
         )
         if (
             confirm

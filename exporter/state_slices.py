@@ -77,7 +77,13 @@ class SliceEvidence:
                     if table.sink is not None:
                         table.sink.record_device(updated)
             if sliced is not None and self.tracks(sliced):
-                self.from_slice(slice_key(sliced), sliced, now)
+                key = slice_key(sliced)
+                made = key not in table.devices
+                self.from_slice(key, sliced, now)
+                if made and key in table.devices and self._store.pods.users.get(("ref", *ref)):
+                    # A pod that holds it with no report waited for it: with no report it makes
+                    # no device, so it resolves again now that the slice made one.
+                    self._store.pods.reapply(("ref", *ref))
 
     def tracks(self, sliced: GovernedDevice) -> bool:
         """Whether a slice device is this exporter's: every node's in cluster mode, its own in node mode."""

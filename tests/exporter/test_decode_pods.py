@@ -50,9 +50,18 @@ def fixture_pods() -> list[dict[str, Any]]:
         pod("long", container("c", ("nvidia.com/gpu", [resource(U1, "Unhealthy", "x" * 1500)])), rv=4),
         pod("two", container("a", ("claim:", [resource("r")])), container("b"), phase="Succeeded", rv=5),
         pod("empty", container("main", ("", [])), node="", phase="Pending", rv=6),
+        _unreported_dra(),
         {"metadata": {"name": "no-namespace"}},
         {"metadata": {"namespace": "ns", "name": "bare"}},
     ]
+
+
+def _unreported_dra() -> dict[str, Any]:
+    """A DRA pod whose kubelet writes no allocatedResourcesStatus: its containers' claims only."""
+    obj = pod("silent", container("main"), container("side"), claim_statuses={"gpus": "dra-gpus"}, rv=9)
+    obj["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus", "request": "req"}]}
+    obj["spec"]["containers"][1]["resources"] = {"claims": [{"name": "gpus"}, {"name": "other"}]}
+    return obj
 
 
 @pytest.mark.parametrize("obj", fixture_pods())
@@ -67,7 +76,7 @@ def test_both_parsers_read_the_same_observation(obj: dict[str, Any]) -> None:
 _keys = st.sampled_from(
     ["metadata", "spec", "status", "containerStatuses", "allocatedResourcesStatus", "resources", "name",
      "resourceID", "health", "message", "nodeName", "uid", "namespace", "resourceClaimStatuses",
-     "resourceClaims", "resourceClaimName", "resourceVersion", "phase"]
+     "resourceClaims", "resourceClaimName", "resourceVersion", "phase", "containers", "claims", "request"]
 )  # fmt: skip
 _shaped = st.recursive(
     st.none() | st.integers() | st.text(max_size=6) | st.sampled_from(["Healthy", "claim:x/y", "GPU-1::2"]),
