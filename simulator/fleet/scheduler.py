@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from gpuhealth.plugin_resources import GPU_RESOURCE
 from simulator.apiserver.binding import bind
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp

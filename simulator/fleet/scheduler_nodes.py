@@ -15,6 +15,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
+from gpuhealth.plugin_resources import GPU_RESOURCE
 from simulator.fleet.dra_allocator import (
     REASON_CANNOT_ALLOCATE,
     ClaimPlan,
@@ -31,7 +32,6 @@ from simulator.fleet.scheduler_filters import (
     preemption_could_help,
     score_node,
 )
-from simulator.model import GPU_RESOURCE
 
 Allocations = dict[str, dict[str, dict[str, Any]]]
 """node -> claim name -> the claim's allocation on that node."""
