@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpuhealth import yaml_keys
 from gpuhealth.fields import SettingsError
 from gpuhealth.kube.api import Api
 from gpuhealth.kube.errors import AlreadyExists, NotFound
@@ -37,7 +38,7 @@ from responder.checks.probe_pod import DIAG_COMMAND, DiagSettings, diag_pod
 from responder.enforce.backends import Backends, DeviceRequest
 from responder.enforce.hold import device_ids
 from responder.enforce.hold_plan import Card
-from responder.enforce.node_annotation import KUBELET, node_reader, through_kubelet
+from responder.enforce.node_annotation import CHECK_ROUTES, KUBELET, node_reader, through_kubelet
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import DEVICE_CLASS
 from responder.reconcile.policy import CheckResult
@@ -99,19 +100,36 @@ it is the sample NVIDIA's GPU operator runs to show that a workload can use a GP
 
 @dataclass(frozen=True, slots=True)
 class CheckSettings:
-    namespace: str = "gpuhealth-system"
+    namespace: str = field(
+        default="gpuhealth-system", metadata=yaml_keys.key("checks.namespace", yaml_keys.text)
+    )
     """Where check Jobs (and their claim templates) live: the responder's namespace."""
-    probe: CheckSpec = PROBE
+    probe: CheckSpec = field(
+        default=PROBE, metadata=yaml_keys.inner(image=("checks.probe_image", yaml_keys.text))
+    )
     """The probe rung's pod: the diagnostic."""
-    canary: CheckSpec = CANARY
+    canary: CheckSpec = field(
+        default=CANARY,
+        metadata=yaml_keys.inner(
+            image=("checks.canary_image", yaml_keys.text), command=("checks.canary_command", yaml_keys.argv)
+        ),
+    )
     """The canary rung's pod, run after the probe passed: a short compute and memory workload."""
     extra: tuple[CheckSpec, ...] = ()
     """The specs of check rungs beyond the shipped ladder (`Ladder.inserted`), by their names."""
-    runtime_class: str = "nvidia"
+    runtime_class: str = field(
+        default="nvidia",
+        metadata=yaml_keys.key(
+            "checks.runtime_class",
+            yaml_keys.object_name("a RuntimeClass name, or empty for the node's default runtime"),
+        ),
+    )
     """Device plugins: the RuntimeClass of a check's pod, the NVIDIA container runtime that reads
     `NVIDIA_VISIBLE_DEVICES` (the GPU operator creates `nvidia`; the exporter's DaemonSet uses it
     too). Empty: no runtimeClassName, for nodes whose default runtime is NVIDIA's."""
-    device_plugin_route: str = KUBELET
+    device_plugin_route: str = field(
+        default=KUBELET, metadata=yaml_keys.key("checks.device_plugin_route", yaml_keys.choice(CHECK_ROUTES))
+    )
     """Device plugins: how a check's pod gets the card. `kubelet`: one `nvidia.com/gpu` the kubelet
     allocates while the card's hold steps aside (the node's other free GPUs held), so it can only
     be the card, read back before the result counts. `visible-devices`: no GPU request, the NVIDIA
