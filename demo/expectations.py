@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from demo.journal import Entry, Journal, Kind
-from responder.ladder import KNOWN
+from responder.ladder import KNOWN, RAMP
+from responder.records import PHASES as RECORD_PHASES
 from responder.records import RELEASE_PHASES
 from simulator.model import DEVICE_PLUGIN, DRA, NodeGroup, Scenario
 
@@ -56,8 +57,8 @@ CLIMBING = frozenset((*KNOWN.phases, *RELEASE_PHASES))
 """Phases of a release attempt, the optional reset's included: leaving one for Quarantined is a
 failed attempt."""
 WALK = " -> ".join(RELEASE_WALK)
-PHASES = ("Pending", "Deferred", "Quarantined", *KNOWN.phases, "Released", "Abandoned")
-"""Phase names `phases:` accepts: the responder's `Phase` values."""
+PHASES = RECORD_PHASES
+"""Phase names `phases:` accepts: the phases a record may hold (`responder.records.PHASES`)."""
 MIGRATION_OUTCOMES = ("succeeded", "failed", "unrecoverable")
 RESET_OUTCOMES = ("succeeded", "failed")
 """What a GPU reset the cluster's reset controller finished came to (`Kind.RESET`)."""
@@ -956,11 +957,11 @@ def _ramp(view: _View, item: RampExpectation) -> list[str]:
     ramps = [
         (e.at, phases[i + 1].at + late if i + 1 < len(phases) else math.inf)
         for i, e in enumerate(phases)
-        if e.what == "Ramp"
+        if e.what == RAMP
     ]
     if not ramps:
         shown = _sequence([e.what for e in phases]) or "no record"
-        return [f"ramp {item.label}: never reached Ramp ({shown})"]
+        return [f"ramp {item.label}: never reached {RAMP} ({shown})"]
     placed = [
         e
         for e in view.entries
