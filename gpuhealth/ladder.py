@@ -88,6 +88,11 @@ class Rung:
     """The configuration file's key of `setting` (`section.name`, `responder.config`)."""
     target: Target = Target.DEVICE
     """Check only: what its pod gets."""
+    image: str = ""
+    command: tuple[str, ...] = ()
+    """Check only: what its pod runs unless the responder's settings give the check a spec of
+    their own (`responder.checks.jobs.CheckSettings.spec`): one container, its exit status the
+    result. Empty for the probe, whose pod the responder builds (DCGM's diagnostic and a judge)."""
     taint: str = ""
     """Ramp only: the taint key the device carries while on the rung."""
     metrics_judge: bool = True
@@ -106,6 +111,10 @@ class Rung:
             raise ValueError(f"ramp rung {self.phase}: a taint is required")
         if self.kind != Kind.RAMP and self.taint:
             raise ValueError(f"rung {self.phase}: only a ramp carries a taint")
+        if self.kind != Kind.CHECK and (self.image or self.command):
+            raise ValueError(f"rung {self.phase}: only a check carries an image and a command")
+        if bool(self.image.strip()) != bool(self.command):
+            raise ValueError(f"check {self.name}: an image and a command, or neither")
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,12 +201,26 @@ LADDER = Ladder(
             "policy.probe_timeout",
             metrics_judge=False,
         ),
-        Rung("Canary", "canary", Kind.CHECK, 1200.0, "canary_timeout_seconds", "policy.canary_timeout"),
+        Rung(
+            "Canary",
+            "canary",
+            Kind.CHECK,
+            1200.0,
+            "canary_timeout_seconds",
+            "policy.canary_timeout",
+            image="nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
+            command=("/cuda-samples/vectorAdd",),
+        ),
         Rung("Stabilizing", "stability window", Kind.WINDOW, 1800.0, "stability_seconds", "policy.stability"),
         Rung("Ramp", "ramp", Kind.RAMP, 3600.0, "ramp_seconds", "policy.ramp", taint=CANARY_TAINT),
     )
 )
-"""The release ladder: probe, canary, stability window, ramp."""
+"""The release ladder: probe, canary, stability window, ramp. The canary is a workload, not a
+second diagnostic: the CUDA sample that copies two vectors into device memory, adds them in a
+kernel, copies the sum back and checks it, exiting non-zero on any CUDA error or wrong element. It
+fails as a tenant's job would (context creation, allocation, launch, copies) where a diagnostic
+that passed may not look, needs no DCGM or NVML, and runs in seconds; it is the sample NVIDIA's
+GPU operator runs to show that a workload can use a GPU."""
 
 PROBING, CANARY, STABILIZING, RAMP = LADDER.phases
 """The shipped rungs' phases, for code and tests that name one of them."""

@@ -41,6 +41,8 @@ from responder.enforce.hold_plan import Card
 from responder.enforce.node_annotation import CHECK_ROUTES, KUBELET, node_reader, through_kubelet
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import DEVICE_CLASS
+from responder.ladder import CANARY as CANARY_PHASE
+from responder.ladder import KNOWN, LADDER, Rung
 from responder.reconcile.policy import CheckResult
 from responder.records import Quarantine, owner_reference
 
@@ -88,14 +90,18 @@ PROBE = CheckSpec(
 """DCGM's diagnostic, level 2 (about two minutes): memory, PCIe and a short stress, enough to
 catch what quarantines. It judges the device as NVML and DCGM see it, from its JSON report
 (`responder.checks.diag`), with a hostengine the pod starts or is told of (`probe_pod`)."""
-CANARY = CheckSpec(
-    "canary", "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0", ("/cuda-samples/vectorAdd",)
-)
-"""A workload, not a second diagnostic: the CUDA sample that copies two vectors into device
-memory, adds them in a kernel, copies the sum back and checks it, exiting non-zero on any CUDA
-error or wrong element. It fails as a tenant's job would (context creation, allocation, launch,
-copies) where a diagnostic that passed may not look, needs no DCGM or NVML, and runs in seconds;
-it is the sample NVIDIA's GPU operator runs to show that a workload can use a GPU."""
+
+_canary = LADDER.rung(CANARY_PHASE)
+assert _canary is not None
+
+
+def declared(rung: Rung) -> CheckSpec:
+    """The spec a check rung declares (`Rung.image`, `Rung.command`)."""
+    return CheckSpec(rung.name, rung.image, rung.command)
+
+
+CANARY = declared(_canary)
+"""The canary rung's pod as the ladder declares it: a short CUDA workload (`gpuhealth.ladder`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,10 +158,14 @@ class CheckSettings:
         return (self.probe, self.canary, *self.extra)
 
     def spec(self, kind: str) -> CheckSpec:
-        """The spec of the check rung named `kind`; SettingsError when none is declared."""
+        """The spec of the check rung named `kind`: these settings' own, else what the rung of a
+        shipped ladder declares (`gpuhealth.ladder.KNOWN`); SettingsError when neither has one."""
         for spec in self.specs():
             if spec.name == kind:
                 return spec
+        rung = next((r for r in KNOWN.checks() if r.name == kind and r.image), None)
+        if rung is not None:
+            return declared(rung)
         raise SettingsError(f"no check spec for the check rung {kind!r} (CheckSettings.extra)")
 
 

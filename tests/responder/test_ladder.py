@@ -102,6 +102,14 @@ def test_a_rungs_setting_its_default_and_its_key_come_from_the_rung() -> None:
     assert [r.phase for r in KNOWN.timed_out()] == ["Resetting", PROBING, CANARY]
 
 
+def test_a_check_rungs_pod_is_the_one_it_declares_unless_the_settings_give_one() -> None:
+    canary = LADDER.rung(CANARY)
+    assert canary is not None and canary.image and canary.command
+    assert CheckSettings().spec("canary") == CheckSpec("canary", canary.image, canary.command)
+    own = CheckSpec("canary", "example.com/mine:1", ("mine",))
+    assert CheckSettings(canary=own).spec("canary") == own
+
+
 @pytest.mark.parametrize(
     ("build", "message"),
     [
@@ -110,6 +118,11 @@ def test_a_rungs_setting_its_default_and_its_key_come_from_the_rung() -> None:
         (lambda: Rung("Probing", "pro be", Kind.CHECK), "letters, digits and '-' only"),
         (lambda: Rung("Ramp", "ramp", Kind.RAMP), "a taint is required"),
         (lambda: Rung("Soak", "soak", Kind.WINDOW, taint="x"), "only a ramp carries a taint"),
+        (
+            lambda: Rung("Soak", "soak", Kind.WINDOW, image="x", command=("y",)),
+            "only a check carries an image",
+        ),
+        (lambda: Rung("BurnIn", "burn-in", Kind.CHECK, image="x"), "an image and a command, or neither"),
         (lambda: LADDER.inserted(Rung(CANARY, "again", Kind.WINDOW, seconds=1), after=PROBING), "repeat"),
         (
             lambda: PolicySettings(ladder=LADDER.inserted(Rung("Soak", "soak", Kind.WINDOW), after=CANARY)),
