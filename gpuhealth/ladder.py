@@ -190,10 +190,14 @@ class Ladder:
         return Ladder(rungs)
 
 
+PROBING, CANARY, STABILIZING, RAMP = "Probing", "Canary", "Stabilizing", "Ramp"
+"""The shipped rungs' phases, for code and tests that name one of them (named, not unpacked from
+the ladder, so a rung added between them leaves every name meaning the same rung)."""
+
 LADDER = Ladder(
     (
         Rung(
-            "Probing",
+            PROBING,
             "probe",
             Kind.CHECK,
             600.0,
@@ -202,7 +206,7 @@ LADDER = Ladder(
             metrics_judge=False,
         ),
         Rung(
-            "Canary",
+            CANARY,
             "canary",
             Kind.CHECK,
             1200.0,
@@ -211,8 +215,8 @@ LADDER = Ladder(
             image="nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
             command=("/cuda-samples/vectorAdd",),
         ),
-        Rung("Stabilizing", "stability window", Kind.WINDOW, 1800.0, "stability_seconds", "policy.stability"),
-        Rung("Ramp", "ramp", Kind.RAMP, 3600.0, "ramp_seconds", "policy.ramp", taint=CANARY_TAINT),
+        Rung(STABILIZING, "stability window", Kind.WINDOW, 1800.0, "stability_seconds", "policy.stability"),
+        Rung(RAMP, "ramp", Kind.RAMP, 3600.0, "ramp_seconds", "policy.ramp", taint=CANARY_TAINT),
     )
 )
 """The release ladder: probe, canary, stability window, ramp. The canary is a workload, not a
@@ -221,9 +225,6 @@ kernel, copies the sum back and checks it, exiting non-zero on any CUDA error or
 fails as a tenant's job would (context creation, allocation, launch, copies) where a diagnostic
 that passed may not look, needs no DCGM or NVML, and runs in seconds; it is the sample NVIDIA's
 GPU operator runs to show that a workload can use a GPU."""
-
-PROBING, CANARY, STABILIZING, RAMP = LADDER.phases
-"""The shipped rungs' phases, for code and tests that name one of them."""
 
 RESET = Rung(
     "Resetting", "reset", Kind.RESET, 900.0, "reset_timeout_seconds", "reset.timeout", metrics_judge=False
