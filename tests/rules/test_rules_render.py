@@ -455,8 +455,9 @@ def test_a_rung_added_to_the_ladder_gets_a_row_at_twice_its_length(monkeypatch: 
     monkeypatch.setattr(render_module, "LADDER", shipped)
     monkeypatch.setattr(render_module, "KNOWN", ladder.with_reset(shipped))
     settings = load_config(DEFAULT_CONFIG)
-    phases = ["Probing", "Canary", "BurnIn", "Resetting", "Pending", "Deferred"]
-    assert _stuck_alert_phases(settings) == phases
+    rows = _stuck_alert_phases(settings)
+    assert rows[rows.index("Canary") + 1] == "BurnIn"
+    assert rows[-3:] == ["Resetting", "Pending", "Deferred"]
     row = next(s for s in stuck_phases(settings.self) if s.phase == "BurnIn")
     assert row.after == Duration(1800)
     assert "The burn-in ends by its timeout (the responder's burn_in_seconds)" in row.why
