@@ -24,10 +24,11 @@ Healthy where the rung asks for them) returns the device to Quarantined with the
 doubled; passing the last rung releases it.
 
 Adding a rung is one `Rung` in `LADDER` (its default length and, when its length is
-configurable, its `setting` and `key`, with the setting's field in `LadderSettings` below) plus
-its executor: a check's is its `CheckSpec` (the image and command its Job's pod runs, by the
-rung's name, `responder.checks.jobs.CheckSettings`); the probe and the canary are two checks with
-two specs, a diagnostic and then a workload.
+configurable, its `setting` and `key`, with the setting's field in `LadderSettings` below; a
+check's `image` and `command`, the pod the generic check runner starts) and the CRD's phase
+enum (docs/ARCHITECTURE.md, "Add a rung, add a backend"). A check whose pod is more than one
+container brings its `CheckSpec` (`responder.checks.jobs.CheckSettings`): the probe is DCGM's
+diagnostic and a judge; the canary is the workload its rung declares.
 """
 
 from __future__ import annotations
