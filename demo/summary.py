@@ -32,8 +32,8 @@ from typing import Any, TextIO
 from demo.journal import Entry, Journal, Kind, sorted_entries
 from demo.safety import Exposure, exposures
 from gpuhealth.tables import write_table
-from responder.reconcile.measures import measured_phases
 from responder.ladder import LADDER
+from responder.reconcile.measures import measured_phases
 from responder.records import RELEASE_PHASES, Phase
 from responder.verdicts import QuarantineVerdict
 from simulator.model import APPLICATION_XIDS
