@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from demo.journal import Entry, Journal, Kind
-from responder.ladder import KNOWN
+from responder.ladder import KNOWN, RAMP
 from responder.records import PHASES, RELEASE_PHASES
 from simulator.model import DEVICE_PLUGIN, DRA, NodeGroup, Scenario
 
@@ -954,11 +954,11 @@ def _ramp(view: _View, item: RampExpectation) -> list[str]:
     ramps = [
         (e.at, phases[i + 1].at + late if i + 1 < len(phases) else math.inf)
         for i, e in enumerate(phases)
-        if e.what == "Ramp"
+        if e.what == RAMP
     ]
     if not ramps:
         shown = _sequence([e.what for e in phases]) or "no record"
-        return [f"ramp {item.label}: never reached Ramp ({shown})"]
+        return [f"ramp {item.label}: never reached {RAMP} ({shown})"]
     placed = [
         e
         for e in view.entries

@@ -32,8 +32,9 @@ from typing import Any, TextIO
 from demo.journal import Entry, Journal, Kind, sorted_entries
 from demo.safety import Exposure, exposures
 from gpuhealth.tables import write_table
+from responder.ladder import LADDER
 from responder.reconcile.measures import measured_phases
-from responder.records import ENDED_PHASES, RELEASE_PHASES
+from responder.records import ENDED_PHASES, RELEASE_PHASES, Phase
 from responder.verdicts import QuarantineVerdict
 from simulator.model import APPLICATION_XIDS
 
@@ -46,7 +47,7 @@ NVML_FAULTS = frozenset({"xid", "ecc", "row-remap-failure", "gpu-lost", "health-
 itself."""
 KUBELET_ONSET = {"device-unknown": "Unknown", "health-stream-broken": "Unknown"}
 """Faults the pipeline first sees as a kubelet report of this health (default: Unhealthy)."""
-QUARANTINE_PHASES = frozenset({"Pending", "Quarantined", "Deferred"})
+QUARANTINE_PHASES = frozenset({Phase.PENDING, Phase.QUARANTINED, Phase.DEFERRED})
 EXCLUDING_PHASES = frozenset(measured_phases())
 """Phases whose time counts as GPU time lost (`responder.reconcile.measures`). The journal keeps
 a phase, not its reason, so a device waiting in Quarantined while a pod holds it (DeviceInUse)
@@ -215,7 +216,7 @@ class Summary:
     @property
     def releases(self) -> tuple[Quarantine, ...]:
         """Quarantines that entered the release walk."""
-        return tuple(q for q in self.quarantines if q.reached("Probing") is not None or q.released)
+        return tuple(q for q in self.quarantines if q.reached(LADDER.first.phase) is not None or q.released)
 
     @property
     def false_quarantines(self) -> tuple[Quarantine, ...]:

@@ -16,6 +16,7 @@ from exporter import sources
 from exporter.sharding import UNSHARDED, Shard
 from gpuhealth import fields
 from gpuhealth.http import ServerSettings
+from gpuhealth.kube.backoff import BackoffSettings
 
 DEFAULT_DIRECTORY = "gpuhealth-directory.sqlite"
 """Where the device directory lives when no `--directory` is given (a DaemonSet mounts a
@@ -91,26 +92,6 @@ def parse_health_producer(text: str) -> HealthProducer:
         return HealthProducer(driver.strip(), namespace.strip(), selector.strip())
     except fields.SettingsError as exc:
         raise ValueError(f"{text!r}: {exc}") from None
-
-
-@dataclass(frozen=True)
-class BackoffSettings:
-    """The one throttling helper's parameters (watch and list retries)."""
-
-    initial_seconds: float = 0.5
-    """First retry delay; short, since most watch failures are a dropped connection."""
-    max_seconds: float = 30.0
-    """Cap on the delay, so an API outage is noticed within half a minute of its end."""
-    factor: float = 2.0
-    """Growth per consecutive failure."""
-    jitter: float = 0.5
-    """Fraction of each delay drawn at random, so a fleet of exporters does not retry in step."""
-
-    def __post_init__(self) -> None:
-        fields.positive(self, "initial_seconds", "seconds")
-        fields.within(self, "max_seconds", "seconds", self.initial_seconds)
-        fields.within(self, "factor", "(growth per failure; below 1 the delay would shrink)", 1.0)
-        fields.within(self, "jitter", "(a fraction of the delay)", 0.0, 1.0)
 
 
 @dataclass(frozen=True)

@@ -1,204 +1,49 @@
-"""The release ladder as data: the rungs a quarantined device climbs on its way back to service.
+"""The release ladder, as the responder reads it: the declaration lives in the core.
 
-Pure: no I/O. `LADDER` is the one declaration of the rungs, in order. `responder.reconcile.policy.step`
-walks it (one generic step per kind of rung), the reconciler runs each rung's executor (a
-check's Job through `responder.checks.jobs`, a ramp's taint through the enforcement backend), and
-everything that shows or judges phases reads the sequence from here: the record's phases
-(`responder.records.PHASES`), the CRD's enum, the demo's progress, verdicts, summary and
-report, the dashboards (generated from it, or checked against it by a test).
-
-A rung is one of four kinds:
-- check: a Job whose pod gets the device itself must succeed within `seconds`; its verdict is
-  kept in the record (`status.lastCheck`), and a person may not release a device whose last
-  check failed;
-- window: the device reports Healthy without a break for `seconds`;
-- ramp: the device carries `taint` (only work that opts in tolerates it) for `seconds`;
-- reset: an installed reset controller (NVSentinel's janitor by default) is asked to reset the
-  card and must report success within `seconds` (`responder.reset`); off unless configured:
-  `RESET` is on a responder's ladder only through `with_reset` (`reset.enabled`).
-Any failure on a rung (a failed or timed-out check, an alert firing again, the metrics not
-Healthy where the rung asks for them) returns the device to Quarantined with the backoff
-doubled; passing the last rung releases it.
-
-Adding a rung is one `Rung` in `LADDER` (with its `setting`, when its length is a policy
-setting) plus its executor: a check's is its `CheckSpec` (the image and command its Job's pod
-runs, by the rung's name, `responder.checks.jobs.CheckSettings`); the probe and the canary are
-two checks with two specs, a diagnostic and then a workload.
+`gpuhealth.ladder` declares the rungs (`LADDER`, `RESET`, `KNOWN`), their kinds and their
+lengths' settings (`LadderSettings`); it is in the core because the rules read it too (the
+stuck-phase alert), and a service never imports another. The responder's modules name it
+here, the ladder of the service that walks it.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
-
-QUARANTINE_TAINT = "gpuhealth.io/quarantine"
-"""Taint key of an enforced quarantine (value: the reason); every check's pod tolerates it."""
-CANARY_TAINT = "gpuhealth.io/canary"
-"""Taint key while a released device ramps up: only claims that opt in tolerate it."""
-CANARY_OPT_IN = "gpuhealth.io/canary-ok"
-"""The pod label (value `"true"`) by which a device-plugin workload opts in to devices on the
-ramp: the scheduler extender admits a bounded number of such pods (`docs/quarantine.md`,
-"Gradual return"), the counterpart of a DRA claim request that tolerates `CANARY_TAINT`."""
-
-
-class Kind(StrEnum):
-    """What a rung waits for."""
-
-    CHECK = "check"
-    WINDOW = "window"
-    RAMP = "ramp"
-    RESET = "reset"
-    """A reset of the card by a controller outside gpuhealth; walked like a check (a request per
-    record and attempt, a result, a timeout), its executor is the reset hand-off, not a Job."""
-
-
-class Target(StrEnum):
-    """What a check's pod runs against."""
-
-    DEVICE = "device"
-    """The quarantined device itself, through the enforcement backend's device request (a claim
-    on DRA that selects it by uuid and tolerates gpuhealth's taints; on device plugins a pod
-    pinned to the node that the NVIDIA runtime gives that one GPU)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Rung:
-    phase: str
-    """The record's `status.phase` while the device stands on this rung (CamelCase, unique)."""
-    name: str
-    """What people read (`probe`, `stability window`); a check's name also names its Job
-    (`<record>-<name>-<attempt>`), its pods' `gpuhealth.io/check` label and `lastCheck.check`."""
-    kind: Kind
-    seconds: float = 0.0
-    """A check's timeout, a window's or a ramp's length; taken from `setting` when that is set."""
-    setting: str = ""
-    """The `responder.reconcile.policy.PolicySettings` field that gives `seconds` (its config key)."""
-    target: Target = Target.DEVICE
-    """Check only: what its pod gets."""
-    taint: str = ""
-    """Ramp only: the taint key the device carries while on the rung."""
-    metrics_judge: bool = True
-    """The device must not report Unknown while on the rung. False for a check that judges the
-    device itself (the probe: a device still reporting Unknown is what it is there to test).
-    Unhealthy fails every rung whatever this says (`responder.reconcile.policy`)."""
-
-    def __post_init__(self) -> None:
-        if not self.phase or not self.phase[:1].isupper() or not self.phase.isalnum():
-            raise ValueError(f"rung phase {self.phase!r} must be one CamelCase word")
-        if not self.name:
-            raise ValueError(f"rung {self.phase}: a name is required")
-        if self.kind in (Kind.CHECK, Kind.RESET) and not self.name.replace("-", "").isalnum():
-            raise ValueError(f"check {self.name!r}: letters, digits and '-' only (it names a Job)")
-        if self.kind == Kind.RAMP and not self.taint:
-            raise ValueError(f"ramp rung {self.phase}: a taint is required")
-        if self.kind != Kind.RAMP and self.taint:
-            raise ValueError(f"rung {self.phase}: only a ramp carries a taint")
-
-
-@dataclass(frozen=True, slots=True)
-class Ladder:
-    """The rungs in the order a device climbs them."""
-
-    rungs: tuple[Rung, ...]
-    _by_phase: dict[str, int] = field(init=False, repr=False, compare=False, hash=False)
-    _hash: int = field(init=False, repr=False, compare=False, hash=False)
-
-    def __post_init__(self) -> None:
-        if not self.rungs:
-            raise ValueError("a release ladder needs at least one rung")
-        phases = [r.phase for r in self.rungs]
-        if len(set(phases)) != len(phases):
-            raise ValueError(f"rung phases repeat: {phases}")
-        checks = [r.name for r in self.rungs if r.kind in (Kind.CHECK, Kind.RESET)]
-        if len(set(checks)) != len(checks):
-            raise ValueError(f"check names repeat: {checks}")
-        object.__setattr__(self, "_by_phase", {p: i for i, p in enumerate(phases)})
-        object.__setattr__(self, "_hash", hash(self.rungs))
-
-    def __hash__(self) -> int:
-        # Settings are made per decision (tests, benches) and look their timed ladder up by it.
-        return self._hash
-
-    @property
-    def phases(self) -> tuple[str, ...]:
-        return tuple(r.phase for r in self.rungs)
-
-    @property
-    def first(self) -> Rung:
-        return self.rungs[0]
-
-    def rung(self, phase: str) -> Rung | None:
-        """The rung whose phase this is; None for a phase off the ladder."""
-        index = self._by_phase.get(phase)
-        return None if index is None else self.rungs[index]
-
-    def after(self, rung: Rung) -> Rung | None:
-        """The next rung; None after the last (the device is released)."""
-        index = self._by_phase[rung.phase] + 1
-        return self.rungs[index] if index < len(self.rungs) else None
-
-    def checks(self) -> tuple[Rung, ...]:
-        return tuple(r for r in self.rungs if r.kind == Kind.CHECK)
-
-    def resets(self) -> tuple[Rung, ...]:
-        return tuple(r for r in self.rungs if r.kind == Kind.RESET)
-
-    def describe(self) -> str:
-        """`probe, canary, stability window and ramp`: the rungs as people read them."""
-        names = [r.name for r in self.rungs]
-        return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
-
-    def inserted(self, rung: Rung, *, after: str) -> Ladder:
-        """This ladder with `rung` placed after the rung of phase `after`."""
-        index = self._by_phase[after] + 1
-        return Ladder((*self.rungs[:index], rung, *self.rungs[index:]))
-
-    def timed(self, seconds: Sequence[float]) -> Ladder:
-        """This ladder with the rungs' lengths `seconds` (in order), each checked finite and > 0."""
-        rungs = tuple(replace(r, seconds=float(s)) for r, s in zip(self.rungs, seconds, strict=True))
-        for r in rungs:
-            if not 0 < r.seconds < math.inf:
-                where = r.setting or f"rung {r.phase}'s seconds"
-                raise ValueError(f"{where} must be finite and greater than zero, not {r.seconds!r}")
-        return Ladder(rungs)
-
-
-LADDER = Ladder(
-    (
-        Rung("Probing", "probe", Kind.CHECK, setting="probe_timeout_seconds", metrics_judge=False),
-        Rung("Canary", "canary", Kind.CHECK, setting="canary_timeout_seconds"),
-        Rung("Stabilizing", "stability window", Kind.WINDOW, setting="stability_seconds"),
-        Rung("Ramp", "ramp", Kind.RAMP, setting="ramp_seconds", taint=CANARY_TAINT),
-    )
+from gpuhealth.ladder import (
+    CANARY,
+    CANARY_OPT_IN,
+    CANARY_TAINT,
+    KNOWN,
+    LADDER,
+    PROBING,
+    QUARANTINE_TAINT,
+    RAMP,
+    RESET,
+    STABILIZING,
+    Kind,
+    Ladder,
+    LadderSettings,
+    Rung,
+    Target,
+    with_reset,
+    without_reset,
 )
-"""The release ladder: probe, canary, stability window, ramp."""
 
-PROBING, CANARY, STABILIZING, RAMP = LADDER.phases
-"""The shipped rungs' phases, for code and tests that name one of them."""
-
-RESET = Rung("Resetting", "reset", Kind.RESET, setting="reset_timeout_seconds", metrics_judge=False)
-"""The reset hand-off: before the probe, an installed reset controller resets the card
-(`responder.reset`). Not a judge of Unknown: a card being reset may stop reporting for a while
-(Unhealthy still fails it, as every rung)."""
-
-
-def with_reset(ladder: Ladder) -> Ladder:
-    """`ladder` with `RESET` before its first check (the probe): the probe then tests the card as
-    the reset left it. Unchanged when it already has the rung."""
-    if ladder.rung(RESET.phase) is not None:
-        return ladder
-    first_check = next((i for i, r in enumerate(ladder.rungs) if r.kind == Kind.CHECK), 0)
-    return Ladder((*ladder.rungs[:first_check], RESET, *ladder.rungs[first_check:]))
-
-
-def without_reset(ladder: Ladder) -> Ladder:
-    """`ladder` with no reset rung (a dry run asks no controller to reset a card)."""
-    return Ladder(tuple(r for r in ladder.rungs if r.kind != Kind.RESET))
-
-
-KNOWN = with_reset(LADDER)
-"""Every rung a shipped responder may walk, the optional reset included, in order: what a record
-may say (`responder.records.PHASES`, the CRD's enum) and what the dashboards list. A responder
-walks `LADDER`, or `with_reset(LADDER)` where the reset hand-off is configured."""
+__all__ = [
+    "CANARY",
+    "CANARY_OPT_IN",
+    "CANARY_TAINT",
+    "KNOWN",
+    "LADDER",
+    "PROBING",
+    "QUARANTINE_TAINT",
+    "RAMP",
+    "RESET",
+    "STABILIZING",
+    "Kind",
+    "Ladder",
+    "LadderSettings",
+    "Rung",
+    "Target",
+    "with_reset",
+    "without_reset",
+]

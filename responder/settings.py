@@ -7,14 +7,16 @@ environment or a file: the token is read by the entry point and handed in.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from gpuhealth import fields
+from gpuhealth import fields, yaml_keys
 from gpuhealth.http import ServerSettings
 from gpuhealth.kube.lease import ElectionSettings
 from responder.checks.jobs import CheckSettings
 from responder.enforce.hold import HoldSettings
 from responder.extender.capacity import CacheSettings
 from responder.migrate.executor import MigratorSettings
+from responder.migrate.plan import Mode
 from responder.reconcile.reconciler import ReconcilerSettings
 from responder.reset.handoff import ResetSettings
 from responder.tls import TlsSettings
@@ -26,6 +28,53 @@ DEFAULT_PORT = 8080
 
 def _server() -> ServerSettings:
     return ServerSettings(port=DEFAULT_PORT)
+
+
+def _mode(value: Any) -> Mode:
+    try:
+        return Mode(value)
+    except ValueError:
+        choices = ", ".join(m.value for m in Mode)
+        raise yaml_keys.Invalid(f"{value!r} is not a migration mode ({choices})") from None
+
+
+def _modes(value: Any) -> dict[str, Mode]:
+    if not isinstance(value, dict):
+        raise yaml_keys.Invalid(f"{value!r} must map namespaces to modes")
+    out = {}
+    for namespace, mode in value.items():
+        if not isinstance(namespace, str) or not namespace:
+            raise yaml_keys.Invalid(f"{namespace!r} is not a namespace name")
+        try:
+            out[namespace] = _mode(mode)
+        except yaml_keys.Invalid as exc:
+            raise yaml_keys.Invalid(f"{namespace}: {exc}") from None
+    return out
+
+
+_MIGRATION_KEYS = yaml_keys.inner(
+    migration__checkpoint_timeout_seconds=("migration.checkpoint_timeout", yaml_keys.duration),
+    migration__lease_margin_seconds=("migration.lease_margin", yaml_keys.duration),
+    migration__lease_cap_seconds=("migration.lease_cap", yaml_keys.duration),
+    migration__replacement_timeout_seconds=("migration.replacement_timeout", yaml_keys.duration),
+    default_mode=("migration.default_mode", _mode),
+    modes=("migration.namespace_modes", _modes),
+    node_in_flight=("migration.node_in_flight", yaml_keys.whole(1)),
+    node_per_hour=("migration.node_per_hour", yaml_keys.whole(1)),
+    namespace_evictions_per_hour=("migration.namespace_evictions_per_hour", yaml_keys.whole(1)),
+)
+"""`migration`'s keys, named on the field holding the migrator's settings: their classes
+(`responder.migrate`) are the migrator's own and carry no keys."""
+_HOLD_KEYS = yaml_keys.inner(
+    enabled=("hold.enabled", yaml_keys.flag),
+    image=("hold.image", yaml_keys.text),
+    priority_class=("hold.priority_class", yaml_keys.object_name("a PriorityClass name, or empty for none")),
+    fill_timeout_seconds=("hold.fill_timeout", yaml_keys.duration),
+    refill_seconds=("hold.refill", yaml_keys.duration),
+    ramp_fill_seconds=("hold.ramp_fill", yaml_keys.duration),
+)
+"""`hold`'s keys, named on the field holding the hold's settings (`responder.enforce.hold`,
+enforcement's own, carries none)."""
 
 
 @dataclass(frozen=True)
@@ -56,14 +105,14 @@ class ResponderSettings:
     election: ElectionSettings = field(default_factory=ElectionSettings)
     intake: IntakeSettings = field(default_factory=IntakeSettings)
     reconciler: ReconcilerSettings = field(default_factory=ReconcilerSettings)
-    migrator: MigratorSettings = field(default_factory=MigratorSettings)
+    migrator: MigratorSettings = field(default_factory=MigratorSettings, metadata=_MIGRATION_KEYS)
     checks: CheckSettings = field(default_factory=CheckSettings)
-    hold: HoldSettings = field(default_factory=HoldSettings)
+    hold: HoldSettings = field(default_factory=HoldSettings, metadata=_HOLD_KEYS)
     """Device plugins: the holder pods that keep a quarantined card allocated to gpuhealth."""
     reset: ResetSettings = field(default_factory=ResetSettings)
     """The reset controller's request kind, used only where the ladder has the reset rung
     (`reset.enabled`: `responder.ladder.with_reset`)."""
-    ramp_pods: int = 1
+    ramp_pods: int = field(default=1, metadata=yaml_keys.key("policy.ramp_pods", yaml_keys.whole(1)))
     """Device plugins: pods labelled `gpuhealth.io/canary-ok: "true"` the scheduler extender admits
     to a node for each of its devices on the ramp, at a time (every other pod still counts the
     device out); on DRA the device's one allocation is the bound. 1: one workload's bounded load

@@ -22,6 +22,7 @@ import jinja2
 import yaml
 
 from gpuhealth.durations import DurationError, whole_seconds
+from gpuhealth.ladder import KNOWN, LADDER, Kind, Rung
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 DEFAULT_CONFIG = PACKAGE_DIR / "config.yaml"
@@ -160,7 +161,10 @@ class SelfSettings:
     migration_window: Duration = Duration(900)
     """GPUDeviceMigrationFailed / GPUDeviceMigrationUnrecoverable: such a migration within this window."""
     probing_stuck_for: Duration = Duration(1200)
-    """GPUHealthQuarantinePhaseStuck: Probing this long (above the responder's 10m probe timeout)."""
+    """GPUHealthQuarantinePhaseStuck: Probing this long (above the responder's 10m probe timeout).
+    Each rung that ends by a timeout (`gpuhealth.ladder.KNOWN.timed_out()`) has a row of the alert,
+    its threshold the field `<phase>_stuck_for`; a rung without one, twice its declared length
+    (`stuck_phases`)."""
     canary_stuck_for: Duration = Duration(1800)
     """GPUHealthQuarantinePhaseStuck: Canary this long (above the responder's 20m canary timeout)."""
     resetting_stuck_for: Duration = Duration(1500)
@@ -471,16 +475,12 @@ def validate(settings: Settings) -> None:
             f"evaluation_interval ({settings.evaluation_interval})"
         )
     # A phase that ends the whole quarantine sooner than it can be stuck is no stuck phase.
-    for name in (
-        "probing_stuck_for",
-        "canary_stuck_for",
-        "resetting_stuck_for",
-        "pending_stuck_for",
-        "deferred_stuck_for",
-    ):
-        if getattr(own, name) >= own.quarantine_max_age:
+    stuck = {f"{s.phase.lower()}_stuck_for": s.after for s in stuck_phases(own)}
+    stuck.update(pending_stuck_for=own.pending_stuck_for, deferred_stuck_for=own.deferred_stuck_for)
+    for name, after in stuck.items():
+        if after >= own.quarantine_max_age:
             raise ConfigError(
-                f"self.{name} ({getattr(own, name)}) must be shorter than self.quarantine_max_age "
+                f"self.{name} ({after}) must be shorter than self.quarantine_max_age "
                 f"({own.quarantine_max_age}): GPUDeviceQuarantineStuck would always come first"
             )
 
@@ -641,6 +641,46 @@ def load_config(path: Path) -> Settings:
 # Rendering.
 
 
+@dataclass(frozen=True)
+class StuckPhase:
+    """One row of GPUHealthQuarantinePhaseStuck for a rung that ends by its timeout."""
+
+    phase: str
+    after: Duration
+    why: str
+
+
+_MOVES_ON = {Kind.CHECK: "the Job", Kind.RESET: "the reset controller"}
+"""What the record moves on whatever of, per kind of rung that ends by a timeout."""
+_WHAT = {Kind.RESET: "GPU reset"}
+"""A rung's name in the alert where the rung's own name is too short to read alone."""
+
+
+def stuck_phases(own: SelfSettings) -> list[StuckPhase]:
+    """The ladder's rungs that end by a timeout (a check's Job, a reset): the shipped ladder's in
+    its order, then the optional ones (`KNOWN`'s others). The release ladder is declared once
+    (`gpuhealth.ladder`); the rules read it rather than list its phases. Each threshold is
+    `self.<phase>_stuck_for`, or twice the rung's declared length for a rung the settings give
+    none."""
+    optional_last = sorted(KNOWN.timed_out(), key=lambda rung: LADDER.rung(rung.phase) is None)
+    return [
+        StuckPhase(
+            rung.phase,
+            getattr(own, f"{rung.phase.lower()}_stuck_for", None) or Duration(int(2 * rung.seconds)),
+            _stuck_why(rung),
+        )
+        for rung in optional_last
+    ]
+
+
+def _stuck_why(rung: Rung) -> str:
+    return (
+        f"The {_WHAT.get(rung.kind, rung.name)} ends by its timeout (the responder's {rung.setting}) and "
+        f"the record moves on whatever {_MOVES_ON[rung.kind]} does: the reconciler is not advancing "
+        "this record."
+    )
+
+
 def _environment() -> jinja2.Environment:
     # Prometheus and Alertmanager templates use {{ }} themselves, so jinja2 gets [[ ]] and
     # [% %]: both pass through the rule files untouched and neither occurs in PromQL.
@@ -677,6 +717,7 @@ def render(settings: Settings) -> dict[str, str]:
         "fatal_xid_regex": "|".join(str(x) for x in settings.device.fatal_xids),
         "dcgm_watch_regex": "|".join(settings.dcgm.health_watches),
         "runbook_url": settings.runbook_url,
+        "timed_out": [(s.phase, s.after, "", s.why) for s in stuck_phases(settings.self)],
     }
     files: dict[str, str] = {}
     for template_name, out_path in OUTPUTS.items():

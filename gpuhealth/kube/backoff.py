@@ -1,17 +1,53 @@
 """`Backoff`: exponential delays with jitter, the one throttling helper for every retry.
 
 Watches, lists and writes retry through it, so one policy (and one set of settings) decides
-how hard a service presses an apiserver that is failing.
+how hard a service presses an apiserver that is failing. `BackoffSettings` is the parameters'
+one settings class, pure, used by every service (the exporter's observer, the responder's watches
+and retries, the extender's cache); `WatchBackoff` is the same class with the responder's defaults.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Protocol
+
+from gpuhealth import fields
+
+
+@dataclass(frozen=True)
+class BackoffSettings:
+    """The one throttling helper's parameters (watch, list and write retries)."""
+
+    initial_seconds: float = 0.5
+    """First retry delay; short, since most watch failures are a dropped connection."""
+    max_seconds: float = 30.0
+    """Cap on the delay, so an API outage is noticed within half a minute of its end."""
+    factor: float = 2.0
+    """Growth per consecutive failure."""
+    jitter: float = 0.5
+    """Fraction of each delay drawn at random, so a fleet of exporters does not retry in step."""
+
+    def __post_init__(self) -> None:
+        fields.positive(self, "initial_seconds", "seconds")
+        fields.within(self, "max_seconds", "seconds", self.initial_seconds)
+        fields.within(self, "factor", "(growth per failure; below 1 the delay would shrink)", 1.0)
+        fields.within(self, "jitter", "(a fraction of the delay)", 0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class WatchBackoff(BackoffSettings):
+    """The responder's pauses: after a failed watch (of the records, or of the extender's
+    nodes and pods), and before a record (or a pass) whose request failed is decided again.
+    A leader, not a fleet: less jitter, and a first pause of a second (the passes go on
+    meanwhile; the watch only wakes them sooner)."""
+
+    initial_seconds: float = 1.0
+    jitter: float = 0.2
 
 
 class BackoffPolicy(Protocol):
-    """The parameters a service's settings give (the exporter's `BackoffSettings`)."""
+    """The parameters a service's settings give (`BackoffSettings`)."""
 
     @property
     def initial_seconds(self) -> float: ...

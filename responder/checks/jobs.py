@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpuhealth import yaml_keys
 from gpuhealth.fields import SettingsError
 from gpuhealth.kube.api import Api
 from gpuhealth.kube.errors import AlreadyExists, NotFound
@@ -37,8 +38,10 @@ from responder.checks.probe_pod import DIAG_COMMAND, DiagSettings, diag_pod
 from responder.enforce.backends import Backends, DeviceRequest
 from responder.enforce.hold import device_ids
 from responder.enforce.hold_plan import Card
-from responder.enforce.node_annotation import KUBELET, node_reader, through_kubelet
+from responder.enforce.node_annotation import CHECK_ROUTES, KUBELET, node_reader, through_kubelet
 from responder.enforce.taint_rules import DEVICE_CLASS
+from responder.ladder import CANARY as CANARY_PHASE
+from responder.ladder import KNOWN, LADDER, Rung
 from responder.reconcile.policy import CheckResult
 from responder.records import Quarantine, owner_reference
 
@@ -86,31 +89,52 @@ PROBE = CheckSpec(
 """DCGM's diagnostic, level 2 (about two minutes): memory, PCIe and a short stress, enough to
 catch what quarantines. It judges the device as NVML and DCGM see it, from its JSON report
 (`responder.checks.diag`), with a hostengine the pod starts or is told of (`probe_pod`)."""
-CANARY = CheckSpec(
-    "canary", "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0", ("/cuda-samples/vectorAdd",)
-)
-"""A workload, not a second diagnostic: the CUDA sample that copies two vectors into device
-memory, adds them in a kernel, copies the sum back and checks it, exiting non-zero on any CUDA
-error or wrong element. It fails as a tenant's job would (context creation, allocation, launch,
-copies) where a diagnostic that passed may not look, needs no DCGM or NVML, and runs in seconds;
-it is the sample NVIDIA's GPU operator runs to show that a workload can use a GPU."""
+
+_canary = LADDER.rung(CANARY_PHASE)
+assert _canary is not None
+
+
+def declared(rung: Rung) -> CheckSpec:
+    """The spec a check rung declares (`Rung.image`, `Rung.command`)."""
+    return CheckSpec(rung.name, rung.image, rung.command)
+
+
+CANARY = declared(_canary)
+"""The canary rung's pod as the ladder declares it: a short CUDA workload (`gpuhealth.ladder`)."""
 
 
 @dataclass(frozen=True, slots=True)
 class CheckSettings:
-    namespace: str = "gpuhealth-system"
+    namespace: str = field(
+        default="gpuhealth-system", metadata=yaml_keys.key("checks.namespace", yaml_keys.text)
+    )
     """Where check Jobs (and their claim templates) live: the responder's namespace."""
-    probe: CheckSpec = PROBE
+    probe: CheckSpec = field(
+        default=PROBE, metadata=yaml_keys.inner(image=("checks.probe_image", yaml_keys.text))
+    )
     """The probe rung's pod: the diagnostic."""
-    canary: CheckSpec = CANARY
+    canary: CheckSpec = field(
+        default=CANARY,
+        metadata=yaml_keys.inner(
+            image=("checks.canary_image", yaml_keys.text), command=("checks.canary_command", yaml_keys.argv)
+        ),
+    )
     """The canary rung's pod, run after the probe passed: a short compute and memory workload."""
     extra: tuple[CheckSpec, ...] = ()
     """The specs of check rungs beyond the shipped ladder (`Ladder.inserted`), by their names."""
-    runtime_class: str = "nvidia"
+    runtime_class: str = field(
+        default="nvidia",
+        metadata=yaml_keys.key(
+            "checks.runtime_class",
+            yaml_keys.object_name("a RuntimeClass name, or empty for the node's default runtime"),
+        ),
+    )
     """Device plugins: the RuntimeClass of a check's pod, the NVIDIA container runtime that reads
     `NVIDIA_VISIBLE_DEVICES` (the GPU operator creates `nvidia`; the exporter's DaemonSet uses it
     too). Empty: no runtimeClassName, for nodes whose default runtime is NVIDIA's."""
-    device_plugin_route: str = KUBELET
+    device_plugin_route: str = field(
+        default=KUBELET, metadata=yaml_keys.key("checks.device_plugin_route", yaml_keys.choice(CHECK_ROUTES))
+    )
     """Device plugins: how a check's pod gets the card. `kubelet`: one `nvidia.com/gpu` the kubelet
     allocates while the card's hold steps aside (the node's other free GPUs held), so it can only
     be the card, read back before the result counts. `visible-devices`: no GPU request, the NVIDIA
@@ -131,10 +155,14 @@ class CheckSettings:
         return (self.probe, self.canary, *self.extra)
 
     def spec(self, kind: str) -> CheckSpec:
-        """The spec of the check rung named `kind`; SettingsError when none is declared."""
+        """The spec of the check rung named `kind`: these settings' own, else what the rung of a
+        shipped ladder declares (`gpuhealth.ladder.KNOWN`); SettingsError when neither has one."""
         for spec in self.specs():
             if spec.name == kind:
                 return spec
+        rung = next((r for r in KNOWN.checks() if r.name == kind and r.image), None)
+        if rung is not None:
+            return declared(rung)
         raise SettingsError(f"no check spec for the check rung {kind!r} (CheckSettings.extra)")
 
 

@@ -22,10 +22,10 @@ the one that uses the card; the judge needs none. Pure: builds dicts.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from gpuhealth import fields
+from gpuhealth import fields, yaml_keys
 from gpuhealth.fields import SettingsError
 from responder.checks.diag import EXIT_FILE, LOG_FILE, REPORT_FILE
 
@@ -76,22 +76,39 @@ DIAG_COMMAND = ("/bin/sh", "-c", DIAG_SCRIPT, "gpuhealth-diag")
 """The diagnostic container's argv (`gpuhealth-diag` is the script's $0 in its messages)."""
 
 
+def _level(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4:
+        raise yaml_keys.Invalid(f"{value!r} must be a dcgmi diag level, 1 to 4")
+    return value
+
+
+def _hostengine(value: Any) -> str:
+    try:
+        return DiagSettings(hostengine=value).hostengine
+    except (SettingsError, TypeError, AttributeError):
+        raise yaml_keys.Invalid(
+            f"{value!r} must be {EMBEDDED!r} or host:port (e.g. nvidia-dcgm.gpu-operator.svc:5555)"
+        ) from None
+
+
 @dataclass(frozen=True, slots=True)
 class DiagSettings:
     """How the probe runs DCGM's diagnostic and who judges it."""
 
-    level: int = 2
+    level: int = field(default=2, metadata=yaml_keys.key("checks.probe_level", _level))
     """`dcgmi diag -r`: 2 (about two minutes: software, PCIe, memory, a short stress) catches
     what quarantines; 3 and 4 take 30 minutes to hours, longer than a check should hold a card."""
-    hostengine: str = EMBEDDED
+    hostengine: str = field(default=EMBEDDED, metadata=yaml_keys.key("checks.probe_hostengine", _hostengine))
     """`embedded`: the pod starts its own nv-hostengine (a stock node, or dcgm-exporter with its
     embedded engine). `host:port`: use that hostengine and start none, e.g. the GPU operator's
     standalone DCGM, `nvidia-dcgm.gpu-operator.svc:5555` (node-local traffic): DCGM discourages
     two hostengines on one node."""
-    wait_seconds: float = 60.0
+    wait_seconds: float = field(default=60.0, metadata=yaml_keys.key("checks.probe_wait", yaml_keys.duration))
     """How long the diagnostic's container waits for the hostengine to answer before it gives up
     (the probe fails). nv-hostengine answers within seconds of its start."""
-    judge_image: str = JUDGE_IMAGE
+    judge_image: str = field(
+        default=JUDGE_IMAGE, metadata=yaml_keys.key("checks.judge_image", yaml_keys.text)
+    )
     """The image of the container that judges the report: gpuhealth's own (`diag_verdict`)."""
 
     def __post_init__(self) -> None:

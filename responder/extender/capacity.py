@@ -49,6 +49,7 @@ from typing import Any
 import orjson
 
 from gpuhealth import fields
+from gpuhealth.kube.backoff import WatchBackoff
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.reflector import Events, Listed, Message, Reflector
 from gpuhealth.kube.resources import NODE, POD
@@ -56,7 +57,6 @@ from responder.enforce.hold import ASIDE_MARK, excluded_at, holds
 from responder.enforce.hold_plan import HOLDER_LABEL
 from responder.enforce.node_annotation import NODE_ANNOTATION, ramping
 from responder.extender.filter import ArgsError, NodeCapacity, gpu_units, gpus_requested, opted_in
-from responder.reconcile.reconciler import WatchBackoff
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+
+from gpuhealth import yaml_keys
 
 RATE = "rate"
 CAPACITY = "capacity"
@@ -33,15 +35,21 @@ CAPACITY = "capacity"
 
 @dataclass(frozen=True, slots=True)
 class BreakerSettings:
-    window_seconds: float = 600.0
+    window_seconds: float = field(default=600.0, metadata=yaml_keys.key("breaker.window", yaml_keys.duration))
     """Sliding window of the rate trigger: a storm shows within minutes."""
-    rate_fraction: float = 0.08
+    rate_fraction: float = field(
+        default=0.08, metadata=yaml_keys.key("breaker.rate_fraction", yaml_keys.fraction)
+    )
     """Share of eligible devices whose quarantine within the window trips the breaker."""
-    rate_floor: int = 5
+    rate_floor: int = field(default=5, metadata=yaml_keys.key("breaker.rate_floor", yaml_keys.whole(0)))
     """Quarantines always allowed within the window, however small the fleet."""
-    capacity_fraction: float = 0.15
+    capacity_fraction: float = field(
+        default=0.15, metadata=yaml_keys.key("breaker.capacity_fraction", yaml_keys.fraction)
+    )
     """Largest share of eligible devices kept under automatic quarantine at once."""
-    capacity_floor: int = 4
+    capacity_floor: int = field(
+        default=4, metadata=yaml_keys.key("breaker.capacity_floor", yaml_keys.whole(0))
+    )
     """Devices that may always be under quarantine, however small the fleet."""
 
     def __post_init__(self) -> None:

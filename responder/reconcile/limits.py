@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+
+from gpuhealth import yaml_keys
 
 
 @dataclass(frozen=True, slots=True)
 class BucketSettings:
-    burst: int
+    burst: int = field(metadata=yaml_keys.key("new_quarantines.burst", yaml_keys.whole(1)))
     """Tokens a full bucket holds: how many actions may happen at once."""
-    per_hour: float
+    per_hour: float = field(metadata=yaml_keys.key("new_quarantines.per_hour", yaml_keys.rate))
     """Sustained rate: tokens regained per hour."""
 
     def __post_init__(self) -> None:

@@ -41,13 +41,13 @@ construction and property-tested:
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from gpuhealth import yaml_keys
 from gpuhealth.kube.meta import parse_rfc3339, rfc3339
-from responder.ladder import CANARY_TAINT, LADDER, QUARANTINE_TAINT, Kind, Ladder, Rung
+from responder.ladder import CANARY_TAINT, QUARANTINE_TAINT, Kind, LadderSettings, Rung
 from responder.reconcile import breaker, requests
 from responder.reconcile.breaker import BreakerSettings, BreakerState, Counts
 from responder.reconcile.limits import Bucket
@@ -132,51 +132,37 @@ class DeviceView:
 
 
 @dataclass(frozen=True, slots=True)
-class PolicySettings:
-    ladder: Ladder = LADDER
-    """The release ladder's rungs in order; each rung's `setting` names the field below that
-    gives its length (the `rungs` it is walked as)."""
-    probe_timeout_seconds: float = 600.0
-    """A probe Job still running after this long counts as failed."""
-    canary_timeout_seconds: float = 1200.0
-    """A canary Job still running after this long counts as failed (it waits for the device)."""
-    stability_seconds: float = 1800.0
-    """Healthy without a break for this long before the device ramps back (30 minutes)."""
-    ramp_seconds: float = 3600.0
-    """How long the device carries the canary taint (opted-in work only) before full release."""
-    reset_timeout_seconds: float = 900.0
-    """The reset rung (where the ladder has it, `responder.ladder.with_reset`): a reset the
-    controller has not reported done after this long counts as failed. NVSentinel's janitor
-    stops the node's GPU services, runs a reset Job and starts them again: minutes, not seconds."""
-    backoff_seconds: float = 3600.0
+class PolicySettings(LadderSettings):
+    """The ladder and its rungs' lengths (`LadderSettings`, declared beside the rungs), and how
+    the policy backs off, admits and forgets."""
+
+    backoff_seconds: float = field(
+        default=3600.0, metadata=yaml_keys.key("policy.backoff", yaml_keys.duration)
+    )
     """First extension of a quarantine whose release failed or that expired still failing;
     doubled on every consecutive failure."""
-    max_backoff_seconds: float = 7 * 86400.0
+    max_backoff_seconds: float = field(
+        default=7 * 86400.0, metadata=yaml_keys.key("policy.max_backoff", yaml_keys.duration)
+    )
     """Cap on one extension."""
-    requested_wait_seconds: float = 300.0
+    requested_wait_seconds: float = field(
+        default=300.0, metadata=yaml_keys.key("policy.requested_wait", yaml_keys.duration)
+    )
     """A release request a person made, when honoured, cuts each waiting rung (the stability
     window, the ramp) to at most this long; never a check, and never to nothing: the device is
     still watched Healthy, and still ramps, for this long."""
-    deferred_max_age_seconds: float = 3600.0
+    deferred_max_age_seconds: float = field(
+        default=3600.0, metadata=yaml_keys.key("policy.deferred_max_age", yaml_keys.duration)
+    )
     """After the breaker closes, a deferred device that is Unknown (not Unhealthy) is admitted
     only if it was deferred within this long: an old Unknown is no evidence of a failure now."""
     dry_run: bool = False
     """Enforce nothing: DRA rules are written with effect None (the apiserver previews what they
     would evict), device-plugin nodes are not annotated."""
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
-    rungs: Ladder = field(init=False, repr=False, compare=False, hash=False)
-    """`ladder` with every rung's seconds taken from its setting (what `step` walks)."""
 
     def __post_init__(self) -> None:
-        values = []
-        for rung in self.ladder.rungs:
-            value = getattr(self, rung.setting, None) if rung.setting else rung.seconds
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(
-                    f"rung setting {rung.setting!r} is not a duration field of the policy settings"
-                )
-            values.append(float(value))
-        object.__setattr__(self, "rungs", _timed(self.ladder, tuple(values)))
+        LadderSettings.__post_init__(self)  # a slotted dataclass has no zero-argument super()
         for name in (
             "requested_wait_seconds",
             "backoff_seconds",
@@ -188,13 +174,6 @@ class PolicySettings:
                 raise ValueError(f"{name} must be finite and greater than zero, not {value!r}")
         if self.max_backoff_seconds < self.backoff_seconds:
             raise ValueError("max_backoff_seconds must be at least backoff_seconds")
-
-
-@functools.lru_cache(maxsize=256)
-def _timed(ladder: Ladder, seconds: tuple[float, ...]) -> Ladder:
-    """`ladder` with these rung lengths (settings are made per decision in tests and benches:
-    one build per distinct ladder and lengths)."""
-    return ladder.timed(seconds)
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,7 +68,7 @@ from prometheus_client import CollectorRegistry
 from gpuhealth import instruments
 from gpuhealth.clock import Clock, SystemClock
 from gpuhealth.kube.api import Api
-from gpuhealth.kube.backoff import Backoff
+from gpuhealth.kube.backoff import Backoff, WatchBackoff
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.elector import Term
 from gpuhealth.kube.errors import ApiError, Conflict
@@ -141,20 +141,6 @@ class BreakerStorage(Protocol):
 
 def _default_bucket() -> BucketSettings:
     return BucketSettings(burst=20, per_hour=120.0)
-
-
-@dataclass(frozen=True, slots=True)
-class WatchBackoff:
-    """Exponential pauses (a `gpuhealth.kube.backoff.BackoffPolicy`): after a failed watch of
-    the records, and before a record (or a pass) whose request failed is decided again."""
-
-    initial_seconds: float = 1.0
-    """First pause after a failure."""
-    max_seconds: float = 30.0
-    """Longest pause: the passes go on meanwhile (the watch only wakes them sooner; a failed
-    record is decided again by every pass anyway)."""
-    factor: float = 2.0
-    jitter: float = 0.2
 
 
 UNWATCHED_RECHECK_SECONDS = 5.0

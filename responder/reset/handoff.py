@@ -25,9 +25,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from gpuhealth import yaml_keys
 from gpuhealth.fields import SettingsError
 from gpuhealth.kube.api import Api
 from gpuhealth.kube.errors import AlreadyExists, Forbidden, NotFound
@@ -46,21 +47,36 @@ _FIELD = re.compile(r"[A-Za-z][A-Za-z0-9]*(\.[A-Za-z][A-Za-z0-9]*)*")
 class ResetSettings:
     """The reset controller's request kind (NVSentinel janitor's `GPUReset` by default)."""
 
-    group: str = "janitor.dgxc.nvidia.com"
+    group: str = field(
+        default="janitor.dgxc.nvidia.com", metadata=yaml_keys.key("reset.group", yaml_keys.text)
+    )
     """API group of the request kind."""
-    version: str = "v1alpha1"
-    kind: str = "GPUReset"
-    plural: str = "gpuresets"
+    version: str = field(default="v1alpha1", metadata=yaml_keys.key("reset.version", yaml_keys.text))
+    kind: str = field(default="GPUReset", metadata=yaml_keys.key("reset.kind", yaml_keys.text))
+    plural: str = field(default="gpuresets", metadata=yaml_keys.key("reset.plural", yaml_keys.text))
     """The resource's plural name (the URL path, and what the RBAC rule grants)."""
-    namespace: str = ""
+    namespace: str = field(
+        default="",
+        metadata=yaml_keys.key(
+            "reset.namespace", yaml_keys.object_name("a namespace name, or empty for a cluster-scoped kind")
+        ),
+    )
     """Empty: the kind is cluster-scoped (the janitor's); else the namespace requests go in."""
-    node_field: str = "spec.nodeName"
+    node_field: str = field(
+        default="spec.nodeName", metadata=yaml_keys.key("reset.node_field", yaml_keys.text)
+    )
     """Where the request names the device's node (a dotted path)."""
-    uuids_field: str = "spec.selector.uuids"
+    uuids_field: str = field(
+        default="spec.selector.uuids", metadata=yaml_keys.key("reset.uuids_field", yaml_keys.text)
+    )
     """Where the request lists the UUIDs of the cards to reset (a dotted path to a list)."""
-    complete_condition: str = "Complete"
+    complete_condition: str = field(
+        default="Complete", metadata=yaml_keys.key("reset.complete_condition", yaml_keys.text)
+    )
     """The condition that is True once the controller is done, whatever the outcome."""
-    succeeded_reason: str = "GPUResetSucceeded"
+    succeeded_reason: str = field(
+        default="GPUResetSucceeded", metadata=yaml_keys.key("reset.succeeded_reason", yaml_keys.text)
+    )
     """That condition's reason when the reset succeeded; any other reason is a failed reset."""
 
     def __post_init__(self) -> None:

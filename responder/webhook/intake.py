@@ -27,8 +27,9 @@ The rules, each a safety property the tests check:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from gpuhealth import yaml_keys
 from gpuhealth.kube.meta import rfc3339
 from gpuhealth.outcomes import Skipped, Unchanged
 from responder.records import (
@@ -53,7 +54,9 @@ into Unhealthy is a quarantine, reason `UnhealthyFlapping`)."""
 
 @dataclass(frozen=True, slots=True)
 class IntakeSettings:
-    expiry_seconds: float = 24 * 3600.0
+    expiry_seconds: float = field(
+        default=24 * 3600.0, metadata=yaml_keys.key("intake.expiry", yaml_keys.duration)
+    )
     """When a new quarantine is re-evaluated. Expiry never releases: a device that still fails
     is extended with backoff; a day keeps a person's attention on a device that stays broken."""
 

@@ -3,7 +3,8 @@
 Aspects: lines reassembled across chunks and grouped per chunk, whatever the chunking;
 decoding gives (type, object) or a parse error reason, never an exception; backoff delays
 grow with jitter up to a cap, honour a minimum (Retry-After), reset on success, and keep
-working through any number of failures.
+working through any number of failures; its one settings class serves the exporter and, with
+the responder's defaults (`WatchBackoff`), the responder, checking its values either way.
 """
 
 from __future__ import annotations
@@ -11,16 +12,18 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuhealth.kube.backoff import Backoff
+from gpuhealth.fields import SettingsError
+from gpuhealth.kube.backoff import Backoff, BackoffSettings, WatchBackoff
 from gpuhealth.kube.watch import INVALID_JSON, MALFORMED_EVENT, decode_event, split_lines
 
 
 @dataclass(frozen=True)
 class Policy:
-    """Any settings object with these fields serves (the exporter's BackoffSettings does)."""
+    """Any settings object with these fields serves (`BackoffSettings` does)."""
 
     initial_seconds: float = 0.5
     max_seconds: float = 30.0
@@ -82,3 +85,11 @@ def test_backoff_survives_a_long_outage() -> None:
     backoff = Backoff(Policy(initial_seconds=0.5, max_seconds=30, jitter=0.0))
     delays = [backoff.next_delay() for _ in range(5000)]
     assert delays[-1] == 30.0
+
+
+def test_one_settings_class_with_the_responders_defaults_and_the_same_checks() -> None:
+    assert isinstance(WatchBackoff(), BackoffSettings)
+    assert (WatchBackoff().initial_seconds, WatchBackoff().jitter) == (1.0, 0.2)
+    assert (BackoffSettings().initial_seconds, BackoffSettings().jitter) == (0.5, 0.5)
+    with pytest.raises(SettingsError, match="max_seconds"):
+        WatchBackoff(max_seconds=0.5)

@@ -28,11 +28,11 @@ from exporter import parse
 from exporter.directory import Directory, open_store
 from exporter.observer import Observer, targets
 from exporter.self_metrics import ExporterMetrics
-from exporter.settings import DEFAULT_HEALTH_PRODUCERS, BackoffSettings, ObserverSettings
+from exporter.settings import DEFAULT_HEALTH_PRODUCERS, ObserverSettings
 from exporter.sharding import Shard, shard_of
 from exporter.state import CLAIMS, LEASES, NODES, PODS, SLICES, DeviceStateStore, producer_resource
 from gpuhealth.clock import ManualClock
-from gpuhealth.kube.backoff import Backoff
+from gpuhealth.kube.backoff import Backoff, BackoffSettings
 from gpuhealth.kube.errors import Gone, error_from_response
 from tests.exporter.fixtures.builders import container, gpu_uuid, pod, resource
 

@@ -15,7 +15,6 @@ import pytest
 
 from exporter.settings import (
     DEFAULT_PORT,
-    BackoffSettings,
     DirectorySettings,
     ExporterServerSettings,
     ExporterSettings,
@@ -25,6 +24,7 @@ from exporter.settings import (
 from exporter.sharding import Shard
 from gpuhealth.fields import SettingsError
 from gpuhealth.http import ServerSettings
+from gpuhealth.kube.backoff import BackoffSettings
 
 
 def test_defaults_build_and_the_server_is_the_core_s_on_the_exporter_port() -> None:

@@ -22,6 +22,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from gpuhealth.clock import ManualClock
+from gpuhealth.kube.backoff import WatchBackoff
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.resources import NAMESPACE, NODE, POD
@@ -36,7 +37,7 @@ from responder.reconcile.breaker_store import BreakerStore
 from responder.reconcile.events import EVENT, KubeEvents
 from responder.reconcile.health import StaticHealth
 from responder.reconcile.policy import Health
-from responder.reconcile.reconciler import Reconciler, WatchBackoff
+from responder.reconcile.reconciler import Reconciler
 from responder.records import HELD, QUARANTINES, Phase
 from simulator.fleet.objects import gpu_uuid
 from simulator.testing import running_cluster

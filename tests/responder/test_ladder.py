@@ -1,8 +1,9 @@
-"""The release ladder as data (responder.ladder): one declaration, read by everything else.
+"""The release ladder as data (gpuhealth.ladder; responder.ladder names it): one declaration, read by all.
 
 Aspects: the shipped ladder is probe, canary, stability window, ramp; the CRD's phase enum,
 the demo's progress columns, verdicts, expectations and report colours, and the dashboards'
-phase lists are the records' phase sequence; a rung's length comes from its policy setting;
+phase lists are the records' phase sequence; a rung's length comes from its policy setting,
+whose default and configuration key are the rung's;
 a malformed ladder or rung is refused with what is wrong; a fake rung added to the ladder
 (one declaration, its check run by the check executor) is walked by the reconciler in order,
 its verdict kept in `status.lastCheck`, and a record standing on it is read back; a fake
@@ -23,6 +24,7 @@ import yaml
 
 from dashboards import definitions
 from demo import expectations, progress, report, safety, summary
+from gpuhealth import yaml_keys
 from gpuhealth.kube.resources import Resource
 from responder.checks.jobs import CheckSettings, CheckSpec, JobChecks
 from responder.enforce.backends import Backends, DeviceRequest, Evidence
@@ -42,6 +44,7 @@ from responder.ladder import (
     STABILIZING,
     Kind,
     Ladder,
+    LadderSettings,
     Rung,
 )
 from responder.reconcile.policy import CheckResult, Enforce, Health, PolicySettings
@@ -59,7 +62,9 @@ def test_the_shipped_ladder_is_probe_canary_window_ramp() -> None:
         (RAMP, "ramp", Kind.RAMP),
     ]
     assert LADDER.describe() == "probe, canary, stability window and ramp"
-    assert LADDER.rung(RAMP) == Rung(RAMP, "ramp", Kind.RAMP, setting="ramp_seconds", taint=CANARY_TAINT)
+    assert LADDER.rung(RAMP) == Rung(
+        RAMP, "ramp", Kind.RAMP, 3600, "ramp_seconds", "policy.ramp", taint=CANARY_TAINT
+    )
     # The probe judges the device itself; from the canary on, the metrics must agree.
     assert [r.metrics_judge for r in LADDER.rungs] == [False, True, True, True]
 
@@ -85,6 +90,26 @@ def test_a_rungs_length_is_its_policy_setting() -> None:
     assert [r.seconds for r in rungs.rungs] == [42, 1200, 1800, 7]
 
 
+def test_a_rungs_setting_its_default_and_its_key_come_from_the_rung() -> None:
+    """One declaration: the setting's default is the rung's declared length, its key the rung's
+    key (the configuration file sets it there), for every rung a responder may walk."""
+    defaults = LadderSettings()
+    keys = {(d.section, d.name): d.attribute for d in yaml_keys.declared(defaults)}
+    for rung in KNOWN.rungs:
+        assert getattr(defaults, rung.setting) == rung.seconds, rung.phase
+        section, _, name = rung.key.partition(".")
+        assert keys[(section, name)] == (rung.setting,), rung.phase
+    assert [r.phase for r in KNOWN.timed_out()] == ["Resetting", PROBING, CANARY]
+
+
+def test_a_check_rungs_pod_is_the_one_it_declares_unless_the_settings_give_one() -> None:
+    canary = LADDER.rung(CANARY)
+    assert canary is not None and canary.image and canary.command
+    assert CheckSettings().spec("canary") == CheckSpec("canary", canary.image, canary.command)
+    own = CheckSpec("canary", "example.com/mine:1", ("mine",))
+    assert CheckSettings(canary=own).spec("canary") == own
+
+
 @pytest.mark.parametrize(
     ("build", "message"),
     [
@@ -93,6 +118,11 @@ def test_a_rungs_length_is_its_policy_setting() -> None:
         (lambda: Rung("Probing", "pro be", Kind.CHECK), "letters, digits and '-' only"),
         (lambda: Rung("Ramp", "ramp", Kind.RAMP), "a taint is required"),
         (lambda: Rung("Soak", "soak", Kind.WINDOW, taint="x"), "only a ramp carries a taint"),
+        (
+            lambda: Rung("Soak", "soak", Kind.WINDOW, image="x", command=("y",)),
+            "only a check carries an image",
+        ),
+        (lambda: Rung("BurnIn", "burn-in", Kind.CHECK, image="x"), "an image and a command, or neither"),
         (lambda: LADDER.inserted(Rung(CANARY, "again", Kind.WINDOW, seconds=1), after=PROBING), "repeat"),
         (
             lambda: PolicySettings(ladder=LADDER.inserted(Rung("Soak", "soak", Kind.WINDOW), after=CANARY)),

@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from gpuhealth.clock import ManualClock
+from gpuhealth.kube.backoff import WatchBackoff
 from gpuhealth.kube.client import ObjectList
 from gpuhealth.kube.errors import Conflict, NotFound, TooManyRequests, Unavailable
 from gpuhealth.kube.meta import rfc3339
@@ -63,7 +64,6 @@ from responder.reconcile.reconciler import (
     UNWATCHED_RECHECK_SECONDS,
     Reconciler,
     ReconcilerSettings,
-    WatchBackoff,
     guardrails,
     quarantine_starts,
 )

@@ -5,7 +5,10 @@ or shows the difference, exit 1); a config or --out that cannot be read is exit 
 from stale files, with the `gpuhealth rules render: error:` prefix; the shipped config
 equals the settings' defaults; bad values are refused with an error naming the key; every
 alert carries severity, action, summary, description and a runbook_url whose anchor is a
-section of docs/runbooks.md, and every alert section there is a rendered alert's.
+section of docs/runbooks.md, and every alert section there is a rendered alert's; the
+stuck-phase alert has a row for each rung of the release ladder that ends by a timeout, read
+from the ladder (a rung added there gets a row, its threshold twice its length unless the
+settings give one).
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuhealth import ladder
 from gpuhealth.kube.lease import ElectionSettings
 from gpuhealth_cli.main import main
 from responder.reconcile.reconciler import ReconcilerSettings
+from rules import render as render_module
 from rules.render import (
     DEFAULT_CONFIG,
     OUTPUTS,
@@ -32,6 +37,7 @@ from rules.render import (
     render,
     runbook_anchor,
     scaled,
+    stuck_phases,
     unknown_window,
     write_files,
 )
@@ -429,3 +435,39 @@ def test_the_unknown_window_halves_per_earlier_episode_down_to_the_floor() -> No
     assert unknown_window(dev, 10_000) == 90.0
     with pytest.raises(ValueError, match="earlier_episodes: -1 is negative"):
         unknown_window(dev, -1)
+
+
+def _stuck_alert_phases(settings: Any) -> list[str]:
+    rules = yaml.safe_load(render(settings)["prometheus/gpuhealth-self.yaml"])
+    return [
+        rule["labels"]["phase"]
+        for group in rules["groups"]
+        for rule in group["rules"]
+        if rule.get("alert") == "GPUHealthQuarantinePhaseStuck"
+    ]
+
+
+def test_the_stuck_phase_alert_lists_the_ladders_timed_out_rungs() -> None:
+    settings = load_config(DEFAULT_CONFIG)
+    # The shipped ladder's rungs in order, then the optional reset.
+    shipped = [r.phase for r in ladder.LADDER.timed_out()]
+    assert shipped[:2] == ["Probing", "Canary"]
+    assert _stuck_alert_phases(settings) == [*shipped, "Resetting", "Pending", "Deferred"]
+    after = {s.phase: s.after for s in stuck_phases(settings.self)}
+    assert after["Probing"] == settings.self.probing_stuck_for
+    assert after["Canary"] == settings.self.canary_stuck_for
+    assert after["Resetting"] == settings.self.resetting_stuck_for
+
+
+def test_a_rung_added_to_the_ladder_gets_a_row_at_twice_its_length(monkeypatch: pytest.MonkeyPatch) -> None:
+    burn_in = ladder.Rung("BurnIn", "burn-in", ladder.Kind.CHECK, 900.0, "burn_in_seconds", "policy.burn_in")
+    shipped = ladder.LADDER.inserted(burn_in, after="Canary")
+    monkeypatch.setattr(render_module, "LADDER", shipped)
+    monkeypatch.setattr(render_module, "KNOWN", ladder.with_reset(shipped))
+    settings = load_config(DEFAULT_CONFIG)
+    rows = _stuck_alert_phases(settings)
+    assert rows[rows.index("Canary") + 1] == "BurnIn"
+    assert rows[-3:] == ["Resetting", "Pending", "Deferred"]
+    row = next(s for s in stuck_phases(settings.self) if s.phase == "BurnIn")
+    assert row.after == Duration(1800)
+    assert "The burn-in ends by its timeout (the responder's burn_in_seconds)" in row.why

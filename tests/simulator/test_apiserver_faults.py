@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import urllib3
 
-from exporter.settings import BackoffSettings
 from gpuhealth.clock import SteppableClock
+from gpuhealth.kube.backoff import BackoffSettings
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
 from gpuhealth.kube.errors import Conflict, TooManyRequests, Unavailable
