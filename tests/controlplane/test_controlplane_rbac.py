@@ -119,6 +119,11 @@ def exercised(installed: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
         done = apply(installed, build("enforcing"))
         assert done.returncode == 0, done.stderr
         ready_node(client, NODE_NAME)
+        # Its device plugin also advertises GPUs (a node of both stacks), as a kubelet would.
+        gpus = {"nvidia.com/gpu": "1"}
+        client.patch(
+            NODE, NODE_NAME, {"status": {"capacity": gpus, "allocatable": gpus}}, subresource="status"
+        )
         publish_devices(client, NODE_NAME, DRIVER, 2)
         _run_services(installed, client, tmp_path_factory.mktemp("rbac"), result)
 
@@ -129,8 +134,15 @@ def exercised(installed: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
         clock = ManualClock(time.time())
         recorder = Recorder(responder, clock)
         enforcer = Enforcer(responder, discover(responder))
-        dra = _record(recorder, responder, NODE_NAME, f"{DRIVER}/{NODE_NAME}/gpu-0", dra=True)
-        plugin = _record(recorder, responder, NODE_NAME, "GPU-plugin-0", dra=False)
+        # The webhook records no path; the reconciler's first pass identifies each device through
+        # the backends, with the responder's own reads (the slices, the node).
+        recorded = [
+            _record(recorder, responder, NODE_NAME, f"{DRIVER}/{NODE_NAME}/gpu-0", dra=True),
+            _record(recorder, responder, NODE_NAME, "GPU-plugin-0", dra=False),
+        ]
+        assert [r.spec.path for r in recorded] == ["", ""]
+        seen = enforcer.observe([NODE_NAME])
+        dra, plugin = (enforcer.identify(r, seen) for r in recorded)
         assert (dra.spec.path, plugin.spec.path) == (DRA, DEVICE_PLUGIN)
         for record in (dra, plugin):
             enforcer.enforce(record, Enforce(QUARANTINE_TAINT, "xid-79", "NoSchedule"))
