@@ -16,9 +16,10 @@ Aspects, together the proof for every gpuhealth identity:
   bound to the responder's ServiceAccount alone, and none grants a wildcard; for that account the
   ValidatingAdmissionPolicy `gpuhealth-pod-status` refuses anything more, which the real
   apiserver proves (tests/controlplane/test_controlplane_pod_status.py).
-Why not the simulated cluster's write log: its audit log records who called what (verb,
-resource, subresource), never a body, so it cannot show which fields a write carried; the three
-checks above hold for every path, not only those a flow happens to walk.
+The flows' own write log: the simulated cluster's audit log records who called what, never a
+body; the real apiserver's keeps the body of every `pods/status` write, and
+tests/controlplane/test_controlplane_eviction.py reads it after the real migrator moved a job as
+the responder. The checks here hold for every path, not only those a flow walks.
 """
 
 from __future__ import annotations
