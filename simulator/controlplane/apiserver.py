@@ -7,6 +7,8 @@
 - `--authorization-mode=Node,RBAC`: what a real cluster runs; nothing is always-allowed.
 - An audit log (JSON lines) with a policy recording every request at Metadata level: user,
   verb, objectRef, responseStatus.code. The tests read it to show which calls were refused.
+  Writes of `pods/status` are recorded at Request level, with their body (`requestObject`): a
+  test shows from it which fields of a pod's status each identity wrote.
 """
 
 from __future__ import annotations
@@ -29,7 +31,14 @@ AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
     "omitStages": ["RequestReceived"],  # ResponseComplete carries the status code
-    "rules": [{"level": "Metadata"}],
+    "rules": [
+        {
+            "level": "Request",
+            "verbs": ["update", "patch"],
+            "resources": [{"group": "", "resources": ["pods/status"]}],
+        },
+        {"level": "Metadata"},
+    ],
 }
 
 

@@ -10,6 +10,11 @@ the budget allowing no disruption the real eviction API answers 429 and the move
 the budget allows one it answers 201: the pod is terminating, and the real ReplicaSet
 controller makes a replacement that the real scheduler places on the free device, never on the
 quarantined one, once the evicted pod is gone and its claim released.
+Of the pods' status the responder wrote only its `gpuhealth.io/serving` condition (False,
+admitted by the pod-status admission policy): the apiserver's audit log, which keeps the body
+of every `pods/status` write, shows its writes carrying `status.conditions` and nothing else
+(no container status, no `allocatedResourcesStatus`, no phase), and no other write of a pod's
+status by any gpuhealth account.
 """
 
 from __future__ import annotations
@@ -26,11 +31,12 @@ from gpuhealth.testing.loopback import wait_until
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
 from responder.migrate.executor import Migrator, MigratorSettings
-from responder.migrate.plan import CHECKPOINT, COMMITTED, REQUESTED, TOPOLOGY
+from responder.migrate.plan import CHECKPOINT, COMMITTED, REQUESTED, SERVING, TOPOLOGY
 from responder.reconcile.policy import QUARANTINE_TAINT, Enforce
 from responder.records import Migration, Quarantine
 from simulator.controlplane import ControlPlane
 from tests.deploy.manifests import NAMESPACE
+from tests.deploy.rbac import user
 from tests.support.backends import shipped
 from tests.support.controlplane import (
     DEPLOYMENT,
@@ -39,6 +45,7 @@ from tests.support.controlplane import (
     admin,
     allocated_device,
     as_service_account,
+    audit_events,
     claim_spec,
     dra_record,
     kubectl,
@@ -129,6 +136,28 @@ def _only(record: Quarantine) -> Migration:
     return entry
 
 
+def _only_serving_conditions_written(plane: ControlPlane) -> None:
+    """Every `pods/status` write by a gpuhealth account in the job's namespace (there was at least
+    one, admitted) is a patch of the pod's conditions with the serving condition False, nothing
+    else. (Other tests of the session write refused ones on purpose, elsewhere.)"""
+    writes = [
+        e
+        for e in audit_events(plane)
+        if e["user"]["username"].startswith(f"system:serviceaccount:{NAMESPACE}:")
+        and (ref := e.get("objectRef") or {}).get("namespace") == NS
+        and (ref.get("resource"), ref.get("subresource")) == ("pods", "status")
+    ]
+    assert writes, "no pods/status write by a gpuhealth account"
+    for event in writes:
+        assert event["user"]["username"] == user(NAMESPACE, "gpuhealth-responder"), event["user"]
+        assert (event["verb"], event["responseStatus"]["code"]) == ("patch", 200), event
+        body = event["requestObject"]
+        assert body.keys() <= {"metadata", "status"} and body["metadata"].keys() <= {"resourceVersion"}, body
+        assert body["status"].keys() == {"conditions"}, body
+        [serving] = [c for c in body["status"]["conditions"] if c["type"] == SERVING]
+        assert serving["status"] == "False", serving
+
+
 def test_a_checkpointed_job_is_evicted_through_the_real_api_under_a_real_budget(
     installed: ControlPlane,
 ) -> None:
@@ -154,8 +183,10 @@ def test_a_checkpointed_job_is_evicted_through_the_real_api_under_a_real_budget(
         clock = ManualClock(time.time())
         migrator = Migrator(account, MigratorSettings(), clock, backends=shipped(account))
         record = migrator.step(record, clock.now())  # takes the job's Lease
-        record = migrator.step(record, clock.now())  # asks for the checkpoint
+        record = migrator.step(record, clock.now())  # stops new requests, asks for the checkpoint
         pod = client.get(POD, victim, namespace=NS)
+        serving = [c for c in pod["status"]["conditions"] if c["type"] == SERVING]
+        assert [c["status"] for c in serving] == ["False"], pod["status"]["conditions"]
         key = pod["metadata"]["annotations"][REQUESTED]
         assert key == _only(record).key
         # The workload's checkpoint agent commits.
@@ -188,6 +219,7 @@ def test_a_checkpointed_job_is_evicted_through_the_real_api_under_a_real_budget(
         assert victim not in now_placed
         assert device not in now_placed.values()
         assert sorted(now_placed.values()) == sorted({f"gpu-{i}" for i in range(3)} - {device})
+        _only_serving_conditions_written(installed)
     finally:
         account.close()
         client.close()

@@ -1,4 +1,5 @@
-"""The admission policy that keeps a DeviceQuarantine's status the responder's alone.
+"""The admission policies: a DeviceQuarantine's status is the responder's alone, and of a pod's
+status the responder writes only its `gpuhealth.io/serving` condition.
 
 Aspects: every overlay ships the ValidatingAdmissionPolicy and its binding (Deny, failing
 closed); it matches exactly the UPDATE of `devicequarantines/status` in gpuhealth.io (a PATCH
@@ -10,6 +11,12 @@ user, another gpuhealth account and a lookalike name are refused, with a message
 write and what to do instead. No CEL evaluator ships in our dependencies: the expression's form
 is held to one comparison here and the real apiserver runs it in
 tests/controlplane/test_controlplane_admission.py.
+
+The pod-status policy, bound the same way in every overlay, matches exactly the UPDATE of
+`pods/status` in the core group, and only for the responder's user (a match condition, the same
+comparison); each of its validations refuses with Forbidden and a message naming the one thing
+the responder writes. Its CEL (status and conditions compared with the old object) runs on the
+real apiserver in tests/controlplane/test_controlplane_pod_status.py.
 """
 
 from __future__ import annotations
@@ -23,15 +30,16 @@ from tests.deploy.manifests import NAMESPACE, OVERLAYS, build, find
 from tests.deploy.rbac import user
 
 POLICY = "gpuhealth-devicequarantine-status"
+POD_STATUS_POLICY = "gpuhealth-pod-status"
 _EQUALS = re.compile(r"^request\.userInfo\.username == '([^'\\]+)'$")
 _MESSAGE = re.compile(r"^'((?:[^'\\])*)' \+ request\.userInfo\.username\s*\+ '((?:[^'\\])*)'$")
 
 
-def _policy(overlay: str = "enforcing") -> tuple[dict[str, Any], dict[str, Any]]:
+def _policy(overlay: str = "enforcing", name: str = POLICY) -> tuple[dict[str, Any], dict[str, Any]]:
     objects = build(overlay)
     return (
-        find(objects, "ValidatingAdmissionPolicy", POLICY),
-        find(objects, "ValidatingAdmissionPolicyBinding", POLICY),
+        find(objects, "ValidatingAdmissionPolicy", name),
+        find(objects, "ValidatingAdmissionPolicyBinding", name),
     )
 
 
@@ -83,14 +91,15 @@ def _request(
     }
 
 
+@pytest.mark.parametrize("name", [POLICY, POD_STATUS_POLICY])
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_every_overlay_binds_the_policy_to_deny_failing_closed(overlay: str) -> None:
-    policy, binding = _policy(overlay)
+def test_every_overlay_binds_the_policy_to_deny_failing_closed(overlay: str, name: str) -> None:
+    policy, binding = _policy(overlay, name)
     assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
     assert policy["spec"]["failurePolicy"] == "Fail"
-    assert binding["spec"]["policyName"] == POLICY
+    assert binding["spec"]["policyName"] == name
     assert binding["spec"]["validationActions"] == ["Deny"]
-    assert "matchResources" not in binding["spec"]  # every DeviceQuarantine, cluster-scoped
+    assert "matchResources" not in binding["spec"]  # every object of the kind, in every namespace
 
 
 def test_it_matches_only_status_updates_of_devicequarantines() -> None:
@@ -132,3 +141,25 @@ def test_spec_writes_and_other_resources_are_left_to_rbac() -> None:
         _request("alice", resource="pods"),
     ):
         assert admitted(policy, request) == (True, ""), request
+
+
+def test_the_pod_status_policy_matches_the_responders_pod_status_writes_only() -> None:
+    policy, _ = _policy(name=POD_STATUS_POLICY)
+    [rule] = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule == {
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "operations": ["UPDATE"],
+        "resources": ["pods/status"],
+    }
+    [condition] = policy["spec"]["matchConditions"]
+    expected = _EQUALS.match(condition["expression"].strip())
+    assert expected is not None, f"unexpected match condition: {condition['expression']!r}"
+    assert expected.group(1) == _responder_user()
+    validations = policy["spec"]["validations"]
+    assert len(validations) == 4
+    for validation in validations:
+        assert validation["reason"] == "Forbidden"
+        assert validation["message"].startswith(
+            "the gpuhealth responder writes only its gpuhealth.io/serving pod condition"
+        )
