@@ -39,8 +39,9 @@ as a kubelet runs what the API server assigns to its node:
   SIGTERM) or is killed at the end of the grace period (exit 137); devices are freed and the
   pod is deleted with a grace period of 0.
 
-Decisions (what a pod asks for, whether it fits) are pure functions at the top; the class
-applies them through the node agents' `NodeApi`.
+Decisions (what a pod asks for, whether it fits) are pure functions in `pod_runner_spec`;
+admission and the devices a pod gets are `pod_runner_admission`; the class runs the admitted pods
+and stops deleted ones through the node agents' `NodeApi`.
 """
 
 from __future__ import annotations
@@ -48,40 +49,28 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from gpuhealth.durations import DurationError, parse_duration
-from gpuhealth.plugin_resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import format_timestamp
-from simulator.fleet import mig, objects, programs
+from simulator.fleet import objects, programs
 from simulator.fleet.checkpoint_agent import CheckpointAgent
 from simulator.fleet.container_runtime import ContainerRuntime, finished_state, marks
-from simulator.fleet.device_manager import allocate
-from simulator.fleet.health import HEALTHY
 from simulator.fleet.initial_layout import InitialLayout
 from simulator.fleet.node_api import NodeApi, PodEntry
+from simulator.fleet.pod_runner_admission import PodAdmission
+from simulator.fleet.pod_runner_spec import Rejection, RunSpec, run_spec, scenario_spec
 from simulator.fleet.state import DeviceDriver, PendingPod, SimNode, SimPod
 from simulator.fleet.timers import Timers
 from simulator.fleet.writes import PodStatusWriter, keep_others_conditions
-from simulator.model import DRA_DRIVER, Settings, Slot, Workload, node_slots
+from simulator.model import Settings
 
 log = logging.getLogger(__name__)
 
-RUN_SECONDS = "sim.gpuhealth.io/run-seconds"
-EXIT_CODE = "sim.gpuhealth.io/exit-code"
-STOP_AFTER = "sim.gpuhealth.io/stop-after"
-VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
-"""The NVIDIA container runtime's variable: which of the node's GPUs a container sees."""
-
 START_SECONDS = 1.0
 """Simulated seconds from admission (ContainerCreating) to Running: image present, no pull."""
-START_ERROR_EXIT_CODE = 128
-"""A container the runtime could not create (here: `NVIDIA_VISIBLE_DEVICES` names a GPU the
-node lacks, which nvidia-container-cli refuses): Failed at once, as the kubelet's StartError."""
 BACKOFF_SECONDS, BACKOFF_LIMIT = 10.0, 300.0
 """The kubelet's crash-loop back-off: 10 s, doubled per restart, at most 5 minutes."""
 KILLED_EXIT_CODE = 137  # SIGKILL at the end of the grace period
@@ -89,268 +78,6 @@ TERMINATED_EXIT_CODE = 143
 """A workload that stops on SIGTERM exits as the signal's default action leaves it (128 + 15): a
 Job's pod asked to stop did not complete its work, so the Job controller replaces it rather than
 count a completion (docs/workloads.md)."""
-
-CPU_ALLOCATABLE_MILLI = 191_500
-MEMORY_ALLOCATABLE = 2_100_000 * 2**20
-"""What `objects.node` writes as allocatable cpu and memory."""
-
-_SLEEP = re.compile(r"\bsleep\s+(\d+(?:\.\d+)?)([smhd]?)\b")
-_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_SUFFIXES = {
-    "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
-}  # fmt: skip
-_QUANTITY = re.compile(r"^([0-9.]+)(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$")
-
-
-@dataclass(frozen=True, slots=True)
-class GpuProgram:
-    """A program that exercises the GPUs it reaches: it fails when one of them fails under it."""
-
-    name: str
-    pattern: re.Pattern[str]
-    """Found in the container's command and args joined by spaces (as `sleep N` is)."""
-    seconds: float
-    """Its run when neither the run-seconds annotation nor a `sleep` says otherwise."""
-
-
-GPU_PROGRAMS = (GpuProgram("vectorAdd", re.compile(r"(?:^|[\s/])vectorAdd\b"), 10.0),)
-"""The GPU programs the simulated containers model: the CUDA sample that copies two vectors to
-device memory, adds them and checks the sum. DCGM's diagnostic is not modelled from its command
-text: its image runs for real against a hostengine it must start (`programs`). Anything else
-(`sleep`, a scenario's workload) exits with its scripted code whatever its devices do."""
-
-_API_WORKLOAD = Workload(
-    name="", namespace="", kind="Deployment", replicas=0, gpus_per_pod=0, checkpoint="none",
-    topology="fixed", path=None, node_group=None, init_container=False, dra_claim="direct",
-    dra_status_name="claim", complete_after=None,
-)  # fmt: skip
-"""What an API pod's `SimPod.workload` holds: no scenario workload (never replaced, never a Job)."""
-
-
-# ---------------------------------------------------------------------------- decisions
-
-
-def quantity(text: Any) -> float:
-    """A resource quantity (`4`, `500m`, `32Gi`) as a number; 0 when unreadable (validation's job)."""
-    match = _QUANTITY.match(str(text).strip())
-    if match is None:
-        return 0.0
-    try:
-        return float(match.group(1)) * _SUFFIXES[match.group(2) or ""]
-    except ValueError:
-        return 0.0
-
-
-def _requests(container: dict[str, Any]) -> dict[str, Any]:
-    resources = container.get("resources") or {}
-    # Requests default to limits, per resource.
-    return {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-
-
-def pod_requests(spec: dict[str, Any]) -> dict[str, float]:
-    """Effective requests: the sum over containers, or the largest init container's if higher."""
-    total: dict[str, float] = {}
-    for c in spec.get("containers") or ():
-        for name, value in _requests(c).items():
-            total[name] = total.get(name, 0.0) + quantity(value)
-    for c in spec.get("initContainers") or ():
-        for name, value in _requests(c).items():
-            total[name] = max(total.get(name, 0.0), quantity(value))
-    return total
-
-
-def qos_class(spec: dict[str, Any]) -> str:
-    """Guaranteed (cpu and memory limits equal requests everywhere), BestEffort (none set), or Burstable."""
-    containers = [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]
-    any_set = False
-    guaranteed = True
-    for c in containers:
-        resources = c.get("resources") or {}
-        limits = resources.get("limits") or {}
-        requests = {**limits, **(resources.get("requests") or {})}
-        if any(k in requests or k in limits for k in ("cpu", "memory")):
-            any_set = True
-        for name in ("cpu", "memory"):
-            if name not in limits or quantity(requests.get(name)) != quantity(limits[name]):
-                guaranteed = False
-    if not any_set:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
-
-
-def _seconds(text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        return parse_duration(text.strip())
-    except DurationError:
-        return None
-
-
-def _words(container: dict[str, Any]) -> str:
-    return " ".join(str(w) for w in (*(container.get("command") or ()), *(container.get("args") or ())))
-
-
-def gpu_program(container: dict[str, Any]) -> GpuProgram | None:
-    """The GPU program the container runs (`GPU_PROGRAMS`), if any; none in a container that runs
-    for real (`programs.executed`)."""
-    if programs.executed(container):
-        return None
-    words = _words(container)
-    return next((p for p in GPU_PROGRAMS if p.pattern.search(words)), None)
-
-
-def run_seconds(meta: dict[str, Any], container: dict[str, Any]) -> float | None:
-    """How long the containers run: the annotation, else a `sleep N` in command/args, else a GPU
-    program's usual length; None: forever."""
-    annotated = _seconds((meta.get("annotations") or {}).get(RUN_SECONDS))
-    executed = programs.usual_seconds(container)
-    if executed is not None and (annotated is None or executed == programs.JUDGE_SECONDS):
-        return executed  # a judge's read of a file is its own length, not the workload's
-    if annotated is not None:
-        return annotated
-    match = _SLEEP.search(_words(container))
-    if match is not None:
-        return float(match.group(1)) * _UNITS[match.group(2)]
-    program = gpu_program(container)
-    return None if program is None else program.seconds
-
-
-def visible_devices(containers: tuple[dict[str, Any], ...]) -> tuple[str, ...]:
-    """The `NVIDIA_VISIBLE_DEVICES` values of the containers' env (literal values only: a
-    `valueFrom` is not resolved), in container order."""
-    values = []
-    for container in containers:
-        for var in container.get("env") or ():
-            if isinstance(var, dict) and var.get("name") == VISIBLE_DEVICES and "value" in var:
-                values.append(str(var.get("value") or ""))
-    return tuple(values)
-
-
-def visible_gpus(
-    values: tuple[str, ...], uuids: tuple[str, ...], partitions: tuple[tuple[str, ...], ...] = ()
-) -> tuple[int, ...] | None:
-    """The indexes of the node's GPUs (`uuids`, by index) that the values expose, as the NVIDIA
-    container runtime reads them: `all` is every GPU; `none`, `void` or empty is none (the
-    runtime still runs the container, without a GPU); otherwise a comma list of GPU uuids or
-    indexes, or MIG device UUIDs (`partitions`: each GPU's, by index), which reach their card.
-    None when an entry names no GPU of the node (the runtime refuses the container). The
-    `<gpu>:<mig>` index form is not modelled: such an entry names no GPU here."""
-    parent = {mig: index for index, migs in enumerate(partitions) for mig in migs}
-    picked: set[int] = set()
-    for value in values:
-        value = value.strip()
-        if value == "all":
-            picked.update(range(len(uuids)))
-            continue
-        if value in ("", "none", "void"):
-            continue
-        for entry in (e.strip() for e in value.split(",")):
-            if entry.isdigit() and int(entry) < len(uuids):
-                picked.add(int(entry))
-            elif entry in uuids:
-                picked.add(uuids.index(entry))
-            elif entry in parent:
-                picked.add(parent[entry])
-            else:
-                return None
-    return tuple(sorted(picked))
-
-
-@dataclass(frozen=True, slots=True)
-class RunSpec:
-    """What an API pod's simulated containers do."""
-
-    containers: tuple[dict[str, Any], ...]
-    run_seconds: float | None
-    exit_code: int
-    restart_policy: str
-    stop_after: float | None
-    """Seconds the workload takes to exit on SIGTERM; None: it ignores SIGTERM."""
-    gpus: int
-    cpu_milli: int
-    memory: int
-    program: GpuProgram | None
-    """The GPU program the first container runs: its exit code is its devices' verdict."""
-    visible: tuple[str, ...]
-    """`NVIDIA_VISIBLE_DEVICES` of the containers, for a pod that gets no device otherwise."""
-    qos: str
-    resource: str = GPU_RESOURCE
-    """The GPU resource the pod requests `gpus` of: `nvidia.com/gpu`, or a MIG profile's
-    `nvidia.com/mig-<profile>` (strategy mixed)."""
-    init: tuple[dict[str, Any], ...] = ()
-    """The pod's init containers, run in order before `containers`."""
-    init_seconds: tuple[float, ...] = ()
-    """How long each init container runs."""
-
-
-def run_spec(obj: dict[str, Any]) -> RunSpec:
-    meta, spec = obj["metadata"], obj.get("spec") or {}
-    annotations = meta.get("annotations") or {}
-    containers = tuple(spec.get("containers") or ())
-    init = tuple(spec.get("initContainers") or ())
-    try:
-        exit_code = int(annotations.get(EXIT_CODE, "0"))
-    except ValueError:
-        exit_code = 1
-    stop_text = annotations.get(STOP_AFTER, "0")
-    requests = pod_requests(spec)
-    resource = next(
-        (name for name in sorted(requests) if name.startswith(MIG_RESOURCE_PREFIX) and requests[name] > 0),
-        GPU_RESOURCE,
-    )
-    return RunSpec(
-        containers=containers,
-        run_seconds=run_seconds(meta, containers[0]) if containers else None,
-        exit_code=exit_code,
-        restart_policy=spec.get("restartPolicy") or "Always",
-        stop_after=None if stop_text.strip() == "never" else (_seconds(stop_text) or 0.0),
-        gpus=int(requests.get(resource, 0)),
-        resource=resource,
-        cpu_milli=round(requests.get("cpu", 0.0) * 1000),
-        memory=int(requests.get("memory", 0.0)),
-        program=gpu_program(containers[0]) if containers else None,
-        visible=visible_devices((*init, *containers)),
-        qos=qos_class(spec),
-        init=init,
-        init_seconds=tuple(run_seconds(meta, c) or 0.0 for c in init),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    reason: str
-    message: str
-
-
-def fit(requested: int, used: int, capacity: int, resource: str) -> Rejection | None:
-    """The kubelet's admission check of one resource, worded as the real kubelet words it."""
-    if requested <= 0 or requested <= capacity - used:
-        return None
-    why = f"Node didn't have enough resource: {resource}, requested: {requested}, used: {used}"
-    return Rejection(f"OutOf{resource}", f"{why}, capacity: {capacity}")
-
-
-def node_fit(node: SimNode, spec: RunSpec, extended: bool = False) -> Rejection | None:
-    """The kubelet's admission fit; `extended`: the pod's `nvidia.com/gpu` is served by a DRA
-    claim the scheduler made (KEP-5004), so the node's allocatable is not asked for it."""
-    active = [p for p in node.pods if not (p.terminated or p.stopped)]
-    for rejection in (
-        fit(spec.cpu_milli, sum(p.cpu_milli for p in active), CPU_ALLOCATABLE_MILLI, "cpu"),
-        fit(spec.memory, sum(p.memory_bytes for p in active), MEMORY_ALLOCATABLE, "memory"),
-    ):
-        if rejection is not None:
-            return rejection
-    if node.is_dra:
-        # DRA nodes advertise no nvidia.com/gpu
-        return None if extended else fit(spec.gpus, 0, 0, spec.resource)
-    if spec.resource != node.group.resource:
-        return fit(spec.gpus, 0, 0, spec.resource)  # a resource the node does not advertise
-    per_gpu = node.group.slots_per_gpu
-    total = len(node_slots(node.group))
-    healthy = max(0, node.allocatable_written) * per_gpu
-    return fit(spec.gpus, total - len(node.free), healthy, spec.resource)
 
 
 # ---------------------------------------------------------------------------- the pod workers
@@ -408,14 +135,11 @@ class PodRunner:
         self._nodes = nodes
         self._pods = pods
         self._pending = pending
-        self._drivers = drivers
         self._pod_status = pod_status
         self._agent = agent
         self._allocated = allocated
         self._terminating = terminating
         """Told when a pod gets its deletionTimestamp (controllers replace Terminating pods at once)."""
-        self._layout = layout
-        """The scenario's initial pods' devices, where the fleet does not write those pods itself."""
         self._runs: dict[str, _Run] = {}
         self._failing: set[str] = set()  # `fail`: each start fails its startup probe, backs off
         self._owed: dict[str, set[str]] = {}
@@ -426,7 +150,7 @@ class PodRunner:
             current=lambda run, token: token == run.token and self._runs.get(run.sim.key) is run,
             start=self._start, back_off=self._back_off,
         )  # fmt: skip
-        self._pod_index = itertools.count(1 << 22)  # pod IPs apart from the scenario's pods
+        self._admission = PodAdmission(api, timers, drivers, self._event, layout)
 
     # ------------------------------------------------------------------ what the API server asks
 
@@ -522,58 +246,22 @@ class PodRunner:
     # ------------------------------------------------------------------ admission
 
     def _admit(self, node: SimNode, obj: dict[str, Any]) -> None:
-        meta = obj["metadata"]
-        spec = run_spec(obj)
-        sim = SimPod(meta["name"], meta["namespace"], node.name, _API_WORKLOAD, (), uid=meta.get("uid", ""))
-        sim.api = True
-        sim.containers = tuple(obj["spec"].get("containers") or ())
-        if spec.resource != GPU_RESOURCE:
-            sim.resource_name = spec.resource  # allocatedResourcesStatus[].name: what it asked for
-        sim.cpu_milli = spec.cpu_milli
-        sim.memory_bytes = spec.memory
-        sim.index = next(self._pod_index)
-        rejection = node_fit(node, spec, extended_claim(obj) is not None)
-        slots: tuple[Slot, ...] = ()
-        if rejection is None:
-            if node.is_dra:
-                found = self._prepare_claims(node, sim, obj)
-                if found is None:
-                    # Claims not allocated yet: the kubelet waits (ContainerCreating) and retries.
-                    self._owed.setdefault(node.name, set()).add(sim.key)
-                    return
-                slots = found
-            else:
-                picked = self._pick_devices(node, spec, obj)
-                if isinstance(picked, Rejection):
-                    rejection = picked
-                else:
-                    slots = picked
-        if rejection is not None:
-            self._reject(node, obj, rejection)
-            return
-        visible: tuple[int, ...] = ()
-        if not slots and spec.visible:
-            # No device from the kubelet: the runtime exposes what the env names (the
-            # kubelet's allocation, when there is one, is what the container gets instead).
-            found_visible = visible_gpus(
-                spec.visible, tuple(g.uuid for g in node.gpus), tuple(g.partitions for g in node.gpus)
+        admitted = self._admission.admit(node, obj)
+        if admitted is None:
+            # Claims not allocated yet: the kubelet waits (ContainerCreating) and retries.
+            self._owed.setdefault(node.name, set()).add(
+                f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
             )
-            if found_visible is None:
-                spec = _start_error(spec)
-            else:
-                visible = found_visible
-        if any(programs.missing_program(c) for c in (*spec.init, *spec.containers)):
-            spec = _start_error(spec)  # `exec: "dcgmi": executable file not found`
-        sim.slots = slots
-        for slot in slots:
-            if slot in node.free:
-                node.free.remove(slot)
-            node.gpus[slot.gpu].allocated += 1
+            return
+        if isinstance(admitted, Rejection):
+            self._admission.reject(node, obj, admitted)
+            return
+        sim = admitted.sim
         sim.waiting = True
         sim.ready = False
         wall = self._timers.wall()
         sim.started = wall
-        run = _Run(sim, obj, spec, wall, visible=visible)
+        run = _Run(sim, obj, admitted.spec, wall, visible=admitted.visible)
         self._runs[sim.key] = run
         self._pods[sim.key] = sim
         node.pods.append(sim)
@@ -581,74 +269,6 @@ class PodRunner:
         self._write(sim, lambda o: _creating(o, run.spec, run.admitted, objects.node_ip(node.index)))
         self._step_at(self._timers.now() + START_SECONDS, self._start, run, run.token)
         self._timers.wake()
-
-    def _pick_devices(
-        self, node: SimNode, spec: RunSpec, pod: dict[str, Any]
-    ) -> tuple[Slot, ...] | Rejection:
-        """Among free devices the plugin reports Healthy: a scenario's initial pod its layout slots
-        (`initial_layout`, beside a control plane the fleet does not own), else the device
-        manager's choice (`device_manager`)."""
-        driver = self._drivers[node.group.path]
-        now = self._timers.now()
-        usable = [s for s in node.free if driver.health(node, node.gpus[s.gpu], now)[0] == HEALTHY]
-        claimed = None if self._layout is None else self._layout.claim(node.name, pod, spec.gpus, usable)
-        picked = claimed or allocate(node, usable, spec.gpus)
-        if picked is None:
-            return Rejection(
-                "UnexpectedAdmissionError",
-                f"Allocate failed due to requested number of devices unavailable for {spec.resource}. "
-                f"Requested: {spec.gpus}, Available: {len(usable)}, which is unexpected",
-            )
-        return picked
-
-    def _prepare_claims(self, node: SimNode, sim: SimPod, obj: dict[str, Any]) -> tuple[Slot, ...] | None:
-        """DRA: the devices of the pod's claims as allocated (`status.allocation`); None until allocated."""
-        spec = obj.get("spec") or {}
-        slots: list[Slot] = []
-        for pod_claim, name in claim_names(obj):
-            if not name:
-                return None
-            try:
-                claim = self._api.get("resourceclaims.resource.k8s.io", name, sim.namespace)
-            except ApiError:
-                return None
-            allocation = (claim.get("status") or {}).get("allocation")
-            if not allocation:
-                return None
-            devices = [
-                r["device"]
-                for r in (allocation.get("devices") or {}).get("results") or ()
-                if r.get("driver") == DRA_DRIVER and r.get("pool") == node.name
-            ]
-            if devices and sim.claim_uid is None:
-                sim.claim_name = name
-                sim.claim_uid = claim["metadata"].get("uid", "")
-                sim.extended = not pod_claim
-                if pod_claim:
-                    sim.resource_name = _claim_status_name(spec, pod_claim.get("name", ""))
-            named = mig.dra_slots(node.group.mig, len(node.gpus))
-            slots.extend(named[d] for d in devices if d in named)
-        return tuple(slots)
-
-    def _reject(self, node: SimNode, obj: dict[str, Any], rejection: Rejection) -> None:
-        wall = self._timers.wall()
-        status = {
-            "phase": "Failed",
-            "reason": rejection.reason,
-            "message": f"Pod was rejected: {rejection.message}",
-            "startTime": format_timestamp(wall),
-            "qosClass": qos_class(obj.get("spec") or {}),
-        }
-
-        def fn(o: dict[str, Any]) -> dict[str, Any]:
-            o["status"] = status
-            return o
-
-        with contextlib.suppress(ApiError):
-            self._api.mutate(
-                "pods", obj["metadata"]["name"], obj["metadata"]["namespace"], fn, subresource="status"
-            )
-        self._event(obj, node, rejection.reason, rejection.message, warning=True)
 
     # ------------------------------------------------------------------ running
 
@@ -759,7 +379,7 @@ class PodRunner:
             return
         run = self._runs.get(sim.key)
         if run is None:  # a scenario pod: it runs its workload's containers
-            spec = run_spec(obj) if sim.api else _scenario_spec(run_spec(obj))
+            spec = run_spec(obj) if sim.api else scenario_spec(run_spec(obj))
             run = _Run(sim, obj, spec, sim.started, started_wall=sim.started)
             self._runs[sim.key] = run
         now = self._timers.now()
@@ -861,30 +481,6 @@ class PodRunner:
             self._api.create("events", event)
 
 
-def _start_error(spec: RunSpec) -> RunSpec:
-    """The runtime could not create the containers: they fail at once, nothing runs."""
-    return replace(
-        spec, run_seconds=0.0, exit_code=START_ERROR_EXIT_CODE, program=None, init=(), init_seconds=()
-    )
-
-
-def _scenario_spec(spec: RunSpec) -> RunSpec:
-    """A scenario pod's containers run until stopped and exit promptly on SIGTERM."""
-    return replace(
-        spec,
-        run_seconds=None,
-        exit_code=0,
-        stop_after=0.0,
-        gpus=0,
-        cpu_milli=0,
-        memory=0,
-        program=None,
-        visible=(),
-        init=(),
-        init_seconds=(),
-    )
-
-
 def _not_ready(ctype: str, ts: str, containers: tuple[dict[str, Any], ...]) -> dict[str, Any]:
     names = ", ".join(c["name"] for c in containers)
     return {
@@ -894,31 +490,6 @@ def _not_ready(ctype: str, ts: str, containers: tuple[dict[str, Any], ...]) -> d
         "message": f"containers with unready status: [{names}]",
         "lastTransitionTime": ts,
     }
-
-
-def claim_names(obj: dict[str, Any]) -> list[tuple[dict[str, Any], str | None]]:
-    """The pod's claims: each `spec.resourceClaims` entry with its ResourceClaim's name (None while
-    not generated), then the special claim of its DRA-backed extended resources (entry `{}`)."""
-    generated = {
-        s.get("name"): s.get("resourceClaimName")
-        for s in (obj.get("status") or {}).get("resourceClaimStatuses") or ()
-    }
-    refs: list[tuple[dict[str, Any], str | None]] = [
-        (c, c.get("resourceClaimName") or generated.get(c.get("name")))
-        for c in (obj.get("spec") or {}).get("resourceClaims") or ()
-    ]
-    special = extended_claim(obj)
-    if special is not None:
-        refs.append(({}, special))
-    return refs
-
-
-def extended_claim(obj: dict[str, Any]) -> str | None:
-    """The special claim of a pod whose extended resources DRA serves (KEP-5004), as the scheduler
-    recorded it in `status.extendedResourceClaimStatus`; None for any other pod."""
-    status = (obj.get("status") or {}).get("extendedResourceClaimStatus")
-    name = status.get("resourceClaimName") if isinstance(status, dict) else None
-    return name if isinstance(name, str) and name else None
 
 
 def _creating(obj: dict[str, Any], spec: RunSpec, admitted: float, host: str) -> dict[str, Any]:
@@ -955,15 +526,6 @@ def _creating(obj: dict[str, Any], spec: RunSpec, admitted: float, host: str) ->
         ],
     }
     return obj
-
-
-def _claim_status_name(spec: dict[str, Any], pod_claim: str) -> str:
-    """The name `allocatedResourcesStatus` gives the devices of `pod_claim` (its container's reference)."""
-    for container in spec.get("containers") or ():
-        for ref in (container.get("resources") or {}).get("claims") or ():
-            if ref.get("name") == pod_claim:
-                return objects.allocated_resource_name(ref)
-    return objects.allocated_resource_name({"name": pod_claim})
 
 
 def _crash_loop(

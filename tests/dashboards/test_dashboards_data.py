@@ -252,7 +252,7 @@ def run_the_story(cluster: Any, kube: Any, prometheus: Prometheus, targets: int,
     )
 
     # The API server ends every watch, as its restart would: the exporters resume.
-    cluster.call(lambda c: [w.close() for ws in list(c.store._watchers.values()) for w in list(ws)])
+    cluster.call(lambda c: [w.close() for ws in list(c.store.storage._watchers.values()) for w in list(ws)])
     wait_until("watch restarts", lambda: series(prometheus, "gpuhealth_exporter_watch_restarts_total"))
 
     wait_until(

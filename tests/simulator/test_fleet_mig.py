@@ -22,7 +22,7 @@ from simulator.apiserver.store import Store
 from simulator.fleet import Fleet
 from simulator.fleet.mig import partition_uuids
 from simulator.fleet.objects import gpu_uuid
-from simulator.fleet.pod_runner import visible_gpus
+from simulator.fleet.pod_runner_spec import visible_gpus
 from simulator.model import MigLayout
 from simulator.nvml import FakeNvml
 from simulator.pod_resources import allocatable_ids

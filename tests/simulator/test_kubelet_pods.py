@@ -31,7 +31,7 @@ from simulator.apiserver.errors import ApiError
 from simulator.apiserver.store import Store
 from simulator.fleet import Fleet
 from simulator.fleet.objects import gpu_uuid
-from simulator.fleet.pod_runner import visible_gpus
+from simulator.fleet.pod_runner_spec import visible_gpus
 from simulator.scenario import DeviceRef, Fault, from_dict
 
 
