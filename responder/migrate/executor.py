@@ -48,6 +48,8 @@ from gpuhealth.kube.meta import metadata, parse_rfc3339, rfc3339
 from gpuhealth.kube.resources import POD, Resource
 from responder import metrics
 from responder.enforce.backends import Backends
+from responder.enforce.hold import CHECK_LABEL
+from responder.enforce.hold_plan import HOLDER_LABEL
 from responder.enforce.holders import pods_on_device
 from responder.ladder import KNOWN, Kind
 from responder.migrate.evidence import DeviceReadings
@@ -174,6 +176,9 @@ class _DeviceReads:
         on_device = pods_on_device(self._client, self._backends, record)
         jobs: dict[str, _Job] = {}
         for pod in on_device:
+            labels = metadata(pod).get("labels") or {}
+            if CHECK_LABEL in labels or HOLDER_LABEL in labels:
+                continue  # gpuhealth's own check or holder pod: no tenant's work to move
             namespace = metadata(pod).get("namespace") or ""
             owner, owner_uid = self.owner(pod)
             job = jobs.get(owner_uid) or self.job(namespace, owner, owner_uid)

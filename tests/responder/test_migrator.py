@@ -344,6 +344,21 @@ def test_work_without_a_checkpoint_is_unrecoverable_and_never_evicted(
     assert not client.evictions and counted(registry, "unrecoverable") == 1.0
 
 
+def test_gpuhealths_own_check_and_holder_pods_on_the_device_are_never_moved(
+    client: FakeClient, clock: ManualClock
+) -> None:
+    """A check whose record went back to Quarantined (its timeout) may still run on the card a
+    moment: its Job is gpuhealth's, not a tenant's work (seen in CI's fleet-storm-unhealthy)."""
+    pods = Resource("", "v1", "pods", True)
+    for name, label in (("canary-1-x", "gpuhealth.io/check"), ("hold-x", "gpuhealth.io/holder")):
+        own = pod(name, checkpoint=None, owner=("Job", name), namespace="gpuhealth-system")
+        own["metadata"]["labels"] = {label: "canary" if "check" in label else "x"}
+        client.add(pods, own)
+    m = migrator(client, clock)
+    r = m.step(m.step(record(), clock.now()), clock.now())
+    assert r.status.migrations == () and not client.evictions and not client.events()
+
+
 def test_a_commit_that_never_comes_is_unrecoverable_after_the_timeout(
     client: FakeClient, clock: ManualClock
 ) -> None:
