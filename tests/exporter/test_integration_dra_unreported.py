@@ -10,14 +10,14 @@ the driver tainting a held GPU turns it Unhealthy from the slice, the pod still 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpuhealth.testing.loopback import child_process, free_port, wait_until
+from gpuhealth.testing.loopback import wait_until
 from tests.exporter.fixtures.scrapes import ones as scrape
+from tests.support.exporters import cluster_exporter
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -38,64 +38,51 @@ NODE = "gpu-dra-0"
 
 def test_a_dra_pod_without_allocated_resources_status_holds_its_claims_gpus(tmp_path: Path) -> None:
     from simulator.fleet.objects import allocated_resource_name
-    from simulator.testing import running_cluster
 
-    port = free_port()
-    with running_cluster(SCENARIO, speed=10.0) as cluster:
-        uuids = {
-            cluster.call(lambda c, gpu=gpu: c.fleet.gpu(NODE, gpu).uuid): gpu  # type: ignore[misc]
-            for gpu in range(4)
-        }
-        argv = [
-            sys.executable, "-m", "gpuhealth", "exporter", "--kubeconfig", str(cluster.kubeconfig_path),
-            "--listen", f"127.0.0.1:{port}", "--directory", str(tmp_path / "devices.sqlite"),
-        ]  # fmt: skip
-        with child_process(argv, tmp_path / "exporter.log"):
+    with cluster_exporter(SCENARIO, NODE, 4, tmp_path) as (cluster, port, uuids):
 
-            def held() -> dict[str, dict[str, str]] | None:
-                found = scrape(port)
-                if found is None:
-                    return None
-                info = {i["device"]: i["source"] for i in found.get("gpu_device_info", [])}
-                holders = {a["device"]: a for a in found.get("gpu_device_allocation_info", [])}
-                complete = set(info) == set(uuids) and set(info.values()) == {"resourceslice"}
-                return holders if complete and len(holders) == 2 else None
+        def held() -> dict[str, dict[str, str]] | None:
+            found = scrape(port)
+            if found is None:
+                return None
+            info = {i["device"]: i["source"] for i in found.get("gpu_device_info", [])}
+            holders = {a["device"]: a for a in found.get("gpu_device_allocation_info", [])}
+            complete = set(info) == set(uuids) and set(info.values()) == {"resourceslice"}
+            return holders if complete and len(holders) == 2 else None
 
-            holders = wait_until("2 GPUs held by the Job's pod, all 4 from their slice", held, timeout=60)
-            pods = cluster.call(lambda c: c.store.list("pods", "research")[0])
-            (pod,) = [p for p in pods if (p.get("spec") or {}).get("nodeName") == NODE]
-            status = pod["status"]
-            assert all("allocatedResourcesStatus" not in cs for cs in status["containerStatuses"])
-            claim_name = {s["name"]: s["resourceClaimName"] for s in status["resourceClaimStatuses"]}["gpus"]
-            claim = cluster.call(
-                lambda c: c.store.get("resourceclaims.resource.k8s.io", claim_name, "research")
+        holders = wait_until("2 GPUs held by the Job's pod, all 4 from their slice", held, timeout=60)
+        pods = cluster.call(lambda c: c.store.list("pods", "research")[0])
+        (pod,) = [p for p in pods if (p.get("spec") or {}).get("nodeName") == NODE]
+        status = pod["status"]
+        assert all("allocatedResourcesStatus" not in cs for cs in status["containerStatuses"])
+        claim_name = {s["name"]: s["resourceClaimName"] for s in status["resourceClaimStatuses"]}["gpus"]
+        claim = cluster.call(lambda c: c.store.get("resourceclaims.resource.k8s.io", claim_name, "research"))
+        allocated = {r["device"] for r in claim["status"]["allocation"]["devices"]["results"]}
+        assert {f"gpu-{uuids[d]}" for d in holders} == allocated
+        container = pod["spec"]["containers"][0]
+        # The name a kubelet's report gives the claim (`claim:<pod claim>[/<request>]`).
+        (reference,) = container["resources"]["claims"]
+        resource = allocated_resource_name(reference)
+        for allocation in holders.values():
+            assert (allocation["pod"], allocation["container"], allocation["claim"]) == (
+                pod["metadata"]["name"],
+                container["name"],
+                claim_name,
             )
-            allocated = {r["device"] for r in claim["status"]["allocation"]["devices"]["results"]}
-            assert {f"gpu-{uuids[d]}" for d in holders} == allocated
-            container = pod["spec"]["containers"][0]
-            # The name a kubelet's report gives the claim (`claim:<pod claim>[/<request>]`).
-            (reference,) = container["resources"]["claims"]
-            resource = allocated_resource_name(reference)
-            for allocation in holders.values():
-                assert (allocation["pod"], allocation["container"], allocation["claim"]) == (
-                    pod["metadata"]["name"],
-                    container["name"],
-                    claim_name,
-                )
-                assert allocation["resource"] == resource
+            assert allocation["resource"] == resource
 
-            target = sorted(holders)[0]
-            cluster.inject({"fault": "gpu-lost", "device": {"node": NODE, "gpu": uuids[target]}})
+        target = sorted(holders)[0]
+        cluster.inject({"fault": "gpu-lost", "device": {"node": NODE, "gpu": uuids[target]}})
 
-            def lost() -> dict[str, list[dict[str, str]]] | None:
-                found = scrape(port)
-                if found is None:
-                    return None
-                unhealthy = {
-                    h["device"] for h in found.get("gpu_device_health", []) if h["status"] == "Unhealthy"
-                }
-                return found if unhealthy == {target} else None
+        def lost() -> dict[str, list[dict[str, str]]] | None:
+            found = scrape(port)
+            if found is None:
+                return None
+            unhealthy = {
+                h["device"] for h in found.get("gpu_device_health", []) if h["status"] == "Unhealthy"
+            }
+            return found if unhealthy == {target} else None
 
-            found = wait_until("the held GPU Unhealthy from its driver taint", lost, timeout=60)
-            assert {i["device"]: i["source"] for i in found["gpu_device_info"]}[target] == "resourceslice"
-            assert target in {a["device"] for a in found["gpu_device_allocation_info"]}
+        found = wait_until("the held GPU Unhealthy from its driver taint", lost, timeout=60)
+        assert {i["device"]: i["source"] for i in found["gpu_device_info"]}[target] == "resourceslice"
+        assert target in {a["device"] for a in found["gpu_device_allocation_info"]}

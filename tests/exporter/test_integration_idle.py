@@ -19,6 +19,7 @@ import pytest
 
 from gpuhealth.testing.loopback import child_process, free_port, wait_until
 from tests.exporter.fixtures.scrapes import ones as scrape
+from tests.support.exporters import cluster_exporter
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -36,52 +37,40 @@ NODE = "gpu-dra-0"
 
 
 def test_idle_dra_devices_have_series_and_a_driver_taint_speaks(tmp_path: Path) -> None:
-    from simulator.testing import running_cluster
+    with cluster_exporter(SCENARIO, NODE, 4, tmp_path) as (cluster, port, uuids):
 
-    port = free_port()
-    with running_cluster(SCENARIO, speed=10.0) as cluster:
-        uuids = {
-            cluster.call(lambda c, gpu=gpu: c.fleet.gpu(NODE, gpu).uuid): gpu  # type: ignore[misc]
-            for gpu in range(4)
-        }
-        argv = [
-            sys.executable, "-m", "gpuhealth", "exporter", "--kubeconfig", str(cluster.kubeconfig_path),
-            "--listen", f"127.0.0.1:{port}", "--directory", str(tmp_path / "devices.sqlite"),
-        ]  # fmt: skip
-        with child_process(argv, tmp_path / "exporter.log"):
+        def sources() -> dict[str, str] | None:
+            found = scrape(port)
+            if found is None:
+                return None
+            by_device = {i["device"]: i["source"] for i in found.get("gpu_device_info", [])}
+            held = {a["device"] for a in found.get("gpu_device_allocation_info", [])}
+            complete = set(by_device) == set(uuids) and len(held) == 2
+            return by_device if complete and all(by_device[d] == "pod" for d in held) else None
 
-            def sources() -> dict[str, str] | None:
-                found = scrape(port)
-                if found is None:
-                    return None
-                by_device = {i["device"]: i["source"] for i in found.get("gpu_device_info", [])}
-                held = {a["device"] for a in found.get("gpu_device_allocation_info", [])}
-                complete = set(by_device) == set(uuids) and len(held) == 2
-                return by_device if complete and all(by_device[d] == "pod" for d in held) else None
+        by_device = wait_until("4 GPUs tracked, 2 held by the Job", sources, timeout=60)
+        idle = sorted(d for d, source in by_device.items() if source == "resourceslice")
+        assert len(idle) == 2
+        target = idle[0]
 
-            by_device = wait_until("4 GPUs tracked, 2 held by the Job", sources, timeout=60)
-            idle = sorted(d for d, source in by_device.items() if source == "resourceslice")
-            assert len(idle) == 2
-            target = idle[0]
+        cluster.inject({"fault": "gpu-lost", "device": {"node": NODE, "gpu": uuids[target]}})
 
-            cluster.inject({"fault": "gpu-lost", "device": {"node": NODE, "gpu": uuids[target]}})
+        def lost() -> dict[str, list[dict[str, str]]] | None:
+            found = scrape(port)
+            if found is None:
+                return None
+            unhealthy = {
+                h["device"] for h in found.get("gpu_device_health", []) if h["status"] == "Unhealthy"
+            }
+            tainted = {t["device"] for t in found.get("gpu_device_driver_taint", [])}
+            return found if unhealthy == {target} and target in tainted else None
 
-            def lost() -> dict[str, list[dict[str, str]]] | None:
-                found = scrape(port)
-                if found is None:
-                    return None
-                unhealthy = {
-                    h["device"] for h in found.get("gpu_device_health", []) if h["status"] == "Unhealthy"
-                }
-                tainted = {t["device"] for t in found.get("gpu_device_driver_taint", [])}
-                return found if unhealthy == {target} and target in tainted else None
-
-            found = wait_until("the idle GPU Unhealthy from its driver taint", lost, timeout=60)
-            info = {i["device"]: i["source"] for i in found["gpu_device_info"]}
-            assert info[target] == "resourceslice"
-            keys = {t["key"] for t in found["gpu_device_driver_taint"] if t["device"] == target}
-            assert "gpu.nvidia.com/gpu-lost" in keys
-            assert sorted(d for d, s in info.items() if s == "pod") == sorted(set(uuids) - set(idle))
+        found = wait_until("the idle GPU Unhealthy from its driver taint", lost, timeout=60)
+        info = {i["device"]: i["source"] for i in found["gpu_device_info"]}
+        assert info[target] == "resourceslice"
+        keys = {t["key"] for t in found["gpu_device_driver_taint"] if t["device"] == target}
+        assert "gpu.nvidia.com/gpu-lost" in keys
+        assert sorted(d for d, s in info.items() if s == "pod") == sorted(set(uuids) - set(idle))
 
 
 def test_a_failed_dra_device_stays_unhealthy_when_its_pod_leaves_until_the_driver_clears_it(

@@ -11,14 +11,14 @@ its capacity again and the GPU reads Healthy with source `node`.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpuhealth.testing.loopback import child_process, free_port, wait_until
+from gpuhealth.testing.loopback import wait_until
 from tests.exporter.fixtures.scrapes import ones as scrape
+from tests.support.exporters import cluster_exporter
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -36,71 +36,57 @@ NODE = "gpu-dp-0"
 
 
 def test_a_recovered_idle_device_plugin_gpu_turns_healthy_from_its_node(tmp_path: Path) -> None:
-    from simulator.testing import running_cluster
+    with cluster_exporter(SCENARIO, NODE, 4, tmp_path) as (cluster, port, uuids):
 
-    port = free_port()
-    with running_cluster(SCENARIO, speed=10.0) as cluster:
-        uuids = {
-            cluster.call(lambda c, gpu=gpu: c.fleet.gpu(NODE, gpu).uuid): gpu  # type: ignore[misc]
-            for gpu in range(4)
-        }
-        argv = [
-            sys.executable, "-m", "gpuhealth", "exporter", "--kubeconfig", str(cluster.kubeconfig_path),
-            "--listen", f"127.0.0.1:{port}", "--directory", str(tmp_path / "devices.sqlite"),
-        ]  # fmt: skip
-        with child_process(argv, tmp_path / "exporter.log"):
+        def holder() -> tuple[str, str, str] | None:
+            found = scrape(port)
+            if found is None:
+                return None
+            allocations = found.get("gpu_device_allocation_info", [])
+            held = [(a["device"], a["namespace"], a["pod"]) for a in allocations if a["node"] == NODE]
+            return held[0] if len(held) == 1 else None
 
-            def holder() -> tuple[str, str, str] | None:
-                found = scrape(port)
-                if found is None:
-                    return None
-                allocations = found.get("gpu_device_allocation_info", [])
-                held = [(a["device"], a["namespace"], a["pod"]) for a in allocations if a["node"] == NODE]
-                return held[0] if len(held) == 1 else None
+        target, namespace, pod_name = wait_until("1 GPU held by the Job", holder, timeout=60)
+        assert target in uuids
+        cluster.inject({"fault": "xid", "device": {"node": NODE, "gpu": uuids[target]}, "xid": 79})
 
-            target, namespace, pod_name = wait_until("1 GPU held by the Job", holder, timeout=60)
-            assert target in uuids
-            cluster.inject({"fault": "xid", "device": {"node": NODE, "gpu": uuids[target]}, "xid": 79})
-
-            def state() -> tuple[str, str] | None:
-                """(health, source) of the target GPU in one scrape."""
-                found = scrape(port)
-                if found is None:
-                    return None
-                health = next(
-                    (h["status"] for h in found.get("gpu_device_health", []) if h["device"] == target), None
-                )
-                source = next(
-                    (i["source"] for i in found.get("gpu_device_info", []) if i["device"] == target), None
-                )
-                return (health, source) if health and source else None
-
-            wait_until(
-                "the XID GPU Unhealthy from its pod", lambda: state() == ("Unhealthy", "pod"), timeout=60
+        def state() -> tuple[str, str] | None:
+            """(health, source) of the target GPU in one scrape."""
+            found = scrape(port)
+            if found is None:
+                return None
+            health = next(
+                (h["status"] for h in found.get("gpu_device_health", []) if h["device"] == target), None
             )
-            wait_until(
-                "the kubelet's node allocatable one short",
-                lambda: cluster.get("nodes", NODE)["status"]["allocatable"]["nvidia.com/gpu"] == "3",
-                timeout=60,
+            source = next(
+                (i["source"] for i in found.get("gpu_device_info", []) if i["device"] == target), None
             )
-            cluster.call(lambda c: c.store.delete("pods", pod_name, namespace))
-            seen: list[tuple[str, str]] = []
+            return (health, source) if health and source else None
 
-            def idle_for_a_while() -> bool:
-                current = state()
-                if current is not None:
-                    seen.append(current)
-                # Positive evidence first: the pod is gone (no allocation on the GPU), then 20
-                # scrapes keep showing its last report.
-                found = scrape(port) or {}
-                gone = not any(a["device"] == target for a in found.get("gpu_device_allocation_info", []))
-                return gone and len(seen) >= 20
+        wait_until("the XID GPU Unhealthy from its pod", lambda: state() == ("Unhealthy", "pod"), timeout=60)
+        wait_until(
+            "the kubelet's node allocatable one short",
+            lambda: cluster.get("nodes", NODE)["status"]["allocatable"]["nvidia.com/gpu"] == "3",
+            timeout=60,
+        )
+        cluster.call(lambda c: c.store.delete("pods", pod_name, namespace))
+        seen: list[tuple[str, str]] = []
 
-            wait_until("the idle GPU read 20 times with no pod", idle_for_a_while, timeout=60)
-            assert set(seen[-10:]) == {("Unhealthy", "pod")}, seen
-            cluster.inject({"fault": "recover", "device": {"node": NODE, "gpu": uuids[target]}})
-            wait_until(
-                "Healthy from the node once every GPU is allocatable again",
-                lambda: state() == ("Healthy", "node"),
-                timeout=60,
-            )
+        def idle_for_a_while() -> bool:
+            current = state()
+            if current is not None:
+                seen.append(current)
+            # Positive evidence first: the pod is gone (no allocation on the GPU), then 20
+            # scrapes keep showing its last report.
+            found = scrape(port) or {}
+            gone = not any(a["device"] == target for a in found.get("gpu_device_allocation_info", []))
+            return gone and len(seen) >= 20
+
+        wait_until("the idle GPU read 20 times with no pod", idle_for_a_while, timeout=60)
+        assert set(seen[-10:]) == {("Unhealthy", "pod")}, seen
+        cluster.inject({"fault": "recover", "device": {"node": NODE, "gpu": uuids[target]}})
+        wait_until(
+            "Healthy from the node once every GPU is allocatable again",
+            lambda: state() == ("Healthy", "node"),
+            timeout=60,
+        )

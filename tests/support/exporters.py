@@ -1,0 +1,33 @@
+"""One cluster-mode exporter watching a simulated cluster, for the exporter's integration tests."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from gpuhealth.testing.loopback import child_process, free_port
+
+
+@contextmanager
+def cluster_exporter(
+    scenario: dict[str, Any], node: str, gpus: int, tmp_path: Path, *, speed: float = 10.0
+) -> Iterator[tuple[Any, int, dict[str, int]]]:
+    """The running cluster of `scenario`, the port of an exporter watching it (its directory and
+    log under `tmp_path`), and `node`'s first `gpus` GPUs by UUID (uuid -> index)."""
+    from simulator.testing import running_cluster
+
+    port = free_port()
+    with running_cluster(scenario, speed=speed) as cluster:
+        uuids = {
+            cluster.call(lambda c, gpu=gpu: c.fleet.gpu(node, gpu).uuid): gpu  # type: ignore[misc]
+            for gpu in range(gpus)
+        }
+        argv = [
+            sys.executable, "-m", "gpuhealth", "exporter", "--kubeconfig", str(cluster.kubeconfig_path),
+            "--listen", f"127.0.0.1:{port}", "--directory", str(tmp_path / "devices.sqlite"),
+        ]  # fmt: skip
+        with child_process(argv, tmp_path / "exporter.log"):
+            yield cluster, port, uuids
