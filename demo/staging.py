@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuhealth.durations import DurationError, format_duration, parse_duration
+from simulator.fleet.programs import TIMEOUT_SECONDS
 
 PROCESSES = ("responder-leader", "responder-follower", "exporter", "alertmanager")
 """What a kill may name."""
@@ -311,6 +312,19 @@ DURATION_KEYS = frozenset(
 """(section, key) of every duration in the responder's config (`responder/config.py`) that
 runs on the cluster's clock, scaled with the run's speed."""
 
+CHECK_TIMEOUT_KEYS = frozenset(
+    {("policy", "probe_timeout"), ("policy", "canary_timeout"), ("reset", "timeout")}
+)
+"""Durations scaled like the others but never below `CHECK_WALL_SECONDS`: the time a check may take.
+A check's pod runs real processes on the simulated node (the probe's DCGM stand-ins and its judge,
+`simulator.fleet.programs`) whose length is wall time at any speed, and is seen through
+reconcile passes a few wall seconds apart: a 1m probe timeout at 20x is 3 wall seconds, which a
+Python process starting on a loaded two-core machine can use up alone (CI's fleet-storm-unhealthy:
+each release fell back to Quarantined on its probe's timeout, no check failed). A timeout is a
+bound, not a wait: a check that ends ends as soon as it does, so the floor lengthens no run."""
+CHECK_WALL_SECONDS = float(TIMEOUT_SECONDS)
+"""The floor: the longest a check container's process may run on the simulated node."""
+
 UNSCALED_DURATION_KEYS = frozenset({("checks", "probe_wait")})
 """Durations that are not the cluster's time, kept as written: the probe's wait for its
 hostengine runs inside the diagnostic's own process (on the simulated node, the stand-ins'
@@ -352,7 +366,8 @@ def merged(defaults: Mapping[str, Any], overrides: Mapping[str, Any] | None) -> 
 def scaled_document(doc: Mapping[str, Any], speed: float) -> dict[str, Any]:
     """The config document at `speed`: durations divided by it, per-hour rates multiplied by it.
 
-    Durations keep the config's grammar (a unit, at least a millisecond); values that are not
+    A check's timeout is never below `CHECK_WALL_SECONDS` of wall time (nor above what the
+    config gives). Durations keep the config's grammar (a unit, at least a millisecond); values that are not
     durations or rates pass through untouched, for the config's own checks to judge. A value
     that cannot be parsed as a duration is a StagingError naming `responder.<section>.<key>`.
     """
@@ -368,7 +383,10 @@ def scaled_document(doc: Mapping[str, Any], speed: float) -> dict[str, Any]:
             where = (section, key)
             if where in DURATION_KEYS:
                 seconds = _seconds(value, f"responder.{section}.{key}", zero=False)
-                scaled[key] = _duration_text(seconds / speed)
+                wall = seconds / speed
+                if where in CHECK_TIMEOUT_KEYS:
+                    wall = max(wall, min(seconds, CHECK_WALL_SECONDS))
+                scaled[key] = _duration_text(wall)
             elif where in RATE_KEYS and isinstance(value, int | float) and not isinstance(value, bool):
                 rate = value * speed
                 scaled[key] = math.ceil(rate) if where in WHOLE_RATES else float(rate)

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from demo.pipeline import RESPONDER_CONFIG, move_deadline_seconds, responder_document
 from demo.staging import (
+    CHECK_WALL_SECONDS,
     DEFAULT_SETTLE_SECONDS,
     DURATION_KEYS,
     UNSCALED_DURATION_KEYS,
@@ -133,6 +134,19 @@ def test_scaling_divides_durations_and_multiplies_rates() -> None:
         scaled_document(DEFAULTS, 0)
     with pytest.raises(StagingError, match=r"responder.policy.ramp: .*unit"):
         scaled_document({"policy": {"ramp": 60}}, 2)
+
+
+def test_a_check_timeout_is_never_scaled_below_the_wall_time_a_check_takes() -> None:
+    doc = {
+        "policy": {"probe_timeout": "1m", "canary_timeout": "20s", "stability": "1m"},
+        "reset": {"timeout": "15m"},
+    }
+    scaled = scaled_document(doc, 20)
+    assert CHECK_WALL_SECONDS == 30.0  # the simulated node's bound on a container's process
+    assert scaled["policy"]["probe_timeout"] == "30s"  # 3 s at 20x: floored
+    assert scaled["policy"]["canary_timeout"] == "20s"  # never above what the config says
+    assert scaled["reset"]["timeout"] == "45s"  # 15m / 20: above the floor, scaled
+    assert scaled["policy"]["stability"] == "3s"  # a window is the cluster's time: scaled as ever
 
 
 @given(
