@@ -3,7 +3,9 @@
 Aspects covered: the committed files match a fresh render (and `render --check` says so,
 or shows the difference, exit 1); a config or --out that cannot be read is exit 2, distinct
 from stale files, with the `gpuhealth rules render: error:` prefix; the shipped config
-equals the settings' defaults; bad values are refused with an error naming the key; every
+is the declaration of every key (its default, and the kind of a key no field declares): an
+override file takes it as defaults, and a key it does not declare or a value of another kind is
+refused with the file and key named; bad values are refused with an error naming the key; every
 alert carries severity, action, summary, description and a runbook_url whose anchor is a
 section of docs/runbooks.md, and every alert section there is a rendered alert's; the
 stuck-phase alert has a row for each rung of the release ladder that ends by a timeout, read
@@ -49,8 +51,68 @@ def test_committed_files_match_a_fresh_render() -> None:
     assert not problems, "run `gpuhealth rules render` and commit:\n" + "\n".join(problems)
 
 
-def test_shipped_config_equals_the_defaults() -> None:
-    assert load_config(DEFAULT_CONFIG) == Settings()
+def test_the_shipped_config_is_the_default_of_every_key() -> None:
+    shipped = load_config(DEFAULT_CONFIG)
+    assert parse_config({}) == parse_config(None) == shipped
+    assert isinstance(shipped, Settings)
+    raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    assert shipped.device.unknown_tolerance == Duration.parse(raw["device"]["unknown_tolerance"], "x")
+    # A key overridden keeps the others of its section at the shipped values.
+    mine = parse_config({"self": {"down_for": "7m"}})
+    assert mine.self.down_for == Duration(420) and mine.self.no_leader_for == shipped.self.no_leader_for
+
+
+def _with_keys(monkeypatch: pytest.MonkeyPatch, section: str, **keys: Any) -> None:
+    """The shipped config as if it declared `keys` in `section` (an alert's new thresholds)."""
+    raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    raw[section] = {**raw[section], **keys}
+    monkeypatch.setattr(render_module, "_shipped", raw)
+
+
+def test_a_key_only_the_shipped_config_declares_is_typed_by_its_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Adding an alert's threshold is a config.yaml entry alone: no field, no default in Python."""
+    keys = {"restarts_within": "10m", "restarts_max": 3, "share": 0.5, "paging": True, "note": "x"}
+    _with_keys(monkeypatch, "self", **keys, jobs=["a"])
+    own = parse_config({}).self
+    assert own["restarts_within"] == Duration(600) and own["restarts_max"] == 3 and own["share"] == 0.5
+    assert own["paging"] is True and own["note"] == "x" and own["jobs"] == ("a",)
+    assert own["down_for"] == own.down_for, "a declared field reads the same way"
+    assert parse_config({"self": {"restarts_within": "15m"}}).self["restarts_within"] == Duration(900)
+    # What a template sees: jinja2 falls back to the item when no attribute has the name.
+    env = render_module._environment()
+    assert env.from_string("[[ cfg.self.restarts_within ]]").render(cfg=parse_config({})) == "10m"
+    # Scaling reaches such keys too.
+    assert scaled(parse_config({}), 20).self["restarts_within"] == Duration(30)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"self": {"restarts_within": 10}}, "self.restarts_within: write a unit"),
+        ({"self": {"restarts_within": True}}, "self.restarts_within: expected a duration"),
+        ({"self": {"restarts_max": "3"}}, "self.restarts_max: expected a whole number, got '3'"),
+        ({"self": {"restarts_typo": 3}}, "self: unknown key(s) restarts_typo; known: "),
+    ],
+)
+def test_an_override_of_such_a_key_is_checked_against_the_shipped_kind(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, data: Any, message: str
+) -> None:
+    _with_keys(monkeypatch, "self", restarts_within="10m", restarts_max=3)
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(mine)
+    assert str(excinfo.value).startswith(f"{mine}: ") and message in str(excinfo.value)
+
+
+def test_a_field_the_shipped_config_leaves_out_is_a_load_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    del raw["device"]["unknown_for"]
+    monkeypatch.setattr(render_module, "_shipped", raw)
+    with pytest.raises(ConfigError, match=r"device\.unknown_for: required \(declare it in config\.yaml\)"):
+        parse_config({})
 
 
 def test_render_check_passes_on_fresh_output_and_reports_drift(tmp_path: Path, capsys: Any) -> None:
