@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import typing
 import urllib.parse
@@ -117,8 +118,13 @@ class DeviceSettings(Section):
     unhealthy_for: Duration
     unknown_for: Duration
     unknown_tolerance: Duration
+    unknown_tolerance_factor: float
     unknown_tolerance_floor: Duration
+    unknown_tolerance_cap: Duration
     unknown_repeat_window: Duration
+    unknown_restriction: Duration
+    unknown_restriction_factor: float
+    unknown_restriction_cap: Duration
     flapping_episodes: int
     flapping_window: Duration
     unhealthy_flapping_episodes: int
@@ -374,6 +380,7 @@ def validate(settings: Settings) -> None:
         "unknown_tolerance",
         "unknown_tolerance_floor",
         "unknown_repeat_window",
+        "unknown_restriction",
         "event_window",
     ):
         if getattr(dev, name).seconds <= 0:
@@ -495,13 +502,25 @@ def validate(settings: Settings) -> None:
 
 
 def _validate_unknown_window(dev: DeviceSettings) -> None:
-    """The Unknown tolerance window's bounds: the warning inside the shortest window, the floor no
-    longer than the first window, and a repeat window that can hold an earlier episode."""
+    """The Unknown tolerance window's schedule: the warning inside the shortest window, the base
+    between floor and cap, a repeat window that can hold an earlier episode, and a restriction that
+    never shortens with repeats."""
+    if not 0 < dev.unknown_tolerance_factor < math.inf:
+        raise ConfigError(
+            f"device.unknown_tolerance_factor: {dev.unknown_tolerance_factor} must be above 0 (below 1 "
+            "shortens the window per repeat, above 1 lengthens it)"
+        )
     if dev.unknown_tolerance_floor > dev.unknown_tolerance:
         raise ConfigError(
             f"device.unknown_tolerance_floor ({dev.unknown_tolerance_floor}) must not be longer than "
-            f"device.unknown_tolerance ({dev.unknown_tolerance}): repeats shorten the window, never "
-            "lengthen it"
+            f"device.unknown_tolerance ({dev.unknown_tolerance}): a first episode's window is within the "
+            "floor and the cap"
+        )
+    if dev.unknown_tolerance_factor > 1 and dev.unknown_tolerance_cap < dev.unknown_tolerance:
+        raise ConfigError(
+            f"device.unknown_tolerance_cap ({dev.unknown_tolerance_cap}) must not be shorter than "
+            f"device.unknown_tolerance ({dev.unknown_tolerance}) where the factor is above 1: a first "
+            "episode's window is within the floor and the cap"
         )
     if dev.unknown_for >= dev.unknown_tolerance_floor:
         raise ConfigError(
@@ -513,18 +532,85 @@ def _validate_unknown_window(dev: DeviceSettings) -> None:
         raise ConfigError(
             f"device.unknown_repeat_window ({dev.unknown_repeat_window}) must be longer than "
             f"device.unknown_tolerance ({dev.unknown_tolerance}), or an earlier episode could never "
-            "shorten a later one's window"
+            "change a later one's window"
+        )
+    if not 1 <= dev.unknown_restriction_factor < math.inf:
+        raise ConfigError(
+            f"device.unknown_restriction_factor: {dev.unknown_restriction_factor} must be at least 1: "
+            "a repeated Unknown's restriction lasts longer, never shorter"
+        )
+    if dev.unknown_restriction_cap < dev.unknown_restriction:
+        raise ConfigError(
+            f"device.unknown_restriction_cap ({dev.unknown_restriction_cap}) must not be shorter than "
+            f"device.unknown_restriction ({dev.unknown_restriction})"
         )
 
 
-def unknown_window(dev: DeviceSettings, earlier_episodes: int) -> float:
-    """Seconds of the tolerance window of an Unknown episode with `earlier_episodes` other episodes
-    within unknown_repeat_window before it: what node_device:gpu_device_unknown_tolerance:seconds
-    records (halved per earlier episode, never below the floor)."""
-    if earlier_episodes < 0:
-        raise ValueError(f"earlier_episodes: {earlier_episodes} is negative")
-    halved = dev.unknown_tolerance.seconds / 2 ** min(earlier_episodes, 64)
-    return float(max(dev.unknown_tolerance_floor.seconds, halved))
+def _promql_round(value: float) -> int:
+    """PromQL's round(): to the nearest whole number, halves up."""
+    return math.floor(value + 0.5)
+
+
+def _power(factor: float, repeats: int) -> float:
+    if repeats < 0:
+        raise ValueError(f"repeats: {repeats} is negative")
+    # A count past a few hundred saturates at the floor or the cap either way (and 0.5 ** 2000
+    # underflows to 0, 2.0 ** 2000 overflows): stop where the clamp has long taken over.
+    return float(factor ** min(repeats, 256))
+
+
+def unknown_window(dev: DeviceSettings, repeats: int) -> float:
+    """Seconds of the tolerance window of an Unknown episode with `repeats` earlier episodes of the
+    device begun within unknown_repeat_window before it: what node_device:gpu_device_unknown_tolerance:seconds
+    records (unknown_tolerance x factor ^ repeats, rounded, between the floor and the cap)."""
+    base = dev.unknown_tolerance.seconds * _power(dev.unknown_tolerance_factor, repeats)
+    low, high = dev.unknown_tolerance_floor.seconds, unknown_tolerance_cap(dev).seconds
+    return float(min(max(_promql_round(min(base, 1e15)), low), high))
+
+
+def unknown_tolerance_cap(dev: DeviceSettings) -> Duration:
+    """The longest tolerance window: unknown_tolerance_cap where repeats lengthen the window
+    (a factor above 1), else unknown_tolerance itself (repeats only shorten it, and a site that
+    raised unknown_tolerance alone keeps a valid config)."""
+    return dev.unknown_tolerance_cap if dev.unknown_tolerance_factor > 1 else dev.unknown_tolerance
+
+
+def unknown_restriction(dev: DeviceSettings, repeats: int) -> float:
+    """Seconds the restriction of such an episode lasts at least, from its start: what
+    node_device:gpu_device_unknown_restriction:seconds records and GPUDeviceUnknownExpired carries
+    (annotation restrict_for): unknown_restriction x its factor ^ repeats, rounded, up to its cap."""
+    base = dev.unknown_restriction.seconds * _power(dev.unknown_restriction_factor, repeats)
+    return float(min(_promql_round(min(base, 1e15)), dev.unknown_restriction_cap.seconds))
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """One repeat of an Unknown episode: its tolerance window and the restriction after it."""
+
+    repeats: int
+    window: Duration
+    restriction: Duration
+
+
+def unknown_schedule(dev: DeviceSettings, rows: int = 6) -> list[ScheduleRow]:
+    """The first `rows` repeats' windows and restrictions (the table of docs/runbooks.md)."""
+    return [
+        ScheduleRow(n, Duration(int(unknown_window(dev, n))), Duration(int(unknown_restriction(dev, n))))
+        for n in range(rows)
+    ]
+
+
+def unknown_schedule_table(dev: DeviceSettings, rows: int = 6) -> str:
+    """`unknown_schedule` as the Markdown table the docs print (a test holds them equal)."""
+    lines = [
+        "| Repeat (earlier episodes within " + str(dev.unknown_repeat_window) + ") | Tolerance window "
+        "| Restriction lasts at least |",
+        "|---|---|---|",
+    ]
+    for row in unknown_schedule(dev, rows):
+        label = f"{row.repeats} (first episode)" if row.repeats == 0 else str(row.repeats)
+        lines.append(f"| {label} | {row.window} | {row.restriction} |")
+    return "\n".join(lines) + "\n"
 
 
 def _validate_workloads(w: WorkloadSettings) -> None:
@@ -707,7 +793,13 @@ def _environment() -> jinja2.Environment:
         autoescape=False,  # YAML, not HTML
     )
     env.filters["quote"] = _yaml_quote
+    env.filters["number"] = _number
     return env
+
+
+def _number(value: float) -> str:
+    """A number as PromQL and people read it: 2 rather than 2.0, 0.7 as it is."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 def _yaml_quote(value: object) -> str:
@@ -725,6 +817,7 @@ def render(settings: Settings) -> dict[str, str]:
         "fatal_xid_regex": "|".join(str(x) for x in settings.device.fatal_xids),
         "dcgm_watch_regex": "|".join(settings.dcgm.health_watches),
         "runbook_url": settings.runbook_url,
+        "unknown_cap": unknown_tolerance_cap(settings.device),
         "timed_out": [(s.phase, s.after, "", s.why) for s in stuck_phases(settings.self)],
     }
     files: dict[str, str] = {}
@@ -791,6 +884,10 @@ __all__ = [
     "render",
     "runbook_anchor",
     "scaled",
+    "unknown_restriction",
+    "unknown_schedule",
+    "unknown_schedule_table",
+    "unknown_window",
     "validate",
     "write_files",
 ]

@@ -40,6 +40,9 @@ from rules.render import (
     runbook_anchor,
     scaled,
     stuck_phases,
+    unknown_restriction,
+    unknown_schedule,
+    unknown_schedule_table,
     unknown_window,
     write_files,
 )
@@ -155,10 +158,13 @@ def test_a_custom_config_changes_the_rules() -> None:
     assert 'xid=~"79|109"' in device
     assert 'job="gpu-exp"' in device and 'job="gpuhealth-exporter"' not in device
     rules = {r.get("alert") or r["record"]: r for g in yaml.safe_load(device)["groups"] for r in g["rules"]}
-    # The first episode's window is the configured tolerance; the floor keeps its default.
+    # The first episode's window is the configured tolerance (the most, with a factor below 1);
+    # the floor keeps its default.
     tolerance = rules["node_device:gpu_device_unknown_tolerance:seconds"]["expr"]
-    assert "600 / 2 ^ changes(node_device:gpu_device_unknown_since:timestamp[1h])" in tolerance
-    assert "150\n" in tolerance
+    assert "round(600 * 0.7 ^ node_device:gpu_device_unknown_repeats:count)" in tolerance
+    assert "150, 600\n" in tolerance
+    repeats = rules["node_device:gpu_device_unknown_repeats:count"]["expr"]
+    assert "changes(node_device:gpu_device_unknown_since:timestamp[1h])" in repeats
     assert "for" not in rules["GPUDeviceUnknownExpired"]
     assert rules["GPUDeviceUnknownExpired"]["annotations"]["runbook_url"] == (
         "https://runbooks.example/gpu#gpudeviceunknownexpired"
@@ -241,6 +247,20 @@ def test_the_workload_slo_reads_the_configured_counters_and_labels() -> None:
             {"fleet": {"unknown_storm_for": "2m30s"}},
             "fleet.unknown_storm_for (2m30s) must be shorter than device.unknown_tolerance_floor (2m30s)",
         ),
+        ({"device": {"unknown_tolerance_factor": 0}}, "device.unknown_tolerance_factor: 0.0 must be above 0"),
+        (
+            {"device": {"unknown_tolerance_factor": 2, "unknown_tolerance_cap": "4m"}},
+            "device.unknown_tolerance_cap (4m) must not be shorter than device.unknown_tolerance (5m)",
+        ),
+        (
+            {"device": {"unknown_restriction_factor": 0.5}},
+            "device.unknown_restriction_factor: 0.5 must be at least 1",
+        ),
+        (
+            {"device": {"unknown_restriction_cap": "5m"}},
+            "device.unknown_restriction_cap (5m) must not be shorter than device.unknown_restriction (10m)",
+        ),
+        ({"device": {"unknown_restriction": "0s"}}, "device.unknown_restriction: must be longer than 0s"),
         ({"selectors": {"exporter_job": 'x"} or vector(1) #'}}, "selectors.exporter_job"),
         ({"alertmanager": {"responder_url": "127.0.0.1:8080/webhook"}}, "alertmanager.responder_url"),
         ({"alertmanager": {"responder_credentials_file": "token"}}, "must be an absolute path"),
@@ -486,17 +506,38 @@ def test_stuck_phase_thresholds_leave_the_responders_own_timeouts_room() -> None
     assert own.pending_stuck_for.seconds * responder.bucket.per_hour / 3600 > responder.bucket.burst
 
 
-def test_the_unknown_window_halves_per_earlier_episode_down_to_the_floor() -> None:
+def test_the_unknown_window_changes_by_its_factor_per_repeat_between_floor_and_cap() -> None:
     dev = parse_config(
         {
             "device": {"unknown_tolerance": "8m", "unknown_tolerance_floor": "1m30s"},
             "fleet": {"unknown_storm_for": "1m"},
         }
     ).device
-    assert [unknown_window(dev, n) for n in range(5)] == [480.0, 240.0, 120.0, 90.0, 90.0]
+    # 480 x 0.7 ^ n, rounded: 480, 336, 235.2, 164.64, 115.248 -> the floor.
+    assert [unknown_window(dev, n) for n in range(6)] == [480.0, 336.0, 235.0, 165.0, 115.0, 90.0]
     assert unknown_window(dev, 10_000) == 90.0
-    with pytest.raises(ValueError, match="earlier_episodes: -1 is negative"):
+    with pytest.raises(ValueError, match="repeats: -1 is negative"):
         unknown_window(dev, -1)
+    # A factor above 1 lengthens the window, up to the cap.
+    growing = parse_config({"device": {"unknown_tolerance_factor": 2, "unknown_tolerance_cap": "15m"}}).device
+    assert [unknown_window(growing, n) for n in range(4)] == [300.0, 600.0, 900.0, 900.0]
+    assert unknown_window(growing, 100_000) == 900.0
+
+
+def test_the_restriction_lengthens_by_its_factor_per_repeat_up_to_its_cap() -> None:
+    dev = parse_config({}).device
+    assert [unknown_restriction(dev, n) for n in range(6)] == [600.0, 1200.0, 2400.0, 4800.0, 7200.0, 7200.0]
+    assert unknown_restriction(dev, 100_000) == 7200.0
+
+
+def test_the_docs_print_the_shipped_schedule() -> None:
+    """docs/runbooks.md's schedule table is the one the shipped settings give (regenerate it with
+    `rules.render.unknown_schedule_table`)."""
+    dev = load_config(DEFAULT_CONFIG).device
+    table = unknown_schedule_table(dev)
+    assert table in RUNBOOKS.read_text(), "docs/runbooks.md's schedule table is stale:\n" + table
+    rows = [(r.repeats, str(r.window), str(r.restriction)) for r in unknown_schedule(dev, 4)]
+    assert rows == [(0, "5m", "10m"), (1, "3m30s", "20m"), (2, "2m30s", "40m"), (3, "2m30s", "1h20m")]
 
 
 def _stuck_alert_phases(settings: Any) -> list[str]:
