@@ -561,8 +561,9 @@ def _power(factor: float, repeats: int) -> float:
 
 def unknown_window(dev: DeviceSettings, repeats: int) -> float:
     """Seconds of the tolerance window of an Unknown episode with `repeats` earlier episodes of the
-    device begun within unknown_repeat_window before it: what node_device:gpu_device_unknown_tolerance:seconds
-    records (unknown_tolerance x factor ^ repeats, rounded, between the floor and the cap)."""
+    device still seen within unknown_repeat_window before it: what
+    node_device:gpu_device_unknown_tolerance:seconds records (unknown_tolerance x factor ^ repeats,
+    rounded, between the floor and the cap)."""
     base = dev.unknown_tolerance.seconds * _power(dev.unknown_tolerance_factor, repeats)
     low, high = dev.unknown_tolerance_floor.seconds, unknown_tolerance_cap(dev).seconds
     return float(min(max(_promql_round(min(base, 1e15)), low), high))
