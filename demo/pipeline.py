@@ -79,7 +79,7 @@ from gpuhealth.testing.loopback import (
     wait_until,
 )
 from responder.records import QUARANTINES
-from rules.render import Duration, render, write_files
+from rules.render import Duration, render, unknown_tolerance_cap, write_files
 from rules.render import Settings as RuleSettings
 from simulator.dcgm_exporter import JOB as DCGM_JOB
 from simulator.fleet.mig import partition_uuids
@@ -610,8 +610,11 @@ def run_demo(
         unhealthy_for=rules.device.unhealthy_for.seconds * settings.speed,
         grace=journal.floor_seconds + 20.0 * settings.speed,
         backoff=UnknownBackoff(
+            factor=rules.device.unknown_tolerance_factor,
             floor=rules.device.unknown_tolerance_floor.seconds * settings.speed,
             repeat_window=rules.device.unknown_repeat_window.seconds * settings.speed,
+            cap=unknown_tolerance_cap(rules.device).seconds * settings.speed,
+            unit=settings.speed,
         ),
         flapping=UnhealthyFlapping(
             episodes=rules.device.unhealthy_flapping_episodes,

@@ -109,12 +109,24 @@ def _by_place(since: Mapping[tuple[tuple[str, int], str], float]) -> dict[tuple[
 
 @dataclass(frozen=True, slots=True)
 class UnknownBackoff:
-    """The rules' backoff of the Unknown tolerance window in scenario seconds: each earlier Unknown
-    spell of the device that was still on within `repeat_window` before a spell's start halves
-    that spell's window, never below `floor` (node_device:gpu_device_unknown_tolerance:seconds)."""
+    """The rules' backoff of the Unknown tolerance window in scenario seconds
+    (node_device:gpu_device_unknown_tolerance:seconds): a spell's repeat count is the number of
+    earlier Unknown spells of the device still on within `repeat_window` before its start, and
+    its window the tolerance x `factor` ^ repeats, rounded to a whole `unit` (the rules round to
+    whole seconds of their own clock: `speed` scenario seconds in the demo), never below `floor`
+    nor above `cap` (`rules.render.unknown_tolerance_cap`: with a factor up to 1, the tolerance)."""
 
+    factor: float
     floor: float
     repeat_window: float
+    cap: float = math.inf
+    unit: float = 1.0
+
+    def window(self, tolerance: float, repeats: int) -> float:
+        """The tolerance window of a spell with `repeats` earlier spells (as the rules record it)."""
+        scaled = tolerance / self.unit * self.factor ** min(repeats, 256)
+        rounded = math.floor(min(scaled, 1e15) + 0.5) * self.unit
+        return min(max(rounded, self.floor), self.cap)
 
 
 def _windowed(
@@ -129,7 +141,7 @@ def _windowed(
             window = tolerance
             if backoff is not None:
                 earlier = sum(1 for s, n in ordered[:i] if s + n > start - backoff.repeat_window)
-                window = max(backoff.floor, tolerance / 2 ** min(earlier, 64))
+                window = backoff.window(tolerance, earlier)
             windows.append((start, length, window))
         out[key] = windows
     return out

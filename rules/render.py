@@ -1,15 +1,17 @@
 """Settings for the rules, their validation, and rendering them through the jinja2 templates.
 
-Owns: the settings tree (frozen dataclasses, each field with the default shipped in
-`config.yaml`), turning a parsed YAML mapping into settings with clear errors that name the
-offending key, and the pure function `render(settings) -> {relative path: text}`. Reading
-and writing files is kept to `load_config`, `write_files` and `compare_files`.
+Owns: the settings tree (frozen dataclasses whose keys, defaults and documentation are the
+shipped `config.yaml`'s: `Section`), turning a parsed YAML mapping over those defaults into
+settings with clear errors that name the offending key, and the pure function
+`render(settings) -> {relative path: text}`. Reading and writing files is kept to
+`load_config`, `shipped_config`, `write_files` and `compare_files`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import typing
 import urllib.parse
@@ -82,131 +84,101 @@ class Duration:
 
 
 @dataclass(frozen=True)
-class Selectors:
-    exporter_job: str = "gpuhealth-exporter"
-    """Scrape job of the exporter; its targets carry a relabelled `node` label."""
-    responder_job: str = "gpuhealth-responder"
-    """Scrape job of the responder (the service that acts on `action`; see docs/ARCHITECTURE.md)."""
+class Section:
+    """One mapping of `config.yaml`: its typed fields, and the keys of the shipped file it declares
+    beyond them (`extra`).
+
+    The shipped `config.yaml` is the declaration of every key: its value is the default, its
+    comment the documentation, and for a key that is no field here its value's form the type (a
+    duration such as 5m, a whole number, a number, true/false, a string, a list of those). Fields
+    are declared, without defaults, for the keys this module's own code reads (validation, the
+    ladder's rows); a threshold only a template reads needs none: `[[ cfg.self.<key> ]]` reaches it
+    through `__getitem__` (jinja2 tries an item when no attribute has the name).
+    """
+
+    extra: Mapping[str, Any] = field(default_factory=dict, kw_only=True, repr=False, hash=False)
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self.extra:
+            return self.extra[name]
+        if name in {f.name for f in dataclasses.fields(self)} - {"extra"}:
+            return getattr(self, name)
+        raise KeyError(name)
 
 
 @dataclass(frozen=True)
-class DeviceSettings:
-    heartbeat_limit: Duration = Duration(120)
-    """Status age beyond which a report is no evidence: the device is effectively Unknown."""
-    unhealthy_for: Duration = Duration(60)
-    """GPUDeviceUnhealthy: reported Unhealthy for this long."""
-    unknown_for: Duration = Duration(60)
-    """GPUDeviceUnknown: effectively Unknown for this long (warning during the window)."""
-    unknown_tolerance: Duration = Duration(300)
-    """GPUDeviceUnknownExpired: the tolerance window of a first Unknown episode; allocation is
-    restricted when an episode outlasts its window."""
-    unknown_tolerance_floor: Duration = Duration(150)
-    """The shortest tolerance window: each earlier Unknown episode within unknown_repeat_window
-    halves the window of the next one, down to this (a card that keeps going Unknown has earned
-    less patience; a restriction moves no work, so the cost of less patience is small)."""
-    unknown_repeat_window: Duration = Duration(3600)
-    """How far back earlier Unknown episodes shorten the tolerance window of a new one; a device
-    without an Unknown episode for this long is back to the full unknown_tolerance."""
-    flapping_episodes: int = 3
-    """GPUDeviceUnknownFlapping: separate Unknown episodes needed within flapping_window."""
-    flapping_window: Duration = Duration(1800)
-    """GPUDeviceUnknownFlapping: window in which episodes are counted."""
-    unhealthy_flapping_episodes: int = 3
-    """GPUDeviceUnhealthyFlapping: separate Unhealthy episodes, each shorter than unhealthy_for,
-    that quarantine a device within unhealthy_flapping_window (a count, 2 at least). Each one is
-    a failure report no `for:` confirms; as for Unknown, three in the window is a pattern where
-    two may still be one transient cause reported twice."""
-    unhealthy_flapping_window: Duration = Duration(1800)
-    """GPUDeviceUnhealthyFlapping: window in which Unhealthy episodes are counted. As long as
-    GPUDeviceUnknownFlapping's: a card that fails every few minutes for a few seconds is caught,
-    one that fails twice a day is left to GPUDeviceUnhealthy."""
-    event_window: Duration = Duration(300)
-    """GPUDeviceFatalXid / GPUDeviceEccUncorrectable: how long an event keeps the alert up."""
-    fatal_xids: tuple[int, ...] = (48, 62, 64, 74, 79, 95, 119, 120, 140, 154)
-    """XIDs that mean the GPU needs a reset or the node a reboot."""
-    ecc_uncorrectable_min_increase: int = 1
-    """GPUDeviceEccUncorrectable: minimum growth of the uncorrected ECC count in event_window."""
+class Selectors(Section):
+    exporter_job: str
+    responder_job: str
 
 
 @dataclass(frozen=True)
-class NodeSettings:
-    lease_age_limit: Duration = Duration(40)
-    """Kubelet Lease age beyond which the node counts as unreachable."""
-    unreachable_for: Duration = Duration(60)
-    """GPUNodeUnreachable: condition held this long."""
-    devices_seen_within: Duration = Duration(3600)
-    """A node has GPU devices when the exporter reported one within this window."""
+class DeviceSettings(Section):
+    heartbeat_limit: Duration
+    unhealthy_for: Duration
+    unknown_for: Duration
+    unknown_tolerance: Duration
+    unknown_tolerance_factor: float
+    unknown_tolerance_floor: Duration
+    unknown_tolerance_cap: Duration
+    unknown_repeat_window: Duration
+    unknown_restriction: Duration
+    unknown_restriction_factor: float
+    unknown_restriction_cap: Duration
+    flapping_episodes: int
+    flapping_window: Duration
+    unhealthy_flapping_episodes: int
+    unhealthy_flapping_window: Duration
+    event_window: Duration
+    fatal_xids: tuple[int, ...]
+    ecc_uncorrectable_min_increase: int
 
 
 @dataclass(frozen=True)
-class FleetSettings:
-    unknown_storm_fraction: float = 0.10
-    """GPUFleetUnknownStorm: share of devices effectively Unknown (exclusive bound)."""
-    unknown_storm_min_devices: int = 5
-    """GPUFleetUnknownStorm: and at least this many devices."""
-    unknown_storm_for: Duration = Duration(120)
-    """GPUFleetUnknownStorm: condition held this long."""
+class NodeSettings(Section):
+    lease_age_limit: Duration
+    unreachable_for: Duration
+    devices_seen_within: Duration
 
 
 @dataclass(frozen=True)
-class SelfSettings:
-    down_for: Duration = Duration(300)
-    """GPUHealthExporterDown / GPUHealthResponderDown: no target of the job up for this long."""
-    webhook_failure_ratio: float = 0.01
-    """GPUHealthWebhookFailing: share of webhook notifications that failed (exclusive bound)."""
-    webhook_failing_for: Duration = Duration(300)
-    """GPUHealthWebhookFailing: condition held this long."""
-    quarantine_max_age: Duration = Duration(86400)
-    """GPUDeviceQuarantineStuck: age of a quarantine record beyond which a person looks."""
-    migration_window: Duration = Duration(900)
-    """GPUDeviceMigrationFailed / GPUDeviceMigrationUnrecoverable: such a migration within this window."""
-    probing_stuck_for: Duration = Duration(1200)
-    """GPUHealthQuarantinePhaseStuck: Probing this long (above the responder's 10m probe timeout).
-    Each rung that ends by a timeout (`gpuhealth.ladder.KNOWN.timed_out()`) has a row of the alert,
-    its threshold the field `<phase>_stuck_for`; a rung without one, twice its declared length
-    (`stuck_phases`)."""
-    canary_stuck_for: Duration = Duration(1800)
-    """GPUHealthQuarantinePhaseStuck: Canary this long (above the responder's 20m canary timeout)."""
-    resetting_stuck_for: Duration = Duration(1500)
-    """GPUHealthQuarantinePhaseStuck: Resetting this long (above the responder's 15m reset timeout;
-    the phase exists only where the reset hand-off is on)."""
-    pending_stuck_for: Duration = Duration(1800)
-    """GPUHealthQuarantinePhaseStuck: Pending this long while quarantines wait for the rate limit."""
-    deferred_stuck_for: Duration = Duration(600)
-    """GPUHealthQuarantinePhaseStuck: Deferred this long while the breaker is closed."""
-    reconcile_stalled_for: Duration = Duration(300)
-    """GPUHealthResponderReconcileStalled: no completed pass on the leader within this window, this long."""
-    no_leader_for: Duration = Duration(120)
-    """GPUHealthResponderNoLeader: replicas up and none leading for this long (above a Lease takeover)."""
-    health_source_down_for: Duration = Duration(300)
-    """GPUHealthResponderHealthSourceDown: the leader unable to read device health this long."""
-    hold_missing_for: Duration = Duration(600)
-    """GPUDeviceNotHeld: a quarantined device-plugin card filling, or unreadable, this long."""
-    webhook_retry_ratio: float = 0.05
-    """GPUHealthResponderWebhookRetrying: share of deliveries answered 503 (exclusive bound)."""
-    webhook_retrying_for: Duration = Duration(300)
-    extender_expected: bool = True
-    """GPUHealthExtenderNotCalled is rendered: kube-scheduler is configured with gpuhealth's
-    extender (false on control planes that take none: EKS, GKE, AKS; docs/control-planes.md)."""
-    extender_silent_for: Duration = Duration(900)
-    """GPUHealthExtenderNotCalled: GPU pods scheduled within this window and no extender request."""
-    """GPUHealthResponderWebhookRetrying: condition held this long."""
+class FleetSettings(Section):
+    unknown_storm_fraction: float
+    unknown_storm_min_devices: int
+    unknown_storm_for: Duration
 
 
 @dataclass(frozen=True)
-class WorkloadSettings:
+class SelfSettings(Section):
+    down_for: Duration
+    webhook_failure_ratio: float
+    webhook_failing_for: Duration
+    quarantine_max_age: Duration
+    migration_window: Duration
+    probing_stuck_for: Duration
+    canary_stuck_for: Duration
+    resetting_stuck_for: Duration
+    pending_stuck_for: Duration
+    deferred_stuck_for: Duration
+    reconcile_stalled_for: Duration
+    no_leader_for: Duration
+    health_source_down_for: Duration
+    hold_missing_for: Duration
+    webhook_retry_ratio: float
+    webhook_retrying_for: Duration
+    extender_expected: bool
+    extender_silent_for: Duration
+
+
+@dataclass(frozen=True)
+class WorkloadSettings(Section):
     """The business SLO: the workloads' own request counters, read beside device health."""
 
-    requests_metric: str = "workload_requests_total"
-    """Counter of every request the workloads served (failed ones included)."""
-    errors_metric: str = "workload_request_errors_total"
-    """Counter of the requests they failed."""
-    matchers: str = 'job="workloads"'
-    """Label matchers that select the workloads' series of both counters (their scrape job)."""
-    namespace_label: str = "namespace"
-    """Label that names the pod's namespace on those series."""
-    pod_label: str = "pod"
-    """Label that names the pod on those series."""
+    requests_metric: str
+    errors_metric: str
+    matchers: str
+    namespace_label: str
+    pod_label: str
 
 
 DCGM_HEALTH_WATCHES: frozenset[str] = frozenset(
@@ -218,21 +190,13 @@ health systems)."""
 
 
 @dataclass(frozen=True)
-class DcgmSettings:
+class DcgmSettings(Section):
     """dcgm-exporter as a signal source: its series joined to gpuhealth's devices by UUID and node."""
 
-    matchers: str = 'job="dcgm-exporter"'
-    """Label matchers that select dcgm-exporter's series (its scrape job, at least)."""
-    health_watches: tuple[str, ...] = (
-        "PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "DRIVER", "ALL",
-    )  # fmt: skip
-    """GPUDeviceHealthWatchFailed: the health watches whose FAIL quarantines the card. THERMAL and
-    POWER are left out by default: they fail on the room's cooling or the node's supply, which a
-    per-card quarantine does not mend."""
-    health_fail_value: int = 20
-    """DCGM_EXP_GPU_HEALTH_STATUS at or above this is a failure: DCGM's PASS 0, WARN 10, FAIL 20."""
-    health_failed_for: Duration = Duration(60)
-    """GPUDeviceHealthWatchFailed: a watch at FAIL this long (one scrape blip is not a failure)."""
+    matchers: str
+    health_watches: tuple[str, ...]
+    health_fail_value: int
+    health_failed_for: Duration
 
 
 @dataclass(frozen=True)
@@ -248,47 +212,33 @@ class Tenant:
 
 
 @dataclass(frozen=True)
-class AlertmanagerSettings:
-    responder_url: str = "http://127.0.0.1:8080/webhook"
-    """Responder webhook for action=~"quarantine|restrict"."""
-    responder_credentials_file: str = "/etc/gpuhealth/responder-token"
-    """File holding the responder's bearer token (read by Alertmanager, never rendered)."""
-    responder_group_wait: Duration = Duration(0)
-    """Delay before the first notification to the responder."""
-    responder_group_interval: Duration = Duration(30)
-    """Delay between notifications of a changed group to the responder."""
-    responder_repeat_interval: Duration = Duration(3600)
-    """Re-delivery of a still-firing alert to the responder."""
-    oncall_page_url: str = "http://127.0.0.1:9095/page"
-    """Placeholder paging webhook for severity=critical."""
-    oncall_ticket_url: str = "http://127.0.0.1:9095/ticket"
-    """Placeholder non-paging webhook for everything else."""
-    group_wait: Duration = Duration(30)
-    """Default group_wait for people-facing receivers."""
-    group_interval: Duration = Duration(300)
-    """Default group_interval for people-facing receivers."""
-    repeat_interval: Duration = Duration(14400)
-    """Default repeat_interval for people-facing receivers."""
-    tenant_default_url: str = "http://127.0.0.1:9096/tenant"
-    """Receiver for alerts whose namespace has no tenant entry."""
-    tenants: tuple[Tenant, ...] = ()
-    """Per-tenant receivers, matched on the alert's `namespace` label."""
+class AlertmanagerSettings(Section):
+    responder_url: str
+    responder_credentials_file: str
+    responder_group_wait: Duration
+    responder_group_interval: Duration
+    responder_repeat_interval: Duration
+    oncall_page_url: str
+    oncall_ticket_url: str
+    group_wait: Duration
+    group_interval: Duration
+    repeat_interval: Duration
+    tenant_default_url: str
+    tenants: tuple[Tenant, ...]
 
 
 @dataclass(frozen=True)
-class Settings:
-    selectors: Selectors = field(default_factory=Selectors)
-    evaluation_interval: Duration = Duration(60)
-    """Evaluation interval of every rule group."""
-    device: DeviceSettings = field(default_factory=DeviceSettings)
-    node: NodeSettings = field(default_factory=NodeSettings)
-    fleet: FleetSettings = field(default_factory=FleetSettings)
-    self: SelfSettings = field(default_factory=SelfSettings)
-    workloads: WorkloadSettings = field(default_factory=WorkloadSettings)
-    dcgm: DcgmSettings = field(default_factory=DcgmSettings)
-    runbook_base_url: str = "https://github.com/gpuhealth/gpuhealth/blob/main/docs/runbooks.md"
-    """Prefix of runbook_url; the anchor is the alert name in lower case."""
-    alertmanager: AlertmanagerSettings = field(default_factory=AlertmanagerSettings)
+class Settings(Section):
+    selectors: Selectors
+    evaluation_interval: Duration
+    device: DeviceSettings
+    node: NodeSettings
+    fleet: FleetSettings
+    self: SelfSettings
+    workloads: WorkloadSettings
+    dcgm: DcgmSettings
+    runbook_base_url: str
+    alertmanager: AlertmanagerSettings
 
     def runbook_url(self, alertname: str) -> str:
         return f"{self.runbook_base_url}#{runbook_anchor(alertname)}"
@@ -334,28 +284,74 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
             raise ConfigError(f"{key}: expected a list, got {value!r}")
         return tuple(_convert(item, item_hint, f"{key}[{i}]") for i, item in enumerate(value))
     if dataclasses.is_dataclass(hint):
-        return _parse_section(value, hint, key)
+        required = dict.fromkeys((f.name for f in dataclasses.fields(hint)), _REQUIRED)
+        return _parse_section(value, hint, key, required)
     raise TypeError(f"no converter for {hint!r} at {key}")  # a programming error, not bad input
 
 
-def _parse_section(data: Any, cls: Any, key: str) -> Any:
+def _parse_section(data: Any, cls: Any, key: str, shipped: Mapping[str, Any]) -> Any:
+    """`cls` from `data`, every key of which the shipped file declares (`shipped`, the same
+    section of it); keys `data` leaves out take the shipped values."""
     where = f"{key}: " if key else ""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where or 'config: '}expected a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(str(k) for k in data if k not in known)
+    unknown = sorted(str(k) for k in data if k not in shipped)
     if unknown:
-        raise ConfigError(f"{where}unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        known = ", ".join(sorted(str(k) for k in shipped))
+        raise ConfigError(f"{where}unknown key(s) {', '.join(unknown)}; known: {known}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)} - {"extra"}
     values: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            default_missing = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-            if default_missing:
-                raise ConfigError(f"{key + '.' if key else ''}{f.name}: required")
-            continue
-        values[f.name] = _convert(data[f.name], hints[f.name], f"{key + '.' if key else ''}{f.name}")
-    return cls(**values)
+    extra: dict[str, Any] = {}
+    for name in fields - set(shipped):
+        # A field the shipped file does not declare: a programming error, found at the first load.
+        raise ConfigError(f"{key + '.' if key else ''}{name}: required (declare it in {DEFAULT_CONFIG.name})")
+    for name, default in shipped.items():
+        name = str(name)
+        child = f"{key + '.' if key else ''}{name}"
+        value = data.get(name, default)
+        if value is _REQUIRED:
+            raise ConfigError(f"{child}: required")
+        if name in fields:
+            hint = hints[name]
+            values[name] = (
+                _parse_section(value, hint, child, default)
+                if isinstance(hint, type) and issubclass(hint, Section)
+                else _convert(value, hint, child)
+            )
+        else:
+            extra[name] = _convert_like(value, default, child)
+    return cls(**values, extra=extra) if issubclass(cls, Section) else cls(**values)
+
+
+_REQUIRED: Any = object()
+"""The shipped value of a key every item of a list must give (a tenant's namespace and url)."""
+_DURATION_RE = re.compile(r"^(?:[0-9]+(?:ms|s|m|h|d|w|y))+$")
+
+
+def _convert_like(value: Any, default: Any, key: str) -> Any:
+    """`value` of a key no field declares, read as the shipped `default`'s kind: a duration such
+    as 5m, a whole number, a number, true/false, a string, a list, or a mapping of those."""
+    if isinstance(default, Mapping):
+        return _parse_section(value, Section, key, default)
+    if isinstance(default, list):
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        if not default:
+            raise ConfigError(f"{key}: the shipped list is empty, so its items' kind is unknown")
+        return tuple(_convert_like(item, default[0], f"{key}[{i}]") for i, item in enumerate(value))
+    hint: Any
+    if isinstance(default, bool):
+        hint = bool
+    elif isinstance(default, int):
+        hint = int
+    elif isinstance(default, float):
+        hint = float
+    elif isinstance(default, str):
+        hint = Duration if _DURATION_RE.match(default) else str
+    else:
+        raise ConfigError(f"{key}: the shipped value {default!r} is of no kind a key may have")
+    return _convert(value, hint, key)
 
 
 def _check_url(url: str, key: str) -> None:
@@ -384,6 +380,7 @@ def validate(settings: Settings) -> None:
         "unknown_tolerance",
         "unknown_tolerance_floor",
         "unknown_repeat_window",
+        "unknown_restriction",
         "event_window",
     ):
         if getattr(dev, name).seconds <= 0:
@@ -505,13 +502,25 @@ def validate(settings: Settings) -> None:
 
 
 def _validate_unknown_window(dev: DeviceSettings) -> None:
-    """The Unknown tolerance window's bounds: the warning inside the shortest window, the floor no
-    longer than the first window, and a repeat window that can hold an earlier episode."""
+    """The Unknown tolerance window's schedule: the warning inside the shortest window, the base
+    between floor and cap, a repeat window that can hold an earlier episode, and a restriction that
+    never shortens with repeats."""
+    if not 0 < dev.unknown_tolerance_factor < math.inf:
+        raise ConfigError(
+            f"device.unknown_tolerance_factor: {dev.unknown_tolerance_factor} must be above 0 (below 1 "
+            "shortens the window per repeat, above 1 lengthens it)"
+        )
     if dev.unknown_tolerance_floor > dev.unknown_tolerance:
         raise ConfigError(
             f"device.unknown_tolerance_floor ({dev.unknown_tolerance_floor}) must not be longer than "
-            f"device.unknown_tolerance ({dev.unknown_tolerance}): repeats shorten the window, never "
-            "lengthen it"
+            f"device.unknown_tolerance ({dev.unknown_tolerance}): a first episode's window is within the "
+            "floor and the cap"
+        )
+    if dev.unknown_tolerance_factor > 1 and dev.unknown_tolerance_cap < dev.unknown_tolerance:
+        raise ConfigError(
+            f"device.unknown_tolerance_cap ({dev.unknown_tolerance_cap}) must not be shorter than "
+            f"device.unknown_tolerance ({dev.unknown_tolerance}) where the factor is above 1: a first "
+            "episode's window is within the floor and the cap"
         )
     if dev.unknown_for >= dev.unknown_tolerance_floor:
         raise ConfigError(
@@ -523,18 +532,86 @@ def _validate_unknown_window(dev: DeviceSettings) -> None:
         raise ConfigError(
             f"device.unknown_repeat_window ({dev.unknown_repeat_window}) must be longer than "
             f"device.unknown_tolerance ({dev.unknown_tolerance}), or an earlier episode could never "
-            "shorten a later one's window"
+            "change a later one's window"
+        )
+    if not 1 <= dev.unknown_restriction_factor < math.inf:
+        raise ConfigError(
+            f"device.unknown_restriction_factor: {dev.unknown_restriction_factor} must be at least 1: "
+            "a repeated Unknown's restriction lasts longer, never shorter"
+        )
+    if dev.unknown_restriction_cap < dev.unknown_restriction:
+        raise ConfigError(
+            f"device.unknown_restriction_cap ({dev.unknown_restriction_cap}) must not be shorter than "
+            f"device.unknown_restriction ({dev.unknown_restriction})"
         )
 
 
-def unknown_window(dev: DeviceSettings, earlier_episodes: int) -> float:
-    """Seconds of the tolerance window of an Unknown episode with `earlier_episodes` other episodes
-    within unknown_repeat_window before it: what node_device:gpu_device_unknown_tolerance:seconds
-    records (halved per earlier episode, never below the floor)."""
-    if earlier_episodes < 0:
-        raise ValueError(f"earlier_episodes: {earlier_episodes} is negative")
-    halved = dev.unknown_tolerance.seconds / 2 ** min(earlier_episodes, 64)
-    return float(max(dev.unknown_tolerance_floor.seconds, halved))
+def _promql_round(value: float) -> int:
+    """PromQL's round(): to the nearest whole number, halves up."""
+    return math.floor(value + 0.5)
+
+
+def _power(factor: float, repeats: int) -> float:
+    if repeats < 0:
+        raise ValueError(f"repeats: {repeats} is negative")
+    # A count past a few hundred saturates at the floor or the cap either way (and 0.5 ** 2000
+    # underflows to 0, 2.0 ** 2000 overflows): stop where the clamp has long taken over.
+    return float(factor ** min(repeats, 256))
+
+
+def unknown_window(dev: DeviceSettings, repeats: int) -> float:
+    """Seconds of the tolerance window of an Unknown episode with `repeats` earlier episodes of the
+    device still seen within unknown_repeat_window before it: what
+    node_device:gpu_device_unknown_tolerance:seconds records (unknown_tolerance x factor ^ repeats,
+    rounded, between the floor and the cap)."""
+    base = dev.unknown_tolerance.seconds * _power(dev.unknown_tolerance_factor, repeats)
+    low, high = dev.unknown_tolerance_floor.seconds, unknown_tolerance_cap(dev).seconds
+    return float(min(max(_promql_round(min(base, 1e15)), low), high))
+
+
+def unknown_tolerance_cap(dev: DeviceSettings) -> Duration:
+    """The longest tolerance window: unknown_tolerance_cap where repeats lengthen the window
+    (a factor above 1), else unknown_tolerance itself (repeats only shorten it, and a site that
+    raised unknown_tolerance alone keeps a valid config)."""
+    return dev.unknown_tolerance_cap if dev.unknown_tolerance_factor > 1 else dev.unknown_tolerance
+
+
+def unknown_restriction(dev: DeviceSettings, repeats: int) -> float:
+    """Seconds the restriction of such an episode lasts at least, from its start: what
+    node_device:gpu_device_unknown_restriction:seconds records and GPUDeviceUnknownExpired carries
+    (annotation restrict_for): unknown_restriction x its factor ^ repeats, rounded, up to its cap."""
+    base = dev.unknown_restriction.seconds * _power(dev.unknown_restriction_factor, repeats)
+    return float(min(_promql_round(min(base, 1e15)), dev.unknown_restriction_cap.seconds))
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """One repeat of an Unknown episode: its tolerance window and the restriction after it."""
+
+    repeats: int
+    window: Duration
+    restriction: Duration
+
+
+def unknown_schedule(dev: DeviceSettings, rows: int = 6) -> list[ScheduleRow]:
+    """The first `rows` repeats' windows and restrictions (the table of docs/runbooks.md)."""
+    return [
+        ScheduleRow(n, Duration(int(unknown_window(dev, n))), Duration(int(unknown_restriction(dev, n))))
+        for n in range(rows)
+    ]
+
+
+def unknown_schedule_table(dev: DeviceSettings, rows: int = 6) -> str:
+    """`unknown_schedule` as the Markdown table the docs print (a test holds them equal)."""
+    lines = [
+        "| Repeat (earlier episodes within " + str(dev.unknown_repeat_window) + ") | Tolerance window "
+        "| Restriction lasts at least |",
+        "|---|---|---|",
+    ]
+    for row in unknown_schedule(dev, rows):
+        label = f"{row.repeats} (first episode)" if row.repeats == 0 else str(row.repeats)
+        lines.append(f"| {label} | {row.window} | {row.restriction} |")
+    return "\n".join(lines) + "\n"
 
 
 def _validate_workloads(w: WorkloadSettings) -> None:
@@ -614,10 +691,28 @@ def _validate_unhealthy_flapping(dev: DeviceSettings, evaluation_interval: Durat
 
 
 def parse_config(data: Any) -> Settings:
-    """Settings from a parsed YAML document; missing keys take their defaults."""
-    settings: Settings = _parse_section({} if data is None else data, Settings, "")
+    """Settings from a parsed YAML document over the shipped `config.yaml`: keys it leaves out
+    take the shipped values, keys the shipped file does not declare are refused."""
+    settings: Settings = _parse_section({} if data is None else data, Settings, "", shipped_config())
     validate(settings)
     return settings
+
+
+_shipped: dict[str, Any] = {}
+
+
+def shipped_config() -> Mapping[str, Any]:
+    """The shipped `config.yaml`, parsed (once): every key, its default and, in its value's form,
+    the kind of a key no field declares."""
+    if not _shipped:
+        try:
+            data = yaml.safe_load(DEFAULT_CONFIG.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:  # pragma: no cover - the package is broken
+            raise ConfigError(f"{DEFAULT_CONFIG}: cannot read the shipped config: {exc}") from exc
+        if not isinstance(data, dict):  # pragma: no cover
+            raise ConfigError(f"{DEFAULT_CONFIG}: expected a mapping")
+        _shipped.update(data)
+    return _shipped
 
 
 def load_config(path: Path) -> Settings:
@@ -699,7 +794,13 @@ def _environment() -> jinja2.Environment:
         autoescape=False,  # YAML, not HTML
     )
     env.filters["quote"] = _yaml_quote
+    env.filters["number"] = _number
     return env
+
+
+def _number(value: float) -> str:
+    """A number as PromQL and people read it: 2 rather than 2.0, 0.7 as it is."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 def _yaml_quote(value: object) -> str:
@@ -717,6 +818,7 @@ def render(settings: Settings) -> dict[str, str]:
         "fatal_xid_regex": "|".join(str(x) for x in settings.device.fatal_xids),
         "dcgm_watch_regex": "|".join(settings.dcgm.health_watches),
         "runbook_url": settings.runbook_url,
+        "unknown_cap": unknown_tolerance_cap(settings.device),
         "timed_out": [(s.phase, s.after, "", s.why) for s in stuck_phases(settings.self)],
     }
     files: dict[str, str] = {}
@@ -783,6 +885,10 @@ __all__ = [
     "render",
     "runbook_anchor",
     "scaled",
+    "unknown_restriction",
+    "unknown_schedule",
+    "unknown_schedule_table",
+    "unknown_window",
     "validate",
     "write_files",
 ]
@@ -801,6 +907,10 @@ def scaled(settings: Settings, speed: float) -> Settings:
     def shrink(value: Any) -> Any:
         if isinstance(value, Duration):
             return value if value.seconds == 0 else Duration(max(1, round(value.seconds / speed)))
+        if isinstance(value, Mapping):
+            return {k: shrink(v) for k, v in value.items()}
+        if isinstance(value, tuple):
+            return tuple(shrink(v) for v in value)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return dataclasses.replace(
                 value, **{f.name: shrink(getattr(value, f.name)) for f in dataclasses.fields(value)}

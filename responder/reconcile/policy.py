@@ -79,7 +79,14 @@ health source gives none (Prometheus unreachable): it holds where it stands unti
 UNAVAILABLE_RECHECK = 5.0
 """How soon a record held for the health source is looked at again: the source is asked every
 pass, and the pass after it answers should carry the step out."""
-RELEASE_WAITS = frozenset({BACKING_OFF, MIGRATING, DEVICE_IN_USE, STILL_UNHEALTHY, HEALTH_UNAVAILABLE})
+RESTRICTION_HELD = "RestrictionHeld"
+"""Phase reason of a restricted device whose Unknown ended before the restriction's length ran
+out: the rules' schedule (`node_device:gpu_device_unknown_restriction:seconds`, carried by the
+alert as `restrict_for` and written to `status.retryAt` at intake) makes a repeated Unknown's
+restriction last longer; the release attempt starts at `status.retryAt`."""
+RELEASE_WAITS = frozenset(
+    {BACKING_OFF, RESTRICTION_HELD, MIGRATING, DEVICE_IN_USE, STILL_UNHEALTHY, HEALTH_UNAVAILABLE}
+)
 
 
 class Health(StrEnum):
@@ -457,6 +464,15 @@ def _release_held(record: Quarantine, now: float) -> tuple[str, str, float | Non
         # quarantine by the doubled backoff: the next attempt waits for it, or a device that
         # fails its probe would be probed again at once, over and over.
         return BACKING_OFF, f"waits for the backoff until {until_text}", until - now
+    held = _seconds(record.status.retry_at)
+    if record.spec.action == "restrict" and held is not None and now < held:
+        # The restriction's own length (longer for each repeated Unknown): a device whose Unknown
+        # keeps coming back stays out of new allocations longer before its release is tried.
+        return (
+            RESTRICTION_HELD,
+            f"waits for the restriction to run until {record.status.retry_at}",
+            held - now,
+        )
     return None
 
 

@@ -11,10 +11,10 @@ holds no threshold of its own):
   GPUDeviceRowRemapFailure and GPUDeviceHealthWatchFailed (a watch of the configured list, after
   `health_failed_for`) fire until the repair;
 - an Unknown episode raises GPUDeviceUnknownExpired once it outlasts its tolerance window (the
-  rules' own `unknown_window`: halved per earlier episode); `flapping_episodes` short episodes
-  within `flapping_window`, none of them reaching the first window, raise GPUDeviceUnknownFlapping
-  (approximated: it fires at the episode that completes the count, and resolves when the oldest
-  of them leaves the window);
+  rules' own `unknown_window`: stepped by its factor per earlier episode); `flapping_episodes`
+  short episodes within `flapping_window`, none of them reaching the first window, raise
+  GPUDeviceUnknownFlapping (approximated: it fires at the episode that completes the count, and
+  resolves when the oldest of them leaves the window);
 - GPUNodeUnreachable (a Lease older than `lease_age_limit` for `unreachable_for`) inhibits every
   device alert of its node while it fires, as the shipped Alertmanager configuration does;
 - the responder receives a firing alert `group_wait` after it fires and a resolved one

@@ -22,6 +22,10 @@ The rules, each a safety property the tests check:
 - A record that is Released or Abandoned is history: a new failure opens a new quarantine in
   the same object (its name is the device's), keeping the history.
 - Only alerts that name a device are recorded: nothing here can act on a whole node.
+- A restrict whose alert says how long it lasts at least (annotation `restrict_for`, seconds:
+  the rules' restriction schedule, longer for each repeated Unknown of the device) holds its
+  release attempt until then (`status.retryAt`, kept in the record: a restarted responder reads
+  it back); a later restrict of the same open record only ever moves that time later.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from gpuhealth import yaml_keys
-from gpuhealth.kube.meta import rfc3339
+from gpuhealth.kube.meta import parse_rfc3339, rfc3339
 from gpuhealth.outcomes import Skipped, Unchanged
 from responder.records import (
     ACTIVE_PHASES,
@@ -46,6 +50,9 @@ from responder.webhook.alerts import FIRING, NONE, QUARANTINE, RESTRICT, Alert
 
 ACTOR = "responder"
 """Who writes history entries the webhook adds."""
+
+RESTRICT_FOR = "restrict_for"
+"""Annotation of a restrict alert: the seconds its restriction lasts at least, from now."""
 
 UNKNOWN_REASON = "Unknown"
 """The reason of every restrict: Unknown past its tolerance, or flapping into Unknown (flapping
@@ -101,7 +108,7 @@ def decide(record: Quarantine | None, alert: Alert, *, now: float, settings: Int
             return Unchanged(f"{alert.name} firing: this episode already resolved")
         if record is None or not record.status.history or record.status.phase not in ACTIVE_PHASES:
             return _open(record, alert, now=now, stamp=stamp, settings=settings)
-        return _join(record, alert, stamp=stamp)
+        return _join(record, alert, now=now, stamp=stamp)
     if record is None:
         return Unchanged(f"{alert.name} resolved: no quarantine recorded for {key.node}/{key.device}")
     return _resolve(record, alert, stamp=stamp)
@@ -141,10 +148,27 @@ def _open(
     record = base.with_phase(Phase.PENDING, time=stamp, actor=ACTOR, message=message).with_key(
         alert.idempotency_key
     )
+    held = restriction_seconds(alert)
+    if held is not None:
+        record = replace(record, status=replace(record.status, retry_at=rfc3339(now + held)))
     return Write(record, create=previous is None, detail=message)
 
 
-def _join(record: Quarantine, alert: Alert, *, stamp: str) -> Write:
+def restriction_seconds(alert: Alert) -> float | None:
+    """How long a restrict alert's restriction lasts at least (its `restrict_for` annotation);
+    None for a quarantine, or a restrict that gives none or an unreadable one (then the
+    restriction lasts as long as its alerts, as before the rules carried it)."""
+    if alert.action != RESTRICT:
+        return None
+    text = alert.annotations.get(RESTRICT_FOR, "").strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        return None
+    return seconds if 0 < seconds < math.inf else None
+
+
+def _join(record: Quarantine, alert: Alert, *, now: float, stamp: str) -> Write:
     spec = record.spec
     sources = _with_source(spec.source_alerts, _source(alert))
     escalate = alert.action == QUARANTINE and spec.action == RESTRICT
@@ -154,6 +178,14 @@ def _join(record: Quarantine, alert: Alert, *, stamp: str) -> Write:
     else:
         message = f"{alert.name} fired: joins the open {spec.action}"
     updated = replace(record, spec=replace(spec, source_alerts=sources)).with_key(alert.idempotency_key)
+    held = restriction_seconds(alert)
+    if held is not None and spec.action == RESTRICT:
+        # A repeated Unknown while the record is open: its restriction lasts from now, never
+        # shorter than the one already held.
+        until = now + held
+        current = parse_rfc3339(record.status.retry_at) if record.status.retry_at else None
+        if current is None or until > current:
+            updated = replace(updated, status=replace(updated.status, retry_at=rfc3339(until)))
     if escalate or record.status.phase not in (Phase.PENDING, Phase.QUARANTINED, Phase.DEFERRED):
         # A failure while a release is under way is the reconciler's cue to return the device
         # to Quarantined; the history shows when it was seen.

@@ -184,7 +184,7 @@ def test_a_repeated_unknown_is_warranted_a_restriction_after_its_halved_window_o
             ],
         }
     )
-    backoff = UnknownBackoff(floor=150.0, repeat_window=3600.0)
+    backoff = UnknownBackoff(factor=0.5, floor=150.0, repeat_window=3600.0)
     assert warranted_from(scenario, fatal_xids=FATAL, tolerance=TOLERANCE, backoff=backoff) == {
         (("gpu-dra-0", 0), "restrict"): 450.0
     }
@@ -1129,3 +1129,26 @@ def test_a_second_episode_opens_a_new_window_from_the_ramp() -> None:
     _started(j, 310, "ns/opted-0")  # on the ramp: there when the card was quarantined again
     _started(j, 330, "ns/serve-2")
     assert exposures(j) == (Exposure(330, "ns/serve-2", QUARANTINED, "gpu-dp-0/gpu-0", "rec-q", 320),)
+
+
+def test_the_backoff_model_steps_as_the_rules_do() -> None:
+    """In step with node_device:gpu_device_unknown_tolerance:seconds (rules.render.unknown_window):
+    tolerance x factor ^ repeats, rounded to the rules' whole seconds, between floor and cap."""
+    from rules.render import DEFAULT_CONFIG, load_config, scaled, unknown_tolerance_cap, unknown_window
+
+    for speed in (1, 20):
+        dev = (
+            load_config(DEFAULT_CONFIG) if speed == 1 else scaled(load_config(DEFAULT_CONFIG), speed)
+        ).device
+        backoff = UnknownBackoff(
+            factor=dev.unknown_tolerance_factor,
+            floor=dev.unknown_tolerance_floor.seconds * speed,
+            repeat_window=dev.unknown_repeat_window.seconds * speed,
+            cap=unknown_tolerance_cap(dev).seconds * speed,
+            unit=speed,
+        )
+        tolerance = dev.unknown_tolerance.seconds * speed
+        assert [backoff.window(tolerance, n) for n in range(6)] == [
+            unknown_window(dev, n) * speed for n in range(6)
+        ]
+    assert [backoff.window(300.0, n) for n in range(4)] == [300.0, 220.0, 160.0, 160.0]

@@ -36,12 +36,13 @@ def alert(
     device: str = "GPU-4a1c",
     fingerprint: str = "",
     starts_at: float = NOW - 60,
+    annotations: dict[str, str] | None = None,
     **labels: str,
 ) -> Alert:
     return Alert(
         status=status,
         labels={"alertname": name, "action": action, "node": node, "device": device, **labels},
-        annotations={},
+        annotations=annotations or {},
         starts_at=starts_at,
         ends_at=None,
         fingerprint=fingerprint or f"fp-{name}-{starts_at}",
@@ -253,3 +254,36 @@ def test_restrict_alone_never_quarantines_and_quarantine_is_never_downgraded(
 def test_settings_refuse_nonsense(bad: float) -> None:
     with pytest.raises(ValueError):
         IntakeSettings(expiry_seconds=bad)
+
+
+def test_a_restriction_lasts_what_its_alert_says_and_a_repeat_only_lengthens_it() -> None:
+    """The rules' restriction schedule (annotation restrict_for, seconds) is written to the record
+    (status.retryAt) at intake, so a restarted responder holds the same restriction."""
+    first = alert("GPUDeviceUnknownExpired", "restrict", annotations={"restrict_for": "600"})
+    restricted = apply(None, first)
+    assert restricted is not None and restricted.status.retry_at == rfc3339(NOW + 600)
+    # A repeated Unknown of the open record, with the longer restriction of its repeat count.
+    repeat = alert(
+        "GPUDeviceUnknownExpired", "restrict", starts_at=NOW + 300, annotations={"restrict_for": "1200"}
+    )
+    longer = apply(restricted, repeat, now=NOW + 300)
+    assert longer is not None and longer.status.retry_at == rfc3339(NOW + 1500)
+    # A shorter one never shortens it.
+    short = alert(
+        "GPUDeviceUnknownFlapping", "restrict", starts_at=NOW + 400, annotations={"restrict_for": "60"}
+    )
+    kept = apply(longer, short, now=NOW + 400)
+    assert kept is not None and kept.status.retry_at == rfc3339(NOW + 1500)
+
+
+@pytest.mark.parametrize("value", ["", "soon", "-5", "0", "inf", "nan"])
+def test_a_restriction_without_a_readable_length_holds_nothing(value: str) -> None:
+    restricted = apply(
+        None, alert("GPUDeviceUnknownExpired", "restrict", annotations={"restrict_for": value})
+    )
+    assert restricted is not None and restricted.status.retry_at == ""
+
+
+def test_a_quarantine_ignores_a_restriction_length() -> None:
+    record = apply(None, alert("GPUDeviceUnhealthy", annotations={"restrict_for": "600"}))
+    assert record is not None and record.status.retry_at == ""

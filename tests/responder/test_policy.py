@@ -39,6 +39,7 @@ from responder.reconcile.policy import (
     HEALTH_UNAVAILABLE,
     MIGRATING,
     QUARANTINE_TAINT,
+    RESTRICTION_HELD,
     STILL_UNHEALTHY,
     CheckResult,
     Context,
@@ -732,7 +733,7 @@ def _judge_unhealthy(record: Quarantine, view: DeviceView, result: Step) -> None
         return
     resolved_now = not any(s.firing for s in result.record.spec.source_alerts)
     waiting = before.enforced and after.phase == Phase.QUARANTINED and bool(result.record.status.enforced)
-    held = after.phase_reason in (BACKING_OFF, MIGRATING)  # reasons the record itself gives first
+    held = after.phase_reason in (BACKING_OFF, RESTRICTION_HELD, MIGRATING)  # the record's own reasons first
     if before.phase == Phase.QUARANTINED and resolved_now and waiting and not held:
         assert after.phase_reason == STILL_UNHEALTHY, after.phase_reason
 
@@ -799,3 +800,27 @@ def test_resolved_alerts_over_a_device_that_still_reads_unhealthy_start_no_attem
     healthy = observed(Health.HEALTHY, healthy_since=NOW + 40, enforcement_present=True)
     started = step(still.record, healthy, ctx(NOW + 40))
     assert (started.record.status.phase, started.record.status.attempt) == (PROBING, 1)
+
+
+def test_a_restriction_is_released_no_sooner_than_its_length_however_soon_its_unknown_ends() -> None:
+    """A repeated Unknown's restriction lasts longer (the rules' schedule, written to retryAt at
+    intake): its alert resolving early starts no release attempt before then."""
+    decision = decide(
+        None,
+        alert("GPUDeviceUnknownExpired", "restrict", annotations={"restrict_for": "1200"}),
+        now=NOW,
+        settings=IntakeSettings(),
+    )
+    assert isinstance(decision, Write)
+    healthy = observed(Health.HEALTHY, enforcement_present=True)
+    record = step(decision.record, healthy, ctx(NOW)).record
+    assert record.status.phase == Phase.QUARANTINED and record.spec.action == "restrict"
+    waiting = step(resolved(record, NOW + 60), healthy, ctx(NOW + 60))
+    assert (waiting.record.status.phase, waiting.record.status.phase_reason) == (
+        Phase.QUARANTINED,
+        RESTRICTION_HELD,
+    )
+    assert waiting.recheck_seconds == pytest.approx(1140)
+    assert not any(isinstance(e, StartCheck) for e in waiting.effects)
+    begins = step(waiting.record, healthy, ctx(NOW + 1200))
+    assert (begins.record.status.phase, begins.record.status.attempt) == (PROBING, 1)

@@ -3,7 +3,9 @@
 Aspects covered: the committed files match a fresh render (and `render --check` says so,
 or shows the difference, exit 1); a config or --out that cannot be read is exit 2, distinct
 from stale files, with the `gpuhealth rules render: error:` prefix; the shipped config
-equals the settings' defaults; bad values are refused with an error naming the key; every
+is the declaration of every key (its default, and the kind of a key no field declares): an
+override file takes it as defaults, and a key it does not declare or a value of another kind is
+refused with the file and key named; bad values are refused with an error naming the key; every
 alert carries severity, action, summary, description and a runbook_url whose anchor is a
 section of docs/runbooks.md, and every alert section there is a rendered alert's; the
 stuck-phase alert has a row for each rung of the release ladder that ends by a timeout, read
@@ -38,6 +40,9 @@ from rules.render import (
     runbook_anchor,
     scaled,
     stuck_phases,
+    unknown_restriction,
+    unknown_schedule,
+    unknown_schedule_table,
     unknown_window,
     write_files,
 )
@@ -49,8 +54,68 @@ def test_committed_files_match_a_fresh_render() -> None:
     assert not problems, "run `gpuhealth rules render` and commit:\n" + "\n".join(problems)
 
 
-def test_shipped_config_equals_the_defaults() -> None:
-    assert load_config(DEFAULT_CONFIG) == Settings()
+def test_the_shipped_config_is_the_default_of_every_key() -> None:
+    shipped = load_config(DEFAULT_CONFIG)
+    assert parse_config({}) == parse_config(None) == shipped
+    assert isinstance(shipped, Settings)
+    raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    assert shipped.device.unknown_tolerance == Duration.parse(raw["device"]["unknown_tolerance"], "x")
+    # A key overridden keeps the others of its section at the shipped values.
+    mine = parse_config({"self": {"down_for": "7m"}})
+    assert mine.self.down_for == Duration(420) and mine.self.no_leader_for == shipped.self.no_leader_for
+
+
+def _with_keys(monkeypatch: pytest.MonkeyPatch, section: str, **keys: Any) -> None:
+    """The shipped config as if it declared `keys` in `section` (an alert's new thresholds)."""
+    raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    raw[section] = {**raw[section], **keys}
+    monkeypatch.setattr(render_module, "_shipped", raw)
+
+
+def test_a_key_only_the_shipped_config_declares_is_typed_by_its_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Adding an alert's threshold is a config.yaml entry alone: no field, no default in Python."""
+    keys = {"restarts_within": "10m", "restarts_max": 3, "share": 0.5, "paging": True, "note": "x"}
+    _with_keys(monkeypatch, "self", **keys, jobs=["a"])
+    own = parse_config({}).self
+    assert own["restarts_within"] == Duration(600) and own["restarts_max"] == 3 and own["share"] == 0.5
+    assert own["paging"] is True and own["note"] == "x" and own["jobs"] == ("a",)
+    assert own["down_for"] == own.down_for, "a declared field reads the same way"
+    assert parse_config({"self": {"restarts_within": "15m"}}).self["restarts_within"] == Duration(900)
+    # What a template sees: jinja2 falls back to the item when no attribute has the name.
+    env = render_module._environment()
+    assert env.from_string("[[ cfg.self.restarts_within ]]").render(cfg=parse_config({})) == "10m"
+    # Scaling reaches such keys too.
+    assert scaled(parse_config({}), 20).self["restarts_within"] == Duration(30)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"self": {"restarts_within": 10}}, "self.restarts_within: write a unit"),
+        ({"self": {"restarts_within": True}}, "self.restarts_within: expected a duration"),
+        ({"self": {"restarts_max": "3"}}, "self.restarts_max: expected a whole number, got '3'"),
+        ({"self": {"restarts_typo": 3}}, "self: unknown key(s) restarts_typo; known: "),
+    ],
+)
+def test_an_override_of_such_a_key_is_checked_against_the_shipped_kind(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, data: Any, message: str
+) -> None:
+    _with_keys(monkeypatch, "self", restarts_within="10m", restarts_max=3)
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(mine)
+    assert str(excinfo.value).startswith(f"{mine}: ") and message in str(excinfo.value)
+
+
+def test_a_field_the_shipped_config_leaves_out_is_a_load_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    del raw["device"]["unknown_for"]
+    monkeypatch.setattr(render_module, "_shipped", raw)
+    with pytest.raises(ConfigError, match=r"device\.unknown_for: required \(declare it in config\.yaml\)"):
+        parse_config({})
 
 
 def test_render_check_passes_on_fresh_output_and_reports_drift(tmp_path: Path, capsys: Any) -> None:
@@ -93,10 +158,13 @@ def test_a_custom_config_changes_the_rules() -> None:
     assert 'xid=~"79|109"' in device
     assert 'job="gpu-exp"' in device and 'job="gpuhealth-exporter"' not in device
     rules = {r.get("alert") or r["record"]: r for g in yaml.safe_load(device)["groups"] for r in g["rules"]}
-    # The first episode's window is the configured tolerance; the floor keeps its default.
+    # The first episode's window is the configured tolerance (the most, with a factor below 1);
+    # the floor keeps its default.
     tolerance = rules["node_device:gpu_device_unknown_tolerance:seconds"]["expr"]
-    assert "600 / 2 ^ changes(node_device:gpu_device_unknown_since:timestamp[1h])" in tolerance
-    assert "150\n" in tolerance
+    assert "round(600 * 0.7 ^ node_device:gpu_device_unknown_repeats:count)" in tolerance
+    assert "150, 600\n" in tolerance
+    repeats = rules["node_device:gpu_device_unknown_repeats:count"]["expr"]
+    assert "changes(node_device:gpu_device_unknown_since:timestamp[1h])" in repeats
     assert "for" not in rules["GPUDeviceUnknownExpired"]
     assert rules["GPUDeviceUnknownExpired"]["annotations"]["runbook_url"] == (
         "https://runbooks.example/gpu#gpudeviceunknownexpired"
@@ -179,6 +247,20 @@ def test_the_workload_slo_reads_the_configured_counters_and_labels() -> None:
             {"fleet": {"unknown_storm_for": "2m30s"}},
             "fleet.unknown_storm_for (2m30s) must be shorter than device.unknown_tolerance_floor (2m30s)",
         ),
+        ({"device": {"unknown_tolerance_factor": 0}}, "device.unknown_tolerance_factor: 0.0 must be above 0"),
+        (
+            {"device": {"unknown_tolerance_factor": 2, "unknown_tolerance_cap": "4m"}},
+            "device.unknown_tolerance_cap (4m) must not be shorter than device.unknown_tolerance (5m)",
+        ),
+        (
+            {"device": {"unknown_restriction_factor": 0.5}},
+            "device.unknown_restriction_factor: 0.5 must be at least 1",
+        ),
+        (
+            {"device": {"unknown_restriction_cap": "5m"}},
+            "device.unknown_restriction_cap (5m) must not be shorter than device.unknown_restriction (10m)",
+        ),
+        ({"device": {"unknown_restriction": "0s"}}, "device.unknown_restriction: must be longer than 0s"),
         ({"selectors": {"exporter_job": 'x"} or vector(1) #'}}, "selectors.exporter_job"),
         ({"alertmanager": {"responder_url": "127.0.0.1:8080/webhook"}}, "alertmanager.responder_url"),
         ({"alertmanager": {"responder_credentials_file": "token"}}, "must be an absolute path"),
@@ -424,17 +506,38 @@ def test_stuck_phase_thresholds_leave_the_responders_own_timeouts_room() -> None
     assert own.pending_stuck_for.seconds * responder.bucket.per_hour / 3600 > responder.bucket.burst
 
 
-def test_the_unknown_window_halves_per_earlier_episode_down_to_the_floor() -> None:
+def test_the_unknown_window_changes_by_its_factor_per_repeat_between_floor_and_cap() -> None:
     dev = parse_config(
         {
             "device": {"unknown_tolerance": "8m", "unknown_tolerance_floor": "1m30s"},
             "fleet": {"unknown_storm_for": "1m"},
         }
     ).device
-    assert [unknown_window(dev, n) for n in range(5)] == [480.0, 240.0, 120.0, 90.0, 90.0]
+    # 480 x 0.7 ^ n, rounded: 480, 336, 235.2, 164.64, 115.248 -> the floor.
+    assert [unknown_window(dev, n) for n in range(6)] == [480.0, 336.0, 235.0, 165.0, 115.0, 90.0]
     assert unknown_window(dev, 10_000) == 90.0
-    with pytest.raises(ValueError, match="earlier_episodes: -1 is negative"):
+    with pytest.raises(ValueError, match="repeats: -1 is negative"):
         unknown_window(dev, -1)
+    # A factor above 1 lengthens the window, up to the cap.
+    growing = parse_config({"device": {"unknown_tolerance_factor": 2, "unknown_tolerance_cap": "15m"}}).device
+    assert [unknown_window(growing, n) for n in range(4)] == [300.0, 600.0, 900.0, 900.0]
+    assert unknown_window(growing, 100_000) == 900.0
+
+
+def test_the_restriction_lengthens_by_its_factor_per_repeat_up_to_its_cap() -> None:
+    dev = parse_config({}).device
+    assert [unknown_restriction(dev, n) for n in range(6)] == [600.0, 1200.0, 2400.0, 4800.0, 7200.0, 7200.0]
+    assert unknown_restriction(dev, 100_000) == 7200.0
+
+
+def test_the_docs_print_the_shipped_schedule() -> None:
+    """docs/runbooks.md's schedule table is the one the shipped settings give (regenerate it with
+    `rules.render.unknown_schedule_table`)."""
+    dev = load_config(DEFAULT_CONFIG).device
+    table = unknown_schedule_table(dev)
+    assert table in RUNBOOKS.read_text(), "docs/runbooks.md's schedule table is stale:\n" + table
+    rows = [(r.repeats, str(r.window), str(r.restriction)) for r in unknown_schedule(dev, 4)]
+    assert rows == [(0, "5m", "10m"), (1, "3m30s", "20m"), (2, "2m30s", "40m"), (3, "2m30s", "1h20m")]
 
 
 def _stuck_alert_phases(settings: Any) -> list[str]:
