@@ -47,7 +47,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuhealth.durations import DurationError, format_duration, parse_duration
-from simulator.fleet.programs import TIMEOUT_SECONDS
 
 PROCESSES = ("responder-leader", "responder-follower", "exporter", "alertmanager")
 """What a kill may name."""
@@ -322,8 +321,10 @@ reconcile passes a few wall seconds apart: a 1m probe timeout at 20x is 3 wall s
 Python process starting on a loaded two-core machine can use up alone (CI's fleet-storm-unhealthy:
 each release fell back to Quarantined on its probe's timeout, no check failed). A timeout is a
 bound, not a wait: a check that ends ends as soon as it does, so the floor lengthens no run."""
-CHECK_WALL_SECONDS = float(TIMEOUT_SECONDS)
-"""The floor: the longest a check container's process may run on the simulated node."""
+CHECK_WALL_SECONDS = 30.0
+"""The floor: the longest a check container's process may run on the simulated node
+(`simulator.fleet.programs.TIMEOUT_SECONDS`, a test holds the two equal; staging does no I/O and
+imports no runner)."""
 
 UNSCALED_DURATION_KEYS = frozenset({("checks", "probe_wait")})
 """Durations that are not the cluster's time, kept as written: the probe's wait for its

@@ -40,6 +40,7 @@ from demo.staging import (
     staging,
 )
 from gpuhealth.durations import parse_duration
+from simulator.fleet.programs import TIMEOUT_SECONDS
 from simulator.scenario import resolve
 
 DEFAULTS = yaml.safe_load(RESPONDER_CONFIG.read_text())
@@ -142,7 +143,7 @@ def test_a_check_timeout_is_never_scaled_below_the_wall_time_a_check_takes() -> 
         "reset": {"timeout": "15m"},
     }
     scaled = scaled_document(doc, 20)
-    assert CHECK_WALL_SECONDS == 30.0  # the simulated node's bound on a container's process
+    assert CHECK_WALL_SECONDS == TIMEOUT_SECONDS  # the simulated node's bound on a container's process
     assert scaled["policy"]["probe_timeout"] == "30s"  # 3 s at 20x: floored
     assert scaled["policy"]["canary_timeout"] == "20s"  # never above what the config says
     assert scaled["reset"]["timeout"] == "45s"  # 15m / 20: above the floor, scaled
