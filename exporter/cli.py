@@ -373,7 +373,8 @@ async def _serve_static(dump: dict[str, list[Any]], settings: ExporterSettings) 
     clock = SystemClock()
     store, directory = _offline_store(dump, settings, clock)
     registry = CollectorRegistry()
-    ExporterMetrics(registry, settings.observer.shard).track(store)
+    metrics = ExporterMetrics(registry, settings.observer.shard)
+    metrics.track(store)
     app = create_app(
         settings.server, snapshot=store.snapshot, clock=clock, registry=registry, ready=lambda: True
     )
@@ -384,7 +385,7 @@ async def _serve_static(dump: dict[str, list[Any]], settings: ExporterSettings) 
         served = True
         log.info("serving %d devices from a dump on %s", store.devices_tracked, format_listen(*address))
 
-    ssl_context = _guard(app, settings, registry)
+    ssl_context = _guard(app, settings, metrics)
     try:
         await http.serve(app, settings.server, on_started=started, ssl_context=ssl_context)
     finally:
@@ -494,7 +495,7 @@ async def serve(
                 started.set()
 
         await http.serve(
-            app, settings.server, on_started=on_started, ssl_context=_guard(app, settings, registry)
+            app, settings.server, on_started=on_started, ssl_context=_guard(app, settings, metrics)
         )
     finally:
         if directory is not None:
@@ -503,23 +504,19 @@ async def serve(
             nvml.close()
 
 
-def _guard(app: Any, settings: ExporterSettings, registry: Any) -> Any:
+def _guard(app: Any, settings: ExporterSettings, metrics: Any) -> Any:
     """The app behind `--web.config.file` when given: the TLS context to serve with (or None)."""
     if not settings.server.web_config_file:
         return None
-    from exporter.metrics import HTTP_REFUSED, WEB_CONFIG_RELOAD_FAILURES
-    from gpuhealth import instruments
     from gpuhealth.web_guard import guard_app
     from gpuhealth.webconfig import WebConfigError
 
-    refused = instruments.counter(HTTP_REFUSED, registry)
-    failures = instruments.counter(WEB_CONFIG_RELOAD_FAILURES, registry)
     try:
         guard = guard_app(
             app,
             settings.server.web_config_file,
-            on_refused=lambda reason: refused.labels(reason).inc(),
-            on_reload_failed=failures.inc,
+            on_refused=lambda reason: metrics.http_refused.labels(reason).inc(),
+            on_reload_failed=metrics.web_config_reload_failures.inc,
         )
     except WebConfigError as exc:
         raise UsageError(f"--web.config.file {exc}") from exc

@@ -43,6 +43,8 @@ from gpuhealth.webconfig import RateLimit, TlsServerConfig, WebConfig, WebConfig
 log = logging.getLogger(__name__)
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+REFUSAL_REASONS = ("unauthorized", "rate_limited", "client_certificate")
+"""The `reason` of a refused request (401, 429, 403)."""
 CERTIFICATE_CHECK_SECONDS = 30.0
 """How often the served pair's files are looked at for a rotation (as the responder's own TLS)."""
 REALM = "gpuhealth"

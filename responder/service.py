@@ -30,7 +30,7 @@ from gpuhealth.clock import Clock, SystemClock
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.elector import LeaderElector
 from gpuhealth.tls import ReloadingCertificate, watch_certificate
-from gpuhealth.web_guard import OPEN_PATHS, WebGuard, guard_app
+from gpuhealth.web_guard import OPEN_PATHS, REFUSAL_REASONS, WebGuard, guard_app
 from responder import metrics
 from responder.checks.jobs import JobChecks
 from responder.enforce.hold import DeviceHold, device_ids
@@ -101,9 +101,11 @@ def create_app(
     capacity = CapacityCache(on_scheduled=scheduled.inc)
     add_filter(app, capacity, registry)
     http.add_metrics(app, registry, settings.server)
+    refused = instruments.counter(metrics.HTTP_REFUSED, registry)
+    for reason in REFUSAL_REASONS:
+        refused.labels(reason)  # 0 from the start: a rate of refusals needs a baseline
+    failures = instruments.counter(metrics.WEB_CONFIG_RELOAD_FAILURES, registry)
     if settings.server.web_config_file:
-        refused = instruments.counter(metrics.HTTP_REFUSED, registry)
-        failures = instruments.counter(metrics.WEB_CONFIG_RELOAD_FAILURES, registry)
         app[WEB_GUARD] = guard_app(
             app,
             settings.server.web_config_file,
