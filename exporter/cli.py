@@ -91,6 +91,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--node", help="node mode: only this node's pods, slices and Lease, plus local NVML"
     )
     exporter.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        metavar="FILE",
+        default="",
+        help="exporter-toolkit web configuration: TLS, basic auth, rate limit (as node-exporter's)",
+    )
+    exporter.add_argument(
         "--listen",
         metavar="HOST:PORT",
         type=listen_address,
@@ -239,6 +246,13 @@ def settings_from_args(args: argparse.Namespace) -> ExporterSettings:
     host, port = args.listen
     offline = bool(args.from_file)
     shard = shard_from_args(args)
+    if args.web_config_file:
+        from gpuhealth.webconfig import WebConfigError, load
+
+        try:
+            load(args.web_config_file)  # refused here, before anything starts
+        except WebConfigError as exc:
+            raise UsageError(f"--web.config.file {exc}") from exc
     try:
         base = ExporterSettings()
         return ExporterSettings(
@@ -253,7 +267,7 @@ def settings_from_args(args: argparse.Namespace) -> ExporterSettings:
             ),
             nvml=NvmlSettings(source=args.nvml, poll_seconds=args.nvml_poll_seconds),
             pod_resources=args.pod_resources,
-            server=replace(base.server, host=host, port=port),
+            server=replace(base.server, host=host, port=port, web_config_file=args.web_config_file),
             kubeconfig=args.kubeconfig,
         )
     except SettingsError as exc:
@@ -359,7 +373,8 @@ async def _serve_static(dump: dict[str, list[Any]], settings: ExporterSettings) 
     clock = SystemClock()
     store, directory = _offline_store(dump, settings, clock)
     registry = CollectorRegistry()
-    ExporterMetrics(registry, settings.observer.shard).track(store)
+    metrics = ExporterMetrics(registry, settings.observer.shard)
+    metrics.track(store)
     app = create_app(
         settings.server, snapshot=store.snapshot, clock=clock, registry=registry, ready=lambda: True
     )
@@ -370,8 +385,9 @@ async def _serve_static(dump: dict[str, list[Any]], settings: ExporterSettings) 
         served = True
         log.info("serving %d devices from a dump on %s", store.devices_tracked, format_listen(*address))
 
+    ssl_context = _guard(app, settings, metrics)
     try:
-        await http.serve(app, settings.server, on_started=started)
+        await http.serve(app, settings.server, on_started=started, ssl_context=ssl_context)
     finally:
         if directory is not None:
             if served:
@@ -478,12 +494,33 @@ async def serve(
             if started is not None:
                 started.set()
 
-        await http.serve(app, settings.server, on_started=on_started)
+        await http.serve(
+            app, settings.server, on_started=on_started, ssl_context=_guard(app, settings, metrics)
+        )
     finally:
         if directory is not None:
             directory.close()
         if nvml is not None:
             nvml.close()
+
+
+def _guard(app: Any, settings: ExporterSettings, metrics: Any) -> Any:
+    """The app behind `--web.config.file` when given: the TLS context to serve with (or None)."""
+    if not settings.server.web_config_file:
+        return None
+    from gpuhealth.web_guard import guard_app
+    from gpuhealth.webconfig import WebConfigError
+
+    try:
+        guard = guard_app(
+            app,
+            settings.server.web_config_file,
+            on_refused=lambda reason: metrics.http_refused.labels(reason).inc(),
+            on_reload_failed=metrics.web_config_reload_failures.inc,
+        )
+    except WebConfigError as exc:
+        raise UsageError(f"--web.config.file {exc}") from exc
+    return guard.ssl_context
 
 
 # ----- dumps ------------------------------------------------------------------------------

@@ -201,6 +201,18 @@ CLUSTER_FAMILIES = (*DEVICE_FAMILIES, NODE_LEASE_AGE, NODE_HEALTH_PRODUCER_UP)
 """Rendered in every mode (HELP and TYPE even when there is no sample), in this order."""
 NVML_FAMILIES = (NVML_UP, NVML_XID, NVML_ECC, NVML_REMAPPED, NVML_TEMPERATURE, NVML_POWER, NVML_MIG_DEVICE)
 """Rendered only in node mode, in this order."""
+HTTP_REFUSED = MetricFamily(
+    "gpuhealth_exporter_http_requests_refused",
+    "counter",
+    "Requests refused by the web configuration (--web.config.file), by reason: unauthorized, "
+    "rate_limited, client_certificate.",
+    ("reason",),
+)
+WEB_CONFIG_RELOAD_FAILURES = MetricFamily(
+    "gpuhealth_exporter_web_config_reload_failures",
+    "counter",
+    "Changes of the web configuration file not applied (bad, or needing a restart); the previous one serves.",
+)
 SELF_FAMILIES = (
     WATCH_EVENTS,
     WATCH_RESTARTS,
@@ -213,6 +225,8 @@ SELF_FAMILIES = (
     DEVICES_TRACKED,
     SHARD_ORDINAL,
     TOTAL_SHARDS,
+    HTTP_REFUSED,
+    WEB_CONFIG_RELOAD_FAILURES,
 )
 """The exporter's own metrics (`ExporterMetrics`)."""
 

@@ -17,6 +17,7 @@ from exporter.metrics import (
     DIRECTORY_WRITE,
     DIRECTORY_WRITE_BUCKETS,
     EVENTS_IGNORED,
+    HTTP_REFUSED,
     LAST_EVENT,
     PARSE_ERRORS,
     POD_RESOURCES_FAILURES,
@@ -25,10 +26,12 @@ from exporter.metrics import (
     TOTAL_SHARDS,
     WATCH_EVENTS,
     WATCH_RESTARTS,
+    WEB_CONFIG_RELOAD_FAILURES,
 )
 from exporter.sharding import UNSHARDED, Shard
 from exporter.state import DeviceStateStore
 from gpuhealth import instruments
+from gpuhealth.web_guard import REFUSAL_REASONS
 
 
 class ExporterMetrics:
@@ -45,6 +48,10 @@ class ExporterMetrics:
         instruments.gauge(SHARD_ORDINAL, registry).set(shard.index)
         instruments.gauge(TOTAL_SHARDS, registry).set(shard.total)
         self.watch_events = instruments.counter(WATCH_EVENTS, registry)
+        self.http_refused = instruments.counter(HTTP_REFUSED, registry)
+        for reason in REFUSAL_REASONS:
+            self.http_refused.labels(reason)  # 0 from the start: a rate of refusals needs a baseline
+        self.web_config_reload_failures = instruments.counter(WEB_CONFIG_RELOAD_FAILURES, registry)
         self.watch_restarts = instruments.counter(WATCH_RESTARTS, registry)
         self.last_event = instruments.gauge(LAST_EVENT, registry)
         self.directory_write = instruments.histogram(DIRECTORY_WRITE, registry, DIRECTORY_WRITE_BUCKETS)

@@ -125,6 +125,9 @@ class ServerSettings:
     gzip_level: int = 1
     """zlib level (1-9) when the scraper accepts gzip. Level 1 already shrinks exposition text
     about 16x at a quarter of level 6's CPU time (bench/bench_exporter_exposition.py)."""
+    web_config_file: str = ""
+    """An exporter-toolkit web configuration (`--web.config.file`: TLS, basic auth, rate limit,
+    headers; `gpuhealth.web_guard`); empty: plain HTTP, open."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host:

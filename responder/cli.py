@@ -103,6 +103,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     service.add_argument("--tls-key-file", metavar="FILE", help="the certificate's PEM private key")
     service.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        metavar="FILE",
+        default="",
+        help=(
+            "exporter-toolkit web configuration (TLS, basic auth for /metrics, rate limit); the webhook "
+            "keeps its bearer token and the extender its TLS"
+        ),
+    )
+    service.add_argument(
         "--config",
         metavar="FILE",
         action="append",
@@ -134,11 +144,13 @@ def run_responder(args: argparse.Namespace) -> int:
     import socket
 
     from gpuhealth import http
+    from gpuhealth.tls import CertificateError, ReloadingCertificate, TlsSettings
+    from gpuhealth.webconfig import WebConfigError
+    from gpuhealth.webconfig import load as load_web_config
     from responder import config
     from responder.checks.jobs import CheckSettings
-    from responder.service import create_app
+    from responder.service import WEB_GUARD, create_app
     from responder.settings import ResponderSettings
-    from responder.tls import CertificateError, ReloadingCertificate, TlsSettings
 
     try:
         token = Path(args.token_file).read_text().strip()
@@ -149,6 +161,8 @@ def run_responder(args: argparse.Namespace) -> int:
     host, port = args.listen
     if bool(args.tls_cert_file) != bool(args.tls_key_file):
         raise UsageError("--tls-cert-file and --tls-key-file go together: give both, or neither")
+    if args.tls_cert_file and args.web_config_file:
+        raise UsageError("--web.config.file has its own tls_server_config: give it or --tls-cert-file")
     try:
         tls = TlsSettings(args.tls_cert_file, args.tls_key_file) if args.tls_cert_file else None
         settings = ResponderSettings(
@@ -158,13 +172,17 @@ def run_responder(args: argparse.Namespace) -> int:
             namespace=args.namespace,
             kubeconfig=args.kubeconfig,
             dry_run=args.dry_run,
-            server=http.ServerSettings(host=host, port=port),
+            server=http.ServerSettings(host=host, port=port, web_config_file=args.web_config_file),
             tls=tls,
             checks=CheckSettings(namespace=args.namespace),  # the file may name another
         )
         for path in args.config or ():
             settings = config.load(path, settings)
         certificate = ReloadingCertificate(tls.cert_file, tls.key_file) if tls is not None else None
+        if args.web_config_file:
+            load_web_config(args.web_config_file)  # refused here, before anything starts
+    except WebConfigError as exc:
+        raise UsageError(f"--web.config.file {exc}") from exc
     except config.ConfigError as exc:
         raise UsageError(f"--config {exc}") from exc
     except CertificateError as exc:
@@ -177,20 +195,24 @@ def run_responder(args: argparse.Namespace) -> int:
 
     async def serve() -> None:
         app = create_app(settings, new_client, certificate=certificate)
+        guard = app.get(WEB_GUARD)
+        context = certificate.context if certificate is not None else guard.ssl_context if guard else None
         await http.serve(
             app,
             settings.server,
             on_started=lambda address: print(
                 f"gpuhealth responder: serving on {http.format_listen(*address)} as {settings.identity}"
-                + (" over HTTPS" if certificate is not None else "")
+                + (" over HTTPS" if context is not None else "")
                 + (" (dry-run)" if settings.dry_run else ""),
                 flush=True,
             ),
-            ssl_context=certificate.context if certificate is not None else None,
+            ssl_context=context,
         )
 
     try:
         asyncio.run(serve())
     except (http.ListenFailed, http.BackgroundTaskFailed) as exc:
         raise CommandFailed(str(exc)) from exc
+    except WebConfigError as exc:
+        raise UsageError(f"--web.config.file {exc}") from exc
     return 0

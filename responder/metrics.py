@@ -210,8 +210,23 @@ RELEASE_CHECKS = MetricFamily(
     ("check", "verdict"),
 )
 
+HTTP_REFUSED = MetricFamily(
+    "gpuhealth_http_requests_refused",
+    "counter",
+    "Requests refused by the web configuration (--web.config.file), by reason: unauthorized, "
+    "rate_limited, client_certificate (the webhook's own bearer token refusals are webhook_requests').",
+    ("reason",),
+)
+WEB_CONFIG_RELOAD_FAILURES = MetricFamily(
+    "gpuhealth_web_config_reload_failures",
+    "counter",
+    "Changes of the web configuration file not applied (bad, or needing a restart); the previous one serves.",
+)
+
 CATALOG = Catalog(
     (
+        HTTP_REFUSED,
+        WEB_CONFIG_RELOAD_FAILURES,
         WEBHOOK_REQUESTS,
         WEBHOOK_ALERTS,
         WEBHOOK_TRUNCATED,

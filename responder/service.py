@@ -29,6 +29,8 @@ from gpuhealth import http, instruments
 from gpuhealth.clock import Clock, SystemClock
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.elector import LeaderElector
+from gpuhealth.tls import ReloadingCertificate, watch_certificate
+from gpuhealth.web_guard import OPEN_PATHS, REFUSAL_REASONS, WebGuard, guard_app
 from responder import metrics
 from responder.checks.jobs import JobChecks
 from responder.enforce.hold import DeviceHold, device_ids
@@ -38,7 +40,7 @@ from responder.enforce.holders import DeviceHolders
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
 from responder.extender.capacity import CapacityCache, run_cache
-from responder.extender.server import add_filter
+from responder.extender.server import FILTER_PATH, add_filter
 from responder.ladder import without_reset
 from responder.migrate.executor import Migrator, MigratorMetrics
 from responder.migrate.readings import PrometheusReadings
@@ -48,14 +50,21 @@ from responder.reconcile.health import PrometheusHealth
 from responder.reconcile.reconciler import Reconciler
 from responder.reset.handoff import ResetHandoff
 from responder.settings import ResponderSettings
-from responder.tls import ReloadingCertificate, watch_certificate
 from responder.webhook.recorder import Recorder
+from responder.webhook.server import PATH as WEBHOOK_PATH
 from responder.webhook.server import WebhookMetrics, WebhookSettings, add_webhook
 
 log = logging.getLogger(__name__)
 
 LEADER_LEASE = "gpuhealth-responder"
 """The leader election Lease's name, in the responder's namespace."""
+
+WEB_GUARD = web.AppKey("web_guard", WebGuard)
+"""The app's web configuration, when `--web.config.file` gave one (serve with its `ssl_context`)."""
+OWN_AUTH_PATHS = frozenset({WEBHOOK_PATH, FILTER_PATH})
+"""Endpoints that authenticate their callers themselves and stay outside the web configuration's
+basic auth: Alertmanager sends the webhook its bearer token (one Authorization header: it cannot
+send a password too), and kube-scheduler's extender client sends no credentials but its TLS."""
 
 ClientFactory = Callable[[], KubeClient]
 """Makes one API client: the webhook, the elector, the reconciler and its watch each get their
@@ -92,6 +101,18 @@ def create_app(
     capacity = CapacityCache(on_scheduled=scheduled.inc)
     add_filter(app, capacity, registry)
     http.add_metrics(app, registry, settings.server)
+    refused = instruments.counter(metrics.HTTP_REFUSED, registry)
+    for reason in REFUSAL_REASONS:
+        refused.labels(reason)  # 0 from the start: a rate of refusals needs a baseline
+    failures = instruments.counter(metrics.WEB_CONFIG_RELOAD_FAILURES, registry)
+    if settings.server.web_config_file:
+        app[WEB_GUARD] = guard_app(
+            app,
+            settings.server.web_config_file,
+            on_refused=lambda reason: refused.labels(reason).inc(),
+            on_reload_failed=failures.inc,
+            open_paths=OPEN_PATHS | OWN_AUTH_PATHS,
+        )
     ready = {"api": False}
     http.add_probes(app, ready=lambda: ready["api"], not_ready="the API has not answered yet")
 

@@ -12,6 +12,7 @@ from typing import Any
 from gpuhealth import fields, yaml_keys
 from gpuhealth.http import ServerSettings
 from gpuhealth.kube.lease import ElectionSettings
+from gpuhealth.tls import TlsSettings
 from responder.checks.jobs import CheckSettings
 from responder.enforce.hold import HoldSettings
 from responder.extender.capacity import CacheSettings
@@ -19,7 +20,6 @@ from responder.migrate.executor import MigratorSettings
 from responder.migrate.plan import Mode
 from responder.reconcile.reconciler import ReconcilerSettings
 from responder.reset.handoff import ResetSettings
-from responder.tls import TlsSettings
 from responder.webhook.intake import IntakeSettings
 
 DEFAULT_PORT = 8080

@@ -370,3 +370,13 @@ def test_an_observer_that_dies_fails_the_exporter_loudly(
     err = capsys.readouterr().err
     assert "gpuhealth exporter: error: background task observer failed: RuntimeError('watch loop bug')" in err
     assert any(r.exc_info and "observer" in r.getMessage() for r in caplog.records)  # with its traceback
+
+
+def test_a_web_configuration_that_cannot_be_served_is_refused_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    web = tmp_path / "web.yml"
+    web.write_text("basic_auth_users:\n  prometheus: not-a-hash\n")
+    assert exit_code(["exporter", "--web.config.file", str(web), "--kubeconfig", str(tmp_path / "none")]) == 2
+    error = capsys.readouterr().err
+    assert f"--web.config.file {web}:2: basic_auth_users.prometheus: not a bcrypt hash" in error, error

@@ -1,4 +1,4 @@
-"""TLS for the responder (responder.tls, `--tls-cert-file`/`--tls-key-file`), with self-signed
+"""TLS for the responder (gpuhealth.tls, `--tls-cert-file`/`--tls-key-file`), with self-signed
 pairs made by the openssl command in the test.
 
 Aspects: a site served with the certificate's context presents the pair; a rotated pair is
@@ -23,7 +23,7 @@ import pytest
 from aiohttp import web
 
 from gpuhealth.http import ServerSettings, add_probes, background, start_site
-from responder.tls import CertificateError, ReloadingCertificate, watch_certificate
+from gpuhealth.tls import CertificateError, ReloadingCertificate, watch_certificate
 from tests.support.certificates import der, presented, self_signed
 
 

@@ -1,5 +1,9 @@
 """Serving TLS from a certificate and key that get rotated underneath us (cert-manager).
 
+Shared by both services: the responder's `--tls-cert-file`, and the exporter-toolkit web
+configuration of either (`gpuhealth.webconfig`, whose `tls_server_config` gives the versions,
+suites and client verification that `TlsOptions` carries).
+
 `ReloadingCertificate` owns the `ssl.SSLContext` the site serves with. `check()` compares the
 files' identity (modification time, size, inode: a Secret volume swaps a symlink, so a
 rotation shows as a new inode even where the time does not move) with what was loaded, and on
@@ -56,22 +60,41 @@ def _identity(path: str) -> tuple[int, int, int]:
     return st.st_mtime_ns, st.st_size, st.st_ino
 
 
-def _context(cert_file: str, key_file: str) -> ssl.SSLContext:
+@dataclass(frozen=True)
+class TlsOptions:
+    """What a served context enforces besides its pair (defaults: TLS 1.2 and up, no client check)."""
+
+    minimum: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
+    maximum: ssl.TLSVersion = ssl.TLSVersion.MAXIMUM_SUPPORTED
+    ciphers: tuple[str, ...] = ()
+    """OpenSSL names of the TLS 1.2 suites allowed (empty: OpenSSL's defaults)."""
+    verify_clients: ssl.VerifyMode = ssl.CERT_NONE
+    client_ca_file: str = ""
+
+
+def _context(cert_file: str, key_file: str, options: TlsOptions = TlsOptions()) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.minimum_version = options.minimum
+    context.maximum_version = options.maximum
+    if options.ciphers:
+        context.set_ciphers(":".join(options.ciphers))
     context.load_cert_chain(cert_file, key_file)
+    if options.verify_clients != ssl.CERT_NONE:
+        context.load_verify_locations(cafile=options.client_ca_file)
+        context.verify_mode = options.verify_clients
     return context
 
 
 class ReloadingCertificate:
     """The served context, and the newest good pair's context handed to new handshakes."""
 
-    def __init__(self, cert_file: str, key_file: str) -> None:
+    def __init__(self, cert_file: str, key_file: str, options: TlsOptions = TlsOptions()) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
+        self.options = options
         try:
-            seen = (_identity(cert_file), _identity(key_file))
-            self.context = _context(cert_file, key_file)
+            seen = self._files()
+            self.context = _context(cert_file, key_file, options)
         except (OSError, ssl.SSLError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise CertificateError(f"{cert_file}, {key_file}: cannot load the pair: {reason}") from exc
@@ -89,10 +112,33 @@ class ReloadingCertificate:
             connection.context = current
         return None
 
+    def _files(self) -> tuple[tuple[int, int, int], ...]:
+        paths = (self.cert_file, self.key_file, self.options.client_ca_file)
+        return tuple(_identity(p) for p in paths if p)
+
+    def reconfigure(self, cert_file: str, key_file: str) -> None:
+        """Serve this pair from the next handshake on (the web configuration names other files);
+        CertificateError, and the previous pair kept, when it does not load. The options stay:
+        a handshake handed to a newer context keeps the first one's verification and versions
+        (OpenSSL copies them into the connection before the hand-over), so they change only
+        with a restart."""
+        previous = (self.cert_file, self.key_file)
+        self.cert_file, self.key_file = cert_file, key_file
+        try:
+            seen = self._files()
+            context = _context(cert_file, key_file, self.options)
+        except (OSError, ssl.SSLError) as exc:
+            self.cert_file, self.key_file = previous
+            self.failures += 1
+            raise CertificateError(f"{cert_file}, {key_file}: cannot load the pair: {exc}") from exc
+        self._seen = seen
+        self._current = context
+        self.reloads += 1
+
     def check(self) -> bool:
         """Load the pair again if either file changed; True when a new pair is now served."""
         try:
-            seen = (_identity(self.cert_file), _identity(self.key_file))
+            seen = self._files()
         except OSError as exc:
             # Mid-rotation the files can be missing for a moment: keep serving, look again later.
             log.warning("TLS files unreadable (%s); serving the previous certificate", exc)
@@ -100,7 +146,7 @@ class ReloadingCertificate:
         if seen == self._seen:
             return False
         try:
-            context = _context(self.cert_file, self.key_file)
+            context = _context(self.cert_file, self.key_file, self.options)
         except (OSError, ssl.SSLError) as exc:
             self.failures += 1
             log.error(
