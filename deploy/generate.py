@@ -43,6 +43,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from any directory
 
+from deploy.chart import CHART, ChartError, chart_files  # noqa: E402
 from responder.enforce.shipped import Enforcer  # noqa: E402
 from responder.records import PHASES  # noqa: E402
 from rules.manifests import (  # noqa: E402  (after the path above)
@@ -372,6 +373,23 @@ def stale_extras(files: dict[str, str], deploy_dir: Path) -> list[str]:
     return extras
 
 
+def _chart() -> dict[str, str] | None:
+    """The chart's files (paths relative to the repository), or None after saying why not."""
+    try:
+        return chart_files(DEPLOY)
+    except (ChartError, OSError, KeyError, ValueError) as exc:
+        print(f"deploy/generate.py: error: the chart: {exc}", file=sys.stderr)
+        return None
+
+
+def stale_chart_templates(chart: dict[str, str]) -> list[str]:
+    """Templates in the chart that a fresh run would not write."""
+    directory = ROOT / CHART / "templates"
+    if not directory.is_dir():
+        return []
+    return [rel for p in sorted(directory.iterdir()) if (rel := f"{CHART}/templates/{p.name}") not in chart]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="deploy/generate.py", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when a committed file is stale")
@@ -385,11 +403,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"deploy/generate.py: error: {exc}", file=sys.stderr)
         return 2
     extras = stale_extras(files, args.deploy_dir)
+    # The chart is made from the manifests on disk (after they are written): only for the
+    # repository's own deploy/, whose sibling charts/ it is.
+    with_chart = args.deploy_dir.resolve() == DEPLOY
     if args.check:
         problems = [
             p.replace("gpuhealth rules render", "deploy/generate.py")
             for p in compare_files(files, args.deploy_dir)
         ] + [f"{rel}: not generated any more" for rel in extras]
+        if with_chart:
+            chart = _chart()
+            if chart is None:
+                return 2
+            problems += [
+                p.replace("gpuhealth rules render", "deploy/generate.py") for p in compare_files(chart, ROOT)
+            ] + [f"{rel}: not generated any more" for rel in stale_chart_templates(chart)]
+            files = {**files, **chart}
         if problems:
             print(
                 f"deploy/generate.py: {len(problems)} generated file(s) under deploy/ are stale; "
@@ -404,6 +433,14 @@ def main(argv: list[str] | None = None) -> int:
     write_files(files, args.deploy_dir)
     for rel in extras:
         (args.deploy_dir / rel).unlink()
+    if with_chart:
+        chart = _chart()
+        if chart is None:
+            return 2
+        write_files(chart, ROOT)
+        for rel in stale_chart_templates(chart):
+            (ROOT / rel).unlink()
+        files = {**files, **chart}
     print(f"wrote {len(files)} files under deploy/" + (f", removed {len(extras)} stale" if extras else ""))
     return 0
 
