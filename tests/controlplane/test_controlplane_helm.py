@@ -31,9 +31,10 @@ import pytest
 import yaml
 
 from gpuhealth.testing import upstream
+from responder.records import to_object
 from simulator.controlplane import ControlPlane
-from tests.deploy.manifests import NAMESPACE, ROOT, load_all
-from tests.support.controlplane import apply, install, kubectl, operator_crds
+from tests.deploy.manifests import CRD_FILE, NAMESPACE, ROOT, load_all
+from tests.support.controlplane import apply, dra_quarantine, install, kubectl, operator_crds
 
 pytestmark = [pytest.mark.integration, pytest.mark.controlplane]
 
@@ -178,3 +179,27 @@ def test_install_upgrade_uninstall_on_the_real_apiserver(plane: ControlPlane, tm
     # Neither the chart nor the manifests ship the Secret: the token is the one created first.
     secret = kubectl(plane, "get", "secret", "gpuhealth-responder-token", "-n", NAMESPACE, "-o", "json")
     assert base64.b64decode(json.loads(secret.stdout)["data"]["token"]) == b"t0"
+
+
+def test_kubectl_get_shows_a_live_records_expiry(plane: ControlPlane) -> None:
+    """`kubectl get devicequarantines` on the real apiserver: EXPIRES is the expiry as written
+    (a `date` column showed `<invalid>` for every future time, which a live record's is)."""
+    done = apply(plane, CRD_FILE.read_text())
+    assert done.returncode == 0, done.stderr
+    ready = kubectl(
+        plane, "wait", "--for=condition=Established", "--timeout=60s", "crd/devicequarantines.gpuhealth.io"
+    )
+    assert ready.returncode == 0, ready.stderr
+    record = to_object(dra_quarantine("printer-node", "gpu.nvidia.com", "gpu-7"))
+    done = apply(plane, [record])
+    assert done.returncode == 0, done.stderr
+    try:
+        listed = kubectl(plane, "get", "devicequarantines", record["metadata"]["name"])
+        assert listed.returncode == 0, listed.stderr
+        header, row = listed.stdout.splitlines()
+        assert header.split()[-1] == "EXPIRES" and row.split()[-1] == record["spec"]["expiresAt"], (
+            listed.stdout
+        )
+        assert "<invalid>" not in listed.stdout
+    finally:
+        kubectl(plane, "delete", "devicequarantines", record["metadata"]["name"], "--ignore-not-found")
