@@ -33,7 +33,7 @@ import yaml
 from gpuhealth.testing import upstream
 from responder.records import to_object
 from simulator.controlplane import ControlPlane
-from tests.deploy.manifests import CRD_FILE, NAMESPACE, ROOT, load_all
+from tests.deploy.manifests import CRD_FILE, KUBECTL, NAMESPACE, ROOT, load_all
 from tests.support.controlplane import apply, dra_quarantine, install, kubectl, operator_crds
 
 pytestmark = [pytest.mark.integration, pytest.mark.controlplane]
@@ -203,3 +203,26 @@ def test_kubectl_get_shows_a_live_records_expiry(plane: ControlPlane) -> None:
         assert "<invalid>" not in listed.stdout
     finally:
         kubectl(plane, "delete", "devicequarantines", record["metadata"]["name"], "--ignore-not-found")
+
+
+def test_the_guides_namespace_and_token_step_runs_in_any_order(plane: ControlPlane) -> None:
+    """docs/operations.md's step 1 as written (the namespaces, the Secret in each), run by bash
+    against the real apiserver twice: it creates, then keeps; nothing it makes collides with an
+    install, which ships no Secret (tests/deploy/test_deploy_manifests.py)."""
+    guide = (ROOT / "docs" / "operations.md").read_text()
+    [step] = [
+        b.split("```")[0] for b in guide.split("```sh\n")[1:] if b.startswith("# 1. The namespaces and")
+    ]
+    script = (
+        f'kubectl() {{ "{KUBECTL}" --kubeconfig="{plane.kubeconfig_path}" "$@"; }}\nset -e\n'
+        + step.replace('"$(openssl rand -hex 32)"', "guide-token").split("# 2.")[0]
+    )
+    for _ in range(2):
+        done = subprocess.run(
+            ["bash", "-c", script], capture_output=True, text=True, timeout=120, check=False
+        )
+        assert done.returncode == 0, done.stderr
+    for namespace in (NAMESPACE, "monitoring"):
+        secret = kubectl(plane, "get", "secret", "gpuhealth-responder-token", "-n", namespace, "-o", "json")
+        assert secret.returncode == 0, secret.stderr
+        assert base64.b64decode(json.loads(secret.stdout)["data"]["token"]) == b"guide-token"
