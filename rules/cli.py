@@ -12,6 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import yaml
+
 from gpuhealth.cliargs import EXIT_FAILED, EXIT_OK, UsageError, command, error_line
 from rules.manifests import (
     ManifestError,
@@ -65,6 +67,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "files: the rule files and the Alertmanager config as they are; prometheusrule: a "
             "PrometheusRule and an AlertmanagerConfig for the cluster (the responder at its Service, "
             "its token from the gpuhealth-responder-token Secret), to patch over the installed ones; "
+            "helm-values: the same rules and routing as values of the chart (prometheusRule.groups, "
+            "alertmanagerConfig.spec), for `helm upgrade -f`; "
             "no-operator: OUT/rules/*.yaml, OUT/alertmanager.yaml and OUT/prometheus-scrape.yaml for "
             "Prometheus and Alertmanager without the operator, with the same in-cluster addresses"
         ),
@@ -80,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     command(render_parser, run_render)
 
 
-FORMATS = ("files", "prometheusrule", "no-operator")
+FORMATS = ("files", "prometheusrule", "helm-values", "no-operator")
 HEADER = "# Rendered by `gpuhealth rules render --format {format}` from {config}.\n"
 
 
@@ -93,6 +97,16 @@ def cluster_files(settings: Settings, fmt: str, config: Path) -> dict[str, str]:
         p.removeprefix("prometheus/"): t for p, t in rendered.items() if p.startswith("prometheus/")
     }
     alertmanager = rendered["alertmanager/alertmanager.yaml"]
+    if fmt == "helm-values":
+        rule = yaml.safe_load(prometheus_rule(rule_files))
+        routing = yaml.safe_load(alertmanager_config(alertmanager))
+        values = {
+            "prometheusRule": {"groups": rule["spec"]["groups"]},
+            "alertmanagerConfig": {"spec": routing["spec"]},
+        }
+        return {
+            "values.yaml": header + yaml.safe_dump(values, sort_keys=False, width=110, allow_unicode=True)
+        }
     if fmt == "prometheusrule":
         return {
             "prometheusrule.yaml": prometheus_rule(rule_files, header),
@@ -113,7 +127,7 @@ def run_render(args: argparse.Namespace) -> int:
             files = cluster_files(settings, args.format, args.config)
     except (ConfigError, ManifestError) as exc:
         raise UsageError(f"invalid configuration: {exc}") from exc
-    if args.out is None and args.format == "prometheusrule" and not args.check:
+    if args.out is None and args.format in ("prometheusrule", "helm-values") and not args.check:
         sys.stdout.write("---\n".join(files[name] for name in sorted(files, reverse=True)))
         return EXIT_OK
     if args.out is None and args.format == "no-operator":

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -183,3 +184,36 @@ def test_a_mode_outside_the_two_is_refused(helm: str) -> None:
         check=False,
     )
     assert done.returncode != 0 and "responder.mode" in done.stderr.replace("/", ".")
+
+
+def test_an_operators_rules_settings_reach_the_chart_as_values(helm: str, tmp_path: Path) -> None:
+    """`gpuhealth rules render --format helm-values` of a changed threshold: the chart renders the
+    PrometheusRule and AlertmanagerConfig `--format prometheusrule` renders from the same file."""
+    config = tmp_path / "rules-config.yaml"
+    text = (ROOT / "rules" / "config.yaml").read_text()
+    assert "  unhealthy_for: 1m\n" in text
+    config.write_text(text.replace("  unhealthy_for: 1m\n", "  unhealthy_for: 3m\n", 1))
+    render = [sys.executable, "-m", "gpuhealth", "rules", "render", "--config", str(config), "--format"]
+    values = subprocess.run(
+        [*render, "helm-values"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert values.returncode == 0, values.stderr
+    (tmp_path / "values.yaml").write_text(values.stdout)
+    objects = subprocess.run(
+        [*render, "prometheusrule"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert objects.returncode == 0, objects.stderr
+    wanted = {d["kind"]: d["spec"] for d in yaml.safe_load_all(objects.stdout)}
+    assert "3m" in str(wanted["PrometheusRule"]) and wanted != {
+        d["kind"]: d["spec"] for d in build("dry-run") if d["kind"] in wanted
+    }
+    done = subprocess.run(
+        [helm, "template", "gpuhealth", str(CHART), "-n", NAMESPACE, "-f", str(tmp_path / "values.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    rendered = {d["kind"]: d["spec"] for d in load_all(done.stdout) if d["kind"] in wanted}
+    assert rendered == wanted
