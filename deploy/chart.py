@@ -489,8 +489,6 @@ def chart_yaml() -> str:
         "version": VERSION,
         "appVersion": IMAGE_TAG,
         "kubeVersion": ">=1.36.0-0",
-        "home": "https://github.com/gpuhealth/gpuhealth",
-        "icon": "https://raw.githubusercontent.com/gpuhealth/gpuhealth/main/docs/icon.svg",
         "keywords": ["gpu", "nvidia", "dra", "quarantine", "prometheus"],
         "maintainers": [{"name": "gpuhealth"}],
     }

@@ -26,6 +26,13 @@ otherwise): the enum of `spec.path`, the shipped backends' paths (`responder.enf
 and of `status.phase`, the records' phase sequence (`responder.records.PHASES`, the ladder's
 rungs among them): adding a backend or a rung changes the schema with no hand edit (`crd_enums`).
 
+From all of the above (the files on disk, after they are written): the Helm chart
+`charts/gpuhealth` (`deploy/chart.py`: the same objects with Helm values at the knobs; only for
+the repository's own deploy/, not a `--deploy-dir` copy).
+
+The conversions of the rendered rules to Kubernetes objects are `rules/manifests.py`, which
+`gpuhealth rules render --format` uses too.
+
 `tests/deploy/test_deploy_generated.py` runs `--check`.
 """
 
