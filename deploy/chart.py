@@ -144,6 +144,9 @@ def _patch_ops(component: Path, kind: str) -> list[dict[str, Any]]:
 
 # ----- the knobs on the workloads ---------------------------------------------------------------
 
+DEVICE_PLUGIN_NODE_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+"""Set to "true" on the nodes where the GPU Operator runs the device plugin (deploy/generate.py)."""
+
 IMAGE = (
     "{{ .Values.image.repository }}{{ if .Values.image.digest }}@{{ .Values.image.digest }}"
     "{{ else }}:{{ .Values.image.tag }}{{ end }}"
@@ -212,6 +215,13 @@ def _exporter_daemonset(doc: dict[str, Any], knobs: Knobs, privileged: dict[str,
         lambda indent, lead: _alternatives(indent, lead, ".Values.exporter.privileged", privileged, original)
     )
     pod["tolerations"] = knobs.mark(lambda indent, lead: _block(indent, lead, ".Values.exporter.tolerations"))
+    # The GPU nodes: `exporter.nodeSelector`, plus (on the device-plugin DaemonSet) the label that
+    # keeps the two DaemonSets apart, which stays whatever the value.
+    fixed = {k: v for k, v in pod["nodeSelector"].items() if k == DEVICE_PLUGIN_NODE_LABEL}
+    expr = ".Values.exporter.nodeSelector"
+    if fixed:
+        expr = f"(merge (dict {' '.join(json.dumps(x) for kv in fixed.items() for x in kv)}) {expr})"
+    pod["nodeSelector"] = knobs.mark(lambda indent, lead: _block(indent, lead, expr))
 
 
 def _privileged(sources: Sources) -> dict[str, Any]:
@@ -520,6 +530,7 @@ def values(sources: Sources) -> dict[str, Any]:
             "sliceHealthDriver": driver.split("=", 1)[1],
             "resources": exporter_pod["containers"][0]["resources"],
             "clusterResources": cluster["spec"]["template"]["spec"]["containers"][0]["resources"],
+            "nodeSelector": exporter_pod["nodeSelector"],
             "tolerations": exporter_pod["tolerations"],
         },
         "responder": {
@@ -550,7 +561,8 @@ VALUES_NOTES = {
     "exporter": (
         "mode: node runs the exporter DaemonSets (one pod per GPU node; devicePluginNodes: the one on\n"
         "# nodes labelled nvidia.com/gpu.deploy.device-plugin=true); cluster runs one Deployment watching\n"
-        "# every node (no NVML). privileged: for container toolkits that ignore NVIDIA_VISIBLE_DEVICES in\n"
+        "# every node (no NVML). nodeSelector: the GPU nodes (the device-plugin DaemonSet adds its label).\n"
+        "# privileged: for container toolkits that ignore NVIDIA_VISIBLE_DEVICES in\n"
         "# unprivileged pods. sliceHealthDriver: the DRA driver whose ResourceSlice taints are its devices'\n"
         '# health (the NVIDIA DRA driver); "" turns it off.'
     ),

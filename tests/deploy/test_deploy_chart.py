@@ -146,6 +146,7 @@ def test_the_knobs_land_where_a_platform_team_expects_them(helm: str) -> None:
         "responder.prometheusUrl=http://prometheus.mon.svc:9090",
         "responder.config.breaker.rate_floor=9",
         "exporter.sliceHealthDriver=",
+        "exporter.nodeSelector.gpu-pool=inference",
         "monitoringLabels.release=kube-prometheus-stack",
         "dashboards.enabled=false",
     )
@@ -167,6 +168,18 @@ def test_the_knobs_land_where_a_platform_team_expects_them(helm: str) -> None:
     assert yaml.safe_load(config["data"]["responder-config.yaml"])["breaker"]["rate_floor"] == 9
     exporter = objects[("DaemonSet", "gpuhealth-exporter")]["spec"]["template"]["spec"]["containers"][0]
     assert not [a for a in exporter["args"] if a.startswith("--slice-health-driver")]
+    selectors = [
+        objects[("DaemonSet", name)]["spec"]["template"]["spec"]["nodeSelector"]
+        for name in ("gpuhealth-exporter", "gpuhealth-exporter-device-plugin")
+    ]
+    assert selectors == [
+        {"nvidia.com/gpu.present": "true", "gpu-pool": "inference"},
+        {
+            "nvidia.com/gpu.present": "true",
+            "gpu-pool": "inference",
+            "nvidia.com/gpu.deploy.device-plugin": "true",
+        },
+    ]
     assert {"name": "HTTPS_PROXY", "value": "http://proxy:3128"} in exporter["env"]
     for kind in ("ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"):
         assert all(
