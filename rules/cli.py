@@ -132,6 +132,8 @@ def run_render(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.out is None and args.format == "no-operator":
         raise UsageError("--format no-operator writes several files: name the directory with --out")
+    if args.out is None and args.format != "files":
+        raise UsageError(f"--check with --format {args.format} compares the files under --out: name it")
     out_dir: Path = PACKAGE_DIR if args.out is None else args.out
     if out_dir.exists() and not out_dir.is_dir():
         # Checked here: a file in its place would otherwise read as "every file missing", stale.
