@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,8 @@ import pytest
 import yaml
 
 from gpuhealth.testing import upstream
+from rules.cli import cluster_files
+from rules.render import load_config
 from tests.deploy.manifests import DEPLOY, NAMESPACE, ROOT, build, kustomize, load_all
 
 pytestmark = pytest.mark.integration
@@ -200,23 +201,17 @@ def test_a_mode_outside_the_two_is_refused(helm: str) -> None:
 
 
 def test_an_operators_rules_settings_reach_the_chart_as_values(helm: str, tmp_path: Path) -> None:
-    """`gpuhealth rules render --format helm-values` of a changed threshold: the chart renders the
-    PrometheusRule and AlertmanagerConfig `--format prometheusrule` renders from the same file."""
+    """`gpuhealth rules render --format helm-values` of a changed threshold (its function: the
+    command itself is tested in test_deploy_generated.py): the chart renders the PrometheusRule
+    and AlertmanagerConfig `--format prometheusrule` renders from the same file."""
     config = tmp_path / "rules-config.yaml"
     text = (ROOT / "rules" / "config.yaml").read_text()
     assert "  unhealthy_for: 1m\n" in text
     config.write_text(text.replace("  unhealthy_for: 1m\n", "  unhealthy_for: 3m\n", 1))
-    render = [sys.executable, "-m", "gpuhealth", "rules", "render", "--config", str(config), "--format"]
-    values = subprocess.run(
-        [*render, "helm-values"], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert values.returncode == 0, values.stderr
-    (tmp_path / "values.yaml").write_text(values.stdout)
-    objects = subprocess.run(
-        [*render, "prometheusrule"], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert objects.returncode == 0, objects.stderr
-    wanted = {d["kind"]: d["spec"] for d in yaml.safe_load_all(objects.stdout)}
+    settings = load_config(config)
+    (tmp_path / "values.yaml").write_text(cluster_files(settings, "helm-values", config)["values.yaml"])
+    objects = cluster_files(settings, "prometheusrule", config)
+    wanted = {d["kind"]: d["spec"] for d in map(yaml.safe_load, objects.values())}
     assert "3m" in str(wanted["PrometheusRule"]) and wanted != {
         d["kind"]: d["spec"] for d in build("dry-run") if d["kind"] in wanted
     }
