@@ -12,6 +12,9 @@ Aspects:
   `helm upgrade` changes the responder's mode and configuration (a new ConfigMap, the old one
   gone); `helm uninstall` removes every object it made and leaves the CRD (Helm never deletes
   `crds/`), the token Secret and the namespace (the records live there).
+- docs/operations.md's namespace-and-token step runs as written, twice;
+- `kubectl get devicequarantines` shows a live record's expiry, not `<invalid>`;
+- on 1.36 (the chart's oldest kubeVersion) the chart passes the same server-side dry run.
 
 The session's plane may hold the kustomize install already (the `installed` fixture): the chart
 makes the same objects, so the release takes them over (`--take-ownership --force-conflicts`, the
@@ -226,3 +229,23 @@ def test_the_guides_namespace_and_token_step_runs_in_any_order(plane: ControlPla
         secret = kubectl(plane, "get", "secret", "gpuhealth-responder-token", "-n", namespace, "-o", "json")
         assert secret.returncode == 0, secret.stderr
         assert base64.b64decode(json.loads(secret.stdout)["data"]["token"]) == b"guide-token"
+
+
+def test_the_chart_is_accepted_by_a_136_apiserver(plane_136: ControlPlane, tmp_path: Path) -> None:
+    """The oldest Kubernetes the chart names (kubeVersion >=1.36): every object of the enforcing
+    install with the stack options on passes a server-side dry run with strict validation."""
+    done = apply(plane_136, operator_crds())
+    assert done.returncode == 0, done.stderr
+    ready = kubectl(plane_136, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    assert ready.returncode == 0, ready.stderr
+    _piped(plane_136, "namespace", NAMESPACE)
+    rendered = _helm(
+        plane_136, tmp_path, "template", RELEASE, str(CHART), "-n", NAMESPACE, "--include-crds",
+        "--kube-version", "1.36.5", "--set", "responder.mode=enforcing", "--set", "gpuReset.enabled=true",
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    dry = kubectl(
+        plane_136, "apply", "--server-side", "--dry-run=server", "--validate=strict", "-f", "-",
+        stdin=rendered.stdout,
+    )  # fmt: skip
+    assert dry.returncode == 0, dry.stderr
