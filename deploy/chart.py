@@ -601,49 +601,52 @@ def values_yaml(sources: Sources) -> str:
     return "\n".join(out) + "\n"
 
 
-def schema() -> str:
-    """values.schema.json: the choices `helm lint --strict` and install check."""
-    doc = {
-        "$schema": "https://json-schema.org/draft-07/schema#",
-        "type": "object",
-        "properties": {
-            "responder": {
-                "type": "object",
-                "properties": {
-                    "mode": {"enum": ["dry-run", "enforcing"]},
-                    "enabled": {"type": "boolean"},
-                    "replicas": {"type": "integer", "minimum": 1},
-                    "prometheusUrl": {"type": "string", "pattern": "^https?://"},
-                    "config": {"type": "object"},
-                },
-            },
-            "exporter": {
-                "type": "object",
-                "properties": {
-                    "mode": {"enum": ["node", "cluster"]},
-                    "privileged": {"type": "boolean"},
-                    "devicePluginNodes": {"type": "boolean"},
-                    "sliceHealthDriver": {"type": "string"},
-                },
-            },
-            "image": {
-                "type": "object",
-                "required": ["repository"],
-                "properties": {"repository": {"type": "string", "minLength": 1}, "tag": {"type": "string"}},
-            },
-            "extraEnv": {"type": "array"},
-        },
-    }
-    for key in (
-        "gpuReset",
-        "dcgmExporter",
-        "serviceMonitor",
-        "prometheusRule",
-        "alertmanagerConfig",
-        "noOperator",
-        "dashboards",
-    ):
-        doc["properties"][key] = {"type": "object", "properties": {"enabled": {"type": "boolean"}}}  # type: ignore[index]
+SCHEMA_CHOICES: dict[str, dict[str, Any]] = {
+    "responder.mode": {"enum": ["dry-run", "enforcing"]},
+    "responder.replicas": {"type": "integer", "minimum": 1},
+    "responder.prometheusUrl": {"type": "string", "pattern": "^https?://"},
+    "exporter.mode": {"enum": ["node", "cluster"]},
+    "image.repository": {"type": "string", "minLength": 1},
+}
+FREE_FORM = {
+    "resources",
+    "clusterResources",
+    "nodeSelector",
+    "affinity",
+    "config",
+    "monitoringLabels",
+    "spec",
+}
+"""Values whose content is Kubernetes' or the responder's to judge, not the chart's."""
+
+
+def _schema_of(value: Any, path: str) -> dict[str, Any]:
+    if path in SCHEMA_CHOICES:
+        return SCHEMA_CHOICES[path]
+    name = path.rsplit(".", 1)[-1]
+    if isinstance(value, bool):
+        return {"type": "boolean"}
+    if isinstance(value, int):
+        return {"type": "integer"}
+    if isinstance(value, str):
+        return {"type": "string"}
+    if isinstance(value, list):
+        return {"type": ["array", "null"]}
+    if isinstance(value, dict) and name not in FREE_FORM:
+        return {
+            "type": "object",
+            # A misspelt key is an error, not a silently ignored value.
+            "additionalProperties": False,
+            "properties": {k: _schema_of(v, f"{path}.{k}".lstrip(".")) for k, v in value.items()},
+        }
+    return {"type": ["object", "null"]}
+
+
+def schema(sources: Sources) -> str:
+    """values.schema.json, from the defaults: every key the chart reads, nothing else (a misspelt
+    one fails `helm lint --strict`, install and upgrade), and the choices."""
+    doc = {"$schema": "https://json-schema.org/draft-07/schema#", **_schema_of(values(sources), "")}
+    doc["properties"]["global"] = {"type": "object"}  # Helm's own, for subcharts
     return json.dumps(doc, indent=2) + "\n"
 
 
@@ -656,7 +659,7 @@ def chart_files(deploy: Path) -> dict[str, str]:
     files = {
         "Chart.yaml": HEADER + chart_yaml(),
         "values.yaml": values_yaml(sources),
-        "values.schema.json": schema(),
+        "values.schema.json": schema(sources),
         "crds/devicequarantines.gpuhealth.io.yaml": (
             deploy / "crds/devicequarantines.gpuhealth.io.yaml"
         ).read_text(encoding="utf-8"),

@@ -7,7 +7,8 @@ to the operator, labels every object `app.kubernetes.io/part-of` (kustomize labe
 only), names the responder's ConfigMap by its own hash, and renders the responder's
 configuration from values (the same settings, without the file's comments); the knobs
 (`image`, `extraEnv`, `resources`, scheduling, `prometheusUrl`, `monitoringLabels`) land where a
-platform team expects them; a mode outside dry-run|enforcing is refused by the values schema.
+platform team expects them; a mode outside dry-run|enforcing, or a misspelt key, is refused by
+the values schema; an operator's own rules settings reach the chart as values.
 
 helm is built from its Go module with the other upstream tools (`make test`), so these tests
 carry `integration` (they need `make test`'s tools, not only `make unit`'s).
@@ -189,15 +190,23 @@ def test_the_knobs_land_where_a_platform_team_expects_them(helm: str) -> None:
     assert not [o for o in chart if "dashboard" in o["metadata"]["name"]]
 
 
-def test_a_mode_outside_the_two_is_refused(helm: str) -> None:
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ("responder.mode=enforce", "/responder/mode"),  # only dry-run or enforcing
+        ("responder.mdoe=enforcing", "additional properties 'mdoe' not allowed"),  # never ignored
+        ("exporter.mode=daemonset", "/exporter/mode"),
+    ],
+)
+def test_a_value_the_chart_does_not_read_is_refused(helm: str, value: str, message: str) -> None:
     done = subprocess.run(
-        [helm, "template", "gpuhealth", str(CHART), "--set", "responder.mode=enforce"],
+        [helm, "template", "gpuhealth", str(CHART), "--set", value],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
-    assert done.returncode != 0 and "responder.mode" in done.stderr.replace("/", ".")
+    assert done.returncode != 0 and message in done.stderr, done.stderr
 
 
 def test_an_operators_rules_settings_reach_the_chart_as_values(helm: str, tmp_path: Path) -> None:
