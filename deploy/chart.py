@@ -21,6 +21,7 @@ renders both (helm template, kubectl kustomize) and compares the objects.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Callable
@@ -325,16 +326,45 @@ def _labelled(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+SHARD_LABEL = "gpuhealth.io/exporter-shard"
+"""Keeps the shard Deployments' selectors apart (deploy/generate.py, `cluster_exporter_shards`)."""
+SHARDED = "ge (int .Values.exporter.shards) 2"
+
+
 def _cluster_exporter(sources: Sources) -> dict[str, str]:
+    """The cluster-mode exporter (the cluster-exporter component) and, with `exporter.shards` of 2
+    or more, that Deployment as one per shard (the cluster-exporter-shards component)."""
+    docs = [_labelled(d) for d in load(sources.component("cluster-exporter") / "exporter-deployment.yaml")]
+    [deployment] = [d for d in docs if d["kind"] == "Deployment"]
+    shard = copy.deepcopy(deployment)
     knobs = Knobs()
-    docs = load(sources.component("cluster-exporter") / "exporter-deployment.yaml")
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    _container_knobs(container, knobs, ".Values.exporter.clusterResources", [])
+    texts = []
     for doc in docs:
-        _labelled(doc)
-        if doc["kind"] == "Deployment":
-            [container] = doc["spec"]["template"]["spec"]["containers"]
-            _container_knobs(container, knobs, ".Values.exporter.clusterResources", [])
-    text = "---\n".join(_dump(d, knobs) for d in docs)
-    return {"exporter-cluster.yaml": _wrap(f'eq {EXPORTER_MODE} "cluster"', text)}
+        text = _dump(doc, knobs)
+        texts.append(_wrap(f"not ({SHARDED})", text) if doc is deployment else text)
+    out = {"exporter-cluster.yaml": _wrap(f'eq {EXPORTER_MODE} "cluster"', "---\n".join(texts))}
+
+    # One Deployment per shard: a range over the count, in which `.` is the shard number.
+    knobs = Knobs()
+    name = shard["metadata"]["name"]
+    shard["metadata"]["name"] = knobs.mark(lambda indent, lead: f"{indent}{lead}{name}-{{{{ $shard }}}}")
+    label = knobs.mark(lambda indent, lead: f'{indent}{lead}"{{{{ $shard }}}}"')
+    shard["metadata"]["labels"][SHARD_LABEL] = label
+    shard["spec"]["selector"]["matchLabels"][SHARD_LABEL] = label
+    shard["spec"]["template"]["metadata"]["labels"][SHARD_LABEL] = label
+    [container] = shard["spec"]["template"]["spec"]["containers"]
+    _container_knobs(container, knobs, ".Values.exporter.clusterResources", [])
+    container["args"] += [
+        knobs.mark(lambda indent, lead: f"{indent}- --shard={{{{ $shard }}}}"),
+        knobs.mark(lambda indent, lead: f"{indent}- --total-shards={{{{ $.Values.exporter.shards }}}}"),
+    ]
+    # Inside the range `.` is the shard number: the values and the release are `$`'s.
+    body = re.sub(r"(?<![\w$])\.(Values|Release)\.", r"$.\1.", _dump(shard, knobs))
+    ranged = f"{{{{- range $shard := until (int .Values.exporter.shards) }}}}\n---\n{body}{{{{- end }}}}\n"
+    out["exporter-cluster-shards.yaml"] = _wrap(f'and (eq {EXPORTER_MODE} "cluster") ({SHARDED})', ranged)
+    return out
 
 
 def _monitoring(sources: Sources) -> dict[str, str]:
@@ -525,6 +555,7 @@ def values(sources: Sources) -> dict[str, Any]:
         "extraEnv": [],
         "exporter": {
             "mode": "node",
+            "shards": 0,
             "devicePluginNodes": True,
             "privileged": False,
             "sliceHealthDriver": driver.split("=", 1)[1],
@@ -561,7 +592,9 @@ VALUES_NOTES = {
     "exporter": (
         "mode: node runs the exporter DaemonSets (one pod per GPU node; devicePluginNodes: the one on\n"
         "# nodes labelled nvidia.com/gpu.deploy.device-plugin=true); cluster runs one Deployment watching\n"
-        "# every node (no NVML). nodeSelector: the GPU nodes (the device-plugin DaemonSet adds its label).\n"
+        "# every node (no NVML); with shards of 2 or more, as that many Deployments, each exporting the\n"
+        '# nodes whose name hashes to it (docs/operations.md, "Shard the cluster-mode exporter").\n'
+        "# nodeSelector: the GPU nodes (the device-plugin DaemonSet adds its label).\n"
         "# privileged: for container toolkits that ignore NVIDIA_VISIBLE_DEVICES in\n"
         "# unprivileged pods. sliceHealthDriver: the DRA driver whose ResourceSlice taints are its devices'\n"
         '# health (the NVIDIA DRA driver); "" turns it off.'
@@ -606,6 +639,7 @@ SCHEMA_CHOICES: dict[str, dict[str, Any]] = {
     "responder.replicas": {"type": "integer", "minimum": 1},
     "responder.prometheusUrl": {"type": "string", "pattern": "^https?://"},
     "exporter.mode": {"enum": ["node", "cluster"]},
+    "exporter.shards": {"type": "integer", "minimum": 0},
     "image.repository": {"type": "string", "minLength": 1},
 }
 FREE_FORM = {

@@ -113,25 +113,41 @@ def test_the_chart_renders_what_each_overlay_builds(helm: str, overlay: str) -> 
     assert_same(template(helm, *OVERLAYS[overlay]), build(overlay))
 
 
-def test_the_stack_components_as_values(helm: str, tmp_path: Path) -> None:
-    """dcgm-exporter as the source (the cluster-mode exporter with it) and the reset hand-off."""
+STACKS = {
+    "dcgm-exporter+gpu-reset": (
+        ("prometheus-operator", "dcgm-exporter", "gpu-reset"),
+        ("responder.mode=enforcing", "dcgmExporter.enabled=true", "gpuReset.enabled=true"),
+    ),
+    "cluster-exporter-shards": (
+        ("prometheus-operator", "cluster-exporter", "cluster-exporter-shards"),
+        ("responder.mode=enforcing", "exporter.mode=cluster", "exporter.shards=3"),
+    ),
+}
+
+
+@pytest.mark.parametrize("stack", sorted(STACKS))
+def test_the_stack_components_as_values(helm: str, tmp_path: Path, stack: str) -> None:
+    """dcgm-exporter as the source (the cluster-mode exporter with it) and the reset hand-off; the
+    cluster-mode exporter in shards."""
+    components, values = STACKS[stack]
     overlay = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [os.path.relpath(DEPLOY / "base", tmp_path)],
-        "components": [
-            os.path.relpath(DEPLOY / "components" / name, tmp_path)
-            for name in ("prometheus-operator", "dcgm-exporter", "gpu-reset")
-        ],
+        "components": [os.path.relpath(DEPLOY / "components" / name, tmp_path) for name in components],
     }
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
-    manifests = kustomize(tmp_path)
-    chart = template(helm, "responder.mode=enforcing", "dcgmExporter.enabled=true", "gpuReset.enabled=true")
-    assert_same(chart, manifests)
-    kinds = {(o["kind"], o["metadata"]["name"]) for o in chart}
-    assert ("Deployment", "gpuhealth-exporter-cluster") in kinds
-    assert ("ServiceMonitor", "gpuhealth-dcgm-exporter") in kinds
+    chart = template(helm, *values)
+    assert_same(chart, kustomize(tmp_path))
     assert not [o for o in chart if o["kind"] == "DaemonSet"]
+    deployments = sorted(o["metadata"]["name"] for o in chart if o["kind"] == "Deployment")
+    if "exporter.shards=3" in values:
+        assert deployments == [f"gpuhealth-exporter-cluster-{i}" for i in range(3)] + ["gpuhealth-responder"]
+    else:
+        assert deployments == ["gpuhealth-exporter-cluster", "gpuhealth-responder"]
+        assert ("ServiceMonitor", "gpuhealth-dcgm-exporter") in {
+            (o["kind"], o["metadata"]["name"]) for o in chart
+        }
 
 
 def test_the_knobs_land_where_a_platform_team_expects_them(helm: str) -> None:
