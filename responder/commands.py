@@ -45,10 +45,12 @@ from gpuhealth.kube.api import Api
 from gpuhealth.kube.conflicts import retry_on_conflict
 from gpuhealth.kube.errors import ApiError, Conflict, NotFound
 from gpuhealth.kube.meta import parse_rfc3339, rfc3339
+from gpuhealth.kube.resources import CONFIG_MAP
 from gpuhealth.tables import human_duration, truncate, write_document, write_table
 from responder.ladder import LADDER
 from responder.reconcile import breaker, requests
-from responder.reconcile.breaker_store import AuditEntry, BreakerStore
+from responder.reconcile.breaker_store import NAME as BREAKER_CONFIG_MAP
+from responder.reconcile.breaker_store import AuditEntry, BreakerStore, Stored
 from responder.reconcile.policy import PolicySettings
 from responder.records import (
     ACTIVE_PHASES,
@@ -337,7 +339,22 @@ def run_breaker_status(
     args: argparse.Namespace, *, client: Api | None = None, out: TextIO | None = None
 ) -> int:
     out = out or sys.stdout
-    stored = _read(lambda c: BreakerStore(c, args.namespace).read(), args, client, what="the breaker")
+
+    def installed(c: Api) -> Stored | None:
+        # The install ships the ConfigMap (deploy/base/breaker-configmap.yaml): without it this
+        # namespace holds no breaker, which is not the same as a closed one.
+        try:
+            c.get(CONFIG_MAP, BREAKER_CONFIG_MAP, namespace=args.namespace)
+        except NotFound:
+            return None
+        return BreakerStore(c, args.namespace).read()
+
+    stored = _read(installed, args, client, what="the breaker")
+    if stored is None:
+        raise CommandFailed(
+            f"no breaker found in namespace {args.namespace}: ConfigMap {BREAKER_CONFIG_MAP} is not there "
+            "(gpuhealth's install creates it); pass -n/--namespace with the responder's namespace"
+        )
     state = stored.state
     if args.output in ("json", "yaml"):
         document = {

@@ -12,11 +12,21 @@ import argparse
 import sys
 from pathlib import Path
 
+import yaml
+
 from gpuhealth.cliargs import EXIT_FAILED, EXIT_OK, UsageError, command, error_line
+from rules.manifests import (
+    ManifestError,
+    alertmanager_config,
+    in_cluster,
+    prometheus_rule,
+    scrape_config,
+)
 from rules.render import (
     DEFAULT_CONFIG,
     PACKAGE_DIR,
     ConfigError,
+    Settings,
     compare_files,
     load_config,
     render,
@@ -43,8 +53,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     render_parser.add_argument(
         "--out",
         type=Path,
-        default=PACKAGE_DIR,
-        help="output directory: OUT/prometheus/ and OUT/alertmanager/ (default: the rules package)",
+        default=None,
+        help=(
+            "output directory: OUT/prometheus/ and OUT/alertmanager/ (default: the rules package); "
+            "with --format prometheusrule, standard output unless given"
+        ),
+    )
+    render_parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="files",
+        help=(
+            "files: the rule files and the Alertmanager config as they are; prometheusrule: a "
+            "PrometheusRule and an AlertmanagerConfig for the cluster (the responder at its Service, "
+            "its token from the gpuhealth-responder-token Secret), to patch over the installed ones; "
+            "helm-values: the same rules and routing as values of the chart (prometheusRule.groups, "
+            "alertmanagerConfig.spec), for `helm upgrade -f`; "
+            "no-operator: OUT/rules/*.yaml, OUT/alertmanager.yaml and OUT/prometheus-scrape.yaml for "
+            "Prometheus and Alertmanager without the operator, with the same in-cluster addresses"
+        ),
     )
     render_parser.add_argument(
         "--check",
@@ -57,12 +84,57 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     command(render_parser, run_render)
 
 
+FORMATS = ("files", "prometheusrule", "helm-values", "no-operator")
+HEADER = "# Rendered by `gpuhealth rules render --format {format}` from {config}.\n"
+
+
+def cluster_files(settings: Settings, fmt: str, config: Path) -> dict[str, str]:
+    """The files of `--format prometheusrule` or `no-operator` from `settings`, by relative path."""
+    settings = in_cluster(settings)
+    rendered = render(settings)
+    header = HEADER.format(format=fmt, config=config)
+    rule_files = {
+        p.removeprefix("prometheus/"): t for p, t in rendered.items() if p.startswith("prometheus/")
+    }
+    alertmanager = rendered["alertmanager/alertmanager.yaml"]
+    if fmt == "helm-values":
+        rule = yaml.safe_load(prometheus_rule(rule_files))
+        routing = yaml.safe_load(alertmanager_config(alertmanager))
+        values = {
+            "prometheusRule": {"groups": rule["spec"]["groups"]},
+            "alertmanagerConfig": {"spec": routing["spec"]},
+        }
+        return {
+            "values.yaml": header + yaml.safe_dump(values, sort_keys=False, width=110, allow_unicode=True)
+        }
+    if fmt == "prometheusrule":
+        return {
+            "prometheusrule.yaml": prometheus_rule(rule_files, header),
+            "alertmanagerconfig.yaml": alertmanager_config(alertmanager, header),
+        }
+    files = {f"rules/{name}": text for name, text in rule_files.items()}
+    files["alertmanager.yaml"] = alertmanager
+    files["prometheus-scrape.yaml"] = scrape_config(settings, header)
+    return files
+
+
 def run_render(args: argparse.Namespace) -> int:
     try:
-        files = render(load_config(args.config))
-    except ConfigError as exc:
+        settings = load_config(args.config)
+        if args.format == "files":
+            files = render(settings)
+        else:
+            files = cluster_files(settings, args.format, args.config)
+    except (ConfigError, ManifestError) as exc:
         raise UsageError(f"invalid configuration: {exc}") from exc
-    out_dir: Path = args.out
+    if args.out is None and args.format in ("prometheusrule", "helm-values") and not args.check:
+        sys.stdout.write("---\n".join(files[name] for name in sorted(files, reverse=True)))
+        return EXIT_OK
+    if args.out is None and args.format == "no-operator":
+        raise UsageError("--format no-operator writes several files: name the directory with --out")
+    if args.out is None and args.format != "files":
+        raise UsageError(f"--check with --format {args.format} compares the files under --out: name it")
+    out_dir: Path = PACKAGE_DIR if args.out is None else args.out
     if out_dir.exists() and not out_dir.is_dir():
         # Checked here: a file in its place would otherwise read as "every file missing", stale.
         raise UsageError(f"cannot use {out_dir}: not a directory")

@@ -134,8 +134,9 @@ def test_the_on_call_role_reads_the_breaker(viewer: Path, installed: ControlPlan
     status = run(
         str(VENV_BIN / "gpuhealth"), "breaker", "status", "--kubeconfig", str(viewer), kubeconfig=viewer
     )
-    # No responder has written the breaker here: the command says so, it is not refused.
+    # No responder has written the breaker here: the install's empty ConfigMap reads closed.
     assert status.returncode == 0, status.stderr
+    assert status.stdout.startswith("closed"), status.stdout
     assert "forbidden" not in (status.stdout + status.stderr).lower()
 
 

@@ -10,6 +10,7 @@ that is not JSON is refused by name.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -21,6 +22,10 @@ import pytest
 import yaml
 
 from deploy import generate
+from gpuhealth.cliargs import UsageError
+from rules import cli as rules_cli
+from rules import manifests
+from rules.render import DEFAULT_CONFIG
 from tests.deploy.manifests import DEPLOY, ROOT, kustomize
 
 SCRIPT = [sys.executable, str(DEPLOY / "generate.py")]
@@ -96,13 +101,13 @@ def test_the_alertmanager_config_routes_as_the_rendered_config() -> None:
     ],
 )
 def test_matchers_translate(text: str, expected: dict[str, str]) -> None:
-    assert generate.parse_matcher(text) == expected
+    assert manifests.parse_matcher(text) == expected
 
 
 @pytest.mark.parametrize("text", ["action", 'action=="x"', "action=x", '="x"'])
 def test_an_unreadable_matcher_is_refused_with_its_text(text: str) -> None:
-    with pytest.raises(generate.GenerateError, match="matcher"):
-        generate.parse_matcher(text)
+    with pytest.raises(manifests.ManifestError, match="matcher"):
+        manifests.parse_matcher(text)
 
 
 def test_dashboards_become_configmaps_whatever_exist(tmp_path: Path) -> None:
@@ -168,3 +173,35 @@ def test_the_crds_path_and_phase_enums_are_the_products_declarations() -> None:
     assert schema["spec"]["properties"]["path"]["enum"] == list(generate.Enforcer(None, None).paths)
     with pytest.raises(generate.GenerateError, match="`path` string property with an enum, found 0"):
         generate.crd_enums(crd.replace(f"enum: [{paths}]", "minLength: 1"))
+
+
+def test_the_packaged_command_renders_the_committed_objects_for_an_overlay(tmp_path: Path) -> None:
+    """`gpuhealth rules render --format prometheusrule|no-operator` (the documented tuning route,
+    no checkout needed) writes what deploy/generate.py commits for the same configuration. The
+    command runs once as a user types it; the other formats through its function (an import of
+    the whole command costs seconds on a loaded machine)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuhealth", "rules", "render", "--format", "prometheusrule"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    emitted = {d["kind"]: d for d in yaml.safe_load_all(done.stdout)}
+    operator = DEPLOY / "components/prometheus-operator"
+    for kind, name in (("PrometheusRule", "prometheusrule"), ("AlertmanagerConfig", "alertmanagerconfig")):
+        assert emitted[kind] == yaml.safe_load((operator / f"{name}.yaml").read_text()), kind
+    args = argparse.Namespace(
+        config=DEFAULT_CONFIG, format="no-operator", out=tmp_path, check=False, prog="gpuhealth rules render"
+    )
+    assert rules_cli.run_render(args) == 0
+    committed = DEPLOY / "components/no-operator"
+    for path in sorted(p for p in tmp_path.rglob("*.yaml")):
+        relative = path.relative_to(tmp_path)
+        assert yaml.safe_load(path.read_text()) == yaml.safe_load((committed / relative).read_text()), (
+            relative
+        )
+    assert len(list(tmp_path.rglob("*.yaml"))) == len(list((committed / "rules").glob("*.yaml"))) + 2
+    with pytest.raises(UsageError, match="--out"):
+        rules_cli.run_render(argparse.Namespace(**{**vars(args), "out": None}))

@@ -4,7 +4,8 @@ Aspects: in a fresh virtual environment (no system site-packages), a plain insta
 checkout gives the `gpuhealth` and `kubectl-gpuhealth` console scripts and `python -m
 gpuhealth`; every product command (`exporter`, `devices`, `rules`, `responder`, `quarantine`,
 `breaker`, `backtest`, the plugin's `devices`, `quarantine`, `breaker`) answers `--help`; `gpuhealth rules
-render --check` finds the installed rule files fresh; an operator command that reaches for a
+render --check` finds the installed rule files fresh, and `--format prometheusrule` renders an edited
+copy of the installed settings; an operator command that reaches for a
 cluster it cannot read fails with one error line, not a traceback (the Kubernetes client stack
 imports without the harness). The harness is absent: its commands are not listed, and typed
 anyway say they are not part of this installation (exit 2), as do its exporter sources
@@ -140,6 +141,21 @@ def test_the_installed_rule_files_are_a_fresh_render_of_the_installed_config(ins
     check = installed.gpuhealth("rules", "render", "--check")
     assert check.returncode == 0, check.stderr
     assert "match a fresh render" in check.stdout and "site-packages/rules" in check.stdout, check.stdout
+
+
+def test_the_installed_command_renders_an_operators_rules_for_the_cluster(installed: Installed) -> None:
+    """The tuning route without a checkout (docs/operations.md, "Tune the rules"): the installed
+    config, edited, rendered as the PrometheusRule and AlertmanagerConfig of an overlay."""
+    python = str(installed.bin / "python")
+    where = installed.run(python, "-c", "import rules.render as r; print(r.DEFAULT_CONFIG)")
+    assert where.returncode == 0 and "site-packages/rules" in where.stdout, where
+    shipped = Path(where.stdout.strip()).read_text()
+    mine = installed.cwd / "rules-config.yaml"
+    mine.write_text(shipped.replace("  unhealthy_for: 1m\n", "  unhealthy_for: 3m\n", 1))
+    result = installed.gpuhealth("rules", "render", "--config", str(mine), "--format", "prometheusrule")
+    assert result.returncode == 0, result.stderr
+    assert "kind: PrometheusRule" in result.stdout and "kind: AlertmanagerConfig" in result.stdout
+    assert "for: 3m" in result.stdout
 
 
 def test_an_operator_command_without_a_cluster_fails_with_one_line(installed: Installed) -> None:

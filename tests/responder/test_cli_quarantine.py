@@ -191,8 +191,12 @@ def test_breaker_status_and_an_audited_reset(
 ) -> None:
     _, client = cluster
     kubeconfig = str(with_records.kubeconfig)
-    closed = gpuhealth("breaker", "status", "--kubeconfig", kubeconfig)
-    assert closed.returncode == 0 and closed.stdout.startswith("closed")
+    # No breaker ConfigMap in the namespace (no gpuhealth there): an error, not "closed".
+    nothing = gpuhealth("breaker", "status", "--kubeconfig", kubeconfig)
+    assert nothing.returncode == 1 and not nothing.stdout
+    assert (
+        "no breaker found in namespace gpuhealth-system" in nothing.stderr and "--namespace" in nothing.stderr
+    )
     assert (
         "nothing to reset"
         in gpuhealth(
@@ -203,6 +207,14 @@ def test_breaker_status_and_an_audited_reset(
     client.create(
         NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuhealth-system"}}
     )
+    # As installed (deploy/base/breaker-configmap.yaml): empty, a breaker that never tripped.
+    client.create(
+        Resource("", "v1", "configmaps", namespaced=True),
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gpuhealth-breaker"}},
+        namespace="gpuhealth-system",
+    )
+    closed = gpuhealth("breaker", "status", "--kubeconfig", kubeconfig)
+    assert closed.returncode == 0 and closed.stdout.startswith("closed")
     store = BreakerStore(client, "gpuhealth-system")
     store.write(
         BreakerState(

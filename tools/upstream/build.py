@@ -146,6 +146,18 @@ COMPONENTS: dict[str, Component] = {
             binaries={"etcd": "go.etcd.io/etcd/server/v3"},
             minutes=2,
         ),
+        Component(
+            name="helm",
+            version="4.3.2",
+            module="helm.sh/helm/v4",
+            module_version="v4.3.2",
+            binaries={"helm": "helm.sh/helm/v4/cmd/helm"},
+            ldflags=(
+                "-X helm.sh/helm/v4/internal/version.version=v4.3.2",
+                "-X helm.sh/helm/v4/internal/version.gitTreeState=clean",
+            ),
+            minutes=10,
+        ),
         _kubernetes("37", 2, minutes=12),
         _kubernetes("36", 5, minutes=12),
     )
