@@ -115,6 +115,7 @@ from responder.records import (
     Quarantine,
     RecordError,
     from_object,
+    quarantine_starts,
     to_object,
 )
 
@@ -274,20 +275,6 @@ def enforced(record: Quarantine) -> bool:
     of the release ladder): what the breaker's capacity counts. Pending and Deferred records are
     recorded only; counting them would let the record being admitted count against itself."""
     return record.status.phase not in (Phase.PENDING, Phase.DEFERRED, *DONE_PHASES)
-
-
-def quarantine_starts(record: Quarantine) -> list[float]:
-    """When the record's quarantines were enforced: each entry into Quarantined from Pending or
-    Deferred (a failed release returning to Quarantined is the same quarantine)."""
-    starts: list[float] = []
-    previous: str | None = None
-    for entry in record.status.history:
-        if entry.phase == Phase.QUARANTINED and previous in (None, Phase.PENDING, Phase.DEFERRED):
-            at = parse_rfc3339(entry.time)
-            if at is not None:
-                starts.append(at)
-        previous = entry.phase
-    return starts
 
 
 def opened_at(record: Quarantine, created: float | None) -> float | None:
