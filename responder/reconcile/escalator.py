@@ -1,0 +1,160 @@
+"""Each pass's node escalations: judge every node with failing cards, escalate or lift.
+
+An executor over the pure rule (`responder.reconcile.escalation`) and the Node's taint
+(`responder.enforce.node_taint`). The reconciler calls it once per pass, after every record is
+decided, with the pass's breaker state, counts and bucket: the nodes judged are those with an
+active record and those already escalated (one labelled list, so a node whose records all ended
+is still lifted). Per node: a justification that holds and no escalation yet is admitted under
+the breaker and the bucket (the node counts as the GPUs it takes out beyond its failing cards),
+then written; one that stands is left (its first record kept); none holding lifts it. A node
+opted out of remediation (`gpuhealth.io/remediation=disabled`) is never escalated. One node's
+failure is logged and never stops the others or the pass: the next pass judges it again.
+
+`load` is what standing escalations weigh on the guardrails of the next pass (and of a new
+leader): each escalated node's GPUs beyond its failing cards, from when it was escalated.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from gpuhealth import instruments
+from gpuhealth.kube.resources import NODE
+from responder import metrics
+from responder.enforce.node_taint import NodeTaint
+from responder.enforce.observed import Observed
+from responder.reconcile.breaker import BreakerSettings, BreakerState, Counts
+from responder.reconcile.escalation import (
+    JUSTIFICATIONS,
+    EscalationSettings,
+    acted_at,
+    admit,
+    failing_cards,
+    justify,
+    node_gpus,
+    read_annotation,
+)
+from responder.reconcile.limits import Bucket
+from responder.records import ACTIVE_PHASES, Quarantine
+
+log = logging.getLogger(__name__)
+
+
+class Escalator:
+    def __init__(
+        self,
+        taints: NodeTaint,
+        settings: EscalationSettings,
+        breaker: BreakerSettings,
+        registry: CollectorRegistry,
+        *,
+        opted_out: Callable[[dict[str, Any]], bool],
+        dry_run: bool = False,
+    ) -> None:
+        """`opted_out`: whether a Node is opted out of remediation (its label). `dry_run`: decide
+        and log, write nothing."""
+        self._taints = taints
+        self.settings = settings
+        self._breaker = breaker
+        self._opted_out = opted_out
+        self._dry_run = dry_run
+        self.escalations = instruments.counter(metrics.NODE_ESCALATIONS, registry)
+        self.escalated = instruments.gauge(metrics.NODES_ESCALATED, registry)
+        for justification in JUSTIFICATIONS:
+            self.escalations.labels(justification)
+        self._series: set[tuple[str, str]] = set()
+        self._refused: dict[str, str] = {}
+        """Node -> why its escalation was last refused: logged once per change, not every pass."""
+
+    def standing(self, page_size: int) -> dict[str, dict[str, Any]]:
+        """The escalated Nodes by name (one list)."""
+        return {
+            str((n.get("metadata") or {}).get("name") or ""): n for n in self._taints.escalated(page_size)
+        }
+
+    def load(
+        self, standing: dict[str, dict[str, Any]], records: Sequence[Quarantine], seen: Observed
+    ) -> list[tuple[float, int]]:
+        """(when escalated, GPUs beyond its failing cards) of each standing escalation."""
+        out = []
+        for name, node in standing.items():
+            at = acted_at(node)
+            extra = node_gpus(node, seen.slices, name) - len(failing_cards(records, name))
+            if at is not None and extra > 0:
+                out.append((at, extra))
+        return out
+
+    def pass_over(
+        self,
+        records: Sequence[Quarantine],
+        standing: dict[str, dict[str, Any]],
+        seen: Observed,
+        *,
+        state: BreakerState,
+        counts: Counts,
+        bucket: Bucket,
+        now: float,
+        fence: threading.Event,
+    ) -> Bucket:
+        """Escalate or lift every node with an active record or a standing escalation; the bucket after."""
+        active = {r.spec.node for r in records if r.status.phase in ACTIVE_PHASES}
+        series: set[tuple[str, str]] = set()
+        for name in sorted(active | standing.keys()):
+            if fence.is_set():
+                return bucket
+            try:
+                node = standing.get(name) or seen.get(NODE, name)
+                current = read_annotation(node) if node is not None else None
+                wanted = None
+                if node is not None and not self._opted_out(node):
+                    wanted = justify(name, records, seen.slices, now=now, settings=self.settings)
+                if wanted is None:
+                    if current is not None:
+                        log.warning(
+                            "node %s: escalation %s lifted: it no longer holds", name, current.justification
+                        )
+                        if not self._dry_run:
+                            self._taints.lift(name, seen)
+                    continue
+                if current is None:
+                    extra = max(0, node_gpus(node, seen.slices, name) - len(failing_cards(records, name)))
+                    why, bucket = admit(extra, state, counts, bucket, now=now, settings=self._breaker)
+                    if why:
+                        if self._refused.get(name) != why:
+                            log.warning(
+                                "node %s: %s holds, escalation held back: %s", name, wanted.justification, why
+                            )
+                        self._refused[name] = why
+                        continue
+                    counts = replace(
+                        counts,
+                        quarantined=counts.quarantined + extra,
+                        started_in_window=counts.started_in_window + extra,
+                    )
+                    log.warning(
+                        "node %s escalated (%s): %s", name, wanted.justification, "; ".join(wanted.evidence)
+                    )
+                    self.escalations.labels(wanted.justification).inc()
+                self._refused.pop(name, None)
+                if not self._dry_run:
+                    self._taints.escalate(wanted, now, seen)
+                series.add((name, wanted.justification))
+            except Exception as exc:  # one node's failure never stops the others: judged again next pass
+                log.warning("node %s: escalation not judged: %s", name, exc)
+        for gone in self._series - series:
+            self.escalated.remove(*gone)
+        for labels in series:
+            self.escalated.labels(*labels).set(1)
+        self._series = series
+        return bucket
+
+    def clear(self) -> None:
+        for gone in self._series:
+            self.escalated.remove(*gone)
+        self._series = set()
