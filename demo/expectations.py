@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 from demo.journal import Entry, Journal, Kind
 from responder.ladder import KNOWN, RAMP
+from responder.reconcile.escalation import TAINT_KEY as ESCALATION_TAINT
 from responder.records import PHASES, RELEASE_PHASES
 from simulator.model import DEVICE_PLUGIN, DRA, NodeGroup, Scenario
 
@@ -262,6 +263,8 @@ class Expectations:
     tenant_events: tuple[TenantEventExpectation, ...] = ()
     tenant_events_total: Count | None = None
     node_actions: Count | None = None
+    escalated: tuple[str, ...] | None = None
+    """Nodes gpuhealth escalated (its `gpuhealth.io/node-escalated` taint): exactly these."""
     max_detection_latency: Latency | None = None
     stopped_before_checkpoint: Count | None = None
     """Pods behind the `gpuhealth.io/serving` readiness gate that were out of their Services'
@@ -293,6 +296,7 @@ _TOP = {
     "breaker",
     "tenantEvents",
     "nodeActions",
+    "escalated",
     "maxDetectionLatency",
     "stoppedBeforeCheckpoint",
     "ramp",
@@ -405,6 +409,13 @@ def parse(raw: Any, source: str, *, nodes: Mapping[str, NodeGroup] | None = None
         tenant_events=tenant_events,
         tenant_events_total=tenant_total,
         node_actions=r.count(data["nodeActions"], ("nodeActions",)) if "nodeActions" in data else None,
+        escalated=(
+            tuple(
+                r.node(n, ("escalated", i)) for i, n in enumerate(r.items(data["escalated"], ("escalated",)))
+            )
+            if "escalated" in data
+            else None
+        ),
         max_detection_latency=_latency(r, data),
         stopped_before_checkpoint=(
             r.count(data["stoppedBeforeCheckpoint"], ("stoppedBeforeCheckpoint",))
@@ -440,6 +451,11 @@ def _devices(r: _Reader, raw: Any, path: _Path, *, reasons: bool) -> tuple[Devic
         within = r.within(data["within"], (*here, "within")) if "within" in data else None
         out.append(DeviceExpectation(node, gpu, reason, device_path, within))
     return tuple(out)
+
+
+def _escalated(r: _Reader, raw: Any) -> tuple[str, ...]:
+    """`escalated:` the nodes of the fleet gpuhealth must escalate, and no other."""
+    return tuple(r.node(n, ("escalated", i)) for i, n in enumerate(r.items(raw, ("escalated",))))
 
 
 def _held(r: _Reader, raw: Any, path: _Path) -> tuple[HeldExpectation, ...]:
@@ -1061,6 +1077,12 @@ def _tallies(view: _View, e: Expectations) -> list[str]:
     actions = [x for x in view.entries if x.kind == Kind.NODE_ACTION]
     detail = f" ({actions[0].what} on {actions[0].node})" if actions else ""
     compare("node-wide actions", e.node_actions, len(actions), detail)
+    if e.escalated is not None:
+        taints = (x for x in actions if x.what == "taint" and x.detail.get("key") == ESCALATION_TAINT)
+        got = ", ".join(sorted({x.node for x in taints})) or "none"
+        wanted = ", ".join(sorted(set(e.escalated))) or "none"
+        if got != wanted:
+            out.append(f"escalated: expected {wanted}, got {got}")
     return out
 
 

@@ -1,18 +1,20 @@
 """The safety verdict's node-action invariant (demo.safety): no node action without a
-justification that held at the time.
+justification that held at the time; and the `escalated` expectation (demo.expectations).
 
 Aspects: gpuhealth's escalation taint on a node whose faults warranted quarantines on three
 cards within the window passes; the same taint injected on a node with one failing card fails
 the verdict, as does one before the third card failed, one over cards spread wider than the
 window, one made with the breaker tripped, and any node action when no escalation rule is given;
 a cordon or another gpuhealth taint is never justified; a GPU lost on the node (the driver's
-taint on every device) with two failing cards justifies it, one card does not.
+taint on every device) with two failing cards justifies it, one card does not. `escalated:` names
+exactly the nodes escalated (none for `[]`), and a node outside the fleet is refused.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from demo.expectations import ExpectationError, evaluate, parse
 from demo.journal import Device, Journal, Kind
 from demo.safety import NodeEscalation, judge
 from responder.reconcile.escalation import TAINT_KEY
@@ -74,9 +76,8 @@ def test_three_cards_failing_together_justify_the_escalation_taint() -> None:
 
 def test_an_injected_escalation_of_a_node_with_one_failing_card_fails_the_verdict() -> None:
     (line,) = node_violations(THREE_AND_ONE, (55.0, "taint", "gpu-1", TAINT_KEY))
-    assert (
-        line
-        == f"t+55s gpu-1 escalated ({TAINT_KEY}) without a justification: fewer than 3 cards failing within 600s"
+    assert line == (
+        f"t+55s gpu-1 escalated ({TAINT_KEY}) without a justification: fewer than 3 cards failing within 600s"
     )
 
 
@@ -113,3 +114,13 @@ def test_a_lost_gpu_with_two_failing_cards_justifies_it_and_with_one_does_not() 
     two = scenario(lost, unhealthy("gpu-0", 3, "35s"))
     assert node_violations(two, (40.0, "taint", "gpu-0", TAINT_KEY)) == []
     assert node_violations(scenario(lost), (40.0, "taint", "gpu-0", TAINT_KEY))
+
+
+def test_the_escalated_expectation_names_exactly_the_nodes_escalated() -> None:
+    j = journal(THREE_AND_ONE)
+    j.record(55.0, Kind.NODE_ACTION, "taint", "gpu-0", key=TAINT_KEY)
+    assert evaluate(parse({"escalated": ["gpu-0"]}, "x.yaml", nodes=THREE_AND_ONE.nodes), j) == []
+    (line,) = evaluate(parse({"escalated": []}, "x.yaml", nodes=THREE_AND_ONE.nodes), j)
+    assert line == "escalated: expected none, got gpu-0"
+    with pytest.raises(ExpectationError, match="no node 'gpu-9'"):
+        parse({"escalated": ["gpu-9"]}, "x.yaml", nodes=THREE_AND_ONE.nodes)
