@@ -7,7 +7,8 @@ spread wider than the window do not; Unknown (`restrict`), a person's quarantine
 pending or on the release ladder never count; the driver's gpu-lost taint on every device
 escalates only with at least two cards of the node under quarantine; a tripped breaker admits no
 escalation (property-tested), and a node counts as its GPUs against the breaker's limits and
-the bucket; the Node's annotation is read back as the escalation it records.
+the bucket, also once standing (the guardrails a new leader rebuilds); the Node's annotation
+is read back as the escalation it records.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from responder.reconcile.escalation import (
     read_annotation,
 )
 from responder.reconcile.limits import Bucket, BucketSettings
+from responder.reconcile.reconciler import ReconcilerSettings, guardrails
 from responder.records import HistoryEntry, Phase, Quarantine, QuarantineSpec, QuarantineStatus
 
 NOW = 1_800_000_000.0
@@ -195,3 +197,14 @@ def test_the_annotation_reads_back_as_the_escalation() -> None:
     assert read_annotation({"metadata": {"name": "gpu-0"}, "spec": {}}) is None
     bare = {"metadata": {"name": "gpu-0"}, "spec": {"taints": [{"key": TAINT_KEY, "value": DRIVER_GPU_LOST}]}}
     assert read_annotation(bare) == Escalation("gpu-0", DRIVER_GPU_LOST, (), 0.0)
+
+
+def test_a_standing_escalation_weighs_on_the_guardrails_a_new_leader_rebuilds() -> None:
+    settings = ReconcilerSettings()
+    counts, bucket = guardrails(
+        [], 1000, BreakerState(), now=NOW, settings=settings, escalated=[(NOW - 10, 5)]
+    )
+    assert (counts.quarantined, counts.started_in_window) == (5, 5)
+    assert bucket.tokens == pytest.approx(settings.bucket.burst - 5 + 10 / settings.bucket.refill_seconds)
+    counts, _ = guardrails([], 1000, BreakerState(), now=NOW + 3600, settings=settings, escalated=[(NOW, 5)])
+    assert (counts.quarantined, counts.started_in_window) == (5, 0)  # out of the window, still out of service
