@@ -70,7 +70,10 @@ class Escalator:
             self.escalations.labels(justification)
         self._series: set[tuple[str, str]] = set()
         self._refused: dict[str, str] = {}
-        """Node -> why its escalation was last refused: logged once per change, not every pass."""
+        """Node -> why its escalation was last refused (BreakerOpen, RateLimited, ...): logged once
+        per change, not every pass."""
+        self._decided: set[str] = set()
+        """A dry run's escalated nodes (nothing is written to read them back from)."""
 
     def standing(self, page_size: int) -> dict[str, dict[str, Any]]:
         """The escalated Nodes by name (one list)."""
@@ -115,6 +118,7 @@ class Escalator:
                 if node is not None and not self._opted_out(node):
                     wanted = justify(name, records, seen.slices, now=now, settings=self.settings)
                 if wanted is None:
+                    self._decided.discard(name)
                     if current is not None:
                         log.warning(
                             "node %s: escalation %s lifted: it no longer holds", name, current.justification
@@ -122,15 +126,18 @@ class Escalator:
                         if not self._dry_run:
                             self._taints.lift(name, seen)
                     continue
+                if current is None and self._dry_run and name in self._decided:
+                    series.add((name, wanted.justification))  # a dry run's escalation, counted once
+                    continue
                 if current is None:
                     extra = max(0, node_gpus(node, seen.slices, name) - len(failing_cards(records, name)))
                     why, bucket = admit(extra, state, counts, bucket, now=now, settings=self._breaker)
                     if why:
-                        if self._refused.get(name) != why:
+                        if self._refused.get(name) != why.split(":")[0]:
                             log.warning(
                                 "node %s: %s holds, escalation held back: %s", name, wanted.justification, why
                             )
-                        self._refused[name] = why
+                        self._refused[name] = why.split(":")[0]
                         continue
                     counts = replace(
                         counts,
@@ -142,7 +149,9 @@ class Escalator:
                     )
                     self.escalations.labels(wanted.justification).inc()
                 self._refused.pop(name, None)
-                if not self._dry_run:
+                if self._dry_run:
+                    self._decided.add(name)
+                else:
                     self._taints.escalate(wanted, now, seen)
                 series.add((name, wanted.justification))
             except Exception as exc:  # one node's failure never stops the others: judged again next pass

@@ -7,7 +7,8 @@ node's other taints, labels and annotations, and writes nothing when called agai
 exactly those away. A pass escalates a node whose three cards failed together (counted by
 justification), escalates nothing while the breaker is tripped or for one failing card or for a
 node opted out, finds the escalated node by its label and lifts it once its cards walk their
-own ladders, even when no record of the node is active any more.
+own ladders, even when no record of the node is active any more. A dry run decides and counts
+an escalation once and writes nothing.
 """
 
 from __future__ import annotations
@@ -161,3 +162,24 @@ def test_a_tripped_breaker_or_an_opted_out_node_escalates_nothing(client: KubeCl
     client.update(NODE, node)
     one_pass(client, e, failing)
     assert not ours(client.get(NODE, "gpu-0"))
+
+
+def test_a_dry_run_decides_and_counts_once_and_writes_nothing(client: KubeClient) -> None:
+    registry = CollectorRegistry()
+    e = Escalator(
+        NodeTaint(client),
+        EscalationSettings(),
+        BreakerSettings(rate_floor=20, capacity_floor=20),
+        registry,
+        opted_out=node_opted_out,
+        dry_run=True,
+    )
+    failing = [card(f"GPU-{i}", NOW) for i in range(3)]
+    one_pass(client, e, failing)
+    one_pass(client, e, failing, at=NOW + 10)
+    assert not ours(client.get(NODE, "gpu-0"))
+    assert (
+        registry.get_sample_value("gpuhealth_node_escalations_total", {"justification": CARDS_FAILING}) == 1
+    )
+    labels = {"node": "gpu-0", "justification": CARDS_FAILING}
+    assert registry.get_sample_value("gpuhealth_nodes_escalated", labels) == 1
