@@ -265,6 +265,8 @@ class Expectations:
     node_actions: Count | None = None
     escalated: tuple[str, ...] | None = None
     """Nodes gpuhealth escalated (its `gpuhealth.io/node-escalated` taint): exactly these."""
+    escalations_lifted: tuple[str, ...] = ()
+    """Nodes whose escalation taint was lifted by the end of the run (and not put back)."""
     max_detection_latency: Latency | None = None
     stopped_before_checkpoint: Count | None = None
     """Pods behind the `gpuhealth.io/serving` readiness gate that were out of their Services'
@@ -297,6 +299,7 @@ _TOP = {
     "tenantEvents",
     "nodeActions",
     "escalated",
+    "escalationsLifted",
     "maxDetectionLatency",
     "stoppedBeforeCheckpoint",
     "ramp",
@@ -409,12 +412,11 @@ def parse(raw: Any, source: str, *, nodes: Mapping[str, NodeGroup] | None = None
         tenant_events=tenant_events,
         tenant_events_total=tenant_total,
         node_actions=r.count(data["nodeActions"], ("nodeActions",)) if "nodeActions" in data else None,
-        escalated=(
-            tuple(
-                r.node(n, ("escalated", i)) for i, n in enumerate(r.items(data["escalated"], ("escalated",)))
-            )
-            if "escalated" in data
-            else None
+        escalated=_escalated(r, data["escalated"], "escalated") if "escalated" in data else None,
+        escalations_lifted=(
+            _escalated(r, data["escalationsLifted"], "escalationsLifted")
+            if "escalationsLifted" in data
+            else ()
         ),
         max_detection_latency=_latency(r, data),
         stopped_before_checkpoint=(
@@ -453,9 +455,9 @@ def _devices(r: _Reader, raw: Any, path: _Path, *, reasons: bool) -> tuple[Devic
     return tuple(out)
 
 
-def _escalated(r: _Reader, raw: Any) -> tuple[str, ...]:
-    """`escalated:` the nodes of the fleet gpuhealth must escalate, and no other."""
-    return tuple(r.node(n, ("escalated", i)) for i, n in enumerate(r.items(raw, ("escalated",))))
+def _escalated(r: _Reader, raw: Any, key: str) -> tuple[str, ...]:
+    """`escalated:` (or `escalationsLifted:`): nodes of the fleet."""
+    return tuple(r.node(n, (key, i)) for i, n in enumerate(r.items(raw, (key,))))
 
 
 def _held(r: _Reader, raw: Any, path: _Path) -> tuple[HeldExpectation, ...]:
@@ -1083,6 +1085,11 @@ def _tallies(view: _View, e: Expectations) -> list[str]:
         wanted = ", ".join(sorted(set(e.escalated))) or "none"
         if got != wanted:
             out.append(f"escalated: expected {wanted}, got {got}")
+    for node in e.escalations_lifted:
+        ours = [x for x in view.entries if x.node == node and x.detail.get("key") == ESCALATION_TAINT]
+        last = ours[-1] if ours else None  # the journal's order
+        if last is None or last.kind is not Kind.NOTE:
+            out.append(f"escalationsLifted: {node}'s escalation was not lifted by the end of the run")
     return out
 
 

@@ -7,7 +7,8 @@ the verdict, as does one before the third card failed, one over cards spread wid
 window, one made with the breaker tripped, and any node action when no escalation rule is given;
 a cordon or another gpuhealth taint is never justified; a GPU lost on the node (the driver's
 taint on every device) with two failing cards justifies it, one card does not. `escalated:` names
-exactly the nodes escalated (none for `[]`), and a node outside the fleet is refused.
+exactly the nodes escalated (none for `[]`), and a node outside the fleet is refused;
+`escalationsLifted:` wants the node's taint lifted at the end (not put back).
 """
 
 from __future__ import annotations
@@ -124,3 +125,14 @@ def test_the_escalated_expectation_names_exactly_the_nodes_escalated() -> None:
     assert line == "escalated: expected none, got gpu-0"
     with pytest.raises(ExpectationError, match="no node 'gpu-9'"):
         parse({"escalated": ["gpu-9"]}, "x.yaml", nodes=THREE_AND_ONE.nodes)
+
+
+def test_escalations_lifted_wants_the_taint_gone_at_the_end() -> None:
+    j = journal(THREE_AND_ONE)
+    j.record(55.0, Kind.NODE_ACTION, "taint", "gpu-0", key=TAINT_KEY)
+    want = parse({"escalationsLifted": ["gpu-0"]}, "x.yaml", nodes=THREE_AND_ONE.nodes)
+    assert evaluate(want, j) == ["escalationsLifted: gpu-0's escalation was not lifted by the end of the run"]
+    j.record(58.0, Kind.NOTE, "node-taint-lifted", "gpu-0", key=TAINT_KEY)
+    assert evaluate(want, j) == []
+    j.record(59.0, Kind.NODE_ACTION, "taint", "gpu-0", key=TAINT_KEY)  # put back: not lifted at the end
+    assert evaluate(want, j)
