@@ -468,12 +468,12 @@ class Reconciler:
                 list_nodes=len(nodes) >= self.settings.list_nodes_from,
                 page_size=self.settings.page_size,
             )
-            standing = {} if self._escalator is None else self._escalator.standing(self.settings.page_size)
         except Exception as exc:  # an API outage decides nothing: the pass is tried again soon
             retry = self._retry_after("", exc)
             log.warning("reconcile pass skipped: %s; again in %.1f s", exc, retry)
             return PassReport({}, min(cap, retry), skipped=str(exc))
         self._retries.pop("", None)
+        standing = self._standing_escalations()
         outcomes = dict.fromkeys(unreadable, "error")
         for _ in unreadable:
             self.metrics.records.labels("error").inc()
@@ -481,7 +481,11 @@ class Reconciler:
         eligible = snapshot.eligible if snapshot.available else self._eligible
         entries.sort(key=_pass_order)
         records = [record for _, record in entries]
-        load = [] if self._escalator is None else self._escalator.load(standing, records, seen)
+        load = (
+            []
+            if self._escalator is None or standing is None
+            else self._escalator.load(standing, records, seen)
+        )
         counts, bucket = guardrails(
             records, eligible, stored.state, now=now, settings=self.settings, escalated=load
         )
@@ -494,7 +498,7 @@ class Reconciler:
             self._emit_notices(state, fence)
         if fenced:
             return PassReport(outcomes, 0.0, skipped="fenced")
-        if self._escalator is not None:
+        if self._escalator is not None and standing is not None:
             # After every record is decided: the node is judged on the pass's records as stored.
             state.bucket = self._escalator.pass_over(
                 [record for record, _ in final],
@@ -562,6 +566,17 @@ class Reconciler:
             created = parse_rfc3339(str(obj.get("metadata", {}).get("creationTimestamp") or ""))
             final.append((after, opened_at(after, created)))
         return False
+
+    def _standing_escalations(self) -> dict[str, dict[str, Any]] | None:
+        """The escalated Nodes; None when there is no escalator or they cannot be listed: the
+        pass then judges no node (its records are decided as ever), and the next one does."""
+        if self._escalator is None:
+            return None
+        try:
+            return self._escalator.standing(self.settings.page_size)
+        except Exception as exc:
+            log.warning("escalated nodes not listed (%s): no node judged this pass", exc)
+            return None
 
     def _read_health(self, now: float) -> HealthSnapshot:
         """This pass's device health; `HealthSnapshot.unavailable()` when the source fails, so

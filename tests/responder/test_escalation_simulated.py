@@ -8,7 +8,8 @@ exactly those away. A pass escalates a node whose three cards failed together (c
 justification), escalates nothing while the breaker is tripped or for one failing card or for a
 node opted out, finds the escalated node by its label and lifts it once its cards walk their
 own ladders, even when no record of the node is active any more. A dry run decides and counts
-an escalation once and writes nothing.
+an escalation once and writes nothing. A reconciler whose list of escalated nodes fails still
+decides its records (with the fake cluster of tests/responder/test_reconciler.py).
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ from responder.reconcile.escalation import (
 from responder.reconcile.escalator import Escalator
 from responder.reconcile.limits import Bucket, BucketSettings
 from responder.reconcile.reconciler import node_opted_out
-from responder.records import Quarantine
+from responder.records import Phase, Quarantine
 from tests.responder.test_escalation import NOW, card
+from tests.responder.test_reconciler import Harness
 from tests.simulator.conftest import ServedCluster
 
 pytestmark = pytest.mark.integration
@@ -183,3 +185,14 @@ def test_a_dry_run_decides_and_counts_once_and_writes_nothing(client: KubeClient
     )
     labels = {"node": "gpu-0", "justification": CARDS_FAILING}
     assert registry.get_sample_value("gpuhealth_nodes_escalated", labels) == 1
+
+
+def test_escalated_nodes_that_cannot_be_listed_never_hold_the_records_back() -> None:
+    h = Harness()
+    # The fake cluster lists records only: a list of the nodes fails, as an outage or a missing grant would.
+    h.kwargs["escalator"] = escalator(h.client, CollectorRegistry())  # type: ignore[arg-type]
+    h.reconciler = h.new_reconciler()
+    names = [h.add(f"GPU-{i}") for i in range(3)]
+    report = h.reconciler.reconcile_once()
+    assert report.skipped == ""
+    assert {h.phase(n) for n in names} == {Phase.QUARANTINED}
