@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from gpuhealth import instruments
 from gpuhealth.kube.resources import NODE
+from gpuhealth.kube.slices import SliceDevice
 from responder import metrics
 from responder.enforce.node_taint import NodeTaint
 from responder.enforce.observed import Observed
@@ -86,9 +87,13 @@ class Escalator:
     ) -> list[tuple[float, int]]:
         """(when escalated, GPUs beyond its failing cards) of each standing escalation."""
         out = []
+        by_node = _by_node(records)
+        slices = _slices_by_node(seen.slices)
         for name, node in standing.items():
             at = acted_at(node)
-            extra = node_gpus(node, seen.slices, name) - len(failing_cards(records, name))
+            extra = node_gpus(node, slices.get(name, ()), name) - len(
+                failing_cards(by_node.get(name, []), name)
+            )
             if at is not None and extra > 0:
                 out.append((at, extra))
         return out
@@ -106,9 +111,14 @@ class Escalator:
         fence: threading.Event,
     ) -> Bucket:
         """Escalate or lift every node with an active record or a standing escalation; the bucket after."""
+        # Each node judged on its own records: a pass over 10,000 records and a thousand nodes
+        # must not walk every record for every node.
+        by_node = _by_node(records)
+        slices = _slices_by_node(seen.slices)
         active = {r.spec.node for r in records if r.status.phase in ACTIVE_PHASES}
         series: set[tuple[str, str]] = set()
         for name in sorted(active | standing.keys()):
+            mine = by_node.get(name, [])
             if fence.is_set():
                 return bucket
             try:
@@ -116,7 +126,7 @@ class Escalator:
                 current = read_annotation(node) if node is not None else None
                 wanted = None
                 if node is not None and not self._opted_out(node):
-                    wanted = justify(name, records, seen.slices, now=now, settings=self.settings)
+                    wanted = justify(name, mine, slices.get(name, ()), now=now, settings=self.settings)
                 if wanted is None:
                     self._decided.discard(name)
                     if current is not None:
@@ -130,7 +140,9 @@ class Escalator:
                     series.add((name, wanted.justification))  # a dry run's escalation, counted once
                     continue
                 if current is None:
-                    extra = max(0, node_gpus(node, seen.slices, name) - len(failing_cards(records, name)))
+                    extra = max(
+                        0, node_gpus(node, slices.get(name, ()), name) - len(failing_cards(mine, name))
+                    )
                     why, bucket = admit(extra, state, counts, bucket, now=now, settings=self._breaker)
                     if why:
                         if self._refused.get(name) != why.split(":")[0]:
@@ -167,3 +179,17 @@ class Escalator:
         for gone in self._series:
             self.escalated.remove(*gone)
         self._series = set()
+
+
+def _by_node(records: Sequence[Quarantine]) -> dict[str, list[Quarantine]]:
+    out: dict[str, list[Quarantine]] = {}
+    for r in records:
+        out.setdefault(r.spec.node, []).append(r)
+    return out
+
+
+def _slices_by_node(devices: Iterable[SliceDevice]) -> dict[str, list[SliceDevice]]:
+    out: dict[str, list[SliceDevice]] = {}
+    for d in devices:
+        out.setdefault(d.node, []).append(d)
+    return out
