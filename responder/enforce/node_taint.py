@@ -11,7 +11,10 @@ conditional update of the Node (read-modify-write at its resourceVersion, `retry
 - the annotation `gpuhealth.io/node-escalation`: the justification, its evidence, when it first
   held and when it was acted on (JSON). The Node is the escalation's record: it survives a
   restart and a change of leader, and the next pass judges it again from the records.
-Lifting removes the three; taints and annotations of others are kept as they are.
+Lifting removes the three; taints and annotations of others are kept as they are. Each
+escalation and lift is also told as a core/v1 Event on the Node (in `default`, where kubectl
+looks for a cluster-scoped object's: `kubectl describe node` lists it), best effort: the Node's
+annotation is the durable account.
 """
 
 from __future__ import annotations
@@ -22,12 +25,16 @@ from typing import Any
 from gpuhealth.kube.api import Api
 from gpuhealth.kube.conflicts import retry_on_conflict
 from gpuhealth.kube.errors import Conflict
+from gpuhealth.kube.events import EVENT, core_event
 from gpuhealth.kube.resources import NODE
 from responder.enforce.observed import Observed
 from responder.reconcile.escalation import ANNOTATION, TAINT_EFFECT, TAINT_KEY, Escalation
 
 LABEL = TAINT_KEY
 """The label that lists escalated nodes (value: the justification)."""
+EVENT_NAMESPACE = "default"
+"""Where Events of a cluster-scoped object go (kubectl looks there)."""
+COMPONENT = "gpuhealth-responder"
 
 
 class NodeTaint:
@@ -46,6 +53,21 @@ class NodeTaint:
     def lift(self, node: str, seen: Observed | None = None) -> None:
         """Remove the taint, label and annotation (idempotent; a node gone is lifted)."""
         self._edit(node, None, None, None, seen)
+
+    def tell(self, node: str, reason: str, message: str, *, warning: bool, now: float) -> None:
+        """An Event on the Node (`NodeEscalated`, `NodeEscalationLifted`)."""
+        involved = {"apiVersion": "v1", "kind": "Node", "name": node}
+        body = core_event(
+            involved=involved,
+            namespace=EVENT_NAMESPACE,
+            reason=reason,
+            message=message,
+            warning=warning,
+            now=now,
+            component=COMPONENT,
+            generate_name=f"{node[:236]}.",
+        )
+        self._client.create(EVENT, body, namespace=EVENT_NAMESPACE)
 
     def _edit(
         self,

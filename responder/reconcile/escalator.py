@@ -135,6 +135,13 @@ class Escalator:
                         )
                         if not self._dry_run:
                             self._taints.lift(name, seen)
+                            self._tell(
+                                name,
+                                "NodeEscalationLifted",
+                                f"{current.justification} no longer holds: the node takes new GPU work again",
+                                warning=False,
+                                now=now,
+                            )
                     continue
                 if current is None and self._dry_run and name in self._decided:
                     series.add((name, wanted.justification))  # a dry run's escalation, counted once
@@ -165,6 +172,14 @@ class Escalator:
                     self._decided.add(name)
                 else:
                     self._taints.escalate(wanted, now, seen)
+                    if current is None:
+                        self._tell(
+                            name,
+                            "NodeEscalated",
+                            f"{wanted.justification}: no new GPU work ({'; '.join(wanted.evidence)})",
+                            warning=True,
+                            now=now,
+                        )
                 series.add((name, wanted.justification))
             except Exception as exc:  # one node's failure never stops the others: judged again next pass
                 log.warning("node %s: escalation not judged: %s", name, exc)
@@ -174,6 +189,13 @@ class Escalator:
             self.escalated.labels(*labels).set(1)
         self._series = series
         return bucket
+
+    def _tell(self, node: str, reason: str, message: str, *, warning: bool, now: float) -> None:
+        """Best effort: the Node's annotation is the durable account, an Event is for people."""
+        try:
+            self._taints.tell(node, reason, message, warning=warning, now=now)
+        except Exception as exc:
+            log.warning("node %s: event %s not recorded: %s", node, reason, exc)
 
     def clear(self) -> None:
         for gone in self._series:

@@ -7,9 +7,10 @@ node's other taints, labels and annotations, and writes nothing when called agai
 exactly those away. A pass escalates a node whose three cards failed together (counted by
 justification), escalates nothing while the breaker is tripped or for one failing card or for a
 node opted out, finds the escalated node by its label and lifts it once its cards walk their
-own ladders, even when no record of the node is active any more. A dry run decides and counts
-an escalation once and writes nothing. A reconciler whose list of escalated nodes fails still
-decides its records (with the fake cluster of tests/responder/test_reconciler.py).
+own ladders, even when no record of the node is active any more; both told as Events on the
+Node. A dry run decides and counts an escalation once and writes nothing. A reconciler whose
+list of escalated nodes fails still decides its records (with the fake cluster of
+tests/responder/test_reconciler.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
+from gpuhealth.kube.events import EVENT
 from gpuhealth.kube.resources import NODE
 from gpuhealth.kube.transport import KubeTransport
 from responder.enforce.node_taint import LABEL, NodeTaint
@@ -146,6 +148,14 @@ def test_a_pass_escalates_three_cards_failing_together_and_lifts_when_they_walk(
     released = [card(f"GPU-{i}", NOW - 30 + i, phase="Released") for i in range(3)]
     one_pass(client, e, released, at=NOW + 600)  # no active record: found by its label
     assert not ours(client.get(NODE, "gpu-0"))
+    told = [
+        (x["involvedObject"]["name"], x["reason"], x["type"])
+        for x in client.list(EVENT, namespace="default").items
+    ]
+    assert sorted(told) == [
+        ("gpu-0", "NodeEscalated", "Warning"),
+        ("gpu-0", "NodeEscalationLifted", "Normal"),
+    ]
     assert (
         registry.get_sample_value(
             "gpuhealth_nodes_escalated", {"node": "gpu-0", "justification": CARDS_FAILING}
