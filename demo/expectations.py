@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 from demo.journal import Entry, Journal, Kind
 from responder.ladder import KNOWN, RAMP
+from responder.reconcile.escalation import TAINT_KEY as ESCALATION_TAINT
 from responder.records import PHASES, RELEASE_PHASES
 from simulator.model import DEVICE_PLUGIN, DRA, NodeGroup, Scenario
 
@@ -262,6 +263,10 @@ class Expectations:
     tenant_events: tuple[TenantEventExpectation, ...] = ()
     tenant_events_total: Count | None = None
     node_actions: Count | None = None
+    escalated: tuple[str, ...] | None = None
+    """Nodes gpuhealth escalated (its `gpuhealth.io/node-escalated` taint): exactly these."""
+    escalations_lifted: tuple[str, ...] = ()
+    """Nodes whose escalation taint was lifted by the end of the run (and not put back)."""
     max_detection_latency: Latency | None = None
     stopped_before_checkpoint: Count | None = None
     """Pods behind the `gpuhealth.io/serving` readiness gate that were out of their Services'
@@ -293,6 +298,8 @@ _TOP = {
     "breaker",
     "tenantEvents",
     "nodeActions",
+    "escalated",
+    "escalationsLifted",
     "maxDetectionLatency",
     "stoppedBeforeCheckpoint",
     "ramp",
@@ -405,6 +412,12 @@ def parse(raw: Any, source: str, *, nodes: Mapping[str, NodeGroup] | None = None
         tenant_events=tenant_events,
         tenant_events_total=tenant_total,
         node_actions=r.count(data["nodeActions"], ("nodeActions",)) if "nodeActions" in data else None,
+        escalated=_escalated(r, data["escalated"], "escalated") if "escalated" in data else None,
+        escalations_lifted=(
+            _escalated(r, data["escalationsLifted"], "escalationsLifted")
+            if "escalationsLifted" in data
+            else ()
+        ),
         max_detection_latency=_latency(r, data),
         stopped_before_checkpoint=(
             r.count(data["stoppedBeforeCheckpoint"], ("stoppedBeforeCheckpoint",))
@@ -440,6 +453,11 @@ def _devices(r: _Reader, raw: Any, path: _Path, *, reasons: bool) -> tuple[Devic
         within = r.within(data["within"], (*here, "within")) if "within" in data else None
         out.append(DeviceExpectation(node, gpu, reason, device_path, within))
     return tuple(out)
+
+
+def _escalated(r: _Reader, raw: Any, key: str) -> tuple[str, ...]:
+    """`escalated:` (or `escalationsLifted:`): nodes of the fleet."""
+    return tuple(r.node(n, (key, i)) for i, n in enumerate(r.items(raw, (key,))))
 
 
 def _held(r: _Reader, raw: Any, path: _Path) -> tuple[HeldExpectation, ...]:
@@ -1061,6 +1079,17 @@ def _tallies(view: _View, e: Expectations) -> list[str]:
     actions = [x for x in view.entries if x.kind == Kind.NODE_ACTION]
     detail = f" ({actions[0].what} on {actions[0].node})" if actions else ""
     compare("node-wide actions", e.node_actions, len(actions), detail)
+    if e.escalated is not None:
+        taints = (x for x in actions if x.what == "taint" and x.detail.get("key") == ESCALATION_TAINT)
+        got = ", ".join(sorted({x.node for x in taints})) or "none"
+        wanted = ", ".join(sorted(set(e.escalated))) or "none"
+        if got != wanted:
+            out.append(f"escalated: expected {wanted}, got {got}")
+    for node in e.escalations_lifted:
+        ours = [x for x in view.entries if x.node == node and x.detail.get("key") == ESCALATION_TAINT]
+        last = ours[-1] if ours else None  # the journal's order
+        if last is None or last.kind is not Kind.NOTE:
+            out.append(f"escalationsLifted: {node}'s escalation was not lifted by the end of the run")
     return out
 
 

@@ -94,7 +94,8 @@ class Kind(StrEnum):
     """The circuit breaker changed. what: `tripped|reset`; detail: `trigger`, `actor`."""
     NODE_ACTION = "node-action"
     """Something node-wide was done to a node by gpuhealth (cordon, node taint). what: the action;
-    detail: `key`. A node-wide action for a device fault breaks a safety invariant."""
+    detail: `key`. A node action without a justification that held then breaks a safety invariant
+    (`demo.safety`: only gpuhealth's escalation taint can have one)."""
     TENANT_EVENT = "tenant-event"
     """A Kubernetes Event for the tenant on a pod. what: its reason; detail: `pod`, `message`."""
     PROCESS = "process"

@@ -106,6 +106,9 @@ class EnforcementWatch:
             self.journal.record(at, Kind.NODE_ACTION, "cordon", node, key="spec.unschedulable")
         for key in sorted(taints - was_tainted):
             self.journal.record(at, Kind.NODE_ACTION, "taint", node, key=key)
+        for key in sorted(was_tainted - taints):
+            # A lift is no action on the node: a note, so the run shows when an escalation ended.
+            self.journal.record(at, Kind.NOTE, "node-taint-lifted", node, key=key)
         self._node_state[node] = (cordoned, taints)
 
     def _cards(

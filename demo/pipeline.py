@@ -55,7 +55,7 @@ from demo.journal import Device, Entry, Journal, Kind, Recovery, sorted_entries
 from demo.observer import Observer
 from demo.progress import narrate, worth_a_line
 from demo.report import recoveries, recovery_queries
-from demo.safety import UnhealthyFlapping, UnknownBackoff, Verdict, judge
+from demo.safety import NodeEscalation, UnhealthyFlapping, UnknownBackoff, Verdict, judge
 from demo.staging import Kill, ReleaseAsk, Staging, StagingError
 from exporter.settings import NvmlSettings
 from gpuhealth import fields
@@ -624,6 +624,7 @@ def run_demo(
         move_deadline=move_deadline_seconds(document, settings.speed) + journal.resolution_seconds,
         reaction=REACTION_WALL_SECONDS * settings.speed + journal.resolution_seconds,
         pass_seconds=PASS_WALL_SECONDS * settings.speed + journal.resolution_seconds,
+        escalation=escalation_rule(document, settings.speed),
     )
     return Outcome(
         journal, verdict, expectations.check(scenario, journal), workdir, journal_path, dict(extender_replies)
@@ -652,6 +653,19 @@ def move_deadline_seconds(document: Mapping[str, Any], speed: float) -> float:
     probe = ResponderSettings(token="-", identity="-", prometheus_url="http://127.0.0.1")
     timeout = apply(dict(document), probe, "responder").migrator.migration.checkpoint_timeout_seconds
     return timeout * speed + TERMINATION_SECONDS + PASS_WALL_SECONDS * speed
+
+
+def escalation_rule(document: Mapping[str, Any], speed: float) -> NodeEscalation:
+    """The responders' node escalation settings in scenario seconds (the `document` is scaled to
+    `speed`): what the verdict judges a node taint by."""
+    from responder.config import apply
+    from responder.settings import ResponderSettings
+
+    probe = ResponderSettings(token="-", identity="-", prometheus_url="http://127.0.0.1")
+    e = apply(dict(document), probe, "responder").reconciler.escalation
+    return NodeEscalation(
+        cards=e.cards, window=e.window_seconds * speed, lost_cards=e.lost_cards, enabled=e.enabled
+    )
 
 
 def _device_asked(scenario: Scenario, ask: ReleaseAsk) -> str:

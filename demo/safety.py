@@ -17,7 +17,14 @@ The invariants (each broken one is a line in `Verdict.violations`; the run exits
   is moved whole, so an eviction of its pod on other devices is justified by that job's move for
   a quarantined device, under way at the eviction and within the quarantine episode it started
   in (its outcome may never come: a move awaiting its replacements), and by nothing else;
-- a node-wide action (cordon, node taint) for a device fault: any NODE_ACTION entry;
+- a node action without a justification that held at the time: a cordon, or a node taint other
+  than gpuhealth's escalation, is never justified; the escalation taint (`gpuhealth.io/node-escalated`)
+  is justified only when, at its time, the scenario's faults warranted a quarantine on at least
+  `escalation.cards` cards of the node that started within `escalation.window` of each other, or
+  on at least `escalation.lost_cards` of them with a GPU-lost fault on the node (the DRA driver's
+  gpu-lost taint on every device), and the breaker was not tripped; with no rule given, every node
+  action is a violation. The cards are judged from the faults, not from the records, with the
+  responder's own grouping (`responder.reconcile.escalation.together`);
 - an action done twice: two DeviceTaintRules for one device at once (for one slice device: a
   MIG card on DRA is excluded by one rule per MIG device of it), two records for one
   device at once, the same pod evicted twice, one job's migration finished twice by a record;
@@ -74,6 +81,8 @@ from dataclasses import dataclass
 from demo.journal import Entry, Journal, Kind, sorted_entries
 from responder.ladder import KNOWN, LADDER, Ladder
 from responder.ladder import Kind as RungKind
+from responder.reconcile.escalation import TAINT_KEY as ESCALATION_TAINT
+from responder.reconcile.escalation import Failing, together
 from responder.records import ENDED_PHASES
 from simulator.model import APPLICATION_XIDS, Fault, Scenario
 
@@ -328,6 +337,44 @@ def _unhealthy_episodes(scenario: Scenario) -> dict[tuple[str, int], list[tuple[
     return episodes
 
 
+@dataclass(frozen=True, slots=True)
+class NodeEscalation:
+    """The responders' escalation settings in scenario seconds (`escalation.*`)."""
+
+    cards: int
+    window: float
+    lost_cards: int
+    enabled: bool = True
+
+
+def node_justified(
+    since: Mapping[tuple[tuple[str, int], str], float],
+    scenario: Scenario,
+    node: str,
+    at: float,
+    rule: NodeEscalation,
+) -> str | None:
+    """Why a node escalation of `node` at `at` held, from the scenario's faults (`since`: the
+    warrants' times, `warranted_from`); None when no justification held then."""
+    if not rule.enabled:
+        return None
+    cards = [
+        Failing(f"gpu-{gpu}", start, "")
+        for ((where, gpu), action), start in since.items()
+        if where == node and action == "quarantine" and start <= at
+    ]
+    group = together(cards, rule.cards, rule.window)
+    if group is not None:
+        return "cards-failing: " + ", ".join(f"{f.device} from t+{f.since:.0f}s" for f in group)
+    lost = any(
+        f.kind == "gpu-lost" and f.device is not None and f.device.node == node and f.at <= at
+        for f in scenario.timeline
+    )
+    if lost and len(cards) >= rule.lost_cards:
+        return f"driver-gpu-lost: {len(cards)} cards failing"
+    return None
+
+
 NO_ACTION = frozenset({"", "none"})
 """`action` label values that ask the responder for nothing."""
 RELEASING = frozenset(KNOWN.phases)
@@ -383,6 +430,7 @@ def judge(
     pass_seconds: float = 0.0,
     ladder: Ladder = LADDER,
     health_watches: Iterable[str] | None = None,
+    escalation: NodeEscalation | None = None,
 ) -> Verdict:
     """The run's verdict (pure). Times in scenario seconds: `tolerance` the rules' Unknown
     tolerance, `unhealthy_for` the Unhealthy alert's `for:` (an Unhealthy that clears sooner
@@ -396,7 +444,8 @@ def judge(
     how long a reconcile pass that began before the health source went down may still step.
     `ladder`: the release ladder whose check rungs a requested release must have passed;
     `health_watches` the DCGM health watches whose failure warrants a quarantine (the rules'
-    `dcgm.health_watches`; None: any)."""
+    `dcgm.health_watches`; None: any); `escalation` the responders' node escalation settings
+    (None: no node action is ever justified)."""
     since = warranted_from(
         scenario, fatal_xids=fatal_xids, tolerance=tolerance, backoff=backoff, health_watches=health_watches
     )
@@ -531,7 +580,16 @@ def judge(
                 cause = "an Unknown (restrict)" if record is not None else "no quarantine"
                 violations.append(f"t+{e.at:.0f}s a migration of {key[1]} off {where} for {cause}")
         elif e.kind is Kind.NODE_ACTION:
-            violations.append(f"t+{e.at:.0f}s a node-wide {e.what} ({e.detail.get('key', '')}) on {e.node}")
+            taint_key = e.detail.get("key", "")
+            if e.what != "taint" or taint_key != ESCALATION_TAINT or escalation is None:
+                violations.append(f"t+{e.at:.0f}s a node-wide {e.what} ({taint_key}) on {e.node}")
+            elif tripped:
+                violations.append(f"t+{e.at:.0f}s {e.node} escalated ({taint_key}) with the breaker tripped")
+            elif node_justified(since, scenario, e.node, e.at, escalation) is None:
+                violations.append(
+                    f"t+{e.at:.0f}s {e.node} escalated ({taint_key}) without a justification: fewer than "
+                    f"{escalation.cards} cards failing within {escalation.window:.0f}s"
+                )
         elif e.kind is Kind.BREAKER:
             tripped = e.what == "tripped"
             if tripped and tripped_at is None:

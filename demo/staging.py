@@ -297,6 +297,7 @@ DURATION_KEYS = frozenset(
         ("policy", "max_backoff"),
         ("policy", "deferred_max_age"),
         ("breaker", "window"),
+        ("escalation", "window"),
         ("migration", "checkpoint_timeout"),
         ("migration", "lease_margin"),
         ("migration", "lease_cap"),

@@ -461,7 +461,7 @@ def describe(journal: Journal, entry: Entry, *, where: bool = True) -> str:
             extra = _pairs(d, "trigger", "actor")
             text = f"breaker {entry.what}" + (f" ({extra})" if extra else "")
         case Kind.NODE_ACTION:
-            text = f"NODE-WIDE {entry.what} on {entry.node}"
+            text = f"NODE-WIDE {entry.what} on {entry.node}" + (f" ({d['key']})" if d.get("key") else "")
         case Kind.TENANT_EVENT:
             text = f"tenant Event {entry.what}" + (f" on {d['pod']}" if d.get("pod") else "")
         case Kind.PROCESS:
@@ -701,7 +701,7 @@ def write_text(summary: Summary, verdict: object, out: TextIO) -> None:
         for line in violations:
             w(f"  {line}\n")
     else:
-        w("\nsafety: every invariant held (no unwarranted, doubled or node-wide action)\n")
+        w("\nsafety: every invariant held (no unwarranted or doubled action, no unjustified node action)\n")
     out.flush()
 
 

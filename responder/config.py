@@ -37,7 +37,17 @@ from responder.settings import ResponderSettings
 
 REMOVED_HEADER = ("apiVersion", "kind")
 """The earlier dialect's header (`gpuhealth.io/v1alpha1`, `ResponderConfiguration`): refused."""
-SECTIONS = ("policy", "breaker", "new_quarantines", "migration", "checks", "hold", "intake", "reset")
+SECTIONS = (
+    "policy",
+    "breaker",
+    "new_quarantines",
+    "escalation",
+    "migration",
+    "checks",
+    "hold",
+    "intake",
+    "reset",
+)
 """The document's sections, in the order they are listed; their keys are declared on the
 settings' fields (`gpuhealth.yaml_keys`), the rungs' lengths on the ladder's rungs."""
 

@@ -74,6 +74,20 @@ HOLDER_PODS = MetricFamily(
     "Holder pods keeping quarantined device-plugin cards, as the leader's last pass counted them "
     "(those of a fill in progress included).",
 )
+NODE_ESCALATIONS = MetricFamily(
+    "gpuhealth_node_escalations",
+    "counter",
+    "Nodes the leader escalated (tainted gpuhealth.io/node-escalated: no new GPU work), by the "
+    "justification that held (cards-failing, driver-gpu-lost; docs/quarantine.md, 'Escalation to "
+    "the node').",
+    ("justification",),
+)
+NODES_ESCALATED = MetricFamily(
+    "gpuhealth_nodes_escalated",
+    "gauge",
+    "One series (value 1) per node escalated now, by its justification, as the leader's last pass saw it.",
+    ("node", "justification"),
+)
 MIGRATIONS = MetricFamily(
     "gpuhealth_migrations",
     "counter",
@@ -247,6 +261,8 @@ CATALOG = Catalog(
         HEALTH_SOURCE_UP,
         DEVICE_HOLD,
         HOLDER_PODS,
+        NODE_ESCALATIONS,
+        NODES_ESCALATED,
         EXTENDER_REQUESTS,
         EXTENDER_SCHEDULED,
         QUARANTINED_SECONDS,

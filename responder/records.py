@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from gpuhealth.kube.meta import parse_rfc3339
 from gpuhealth.kube.resources import Resource
 from responder.ladder import KNOWN, LADDER, Ladder
 
@@ -356,6 +357,20 @@ class Quarantine:
     def with_migrations(self, migrations: Sequence[Migration]) -> Quarantine:
         """`migrations` kept within bounds: finished moves are dropped (oldest first) before any in flight."""
         return replace(self, status=replace(self.status, migrations=bound_migrations(migrations)))
+
+
+def quarantine_starts(record: Quarantine) -> list[float]:
+    """When the record's quarantines were enforced: each entry into Quarantined from Pending or
+    Deferred (a failed release returning to Quarantined is the same quarantine)."""
+    starts: list[float] = []
+    previous: str | None = None
+    for entry in record.status.history:
+        if entry.phase == Phase.QUARANTINED and previous in (None, Phase.PENDING, Phase.DEFERRED):
+            at = parse_rfc3339(entry.time)
+            if at is not None:
+                starts.append(at)
+        previous = entry.phase
+    return starts
 
 
 def bound_migrations(migrations: Sequence[Migration]) -> tuple[Migration, ...]:

@@ -37,6 +37,7 @@ from responder.enforce.hold import DeviceHold, device_ids
 from responder.enforce.hold_allocations import PrometheusAllocations
 from responder.enforce.hold_devices import PodDevices
 from responder.enforce.holders import DeviceHolders
+from responder.enforce.node_taint import NodeTaint
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
 from responder.extender.capacity import CapacityCache, run_cache
@@ -45,9 +46,10 @@ from responder.ladder import without_reset
 from responder.migrate.executor import Migrator, MigratorMetrics
 from responder.migrate.readings import PrometheusReadings
 from responder.reconcile.breaker_store import BreakerStore
+from responder.reconcile.escalator import Escalator
 from responder.reconcile.events import KubeEvents
 from responder.reconcile.health import PrometheusHealth
-from responder.reconcile.reconciler import Reconciler
+from responder.reconcile.reconciler import Reconciler, node_opted_out
 from responder.reset.handoff import ResetHandoff
 from responder.settings import ResponderSettings
 from responder.webhook.recorder import Recorder
@@ -190,6 +192,14 @@ def create_app(
                 holders=DeviceHolders(api, enforcer),
                 hold=DeviceHold(api, settings.namespace, settings.hold, devices=pod_devices),
                 hold_aside=checks.through_kubelet,
+                escalator=Escalator(
+                    NodeTaint(api),
+                    reconciler_settings.escalation,
+                    reconciler_settings.policy.breaker,
+                    registry,
+                    opted_out=node_opted_out,
+                    dry_run=settings.dry_run,
+                ),
             )
             elector = LeaderElector(
                 elector_client,

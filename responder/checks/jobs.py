@@ -42,6 +42,7 @@ from responder.enforce.node_annotation import CHECK_ROUTES, KUBELET, node_reader
 from responder.enforce.taint_rules import DEVICE_CLASS
 from responder.ladder import CANARY as CANARY_PHASE
 from responder.ladder import KNOWN, LADDER, Rung
+from responder.reconcile.escalation import TAINT_KEY as ESCALATION_TAINT
 from responder.reconcile.policy import CheckResult
 from responder.records import Quarantine, owner_reference
 
@@ -285,6 +286,12 @@ class JobChecks:
             container.update(request.container)
             pod_spec = {"restartPolicy": "Never", "containers": [container]}
         pod_spec.update(request.pod)
+        # A check of a card on an escalated node must still reach it: the node's taint keeps
+        # tenants' new work off, never gpuhealth's own checks (device plugins tolerate all already).
+        escalated = {"key": ESCALATION_TAINT, "operator": "Exists", "effect": "NoSchedule"}
+        tolerations = list(pod_spec.get("tolerations") or ())
+        if not any(t.get("operator") == "Exists" and not t.get("key") for t in tolerations):
+            pod_spec["tolerations"] = [*tolerations, escalated]
         labels = {
             "app.kubernetes.io/managed-by": "gpuhealth",
             "gpuhealth.io/check": kind,

@@ -59,7 +59,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -85,6 +85,8 @@ from responder.reconcile.accounting import QuarantineAccounting
 from responder.reconcile.breaker import BreakerState, Counts
 from responder.reconcile.breaker_store import AuditEntry, Stored
 from responder.reconcile.card_hold import CardHolding
+from responder.reconcile.escalation import EscalationSettings
+from responder.reconcile.escalator import Escalator
 from responder.reconcile.events import EventSink
 from responder.reconcile.health import HealthSnapshot, HealthSource, HealthUnavailable
 from responder.reconcile.identification import Enforcement, Identification
@@ -115,6 +117,7 @@ from responder.records import (
     Quarantine,
     RecordError,
     from_object,
+    quarantine_starts,
     to_object,
 )
 
@@ -154,6 +157,8 @@ WAITS_ON_EXECUTOR = frozenset({Kind.CHECK, Kind.RESET})
 class ReconcilerSettings:
     policy: PolicySettings = field(default_factory=PolicySettings)
     bucket: BucketSettings = field(default_factory=_default_bucket)
+    escalation: EscalationSettings = field(default_factory=EscalationSettings)
+    """When a node's failing cards are the node's (`responder.reconcile.escalation`)."""
     """New automatic quarantines: 20 at once, 120 an hour sustained. Below the breaker's rate
     trigger on a large fleet, so a slow trickle of real failures is served while a burst waits
     (Pending, RateLimited) for a person or the breaker to judge it."""
@@ -269,25 +274,17 @@ class ReconcilerMetrics:
         self.breaker_tripped.set(1 if tripped else 0)
 
 
+def node_opted_out(node: Mapping[str, Any]) -> bool:
+    """Whether a Node is opted out of remediation (its `gpuhealth.io/remediation` label)."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(OPT_OUT_LABEL) == OPT_OUT_VALUE)
+
+
 def enforced(record: Quarantine) -> bool:
     """Whether the record's phase has gpuhealth's enforcement in place (Quarantined, or any rung
     of the release ladder): what the breaker's capacity counts. Pending and Deferred records are
     recorded only; counting them would let the record being admitted count against itself."""
     return record.status.phase not in (Phase.PENDING, Phase.DEFERRED, *DONE_PHASES)
-
-
-def quarantine_starts(record: Quarantine) -> list[float]:
-    """When the record's quarantines were enforced: each entry into Quarantined from Pending or
-    Deferred (a failed release returning to Quarantined is the same quarantine)."""
-    starts: list[float] = []
-    previous: str | None = None
-    for entry in record.status.history:
-        if entry.phase == Phase.QUARANTINED and previous in (None, Phase.PENDING, Phase.DEFERRED):
-            at = parse_rfc3339(entry.time)
-            if at is not None:
-                starts.append(at)
-        previous = entry.phase
-    return starts
 
 
 def opened_at(record: Quarantine, created: float | None) -> float | None:
@@ -314,8 +311,10 @@ def guardrails(
     *,
     now: float,
     settings: ReconcilerSettings,
+    escalated: Sequence[tuple[float, int]] = (),
 ) -> tuple[Counts, Bucket]:
-    """The breaker's counts and the new-quarantine bucket, rebuilt from the records (pure)."""
+    """The breaker's counts and the new-quarantine bucket, rebuilt from the records (pure) and
+    the standing node escalations (`escalated`: when each was made, the GPUs it takes out)."""
     starts = [
         (f"{r.spec.node}\x00{r.spec.device}", at)
         for r in records
@@ -323,6 +322,10 @@ def guardrails(
         for at in quarantine_starts(r)
     ]
     active = [f"{r.spec.node}\x00{r.spec.device}" for r in records if enforced(r)]
+    # A node escalated counts as the GPUs its taint takes out beyond its failing cards.
+    for i, (at, gpus) in enumerate(escalated):
+        starts.extend((f"escalated\x00{i}\x00{n}", at) for n in range(gpus))
+        active.extend(f"escalated\x00{i}\x00{n}" for n in range(gpus))
     counts = breaker.count(eligible, starts, active, now=now, settings=settings.policy.breaker)
     bucket = Bucket.replay(settings.bucket, (at for _, at in starts), now)
     return counts, bucket
@@ -374,6 +377,7 @@ class Reconciler:
         resets: CheckRunner | None = None,
         hold: DeviceHold | None = None,
         hold_aside: Callable[[Quarantine], bool] | None = None,
+        escalator: Escalator | None = None,
     ) -> None:
         """`watch_client`: a client for the records' watch that wakes the loop (None: passes
         come only every recheck); give it its own client, closed by the caller at shutdown.
@@ -384,7 +388,8 @@ class Reconciler:
         `hold`: the holder pods of device-plugin cards (`responder.enforce.hold`); None: the
         extender's count alone keeps new pods off them. `hold_aside`: whether a record's checks
         get its card through the kubelet, so that the hold steps aside for them (the check
-        route, `responder.enforce.node_annotation.NodeAnnotation.through_kubelet`); None: never."""
+        route, `responder.enforce.node_annotation.NodeAnnotation.through_kubelet`); None: never.
+        `escalator`: node escalations (`responder.reconcile.escalator`); None: none."""
         self._client = client
         self._enforcer = enforcer
         self._health = health
@@ -404,6 +409,7 @@ class Reconciler:
         )
         self._migrate = migrate
         self._finish = finish
+        self._escalator = escalator
         self._watch_client = watch_client
         self._holders = holders
         self._hold = hold
@@ -437,6 +443,8 @@ class Reconciler:
             # max() over replicas, and a stale series would keep a released device counted.
             self.metrics.clear()
             self.accounting.term_ended()
+            if self._escalator is not None:
+                self._escalator.clear()
 
     # ----- one pass -----------------------------------------------------------------------------
 
@@ -465,6 +473,7 @@ class Reconciler:
             log.warning("reconcile pass skipped: %s; again in %.1f s", exc, retry)
             return PassReport({}, min(cap, retry), skipped=str(exc))
         self._retries.pop("", None)
+        standing = self._standing_escalations()
         outcomes = dict.fromkeys(unreadable, "error")
         for _ in unreadable:
             self.metrics.records.labels("error").inc()
@@ -472,7 +481,14 @@ class Reconciler:
         eligible = snapshot.eligible if snapshot.available else self._eligible
         entries.sort(key=_pass_order)
         records = [record for _, record in entries]
-        counts, bucket = guardrails(records, eligible, stored.state, now=now, settings=self.settings)
+        load = (
+            []
+            if self._escalator is None or standing is None
+            else self._escalator.load(standing, records, seen)
+        )
+        counts, bucket = guardrails(
+            records, eligible, stored.state, now=now, settings=self.settings, escalated=load
+        )
         state = _PassState(now=now, breaker=stored.state, counts=counts, bucket=bucket, seen=seen)
         rechecks: list[float] = []
         final: list[tuple[Quarantine, float | None]] = []
@@ -482,6 +498,18 @@ class Reconciler:
             self._emit_notices(state, fence)
         if fenced:
             return PassReport(outcomes, 0.0, skipped="fenced")
+        if self._escalator is not None and standing is not None:
+            # After every record is decided: the node is judged on the pass's records as stored.
+            state.bucket = self._escalator.pass_over(
+                [record for record, _ in final],
+                standing,
+                seen,
+                state=state.breaker,
+                counts=state.counts,
+                bucket=state.bucket,
+                now=now,
+                fence=fence,
+            )
         for gone in self._retries.keys() - outcomes.keys() - {""}:
             del self._retries[gone]  # deleted records keep no backoff
         self.metrics.publish(final, state.breaker.tripped)
@@ -538,6 +566,17 @@ class Reconciler:
             created = parse_rfc3339(str(obj.get("metadata", {}).get("creationTimestamp") or ""))
             final.append((after, opened_at(after, created)))
         return False
+
+    def _standing_escalations(self) -> dict[str, dict[str, Any]] | None:
+        """The escalated Nodes; None when there is no escalator or they cannot be listed: the
+        pass then judges no node (its records are decided as ever), and the next one does."""
+        if self._escalator is None:
+            return None
+        try:
+            return self._escalator.standing(self.settings.page_size)
+        except Exception as exc:
+            log.warning("escalated nodes not listed (%s): no node judged this pass", exc)
+            return None
 
     def _read_health(self, now: float) -> HealthSnapshot:
         """This pass's device health; `HealthSnapshot.unavailable()` when the source fails, so
@@ -717,8 +756,7 @@ class Reconciler:
         return backoff.next_delay(server or 0.0)
 
     def _opted_out(self, node: str, state: _PassState) -> bool:
-        labels = ((state.seen.get(NODE, node) or {}).get("metadata") or {}).get("labels") or {}
-        return bool(labels.get(OPT_OUT_LABEL) == OPT_OUT_VALUE)
+        return node_opted_out(state.seen.get(NODE, node) or {})
 
     def _apply(self, record: Quarantine, decided: Step, state: _PassState, fence: threading.Event) -> None:
         for effect in decided.effects:

@@ -5,7 +5,8 @@ per record, kind and attempt (property); a device-plugin check asks for no GPU (
 hand it any free one), is pinned with `spec.nodeName`, tolerates every taint and gets the
 device from the NVIDIA runtime (`NVIDIA_VISIBLE_DEVICES=<uuid>`, the configured RuntimeClass),
 with no annotation naming the device for it; a DRA check's claim template selects the device
-by uuid and tolerates the quarantine and canary taints, for the probe and the canary alike;
+by uuid and tolerates the quarantine and canary taints, for the probe and the canary alike, and
+its pod the node escalation's taint;
 both are owned by the record; the canary runs its own image and command, not the probe's, as
 configured; a check rung without a spec is refused; starting twice creates nothing twice; Job
 status maps to a CheckResult (Absent, Running, Succeeded, Failed).
@@ -35,6 +36,7 @@ from responder.checks.jobs import (
 )
 from responder.enforce.taint_rules import CLAIM_TEMPLATE
 from responder.ladder import LADDER, Kind, Rung
+from responder.reconcile.escalation import TAINT_KEY as ESCALATION_TAINT
 from responder.reconcile.policy import CANARY_TAINT, QUARANTINE_TAINT, CheckResult, PolicySettings
 from responder.reconcile.reconciler import ReconcilerSettings
 from responder.records import Quarantine, record_name
@@ -234,6 +236,8 @@ def test_a_dra_check_claims_the_device_by_uuid_and_tolerates_the_taints(kind: st
     assert "nodeName" not in pod and "runtimeClassName" not in pod
     assert not device_env(container)
     assert template["metadata"]["ownerReferences"][0]["name"] == r.name
+    # Through the scheduler: it still reaches a card of a node escalated by its failing cards.
+    assert pod["tolerations"] == [{"key": ESCALATION_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
 
 
 def test_the_canary_is_a_workload_of_its_own_not_the_probe_again() -> None:
