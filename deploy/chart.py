@@ -297,6 +297,7 @@ def templates(sources: Sources) -> dict[str, str]:
     out.update(_cluster_exporter(sources))
     out.update(_monitoring(sources))
     out.update(_gpu_reset(sources))
+    out.update(_network_policies(sources))
     out.update(_dashboards(sources))
     out["_helpers.tpl"] = HELPERS
     out["NOTES.txt"] = NOTES
@@ -462,6 +463,30 @@ def _gpu_reset(sources: Sources) -> dict[str, str]:
     }
 
 
+NAMESPACE_LABEL = "kubernetes.io/metadata.name"
+
+
+def _network_policies(sources: Sources) -> dict[str, str]:
+    """deploy/components/network-policies, its peers' namespace a value (`monitoring` there)."""
+    component = sources.component("network-policies")
+    listed = yaml.safe_load((component / "kustomization.yaml").read_text(encoding="utf-8"))["resources"]
+    texts = []
+    for name in listed:
+        for doc in load(component / name):
+            knobs = Knobs()
+            for rule in _labelled(doc)["spec"]["ingress"]:
+                for peer in rule["from"]:
+                    labels = peer["namespaceSelector"]["matchLabels"]
+                    if labels.get(NAMESPACE_LABEL) == "monitoring":
+                        labels[NAMESPACE_LABEL] = knobs.mark(
+                            lambda indent, lead: (
+                                f"{indent}{lead}{{{{ .Values.networkPolicies.monitoringNamespace }}}}"
+                            )
+                        )
+            texts.append(_dump(doc, knobs))
+    return {"network-policies.yaml": _wrap(".Values.networkPolicies.enabled", "---\n".join(texts))}
+
+
 def _dashboards(sources: Sources) -> dict[str, str]:
     component = sources.component("dashboards")
     kustomization = yaml.safe_load((component / "kustomization.yaml").read_text(encoding="utf-8"))
@@ -583,6 +608,7 @@ def values(sources: Sources) -> dict[str, Any]:
         "monitoringLabels": {},
         "noOperator": {"enabled": False},
         "dashboards": {"enabled": True},
+        "networkPolicies": {"enabled": True, "monitoringNamespace": "monitoring"},
     }
 
 
@@ -615,6 +641,10 @@ VALUES_NOTES = {
     "monitoringLabels": "Labels added to those objects (kube-prometheus-stack: release: <its release name>).",
     "noOperator": "No Prometheus Operator: the rule files, scrape jobs, Alertmanager config, in ConfigMaps.",
     "dashboards": 'Grafana dashboards as ConfigMaps labelled grafana_dashboard: "1".',
+    "networkPolicies": (
+        "The exporter's port open only to monitoringNamespace (Prometheus), the responder's to it and\n"
+        '# kube-system (docs/web-config.md, "Who can reach the endpoints").'
+    ),
 }
 
 

@@ -115,11 +115,11 @@ def test_the_chart_renders_what_each_overlay_builds(helm: str, overlay: str) -> 
 
 STACKS = {
     "dcgm-exporter+gpu-reset": (
-        ("prometheus-operator", "dcgm-exporter", "gpu-reset"),
+        ("prometheus-operator", "dcgm-exporter", "gpu-reset", "network-policies"),
         ("responder.mode=enforcing", "dcgmExporter.enabled=true", "gpuReset.enabled=true"),
     ),
     "cluster-exporter-shards": (
-        ("prometheus-operator", "cluster-exporter", "cluster-exporter-shards"),
+        ("prometheus-operator", "cluster-exporter", "cluster-exporter-shards", "network-policies"),
         ("responder.mode=enforcing", "exporter.mode=cluster", "exporter.shards=3"),
     ),
 }
@@ -250,3 +250,18 @@ def test_an_operators_rules_settings_reach_the_chart_as_values(helm: str, tmp_pa
     assert done.returncode == 0, done.stderr
     rendered = {d["kind"]: d["spec"] for d in load_all(done.stdout) if d["kind"] in wanted}
     assert rendered == wanted
+
+
+def test_the_network_policies_follow_prometheus_s_namespace_or_go(helm: str) -> None:
+    chart = template(helm, "networkPolicies.monitoringNamespace=openshift-monitoring")
+    policies = [o for o in chart if o["kind"] == "NetworkPolicy"]
+    assert sorted(p["metadata"]["name"] for p in policies) == ["gpuhealth-exporter", "gpuhealth-responder"]
+    peers = [
+        peer["namespaceSelector"]["matchLabels"]
+        for p in policies
+        for r in p["spec"]["ingress"]
+        for peer in r["from"]
+    ]
+    assert {"kubernetes.io/metadata.name": "openshift-monitoring"} in peers
+    assert {"kubernetes.io/metadata.name": "monitoring"} not in peers
+    assert not [o for o in template(helm, "networkPolicies.enabled=false") if o["kind"] == "NetworkPolicy"]
