@@ -35,6 +35,7 @@ OUTPUTS: dict[str, str] = {
     "gpu-fleet.yaml.j2": "prometheus/gpu-fleet.yaml",
     "gpuhealth-self.yaml.j2": "prometheus/gpuhealth-self.yaml",
     "gpu-dcgm.yaml.j2": "prometheus/gpu-dcgm.yaml",
+    "gpu-workload.yaml.j2": "prometheus/gpu-workload.yaml",
     "alertmanager.yaml.j2": "alertmanager/alertmanager.yaml",
 }
 
@@ -209,6 +210,26 @@ class WorkloadSettings:
     """Label that names the pod on those series."""
 
 
+@dataclass(frozen=True)
+class LayerSettings:
+    """A GPU workload's four layers side by side: allocation success and device health (the
+    platform's), container readiness and the business SLO (the tenant's). docs/layers.md."""
+
+    kube_state_metrics_matchers: str = 'job="kube-state-metrics"'
+    """Label matchers that select kube-state-metrics' pod series (its scrape job, at least)."""
+    gpu_resources: tuple[str, ...] = ("nvidia_com_gpu",)
+    """Extended resources that make a pod a GPU workload, as kube-state-metrics writes them in its
+    `resource` label (`.` and `/` as `_`). A pod with a DRA claim, or holding a device, is one too."""
+    unallocated_for: Duration = Duration(300)
+    """GPUWorkloadUnallocated: a GPU pod unscheduled, or refused at admission, this long."""
+    not_ready_for: Duration = Duration(300)
+    """GPUWorkloadNotReady: a running GPU pod on healthy devices with a container unready this long."""
+    error_ratio: float = 0.05
+    """GPUWorkloadErrorRatioHigh: share of a GPU pod's requests that failed (exclusive bound)."""
+    error_ratio_for: Duration = Duration(300)
+    """GPUWorkloadErrorRatioHigh: condition held this long."""
+
+
 DCGM_HEALTH_WATCHES: frozenset[str] = frozenset(
     {"PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "THERMAL", "POWER", "DRIVER",
      "NVSWITCH_NONFATAL", "NVSWITCH_FATAL", "CONNECTX", "ALL"}
@@ -286,6 +307,7 @@ class Settings:
     self: SelfSettings = field(default_factory=SelfSettings)
     workloads: WorkloadSettings = field(default_factory=WorkloadSettings)
     dcgm: DcgmSettings = field(default_factory=DcgmSettings)
+    layers: LayerSettings = field(default_factory=LayerSettings)
     runbook_base_url: str = "https://github.com/gpuhealth/gpuhealth/blob/main/docs/runbooks.md"
     """Prefix of runbook_url; the anchor is the alert name in lower case."""
     alertmanager: AlertmanagerSettings = field(default_factory=AlertmanagerSettings)
@@ -375,6 +397,7 @@ def validate(settings: Settings) -> None:
         raise ConfigError("evaluation_interval: must be longer than 0s")
     _validate_workloads(settings.workloads)
     _validate_dcgm(settings.dcgm)
+    _validate_layers(settings.layers)
 
     dev = settings.device
     for name in (
@@ -560,6 +583,30 @@ def _validate_workloads(w: WorkloadSettings) -> None:
             f"workloads.matchers: {w.matchers!r} is not a comma-separated list of label matchers "
             'such as job="inference", namespace=~"prod-.*"'
         )
+
+
+def _validate_layers(layers: LayerSettings) -> None:
+    if (
+        not _MATCHERS_RE.match(layers.kube_state_metrics_matchers)
+        or not layers.kube_state_metrics_matchers.strip()
+    ):
+        raise ConfigError(
+            f"layers.kube_state_metrics_matchers: {layers.kube_state_metrics_matchers!r} is not a "
+            'comma-separated list of label matchers such as job="kube-state-metrics"'
+        )
+    if not layers.gpu_resources:
+        raise ConfigError("layers.gpu_resources: empty; list at least one (nvidia_com_gpu)")
+    for i, resource in enumerate(layers.gpu_resources):
+        if not _LABEL_RE.match(resource):
+            raise ConfigError(
+                f"layers.gpu_resources[{i}]: {resource!r} is not as kube-state-metrics writes a resource "
+                "(nvidia.com/gpu is nvidia_com_gpu)"
+            )
+    for name in ("unallocated_for", "not_ready_for", "error_ratio_for"):
+        if getattr(layers, name).seconds <= 0:
+            raise ConfigError(f"layers.{name}: must be longer than 0s")
+    if not 0 < layers.error_ratio < 1:
+        raise ConfigError(f"layers.error_ratio: {layers.error_ratio} is not between 0 and 1")
 
 
 def _validate_dcgm(d: DcgmSettings) -> None:
