@@ -10,8 +10,11 @@ light and makes a rule that reads anything else fail its declared-series check.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+
+from gpuhealth.testing.loopback import child_process, free_port, http_ok, require_binary, wait_until
 
 JOB = "kube-state-metrics"
 """Its scrape job (rules/config.yaml `layers.kube_state_metrics_matchers`)."""
@@ -44,3 +47,16 @@ def command(binary: Path, kubeconfig: Path, port: int, telemetry_port: int) -> l
         "--telemetry-host=127.0.0.1",
         f"--telemetry-port={telemetry_port}",
     ]
+
+
+@contextmanager
+def running(kubeconfig: Path, log: Path) -> Iterator[str]:
+    """kube-state-metrics watching the cluster `kubeconfig` names, once it serves: its
+    `host:port` (a scrape target of job `JOB`)."""
+    port = free_port()
+    argv = command(Path(require_binary("kube-state-metrics")), kubeconfig, port, free_port())
+    with child_process(argv, log):
+        wait_until(
+            "kube-state-metrics to serve", lambda: http_ok(f"http://127.0.0.1:{port}/metrics"), timeout=30
+        )
+        yield f"127.0.0.1:{port}"

@@ -1,0 +1,191 @@
+"""A GPU workload's layers, read by a real Prometheus from kube-state-metrics and gpuhealth.
+
+Aspects covered: kube-state-metrics 2.20 (built from its Go module, `tools/upstream`) lists and
+watches the simulated cluster's pods and nodes and serves the pod series the workload-layer
+rules read (`tests.support.kube_state_metrics`); Prometheus scrapes it beside a cluster-mode
+exporter and the simulated workloads' own counters, and evaluates the shipped rules (durations
+shrunk to seconds). One device-plugin node with two GPUs:
+- `inference/serve` (one GPU) runs ready, serves, and its layers read 0: allocated, on Healthy
+  devices, every container ready, no errors (kube-state-metrics' readiness joined to the device
+  it holds through gpu_device_allocation_info);
+- `training/big`, created through the API, asks for four GPUs that no node has: the allocation
+  layer alone fails, and GPUWorkloadUnallocated (owner platform) fires for it alone;
+- then the GPU `serve` holds fails: the device layer fails, GPUDeviceUnhealthy fires, and `serve`,
+  now failing its requests on a failed device, raises no readiness or SLO alert: one failure, one
+  layer's alert.
+Readiness failing alone and an error burst on a healthy, ready pod are the promtool tests'
+(rules/tests/workload-layers.yaml): the simulator has neither fault yet.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuhealth.testing.loopback import (
+    Prometheus,
+    ScrapeJob,
+    run_prometheus,
+    wait_until,
+)
+from rules.render import DEFAULT_CONFIG, parse_config, write_files
+from rules.render import render as render_rules
+from simulator.runner import WORKLOAD_METRICS_PATH
+from simulator.traffic import JOB as WORKLOADS_JOB
+from tests.e2e.test_pipeline_e2e import FAST_RULES
+from tests.support import kube_state_metrics
+from tests.support.exporters import cluster_exporter
+
+pytestmark = [pytest.mark.integration]
+
+SPEED = 10.0
+FAST_LAYERS = {"unallocated_for": "3s", "not_ready_for": "3s", "error_ratio_for": "3s"}
+SCENARIO: dict[str, Any] = {
+    "name": "workload-layers",
+    "description": "one serving pod on a 2-GPU node",
+    "fleet": [{"name": "gpu-dp", "count": 1, "gpusPerNode": 2, "path": "device-plugin"}],
+    "workloads": [
+        {"name": "serve", "namespace": "inference", "kind": "Deployment", "replicas": 1,
+         "gpusPerPod": 1, "path": "device-plugin"},
+    ],
+    "timeline": [],
+}  # fmt: skip
+
+
+BIG_POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "big", "namespace": "training"},
+    "spec": {
+        "containers": [
+            {
+                "name": "main",
+                "image": "registry.example/train:1",
+                "resources": {"limits": {"nvidia.com/gpu": "4"}},
+            }
+        ]
+    },
+}
+"""A pod asking for four GPUs where no node has more than two: the scheduler cannot place it."""
+
+
+def create_big_pod(kubeconfig: Path) -> None:
+    """`BIG_POD`, created through the API as a tenant would (the scenario refuses what cannot fit)."""
+    from gpuhealth.kube.client import KubeClient
+    from gpuhealth.kube.config import api_client
+    from gpuhealth.kube.resources import NAMESPACE, POD
+    from gpuhealth.kube.transport import KubeTransport
+
+    kube = KubeClient(KubeTransport(api_client(str(kubeconfig))))
+    try:
+        kube.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "training"}})
+        kube.create(POD, BIG_POD)
+    finally:
+        kube.close()
+
+
+def rule_files(workdir: Path) -> list[Path]:
+    base = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    for section, values in {**FAST_RULES, "layers": FAST_LAYERS}.items():
+        base[section] = {**base[section], **values} if isinstance(values, dict) else values
+    written = write_files(render_rules(parse_config(base)), workdir / "rules")
+    return [p for p in written if p.parent.name == "prometheus"]
+
+
+def one(prometheus: Prometheus, expr: str) -> float | None:
+    return prometheus.value(expr)
+
+
+def firing(prometheus: Prometheus, alertname: str) -> list[dict[str, str]]:
+    return [a["labels"] for a in prometheus.alerts("firing") if a["labels"].get("alertname") == alertname]
+
+
+def any_state(prometheus: Prometheus, alertname: str) -> list[dict[str, Any]]:
+    return prometheus.query(f'ALERTS{{alertname="{alertname}"}}')
+
+
+@pytest.mark.timeout(240)
+def test_each_layer_reads_apart_and_a_failure_raises_only_its_layers_alert(tmp_path: Path) -> None:
+    with ExitStack() as stack:
+        cluster, exporter_port, uuids = stack.enter_context(
+            cluster_exporter(SCENARIO, "gpu-dp-0", 2, tmp_path, speed=SPEED)
+        )
+        ksm = stack.enter_context(
+            kube_state_metrics.running(cluster.kubeconfig_path, tmp_path / "kube-state-metrics.log")
+        )
+        jobs = [
+            ScrapeJob("gpuhealth-exporter", [f"127.0.0.1:{exporter_port}"]),
+            ScrapeJob(kube_state_metrics.JOB, [ksm]),
+            ScrapeJob(
+                WORKLOADS_JOB, [cluster.url.removeprefix("http://")], metrics_path=WORKLOAD_METRICS_PATH
+            ),
+        ]
+        prometheus = stack.enter_context(
+            run_prometheus(tmp_path / "prometheus", jobs, rule_files=rule_files(tmp_path))
+        )
+        serve = '{namespace="inference"}'
+
+        # Healthy first: every layer of the serving pod reads, and reads fine.
+        def serving_fine() -> bool:
+            return (
+                one(prometheus, f"namespace_pod:gpu_workload_unallocated:bool{serve}") == 0
+                and one(prometheus, f"namespace_pod:gpu_workload_devices_not_healthy:count{serve}") == 0
+                and one(prometheus, f"namespace_pod:gpu_workload_containers_unready:count{serve}") == 0
+                and one(prometheus, f"namespace_pod:gpu_workload_error_ratio:rate5m{serve}") == 0
+                and one(prometheus, "sum(node_device:gpu_workload_containers_unready:sum)") == 0
+            )
+
+        wait_until("the serving pod's four layers, all fine", serving_fine, timeout=60, interval=1)
+
+        # Allocation alone: the pod no node can give four GPUs, and only its alert.
+        create_big_pod(cluster.kubeconfig_path)
+        wait_until(
+            "GPUWorkloadUnallocated for training/big",
+            lambda: (
+                [a.get("namespace") for a in firing(prometheus, "GPUWorkloadUnallocated")] == ["training"]
+            ),
+            timeout=60,
+            interval=1,
+        )
+        (unallocated,) = firing(prometheus, "GPUWorkloadUnallocated")
+        assert (unallocated["owner"], unallocated["layer"]) == ("platform", "allocation")
+        assert unallocated["pod"] == "big"
+        assert any_state(prometheus, "GPUWorkloadNotReady") == []
+        assert any_state(prometheus, "GPUWorkloadErrorRatioHigh") == []
+        assert firing(prometheus, "GPUDeviceUnhealthy") == []
+
+        # Device health alone: the serving pod's GPU fails, and the pod fails its requests on it.
+        (held,) = prometheus.query(f"gpu_device_allocation_info{serve}")
+        device = held["metric"]["device"]
+        cluster.inject(
+            {"fault": "device-unhealthy", "device": {"node": "gpu-dp-0", "gpu": uuids[device]},
+             "message": "XID 79: GPU has fallen off the bus"}
+        )  # fmt: skip
+        wait_until(
+            "GPUDeviceUnhealthy for the serving pod's GPU",
+            lambda: [a.get("device") for a in firing(prometheus, "GPUDeviceUnhealthy")] == [device],
+            timeout=60,
+            interval=1,
+        )
+        # Positive evidence of what the SLO alert must not fire for: errors above its threshold.
+        wait_until(
+            "the serving pod failing its requests on the failed GPU",
+            lambda: (
+                (one(prometheus, f"namespace_pod:gpu_workload_error_ratio:rate5m{serve}") or 0) > 0.05
+                and one(prometheus, f"namespace_pod:gpu_workload_devices_not_healthy:count{serve}") == 1
+            ),
+            timeout=60,
+            interval=1,
+        )
+        held_since = time.monotonic()
+        # Past the 3s `for` of both tenant alerts, several evaluations: neither is even pending.
+        while time.monotonic() - held_since < 8:
+            assert any_state(prometheus, "GPUWorkloadErrorRatioHigh") == []
+            assert any_state(prometheus, "GPUWorkloadNotReady") == []
+            time.sleep(1)
+        assert [a.get("namespace") for a in firing(prometheus, "GPUWorkloadUnallocated")] == ["training"]
