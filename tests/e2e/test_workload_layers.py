@@ -10,11 +10,13 @@ shrunk to seconds). One device-plugin node with two GPUs:
   it holds through gpu_device_allocation_info);
 - `training/big`, created through the API, asks for four GPUs that no node has: the allocation
   layer alone fails, and GPUWorkloadUnallocated (owner platform) fires for it alone;
+- `shop/buggy` (one GPU, a bad release failing half its requests) is ready on a Healthy GPU: the
+  business SLO alone fails, and GPUWorkloadErrorRatioHigh (owner tenant) fires for it alone;
 - then the GPU `serve` holds fails: the device layer fails, GPUDeviceUnhealthy fires, and `serve`,
   now failing its requests on a failed device, raises no readiness or SLO alert: one failure, one
   layer's alert.
-Readiness failing alone and an error burst on a healthy, ready pod are the promtool tests'
-(rules/tests/workload-layers.yaml): the simulator has neither fault yet.
+Readiness failing alone is the promtool tests' (rules/tests/workload-layers.yaml): the simulated
+kubelet has no failing readiness probe yet.
 """
 
 from __future__ import annotations
@@ -47,11 +49,14 @@ SPEED = 10.0
 FAST_LAYERS = {"unallocated_for": "3s", "not_ready_for": "3s", "error_ratio_for": "3s"}
 SCENARIO: dict[str, Any] = {
     "name": "workload-layers",
-    "description": "one serving pod on a 2-GPU node",
+    "description": "a serving pod and a buggy one on a 2-GPU node",
     "fleet": [{"name": "gpu-dp", "count": 1, "gpusPerNode": 2, "path": "device-plugin"}],
     "workloads": [
         {"name": "serve", "namespace": "inference", "kind": "Deployment", "replicas": 1,
          "gpusPerPod": 1, "path": "device-plugin"},
+        # A bad release: half its requests fail, on a healthy GPU (simulator/traffic.py).
+        {"name": "buggy", "namespace": "shop", "kind": "Deployment", "replicas": 1,
+         "gpusPerPod": 1, "path": "device-plugin", "errorRatio": 0.5},
     ],
     "timeline": [],
 }  # fmt: skip
@@ -105,8 +110,16 @@ def firing(prometheus: Prometheus, alertname: str) -> list[dict[str, str]]:
     return [a["labels"] for a in prometheus.alerts("firing") if a["labels"].get("alertname") == alertname]
 
 
-def any_state(prometheus: Prometheus, alertname: str) -> list[dict[str, Any]]:
-    return prometheus.query(f'ALERTS{{alertname="{alertname}"}}')
+EXPECTED = {("GPUWorkloadUnallocated", "training"), ("GPUWorkloadErrorRatioHigh", "shop")}
+"""The workload alerts of the run, any state, by namespace: one per layer that fails alone."""
+
+
+def workload_alerts(prometheus: Prometheus, state: str = ".+") -> set[tuple[str, str]]:
+    """(alertname, namespace) of every GPUWorkload* alert in `state` (default: pending or firing)."""
+    return {
+        (a["metric"]["alertname"], a["metric"].get("namespace", ""))
+        for a in prometheus.query(f'ALERTS{{alertname=~"GPUWorkload.*", alertstate=~"{state}"}}')
+    }
 
 
 @pytest.mark.timeout(240)
@@ -142,21 +155,26 @@ def test_each_layer_reads_apart_and_a_failure_raises_only_its_layers_alert(tmp_p
 
         wait_until("the serving pod's four layers, all fine", serving_fine, timeout=60, interval=1)
 
-        # Allocation alone: the pod no node can give four GPUs, and only its alert.
+        # Allocation alone (the pod no node can give four GPUs) and the business SLO alone (the
+        # buggy pod, ready on a Healthy GPU, fails half its requests): each its own layer's alert.
         create_big_pod(cluster.kubeconfig_path)
         wait_until(
-            "GPUWorkloadUnallocated for training/big",
-            lambda: (
-                [a.get("namespace") for a in firing(prometheus, "GPUWorkloadUnallocated")] == ["training"]
-            ),
+            "GPUWorkloadUnallocated for training/big and GPUWorkloadErrorRatioHigh for shop/buggy",
+            lambda: workload_alerts(prometheus) == EXPECTED == workload_alerts(prometheus, "firing"),
             timeout=60,
             interval=1,
         )
         (unallocated,) = firing(prometheus, "GPUWorkloadUnallocated")
-        assert (unallocated["owner"], unallocated["layer"]) == ("platform", "allocation")
-        assert unallocated["pod"] == "big"
-        assert any_state(prometheus, "GPUWorkloadNotReady") == []
-        assert any_state(prometheus, "GPUWorkloadErrorRatioHigh") == []
+        assert (unallocated["owner"], unallocated["layer"], unallocated["pod"]) == (
+            "platform",
+            "allocation",
+            "big",
+        )
+        (slo,) = firing(prometheus, "GPUWorkloadErrorRatioHigh")
+        assert (slo["owner"], slo["layer"]) == ("tenant", "slo")
+        buggy = '{namespace="shop"}'
+        assert one(prometheus, f"namespace_pod:gpu_workload_devices_not_healthy:count{buggy}") == 0
+        assert one(prometheus, f"namespace_pod:gpu_workload_containers_unready:count{buggy}") == 0
         assert firing(prometheus, "GPUDeviceUnhealthy") == []
 
         # Device health alone: the serving pod's GPU fails, and the pod fails its requests on it.
@@ -183,9 +201,9 @@ def test_each_layer_reads_apart_and_a_failure_raises_only_its_layers_alert(tmp_p
             interval=1,
         )
         held_since = time.monotonic()
-        # Past the 3s `for` of both tenant alerts, several evaluations: neither is even pending.
+        # Past the 3s `for` of both tenant alerts, several evaluations: the serving pod has no
+        # alert of its own, not even a pending one, and the other layers' alerts stand as they were.
         while time.monotonic() - held_since < 8:
-            assert any_state(prometheus, "GPUWorkloadErrorRatioHigh") == []
-            assert any_state(prometheus, "GPUWorkloadNotReady") == []
+            assert prometheus.query('ALERTS{namespace="inference"}') == []
+            assert workload_alerts(prometheus) == EXPECTED
             time.sleep(1)
-        assert [a.get("namespace") for a in firing(prometheus, "GPUWorkloadUnallocated")] == ["training"]
