@@ -155,7 +155,7 @@ COMPONENTS: dict[str, Component] = {
             module_version="v2.20.0",
             binaries={"kube-state-metrics": "k8s.io/kube-state-metrics/v2"},
             ldflags=_prometheus_flags("v2.20.0", "v2.20.0"),
-            minutes=4,
+            minutes=8,
         ),
     )
 }
