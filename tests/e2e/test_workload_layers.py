@@ -4,19 +4,22 @@ Aspects covered: kube-state-metrics 2.20 (built from its Go module, `tools/upstr
 watches the simulated cluster's pods and nodes and serves the pod series the workload-layer
 rules read (`tests.support.kube_state_metrics`); Prometheus scrapes it beside a cluster-mode
 exporter and the simulated workloads' own counters, and evaluates the shipped rules (durations
-shrunk to seconds). One device-plugin node with two GPUs:
+shrunk to seconds). One device-plugin node with three GPUs, each layer failing alone on its own
+pod, and only that layer's alert firing:
 - `inference/serve` (one GPU) runs ready, serves, and its layers read 0: allocated, on Healthy
   devices, every container ready, no errors (kube-state-metrics' readiness joined to the device
   it holds through gpu_device_allocation_info);
 - `training/big`, created through the API, asks for four GPUs that no node has: the allocation
   layer alone fails, and GPUWorkloadUnallocated (owner platform) fires for it alone;
+- `ml/stuck`, created through the API, runs on a Healthy GPU until its containers fail their
+  probes (the simulated kubelet restarts them with back-off, never Ready): the readiness layer
+  alone fails, and GPUWorkloadNotReady (owner tenant) fires for it alone;
 - `shop/buggy` (one GPU, a bad release failing half its requests) is ready on a Healthy GPU: the
   business SLO alone fails, and GPUWorkloadErrorRatioHigh (owner tenant) fires for it alone;
 - then the GPU `serve` holds fails: the device layer fails, GPUDeviceUnhealthy fires, and `serve`,
-  now failing its requests on a failed device, raises no readiness or SLO alert: one failure, one
+  now failing its requests on a failed device, raises no alert of its own: one failure, one
   layer's alert.
-Readiness failing alone is the promtool tests' (rules/tests/workload-layers.yaml): the simulated
-kubelet has no failing readiness probe yet.
+The same, rule by rule and at each `for:` boundary: rules/tests/workload-layers.yaml.
 """
 
 from __future__ import annotations
@@ -29,12 +32,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuhealth.testing.loopback import (
-    Prometheus,
-    ScrapeJob,
-    run_prometheus,
-    wait_until,
-)
+from gpuhealth.testing.loopback import Prometheus, ScrapeJob, run_prometheus, wait_until
 from rules.render import DEFAULT_CONFIG, parse_config, write_files
 from rules.render import render as render_rules
 from simulator.runner import WORKLOAD_METRICS_PATH
@@ -49,8 +47,8 @@ SPEED = 10.0
 FAST_LAYERS = {"unallocated_for": "3s", "not_ready_for": "3s", "error_ratio_for": "3s"}
 SCENARIO: dict[str, Any] = {
     "name": "workload-layers",
-    "description": "a serving pod and a buggy one on a 2-GPU node",
-    "fleet": [{"name": "gpu-dp", "count": 1, "gpusPerNode": 2, "path": "device-plugin"}],
+    "description": "a serving pod and a buggy one on a 3-GPU node",
+    "fleet": [{"name": "gpu-dp", "count": 1, "gpusPerNode": 3, "path": "device-plugin"}],
     "workloads": [
         {"name": "serve", "namespace": "inference", "kind": "Deployment", "replicas": 1,
          "gpusPerPod": 1, "path": "device-plugin"},
@@ -60,27 +58,32 @@ SCENARIO: dict[str, Any] = {
     ],
     "timeline": [],
 }  # fmt: skip
-
-
-BIG_POD: dict[str, Any] = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"name": "big", "namespace": "training"},
-    "spec": {
-        "containers": [
-            {
-                "name": "main",
-                "image": "registry.example/train:1",
-                "resources": {"limits": {"nvidia.com/gpu": "4"}},
-            }
-        ]
-    },
+EXPECTED = {
+    ("GPUWorkloadUnallocated", "training"),
+    ("GPUWorkloadNotReady", "ml"),
+    ("GPUWorkloadErrorRatioHigh", "shop"),
 }
-"""A pod asking for four GPUs where no node has more than two: the scheduler cannot place it."""
+"""The workload alerts of the run, by namespace: one per layer that fails alone."""
 
 
-def create_big_pod(kubeconfig: Path) -> None:
-    """`BIG_POD`, created through the API as a tenant would (the scenario refuses what cannot fit)."""
+def gpu_pod(namespace: str, name: str, gpus: int) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": str(gpus)}
+    container = {"name": "main", "image": f"registry.example/{name}:1", "resources": {"limits": limits}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"containers": [container]},
+    }
+
+
+API_PODS = (gpu_pod("training", "big", 4), gpu_pod("ml", "stuck", 1))
+"""Created through the API as a tenant would: `big` asks for four GPUs where no node has more than
+three (a scenario refuses what cannot fit), `stuck` for one (its containers are then made to fail
+their probes)."""
+
+
+def create_pods(kubeconfig: Path) -> None:
     from gpuhealth.kube.client import KubeClient
     from gpuhealth.kube.config import api_client
     from gpuhealth.kube.resources import NAMESPACE, POD
@@ -88,8 +91,10 @@ def create_big_pod(kubeconfig: Path) -> None:
 
     kube = KubeClient(KubeTransport(api_client(str(kubeconfig))))
     try:
-        kube.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "training"}})
-        kube.create(POD, BIG_POD)
+        for pod in API_PODS:
+            namespace = pod["metadata"]["namespace"]
+            kube.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+            kube.create(POD, pod)
     finally:
         kube.close()
 
@@ -110,10 +115,6 @@ def firing(prometheus: Prometheus, alertname: str) -> list[dict[str, str]]:
     return [a["labels"] for a in prometheus.alerts("firing") if a["labels"].get("alertname") == alertname]
 
 
-EXPECTED = {("GPUWorkloadUnallocated", "training"), ("GPUWorkloadErrorRatioHigh", "shop")}
-"""The workload alerts of the run, any state, by namespace: one per layer that fails alone."""
-
-
 def workload_alerts(prometheus: Prometheus, state: str = ".+") -> set[tuple[str, str]]:
     """(alertname, namespace) of every GPUWorkload* alert in `state` (default: pending or firing)."""
     return {
@@ -123,10 +124,10 @@ def workload_alerts(prometheus: Prometheus, state: str = ".+") -> set[tuple[str,
 
 
 @pytest.mark.timeout(240)
-def test_each_layer_reads_apart_and_a_failure_raises_only_its_layers_alert(tmp_path: Path) -> None:
+def test_each_layer_failing_alone_raises_only_its_own_alert(tmp_path: Path) -> None:
     with ExitStack() as stack:
         cluster, exporter_port, uuids = stack.enter_context(
-            cluster_exporter(SCENARIO, "gpu-dp-0", 2, tmp_path, speed=SPEED)
+            cluster_exporter(SCENARIO, "gpu-dp-0", 3, tmp_path, speed=SPEED)
         )
         ksm = stack.enter_context(
             kube_state_metrics.running(cluster.kubeconfig_path, tmp_path / "kube-state-metrics.log")
@@ -155,26 +156,43 @@ def test_each_layer_reads_apart_and_a_failure_raises_only_its_layers_alert(tmp_p
 
         wait_until("the serving pod's four layers, all fine", serving_fine, timeout=60, interval=1)
 
-        # Allocation alone (the pod no node can give four GPUs) and the business SLO alone (the
-        # buggy pod, ready on a Healthy GPU, fails half its requests): each its own layer's alert.
-        create_big_pod(cluster.kubeconfig_path)
+        create_pods(cluster.kubeconfig_path)
+        ml = '{namespace="ml"}'
         wait_until(
-            "GPUWorkloadUnallocated for training/big and GPUWorkloadErrorRatioHigh for shop/buggy",
+            "ml/stuck running ready on a GPU",
+            lambda: (
+                one(prometheus, f"kube_pod_container_status_ready{ml}") == 1
+                and prometheus.query(f"gpu_device_allocation_info{ml}")
+            ),
+            timeout=60,
+            interval=1,
+        )
+        # The simulated kubelet's pod worker: each start of the pod's containers now fails its
+        # startup probe, and they restart with back-off, never Ready (a model that no longer loads).
+        cluster.call(lambda c: c.fleet.pod_runner.fail("ml/stuck", True))
+
+        # Allocation alone (big), readiness alone (stuck) and the business SLO alone (buggy):
+        # each its own layer's alert, and nothing else pending or firing.
+        wait_until(
+            "GPUWorkloadUnallocated for training/big, GPUWorkloadNotReady for ml/stuck and "
+            "GPUWorkloadErrorRatioHigh for shop/buggy",
             lambda: workload_alerts(prometheus) == EXPECTED == workload_alerts(prometheus, "firing"),
             timeout=60,
             interval=1,
         )
-        (unallocated,) = firing(prometheus, "GPUWorkloadUnallocated")
-        assert (unallocated["owner"], unallocated["layer"], unallocated["pod"]) == (
-            "platform",
-            "allocation",
-            "big",
-        )
-        (slo,) = firing(prometheus, "GPUWorkloadErrorRatioHigh")
-        assert (slo["owner"], slo["layer"]) == ("tenant", "slo")
-        buggy = '{namespace="shop"}'
-        assert one(prometheus, f"namespace_pod:gpu_workload_devices_not_healthy:count{buggy}") == 0
-        assert one(prometheus, f"namespace_pod:gpu_workload_containers_unready:count{buggy}") == 0
+        owners = {
+            (labels["alertname"], labels["namespace"]): (labels["owner"], labels["layer"])
+            for labels in (alert["labels"] for alert in prometheus.alerts("firing"))
+            if labels["alertname"].startswith("GPUWorkload")
+        }
+        assert owners == {
+            ("GPUWorkloadUnallocated", "training"): ("platform", "allocation"),
+            ("GPUWorkloadNotReady", "ml"): ("tenant", "readiness"),
+            ("GPUWorkloadErrorRatioHigh", "shop"): ("tenant", "slo"),
+        }
+        for healthy_gpu in (ml, '{namespace="shop"}'):
+            assert one(prometheus, f"namespace_pod:gpu_workload_devices_not_healthy:count{healthy_gpu}") == 0
+        assert one(prometheus, 'namespace_pod:gpu_workload_containers_unready:count{namespace="shop"}') == 0
         assert firing(prometheus, "GPUDeviceUnhealthy") == []
 
         # Device health alone: the serving pod's GPU fails, and the pod fails its requests on it.
@@ -201,8 +219,8 @@ def test_each_layer_reads_apart_and_a_failure_raises_only_its_layers_alert(tmp_p
             interval=1,
         )
         held_since = time.monotonic()
-        # Past the 3s `for` of both tenant alerts, several evaluations: the serving pod has no
-        # alert of its own, not even a pending one, and the other layers' alerts stand as they were.
+        # Past the 3s `for` of the tenant alerts, several evaluations: the serving pod has no alert
+        # of its own, not even a pending one, and the other layers' alerts stand as they were.
         while time.monotonic() - held_since < 8:
             assert prometheus.query('ALERTS{namespace="inference"}') == []
             assert workload_alerts(prometheus) == EXPECTED
