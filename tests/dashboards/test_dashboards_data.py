@@ -58,8 +58,8 @@ from gpuhealth.testing.loopback import (
 from simulator.runner import WORKLOAD_METRICS_PATH
 from simulator.traffic import JOB as WORKLOADS_JOB
 from tests.dashboards.support import committed
-from tests.support import kube_state_metrics
 from tests.e2e.test_pipeline_e2e import render_rules  # the shipped rules, thresholds shrunk to seconds
+from tests.support import kube_state_metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
