@@ -30,7 +30,7 @@ $(VENV)/.installed: pyproject.toml
 
 # The pinned upstream servers (tools/upstream/): built on the first run (each says how long it
 # takes), then found in the cache. The demo needs only Prometheus and Alertmanager; the tests
-# also run etcd and the Kubernetes control plane (1.37 and 1.36).
+# also run etcd, the Kubernetes control plane (1.37 and 1.36) and kube-state-metrics.
 demo-tools:
 	@$(UPSTREAM) demo
 

@@ -1,4 +1,4 @@
-"""The four gpuhealth dashboards: Fleet, Device, Remediation and Pipeline health.
+"""The gpuhealth dashboards: Fleet, Device, Remediation, Pipeline health and Workload layers.
 
 Every query reads only series that exist: the exporter's catalog (`exporter.metrics`), the
 responder's (`responder.metrics`), the recording rules of rules/prometheus (preferred where
@@ -32,6 +32,7 @@ UIDS = {
     "device": "gpuhealth-device",
     "remediation": "gpuhealth-remediation",
     "pipeline": "gpuhealth-pipeline",
+    "workload": "gpuhealth-workload",
 }
 """File stem -> dashboard UID (dashboards/<stem>.json)."""
 
@@ -776,5 +777,95 @@ def pipeline(settings: Settings) -> Dashboard:
     )
 
 
-DASHBOARDS = {"fleet": fleet, "device": device, "remediation": remediation, "pipeline": pipeline}
+WORKLOAD = 'cluster="$cluster", namespace=~"$namespace", pod=~"$pod"'
+PER_POD = "{{namespace}}/{{pod}}"
+
+
+def _layer(title: str, description: str, unit: str, query: Query, maximum: float | None = None) -> Panel:
+    return Panel("timeseries", title, description, unit, (query,), width=6, min=0, max=maximum)
+
+
+def workload(settings: Settings) -> Dashboard:
+    """One row per GPU pod with its four layers, one panel each, never two in one (docs/layers.md)."""
+    layers = Row(
+        "$namespace / $pod: allocation, device health, readiness, business SLO",
+        (
+            _layer(
+                "Allocation (platform)",
+                "1 while the pod asks for GPUs and is unscheduled or refused at the kubelet's admission "
+                "(kube-state-metrics; namespace_pod:gpu_workload_unallocated:bool). The platform's: "
+                "capacity, quarantines, device classes. GPUWorkloadUnallocated.",
+                "bool",
+                Query(f"namespace_pod:gpu_workload_unallocated:bool{{{WORKLOAD}}}", PER_POD),
+                1,
+            ),
+            _layer(
+                "Device health (platform)",
+                "Devices the pod holds that are Unhealthy or effectively Unknown, 0 when all are Healthy "
+                "(gpuhealth's devices joined through gpu_device_allocation_info; "
+                "namespace_pod:gpu_workload_devices_not_healthy:count). The platform's; the GPUDevice* "
+                "alerts and the responder act on the devices.",
+                "short",
+                Query(f"namespace_pod:gpu_workload_devices_not_healthy:count{{{WORKLOAD}}}", PER_POD),
+            ),
+            _layer(
+                "Readiness (tenant)",
+                "Containers of the running pod that are not ready (kube-state-metrics; "
+                "namespace_pod:gpu_workload_containers_unready:count). The tenant's: its probes. "
+                "GPUWorkloadNotReady, only while every device the pod holds is Healthy.",
+                "short",
+                Query(f"namespace_pod:gpu_workload_containers_unready:count{{{WORKLOAD}}}", PER_POD),
+            ),
+            _layer(
+                "Business SLO (tenant)",
+                "Failed over all requests of the pod, from the workloads' own counters "
+                "(namespace_pod:gpu_workload_error_ratio:rate5m). The tenant's. GPUWorkloadErrorRatioHigh, "
+                "only while the pod is ready on Healthy devices.",
+                "percentunit",
+                Query(f"namespace_pod:gpu_workload_error_ratio:rate5m{{{WORKLOAD}}}", PER_POD),
+                1,
+            ),
+        ),
+        repeat="pod",
+    )
+    gpu_pods = f'namespace_pod:gpu_workload:info{{{CLUSTER}, namespace=~"$namespace"}}'
+    return Dashboard(
+        uid=UIDS["workload"],
+        title="gpuhealth / Workload layers",
+        description=(
+            "A GPU workload's four layers side by side: allocation success and device health (the "
+            "platform's), container readiness and the business SLO (the tenant's)."
+        ),
+        tags=("gpuhealth",),
+        variables=(
+            _cluster_variable(settings),
+            QueryVariable(
+                name="namespace",
+                label="Namespace",
+                query=f"label_values(namespace_pod:gpu_workload:info{{{CLUSTER}}}, namespace)",
+                description="Namespaces with GPU workloads (pods that ask for or hold a GPU).",
+                include_all=True,
+                all_value=".+",
+            ),
+            QueryVariable(
+                name="pod",
+                label="Pod",
+                query=f"label_values({gpu_pods}, pod)",
+                description="GPU pods of the namespaces picked: one row each.",
+                include_all=True,
+                all_value=".+",
+                multi=True,
+            ),
+        ),
+        rows=(layers,),
+    )
+
+
+DASHBOARDS = {
+    "fleet": fleet,
+    "device": device,
+    "remediation": remediation,
+    "pipeline": pipeline,
+    "workload": workload,
+}
 """File stem -> the function that builds that dashboard."""

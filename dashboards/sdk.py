@@ -82,6 +82,8 @@ class Panel:
 class Row:
     title: str
     panels: tuple[Panel, ...]
+    repeat: str = ""
+    """A variable's name: Grafana repeats the row once per selected value (empty: one row)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,8 @@ class QueryVariable:
     hidden: bool = False
     include_all: bool = False
     all_value: str = ""
+    multi: bool = False
+    """Several values may be selected at once (a repeated row gets one each)."""
 
 
 @dataclass(frozen=True)
@@ -158,7 +162,8 @@ def build(dashboard: Dashboard) -> dict[str, Any]:
         board = board.with_variable(_variable(variable))
     next_id = 1
     for row in dashboard.rows:
-        board = board.with_row(builders.Row(row.title).id(next_id))
+        header = builders.Row(row.title).id(next_id)
+        board = board.with_row(header.repeat(row.repeat) if row.repeat else header)
         next_id += 1
         for panel in row.panels:
             board = board.with_panel(_panel(panel, next_id))
@@ -229,6 +234,8 @@ def _variable(variable: Variable) -> Any:
         built = built.hide(models.VariableHide.HIDE_VARIABLE)
     if variable.include_all:
         built = built.include_all(True).all_value(variable.all_value)
+    if variable.multi:
+        built = built.multi(True)
     return built
 
 

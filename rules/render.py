@@ -37,6 +37,7 @@ OUTPUTS: dict[str, str] = {
     "gpu-fleet.yaml.j2": "prometheus/gpu-fleet.yaml",
     "gpuhealth-self.yaml.j2": "prometheus/gpuhealth-self.yaml",
     "gpu-dcgm.yaml.j2": "prometheus/gpu-dcgm.yaml",
+    "gpu-workload.yaml.j2": "prometheus/gpu-workload.yaml",
     "alertmanager.yaml.j2": "alertmanager/alertmanager.yaml",
 }
 
@@ -181,6 +182,19 @@ class WorkloadSettings(Section):
     pod_label: str
 
 
+@dataclass(frozen=True)
+class LayerSettings(Section):
+    """A GPU workload's four layers side by side: allocation success and device health (the
+    platform's), container readiness and the business SLO (the tenant's). docs/layers.md."""
+
+    kube_state_metrics_matchers: str
+    gpu_resources: tuple[str, ...]
+    unallocated_for: Duration
+    not_ready_for: Duration
+    error_ratio: float
+    error_ratio_for: Duration
+
+
 DCGM_HEALTH_WATCHES: frozenset[str] = frozenset(
     {"PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "THERMAL", "POWER", "DRIVER",
      "NVSWITCH_NONFATAL", "NVSWITCH_FATAL", "CONNECTX", "ALL"}
@@ -239,6 +253,7 @@ class Settings(Section):
     dcgm: DcgmSettings
     runbook_base_url: str
     alertmanager: AlertmanagerSettings
+    layers: LayerSettings
 
     def runbook_url(self, alertname: str) -> str:
         return f"{self.runbook_base_url}#{runbook_anchor(alertname)}"
@@ -371,6 +386,7 @@ def validate(settings: Settings) -> None:
         raise ConfigError("evaluation_interval: must be longer than 0s")
     _validate_workloads(settings.workloads)
     _validate_dcgm(settings.dcgm)
+    _validate_layers(settings.layers)
 
     dev = settings.device
     for name in (
@@ -637,6 +653,30 @@ def _validate_workloads(w: WorkloadSettings) -> None:
             f"workloads.matchers: {w.matchers!r} is not a comma-separated list of label matchers "
             'such as job="inference", namespace=~"prod-.*"'
         )
+
+
+def _validate_layers(layers: LayerSettings) -> None:
+    if (
+        not _MATCHERS_RE.match(layers.kube_state_metrics_matchers)
+        or not layers.kube_state_metrics_matchers.strip()
+    ):
+        raise ConfigError(
+            f"layers.kube_state_metrics_matchers: {layers.kube_state_metrics_matchers!r} is not a "
+            'comma-separated list of label matchers such as job="kube-state-metrics"'
+        )
+    if not layers.gpu_resources:
+        raise ConfigError("layers.gpu_resources: empty; list at least one (nvidia_com_gpu)")
+    for i, resource in enumerate(layers.gpu_resources):
+        if not _LABEL_RE.match(resource):
+            raise ConfigError(
+                f"layers.gpu_resources[{i}]: {resource!r} is not as kube-state-metrics writes a resource "
+                "(nvidia.com/gpu is nvidia_com_gpu)"
+            )
+    for name in ("unallocated_for", "not_ready_for", "error_ratio_for"):
+        if getattr(layers, name).seconds <= 0:
+            raise ConfigError(f"layers.{name}: must be longer than 0s")
+    if not 0 < layers.error_ratio < 1:
+        raise ConfigError(f"layers.error_ratio: {layers.error_ratio} is not between 0 and 1")
 
 
 def _validate_dcgm(d: DcgmSettings) -> None:

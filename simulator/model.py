@@ -186,6 +186,9 @@ class Workload:
     """The workload opts in to devices on gpuhealth's ramp: its pods carry the label
     `gpuhealth.io/canary-ok: "true"` (device plugins: the scheduler extender admits them), its DRA
     claim request tolerates the `gpuhealth.io/canary` taint."""
+    error_ratio: float = 0.0
+    """Share of its requests the workload fails on its own, whatever its devices (an application
+    bug, a bad deployment): the business SLO failing on healthy devices (`docs/layers.md`)."""
     extended_resource: bool = False
     """The pods are written for device plugins (`nvidia.com/gpu: N` in the container's requests,
     no claim); on a DRA node the scheduler serves them through the DeviceClass that maps the

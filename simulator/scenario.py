@@ -333,6 +333,7 @@ _WORKLOAD_KEYS = (
     "servingGate",
     "canary",
     "extendedResource",
+    "errorRatio",
 )
 _FAULT_KEYS: dict[str, tuple[str, ...]] = {
     "device-unhealthy": ("device", "message", "duration", "reset"),
@@ -545,7 +546,14 @@ def _workload(r: FieldReader, raw: Any, index: int, groups: Mapping[str, NodeGro
         resource=groups[node_group].resource if node_group is not None else GPU_RESOURCE,
         line=r.line(path),
         extended_resource=_extended_request(r, data, path, wl_path),
+        error_ratio=_share(r, data.get("errorRatio", 0), (*path, "errorRatio")),
     )
+
+
+def _share(r: FieldReader, value: Any, path: _Path) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        r.fail(path, f"expected a share of requests between 0 and 1, got {value!r}")
+    return float(value)
 
 
 def _extended_request(r: FieldReader, data: Mapping[str, Any], path: _Path, wl_path: str | None) -> bool:

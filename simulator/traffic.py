@@ -6,10 +6,12 @@ that `rules/config.yaml` (`workloads`) selects is computed from them, beside dev
 never from it. The simulator's workloads do the same, so the demo and the dashboards' data
 test read real values: every running pod of a scenario workload serves `REQUESTS_PER_SECOND`
 (simulated) requests, and each one fails while the pod runs on a failing device (lost to
-NVML, reported Unhealthy by its driver, or with a failed row remap). A device that is only
-Unknown (a silent health stream) fails nothing: the work on it goes on, which is why Unknown
-is never a reason to evict. A pod moved to a healthy device serves without errors; a pod that
-is gone takes its series with it, as a deleted pod's scrape target does.
+NVML, reported Unhealthy by its driver, or with a failed row remap), and a workload with an
+`errorRatio` fails that share of its requests on healthy devices too (its own bug: the business
+SLO failing alone, `docs/layers.md`). A device that is only Unknown (a silent health stream)
+fails nothing: the work on it goes on, which is why Unknown is never a reason to evict. A pod
+moved to a healthy device serves without errors; a pod that is gone takes its series with it,
+as a deleted pod's scrape target does.
 
 `Traffic.exposition()` (served by `GET /simulator/v1/workloads/metrics`) advances the counters
 to the fleet's time before rendering them: the interval since the previous read is counted at
@@ -98,6 +100,8 @@ class Traffic:
             node = self._fleet.nodes.get(pod.node)
             if node is not None and any(failing(node.gpus[slot.gpu]) for slot in pod.slots):
                 counts.errors += served
+            else:
+                counts.errors += served * pod.workload.error_ratio  # its own errors (`errorRatio`)
             present[key] = counts
         self._counts = present
 

@@ -5,8 +5,9 @@ real except the cluster (simulated): node-mode exporters (NVML from the simulato
 the responder as a child process (`gpuhealth responder`, leading, reconciling), Prometheus
 with the shipped rules (time thresholds shrunk to seconds), Alertmanager with the shipped
 routing delivering to the responder's webhook, and Prometheus scraping all three jobs
-(`gpuhealth-exporter` with the `node` label, `gpuhealth-responder`, `alertmanager`, and the
-simulated workloads' own counters as `workloads`).
+(`gpuhealth-exporter` with the `node` label, `gpuhealth-responder`, `alertmanager`, the
+simulated workloads' own counters as `workloads`, and kube-state-metrics watching the simulated
+cluster's pods and nodes, whose readiness the Workload dashboard's layers read).
 
 The scenario gives each panel something true to show, never a faked series:
 - a fatal XID on a device-plugin GPU that holds a pod: GPUDeviceFatalXid and GPUDeviceUnhealthy
@@ -58,6 +59,7 @@ from simulator.runner import WORKLOAD_METRICS_PATH
 from simulator.traffic import JOB as WORKLOADS_JOB
 from tests.dashboards.support import committed
 from tests.e2e.test_pipeline_e2e import render_rules  # the shipped rules, thresholds shrunk to seconds
+from tests.support import kube_state_metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -157,6 +159,9 @@ def test_every_panel_query_returns_data(tmp_path: Path) -> None:
             NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuhealth-system"}}
         )
         alertmanager = stack.enter_context(run_alertmanager(tmp_path / "alertmanager", alertmanager_config))
+        ksm = stack.enter_context(
+            kube_state_metrics.running(cluster.kubeconfig_path, tmp_path / "kube-state-metrics.log")
+        )
         exporter_ports = {"gpu-dp-0": free_port(), "gpu-dra-0": free_port()}
         jobs = [
             *(
@@ -165,6 +170,7 @@ def test_every_panel_query_returns_data(tmp_path: Path) -> None:
             ),
             ScrapeJob("gpuhealth-responder", [f"127.0.0.1:{responder_port}"]),
             ScrapeJob("alertmanager", [alertmanager.base_url.removeprefix("http://")]),
+            ScrapeJob(kube_state_metrics.JOB, [ksm]),
             ScrapeJob(
                 WORKLOADS_JOB, [cluster.url.removeprefix("http://")], metrics_path=WORKLOAD_METRICS_PATH
             ),
@@ -286,6 +292,9 @@ def run_the_story(cluster: Any, kube: Any, prometheus: Prometheus, targets: int,
     values = {
         "node": "gpu-dp-0",
         "device": held,
+        # The Workload dashboard's rows: every GPU pod (Grafana repeats the row per pod).
+        "namespace": ".+",
+        "pod": ".+",
         "__rate_interval": "15s",
     }
     documents = list(committed().values())

@@ -28,12 +28,13 @@ def test_the_committed_json_is_a_fresh_generation() -> None:
     )
 
 
-def test_the_four_dashboards_keep_their_uids() -> None:
+def test_the_dashboards_keep_their_uids() -> None:
     assert {stem: doc["uid"] for stem, doc in committed().items()} == {
         "fleet": "gpuhealth-fleet",
         "device": "gpuhealth-device",
         "remediation": "gpuhealth-remediation",
         "pipeline": "gpuhealth-pipeline",
+        "workload": "gpuhealth-workload",
     }
     assert {stem: doc["uid"] for stem, doc in committed().items()} == UIDS
 
@@ -47,16 +48,17 @@ def test_render_writes_and_check_tells_fresh_from_stale(
         "fleet.json",
         "pipeline.json",
         "remediation.json",
+        "workload.json",
     ]
     assert main(["--out", str(tmp_path), "--check"]) == 0
-    assert "4 dashboard file(s)" in capsys.readouterr().out
+    assert "5 dashboard file(s)" in capsys.readouterr().out
 
     fleet = tmp_path / "fleet.json"
     fleet.write_text(fleet.read_text().replace("Devices by effective state", "Devices"))
     (tmp_path / "device.json").unlink()
     assert main(["--out", str(tmp_path), "--check"]) == 1
     err = capsys.readouterr().err
-    assert "2 of 4 dashboard file(s)" in err and "gpuhealth dashboards render" in err
+    assert "2 of 5 dashboard file(s)" in err and "gpuhealth dashboards render" in err
     assert "device.json: missing" in err
     assert '-      "title": "Devices",' in err and '+      "title": "Devices by effective state",' in err
 

@@ -365,7 +365,7 @@ def _alerts() -> list[dict[str, Any]]:
     return alerts
 
 
-_ALERT_NAME = re.compile(r"GPU(Device|Node|Fleet|Health)[A-Z][A-Za-z]+")
+_ALERT_NAME = re.compile(r"GPU(Device|Node|Fleet|Health|Workload)[A-Z][A-Za-z]+")
 """An alert's name: CamelCase with the prefix of what it is about."""
 
 

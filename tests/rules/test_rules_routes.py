@@ -1,8 +1,9 @@
 """Alertmanager routing, checked with `amtool config routes test` on the rendered config.
 
 Aspects covered: quarantine/restrict alerts reach the responder and people both (continue),
-critical pages and the rest becomes a ticket, alerts with a namespace reach their tenant,
-and every alert in the rule files routes as its severity and action say.
+critical pages and the rest becomes a ticket, alerts with a namespace reach their tenant unless
+their workload layer's `owner` is the platform, and every alert in the rule files routes as its
+severity and action say.
 """
 
 from __future__ import annotations
@@ -63,6 +64,30 @@ CASES = [
         {"alertname": "X", "severity": "critical", "action": "quarantine", "namespace": "team-x"},
         ["gpuhealth-responder", "tenant-default", "oncall-page"],
         id="namespaced critical quarantine: all three",
+    ),
+    pytest.param(
+        {
+            "alertname": "GPUWorkloadUnallocated",
+            "severity": "warning",
+            "action": "none",
+            "owner": "platform",
+            "namespace": "team-x",
+            "pod": "p",
+        },
+        ["oncall-ticket"],
+        id="a workload layer the platform owns (allocation): on-call, not the tenant",
+    ),
+    pytest.param(
+        {
+            "alertname": "GPUWorkloadNotReady",
+            "severity": "warning",
+            "action": "none",
+            "owner": "tenant",
+            "namespace": "team-x",
+            "pod": "p",
+        },
+        ["tenant-default", "oncall-ticket"],
+        id="a workload layer the tenant owns (readiness, SLO): the tenant",
     ),
     pytest.param(
         {"alertname": "Unlabelled"},

@@ -2,9 +2,10 @@
 
 Aspects: every running workload pod serves requests from the read that first sees it; a pod on
 a device that fails (reported Unhealthy, lost) fails its requests and only it; a device that is
-only Unknown fails nothing; a pod moved off the failed device to a healthy one serves without
-errors and the gone pod's series disappears; the exposition is Prometheus text that names the
-declared families with namespace and pod; the route serves it over HTTP.
+only Unknown fails nothing; a workload's own `errorRatio` fails that share on healthy devices
+(and a share outside 0 to 1 is refused); a pod moved off the failed device to a healthy one
+serves without errors and the gone pod's series disappears; the exposition is Prometheus text
+that names the declared families with namespace and pod; the route serves it over HTTP.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from simulator.apiserver.store import Store
 from simulator.fleet import Fleet
 from simulator.fleet.objects import DRA_PLUGIN_NAMESPACE
 from simulator.runner import WORKLOAD_METRICS_PATH, add_routes
-from simulator.scenario import DeviceRef, Fault, from_dict
+from simulator.scenario import DeviceRef, Fault, ScenarioError, from_dict
 from simulator.traffic import CATALOG, JOB, REQUESTS_PER_SECOND, Traffic
 
 
@@ -145,3 +146,26 @@ def test_the_rules_default_to_the_series_the_simulated_workloads_export() -> Non
     )
     assert (workloads.namespace_label, workloads.pod_label) == CATALOG["workload_requests"].labels
     assert workloads.matchers == f'job="{JOB}"'
+
+
+async def test_a_workloads_own_error_ratio_fails_that_share_on_healthy_devices() -> None:
+    data = scenario("device-plugin", replicas=1)
+    data["workloads"].append(
+        {"name": "buggy", "namespace": "inference", "replicas": 1, "gpusPerPod": 1, "errorRatio": 0.25}
+    )
+    async for fleet, _store in running(data):
+        traffic = Traffic(fleet)
+        traffic.advance()
+        await fleet.advance(10)
+        traffic.advance()
+        counts = {pod.split("-")[0]: c for pod, c in by_pod(traffic).items()}
+        assert counts["buggy"] == (10 * REQUESTS_PER_SECOND, 2.5 * REQUESTS_PER_SECOND)
+        assert counts["serve"] == (10 * REQUESTS_PER_SECOND, 0.0)
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5, True, "half"])
+def test_an_error_ratio_outside_0_to_1_is_refused(share: Any) -> None:
+    data = scenario("device-plugin")
+    data["workloads"][0]["errorRatio"] = share
+    with pytest.raises(ScenarioError, match=r"workloads\[0\]\.errorRatio: expected a share"):
+        from_dict(data)

@@ -3,9 +3,9 @@
 Built from what is declared, never from what queries happen to use: the services' catalogs
 (`exporter.metrics`, `responder.metrics`) plus the labels every scrape adds, Prometheus'
 own series, the Alertmanager counters the self-monitoring rules read, the workloads' counters
-that rules/config.yaml names (the business SLO), dcgm-exporter's series, and the recording
-rules of rules/prometheus (their labels inferred from their expressions). Shared by the
-rules test and, next, the dashboards test.
+that rules/config.yaml names (the business SLO), dcgm-exporter's and kube-state-metrics' series,
+and the recording rules of rules/prometheus (their labels inferred from their expressions).
+Shared by the rules test and, next, the dashboards test.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from gpuhealth.metrics import Catalog, MetricFamily
 from responder.metrics import CATALOG as RESPONDER
 from rules.render import DEFAULT_CONFIG, load_config
 from simulator import dcgm_exporter
+from tests.support import kube_state_metrics
 from tests.support.promql_names import ANY, Labels, SeriesLabels, output_labels
 
 SERVICES = Catalog.union(EXPORTER, RESPONDER)
@@ -63,6 +64,12 @@ DCGM_SERIES: Mapping[str, Labels] = {
 """dcgm-exporter's series that rules/prometheus/gpu-dcgm.yaml reads: NVIDIA's exporter's, not a
 gpuhealth service's, with the labels it writes (both spellings of its host label); the simulated
 dcgm-exporter (`simulator.dcgm_exporter`) serves exactly these."""
+
+KUBE_STATE_METRICS_SERIES: Mapping[str, Labels] = {
+    name: labels | TARGET_LABELS for name, labels in kube_state_metrics.SERIES.items()
+}
+"""kube-state-metrics' pod series that rules/prometheus/gpu-workload.yaml reads: the cluster's, not
+a gpuhealth service's (`tests.support.kube_state_metrics` runs it allowing exactly these)."""
 
 PROMETHEUS_SERIES: Mapping[str, Labels] = {
     **{
@@ -142,5 +149,11 @@ def recorded_series(rules: Iterable[Rule], base: SeriesLabels) -> dict[str, Labe
 
 def declared_series(rules: Iterable[Rule] = ()) -> dict[str, Labels]:
     """Every series a query may select: services, Alertmanager, Prometheus, recording `rules`."""
-    base = {**catalog_series(SERVICES, ALERTMANAGER), **WORKLOAD_SERIES, **DCGM_SERIES, **PROMETHEUS_SERIES}
+    base = {
+        **catalog_series(SERVICES, ALERTMANAGER),
+        **WORKLOAD_SERIES,
+        **DCGM_SERIES,
+        **KUBE_STATE_METRICS_SERIES,
+        **PROMETHEUS_SERIES,
+    }
     return {**base, **recorded_series(rules, base)}

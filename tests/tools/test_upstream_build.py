@@ -84,6 +84,7 @@ def test_the_committed_go_mod_files_are_what_sync_generates() -> None:
         ("github.com/prometheus/prometheus/cmd/promtool", "promtool"),
         ("go.etcd.io/etcd/server/v3", "server"),
         ("k8s.io/kubernetes/cmd/kube-apiserver", "kube-apiserver"),
+        ("k8s.io/kube-state-metrics/v2", "kube-state-metrics"),
     ],
 )
 def test_binary_names_follow_go_build(package: str, name: str) -> None:

@@ -160,6 +160,15 @@ COMPONENTS: dict[str, Component] = {
         ),
         _kubernetes("37", 2, minutes=12),
         _kubernetes("36", 5, minutes=12),
+        Component(
+            name="kube-state-metrics",
+            version="2.20.0",
+            module="k8s.io/kube-state-metrics/v2",
+            module_version="v2.20.0",
+            binaries={"kube-state-metrics": "k8s.io/kube-state-metrics/v2"},
+            ldflags=_prometheus_flags("v2.20.0", "v2.20.0"),
+            minutes=8,
+        ),
     )
 }
 
