@@ -17,7 +17,19 @@ PodDisruptionBudget of gpuhealth's (`deploy/base/holder-pdb.yaml`) refuses its e
 The node annotation `gpuhealth.io/device-holds` tells the scheduler extender where each hold
 stands (`responder.extender.capacity`): `held` (the holder's own request counts the card, so it
 is not counted out again) or `pending` (a fill or a move is under way: no new GPU pod may go to
-the node until the hold stands, since the kubelet could hand it the card).
+the node until the hold stands, since the kubelet could hand it the card), `aside` (stepping
+aside for a check: as `pending`, and no other card's fill starts) or `excluded@<N>`.
+
+The window left, on a real node: a card its plugin excludes (`NotAllocatable`, no holder can
+take it) is handed out by the kubelet's device manager the moment the plugin calls it Healthy
+again, but the kubelet publishes the node's allocatable only with its next node status update
+(`nodeStatusUpdateFrequency`, 10 s by default), and admits pods by the published count. Until
+then nothing this or the extender reads says the card is back, and a pod bound to the node
+meanwhile (it had free GPUs by that count) may be given the card; the record's move then takes
+it off, as any pod found on a quarantined card. Once published, the extender keeps new GPU pods
+off the node (`excluded@<N>`, allocatable above N) until the next pass (the reconciler looks
+again within 5 s while a hold is `NotAllocatable`) fills; a pod that skips the scheduler
+(`spec.nodeName`) is kept off only by that fill.
 """
 
 from __future__ import annotations
@@ -59,8 +71,9 @@ HOLDS_NODE_ANNOTATION = "gpuhealth.io/device-holds"
 """Node annotation: a JSON object of device ID to `held`, `pending` or `aside`
 (`responder.extender.capacity`)."""
 ASIDE_MARK = "aside"
-"""The card's hold stepped aside for its check: as `pending` for the extender, and no other
-card's fill on the node may start meanwhile (it would take the card from the check)."""
+"""The card's hold steps aside for its check (from the pass that starts holding the node's other
+GPUs until the check ends): as `pending` for the extender, and no other card's fill on the node
+may start meanwhile (it would take the card from the check)."""
 EXCLUDED_MARK = "excluded@"
 """`excluded@<N>`: no fill could get the card (`NotAllocatable`: its plugin excludes it) while
 the node's allocatable GPUs were N. Once they rise above N the plugin let a device back, perhaps
@@ -217,6 +230,11 @@ class DeviceHold:
             for p in unfinished
             if _uses(p, record) and not named.of(p) and any(requested(p, r) > 0 for r in resources)
         )
+        # Units on devices the kubelet no longer counts allocatable (a pod stays on a card after
+        # its plugin called it Unhealthy): they keep as many Healthy devices from any fill.
+        stranded_on = [
+            d for p in unfinished for d, health in _reports(p) if health != "Healthy" and not card.owns(d)
+        ]  # fmt: skip
         checking = tuple(
             d for p in unfinished if _check_of(p, record) for d in named.of(p) if card.owns(d)
         )  # fmt: skip
@@ -243,6 +261,8 @@ class DeviceHold:
                 known_units=self._units.get(record.name, 0),
                 allocatable=allocatable,
                 fill_allocatable=self._fill_allocatable.get(record.name),
+                stranded=len(stranded_on),
+                excluded_unreported=max(0, excluded - len(set(stranded_on))),
                 device_sources=named.tried,
             )
         )
@@ -270,7 +290,7 @@ class DeviceHold:
         # The node's annotation first: the extender must read a fill as under way (`pending`)
         # before its holders exist, or it could pass a pod to the node meanwhile.
         # `excluded@<N>` in the extender's measure: the node's GPU units of every resource.
-        self._mark(record, _mark_of(decided.state, ramp, gpu_units(status.get("allocatable"))), node)
+        self._mark(record, _mark_of(decided.state, ramp, gpu_units(status.get("allocatable")), aside), node)
         by_name = {str((p.get("metadata") or {}).get("name")): p for p in holders}
         for name in decided.delete:
             if name in by_name:
@@ -440,12 +460,15 @@ def _reports(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
-def _mark_of(state: HoldState, ramp: bool = False, allocatable: int = 0) -> str | None:
+def _mark_of(state: HoldState, ramp: bool = False, allocatable: int = 0, aside: bool = False) -> str | None:
     """What the node's `gpuhealth.io/device-holds` says of a card in `state` (None: nothing).
-    On the ramp nothing: the extender's ramp annotation admits the opted-in pods."""
+    On the ramp nothing: the extender's ramp annotation admits the opted-in pods. `aside`: the
+    hold is stepping aside for a check: `aside` from its first pass, not only once it stands
+    aside, since the pass that deletes the card's holder frees the card before the next pass
+    says so (another card's fill in between took it: release-request at 10x)."""
     if ramp:
         return None
-    if state is HoldState.ASIDE:
+    if state is HoldState.ASIDE or (aside and state is HoldState.FILLING):
         return ASIDE_MARK
     if state is HoldState.NOT_ALLOCATABLE:
         return f"{EXCLUDED_MARK}{allocatable}"

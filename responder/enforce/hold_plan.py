@@ -26,7 +26,14 @@ crash, a lost write or someone else left behind, the next pass plans from it):
   replica) is held by a holder; `CardBusy` while some unit is still used by a workload pod (its
   move is under way; the hold of that unit starts when it is free, with the next fill);
   `NotAllocatable` when a complete fill got none of it and no pod uses it: its plugin reports it
-  Unhealthy, so the kubelet gives it to nobody. A new fill is tried as soon as the node's
+  Unhealthy, so the kubelet gives it to nobody. Only a fill that reached every Healthy free GPU
+  proves that: a pod staying on a card its plugin excludes still counts against allocatable
+  (which no longer counts that card), so the kubelet admits that many holders fewer than the
+  node has Healthy free GPUs; when the node's excluded count is those pods' cards (so the card
+  is not excluded) the hold stays `Filling`, its holders kept, and the fill goes on once those
+  pods have left. An excluded GPU no pod reports is taken to be the card (as the extender's count
+  does): an unrelated card excluded while the card is back and a pod still on an excluded card
+  is the case this misjudges. A new fill is tried as soon as the node's
   allocatable GPUs rise (a plugin that restarts forgets its Unhealthy), and every
   `refill_seconds` anyway (the card is counted out meanwhile).
 
@@ -148,6 +155,17 @@ class HoldInput:
     card proves its plugin excludes it only if the count did not move meanwhile: a plugin that let
     the card back during the fill (a recovery, a restart) gave it to nobody yet, and concluding
     `NotAllocatable` at the new count would leave it to the next pod."""
+    stranded: int = 0
+    """GPU units that the node's pods hold on devices the kubelet reports not Healthy (other than
+    the card's). Each still counts against the node's allocatable, which no longer counts its
+    device, so the kubelet admits that many fewer pods than the node has Healthy free devices: a
+    complete fill leaves as many of them without a holder, and one that got none of the card does
+    not show that its plugin excludes it."""
+    excluded_unreported: int = 0
+    """Of the node's excluded GPUs (`excluded`), those no pod's kubelet report names as not
+    Healthy: the card can only be one of these. With `stranded`, a fill that got none of the card
+    judges it excluded only if these are at least its units (as the extender does, the excluded
+    devices nobody names are taken to be quarantined ones)."""
     device_sources: tuple[str, ...] = ("the kubelet's allocatedResourcesStatus (Kubernetes 1.36+)",)
     """Where the holders' devices were looked for this pass, each with what came of it (what
     `AllocationUnreadable` says was tried: `responder.enforce.hold_devices`)."""
@@ -216,6 +234,7 @@ def plan(given: HoldInput) -> HoldPlan:
     held = sorted({d for h in on_card for d in h.devices if card.owns(d)})
     busy = sorted(set(given.busy) - set(held))
     units = card_units(card, [*held, *busy])
+    expected = units
     if given.free > 0 and (len(held) + len(busy) < units or off_card):
         excluded_by_plugin = given.plugin_excludes and given.excluded >= units
         if (
@@ -253,6 +272,7 @@ def plan(given: HoldInput) -> HoldPlan:
         # not yet told its devices may have one: then no fewer than known before.
         seen_units = len(held) + len(busy)
         units = max(units, seen_units) if given.unknown else seen_units
+    finished = tuple(delete)
     delete += [h.name for h in off_card]
     keep = _kept(card, on_card)
     if held and not busy and len(held) < units and given.unknown:
@@ -287,6 +307,20 @@ def plan(given: HoldInput) -> HoldPlan:
             HoldState.FILLING,
             f"waiting for {given.unknown} pod(s) on the node to be told their devices",
             delete=tuple(delete),
+            units=units,
+        )
+    if given.stranded and given.excluded_unreported < expected:
+        # The kubelet admitted no holder beyond allocatable less requests, and pods on excluded
+        # devices count in those requests: as many Healthy devices had none, and the node's
+        # excluded count is those pods' devices, so the card is Healthy and one of them. Its
+        # holders stay (the node's other GPUs are not given back meanwhile) and the node takes no
+        # new GPU pod until those pods leave and a fill reaches the rest.
+        return HoldPlan(
+            HoldState.FILLING,
+            f"no holder got the card, and pods on {given.stranded} excluded GPU unit(s) still count "
+            "against the node's allocatable: as many Healthy GPUs got no holder, the card among "
+            "them; filling on once those pods have left",
+            delete=finished,
             units=units,
         )
     fill_ended = bool(off_card or delete)  # this pass ends a fill of ours: what it found is judged

@@ -321,3 +321,39 @@ def test_finishing_a_check_removes_its_pods_even_when_the_job_deletion_orphaned_
     checks.finish(r, "probe", 1)
     assert sorted(client.objects) == [("pods", "bystander")]
     checks.finish(r, "probe", 1)  # again: nothing left, nothing fails
+
+
+def test_a_check_the_kubelet_refused_at_admission_is_void_and_started_again() -> None:
+    """release-request at 10x: another card's fill took the card between the step aside and the
+    probe's admission, so the probe's pod got no GPU at all (`ranOn: ""`). That says nothing of
+    the card: no failed attempt, the check runs again (within its timeout)."""
+    client = Client()
+    checks = job_checks(client)
+    r = record(uuid="GPU-4a1c")
+    checks.start(r, "probe", 1)
+    name = f"{r.name}-probe-1"
+    failed = {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]}
+    client.objects[(JOB.plural, name)]["status"] = failed
+    refused = {
+        "phase": "Failed",
+        "reason": "UnexpectedAdmissionError",
+        "message": "Pod was rejected: Allocate failed due to requested number of devices unavailable",
+    }
+    pod = {
+        "metadata": {"name": f"{name}-x", "namespace": "gpuhealth-system", "labels": {"job-name": name}},
+        "status": refused,
+    }
+    client.objects[("pods", pod["metadata"]["name"])] = pod
+    assert checks.result(r, "probe", 1) is CheckResult.ABSENT
+    assert (JOB.plural, name) not in client.objects
+    # A pod that ran on the card and failed: the card's verdict.
+    checks.start(r, "probe", 1)
+    client.objects[(JOB.plural, name)]["status"] = failed
+    allocated = [{"name": "nvidia.com/gpu", "resources": [{"resourceID": "GPU-4a1c", "health": "Healthy"}]}]
+    ran = {"state": {"terminated": {"exitCode": 1}}, "allocatedResourcesStatus": allocated}
+    pod["status"] = {"phase": "Failed", "containerStatuses": [ran]}
+    client.objects[("pods", pod["metadata"]["name"])] = pod
+    assert checks.result(r, "probe", 1) is CheckResult.FAILED
+    # And one that ran where the kubelet names no devices (before 1.36): counted as before.
+    pod["status"] = {"phase": "Failed", "containerStatuses": [{"state": {"terminated": {"exitCode": 1}}}]}
+    assert checks.result(r, "probe", 1) is CheckResult.FAILED

@@ -348,3 +348,30 @@ def test_a_fill_that_got_none_of_the_card_while_the_plugin_let_a_device_back_fil
     # Its holders gone, the next pass judges the node as it is: a GPU free is filled for.
     after = plan(HoldInput(CARD, (), (), free=1, allocatable=3, fill_allocatable=2))
     assert after.state is HoldState.FILLING and after.create == 1
+
+
+def test_a_fill_short_of_the_node_s_healthy_gpus_proves_nothing_and_keeps_its_holders() -> None:
+    """A pod stays on another card its plugin calls Unhealthy: its request still counts against
+    allocatable, so the kubelet admitted one holder fewer than the node has Healthy free GPUs,
+    and the card may be the one left (CI's release-request at 20x: the card had recovered, the
+    fill got the other two, `excluded@3` let the next pod be handed the card)."""
+    others = (holder("h1", "GPU-a"), holder("h2", "GPU-c"))
+    short = plan(HoldInput(CARD, others, (), free=0, allocatable=3, fill_allocatable=3, stranded=1))
+    assert short.state is HoldState.FILLING and short.state.pending
+    assert short.delete == () and short.create == 0, "the holders stay: the node takes no new pod"
+    assert "1 excluded GPU unit(s)" in short.message
+    # The pod on the Unhealthy card left: its unit is free, and the fill goes on to the card.
+    left = plan(HoldInput(CARD, others, (), free=1, allocatable=3, fill_allocatable=3))
+    assert left.state is HoldState.FILLING and left.create == 1 and left.delete == ()
+    held = plan(HoldInput(CARD, (*others, holder("h3", "GPU-bad")), (), free=0, stranded=1))
+    assert held.state is HoldState.HELD and set(held.delete) == {"h1", "h2"}
+    # No pod on an excluded device: the same fill does show the plugin excludes the card.
+    steady = plan(HoldInput(CARD, others, (), free=0, allocatable=3, fill_allocatable=3))
+    assert steady.state is HoldState.NOT_ALLOCATABLE and set(steady.delete) == {"h1", "h2"}
+    # Nor is the card judged excluded with no fill at all while the node is full that way.
+    full = plan(HoldInput(CARD, (), (), free=0, allocatable=3, stranded=1))
+    assert full.state is HoldState.FILLING and full.create == 0
+    # An excluded GPU besides the pod's, which no pod reports: taken to be the card (a card held
+    # and then called Unhealthy does not keep every other hold of its node pending).
+    unnamed = plan(HoldInput(CARD, others, (), free=0, stranded=1, excluded=2, excluded_unreported=1))
+    assert unnamed.state is HoldState.NOT_ALLOCATABLE and set(unnamed.delete) == {"h1", "h2"}
