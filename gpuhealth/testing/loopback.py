@@ -161,6 +161,9 @@ class ScrapeJob:
     """The scraped series' own labels win over the target's (`honor_labels`, on for the whole job
     when any of its ScrapeJobs asks): a target serving several exporters' series, each with its
     own `instance`, stores them as those exporters' targets would."""
+    fields: dict[str, Any] = field(default_factory=dict)
+    """More of the job's scrape config (`scheme`, `tls_config`, `basic_auth`...), as a shipped
+    scrape snippet gives them (the job's first ScrapeJob sets them)."""
 
 
 def _static_configs(jobs: Sequence[ScrapeJob]) -> dict[str, list[dict[str, Any]]]:
@@ -247,6 +250,7 @@ def run_prometheus(
         "scrape_configs": [
             {"job_name": name, "metrics_path": _metrics_path(jobs, name), "static_configs": groups}
             | ({"honor_labels": True} if any(j.honor_labels for j in jobs if j.name == name) else {})
+            | next(j.fields for j in jobs if j.name == name)
             for name, groups in _static_configs(jobs).items()
         ],
     }

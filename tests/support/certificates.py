@@ -13,8 +13,11 @@ from pathlib import Path
 import pytest
 
 
-def self_signed(directory: Path, name: str, common_name: str = "gpuhealth-test") -> tuple[Path, Path]:
-    """(certificate, key) PEM files written under `directory`; the test is skipped without openssl."""
+def self_signed(
+    directory: Path, name: str, common_name: str = "gpuhealth-test", dns: tuple[str, ...] = ()
+) -> tuple[Path, Path]:
+    """(certificate, key) PEM files written under `directory`, valid for `dns` names too; the test
+    is skipped without openssl."""
     if shutil.which("openssl") is None:
         pytest.skip("the openssl command is not installed")
     cert, key = directory / f"{name}.crt", directory / f"{name}.key"
@@ -22,7 +25,7 @@ def self_signed(directory: Path, name: str, common_name: str = "gpuhealth-test")
         [
             "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
             "-nodes", "-days", "1", "-subj", f"/CN={common_name}",
-            "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+            "-addext", "subjectAltName=" + ",".join(["IP:127.0.0.1", "DNS:localhost", *(f"DNS:{d}" for d in dns)]),
             "-keyout", str(key), "-out", str(cert),
         ],
         check=True, capture_output=True, timeout=30,

@@ -13,10 +13,17 @@ from gpuhealth.testing.loopback import child_process, free_port
 
 @contextmanager
 def cluster_exporter(
-    scenario: dict[str, Any], node: str, gpus: int, tmp_path: Path, *, speed: float = 10.0
+    scenario: dict[str, Any],
+    node: str,
+    gpus: int,
+    tmp_path: Path,
+    *,
+    speed: float = 10.0,
+    args: tuple[str, ...] = (),
 ) -> Iterator[tuple[Any, int, dict[str, int]]]:
     """The running cluster of `scenario`, the port of an exporter watching it (its directory and
-    log under `tmp_path`), and `node`'s first `gpus` GPUs by UUID (uuid -> index)."""
+    log under `tmp_path`, `args` added to its command line), and `node`'s first `gpus` GPUs by
+    UUID (uuid -> index)."""
     from simulator.testing import running_cluster
 
     port = free_port()
@@ -27,7 +34,7 @@ def cluster_exporter(
         }
         argv = [
             sys.executable, "-m", "gpuhealth", "exporter", "--kubeconfig", str(cluster.kubeconfig_path),
-            "--listen", f"127.0.0.1:{port}", "--directory", str(tmp_path / "devices.sqlite"),
+            "--listen", f"127.0.0.1:{port}", "--directory", str(tmp_path / "devices.sqlite"), *args,
         ]  # fmt: skip
         with child_process(argv, tmp_path / "exporter.log"):
             yield cluster, port, uuids
