@@ -21,11 +21,12 @@ def self_signed(
     if shutil.which("openssl") is None:
         pytest.skip("the openssl command is not installed")
     cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    names = ",".join(["IP:127.0.0.1", "DNS:localhost", *(f"DNS:{d}" for d in dns)])
     subprocess.run(
         [
             "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
             "-nodes", "-days", "1", "-subj", f"/CN={common_name}",
-            "-addext", "subjectAltName=" + ",".join(["IP:127.0.0.1", "DNS:localhost", *(f"DNS:{d}" for d in dns)]),
+            "-addext", f"subjectAltName={names}",
             "-keyout", str(key), "-out", str(cert),
         ],
         check=True, capture_output=True, timeout=30,
