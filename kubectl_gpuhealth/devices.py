@@ -113,6 +113,12 @@ def register(
         default=str(DEFAULT_PORT),
         help="the exporters' port, a number or a container port name (default: %(default)s)",
     )
+    parser.add_argument(
+        "--exporter-scheme",
+        choices=("http", "https"),
+        default="http",
+        help="https where the exporters serve TLS (--web.config.file; docs/web-config.md)",
+    )
     parser.add_argument("--no-headers", action="store_true", help="leave out the table's header line")
     add_output_option(parser)
     command(parser, run_devices)
@@ -262,7 +268,13 @@ def _pod_fetches(
         (
             f"exporter pod {namespace}/{name}",
             partial(
-                client.proxy_get, POD, name, devices_view.PATH, namespace=namespace, port=args.exporter_port
+                client.proxy_get,
+                POD,
+                name,
+                devices_view.PATH,
+                namespace=namespace,
+                port=args.exporter_port,
+                scheme="https" if args.exporter_scheme == "https" else "",
             ),
         )
         for name in names

@@ -95,5 +95,12 @@ class Api(Protocol):
     def served_versions(self, group: str, plural: str) -> tuple[str, ...]: ...
 
     def proxy_get(
-        self, resource: Resource, name: str, path: str, *, namespace: str | None = ..., port: int | str = ...
+        self,
+        resource: Resource,
+        name: str,
+        path: str,
+        *,
+        namespace: str | None = ...,
+        port: int | str = ...,
+        scheme: str = ...,
     ) -> dict[str, Any]: ...

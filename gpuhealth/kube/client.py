@@ -81,14 +81,24 @@ class KubeClient:
         return self._call("GET", resource.path(namespace, name, subresource))
 
     def proxy_get(
-        self, resource: Resource, name: str, path: str, *, namespace: str | None = None, port: int | str = ""
+        self,
+        resource: Resource,
+        name: str,
+        path: str,
+        *,
+        namespace: str | None = None,
+        port: int | str = "",
+        scheme: str = "",
     ) -> dict[str, Any]:
         """GET `path` of the object's `proxy` subresource (a pod's or service's own HTTP endpoint,
         reached through the apiserver with its authentication and RBAC); the answer as JSON.
 
-        `port` is a number or a port name (the object's default when empty). An answer that is
-        not 2xx raises the `ApiError` its status maps to, like any other call."""
+        `port` is a number or a port name (the object's default when empty); `scheme` `https`
+        for an endpoint behind TLS (the apiserver does not verify the pod's certificate). An
+        answer that is not 2xx raises the `ApiError` its status maps to, like any other call."""
         target = f"{name}:{port}" if port != "" else name
+        if scheme:
+            target = f"{scheme}:{name}:{port}"
         return self._call("GET", resource.path(namespace, target, "proxy") + "/" + path.lstrip("/"))
 
     def served_versions(self, group: str, plural: str) -> tuple[str, ...]:

@@ -4,7 +4,8 @@
 `kubectl gpuhealth devices` reach a pod's HTTP endpoint this way, with the cluster's
 authentication and RBAC (`pods/proxy`) instead of a network path to the pod. The target is
 `[SCHEME:]NAME[:PORT]` as the real apiserver parses it: the port a number or a container
-port's name (80 when none is given), the scheme `http` (the simulated pods serve no TLS).
+port's name (80 when none is given), the scheme `http` or `https` (the pod's certificate not
+verified, as the real apiserver's proxy does not verify it).
 The request goes to `status.podIP`, method, query and body unchanged; the pod's answer comes
 back with its status, content type and body. A pod without an IP, a port that names nothing
 and a pod that does not answer are 503 ServiceUnavailable / 400 BadRequest Status errors, the
@@ -49,8 +50,8 @@ def split_target(target: str) -> tuple[str, str, str]:
 def resolve(pod: dict[str, Any], target: str) -> tuple[str, int]:
     """(host, port) a proxied request for `target` goes to; ApiError when it goes nowhere."""
     scheme, name, port_text = split_target(target)
-    if scheme not in ("", "http"):
-        raise bad_request(f"{target!r}: the simulated cluster proxies plain http only")
+    if scheme not in ("", "http", "https"):
+        raise bad_request(f"{target!r}: unsupported scheme {scheme!r} (http or https)")
     status = pod.get("status") or {}
     host = status.get("podIP")
     if not isinstance(host, str) or not host:
@@ -72,13 +73,13 @@ def resolve(pod: dict[str, Any], target: str) -> tuple[str, int]:
 def _handler(store: Store) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handle(request: web.Request) -> web.Response:
         namespace, target = request.match_info["namespace"], request.match_info["target"]
-        _, name, _ = split_target(target)
+        scheme, name, _ = split_target(target)
         try:
             pod = store.get("pods", name, namespace)
         except ApiError as err:
             raise not_found("pods", "", name) from err
         host, port = resolve(pod, target)
-        url = f"http://{host}:{port}{request.match_info['path'] or '/'}"
+        url = f"{scheme or 'http'}://{host}:{port}{request.match_info['path'] or '/'}"
         headers = {h: request.headers[h] for h in _FORWARDED_HEADERS if h in request.headers}
         body = await request.read()
         try:
@@ -91,6 +92,7 @@ def _handler(store: Store) -> Callable[[web.Request], Awaitable[web.Response]]:
                     data=body or None,
                     headers=headers,
                     auto_decompress=False,
+                    ssl=False,
                 ) as answer,
             ):
                 payload = await answer.read()

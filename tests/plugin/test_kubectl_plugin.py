@@ -39,6 +39,7 @@ from responder.reconcile.breaker_store import AuditEntry, BreakerStore
 from responder.records import QUARANTINES, Phase, to_object
 from simulator.testing import ClusterHandle, running_cluster
 from tests.responder.test_cli_quarantine import CRD_FILE, CRDS, record
+from tests.support.certificates import self_signed
 from tests.support.kubectl import Kubectl, kubectl_runner
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -90,15 +91,17 @@ def _kubeconfig_with_contexts(source: Path, target: Path) -> None:
     target.write_text(yaml.safe_dump(config))
 
 
-def _exporter_pod(port: int) -> dict[str, Any]:
+def _exporter_pod(
+    port: int, name: str = "gpuhealth-exporter-x1", namespace: str = EXPORTERS
+) -> dict[str, Any]:
     # No scheduler serves this name, so the pod stays unbound; its IP is loopback, where the
     # exporter process listens: the apiserver's pod proxy reaches it as it would a DaemonSet pod.
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": "gpuhealth-exporter-x1",
-            "namespace": EXPORTERS,
+            "name": name,
+            "namespace": namespace,
             "labels": {"app.kubernetes.io/name": "gpuhealth-exporter"},
         },
         "spec": {
@@ -377,3 +380,53 @@ def test_breaker_namespace_is_the_flag_then_the_responders_never_the_context(
     assert reset.returncode == 0 and "Breaker reset by ops" in reset.stdout
     stored = env.cluster.get("configmaps", "gpuhealth-breaker", EXPORTERS)
     assert json.loads(stored["data"]["state"])["tripped"] is False
+
+
+def test_exporters_behind_tls_are_read_through_the_proxy_over_https(
+    env: Env, kubectl: Kubectl, tmp_path: Path
+) -> None:
+    """An exporter with `--web.config.file` serving TLS: `--exporter-scheme https` reads it through
+    the apiserver's proxy (which does not verify the pod's certificate) with the same devices."""
+    namespace, port = "gpuhealth-tls", free_port()
+    cert, key = self_signed(tmp_path, "tls")
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n")
+    client = KubeClient(KubeTransport(api_client(str(env.cluster.kubeconfig_path))))
+    argv = [
+        *(sys.executable, "-m", "gpuhealth", "exporter", "--kubeconfig", str(env.cluster.kubeconfig_path)),
+        *("--listen", f"127.0.0.1:{port}", "--directory", str(tmp_path / "tls.sqlite")),
+        *("--web.config.file", str(web)),
+    ]
+    try:
+        client.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        pod = client.create(
+            POD, _exporter_pod(port, "gpuhealth-exporter-tls", namespace), namespace=namespace
+        )
+        client.update(
+            POD, {**pod, "status": {"phase": "Running", "podIP": "127.0.0.1"}}, subresource="status"
+        )
+        with child_process(argv, tmp_path / "exporter.log"):
+            plain = gpuhealth(kubectl, "devices", "-A", "--exporter-namespace", namespace, "-o", "json")
+            assert plain.returncode != 0  # plain HTTP to a TLS port: the exporter named, the command failed
+
+            https = (
+                "devices",
+                "-A",
+                "--exporter-namespace",
+                namespace,
+                "--exporter-scheme",
+                "https",
+                "-o",
+                "json",
+            )
+
+            def over_https() -> set[str] | None:
+                done = gpuhealth(kubectl, *https)
+                if done.returncode != 0:
+                    return None
+                devices = {d["device"] for d in json.loads(done.stdout)["devices"]}
+                return devices if env.unhealthy["device"] in devices else None
+
+            wait_until("the TLS exporter's devices read over https", over_https, timeout=60)
+    finally:
+        client.close()

@@ -110,7 +110,7 @@ async def test_a_post_carries_its_body(api: TestClient[web.Request, web.Applicat
         ("pending:80", 503, "ServiceUnavailable", 'pod "pending" has no IP yet'),
         ("exporter:grpc", 400, "BadRequest", "no container port named 'grpc'"),
         ("exporter:70000", 400, "BadRequest", "invalid port '70000'"),
-        ("https:exporter:443", 400, "BadRequest", "plain http only"),
+        ("ftp:exporter:443", 400, "BadRequest", "unsupported scheme"),
     ],
 )
 async def test_a_target_that_goes_nowhere_is_a_status_error(
