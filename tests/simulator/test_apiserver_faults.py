@@ -30,7 +30,7 @@ from gpuhealth.clock import SteppableClock
 from gpuhealth.kube.backoff import BackoffSettings
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
-from gpuhealth.kube.errors import Conflict, TooManyRequests, Unavailable
+from gpuhealth.kube.errors import Conflict, NotFound, TooManyRequests, Unavailable
 from gpuhealth.kube.reflector import Events, Listed, Message, Reflector, WatchRestarted
 from gpuhealth.kube.resources import POD, Resource
 from gpuhealth.kube.transport import KubeTransport
@@ -243,6 +243,40 @@ def test_errors_come_as_status_bodies_the_client_classifies(served: ServedCluste
         "api-429": 1,
         "api-409": 1,
     }
+
+
+JOBS = Resource("batch", "v1", "jobs", namespaced=True)
+
+
+def _job(name: str) -> dict[str, Any]:
+    container = {"name": "main", "image": "registry.example/check:1"}
+    template = {"spec": {"restartPolicy": "Never", "containers": [container]}}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": {"template": template}}
+
+
+@pytest.mark.integration
+def test_a_delete_keeps_its_options_while_a_conflict_rule_reads_its_body(
+    served: ServedCluster, kube: KubeClient
+) -> None:
+    # The conflict rule reads a write's body to tell a conditional one; the handler must still
+    # read the same DeleteOptions. It read none once (aiohttp's `can_read_body` is False after a
+    # read), so in an `api-409` window a Job deleted with propagationPolicy Background was
+    # deleted with the default for Jobs, Orphan: its pods lost their ownerReferences and lived on
+    # (`docs/reliability.md`, finding 5), and a delete's preconditions were ignored.
+    served.call(lambda: setattr(served.store, "finalizing_controllers", True))  # as with a fleet
+    kube.create(POD, pod_manifest("p"), namespace="default")
+    kube.create(JOBS, _job("background"), namespace="default")
+    kube.create(JOBS, _job("default"), namespace="default")
+    _configure(served, FaultRule("conflict", probability=0.0))  # reads every delete's body, never fires
+    with pytest.raises(Conflict) as stale:
+        kube.delete(POD, "p", namespace="default", uid="not-its-uid")
+    assert "UID in the precondition" in stale.value.message
+    assert kube.get(POD, "p", namespace="default")["metadata"]["name"] == "p"
+    kube.delete(JOBS, "background", namespace="default", propagation_policy="Background")
+    with pytest.raises(NotFound):
+        kube.get(JOBS, "background", namespace="default")  # gone at once: nothing to orphan
+    kept = kube.delete(JOBS, "default", namespace="default")
+    assert kept["metadata"]["finalizers"] == ["orphan"]  # no policy: a Job's default, as real
 
 
 @pytest.mark.integration
