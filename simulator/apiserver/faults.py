@@ -34,7 +34,7 @@ import dataclasses
 import math
 import random
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -62,6 +62,9 @@ _APPLIES_TO: dict[str, frozenset[str]] = {
 }
 
 ERROR_CODES = (500, 503)
+
+WATCH_KINDS = ("drop-watch", "gone")
+"""The kinds a watch meets when it starts (`FaultInjector.configure` ends the open ones)."""
 
 
 class FaultConfigError(ValueError):
@@ -271,6 +274,8 @@ class FaultInjector:
     rules: tuple[FaultRule, ...] = ()
     injected: Counter[str] = field(default_factory=Counter)
     """Injections so far by label (`FaultRule.label`), over every configuration since the start."""
+    end_watches: Callable[[tuple[FaultRule, ...]], None] | None = None
+    """Set by the HTTP layer: ends the open watches that any of these watch rules matches."""
     _used: list[int] = field(default_factory=list)
     _random: random.Random = field(default_factory=random.Random)
 
@@ -282,8 +287,17 @@ class FaultInjector:
         return bool(self.rules)
 
     def configure(self, rules: Iterable[FaultRule], *, seed: int | None = None) -> None:
-        """Replace the rules (an empty list turns faults off); a seed restarts the draws."""
+        """Replace the rules (an empty list turns faults off); a seed restarts the draws.
+
+        A watch rule (`drop-watch`, `gone`) new in this configuration ends the open watches it
+        matches, as a real apiserver ends each at its timeout: a watch decides its fault when it
+        starts, and the clients' watches last minutes (300 s for the exporter's), so a window of
+        a minute would otherwise rarely meet one. Each client resumes at once, and meets the rule."""
+        before = self.rules
         self.rules = tuple(rules)
+        new_watch_rules = tuple(r for r in self.rules if r.kind in WATCH_KINDS and r not in before)
+        if new_watch_rules and self.end_watches is not None:
+            self.end_watches(new_watch_rules)
         self._used = [0] * len(self.rules)
         if seed is not None:
             self.seed = seed

@@ -35,7 +35,7 @@ from gpuhealth.kube.reflector import Events, Listed, Message, Reflector, WatchRe
 from gpuhealth.kube.resources import POD, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
-from simulator.apiserver.app import FAULTS, ServerSettings
+from simulator.apiserver.app import FAULTS, WATCHES, ServerSettings
 from simulator.apiserver.faults import (
     FaultConfigError,
     FaultInjector,
@@ -339,6 +339,23 @@ def test_a_dropped_watch_is_cut_off_and_a_resume_can_find_its_version_gone(
     events, clean = _watch_lines(served, f"resourceVersion={rv}&timeoutSeconds=1")
     assert [e["object"]["metadata"]["name"] for e in events] == ["b"]
     assert served.call(lambda: dict(_injector(served).injected)) == {"api-watch-drop": 1, "api-410": 1}
+
+
+@pytest.mark.integration
+def test_a_new_watch_fault_ends_the_open_watches_it_matches(served: ServedCluster) -> None:
+    # A watch meets its fault when it starts; a client's watch lasts minutes, so a rule must end
+    # the open ones for a window of a minute to reach them: each then resumes and meets it.
+    ended: queue.SimpleQueue[tuple[list[dict[str, Any]], bool]] = queue.SimpleQueue()
+    threading.Thread(target=lambda: ended.put(_watch_lines(served, "timeoutSeconds=30")), daemon=True).start()
+    wait_until("the watch open", lambda: served.call(lambda: len(served._runner.app[WATCHES].watches)) == 1)
+    _configure(served, FaultRule("gone", resources=frozenset({"pods"})))
+    _configure(served, FaultRule("gone", resources=frozenset({"pods"})), FaultRule("slow"))
+    with pytest.raises(queue.Empty):
+        ended.get(timeout=0.5)  # a rule for pods, or no watch rule: the configmaps' watch goes on
+    started = time.monotonic()
+    _configure(served, FaultRule("gone", resources=frozenset({"pods"})), FaultRule("drop-watch"))
+    events, clean = ended.get(timeout=10)
+    assert clean and events == [] and time.monotonic() - started < 5  # ended, not cut, long before 30 s
 
 
 @pytest.fixture
