@@ -253,7 +253,7 @@ class DeliveryChaos:
         draw = random.Random(f"{self.seed}:{index}")  # independent of how many were decided before
         duplicated, reordered = draw.random() < self.duplicate, draw.random() < self.reorder
         copies = 2 if self.duplicate > 0 and (duplicated or index < self.at_least) else 1
-        late = self.reorder > 0 and 0 < index and (reordered or index <= self.at_least)
+        late = self.reorder > 0 and index > 0 and (reordered or index <= self.at_least)
         return Delivery(copies, late)
 
 

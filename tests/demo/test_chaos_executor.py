@@ -17,7 +17,6 @@ on the other's cluster fails at the start. The command refuses, before it starts
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,6 @@ from demo.chaos import EXPIRED_WATCHES, ChaosExecutor, kills_by_kind
 from demo.chaos_plan import REAL, ApiWindow, ChaosError, ChaosPlan, ClockStep, DeliveryChaos, PlaneFault
 from demo.journal import Journal, Kind
 from gpuhealth.clock import SteppableClock
-from gpuhealth.testing.loopback import wait_until
 from gpuhealth_cli.main import main
 from simulator.apiserver.faults import FaultInjector
 

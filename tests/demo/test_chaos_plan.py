@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 
 from demo.chaos_plan import (
-    Delivery,
     CONTROL_PLANE_KINDS,
     DUPLICATE,
     KILL_KINDS,
@@ -40,6 +39,7 @@ from demo.chaos_plan import (
     ChaosError,
     ChaosPlan,
     ChaosSettings,
+    Delivery,
     DeliveryChaos,
     PlaneFault,
     assess,
@@ -253,7 +253,14 @@ def test_the_first_deliveries_carry_each_planned_webhook_fault() -> None:
 
 
 def test_shortfalls_name_each_planned_kind_not_injected_as_planned() -> None:
-    kinds = ("api-503", "api-410", "kill-responder-leader", "webhook-duplicate", "webhook-reorder", "clock-jump")
+    kinds = (
+        "api-503",
+        "api-410",
+        "kill-responder-leader",
+        "webhook-duplicate",
+        "webhook-reorder",
+        "clock-jump",
+    )
     chaos = plan(SCENARIO, 1, kinds)
     done = {
         "api-503": 7,

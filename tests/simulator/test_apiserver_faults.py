@@ -251,7 +251,12 @@ JOBS = Resource("batch", "v1", "jobs", namespaced=True)
 def _job(name: str) -> dict[str, Any]:
     container = {"name": "main", "image": "registry.example/check:1"}
     template = {"spec": {"restartPolicy": "Never", "containers": [container]}}
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": {"template": template}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"template": template},
+    }
 
 
 @pytest.mark.integration
