@@ -328,7 +328,9 @@ class ChaosPlan:
             lines.append((f.at, f.describe()))
         if self.deliveries is not None:
             d = self.deliveries
-            lines.append((-1.0, f"webhook deliveries: duplicate p={d.duplicate:g}, reorder p={d.reorder:g}"))
+            always = f", the first {d.at_least} of each kind planned always" if d.at_least else ""
+            line = f"webhook deliveries: duplicate p={d.duplicate:g}, reorder p={d.reorder:g}{always}"
+            lines.append((-1.0, line))
         return [text for _, text in sorted(lines, key=lambda x: x[0])]
 
 
