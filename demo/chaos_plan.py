@@ -284,13 +284,14 @@ class ChaosPlan:
 
     def shortfalls(self, injected: Mapping[str, int]) -> list[str]:
         """How `injected` (by kind) falls short of this plan, one line per kind: a kill, clock
-        step or control-plane fault not done exactly as often as planned; an API kind that met
-        no request in its windows; a webhook kind below the deliveries that always carry it
+        step or control-plane fault not done exactly as often as planned; an API kind injected
+        fewer times than it has windows (each window's first matching request gets its fault:
+        `atLeast`); a webhook kind below the deliveries that always carry it
         (`DeliveryChaos.at_least`). Empty: every planned fault was injected."""
         exact: Counter[str] = Counter(k.kind for k in self.kills)
         exact.update(s.kind for s in self.steps)
         exact.update(f.kind for f in self.plane_faults)
-        least: Counter[str] = Counter({w.kind: 1 for w in self.windows})
+        least: Counter[str] = Counter(w.kind for w in self.windows)  # each window's first request
         if self.deliveries is not None:
             for kind, chance in (
                 ("webhook-duplicate", self.deliveries.duplicate),
@@ -341,18 +342,20 @@ def timeline_span(scenario: Scenario) -> float:
 
 
 def _api_rule(kind: str, probability: float, draw: random.Random) -> dict[str, Any]:
-    """The apiserver's fault rule (its JSON form) for an API kind."""
+    """The apiserver's fault rule (its JSON form) for an API kind: the first request it matches
+    gets the fault (`atLeast`), so that the window injects it; later ones by `probability`."""
+    sure = {"probability": probability, "atLeast": 1}
     if kind in ("api-500", "api-503"):
-        return {"kind": "error", "code": int(kind[4:]), "probability": probability}
+        return {"kind": "error", "code": int(kind[4:]), **sure}
     if kind == "api-409":
-        return {"kind": "conflict", "probability": probability}
+        return {"kind": "conflict", **sure}
     if kind == "api-429":
-        return {"kind": "throttle", "probability": probability}
+        return {"kind": "throttle", **sure}
     if kind == "api-slow":
-        return {"kind": "slow", "delay": round(draw.uniform(0.2, 1.0), 2), "probability": probability}
+        return {"kind": "slow", "delay": round(draw.uniform(0.2, 1.0), 2), **sure}
     if kind == "api-watch-drop":
-        return {"kind": "drop-watch", "after": round(draw.uniform(0.5, 3.0), 2), "probability": probability}
-    return {"kind": "gone", "probability": probability}
+        return {"kind": "drop-watch", "after": round(draw.uniform(0.5, 3.0), 2), **sure}
+    return {"kind": "gone", **sure}
 
 
 def _start(draw: random.Random, span: float, settings: ChaosSettings, lasting: float) -> float:

@@ -127,6 +127,19 @@ def test_a_limit_caps_a_rule_and_a_new_configuration_starts_its_count_again() ->
     assert not injector.active and injector.decide("get", "pods", "pods") is None
 
 
+def test_at_least_injects_the_first_matches_whatever_the_draw_while_the_rule_stays() -> None:
+    sure = FaultRule("throttle", probability=0.0, at_least=2)
+    injector = FaultInjector(rules=(sure,))
+    assert injector.decide("create", "pods", "pods", conditional=False) is not None
+    # Configured again with the rule still in it (a chaos window opening beside it): still owed one.
+    injector.configure((FaultRule("slow", verbs=frozenset({"watch"})), sure))
+    assert [injector.decide("get", "pods", "pods") is not None for _ in range(3)] == [True, False, False]
+    injector.configure(())
+    injector.configure((sure,))  # gone, then configured anew: a new window owes its own
+    assert injector.decide("get", "pods", "pods") is not None
+    assert injector.injected == {"api-429": 3}
+
+
 def test_the_same_seed_gives_the_same_faults_and_the_probability_holds() -> None:
     def draws(seed: int) -> list[bool]:
         injector = FaultInjector(seed=seed, rules=(FaultRule("slow", probability=0.25),))
@@ -154,6 +167,8 @@ def test_the_same_seed_gives_the_same_faults_and_the_probability_holds() -> None
         ({"kind": "slow", "delay": -1}, "rules[0].delay: expected wall seconds of 0 or more"),
         ({"kind": "throttle", "retryAfter": 0}, "rules[0].retryAfter: expected whole seconds of 1 or more"),
         ({"kind": "throttle", "limit": 0}, "rules[0].limit: expected a whole number of 1 or more"),
+        ({"kind": "gone", "atLeast": -1}, "rules[0].atLeast: expected a whole number from 0 to the limit"),
+        ({"kind": "gone", "atLeast": 3, "limit": 2}, "rules[0].atLeast: expected a whole number from 0"),
         ({"kind": "slow", "resources": "pods"}, "rules[0].resources: expected a list of names"),
         ({"kind": "slow", "every": 2}, "rules[0].every: unknown field"),
     ],
@@ -176,7 +191,7 @@ def test_configuration_shape_and_round_trip() -> None:
             "seed": 3,
             "rules": [
                 {"kind": "error", "code": 503, "retryAfter": 4, "verbs": ["list"], "probability": 0.5},
-                {"kind": "drop-watch", "after": 2.5, "resources": ["pods"], "limit": 3},
+                {"kind": "drop-watch", "after": 2.5, "resources": ["pods"], "limit": 3, "atLeast": 1},
             ],
         }
     )
