@@ -21,7 +21,8 @@ the last fault. `ChaosExecutor`:
   notes how long. After a compaction (then a restart of kube-apiserver) it waits for the evidence that our
   watches met 410 Gone: the exporters' `watch_restarts{reason="expired"}` rising in Prometheus;
 - decides, as the webhook front's hook, what happens to each notification: forwarded twice
-  (a duplicate delivery) or held back until a later one has gone through (out of order);
+  (a duplicate delivery), or followed by the notification before it once more (an older one
+  after a newer: out of order); each counted once it has been forwarded;
 - leaves process kills to the pipeline, which runs them from the scenario's `demo:` section
   (`chaos_plan.staged` puts them there).
 
@@ -162,10 +163,11 @@ class ChaosExecutor:
         self._api_counts: dict[str, int] = {}
         self.counts: Counter[str] = Counter()
         """Faults this executor injected itself (clock steps, duplicates, reorders)."""
-        self._lock = threading.Condition()
+        self._lock = threading.Lock()
         self.decided = 0
         """Notifications whose fate the hook has drawn."""
-        self._forwarded = 0
+        self._last: _Request | None = None
+        """The notification decided last: the one a late delivery sends again."""
 
     # -- the pipeline's seams
 
@@ -237,32 +239,26 @@ class ChaosExecutor:
         self._api_counts = _simulated(run).call(lambda c: dict(c.api_faults.injected))
 
     def front_hook(self, request: _Request, forward: Callable[[Any], Reply]) -> Reply:
-        """The webhook front's hook: forward once, twice, or after a later notification."""
+        """The webhook front's hook: forward once, twice, or once and then the one before again.
+
+        The sender gets the answer to its own notification (the second copy's, for a duplicate);
+        the answer to a late copy of an earlier one goes to no one, as that sender had its own."""
         chaos = self.plan.deliveries
         if chaos is None:
-            return self._forward(request, forward)
+            return forward(request)
         with self._lock:
             index, self.decided = self.decided, self.decided + 1
+            earlier, self._last = self._last, request
         fate = chaos.decide(index)
-        if fate.hold:
-            with self._lock:
-                before = self._forwarded
-                overtaken = self._lock.wait_for(lambda: self._forwarded > before, timeout=chaos.hold_seconds)
-            if overtaken:
-                with self._lock:
-                    self.counts["webhook-reorder"] += 1
-        reply = self._forward(request, forward)
+        reply = forward(request)
         if fate.copies > 1:
+            reply = forward(request)
             with self._lock:
                 self.counts["webhook-duplicate"] += 1
-            reply = self._forward(request, forward)
-        return reply
-
-    def _forward(self, request: _Request, forward: Callable[[Any], Reply]) -> Reply:
-        reply = forward(request)
-        with self._lock:
-            self._forwarded += 1
-            self._lock.notify_all()
+        if fate.late and earlier is not None:
+            forward(earlier)
+            with self._lock:
+                self.counts["webhook-reorder"] += 1
         return reply
 
     # -- the figures

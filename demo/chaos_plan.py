@@ -4,8 +4,8 @@
 `ChaosPlan`: timed steps in scenario seconds (API fault windows at the simulated apiserver,
 process kills with their restarts, steps of the cluster's clock, restarts of the real control
 plane's components and compactions of its etcd) and the per-delivery decisions for the webhook
-front (`DeliveryChaos`: duplicate a notification, hold one back so that it arrives after the
-next). The same seed gives the same plan. Which kinds a run may ask for depends on its control
+front (`DeliveryChaos`: duplicate a notification, deliver the one before it again after it:
+out of order). The same seed gives the same plan. Which kinds a run may ask for depends on its control
 plane (`PLANE_KINDS`): the simulated apiserver's fault rules and clock exist only there, the
 components of a real control plane only on it. `staged(scenario, plan)`
 puts the kills into the scenario's `demo:` section, where the pipeline runs them (`kills:`,
@@ -152,9 +152,8 @@ class ChaosSettings:
     clock_step_max_seconds: float = 600.0
     """Wall seconds, at most, that one step moves the cluster's clock forward."""
     webhook_probability: float = 0.3
-    """Chance that a notification is duplicated (webhook-duplicate) or held back (webhook-reorder)."""
-    hold_seconds: float = 2.0
-    """Wall seconds a held-back notification waits at most for the next one to overtake it."""
+    """Chance that a notification is duplicated (webhook-duplicate), or followed by the one before
+    it again (webhook-reorder), beyond the first `per_kind` of each, which always are."""
     quiet_seconds: float = 360.0
     """Simulated seconds the run goes on after the last injected fault is over, so that it shows
     the system coming to rest; the plan also keeps the end of the timeline free of injections
@@ -173,7 +172,6 @@ class ChaosSettings:
         fields.positive(self, "clock_step_min_seconds", "wall seconds")
         fields.within(self, "clock_step_max_seconds", "wall seconds", self.clock_step_min_seconds)
         fields.within(self, "webhook_probability", "chance", 0.0, 1.0)
-        fields.positive(self, "hold_seconds", "wall seconds")
         fields.within(self, "quiet_seconds", "simulated seconds", 0.0)
         fields.within(self, "rest_seconds", "simulated seconds", 0.0, self.quiet_seconds)
 
@@ -234,8 +232,9 @@ class Delivery:
 
     copies: int = 1
     """How many times it is forwarded (2: a duplicate)."""
-    hold: bool = False
-    """Held back until the next notification has gone (or `hold_seconds` passed): out of order."""
+    late: bool = False
+    """Once it has gone, the notification before it is delivered again: an older notification
+    arriving after a newer one (out of order), as from an Alertmanager peer that lags."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,12 +244,17 @@ class DeliveryChaos:
     seed: int
     duplicate: float = 0.0
     reorder: float = 0.0
-    hold_seconds: float = 2.0
+    at_least: int = 0
+    """The first `at_least` deliveries that can have each planned fault have it (a reorder needs
+    one before it: from the second), so that a run with that many notifications injects every
+    planned kind; the later ones by their chances."""
 
     def decide(self, index: int) -> Delivery:
         draw = random.Random(f"{self.seed}:{index}")  # independent of how many were decided before
-        copies = 2 if draw.random() < self.duplicate else 1
-        return Delivery(copies, draw.random() < self.reorder)
+        duplicated, reordered = draw.random() < self.duplicate, draw.random() < self.reorder
+        copies = 2 if self.duplicate > 0 and (duplicated or index < self.at_least) else 1
+        late = self.reorder > 0 and index > 0 and (reordered or index <= self.at_least)
+        return Delivery(copies, late)
 
 
 @dataclass(frozen=True)
@@ -278,6 +282,35 @@ class ChaosPlan:
         )
         return max(ends, default=0.0)
 
+    def shortfalls(self, injected: Mapping[str, int]) -> list[str]:
+        """How `injected` (by kind) falls short of this plan, one line per kind: a kill, clock
+        step or control-plane fault not done exactly as often as planned; an API kind injected
+        fewer times than it has windows (each window's first matching request gets its fault:
+        `atLeast`); a webhook kind below the deliveries that always carry it
+        (`DeliveryChaos.at_least`). Empty: every planned fault was injected."""
+        exact: Counter[str] = Counter(k.kind for k in self.kills)
+        exact.update(s.kind for s in self.steps)
+        exact.update(f.kind for f in self.plane_faults)
+        least: Counter[str] = Counter(w.kind for w in self.windows)  # each window's first request
+        if self.deliveries is not None:
+            for kind, chance in (
+                ("webhook-duplicate", self.deliveries.duplicate),
+                ("webhook-reorder", self.deliveries.reorder),
+            ):
+                if chance > 0:
+                    least[kind] = max(1, self.deliveries.at_least)
+        lines = [
+            f"{kind}: planned {count}, injected {injected.get(kind, 0)}"
+            for kind, count in sorted(exact.items())
+            if injected.get(kind, 0) != count
+        ]
+        lines += [
+            f"{kind}: planned at least {count}, injected {injected.get(kind, 0)}"
+            for kind, count in sorted(least.items())
+            if injected.get(kind, 0) < count
+        ]
+        return lines
+
     def api_schedule(self) -> list[tuple[float, tuple[Mapping[str, Any], ...]]]:
         """(scenario seconds, the rules open from then on), at every window's open and close."""
         moments = sorted({w.at for w in self.windows} | {w.until for w in self.windows})
@@ -296,7 +329,9 @@ class ChaosPlan:
             lines.append((f.at, f.describe()))
         if self.deliveries is not None:
             d = self.deliveries
-            lines.append((-1.0, f"webhook deliveries: duplicate p={d.duplicate:g}, reorder p={d.reorder:g}"))
+            always = f", the first {d.at_least} of each kind planned always" if d.at_least else ""
+            line = f"webhook deliveries: duplicate p={d.duplicate:g}, reorder p={d.reorder:g}{always}"
+            lines.append((-1.0, line))
         return [text for _, text in sorted(lines, key=lambda x: x[0])]
 
 
@@ -307,18 +342,20 @@ def timeline_span(scenario: Scenario) -> float:
 
 
 def _api_rule(kind: str, probability: float, draw: random.Random) -> dict[str, Any]:
-    """The apiserver's fault rule (its JSON form) for an API kind."""
+    """The apiserver's fault rule (its JSON form) for an API kind: the first request it matches
+    gets the fault (`atLeast`), so that the window injects it; later ones by `probability`."""
+    sure = {"probability": probability, "atLeast": 1}
     if kind in ("api-500", "api-503"):
-        return {"kind": "error", "code": int(kind[4:]), "probability": probability}
+        return {"kind": "error", "code": int(kind[4:]), **sure}
     if kind == "api-409":
-        return {"kind": "conflict", "probability": probability}
+        return {"kind": "conflict", **sure}
     if kind == "api-429":
-        return {"kind": "throttle", "probability": probability}
+        return {"kind": "throttle", **sure}
     if kind == "api-slow":
-        return {"kind": "slow", "delay": round(draw.uniform(0.2, 1.0), 2), "probability": probability}
+        return {"kind": "slow", "delay": round(draw.uniform(0.2, 1.0), 2), **sure}
     if kind == "api-watch-drop":
-        return {"kind": "drop-watch", "after": round(draw.uniform(0.5, 3.0), 2), "probability": probability}
-    return {"kind": "gone", "probability": probability}
+        return {"kind": "drop-watch", "after": round(draw.uniform(0.5, 3.0), 2), **sure}
+    return {"kind": "gone", **sure}
 
 
 def _start(draw: random.Random, span: float, settings: ChaosSettings, lasting: float) -> float:
@@ -375,7 +412,7 @@ def plan(
             seed,
             duplicate=settings.webhook_probability if "webhook-duplicate" in kinds else 0.0,
             reorder=settings.webhook_probability if "webhook-reorder" in kinds else 0.0,
-            hold_seconds=settings.hold_seconds,
+            at_least=settings.per_kind,
         )
     return ChaosPlan(
         seed,

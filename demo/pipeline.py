@@ -142,7 +142,7 @@ class Controls:
     """Seams for fault injection (the chaos command) and tests; every field optional.
 
     - `front_hook`: decides what the responders' webhook front forwards (`demo.front.Hook`):
-      duplicate a delivery by forwarding it twice, reorder by holding one back.
+      duplicate a delivery by forwarding it twice, reorder by forwarding an earlier one again.
     - `kills`: process kills in addition to the scenario's `demo.kills` (same meaning).
     - `on_started(run)`: called once every part is up, before the first fault, with the
       `Running` pipeline (its cluster handle for API faults, its processes, its journal).

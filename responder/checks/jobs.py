@@ -256,15 +256,11 @@ class JobChecks:
         # A finished check's pod still names its claim, and the simulated cluster (unlike the
         # resourceclaim controller) keeps such a claim allocated: the next check could not get
         # the device. Deleting the Job (its pods and their claims go with it) frees it either way.
+        # Background, said in so many words: a batch/v1 Job deleted without a policy orphans its
+        # pods, and an orphaned pod keeps its claim, and with it the device the next check needs.
         name, ns = job_name(record, kind, attempt), self.settings.namespace
         with contextlib.suppress(NotFound):
             self._client.delete(JOB, name, namespace=ns, propagation_policy="Background")
-        # And its pods by name, not only through the garbage collector: a pod the deletion left
-        # orphaned (found by `gpuhealth chaos` seed 3: the probe's pod outlived its Job with no
-        # ownerReferences) keeps its claim, and with it the device the canary needs.
-        for pod in self._client.list(POD, namespace=ns, label_selector=f"job-name={name}").items:
-            with contextlib.suppress(NotFound):
-                self._client.delete(POD, str((pod.get("metadata") or {}).get("name")), namespace=ns)
         for resource, _ in self._request(record, name).objects:
             with contextlib.suppress(NotFound):
                 self._client.delete(resource, name, namespace=ns)

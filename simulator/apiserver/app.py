@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from aiohttp import web
 from simulator.apiserver import audit, openapi, protobuf, tables
 from simulator.apiserver.binding import add_binding_route
 from simulator.apiserver.errors import ApiError, bad_request, not_found, precondition_failed
-from simulator.apiserver.faults import FaultInjector, Injection
+from simulator.apiserver.faults import FaultInjector, FaultRule, Injection
 from simulator.apiserver.list_options import ContinueExpired, ContinueToken, check_watch, read_at
 from simulator.apiserver.propagation import deletion_policy
 from simulator.apiserver.proxy import add_proxy_route
@@ -105,6 +106,7 @@ def create_app(
     app[SETTINGS] = settings
     app[WATCHES] = OpenWatches()
     app[FAULTS] = faults if faults is not None else FaultInjector()
+    app[FAULTS].end_watches = functools.partial(_end_watches, app)
     app[OPENAPI] = openapi.OpenApiDocs(store.kubernetes_version.info()["gitVersion"])
     app.router.add_route("*", "/version", _wrap(_version))
     app.router.add_route("*", "/version/", _wrap(_version))
@@ -137,6 +139,15 @@ async def _close_watches(app: web.Application) -> None:
     # Streaming handlers end on their own once their watch is closed; shutdown then completes.
     for watch in list(app[WATCHES].watches):
         watch.close()
+
+
+def _end_watches(app: web.Application, rules: tuple[FaultRule, ...]) -> None:
+    """End the open watches a watch fault matches: each client resumes from its resourceVersion,
+    and the events the closed watch held back come again in the resumed one."""
+    for watch in list(app[WATCHES].watches):
+        info = watch.info
+        if any(rule.matches("watch", info.key, info.plural, True, False) for rule in rules):
+            watch.close()
 
 
 # ---- middlewares ------------------------------------------------------------------------------
@@ -797,8 +808,9 @@ async def _patch(request: web.Request, target: Target) -> web.Response:
 
 
 async def _delete_options(request: web.Request) -> dict[str, Any]:
-    if not request.can_read_body:
-        return {}
+    # `read()`, never `can_read_body`: that is False once the body was read, and the fault
+    # injector reads it first to tell a conditional delete (`faults.is_conditional`); `read()`
+    # gives the same bytes again (b"" for no body).
     raw = await request.read()
     if not raw.strip():
         return {}

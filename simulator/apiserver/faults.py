@@ -34,7 +34,7 @@ import dataclasses
 import math
 import random
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -63,6 +63,9 @@ _APPLIES_TO: dict[str, frozenset[str]] = {
 
 ERROR_CODES = (500, 503)
 
+WATCH_KINDS = ("drop-watch", "gone")
+"""The kinds a watch meets when it starts (`FaultInjector.configure` ends the open ones)."""
+
 
 class FaultConfigError(ValueError):
     """A fault configuration that cannot be used; the message names the field path."""
@@ -89,6 +92,9 @@ class FaultRule:
     after_seconds: float = 1.0
     """`drop-watch`: wall seconds into the stream when the connection is cut."""
     limit: int | None = None
+    at_least: int = 0
+    """The first `at_least` requests the rule matches while it stays configured get the fault
+    whatever the draw (then `probability` decides): a fault window that is sure to meet one."""
     """At most this many injections by this rule; None: no limit."""
 
     def __post_init__(self) -> None:
@@ -118,6 +124,10 @@ class FaultRule:
                 raise FaultConfigError(f"{name}: expected wall seconds of 0 or more, got {value!r}")
         if self.limit is not None and self.limit < 1:
             raise FaultConfigError(f"limit: expected a whole number of 1 or more, got {self.limit!r}")
+        if not 0 <= self.at_least <= (self.limit if self.limit is not None else self.at_least):
+            raise FaultConfigError(
+                f"atLeast: expected a whole number from 0 to the limit, got {self.at_least!r}"
+            )
 
     def matches(self, verb: str, resource: str, plural: str, resume: bool, conditional: bool) -> bool:
         if verb not in (self.verbs or _APPLIES_TO[self.kind]):
@@ -271,7 +281,12 @@ class FaultInjector:
     rules: tuple[FaultRule, ...] = ()
     injected: Counter[str] = field(default_factory=Counter)
     """Injections so far by label (`FaultRule.label`), over every configuration since the start."""
+    end_watches: Callable[[tuple[FaultRule, ...]], None] | None = None
+    """Set by the HTTP layer: ends the open watches that any of these watch rules matches."""
     _used: list[int] = field(default_factory=list)
+    _owed: dict[FaultRule, int] = field(default_factory=dict)
+    """Injections still owed to rules with `at_least`, kept while an equal rule stays configured
+    (a chaos run configures every open window again each time one opens or closes)."""
     _random: random.Random = field(default_factory=random.Random)
 
     def __post_init__(self) -> None:
@@ -282,8 +297,18 @@ class FaultInjector:
         return bool(self.rules)
 
     def configure(self, rules: Iterable[FaultRule], *, seed: int | None = None) -> None:
-        """Replace the rules (an empty list turns faults off); a seed restarts the draws."""
+        """Replace the rules (an empty list turns faults off); a seed restarts the draws.
+
+        A watch rule (`drop-watch`, `gone`) new in this configuration ends the open watches it
+        matches, as a real apiserver ends each at its timeout: a watch decides its fault when it
+        starts, and the clients' watches last minutes (300 s for the exporter's), so a window of
+        a minute would otherwise rarely meet one. Each client resumes at once, and meets the rule."""
+        before = self.rules
         self.rules = tuple(rules)
+        self._owed = {r: self._owed.get(r, r.at_least) if r in before else r.at_least for r in self.rules}
+        new_watch_rules = tuple(r for r in self.rules if r.kind in WATCH_KINDS and r not in before)
+        if new_watch_rules and self.end_watches is not None:
+            self.end_watches(new_watch_rules)
         self._used = [0] * len(self.rules)
         if seed is not None:
             self.seed = seed
@@ -306,8 +331,11 @@ class FaultInjector:
                 continue
             if rule.limit is not None and self._used[index] >= rule.limit:
                 continue
-            if rule.probability < 1.0 and self._random.random() >= rule.probability:
+            owed = self._owed.get(rule, 0)
+            if not owed and rule.probability < 1.0 and self._random.random() >= rule.probability:
                 continue
+            if owed:
+                self._owed[rule] = owed - 1
             self._used[index] += 1
             self.injected[rule.label()] += 1
             return Injection(rule)
@@ -338,7 +366,18 @@ class FaultInjector:
         }
 
 
-_RULE_KEYS = ("kind", "probability", "verbs", "resources", "code", "retryAfter", "delay", "after", "limit")
+_RULE_KEYS = (
+    "kind",
+    "probability",
+    "verbs",
+    "resources",
+    "code",
+    "retryAfter",
+    "delay",
+    "after",
+    "limit",
+    "atLeast",
+)
 
 
 def rule_to_json(rule: FaultRule) -> dict[str, Any]:
@@ -357,6 +396,8 @@ def rule_to_json(rule: FaultRule) -> dict[str, Any]:
         out["after"] = rule.after_seconds
     if rule.limit is not None:
         out["limit"] = rule.limit
+    if rule.at_least:
+        out["atLeast"] = rule.at_least
     return out
 
 
@@ -403,6 +444,7 @@ def rule_from_json(raw: Any, path: str = "rule") -> FaultRule:
             delay_seconds=_number(raw, "delay", path, 0.5),
             after_seconds=_number(raw, "after", path, 1.0),
             limit=_whole(raw, "limit", path, None),
+            at_least=_whole(raw, "atLeast", path, 0) or 0,
         )
     except FaultConfigError as exc:
         message = str(exc)

@@ -266,9 +266,18 @@ class PodRunner:
         self._pods[sim.key] = sim
         node.pods.append(sim)
         node.last_sig = None
-        self._write(sim, lambda o: _creating(o, run.spec, run.admitted, objects.node_ip(node.index)))
-        self._step_at(self._timers.now() + START_SECONDS, self._start, run, run.token)
+        # Now, and again a status sync later if the API server refused it: an admission that
+        # raised here left the pod admitted with its start never scheduled, for ever.
+        self._retrying(self._admitted, run, run.token)()
         self._timers.wake()
+
+    def _admitted(self, run: _Run, token: int) -> None:
+        """The admission's write (Pending, ContainerCreating), then the start after START_SECONDS."""
+        if token != run.token or self._runs.get(run.sim.key) is not run or run.terminating:
+            return
+        ip = objects.node_ip(self._nodes[run.sim.node].index)
+        self._write(run.sim, lambda o: _creating(o, run.spec, run.admitted, ip))
+        self._step_at(self._timers.now() + START_SECONDS, self._start, run, run.token)
 
     # ------------------------------------------------------------------ running
 
@@ -442,10 +451,14 @@ class PodRunner:
     # ------------------------------------------------------------------ writes
 
     def _step_at(self, when: float, step: Callable[..., None], *args: Any) -> None:
-        """Run a pod worker's `step(*args)` at simulated `when`. A step whose write the API server
-        could not take (5xx, 429, unreachable: an apiserver restarting) runs again a status sync
-        later, as a real kubelet's pod worker syncs the pod again after an error; dropping it
-        would leave the pod in ContainerCreating (or Running) for ever."""
+        """Run a pod worker's `step(*args)` at simulated `when`, retried (`_retrying`)."""
+        self._timers.at(when, self._retrying(step, *args))
+
+    def _retrying(self, step: Callable[..., None], *args: Any) -> Callable[[], None]:
+        """`step(*args)` such that a write the API server could not take (5xx, 429, unreachable:
+        an apiserver restarting) runs it again a status sync later, as a real kubelet's pod worker
+        syncs the pod again after an error; dropping it would leave the pod in ContainerCreating
+        (or Running) for ever."""
 
         def attempt() -> None:
             try:
@@ -457,7 +470,7 @@ class PodRunner:
                 self._timers.at(self._timers.now() + self._settings.status_sync_interval, attempt)
 
         attempt.__name__ = getattr(step, "__name__", "step")
-        self._timers.at(when, attempt)
+        return attempt
 
     def _write(self, sim: SimPod, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> bool:
         return self._pod_status.mutate(sim, fn)

@@ -39,6 +39,7 @@ from demo.chaos_plan import (
     ChaosError,
     ChaosPlan,
     ChaosSettings,
+    Delivery,
     DeliveryChaos,
     PlaneFault,
     assess,
@@ -230,9 +231,52 @@ def test_delivery_decisions_depend_on_the_index_only_and_keep_their_rate() -> No
     backward = [chaos.decide(i) for i in reversed(range(3000))][::-1]
     assert forward == backward
     duplicated = sum(d.copies == 2 for d in forward)
-    held = sum(d.hold for d in forward)
-    assert 780 < duplicated < 1020 and 780 < held < 1020  # 900 expected, about 4.5 standard deviations
-    assert all(d.copies == 1 and not d.hold for d in map(DeliveryChaos(seed=3).decide, range(100)))
+    late = sum(d.late for d in forward)
+    assert 780 < duplicated < 1020 and 780 < late < 1020  # 900 expected, about 4.5 standard deviations
+    assert all(d.copies == 1 and not d.late for d in map(DeliveryChaos(seed=3).decide, range(100)))
+
+
+def test_the_first_deliveries_carry_each_planned_webhook_fault() -> None:
+    # Whatever the draws, a run with per_kind + 1 notifications injects both kinds per_kind
+    # times: a duplicate from the first, a late one from the second (it needs one before it).
+    for seed in range(50):
+        both = DeliveryChaos(seed, duplicate=1e-9, reorder=1e-9, at_least=2)
+        assert list(map(both.decide, range(4))) == [
+            Delivery(2, False),
+            Delivery(2, True),
+            Delivery(1, True),
+            Delivery(1, False),
+        ]
+        assert DeliveryChaos(seed, reorder=1e-9, at_least=2).decide(0) == Delivery(1, False)
+    planned = plan(SCENARIO, 1, ("webhook-reorder",), ChaosSettings(per_kind=2)).deliveries
+    assert planned == DeliveryChaos(1, reorder=0.3, at_least=2)
+
+
+def test_shortfalls_name_each_planned_kind_not_injected_as_planned() -> None:
+    kinds = (
+        "api-503",
+        "api-410",
+        "kill-responder-leader",
+        "webhook-duplicate",
+        "webhook-reorder",
+        "clock-jump",
+    )
+    chaos = plan(SCENARIO, 1, kinds)
+    done = {
+        "api-503": 7,
+        "api-410": 1,
+        "kill-responder-leader": 1,
+        "webhook-duplicate": 2,
+        "webhook-reorder": 1,
+        "clock-jump": 1,
+    }
+    assert chaos.shortfalls(done) == []
+    assert chaos.shortfalls({**done, "api-410": 0, "kill-responder-leader": 2, "webhook-reorder": 0}) == [
+        "kill-responder-leader: planned 1, injected 2",
+        "api-410: planned at least 1, injected 0",
+        "webhook-reorder: planned at least 1, injected 0",
+    ]
+    assert plan(SCENARIO, 1, ("api-503",)).shortfalls({}) == ["api-503: planned at least 1, injected 0"]
 
 
 def test_overlapping_windows_open_and_close_in_the_api_schedule() -> None:
@@ -266,7 +310,7 @@ def test_kills_are_staged_with_the_pair_and_replicas_they_need() -> None:
         ("per_kind", 0),
         ("api_probability", 1.5),
         ("restart_max_seconds", 1.0),
-        ("hold_seconds", 0.0),
+        ("webhook_probability", 1.5),
         ("rest_seconds", 400.0),
     ],
 )

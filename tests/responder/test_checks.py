@@ -305,21 +305,23 @@ def test_job_status_is_a_check_result() -> None:
     assert job_result({"status": {"active": 1}}) == CheckResult.RUNNING
 
 
-def test_finishing_a_check_removes_its_pods_even_when_the_job_deletion_orphaned_them() -> None:
-    client = Client()
+def test_finishing_a_check_deletes_its_job_in_the_background_and_its_claim_template() -> None:
+    deleted: list[tuple[str, str, Any]] = []
+
+    class Recording(Client):
+        def delete(self, resource: Resource, name: str, **kwargs: Any) -> dict[str, Any]:
+            deleted.append((resource.plural, name, kwargs.get("propagation_policy")))
+            return super().delete(resource, name, **kwargs)
+
+    client = Recording()
     checks = job_checks(client)
     r = record(**DRA_LABELS)
     checks.start(r, "probe", 1)
     name = job_name(r, "probe", 1)
-    # The Job's pod, left behind with no ownerReferences (orphaned), still holding its claim.
-    client.objects[("pods", f"{name}-x1")] = {
-        "metadata": {"name": f"{name}-x1", "labels": {"job-name": name}}
-    }
-    client.objects[("pods", "bystander")] = {
-        "metadata": {"name": "bystander", "labels": {"job-name": "other"}}
-    }
     checks.finish(r, "probe", 1)
-    assert sorted(client.objects) == [("pods", "bystander")]
+    # Background: a Job's own default (Orphan) would leave its pods, and their claims, behind.
+    assert deleted == [("jobs", name, "Background"), (CLAIM_TEMPLATE.plural, name, None)]
+    assert client.objects == {}
     checks.finish(r, "probe", 1)  # again: nothing left, nothing fails
 
 

@@ -73,6 +73,7 @@ from responder.reconcile.policy import (
 from responder.reconcile.reconciler import OPT_OUT_LABEL, Reconciler, ReconcilerSettings
 from responder.records import HELD, QUARANTINES, Phase, Quarantine, from_object, to_object
 from responder.webhook.intake import IntakeSettings, Write, decide
+from simulator.apiserver.faults import FaultRule
 from simulator.fleet.objects import gpu_uuid
 from simulator.testing import ClusterHandle, running_cluster
 from tests.responder.test_intake import alert
@@ -235,6 +236,34 @@ def test_a_dra_record_walks_from_pending_to_released(world: World) -> None:
     assert w.rule(name) is None
     reasons = [reason for reason, _ in w.events(name)]
     assert "Quarantined" in reasons
+
+
+def test_a_finished_probes_pod_goes_with_its_job_while_conflicts_are_injected(world: World) -> None:
+    """`gpuhealth chaos` seed 3 (`docs/reliability.md`, finding 5): in an `api-409` window the
+    probe Job's deletion lost its propagationPolicy (the fault injector had read the body), so
+    the Job's default, Orphan, left its pod behind holding the card's claim, and the canary
+    never got the card. Deleting the Job (Background) is all it takes: no sweep of pods by label."""
+    w = world
+    name = w.add("dra-0", 2, dra=True)
+    w.reconciler.reconcile_once()
+    w.health.set("dra-0", "gpu.nvidia.com/dra-0/gpu-2", Health.HEALTHY, w.clock.now())
+    w.resolve(name)
+    w.clock.advance(5)
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == PROBING
+    wait_until("the probe passed", lambda: w.check(name, "probe") == CheckResult.SUCCEEDED, timeout=60)
+    probe = job_name(w.record(name), "probe", 1)
+    assert w.client.list(POD, namespace=NS, label_selector=f"job-name={probe}").items
+    # A conflict rule reads every delete's body to find its preconditions; none fires.
+    w.cluster.call(lambda c: c.api_faults.configure((FaultRule("conflict", probability=0.0),)))
+    w.reconciler.reconcile_once()
+    assert w.record(name).status.phase == CANARY
+    wait_until(
+        "the probe's pod gone with its Job",
+        lambda: not w.client.list(POD, namespace=NS, label_selector=f"job-name={probe}").items,
+        timeout=30,
+    )
+    wait_until("the canary passed", lambda: w.check(name, "canary") == CheckResult.SUCCEEDED, timeout=60)
 
 
 def test_a_rule_deleted_by_a_person_comes_back_with_an_event(world: World) -> None:

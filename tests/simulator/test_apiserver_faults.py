@@ -30,12 +30,12 @@ from gpuhealth.clock import SteppableClock
 from gpuhealth.kube.backoff import BackoffSettings
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.config import api_client
-from gpuhealth.kube.errors import Conflict, TooManyRequests, Unavailable
+from gpuhealth.kube.errors import Conflict, NotFound, TooManyRequests, Unavailable
 from gpuhealth.kube.reflector import Events, Listed, Message, Reflector, WatchRestarted
 from gpuhealth.kube.resources import POD, Resource
 from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
-from simulator.apiserver.app import FAULTS, ServerSettings
+from simulator.apiserver.app import FAULTS, WATCHES, ServerSettings
 from simulator.apiserver.faults import (
     FaultConfigError,
     FaultInjector,
@@ -127,6 +127,19 @@ def test_a_limit_caps_a_rule_and_a_new_configuration_starts_its_count_again() ->
     assert not injector.active and injector.decide("get", "pods", "pods") is None
 
 
+def test_at_least_injects_the_first_matches_whatever_the_draw_while_the_rule_stays() -> None:
+    sure = FaultRule("throttle", probability=0.0, at_least=2)
+    injector = FaultInjector(rules=(sure,))
+    assert injector.decide("create", "pods", "pods", conditional=False) is not None
+    # Configured again with the rule still in it (a chaos window opening beside it): still owed one.
+    injector.configure((FaultRule("slow", verbs=frozenset({"watch"})), sure))
+    assert [injector.decide("get", "pods", "pods") is not None for _ in range(3)] == [True, False, False]
+    injector.configure(())
+    injector.configure((sure,))  # gone, then configured anew: a new window owes its own
+    assert injector.decide("get", "pods", "pods") is not None
+    assert injector.injected == {"api-429": 3}
+
+
 def test_the_same_seed_gives_the_same_faults_and_the_probability_holds() -> None:
     def draws(seed: int) -> list[bool]:
         injector = FaultInjector(seed=seed, rules=(FaultRule("slow", probability=0.25),))
@@ -154,6 +167,8 @@ def test_the_same_seed_gives_the_same_faults_and_the_probability_holds() -> None
         ({"kind": "slow", "delay": -1}, "rules[0].delay: expected wall seconds of 0 or more"),
         ({"kind": "throttle", "retryAfter": 0}, "rules[0].retryAfter: expected whole seconds of 1 or more"),
         ({"kind": "throttle", "limit": 0}, "rules[0].limit: expected a whole number of 1 or more"),
+        ({"kind": "gone", "atLeast": -1}, "rules[0].atLeast: expected a whole number from 0 to the limit"),
+        ({"kind": "gone", "atLeast": 3, "limit": 2}, "rules[0].atLeast: expected a whole number from 0"),
         ({"kind": "slow", "resources": "pods"}, "rules[0].resources: expected a list of names"),
         ({"kind": "slow", "every": 2}, "rules[0].every: unknown field"),
     ],
@@ -176,7 +191,7 @@ def test_configuration_shape_and_round_trip() -> None:
             "seed": 3,
             "rules": [
                 {"kind": "error", "code": 503, "retryAfter": 4, "verbs": ["list"], "probability": 0.5},
-                {"kind": "drop-watch", "after": 2.5, "resources": ["pods"], "limit": 3},
+                {"kind": "drop-watch", "after": 2.5, "resources": ["pods"], "limit": 3, "atLeast": 1},
             ],
         }
     )
@@ -245,6 +260,45 @@ def test_errors_come_as_status_bodies_the_client_classifies(served: ServedCluste
     }
 
 
+JOBS = Resource("batch", "v1", "jobs", namespaced=True)
+
+
+def _job(name: str) -> dict[str, Any]:
+    container = {"name": "main", "image": "registry.example/check:1"}
+    template = {"spec": {"restartPolicy": "Never", "containers": [container]}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"template": template},
+    }
+
+
+@pytest.mark.integration
+def test_a_delete_keeps_its_options_while_a_conflict_rule_reads_its_body(
+    served: ServedCluster, kube: KubeClient
+) -> None:
+    # The conflict rule reads a write's body to tell a conditional one; the handler must still
+    # read the same DeleteOptions. It read none once (aiohttp's `can_read_body` is False after a
+    # read), so in an `api-409` window a Job deleted with propagationPolicy Background was
+    # deleted with the default for Jobs, Orphan: its pods lost their ownerReferences and lived on
+    # (`docs/reliability.md`, finding 5), and a delete's preconditions were ignored.
+    served.call(lambda: setattr(served.store, "finalizing_controllers", True))  # as with a fleet
+    kube.create(POD, pod_manifest("p"), namespace="default")
+    kube.create(JOBS, _job("background"), namespace="default")
+    kube.create(JOBS, _job("default"), namespace="default")
+    _configure(served, FaultRule("conflict", probability=0.0))  # reads every delete's body, never fires
+    with pytest.raises(Conflict) as stale:
+        kube.delete(POD, "p", namespace="default", uid="not-its-uid")
+    assert "UID in the precondition" in stale.value.message
+    assert kube.get(POD, "p", namespace="default")["metadata"]["name"] == "p"
+    kube.delete(JOBS, "background", namespace="default", propagation_policy="Background")
+    with pytest.raises(NotFound):
+        kube.get(JOBS, "background", namespace="default")  # gone at once: nothing to orphan
+    kept = kube.delete(JOBS, "default", namespace="default")
+    assert kept["metadata"]["finalizers"] == ["orphan"]  # no policy: a Job's default, as real
+
+
 @pytest.mark.integration
 def test_a_slow_answer_is_held_back(served: ServedCluster, kube: KubeClient) -> None:
     kube.create(POD, pod_manifest("p"), namespace="default")
@@ -305,6 +359,23 @@ def test_a_dropped_watch_is_cut_off_and_a_resume_can_find_its_version_gone(
     events, clean = _watch_lines(served, f"resourceVersion={rv}&timeoutSeconds=1")
     assert [e["object"]["metadata"]["name"] for e in events] == ["b"]
     assert served.call(lambda: dict(_injector(served).injected)) == {"api-watch-drop": 1, "api-410": 1}
+
+
+@pytest.mark.integration
+def test_a_new_watch_fault_ends_the_open_watches_it_matches(served: ServedCluster) -> None:
+    # A watch meets its fault when it starts; a client's watch lasts minutes, so a rule must end
+    # the open ones for a window of a minute to reach them: each then resumes and meets it.
+    ended: queue.SimpleQueue[tuple[list[dict[str, Any]], bool]] = queue.SimpleQueue()
+    threading.Thread(target=lambda: ended.put(_watch_lines(served, "timeoutSeconds=30")), daemon=True).start()
+    wait_until("the watch open", lambda: served.call(lambda: len(served._runner.app[WATCHES].watches)) == 1)
+    _configure(served, FaultRule("gone", resources=frozenset({"pods"})))
+    _configure(served, FaultRule("gone", resources=frozenset({"pods"})), FaultRule("slow"))
+    with pytest.raises(queue.Empty):
+        ended.get(timeout=0.5)  # a rule for pods, or no watch rule: the configmaps' watch goes on
+    started = time.monotonic()
+    _configure(served, FaultRule("gone", resources=frozenset({"pods"})), FaultRule("drop-watch"))
+    events, clean = ended.get(timeout=10)
+    assert clean and events == [] and time.monotonic() - started < 5  # ended, not cut, long before 30 s
 
 
 @pytest.fixture

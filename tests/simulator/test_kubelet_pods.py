@@ -15,7 +15,7 @@ succeeds when every GPU it reached stayed Healthy and fails when one broke durin
 even briefly, when DCGM fails one of its health watches (a plugin-Healthy card), or when it
 reached none: on a DRA pod that is the device its claim's allocation
 names, whatever its selectors asked for. A pod worker's step whose write the API server refused
-(503: an apiserver restarting) runs again a status sync later.
+(503: an apiserver restarting) runs again a status sync later, the admission's own write too.
 """
 
 from __future__ import annotations
@@ -413,6 +413,32 @@ async def test_a_start_the_api_server_refused_runs_again_a_status_sync_later(dp:
     }
     await fleet.advance(10)  # the scenario's statusSyncInterval
     assert get(store, "client")["status"]["phase"] == "Running"
+
+
+async def test_an_admission_the_api_server_refused_runs_the_pod_a_status_sync_later(
+    dp: tuple[Fleet, Store],
+) -> None:
+    """The admission's own write (Pending, ContainerCreating) refused by an apiserver restarting:
+    the pod still starts, a status sync later. It was left admitted but never started, its
+    start never scheduled: a check pod bound just before a kube-apiserver restart that never
+    finished (`docs/reliability.md`, "On the real control plane")."""
+    fleet, store = dp
+    mutate = fleet.node_api.mutate
+    refused: list[str] = []
+
+    def unavailable_once(resource: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "client" and not refused:
+            refused.append(name)
+            raise ApiError(503, "ServiceUnavailable", "the apiserver is restarting")
+        return mutate(resource, name, *args, **kwargs)
+
+    fleet.node_api.mutate = unavailable_once  # type: ignore[method-assign]
+    await create(store, api_pod("client", gpus=1))
+    await fleet.advance(1)
+    assert refused == ["client"]
+    await fleet.advance(10)  # the scenario's statusSyncInterval
+    assert get(store, "client")["status"]["phase"] == "Running"
+    assert [r for r, _ in events(store, "client")].count("Started") == 1
 
 
 async def test_a_readiness_gate_holds_ready_until_its_condition_is_true_and_takes_it_back_when_false(
