@@ -216,16 +216,6 @@ LADDER = Ladder(
             image="nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
             command=("/cuda-samples/vectorAdd",),
         ),
-        Rung(
-            "Soaking",
-            "soak",
-            Kind.CHECK,
-            900.0,
-            "soak_seconds",
-            "policy.soak",
-            image="busybox:1.36",
-            command=("sleep", "30"),
-        ),
         Rung(STABILIZING, "stability window", Kind.WINDOW, 1800.0, "stability_seconds", "policy.stability"),
         Rung(RAMP, "ramp", Kind.RAMP, 3600.0, "ramp_seconds", "policy.ramp", taint=CANARY_TAINT),
     )
@@ -289,8 +279,6 @@ class LadderSettings:
     """A probe Job still running after this long counts as failed."""
     canary_timeout_seconds: float = _length(CANARY)
     """A canary Job still running after this long counts as failed (it waits for the device)."""
-    soak_seconds: float = _length("Soaking")
-    """A soak Job still running after this long counts as failed."""
     stability_seconds: float = _length(STABILIZING)
     """Healthy without a break for this long before the device ramps back (30 minutes)."""
     ramp_seconds: float = _length(RAMP)
