@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from demo.journal import Entry, Journal, Kind
-from responder.ladder import KNOWN, RAMP
+from responder.ladder import KNOWN, LADDER, RAMP
 from responder.reconcile.escalation import TAINT_KEY as ESCALATION_TAINT
 from responder.records import PHASES, RELEASE_PHASES
 from simulator.model import DEVICE_PLUGIN, DRA, NodeGroup, Scenario
@@ -920,7 +920,7 @@ def _released(view: _View, spot: NodeOrDevice) -> list[str]:
         shown = _sequence(phases) or "no record"
         problems.append(f"did not walk {WALK}: stopped before {RELEASE_WALK[walked]} ({shown})")
     released_at = next((e.at for e in reversed(view.of(Kind.PHASE, uuid, "Released"))), math.inf)
-    for check_kind in ("probe", "canary"):
+    for check_kind in (r.name for r in LADDER.checks()):
         passed = [e for e in view.of(Kind.CHECK, uuid, check_kind) if e.detail.get("result") == "passed"]
         if not passed or passed[0].at > released_at:
             problems.append(f"no passed {check_kind} before release")

@@ -525,7 +525,7 @@ def judge(
                 failed_check[name] = False
             if e.what == "Released":
                 passed = checks.get(name, set())
-                missing = [k for k in ("probe", "canary") if k not in passed]
+                missing = [r.name for r in ladder.checks() if r.name not in passed]
                 if missing:
                     violations.append(
                         f"t+{e.at:.0f}s {where} released without a passed {' and '.join(missing)}"

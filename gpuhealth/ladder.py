@@ -25,8 +25,9 @@ doubled; passing the last rung releases it.
 
 Adding a rung is one `Rung` in `LADDER` (its default length and, when its length is
 configurable, its `setting` and `key`, with the setting's field in `LadderSettings` below; a
-check's `image` and `command`, the pod the generic check runner starts) and the CRD's phase
-enum (docs/ARCHITECTURE.md, "Add a rung, add a backend"). A check whose pod is more than one
+check's `image` and `command`, the pod the generic check runner starts); the CRD's phase enum,
+the rules and the dashboards are generated from it, and the tests that walk the ladder read it
+(docs/ARCHITECTURE.md, "Add a rung, a backend or an alert"). A check whose pod is more than one
 container brings its `CheckSpec` (`responder.checks.jobs.CheckSettings`): the probe is DCGM's
 diagnostic and a judge; the canary is the workload its rung declares.
 """

@@ -40,7 +40,11 @@ from demo.expectations import (
     parse,
 )
 from demo.journal import Device, Journal, Kind
+from responder.ladder import CANARY, LADDER
+from responder.ladder import RAMP as RAMP_PHASE
+from responder.ladder import Kind as RungKind
 from simulator.scenario import ScenarioError, from_dict, parse_text
+from tests.support.ladders import walk
 
 SOURCE = "scenarios/x.yaml"
 
@@ -454,17 +458,28 @@ def recorded_only(j: Journal, node: str, gpu: int, **how: str) -> None:
     j.record(30, Kind.ENFORCED, "quarantine", node, uuid(node, gpu), **how)
 
 
-def release(j: Journal, node: str, gpu: int, *, at: float, phases: tuple[str, ...] | None = None) -> None:
+def release(
+    j: Journal, node: str, gpu: int, *, at: float, phases: tuple[str, ...] | None = None
+) -> dict[str, float]:
+    """The device walks `phases` (the release ladder's walk unless given), one every 10 s from
+    `at`; a check rung's pass is journalled a second before the phase that follows it on the
+    ladder. Returns when each phase began."""
     d = uuid(node, gpu)
-    walk = phases or ("Probing", "Canary", "Stabilizing", "Ramp", "Released")
-    for i, phase in enumerate(walk):
+    steps = phases or tuple(walk())
+    began = {}
+    for i, phase in enumerate(steps):
+        began[phase] = at + 10 * i
         j.record(at + 10 * i, Kind.PHASE, phase, node, d, reason="FatalXid")
-        if phase == "Canary":
-            j.record(at + 10 * i - 1, Kind.CHECK, "probe", node, d, result="passed")
-        if phase == "Stabilizing":
-            j.record(at + 10 * i - 1, Kind.CHECK, "canary", node, d, result="passed")
-    if walk[-1] == "Released":
-        j.record(at + 10 * len(walk), Kind.LIFTED, "quarantine", node, d)
+        before = LADDER.rung(steps[i - 1]) if i else None
+        if (
+            before is not None
+            and before.kind == RungKind.CHECK
+            and LADDER.after(before) == LADDER.rung(phase)
+        ):
+            j.record(at + 10 * i - 1, Kind.CHECK, before.name, node, d, result="passed")
+    if steps[-1] == "Released":
+        j.record(at + 10 * len(steps), Kind.LIFTED, "quarantine", node, d)
+    return began
 
 
 def failures(section: str, j: Journal) -> list[str]:
@@ -589,12 +604,14 @@ def test_a_release_must_walk_every_phase_with_passed_checks() -> None:
 
     short = journal()
     quarantine(short, "gpu-dra-0", 3, at=30)
-    release(short, "gpu-dra-0", 3, at=200, phases=("Probing", "Canary", "Released"))
+    # Released right after the canary: what follows it on the ladder never walked nor passed.
+    cut = LADDER.phases.index(CANARY) + 1
+    release(short, "gpu-dra-0", 3, at=200, phases=(*LADDER.phases[:cut], "Released"))
     out = failures("released: [{node: gpu-dra-0, gpu: 3}]", short)
     assert out[0].startswith(
-        "released gpu-dra-0/gpu-3: did not walk Probing -> Canary -> Stabilizing -> Ramp -> Released: "
-        "stopped before Stabilizing"
+        f"released gpu-dra-0/gpu-3: did not walk {' -> '.join(walk())}: stopped before {LADDER.phases[cut]}"
     )
+    assert "Probing -> Canary -> " in out[0] and " -> Ramp -> Released: " in out[0]
     assert "released gpu-dra-0/gpu-3: no passed canary before release" in out
 
 
@@ -615,12 +632,13 @@ def test_a_release_that_must_wait_for_a_time_fails_when_its_walk_began_before_it
 def test_a_release_interrupted_by_a_failed_check_must_walk_again() -> None:
     j = journal()
     quarantine(j, "gpu-dra-0", 3, at=30)
-    release(j, "gpu-dra-0", 3, at=200, phases=("Probing", "Canary", "Stabilizing"))
+    # Every rung but the last, then back to Quarantined: the last rung alone is no walk.
+    release(j, "gpu-dra-0", 3, at=200, phases=LADDER.phases[:-1])
     j.record(260, Kind.PHASE, "Quarantined", "gpu-dra-0", uuid("gpu-dra-0", 3), reason="FatalXid")
-    j.record(270, Kind.PHASE, "Ramp", "gpu-dra-0", uuid("gpu-dra-0", 3))
+    j.record(270, Kind.PHASE, LADDER.phases[-1], "gpu-dra-0", uuid("gpu-dra-0", 3))
     j.record(280, Kind.PHASE, "Released", "gpu-dra-0", uuid("gpu-dra-0", 3))
     out = failures("released: [{node: gpu-dra-0, gpu: 3}]", j)
-    assert "stopped before Ramp" in out[0]
+    assert f"stopped before {LADDER.phases[-1]}" in out[0] and LADDER.phases[-1] == RAMP_PHASE
     assert "released gpu-dra-0/gpu-3: still excluded at the end (quarantine since t+90s)" in out
 
 
@@ -646,9 +664,9 @@ def test_a_device_held_at_the_end_after_a_failed_attempt() -> None:
 def test_a_device_released_while_it_fails_is_not_held_at_the_end() -> None:
     j = journal()
     quarantine(j, "gpu-dra-0", 3, at=30)
-    release(j, "gpu-dra-0", 3, at=200)
+    released = release(j, "gpu-dra-0", 3, at=200)["Released"]
     out = failures("quarantinedAtEnd: [{node: gpu-dra-0, gpu: 3}]", j)
-    assert out[0].startswith("quarantinedAtEnd gpu-dra-0/gpu-3: released at t+240s (")
+    assert out[0].startswith(f"quarantinedAtEnd gpu-dra-0/gpu-3: released at t+{released:.0f}s (")
     assert "quarantinedAtEnd gpu-dra-0/gpu-3: ends in Released, not Quarantined" in out
     assert "quarantinedAtEnd gpu-dra-0/gpu-3: not excluded at the end" in out
     unknown = failures("quarantinedAtEnd: [{node: gpu-dra-0, gpu: 2}]", journal())
@@ -673,22 +691,23 @@ RAMP = "ramp: [{node: gpu-dp-0, gpu: 1, job: inference/canary}]"
 def test_a_ramp_takes_the_opted_in_job_and_nothing_else_before_the_release() -> None:
     j = journal()
     quarantine(j, "gpu-dp-0", 1, at=30, reason="Unhealthy")
-    release(j, "gpu-dp-0", 1, at=200)  # Ramp at t+230, Released at t+240
-    placed(j, "gpu-dp-0", 1, at=235, job="inference/canary", opted_in=True)
+    began = release(j, "gpu-dp-0", 1, at=200)  # Released 10 s after the Ramp
+    placed(j, "gpu-dp-0", 1, at=began[RAMP_PHASE] + 5, job="inference/canary", opted_in=True)
     placed(j, "gpu-dp-0", 1, at=300, job="batch/train", opted_in=False)  # after the release: fine
     assert failures(RAMP, j) == []
 
     early = journal()
     quarantine(early, "gpu-dp-0", 1, at=30, reason="Unhealthy")
-    release(early, "gpu-dp-0", 1, at=200)
-    placed(early, "gpu-dp-0", 1, at=215, job="inference/canary", opted_in=True)  # Canary
-    placed(early, "gpu-dp-0", 1, at=232, job="batch/train", opted_in=False)  # Ramp
+    began = release(early, "gpu-dp-0", 1, at=200)
+    on_canary, on_ramp = began[CANARY] + 5, began[RAMP_PHASE] + 2
+    placed(early, "gpu-dp-0", 1, at=on_canary, job="inference/canary", opted_in=True)
+    placed(early, "gpu-dp-0", 1, at=on_ramp, job="batch/train", opted_in=False)
     assert failures(RAMP, early) == [
         "ramp gpu-dp-0/gpu-1: no pod of inference/canary was placed on it during its ramp "
         "(placed there: batch/train, inference/canary)",
-        "ramp gpu-dp-0/gpu-1: inference/canary-x was placed on it at t+215s before its release "
+        f"ramp gpu-dp-0/gpu-1: inference/canary-x was placed on it at t+{on_canary:.0f}s before its release "
         "(the device was not on its ramp)",
-        "ramp gpu-dp-0/gpu-1: batch/train-x was placed on it at t+232s before its release "
+        f"ramp gpu-dp-0/gpu-1: batch/train-x was placed on it at t+{on_ramp:.0f}s before its release "
         "(it did not opt in)",
     ]
 
@@ -825,7 +844,8 @@ def test_a_long_walk_is_shown_shortened() -> None:
         j.record(100.5 + i, Kind.PHASE, "Quarantined", "gpu-dp-0", uuid("gpu-dp-0", 1))
     (line, *_) = failures("released: [{node: gpu-dp-0, gpu: 1}]", j)
     assert line.endswith(
-        "stopped before Canary (Pending -> Quarantined -> Probing -> Quarantined -> (394 more) -> "
+        f"stopped before {LADDER.phases[1]} "
+        "(Pending -> Quarantined -> Probing -> Quarantined -> (394 more) -> "
         "Probing -> Quarantined -> Probing -> Quarantined)"
     )
 

@@ -63,8 +63,11 @@ from demo.safety import (
     warranted_from,
     warrants,
 )
+from responder.ladder import CANARY, LADDER, PROBING, RAMP, STABILIZING, Rung
+from responder.ladder import Kind as RungKind
 from simulator.fleet.objects import gpu_uuid
 from simulator.scenario import resolve
+from tests.support.ladders import check_names
 
 SCENARIO = resolve(Path(__file__).with_name("safety-scenario.yaml"))
 FATAL = (48, 79)
@@ -91,9 +94,39 @@ def journal(ended_at: float = 500.0) -> Journal:
     return Journal("demo-safety", "", 10.0, devices, ended_at=ended_at)
 
 
-def story(j: Journal, *, checks: tuple[str, ...] = ("probe", "canary")) -> Journal:
-    """The clean run: quarantine, migration, release through every phase; restrict, no eviction."""
+STORY_AT = {PROBING: 200.0, CANARY: 220.0, STABILIZING: 240.0, RAMP: 300.0}
+"""When each shipped rung begins in the stories below (Released at 360 s)."""
+STORY_PASSED = {PROBING: 210.0, CANARY: 230.0}
+"""When each shipped check is journalled in the stories."""
+
+
+def climbed(
+    j: Journal,
+    phase: Callable[[Rung, float], dict[str, str]],
+    check: Callable[[Rung], dict[str, str] | None],
+    starts: dict[str, float] = STORY_AT,
+) -> None:
+    """The quarantined card walks every rung of LADDER: a shipped rung begins at its time in
+    `starts`, its check journalled at its STORY_PASSED time; a rung the shipped ladder does not
+    have begins a second after the one before it ended, its check journalled a second in.
+    `phase(rung, at)` gives a phase entry's details, `check(rung)` a check's (None: no check
+    journalled)."""
+    at = 0.0
+    for rung in LADDER.rungs:
+        at = starts.get(rung.phase, at + 1)
+        j.record(at, Kind.PHASE, rung.phase, "gpu-dp-0", QUARANTINED, **phase(rung, at))
+        if rung.kind == RungKind.CHECK:
+            at = STORY_PASSED.get(rung.phase, at + 1)
+            detail = check(rung)
+            if detail is not None:
+                j.record(at, Kind.CHECK, rung.name, "gpu-dp-0", QUARANTINED, **detail)
+
+
+def story(j: Journal, *, checks: tuple[str, ...] | None = None) -> Journal:
+    """The clean run: quarantine, migration, release through every phase; restrict, no eviction.
+    `checks`: the checks that pass (all of the ladder's unless given)."""
     q, r = "rec-q", "rec-r"
+    passing = check_names() if checks is None else checks
     j.record(80, Kind.DELIVERY, "responder", "gpu-dp-0", QUARANTINED, status="firing", action="quarantine")
     j.record(81, Kind.PHASE, "Pending", "gpu-dp-0", QUARANTINED, record=q, action="quarantine")
     j.record(81, Kind.ENFORCED, "quarantine", "gpu-dp-0", QUARANTINED, annotation="a")
@@ -101,14 +134,12 @@ def story(j: Journal, *, checks: tuple[str, ...] = ("probe", "canary")) -> Journ
     j.record(85, Kind.NOTE, "move-started", "gpu-dp-0", QUARANTINED, record=q, job="ns/serve")
     j.record(100, Kind.EVICTION, "ns/serve-1", "gpu-dp-0", QUARANTINED, job="ns/serve", devices=QUARANTINED)
     j.record(101, Kind.MIGRATION, "succeeded", "gpu-dp-0", QUARANTINED, record=q, job="ns/serve")
-    j.record(200, Kind.PHASE, "Probing", "gpu-dp-0", QUARANTINED, record=q, action="quarantine")
-    if "probe" in checks:
-        j.record(210, Kind.CHECK, "probe", "gpu-dp-0", QUARANTINED, record=q, result="passed")
-    j.record(220, Kind.PHASE, "Canary", "gpu-dp-0", QUARANTINED, record=q, action="quarantine")
-    if "canary" in checks:
-        j.record(230, Kind.CHECK, "canary", "gpu-dp-0", QUARANTINED, record=q, result="passed")
-    for at, phase in ((240, "Stabilizing"), (300, "Ramp"), (360, "Released")):
-        j.record(at, Kind.PHASE, phase, "gpu-dp-0", QUARANTINED, record=q, action="quarantine")
+    climbed(
+        j,
+        lambda rung, at: {"record": q, "action": "quarantine"},
+        lambda rung: {"record": q, "result": "passed"} if rung.name in passing else None,
+    )
+    j.record(360, Kind.PHASE, "Released", "gpu-dp-0", QUARANTINED, record=q, action="quarantine")
     j.record(360, Kind.LIFTED, "quarantine", "gpu-dp-0", QUARANTINED, annotation="a")
     j.record(330, Kind.DELIVERY, "responder", "gpu-dra-0", RESTRICTED, status="firing", action="restrict")
     j.record(331, Kind.PHASE, "Pending", "gpu-dra-0", RESTRICTED, record=r, action="restrict")
@@ -323,7 +354,7 @@ def test_a_reset_of_a_quarantined_card_nothing_runs_on_breaks_nothing() -> None:
 
 
 def test_a_release_without_its_canary_and_a_missing_warranted_quarantine_are_violations() -> None:
-    result = verdict(story(journal(), checks=("probe",)))
+    result = verdict(story(journal(), checks=tuple(c for c in check_names() if c != "canary")))
     assert result.violations == ("t+360s gpu-dp-0/gpu-0 released without a passed canary",)
     missing = journal()
     missing.record(0, Kind.NOTE, "nothing happened")
@@ -555,25 +586,28 @@ def test_a_move_justifies_no_eviction_after_its_outcome_or_its_episode() -> None
 
 
 @given(
-    probe=st.sampled_from(["passed", "failed", None]),
-    canary=st.sampled_from(["passed", "failed", None]),
+    results=st.fixed_dictionaries(
+        {name: st.sampled_from(["passed", "failed", None]) for name in check_names()}
+    ),
     earlier=st.booleans(),
 )
 def test_a_release_is_a_violation_exactly_when_a_check_is_missing(
-    probe: str | None, canary: str | None, earlier: bool
+    results: dict[str, str | None], earlier: bool
 ) -> None:
     j = story(journal(), checks=())
     if earlier:
         # Checks that passed in an earlier attempt do not count after a new quarantine.
-        j.record(150, Kind.CHECK, "probe", "gpu-dp-0", QUARANTINED, record="rec-q", result="passed")
-        j.record(151, Kind.CHECK, "canary", "gpu-dp-0", QUARANTINED, record="rec-q", result="passed")
-        j.record(152, Kind.PHASE, "Quarantined", "gpu-dp-0", QUARANTINED, record="rec-q", action="quarantine")
-    if probe:
-        j.record(210, Kind.CHECK, "probe", "gpu-dp-0", QUARANTINED, record="rec-q", result=probe)
-    if canary:
-        j.record(230, Kind.CHECK, "canary", "gpu-dp-0", QUARANTINED, record="rec-q", result=canary)
+        for i, name in enumerate(check_names()):
+            j.record(150 + i, Kind.CHECK, name, "gpu-dp-0", QUARANTINED, record="rec-q", result="passed")
+        j.record(
+            150 + len(results), Kind.PHASE, "Quarantined", "gpu-dp-0", QUARANTINED, record="rec-q",
+            action="quarantine",
+        )  # fmt: skip
+    for i, (name, result) in enumerate(results.items()):  # the probe's at 210 s, the canary's at 230 s
+        if result:
+            j.record(210 + 20 * i, Kind.CHECK, name, "gpu-dp-0", QUARANTINED, record="rec-q", result=result)
     released_badly = [v for v in verdict(j).violations if "released without" in v]
-    assert bool(released_badly) == (probe != "passed" or canary != "passed")
+    assert bool(released_badly) == any(result != "passed" for result in results.values())
 
 
 @given(
@@ -647,7 +681,6 @@ def full_story(j: Journal, *, canary_attempt: str = "1") -> Journal:
     j.record(150, Kind.HEALTH, "Healthy", "gpu-dp-0", QUARANTINED)
     j.record(150, Kind.ALERT_RESOLVED, "GPUDeviceXid", "gpu-dp-0", QUARANTINED)
     j.record(160, Kind.HEALTH_SOURCE, "down")
-    j.record(162, Kind.PHASE, "Probing", "gpu-dp-0", QUARANTINED, **phase, attempt="1")  # within a pass
     j.record(190, Kind.HEALTH_SOURCE, "up")
     check = {"record": q, "attempt": "1", "ranOn": QUARANTINED, "result": "passed"}
     probe = {"pod": "gpuhealth/probe-x", "job": "gpuhealth/probe", "devices": QUARANTINED, "check": "probe"}
@@ -662,14 +695,15 @@ def full_story(j: Journal, *, canary_attempt: str = "1") -> Journal:
         check="probe",
     )
     j.record(210, Kind.POD, "stopped", "gpu-dp-0", QUARANTINED, **probe)
-    j.record(210, Kind.CHECK, "probe", "gpu-dp-0", QUARANTINED, **check)
-    j.record(220, Kind.PHASE, "Canary", "gpu-dp-0", QUARANTINED, **phase, attempt="1")
-    j.record(230, Kind.CHECK, "canary", "gpu-dp-0", QUARANTINED, **{**check, "attempt": canary_attempt})
-    j.record(240, Kind.PHASE, "Stabilizing", "gpu-dp-0", QUARANTINED, **phase, attempt="1")
     j.record(250, Kind.REQUEST, "requested", "gpu-dp-0", QUARANTINED, record=q, actor="person/ana")
     j.record(250, Kind.REQUEST, "honoured", "gpu-dp-0", QUARANTINED, record=q, reason="Honoured")
     asked = {**phase, "attempt": "1", "requested": "person/ana"}
-    j.record(300, Kind.PHASE, "Ramp", "gpu-dp-0", QUARANTINED, **asked)
+    climbed(
+        j,
+        lambda rung, at: asked if at > 250 else {**phase, "attempt": "1"},
+        lambda rung: {**check, "attempt": canary_attempt} if rung.name == "canary" else check,
+        starts={**STORY_AT, PROBING: 162.0},  # the probe within a pass of the source's outage
+    )
     j.record(
         310,
         Kind.POD,
@@ -805,7 +839,8 @@ NEW_BROKEN: list[tuple[str, Mutation, str]] = [
     ),
     (
         "a step up the ladder while the health source is down",
-        lambda j: (j.record(212, Kind.HEALTH_SOURCE, "down"), j.record(235, Kind.HEALTH_SOURCE, "up")),
+        # Down over the canary's rung entered at 220 s only (not over the rungs after it).
+        lambda j: (j.record(212, Kind.HEALTH_SOURCE, "down"), j.record(225, Kind.HEALTH_SOURCE, "up")),
         "t+220s gpu-dp-0/gpu-0 stepped Probing -> Canary while the responders' health source was down",
     ),
 ]

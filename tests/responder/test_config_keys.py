@@ -1,9 +1,11 @@
 """Every key the responder's configuration file accepted before its keys were declared on the
 settings' own fields (responder.config) still lands on the same attribute with the same meaning.
 
-Aspects: the key -> attribute pairs of the earlier hand-kept table, kept here as data; each key
-given a value other than its default moves exactly that attribute to the parsed value; the file
-accepts no key beyond these (a key added to a settings class without a test is caught here).
+Aspects: the key -> attribute pairs of the earlier hand-kept table, kept here as data, and the
+table's rung keys still those the ladder declares; a rung added since brings its own key
+(`Rung.key`, setting its `Rung.setting`), read from the ladder; each key given a value other than
+its default moves exactly that attribute to the parsed value; the file accepts no key beyond these
+(a key added to a settings class without a test is caught here).
 """
 
 from __future__ import annotations
@@ -14,13 +16,13 @@ from typing import Any
 import pytest
 
 from responder.config import ConfigError, apply
-from responder.ladder import LADDER, with_reset
+from responder.ladder import KNOWN, LADDER, with_reset
 from responder.migrate.plan import Mode
 from responder.settings import ResponderSettings
 
 BASE = ResponderSettings(token="t", identity="replica", prometheus_url="http://prometheus:9090")
 
-KEYS: tuple[tuple[str, str, Any, Any], ...] = (
+EARLIER: tuple[tuple[str, str, Any, Any], ...] = (
     # (key path in the file, attribute path in ResponderSettings, a value in the file, parsed)
     ("policy.probe_timeout", "reconciler.policy.probe_timeout_seconds", "11m", 660.0),
     ("policy.canary_timeout", "reconciler.policy.canary_timeout_seconds", "21m", 1260.0),
@@ -80,6 +82,24 @@ KEYS: tuple[tuple[str, str, Any, Any], ...] = (
     ("reset.complete_condition", "reset.complete_condition", "Done", "Done"),
     ("reset.succeeded_reason", "reset.succeeded_reason", "Ok", "Ok"),
 )
+"""The earlier table: these keys keep their attributes and meanings, whatever is added."""
+
+POLICY = "reconciler.policy"
+"""Where a rung's length setting lives in ResponderSettings (`PolicySettings` extends `LadderSettings`)."""
+
+
+def _rung_rows() -> tuple[tuple[str, str, Any, Any], ...]:
+    """A row for each rung (of any ladder a responder may walk) whose key the earlier table does
+    not have: its key sets its setting, here to a minute more than its declared default."""
+    earlier = {key for key, *_ in EARLIER}
+    return tuple(
+        (r.key, f"{POLICY}.{r.setting}", f"{int(r.seconds) + 60}s", float(int(r.seconds) + 60))
+        for r in KNOWN.rungs
+        if r.key and r.key not in earlier
+    )
+
+
+KEYS = EARLIER + _rung_rows()
 
 
 def _at(settings: object, path: str) -> Any:
@@ -100,8 +120,20 @@ def test_each_key_sets_its_attribute_and_nothing_else(
             assert _at(loaded, other) == _at(BASE, other), other
 
 
+def test_the_earlier_tables_rung_keys_are_those_the_ladder_declares() -> None:
+    """A shipped rung's key in the earlier table sets that rung's setting: the ladder's
+    declaration and the pinned table agree (a rung renamed or its key moved is caught here)."""
+    rows = {key: attribute for key, attribute, *_ in EARLIER}
+    for rung in KNOWN.rungs:
+        if rung.key in rows:
+            assert rows[rung.key] == f"{POLICY}.{rung.setting}", rung.phase
+    rung_keys = {"policy.probe_timeout", "policy.canary_timeout", "policy.stability", "policy.ramp"}
+    assert {r.key for r in KNOWN.rungs} >= {*rung_keys, "reset.timeout"}
+
+
 def test_no_key_beyond_the_earlier_table_is_accepted() -> None:
-    """Each section refuses a key it did not know, listing the keys it knows: exactly these."""
+    """Each section refuses a key it did not know, listing the keys it knows: exactly these (the
+    earlier table's and the keys of rungs added since)."""
     sections: dict[str, list[str]] = {}
     for key, *_ in KEYS:
         section, name = key.split(".")

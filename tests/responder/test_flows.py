@@ -5,10 +5,11 @@ Aspects: a checkpointable Job holds a device that fails; the alert, delivered th
 `Recorder` (the webhook's sink), opens the record; the reconciler (migrator hooked in as the
 service does) enforces it, asks the job for its checkpoint, evicts it once committed, and the
 Job comes back on another device (never the quarantined one); the alert resolves and the device
-walks Probing -> Canary -> Stabilizing -> Ramp -> Released with real probe and canary Jobs; the
+walks the release ladder (as shipped Probing -> Canary -> Stabilizing -> Ramp) to Released with
+a real Job for each check; the
 history holds every phase in order, the enforcement is gone, and every effect landed once (one
 rule or annotation, one checkpoint request and one eviction per pod, one migration Lease, one
-probe and one canary Job). The same flow with two replicas (each its own client) handing over
+Job per check). The same flow with two replicas (each its own client) handing over
 whenever the record moved on: a new leader continues from the records alone, same end, same
 single effects. With the responder's Prometheus unreachable (a closed port) the alert is still
 enforced and the job still moved, while the release waits for health (HealthUnavailable) and

@@ -1,6 +1,7 @@
 """The release ladder as data (gpuhealth.ladder; responder.ladder names it): one declaration, read by all.
 
-Aspects: the shipped ladder is probe, canary, stability window, ramp; the CRD's phase enum,
+Aspects: the shipped ladder climbs probe, canary, stability window, ramp (in that order, the
+probe first and the ramp last; other rungs may come between); the CRD's phase enum,
 the demo's progress columns, verdicts, expectations and report colours, and the dashboards'
 phase lists are the records' phase sequence; a rung's length comes from its policy setting,
 whose default and configuration key are the rung's;
@@ -50,23 +51,36 @@ from responder.ladder import (
 from responder.reconcile.policy import CheckResult, Enforce, Health, PolicySettings
 from responder.records import PHASES, RELEASE_PHASES, CheckOutcome, Phase, Quarantine, Verdict, from_object
 from tests.responder.test_reconciler import NOW, POLICY, SETTINGS, Harness
+from tests.support.ladders import check_names, walk
 
 CRD_FILE = Path(__file__).parents[2] / "deploy" / "crds" / "devicequarantines.gpuhealth.io.yaml"
 
 
-def test_the_shipped_ladder_is_probe_canary_window_ramp() -> None:
-    assert [(r.phase, r.name, r.kind) for r in LADDER.rungs] == [
+def test_the_shipped_ladder_climbs_probe_canary_window_ramp() -> None:
+    # The shipped rungs in their order (a rung added between them keeps them so): the probe
+    # first, the ramp last, right before the release.
+    shipped = [LADDER.rung(p) for p in (PROBING, CANARY, STABILIZING, RAMP)]
+    assert [(r.phase, r.name, r.kind) for r in shipped if r is not None] == [
         (PROBING, "probe", Kind.CHECK),
         (CANARY, "canary", Kind.CHECK),
         (STABILIZING, "stability window", Kind.WINDOW),
         (RAMP, "ramp", Kind.RAMP),
     ]
-    assert LADDER.describe() == "probe, canary, stability window and ramp"
+    assert [p for p in LADDER.phases if p in (PROBING, CANARY, STABILIZING, RAMP)] == [
+        PROBING,
+        CANARY,
+        STABILIZING,
+        RAMP,
+    ]
+    assert LADDER.first.phase == PROBING and LADDER.rungs[-1].phase == RAMP
+    assert Ladder(tuple(r for r in shipped if r is not None)).describe() == (
+        "probe, canary, stability window and ramp"
+    )
     assert LADDER.rung(RAMP) == Rung(
         RAMP, "ramp", Kind.RAMP, 3600, "ramp_seconds", "policy.ramp", taint=CANARY_TAINT
     )
     # The probe judges the device itself; from the canary on, the metrics must agree.
-    assert [r.metrics_judge for r in LADDER.rungs] == [False, True, True, True]
+    assert [r.metrics_judge for r in shipped if r is not None] == [False, True, True, True]
 
 
 def test_every_phase_list_is_the_records_sequence() -> None:
@@ -87,7 +101,8 @@ def test_every_phase_list_is_the_records_sequence() -> None:
 
 def test_a_rungs_length_is_its_policy_setting() -> None:
     rungs = PolicySettings(probe_timeout_seconds=42, ramp_seconds=7).rungs
-    assert [r.seconds for r in rungs.rungs] == [42, 1200, 1800, 7]
+    given = {PROBING: 42, RAMP: 7}
+    assert [r.seconds for r in rungs.rungs] == [given.get(r.phase, r.seconds) for r in LADDER.rungs]
 
 
 def test_a_rungs_setting_its_default_and_its_key_come_from_the_rung() -> None:
@@ -99,7 +114,8 @@ def test_a_rungs_setting_its_default_and_its_key_come_from_the_rung() -> None:
         assert getattr(defaults, rung.setting) == rung.seconds, rung.phase
         section, _, name = rung.key.partition(".")
         assert keys[(section, name)] == (rung.setting,), rung.phase
-    assert [r.phase for r in KNOWN.timed_out()] == ["Resetting", PROBING, CANARY]
+    # The rungs that end by a timeout (the stuck alert's rows): the reset and every check.
+    assert [r.phase for r in KNOWN.timed_out()] == ["Resetting", *(r.phase for r in LADDER.checks())]
 
 
 def test_a_check_rungs_pod_is_the_one_it_declares_unless_the_settings_give_one() -> None:
@@ -141,18 +157,21 @@ def test_a_malformed_ladder_is_refused_with_what_is_wrong(build: object, message
 
 BURN_IN = Rung("BurnIn", "burn-in", Kind.CHECK, seconds=300)
 """A rung the shipped ladder does not have: one declaration, run by the check executor."""
+LAST_CHECK = LADDER.checks()[-1].phase
+"""Where the fake rung goes: after the shipped ladder's last check, before its waits (so its
+verdict is the last one kept)."""
 BURN_IN_SPEC = CheckSpec(BURN_IN.name, "example.com/burn-in:1", ("burn-in", "--minutes", "5"))
 """Its executor: what its check's pod runs."""
 
 
 def test_a_fake_rung_is_walked_in_order_with_its_verdict_kept() -> None:
-    ladder = LADDER.inserted(BURN_IN, after=CANARY)
+    ladder = LADDER.inserted(BURN_IN, after=LAST_CHECK)
     h = Harness(replace(SETTINGS, policy=replace(POLICY, ladder=ladder)))
     name = h.add()
     h.reconciler.reconcile_once()
     h.resolve(name)
     walked = []
-    for _ in range(12):
+    for _ in range(4 * len(ladder.rungs)):  # a minute or two a rung
         h.clock.advance(61)
         record = from_object(h.client.objects[name], ladder)
         h.health.set(record.spec.node, record.spec.device, Health.HEALTHY, NOW - 86400)
@@ -165,9 +184,11 @@ def test_a_fake_rung_is_walked_in_order_with_its_verdict_kept() -> None:
             walked.append(phase)
         if phase == Phase.RELEASED:
             break
-    assert walked == [PROBING, CANARY, "BurnIn", STABILIZING, RAMP, "Released"]
-    assert [kind for _, kind, _ in h.checks.started] == ["probe", "canary", "burn-in"]
-    assert [kind for _, kind, _ in h.checks.finished] == ["probe", "canary", "burn-in"]
+    assert walked == walk(ladder)  # each rung once, in order
+    assert walked[walked.index(LAST_CHECK) + 1] == "BurnIn"
+    assert [kind for _, kind, _ in h.checks.started] == check_names(ladder)
+    assert [kind for _, kind, _ in h.checks.finished] == check_names(ladder)
+    assert "burn-in" in check_names(ladder)
     released = from_object(h.client.objects[name], ladder)
     assert released.status.last_check == CheckOutcome("burn-in", 1, Verdict.PASSED)
     assert h.events.reasons(name)[-1] == "Released"
@@ -228,7 +249,7 @@ class FakeAccelerator:
 
 
 def test_a_fake_backend_and_a_fake_rung_are_walked_through_by_one_record() -> None:
-    ladder = LADDER.inserted(BURN_IN, after=CANARY)
+    ladder = LADDER.inserted(BURN_IN, after=LAST_CHECK)
     fake = FakeAccelerator()
     h = Harness(replace(SETTINGS, policy=replace(POLICY, ladder=ladder)))
     client = h.client
@@ -256,7 +277,7 @@ def test_a_fake_backend_and_a_fake_rung_are_walked_through_by_one_record() -> No
 
     h.resolve(name)
     walked = []
-    for _ in range(12):
+    for _ in range(4 * len(ladder.rungs)):  # a minute or two a rung
         h.clock.advance(61)
         record = from_object(client.objects[name], ladder)
         h.health.set(record.spec.node, record.spec.device, Health.HEALTHY, NOW - 86400)
@@ -269,6 +290,6 @@ def test_a_fake_backend_and_a_fake_rung_are_walked_through_by_one_record() -> No
             walked.append(phase)
         if phase == Phase.RELEASED:
             break
-    assert walked == [PROBING, CANARY, "BurnIn", STABILIZING, RAMP, "Released"]
+    assert walked == walk(ladder) and walked[walked.index(LAST_CHECK) + 1] == "BurnIn"
     assert fake.calls == [f"enforce {QUARANTINE_TAINT}", f"enforce {CANARY_TAINT}", "lift"]
     assert fake.entries == {}

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from prometheus_client import CollectorRegistry
 
-from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
+from responder.ladder import LADDER, Kind
 from responder.reconcile.accounting import QuarantineAccounting
 from responder.reconcile.measures import DEVICE_IN_USE, ExclusionMeter, excluded_phase, measured_phases
 from responder.reconcile.policy import CheckResult, Health
@@ -41,13 +41,31 @@ def test_only_enforced_quarantines_exclude_capacity_and_ramp_and_device_in_use_a
     assert excluded_phase(with_status(base, Phase.QUARANTINED)) == "Quarantined"
     assert excluded_phase(with_status(base, Phase.QUARANTINED, why=DEVICE_IN_USE)) == "DeviceInUse"
     assert excluded_phase(with_status(base, Phase.QUARANTINED, why="BackingOff")) == "Quarantined"
-    for rung in (PROBING, CANARY, STABILIZING, RAMP):
+    for rung in LADDER.phases:
         assert excluded_phase(with_status(base, rung)) == rung
     for phase in (Phase.PENDING, Phase.DEFERRED, Phase.RELEASED, Phase.ABANDONED):
         assert excluded_phase(with_status(base, phase)) is None
     assert excluded_phase(with_status(base, Phase.QUARANTINED, enforced="")) is None
     assert excluded_phase(with_status(base, Phase.QUARANTINED), dry_run=True) is None
-    assert measured_phases() == ("Quarantined", "DeviceInUse", PROBING, CANARY, STABILIZING, RAMP)
+    assert measured_phases() == ("Quarantined", "DeviceInUse", *LADDER.phases)
+
+
+def climb(h: Harness, name: str, check_seconds: float | None = None) -> dict[str, float]:
+    """Walk the record in `name` up every rung of the ladder from its first, each check passing
+    after `check_seconds` (None: a different time for each, 7 s, 11 s, ...), each window and the
+    ramp lasting its length; returns the seconds spent on each rung."""
+    spent = {}
+    for i, rung in enumerate(POLICY.rungs.rungs):  # the ladder with the settings' lengths
+        assert h.phase(name) == rung.phase
+        if rung.kind == Kind.CHECK:
+            h.checks.complete(h.client.record(name), rung.name, CheckResult.SUCCEEDED)
+            seconds = 7.0 + 4 * i if check_seconds is None else check_seconds
+        else:
+            seconds = rung.seconds
+        h.clock.advance(seconds)
+        h.reconciler.reconcile_once()
+        spent[rung.phase] = seconds
+    return spent
 
 
 def test_the_meter_adds_the_time_since_the_last_pass_to_the_phase_each_record_was_listed_in() -> None:
@@ -73,27 +91,17 @@ def test_the_leader_counts_each_phase_the_device_was_excluded_in_and_the_verdict
     h.resolve(name)
     h.reconciler.reconcile_once()  # listed Quarantined: +100 there, moves to Probing
     assert excluded(h, "Quarantined") == 100.0
-    assert excluded(h, PROBING) == 0.0
-    h.checks.complete(h.client.record(name), "probe", CheckResult.SUCCEEDED)
+    assert excluded(h, LADDER.first.phase) == 0.0
     h.health.set("gpu-node-1", "GPU-4a1c", Health.HEALTHY, h.clock.now())
-    h.clock.advance(7)
-    h.reconciler.reconcile_once()
-    h.checks.complete(h.client.record(name), "canary", CheckResult.SUCCEEDED)
-    h.clock.advance(11)
-    h.reconciler.reconcile_once()
-    h.clock.advance(POLICY.stability_seconds)
-    h.reconciler.reconcile_once()
-    h.clock.advance(POLICY.ramp_seconds)
-    h.reconciler.reconcile_once()
+    spent = climb(h, name)
     assert h.phase(name) == Phase.RELEASED
-    assert (excluded(h, PROBING), excluded(h, CANARY)) == (7.0, 11.0)
-    assert (excluded(h, STABILIZING), excluded(h, RAMP)) == (POLICY.stability_seconds, POLICY.ramp_seconds)
+    assert {phase: excluded(h, phase) for phase in LADDER.phases} == spent
     # Released at the first attempt with only its triggering Unhealthy report: unconfirmed.
     assert h.sample(ENDED, verdict="unconfirmed", reason="Unhealthy") == 1.0
     assert h.sample(ENDED, verdict="confirmed", reason="Unhealthy") == 0.0
     h.clock.advance(1000)
     h.reconciler.reconcile_once()  # a released record excludes nothing, is counted once
-    assert excluded(h, RAMP) == POLICY.ramp_seconds
+    assert {phase: excluded(h, phase) for phase in LADDER.phases} == spent
     assert h.sample(ENDED, verdict="unconfirmed", reason="Unhealthy") == 1.0
 
 
@@ -110,15 +118,7 @@ def test_a_failed_probe_makes_the_ended_quarantine_confirmed() -> None:
     h.health.set("gpu-node-1", "GPU-4a1c", Health.HEALTHY, h.clock.now())
     h.clock.advance(POLICY.backoff_seconds + 1)
     h.reconciler.reconcile_once()
-    assert h.phase(name) == PROBING
-    for check in ("probe", "canary"):
-        h.checks.complete(h.client.record(name), check, CheckResult.SUCCEEDED)
-        h.clock.advance(1)
-        h.reconciler.reconcile_once()
-    h.clock.advance(POLICY.stability_seconds)
-    h.reconciler.reconcile_once()
-    h.clock.advance(POLICY.ramp_seconds)
-    h.reconciler.reconcile_once()
+    climb(h, name, check_seconds=1)
     assert h.phase(name) == Phase.RELEASED
     # Its failed probe is evidence: the device was at fault, the quarantine was no false one.
     assert h.sample(ENDED, verdict="confirmed", reason="Unhealthy") == 1.0

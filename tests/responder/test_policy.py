@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -29,7 +29,7 @@ from hypothesis import given, settings, target
 from hypothesis import strategies as st
 
 from gpuhealth.kube.meta import parse_rfc3339, rfc3339
-from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
+from responder.ladder import CANARY, LADDER, PROBING, Kind
 from responder.reconcile.breaker import BreakerState, Counts
 from responder.reconcile.limits import Bucket, BucketSettings
 from responder.reconcile.policy import (
@@ -58,16 +58,19 @@ from responder.reconcile.policy import (
 from responder.records import CheckOutcome, Migration, MigrationOutcome, Phase, Quarantine, Verdict
 from responder.webhook.intake import IntakeSettings, Write, decide
 from tests.responder.test_intake import alert
+from tests.support.ladders import minute_rungs
 
 NOW = 1_800_000_000.0
-SETTINGS = PolicySettings(
-    probe_timeout_seconds=60,
-    canary_timeout_seconds=60,
-    stability_seconds=120,
-    ramp_seconds=60,
-    backoff_seconds=300,
-)
-RELEASE_PATH = [PROBING, CANARY, STABILIZING, RAMP]
+SETTINGS = PolicySettings(**{**minute_rungs(), "stability_seconds": 120.0}, backoff_seconds=300)
+"""Every rung a minute long, the stability window two."""
+RELEASE_PATH = list(LADDER.phases)
+"""The rungs a release walks, in order."""
+
+
+def is_check(phase: str) -> bool:
+    """Whether `phase` is a check rung's (its Job's result is the view's `check`)."""
+    rung = LADDER.rung(phase)
+    return rung is not None and rung.kind == Kind.CHECK
 
 
 ENFORCED_AS = "DeviceTaintRule/the-record"
@@ -110,8 +113,8 @@ class World:
     """The device and what gpuhealth put in place, changed by the effects the steps ask for."""
 
     enforcement: str | None = None  # taint key of our rule/annotation, None when absent
-    probe: CheckResult = CheckResult.ABSENT
-    canary: CheckResult = CheckResult.ABSENT
+    checks: dict[str, CheckResult] = field(default_factory=dict)
+    """The current attempt's check Jobs by check name (a check not started: absent)."""
 
     def apply(self, effects: tuple[object, ...]) -> None:
         for effect in effects:
@@ -120,10 +123,23 @@ class World:
             elif isinstance(effect, Unenforce):
                 self.enforcement = None
             elif isinstance(effect, StartCheck):
-                if effect.kind == "probe" and self.probe == CheckResult.ABSENT:
-                    self.probe = CheckResult.RUNNING
-                if effect.kind == "canary" and self.canary == CheckResult.ABSENT:
-                    self.canary = CheckResult.RUNNING
+                self.checks.setdefault(effect.kind, CheckResult.RUNNING)
+
+    def check(self, phase: str) -> CheckResult:
+        """What the Job of the check rung of `phase` reports (absent off a check rung)."""
+        rung = LADDER.rung(phase)
+        if rung is None or rung.kind != Kind.CHECK:
+            return CheckResult.ABSENT
+        return self.checks.get(rung.name, CheckResult.ABSENT)
+
+    def finish(self, verdict: CheckResult) -> None:
+        """The running check (one at most) ends with `verdict`."""
+        running = [name for name, result in self.checks.items() if result == CheckResult.RUNNING]
+        if running:
+            self.checks[running[0]] = verdict
+
+    def copy(self) -> World:
+        return replace(self, checks=dict(self.checks))
 
 
 # Weighted towards a device that recovers, so that plans reach every phase of the way out
@@ -184,17 +200,15 @@ def play(
         if removed:
             world.enforcement = None
         if record.status.attempt != attempt:  # a new attempt's Jobs are new Jobs
-            attempt, world.probe, world.canary = record.status.attempt, CheckResult.ABSENT, CheckResult.ABSENT
+            attempt = record.status.attempt
+            world.checks.clear()
         if finished is not None:
-            if world.probe == CheckResult.RUNNING:
-                world.probe = finished
-            elif world.canary == CheckResult.RUNNING:
-                world.canary = finished
+            world.finish(finished)
         view = observed(
             health=health,
             healthy_since=healthy_since,
             enforcement_present=world.enforcement is not None,
-            check={PROBING: world.probe, CANARY: world.canary}.get(record.status.phase, CheckResult.ABSENT),
+            check=world.check(record.status.phase),
             holders=holders if needs_holders(record, now) else (),
         )
         result = step(record, view, ctx(now, tripped=tripped))
@@ -388,28 +402,29 @@ def test_the_whole_way_out() -> None:
     assert Enforce(QUARANTINE_TAINT, "Unhealthy", "NoSchedule") in first.effects
     world.apply(first.effects)
     record = resolved(first.record, now + 100)
-    phases = []
     view = observed(Health.HEALTHY, healthy_since=now + 100, enforcement_present=True)
-    start = now
-    for now, probe, canary in [
-        (start + 110, CheckResult.ABSENT, CheckResult.ABSENT),  # -> Probing, probe started
-        (start + 120, CheckResult.SUCCEEDED, CheckResult.ABSENT),  # -> Canary, canary started
-        (start + 130, CheckResult.SUCCEEDED, CheckResult.SUCCEEDED),  # -> Stabilizing
-        (start + 130 + 120, CheckResult.SUCCEEDED, CheckResult.SUCCEEDED),  # -> Ramp
-        (start + 130 + 120 + 60, CheckResult.SUCCEEDED, CheckResult.SUCCEEDED),  # -> Released
-    ]:
-        check = {PROBING: probe, CANARY: canary}.get(record.status.phase, CheckResult.ABSENT)
+    # Each rung entered with what its kind asks: a check's Job started, nothing for a window, the
+    # canary taint for the ramp; the release lifts it and says so.
+    entered = {Kind.CHECK: ["StartCheck"], Kind.WINDOW: [], Kind.RAMP: ["Enforce"]}
+    expected = [(rung.phase, entered[rung.kind]) for rung in SETTINGS.rungs.rungs]
+    expected.append((Phase.RELEASED, ["Unenforce", "Notify"]))
+    result = step(record, view, ctx(now + 110))  # -> the first rung
+    record, now = result.record, now + 110
+    phases = [(record.status.phase, [type(e).__name__ for e in result.effects])]
+    for rung in SETTINGS.rungs.rungs:
+        assert record.status.phase == rung.phase
+        if rung.kind == Kind.CHECK:
+            now += 10  # its Job passes 10 s in
+        else:
+            now += rung.seconds
+            # A window or the ramp lasts its length exactly: still on it a second before.
+            assert step(record, view, ctx(now - 1)).record.status.phase == rung.phase
+        check = CheckResult.SUCCEEDED if rung.kind == Kind.CHECK else CheckResult.ABSENT
         result = step(record, replace(view, check=check), ctx(now))
         record = result.record
         phases.append((record.status.phase, [type(e).__name__ for e in result.effects]))
-    assert phases == [
-        (PROBING, ["StartCheck"]),
-        (CANARY, ["StartCheck"]),
-        (STABILIZING, []),
-        (RAMP, ["Enforce"]),
-        (Phase.RELEASED, ["Unenforce", "Notify"]),
-    ]
-    assert record.status.last_check == CheckOutcome("canary", 1, Verdict.PASSED)
+    assert phases == expected
+    assert record.status.last_check == CheckOutcome(LADDER.checks()[-1].name, 1, Verdict.PASSED)
     assert record.status.enforced == ""
 
 
@@ -757,8 +772,8 @@ def test_long_seeded_runs_never_release_or_probe_an_unhealthy_device() -> None:
     assert failed_on_rungs >= 5  # Unhealthy on a rung was met, not passed vacuously
 
 
-@pytest.mark.parametrize("rung", [PROBING, CANARY, STABILIZING, RAMP])
-def test_an_idle_relapse_on_any_rung_quarantines_again_with_the_failure_counted(rung: Phase) -> None:
+@pytest.mark.parametrize("rung", LADDER.phases)
+def test_an_idle_relapse_on_any_rung_quarantines_again_with_the_failure_counted(rung: str) -> None:
     """The device passed what came before and fails again with no pod on it: its own Unhealthy
     report (no alert) is enough, on the probe's rung as on every other."""
     record = step(opened(), observed(Health.UNHEALTHY), ctx(NOW)).record
@@ -768,11 +783,9 @@ def test_an_idle_relapse_on_any_rung_quarantines_again_with_the_failure_counted(
     record = step(record, healthy, ctx(now)).record
     while record.status.phase != rung:
         now += 200
-        check = {PROBING: CheckResult.SUCCEEDED, CANARY: CheckResult.SUCCEEDED}.get(
-            record.status.phase, CheckResult.ABSENT
-        )
+        check = CheckResult.SUCCEEDED if is_check(record.status.phase) else CheckResult.ABSENT
         record = step(record, replace(healthy, check=check), ctx(now)).record
-    running = {PROBING: CheckResult.RUNNING, CANARY: CheckResult.RUNNING}.get(rung, CheckResult.ABSENT)
+    running = CheckResult.RUNNING if is_check(rung) else CheckResult.ABSENT
     relapse = step(
         record, replace(healthy, health=Health.UNHEALTHY, healthy_since=None, check=running), ctx(now + 1)
     )

@@ -42,7 +42,7 @@ from gpuhealth.kube.resources import NODE, POD, RESOURCE_SLICE, STATUS, Resource
 from responder.enforce.holders import DeviceHolders
 from responder.enforce.observed import Observed
 from responder.enforce.shipped import Enforcer
-from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
+from responder.ladder import KNOWN, LADDER, PROBING, Kind
 from responder.reconcile.breaker import BreakerSettings, BreakerState
 from responder.reconcile.breaker_store import AuditEntry, Stored
 from responder.reconcile.events import RecordedEvents
@@ -81,15 +81,11 @@ from responder.records import (
 from responder.webhook.intake import IntakeSettings, Write, decide
 from tests.responder.test_intake import alert
 from tests.support.backends import identified
+from tests.support.ladders import check_names, minute_rungs
 
 NOW = 1_800_000_000.0
-POLICY = PolicySettings(
-    probe_timeout_seconds=60,
-    canary_timeout_seconds=60,
-    stability_seconds=120,
-    ramp_seconds=60,
-    backoff_seconds=300,
-)
+POLICY = PolicySettings(**{**minute_rungs(), "stability_seconds": 120.0}, backoff_seconds=300)
+"""Every rung a minute long, the stability window two."""
 SETTINGS = ReconcilerSettings(policy=POLICY, bucket=BucketSettings(burst=5, per_hour=60))
 
 
@@ -396,38 +392,47 @@ def test_the_release_walk_from_probe_to_released() -> None:
     h.resolve(name)
     h.clock.advance(10)
     h.reconciler.reconcile_once()
-    assert h.phase(name) == PROBING
-    assert h.checks.started == [(name, "probe", 1)]
-    h.checks.complete(h.client.record(name), "probe", CheckResult.SUCCEEDED)
-    h.health.set("gpu-node-1", "GPU-4a1c", Health.HEALTHY, h.clock.now())
-    h.reconciler.reconcile_once()
-    assert h.phase(name) == CANARY
-    assert h.checks.started[-1] == (name, "canary", 1)
-    h.checks.complete(h.client.record(name), "canary", CheckResult.SUCCEEDED)
-    h.reconciler.reconcile_once()
-    assert h.phase(name) == STABILIZING
-    assert h.checks.finished == [(name, "probe", 1), (name, "canary", 1)]
+    for rung in POLICY.rungs.rungs[:-1]:  # the ladder with its lengths from the settings
+        assert h.phase(name) == rung.phase
+        if rung.kind == Kind.CHECK:
+            # Each check's Job of the attempt is started on its rung, and its pass moves on.
+            assert h.checks.started[-1] == (name, rung.name, 1)
+            h.checks.complete(h.client.record(name), rung.name, CheckResult.SUCCEEDED)
+        else:
+            # A window lasts its length exactly: still on it a second before.
+            h.clock.advance(rung.seconds - 1)
+            h.reconciler.reconcile_once()
+            assert h.phase(name) == rung.phase
+            h.clock.advance(1)
+        h.reconciler.reconcile_once()
+    assert [kind for _, kind, _ in h.checks.started] == check_names()
+    assert h.checks.finished == [(name, check, 1) for check in check_names()]
+    executed = [r.name for r in KNOWN.timed_out()]
     checks = {
         (check, verdict): h.sample("gpuhealth_release_checks_total", check=check, verdict=verdict)
-        for check in ("probe", "canary", "reset")
+        for check in executed
         for verdict in ("passed", "failed")
     }
     # Each verdict once, counted when recorded; every series from zero (the reset's too).
     assert checks == {
-        ("probe", "passed"): 1.0,
-        ("canary", "passed"): 1.0,
-        **{(c, v): 0.0 for c in ("probe", "canary", "reset") for v in ("passed", "failed") if v == "failed"},
-        ("reset", "passed"): 0.0,
+        (c, v): 1.0 if (v == "passed" and c in check_names()) else 0.0
+        for c in executed
+        for v in ("passed", "failed")
     }
+    assert "reset" in executed and ("reset", "passed") in checks
     h.reconciler.reconcile_once()
-    assert h.sample("gpuhealth_release_checks_total", check="canary", verdict="passed") == 1.0
-    h.clock.advance(POLICY.stability_seconds)
-    h.reconciler.reconcile_once()
-    assert h.phase(name) == RAMP
-    assert h.enforcer.taints[name] == CANARY_TAINT
+    assert all(
+        h.sample("gpuhealth_release_checks_total", check=c, verdict="passed") == 1.0 for c in check_names()
+    )
+    ramp = POLICY.rungs.rungs[-1]
+    assert h.phase(name) == ramp.phase and ramp.kind == Kind.RAMP
+    assert h.enforcer.taints[name] == CANARY_TAINT == ramp.taint
     # Every outcome is exported from zero, so the first release shows in increase().
     assert h.sample("gpuhealth_responder_releases_total", outcome="released") == 0.0
-    h.clock.advance(POLICY.ramp_seconds)
+    h.clock.advance(ramp.seconds - 1)
+    h.reconciler.reconcile_once()
+    assert h.phase(name) == ramp.phase  # the ramp lasts its length exactly too
+    h.clock.advance(1)
     h.reconciler.reconcile_once()
     assert h.phase(name) == Phase.RELEASED
     assert name not in h.enforcer.taints
@@ -548,7 +553,8 @@ def test_a_storm_trips_the_breaker_in_one_pass_and_releases_go_on() -> None:
     assert h.store.state.tripped and [e.action for e in h.store.history] == ["trip"]
     assert h.sample("gpuhealth_breaker_tripped") == 1.0
     assert "BreakerOpen" in h.events.reasons()
-    assert h.phase(first) == CANARY  # the release went on while it tripped
+    # The release went on while it tripped: the rung after the probe's.
+    assert h.phase(first) == LADDER.phases[LADDER.phases.index(PROBING) + 1]
 
 
 def test_an_admission_whose_write_is_lost_excludes_nothing_and_admits_no_one_over_the_limit() -> None:

@@ -55,7 +55,7 @@ from responder.enforce.node_annotation import (
 )
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
-from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
+from responder.ladder import CANARY, LADDER, PROBING, RAMP, STABILIZING, Kind
 from responder.reconcile import requests
 from responder.reconcile.breaker_store import NAME as BREAKER_CONFIG_MAP
 from responder.reconcile.breaker_store import BreakerStore
@@ -93,13 +93,32 @@ SCENARIO: dict[str, Any] = {
     ],
     "workloads": [],
 }
-POLICY = PolicySettings(
-    probe_timeout_seconds=600,
-    canary_timeout_seconds=600,
-    stability_seconds=120,
-    ramp_seconds=60,
-    backoff_seconds=300,
-)
+_LENGTHS: dict[str, Any] = {
+    r.setting: 600.0 if r.kind == Kind.CHECK else 60.0 for r in LADDER.rungs if r.setting
+}
+POLICY = PolicySettings(**{**_LENGTHS, "stability_seconds": 120.0}, backoff_seconds=300)
+"""Ten minutes for each check of the ladder (a Job in the simulated cluster), a minute for each
+wait, two for the stability window."""
+
+
+def climb(w: World, name: str, to: str, policy: PolicySettings = POLICY) -> None:
+    """The record up the ladder from the rung it stands on to `to` (a phase, or Released), each
+    rung in order: each check's Job runs in the simulated cluster and must pass, each wait runs
+    its length."""
+    rungs = policy.rungs
+    while (phase := w.record(name).status.phase) != to:
+        rung = rungs.rung(phase)
+        assert rung is not None, phase
+        if rung.kind == Kind.CHECK:
+            passed = lambda check=rung.name: w.check(name, check) == CheckResult.SUCCEEDED  # noqa: E731
+            wait_until(f"the {rung.name} passed", passed, timeout=60)
+        else:
+            w.clock.advance(rung.seconds)
+        w.reconciler.reconcile_once()
+        after = rungs.after(rung)
+        assert w.record(name).status.phase == (after.phase if after else Phase.RELEASED)
+
+
 SETTINGS = ReconcilerSettings(policy=POLICY, bucket=BucketSettings(burst=50, per_hour=60))
 
 
@@ -218,21 +237,10 @@ def test_a_dra_record_walks_from_pending_to_released(world: World) -> None:
     assert w.record(name).status.phase == PROBING
     job = w.client.get(JOB, job_name(w.record(name), "probe", 1), namespace=NS)
     assert job["metadata"]["ownerReferences"][0]["name"] == name
-    wait_until("the probe passed", lambda: w.check(name, "probe") == CheckResult.SUCCEEDED, timeout=60)
-
-    w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == CANARY
-    wait_until("the canary passed", lambda: w.check(name, "canary") == CheckResult.SUCCEEDED, timeout=60)
-    w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == STABILIZING
-    w.clock.advance(POLICY.stability_seconds)
-    w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == RAMP
+    climb(w, name, RAMP)
     ramp_rule = w.rule(name)
     assert ramp_rule is not None and ramp_rule["spec"]["taint"]["key"] == CANARY_TAINT
-    w.clock.advance(POLICY.ramp_seconds)
-    w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == Phase.RELEASED
+    climb(w, name, Phase.RELEASED)
     assert w.rule(name) is None
     reasons = [reason for reason, _ in w.events(name)]
     assert "Quarantined" in reasons
@@ -307,14 +315,7 @@ def test_a_device_plugin_ramp_is_the_ramp_annotation_and_an_altered_one_comes_ba
     w.health.set("dp-1", uuid, Health.HEALTHY, w.clock.now())
     w.reconciler.reconcile_once()
     assert w.record(name).status.phase == PROBING
-    wait_until("the probe passed", lambda: w.check(name, "probe") == CheckResult.SUCCEEDED, timeout=60)
-    w.reconciler.reconcile_once()
-    wait_until("the canary passed", lambda: w.check(name, "canary") == CheckResult.SUCCEEDED, timeout=60)
-    w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == STABILIZING
-    w.clock.advance(POLICY.stability_seconds)
-    w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == RAMP
+    climb(w, name, RAMP)
     node = w.client.get(NODE, "dp-1")
     assert uuid not in listed(node) and ramping(node) == {uuid: 1}
 
@@ -353,17 +354,12 @@ def test_a_quarantine_taint_turned_canary_by_hand_is_put_back(world: World) -> N
 
 
 def climb_to_stabilizing(w: World, name: str, device: str) -> None:
-    """A DRA record (quarantined) through a passing probe and canary onto the stability window."""
+    """A DRA record (quarantined) through the passing checks before it onto the stability window."""
     w.resolve(name)
     w.health.set("dra-0", device, Health.HEALTHY, w.clock.now())
     w.reconciler.reconcile_once()
     assert w.record(name).status.phase == PROBING
-    wait_until("the probe passed", lambda: w.check(name, "probe") == CheckResult.SUCCEEDED, timeout=60)
-    w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == CANARY
-    wait_until("the canary passed", lambda: w.check(name, "canary") == CheckResult.SUCCEEDED, timeout=60)
-    w.reconciler.reconcile_once()
-    assert w.record(name).status.phase == STABILIZING
+    climb(w, name, STABILIZING)
 
 
 def request_release(w: World, name: str) -> None:
@@ -459,7 +455,8 @@ def test_a_storm_trips_the_breaker_and_a_release_flows(world: World) -> None:
     stored = w.client.get(CONFIG_MAP, BREAKER_CONFIG_MAP, namespace=NS)
     assert json.loads(stored["data"]["state"])["tripped"] is True
     assert [e["action"] for e in json.loads(stored["data"]["history"])] == ["trip"]
-    assert w.record(first).status.phase == CANARY  # the release went on
+    # The release went on: the rung after the probe's.
+    assert w.record(first).status.phase == LADDER.phases[LADDER.phases.index(PROBING) + 1]
 
 
 def test_a_restarted_reconciler_resumes_and_doubles_nothing(world: World) -> None:

@@ -25,7 +25,7 @@ from hypothesis import given, settings, target
 from hypothesis import strategies as st
 
 from gpuhealth.kube.meta import parse_rfc3339, rfc3339
-from responder.ladder import CANARY, LADDER, PROBING, RAMP, STABILIZING, Kind
+from responder.ladder import LADDER, PROBING, RAMP, STABILIZING, Kind
 from responder.reconcile import requests
 from responder.reconcile.breaker import BreakerState, reset
 from responder.reconcile.policy import (
@@ -43,8 +43,9 @@ from responder.records import Phase, Quarantine, ReleaseRequest, Verdict
 from responder.webhook.intake import IntakeSettings, Write, decide
 from tests.responder.test_intake import alert
 from tests.responder.test_policy import NOW, SETTINGS, World, ctx, observed, opened, resolved
+from tests.support.ladders import check_names, walk
 
-ACTIVE = [Phase.QUARANTINED, PROBING, CANARY, STABILIZING, RAMP]
+ACTIVE = [Phase.QUARANTINED, *LADDER.phases]
 
 
 def asked(record: Quarantine, at: float, actor: str = "person/alice") -> Quarantine:
@@ -71,14 +72,12 @@ class Walk:
             health=self.health,
             healthy_since=self.healthy_since,
             enforcement_present=self.world.enforcement is not None,
-            check={PROBING: self.world.probe, CANARY: self.world.canary}.get(
-                self.record.status.phase, CheckResult.ABSENT
-            ),
+            check=self.world.check(self.record.status.phase),
         )
         result = step(self.record, view, replace(ctx(self.now, tripped=tripped), settings=self.policy))
         if result.record.status.attempt != self.attempt:  # a new attempt's Jobs are new Jobs
             self.attempt = result.record.status.attempt
-            self.world.probe = self.world.canary = CheckResult.ABSENT
+            self.world.checks.clear()
         self.world.apply(result.effects)
         self.steps.append(result)
         self.record = result.record
@@ -89,10 +88,21 @@ class Walk:
         self.healthy_since = (self.healthy_since or self.now) if health == Health.HEALTHY else None
 
     def finish_check(self, verdict: CheckResult) -> None:
-        if self.world.probe == CheckResult.RUNNING:
-            self.world.probe = verdict
-        elif self.world.canary == CheckResult.RUNNING:
-            self.world.canary = verdict
+        self.world.finish(verdict)
+
+    def climb_to(self, phase: str) -> None:
+        """Up the ladder until the record stands on `phase`: each check below it passes (a second
+        later the next rung), each wait below it runs its length."""
+        for _ in LADDER.rungs:
+            rung = self.policy.rungs.rung(self.record.status.phase)
+            if rung is None or rung.phase == phase:
+                break
+            if rung.kind == Kind.CHECK:
+                self.finish_check(CheckResult.SUCCEEDED)
+                self.tick(1)
+            else:
+                self.tick(rung.seconds)
+        assert self.record.status.phase == phase
 
 
 events = st.lists(
@@ -149,7 +159,7 @@ def check_every_release(w: Walk) -> int:
             for rung in LADDER.checks():
                 assert (rung.name, status.attempt) in passed, (rung.name, status.attempt, passed)
             last_quarantined = max(i for i, p in enumerate(visited) if p == Phase.QUARANTINED)
-            assert visited[last_quarantined + 1 :] == [*LADDER.phases, Phase.RELEASED]
+            assert visited[last_quarantined + 1 :] == walk()
             break
     return releases
 
@@ -190,7 +200,7 @@ def test_a_refused_request_changes_nothing_in_the_walk(plan: list[tuple[float, s
     phases = []
     for requests_on in (True, False):
         w = Walk(failed.record, failed.now)
-        w.world = replace(failed.world)
+        w.world = failed.world.copy()
         w.set_health(Health.HEALTHY)
         for seconds, what in plan:
             if what == "request" and requests_on:
@@ -218,18 +228,14 @@ LONG_WAITS = replace(SETTINGS, stability_seconds=3600.0, ramp_seconds=3600.0, re
 
 
 def _after_a_stabilizing_failure(policy: PolicySettings = SETTINGS) -> Walk:
-    """A device that passed probe and canary, then reported Unhealthy while Stabilizing."""
+    """A device that passed the checks before Stabilizing, then reported Unhealthy on it."""
     w = Walk(opened(), policy=policy)
     w.tick()
     w.record = resolved(w.record, w.now)
     w.set_health(Health.HEALTHY)
     w.tick(1)
     assert w.record.status.phase == PROBING
-    w.finish_check(CheckResult.SUCCEEDED)
-    w.tick(1)
-    w.finish_check(CheckResult.SUCCEEDED)
-    w.tick(1)
-    assert w.record.status.phase == STABILIZING
+    w.climb_to(STABILIZING)
     w.set_health(Health.UNHEALTHY)
     failed = w.tick(10)
     assert failed.record.status.phase == Phase.QUARANTINED and failed.record.status.failures == 1
@@ -259,11 +265,7 @@ def test_a_request_after_a_stabilizing_failure_is_refused_with_the_reason() -> N
     w.now = parse_rfc3339(w.record.status.retry_at) or w.now
     w.tick()
     assert w.record.status.phase == PROBING
-    w.finish_check(CheckResult.SUCCEEDED)
-    w.tick(1)
-    w.finish_check(CheckResult.SUCCEEDED)
-    w.tick(1)
-    assert w.record.status.phase == STABILIZING
+    w.climb_to(STABILIZING)
     still = w.tick(LONG_WAITS.requested_wait_seconds * 2)
     assert still.record.status.phase == STABILIZING  # the whole hour, not the request's minute
     condition = still.record.status.condition(requests.CONDITION)
@@ -275,26 +277,36 @@ def test_a_request_while_stabilizing_shortens_the_waits_but_still_ramps() -> Non
     w.tick()
     w.record = resolved(w.record, w.now)
     w.set_health(Health.HEALTHY)
-    for _ in range(2):
-        w.tick(1)
-        w.finish_check(CheckResult.SUCCEEDED)
     w.tick(1)
-    assert w.record.status.phase == STABILIZING
+    assert w.record.status.phase == PROBING
+    w.climb_to(STABILIZING)
     waiting = w.tick(30)
     assert waiting.record.status.phase == STABILIZING and waiting.recheck_seconds == 3600 - 30
     w.record = asked(w.record, w.now)
     honoured = w.tick(1)
     condition = honoured.record.status.condition(requests.CONDITION)
     assert condition is not None and (condition.status, condition.reason) == ("True", requests.HONOURED)
-    assert "probe, canary run in full; stability window, ramp last at most 60 s" in condition.message
+    checks = ", ".join(check_names())
+    waits = ", ".join(r.name for r in LADDER.rungs if r.kind in (Kind.WINDOW, Kind.RAMP))
+    assert f"{checks} run in full; {waits} last at most 60 s" in condition.message
+    assert "probe, canary" in checks and "stability window, ramp" in waits
     assert [n.reason for n in notices(honoured)] == ["ReleaseRequestHonoured"]
     assert honoured.record.status.phase == STABILIZING and honoured.recheck_seconds == 60 - 31
-    ramp = w.tick(29)
-    assert ramp.record.status.phase == RAMP  # shortened, never skipped
-    assert w.world.enforcement == CANARY_TAINT
-    assert ramp.recheck_seconds == 60
-    assert w.tick(59).record.status.phase == RAMP
-    released = w.tick(1)
+    later = LADDER.rungs[LADDER.phases.index(STABILIZING) + 1 :]
+    assert RAMP in [r.phase for r in later]
+    moved = w.tick(29)
+    for rung in later:  # each shortened, never skipped; a check still runs
+        assert moved.record.status.phase == rung.phase
+        if rung.kind == Kind.CHECK:
+            w.finish_check(CheckResult.SUCCEEDED)
+            moved = w.tick(1)
+            continue
+        if rung.kind == Kind.RAMP:
+            assert w.world.enforcement == CANARY_TAINT == rung.taint
+        assert moved.recheck_seconds == 60
+        assert w.tick(59).record.status.phase == rung.phase
+        moved = w.tick(1)
+    released = moved
     assert released.record.status.phase == Phase.RELEASED
     condition = released.record.status.condition(requests.CONDITION)
     assert condition is not None and condition.reason == requests.DONE
@@ -320,7 +332,8 @@ def test_a_deleted_enforcement_comes_back_with_an_event_in_every_active_phase(ph
     gone = step(at, observed(Health.HEALTHY, enforcement_present=False), ctx(NOW + 5))
     assert gone.record.status.phase == phase  # never Abandoned
     assert gone.record.status.phase_since == at.status.phase_since  # its clocks run on
-    taint = CANARY_TAINT if phase == RAMP else QUARANTINE_TAINT
+    rung = LADDER.rung(phase)
+    taint = rung.taint if rung is not None and rung.kind == Kind.RAMP else QUARANTINE_TAINT
     assert Enforce(taint, record.spec.reason, "NoSchedule") in gone.effects
     [notice] = notices(gone)
     assert notice.reason == "EnforcementRestored" and notice.warning
@@ -386,7 +399,7 @@ def test_a_discarding_reset_dismisses_only_what_was_deferred_before_it() -> None
 def test_the_ladder_has_checks_and_waits_a_request_can_tell_apart() -> None:
     # The request shortens only waits: if the ladder ever lost its checks, the properties above
     # would pass vacuously.
-    assert [r.name for r in LADDER.checks()] == ["probe", "canary"]
+    assert {"probe", "canary"} <= set(check_names())
     assert {r.kind for r in LADDER.rungs} == {Kind.CHECK, Kind.WINDOW, Kind.RAMP}
     for rung in LADDER.rungs:
         cut = requests.shortened(replace(rung, seconds=1000.0), 10.0)

@@ -30,7 +30,7 @@ from gpuhealth.kube.transport import KubeTransport
 from gpuhealth.testing.loopback import wait_until
 from responder.enforce.shipped import Enforcer
 from responder.enforce.taint_rules import discover
-from responder.ladder import CANARY, PROBING, RAMP, STABILIZING
+from responder.ladder import LADDER, Kind
 from responder.migrate.executor import Migrator, MigratorSettings
 from responder.migrate.plan import REQUESTED
 from responder.reconcile.breaker_store import BreakerStore
@@ -53,24 +53,14 @@ from simulator.fleet.objects import gpu_uuid
 from tests.support.holds import wiring
 
 NS = "gpuhealth-system"
-POLICY = PolicySettings(
-    probe_timeout_seconds=3600,
-    canary_timeout_seconds=3600,
-    stability_seconds=5,
-    ramp_seconds=5,
-    backoff_seconds=300,
-)
+_LENGTHS: dict[str, Any] = {
+    r.setting: 3600.0 if r.kind == Kind.CHECK else 5.0 for r in LADDER.rungs if r.setting
+}
+"""An hour for each check of the ladder (a real Job in the simulated cluster), 5 s for each wait."""
+POLICY = PolicySettings(**_LENGTHS, backoff_seconds=300)
 SETTINGS = ReconcilerSettings(policy=POLICY, bucket=BucketSettings(burst=50, per_hour=60))
 DEADLINE = 90.0
-WALK = (
-    Phase.PENDING,
-    Phase.QUARANTINED,
-    PROBING,
-    CANARY,
-    STABILIZING,
-    RAMP,
-    Phase.RELEASED,
-)
+WALK = (Phase.PENDING, Phase.QUARANTINED, *LADDER.phases, Phase.RELEASED)
 """Every phase of an uneventful quarantine, in order."""
 
 Effect = tuple[str, str, str]
@@ -460,7 +450,8 @@ def check_end(w: World, flow: Flow, pod: dict[str, Any], record: Quarantine) -> 
     leases = {k: n for k, n in effects.items() if k[:2] == ("create", "leases")}
     assert list(leases.values()) == [1]
     jobs = {k: n for k, n in effects.items() if k[:2] == ("create", "jobs")}
-    assert sorted(jobs.values()) == [1, 1] and len(jobs) == 2  # one probe, one canary
+    checks = len(LADDER.checks())
+    assert sorted(jobs.values()) == [1] * checks and len(jobs) == checks  # one Job per check
     if flow.dra:
         # One rule, its taint turned to the canary's at Ramp (an update), deleted at release.
         for verb in ("create", "delete"):
