@@ -81,6 +81,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="with --control-plane real: which pinned build runs (default: 1.37)",
     )
+    parser.add_argument(
+        "--web-config",
+        action="store_true",
+        help="exporters and responders behind TLS and basic auth, scraped so (docs/web-config.md)",
+    )
     parser.add_argument("--report", type=Path, help="write a self-contained HTML report here")
     parser.add_argument("--rules-config", type=Path, default=DEFAULT_CONFIG, help="rules config to scale")
     parser.add_argument(
@@ -135,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
         speed=speed,
         control_plane=args.control_plane,
         kubernetes_version=args.kubernetes_version or DemoSettings.kubernetes_version,
+        web_config=args.web_config,
     )
     out = sys.stdout
     wall = expected_wall_seconds(scenario, settings, stage)
@@ -143,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
         f"{scenario.gpu_count()} GPUs, "
         f"{len(scenario.timeline)} faults, {stage.responders} responder replicas, "
         f"{stage.alertmanagers} Alertmanager(s); {_cluster_words(settings)}; {speed:g}x; "
+        f"{'TLS and basic auth on; ' if settings.web_config else ''}"
         f"this takes about {wall / 60:.1f} minutes "
         f"({wall:.0f} s); files in {workdir}",
         file=out,

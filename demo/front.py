@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import http.client
 import itertools
+import ssl
 import threading
 import time
 import urllib.parse
@@ -72,6 +73,7 @@ class WebhookFront:
         timeout: float = 10.0,
     ) -> None:
         self._backends = list(backends)
+        self._context: ssl.SSLContext | None = None
         self._lock = threading.Lock()
         self._turn = itertools.count()
         self.hook = hook
@@ -103,9 +105,11 @@ class WebhookFront:
         self._http = LoopbackHttpServer(Handler, "webhook-front")
         self.url = self._http.url
 
-    def set_backends(self, backends: Sequence[str]) -> None:
+    def set_backends(self, backends: Sequence[str], *, context: ssl.SSLContext | None = None) -> None:
+        """The replicas' base URLs; `context`: TLS for `https://` ones (their certificate checked)."""
         with self._lock:
             self._backends = list(backends)
+            self._context = context
 
     def handle(self, request: Request) -> Reply:
         if self.observe is not None:
@@ -132,8 +136,12 @@ class WebhookFront:
 
     def _send(self, base: str, request: Request) -> Reply:
         parsed = urllib.parse.urlsplit(base)
-        connection = http.client.HTTPConnection(
-            parsed.hostname or "127.0.0.1", parsed.port, timeout=self.timeout
+        connection = (
+            http.client.HTTPSConnection(
+                parsed.hostname or "127.0.0.1", parsed.port, timeout=self.timeout, context=self._context
+            )
+            if parsed.scheme == "https"
+            else http.client.HTTPConnection(parsed.hostname or "127.0.0.1", parsed.port, timeout=self.timeout)
         )
         try:
             connection.request("POST", request.path, body=request.body, headers=request.headers)

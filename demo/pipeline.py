@@ -46,7 +46,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from demo import clusters, expectations
+from demo import clusters, expectations, web_config
 from demo import staging as staging_module
 from demo.clusters import Observations, Target
 from demo.front import Forward, Hook, Reply, Request, WebhookFront, forward_once
@@ -117,6 +117,9 @@ class DemoSettings:
     """Simulated seconds to keep running after the last fault; None: the scenario's `demo.settle`."""
     node_exporters_max: int = 16
     """Up to this many nodes, one node-mode exporter per node (with NVML); beyond, one cluster-mode."""
+    web_config: bool = False
+    """Exporters and responders behind TLS and basic auth (`--web.config.file`), scraped and
+    called so (`demo.web_config`)."""
     poll_interval_seconds: float = 0.2
     """Wall seconds between two reads of Prometheus' alerts (the alerts' journal resolution)."""
     control_plane: str = "simulated"
@@ -421,16 +424,26 @@ def run_demo(
         )
         exporter_ports = {node: free_port() for node in scenario.nodes} if node_mode else {"": free_port()}
         responder_ports = [free_port() for _ in range(stage.responders)]
+        web = web_config.write(workdir / "web") if settings.web_config else None
+        scheme = "https" if web is not None else "http"
+        secured = web.scrape_fields() if web is not None else {}
         # The cluster first: its node agents serve the workloads' own counters, a scrape job.
         target: Target = stack.enter_context(_target(scenario, settings, workdir, front))
         out.write(f"{target.description} up\n")
         out.flush()
         jobs = [
             *(
-                ScrapeJob("gpuhealth-exporter", [f"127.0.0.1:{port}"], {"node": node} if node else {})
+                ScrapeJob(
+                    "gpuhealth-exporter",
+                    [f"127.0.0.1:{port}"],
+                    {"node": node} if node else {},
+                    fields=secured,
+                )
                 for node, port in exporter_ports.items()
             ),
-            ScrapeJob("gpuhealth-responder", [f"127.0.0.1:{port}" for port in responder_ports]),
+            ScrapeJob(
+                "gpuhealth-responder", [f"127.0.0.1:{port}" for port in responder_ports], fields=secured
+            ),
             ScrapeJob(
                 WORKLOADS_JOB,
                 [target.nvml_url.removeprefix("http://")],
@@ -486,6 +499,7 @@ def run_demo(
                 settings.speed,
                 device_plugin=device_plugin,
                 slice_health=scenario.dra_driver() == NVIDIA_DRIVER,
+                web=web,
             )
             processes[process.name] = process
             process.start()
@@ -497,11 +511,14 @@ def run_demo(
                 "--kubeconfig", str(target.kubeconfig_path), "--listen", f"127.0.0.1:{port}",
                 "--token-file", str(token_file), "--prometheus-url", health_url,
                 "--config", str(config_path), "--identity", name,
+                *(web.argv() if web is not None else ()),
             ]  # fmt: skip
-            processes[name] = Process(name, argv, workdir / f"{name}.log", f"http://127.0.0.1:{port}/readyz")
+            processes[name] = Process(
+                name, argv, workdir / f"{name}.log", f"{scheme}://127.0.0.1:{port}/readyz"
+            )
             processes[name].start()
-            responder_urls.append(f"http://127.0.0.1:{port}")
-        front.set_backends(responder_urls)
+            responder_urls.append(f"{scheme}://127.0.0.1:{port}")
+        front.set_backends(responder_urls, context=web.client_context() if web is not None else None)
         for process in processes.values():
             process.wait_ready()
         offset = target.now() + lead_in
@@ -827,6 +844,7 @@ def _exporter(
     *,
     device_plugin: bool = False,
     slice_health: bool = False,
+    web: web_config.WebFiles | None = None,
 ) -> Process:
     """One exporter: node mode with the simulated node's NVML (and, on a device-plugin node, its
     kubelet's allocatable devices, the idle GPUs' evidence there), or cluster mode. `slice_health`:
@@ -844,8 +862,11 @@ def _exporter(
             argv += ["--pod-resources", f"sim:{target.nvml_url}"]
     if slice_health:
         argv += ["--slice-health-driver", DRA_DRIVER]
+    if web is not None:
+        argv += web.argv()
+    scheme = "https" if web is not None else "http"
     return Process(
-        f"exporter-{name}", argv, workdir / f"exporter-{name}.log", f"http://127.0.0.1:{port}/readyz"
+        f"exporter-{name}", argv, workdir / f"exporter-{name}.log", f"{scheme}://127.0.0.1:{port}/readyz"
     )
 
 

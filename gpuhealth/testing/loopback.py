@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import signal
+import ssl
 import subprocess
 import threading
 import time
@@ -47,9 +48,11 @@ class ProcessExited(LoopbackError):
 
 
 def http_ok(url: str, *, timeout: float = 2.0) -> bool:
-    """True when GET `url` answers 200."""
+    """True when GET `url` answers 200. An `https://` loopback URL is asked without checking the
+    certificate: a readiness check, as the kubelet's HTTPS probes do not check it either."""
+    context = ssl._create_unverified_context() if url.startswith("https://") else None
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
             return bool(response.status == 200)
     except (OSError, urllib.error.URLError):
         return False
