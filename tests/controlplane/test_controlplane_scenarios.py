@@ -51,6 +51,11 @@ START_UP_SECONDS = 120.0
 """Wall seconds a run may spend starting the control plane and its processes beyond its estimate."""
 
 EXTENDER_PLACES = {"dra-and-device-plugin", "idle-relapse", "device-plugin-churn"}
+WEB_CONFIG = {"dra-and-device-plugin"}
+"""Runs with every exporter and responder behind TLS and basic auth (`demo --web-config`): scraped
+over HTTPS with a password, the webhook and the real kube-scheduler's extender calls reaching the
+responders over HTTPS. The other runs, and tests/e2e/test_web_config_demo.py on the simulated
+cluster, are the other way round."""
 """Scenarios that move a device-plugin pod while the responders run (its replacement is filtered)."""
 
 RUNS = [
@@ -81,6 +86,7 @@ def settings(name: str, kubernetes: str) -> DemoSettings:
         control_plane="real",
         kubernetes_version=kubernetes,
         settle_seconds=stage.settle + CONTROLLER_BACKOFF_WALL_SECONDS * speed,
+        web_config=name in WEB_CONFIG,
     )
 
 
@@ -113,6 +119,9 @@ def test_builtin_scenario_meets_its_expected_outcome_on_the_real_control_plane(
     assert "real control plane" in narration
     assert outcome.journal.entries, "the run journaled nothing"
     assert not outcome.verdict.violations and not outcome.expectation_failures, explain(outcome, narration)
+    if name in WEB_CONFIG:
+        scrape = (tmp_path / "prometheus" / "prometheus.yml").read_text()
+        assert "scheme: https" in scrape and "password_file" in scrape
     if name in EXTENDER_PLACES:
         # The moved device-plugin pod was placed by the real kube-scheduler, which asked the
         # responders' extender (the shipped KubeSchedulerConfiguration) and got an answer.
