@@ -233,13 +233,12 @@ class JobChecks:
     def _void(self, record: Quarantine, name: str) -> bool:
         """Whether a pod of the check, on the kubelet's route, says nothing about the card: it
         was allocated a device that is not the card's (a MIG card's check asks for every
-        partition, so all it got must be the card's), or it failed without ever running (the
-        kubelet refused it at admission: no device at all). Neither reached the card, so the
-        check is run again in the same attempt, no failure counted. A refusal is not read as
-        the plugin's word on the card: the card may have been taken by another pod between the
-        step aside and the admission (release-request at 10x: another card's fill). A card its
-        plugin does exclude is not Healthy, which the policy checks before a check rung; and
-        every rerun stays within the check's timeout, which does count as a failure."""
+        partition, so all it got must be the card's). It did not reach the card, so the check is
+        run again in the same attempt, no failure counted. A check refused at admission (no
+        device at all) is the plugin's word: the card is excluded, the check fails. The node's
+        `aside` mark keeps gpuhealth's own fills off the card from the step aside to the check's
+        admission (release-request at 10x: another card's fill took it in between, before the
+        mark was written from the step aside's first pass)."""
         if not self.through_kubelet(record):
             return False
         card = Card(record.spec.uuid or record.spec.device, record.spec.partitions)
@@ -247,8 +246,6 @@ class JobChecks:
         for pod in self._client.list(POD, namespace=ns, label_selector=f"job-name={name}").items:
             got = device_ids(pod)
             if got and not all(card.owns(d) for d in got):
-                return True
-            if not got and _never_ran(pod):
                 return True
         return False
 
@@ -313,20 +310,6 @@ class JobChecks:
                 "template": {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec},
             },
         }
-
-
-def _never_ran(pod: dict[str, Any]) -> bool:
-    """A pod that failed before any container started: refused at admission (the kubelet writes
-    phase Failed with a reason, `UnexpectedAdmissionError`, `OutOfnvidia.com/gpu`, and no
-    container status)."""
-    status = pod.get("status") or {}
-    if status.get("phase") != "Failed":
-        return False
-    for container in status.get("containerStatuses") or ():
-        state = {**((container or {}).get("lastState") or {}), **((container or {}).get("state") or {})}
-        if "running" in state or "terminated" in state:
-            return False
-    return True
 
 
 def _uuid(record: Quarantine) -> str:

@@ -330,10 +330,11 @@ def test_finishing_a_check_deletes_its_job_in_the_background_and_its_claim_templ
     checks.finish(r, "probe", 1)  # again: nothing left, nothing fails
 
 
-def test_a_check_the_kubelet_refused_at_admission_is_void_and_started_again() -> None:
-    """release-request at 10x: another card's fill took the card between the step aside and the
-    probe's admission, so the probe's pod got no GPU at all (`ranOn: ""`). That says nothing of
-    the card: no failed attempt, the check runs again (within its timeout)."""
+def test_a_check_the_kubelet_refused_at_admission_fails_and_one_that_ran_is_the_card_s() -> None:
+    """A pod refused at admission got no GPU at all: the card's plugin excludes it (the node's
+    `aside` mark keeps gpuhealth's own fills off the card meanwhile: test_hold_node.py), so the
+    check fails at once rather than waiting out its timeout; a pod that ran on the card and
+    failed is the card's verdict too."""
     client = Client()
     checks = job_checks(client)
     r = record(uuid="GPU-4a1c")
@@ -351,10 +352,9 @@ def test_a_check_the_kubelet_refused_at_admission_is_void_and_started_again() ->
         "status": refused,
     }
     client.objects[("pods", pod["metadata"]["name"])] = pod
-    assert checks.result(r, "probe", 1) is CheckResult.ABSENT
-    assert (JOB.plural, name) not in client.objects
+    assert checks.result(r, "probe", 1) is CheckResult.FAILED
+    assert (JOB.plural, name) in client.objects
     # A pod that ran on the card and failed: the card's verdict.
-    checks.start(r, "probe", 1)
     client.objects[(JOB.plural, name)]["status"] = failed
     allocated = [{"name": "nvidia.com/gpu", "resources": [{"resourceID": "GPU-4a1c", "health": "Healthy"}]}]
     ran = {"state": {"terminated": {"exitCode": 1}}, "allocatedResourcesStatus": allocated}
