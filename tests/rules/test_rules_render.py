@@ -606,3 +606,13 @@ def test_every_grouping_and_join_keeps_the_cluster_label(cluster_label: str) -> 
                     assert cluster_label in labels, (rule.get("record") or rule["alert"], match.group(0))
                     checked += 1
     assert checked > 100
+
+
+def test_alertmanager_groups_and_inhibits_by_the_configured_cluster_label() -> None:
+    config = yaml.safe_load(render(parse_config({"selectors": {"cluster_label": "k8s_cluster"}}))[
+        "alertmanager/alertmanager.yaml"
+    ])  # fmt: skip
+    assert config["route"]["group_by"][0] == "k8s_cluster"
+    assert all("group_by" not in route for route in config["route"]["routes"]), "every route inherits it"
+    for rule in config["inhibit_rules"]:
+        assert "k8s_cluster" in rule["equal"], rule
