@@ -108,7 +108,6 @@ def _firing(prometheus: Prometheus, alertname: str) -> list[dict[str, str]]:
 
 
 def test_the_central_ruler_fires_for_the_failed_clusters_device_only(central: Prometheus) -> None:
-    started = time.monotonic()
     fired = wait_until(
         "GPUDeviceUnhealthy to fire on the central ruler",
         lambda: [a for a in central.alerts() if a["labels"]["alertname"] == "GPUDeviceUnhealthy"] or None,
@@ -138,4 +137,3 @@ def test_the_central_ruler_fires_for_the_failed_clusters_device_only(central: Pr
         ("b", "Unknown"): 0,
         ("b", "Healthy"): 1,
     }
-    assert time.monotonic() - started < 45
