@@ -23,6 +23,10 @@ from responder.records import ENDED_PHASES, PHASES, Phase
 from responder.verdicts import QuarantineVerdict
 
 CLUSTER = 'cluster="$cluster"'
+"""Every query's cluster matcher. The label name is fixed at `cluster`, the shipped
+rules/config.yaml `selectors.cluster_label` (tests/dashboards check that they agree): a site whose
+Prometheus names its clusters by another label relabels it to `cluster` for the dashboards
+(docs/multi-cluster.md)."""
 DEVICE = 'cluster="$cluster", node="$node", device="$device"'
 RATE = "[$__rate_interval]"
 PER_DEVICE = "{{node}} {{device}}"

@@ -107,9 +107,14 @@ def combine(outcomes: Iterable[Outcome]) -> Outcome:
     """
     worst: Outcome | None = None
     for outcome in outcomes:
-        if worst is None or _SEVERITY[type(outcome)] > _SEVERITY[type(worst)]:
+        if worst is None or _severity(outcome) > _severity(worst):
             worst = outcome
     return Unchanged() if worst is None else worst
+
+
+def _severity(outcome: Outcome) -> int:
+    # By the nearest declared class: a service may name a kind of skip of its own (a subclass).
+    return next(_SEVERITY[cls] for cls in type(outcome).__mro__ if cls in _SEVERITY)
 
 
 def is_success(outcome: Outcome) -> bool:

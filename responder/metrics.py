@@ -18,8 +18,9 @@ WEBHOOK_OUTCOMES = ("accepted", "rejected", "retry", "unauthorized", "too_large"
 rejected (400: malformed), retry (503: not recorded, Alertmanager delivers again),
 unauthorized (401), too_large (413)."""
 
-ALERT_RESULTS = ("recorded", "duplicate", "skipped", "rejected", "retry")
-"""Values of `result` on `WEBHOOK_ALERTS`."""
+ALERT_RESULTS = ("recorded", "duplicate", "skipped", "other_cluster", "rejected", "retry")
+"""Values of `result` on `WEBHOOK_ALERTS`: other_cluster is an alert of another cluster than the
+responder's own (`intake.cluster`), refused and answered 200."""
 
 WEBHOOK_REQUESTS = MetricFamily(
     "gpuhealth_responder_webhook_requests",
@@ -128,7 +129,8 @@ LEADER_TRANSITIONS = MetricFamily(
 WEBHOOK_ALERTS = MetricFamily(
     "gpuhealth_responder_webhook_alerts",
     "counter",
-    "Alerts in webhook deliveries, by what recording came to (recorded|duplicate|skipped|rejected|retry).",
+    "Alerts in webhook deliveries, by what recording came to "
+    "(recorded|duplicate|skipped|other_cluster|rejected|retry).",
     ("result",),
 )
 WEBHOOK_TRUNCATED = MetricFamily(

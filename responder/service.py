@@ -48,7 +48,7 @@ from responder.migrate.readings import PrometheusReadings
 from responder.reconcile.breaker_store import BreakerStore
 from responder.reconcile.escalator import Escalator
 from responder.reconcile.events import KubeEvents
-from responder.reconcile.health import PrometheusHealth
+from responder.reconcile.health import PrometheusHealth, cluster_selector
 from responder.reconcile.reconciler import Reconciler, node_opted_out
 from responder.reset.handoff import ResetHandoff
 from responder.settings import ResponderSettings
@@ -178,7 +178,10 @@ def create_app(
             reconciler = Reconciler(
                 api,
                 enforcer=enforcer,
-                health=PrometheusHealth(settings.prometheus_url),
+                health=PrometheusHealth(
+                    settings.prometheus_url,
+                    selector=cluster_selector(settings.intake.cluster_label, settings.intake.cluster),
+                ),
                 checks=checks,
                 resets=resets,
                 events=KubeEvents(api),

@@ -111,6 +111,7 @@ class Section:
 class Selectors(Section):
     exporter_job: str
     responder_job: str
+    cluster_label: str
 
 
 @dataclass(frozen=True)
@@ -381,6 +382,14 @@ def validate(settings: Settings) -> None:
         value = getattr(settings.selectors, name)
         if not _JOB_RE.match(value):
             raise ConfigError(f"selectors.{name}: {value!r} may only hold letters, digits and _ . : -")
+    # A label name is also a Go template field name: annotations read `$labels.<name>`. A
+    # reserved (__) name never survives to an external label.
+    if not _LABEL_RE.match(settings.selectors.cluster_label) or settings.selectors.cluster_label.startswith(
+        "__"
+    ):
+        raise ConfigError(
+            f"selectors.cluster_label: {settings.selectors.cluster_label!r} is not a Prometheus label name"
+        )
 
     if settings.evaluation_interval.seconds <= 0:
         raise ConfigError("evaluation_interval: must be longer than 0s")
@@ -852,6 +861,9 @@ def _yaml_quote(value: object) -> str:
 def render(settings: Settings) -> dict[str, str]:
     """Every output file's text, keyed by its path relative to the output directory."""
     env = _environment()
+    # A global rather than a context entry: the macros of _macros.j2 are imported without
+    # the caller's context, and every label list they build carries the cluster label too.
+    env.globals["cl"] = settings.selectors.cluster_label
     context = {
         "cfg": settings,
         "sel": settings.selectors,

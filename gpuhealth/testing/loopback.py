@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -164,6 +164,9 @@ class ScrapeJob:
     """The scraped series' own labels win over the target's (`honor_labels`, on for the whole job
     when any of its ScrapeJobs asks): a target serving several exporters' series, each with its
     own `instance`, stores them as those exporters' targets would."""
+    params: dict[str, list[str]] = field(default_factory=dict)
+    """URL parameters of every scrape of the job (the job's first ScrapeJob sets them): a
+    federating job's `match[]` selectors."""
     fields: dict[str, Any] = field(default_factory=dict)
     """More of the job's scrape config (`scheme`, `tls_config`, `basic_auth`...), as a shipped
     scrape snippet gives them (the job's first ScrapeJob sets them)."""
@@ -182,6 +185,11 @@ def _metrics_path(jobs: Sequence[ScrapeJob], name: str) -> str:
     if len(paths) > 1:
         raise ValueError(f"scrape job {name!r}: one metrics_path per job, got {sorted(paths)}")
     return paths.pop()
+
+
+def _params(jobs: Sequence[ScrapeJob], name: str) -> dict[str, Any]:
+    params = next(job.params for job in jobs if job.name == name)
+    return {"params": params} if params else {}
 
 
 class Prometheus:
@@ -236,10 +244,12 @@ def run_prometheus(
     rule_files: Sequence[Path] = (),
     alertmanager_url: str | Sequence[str] | None = None,
     interval: str = "1s",
+    external_labels: Mapping[str, str] | None = None,
     start_timeout: float = 30.0,
 ) -> Iterator[Prometheus]:
     """Prometheus scraping `jobs` every `interval`, evaluating `rule_files`, alerting `alertmanager_url`
-    (one URL, or several: an HA pair gets every alert from Prometheus, as it should).
+    (one URL, or several: an HA pair gets every alert from Prometheus, as it should), with
+    `external_labels` (a cluster's Prometheus names its cluster so: federation adds them).
 
     Alerts are re-sent every second (`--rules.alert.resend-delay=1s`) and, when an
     Alertmanager is given, this returns only once Prometheus has discovered them all: alerts
@@ -248,11 +258,13 @@ def run_prometheus(
     binary = require_binary(PROMETHEUS_BINARY)
     workdir.mkdir(parents=True, exist_ok=True)
     config: dict[str, Any] = {
-        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "global": {"scrape_interval": interval, "evaluation_interval": interval}
+        | ({"external_labels": dict(external_labels)} if external_labels else {}),
         "rule_files": [str(path) for path in rule_files],
         "scrape_configs": [
             {"job_name": name, "metrics_path": _metrics_path(jobs, name), "static_configs": groups}
             | ({"honor_labels": True} if any(j.honor_labels for j in jobs if j.name == name) else {})
+            | _params(jobs, name)
             | next(j.fields for j in jobs if j.name == name)
             for name, groups in _static_configs(jobs).items()
         ],

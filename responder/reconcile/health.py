@@ -14,6 +14,12 @@ through `/api/v1/query`, one instant query per metric per pass, never one per de
 Healthy without a break, in memory. A restart therefore starts every stability window again,
 which errs on the safe side (a release waits longer, never less).
 
+A responder of one cluster among several (`intake.cluster`) reads only its cluster's devices:
+each query selects the series whose cluster label is its cluster's or absent (`cluster_selector`):
+a Prometheus of one cluster sets none on its own series, a central one (federation, a
+Thanos-style querier) carries every cluster's, where two clusters may name a node and a device
+alike (docs/multi-cluster.md).
+
 A failing query, or an answer without a single device, raises `HealthUnavailable`. The
 reconciler then decides the pass over `HealthSnapshot.unavailable()`: every device reads
 `Health.UNAVAILABLE` (no evidence either way, never Unknown, which would fail releases), so
@@ -27,6 +33,7 @@ stability window starts again once the source answers.
 from __future__ import annotations
 
 import json
+import re
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -37,7 +44,22 @@ from responder.reconcile.policy import Health
 
 UNHEALTHY_RULE = "node_device:gpu_device_reported_unhealthy:bool"
 UNKNOWN_RULE = "node_device:gpu_device_effective_unknown:bool"
-MIG_QUERY = "max by (node, device, mig_uuid, profile) (gpu_nvml_mig_device_info)"
+MIG_SERIES = "gpu_nvml_mig_device_info"
+
+
+def cluster_selector(label: str, cluster: str) -> str:
+    """`{label=~"<cluster>|"}`: this cluster's series and those without the label; "" for none."""
+    if not cluster:
+        return ""
+    pattern = re.escape(cluster).replace("\\", "\\\\").replace('"', '\\"')
+    return f'{{{label}=~"{pattern}|"}}'
+
+
+def mig_query(selector: str = "") -> str:
+    return f"max by (node, device, mig_uuid, profile) ({MIG_SERIES}{selector})"
+
+
+MIG_QUERY = mig_query()
 """Each MIG card's partitions, as node-mode exporters read them from NVML: not health, but what
 the device-plugin path needs to reach a card (`responder.enforce.node_annotation`)."""
 
@@ -185,9 +207,11 @@ def parse_profiles(body: Any) -> dict[str, str]:
 class PrometheusHealth:
     """Device health from Prometheus' HTTP API (urllib, blocking: call it in a thread)."""
 
-    def __init__(self, url: str, *, timeout_seconds: float = 10.0) -> None:
+    def __init__(self, url: str, *, timeout_seconds: float = 10.0, selector: str = "") -> None:
+        """`selector`: a label selector every query carries (`cluster_selector`)."""
         self._url = url.rstrip("/")
         self._timeout = timeout_seconds
+        self._selector = selector
         self._healthy_since: dict[DeviceKey, float] = {}
 
     def snapshot(self, now: float) -> HealthSnapshot:
@@ -200,7 +224,9 @@ class PrometheusHealth:
             raise
 
     def _snapshot(self, now: float) -> HealthSnapshot:
-        states = classify(self._query(UNHEALTHY_RULE), self._query(UNKNOWN_RULE))
+        states = classify(
+            self._query(UNHEALTHY_RULE + self._selector), self._query(UNKNOWN_RULE + self._selector)
+        )
         if not states:
             # No device at all is a Prometheus without the rules (or without the exporter's
             # series), not a fleet without GPUs: zero eligible devices would switch the
@@ -221,7 +247,7 @@ class PrometheusHealth:
         """The MIG cards' partitions and their profiles; none when the query fails: it is no
         health evidence, and a record keeps what it knows (`responder.enforce.identity.Identity.applied`)."""
         try:
-            body = self._get(MIG_QUERY)
+            body = self._get(mig_query(self._selector))
         except HealthUnavailable:
             return {}, {}
         return parse_partitions(body), parse_profiles(body)

@@ -22,6 +22,11 @@ The rules, each a safety property the tests check:
 - A record that is Released or Abandoned is history: a new failure opens a new quarantine in
   the same object (its name is the device's), keeping the history.
 - Only alerts that name a device are recorded: nothing here can act on a whole node.
+- One responder per cluster: an alert whose cluster label (`intake.cluster_label`) names another
+  cluster than this responder's own (`intake.cluster`) is refused before anything is read (an
+  `OtherCluster` skip: answered 200, so Alertmanager does not deliver it again, and counted). An
+  alert without the label is this cluster's (a Prometheus that serves one cluster sets none), and
+  a responder with no cluster of its own takes every alert, as before clusters were named.
 - A restrict whose alert says how long it lasts at least (annotation `restrict_for`, seconds:
   the rules' restriction schedule, longer for each repeated Unknown of the device) holds its
   release attempt until then (`status.retryAt`, kept in the record: a restarted responder reads
@@ -31,7 +36,9 @@ The rules, each a safety property the tests check:
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from gpuhealth import yaml_keys
 from gpuhealth.kube.meta import parse_rfc3339, rfc3339
@@ -59,6 +66,21 @@ UNKNOWN_REASON = "Unknown"
 into Unhealthy is a quarantine, reason `UnhealthyFlapping`)."""
 
 
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def _label_name(value: Any) -> str:
+    if not isinstance(value, str) or not _LABEL_NAME.fullmatch(value) or value.startswith("__"):
+        raise yaml_keys.Invalid(f"{value!r} must be a Prometheus label name")
+    return value
+
+
+def _cluster_name(value: Any) -> str:
+    if not isinstance(value, str) or value != value.strip():
+        raise yaml_keys.Invalid(f"{value!r} must be a cluster label's value, or empty for none")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class IntakeSettings:
     expiry_seconds: float = field(
@@ -66,12 +88,36 @@ class IntakeSettings:
     )
     """When a new quarantine is re-evaluated. Expiry never releases: a device that still fails
     is extended with backoff; a day keeps a person's attention on a device that stays broken."""
+    cluster: str = field(default="", metadata=yaml_keys.key("intake.cluster", _cluster_name))
+    """This responder's own cluster: the value its Prometheus sets as the cluster label (an
+    external label). Alerts of another cluster are refused; empty takes every alert (one
+    Prometheus, one cluster)."""
+    cluster_label: str = field(default="cluster", metadata=yaml_keys.key("intake.cluster_label", _label_name))
+    """The label that names an alert's cluster: rules/config.yaml `selectors.cluster_label`."""
 
     def __post_init__(self) -> None:
         if not 0 < self.expiry_seconds < math.inf:
             raise ValueError(
                 f"expiry_seconds must be finite and greater than zero, not {self.expiry_seconds!r}"
             )
+        _label_name(self.cluster_label)
+        _cluster_name(self.cluster)
+
+
+@dataclass(frozen=True, slots=True)
+class OtherCluster(Skipped):
+    """Refused: the alert is another cluster's, and another responder's to act on."""
+
+
+def other_cluster(alert: Alert, settings: IntakeSettings) -> OtherCluster | None:
+    """The refusal of an alert of another cluster than this responder's own, or None."""
+    theirs = alert.labels.get(settings.cluster_label, "")
+    if not settings.cluster or not theirs or theirs == settings.cluster:
+        return None
+    return OtherCluster(
+        f"{alert.name} is an alert of cluster {theirs!r} ({settings.cluster_label} label); "
+        f"this responder serves cluster {settings.cluster!r}: refused, nothing recorded"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +141,9 @@ def reason_of(alert: Alert) -> str:
 
 def decide(record: Quarantine | None, alert: Alert, *, now: float, settings: IntakeSettings) -> Decision:
     """How `alert` changes `record` (None: the device has none yet)."""
+    refused = other_cluster(alert, settings)
+    if refused is not None:
+        return refused
     key = alert.device_key
     if alert.action == NONE or key is None:
         return Skipped("no action for the responder in this alert")

@@ -35,7 +35,7 @@ from responder.records import (
     to_object,
 )
 from responder.webhook.alerts import Alert
-from responder.webhook.intake import IntakeSettings, Write, decide
+from responder.webhook.intake import IntakeSettings, Write, decide, other_cluster
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,12 @@ class Recorder:
 
     def record(self, alert: Alert) -> Outcome:
         """Record `alert` in its device's record; the outcome says whether that happened."""
+        refused = other_cluster(alert, self._settings)
+        if refused is not None:
+            # Refused before any read: an API outage must not turn another cluster's alert
+            # into a 503 that Alertmanager delivers again and again.
+            log.warning("%s", refused.reason)
+            return refused
         key = alert.device_key
         name = record_name(key.node, key.device) if key is not None else ""
 

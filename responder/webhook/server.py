@@ -33,6 +33,7 @@ from gpuhealth.outcomes import Done, Outcome, Rejected, Retry, Skipped, Unchange
 from gpuhealth.outcomes import retry_after_header as retry_after
 from responder import metrics
 from responder.webhook.alerts import Alert, PayloadError, parse_delivery
+from responder.webhook.intake import OtherCluster
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,8 @@ def _handler(
         detail = {
             "recorded": sum(isinstance(o, Done) for o in outcomes),
             "unchanged": sum(isinstance(o, Unchanged) for o in outcomes),
-            "skipped": sum(isinstance(o, Skipped) for o in outcomes),
+            "skipped": sum(isinstance(o, Skipped) and not isinstance(o, OtherCluster) for o in outcomes),
+            "other_cluster": [o.reason for o in outcomes if isinstance(o, OtherCluster)],
             "rejected": list(delivery.rejected),
             "retry": [o.reason for o in outcomes if isinstance(o, Retry)],
         }
@@ -142,6 +144,8 @@ def _result(outcome: Outcome) -> str:
         return "recorded"
     if isinstance(outcome, Unchanged):
         return "duplicate"
+    if isinstance(outcome, OtherCluster):
+        return "other_cluster"
     if isinstance(outcome, Skipped):
         return "skipped"
     if isinstance(outcome, Rejected):

@@ -135,3 +135,15 @@ def test_the_business_slo_reads_the_rules_records_and_no_free_text_selector() ->
         assert all(v["type"] != "textbox" for v in doc["templating"]["list"])
         exprs = [t["expr"] for p in doc["panels"] for t in p.get("targets", ())]
         assert any("workload_error_ratio:rate5m" in e for e in exprs), stem
+
+
+def test_the_cluster_variable_reads_the_shipped_cluster_label() -> None:
+    from dashboards.definitions import CLUSTER
+    from rules.render import DEFAULT_CONFIG, load_config
+
+    label = load_config(DEFAULT_CONFIG).selectors.cluster_label
+    assert f'{label}="$cluster"' == CLUSTER
+    for path in sorted(DASHBOARDS_DIR.glob("*.json")):
+        for variable in json.loads(path.read_text())["templating"]["list"]:
+            if variable["name"] == "cluster":
+                assert variable["query"].endswith(f", {label})"), path.name

@@ -113,7 +113,7 @@ def test_overrides_go_on_top_of_the_defaults_section_by_section() -> None:
     doc = merged(DEFAULTS, {"policy": {"stability": "2m"}, "intake": {"expiry": "1h"}})
     assert doc["policy"]["stability"] == "2m"
     assert doc["policy"]["ramp"] == DEFAULTS["policy"]["ramp"]  # the rest of the section kept
-    assert doc["intake"] == {"expiry": "1h"}
+    assert doc["intake"] == {**DEFAULTS["intake"], "expiry": "1h"}
     assert DEFAULTS["policy"]["stability"] == "30m"  # the defaults themselves untouched
     with pytest.raises(StagingError, match="responder: expected a mapping"):
         merged(DEFAULTS, ["policy"])  # type: ignore[arg-type]

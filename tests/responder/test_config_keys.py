@@ -70,6 +70,8 @@ EARLIER: tuple[tuple[str, str, Any, Any], ...] = (
     ("hold.refill", "hold.refill_seconds", "2m", 120.0),
     ("hold.ramp_fill", "hold.ramp_fill_seconds", "3m", 180.0),
     ("intake.expiry", "intake.expiry_seconds", "2d", 172800.0),
+    ("intake.cluster", "intake.cluster", "eu-west-1", "eu-west-1"),
+    ("intake.cluster_label", "intake.cluster_label", "k8s_cluster", "k8s_cluster"),
     ("reset.enabled", "reconciler.policy.ladder", True, with_reset(LADDER)),
     ("reset.timeout", "reconciler.policy.reset_timeout_seconds", "16m", 960.0),
     ("reset.group", "reset.group", "example.com", "example.com"),

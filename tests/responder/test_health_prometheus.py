@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from gpuhealth.testing.loopback import ScrapeJob, run_prometheus, wait_until
-from responder.reconcile.health import HealthSnapshot, HealthUnavailable, PrometheusHealth
+from responder.reconcile.health import HealthSnapshot, HealthUnavailable, PrometheusHealth, cluster_selector
 from responder.reconcile.policy import Health
 
 pytestmark = pytest.mark.integration
@@ -95,4 +95,19 @@ def test_health_as_the_rules_decide_it(tmp_path: Path, exporter: int) -> None:
 
         snapshot = wait_until("every device as the rules decide it", decided, timeout=60)
         assert snapshot.of("n1", "GPU-ok").healthy_since == 0.0
+        # A responder of a named cluster reads a single-cluster Prometheus (no cluster label on
+        # its own series) the same; a central one's other clusters it never sees.
+        named = PrometheusHealth(prometheus.base_url, selector=cluster_selector("cluster", "eu-west.1"))
+        assert {d: named.snapshot(1.0).of("n1", d).health for d in DEVICES} == expected
+        other = PrometheusHealth(prometheus.base_url, selector='{cluster=~"none-such"}')
+        with pytest.raises(HealthUnavailable):
+            other.snapshot(1.0)
         assert snapshot.of("n2", "GPU-ok").health == Health.UNKNOWN  # no series: Unknown
+
+
+@pytest.mark.parametrize(
+    ("cluster", "selector"),
+    [("", ""), ("a", '{cluster=~"a|"}'), ("eu-west.1", '{cluster=~"eu\\\\-west\\\\.1|"}')],
+)
+def test_a_named_cluster_selects_its_series_and_those_without_the_label(cluster: str, selector: str) -> None:
+    assert cluster_selector("cluster", cluster) == selector

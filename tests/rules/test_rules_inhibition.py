@@ -4,17 +4,18 @@ amtool cannot evaluate inhibitions, so these tests start `alertmanager` with the
 rendered config, post alerts through its v2 API and read back which ones it marks as
 inhibited. Aspects covered: a node outage silences that node's device alerts only; a
 fleet Unknown storm silences restrict actions but not quarantines; critical beats warning
-for the same device, but never across alerts that lack node and device labels.
+for the same device, but never across alerts that lack node and device labels; two clusters
+with the same node and device names are grouped and inhibited apart (docs/multi-cluster.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
 
 import pytest
 
-from gpuhealth.testing.loopback import Alertmanager, inhibited, run_alertmanager, wait_until
+from gpuhealth.testing.loopback import Alertmanager, http_json, inhibited, run_alertmanager, wait_until
 from tests.rules.support import ALERTMANAGER_CONFIG
 
 pytestmark = pytest.mark.integration
@@ -36,8 +37,13 @@ def key(labels: dict[str, str]) -> AlertKey:
     return (labels["alertname"], labels.get("node", ""), labels.get("device", ""))
 
 
-def inhibition_of(alertmanager: Alertmanager, *label_sets: dict[str, str]) -> dict[AlertKey, bool]:
-    """Post `label_sets`, then return (alertname, node, device) -> inhibited for each of them.
+def inhibition_of(
+    alertmanager: Alertmanager,
+    *label_sets: dict[str, str],
+    key_of: Callable[[dict[str, str]], Hashable] = key,
+) -> dict[Hashable, bool]:
+    """Post `label_sets`, then return key_of(labels) (by default (alertname, node, device)) ->
+    inhibited for each of them.
 
     Alertmanager's inhibitor learns about source alerts asynchronously, from the stream of
     alerts in the order they were posted. So the barrier pair is posted after the alerts
@@ -50,11 +56,12 @@ def inhibition_of(alertmanager: Alertmanager, *label_sets: dict[str, str]) -> di
     barrier_target = key(BARRIER[1])
 
     def settled() -> dict[AlertKey, bool] | None:
-        state = {key(a["labels"]): inhibited(a) for a in alertmanager.alerts()}
-        return state if state.get(barrier_target) else None
+        alerts = alertmanager.alerts()
+        barrier_seen = any(key(a["labels"]) == barrier_target and inhibited(a) for a in alerts)
+        return alerts if barrier_seen else None
 
-    state = wait_until("the inhibitor to see the barrier posted after the alerts", settled, timeout=10)
-    return {k: v for k, v in state.items() if k[1] != BARRIER_NODE}
+    alerts = wait_until("the inhibitor to see the barrier posted after the alerts", settled, timeout=10)
+    return {key_of(a["labels"]): inhibited(a) for a in alerts if a["labels"].get("node") != BARRIER_NODE}
 
 
 @pytest.fixture
@@ -133,3 +140,55 @@ def test_critical_beats_warning_for_the_same_device_and_never_across_labelless_a
         ("GPUHealthQuarantinePhaseStuck", "n1", "GPU-1"): False,
     }
     assert state == expected
+
+
+def _in_cluster(cluster: str, labels: dict[str, str]) -> dict[str, str]:
+    return {"cluster": cluster, **labels}
+
+
+def _cluster_key(labels: dict[str, str]) -> tuple[str, ...]:
+    return (labels.get("cluster", ""), *key(labels))
+
+
+def test_a_node_outage_in_one_cluster_leaves_the_same_named_node_of_another_alone(
+    alertmanager: Alertmanager,
+) -> None:
+    unhealthy = _device_alert("GPUDeviceUnhealthy", "critical", "quarantine", "n1", "GPU-1")
+    restrict = _device_alert("GPUDeviceUnknownExpired", "critical", "restrict", "n2", "GPU-2")
+    state = inhibition_of(
+        alertmanager,
+        _in_cluster(
+            "a", {"alertname": "GPUNodeUnreachable", "severity": "warning", "action": "none", "node": "n1"}
+        ),
+        _in_cluster("a", {"alertname": "GPUFleetUnknownStorm", "severity": "critical", "action": "none"}),
+        _in_cluster("a", unhealthy),
+        _in_cluster("b", unhealthy),
+        _in_cluster("a", restrict),
+        _in_cluster("b", restrict),
+        key_of=_cluster_key,
+    )
+    assert state == {
+        ("a", "GPUNodeUnreachable", "n1", ""): False,
+        ("a", "GPUFleetUnknownStorm", "", ""): False,
+        ("a", "GPUDeviceUnhealthy", "n1", "GPU-1"): True,
+        ("b", "GPUDeviceUnhealthy", "n1", "GPU-1"): False,
+        # Cluster a's storm holds back cluster a's restrictions only.
+        ("a", "GPUDeviceUnknownExpired", "n2", "GPU-2"): True,
+        ("b", "GPUDeviceUnknownExpired", "n2", "GPU-2"): False,
+    }
+
+
+def test_two_clusters_same_named_alerts_are_notified_in_separate_groups(alertmanager: Alertmanager) -> None:
+    unhealthy = _device_alert("GPUDeviceUnhealthy", "critical", "quarantine", "n1", "GPU-1")
+    alertmanager.fire(_in_cluster("a", unhealthy), _in_cluster("b", unhealthy))
+
+    def responder_groups() -> list[dict[str, str]] | None:
+        groups = http_json(f"{alertmanager.base_url}/api/v2/alerts/groups")
+        found = [g["labels"] for g in groups if g["receiver"]["name"] == "gpuhealth-responder"]
+        return found if len(found) >= 2 else None
+
+    groups = wait_until("both clusters' alerts to be grouped", responder_groups, timeout=10)
+    assert sorted(groups, key=lambda g: g["cluster"]) == [
+        {"cluster": "a", "alertname": "GPUDeviceUnhealthy", "node": "n1", "device": "GPU-1"},
+        {"cluster": "b", "alertname": "GPUDeviceUnhealthy", "node": "n1", "device": "GPU-1"},
+    ]

@@ -74,11 +74,18 @@ def test_no_recording_rule_shadows_a_declared_series() -> None:
 
 
 def test_recording_rules_carry_the_labels_their_expressions_keep() -> None:
-    assert SERIES["node_device:gpu_device_reported_unhealthy:bool"] == {"node", "device"}
-    assert SERIES["node_device:gpu_device_info:topk1"] == {"node", "device", "driver", "pool", "device_name"}
-    assert SERIES["node:gpu_devices:count"] == {"node"}
-    assert SERIES["state:gpu_devices_effective:count"] == {"state"}  # from the rule's static labels
-    assert SERIES["node_device:gpu_device_unknown_since:timestamp"] == {"node", "device"}  # reads itself
+    # Every record keeps the cluster label (rules/config.yaml, selectors.cluster_label).
+    assert SERIES["node_device:gpu_device_reported_unhealthy:bool"] == {"cluster", "node", "device"}
+    assert SERIES["node_device:gpu_device_info:topk1"] == {
+        "cluster", "node", "device", "driver", "pool", "device_name"
+    }  # fmt: skip
+    assert SERIES["node:gpu_devices:count"] == {"cluster", "node"}
+    assert SERIES["state:gpu_devices_effective:count"] == {"cluster", "state"}  # and the rule's static label
+    assert SERIES["node_device:gpu_device_unknown_since:timestamp"] == {
+        "cluster",
+        "node",
+        "device",
+    }  # reads itself
 
 
 # ----- the checker refuses what is not declared -----------------------------------------
@@ -97,7 +104,7 @@ def test_recording_rules_carry_the_labels_their_expressions_keep() -> None:
         ("gpu_device_health * on (node, device) group_right (uuid) gpu_device_info", "uuid not on"),
         # Labels aggregated away are gone: status does not survive `max by (node, device)`.
         ("sum by (status) (max by (node, device) (gpu_device_health))", "status not on"),
-        ('node:gpu_devices:count{device="GPU-1"}', "label(s) device not on {node}"),
+        ('node:gpu_devices:count{device="GPU-1"}', "label(s) device not on {cluster, node}"),
         ('label_replace(gpu_device_health, "gpu", "$1", "uid", "(.*)")', "uid not on"),
         ('absent(up{job="x"}) * on (instance) up', "instance not on"),
         ("gpu_device_health_bucket", "not a declared series"),

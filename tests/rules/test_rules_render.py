@@ -271,6 +271,8 @@ def test_the_workload_slo_reads_the_configured_counters_and_labels() -> None:
         ({"alertmanager": {"tenants": [{"namespace": "a"}]}}, "alertmanager.tenants[0].url: required"),
         ({"runbook_base_url": "https://x.example/r.md#top"}, "runbook_base_url: must not hold an anchor"),
         ({"evaluation_interval": "0s"}, "evaluation_interval: must be longer than 0s"),
+        ({"selectors": {"cluster_label": "k8s-cluster"}}, "selectors.cluster_label: 'k8s-cluster' is not a"),
+        ({"selectors": {"cluster_label": "__cluster"}}, "selectors.cluster_label: '__cluster' is not a"),
         ({"self": {"webhook_retry_ratio": 1}}, "self.webhook_retry_ratio: 1.0 is not in [0, 1)"),
         ({"self": {"no_leader_for": "0s"}}, "self.no_leader_for: must be longer than 0s"),
         ({"self": {"reconcile_stalled_for": "1m"}}, "self.reconcile_stalled_for (1m) must be longer than"),
@@ -439,7 +441,9 @@ def test_device_alerts_carry_node_and_device_and_the_issue_contract() -> None:
         assert (labels["severity"], labels["action"]) == (severity, action), name
     # Per-device alerts join identity labels and so keep node and device.
     for name in [n for n in contract if n.startswith("GPUDevice")] + ["GPUDeviceQuarantineStuck"]:
-        assert "on (node, device) group_left (driver, pool, device_name)" in alerts[name]["expr"], name
+        assert "on (cluster, node, device) group_left (driver, pool, device_name)" in alerts[name]["expr"], (
+            name
+        )
 
 
 def test_application_xids_are_never_in_the_rendered_rules() -> None:
@@ -574,3 +578,41 @@ def test_a_rung_added_to_the_ladder_gets_a_row_at_twice_its_length(monkeypatch: 
     row = next(s for s in stuck_phases(settings.self) if s.phase == "BurnIn")
     assert row.after == Duration(1800)
     assert "The burn-in ends by its timeout (the responder's burn_in_seconds)" in row.why
+
+
+# ----- many clusters (docs/multi-cluster.md) ---------------------------------------------
+
+_GROUPING = re.compile(r"\b(by|on) \(([^)]*)\)")
+_BARE_AGGREGATION = re.compile(r"\b(sum|count|max|min|avg|quantile|topk|bottomk|group|stddev)\(")
+
+
+@pytest.mark.parametrize("cluster_label", ["cluster", "k8s_cluster"])
+def test_every_grouping_and_join_keeps_the_cluster_label(cluster_label: str) -> None:
+    files = render(parse_config({"selectors": {"cluster_label": cluster_label}}))
+    checked = 0
+    for path, text in files.items():
+        if not path.startswith("prometheus/"):
+            continue
+        for group in yaml.safe_load(text)["groups"]:
+            for rule in group["rules"]:
+                expr = rule["expr"]
+                assert not _BARE_AGGREGATION.search(expr), (rule.get("record") or rule["alert"], expr)
+                for match in _GROUPING.finditer(expr):
+                    labels = [label.strip() for label in match.group(2).split(",")]
+                    # `or on () vector(0)` / `or on () absent(...)`: a fallback that appears only
+                    # when nothing else does, in no cluster.
+                    if labels == [""] and expr[match.end() :].lstrip().startswith(("vector(0)", "absent(")):
+                        continue
+                    assert cluster_label in labels, (rule.get("record") or rule["alert"], match.group(0))
+                    checked += 1
+    assert checked > 100
+
+
+def test_alertmanager_groups_and_inhibits_by_the_configured_cluster_label() -> None:
+    config = yaml.safe_load(render(parse_config({"selectors": {"cluster_label": "k8s_cluster"}}))[
+        "alertmanager/alertmanager.yaml"
+    ])  # fmt: skip
+    assert config["route"]["group_by"][0] == "k8s_cluster"
+    assert all("group_by" not in route for route in config["route"]["routes"]), "every route inherits it"
+    for rule in config["inhibit_rules"]:
+        assert "k8s_cluster" in rule["equal"], rule

@@ -158,4 +158,4 @@ def test_responder_receiver_is_authenticated_and_hears_resolutions() -> None:
     (route,) = [r for r in config["route"]["routes"] if r["receiver"] == "gpuhealth-responder"]
     assert route["continue"] is True
     assert route["group_wait"] == "0s"
-    assert config["route"]["group_by"] == ["alertname", "node", "device"]
+    assert config["route"]["group_by"] == ["cluster", "alertname", "node", "device"]

@@ -27,10 +27,12 @@ from tests.support.promql_names import ANY, Labels, SeriesLabels, output_labels
 SERVICES = Catalog.union(EXPORTER, RESPONDER)
 """Every family a gpuhealth service declares (a name declared by both would be refused here)."""
 
-TARGET_LABELS: Labels = frozenset({"job", "instance", "node"})
-"""Labels the scrape adds to every series: `job` and `instance`, and `node`, which the exporter
-job relabels onto its targets (rules/config.yaml, `selectors`). rules/config.yaml has no
-`cluster` setting yet; when it gets one, `cluster` belongs here."""
+_CONFIG = load_config(DEFAULT_CONFIG)
+
+TARGET_LABELS: Labels = frozenset({"job", "instance", "node", _CONFIG.selectors.cluster_label})
+"""Labels on every series a rule reads: `job` and `instance`, and `node`, which the exporter job
+relabels onto its targets, added by the scrape, and the cluster label (rules/config.yaml,
+`selectors`), added by each cluster's Prometheus as an external label."""
 
 ALERTMANAGER = Catalog(
     (
@@ -50,7 +52,7 @@ ALERTMANAGER = Catalog(
 )
 """Alertmanager's own counters that GPUHealthWebhookFailing reads (not a gpuhealth service's)."""
 
-_WORKLOADS = load_config(DEFAULT_CONFIG).workloads
+_WORKLOADS = _CONFIG.workloads
 WORKLOAD_SERIES: Mapping[str, Labels] = {
     name: frozenset({_WORKLOADS.namespace_label, _WORKLOADS.pod_label}) | TARGET_LABELS
     for name in (_WORKLOADS.requests_metric, _WORKLOADS.errors_metric)
