@@ -16,6 +16,11 @@ previous configuration keeps serving: a broken edit never opens the endpoints.
 
 The kubelet's probes (`open_paths`, `/healthz` and `/readyz`) answer without credentials: they
 say only whether the process runs, and a probe cannot carry a password it is not given.
+Endpoints that authenticate their callers themselves (`own_auth_paths`: the responder's webhook,
+with its bearer token; the scheduler extender, whose caller can present only a client
+certificate) skip `basic_auth_users` alone: the rate limit and the client certificate's SANs
+(`client_allowed_sans`, with `VerifyClientCertIfGiven` so that the probes need none) hold for
+them too.
 """
 
 from __future__ import annotations
@@ -95,6 +100,7 @@ class WebGuard:
         on_reload_failed: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
         open_paths: Iterable[str] = OPEN_PATHS,
+        own_auth_paths: Iterable[str] = (),
     ) -> None:
         """Raises WebConfigError (the line and field) or CertificateError when it cannot serve."""
         self.path = path
@@ -102,6 +108,7 @@ class WebGuard:
         self._on_reload_failed = on_reload_failed
         self._clock = clock
         self._open = frozenset(open_paths)
+        self._own_auth = frozenset(own_auth_paths)
         self._inline = tempfile.TemporaryDirectory(prefix="gpuhealth-web-")
         self._seen = _identity(path)
         self.config = load(path)
@@ -206,7 +213,11 @@ class WebGuard:
             return self._refuse(
                 "client_certificate", web.HTTPForbidden.status_code, "client certificate not allowed"
             )
-        if config.users and not await self._authorised(request, config):
+        if (
+            config.users
+            and request.path not in self._own_auth
+            and not await self._authorised(request, config)
+        ):
             response = self._refuse("unauthorized", web.HTTPUnauthorized.status_code, "unauthorized")
             response.headers["WWW-Authenticate"] = f'Basic realm="{REALM}"'
             return response
@@ -269,11 +280,18 @@ def guard_app(
     on_refused: Callable[[str], None],
     on_reload_failed: Callable[[], None],
     open_paths: Iterable[str] = OPEN_PATHS,
+    own_auth_paths: Iterable[str] = (),
 ) -> WebGuard:
     """Put `app` behind the web configuration at `path` (before the app starts): its middleware,
     its certificate's rotation check. Serve with the returned guard's `ssl_context`. Raises
     WebConfigError (the file, the line, the field) when the file cannot be served."""
-    guard = WebGuard(path, on_refused=on_refused, on_reload_failed=on_reload_failed, open_paths=open_paths)
+    guard = WebGuard(
+        path,
+        on_refused=on_refused,
+        on_reload_failed=on_reload_failed,
+        open_paths=open_paths,
+        own_auth_paths=own_auth_paths,
+    )
     app.middlewares.append(guard.middleware)
     certificate = guard.certificate
     if certificate is not None:

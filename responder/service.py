@@ -30,7 +30,7 @@ from gpuhealth.clock import Clock, SystemClock
 from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.elector import LeaderElector
 from gpuhealth.tls import ReloadingCertificate, watch_certificate
-from gpuhealth.web_guard import OPEN_PATHS, REFUSAL_REASONS, WebGuard, guard_app
+from gpuhealth.web_guard import REFUSAL_REASONS, WebGuard, guard_app
 from responder import metrics
 from responder.checks.jobs import JobChecks
 from responder.enforce.hold import DeviceHold, device_ids
@@ -64,9 +64,10 @@ LEADER_LEASE = "gpuhealth-responder"
 WEB_GUARD = web.AppKey("web_guard", WebGuard)
 """The app's web configuration, when `--web.config.file` gave one (serve with its `ssl_context`)."""
 OWN_AUTH_PATHS = frozenset({WEBHOOK_PATH, FILTER_PATH})
-"""Endpoints that authenticate their callers themselves and stay outside the web configuration's
-basic auth: Alertmanager sends the webhook its bearer token (one Authorization header: it cannot
-send a password too), and kube-scheduler's extender client sends no credentials but its TLS."""
+"""Endpoints outside the web configuration's basic auth, inside its TLS, SAN check and rate
+limit: Alertmanager sends the webhook its bearer token (one Authorization header: it cannot send
+a password too), and kube-scheduler's extender client can present only a client certificate
+(`client_allowed_sans` with `VerifyClientCertIfGiven`: docs/web-config.md)."""
 
 ClientFactory = Callable[[], KubeClient]
 """Makes one API client: the webhook, the elector, the reconciler and its watch each get their
@@ -113,7 +114,7 @@ def create_app(
             settings.server.web_config_file,
             on_refused=lambda reason: refused.labels(reason).inc(),
             on_reload_failed=failures.inc,
-            open_paths=OPEN_PATHS | OWN_AUTH_PATHS,
+            own_auth_paths=OWN_AUTH_PATHS,
         )
     ready = {"api": False}
     http.add_probes(app, ready=lambda: ready["api"], not_ready="the API has not answered yet")

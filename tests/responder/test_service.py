@@ -15,6 +15,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -157,3 +158,81 @@ def test_a_missing_or_empty_token_file_is_a_usage_error(tmp_path: Path) -> None:
         )
         assert done.returncode == 2
         assert done.stderr.startswith("gpuhealth responder: error: --token-file")
+
+
+def test_every_endpoint_asks_its_caller_who_it_is_under_a_web_configuration(tmp_path: Path) -> None:
+    """`--web.config.file` with verified client certificates (`VerifyClientCertIfGiven`, one
+    allowed SAN) and a password: the probes answer anyone; the extender (kube-scheduler can show
+    only a certificate) and the webhook (its bearer token) want the certificate; /metrics wants
+    the certificate and the password. Each refusal is counted by reason."""
+    import base64
+
+    import bcrypt
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    cert, key = self_signed(tmp_path, "responder")
+    client_cert, client_key = self_signed(tmp_path, "scheduler", dns=("kube-scheduler",))
+    hashed = bcrypt.hashpw(b"scrape", bcrypt.gensalt(rounds=4)).decode()
+    web = tmp_path / "web.yml"
+    web.write_text(
+        f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
+        f"  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: {client_cert}\n"
+        "  client_allowed_sans: [kube-scheduler]\n"
+        f"basic_auth_users:\n  prometheus: {hashed}\n"
+    )
+    anonymous = ssl.create_default_context(cafile=str(cert))
+    known = ssl.create_default_context(cafile=str(cert))
+    known.load_cert_chain(str(client_cert), str(client_key))
+    password = {"Authorization": "Basic " + base64.b64encode(b"prometheus:scrape").decode()}
+
+    def status(url: str, context: ssl.SSLContext, *, body: bytes | None = None, **headers: str) -> int:
+        request = urllib.request.Request(url, data=body, method="POST" if body else "GET", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10, context=context) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+
+    with running_cluster(SCENARIO, speed=10) as cluster:
+        kube = KubeClient(KubeTransport(api_client(str(cluster.kubeconfig_path))))
+        kube.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
+        kube.create(
+            NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuhealth-system"}}
+        )
+        port = free_port()
+        argv = [
+            sys.executable, "-m", "gpuhealth", "responder",
+            "--kubeconfig", str(cluster.kubeconfig_path), "--listen", f"127.0.0.1:{port}",
+            "--token-file", str(token_file), "--prometheus-url", "http://127.0.0.1:9",
+            "--identity", "replica-a", "--web.config.file", str(web),
+        ]  # fmt: skip
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        base = f"https://127.0.0.1:{port}"
+        try:
+            assert proc.stdout is not None
+            assert "over HTTPS" in proc.stdout.readline()
+            wait_until("readyz", lambda: https_ok(f"{base}/readyz", anonymous), timeout=30)
+            args = json.dumps(
+                {"Pod": {"metadata": {"name": "p"}, "spec": {}}, "NodeNames": ["dra-0"]}
+            ).encode()
+            json_type = {"Content-Type": "application/json"}
+            assert status(f"{base}/scheduler/filter", anonymous, body=args, **json_type) == 403
+            assert status(f"{base}/scheduler/filter", known, body=args, **json_type) == 200
+            bearer = {"Authorization": f"Bearer {TOKEN}", **json_type}
+            device = "gpu.nvidia.com/dra-0/gpu-1"
+            assert status(f"{base}/webhook", anonymous, body=delivery(device), **bearer) == 403
+            assert status(f"{base}/webhook", known, body=delivery(device), **bearer) == 200
+            assert status(f"{base}/metrics", known) == 401
+            assert status(f"{base}/metrics", anonymous, **password) == 403
+            assert status(f"{base}/metrics", known, **password) == 200
+            with urllib.request.urlopen(
+                urllib.request.Request(f"{base}/metrics", headers=password), timeout=10, context=known
+            ) as response:
+                text = response.read().decode()
+            assert 'gpuhealth_http_requests_refused_total{reason="client_certificate"} 3.0' in text
+            assert 'gpuhealth_http_requests_refused_total{reason="unauthorized"} 1.0' in text
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+            kube.close()
