@@ -3,9 +3,11 @@
 `run_passes` calls a pass (`Reconciler.reconcile_once`, blocking) in a thread of its own (never
 the event loop's default executor, where webhook deliveries queue: 100 deliveries at once held
 enforcement back 3 s against a real apiserver, bench/results.md, "responder_cluster"), then
-sleeps until the pass's next look, or until a watched object changes: any record, and gpuhealth's
+sleeps until the pass's next look, or until a watched object changes: any record, gpuhealth's
 holder pods (a holder deleted, evicted or refused by someone is filled again at once, not at the
-next recheck: until then the kubelet could hand its card to a new pod). The watches only wake
+next recheck: until then the kubelet could hand its card to a new pod), and gpuhealth's check
+Jobs (a check that ends moves its record up the ladder at once, not at the next recheck, which
+a running check puts off until its timeout, at most `max_recheck_seconds`). The watches only wake
 the loop; every pass lists what it decides on (`responder.reconcile.reconciler`).
 
 Fencing: when the task is cancelled (the leader's term ended), the pass in flight is told to stop
@@ -27,6 +29,8 @@ from gpuhealth.kube.client import KubeClient
 from gpuhealth.kube.elector import Term
 from gpuhealth.kube.reflector import Events, Listed, Message, Reflector
 from gpuhealth.kube.resources import POD, Resource
+from responder.checks.jobs import JOB
+from responder.enforce.hold import CHECK_LABEL
 from responder.enforce.hold_plan import HOLDER_LABEL
 from responder.records import QUARANTINES
 
@@ -54,10 +58,12 @@ async def run_passes(
     watch_client: KubeClient | None,
     settings: WatchSettings,
     holders_namespace: str | None,
+    checks_namespace: str | None = None,
 ) -> None:
     """Pass after pass until cancelled or `term` ends. `watch_client`: the watches' own client
     (None: passes come only when the last one asked); `holders_namespace`: where holder pods
-    live (None: no hold, no holder watch)."""
+    live (None: no hold, no holder watch); `checks_namespace`: where the check Jobs run (None: no
+    check watch)."""
     loop = asyncio.get_running_loop()
     wake = asyncio.Event()
     stop = threading.Event()
@@ -70,6 +76,8 @@ async def run_passes(
         _watch(watch_client, "quarantines", QUARANTINES, emit, stop, settings)
         if holders_namespace is not None:
             _watch(watch_client, "holders", POD, emit, stop, settings, holders_namespace, HOLDER_LABEL)
+        if checks_namespace is not None:
+            _watch(watch_client, "checks", JOB, emit, stop, settings, checks_namespace, CHECK_LABEL)
     passes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reconcile-pass")
     try:
         while term is None or not term.ending:

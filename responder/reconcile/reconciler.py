@@ -75,7 +75,7 @@ from gpuhealth.kube.errors import ApiError, Conflict
 from gpuhealth.kube.meta import parse_rfc3339, rfc3339
 from gpuhealth.kube.resources import NODE, STATUS
 from responder import metrics
-from responder.checks.jobs import CheckRunner
+from responder.checks.jobs import CheckRunner, JobChecks
 from responder.enforce.hold import DeviceHold
 from responder.enforce.hold_plan import HoldState
 from responder.enforce.observed import Observed
@@ -437,6 +437,9 @@ class Reconciler:
                 watch_client=self._watch_client,
                 settings=self.settings,
                 holders_namespace=None if self._hold is None else self._hold.namespace,
+                checks_namespace=self._checks.settings.namespace
+                if isinstance(self._checks, JobChecks)
+                else None,
             )
         finally:
             # A replica that no longer leads exposes nothing about the records: the rules take
