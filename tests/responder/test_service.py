@@ -79,17 +79,23 @@ def post(url: str, body: bytes, context: ssl.SSLContext) -> int:
         return int(response.status)
 
 
+def installed(kubeconfig: Path) -> KubeClient:
+    """A client of the cluster, with the CRD and gpuhealth's namespace created as an install does."""
+    kube = KubeClient(KubeTransport(api_client(str(kubeconfig))))
+    kube.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
+    kube.create(
+        NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuhealth-system"}}
+    )
+    return kube
+
+
 def test_the_responder_serves_records_and_leads(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     cert, key = self_signed(tmp_path, "responder")
     tls = ssl.create_default_context(cafile=str(cert))
     with running_cluster(SCENARIO, speed=10) as cluster:
-        kube = KubeClient(KubeTransport(api_client(str(cluster.kubeconfig_path))))
-        kube.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
-        kube.create(
-            NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuhealth-system"}}
-        )
+        kube = installed(cluster.kubeconfig_path)
         port = free_port()
         argv = [
             sys.executable, "-m", "gpuhealth", "responder",
@@ -195,11 +201,7 @@ def test_every_endpoint_asks_its_caller_who_it_is_under_a_web_configuration(tmp_
             return int(exc.code)
 
     with running_cluster(SCENARIO, speed=10) as cluster:
-        kube = KubeClient(KubeTransport(api_client(str(cluster.kubeconfig_path))))
-        kube.create(CRDS, yaml.safe_load(CRD_FILE.read_text()))
-        kube.create(
-            NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuhealth-system"}}
-        )
+        kube = installed(cluster.kubeconfig_path)
         port = free_port()
         argv = [
             sys.executable, "-m", "gpuhealth", "responder",
