@@ -19,7 +19,7 @@ import pytest
 
 from gpuhealth.testing.loopback import child_process, free_port, wait_until
 from tests.exporter.fixtures.scrapes import ones as scrape
-from tests.support.exporters import cluster_exporter
+from tests.support.exporters import cluster_exporter, health_and_source
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -108,17 +108,7 @@ def test_a_failed_dra_device_stays_unhealthy_when_its_pod_leaves_until_the_drive
             cluster.inject({"fault": "xid", "device": {"node": NODE, "gpu": uuids[target]}, "xid": 48})
 
             def state() -> tuple[str, str] | None:
-                """(health, source) of the target GPU in one scrape."""
-                found = scrape(port)
-                if found is None:
-                    return None
-                health = next(
-                    (h["status"] for h in found.get("gpu_device_health", []) if h["device"] == target), None
-                )
-                source = next(
-                    (i["source"] for i in found.get("gpu_device_info", []) if i["device"] == target), None
-                )
-                return (health, source) if health and source else None
+                return health_and_source(port, target)
 
             failed = ("Unhealthy", "pod")
             wait_until("the XID GPU Unhealthy from its pod", lambda: state() == failed, timeout=60)

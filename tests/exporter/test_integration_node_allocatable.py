@@ -18,7 +18,7 @@ import pytest
 
 from gpuhealth.testing.loopback import wait_until
 from tests.exporter.fixtures.scrapes import ones as scrape
-from tests.support.exporters import cluster_exporter
+from tests.support.exporters import cluster_exporter, health_and_source
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -51,17 +51,7 @@ def test_a_recovered_idle_device_plugin_gpu_turns_healthy_from_its_node(tmp_path
         cluster.inject({"fault": "xid", "device": {"node": NODE, "gpu": uuids[target]}, "xid": 79})
 
         def state() -> tuple[str, str] | None:
-            """(health, source) of the target GPU in one scrape."""
-            found = scrape(port)
-            if found is None:
-                return None
-            health = next(
-                (h["status"] for h in found.get("gpu_device_health", []) if h["device"] == target), None
-            )
-            source = next(
-                (i["source"] for i in found.get("gpu_device_info", []) if i["device"] == target), None
-            )
-            return (health, source) if health and source else None
+            return health_and_source(port, target)
 
         wait_until("the XID GPU Unhealthy from its pod", lambda: state() == ("Unhealthy", "pod"), timeout=60)
         wait_until(

@@ -38,3 +38,15 @@ def cluster_exporter(
         ]  # fmt: skip
         with child_process(argv, tmp_path / "exporter.log"):
             yield cluster, port, uuids
+
+
+def health_and_source(port: int, device: str) -> tuple[str, str] | None:
+    """(health, source) of `device` in one scrape of the exporter on `port`; None until it has both."""
+    from tests.exporter.fixtures.scrapes import ones as scrape
+
+    found = scrape(port)
+    if found is None:
+        return None
+    health = next((h["status"] for h in found.get("gpu_device_health", []) if h["device"] == device), None)
+    source = next((i["source"] for i in found.get("gpu_device_info", []) if i["device"] == device), None)
+    return (health, source) if health and source else None
